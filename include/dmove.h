@@ -1,0 +1,105 @@
+/* dmove.h: the public C API of dmove (train transformer encoders moving as little data
+ * as possible). Opaque handles, every function returns dm_status, nothing ever exits. */
+#ifndef DMOVE_H
+#define DMOVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DMOVE_VERSION "0.1.0"
+
+typedef enum {
+    DM_OK = 0,
+    DM_ERR_INVALID_ARG,  /* a value is out of range or inconsistent */
+    DM_ERR_OOM,          /* an allocation failed, or a size overflowed */
+    DM_ERR_IO,           /* a file could not be read or written */
+    DM_ERR_FORMAT,       /* a file is malformed, truncated or corrupted */
+    DM_ERR_SHAPE,        /* a tensor has the wrong shape or dtype */
+    DM_ERR_NOT_FOUND,    /* a named tensor or object does not exist */
+    DM_ERR_BACKEND,      /* BLAS / CUDA / system call failed */
+    DM_ERR_UNSUPPORTED,  /* valid, but not implemented for this configuration */
+    DM_ERR_INTERNAL      /* a bug in dmove: please report it */
+} dm_status;
+
+/* The message of the last error on this thread: what went wrong and what to do. */
+const char *dm_last_error(void);
+const char *dm_status_name(dm_status s);
+
+typedef enum { DM_ACT_GELU = 0, DM_ACT_GELU_TANH, DM_ACT_RELU } dm_act;
+typedef enum { DM_SCHED_FUSED = 0, DM_SCHED_UNFUSED } dm_schedule;
+
+/* Operator classes of the paper. */
+typedef enum { DM_CLASS_CONTRACTION = 0, DM_CLASS_NORMALIZATION, DM_CLASS_ELEMENTWISE,
+               DM_NUM_CLASSES } dm_op_class;
+const char *dm_class_name(dm_op_class c);
+
+/* One BERT encoder layer (post-LayerNorm, Hugging Face BertLayer semantics). */
+typedef struct {
+    int64_t batch;   /* b */
+    int64_t seq;     /* j (= k) */
+    int64_t hidden;  /* i */
+    int64_t heads;   /* h; i must be divisible by h */
+    int64_t ffn;     /* u */
+    double dropout;  /* p in [0, 1), all three dropouts */
+    double eps;      /* LayerNorm epsilon (default 1e-12) */
+    dm_act act;
+    uint64_t seed;   /* dropout seed */
+} dm_layer_config;
+
+/* BERT-base defaults: b=8 j=128 i=768 h=12 u=3072, p=0.1, eps=1e-12, GELU, seed 0. */
+void dm_layer_config_default(dm_layer_config *cfg);
+/* Sets the sizes of a preset ("bert-base", "bert-large"); other fields unchanged. */
+dm_status dm_layer_config_preset(dm_layer_config *cfg, const char *name);
+/* Checks sizes (positive, i % h == 0, no overflow, within limits) and p, eps. */
+dm_status dm_layer_config_check(const dm_layer_config *cfg);
+const char *dm_act_name(dm_act a);
+dm_status dm_act_parse(const char *s, dm_act *out);
+
+typedef struct {
+    dm_schedule schedule;  /* fused (default) or unfused */
+    int forward_only;      /* build no backward graph; save nothing for it */
+    int threads;           /* 0: all cores */
+} dm_layer_options;
+
+typedef struct dm_layer dm_layer;
+
+dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt);
+void dm_layer_free(dm_layer *layer);
+
+/* Named tensors of the layer, fp32, row-major in the shapes given:
+ *   hidden_states (b,j,i), attention_mask (b,j) 1=token 0=padding (default all ones),
+ *   grad_output (b,j,i) (default all ones), output (b,j,i), grad_hidden_states (b,j,i),
+ *   the parameters under Hugging Face BertLayer names (weights (out,in) as torch.nn.Linear),
+ *   and "<parameter>.grad" for each. The pointer stays valid until dm_layer_free. */
+dm_status dm_layer_tensor(dm_layer *layer, const char *name, float **data, int *ndim,
+                          int64_t shape[4]);
+int dm_layer_num_params(const dm_layer *layer);
+const char *dm_layer_param_name(const dm_layer *layer, int index);
+/* BERT initialisation: weights N(0, 0.02) (deterministic from seed), biases 0, LN gamma 1. */
+dm_status dm_layer_init_params(dm_layer *layer, uint64_t seed);
+dm_status dm_layer_set_seed(dm_layer *layer, uint64_t seed);
+
+enum { DM_PASS_FORWARD = 1, DM_PASS_BACKWARD = 2 };
+enum { DM_RUN_ALL = 7 }; /* class mask: bit c runs groups of class c */
+dm_status dm_layer_forward(dm_layer *layer);
+dm_status dm_layer_backward(dm_layer *layer);
+/* Runs the groups of the given passes whose class is in class_mask (1u << dm_op_class);
+ * with profiling on, adds each group's time to its pass and class. */
+dm_status dm_layer_run(dm_layer *layer, int passes, unsigned class_mask);
+void dm_layer_profile(dm_layer *layer, int enable);
+/* Seconds accumulated since the last reset, [pass 0 fwd / 1 bwd][class]. */
+void dm_layer_profile_read(const dm_layer *layer, double secs[2][DM_NUM_CLASSES]);
+void dm_layer_profile_reset(dm_layer *layer);
+/* flop of the training step by pass and class (from the graph). */
+void dm_layer_flop(const dm_layer *layer, double flop[2][DM_NUM_CLASSES]);
+/* A human-readable listing of the plan: groups, their ops and tensors. Caller frees. */
+dm_status dm_layer_describe(const dm_layer *layer, char **text);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

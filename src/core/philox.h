@@ -1,0 +1,32 @@
+/* philox.h: Philox-4x32-10 counter-based RNG and dmove's dropout mask definition.
+ *
+ * The mask of dropout site `stream` (1 attention probs (b,h,j,k), 2 attention output
+ * (b,j,i), 3 FFN output (b,j,i)) at linear element index n (row-major in the canonical
+ * shape given) is defined, identically on every backend and schedule, as:
+ *   key     = (seed & 0xffffffff, seed >> 32)
+ *   counter = ((n >> 2) & 0xffffffff, (n >> 2) >> 32, stream, 0)
+ *   u       = word (n & 3) of philox4x32_10(counter, key)
+ *   keep    = u >= dm_dropout_threshold(p), threshold = floor(p * 2^32) (p in [0,1))
+ *   y       = keep ? x / (1 - p) : 0
+ * tests/ref/philox.py implements the same in NumPy for the PyTorch references. */
+#ifndef DM_PHILOX_H
+#define DM_PHILOX_H
+
+#include <stdint.h>
+
+enum { DM_DROP_ATTN_PROBS = 1, DM_DROP_ATTN_OUT = 2, DM_DROP_FFN_OUT = 3 };
+
+/* One Philox-4x32-10 block: ctr[4], key[2] -> out[4] (Random123 constants). */
+void dm_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+/* Random words for element indices [start, start + n) of stream `stream`. Vectorized. */
+void dm_philox_words(uint64_t seed, uint32_t stream, uint64_t start, int64_t n, uint32_t *out);
+
+static inline uint32_t dm_dropout_threshold(double p) {
+    double t = p * 4294967296.0;
+    if (t <= 0) return 0;
+    if (t >= 4294967295.0) return 4294967295u;
+    return (uint32_t)t; /* floor */
+}
+
+#endif

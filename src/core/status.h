@@ -1,0 +1,33 @@
+/* status.h: error reporting inside the library. dm_fail() records a message for
+ * dm_last_error() and returns the status, so call sites read `return dm_fail(...)`. */
+#ifndef DM_STATUS_H
+#define DM_STATUS_H
+
+#include "dmove.h"
+
+#if defined(__GNUC__)
+#define DM_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define DM_PRINTF(a, b)
+#endif
+
+dm_status dm_fail(dm_status s, const char *fmt, ...) DM_PRINTF(2, 3);
+/* Prepends context ("reading model.safetensors: ") to the current message. */
+dm_status dm_fail_context(dm_status s, const char *fmt, ...) DM_PRINTF(2, 3);
+void dm_clear_error(void);
+
+#define DM_TRY(expr)                                                                   \
+    do {                                                                               \
+        dm_status dm_try_s_ = (expr);                                                  \
+        if (dm_try_s_ != DM_OK) return dm_try_s_;                                      \
+    } while (0)
+
+/* Overflow-checked size arithmetic: return 0 on overflow. */
+static inline int dm_mul_ok(size_t a, size_t b, size_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline int dm_add_ok(size_t a, size_t b, size_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+
+#endif
