@@ -3,7 +3,7 @@
 
 CC      ?= cc
 CFLAGS  ?= -O3 -march=native -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -Iinclude -Isrc
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -Iinclude -Isrc
 LDLIBS  += -lm
 BUILD   ?= build
 

@@ -1,0 +1,227 @@
+/* fusion.c: the fusion pass. Element-wise and normalization operators that share an
+ * iteration space (rows x cols, the same pass) and are connected producer -> consumer
+ * are grouped, so a group makes one pass over memory and its intermediates stay in
+ * per-thread scratch rows. A merge is refused when it would create a cycle between
+ * groups (an outside op both depending on the group and feeding the candidate), or when
+ * the candidate reads a column reduction the group is still accumulating. Contractions
+ * are never grouped: they go to BLAS whole. Groups are then ordered topologically. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "plan/plan.h"
+
+typedef uint64_t word;
+#define WBITS 64
+
+static int bit(const word *s, int i) { return (int)((s[i / WBITS] >> (i % WBITS)) & 1u); }
+static void set(word *s, int i) { s[i / WBITS] |= (word)1 << (i % WBITS); }
+
+/* Is op o's output `t` a column reduction (a vector accumulated over all rows)? */
+static int is_colreduce_out(const dm_op *o, int slot) {
+    return o->kind == DM_OP_COLSUM || (o->kind == DM_OP_LAYERNORM_BWD && slot > 0);
+}
+
+dm_status dm_plan_build(const dm_graph *g, int fused, dm_plan *plan) {
+    memset(plan, 0, sizeof *plan);
+    plan->g = g;
+    int n = g->nop, nt = g->nt, nw = (n + WBITS - 1) / WBITS;
+    dm_status st = DM_OK;
+    int *gid = malloc(sizeof(int) * (size_t)n);
+    int **prod = calloc((size_t)nt, sizeof(int *)); /* producers of each root */
+    int *nprod = calloc((size_t)nt, sizeof(int));
+    word *anc = calloc((size_t)n * (size_t)nw, sizeof(word));   /* ancestors of each op */
+    word *mem = calloc((size_t)n * (size_t)nw, sizeof(word));   /* members of each group */
+    int *gorder = malloc(sizeof(int) * (size_t)n);
+    int *indeg = calloc((size_t)n, sizeof(int));
+    if (!gid || !prod || !nprod || !anc || !mem || !gorder || !indeg) {
+        st = dm_fail(DM_ERR_OOM, "out of memory in the fusion pass");
+        goto done;
+    }
+    for (int o = 0; o < n; o++)
+        for (int k = 0; k < g->op[o].nout; k++) {
+            int r = dm_tensor_root(g, g->op[o].out[k]);
+            int *q = realloc(prod[r], sizeof(int) * (size_t)(nprod[r] + 1));
+            if (!q) {
+                st = dm_fail(DM_ERR_OOM, "out of memory in the fusion pass");
+                goto done;
+            }
+            prod[r] = q;
+            q[nprod[r]++] = o;
+        }
+    /* ancestors (ops are in topological order) */
+    for (int o = 0; o < n; o++) {
+        word *a = anc + (size_t)o * nw;
+        for (int k = 0; k < g->op[o].nin; k++) {
+            int r = dm_tensor_root(g, g->op[o].in[k]);
+            for (int m = 0; m < nprod[r]; m++) {
+                int p = prod[r][m];
+                if (p >= o) {
+                    st = dm_fail(DM_ERR_INTERNAL, "graph not in topological order at %s",
+                                 g->op[o].name);
+                    goto done;
+                }
+                const word *pa = anc + (size_t)p * nw;
+                for (int w = 0; w < nw; w++) a[w] |= pa[w];
+                set(a, p);
+            }
+        }
+    }
+    /* greedy grouping in op order */
+    int ng = 0;
+    for (int o = 0; o < n; o++) {
+        const dm_op *op = &g->op[o];
+        int chosen = -1;
+        if (fused && op->kind != DM_OP_CONTRACT) {
+            for (int k = 0; k < op->nin && chosen < 0; k++) {
+                int r = dm_tensor_root(g, op->in[k]);
+                for (int m = 0; m < nprod[r] && chosen < 0; m++) {
+                    int p = prod[r][m], G = gid[p];
+                    const dm_op *po = &g->op[p];
+                    if (po->kind == DM_OP_CONTRACT || po->pass != op->pass) continue;
+                    if (po->rows != op->rows || po->cols != op->cols) continue;
+                    const word *gm = mem + (size_t)G * nw;
+                    int okm = 1;
+                    /* no input produced outside G by an op that depends on G; no input that
+                     * is a column reduction being accumulated inside G */
+                    for (int k2 = 0; k2 < op->nin && okm; k2++) {
+                        int r2 = dm_tensor_root(g, op->in[k2]);
+                        for (int m2 = 0; m2 < nprod[r2] && okm; m2++) {
+                            int q = prod[r2][m2];
+                            if (bit(gm, q)) {
+                                for (int s = 0; s < g->op[q].nout; s++)
+                                    if (dm_tensor_root(g, g->op[q].out[s]) == r2 &&
+                                        is_colreduce_out(&g->op[q], s))
+                                        okm = 0;
+                                continue;
+                            }
+                            const word *qa = anc + (size_t)q * nw;
+                            for (int w = 0; w < nw; w++)
+                                if (qa[w] & gm[w]) okm = 0;
+                        }
+                    }
+                    if (okm) chosen = G;
+                }
+            }
+        }
+        if (chosen < 0) chosen = ng++;
+        gid[o] = chosen;
+        set(mem + (size_t)chosen * nw, o);
+    }
+    /* group DAG and topological order (ties: smallest first op) */
+    plan->order = malloc(sizeof(int) * (size_t)n);
+    plan->groups = calloc((size_t)ng, sizeof(dm_group));
+    if (!plan->order || !plan->groups) {
+        st = dm_fail(DM_ERR_OOM, "out of memory in the fusion pass");
+        goto done;
+    }
+    for (int G = 0; G < ng; G++) {
+        const word *gm = mem + (size_t)G * nw;
+        for (int H = 0; H < ng; H++) {
+            if (H == G) continue;
+            const word *hm = mem + (size_t)H * nw;
+            /* edge H -> G if some op of G has an ancestor in H */
+            int e = 0;
+            for (int o = 0; o < n && !e; o++)
+                if (bit(gm, o))
+                    for (int w = 0; w < nw; w++)
+                        if (anc[(size_t)o * nw + w] & hm[w]) { e = 1; break; }
+            indeg[G] += e;
+        }
+    }
+    int *done_g = calloc((size_t)ng, sizeof(int));
+    if (!done_g) {
+        st = dm_fail(DM_ERR_OOM, "out of memory in the fusion pass");
+        goto done;
+    }
+    int pos = 0;
+    for (int step = 0; step < ng; step++) {
+        int pick = -1;
+        for (int o = 0; o < n && pick < 0; o++)
+            if (!done_g[gid[o]] && indeg[gid[o]] == 0) pick = gid[o];
+        if (pick < 0) {
+            free(done_g);
+            st = dm_fail(DM_ERR_INTERNAL, "fusion produced a cycle between groups");
+            goto done;
+        }
+        done_g[pick] = 1;
+        dm_group *gr = &plan->groups[step];
+        gr->first = pos;
+        gr->cls = DM_CLASS_ELEMENTWISE;
+        for (int o = 0; o < n; o++) {
+            if (gid[o] != pick) continue;
+            plan->order[pos++] = o;
+            gr->nops++;
+            gr->pass = g->op[o].pass;
+            gr->rows = g->op[o].rows;
+            gr->cols = g->op[o].cols;
+            dm_op_class c = dm_op_kind_class(g->op[o].kind);
+            if (c == DM_CLASS_CONTRACTION) gr->cls = c;
+            else if (c == DM_CLASS_NORMALIZATION && gr->cls != DM_CLASS_CONTRACTION) gr->cls = c;
+            if (g->op[o].kind != DM_OP_CONTRACT && g->op[o].cols > plan->max_cols)
+                plan->max_cols = (int)g->op[o].cols;
+        }
+        const word *pm = mem + (size_t)pick * nw;
+        for (int G = 0; G < ng; G++) {
+            if (done_g[G]) continue;
+            const word *gm = mem + (size_t)G * nw;
+            int e = 0;
+            for (int o = 0; o < n && !e; o++)
+                if (bit(gm, o))
+                    for (int w = 0; w < nw; w++)
+                        if (anc[(size_t)o * nw + w] & pm[w]) { e = 1; break; }
+            indeg[G] -= e;
+        }
+    }
+    free(done_g);
+    plan->ngroups = ng;
+    st = dm_plan_memory(plan);
+done:
+    if (prod)
+        for (int t = 0; t < nt; t++) free(prod[t]);
+    free(prod);
+    free(nprod);
+    free(anc);
+    free(mem);
+    free(gorder);
+    free(indeg);
+    free(gid);
+    if (st != DM_OK) dm_plan_free(plan);
+    return st;
+}
+
+void dm_plan_free(dm_plan *plan) {
+    free(plan->order);
+    free(plan->groups);
+    free(plan->in_memory);
+    free(plan->offset);
+    memset(plan, 0, sizeof *plan);
+}
+
+char *dm_plan_describe(const dm_plan *plan) {
+    const dm_graph *g = plan->g;
+    size_t cap = 4096, len = 0;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    s[0] = 0;
+    for (int G = 0; G < plan->ngroups; G++) {
+        const dm_group *gr = &plan->groups[G];
+        char line[512];
+        int l = snprintf(line, sizeof line, "%-8s %-13s", gr->pass ? "backward" : "forward",
+                         dm_class_name(gr->cls));
+        for (int k = 0; k < gr->nops && l < (int)sizeof line - 40; k++)
+            l += snprintf(line + l, sizeof line - (size_t)l, "%s%s", k ? " + " : " ",
+                          g->op[plan->order[gr->first + k]].name);
+        l += snprintf(line + l, sizeof line - (size_t)l, "\n");
+        if (len + (size_t)l + 1 > cap) {
+            cap = (cap + (size_t)l) * 2;
+            char *q = realloc(s, cap);
+            if (!q) { free(s); return NULL; }
+            s = q;
+        }
+        memcpy(s + len, line, (size_t)l + 1);
+        len += (size_t)l;
+    }
+    return s;
+}

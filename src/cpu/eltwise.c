@@ -1,0 +1,64 @@
+/* eltwise.c: the element-wise family, one row at a time: bias, residual add, attention
+ * mask, dropout (Philox masks generated in place, never stored), activation, and their
+ * backward. Every loop is written for gcc's vectorizer. */
+#include <float.h>
+
+#include "core/philox.h"
+#include "cpu/kernels.h"
+#include "cpu/vmath.h"
+
+/* Random words of this row, then y = keep ? x * scale : 0. Used forward and backward:
+ * the same (seed, stream, element index) gives the same mask. */
+static void dropout_row(const dm_row *rw, const float *restrict x, float *restrict y) {
+    int64_t n = rw->cols;
+    if (rw->op->p <= 0) {
+        for (int64_t c = 0; c < n; c++) y[c] = x[c];
+        return;
+    }
+    uint32_t thr = dm_dropout_threshold(rw->op->p);
+    float scale = (float)(1.0 / (1.0 - rw->op->p));
+    uint32_t *restrict w = rw->words;
+    dm_philox_words(rw->seed, (uint32_t)rw->op->stream, (uint64_t)(rw->r * n), n, w);
+    for (int64_t c = 0; c < n; c++) y[c] = w[c] >= thr ? x[c] * scale : 0.0f;
+}
+
+void dm_cpu_eltwise_row(const dm_row *rw) {
+    int64_t n = rw->cols;
+    const float *restrict a = rw->in[0], *restrict b = rw->in[1];
+    float *restrict y = rw->out[0];
+    switch (rw->op->kind) {
+    case DM_OP_BIAS_ADD:
+    case DM_OP_ADD:
+        for (int64_t c = 0; c < n; c++) y[c] = a[c] + b[c];
+        break;
+    case DM_OP_MASK_ADD: /* as Hugging Face: scores + (1 - mask) * finfo.min */
+        for (int64_t c = 0; c < n; c++) y[c] = a[c] + (1.0f - b[c]) * -FLT_MAX;
+        break;
+    case DM_OP_DROPOUT:
+    case DM_OP_DROPOUT_BWD:
+        dropout_row(rw, a, y);
+        break;
+    case DM_OP_ACT: {
+        dm_act act = rw->op->act;
+        if (act == DM_ACT_RELU)
+            for (int64_t c = 0; c < n; c++) y[c] = dm_gelu(a[c], DM_ACT_RELU);
+        else if (act == DM_ACT_GELU_TANH)
+            for (int64_t c = 0; c < n; c++) y[c] = dm_gelu(a[c], DM_ACT_GELU_TANH);
+        else
+            for (int64_t c = 0; c < n; c++) y[c] = dm_gelu(a[c], DM_ACT_GELU);
+        break;
+    }
+    case DM_OP_ACT_BWD: { /* in: dy, x */
+        dm_act act = rw->op->act;
+        if (act == DM_ACT_RELU)
+            for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_gelu_grad(b[c], DM_ACT_RELU);
+        else if (act == DM_ACT_GELU_TANH)
+            for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_gelu_grad(b[c], DM_ACT_GELU_TANH);
+        else
+            for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_gelu_grad(b[c], DM_ACT_GELU);
+        break;
+    }
+    default:
+        break;
+    }
+}

@@ -1,0 +1,53 @@
+/* exec.h: the CPU backend: runs a plan's groups over an arena. */
+#ifndef DM_CPU_EXEC_H
+#define DM_CPU_EXEC_H
+
+#include <stdint.h>
+
+#include "cpu/contract.h"
+#include "cpu/kernels.h"
+#include "plan/plan.h"
+
+typedef struct {
+    uint8_t scratch;  /* lives in a per-thread scratch row */
+    dm_arg_kind kind;
+    float *base;      /* memory operand: the tensor's first element */
+    int64_t rdiv;     /* GROUPED: rows per group row */
+    int64_t slot;     /* scratch: float offset in the thread's scratch; COLACC: too */
+} dm_operand;
+
+typedef struct {
+    const dm_op *op;
+    dm_operand in[DM_MAX_IN], out[DM_MAX_OUT];
+} dm_exop;
+
+typedef struct {
+    const dm_group *gr;
+    int contract;
+    dm_gemm gemm;
+    dm_exop *ops;
+    int nops;
+    int nacc;                 /* column accumulators */
+    float *acc_dst[DM_MAX_OUT * 8];
+    int64_t acc_slot[DM_MAX_OUT * 8], acc_cols[DM_MAX_OUT * 8];
+    int64_t scratch_floats;   /* per thread */
+} dm_exgroup;
+
+typedef struct {
+    dm_exgroup *groups;
+    int ngroups;
+    int nthreads;
+    float *scratch;           /* nthreads * per_thread floats */
+    int64_t per_thread;
+    uint32_t *words;          /* nthreads * max_cols */
+    int64_t max_cols;
+} dm_cpu_exec;
+
+/* Resolves every operand of the plan to arena addresses and prepares the GEMM calls. */
+dm_status dm_cpu_exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads);
+void dm_cpu_exec_free(dm_cpu_exec *ex);
+dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed);
+/* The address of tensor t in the arena (views included), or NULL if not materialized. */
+float *dm_cpu_tensor_ptr(const dm_plan *plan, char *arena, int t);
+
+#endif

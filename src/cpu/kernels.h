@@ -1,0 +1,38 @@
+/* kernels.h: CPU kernel families. Element-wise and normalization kernels work on one
+ * row of their group's iteration space (rows x cols); the group executor (exec.c) calls
+ * them row by row so a fused group's intermediates stay in cache-resident scratch rows.
+ * Each fast kernel has a naive whole-tensor reference (ref.c) for the tests. */
+#ifndef DM_CPU_KERNELS_H
+#define DM_CPU_KERNELS_H
+
+#include <stdint.h>
+
+#include "graph/graph.h"
+
+/* How an operand of a row kernel is addressed, per op kind and operand slot. */
+typedef enum {
+    DM_ARG_FULL = 0, /* (rows, cols): this row */
+    DM_ARG_COLVEC,   /* (cols): broadcast over rows */
+    DM_ARG_GROUPED,  /* (G, cols): row r uses row r / (rows / G) (the attention mask) */
+    DM_ARG_ROWSCALAR,/* (rows): one value per row (LayerNorm statistics) */
+    DM_ARG_COLACC    /* (cols): accumulated over rows (bias / LayerNorm parameter grads) */
+} dm_arg_kind;
+
+dm_arg_kind dm_arg_in(dm_op_kind k, int slot);
+dm_arg_kind dm_arg_out(dm_op_kind k, int slot);
+
+typedef struct {
+    const dm_op *op;
+    int64_t r, cols;
+    const float *in[DM_MAX_IN];
+    float *out[DM_MAX_OUT]; /* FULL: the row; ROWSCALAR: one float; COLACC: accumulators */
+    uint64_t seed;
+    uint32_t *words; /* scratch for cols random words */
+} dm_row;
+
+void dm_cpu_row(const dm_row *rw);
+
+/* Naive references over whole tensors (ref.c), same operand conventions, in double. */
+void dm_ref_op(const dm_op *op, uint64_t seed, const float *const *in, float *const *out);
+
+#endif

@@ -1,0 +1,156 @@
+/* graph.c: tensors, views and operators of the dataflow graph, and their costs. */
+#include "graph/graph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+
+static const char *const k_op_names[] = {
+#define DM_OP(kind, name, cls, fpe) name,
+#include "graph/ops.def"
+#undef DM_OP
+};
+static const dm_op_class k_op_class[] = {
+#define DM_OP(kind, name, cls, fpe) cls,
+#include "graph/ops.def"
+#undef DM_OP
+};
+static const double k_op_fpe[] = {
+#define DM_OP(kind, name, cls, fpe) fpe,
+#include "graph/ops.def"
+#undef DM_OP
+};
+
+const char *dm_op_kind_name(dm_op_kind k) { return k < DM_NUM_OPS ? k_op_names[k] : "?"; }
+dm_op_class dm_op_kind_class(dm_op_kind k) { return k_op_class[k]; }
+
+void dm_graph_init(dm_graph *g) { memset(g, 0, sizeof *g); }
+
+void dm_graph_free(dm_graph *g) {
+    free(g->t);
+    free(g->op);
+    memset(g, 0, sizeof *g);
+}
+
+static int grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return 1;
+    int nc = *cap ? *cap * 2 : 64;
+    while (nc < need) nc *= 2;
+    void *q = realloc(*p, (size_t)nc * elem);
+    if (!q) return 0;
+    *p = q;
+    *cap = nc;
+    return 1;
+}
+
+static int new_tensor(dm_graph *g) {
+    if (!grow((void **)&g->t, &g->cap_t, g->nt + 1, sizeof(dm_tensor))) {
+        dm_fail(DM_ERR_OOM, "out of memory building the graph");
+        return -1;
+    }
+    memset(&g->t[g->nt], 0, sizeof(dm_tensor));
+    return g->nt++;
+}
+
+int dm_graph_tensor(dm_graph *g, const char *name, const char *letters, dm_role role) {
+    int n = (int)strlen(letters);
+    if (n < 1 || n > DM_MAX_DIMS) {
+        dm_fail(DM_ERR_INTERNAL, "tensor %s: %d dimensions", name, n);
+        return -1;
+    }
+    int id = new_tensor(g);
+    if (id < 0) return -1;
+    dm_tensor *t = &g->t[id];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = n;
+    memcpy(t->letters, letters, (size_t)n + 1);
+    int64_t s = 1;
+    for (int d = n - 1; d >= 0; d--) {
+        int64_t sz = g->dim[letters[d] - 'a'];
+        if (sz <= 0) {
+            dm_fail(DM_ERR_INTERNAL, "tensor %s: dimension %c has no size", name, letters[d]);
+            g->nt--;
+            return -1;
+        }
+        t->size[d] = sz;
+        t->stride[d] = s;
+        s *= sz;
+    }
+    t->numel = s;
+    t->base = -1;
+    t->role = role;
+    return id;
+}
+
+int dm_graph_view(dm_graph *g, int base, const char *name, const char *map) {
+    int id = new_tensor(g);
+    if (id < 0) return -1;
+    const dm_tensor *b = &g->t[base];
+    dm_tensor *t = &g->t[id];
+    if ((int)strlen(map) != b->ndim || b->base >= 0) {
+        dm_fail(DM_ERR_INTERNAL, "view %s of %s: bad map '%s'", name, b->name, map);
+        g->nt--;
+        return -1;
+    }
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->base = base;
+    t->role = b->role;
+    t->numel = 1;
+    for (int d = 0; d < b->ndim; d++) {
+        if (map[d] >= '0' && map[d] <= '9') {
+            t->offset += (map[d] - '0') * b->stride[d];
+        } else {
+            t->letters[t->ndim] = map[d];
+            t->size[t->ndim] = b->size[d];
+            t->stride[t->ndim] = b->stride[d];
+            t->numel *= b->size[d];
+            t->ndim++;
+        }
+    }
+    t->letters[t->ndim] = 0;
+    return id;
+}
+
+int dm_graph_clone(dm_graph *g, int src) {
+    int id = new_tensor(g);
+    if (id >= 0) g->t[id] = g->t[src];
+    return id;
+}
+
+int dm_tensor_root(const dm_graph *g, int t) { return g->t[t].base >= 0 ? g->t[t].base : t; }
+
+int dm_graph_op(dm_graph *g, const dm_op *op) {
+    if (!grow((void **)&g->op, &g->cap_op, g->nop + 1, sizeof(dm_op))) {
+        dm_fail(DM_ERR_OOM, "out of memory building the graph");
+        return -1;
+    }
+    g->op[g->nop] = *op;
+    return g->nop++;
+}
+
+/* Product of the sizes of every distinct letter in the einsum spec. */
+static double spec_volume(const dm_graph *g, const char *spec) {
+    int seen[26] = {0};
+    double v = 1;
+    for (const char *c = spec; *c; c++) {
+        if (*c >= 'a' && *c <= 'z' && !seen[*c - 'a']) {
+            seen[*c - 'a'] = 1;
+            v *= (double)g->dim[*c - 'a'];
+        }
+    }
+    return v;
+}
+
+double dm_op_flop(const dm_graph *g, const dm_op *op) {
+    if (op->kind == DM_OP_CONTRACT) return 2.0 * spec_volume(g, op->spec);
+    return k_op_fpe[op->kind] * (double)op->rows * (double)op->cols;
+}
+
+double dm_op_bytes(const dm_graph *g, const dm_op *op) {
+    double b = 0;
+    for (int i = 0; i < op->nin; i++) b += (double)g->t[op->in[i]].numel * 4.0;
+    for (int i = 0; i < op->nout; i++) b += (double)g->t[op->out[i]].numel * 4.0;
+    return b;
+}

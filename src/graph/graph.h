@@ -1,0 +1,93 @@
+/* graph.h: the dataflow graph of a training step. Tensors have named dimensions (one
+ * letter each, design.md) and strides; operators come from ops.def in three classes.
+ * A view tensor aliases part of a root tensor (a slice, with renamed letters). */
+#ifndef DM_GRAPH_H
+#define DM_GRAPH_H
+
+#include <stdint.h>
+
+#include "dmove.h"
+
+#define DM_MAX_DIMS 6
+#define DM_MAX_IN 6
+#define DM_MAX_OUT 3
+#define DM_NAME_LEN 48
+
+typedef enum {
+#define DM_OP(kind, name, cls, fpe) DM_OP_##kind,
+#include "graph/ops.def"
+#undef DM_OP
+    DM_NUM_OPS
+} dm_op_kind;
+
+typedef enum {
+    DM_ROLE_ACT = 0,    /* intermediate: planned in the arena by liveness */
+    DM_ROLE_INPUT,      /* supplied by the user before a step */
+    DM_ROLE_PARAM,      /* parameter */
+    DM_ROLE_PARAM_GRAD, /* gradient of a parameter */
+    DM_ROLE_OUTPUT      /* result the user reads (output, grad_hidden_states) */
+} dm_role;
+
+typedef struct {
+    char name[DM_NAME_LEN];
+    int ndim;
+    char letters[DM_MAX_DIMS + 1]; /* outermost first */
+    int64_t size[DM_MAX_DIMS];
+    int64_t stride[DM_MAX_DIMS]; /* elements */
+    int64_t numel;
+    int base;       /* root tensor of a view, or -1 for a root */
+    int64_t offset; /* elements from the root's start (views) */
+    dm_role role;
+    int pass;       /* 0 forward, 1 backward: which pass produces it */
+    int requires_grad;
+} dm_tensor;
+
+typedef struct {
+    dm_op_kind kind;
+    char name[DM_NAME_LEN];
+    int pass;
+    int nin, nout;
+    int in[DM_MAX_IN];
+    int out[DM_MAX_OUT];
+    /* contraction */
+    char spec[64]; /* "bji,ui->bju": letters of in[0], in[1] -> out[0] */
+    float alpha;
+    /* element-wise / normalization: iteration space rows x cols */
+    int64_t rows, cols;
+    int stream;    /* dropout site */
+    double p;      /* dropout probability */
+    double eps;    /* LayerNorm */
+    dm_act act;
+} dm_op;
+
+typedef struct {
+    dm_tensor *t;
+    int nt, cap_t;
+    dm_op *op;
+    int nop, cap_op;
+    int64_t dim[26]; /* size of each dimension letter ('a' + n) */
+} dm_graph;
+
+void dm_graph_init(dm_graph *g);
+void dm_graph_free(dm_graph *g);
+/* A root tensor with the given letters (sizes from g->dim), row-major. Returns id >= 0 or
+ * a negative value after recording an error. */
+int dm_graph_tensor(dm_graph *g, const char *name, const char *letters, dm_role role);
+/* A view of root `base`: `map` has one char per root dimension: a letter names the view's
+ * dimension (it may rename the root's), a digit fixes that dimension at that index. */
+int dm_graph_view(dm_graph *g, int base, const char *name, const char *map);
+int dm_graph_op(dm_graph *g, const dm_op *op);
+/* Appends a copy of tensor src's descriptor; returns the new id or -1. */
+int dm_graph_clone(dm_graph *g, int src);
+int dm_tensor_root(const dm_graph *g, int t);
+const char *dm_op_kind_name(dm_op_kind k);
+dm_op_class dm_op_kind_class(dm_op_kind k);
+/* flop of one op, and bytes it reads and writes (fp32, each tensor once). */
+double dm_op_flop(const dm_graph *g, const dm_op *op);
+double dm_op_bytes(const dm_graph *g, const dm_op *op);
+
+/* autodiff.c: appends the backward ops of every forward op, seeded with the gradient
+ * `dy` of tensor `y`. Sets *dx_out to the gradient tensor of x. */
+dm_status dm_autodiff(dm_graph *g, int y, int dy, int x, int *dx_out);
+
+#endif

@@ -1,0 +1,285 @@
+/* layer.c: the public dm_layer API: builds the encoder graph, plans it (fused or
+ * unfused), lays every tensor out in one arena and runs steps on the CPU backend. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cblas.h>
+
+#include "core/philox.h"
+#include "core/status.h"
+#include "cpu/exec.h"
+#include "graph/encoder.h"
+#include "plan/plan.h"
+
+struct dm_layer {
+    dm_layer_config cfg;
+    dm_layer_options opt;
+    dm_graph g;
+    dm_encoder enc;
+    dm_plan plan;
+    char *arena;
+    size_t arena_bytes;
+    dm_cpu_exec ex;
+    int nthreads;
+    int forward_done;
+    int profile;
+    double prof[2][DM_NUM_CLASSES];
+};
+
+/* Largest tensor dmove accepts: 2^36 elements (256 GiB of fp32); beyond it a size is a
+ * typo, not a model. */
+#define DM_MAX_ELEMS ((int64_t)1 << 36)
+
+void dm_layer_config_default(dm_layer_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->batch = 8;
+    cfg->seq = 128;
+    cfg->hidden = 768;
+    cfg->heads = 12;
+    cfg->ffn = 3072;
+    cfg->dropout = 0.1;
+    cfg->eps = 1e-12;
+    cfg->act = DM_ACT_GELU;
+    cfg->seed = 0;
+}
+
+dm_status dm_layer_config_preset(dm_layer_config *cfg, const char *name) {
+    if (!name) return dm_fail(DM_ERR_INVALID_ARG, "no preset name given");
+    if (!strcmp(name, "bert-base")) {
+        cfg->batch = 8, cfg->seq = 128, cfg->hidden = 768, cfg->heads = 12, cfg->ffn = 3072;
+    } else if (!strcmp(name, "bert-large")) {
+        cfg->batch = 8, cfg->seq = 512, cfg->hidden = 1024, cfg->heads = 16, cfg->ffn = 4096;
+    } else {
+        return dm_fail(DM_ERR_INVALID_ARG,
+                       "unknown preset '%s': use bert-base (b=8 j=128 i=768 h=12 u=3072) or "
+                       "bert-large (b=8 j=512 i=1024 h=16 u=4096)", name);
+    }
+    return DM_OK;
+}
+
+const char *dm_act_name(dm_act a) {
+    switch (a) {
+    case DM_ACT_GELU: return "gelu";
+    case DM_ACT_GELU_TANH: return "gelu_tanh";
+    case DM_ACT_RELU: return "relu";
+    }
+    return "?";
+}
+
+dm_status dm_act_parse(const char *s, dm_act *out) {
+    if (s && !strcmp(s, "gelu")) *out = DM_ACT_GELU;
+    else if (s && !strcmp(s, "gelu_tanh")) *out = DM_ACT_GELU_TANH;
+    else if (s && !strcmp(s, "relu")) *out = DM_ACT_RELU;
+    else
+        return dm_fail(DM_ERR_INVALID_ARG, "unknown activation '%s': use gelu, gelu_tanh or relu",
+                       s ? s : "(null)");
+    return DM_OK;
+}
+
+static dm_status check_prod(const char *what, const int64_t *v, int n) {
+    int64_t p = 1;
+    for (int i = 0; i < n; i++)
+        if (__builtin_mul_overflow(p, v[i], &p) || p > DM_MAX_ELEMS)
+            return dm_fail(DM_ERR_INVALID_ARG,
+                           "the %s tensor would have more than 2^36 elements: reduce the sizes",
+                           what);
+    return DM_OK;
+}
+
+dm_status dm_layer_config_check(const dm_layer_config *c) {
+    if (!c) return dm_fail(DM_ERR_INVALID_ARG, "no configuration given");
+    const char *nm[5] = {"batch", "seq", "hidden", "heads", "ffn"};
+    int64_t v[5] = {c->batch, c->seq, c->hidden, c->heads, c->ffn};
+    for (int i = 0; i < 5; i++) {
+        if (v[i] <= 0) return dm_fail(DM_ERR_INVALID_ARG, "%s must be positive (got %lld)", nm[i], (long long)v[i]);
+        if (v[i] > ((int64_t)1 << 30))
+            return dm_fail(DM_ERR_INVALID_ARG, "%s = %lld is absurdly large (limit 2^30)", nm[i], (long long)v[i]);
+    }
+    if (c->hidden % c->heads)
+        return dm_fail(DM_ERR_INVALID_ARG,
+                       "hidden size %lld is not divisible by heads %lld: the head size must be whole",
+                       (long long)c->hidden, (long long)c->heads);
+    if (!(c->dropout >= 0.0 && c->dropout < 1.0))
+        return dm_fail(DM_ERR_INVALID_ARG, "dropout must be in [0, 1) (got %g)", c->dropout);
+    if (!(c->eps > 0.0 && isfinite(c->eps)))
+        return dm_fail(DM_ERR_INVALID_ARG, "LayerNorm eps must be positive and finite (got %g)", c->eps);
+    if (c->act != DM_ACT_GELU && c->act != DM_ACT_GELU_TANH && c->act != DM_ACT_RELU)
+        return dm_fail(DM_ERR_INVALID_ARG, "unknown activation %d", (int)c->act);
+    DM_TRY(check_prod("attention scores (b,h,j,k)", (int64_t[]){c->batch, c->heads, c->seq, c->seq}, 4));
+    DM_TRY(check_prod("feed-forward (b,j,u)", (int64_t[]){c->batch, c->seq, c->ffn}, 3));
+    DM_TRY(check_prod("projection (b,j,3i)", (int64_t[]){c->batch, c->seq, 3 * c->hidden}, 3));
+    DM_TRY(check_prod("weight (u,i)", (int64_t[]){c->ffn, c->hidden}, 2));
+    DM_TRY(check_prod("weight (3i,i)", (int64_t[]){3 * c->hidden, c->hidden}, 2));
+    return DM_OK;
+}
+
+static const dm_export *find_export(const dm_layer *L, const char *name) {
+    for (int k = 0; k < L->enc.n; k++)
+        if (!strcmp(L->enc.e[k].name, name)) return &L->enc.e[k];
+    return NULL;
+}
+
+static void fill(float *p, int64_t n, float v) {
+    for (int64_t i = 0; i < n; i++) p[i] = v;
+}
+
+dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt) {
+    if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_new: out is NULL");
+    *out = NULL;
+    DM_TRY(dm_layer_config_check(cfg));
+    dm_layer_options defopt = {0};
+    if (!opt) opt = &defopt;
+    if (opt->schedule != DM_SCHED_FUSED && opt->schedule != DM_SCHED_UNFUSED)
+        return dm_fail(DM_ERR_INVALID_ARG, "unknown schedule %d", (int)opt->schedule);
+    if (opt->threads < 0 || opt->threads > 4096)
+        return dm_fail(DM_ERR_INVALID_ARG, "threads must be between 0 (all cores) and 4096");
+    dm_layer *L = calloc(1, sizeof *L);
+    if (!L) return dm_fail(DM_ERR_OOM, "out of memory");
+    L->cfg = *cfg;
+    L->opt = *opt;
+    L->nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
+    dm_graph_init(&L->g);
+    dm_status s = dm_build_encoder(&L->g, cfg, opt->forward_only, &L->enc);
+    if (s == DM_OK) s = dm_plan_build(&L->g, opt->schedule == DM_SCHED_FUSED, &L->plan);
+    if (s == DM_OK) {
+        L->arena_bytes = (L->plan.arena_bytes + 63) / 64 * 64;
+        L->arena = aligned_alloc(64, L->arena_bytes ? L->arena_bytes : 64);
+        if (!L->arena)
+            s = dm_fail(DM_ERR_OOM, "cannot allocate %.2f GiB for the layer's tensors: reduce "
+                        "batch or sequence length", (double)L->arena_bytes / (1 << 30));
+    }
+    if (s == DM_OK) {
+        memset(L->arena, 0, L->arena_bytes); /* touch every page now, not during a step */
+        s = dm_cpu_exec_init(&L->ex, &L->plan, L->arena, L->nthreads);
+    }
+    if (s != DM_OK) {
+        dm_layer_free(L);
+        return s;
+    }
+    openblas_set_num_threads(L->nthreads);
+    float *p;
+    int nd;
+    int64_t sh[4];
+    if (dm_layer_tensor(L, "attention_mask", &p, &nd, sh) == DM_OK) fill(p, sh[0] * sh[1], 1.0f);
+    if (!opt->forward_only && dm_layer_tensor(L, "grad_output", &p, &nd, sh) == DM_OK)
+        fill(p, sh[0] * sh[1] * sh[2], 1.0f);
+    const char *ones[2] = {"attention.output.LayerNorm.weight", "output.LayerNorm.weight"};
+    for (int k = 0; k < 2; k++)
+        if (dm_layer_tensor(L, ones[k], &p, &nd, sh) == DM_OK) fill(p, sh[0], 1.0f);
+    *out = L;
+    return DM_OK;
+}
+
+void dm_layer_free(dm_layer *L) {
+    if (!L) return;
+    dm_cpu_exec_free(&L->ex);
+    dm_plan_free(&L->plan);
+    dm_graph_free(&L->g);
+    free(L->arena);
+    free(L);
+}
+
+dm_status dm_layer_tensor(dm_layer *L, const char *name, float **data, int *ndim, int64_t shape[4]) {
+    if (!L || !name || !data) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_tensor: NULL argument");
+    const dm_export *e = find_export(L, name);
+    if (!e) {
+        if (L->opt.forward_only && (strstr(name, "grad") != NULL))
+            return dm_fail(DM_ERR_NOT_FOUND, "tensor '%s' does not exist in a forward-only layer", name);
+        return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the layer", name);
+    }
+    float *p = dm_cpu_tensor_ptr(&L->plan, L->arena, e->tensor);
+    if (!p) return dm_fail(DM_ERR_INTERNAL, "tensor '%s' has no memory", name);
+    *data = p;
+    if (ndim) *ndim = e->ndim;
+    if (shape)
+        for (int d = 0; d < 4; d++) shape[d] = d < e->ndim ? e->shape[d] : 0;
+    return DM_OK;
+}
+
+int dm_layer_num_params(const dm_layer *L) { return L ? DM_NUM_PARAMS : 0; }
+
+const char *dm_layer_param_name(const dm_layer *L, int i) {
+    return (L && i >= 0 && i < DM_NUM_PARAMS) ? dm_param_names[i] : NULL;
+}
+
+dm_status dm_layer_init_params(dm_layer *L, uint64_t seed) {
+    if (!L) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_init_params: NULL layer");
+    for (int k = 0; k < DM_NUM_PARAMS; k++) {
+        float *p;
+        int nd;
+        int64_t sh[4];
+        DM_TRY(dm_layer_tensor(L, dm_param_names[k], &p, &nd, sh));
+        int64_t n = nd == 1 ? sh[0] : sh[0] * sh[1];
+        if (strstr(dm_param_names[k], "LayerNorm.weight")) fill(p, n, 1.0f);
+        else if (nd == 1) fill(p, n, 0.0f);
+        else {
+            /* N(0, 0.02) by Box-Muller over Philox words (stream 1000 + parameter) */
+            for (int64_t i = 0; i < n; i += 2) {
+                uint32_t w[2];
+                dm_philox_words(seed, 1000u + (uint32_t)k, (uint64_t)i, 2, w);
+                double u1 = ((double)w[0] + 1.0) / 4294967297.0, u2 = (double)w[1] / 4294967296.0;
+                double r = sqrt(-2.0 * log(u1)) * 0.02;
+                p[i] = (float)(r * cos(2 * M_PI * u2));
+                if (i + 1 < n) p[i + 1] = (float)(r * sin(2 * M_PI * u2));
+            }
+        }
+    }
+    return DM_OK;
+}
+
+dm_status dm_layer_set_seed(dm_layer *L, uint64_t seed) {
+    if (!L) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_set_seed: NULL layer");
+    L->cfg.seed = seed;
+    return DM_OK;
+}
+
+dm_status dm_layer_run(dm_layer *L, int passes, unsigned class_mask) {
+    if (!L) return dm_fail(DM_ERR_INVALID_ARG, "NULL layer");
+    if ((passes & DM_PASS_BACKWARD) && L->opt.forward_only)
+        return dm_fail(DM_ERR_INVALID_ARG, "this layer was built forward-only: it has no backward pass");
+    if ((passes & DM_PASS_BACKWARD) && !(passes & DM_PASS_FORWARD) && !L->forward_done)
+        return dm_fail(DM_ERR_INVALID_ARG, "run the forward pass before the backward pass");
+    for (int gi = 0; gi < L->plan.ngroups; gi++) {
+        const dm_group *gr = &L->plan.groups[gi];
+        if (!(passes & (gr->pass ? DM_PASS_BACKWARD : DM_PASS_FORWARD))) continue;
+        if (!(class_mask & (1u << gr->cls))) continue;
+        double t0 = L->profile ? omp_get_wtime() : 0;
+        DM_TRY(dm_cpu_exec_group(&L->ex, gi, L->cfg.seed));
+        if (L->profile) L->prof[gr->pass][gr->cls] += omp_get_wtime() - t0;
+    }
+    if (passes & DM_PASS_FORWARD) L->forward_done = 1;
+    return DM_OK;
+}
+
+dm_status dm_layer_forward(dm_layer *L) { return dm_layer_run(L, DM_PASS_FORWARD, DM_RUN_ALL); }
+dm_status dm_layer_backward(dm_layer *L) { return dm_layer_run(L, DM_PASS_BACKWARD, DM_RUN_ALL); }
+
+void dm_layer_profile(dm_layer *L, int enable) {
+    if (L) L->profile = enable;
+}
+
+void dm_layer_profile_read(const dm_layer *L, double secs[2][DM_NUM_CLASSES]) {
+    for (int p = 0; p < 2; p++)
+        for (int c = 0; c < DM_NUM_CLASSES; c++) secs[p][c] = L ? L->prof[p][c] : 0;
+}
+
+void dm_layer_profile_reset(dm_layer *L) {
+    if (L) memset(L->prof, 0, sizeof L->prof);
+}
+
+void dm_layer_flop(const dm_layer *L, double flop[2][DM_NUM_CLASSES]) {
+    memset(flop, 0, sizeof(double) * 2 * DM_NUM_CLASSES);
+    if (!L) return;
+    for (int o = 0; o < L->g.nop; o++) {
+        const dm_op *op = &L->g.op[o];
+        flop[op->pass][dm_op_kind_class(op->kind)] += dm_op_flop(&L->g, op);
+    }
+}
+
+dm_status dm_layer_describe(const dm_layer *L, char **text) {
+    if (!L || !text) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_describe: NULL argument");
+    *text = dm_plan_describe(&L->plan);
+    return *text ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
+}

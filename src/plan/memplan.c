@@ -1,0 +1,134 @@
+/* memplan.c: which tensors live in memory and where. A root tensor is materialized when
+ * the user sees it (inputs, parameters, their gradients, outputs), when a contraction
+ * reads or writes it, when another group reads it, or when it is a column reduction.
+ * Everything else is a row that lives and dies inside one fused group. Activations get
+ * arena offsets by first-fit over their live intervals (in group order), so buffers are
+ * reused within a step and the same arena serves every step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "plan/plan.h"
+
+#define ALIGN 64
+
+typedef struct {
+    int t;
+    int64_t first, last; /* group indices */
+    size_t bytes;
+    size_t off;
+} live;
+
+static int by_size_desc(const void *a, const void *b) {
+    const live *x = a, *y = b;
+    if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+    return x->t - y->t;
+}
+
+dm_status dm_plan_memory(dm_plan *plan) {
+    const dm_graph *g = plan->g;
+    int nt = g->nt;
+    plan->in_memory = calloc((size_t)nt, 1);
+    plan->offset = malloc(sizeof(int64_t) * (size_t)nt);
+    int64_t *first = malloc(sizeof(int64_t) * (size_t)nt);
+    int64_t *last = malloc(sizeof(int64_t) * (size_t)nt);
+    int *owner = malloc(sizeof(int) * (size_t)nt); /* group that produces it, -1 none */
+    live *lv = malloc(sizeof(live) * (size_t)nt);
+    dm_status st = DM_OK;
+    if (!plan->in_memory || !plan->offset || !first || !last || !owner || !lv) {
+        st = dm_fail(DM_ERR_OOM, "out of memory planning buffers");
+        goto done;
+    }
+    for (int t = 0; t < nt; t++) {
+        plan->offset[t] = -1;
+        first[t] = INT64_MAX;
+        last[t] = -1;
+        owner[t] = -1;
+        if (g->t[t].base < 0 && g->t[t].role != DM_ROLE_ACT) plan->in_memory[t] = 1;
+    }
+    for (int G = 0; G < plan->ngroups; G++) {
+        const dm_group *gr = &plan->groups[G];
+        for (int k = 0; k < gr->nops; k++) {
+            const dm_op *op = &g->op[plan->order[gr->first + k]];
+            int contr = op->kind == DM_OP_CONTRACT;
+            for (int s = 0; s < op->nout; s++) {
+                int r = dm_tensor_root(g, op->out[s]);
+                if (first[r] > G) first[r] = G;
+                if (last[r] < G) last[r] = G;
+                if (owner[r] >= 0 && owner[r] != G) plan->in_memory[r] = 1; /* several writers */
+                owner[r] = G;
+                if (contr || g->t[r].numel != op->rows * op->cols) {
+                    /* contraction results, column reductions and per-row statistics that
+                     * leave the group are materialized; per-row stats used only inside
+                     * stay in scratch (decided below by readers) */
+                    if (contr || op->kind == DM_OP_COLSUM ||
+                        (op->kind == DM_OP_LAYERNORM_BWD && s > 0))
+                        plan->in_memory[r] = 1;
+                }
+            }
+        }
+    }
+    for (int G = 0; G < plan->ngroups; G++) {
+        const dm_group *gr = &plan->groups[G];
+        for (int k = 0; k < gr->nops; k++) {
+            const dm_op *op = &g->op[plan->order[gr->first + k]];
+            for (int s = 0; s < op->nin; s++) {
+                int r = dm_tensor_root(g, op->in[s]);
+                if (last[r] < G) last[r] = G;
+                if (first[r] > G) first[r] = G;
+                if (op->kind == DM_OP_CONTRACT || owner[r] != G) plan->in_memory[r] = 1;
+            }
+        }
+    }
+    /* persistent tensors first, then activations by first-fit over live intervals */
+    size_t off = 0;
+    for (int t = 0; t < nt; t++) {
+        if (!plan->in_memory[t] || g->t[t].role == DM_ROLE_ACT) continue;
+        size_t bytes;
+        if (!dm_mul_ok((size_t)g->t[t].numel, 4, &bytes) || !dm_add_ok(off, bytes, &off)) {
+            st = dm_fail(DM_ERR_OOM, "tensor sizes overflow");
+            goto done;
+        }
+        plan->offset[t] = (int64_t)(off - bytes);
+        off = (off + ALIGN - 1) / ALIGN * ALIGN;
+    }
+    size_t base = off;
+    int nl = 0;
+    for (int t = 0; t < nt; t++) {
+        if (!plan->in_memory[t] || g->t[t].role != DM_ROLE_ACT || g->t[t].base >= 0) continue;
+        size_t bytes;
+        if (!dm_mul_ok((size_t)g->t[t].numel, 4, &bytes)) {
+            st = dm_fail(DM_ERR_OOM, "tensor sizes overflow");
+            goto done;
+        }
+        bytes = (bytes + ALIGN - 1) / ALIGN * ALIGN;
+        lv[nl++] = (live){.t = t, .first = first[t], .last = last[t], .bytes = bytes};
+    }
+    qsort(lv, (size_t)nl, sizeof(live), by_size_desc);
+    size_t top = 0;
+    for (int a = 0; a < nl; a++) {
+        size_t cand = 0;
+        int moved = 1;
+        while (moved) { /* lowest offset not overlapping any placed, time-overlapping block */
+            moved = 0;
+            for (int b = 0; b < a; b++) {
+                if (lv[b].last < lv[a].first || lv[a].last < lv[b].first) continue;
+                if (cand < lv[b].off + lv[b].bytes && lv[b].off < cand + lv[a].bytes) {
+                    cand = lv[b].off + lv[b].bytes;
+                    moved = 1;
+                }
+            }
+        }
+        lv[a].off = cand;
+        if (cand + lv[a].bytes > top) top = cand + lv[a].bytes;
+        plan->offset[lv[a].t] = (int64_t)(base + cand);
+    }
+    plan->activation_bytes = top;
+    if (!dm_add_ok(base, top, &plan->arena_bytes)) st = dm_fail(DM_ERR_OOM, "arena size overflows");
+done:
+    free(first);
+    free(last);
+    free(owner);
+    free(lv);
+    return st;
+}

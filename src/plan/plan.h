@@ -1,0 +1,40 @@
+/* plan.h: how a graph is computed: fused groups in execution order, which tensors live
+ * in memory (the rest stay in per-thread scratch rows), and the arena offsets of those
+ * tensors by liveness. */
+#ifndef DM_PLAN_H
+#define DM_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph/graph.h"
+
+typedef struct {
+    int first;        /* index into plan->order */
+    int nops;
+    int pass;         /* 0 forward, 1 backward */
+    dm_op_class cls;  /* contraction; else normalization if any op is; else elementwise */
+    int64_t rows, cols;
+} dm_group;
+
+typedef struct {
+    const dm_graph *g;
+    int *order;          /* op ids, grouped, in execution order */
+    dm_group *groups;
+    int ngroups;
+    uint8_t *in_memory;  /* per tensor id (roots): materialized */
+    int64_t *offset;     /* per tensor id (roots): byte offset in the arena, -1 if none */
+    size_t arena_bytes;
+    size_t activation_bytes; /* the liveness-planned part */
+    int max_cols;        /* widest row of a pointwise group (scratch size) */
+} dm_plan;
+
+/* fusion.c: groups ops. fused = 0 gives one group per op (the unfused schedule). */
+dm_status dm_plan_build(const dm_graph *g, int fused, dm_plan *plan);
+void dm_plan_free(dm_plan *plan);
+/* memplan.c: decides in_memory and offsets (called by dm_plan_build). */
+dm_status dm_plan_memory(dm_plan *plan);
+/* Text listing of the groups (caller frees). */
+char *dm_plan_describe(const dm_plan *plan);
+
+#endif
