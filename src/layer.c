@@ -11,22 +11,9 @@
 #include "core/status.h"
 #include "cpu/exec.h"
 #include "graph/encoder.h"
+#include "layer_internal.h"
 #include "plan/plan.h"
 
-struct dm_layer {
-    dm_layer_config cfg;
-    dm_layer_options opt;
-    dm_graph g;
-    dm_encoder enc;
-    dm_plan plan;
-    char *arena;
-    size_t arena_bytes;
-    dm_cpu_exec ex;
-    int nthreads;
-    int forward_done;
-    int profile;
-    double prof[2][DM_NUM_CLASSES];
-};
 
 /* Largest tensor dmove accepts: 2^36 elements (256 GiB of fp32); beyond it a size is a
  * typo, not a model. */
@@ -150,6 +137,8 @@ dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_laye
             s = dm_fail(DM_ERR_OOM, "cannot allocate %.2f GiB for the layer's tensors: reduce "
                         "batch or sequence length", (double)L->arena_bytes / (1 << 30));
     }
+    if (s == DM_OK && !(L->group_secs = calloc((size_t)L->plan.ngroups + 1, sizeof(double))))
+        s = dm_fail(DM_ERR_OOM, "out of memory");
     if (s == DM_OK) {
         memset(L->arena, 0, L->arena_bytes); /* touch every page now, not during a step */
         s = dm_cpu_exec_init(&L->ex, &L->plan, L->arena, L->nthreads);
@@ -178,6 +167,7 @@ void dm_layer_free(dm_layer *L) {
     dm_plan_free(&L->plan);
     dm_graph_free(&L->g);
     free(L->arena);
+    free(L->group_secs);
     free(L);
 }
 
@@ -247,7 +237,11 @@ dm_status dm_layer_run(dm_layer *L, int passes, unsigned class_mask) {
         if (!(class_mask & (1u << gr->cls))) continue;
         double t0 = L->profile ? omp_get_wtime() : 0;
         DM_TRY(dm_cpu_exec_group(&L->ex, gi, L->cfg.seed));
-        if (L->profile) L->prof[gr->pass][gr->cls] += omp_get_wtime() - t0;
+        if (L->profile) {
+            double dt = omp_get_wtime() - t0;
+            L->prof[gr->pass][gr->cls] += dt;
+            L->group_secs[gi] += dt;
+        }
     }
     if (passes & DM_PASS_FORWARD) L->forward_done = 1;
     return DM_OK;
@@ -266,7 +260,9 @@ void dm_layer_profile_read(const dm_layer *L, double secs[2][DM_NUM_CLASSES]) {
 }
 
 void dm_layer_profile_reset(dm_layer *L) {
-    if (L) memset(L->prof, 0, sizeof L->prof);
+    if (!L) return;
+    memset(L->prof, 0, sizeof L->prof);
+    memset(L->group_secs, 0, sizeof(double) * (size_t)L->plan.ngroups);
 }
 
 void dm_layer_flop(const dm_layer *L, double flop[2][DM_NUM_CLASSES]) {
@@ -280,6 +276,6 @@ void dm_layer_flop(const dm_layer *L, double flop[2][DM_NUM_CLASSES]) {
 
 dm_status dm_layer_describe(const dm_layer *L, char **text) {
     if (!L || !text) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_describe: NULL argument");
-    *text = dm_plan_describe(&L->plan);
+    *text = dm_plan_describe(&L->plan, L->group_secs);
     return *text ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
 }

@@ -199,7 +199,7 @@ void dm_plan_free(dm_plan *plan) {
     memset(plan, 0, sizeof *plan);
 }
 
-char *dm_plan_describe(const dm_plan *plan) {
+char *dm_plan_describe(const dm_plan *plan, const double *group_secs) {
     const dm_graph *g = plan->g;
     size_t cap = 4096, len = 0;
     char *s = malloc(cap);
@@ -210,6 +210,8 @@ char *dm_plan_describe(const dm_plan *plan) {
         char line[512];
         int l = snprintf(line, sizeof line, "%-8s %-13s", gr->pass ? "backward" : "forward",
                          dm_class_name(gr->cls));
+        if (group_secs)
+            l += snprintf(line + l, sizeof line - (size_t)l, " %9.3f ms", group_secs[G] * 1e3);
         for (int k = 0; k < gr->nops && l < (int)sizeof line - 40; k++)
             l += snprintf(line + l, sizeof line - (size_t)l, "%s%s", k ? " + " : " ",
                           g->op[plan->order[gr->first + k]].name);

@@ -22,6 +22,10 @@ void dm_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out
 /* Random words for element indices [start, start + n) of stream `stream`. Vectorized. */
 void dm_philox_words(uint64_t seed, uint32_t stream, uint64_t start, int64_t n, uint32_t *out);
 
+/* Naive reference of dm_philox_words (one dm_philox4x32_10 call per word), for tests. */
+void dm_philox_words_ref(uint64_t seed, uint32_t stream, uint64_t start, int64_t n,
+                         uint32_t *out);
+
 static inline uint32_t dm_dropout_threshold(double p) {
     double t = p * 4294967296.0;
     if (t <= 0) return 0;

@@ -39,6 +39,9 @@ void dm_st_free(dm_st_file *f);
 int dm_st_count(const dm_st_file *f);
 const dm_st_tensor *dm_st_get(const dm_st_file *f, int index);
 const dm_st_tensor *dm_st_find(const dm_st_file *f, const char *name); /* NULL if absent */
+/* The value of `key` in the optional "__metadata__" object (string -> string); NULL if
+ * absent. The string lives as long as f. */
+const char *dm_st_metadata(const dm_st_file *f, const char *key);
 
 /* Copies a tensor into float32 `out` (n elements), converting from f32/f64/f16/bf16 or
  * integer/bool dtypes; checks n equals its element count. */
@@ -49,6 +52,8 @@ dm_status dm_st_writer_new(dm_st_writer **out);
 /* Copies name, shape and data. */
 dm_status dm_st_writer_add(dm_st_writer *w, const char *name, dm_st_dtype dtype, int ndim,
                            const int64_t *shape, const void *data);
+/* Records "__metadata__"[key] = value (both copied; an existing key is replaced). */
+dm_status dm_st_writer_set_metadata(dm_st_writer *w, const char *key, const char *value);
 /* Writes to path + ".tmp.<pid>", fsyncs, renames over path. On failure nothing at path
  * changes and the temporary file is removed. */
 dm_status dm_st_writer_write(dm_st_writer *w, const char *path);

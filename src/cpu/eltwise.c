@@ -40,22 +40,30 @@ void dm_cpu_eltwise_row(const dm_row *rw) {
         break;
     case DM_OP_ACT: {
         dm_act act = rw->op->act;
-        if (act == DM_ACT_RELU)
-            for (int64_t c = 0; c < n; c++) y[c] = dm_gelu(a[c], DM_ACT_RELU);
-        else if (act == DM_ACT_GELU_TANH)
-            for (int64_t c = 0; c < n; c++) y[c] = dm_gelu(a[c], DM_ACT_GELU_TANH);
-        else
-            for (int64_t c = 0; c < n; c++) y[c] = dm_gelu(a[c], DM_ACT_GELU);
+        if (act == DM_ACT_RELU) {
+#pragma omp simd
+            for (int64_t c = 0; c < n; c++) y[c] = dm_relu(a[c]);
+        } else if (act == DM_ACT_GELU_TANH) {
+#pragma omp simd
+            for (int64_t c = 0; c < n; c++) y[c] = dm_gelu_tanh(a[c]);
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < n; c++) y[c] = dm_gelu_erf(a[c]);
+        }
         break;
     }
     case DM_OP_ACT_BWD: { /* in: dy, x */
         dm_act act = rw->op->act;
-        if (act == DM_ACT_RELU)
-            for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_gelu_grad(b[c], DM_ACT_RELU);
-        else if (act == DM_ACT_GELU_TANH)
-            for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_gelu_grad(b[c], DM_ACT_GELU_TANH);
-        else
-            for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_gelu_grad(b[c], DM_ACT_GELU);
+        if (act == DM_ACT_RELU) {
+#pragma omp simd
+            for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_relu_grad(b[c]);
+        } else if (act == DM_ACT_GELU_TANH) {
+#pragma omp simd
+            for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_gelu_tanh_grad(b[c]);
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_gelu_erf_grad(b[c]);
+        }
         break;
     }
     default:

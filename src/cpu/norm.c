@@ -9,7 +9,7 @@
 static void softmax_row(int64_t n, const float *restrict x, float *restrict y) {
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
-    for (int64_t c = 0; c < n; c++) m = fmaxf(m, x[c]);
+    for (int64_t c = 0; c < n; c++) m = x[c] > m ? x[c] : m;
     float s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t c = 0; c < n; c++) {

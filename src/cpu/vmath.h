@@ -13,7 +13,8 @@
 /* exp(x) = 2^n * exp(r), r = x - n ln2 in [-ln2/2, ln2/2]; degree-7 Taylor for exp(r)
  * (truncation < 4e-9 relative); flushes to 0 below -87.3 (softmax of masked scores). */
 static inline float dm_expf(float x) {
-    float xc = fminf(fmaxf(x, -87.3f), 88.7f);
+    float xc = x < -87.3f ? -87.3f : x;
+    xc = xc > 88.7f ? 88.7f : xc;
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
     float r = fmaf(n, -0.693145751953125f, xc);
     r = fmaf(n, -1.428606765330187045e-06f, r);
@@ -51,42 +52,44 @@ static inline float erfc_pos(float z) {
 
 /* Phi(x), the standard normal CDF, accurate in relative terms for negative x too. */
 static inline float phi_cdf(float x) {
-    float z = fabsf(x) * 0.70710678118654752f;
+    float z = (x < 0 ? -x : x) * 0.70710678118654752f;
     float h = 0.5f * erfc_pos(z);
     return x < 0 ? h : 1.0f - h;
 }
 
 static inline float tanh_f(float y) {
-    float e = dm_expf(-2.0f * fabsf(y));
+    float e = dm_expf(-2.0f * (y < 0 ? -y : y));
     float t = (1.0f - e) / (1.0f + e);
     return y < 0 ? -t : t;
 }
 
 #define GELU_TANH_C 0.7978845608028654f /* sqrt(2/pi) */
 
-static inline float dm_gelu(float x, dm_act a) {
-    switch (a) {
-    case DM_ACT_RELU: return x > 0 ? x : 0.0f;
-    case DM_ACT_GELU_TANH: {
-        float s = GELU_TANH_C * fmaf(0.044715f * x * x, x, x);
-        return 0.5f * x * (1.0f + tanh_f(s));
-    }
-    default: return x * phi_cdf(x);
-    }
+/* gelu(x) = x * Phi(x) (exact, erf-based) */
+static inline float dm_gelu_erf(float x) { return x * phi_cdf(x); }
+static inline float dm_gelu_erf_grad(float x) {
+    return phi_cdf(x) + x * 0.3989422804014327f * dm_expf(-0.5f * x * x);
 }
+/* gelu_tanh(x) = x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+static inline float dm_gelu_tanh(float x) {
+    float s = GELU_TANH_C * fmaf(0.044715f * x * x, x, x);
+    return 0.5f * x * (1.0f + tanh_f(s));
+}
+static inline float dm_gelu_tanh_grad(float x) {
+    float s = GELU_TANH_C * fmaf(0.044715f * x * x, x, x);
+    float t = tanh_f(s);
+    float ds = GELU_TANH_C * fmaf(3.0f * 0.044715f, x * x, 1.0f);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * ds;
+}
+static inline float dm_relu(float x) { return x > 0 ? x : 0.0f; }
+static inline float dm_relu_grad(float x) { return x > 0 ? 1.0f : 0.0f; }
 
-static inline float dm_gelu_grad(float x, dm_act a) {
-    switch (a) {
-    case DM_ACT_RELU: return x > 0 ? 1.0f : 0.0f;
-    case DM_ACT_GELU_TANH: {
-        float s = GELU_TANH_C * fmaf(0.044715f * x * x, x, x);
-        float t = tanh_f(s);
-        float ds = GELU_TANH_C * fmaf(3.0f * 0.044715f, x * x, 1.0f);
-        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * ds;
-    }
-    default:
-        return phi_cdf(x) + x * 0.3989422804014327f * dm_expf(-0.5f * x * x);
-    }
+static inline float dm_act_f(float x, dm_act a) {
+    return a == DM_ACT_RELU ? dm_relu(x) : a == DM_ACT_GELU_TANH ? dm_gelu_tanh(x) : dm_gelu_erf(x);
+}
+static inline float dm_act_grad(float x, dm_act a) {
+    return a == DM_ACT_RELU ? dm_relu_grad(x)
+           : a == DM_ACT_GELU_TANH ? dm_gelu_tanh_grad(x) : dm_gelu_erf_grad(x);
 }
 
 #endif

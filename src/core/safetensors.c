@@ -1,0 +1,907 @@
+/* safetensors.c: reading (validated in full before anything is used), conversion to
+ * float32, and atomic writing of safetensors files. JSON is handled by cJSON.
+ *
+ * Layout: u64 little-endian N, N bytes of UTF-8 JSON (an object: tensor name ->
+ * {"dtype", "shape", "data_offsets": [begin, end]}, plus an optional "__metadata__"
+ * object of strings), then the data section. Offsets are relative to the data section,
+ * which tensors must cover exactly: no overlaps, no holes, nothing after the last one
+ * (as the format's specification requires, so polyglot or damaged files are refused). */
+#include "safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "status.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "dmove's safetensors code assumes a little-endian host (as is the file format)"
+#endif
+
+/* The official implementation refuses headers over 100 MB; so do we, before allocating. */
+#define DM_ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
+/* Integers in the header are JSON numbers; cJSON holds them as doubles, exact to 2^53. */
+#define DM_ST_MAX_INT 9007199254740992.0
+
+static const struct {
+    const char *name;
+    size_t size;
+} g_dtypes[DM_ST_NUM_DTYPES] = {
+    [DM_ST_F32] = {"F32", 4}, [DM_ST_F64] = {"F64", 8}, [DM_ST_F16] = {"F16", 2},
+    [DM_ST_BF16] = {"BF16", 2}, [DM_ST_I64] = {"I64", 8}, [DM_ST_I32] = {"I32", 4},
+    [DM_ST_I16] = {"I16", 2}, [DM_ST_I8] = {"I8", 1}, [DM_ST_U8] = {"U8", 1},
+    [DM_ST_BOOL] = {"BOOL", 1},
+};
+
+const char *dm_st_dtype_name(dm_st_dtype d) {
+    return (unsigned)d < DM_ST_NUM_DTYPES ? g_dtypes[d].name : "?";
+}
+
+size_t dm_st_dtype_size(dm_st_dtype d) {
+    return (unsigned)d < DM_ST_NUM_DTYPES ? g_dtypes[d].size : 0;
+}
+
+struct dm_st_file {
+    unsigned char *buf; /* the whole file, owned */
+    size_t size;
+    int count;
+    dm_st_tensor *tensors; /* header order; names owned */
+    int *by_name;          /* indices sorted by name, for lookups and duplicate checks */
+    int nmeta;
+    char **meta_key, **meta_val; /* owned */
+};
+
+/* ---------------------------------------------------------------------------------------
+ * small helpers */
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+/* A printable, bounded copy of a name from a file, for messages: a damaged header can
+ * hold control characters or megabyte-long names. */
+static const char *printable(const char *s, char out[96]) {
+    size_t k = 0;
+    for (; s[k] && k < 80; k++) {
+        unsigned char c = (unsigned char)s[k];
+        out[k] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    if (s[k]) {
+        memcpy(out + k, "...", 3);
+        k += 3;
+    }
+    out[k] = 0;
+    return out;
+}
+
+static const char *json_type_name(const cJSON *j) {
+    if (cJSON_IsObject(j)) return "an object";
+    if (cJSON_IsArray(j)) return "an array";
+    if (cJSON_IsString(j)) return "a string";
+    if (cJSON_IsNumber(j)) return "a number";
+    if (cJSON_IsBool(j)) return "a boolean";
+    if (cJSON_IsNull(j)) return "null";
+    return "an invalid value";
+}
+
+/* A JSON number that is a non-negative integer representable exactly. */
+static int json_u64(const cJSON *j, uint64_t *out) {
+    if (!cJSON_IsNumber(j)) return 0;
+    double v = j->valuedouble;
+    if (!(v >= 0.0) || v > DM_ST_MAX_INT || v != (double)(uint64_t)v) return 0;
+    *out = (uint64_t)v;
+    return 1;
+}
+
+typedef struct {
+    const dm_st_tensor *t;
+    uint64_t begin, end;
+} span;
+
+static int cmp_span(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+typedef struct {
+    const char *name;
+    int index;
+} name_ix;
+
+static int cmp_name_ix(const void *a, const void *b) {
+    const name_ix *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    if (c) return c;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * reading */
+
+void dm_st_free(dm_st_file *f) {
+    if (!f) return;
+    if (f->tensors)
+        for (int i = 0; i < f->count; i++) free((char *)f->tensors[i].name);
+    for (int i = 0; i < f->nmeta; i++) {
+        free(f->meta_key ? f->meta_key[i] : NULL);
+        free(f->meta_val ? f->meta_val[i] : NULL);
+    }
+    free(f->meta_key);
+    free(f->meta_val);
+    free(f->tensors);
+    free(f->by_name);
+    free(f->buf);
+    free(f);
+}
+
+static dm_status parse_metadata(dm_st_file *f, const cJSON *meta) {
+    char pn[96];
+    if (!cJSON_IsObject(meta))
+        return dm_fail(DM_ERR_FORMAT,
+                       "header entry \"__metadata__\" is %s; the format requires an object "
+                       "of strings",
+                       json_type_name(meta));
+    int n = cJSON_GetArraySize(meta);
+    if (n == 0) return DM_OK;
+    f->meta_key = calloc((size_t)n, sizeof *f->meta_key);
+    f->meta_val = calloc((size_t)n, sizeof *f->meta_val);
+    if (!f->meta_key || !f->meta_val)
+        return dm_fail(DM_ERR_OOM, "out of memory reading %d metadata entries", n);
+    const cJSON *m;
+    cJSON_ArrayForEach(m, meta) {
+        if (!cJSON_IsString(m) || !m->valuestring)
+            return dm_fail(DM_ERR_FORMAT,
+                           "metadata entry \"%s\" is %s; the format allows only strings",
+                           printable(m->string ? m->string : "", pn), json_type_name(m));
+        for (int i = 0; i < f->nmeta; i++)
+            if (strcmp(f->meta_key[i], m->string) == 0)
+                return dm_fail(DM_ERR_FORMAT, "metadata key \"%s\" appears twice in the header",
+                               printable(m->string, pn));
+        f->meta_key[f->nmeta] = dup_str(m->string);
+        f->meta_val[f->nmeta] = dup_str(m->valuestring);
+        f->nmeta++; /* counted before checking so dm_st_free releases a half-made pair */
+        if (!f->meta_key[f->nmeta - 1] || !f->meta_val[f->nmeta - 1])
+            return dm_fail(DM_ERR_OOM, "out of memory copying metadata");
+    }
+    return DM_OK;
+}
+
+/* Validates one tensor entry and fills t (not t->data) and its byte span. */
+static dm_status parse_entry(const cJSON *e, size_t data_size, dm_st_tensor *t, span *sp) {
+    char pn[96];
+    const char *name = printable(e->string, pn);
+    if (!cJSON_IsObject(e))
+        return dm_fail(DM_ERR_FORMAT,
+                       "tensor \"%s\" is %s in the header; expected an object with dtype, "
+                       "shape and data_offsets",
+                       name, json_type_name(e));
+
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    if (!dt) return dm_fail(DM_ERR_FORMAT, "tensor \"%s\" has no \"dtype\"", name);
+    if (!cJSON_IsString(dt) || !dt->valuestring)
+        return dm_fail(DM_ERR_FORMAT, "tensor \"%s\": \"dtype\" is %s, expected a string",
+                       name, json_type_name(dt));
+    int d = -1;
+    for (int k = 0; k < DM_ST_NUM_DTYPES; k++)
+        if (strcmp(dt->valuestring, g_dtypes[k].name) == 0) d = k;
+    if (d < 0) {
+        char pd[96];
+        return dm_fail(DM_ERR_FORMAT,
+                       "tensor \"%s\" has dtype \"%s\", which dmove does not know (known: F32 "
+                       "F64 F16 BF16 I64 I32 I16 I8 U8 BOOL)",
+                       name, printable(dt->valuestring, pd));
+    }
+    t->dtype = (dm_st_dtype)d;
+
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    if (!sh) return dm_fail(DM_ERR_FORMAT, "tensor \"%s\" has no \"shape\"", name);
+    if (!cJSON_IsArray(sh))
+        return dm_fail(DM_ERR_FORMAT, "tensor \"%s\": \"shape\" is %s, expected an array",
+                       name, json_type_name(sh));
+    int nd = cJSON_GetArraySize(sh);
+    if (nd > DM_ST_MAX_DIMS)
+        return dm_fail(DM_ERR_FORMAT, "tensor \"%s\" has %d dimensions; dmove supports at most %d",
+                       name, nd, DM_ST_MAX_DIMS);
+    t->ndim = nd;
+    size_t elems = 1;
+    int k = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, sh) {
+        uint64_t v;
+        if (!json_u64(x, &v)) {
+            if (cJSON_IsNumber(x) && x->valuedouble < 0)
+                return dm_fail(DM_ERR_FORMAT, "tensor \"%s\": shape dimension %d is negative (%g)",
+                               name, k, x->valuedouble);
+            if (cJSON_IsNumber(x))
+                return dm_fail(DM_ERR_FORMAT,
+                               "tensor \"%s\": shape dimension %d (%g) is not a whole number "
+                               "below 2^53",
+                               name, k, x->valuedouble);
+            return dm_fail(DM_ERR_FORMAT, "tensor \"%s\": shape dimension %d is %s, expected an "
+                           "integer", name, k, json_type_name(x));
+        }
+        t->shape[k++] = (int64_t)v;
+        if (!dm_mul_ok(elems, (size_t)v, &elems))
+            return dm_fail(DM_ERR_FORMAT, "tensor \"%s\": the element count of its shape "
+                           "overflows (dimension %d is %" PRIu64 ")", name, k - 1, v);
+    }
+    size_t nbytes;
+    if (!dm_mul_ok(elems, g_dtypes[d].size, &nbytes))
+        return dm_fail(DM_ERR_FORMAT, "tensor \"%s\": the byte size of its shape overflows",
+                       name);
+    t->nbytes = nbytes;
+
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!off) return dm_fail(DM_ERR_FORMAT, "tensor \"%s\" has no \"data_offsets\"", name);
+    uint64_t b, en;
+    if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 ||
+        !json_u64(cJSON_GetArrayItem(off, 0), &b) || !json_u64(cJSON_GetArrayItem(off, 1), &en))
+        return dm_fail(DM_ERR_FORMAT, "tensor \"%s\": \"data_offsets\" must be an array of two "
+                       "non-negative integers [begin, end]", name);
+    if (en < b)
+        return dm_fail(DM_ERR_FORMAT, "tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] end "
+                       "before they begin", name, b, en);
+    if (en > data_size)
+        return dm_fail(DM_ERR_FORMAT, "tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] reach "
+                       "past the end of the data section (%zu bytes): the file is truncated or "
+                       "its header is corrupted", name, b, en, data_size);
+    if (en - b != nbytes) {
+        char shp[160];
+        int p = snprintf(shp, sizeof shp, "[");
+        for (int q = 0; q < nd && p < (int)sizeof shp - 24; q++)
+            p += snprintf(shp + p, sizeof shp - (size_t)p, q ? ", %" PRId64 : "%" PRId64,
+                          t->shape[q]);
+        snprintf(shp + p, sizeof shp - (size_t)p, "]");
+        return dm_fail(DM_ERR_FORMAT, "tensor \"%s\": shape %s of %s needs %zu bytes but "
+                       "data_offsets [%" PRIu64 ", %" PRIu64 "] span %" PRIu64 " bytes",
+                       name, shp, g_dtypes[d].name, nbytes, b, en, en - b);
+    }
+    sp->t = t;
+    sp->begin = b;
+    sp->end = en;
+    return DM_OK;
+}
+
+/* Takes ownership of buf (freed on failure too). */
+static dm_status parse_owned(unsigned char *buf, size_t size, dm_st_file **out) {
+    *out = NULL;
+    char pn[96], pm[96];
+    if (size == 0) {
+        free(buf);
+        return dm_fail(DM_ERR_FORMAT, "the file is empty (0 bytes): not a safetensors file");
+    }
+    if (size < 8) {
+        free(buf);
+        return dm_fail(DM_ERR_FORMAT, "the file is only %zu bytes, shorter than the 8-byte "
+                       "header length that starts a safetensors file: truncated?", size);
+    }
+    uint64_t hlen = 0;
+    for (int k = 7; k >= 0; k--) hlen = (hlen << 8) | buf[k];
+    if (hlen > DM_ST_MAX_HEADER) {
+        free(buf);
+        return dm_fail(DM_ERR_FORMAT, "the header length field says %" PRIu64 " bytes, above the "
+                       "format's 100 MB limit: not a safetensors file, or corrupted", hlen);
+    }
+    if (hlen > size - 8) {
+        free(buf);
+        return dm_fail(DM_ERR_FORMAT, "the header length field says %" PRIu64 " bytes but only "
+                       "%zu bytes follow it: the file is truncated or not a safetensors file",
+                       hlen, size - 8);
+    }
+    if (hlen < 2) {
+        free(buf);
+        return dm_fail(DM_ERR_FORMAT, "the header length field says %" PRIu64 " bytes, too short "
+                       "for a JSON header: not a safetensors file, or corrupted", hlen);
+    }
+    if (buf[8] != '{') {
+        free(buf);
+        return dm_fail(DM_ERR_FORMAT, "the header does not start with a JSON object ('{'): "
+                       "not a safetensors file, or corrupted");
+    }
+
+    dm_st_file *f = calloc(1, sizeof *f);
+    char *hdr = malloc((size_t)hlen + 1); /* NUL-terminated copy for the parser */
+    if (!f || !hdr) {
+        free(f);
+        free(hdr);
+        free(buf);
+        return dm_fail(DM_ERR_OOM, "out of memory for a %" PRIu64 "-byte header", hlen);
+    }
+    f->buf = buf;
+    f->size = size;
+    memcpy(hdr, buf + 8, (size_t)hlen);
+    hdr[hlen] = 0;
+
+    dm_status st = DM_OK;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)hlen, &end, 0);
+    if (!root) {
+        size_t at = end && end >= hdr ? (size_t)(end - hdr) : 0;
+        st = dm_fail(DM_ERR_FORMAT, "the header is not valid JSON (error near byte %zu of the "
+                     "%" PRIu64 "-byte header): corrupted file", at, hlen);
+        goto done;
+    }
+    /* Only whitespace (the format pads with spaces) may follow the object. */
+    for (size_t k = end ? (size_t)(end - hdr) : (size_t)hlen; k < (size_t)hlen; k++) {
+        char c = hdr[k];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+            st = dm_fail(DM_ERR_FORMAT, "the header has unexpected bytes after its JSON object "
+                         "(at byte %zu): corrupted file", k);
+            goto done;
+        }
+    }
+    if (!cJSON_IsObject(root)) {
+        st = dm_fail(DM_ERR_FORMAT, "the header is %s, not a JSON object: not a safetensors "
+                     "file", json_type_name(root));
+        goto done;
+    }
+
+    size_t data_size = size - 8 - (size_t)hlen;
+    const unsigned char *data = buf + 8 + hlen;
+    int n = cJSON_GetArraySize(root), nmeta_entries = 0;
+    f->tensors = calloc((size_t)n + 1, sizeof *f->tensors);
+    span *sp = calloc((size_t)n + 1, sizeof *sp);
+    name_ix *ix = calloc((size_t)n + 1, sizeof *ix);
+    if (!f->tensors || !sp || !ix) {
+        free(sp);
+        free(ix);
+        st = dm_fail(DM_ERR_OOM, "out of memory for %d header entries", n);
+        goto done;
+    }
+
+    const cJSON *e;
+    cJSON_ArrayForEach(e, root) {
+        if (!e->string) { /* cannot happen for a parsed object; never trust it anyway */
+            st = dm_fail(DM_ERR_FORMAT, "a header entry has no name");
+            break;
+        }
+        if (strcmp(e->string, "__metadata__") == 0) {
+            if (nmeta_entries++) {
+                st = dm_fail(DM_ERR_FORMAT, "\"__metadata__\" appears twice in the header");
+                break;
+            }
+            st = parse_metadata(f, e);
+            if (st) break;
+            continue;
+        }
+        dm_st_tensor *t = &f->tensors[f->count];
+        st = parse_entry(e, data_size, t, &sp[f->count]);
+        if (st) break;
+        t->name = dup_str(e->string);
+        if (!t->name) {
+            st = dm_fail(DM_ERR_OOM, "out of memory copying tensor names");
+            break;
+        }
+        ix[f->count].name = t->name;
+        ix[f->count].index = f->count;
+        f->count++;
+    }
+
+    if (!st) {
+        qsort(ix, (size_t)f->count, sizeof *ix, cmp_name_ix);
+        for (int i = 1; i < f->count; i++)
+            if (strcmp(ix[i - 1].name, ix[i].name) == 0) {
+                st = dm_fail(DM_ERR_FORMAT, "tensor \"%s\" appears twice in the header",
+                             printable(ix[i].name, pn));
+                break;
+            }
+    }
+    if (!st) {
+        /* Tensors must tile the data section: sorted by offset each begins where the
+         * previous one ended (empty tensors may share an offset). */
+        qsort(sp, (size_t)f->count, sizeof *sp, cmp_span);
+        uint64_t at = 0;
+        const dm_st_tensor *prev = NULL;
+        for (int i = 0; i < f->count && !st; i++) {
+            if (sp[i].begin < at)
+                st = dm_fail(DM_ERR_FORMAT, "tensors \"%s\" and \"%s\" overlap in the data "
+                             "section (offset %" PRIu64 " < %" PRIu64 "): corrupted header",
+                             printable(prev->name, pn), printable(sp[i].t->name, pm),
+                             sp[i].begin, at);
+            else if (sp[i].begin > at)
+                st = dm_fail(DM_ERR_FORMAT, "bytes %" PRIu64 "..%" PRIu64 " of the data section "
+                             "belong to no tensor (before \"%s\"); the format forbids holes: "
+                             "corrupted header", at, sp[i].begin, printable(sp[i].t->name, pn));
+            if (sp[i].end > at) {
+                at = sp[i].end;
+                prev = sp[i].t;
+            } else if (!prev) {
+                prev = sp[i].t;
+            }
+        }
+        if (!st && at != data_size)
+            st = dm_fail(DM_ERR_FORMAT, "the data section has %zu bytes but the tensors in the "
+                         "header cover only %" PRIu64 ": extra bytes at the end, or a corrupted "
+                         "header", data_size, at);
+    }
+    if (!st) {
+        for (int i = 0; i < f->count; i++) ((dm_st_tensor *)sp[i].t)->data = data + sp[i].begin;
+        f->by_name = malloc(((size_t)f->count + 1) * sizeof *f->by_name);
+        if (!f->by_name)
+            st = dm_fail(DM_ERR_OOM, "out of memory for the tensor index");
+        else
+            for (int i = 0; i < f->count; i++) f->by_name[i] = ix[i].index;
+    }
+    free(sp);
+    free(ix);
+
+done:
+    cJSON_Delete(root);
+    free(hdr);
+    if (st) {
+        dm_st_free(f);
+        return st;
+    }
+    *out = f;
+    return DM_OK;
+}
+
+dm_status dm_st_parse(const void *bytes, size_t size, dm_st_file **out) {
+    if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_parse: out is NULL");
+    *out = NULL;
+    if (!bytes && size) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_parse: bytes is NULL");
+    unsigned char *buf = malloc(size ? size : 1);
+    if (!buf) return dm_fail(DM_ERR_OOM, "out of memory copying a %zu-byte file", size);
+    if (size) memcpy(buf, bytes, size);
+    return parse_owned(buf, size, out);
+}
+
+dm_status dm_st_read(const char *path, dm_st_file **out) {
+    if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_read: out is NULL");
+    *out = NULL;
+    if (!path || !*path) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_read: no file name given");
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return dm_fail(DM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(fp), &sb) != 0) {
+        int e = errno;
+        fclose(fp);
+        return dm_fail(DM_ERR_IO, "cannot stat '%s': %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        fclose(fp);
+        return dm_fail(DM_ERR_IO, "'%s' is not a regular file%s", path,
+                       S_ISDIR(sb.st_mode) ? " (it is a directory)" : "");
+    }
+    if (sb.st_size < 0 || (uint64_t)sb.st_size > (uint64_t)SIZE_MAX - 1) {
+        fclose(fp);
+        return dm_fail(DM_ERR_IO, "'%s' is too large to read into memory", path);
+    }
+    size_t size = (size_t)sb.st_size;
+    unsigned char *buf = malloc(size ? size : 1);
+    if (!buf) {
+        fclose(fp);
+        return dm_fail(DM_ERR_OOM, "out of memory reading '%s' (%zu bytes)", path, size);
+    }
+    size_t got = size ? fread(buf, 1, size, fp) : 0;
+    int read_err = ferror(fp);
+    int e = errno;
+    if (fclose(fp) != 0 && !read_err) {
+        /* a read-only stream's close failing leaves the bytes we have intact: go on */
+    }
+    if (read_err) {
+        free(buf);
+        return dm_fail(DM_ERR_IO, "error reading '%s': %s", path, strerror(e));
+    }
+    if (got != size) {
+        free(buf);
+        return dm_fail(DM_ERR_IO, "'%s' shrank while it was read (%zu of %zu bytes)", path, got,
+                       size);
+    }
+    dm_status st = parse_owned(buf, size, out);
+    if (st) return dm_fail_context(st, "%s: ", path);
+    return DM_OK;
+}
+
+int dm_st_count(const dm_st_file *f) { return f ? f->count : 0; }
+
+const dm_st_tensor *dm_st_get(const dm_st_file *f, int index) {
+    if (!f || index < 0 || index >= f->count) return NULL;
+    return &f->tensors[index];
+}
+
+const dm_st_tensor *dm_st_find(const dm_st_file *f, const char *name) {
+    if (!f || !name) return NULL;
+    int lo = 0, hi = f->count - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        const dm_st_tensor *t = &f->tensors[f->by_name[mid]];
+        int c = strcmp(name, t->name);
+        if (c == 0) return t;
+        if (c < 0)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+const char *dm_st_metadata(const dm_st_file *f, const char *key) {
+    if (!f || !key) return NULL;
+    for (int i = 0; i < f->nmeta; i++)
+        if (strcmp(f->meta_key[i], key) == 0) return f->meta_val[i];
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * conversion */
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t ex = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    if (ex == 0) {
+        float v = (float)man * 0x1p-24f; /* zero or subnormal: exact in float */
+        return sign ? -v : v;
+    }
+    if (ex == 31)
+        bits = sign | 0x7f800000u | (man << 13); /* inf / nan (payload kept) */
+    else
+        bits = sign | ((ex + 112u) << 23) | (man << 13);
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+static float f64_to_f32(double x) {
+    /* An out-of-range conversion is undefined in C; saturate to infinity as IEEE does. */
+    if (x > FLT_MAX) return INFINITY;
+    if (x < -FLT_MAX) return -INFINITY;
+    return (float)x;
+}
+
+dm_status dm_st_to_f32(const dm_st_tensor *t, float *out, size_t n) {
+    if (!t || (!out && n)) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_to_f32: NULL argument");
+    size_t es = dm_st_dtype_size(t->dtype);
+    if (!es) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_to_f32: tensor has an invalid dtype");
+    size_t count = t->nbytes / es;
+    if (count != n)
+        return dm_fail(DM_ERR_SHAPE, "tensor \"%s\" has %zu elements, expected %zu",
+                       t->name ? t->name : "?", count, n);
+    const unsigned char *p = t->data;
+    switch (t->dtype) {
+    case DM_ST_F32:
+        if (n) memcpy(out, p, n * 4);
+        break;
+    case DM_ST_F64:
+        for (size_t k = 0; k < n; k++) {
+            double v;
+            memcpy(&v, p + 8 * k, 8);
+            out[k] = f64_to_f32(v);
+        }
+        break;
+    case DM_ST_F16:
+        for (size_t k = 0; k < n; k++) {
+            uint16_t v;
+            memcpy(&v, p + 2 * k, 2);
+            out[k] = f16_to_f32(v);
+        }
+        break;
+    case DM_ST_BF16:
+        for (size_t k = 0; k < n; k++) {
+            uint16_t v;
+            memcpy(&v, p + 2 * k, 2);
+            uint32_t bits = (uint32_t)v << 16;
+            memcpy(&out[k], &bits, 4);
+        }
+        break;
+    case DM_ST_I64:
+        for (size_t k = 0; k < n; k++) {
+            int64_t v;
+            memcpy(&v, p + 8 * k, 8);
+            out[k] = (float)v;
+        }
+        break;
+    case DM_ST_I32:
+        for (size_t k = 0; k < n; k++) {
+            int32_t v;
+            memcpy(&v, p + 4 * k, 4);
+            out[k] = (float)v;
+        }
+        break;
+    case DM_ST_I16:
+        for (size_t k = 0; k < n; k++) {
+            int16_t v;
+            memcpy(&v, p + 2 * k, 2);
+            out[k] = (float)v;
+        }
+        break;
+    case DM_ST_I8:
+        for (size_t k = 0; k < n; k++) out[k] = (float)(int8_t)p[k];
+        break;
+    case DM_ST_U8:
+        for (size_t k = 0; k < n; k++) out[k] = (float)p[k];
+        break;
+    case DM_ST_BOOL:
+        for (size_t k = 0; k < n; k++) out[k] = p[k] ? 1.0f : 0.0f;
+        break;
+    default:
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_st_to_f32: tensor has an invalid dtype");
+    }
+    return DM_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * writing */
+
+typedef struct {
+    char *name;
+    dm_st_dtype dtype;
+    int ndim;
+    int64_t shape[DM_ST_MAX_DIMS];
+    void *data;
+    size_t nbytes;
+} wentry;
+
+struct dm_st_writer {
+    wentry *e;
+    int n, cap;
+    char **mkey, **mval;
+    int nmeta, mcap;
+};
+
+dm_status dm_st_writer_new(dm_st_writer **out) {
+    if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_writer_new: out is NULL");
+    *out = calloc(1, sizeof **out);
+    if (!*out) return dm_fail(DM_ERR_OOM, "out of memory creating a safetensors writer");
+    return DM_OK;
+}
+
+void dm_st_writer_free(dm_st_writer *w) {
+    if (!w) return;
+    for (int i = 0; i < w->n; i++) {
+        free(w->e[i].name);
+        free(w->e[i].data);
+    }
+    for (int i = 0; i < w->nmeta; i++) {
+        free(w->mkey[i]);
+        free(w->mval[i]);
+    }
+    free(w->e);
+    free(w->mkey);
+    free(w->mval);
+    free(w);
+}
+
+dm_status dm_st_writer_add(dm_st_writer *w, const char *name, dm_st_dtype dtype, int ndim,
+                           const int64_t *shape, const void *data) {
+    if (!w || !name) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_writer_add: NULL argument");
+    if (!*name) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_writer_add: empty tensor name");
+    if (strcmp(name, "__metadata__") == 0)
+        return dm_fail(DM_ERR_INVALID_ARG, "\"__metadata__\" is reserved and cannot name a "
+                       "tensor");
+    if ((unsigned)dtype >= DM_ST_NUM_DTYPES)
+        return dm_fail(DM_ERR_INVALID_ARG, "tensor \"%s\": invalid dtype %d", name, (int)dtype);
+    if (ndim < 0 || ndim > DM_ST_MAX_DIMS || (ndim && !shape))
+        return dm_fail(DM_ERR_INVALID_ARG, "tensor \"%s\": %d dimensions (0..%d allowed)", name,
+                       ndim, DM_ST_MAX_DIMS);
+    size_t elems = 1, nbytes;
+    for (int k = 0; k < ndim; k++) {
+        if (shape[k] < 0)
+            return dm_fail(DM_ERR_INVALID_ARG, "tensor \"%s\": dimension %d is negative", name, k);
+        if ((uint64_t)shape[k] > (uint64_t)SIZE_MAX || !dm_mul_ok(elems, (size_t)shape[k], &elems))
+            return dm_fail(DM_ERR_OOM, "tensor \"%s\": its size overflows", name);
+    }
+    if (!dm_mul_ok(elems, g_dtypes[dtype].size, &nbytes))
+        return dm_fail(DM_ERR_OOM, "tensor \"%s\": its size overflows", name);
+    if (nbytes && !data)
+        return dm_fail(DM_ERR_INVALID_ARG, "tensor \"%s\": data is NULL", name);
+    for (int i = 0; i < w->n; i++)
+        if (strcmp(w->e[i].name, name) == 0)
+            return dm_fail(DM_ERR_INVALID_ARG, "tensor \"%s\" was added twice", name);
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 16;
+        wentry *e = realloc(w->e, (size_t)cap * sizeof *e);
+        if (!e) return dm_fail(DM_ERR_OOM, "out of memory adding tensor \"%s\"", name);
+        w->e = e;
+        w->cap = cap;
+    }
+    wentry *e = &w->e[w->n];
+    memset(e, 0, sizeof *e);
+    e->name = dup_str(name);
+    e->data = malloc(nbytes ? nbytes : 1);
+    if (!e->name || !e->data) {
+        free(e->name);
+        free(e->data);
+        return dm_fail(DM_ERR_OOM, "out of memory copying tensor \"%s\" (%zu bytes)", name,
+                       nbytes);
+    }
+    if (nbytes) memcpy(e->data, data, nbytes);
+    e->dtype = dtype;
+    e->ndim = ndim;
+    for (int k = 0; k < ndim; k++) e->shape[k] = shape[k];
+    e->nbytes = nbytes;
+    w->n++;
+    return DM_OK;
+}
+
+dm_status dm_st_writer_set_metadata(dm_st_writer *w, const char *key, const char *value) {
+    if (!w || !key || !value)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_st_writer_set_metadata: NULL argument");
+    for (int i = 0; i < w->nmeta; i++)
+        if (strcmp(w->mkey[i], key) == 0) {
+            char *v = dup_str(value);
+            if (!v) return dm_fail(DM_ERR_OOM, "out of memory copying metadata");
+            free(w->mval[i]);
+            w->mval[i] = v;
+            return DM_OK;
+        }
+    if (w->nmeta == w->mcap) {
+        int cap = w->mcap ? 2 * w->mcap : 8;
+        char **k = realloc(w->mkey, (size_t)cap * sizeof *k);
+        if (!k) return dm_fail(DM_ERR_OOM, "out of memory adding metadata");
+        w->mkey = k;
+        char **v = realloc(w->mval, (size_t)cap * sizeof *v);
+        if (!v) return dm_fail(DM_ERR_OOM, "out of memory adding metadata");
+        w->mval = v;
+        w->mcap = cap;
+    }
+    char *k = dup_str(key), *v = dup_str(value);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return dm_fail(DM_ERR_OOM, "out of memory copying metadata");
+    }
+    w->mkey[w->nmeta] = k;
+    w->mval[w->nmeta] = v;
+    w->nmeta++;
+    return DM_OK;
+}
+
+/* Adds a raw integer: cJSON's own numbers are doubles and print large values in
+ * exponent form. */
+static int add_raw_u64(cJSON *arr, uint64_t v) {
+    char s[24];
+    snprintf(s, sizeof s, "%" PRIu64, v);
+    cJSON *r = cJSON_CreateRaw(s);
+    if (!r) return 0;
+    if (!cJSON_AddItemToArray(arr, r)) {
+        cJSON_Delete(r);
+        return 0;
+    }
+    return 1;
+}
+
+static int add_item(cJSON *obj, const char *key, cJSON *item) {
+    if (!item) return 0;
+    if (!cJSON_AddItemToObject(obj, key, item)) {
+        cJSON_Delete(item);
+        return 0;
+    }
+    return 1;
+}
+
+/* The padded header text (a multiple of 8 bytes, so the data section is 8-aligned). */
+static dm_status build_header(const dm_st_writer *w, char **text, size_t *len) {
+    cJSON *root = cJSON_CreateObject();
+    int ok = root != NULL;
+    if (ok && w->nmeta) {
+        cJSON *m = cJSON_CreateObject();
+        ok = add_item(root, "__metadata__", m);
+        for (int i = 0; ok && i < w->nmeta; i++)
+            ok = add_item(m, w->mkey[i], cJSON_CreateString(w->mval[i]));
+    }
+    uint64_t at = 0;
+    for (int i = 0; ok && i < w->n; i++) {
+        const wentry *e = &w->e[i];
+        cJSON *t = cJSON_CreateObject();
+        ok = add_item(root, e->name, t);
+        ok = ok && add_item(t, "dtype", cJSON_CreateString(g_dtypes[e->dtype].name));
+        cJSON *sh = ok ? cJSON_CreateArray() : NULL;
+        ok = ok && add_item(t, "shape", sh);
+        for (int k = 0; ok && k < e->ndim; k++) ok = add_raw_u64(sh, (uint64_t)e->shape[k]);
+        cJSON *off = ok ? cJSON_CreateArray() : NULL;
+        ok = ok && add_item(t, "data_offsets", off) && add_raw_u64(off, at) &&
+             add_raw_u64(off, at + e->nbytes);
+        at += e->nbytes;
+    }
+    char *json = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (!json) return dm_fail(DM_ERR_OOM, "out of memory building the safetensors header");
+    size_t n = strlen(json), padded = (n + 7) & ~(size_t)7;
+    if (padded > DM_ST_MAX_HEADER) {
+        cJSON_free(json);
+        return dm_fail(DM_ERR_INVALID_ARG, "the safetensors header would be %zu bytes, above "
+                       "the format's 100 MB limit (too many tensors or too long names)", padded);
+    }
+    char *buf = malloc(padded + 1);
+    if (!buf) {
+        cJSON_free(json);
+        return dm_fail(DM_ERR_OOM, "out of memory building the safetensors header");
+    }
+    memcpy(buf, json, n);
+    memset(buf + n, ' ', padded - n);
+    buf[padded] = 0;
+    cJSON_free(json);
+    *text = buf;
+    *len = padded;
+    return DM_OK;
+}
+
+/* fsync of the directory makes the rename durable; the new file is complete and in place
+ * whatever it returns, so its result only decides whether we say nothing. */
+static void sync_parent_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash) {
+        snprintf(dir, sizeof dir, ".");
+    } else if (slash == path) {
+        snprintf(dir, sizeof dir, "/");
+    } else {
+        size_t n = (size_t)(slash - path);
+        if (n >= sizeof dir) return;
+        memcpy(dir, path, n);
+        dir[n] = 0;
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    if (fsync(fd) != 0) { /* some file systems refuse fsync on directories: harmless */
+    }
+    if (close(fd) != 0) {
+    }
+}
+
+dm_status dm_st_writer_write(dm_st_writer *w, const char *path) {
+    if (!w || !path || !*path)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_st_writer_write: no file name given");
+    char *hdr = NULL;
+    size_t hlen = 0;
+    DM_TRY(build_header(w, &hdr, &hlen));
+
+    size_t plen = strlen(path) + 32;
+    char *tmp = malloc(plen);
+    if (!tmp) {
+        free(hdr);
+        return dm_fail(DM_ERR_OOM, "out of memory");
+    }
+    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
+
+    dm_status st = DM_OK;
+    FILE *fp = fopen(tmp, "wbx"); /* x: never clobber a file we did not create */
+    if (!fp) {
+        st = dm_fail(DM_ERR_IO, "cannot create '%s': %s (is the directory there and writable?)",
+                     tmp, strerror(errno));
+        free(tmp);
+        free(hdr);
+        return st;
+    }
+    unsigned char lenbytes[8];
+    for (int k = 0; k < 8; k++) lenbytes[k] = (unsigned char)((uint64_t)hlen >> (8 * k));
+    int ok = fwrite(lenbytes, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
+    for (int i = 0; ok && i < w->n; i++)
+        ok = w->e[i].nbytes == 0 || fwrite(w->e[i].data, 1, w->e[i].nbytes, fp) == w->e[i].nbytes;
+    int e = errno;
+    if (ok && fflush(fp) != 0) ok = 0, e = errno;
+    if (ok && fsync(fileno(fp)) != 0) ok = 0, e = errno;
+    if (!ok) {
+        st = dm_fail(DM_ERR_IO, "error writing '%s': %s", tmp, strerror(e));
+        fclose(fp); /* already failing: its result adds nothing */
+    } else if (fclose(fp) != 0) {
+        st = dm_fail(DM_ERR_IO, "error closing '%s': %s", tmp, strerror(errno));
+    } else if (rename(tmp, path) != 0) {
+        st = dm_fail(DM_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+    }
+    if (st) {
+        if (unlink(tmp) != 0 && errno != ENOENT)
+            dm_fail_context(st, "(could not remove '%s' either: %s) ", tmp, strerror(errno));
+    } else {
+        sync_parent_dir(path);
+    }
+    free(tmp);
+    free(hdr);
+    return st;
+}

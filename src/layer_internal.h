@@ -1,0 +1,25 @@
+/* layer_internal.h: the dm_layer struct, for the library and its white-box tests. */
+#ifndef DM_LAYER_INTERNAL_H
+#define DM_LAYER_INTERNAL_H
+
+#include "cpu/exec.h"
+#include "graph/encoder.h"
+#include "plan/plan.h"
+
+struct dm_layer {
+    dm_layer_config cfg;
+    dm_layer_options opt;
+    dm_graph g;
+    dm_encoder enc;
+    dm_plan plan;
+    char *arena;
+    size_t arena_bytes;
+    dm_cpu_exec ex;
+    int nthreads;
+    int forward_done;
+    int profile;
+    double prof[2][DM_NUM_CLASSES];
+    double *group_secs; /* per group, accumulated while profiling */
+};
+
+#endif
