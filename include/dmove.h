@@ -63,6 +63,7 @@ typedef struct {
     dm_schedule schedule;  /* fused (default) or unfused */
     int forward_only;      /* build no backward graph; save nothing for it */
     int threads;           /* 0: all cores */
+    int no_reuse;          /* give every tensor its own buffer (debugging, tests) */
 } dm_layer_options;
 
 typedef struct dm_layer dm_layer;

@@ -129,7 +129,7 @@ dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_laye
     L->nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
     dm_graph_init(&L->g);
     dm_status s = dm_build_encoder(&L->g, cfg, opt->forward_only, &L->enc);
-    if (s == DM_OK) s = dm_plan_build(&L->g, opt->schedule == DM_SCHED_FUSED, &L->plan);
+    if (s == DM_OK) s = dm_plan_build(&L->g, opt->schedule == DM_SCHED_FUSED, opt->no_reuse, &L->plan);
     if (s == DM_OK) {
         L->arena_bytes = (L->plan.arena_bytes + 63) / 64 * 64;
         L->arena = aligned_alloc(64, L->arena_bytes ? L->arena_bytes : 64);

@@ -23,7 +23,7 @@ static int is_colreduce_out(const dm_op *o, int slot) {
     return o->kind == DM_OP_COLSUM || (o->kind == DM_OP_LAYERNORM_BWD && slot > 0);
 }
 
-dm_status dm_plan_build(const dm_graph *g, int fused, dm_plan *plan) {
+dm_status dm_plan_build(const dm_graph *g, int fused, int no_reuse, dm_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan->g = g;
     int n = g->nop, nt = g->nt, nw = (n + WBITS - 1) / WBITS;
@@ -176,7 +176,7 @@ dm_status dm_plan_build(const dm_graph *g, int fused, dm_plan *plan) {
     }
     free(done_g);
     plan->ngroups = ng;
-    st = dm_plan_memory(plan);
+    st = dm_plan_memory(plan, no_reuse);
 done:
     if (prod)
         for (int t = 0; t < nt; t++) free(prod[t]);

@@ -25,7 +25,7 @@ static int by_size_desc(const void *a, const void *b) {
     return x->t - y->t;
 }
 
-dm_status dm_plan_memory(dm_plan *plan) {
+dm_status dm_plan_memory(dm_plan *plan, int no_reuse) {
     const dm_graph *g = plan->g;
     int nt = g->nt;
     plan->in_memory = calloc((size_t)nt, 1);
@@ -112,7 +112,7 @@ dm_status dm_plan_memory(dm_plan *plan) {
         while (moved) { /* lowest offset not overlapping any placed, time-overlapping block */
             moved = 0;
             for (int b = 0; b < a; b++) {
-                if (lv[b].last < lv[a].first || lv[a].last < lv[b].first) continue;
+                if (!no_reuse && (lv[b].last < lv[a].first || lv[a].last < lv[b].first)) continue;
                 if (cand < lv[b].off + lv[b].bytes && lv[b].off < cand + lv[a].bytes) {
                     cand = lv[b].off + lv[b].bytes;
                     moved = 1;

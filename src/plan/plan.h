@@ -30,10 +30,10 @@ typedef struct {
 } dm_plan;
 
 /* fusion.c: groups ops. fused = 0 gives one group per op (the unfused schedule). */
-dm_status dm_plan_build(const dm_graph *g, int fused, dm_plan *plan);
+dm_status dm_plan_build(const dm_graph *g, int fused, int no_reuse, dm_plan *plan);
 void dm_plan_free(dm_plan *plan);
 /* memplan.c: decides in_memory and offsets (called by dm_plan_build). */
-dm_status dm_plan_memory(dm_plan *plan);
+dm_status dm_plan_memory(dm_plan *plan, int no_reuse);
 /* Text listing of the groups, with accumulated seconds per group if given (caller frees). */
 char *dm_plan_describe(const dm_plan *plan, const double *group_secs);
 
