@@ -491,8 +491,8 @@ dm_status dm_st_read(const char *path, dm_st_file **out) {
     size_t got = size ? fread(buf, 1, size, fp) : 0;
     int read_err = ferror(fp);
     int e = errno;
-    if (fclose(fp) != 0 && !read_err) {
-        /* a read-only stream's close failing leaves the bytes we have intact: go on */
+    if (fclose(fp) != 0) {
+        /* closing a stream we only read cannot lose data: what we read is judged below */
     }
     if (read_err) {
         free(buf);

@@ -32,7 +32,9 @@ typedef struct {
 
 void dm_cpu_row(const dm_row *rw);
 
-/* Naive references over whole tensors (ref.c), same operand conventions, in double. */
-void dm_ref_op(const dm_op *op, uint64_t seed, const float *const *in, float *const *out);
+/* Naive references over whole tensors (ref.c), same operand conventions, in double;
+ * mask_groups: rows of the GROUPED operand of MASK_ADD. */
+void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float *const *in,
+               float *const *out);
 
 #endif

@@ -1,0 +1,129 @@
+/* ref.c: naive references of the element-wise and normalization kernels, over whole
+ * tensors in double, written straight from the definitions (no fusion, no
+ * vectorization tricks), for the kernel tests. Operands follow the same conventions as
+ * the row kernels (kernels.h: dm_arg_in / dm_arg_out). */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/philox.h"
+#include "cpu/kernels.h"
+
+static double act_ref(double x, dm_act a) {
+    if (a == DM_ACT_RELU) return x > 0 ? x : 0;
+    if (a == DM_ACT_GELU_TANH) return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+}
+
+static double act_grad_ref(double x, dm_act a) {
+    if (a == DM_ACT_RELU) return x > 0 ? 1 : 0;
+    if (a == DM_ACT_GELU_TANH) {
+        double c = sqrt(2 / M_PI), t = tanh(c * (x + 0.044715 * x * x * x));
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
+    }
+    return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+}
+
+void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float *const *in,
+               float *const *out) {
+    int64_t R = op->rows, C = op->cols;
+    const float *a = in[0], *b = op->nin > 1 ? in[1] : NULL;
+    switch (op->kind) {
+    case DM_OP_BIAS_ADD:
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++) out[0][r * C + c] = (float)((double)a[r * C + c] + b[c]);
+        break;
+    case DM_OP_ADD:
+        for (int64_t e = 0; e < R * C; e++) out[0][e] = (float)((double)a[e] + b[e]);
+        break;
+    case DM_OP_MASK_ADD: {
+        /* mask (G, C): row r belongs to group r / (R / G); G = batch */
+        int64_t per = R / mask_groups;
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++)
+                out[0][r * C + c] = a[r * C + c] + (1.0f - b[(r / per) * C + c]) * -FLT_MAX;
+        break;
+    }
+    case DM_OP_DROPOUT:
+    case DM_OP_DROPOUT_BWD: {
+        uint32_t thr = dm_dropout_threshold(op->p);
+        for (int64_t e = 0; e < R * C; e++) {
+            uint32_t w;
+            dm_philox_words_ref(seed, (uint32_t)op->stream, (uint64_t)e, 1, &w);
+            out[0][e] = (op->p > 0 && w < thr) ? 0.0f : (float)(a[e] / (1.0 - op->p));
+        }
+        break;
+    }
+    case DM_OP_ACT:
+        for (int64_t e = 0; e < R * C; e++) out[0][e] = (float)act_ref(a[e], op->act);
+        break;
+    case DM_OP_ACT_BWD:
+        for (int64_t e = 0; e < R * C; e++) out[0][e] = (float)(a[e] * act_grad_ref(b[e], op->act));
+        break;
+    case DM_OP_SOFTMAX:
+        for (int64_t r = 0; r < R; r++) {
+            double m = -INFINITY, s = 0;
+            for (int64_t c = 0; c < C; c++) m = fmax(m, a[r * C + c]);
+            for (int64_t c = 0; c < C; c++) s += exp(a[r * C + c] - m);
+            for (int64_t c = 0; c < C; c++) out[0][r * C + c] = (float)(exp(a[r * C + c] - m) / s);
+        }
+        break;
+    case DM_OP_SOFTMAX_BWD: /* in: dy, y */
+        for (int64_t r = 0; r < R; r++) {
+            double s = 0;
+            for (int64_t c = 0; c < C; c++) s += (double)a[r * C + c] * b[r * C + c];
+            for (int64_t c = 0; c < C; c++)
+                out[0][r * C + c] = (float)(b[r * C + c] * (a[r * C + c] - s));
+        }
+        break;
+    case DM_OP_LAYERNORM: /* in: x, gamma, beta; out: y, mean, rstd */
+        for (int64_t r = 0; r < R; r++) {
+            double m = 0, v = 0;
+            for (int64_t c = 0; c < C; c++) m += a[r * C + c];
+            m /= (double)C;
+            for (int64_t c = 0; c < C; c++) v += (a[r * C + c] - m) * (a[r * C + c] - m);
+            double rs = 1.0 / sqrt(v / (double)C + op->eps);
+            for (int64_t c = 0; c < C; c++)
+                out[0][r * C + c] = (float)((a[r * C + c] - m) * rs * in[1][c] + in[2][c]);
+            out[1][r] = (float)m;
+            out[2][r] = (float)rs;
+        }
+        break;
+    case DM_OP_LAYERNORM_BWD: { /* in: dy, x, mean, rstd, gamma; out: dx, dgamma, dbeta */
+        double *dg = calloc((size_t)C, sizeof(double)), *db = calloc((size_t)C, sizeof(double));
+        if (!dg || !db) { free(dg); free(db); return; }
+        for (int64_t r = 0; r < R; r++) {
+            double m = in[2][r], rs = in[3][r], sg = 0, sgx = 0;
+            for (int64_t c = 0; c < C; c++) {
+                double xh = (b[r * C + c] - m) * rs, gg = (double)a[r * C + c] * in[4][c];
+                sg += gg;
+                sgx += gg * xh;
+                dg[c] += (double)a[r * C + c] * xh;
+                db[c] += a[r * C + c];
+            }
+            for (int64_t c = 0; c < C; c++) {
+                double xh = (b[r * C + c] - m) * rs;
+                out[0][r * C + c] =
+                    (float)(rs * ((double)a[r * C + c] * in[4][c] - sg / (double)C - xh * sgx / (double)C));
+            }
+        }
+        for (int64_t c = 0; c < C; c++) {
+            out[1][c] = (float)dg[c];
+            out[2][c] = (float)db[c];
+        }
+        free(dg);
+        free(db);
+        break;
+    }
+    case DM_OP_COLSUM:
+        for (int64_t c = 0; c < C; c++) {
+            double s = 0;
+            for (int64_t r = 0; r < R; r++) s += a[r * C + c];
+            out[0][c] = (float)s;
+        }
+        break;
+    default:
+        break;
+    }
+}
