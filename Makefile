@@ -3,7 +3,7 @@
 
 CC      ?= cc
 CFLAGS  ?= -O3 -march=native -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -Iinclude -Isrc
+CFLAGS  += -std=c11 -D_GNU_SOURCE -fno-trapping-math -fno-math-errno -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -Iinclude -Isrc
 LDLIBS  += -lm
 BUILD   ?= build
 
@@ -63,7 +63,7 @@ test: $(BUILD)/dmove $(TEST_BIN)
 
 # Parsers and the CLI's error paths under AddressSanitizer and UBSan.
 test-asan:
-	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" build-asan/dmove build-asan/tests/test_safetensors
+	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory BUILD=build-asan build-asan/dmove build-asan/tests/test_safetensors
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/tests/test_safetensors
 	@set -e; for s in tests/test_cli_errors.sh; do [ -e "$$s" ] || continue; echo "== $$s (asan)"; DMOVE=build-asan/dmove ASAN_OPTIONS=detect_leaks=1 sh $$s; done
 

@@ -1,5 +1,6 @@
-/* safetensors.c: reading (validated in full before anything is used), conversion to
- * float32, and atomic writing of safetensors files. JSON is handled by cJSON.
+/* safetensors.c: reading safetensors files (validated in full before anything is used)
+ * and converting their tensors to float32; the writer is in safetensors_write.c. JSON is
+ * handled by cJSON.
  *
  * Layout: u64 little-endian N, N bytes of UTF-8 JSON (an object: tensor name ->
  * {"dtype", "shape", "data_offsets": [begin, end]}, plus an optional "__metadata__"
@@ -9,7 +10,6 @@
 #include "safetensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -27,8 +26,6 @@
 #error "dmove's safetensors code assumes a little-endian host (as is the file format)"
 #endif
 
-/* The official implementation refuses headers over 100 MB; so do we, before allocating. */
-#define DM_ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
 /* Integers in the header are JSON numbers; cJSON holds them as doubles, exact to 2^53. */
 #define DM_ST_MAX_INT 9007199254740992.0
 
@@ -256,9 +253,9 @@ static dm_status parse_entry(const cJSON *e, size_t data_size, dm_st_tensor *t, 
         return dm_fail(DM_ERR_FORMAT, "tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] end "
                        "before they begin", name, b, en);
     if (en > data_size)
-        return dm_fail(DM_ERR_FORMAT, "tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] reach "
-                       "past the end of the data section (%zu bytes): the file is truncated or "
-                       "its header is corrupted", name, b, en, data_size);
+        return dm_fail(DM_ERR_FORMAT, "tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] "
+                       "reach past the end of the data section (%zu bytes): the file is "
+                       "truncated or its header is corrupted", name, b, en, data_size);
     if (en - b != nbytes) {
         char shp[160];
         int p = snprintf(shp, sizeof shp, "[");
@@ -291,7 +288,7 @@ static dm_status parse_owned(unsigned char *buf, size_t size, dm_st_file **out) 
     }
     uint64_t hlen = 0;
     for (int k = 7; k >= 0; k--) hlen = (hlen << 8) | buf[k];
-    if (hlen > DM_ST_MAX_HEADER) {
+    if (hlen > DM_ST_MAX_HEADER_BYTES) {
         free(buf);
         return dm_fail(DM_ERR_FORMAT, "the header length field says %" PRIu64 " bytes, above the "
                        "format's 100 MB limit: not a safetensors file, or corrupted", hlen);
@@ -410,7 +407,7 @@ static dm_status parse_owned(unsigned char *buf, size_t size, dm_st_file **out) 
             if (sp[i].begin < at)
                 st = dm_fail(DM_ERR_FORMAT, "tensors \"%s\" and \"%s\" overlap in the data "
                              "section (offset %" PRIu64 " < %" PRIu64 "): corrupted header",
-                             printable(prev->name, pn), printable(sp[i].t->name, pm),
+                             printable(prev ? prev->name : "?", pn), printable(sp[i].t->name, pm),
                              sp[i].begin, at);
             else if (sp[i].begin > at)
                 st = dm_fail(DM_ERR_FORMAT, "bytes %" PRIu64 "..%" PRIu64 " of the data section "
@@ -633,275 +630,4 @@ dm_status dm_st_to_f32(const dm_st_tensor *t, float *out, size_t n) {
         return dm_fail(DM_ERR_INVALID_ARG, "dm_st_to_f32: tensor has an invalid dtype");
     }
     return DM_OK;
-}
-
-/* ---------------------------------------------------------------------------------------
- * writing */
-
-typedef struct {
-    char *name;
-    dm_st_dtype dtype;
-    int ndim;
-    int64_t shape[DM_ST_MAX_DIMS];
-    void *data;
-    size_t nbytes;
-} wentry;
-
-struct dm_st_writer {
-    wentry *e;
-    int n, cap;
-    char **mkey, **mval;
-    int nmeta, mcap;
-};
-
-dm_status dm_st_writer_new(dm_st_writer **out) {
-    if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_writer_new: out is NULL");
-    *out = calloc(1, sizeof **out);
-    if (!*out) return dm_fail(DM_ERR_OOM, "out of memory creating a safetensors writer");
-    return DM_OK;
-}
-
-void dm_st_writer_free(dm_st_writer *w) {
-    if (!w) return;
-    for (int i = 0; i < w->n; i++) {
-        free(w->e[i].name);
-        free(w->e[i].data);
-    }
-    for (int i = 0; i < w->nmeta; i++) {
-        free(w->mkey[i]);
-        free(w->mval[i]);
-    }
-    free(w->e);
-    free(w->mkey);
-    free(w->mval);
-    free(w);
-}
-
-dm_status dm_st_writer_add(dm_st_writer *w, const char *name, dm_st_dtype dtype, int ndim,
-                           const int64_t *shape, const void *data) {
-    if (!w || !name) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_writer_add: NULL argument");
-    if (!*name) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_writer_add: empty tensor name");
-    if (strcmp(name, "__metadata__") == 0)
-        return dm_fail(DM_ERR_INVALID_ARG, "\"__metadata__\" is reserved and cannot name a "
-                       "tensor");
-    if ((unsigned)dtype >= DM_ST_NUM_DTYPES)
-        return dm_fail(DM_ERR_INVALID_ARG, "tensor \"%s\": invalid dtype %d", name, (int)dtype);
-    if (ndim < 0 || ndim > DM_ST_MAX_DIMS || (ndim && !shape))
-        return dm_fail(DM_ERR_INVALID_ARG, "tensor \"%s\": %d dimensions (0..%d allowed)", name,
-                       ndim, DM_ST_MAX_DIMS);
-    size_t elems = 1, nbytes;
-    for (int k = 0; k < ndim; k++) {
-        if (shape[k] < 0)
-            return dm_fail(DM_ERR_INVALID_ARG, "tensor \"%s\": dimension %d is negative", name, k);
-        if ((uint64_t)shape[k] > (uint64_t)SIZE_MAX || !dm_mul_ok(elems, (size_t)shape[k], &elems))
-            return dm_fail(DM_ERR_OOM, "tensor \"%s\": its size overflows", name);
-    }
-    if (!dm_mul_ok(elems, g_dtypes[dtype].size, &nbytes))
-        return dm_fail(DM_ERR_OOM, "tensor \"%s\": its size overflows", name);
-    if (nbytes && !data)
-        return dm_fail(DM_ERR_INVALID_ARG, "tensor \"%s\": data is NULL", name);
-    for (int i = 0; i < w->n; i++)
-        if (strcmp(w->e[i].name, name) == 0)
-            return dm_fail(DM_ERR_INVALID_ARG, "tensor \"%s\" was added twice", name);
-    if (w->n == w->cap) {
-        int cap = w->cap ? 2 * w->cap : 16;
-        wentry *e = realloc(w->e, (size_t)cap * sizeof *e);
-        if (!e) return dm_fail(DM_ERR_OOM, "out of memory adding tensor \"%s\"", name);
-        w->e = e;
-        w->cap = cap;
-    }
-    wentry *e = &w->e[w->n];
-    memset(e, 0, sizeof *e);
-    e->name = dup_str(name);
-    e->data = malloc(nbytes ? nbytes : 1);
-    if (!e->name || !e->data) {
-        free(e->name);
-        free(e->data);
-        return dm_fail(DM_ERR_OOM, "out of memory copying tensor \"%s\" (%zu bytes)", name,
-                       nbytes);
-    }
-    if (nbytes) memcpy(e->data, data, nbytes);
-    e->dtype = dtype;
-    e->ndim = ndim;
-    for (int k = 0; k < ndim; k++) e->shape[k] = shape[k];
-    e->nbytes = nbytes;
-    w->n++;
-    return DM_OK;
-}
-
-dm_status dm_st_writer_set_metadata(dm_st_writer *w, const char *key, const char *value) {
-    if (!w || !key || !value)
-        return dm_fail(DM_ERR_INVALID_ARG, "dm_st_writer_set_metadata: NULL argument");
-    for (int i = 0; i < w->nmeta; i++)
-        if (strcmp(w->mkey[i], key) == 0) {
-            char *v = dup_str(value);
-            if (!v) return dm_fail(DM_ERR_OOM, "out of memory copying metadata");
-            free(w->mval[i]);
-            w->mval[i] = v;
-            return DM_OK;
-        }
-    if (w->nmeta == w->mcap) {
-        int cap = w->mcap ? 2 * w->mcap : 8;
-        char **k = realloc(w->mkey, (size_t)cap * sizeof *k);
-        if (!k) return dm_fail(DM_ERR_OOM, "out of memory adding metadata");
-        w->mkey = k;
-        char **v = realloc(w->mval, (size_t)cap * sizeof *v);
-        if (!v) return dm_fail(DM_ERR_OOM, "out of memory adding metadata");
-        w->mval = v;
-        w->mcap = cap;
-    }
-    char *k = dup_str(key), *v = dup_str(value);
-    if (!k || !v) {
-        free(k);
-        free(v);
-        return dm_fail(DM_ERR_OOM, "out of memory copying metadata");
-    }
-    w->mkey[w->nmeta] = k;
-    w->mval[w->nmeta] = v;
-    w->nmeta++;
-    return DM_OK;
-}
-
-/* Adds a raw integer: cJSON's own numbers are doubles and print large values in
- * exponent form. */
-static int add_raw_u64(cJSON *arr, uint64_t v) {
-    char s[24];
-    snprintf(s, sizeof s, "%" PRIu64, v);
-    cJSON *r = cJSON_CreateRaw(s);
-    if (!r) return 0;
-    if (!cJSON_AddItemToArray(arr, r)) {
-        cJSON_Delete(r);
-        return 0;
-    }
-    return 1;
-}
-
-static int add_item(cJSON *obj, const char *key, cJSON *item) {
-    if (!item) return 0;
-    if (!cJSON_AddItemToObject(obj, key, item)) {
-        cJSON_Delete(item);
-        return 0;
-    }
-    return 1;
-}
-
-/* The padded header text (a multiple of 8 bytes, so the data section is 8-aligned). */
-static dm_status build_header(const dm_st_writer *w, char **text, size_t *len) {
-    cJSON *root = cJSON_CreateObject();
-    int ok = root != NULL;
-    if (ok && w->nmeta) {
-        cJSON *m = cJSON_CreateObject();
-        ok = add_item(root, "__metadata__", m);
-        for (int i = 0; ok && i < w->nmeta; i++)
-            ok = add_item(m, w->mkey[i], cJSON_CreateString(w->mval[i]));
-    }
-    uint64_t at = 0;
-    for (int i = 0; ok && i < w->n; i++) {
-        const wentry *e = &w->e[i];
-        cJSON *t = cJSON_CreateObject();
-        ok = add_item(root, e->name, t);
-        ok = ok && add_item(t, "dtype", cJSON_CreateString(g_dtypes[e->dtype].name));
-        cJSON *sh = ok ? cJSON_CreateArray() : NULL;
-        ok = ok && add_item(t, "shape", sh);
-        for (int k = 0; ok && k < e->ndim; k++) ok = add_raw_u64(sh, (uint64_t)e->shape[k]);
-        cJSON *off = ok ? cJSON_CreateArray() : NULL;
-        ok = ok && add_item(t, "data_offsets", off) && add_raw_u64(off, at) &&
-             add_raw_u64(off, at + e->nbytes);
-        at += e->nbytes;
-    }
-    char *json = ok ? cJSON_PrintUnformatted(root) : NULL;
-    cJSON_Delete(root);
-    if (!json) return dm_fail(DM_ERR_OOM, "out of memory building the safetensors header");
-    size_t n = strlen(json), padded = (n + 7) & ~(size_t)7;
-    if (padded > DM_ST_MAX_HEADER) {
-        cJSON_free(json);
-        return dm_fail(DM_ERR_INVALID_ARG, "the safetensors header would be %zu bytes, above "
-                       "the format's 100 MB limit (too many tensors or too long names)", padded);
-    }
-    char *buf = malloc(padded + 1);
-    if (!buf) {
-        cJSON_free(json);
-        return dm_fail(DM_ERR_OOM, "out of memory building the safetensors header");
-    }
-    memcpy(buf, json, n);
-    memset(buf + n, ' ', padded - n);
-    buf[padded] = 0;
-    cJSON_free(json);
-    *text = buf;
-    *len = padded;
-    return DM_OK;
-}
-
-/* fsync of the directory makes the rename durable; the new file is complete and in place
- * whatever it returns, so its result only decides whether we say nothing. */
-static void sync_parent_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash) {
-        snprintf(dir, sizeof dir, ".");
-    } else if (slash == path) {
-        snprintf(dir, sizeof dir, "/");
-    } else {
-        size_t n = (size_t)(slash - path);
-        if (n >= sizeof dir) return;
-        memcpy(dir, path, n);
-        dir[n] = 0;
-    }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;
-    if (fsync(fd) != 0) { /* some file systems refuse fsync on directories: harmless */
-    }
-    if (close(fd) != 0) {
-    }
-}
-
-dm_status dm_st_writer_write(dm_st_writer *w, const char *path) {
-    if (!w || !path || !*path)
-        return dm_fail(DM_ERR_INVALID_ARG, "dm_st_writer_write: no file name given");
-    char *hdr = NULL;
-    size_t hlen = 0;
-    DM_TRY(build_header(w, &hdr, &hlen));
-
-    size_t plen = strlen(path) + 32;
-    char *tmp = malloc(plen);
-    if (!tmp) {
-        free(hdr);
-        return dm_fail(DM_ERR_OOM, "out of memory");
-    }
-    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
-
-    dm_status st = DM_OK;
-    FILE *fp = fopen(tmp, "wbx"); /* x: never clobber a file we did not create */
-    if (!fp) {
-        st = dm_fail(DM_ERR_IO, "cannot create '%s': %s (is the directory there and writable?)",
-                     tmp, strerror(errno));
-        free(tmp);
-        free(hdr);
-        return st;
-    }
-    unsigned char lenbytes[8];
-    for (int k = 0; k < 8; k++) lenbytes[k] = (unsigned char)((uint64_t)hlen >> (8 * k));
-    int ok = fwrite(lenbytes, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
-    for (int i = 0; ok && i < w->n; i++)
-        ok = w->e[i].nbytes == 0 || fwrite(w->e[i].data, 1, w->e[i].nbytes, fp) == w->e[i].nbytes;
-    int e = errno;
-    if (ok && fflush(fp) != 0) ok = 0, e = errno;
-    if (ok && fsync(fileno(fp)) != 0) ok = 0, e = errno;
-    if (!ok) {
-        st = dm_fail(DM_ERR_IO, "error writing '%s': %s", tmp, strerror(e));
-        fclose(fp); /* already failing: its result adds nothing */
-    } else if (fclose(fp) != 0) {
-        st = dm_fail(DM_ERR_IO, "error closing '%s': %s", tmp, strerror(errno));
-    } else if (rename(tmp, path) != 0) {
-        st = dm_fail(DM_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-    }
-    if (st) {
-        if (unlink(tmp) != 0 && errno != ENOENT)
-            dm_fail_context(st, "(could not remove '%s' either: %s) ", tmp, strerror(errno));
-    } else {
-        sync_parent_dir(path);
-    }
-    free(tmp);
-    free(hdr);
-    return st;
 }

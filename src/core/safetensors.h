@@ -10,6 +10,8 @@
 #include "dmove.h"
 
 #define DM_ST_MAX_DIMS 8
+/* The official implementation refuses headers over 100 MB; so do reader and writer. */
+#define DM_ST_MAX_HEADER_BYTES ((uint64_t)100 * 1000 * 1000)
 
 typedef enum {
     DM_ST_F32 = 0, DM_ST_F64, DM_ST_F16, DM_ST_BF16, DM_ST_I64, DM_ST_I32, DM_ST_I16,

@@ -1,0 +1,424 @@
+/* cmd_bench.c: `dmove bench`: times the layer's training step for each schedule (medians
+ * over repetitions after warm-up): forward, backward, the step, the contractions alone,
+ * GFLOP/s, and time per operator class beside its share of the flop (the paper's table).
+ * Human-readable table by default, one JSON object with --json. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cli_common.h"
+
+static const char *const CMD = "bench";
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: dmove bench [options]\n"
+            "\n"
+            "Times one training step (forward + backward) of a BERT encoder layer on random\n"
+            "inputs, for the fused and the unfused schedule of the same graph. For each it\n"
+            "reports medians over --reps repetitions after --warmup untimed steps:\n"
+            "  forward, backward and step (forward + backward) time, GFLOP/s of the step,\n"
+            "  the contractions alone (every GEMM of the step and nothing else: the floor),\n"
+            "  and per operator class (contraction, normalization, element-wise) its\n"
+            "  milliseconds, %% of the step's flop and %% of its runtime, from a profiled\n"
+            "  step (timers around each group, so their sum is a little above the step).\n"
+            "Then the ratios fused/unfused and fused/contractions alone.\n"
+            "\n"
+            "options:\n");
+    cli_config_help(out, CLI_CFG_ALL);
+    fprintf(out,
+            "  --warmup N       untimed steps before timing (default 3)\n"
+            "  --reps N         timed repetitions (default 10); medians are reported\n"
+            "  --schedule S     fused, unfused or both (default both)\n"
+            "  --json           print one JSON object on stdout instead of the table:\n"
+            "                   {\"config\": {...}, \"schedules\": [{\"schedule\": \"fused\",\n"
+            "                   \"forward_ms\", \"backward_ms\", \"step_ms\",\n"
+            "                   \"contractions_alone_ms\", \"gflops\", \"class_ms\": {...},\n"
+            "                   ...}],\n"
+            "                   \"machine\": {...}, \"dmove_version\": ...}\n"
+            "  --help           this text\n"
+            "Progress goes to stderr once a run takes more than a few seconds.\n"
+            "\n"
+            "exit status: 0 success, 1 runtime error, 2 usage error\n"
+            "\n"
+            "examples:\n"
+            "  dmove bench                                  (BERT-base, both schedules)\n"
+            "  dmove bench --preset bert-large --reps 5 --json > large.json\n"
+            "  dmove bench --batch 2 --seq 64 --schedule fused --dropout 0\n");
+}
+
+typedef struct {
+    const char *name;
+    double fwd_ms, bwd_ms, step_ms, contr_ms, gflops;
+    double class_ms[DM_NUM_CLASSES];
+    double flop[2][DM_NUM_CLASSES], flop_total;
+} result;
+
+static double g_start, g_last_note;
+
+/* Progress on stderr, only once the bench has run a few seconds, at most every second. */
+static void progress(const char *sched, const char *phase, int rep, int reps) {
+    double now = cli_now();
+    if (now - g_start < 3.0 || now - g_last_note < 1.0) return;
+    g_last_note = now;
+    fprintf(stderr, "bench %s: %s %d/%d\n", sched, phase, rep, reps);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) { /* sorts v */
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int step(dm_layer *layer) {
+    if (dm_layer_forward(layer) != DM_OK || dm_layer_backward(layer) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int run_schedule(const cli_config *c, dm_schedule sched, int warmup, int reps,
+                        result *res) {
+    const dm_layer_config *cfg = &c->cfg;
+    res->name = sched == DM_SCHED_FUSED ? "fused" : "unfused";
+    dm_layer_options opt = {.schedule = sched, .forward_only = 0, .threads = c->threads};
+    dm_layer *layer = NULL;
+    int rc = -1;
+    double *buf = calloc((size_t)reps * (4 + DM_NUM_CLASSES), sizeof *buf);
+    if (!buf) {
+        cli_error(CMD, "out of memory");
+        return -1;
+    }
+    double *fwd = buf, *bwd = fwd + reps, *stp = bwd + reps, *con = stp + reps,
+           *cls = con + reps; /* cls[c * reps + r] */
+
+    if (dm_layer_new(&layer, cfg, &opt) != DM_OK ||
+        dm_layer_init_params(layer, cfg->seed) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        goto done;
+    }
+    float *x = NULL;
+    int nd = 0;
+    int64_t sh[4] = {0};
+    if (dm_layer_tensor(layer, "hidden_states", &x, &nd, sh) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        goto done;
+    }
+    size_t n = 1;
+    for (int k = 0; k < nd; k++) n *= (size_t)sh[k];
+    cli_rng rng;
+    cli_rng_seed(&rng, cfg->seed);
+    for (size_t k = 0; k < n; k++) x[k] = (float)cli_rng_normal(&rng);
+
+    for (int r = 0; r < warmup; r++) {
+        progress(res->name, "warm-up", r + 1, warmup);
+        if (step(layer)) goto done;
+    }
+    for (int r = 0; r < reps; r++) {
+        progress(res->name, "rep", r + 1, reps);
+        double t0 = cli_now();
+        if (dm_layer_forward(layer) != DM_OK) {
+            cli_error(CMD, "%s", dm_last_error());
+            goto done;
+        }
+        double t1 = cli_now();
+        if (dm_layer_backward(layer) != DM_OK) {
+            cli_error(CMD, "%s", dm_last_error());
+            goto done;
+        }
+        double t2 = cli_now();
+        fwd[r] = 1e3 * (t1 - t0);
+        bwd[r] = 1e3 * (t2 - t1);
+        stp[r] = 1e3 * (t2 - t0);
+    }
+    /* Per-class time: a profiled step per repetition (group timers add a little). */
+    dm_layer_profile(layer, 1);
+    if (step(layer)) { /* untimed: the first profiled step pays for setting timers up */
+        dm_layer_profile(layer, 0);
+        goto done;
+    }
+    for (int r = 0; r < reps; r++) {
+        progress(res->name, "profiled rep", r + 1, reps);
+        double s[2][DM_NUM_CLASSES];
+        dm_layer_profile_reset(layer);
+        if (step(layer)) {
+            dm_layer_profile(layer, 0);
+            goto done;
+        }
+        dm_layer_profile_read(layer, s);
+        for (int k = 0; k < DM_NUM_CLASSES; k++) cls[k * reps + r] = 1e3 * (s[0][k] + s[1][k]);
+    }
+    dm_layer_profile(layer, 0);
+    /* The contractions alone, on buffers a full step has just filled; one untimed run
+     * first, as for the step. */
+    for (int r = -1; r < reps; r++) {
+        if (r < 0)
+            progress(res->name, "contractions-alone warm-up", 1, 1);
+        else
+            progress(res->name, "contractions-alone rep", r + 1, reps);
+        double t0 = cli_now();
+        if (dm_layer_run(layer, DM_PASS_FORWARD | DM_PASS_BACKWARD,
+                         1u << DM_CLASS_CONTRACTION) != DM_OK) {
+            cli_error(CMD, "%s", dm_last_error());
+            goto done;
+        }
+        if (r >= 0) con[r] = 1e3 * (cli_now() - t0);
+    }
+
+    dm_layer_flop(layer, res->flop);
+    res->flop_total = 0;
+    for (int p = 0; p < 2; p++)
+        for (int k = 0; k < DM_NUM_CLASSES; k++) res->flop_total += res->flop[p][k];
+    res->fwd_ms = median(fwd, reps);
+    res->bwd_ms = median(bwd, reps);
+    res->step_ms = median(stp, reps);
+    res->contr_ms = median(con, reps);
+    for (int k = 0; k < DM_NUM_CLASSES; k++) res->class_ms[k] = median(cls + k * reps, reps);
+    res->gflops = res->step_ms > 0 ? res->flop_total / (res->step_ms * 1e-3) / 1e9 : 0.0;
+    rc = 0;
+done:
+    dm_layer_free(layer);
+    free(buf);
+    return rc;
+}
+
+static void cpu_model(char *out, size_t n) {
+    snprintf(out, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *p = strchr(line, ':');
+        if (!p) continue;
+        p++;
+        while (*p == ' ' || *p == '\t') p++;
+        size_t len = strcspn(p, "\n");
+        snprintf(out, n, "%.*s", (int)len, p);
+        break;
+    }
+    if (fclose(f) != 0) { /* read-only: nothing was lost */
+    }
+}
+
+static int resolved_threads(int threads) {
+    if (threads > 0) return threads;
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+#endif
+}
+
+static double class_flop(const result *r, int k) { return r->flop[0][k] + r->flop[1][k]; }
+
+static double class_ms_sum(const result *r) {
+    double s = 0;
+    for (int k = 0; k < DM_NUM_CLASSES; k++) s += r->class_ms[k];
+    return s;
+}
+
+static void print_table(const cli_config *c, const result *res, int nres, int warmup, int reps) {
+    const dm_layer_config *cfg = &c->cfg;
+    printf("dmove %s bench: b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
+           ", dropout %g, %s, %d threads; medians of %d reps after %d warm-up\n\n",
+           DMOVE_VERSION, cfg->batch, cfg->seq, cfg->hidden, cfg->heads, cfg->ffn, cfg->dropout,
+           dm_act_name(cfg->act), resolved_threads(c->threads), reps, warmup);
+    printf("%-9s %11s %12s %10s %14s %9s %10s\n", "schedule", "forward ms", "backward ms",
+           "step ms", "contractions", "GFLOP/s", "step /");
+    printf("%-9s %11s %12s %10s %14s %9s %10s\n", "", "", "", "", "alone ms", "",
+           "contr.");
+    for (int s = 0; s < nres; s++) {
+        const result *r = &res[s];
+        printf("%-9s %11.2f %12.2f %10.2f %14.2f %9.1f %10.3f\n", r->name, r->fwd_ms, r->bwd_ms,
+               r->step_ms, r->contr_ms, r->gflops,
+               r->contr_ms > 0 ? r->step_ms / r->contr_ms : 0.0);
+    }
+    printf("\nper operator class (profiled step; %% of the step's flop vs %% of its runtime):\n");
+    printf("%-9s %-14s %10s %10s %12s %10s\n", "schedule", "class", "GFLOP", "% flop", "ms",
+           "% runtime");
+    for (int s = 0; s < nres; s++) {
+        const result *r = &res[s];
+        double tsum = class_ms_sum(r);
+        for (int k = 0; k < DM_NUM_CLASSES; k++) {
+            double fl = class_flop(r, k);
+            printf("%-9s %-14s %10.3f %10.2f %12.2f %10.2f\n", k ? "" : r->name,
+                   dm_class_name((dm_op_class)k), fl / 1e9,
+                   r->flop_total > 0 ? 100.0 * fl / r->flop_total : 0.0, r->class_ms[k],
+                   tsum > 0 ? 100.0 * r->class_ms[k] / tsum : 0.0);
+        }
+    }
+    printf("\n");
+    const result *fu = NULL, *un = NULL;
+    for (int s = 0; s < nres; s++) {
+        if (!strcmp(res[s].name, "fused")) fu = &res[s];
+        if (!strcmp(res[s].name, "unfused")) un = &res[s];
+    }
+    if (fu && un && un->step_ms > 0)
+        printf("fused step / unfused step:          %.3f\n", fu->step_ms / un->step_ms);
+    if (fu && fu->contr_ms > 0)
+        printf("fused step / contractions alone:    %.3f\n", fu->step_ms / fu->contr_ms);
+}
+
+/* Adds a number; returns 0 when cJSON runs out of memory. */
+static int jnum(cJSON *o, const char *k, double v) {
+    return cJSON_AddNumberToObject(o, k, isfinite(v) ? v : 0.0) != NULL;
+}
+
+static int print_json(const cli_config *c, const result *res, int nres, int warmup, int reps) {
+    const dm_layer_config *cfg = &c->cfg;
+    cJSON *root = cJSON_CreateObject(), *conf = NULL, *arr = NULL, *mach = NULL;
+    int ok = root != NULL;
+    ok = ok && (conf = cJSON_AddObjectToObject(root, "config")) != NULL;
+    ok = ok && jnum(conf, "batch", (double)cfg->batch) && jnum(conf, "seq", (double)cfg->seq) &&
+         jnum(conf, "hidden", (double)cfg->hidden) && jnum(conf, "heads", (double)cfg->heads) &&
+         jnum(conf, "ffn", (double)cfg->ffn) && jnum(conf, "dropout", cfg->dropout) &&
+         cJSON_AddStringToObject(conf, "act", dm_act_name(cfg->act)) &&
+         jnum(conf, "eps", cfg->eps) && jnum(conf, "seed", (double)cfg->seed) &&
+         jnum(conf, "threads", resolved_threads(c->threads)) && jnum(conf, "warmup", warmup) &&
+         jnum(conf, "reps", reps);
+    ok = ok && (arr = cJSON_AddArrayToObject(root, "schedules")) != NULL;
+    for (int s = 0; ok && s < nres; s++) {
+        const result *r = &res[s];
+        cJSON *o = cJSON_CreateObject(), *cm = NULL, *pf = NULL, *pt = NULL;
+        if (!o || !cJSON_AddItemToArray(arr, o)) {
+            cJSON_Delete(o);
+            ok = 0;
+            break;
+        }
+        double tsum = class_ms_sum(r);
+        ok = cJSON_AddStringToObject(o, "schedule", r->name) && jnum(o, "forward_ms", r->fwd_ms) &&
+             jnum(o, "backward_ms", r->bwd_ms) && jnum(o, "step_ms", r->step_ms) &&
+             jnum(o, "contractions_alone_ms", r->contr_ms) && jnum(o, "gflops", r->gflops) &&
+             jnum(o, "step_over_contractions",
+                  r->contr_ms > 0 ? r->step_ms / r->contr_ms : 0.0) &&
+             jnum(o, "flop", r->flop_total) &&
+             (cm = cJSON_AddObjectToObject(o, "class_ms")) != NULL &&
+             (pf = cJSON_AddObjectToObject(o, "class_flop_pct")) != NULL &&
+             (pt = cJSON_AddObjectToObject(o, "class_runtime_pct")) != NULL;
+        for (int k = 0; ok && k < DM_NUM_CLASSES; k++) {
+            const char *cn = dm_class_name((dm_op_class)k);
+            ok = jnum(cm, cn, r->class_ms[k]) &&
+                 jnum(pf, cn, r->flop_total > 0 ? 100.0 * class_flop(r, k) / r->flop_total : 0) &&
+                 jnum(pt, cn, tsum > 0 ? 100.0 * r->class_ms[k] / tsum : 0);
+        }
+    }
+    char model[256], date[32];
+    cpu_model(model, sizeof model);
+    time_t now = time(NULL);
+    struct tm tmv;
+    if (now == (time_t)-1 || !gmtime_r(&now, &tmv) ||
+        !strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tmv))
+        snprintf(date, sizeof date, "unknown");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    ok = ok && (mach = cJSON_AddObjectToObject(root, "machine")) != NULL &&
+         cJSON_AddStringToObject(mach, "cpu", model) &&
+         jnum(mach, "online_cpus", cpus > 0 ? (double)cpus : 0) &&
+         jnum(mach, "threads", resolved_threads(c->threads)) &&
+         cJSON_AddStringToObject(root, "date", date) &&
+         cJSON_AddStringToObject(root, "dmove_version", DMOVE_VERSION);
+    const result *fu = NULL, *un = NULL;
+    for (int s = 0; s < nres; s++) {
+        if (!strcmp(res[s].name, "fused")) fu = &res[s];
+        if (!strcmp(res[s].name, "unfused")) un = &res[s];
+    }
+    if (ok && fu && un && un->step_ms > 0)
+        ok = jnum(root, "fused_over_unfused_step", fu->step_ms / un->step_ms);
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) {
+        cli_error(CMD, "out of memory building the JSON report");
+        return -1;
+    }
+    int wr = puts(text);
+    cJSON_free(text);
+    if (wr == EOF || fflush(stdout) != 0) {
+        cli_error(CMD, "cannot write the report to stdout");
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    int warmup = 3, reps = 10, json = 0, which = 3; /* bit 0 fused, bit 1 unfused */
+    cli_config c;
+    cli_config_init(&c, CLI_CFG_ALL);
+    for (int a = 1; a < argc; a++) {
+        const char *v = NULL;
+        int r;
+        if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
+            usage(stdout);
+            return CLI_OK;
+        }
+        if ((r = cli_opt(CMD, argc, argv, &a, "--warmup", &v)) != 0) {
+            if (r < 0 || cli_parse_int(CMD, "--warmup", v, 0, 1000000, &warmup)) return CLI_USAGE;
+            continue;
+        }
+        if ((r = cli_opt(CMD, argc, argv, &a, "--reps", &v)) != 0) {
+            if (r < 0 || cli_parse_int(CMD, "--reps", v, 1, 1000000, &reps)) return CLI_USAGE;
+            continue;
+        }
+        if ((r = cli_opt(CMD, argc, argv, &a, "--schedule", &v)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            if (!strcmp(v, "fused"))
+                which = 1;
+            else if (!strcmp(v, "unfused"))
+                which = 2;
+            else if (!strcmp(v, "both"))
+                which = 3;
+            else {
+                cli_usage_error(CMD, "--schedule: unknown schedule '%s' (known: fused, unfused, "
+                                "both)", v);
+                return CLI_USAGE;
+            }
+            continue;
+        }
+        if ((r = cli_flag(CMD, argv, a, "--json")) != 0) {
+            if (r < 0) return CLI_USAGE;
+            json = 1;
+            continue;
+        }
+        if ((r = cli_config_option(&c, CMD, argc, argv, &a)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            continue;
+        }
+        if (argv[a][0] == '-')
+            cli_usage_error(CMD, "unknown option '%s'", argv[a]);
+        else
+            cli_usage_error(CMD, "unexpected argument '%s'", argv[a]);
+        return CLI_USAGE;
+    }
+    if (cli_config_finish(&c, CMD, 1)) return CLI_USAGE;
+
+    g_start = cli_now();
+    g_last_note = 0;
+    result res[2];
+    int nres = 0;
+    memset(res, 0, sizeof res);
+    if ((which & 1) && run_schedule(&c, DM_SCHED_FUSED, warmup, reps, &res[nres++]))
+        return CLI_FAIL;
+    if ((which & 2) && run_schedule(&c, DM_SCHED_UNFUSED, warmup, reps, &res[nres++]))
+        return CLI_FAIL;
+    if (json) return print_json(&c, res, nres, warmup, reps) ? CLI_FAIL : CLI_OK;
+    print_table(&c, res, nres, warmup, reps);
+    if (fflush(stdout) != 0) {
+        cli_error(CMD, "cannot write the report to stdout");
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}

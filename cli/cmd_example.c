@@ -1,0 +1,194 @@
+/* cmd_example.c: `dmove example`: writes a random, valid input file for `dmove layer`
+ * (hidden_states, a padding mask, grad_output and the 16 BertLayer parameters) from a
+ * layer configuration, so users and tests have something to start from. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_common.h"
+#include "core/safetensors.h"
+
+static const char *const CMD = "example";
+
+/* Refuse to write more than this: the sizes are almost certainly a typo. */
+#define EXAMPLE_MAX_BYTES ((double)16 * 1024 * 1024 * 1024)
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: dmove example --out FILE [options]\n"
+            "\n"
+            "Writes a random input for `dmove layer`: a safetensors file with\n"
+            "hidden_states (b, j, i) ~ N(0, 1), attention_mask (b, j) with some padding at\n"
+            "the end of later sequences, grad_output (b, j, i) ~ N(0, 1), and the 16\n"
+            "BertLayer parameters (weights ~ N(0, 0.02) as (out, in), biases ~ N(0, 0.02),\n"
+            "LayerNorm weights ~ 1 + N(0, 0.1), LayerNorm biases ~ N(0, 0.1)), all float32.\n"
+            "The values depend only on the sizes and --seed. The configuration is recorded in\n"
+            "the file's __metadata__.\n"
+            "\n"
+            "options:\n"
+            "  --out FILE       the file to write (required; written atomically)\n");
+    cli_config_help(out, CLI_CFG_SIZES | CLI_CFG_HEADS | CLI_CFG_TRAIN);
+    fprintf(out,
+            "                   (--seed also seeds the random values; --dropout, --act and\n"
+            "                   --eps are only recorded in __metadata__)\n"
+            "  --no-mask        leave attention_mask out (dmove layer then uses all ones)\n"
+            "  --help           this text\n"
+            "\n"
+            "exit status: 0 success, 1 runtime error, 2 usage error\n"
+            "\n"
+            "example:\n"
+            "  dmove example --out in.safetensors --batch 2 --seq 16 --hidden 64 --heads 4 "
+            "--ffn 256\n"
+            "  dmove layer --in in.safetensors --out out.safetensors --heads 4\n");
+}
+
+static float *alloc_floats(size_t n) {
+    float *p = malloc(n ? n * sizeof *p : 1);
+    if (!p) cli_error(CMD, "out of memory allocating %zu floats", n);
+    return p;
+}
+
+/* Adds a tensor of n values mean + sd * N(0, 1). */
+static int add_random(dm_st_writer *w, cli_rng *r, const char *name, int nd,
+                      const int64_t *shape, double mean, double sd) {
+    size_t n = 1;
+    for (int k = 0; k < nd; k++) n *= (size_t)shape[k]; /* bounded by the caller */
+    float *v = alloc_floats(n);
+    if (!v) return -1;
+    for (size_t k = 0; k < n; k++) v[k] = (float)(mean + sd * cli_rng_normal(r));
+    dm_status st = dm_st_writer_add(w, name, DM_ST_F32, nd, shape, v);
+    free(v);
+    if (st != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_example(int argc, char **argv) {
+    const char *out = NULL;
+    int no_mask = 0;
+    cli_config c;
+    cli_config_init(&c, CLI_CFG_SIZES | CLI_CFG_HEADS | CLI_CFG_TRAIN);
+    for (int a = 1; a < argc; a++) {
+        int r;
+        if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
+            usage(stdout);
+            return CLI_OK;
+        }
+        if ((r = cli_opt(CMD, argc, argv, &a, "--out", &out)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            continue;
+        }
+        if ((r = cli_flag(CMD, argv, a, "--no-mask")) != 0) {
+            if (r < 0) return CLI_USAGE;
+            no_mask = 1;
+            continue;
+        }
+        if ((r = cli_config_option(&c, CMD, argc, argv, &a)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            continue;
+        }
+        if (argv[a][0] == '-')
+            cli_usage_error(CMD, "unknown option '%s'", argv[a]);
+        else
+            cli_usage_error(CMD, "unexpected argument '%s' (the file is given with --out)",
+                            argv[a]);
+        return CLI_USAGE;
+    }
+    if (!out || !*out) {
+        cli_usage_error(CMD, "--out FILE is required");
+        return CLI_USAGE;
+    }
+    if (cli_config_finish(&c, CMD, 1)) return CLI_USAGE;
+    const dm_layer_config *cfg = &c.cfg;
+    int64_t b = cfg->batch, j = cfg->seq, i = cfg->hidden, u = cfg->ffn;
+
+    /* The config check bounds the sizes; this bounds what we are about to allocate. */
+    double bytes = 4.0 * (2.0 * (double)b * (double)j * (double)i + (double)b * (double)j +
+                          4.0 * (double)i * (double)i + 2.0 * (double)i * (double)u +
+                          9.0 * (double)i + (double)u);
+    if (bytes > EXAMPLE_MAX_BYTES) {
+        cli_usage_error(CMD, "these sizes would write %.1f GiB; dmove example writes at most "
+                        "%.0f GiB (choose smaller --batch/--seq/--hidden/--ffn)",
+                        bytes / 1073741824.0, EXAMPLE_MAX_BYTES / 1073741824.0);
+        return CLI_USAGE;
+    }
+
+    cli_rng r;
+    cli_rng_seed(&r, cfg->seed ^ 0x6578616d706c65ull); /* "example" */
+    dm_st_writer *w = NULL;
+    int rc = CLI_FAIL;
+    float *mask = NULL;
+    if (dm_st_writer_new(&w) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        return CLI_FAIL;
+    }
+    int64_t bji[3] = {b, j, i};
+    if (add_random(w, &r, "hidden_states", 3, bji, 0.0, 1.0)) goto done;
+    if (!no_mask) {
+        /* sequence s keeps j - (s mod 4) * j / 8 tokens (at least 1): padding of 0 to 3/8 */
+        mask = alloc_floats((size_t)b * (size_t)j);
+        if (!mask) goto done;
+        for (int64_t s = 0; s < b; s++) {
+            int64_t len = j - (s % 4) * j / 8;
+            if (len < 1) len = 1;
+            for (int64_t t = 0; t < j; t++) mask[s * j + t] = t < len ? 1.0f : 0.0f;
+        }
+        if (dm_st_writer_add(w, "attention_mask", DM_ST_F32, 2, (int64_t[]){b, j}, mask)) {
+            cli_error(CMD, "%s", dm_last_error());
+            goto done;
+        }
+    }
+    if (add_random(w, &r, "grad_output", 3, bji, 0.0, 1.0)) goto done;
+    static const char *const qkvo[] = {"attention.self.query", "attention.self.key",
+                                       "attention.self.value", "attention.output.dense"};
+    char name[128];
+    for (int k = 0; k < 4; k++) {
+        snprintf(name, sizeof name, "%s.weight", qkvo[k]);
+        if (add_random(w, &r, name, 2, (int64_t[]){i, i}, 0.0, 0.02)) goto done;
+        snprintf(name, sizeof name, "%s.bias", qkvo[k]);
+        if (add_random(w, &r, name, 1, (int64_t[]){i}, 0.0, 0.02)) goto done;
+    }
+    if (add_random(w, &r, "attention.output.LayerNorm.weight", 1, (int64_t[]){i}, 1.0, 0.1) ||
+        add_random(w, &r, "attention.output.LayerNorm.bias", 1, (int64_t[]){i}, 0.0, 0.1) ||
+        add_random(w, &r, "intermediate.dense.weight", 2, (int64_t[]){u, i}, 0.0, 0.02) ||
+        add_random(w, &r, "intermediate.dense.bias", 1, (int64_t[]){u}, 0.0, 0.02) ||
+        add_random(w, &r, "output.dense.weight", 2, (int64_t[]){i, u}, 0.0, 0.02) ||
+        add_random(w, &r, "output.dense.bias", 1, (int64_t[]){i}, 0.0, 0.02) ||
+        add_random(w, &r, "output.LayerNorm.weight", 1, (int64_t[]){i}, 1.0, 0.1) ||
+        add_random(w, &r, "output.LayerNorm.bias", 1, (int64_t[]){i}, 0.0, 0.1))
+        goto done;
+
+    struct {
+        const char *k;
+        char v[64];
+    } meta[] = {{"format", "pt"}, {"dmove_version", DMOVE_VERSION}, {"batch", ""}, {"seq", ""},
+                {"hidden", ""}, {"heads", ""}, {"ffn", ""}, {"dropout", ""}, {"seed", ""},
+                {"act", ""}, {"eps", ""}};
+    snprintf(meta[2].v, sizeof meta[2].v, "%" PRId64, b);
+    snprintf(meta[3].v, sizeof meta[3].v, "%" PRId64, j);
+    snprintf(meta[4].v, sizeof meta[4].v, "%" PRId64, i);
+    snprintf(meta[5].v, sizeof meta[5].v, "%" PRId64, cfg->heads);
+    snprintf(meta[6].v, sizeof meta[6].v, "%" PRId64, u);
+    cli_fmt_double(meta[7].v, sizeof meta[7].v, cfg->dropout);
+    snprintf(meta[8].v, sizeof meta[8].v, "%" PRIu64, cfg->seed);
+    snprintf(meta[9].v, sizeof meta[9].v, "%s", dm_act_name(cfg->act));
+    cli_fmt_double(meta[10].v, sizeof meta[10].v, cfg->eps);
+    for (size_t k = 0; k < sizeof meta / sizeof *meta; k++)
+        if (dm_st_writer_set_metadata(w, meta[k].k, meta[k].v) != DM_OK) {
+            cli_error(CMD, "%s", dm_last_error());
+            goto done;
+        }
+    if (dm_st_writer_write(w, out) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        goto done;
+    }
+    rc = CLI_OK;
+done:
+    free(mask);
+    dm_st_writer_free(w);
+    return rc;
+}

@@ -1,0 +1,72 @@
+/* dmove.c: the dmove command: dispatches its subcommands (layer, bench, example, help,
+ * --version). Usage errors exit 2, runtime and input errors 1. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_common.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *what;
+} k_cmds[] = {
+    {"layer", cmd_layer, "one training step of a BERT encoder layer on your tensors"},
+    {"bench", cmd_bench, "time the training step, fused vs unfused, per operator class"},
+    {"example", cmd_example, "write a random input file for `dmove layer`"},
+};
+enum { NUM_CMDS = (int)(sizeof k_cmds / sizeof k_cmds[0]) };
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: dmove <command> [options]\n"
+            "\n"
+            "dmove trains transformer encoder layers while moving as little data as possible.\n"
+            "\n"
+            "commands:\n");
+    for (int k = 0; k < NUM_CMDS; k++) fprintf(out, "  %-9s %s\n", k_cmds[k].name, k_cmds[k].what);
+    fprintf(out,
+            "  help [C]  this text, or the help of command C\n"
+            "\n"
+            "  --version  print the version\n"
+            "\n"
+            "Every command explains itself: dmove <command> --help\n"
+            "\n"
+            "example:\n"
+            "  dmove bench                  (BERT-base, fused vs unfused)\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    const char *c = argv[1];
+    if (!strcmp(c, "--version") || !strcmp(c, "version")) {
+        printf("dmove %s\n", DMOVE_VERSION);
+        return fflush(stdout) == 0 ? CLI_OK : CLI_FAIL;
+    }
+    if (!strcmp(c, "--help") || !strcmp(c, "-h")) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(c, "help")) {
+        if (argc < 3) {
+            usage(stdout);
+            return CLI_OK;
+        }
+        for (int k = 0; k < NUM_CMDS; k++)
+            if (!strcmp(argv[2], k_cmds[k].name)) {
+                static char help_opt[] = "--help";
+                char *sub[] = {argv[2], help_opt, NULL};
+                return k_cmds[k].run(2, sub);
+            }
+        fprintf(stderr, "dmove help: unknown command '%s'\n\n", argv[2]);
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    for (int k = 0; k < NUM_CMDS; k++)
+        if (!strcmp(c, k_cmds[k].name)) return k_cmds[k].run(argc - 1, argv + 1);
+    fprintf(stderr, "dmove: unknown command '%s'\n\n", c);
+    usage(stderr);
+    return CLI_USAGE;
+}

@@ -1,0 +1,329 @@
+#!/bin/sh
+# test_cli_errors.sh: the dmove command on bad input: each case must exit 1 (bad input)
+# or 2 (usage), print a message on stderr, never crash (no signal, no sanitizer report),
+# and leave no output file behind. A few good runs first show the tool works at all.
+# Input files are crafted here with printf/head/tr/dd (a tiny safetensors writer in sh)
+# and with `dmove example`. Usage: DMOVE=build/dmove sh tests/test_cli_errors.sh
+set -u
+
+DMOVE=${DMOVE:?set DMOVE to the dmove binary, e.g. DMOVE=build/dmove}
+case $DMOVE in /*) ;; *) DMOVE=$(pwd)/$DMOVE ;; esac
+[ -x "$DMOVE" ] || { echo "test_cli_errors.sh: $DMOVE is not an executable" >&2; exit 1; }
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/dmove_cli.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+trap 'exit 1' INT TERM
+OUT=$T/out.safetensors
+cases=0
+fails=0
+
+# --- a tiny safetensors writer ---------------------------------------------------------
+# le64 N: N as 8 little-endian bytes.
+le64() {
+    n=$1 k=0 fmt=''
+    while [ $k -lt 8 ]; do
+        fmt="$fmt\\$(printf %03o $((n % 256)))"
+        n=$((n / 256)) k=$((k + 1))
+    done
+    # shellcheck disable=SC2059 # the format is the point: it holds the octal escapes
+    printf "$fmt"
+}
+
+# st_nbytes DTYPE SHAPE: bytes of a tensor (SHAPE: comma-separated, empty for a scalar).
+st_nbytes() {
+    case $1 in F64 | I64) nb=8 ;; F32 | I32) nb=4 ;; F16 | BF16 | I16) nb=2 ;; *) nb=1 ;; esac
+    old_ifs=$IFS IFS=,
+    for d in $2; do nb=$((nb * d)); done
+    IFS=$old_ifs
+    echo $nb
+}
+
+# st_write FILE NAME:DTYPE:SHAPE[:FILL]...: a valid safetensors file; every data byte is
+# FILL (three octal digits, default 000). Tensors are laid out in the order given.
+st_write() {
+    f=$1
+    shift
+    hdr='{' off=0 sep=''
+    for s in "$@"; do
+        name=${s%%:*} rest=${s#*:}
+        dt=${rest%%:*} rest=${rest#*:}
+        shape=${rest%%:*}
+        nb=$(st_nbytes "$dt" "$shape")
+        hdr="$hdr$sep\"$name\":{\"dtype\":\"$dt\",\"shape\":[$shape],"
+        hdr="$hdr\"data_offsets\":[$off,$((off + nb))]}"
+        off=$((off + nb)) sep=','
+    done
+    hdr="$hdr}"
+    while [ $((${#hdr} % 8)) -ne 0 ]; do hdr="$hdr "; done
+    {
+        le64 ${#hdr}
+        printf '%s' "$hdr"
+        for s in "$@"; do
+            rest=${s#*:}
+            dt=${rest%%:*} rest=${rest#*:}
+            shape=${rest%%:*} fill=000
+            case $rest in *:*) fill=${rest#*:} ;; esac
+            head -c "$(st_nbytes "$dt" "$shape")" /dev/zero | tr '\000' "\\$fill"
+        done
+    } >"$f"
+}
+
+# The 16 BertLayer parameters for sizes I and U (dtype DT), one spec per line.
+params() {
+    i=$1 u=$2 dt=${3:-F32}
+    for p in attention.self.query attention.self.key attention.self.value attention.output.dense; do
+        echo "$p.weight:$dt:$i,$i"
+        echo "$p.bias:$dt:$i"
+    done
+    echo "attention.output.LayerNorm.weight:$dt:$i"
+    echo "attention.output.LayerNorm.bias:$dt:$i"
+    echo "intermediate.dense.weight:$dt:$u,$i"
+    echo "intermediate.dense.bias:$dt:$u"
+    echo "output.dense.weight:$dt:$i,$u"
+    echo "output.dense.bias:$dt:$i"
+    echo "output.LayerNorm.weight:$dt:$i"
+    echo "output.LayerNorm.bias:$dt:$i"
+}
+
+# craft FILE SED_EXPR EXTRA_SPEC...: the b=1 j=2 i=4 u=8 parameter set edited by SED_EXPR
+# (e.g. replace or delete a line), plus the extra tensors given.
+craft() {
+    f=$1 expr=$2
+    shift 2
+    # word splitting on newlines only: specs have no spaces
+    old_ifs=$IFS IFS='
+'
+    # shellcheck disable=SC2046
+    set -- "$@" $(params 4 8 | sed -e "$expr")
+    IFS=$old_ifs
+    st_write "$f" "$@"
+}
+
+# --- checks ------------------------------------------------------------------------------
+no_output() {
+    for o in "$OUT" "$OUT".tmp.*; do
+        [ -e "$o" ] && return 1
+    done
+    return 0
+}
+
+# expect_fail NAME CODE PATTERN CMD...: CMD must exit CODE (1 or 2), say something on
+# stderr matching PATTERN (grep -i; empty: anything), not crash, and write no OUT.
+expect_fail() {
+    name=$1 code=$2 pat=$3
+    shift 3
+    cases=$((cases + 1))
+    rm -f "$OUT"
+    "$@" >"$T/stdout" 2>"$T/stderr"
+    rc=$?
+    problem=''
+    if [ $rc -eq 0 ]; then
+        problem="exit 0"
+    elif [ $rc -ne 1 ] && [ $rc -ne 2 ]; then
+        problem="exit $rc (a crash?)"
+    elif [ $rc -ne "$code" ]; then
+        problem="exit $rc, expected $code"
+    fi
+    [ -s "$T/stderr" ] || problem="$problem; no message on stderr"
+    if grep -q -e 'Sanitizer' -e 'runtime error:' "$T/stderr"; then
+        problem="$problem; sanitizer report"
+    fi
+    if [ -n "$pat" ] && ! grep -q -i -e "$pat" "$T/stderr"; then
+        problem="$problem; stderr does not mention '$pat'"
+    fi
+    no_output || problem="$problem; an output file was left behind"
+    if [ -n "$problem" ]; then
+        fails=$((fails + 1))
+        echo "FAIL $name: $problem"
+        sed 's/^/    /' "$T/stderr"
+    else
+        echo "ok   $name: $(head -n 1 "$T/stderr")"
+    fi
+}
+
+# expect_ok NAME CMD...: exit 0, no sanitizer report.
+expect_ok() {
+    name=$1
+    shift
+    cases=$((cases + 1))
+    "$@" >"$T/stdout" 2>"$T/stderr"
+    rc=$?
+    if [ $rc -ne 0 ] || grep -q -e 'Sanitizer' -e 'runtime error:' "$T/stderr"; then
+        fails=$((fails + 1))
+        echo "FAIL $name: exit $rc"
+        sed 's/^/    /' "$T/stderr"
+        return 1
+    fi
+    echo "ok   $name"
+    return 0
+}
+
+check() { # NAME CONDITION-COMMAND...
+    name=$1
+    shift
+    cases=$((cases + 1))
+    if "$@"; then
+        echo "ok   $name"
+    else
+        fails=$((fails + 1))
+        echo "FAIL $name"
+    fi
+}
+
+D=$DMOVE
+V=$T/valid.safetensors
+# dmove layer writing to $OUT, and on the tiny valid file with 2 heads
+lay() { "$D" layer --out "$OUT" "$@"; }
+layv() { "$D" layer --in "$V" --out "$OUT" --heads 2 "$@"; }
+# dmove layer --heads 2 on a crafted file
+layf() { "$D" layer --in "$T/$1" --out "$OUT" --heads 2; }
+
+# --- good runs: the baseline the failures are measured against ----------------------------
+expect_ok "dmove --version" "$D" --version
+expect_ok "dmove help" "$D" help
+for c in layer bench example; do
+    expect_ok "dmove $c --help" "$D" $c --help
+    check "dmove $c --help has an example" grep -q 'example' "$T/stdout"
+done
+expect_ok "dmove example (tiny)" "$D" example --out "$V" --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16
+expect_ok "dmove layer on it" layv
+check "layer wrote its output" test -s "$OUT"
+expect_ok "dmove layer --schedule unfused --dropout 0" layv --schedule unfused --dropout 0
+expect_ok "dmove layer --forward-only" layv --forward-only --act relu
+Z=$T/zeros.safetensors
+craft "$Z" 's/:F32:/:F64:/' hidden_states:BF16:1,2,4 attention_mask:BOOL:1,2:001 grad_output:F16:1,2,4
+expect_ok "dmove layer on F64/BF16/F16/BOOL inputs (shell-written)" lay --in "$Z" --heads 2
+rm -f "$OUT"
+
+# --- usage errors (exit 2) ----------------------------------------------------------------
+expect_fail "no command" 2 "usage" "$D"
+expect_fail "unknown command" 2 "unknown command" "$D" frobnicate
+expect_fail "help for an unknown command" 2 "unknown command" "$D" help frobnicate
+expect_fail "layer: no --in" 2 "--in" "$D" layer --out "$OUT" --heads 2
+expect_fail "layer: no --out" 2 "--out" "$D" layer --in "$V" --heads 2
+expect_fail "layer: no --heads" 2 "--heads" "$D" layer --in "$V" --out "$OUT"
+expect_fail "layer: --in without a value" 2 "needs a value" "$D" layer --out "$OUT" --heads 2 --in
+expect_fail "layer: unknown option" 2 "unknown option" layv --bogus
+expect_fail "layer: stray argument" 2 "unexpected argument" "$D" layer "$V" --out "$OUT" --heads 2
+expect_fail "layer: --batch (sizes come from the file)" 2 "from the tensors" layv --batch 4
+expect_fail "layer: unknown --act" 2 "unknown activation" layv --act swish
+expect_fail "layer: unknown --schedule" 2 "unknown schedule" layv --schedule both
+expect_fail "layer: --forward-only=1" 2 "takes no value" layv --forward-only=1
+for p in -0.1 1 1.5 nan inf abc "" 0.5x; do
+    expect_fail "layer: --dropout '$p'" 2 "--dropout" layv --dropout "$p"
+done
+expect_fail "layer: --eps 0" 2 "--eps" layv --eps 0
+expect_fail "layer: --eps -1e-5" 2 "--eps" layv --eps -1e-5
+expect_fail "layer: --heads 0" 2 "--heads" "$D" layer --in "$V" --out "$OUT" --heads 0
+expect_fail "layer: --heads abc" 2 "--heads" "$D" layer --in "$V" --out "$OUT" --heads abc
+expect_fail "layer: --heads 2x" 2 "--heads" lay --in "$V" --heads 2x
+expect_fail "layer: --heads ' 2'" 2 "--heads" "$D" layer --in "$V" --out "$OUT" --heads " 2"
+expect_fail "layer: --seed -1" 2 "--seed" layv --seed -1
+expect_fail "layer: --seed 1.5" 2 "--seed" layv --seed 1.5
+expect_fail "layer: --seed 2^64" 2 "--seed" layv --seed 18446744073709551616
+expect_fail "layer: --threads -1" 2 "--threads" layv --threads -1
+expect_fail "bench: unknown option" 2 "unknown option" "$D" bench --bogus
+expect_fail "bench: unknown --act" 2 "unknown activation" "$D" bench --act swish
+expect_fail "bench: unknown --preset" 2 "unknown preset" "$D" bench --preset bert-huge
+expect_fail "bench: unknown --schedule" 2 "unknown schedule" "$D" bench --schedule sideways
+for p in -0.1 1 1.5 nan; do
+    expect_fail "bench: --dropout '$p'" 2 "--dropout" "$D" bench --dropout "$p"
+done
+expect_fail "bench: --reps 0" 2 "--reps" "$D" bench --reps 0
+expect_fail "bench: --warmup -1" 2 "--warmup" "$D" bench --warmup -1
+expect_fail "bench: --json=yes" 2 "takes no value" "$D" bench --json=yes
+expect_fail "bench: zero --batch" 2 "--batch" "$D" bench --batch 0
+expect_fail "bench: zero --ffn" 2 "--ffn" "$D" bench --ffn 0
+expect_fail "bench: negative --seq" 2 "--seq" "$D" bench --seq -5
+expect_fail "bench: i not divisible by h" 2 "divisible" "$D" bench --hidden 100 --heads 12
+expect_fail "bench: --batch 99999999999 (absurd)" 2 "batch" "$D" bench --batch 99999999999
+expect_fail "bench: --batch beyond int64" 2 "too large" "$D" bench --batch 99999999999999999999
+expect_fail "bench: attention scores overflow" 2 "" "$D" bench --batch 1000000 --seq 1000000
+expect_fail "example: no --out" 2 "--out" "$D" example --batch 1
+expect_fail "example: zero --hidden" 2 "--hidden" "$D" example --out "$OUT" --hidden 0
+expect_fail "example: absurd sizes" 2 "" "$D" example --out "$OUT" --batch 1000000 --seq 1000000
+expect_fail "example: too large to write" 2 "GiB" \
+    "$D" example --out "$OUT" --batch 2048 --seq 256 --hidden 4096 --heads 16 --ffn 4096
+
+# --- bad input files (exit 1) ---------------------------------------------------------------
+expect_fail "missing input file" 1 "cannot open" lay --in "$T/nope.safetensors" --heads 2
+expect_fail "input is a directory" 1 "directory" lay --in "$T" --heads 2
+: >"$T/empty"
+expect_fail "empty input file" 1 "empty" layf empty
+printf 'abc' >"$T/short"
+expect_fail "3-byte input file" 1 "8-byte" layf short
+printf 'this is a text file, not safetensors\n' >"$T/text"
+expect_fail "a text file" 1 "header" layf text
+{ le64 1000; printf '{}'; } >"$T/hlen"
+expect_fail "header length beyond the file" 1 "truncated" layf hlen
+size=$(wc -c <"$V")
+head -c $((size - 10)) "$V" >"$T/trunc"
+expect_fail "truncated data section" 1 "truncated" layf trunc
+head -c 100 "$V" >"$T/trunc2"
+expect_fail "truncated inside the header" 1 "truncated" layf trunc2
+cp "$V" "$T/corrupt1"
+printf 'X' | dd of="$T/corrupt1" bs=1 seek=8 conv=notrunc 2>/dev/null
+expect_fail "corrupted header (first byte)" 1 "JSON" layf corrupt1
+cp "$V" "$T/corrupt2"
+printf '#}{"' | dd of="$T/corrupt2" bs=1 seek=40 conv=notrunc 2>/dev/null
+expect_fail "corrupted header (middle)" 1 "" layf corrupt2
+cp "$V" "$T/corrupt3"
+printf '\377\377\377\377' | dd of="$T/corrupt3" bs=1 seek=4 conv=notrunc 2>/dev/null
+expect_fail "corrupted header length" 1 "header length" layf corrupt3
+{ le64 17; printf '{"a":{"dtype":1}}'; } >"$T/nonobj"
+expect_fail "malformed entry" 1 "dtype" layf nonobj
+st_write "$T/unk" "x:F32:2"
+sed 's/"F32"/"F99"/' "$T/unk" >"$T/unkdt"
+expect_fail "unknown dtype in the file" 1 "F99" layf unkdt
+
+craft "$T/i64" '' hidden_states:I64:1,2,4
+expect_fail "hidden_states as I64" 1 "hidden_states.*dtype I64" layf i64
+craft "$T/pi32" 's/^output.dense.weight:F32/output.dense.weight:I32/' hidden_states:F32:1,2,4
+expect_fail "a parameter as I32" 1 "output.dense.weight.*dtype I32" layf pi32
+craft "$T/shape" 's/^attention.self.key.weight:F32:4,4/attention.self.key.weight:F32:4,3/' hidden_states:F32:1,2,4
+expect_fail "wrong shape of a parameter" 1 "attention.self.key.weight.*\[4, 3\].*expected \[4, 4\]" layf shape
+craft "$T/shape2" 's/^output.dense.weight:F32:4,8/output.dense.weight:F32:8,4/' hidden_states:F32:1,2,4
+expect_fail "transposed FFN weight" 1 "output.dense.weight.*expected \[4, 8\]" layf shape2
+craft "$T/miss" '/^output.LayerNorm.bias/d' hidden_states:F32:1,2,4
+expect_fail "missing parameter" 1 "output.LayerNorm.bias.*missing" layf miss
+craft "$T/misshs" ''
+expect_fail "missing hidden_states" 1 "hidden_states.*missing" layf misshs
+craft "$T/prefix" 's/^/bert.encoder.layer.0./' hidden_states:F32:1,2,4
+expect_fail "parameters with a model prefix" 1 "prefix" layf prefix
+craft "$T/hs2d" '' hidden_states:F32:2,4
+expect_fail "hidden_states with 2 dims" 1 "3 dimensions" layf hs2d
+craft "$T/zero" '' hidden_states:F32:0,2,4
+expect_fail "zero batch in hidden_states" 1 "at least 1" layf zero
+craft "$T/zerou" 's/:8,4$/:0,4/; s/:4,8$/:4,0/; s/^\(intermediate.dense.bias:F32:\)8$/\10/' \
+    hidden_states:F32:1,2,4
+expect_fail "zero FFN width" 1 "intermediate.dense.weight" layf zerou
+craft "$T/ok" '' hidden_states:F32:1,2,4
+expect_fail "i not divisible by heads" 1 "divisible" lay --in "$T/ok" --heads 3
+expect_fail "more heads than i" 1 "" lay --in "$T/ok" --heads 8
+craft "$T/mask2" '' hidden_states:F32:1,2,4 attention_mask:U8:1,2:002
+expect_fail "attention_mask value 2" 1 "attention_mask.*0 for padding" layf mask2
+craft "$T/maskshape" '' hidden_states:F32:1,2,4 attention_mask:F32:2,1
+expect_fail "attention_mask of the wrong shape" 1 "attention_mask.*expected \[1, 2\]" layf maskshape
+craft "$T/gshape" '' hidden_states:F32:1,2,4 grad_output:F32:1,2,5
+expect_fail "grad_output of the wrong shape" 1 "grad_output.*expected \[1, 2, 4\]" layf gshape
+craft "$T/gdt" '' hidden_states:F32:1,2,4 grad_output:I8:1,2,4
+expect_fail "grad_output as I8" 1 "grad_output.*dtype I8" layf gdt
+expect_fail "output into a missing directory" 1 "cannot create" \
+    "$D" layer --in "$T/ok" --out "$T/no/dir/out.safetensors" --heads 2
+check "nothing created for the missing directory" test ! -e "$T/no"
+
+# a failed run leaves an existing OUT exactly as it was
+printf 'keep me' >"$OUT"
+cases=$((cases + 1))
+lay --in "$T/ok" --heads 3 >/dev/null 2>"$T/stderr"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(cat "$OUT")" = 'keep me' ]; then
+    echo "ok   a failed run leaves an existing --out untouched"
+else
+    fails=$((fails + 1))
+    echo "FAIL a failed run leaves an existing --out untouched (exit $rc)"
+fi
+rm -f "$OUT"
+
+echo "test_cli_errors.sh: $cases cases, $fails failed"
+[ $fails -eq 0 ]
