@@ -91,108 +91,131 @@ static int step(dm_layer *layer) {
     return 0;
 }
 
-static int run_schedule(const cli_config *c, dm_schedule sched, int warmup, int reps,
-                        result *res) {
+/* One schedule under test: its layer and its per-repetition samples. */
+typedef struct {
+    dm_layer *layer;
+    int reps;
+    double *buf, *fwd, *bwd, *stp, *con, *cls; /* cls[c * reps + r] */
+} sched_run;
+
+static void sched_free(sched_run *s) {
+    dm_layer_free(s->layer);
+    free(s->buf);
+    memset(s, 0, sizeof *s);
+}
+
+static int sched_setup(const cli_config *c, dm_schedule sched, int reps, sched_run *s,
+                       result *res) {
     const dm_layer_config *cfg = &c->cfg;
+    memset(s, 0, sizeof *s);
+    s->reps = reps;
     res->name = sched == DM_SCHED_FUSED ? "fused" : "unfused";
     dm_layer_options opt = {.schedule = sched, .forward_only = 0, .threads = c->threads};
-    dm_layer *layer = NULL;
-    int rc = -1;
-    double *buf = calloc((size_t)reps * (4 + DM_NUM_CLASSES), sizeof *buf);
-    if (!buf) {
+    s->buf = calloc((size_t)reps * (4 + DM_NUM_CLASSES), sizeof *s->buf);
+    if (!s->buf) {
         cli_error(CMD, "out of memory");
         return -1;
     }
-    double *fwd = buf, *bwd = fwd + reps, *stp = bwd + reps, *con = stp + reps,
-           *cls = con + reps; /* cls[c * reps + r] */
-
-    if (dm_layer_new(&layer, cfg, &opt) != DM_OK ||
-        dm_layer_init_params(layer, cfg->seed) != DM_OK) {
+    s->fwd = s->buf;
+    s->bwd = s->fwd + reps;
+    s->stp = s->bwd + reps;
+    s->con = s->stp + reps;
+    s->cls = s->con + reps;
+    if (dm_layer_new(&s->layer, cfg, &opt) != DM_OK ||
+        dm_layer_init_params(s->layer, cfg->seed) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
-        goto done;
+        return -1;
     }
     float *x = NULL;
     int nd = 0;
     int64_t sh[4] = {0};
-    if (dm_layer_tensor(layer, "hidden_states", &x, &nd, sh) != DM_OK) {
+    if (dm_layer_tensor(s->layer, "hidden_states", &x, &nd, sh) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
-        goto done;
+        return -1;
     }
     size_t n = 1;
     for (int k = 0; k < nd; k++) n *= (size_t)sh[k];
     cli_rng rng;
     cli_rng_seed(&rng, cfg->seed);
     for (size_t k = 0; k < n; k++) x[k] = (float)cli_rng_normal(&rng);
+    return 0;
+}
 
-    for (int r = 0; r < warmup; r++) {
-        progress(res->name, "warm-up", r + 1, warmup);
-        if (step(layer)) goto done;
-    }
-    for (int r = 0; r < reps; r++) {
-        progress(res->name, "rep", r + 1, reps);
+/* One repetition of one phase: 0 warm-up, 1 timed step, 2 profiled step (per-class
+ * time: timers around each group add a little), 3 the contractions alone (on buffers a
+ * full step has filled). */
+static int sched_rep(sched_run *s, int phase, int r) {
+    dm_layer *layer = s->layer;
+    if (phase == 0) return step(layer);
+    if (phase == 1) {
         double t0 = cli_now();
-        if (dm_layer_forward(layer) != DM_OK) {
-            cli_error(CMD, "%s", dm_last_error());
-            goto done;
-        }
+        if (dm_layer_forward(layer) != DM_OK) goto fail;
         double t1 = cli_now();
-        if (dm_layer_backward(layer) != DM_OK) {
-            cli_error(CMD, "%s", dm_last_error());
-            goto done;
-        }
+        if (dm_layer_backward(layer) != DM_OK) goto fail;
         double t2 = cli_now();
-        fwd[r] = 1e3 * (t1 - t0);
-        bwd[r] = 1e3 * (t2 - t1);
-        stp[r] = 1e3 * (t2 - t0);
+        s->fwd[r] = 1e3 * (t1 - t0);
+        s->bwd[r] = 1e3 * (t2 - t1);
+        s->stp[r] = 1e3 * (t2 - t0);
+        return 0;
     }
-    /* Per-class time: a profiled step per repetition (group timers add a little). */
-    dm_layer_profile(layer, 1);
-    if (step(layer)) { /* untimed: the first profiled step pays for setting timers up */
-        dm_layer_profile(layer, 0);
-        goto done;
-    }
-    for (int r = 0; r < reps; r++) {
-        progress(res->name, "profiled rep", r + 1, reps);
-        double s[2][DM_NUM_CLASSES];
+    if (phase == 2) {
+        double t[2][DM_NUM_CLASSES];
+        dm_layer_profile(layer, 1);
         dm_layer_profile_reset(layer);
-        if (step(layer)) {
-            dm_layer_profile(layer, 0);
-            goto done;
-        }
-        dm_layer_profile_read(layer, s);
-        for (int k = 0; k < DM_NUM_CLASSES; k++) cls[k * reps + r] = 1e3 * (s[0][k] + s[1][k]);
+        int rc = step(layer);
+        dm_layer_profile(layer, 0);
+        if (rc) return rc;
+        dm_layer_profile_read(layer, t);
+        if (r >= 0)
+            for (int k = 0; k < DM_NUM_CLASSES; k++) s->cls[k * s->reps + r] = 1e3 * (t[0][k] + t[1][k]);
+        return 0;
     }
-    dm_layer_profile(layer, 0);
-    /* The contractions alone, on buffers a full step has just filled; one untimed run
-     * first, as for the step. */
-    for (int r = -1; r < reps; r++) {
-        if (r < 0)
-            progress(res->name, "contractions-alone warm-up", 1, 1);
-        else
-            progress(res->name, "contractions-alone rep", r + 1, reps);
-        double t0 = cli_now();
-        if (dm_layer_run(layer, DM_PASS_FORWARD | DM_PASS_BACKWARD,
-                         1u << DM_CLASS_CONTRACTION) != DM_OK) {
-            cli_error(CMD, "%s", dm_last_error());
-            goto done;
-        }
-        if (r >= 0) con[r] = 1e3 * (cli_now() - t0);
-    }
+    double t0 = cli_now();
+    if (dm_layer_run(layer, DM_PASS_FORWARD | DM_PASS_BACKWARD, 1u << DM_CLASS_CONTRACTION) != DM_OK)
+        goto fail;
+    if (r >= 0) s->con[r] = 1e3 * (cli_now() - t0);
+    return 0;
+fail:
+    cli_error(CMD, "%s", dm_last_error());
+    return -1;
+}
 
-    dm_layer_flop(layer, res->flop);
+static void sched_result(sched_run *s, int reps, result *res) {
+    dm_layer_flop(s->layer, res->flop);
     res->flop_total = 0;
     for (int p = 0; p < 2; p++)
         for (int k = 0; k < DM_NUM_CLASSES; k++) res->flop_total += res->flop[p][k];
-    res->fwd_ms = median(fwd, reps);
-    res->bwd_ms = median(bwd, reps);
-    res->step_ms = median(stp, reps);
-    res->contr_ms = median(con, reps);
-    for (int k = 0; k < DM_NUM_CLASSES; k++) res->class_ms[k] = median(cls + k * reps, reps);
+    res->fwd_ms = median(s->fwd, reps);
+    res->bwd_ms = median(s->bwd, reps);
+    res->step_ms = median(s->stp, reps);
+    res->contr_ms = median(s->con, reps);
+    for (int k = 0; k < DM_NUM_CLASSES; k++) res->class_ms[k] = median(s->cls + k * reps, reps);
     res->gflops = res->step_ms > 0 ? res->flop_total / (res->step_ms * 1e-3) / 1e9 : 0.0;
+}
+
+/* Runs the schedules interleaved, repetition by repetition, so that both see the same
+ * machine state (frequency, other load) and their ratio is taken in one run. */
+static int run_schedules(const cli_config *c, const dm_schedule *which, int n, int warmup,
+                         int reps, result *res) {
+    sched_run s[2];
+    memset(s, 0, sizeof s);
+    int rc = -1;
+    for (int k = 0; k < n; k++)
+        if (sched_setup(c, which[k], reps, &s[k], &res[k])) goto done;
+    static const char *const phase_name[4] = {"warm-up", "rep", "profiled rep",
+                                              "contractions-alone rep"};
+    for (int phase = 0; phase < 4; phase++) {
+        int count = phase == 0 ? warmup : reps;
+        for (int r = (phase >= 2 ? -1 : 0); r < count; r++) /* phases 2, 3: one untimed first */
+            for (int k = 0; k < n; k++) {
+                progress(res[k].name, phase_name[phase], r + 1, count);
+                if (sched_rep(&s[k], phase, r)) goto done;
+            }
+    }
+    for (int k = 0; k < n; k++) sched_result(&s[k], reps, &res[k]);
     rc = 0;
 done:
-    dm_layer_free(layer);
-    free(buf);
+    for (int k = 0; k < n; k++) sched_free(&s[k]);
     return rc;
 }
 
@@ -410,10 +433,10 @@ int cmd_bench(int argc, char **argv) {
     result res[2];
     int nres = 0;
     memset(res, 0, sizeof res);
-    if ((which & 1) && run_schedule(&c, DM_SCHED_FUSED, warmup, reps, &res[nres++]))
-        return CLI_FAIL;
-    if ((which & 2) && run_schedule(&c, DM_SCHED_UNFUSED, warmup, reps, &res[nres++]))
-        return CLI_FAIL;
+    dm_schedule order[2];
+    if (which & 1) order[nres++] = DM_SCHED_FUSED;
+    if (which & 2) order[nres++] = DM_SCHED_UNFUSED;
+    if (run_schedules(&c, order, nres, warmup, reps, res)) return CLI_FAIL;
     if (json) return print_json(&c, res, nres, warmup, reps) ? CLI_FAIL : CLI_OK;
     print_table(&c, res, nres, warmup, reps);
     if (fflush(stdout) != 0) {
