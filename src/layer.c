@@ -234,9 +234,12 @@ dm_status dm_layer_run(dm_layer *L, int passes, unsigned class_mask) {
     for (int gi = 0; gi < L->plan.ngroups; gi++) {
         const dm_group *gr = &L->plan.groups[gi];
         if (!(passes & (gr->pass ? DM_PASS_BACKWARD : DM_PASS_FORWARD))) continue;
+        /* a batched group holds contractions and row ops: with only contractions asked
+         * for, it runs just its GEMMs */
+        int only_c = gr->nbatch > 1 && class_mask == (1u << DM_CLASS_CONTRACTION);
         if (!(class_mask & (1u << gr->cls))) continue;
         double t0 = L->profile ? omp_get_wtime() : 0;
-        DM_TRY(dm_cpu_exec_group(&L->ex, gi, L->cfg.seed));
+        DM_TRY(dm_cpu_exec_group(&L->ex, gi, L->cfg.seed, only_c));
         if (L->profile) {
             double dt = omp_get_wtime() - t0;
             L->prof[gr->pass][gr->cls] += dt;

@@ -98,11 +98,34 @@ int main(void) {
     EXPECT("BS", "attn_probs_dropout_bwd", "attn_softmax_bwd");
     EXPECT("BAIB", "qkv_bias_dbias");
     EXPECT("BEI", "grad_acc_hidden_states");
-    int nonc = 0;
-    for (int G = 0; G < F->plan.ngroups; G++) nonc += F->plan.groups[G].cls != DM_CLASS_CONTRACTION;
-    printf("  %d non-contraction groups fused from %d ops\n", nonc,
-           F->g.nop - (F->plan.ngroups - nonc));
+    /* beyond the paper: attention as batched groups over (b, h), contractions included */
+    EXPECT("ATTN-F", "attn_scores", "attn_mask", "attn_softmax", "attn_probs_dropout", "attn_context");
+    EXPECT("ATTN-B", "attn_context_dA", "attn_probs_dropout_bwd", "attn_softmax_bwd",
+           "attn_scores_dA", "attn_scores_dB");
+    int nonc = 0, nops = 0;
+    for (int G = 0; G < F->plan.ngroups; G++) {
+        int has = 0;
+        for (int k = 0; k < F->plan.groups[G].nops; k++) {
+            int rowop = F->g.op[F->plan.order[F->plan.groups[G].first + k]].kind != DM_OP_CONTRACT;
+            has |= rowop;
+            nops += rowop;
+        }
+        nonc += has;
+    }
+    printf("  %d groups hold the %d element-wise and normalization ops\n", nonc, nops);
     CHECK(nonc == 11);
+    /* the tensors a batched group keeps inside never get memory */
+    const char *tiles[4] = {"scores", "d_probs_drop", "d_probs", "d_scores_masked"};
+    for (int k = 0; k < 4; k++) {
+        int found = 0;
+        for (int t = 0; t < F->g.nt; t++)
+            if (!strcmp(F->g.t[t].name, tiles[k])) {
+                found = 1;
+                CHECK(!F->plan.in_memory[t]);
+                printf("  %-14s %s\n", tiles[k], F->plan.in_memory[t] ? "IN MEMORY" : "per-thread tile only");
+            }
+        CHECK(found);
+    }
 
     fill_inputs(F, 7);
     fill_inputs(U, 7);
@@ -151,7 +174,7 @@ int main(void) {
                 }
             }
         }
-        CHECK_OK(dm_cpu_exec_group(&F->ex, G, cfg.seed));
+        CHECK_OK(dm_cpu_exec_group(&F->ex, G, cfg.seed, 0));
         double worst = 0;
         int nout = 0;
         for (int r = 0; r < g->nt; r++) {

@@ -18,6 +18,32 @@ typedef uint64_t word;
 static int bit(const word *s, int i) { return (int)((s[i / WBITS] >> (i % WBITS)) & 1u); }
 static void set(word *s, int i) { s[i / WBITS] |= (word)1 << (i % WBITS); }
 
+/* Batch letters of a contraction: in both operands and the output, in the output's order.
+ * Returns their count (0 if none) and the product of their sizes in *nb. */
+static int batch_letters(const dm_graph *g, const dm_op *op, char out[4], int64_t *nb) {
+    char a[16], b[16], c[16];
+    int n = 0;
+    *nb = 1;
+    if (op->kind != DM_OP_CONTRACT ||
+        sscanf(op->spec, "%15[a-z],%15[a-z]->%15[a-z]", a, b, c) != 3)
+        return 0;
+    for (const char *p = c; *p; p++)
+        if (strchr(a, *p) && strchr(b, *p)) {
+            if (n >= 3) return 0;
+            out[n++] = *p;
+            *nb *= g->dim[*p - 'a'];
+        }
+    out[n] = 0;
+    return *nb > 1 ? n : 0;
+}
+
+/* Does root tensor t start with the batch letters, so that batch index bi's slice is the
+ * contiguous block bi * numel / nb? */
+static int batch_prefixed(const dm_graph *g, int t, const char *batch) {
+    size_t n = strlen(batch);
+    return g->t[t].base < 0 && strncmp(g->t[t].letters, batch, n) == 0;
+}
+
 /* Is op o's output `t` a column reduction (a vector accumulated over all rows)? */
 static int is_colreduce_out(const dm_op *o, int slot) {
     return o->kind == DM_OP_COLSUM || (o->kind == DM_OP_LAYERNORM_BWD && slot > 0);
@@ -109,6 +135,112 @@ dm_status dm_plan_build(const dm_graph *g, int fused, int no_reuse, dm_plan *pla
         gid[o] = chosen;
         set(mem + (size_t)chosen * nw, o);
     }
+    /* Second pass (fused only): batched groups. A contraction batched over letters
+     * (b, h) merges with the row groups it feeds or is fed by, when the tensor between
+     * them is laid out batch-outermost and the rows split evenly over the batch: the
+     * group then runs per batch index and the tensors it keeps inside are per-thread
+     * tiles (one (b, h) slice: the attention scores never reach memory). */
+    char (*gbatch)[4] = calloc((size_t)n, 4);
+    int64_t *gnb = calloc((size_t)n, sizeof(int64_t));
+    if (!gbatch || !gnb) {
+        free(gbatch);
+        free(gnb);
+        st = dm_fail(DM_ERR_OOM, "out of memory in the fusion pass");
+        goto done;
+    }
+    for (int o = 0; o < n && fused; o++) {
+        int64_t nb;
+        char bl[4];
+        if (batch_letters(g, &g->op[o], bl, &nb)) {
+            memcpy(gbatch[gid[o]], bl, 4);
+            gnb[gid[o]] = nb;
+        }
+    }
+    for (int o = 0; o < n && fused; o++) {
+        const dm_op *op = &g->op[o];
+        for (int k = 0; k < op->nin; k++) {
+            int r = dm_tensor_root(g, op->in[k]);
+            if (op->in[k] != r) continue; /* slices of other tensors: not tile-able */
+            for (int m = 0; m < nprod[r]; m++) {
+                int p = prod[r][m], G = gid[p], H = gid[o];
+                if (G == H || g->op[p].pass != op->pass) continue;
+                /* exactly one side is batched, or both with the same batch */
+                const char *bl = gnb[G] > 1 ? gbatch[G] : gbatch[H];
+                int64_t nb = gnb[G] > 1 ? gnb[G] : gnb[H];
+                if (nb <= 1) continue;
+                if ((gnb[G] > 1 && gnb[H] > 1) && (gnb[G] != gnb[H] || strcmp(gbatch[G], gbatch[H])))
+                    continue;
+                if (!batch_prefixed(g, r, bl)) continue;
+                /* every member of both groups: a contraction with this batch, or a row op
+                 * whose rows split over it and that reduces no columns */
+                int okm = 1;
+                for (int q = 0; q < n && okm; q++) {
+                    if (gid[q] != G && gid[q] != H) continue;
+                    const dm_op *qo = &g->op[q];
+                    if (qo->kind == DM_OP_CONTRACT) {
+                        int64_t qnb;
+                        char qb[4];
+                        okm = batch_letters(g, qo, qb, &qnb) && qnb == nb && !strcmp(qb, bl);
+                    } else {
+                        okm = qo->rows % nb == 0 && qo->kind != DM_OP_COLSUM &&
+                              qo->kind != DM_OP_LAYERNORM_BWD;
+                    }
+                }
+                /* no path G -> z -> H through an op z outside both */
+                const word *gm = mem + (size_t)G * nw;
+                for (int z = 0; z < n && okm; z++) {
+                    if (gid[z] == G || gid[z] == H) continue;
+                    const word *za = anc + (size_t)z * nw;
+                    int z_after_g = 0, h_after_z = 0;
+                    for (int w = 0; w < nw; w++) z_after_g |= (za[w] & gm[w]) != 0;
+                    for (int q = 0; q < n && z_after_g && !h_after_z; q++)
+                        if (gid[q] == H && bit(anc + (size_t)q * nw, z)) h_after_z = 1;
+                    if (z_after_g && h_after_z) okm = 0;
+                }
+                if (!okm) continue;
+                for (int q = 0; q < n; q++)
+                    if (gid[q] == H) {
+                        gid[q] = G;
+                        set(mem + (size_t)G * nw, q);
+                    }
+                memset(mem + (size_t)H * nw, 0, sizeof(word) * (size_t)nw);
+                memcpy(gbatch[G], bl, 4);
+                gnb[G] = nb;
+                gnb[H] = 0;
+            }
+        }
+    }
+    /* renumber the groups densely after the merges */
+    {
+        int *map = malloc(sizeof(int) * (size_t)(ng > 0 ? ng : 1));
+        char (*nbl)[4] = calloc((size_t)(ng > 0 ? ng : 1), 4);
+        int64_t *nnb = calloc((size_t)(ng > 0 ? ng : 1), sizeof(int64_t));
+        if (!map || !nbl || !nnb) {
+            free(map); free(nbl); free(nnb); free(gbatch); free(gnb);
+            st = dm_fail(DM_ERR_OOM, "out of memory in the fusion pass");
+            goto done;
+        }
+        for (int G = 0; G < ng; G++) map[G] = -1;
+        int m = 0;
+        for (int o = 0; o < n; o++)
+            if (map[gid[o]] < 0) {
+                map[gid[o]] = m;
+                memcpy(nbl[m], gbatch[gid[o]], 4);
+                nnb[m] = gnb[gid[o]];
+                m++;
+            }
+        memset(mem, 0, sizeof(word) * (size_t)n * (size_t)nw);
+        for (int o = 0; o < n; o++) {
+            gid[o] = map[gid[o]];
+            set(mem + (size_t)gid[o] * nw, o);
+        }
+        free(map);
+        free(gbatch);
+        free(gnb);
+        gbatch = nbl;
+        gnb = nnb;
+        ng = m;
+    }
     /* group DAG and topological order (ties: smallest first op) */
     plan->order = malloc(sizeof(int) * (size_t)n);
     plan->groups = calloc((size_t)ng, sizeof(dm_group));
@@ -142,6 +274,8 @@ dm_status dm_plan_build(const dm_graph *g, int fused, int no_reuse, dm_plan *pla
             if (!done_g[gid[o]] && indeg[gid[o]] == 0) pick = gid[o];
         if (pick < 0) {
             free(done_g);
+            free(gbatch);
+            free(gnb);
             st = dm_fail(DM_ERR_INTERNAL, "fusion produced a cycle between groups");
             goto done;
         }
@@ -162,6 +296,8 @@ dm_status dm_plan_build(const dm_graph *g, int fused, int no_reuse, dm_plan *pla
             if (g->op[o].kind != DM_OP_CONTRACT && g->op[o].cols > plan->max_cols)
                 plan->max_cols = (int)g->op[o].cols;
         }
+        gr->nbatch = gnb[pick] > 1 ? gnb[pick] : 0;
+        memcpy(gr->batch, gbatch[pick], 4);
         const word *pm = mem + (size_t)pick * nw;
         for (int G = 0; G < ng; G++) {
             if (done_g[G]) continue;
@@ -175,6 +311,8 @@ dm_status dm_plan_build(const dm_graph *g, int fused, int no_reuse, dm_plan *pla
         }
     }
     free(done_g);
+    free(gbatch);
+    free(gnb);
     plan->ngroups = ng;
     st = dm_plan_memory(plan, no_reuse);
 done:

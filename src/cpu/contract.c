@@ -106,6 +106,7 @@ dm_status dm_gemm_prepare(dm_gemm *gm, const dm_graph *g, const dm_op *op, float
         t1 = msz; msz = nsz; nsz = t1;
         pa = B;
         pb = A;
+        gm->swapped = 1;
     }
     int64_t ksz = k.size;
     int64_t lda, ldb, ldc = msz == 1 ? nsz : Cm;
@@ -145,7 +146,7 @@ dm_status dm_gemm_prepare(dm_gemm *gm, const dm_graph *g, const dm_op *op, float
     return DM_OK;
 }
 
-static void run_one(const dm_gemm *gm, int64_t bi) {
+void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, float *tileC) {
     int64_t oa = 0, ob = 0, oc = 0;
     for (int d = gm->nbd - 1; d >= 0; d--) {
         int64_t i = bi % gm->bsize[d];
@@ -154,10 +155,19 @@ static void run_one(const dm_gemm *gm, int64_t bi) {
         ob += i * gm->bsB[d];
         oc += i * gm->bsC[d];
     }
+    if (gm->swapped) {
+        float *t = tileA;
+        tileA = tileB;
+        tileB = t;
+    }
+    const float *a = tileA ? tileA : gm->A + oa, *b = tileB ? tileB : gm->B + ob;
+    float *c = tileC ? tileC : gm->C + oc;
     cblas_sgemm(CblasRowMajor, gm->transA ? CblasTrans : CblasNoTrans,
-                gm->transB ? CblasTrans : CblasNoTrans, gm->m, gm->n, gm->k, gm->alpha,
-                gm->A + oa, gm->lda, gm->B + ob, gm->ldb, gm->beta, gm->C + oc, gm->ldc);
+                gm->transB ? CblasTrans : CblasNoTrans, gm->m, gm->n, gm->k, gm->alpha, a,
+                gm->lda, b, gm->ldb, gm->beta, c, gm->ldc);
 }
+
+static void run_one(const dm_gemm *gm, int64_t bi) { dm_gemm_run_one(gm, bi, NULL, NULL, NULL); }
 
 /* cblas_sgemm returns nothing: arguments are validated in dm_gemm_prepare, and OpenBLAS
  * reports argument errors through xerbla, which prepare's checks rule out. */

@@ -15,6 +15,7 @@ typedef struct {
     int64_t bsize[DM_MAX_DIMS], bsA[DM_MAX_DIMS], bsB[DM_MAX_DIMS], bsC[DM_MAX_DIMS];
     int64_t nbatch;
     int parallel_batch; /* OpenMP over the batch, single-threaded BLAS inside */
+    int swapped;        /* A and B were exchanged (C^T = B^T A^T) */
 } dm_gemm;
 
 /* Maps op (a DM_OP_CONTRACT) with operands at A, B, C (laid out as their tensors say)
@@ -22,6 +23,9 @@ typedef struct {
 dm_status dm_gemm_prepare(dm_gemm *gm, const dm_graph *g, const dm_op *op, float *A, float *B,
                           float *C);
 dm_status dm_gemm_run(const dm_gemm *gm);
+/* One batch index; a non-NULL tile replaces that operand (original order: the spec's
+ * first input, second input, output) for this index, without batch offset. */
+void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, float *tileC);
 /* Reference: the same contraction by loops in double (for the tests). */
 void dm_gemm_ref(const dm_graph *g, const dm_op *op, const float *A, const float *B, float *C);
 

@@ -47,11 +47,27 @@ void dm_cpu_row(const dm_row *rw) {
     else dm_cpu_eltwise_row(rw);
 }
 
+static float g_tile_placeholder[1]; /* operand address for GEMM tiles (replaced per call) */
+
+/* Scratch slot of an internal tensor: per-thread rows (row groups) or tiles (batched
+ * groups); `need` floats each. Returns the float offset of the slot. */
+static int64_t scratch_slot(int *slot_t, int64_t *slot_off, int *nsl, int64_t *used, int r,
+                            int64_t need) {
+    for (int q = 0; q < *nsl; q++)
+        if (slot_t[q] == r) return slot_off[q];
+    slot_t[*nsl] = r;
+    slot_off[*nsl] = *used;
+    (*nsl)++;
+    *used += (need + 15) / 16 * 16;
+    return slot_off[*nsl - 1];
+}
+
 static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, char *arena) {
     const dm_graph *g = plan->g;
     const dm_group *gr = eg->gr;
     const dm_op *first = &g->op[plan->order[gr->first]];
-    if (first->kind == DM_OP_CONTRACT) {
+    int64_t nb = gr->nbatch > 1 ? gr->nbatch : 0;
+    if (first->kind == DM_OP_CONTRACT && gr->nops == 1 && !nb) {
         eg->contract = 1;
         float *A = dm_cpu_tensor_ptr(plan, arena, first->in[0]);
         float *B = dm_cpu_tensor_ptr(plan, arena, first->in[1]);
@@ -62,14 +78,39 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
     eg->ops = calloc((size_t)gr->nops, sizeof(dm_exop));
     if (!eg->ops) return dm_fail(DM_ERR_OOM, "out of memory preparing the plan");
     eg->nops = gr->nops;
-    int scratch_t[DM_MAX_IN * 64];
+    eg->nbatch = nb;
+    int slot_t[DM_MAX_IN * 64];
+    int64_t slot_off[DM_MAX_IN * 64];
     int nsl = 0;
-    int64_t cols = gr->cols, rows = gr->rows;
-    int64_t acc_used = 0;
+    int64_t used = 0, acc_used = 0;
+    int64_t rowsz = (ex->max_cols + 15) / 16 * 16;
     for (int k = 0; k < gr->nops; k++) {
         const dm_op *op = &g->op[plan->order[gr->first + k]];
         dm_exop *x = &eg->ops[k];
         x->op = op;
+        if (op->kind == DM_OP_CONTRACT) {
+            /* a batched contraction inside a batched group: tiles for internal operands */
+            float *p[3];
+            int ts[3] = {op->in[0], op->in[1], op->out[0]};
+            for (int s = 0; s < 3; s++) {
+                int r = dm_tensor_root(g, ts[s]);
+                if (plan->in_memory[r]) {
+                    p[s] = dm_cpu_tensor_ptr(plan, arena, ts[s]);
+                    x->tile[s] = -1;
+                } else {
+                    if (nsl >= (int)(sizeof slot_t / sizeof slot_t[0]))
+                        return dm_fail(DM_ERR_INTERNAL, "too many scratch tiles");
+                    p[s] = g_tile_placeholder;
+                    x->tile[s] = scratch_slot(slot_t, slot_off, &nsl, &used, r, g->t[r].numel / nb);
+                }
+            }
+            DM_TRY(dm_gemm_prepare(&x->gemm, g, op, p[0], p[1], p[2]));
+            if (x->gemm.nbatch != nb)
+                return dm_fail(DM_ERR_INTERNAL, "%s: batch %lld does not match its group's %lld",
+                               op->name, (long long)x->gemm.nbatch, (long long)nb);
+            continue;
+        }
+        int64_t cols = op->cols, rows = nb ? op->rows / nb : 1; /* rows of one scratch unit */
         for (int io = 0; io < 2; io++) {
             int n = io ? op->nout : op->nin;
             for (int s = 0; s < n; s++) {
@@ -78,8 +119,8 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
                 d->kind = io ? dm_arg_out(op->kind, s) : dm_arg_in(op->kind, s);
                 int r = dm_tensor_root(g, t);
                 if (d->kind == DM_ARG_COLACC) {
-                    if (eg->nacc >= (int)(sizeof eg->acc_dst / sizeof eg->acc_dst[0]))
-                        return dm_fail(DM_ERR_INTERNAL, "too many column reductions in a group");
+                    if (eg->nacc >= (int)(sizeof eg->acc_dst / sizeof eg->acc_dst[0]) || nb)
+                        return dm_fail(DM_ERR_INTERNAL, "%s: column reduction not supported here", op->name);
                     d->slot = acc_used;
                     eg->acc_dst[eg->nacc] = dm_cpu_tensor_ptr(plan, arena, t);
                     eg->acc_slot[eg->nacc] = acc_used;
@@ -90,13 +131,13 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
                     acc_used += (cols + 15) / 16 * 16;
                     continue;
                 }
-                int64_t need = d->kind == DM_ARG_ROWSCALAR ? rows : d->kind == DM_ARG_COLVEC ? cols : 0;
-                if (d->kind == DM_ARG_FULL) need = rows * cols;
+                int64_t need = d->kind == DM_ARG_ROWSCALAR ? op->rows : d->kind == DM_ARG_COLVEC ? cols : 0;
+                if (d->kind == DM_ARG_FULL) need = op->rows * cols;
                 if (d->kind == DM_ARG_GROUPED) {
                     int64_t G = g->t[t].numel / cols;
-                    if (G < 1 || g->t[t].numel % cols || rows % G)
+                    if (G < 1 || g->t[t].numel % cols || op->rows % G)
                         return dm_fail(DM_ERR_INTERNAL, "%s: operand %s does not tile the rows", op->name, g->t[t].name);
-                    d->rdiv = rows / G;
+                    d->rdiv = op->rows / G;
                     need = g->t[t].numel;
                 }
                 if (g->t[t].numel != need)
@@ -107,26 +148,20 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
                     if (!d->base) return dm_fail(DM_ERR_INTERNAL, "%s: %s has no memory", op->name, g->t[t].name);
                     continue;
                 }
+                if (nsl >= (int)(sizeof slot_t / sizeof slot_t[0]))
+                    return dm_fail(DM_ERR_INTERNAL, "too many scratch rows");
                 d->scratch = 1;
-                int sl = -1;
-                for (int q = 0; q < nsl; q++)
-                    if (scratch_t[q] == r) sl = q;
-                if (sl < 0) {
-                    if (nsl >= (int)(sizeof scratch_t / sizeof scratch_t[0]))
-                        return dm_fail(DM_ERR_INTERNAL, "too many scratch rows");
-                    sl = nsl;
-                    scratch_t[nsl++] = r;
-                }
-                d->slot = (int64_t)sl * ((ex->max_cols + 15) / 16 * 16);
+                /* a row (row groups) or this batch index's tile (batched groups) */
+                int64_t unit = nb ? (d->kind == DM_ARG_ROWSCALAR ? rows : rows * cols) : rowsz;
+                d->slot = scratch_slot(slot_t, slot_off, &nsl, &used, r, unit);
             }
         }
     }
-    int64_t rowsz = (ex->max_cols + 15) / 16 * 16;
     for (int k = 0; k < eg->nops; k++)
         for (int s = 0; s < eg->ops[k].op->nout; s++)
-            if (eg->ops[k].out[s].kind == DM_ARG_COLACC) eg->ops[k].out[s].slot += nsl * rowsz;
-    for (int a = 0; a < eg->nacc; a++) eg->acc_slot[a] += nsl * rowsz;
-    eg->scratch_floats = nsl * rowsz + acc_used;
+            if (eg->ops[k].out[s].kind == DM_ARG_COLACC) eg->ops[k].out[s].slot += used;
+    for (int a = 0; a < eg->nacc; a++) eg->acc_slot[a] += used;
+    eg->scratch_floats = used + acc_used;
     return DM_OK;
 }
 
@@ -168,8 +203,9 @@ void dm_cpu_exec_free(dm_cpu_exec *ex) {
     memset(ex, 0, sizeof *ex);
 }
 
-static inline float *resolve(const dm_operand *d, float *scr, int64_t r, int64_t cols) {
-    if (d->scratch) return scr + d->slot;
+/* r: the global row; rl: the row within this scratch unit (0 in row groups). */
+static inline float *resolve(const dm_operand *d, float *scr, int64_t r, int64_t rl, int64_t cols) {
+    if (d->scratch) return scr + d->slot + (d->kind == DM_ARG_ROWSCALAR ? rl : rl * cols);
     switch (d->kind) {
     case DM_ARG_FULL: return d->base + r * cols;
     case DM_ARG_COLVEC: return d->base;
@@ -180,9 +216,46 @@ static inline float *resolve(const dm_operand *d, float *scr, int64_t r, int64_t
     return NULL;
 }
 
-dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed) {
+/* A batched group: each thread takes batch indices; for each it runs the group's ops in
+ * order, GEMMs single-threaded on that index's slices, row ops on that index's rows;
+ * internal tensors are that thread's tiles. only_contractions skips the row ops. */
+static dm_status exec_batched(const dm_cpu_exec *ex, const dm_exgroup *eg, uint64_t seed,
+                              int only_contractions) {
+#pragma omp parallel num_threads(ex->nthreads)
+    {
+        int tid = omp_get_thread_num();
+        float *scr = ex->scratch + (int64_t)tid * ex->per_thread;
+        dm_row rw = {.seed = seed, .words = ex->words + (int64_t)tid * ex->max_cols};
+#pragma omp for schedule(static)
+        for (int64_t bi = 0; bi < eg->nbatch; bi++) {
+            for (int k = 0; k < eg->nops; k++) {
+                const dm_exop *x = &eg->ops[k];
+                if (x->op->kind == DM_OP_CONTRACT) {
+                    dm_gemm_run_one(&x->gemm, bi, x->tile[0] >= 0 ? scr + x->tile[0] : NULL,
+                                    x->tile[1] >= 0 ? scr + x->tile[1] : NULL,
+                                    x->tile[2] >= 0 ? scr + x->tile[2] : NULL);
+                    continue;
+                }
+                if (only_contractions) continue;
+                int64_t cols = x->op->cols, rp = x->op->rows / eg->nbatch, r0 = bi * rp;
+                rw.op = x->op;
+                rw.cols = cols;
+                for (int64_t r = r0; r < r0 + rp; r++) {
+                    rw.r = r;
+                    for (int s = 0; s < x->op->nin; s++) rw.in[s] = resolve(&x->in[s], scr, r, r - r0, cols);
+                    for (int s = 0; s < x->op->nout; s++) rw.out[s] = resolve(&x->out[s], scr, r, r - r0, cols);
+                    dm_cpu_row(&rw);
+                }
+            }
+        }
+    }
+    return DM_OK;
+}
+
+dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions) {
     const dm_exgroup *eg = &ex->groups[gi];
     if (eg->contract) return dm_gemm_run(&eg->gemm);
+    if (eg->nbatch > 1) return exec_batched(ex, eg, seed, only_contractions);
     int64_t rows = eg->gr->rows, cols = eg->gr->cols;
 #pragma omp parallel num_threads(ex->nthreads)
     {
@@ -196,8 +269,8 @@ dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed) {
             for (int k = 0; k < eg->nops; k++) {
                 const dm_exop *x = &eg->ops[k];
                 rw.op = x->op;
-                for (int s = 0; s < x->op->nin; s++) rw.in[s] = resolve(&x->in[s], scr, r, cols);
-                for (int s = 0; s < x->op->nout; s++) rw.out[s] = resolve(&x->out[s], scr, r, cols);
+                for (int s = 0; s < x->op->nin; s++) rw.in[s] = resolve(&x->in[s], scr, r, 0, cols);
+                for (int s = 0; s < x->op->nout; s++) rw.out[s] = resolve(&x->out[s], scr, r, 0, cols);
                 dm_cpu_row(&rw);
             }
         }

@@ -19,11 +19,14 @@ typedef struct {
 typedef struct {
     const dm_op *op;
     dm_operand in[DM_MAX_IN], out[DM_MAX_OUT];
+    dm_gemm gemm;    /* contractions inside a batched group */
+    int64_t tile[3]; /* their operands (A, B, C): scratch tile offset, or -1 in memory */
 } dm_exop;
 
 typedef struct {
     const dm_group *gr;
-    int contract;
+    int contract;     /* a lone contraction: gemm */
+    int64_t nbatch;   /* > 1: a batched group */
     dm_gemm gemm;
     dm_exop *ops;
     int nops;
@@ -46,7 +49,8 @@ typedef struct {
 /* Resolves every operand of the plan to arena addresses and prepares the GEMM calls. */
 dm_status dm_cpu_exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads);
 void dm_cpu_exec_free(dm_cpu_exec *ex);
-dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed);
+/* only_contractions: run just the GEMMs (the "contractions alone" floor). */
+dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions);
 /* The address of tensor t in the arena (views included), or NULL if not materialized. */
 float *dm_cpu_tensor_ptr(const dm_plan *plan, char *arena, int t);
 

@@ -12,6 +12,13 @@
 
 #define ALIGN 64
 
+/* Inside a batched group, a root laid out batch-outermost can be a per-thread tile. */
+static int tileable(const dm_graph *g, const dm_group *gr, int r) {
+    size_t n = strlen(gr->batch);
+    return gr->nbatch > 1 && g->t[r].base < 0 && g->t[r].role == DM_ROLE_ACT &&
+           strncmp(g->t[r].letters, gr->batch, n) == 0;
+}
+
 typedef struct {
     int t;
     int64_t first, last; /* group indices */
@@ -57,6 +64,7 @@ dm_status dm_plan_memory(dm_plan *plan, int no_reuse) {
                 if (last[r] < G) last[r] = G;
                 if (owner[r] >= 0 && owner[r] != G) plan->in_memory[r] = 1; /* several writers */
                 owner[r] = G;
+                if (contr && tileable(g, gr, r)) continue; /* decided by its readers */
                 if (contr || g->t[r].numel != op->rows * op->cols) {
                     /* contraction results, column reductions and per-row statistics that
                      * leave the group are materialized; per-row stats used only inside
@@ -76,7 +84,8 @@ dm_status dm_plan_memory(dm_plan *plan, int no_reuse) {
                 int r = dm_tensor_root(g, op->in[s]);
                 if (last[r] < G) last[r] = G;
                 if (first[r] > G) first[r] = G;
-                if (op->kind == DM_OP_CONTRACT || owner[r] != G) plan->in_memory[r] = 1;
+                if ((op->kind == DM_OP_CONTRACT && !tileable(g, gr, r)) || owner[r] != G)
+                    plan->in_memory[r] = 1;
             }
         }
     }

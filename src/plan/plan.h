@@ -15,6 +15,9 @@ typedef struct {
     int pass;         /* 0 forward, 1 backward */
     dm_op_class cls;  /* contraction; else normalization if any op is; else elementwise */
     int64_t rows, cols;
+    int64_t nbatch;   /* > 1: a batched group (contractions and row ops, run per batch
+                       * index of `batch`, intermediates as per-thread tiles) */
+    char batch[4];    /* the batch letters, outermost first (e.g. "bh") */
 } dm_group;
 
 typedef struct {
