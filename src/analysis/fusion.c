@@ -59,9 +59,8 @@ dm_status dm_plan_build(const dm_graph *g, int fused, int no_reuse, dm_plan *pla
     int *nprod = calloc((size_t)nt, sizeof(int));
     word *anc = calloc((size_t)n * (size_t)nw, sizeof(word));   /* ancestors of each op */
     word *mem = calloc((size_t)n * (size_t)nw, sizeof(word));   /* members of each group */
-    int *gorder = malloc(sizeof(int) * (size_t)n);
     int *indeg = calloc((size_t)n, sizeof(int));
-    if (!gid || !prod || !nprod || !anc || !mem || !gorder || !indeg) {
+    if (!gid || !prod || !nprod || !anc || !mem || !indeg) {
         st = dm_fail(DM_ERR_OOM, "out of memory in the fusion pass");
         goto done;
     }
@@ -322,7 +321,6 @@ done:
     free(nprod);
     free(anc);
     free(mem);
-    free(gorder);
     free(indeg);
     free(gid);
     if (st != DM_OK) dm_plan_free(plan);

@@ -28,7 +28,10 @@ static int grad_slot(ad_ctx *c, int t) {
         char letters[DM_MAX_DIMS + 1];
         memcpy(letters, g->t[t].letters, sizeof letters);
         dm_role role = g->t[t].role == DM_ROLE_PARAM ? DM_ROLE_PARAM_GRAD : DM_ROLE_ACT;
-        if (grad_of(c, t) >= 0) snprintf(name, sizeof name, "d_%s_part", g->t[t].name);
+        if (grad_of(c, t) >= 0) { /* a second contribution: a temporary, summed below */
+            snprintf(name, sizeof name, "d_%s_part", g->t[t].name);
+            role = DM_ROLE_ACT;
+        }
         int id = dm_graph_tensor(g, name, letters, role);
         if (id >= 0) g->t[id].pass = 1;
         return id;
@@ -60,7 +63,6 @@ static int grad_slot(ad_ctx *c, int t) {
 static dm_status grad_add(ad_ctx *c, int t, int gt) {
     dm_graph *g = c->g;
     int old = grad_of(c, t);
-    if (getenv("DM_DEBUG_AD")) fprintf(stderr, "grad_add %s <- %s\n", g->t[t].name, g->t[gt].name);
     if (old < 0) {
         c->grad[t] = gt;
         return DM_OK;
@@ -69,7 +71,13 @@ static dm_status grad_add(ad_ctx *c, int t, int gt) {
         return dm_fail(DM_ERR_INTERNAL, "autodiff: view %s reached twice (%d, %d)", g->t[t].name, old, gt);
     char name[DM_NAME_LEN];
     snprintf(name, sizeof name, "d_%s_sum", g->t[t].name);
-    int sum = dm_graph_tensor(g, name, g->t[t].letters, DM_ROLE_ACT);
+    if (g->t[t].role == DM_ROLE_PARAM)
+        return dm_fail(DM_ERR_UNSUPPORTED, "autodiff: parameter %s is used by two operators "
+                       "(gradient accumulation of shared parameters is not supported yet)",
+                       g->t[t].name);
+    char letters[DM_MAX_DIMS + 1];
+    memcpy(letters, g->t[t].letters, sizeof letters); /* g->t may move */
+    int sum = dm_graph_tensor(g, name, letters, DM_ROLE_ACT);
     if (sum < 0) return DM_ERR_OOM;
     g->t[sum].pass = 1;
     dm_op op = {.kind = DM_OP_ADD, .pass = 1, .nin = 2, .nout = 1};
