@@ -80,7 +80,7 @@ static void run(dm_op_kind kind, int nin, int nout, int64_t R, int64_t C, dm_act
         CHECK(ok);
         if (!ok || (R == 6 && C == 33))
             printf("  %-14s %-9s rows %3lld cols %4lld out %d: rel.err %.2e %s\n", dm_op_kind_name(kind),
-                   kind == DM_OP_ACT || kind == DM_OP_ACT_GRAD ? dm_act_name(act) : "",
+                   kind == DM_OP_ACT || kind == DM_OP_ACT_BWD ? dm_act_name(act) : "",
                    (long long)R, (long long)C, s, e, ok ? "ok" : "FAIL");
         free(out[s]);
         free(ref[s]);
@@ -95,7 +95,6 @@ int main(void) {
         int64_t R = shapes[k][0], C = shapes[k][1];
         run(DM_OP_BIAS_ADD, 2, 1, R, C, 0, 0);
         run(DM_OP_ADD, 2, 1, R, C, 0, 0);
-        run(DM_OP_MUL, 2, 1, R, C, 0, 0);
         run(DM_OP_MASK_ADD, 2, 1, R, C, 0, 0);
         for (int p = 0; p < 3; p++) {
             double pp = p == 0 ? 0.0 : p == 1 ? 0.1 : 0.5;
@@ -104,7 +103,7 @@ int main(void) {
         }
         for (int a = 0; a < 3; a++) {
             run(DM_OP_ACT, 1, 1, R, C, (dm_act)a, 0);
-            run(DM_OP_ACT_GRAD, 1, 1, R, C, (dm_act)a, 0);
+            run(DM_OP_ACT_BWD, 2, 1, R, C, (dm_act)a, 0);
         }
         if (C > 1) run(DM_OP_SOFTMAX, 1, 1, R, C, 0, 0);
         run(DM_OP_SOFTMAX_BWD, 2, 1, R, C, 0, 0);

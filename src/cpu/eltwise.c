@@ -31,9 +31,6 @@ void dm_cpu_eltwise_row(const dm_row *rw) {
     case DM_OP_ADD:
         for (int64_t c = 0; c < n; c++) y[c] = a[c] + b[c];
         break;
-    case DM_OP_MUL:
-        for (int64_t c = 0; c < n; c++) y[c] = a[c] * b[c];
-        break;
     case DM_OP_MASK_ADD: /* as Hugging Face: scores + (1 - mask) * finfo.min */
         for (int64_t c = 0; c < n; c++) y[c] = a[c] + (1.0f - b[c]) * -FLT_MAX;
         break;
@@ -55,17 +52,17 @@ void dm_cpu_eltwise_row(const dm_row *rw) {
         }
         break;
     }
-    case DM_OP_ACT_GRAD: { /* act'(x) */
+    case DM_OP_ACT_BWD: { /* in: dy, x */
         dm_act act = rw->op->act;
         if (act == DM_ACT_RELU) {
 #pragma omp simd
-            for (int64_t c = 0; c < n; c++) y[c] = dm_relu_grad(a[c]);
+            for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_relu_grad(b[c]);
         } else if (act == DM_ACT_GELU_TANH) {
 #pragma omp simd
-            for (int64_t c = 0; c < n; c++) y[c] = dm_gelu_tanh_grad(a[c]);
+            for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_gelu_tanh_grad(b[c]);
         } else {
 #pragma omp simd
-            for (int64_t c = 0; c < n; c++) y[c] = dm_gelu_erf_grad(a[c]);
+            for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_gelu_erf_grad(b[c]);
         }
         break;
     }

@@ -58,11 +58,8 @@ void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float 
     case DM_OP_ACT:
         for (int64_t e = 0; e < R * C; e++) out[0][e] = (float)act_ref(a[e], op->act);
         break;
-    case DM_OP_ACT_GRAD:
-        for (int64_t e = 0; e < R * C; e++) out[0][e] = (float)act_grad_ref(a[e], op->act);
-        break;
-    case DM_OP_MUL:
-        for (int64_t e = 0; e < R * C; e++) out[0][e] = (float)((double)a[e] * b[e]);
+    case DM_OP_ACT_BWD:
+        for (int64_t e = 0; e < R * C; e++) out[0][e] = (float)(a[e] * act_grad_ref(b[e], op->act));
         break;
     case DM_OP_SOFTMAX:
         for (int64_t r = 0; r < R; r++) {

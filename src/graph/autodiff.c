@@ -186,26 +186,9 @@ static dm_status rule(ad_ctx *c, const dm_op *f) {
             m.kind = DM_OP_DROPOUT_BWD;
             m.nin = 1;
         } else {
-            /* act'(x) is computed in the forward pass, beside act(x) (the same group once
-             * fused: x is in registers there); backward is then one multiply, and x
-             * itself need not be kept for backward */
-            char gname[DM_NAME_LEN], xl[DM_MAX_DIMS + 1];
-            snprintf(gname, sizeof gname, "%s_grad", g->t[f->out[0]].name);
-            memcpy(xl, g->t[x].letters, sizeof xl);
-            int gp = dm_graph_tensor(g, gname, xl, DM_ROLE_ACT);
-            if (gp < 0) return DM_ERR_OOM;
-            dm_op d = b;
-            d.pass = 0;
-            d.kind = DM_OP_ACT_GRAD;
-            d.nin = 1;
-            d.nout = 1;
-            d.in[0] = x;
-            d.out[0] = gp;
-            snprintf(d.name, sizeof d.name, "%s_grad", f->name);
-            DM_TRY(emit(c, &d));
-            m.kind = DM_OP_MUL;
+            m.kind = DM_OP_ACT_BWD;
             m.nin = 2;
-            m.in[1] = gp;
+            m.in[1] = x;
         }
         snprintf(m.name, sizeof m.name, "%s_bwd", f->name);
         DM_TRY(emit(c, &m));
