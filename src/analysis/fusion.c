@@ -269,8 +269,11 @@ dm_status dm_plan_build(const dm_graph *g, int fused, int no_reuse, dm_plan *pla
     int pos = 0;
     for (int step = 0; step < ng; step++) {
         int pick = -1;
-        for (int o = 0; o < n && pick < 0; o++)
-            if (!done_g[gid[o]] && indeg[gid[o]] == 0) pick = gid[o];
+        /* the forward pass first: forward() runs exactly the pass-0 groups, and liveness
+         * is planned in this order */
+        for (int pass = 0; pass < 2 && pick < 0; pass++)
+            for (int o = 0; o < n && pick < 0; o++)
+                if (!done_g[gid[o]] && indeg[gid[o]] == 0 && g->op[o].pass == pass) pick = gid[o];
         if (pick < 0) {
             free(done_g);
             free(gbatch);
