@@ -19,10 +19,16 @@ ifeq ($(wildcard /usr/include/cjson/cJSON.h),)
 $(error cJSON not found: apt-get install libcjson-dev)
 endif
 LDLIBS += -lcjson
+# expat: the SVG test parses the roofline chart (tests/test_analysis.c)
+ifeq ($(wildcard /usr/include/expat.h),)
+$(error expat not found: apt-get install libexpat1-dev)
+endif
+LDLIBS += -lexpat
 NVCC := $(shell command -v nvcc 2>/dev/null)
 
 $(info dmove build: BLAS  $(BLAS_LIB) (OpenBLAS, OpenMP build))
 $(info dmove build: cJSON /usr/include/cjson)
+$(info dmove build: expat /usr/include/expat.h (SVG test))
 $(info dmove build: OpenMP via -fopenmp ($(CC)))
 $(info dmove build: CUDA  $(if $(NVCC),$(NVCC) found (CUDA backend: see issue 5),not found: CPU backend only))
 
@@ -63,9 +69,10 @@ test: $(BUILD)/dmove $(TEST_BIN)
 
 # Parsers and the CLI's error paths under AddressSanitizer and UBSan.
 test-asan:
-	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory BUILD=build-asan build-asan/dmove build-asan/tests/test_safetensors
+	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory BUILD=build-asan build-asan/dmove build-asan/tests/test_safetensors build-asan/tests/test_analysis
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/tests/test_safetensors
-	@set -e; for s in tests/test_cli_errors.sh; do [ -e "$$s" ] || continue; echo "== $$s (asan)"; DMOVE=build-asan/dmove ASAN_OPTIONS=detect_leaks=1 sh $$s; done
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/tests/test_analysis
+	@set -e; for s in tests/test_cli_errors.sh tests/test_analyze_cli.sh; do [ -e "$$s" ] || continue; echo "== $$s (asan)"; DMOVE=build-asan/dmove ASAN_OPTIONS=detect_leaks=1 sh $$s; done
 
 clean:
 	rm -rf build build-asan

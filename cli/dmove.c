@@ -1,9 +1,10 @@
-/* dmove.c: the dmove command: dispatches its subcommands (layer, bench, example, help,
- * --version). Usage errors exit 2, runtime and input errors 1. */
+/* dmove.c: the dmove command: dispatches its subcommands (layer, bench, example, analyze,
+ * probe, help, --version). Usage errors exit 2, runtime and input errors 1. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli_common.h"
+#include "cmd_analysis.h"
 
 static const struct {
     const char *name;
@@ -13,6 +14,8 @@ static const struct {
     {"layer", cmd_layer, "one training step of a BERT encoder layer on your tensors"},
     {"bench", cmd_bench, "time the training step, fused vs unfused, per operator class"},
     {"example", cmd_example, "write a random input file for `dmove layer`"},
+    {"analyze", cmd_analyze, "per-operator flop, bytes, roofline bound; unfused vs fused bytes"},
+    {"probe", cmd_probe, "measure this CPU (bandwidth, SGEMM, vector rate) for analyze"},
 };
 enum { NUM_CMDS = (int)(sizeof k_cmds / sizeof k_cmds[0]) };
 

@@ -1,0 +1,148 @@
+/* cost.c: the cost model (cost.h): flop and bytes per operator and per fused group, the
+ * roofline bound and predicted time of each on a device model, per-class shares and the
+ * unfused vs fused bytes of the whole step. Nothing here allocates tensors, so a
+ * BERT-large analysis is instant. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis/cost.h"
+#include "core/status.h"
+
+const char *dm_dtype_name(int dtype_bytes) { return dtype_bytes >= 4 ? "fp32" : "bf16/fp16"; }
+
+void dm_cost_op_io(const dm_graph *g, const dm_op *op, int dtype_bytes, double *rd, double *wr) {
+    double r = 0, w = 0;
+    for (int i = 0; i < op->nin; i++) {
+        int dup = 0;
+        for (int k = 0; k < i; k++) dup |= op->in[k] == op->in[i];
+        if (!dup) r += (double)g->t[op->in[i]].numel * dtype_bytes;
+    }
+    for (int i = 0; i < op->nout; i++) w += (double)g->t[op->out[i]].numel * dtype_bytes;
+    *rd = r;
+    *wr = w;
+}
+
+/* Is tensor t written inside the group: itself, or its whole root? */
+static int written_in(const dm_graph *g, const int *wt, int nw, int t) {
+    int root = dm_tensor_root(g, t);
+    for (int k = 0; k < nw; k++)
+        if (wt[k] == t || wt[k] == root) return 1;
+    return 0;
+}
+
+static int listed(const int *v, int n, int x) {
+    for (int k = 0; k < n; k++)
+        if (v[k] == x) return 1;
+    return 0;
+}
+
+void dm_cost_group_io(const dm_plan *plan, int G, int dtype_bytes, double *rd, double *wr) {
+    const dm_graph *g = plan->g;
+    const dm_group *gr = &plan->groups[G];
+    int cap = gr->nops * (DM_MAX_IN + DM_MAX_OUT);
+    int *wt = malloc(sizeof(int) * (size_t)(cap > 0 ? cap : 1)); /* written tensors */
+    int *seen = malloc(sizeof(int) * (size_t)(cap > 0 ? cap : 1));
+    double r = 0, w = 0;
+    if (!wt || !seen) { /* a few ints: report nothing rather than crash */
+        free(wt);
+        free(seen);
+        *rd = *wr = 0;
+        return;
+    }
+    int nw = 0, ns = 0;
+    for (int k = 0; k < gr->nops; k++) {
+        const dm_op *op = &g->op[plan->order[gr->first + k]];
+        for (int s = 0; s < op->nout; s++)
+            if (!listed(wt, nw, op->out[s])) wt[nw++] = op->out[s];
+    }
+    for (int k = 0; k < nw; k++)
+        if (plan->in_memory[dm_tensor_root(g, wt[k])]) w += (double)g->t[wt[k]].numel * dtype_bytes;
+    for (int k = 0; k < gr->nops; k++) {
+        const dm_op *op = &g->op[plan->order[gr->first + k]];
+        for (int s = 0; s < op->nin; s++) {
+            int t = op->in[s];
+            if (listed(seen, ns, t) || written_in(g, wt, nw, t)) continue;
+            seen[ns++] = t;
+            r += (double)g->t[t].numel * dtype_bytes;
+        }
+    }
+    free(wt);
+    free(seen);
+    *rd = r;
+    *wr = w;
+}
+
+static double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_device *dev,
+                          int dtype_bytes, dm_cost_report *r) {
+    if (!g || !fused || !dev || !r) return dm_fail(DM_ERR_INVALID_ARG, "dm_cost_analyze: NULL");
+    if (dtype_bytes != 2 && dtype_bytes != 4)
+        return dm_fail(DM_ERR_INVALID_ARG, "dtype size must be 4 (fp32) or 2 (bf16/fp16)");
+    if (dev->bandwidth <= 0 || dev->vector_flops <= 0 || dm_device_contract_peak(dev, dtype_bytes) <= 0)
+        return dm_fail(DM_ERR_INVALID_ARG, "device '%s' has no positive rates", dev->name);
+    memset(r, 0, sizeof *r);
+    r->dev = *dev;
+    r->dtype_bytes = dtype_bytes;
+    r->nops = g->nop;
+    r->ngroups = fused->ngroups;
+    r->ops = calloc((size_t)(g->nop > 0 ? g->nop : 1), sizeof *r->ops);
+    r->groups = calloc((size_t)(fused->ngroups > 0 ? fused->ngroups : 1), sizeof *r->groups);
+    if (!r->ops || !r->groups) {
+        dm_cost_free(r);
+        return dm_fail(DM_ERR_OOM, "out of memory in the cost model");
+    }
+    double pc = dm_device_contract_peak(dev, dtype_bytes), pv = dm_device_vector_peak(dev, dtype_bytes);
+    for (int o = 0; o < g->nop; o++) {
+        const dm_op *op = &g->op[o];
+        dm_op_cost *c = &r->ops[o];
+        c->op = o;
+        c->cls = dm_op_kind_class(op->kind);
+        c->pass = op->pass;
+        c->flop = dm_op_flop(g, op);
+        dm_cost_op_io(g, op, dtype_bytes, &c->bytes_read, &c->bytes_written);
+        c->bytes = c->bytes_read + c->bytes_written;
+        c->intensity = safe_div(c->flop, c->bytes);
+        c->peak = c->cls == DM_CLASS_CONTRACTION ? pc : pv;
+        c->t_compute = c->flop / c->peak;
+        c->t_memory = c->bytes / dev->bandwidth;
+        c->memory_bound = c->t_memory >= c->t_compute;
+        c->predicted_s = c->memory_bound ? c->t_memory : c->t_compute;
+        r->flop_total += c->flop;
+        r->class_flop[c->cls] += c->flop;
+        r->pass_flop[c->pass & 1][c->cls] += c->flop;
+        r->class_time[c->cls] += c->predicted_s;
+        r->unfused_bytes += c->bytes;
+        r->unfused_floor_s += c->predicted_s;
+    }
+    for (int G = 0; G < fused->ngroups; G++) {
+        const dm_group *gr = &fused->groups[G];
+        dm_group_cost *c = &r->groups[G];
+        c->group = G;
+        c->pass = gr->pass;
+        c->cls = gr->cls;
+        c->nops = gr->nops;
+        c->ops = fused->order + gr->first;
+        for (int k = 0; k < gr->nops; k++) {
+            const dm_op_cost *oc = &r->ops[c->ops[k]];
+            c->flop += oc->flop;
+            c->t_compute += oc->t_compute;
+        }
+        dm_cost_group_io(fused, G, dtype_bytes, &c->bytes_read, &c->bytes_written);
+        c->bytes = c->bytes_read + c->bytes_written;
+        c->t_memory = c->bytes / dev->bandwidth;
+        c->predicted_s = c->t_memory > c->t_compute ? c->t_memory : c->t_compute;
+        r->fused_bytes += c->bytes;
+        r->fused_floor_s += c->predicted_s;
+    }
+    r->reduction_pct = r->unfused_bytes > 0 ? 100.0 * (1.0 - r->fused_bytes / r->unfused_bytes) : 0;
+    return DM_OK;
+}
+
+void dm_cost_free(dm_cost_report *r) {
+    if (!r) return;
+    free(r->ops);
+    free(r->groups);
+    r->ops = NULL;
+    r->groups = NULL;
+}

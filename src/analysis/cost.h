@@ -1,0 +1,80 @@
+/* cost.h: the cost model of a training step: per operator flop, bytes read and written
+ * (each input read once, each output written once, dtype-aware), operational intensity,
+ * the roofline bound and predicted time on a device; per class shares; and the bytes of
+ * the unfused schedule (every operator's own I/O) against the fused one (per group: its
+ * materialized external inputs read once and materialized outputs written once). */
+#ifndef DM_COST_H
+#define DM_COST_H
+
+#include "analysis/device.h"
+#include "graph/graph.h"
+#include "plan/plan.h"
+
+typedef struct {
+    int op;                 /* graph op id */
+    dm_op_class cls;
+    int pass;               /* 0 forward, 1 backward */
+    double flop;
+    double bytes_read, bytes_written, bytes;
+    double intensity;       /* flop / byte */
+    double peak;            /* flop/s of its class on the device */
+    double t_compute, t_memory;
+    int memory_bound;       /* t_memory >= t_compute */
+    double predicted_s;     /* max(t_compute, t_memory) */
+} dm_op_cost;
+
+typedef struct {
+    int group;              /* index in the fused plan */
+    int pass;
+    dm_op_class cls;
+    int nops;
+    const int *ops;         /* graph op ids (points into the plan's order) */
+    double flop;
+    double bytes_read, bytes_written, bytes;
+    double t_compute, t_memory, predicted_s;
+} dm_group_cost;
+
+typedef struct {
+    dm_device dev;
+    int dtype_bytes;
+    int nops;
+    dm_op_cost *ops;        /* one per graph op, in graph order */
+    int ngroups;
+    dm_group_cost *groups;  /* the fused plan's groups, in execution order */
+    double flop_total;
+    double class_flop[DM_NUM_CLASSES];
+    double class_time[DM_NUM_CLASSES];    /* sum of predicted op times (unfused) */
+    double pass_flop[2][DM_NUM_CLASSES];
+    double unfused_bytes, fused_bytes;    /* whole step */
+    double reduction_pct;                 /* 100 * (1 - fused / unfused) */
+    double unfused_floor_s, fused_floor_s; /* sums of predicted times */
+} dm_cost_report;
+
+/* Bytes an op reads and writes (each distinct input tensor once, each output once; a
+ * view counts its own elements). */
+void dm_cost_op_io(const dm_graph *g, const dm_op *op, int dtype_bytes, double *rd, double *wr);
+/* Bytes group G of `plan` reads and writes: inputs not produced inside the group (each
+ * distinct tensor once) and outputs whose root is materialized (plan->in_memory). */
+void dm_cost_group_io(const dm_plan *plan, int G, int dtype_bytes, double *rd, double *wr);
+/* The whole report. `fused` is the fused plan of g. */
+dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_device *dev,
+                          int dtype_bytes, dm_cost_report *r);
+void dm_cost_free(dm_cost_report *r);
+
+/* report.c: the report as a cJSON object (ops, groups, classes, totals, device), the ops
+ * table as CSV text, and the roofline chart as SVG (atomically written). cfg may be NULL. */
+struct cJSON;
+struct cJSON *dm_cost_json(const dm_graph *g, const dm_cost_report *r, const dm_layer_config *cfg);
+char *dm_cost_csv(const dm_graph *g, const dm_cost_report *r);
+char *dm_cost_svg(const dm_graph *g, const dm_cost_report *r, const char *title);
+dm_status dm_cost_write_svg(const dm_graph *g, const dm_cost_report *r, const char *title,
+                            const char *path);
+const char *dm_dtype_name(int dtype_bytes);
+
+/* measure.c: runs the layer on the CPU backend with the unfused schedule (one group per
+ * graph op) for `reps` profiled steps after `warmup` untimed ones, and gives each graph
+ * op's mean seconds per step in op_secs[nop] (nop: the graph's op count, checked). */
+dm_status dm_cost_measure(const dm_layer_config *cfg, int threads, int warmup, int reps,
+                          const dm_graph *g, double *op_secs);
+
+#endif

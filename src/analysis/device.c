@@ -1,0 +1,338 @@
+/* device.c: device models (datasheet presets and the CPU profile from `dmove probe`), the
+ * profile file (JSON via cJSON: load with validation, atomic save) and its default path. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "analysis/device.h"
+#include "core/status.h"
+
+/* Datasheet numbers (SXM boards, boost clock; tensor-core rates dense, i.e. half the
+ * "with sparsity" figures the datasheets print first):
+ *  - V100 SXM2: NVIDIA Tesla V100 GPU datasheet (2020): FP32 15.7 TFLOPS, Tensor
+ *    Performance (FP16) 125 TFLOPS, HBM2 900 GB/s.
+ *  - A100 SXM 80GB: NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5 TFLOPS,
+ *    BF16/FP16 Tensor Core 312 TFLOPS (624 sparse), HBM2e 2,039 GB/s.
+ *  - H100 SXM: NVIDIA H100 Tensor Core GPU datasheet (2023): FP32 67 TFLOPS, BF16/FP16
+ *    Tensor Core 1,979 TFLOPS sparse = 989.5 dense, HBM3 3.35 TB/s.
+ *  - H200 SXM: NVIDIA H200 Tensor Core GPU datasheet (2024): FP32 67 TFLOPS, BF16/FP16
+ *    Tensor Core 1,979 TFLOPS sparse = 989.5 dense, HBM3e 4.8 TB/s.
+ * fp32 contractions use the plain FP32 rate: TF32 tensor cores round the inputs to 10
+ * mantissa bits, which is not fp32 arithmetic. */
+static const struct {
+    const char *name, *desc;
+    double fp32_tflops, tc16_tflops, bw_gbs;
+} k_presets[] = {
+    {"v100", "NVIDIA V100 SXM2 (datasheet: FP32 15.7 TFLOP/s, FP16 tensor 125, HBM2 900 GB/s)",
+     15.7, 125.0, 900.0},
+    {"a100", "NVIDIA A100 SXM 80GB (datasheet: FP32 19.5 TFLOP/s, BF16/FP16 tensor 312 dense, "
+             "HBM2e 2039 GB/s)",
+     19.5, 312.0, 2039.0},
+    {"h100", "NVIDIA H100 SXM (datasheet: FP32 67 TFLOP/s, BF16/FP16 tensor 989.5 dense, HBM3 "
+             "3350 GB/s)",
+     67.0, 989.5, 3350.0},
+    {"h200", "NVIDIA H200 SXM (datasheet: FP32 67 TFLOP/s, BF16/FP16 tensor 989.5 dense, HBM3e "
+             "4800 GB/s)",
+     67.0, 989.5, 4800.0},
+};
+enum { NUM_PRESETS = (int)(sizeof k_presets / sizeof k_presets[0]) };
+
+const char *dm_device_names(void) { return "cpu, v100, a100, h100, h200"; }
+
+dm_status dm_device_preset(const char *name, dm_device *dev) {
+    if (!name || !dev) return dm_fail(DM_ERR_INVALID_ARG, "dm_device_preset: NULL argument");
+    for (int k = 0; k < NUM_PRESETS; k++) {
+        if (strcmp(name, k_presets[k].name) != 0) continue;
+        memset(dev, 0, sizeof *dev);
+        snprintf(dev->name, sizeof dev->name, "%s", k_presets[k].name);
+        snprintf(dev->desc, sizeof dev->desc, "%s", k_presets[k].desc);
+        dev->bandwidth = k_presets[k].bw_gbs * 1e9;
+        dev->vector_flops = k_presets[k].fp32_tflops * 1e12;
+        dev->contract_fp32 = k_presets[k].fp32_tflops * 1e12;
+        dev->contract_16 = k_presets[k].tc16_tflops * 1e12;
+        return DM_OK;
+    }
+    return dm_fail(DM_ERR_NOT_FOUND, "unknown device '%s' (known: %s)", name, dm_device_names());
+}
+
+dm_status dm_device_from_profile(const dm_cpu_profile *p, int threads, dm_device *dev) {
+    if (!p || !dev || p->nsgemm < 1)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_device_from_profile: empty profile");
+    /* the SGEMM entry with the most threads not above the request */
+    int best = 0;
+    for (int k = 0; k < p->nsgemm; k++) {
+        int t = p->sgemm_threads[k];
+        if ((threads <= 0 || t <= threads) && t >= p->sgemm_threads[best]) best = k;
+    }
+    memset(dev, 0, sizeof *dev);
+    snprintf(dev->name, sizeof dev->name, "cpu");
+    snprintf(dev->desc, sizeof dev->desc,
+             "%.120s, measured by dmove probe on %.31s (%d threads: SGEMM %.1f GFLOP/s, triad "
+             "%.1f GB/s)",
+             p->machine, p->date, p->sgemm_threads[best], p->sgemm_flops[best] / 1e9,
+             p->triad_bw / 1e9);
+    /* Triad: a mix of reads and writes as the layer's operators have. */
+    dev->bandwidth = p->triad_bw;
+    dev->contract_fp32 = p->sgemm_flops[best];
+    dev->contract_16 = p->sgemm_flops[best]; /* no half-precision GEMM measured on the CPU */
+    /* the vector rate was measured on all probed threads: scale to the threads used */
+    dev->vector_flops = p->vector_flops * (double)p->sgemm_threads[best] / (double)p->threads;
+    dev->is_cpu = 1;
+    dev->threads = p->sgemm_threads[best];
+    return DM_OK;
+}
+
+double dm_device_contract_peak(const dm_device *dev, int dtype_bytes) {
+    return dtype_bytes >= 4 ? dev->contract_fp32 : dev->contract_16;
+}
+
+double dm_device_vector_peak(const dm_device *dev, int dtype_bytes) {
+    (void)dtype_bytes;
+    return dev->vector_flops;
+}
+
+dm_status dm_profile_default_path(char *buf, size_t n) {
+    const char *x = getenv("XDG_CACHE_HOME");
+    int len;
+    if (x && x[0] == '/') {
+        len = snprintf(buf, n, "%s/dmove/cpu-profile.json", x);
+    } else {
+        const char *home = getenv("HOME");
+        if (!home || !*home)
+            return dm_fail(DM_ERR_NOT_FOUND, "neither XDG_CACHE_HOME nor HOME is set: give the "
+                           "profile file with --profile FILE");
+        len = snprintf(buf, n, "%s/.cache/dmove/cpu-profile.json", home);
+    }
+    if (len < 0 || (size_t)len >= n) return dm_fail(DM_ERR_INVALID_ARG, "profile path too long");
+    return DM_OK;
+}
+
+/* --- the profile file --------------------------------------------------------------- */
+
+static dm_status bad(const char *path, const char *what) {
+    return dm_fail(DM_ERR_FORMAT, "profile '%s' is malformed: %s; run 'dmove probe' to write a "
+                   "new one", path, what);
+}
+
+static int get_num(const cJSON *o, const char *k, double lo, double hi, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo ||
+        v->valuedouble > hi)
+        return 0;
+    *out = v->valuedouble;
+    return 1;
+}
+
+static void get_str(const cJSON *o, const char *k, char *out, size_t n) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    snprintf(out, n, "%s", cJSON_IsString(v) && v->valuestring ? v->valuestring : "unknown");
+}
+
+dm_status dm_profile_load(const char *path, dm_cpu_profile *p) {
+    if (!path || !p) return dm_fail(DM_ERR_INVALID_ARG, "dm_profile_load: NULL argument");
+    memset(p, 0, sizeof *p);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT)
+            return dm_fail(DM_ERR_NOT_FOUND, "no CPU profile at '%s': run 'dmove probe' first "
+                           "(a few seconds), or choose a datasheet device with --device", path);
+        return dm_fail(DM_ERR_IO, "cannot read profile '%s': %s", path, strerror(errno));
+    }
+    enum { MAX_BYTES = 1 << 20 };
+    char *text = malloc(MAX_BYTES + 1);
+    if (!text) {
+        fclose(f);
+        return dm_fail(DM_ERR_OOM, "out of memory");
+    }
+    size_t n = fread(text, 1, MAX_BYTES + 1, f);
+    int rerr = ferror(f), e = errno;
+    fclose(f); /* read-only */
+    if (rerr) {
+        free(text);
+        return dm_fail(DM_ERR_IO, "cannot read profile '%s': %s", path, strerror(e));
+    }
+    if (n > MAX_BYTES) {
+        free(text);
+        return bad(path, "larger than 1 MiB");
+    }
+    text[n] = 0;
+    cJSON *root = cJSON_ParseWithLength(text, n);
+    free(text);
+    dm_status st = DM_OK;
+    double v, ver;
+    const cJSON *bw, *sg, *mach;
+    if (!root || !cJSON_IsObject(root)) {
+        st = bad(path, "not a JSON object");
+        goto done;
+    }
+    if (!get_num(root, "version", 1, 1e9, &ver)) {
+        st = bad(path, "no \"version\" number");
+        goto done;
+    }
+    if (ver != DM_PROFILE_VERSION) {
+        st = dm_fail(DM_ERR_FORMAT, "profile '%s' has version %g, this dmove reads version %d: "
+                     "run 'dmove probe' again", path, ver, DM_PROFILE_VERSION);
+        goto done;
+    }
+    p->version = DM_PROFILE_VERSION;
+    mach = cJSON_GetObjectItemCaseSensitive(root, "machine");
+    if (!cJSON_IsObject(mach)) {
+        st = bad(path, "no \"machine\" object");
+        goto done;
+    }
+    get_str(mach, "cpu", p->machine, sizeof p->machine);
+    get_str(mach, "host", p->host, sizeof p->host);
+    get_str(root, "date", p->date, sizeof p->date);
+    if (!get_num(root, "threads", 1, DM_PROFILE_MAX_THREADS, &v)) {
+        st = bad(path, "\"threads\" missing or not in 1..64");
+        goto done;
+    }
+    p->threads = (int)v;
+    bw = cJSON_GetObjectItemCaseSensitive(root, "bandwidth_gbs");
+    if (!cJSON_IsObject(bw) || !get_num(bw, "triad", 1e-3, 1e6, &v)) {
+        st = bad(path, "\"bandwidth_gbs\".\"triad\" missing or not a positive number");
+        goto done;
+    }
+    p->triad_bw = v * 1e9;
+    if (!get_num(bw, "read", 1e-3, 1e6, &v)) {
+        st = bad(path, "\"bandwidth_gbs\".\"read\" missing or not a positive number");
+        goto done;
+    }
+    p->read_bw = v * 1e9;
+    if (!get_num(root, "vector_gflops", 1e-3, 1e9, &v)) {
+        st = bad(path, "\"vector_gflops\" missing or not a positive number");
+        goto done;
+    }
+    p->vector_flops = v * 1e9;
+    if (!get_num(root, "sgemm_n", 1, 1e6, &v)) {
+        st = bad(path, "\"sgemm_n\" missing or not a positive number");
+        goto done;
+    }
+    p->sgemm_n = (int)v;
+    sg = cJSON_GetObjectItemCaseSensitive(root, "sgemm");
+    if (!cJSON_IsArray(sg) || cJSON_GetArraySize(sg) < 1 ||
+        cJSON_GetArraySize(sg) > DM_PROFILE_MAX_THREADS) {
+        st = bad(path, "\"sgemm\" is not a list of 1..64 entries");
+        goto done;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, sg) {
+        double t, gf;
+        if (!cJSON_IsObject(it) || !get_num(it, "threads", 1, p->threads, &t) ||
+            !get_num(it, "gflops", 1e-3, 1e9, &gf)) {
+            st = bad(path, "an \"sgemm\" entry lacks \"threads\" (1..threads) or a positive "
+                     "\"gflops\"");
+            goto done;
+        }
+        p->sgemm_threads[p->nsgemm] = (int)t;
+        p->sgemm_flops[p->nsgemm++] = gf * 1e9;
+    }
+done:
+    cJSON_Delete(root);
+    if (st != DM_OK) memset(p, 0, sizeof *p);
+    return st;
+}
+
+static int jnum(cJSON *o, const char *k, double v) {
+    return cJSON_AddNumberToObject(o, k, isfinite(v) ? v : 0.0) != NULL;
+}
+
+/* mkdir -p of the directory part of path. */
+static dm_status make_parent(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path) return DM_OK;
+    size_t n = (size_t)(slash - path);
+    if (n >= sizeof dir) return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", path);
+    memcpy(dir, path, n);
+    dir[n] = 0;
+    for (char *q = dir + 1; *q; q++) {
+        if (*q != '/') continue;
+        *q = 0;
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            return dm_fail(DM_ERR_IO, "cannot create directory '%s': %s", dir, strerror(errno));
+        *q = '/';
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return dm_fail(DM_ERR_IO, "cannot create directory '%s': %s", dir, strerror(errno));
+    return DM_OK;
+}
+
+dm_status dm_profile_save(const char *path, const dm_cpu_profile *p) {
+    if (!path || !*path || !p) return dm_fail(DM_ERR_INVALID_ARG, "dm_profile_save: no path");
+    cJSON *root = cJSON_CreateObject(), *mach = NULL, *bw = NULL, *sg = NULL;
+    int ok = root && jnum(root, "version", DM_PROFILE_VERSION) &&
+             (mach = cJSON_AddObjectToObject(root, "machine")) != NULL &&
+             cJSON_AddStringToObject(mach, "cpu", p->machine) &&
+             cJSON_AddStringToObject(mach, "host", p->host) &&
+             cJSON_AddStringToObject(root, "date", p->date) &&
+             cJSON_AddStringToObject(root, "dmove_version", DMOVE_VERSION) &&
+             jnum(root, "threads", p->threads) &&
+             (bw = cJSON_AddObjectToObject(root, "bandwidth_gbs")) != NULL &&
+             jnum(bw, "triad", p->triad_bw / 1e9) && jnum(bw, "read", p->read_bw / 1e9) &&
+             jnum(root, "vector_gflops", p->vector_flops / 1e9) &&
+             jnum(root, "sgemm_n", p->sgemm_n) &&
+             (sg = cJSON_AddArrayToObject(root, "sgemm")) != NULL;
+    for (int k = 0; ok && k < p->nsgemm; k++) {
+        cJSON *e = cJSON_CreateObject();
+        ok = e && cJSON_AddItemToArray(sg, e) && jnum(e, "threads", p->sgemm_threads[k]) &&
+             jnum(e, "gflops", p->sgemm_flops[k] / 1e9);
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return dm_fail(DM_ERR_OOM, "out of memory building the profile");
+    dm_status st = make_parent(path);
+    if (st == DM_OK) {
+        size_t len = strlen(text);
+        text[len] = '\n'; /* replaces the terminator; length passed explicitly */
+        st = dm_write_file_atomic(path, text, len + 1);
+    }
+    cJSON_free(text);
+    return st;
+}
+
+dm_status dm_write_file_atomic(const char *path, const void *data, size_t len) {
+    if (!path || !*path) return dm_fail(DM_ERR_INVALID_ARG, "no file name given");
+    size_t plen = strlen(path) + 16;
+    char *tmp = malloc(plen);
+    if (!tmp) return dm_fail(DM_ERR_OOM, "out of memory");
+    snprintf(tmp, plen, "%s.tmpXXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        dm_status st = dm_fail(DM_ERR_IO, "cannot create a file next to '%s': %s (is the "
+                               "directory there and writable?)", path, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    const char *p = data;
+    size_t left = len;
+    int e = 0;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            e = errno;
+            break;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (!e && fchmod(fd, 0644) != 0) e = errno; /* mkstemp makes 0600 */
+    if (!e && fsync(fd) != 0) e = errno;
+    if (close(fd) != 0 && !e) e = errno;
+    dm_status st = DM_OK;
+    if (e)
+        st = dm_fail(DM_ERR_IO, "error writing '%s': %s", path, strerror(e));
+    else if (rename(tmp, path) != 0)
+        st = dm_fail(DM_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+    if (st != DM_OK) unlink(tmp); /* best effort: the failure is already reported */
+    free(tmp);
+    return st;
+}

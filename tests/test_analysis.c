@@ -1,0 +1,341 @@
+/* test_analysis.c: the cost model against independent arithmetic.
+ *  1. BERT-large (b=8 j=512 i=1024 h=16 u=4096): contraction flop 111.67 GFLOP forward,
+ *     223.34 backward, from the sizes by hand (not via dm_op_flop).
+ *  2. Every fused group's bytes equal its materialized external inputs + outputs,
+ *     recounted here tensor by tensor; external inputs are materialized; the groups sum
+ *     to the fused total; fused <= unfused; unfused groups == their op's own I/O.
+ *  3. dtype: bf16 bytes are half of fp32; predicted time = max(flop/peak, bytes/bw).
+ *  4. JSON has one op entry per graph op with the documented fields.
+ *  5. SVG: parsed with expat: well-formed, root <svg>, exactly one point per op.
+ *  6. The CPU profile: save/load round trip; missing, malformed, wrong-typed files fail. */
+#include <expat.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "analysis/cost.h"
+#include "analysis/device.h"
+#include "dmove.h"
+#include "graph/encoder.h"
+#include "testutil.h"
+
+typedef struct {
+    dm_layer_config cfg;
+    dm_graph g;
+    dm_encoder enc;
+    dm_plan fused, unfused;
+} setup;
+
+static int build(setup *s, int64_t b, int64_t j, int64_t i, int64_t h, int64_t u) {
+    memset(s, 0, sizeof *s);
+    dm_layer_config_default(&s->cfg);
+    s->cfg.batch = b, s->cfg.seq = j, s->cfg.hidden = i, s->cfg.heads = h, s->cfg.ffn = u;
+    dm_graph_init(&s->g);
+    dm_status st = dm_build_encoder(&s->g, &s->cfg, 0, &s->enc);
+    if (st == DM_OK) st = dm_plan_build(&s->g, 1, 0, &s->fused);
+    if (st == DM_OK) st = dm_plan_build(&s->g, 0, 0, &s->unfused);
+    CHECK_OK(st);
+    return st == DM_OK ? 0 : -1;
+}
+
+static void teardown(setup *s) {
+    dm_plan_free(&s->fused);
+    dm_plan_free(&s->unfused);
+    dm_graph_free(&s->g);
+}
+
+/* Group G's bytes recounted tensor by tensor: a tensor the group writes costs a write if
+ * its root is materialized; a tensor it reads costs a read unless the group writes it (or
+ * its whole root). */
+static double recount_group(const dm_plan *p, int G, int dtype, int *bad_input) {
+    const dm_graph *g = p->g;
+    const dm_group *gr = &p->groups[G];
+    double bytes = 0;
+    for (int t = 0; t < g->nt; t++) {
+        int reads = 0, writes = 0, root_written = 0, root = dm_tensor_root(g, t);
+        for (int k = 0; k < gr->nops; k++) {
+            const dm_op *op = &g->op[p->order[gr->first + k]];
+            for (int s = 0; s < op->nin; s++) reads |= op->in[s] == t;
+            for (int s = 0; s < op->nout; s++) {
+                writes |= op->out[s] == t;
+                root_written |= op->out[s] == root;
+            }
+        }
+        if (writes && p->in_memory[root]) bytes += (double)g->t[t].numel * dtype;
+        if (reads && !writes && !root_written) {
+            bytes += (double)g->t[t].numel * dtype;
+            if (!p->in_memory[root]) *bad_input = 1;
+        }
+    }
+    return bytes;
+}
+
+static void test_bert_large_flop(void) {
+    setup s;
+    if (build(&s, 8, 512, 1024, 16, 4096)) return;
+    dm_device dev;
+    CHECK_OK(dm_device_preset("h100", &dev));
+    dm_cost_report r;
+    CHECK_OK(dm_cost_analyze(&s.g, &s.fused, &dev, 4, &r));
+    double b = 8, j = 512, i = 1024, u = 4096;
+    /* QKV (3i x i), scores and context (j x j x i over heads), out (i x i), FFN 2 x (i x u) */
+    double fwd = 2 * b * j * (3 * i * i) + 2 * (2 * b * j * j * i) + 2 * b * j * i * i +
+                 2 * (2 * b * j * i * u);
+    double bwd = 2 * fwd; /* each contraction has two gradient contractions */
+    double f = r.pass_flop[0][DM_CLASS_CONTRACTION], bk = r.pass_flop[1][DM_CLASS_CONTRACTION];
+    printf("  BERT-large contractions: forward %.2f GFLOP (expected %.2f), backward %.2f "
+           "(expected %.2f)\n", f / 1e9, fwd / 1e9, bk / 1e9, bwd / 1e9);
+    CHECK(f == fwd);
+    CHECK(bk == bwd);
+    CHECK(fabs(f / 1e9 - 111.67) < 0.005);
+    CHECK(fabs(bk / 1e9 - 223.34) < 0.01);
+    dm_cost_free(&r);
+    teardown(&s);
+}
+
+static void test_group_bytes(int64_t b, int64_t j, int64_t i, int64_t h, int64_t u,
+                             const char *label) {
+    setup s;
+    if (build(&s, b, j, i, h, u)) return;
+    dm_device dev;
+    CHECK_OK(dm_device_preset("a100", &dev));
+    dm_cost_report r, r16;
+    CHECK_OK(dm_cost_analyze(&s.g, &s.fused, &dev, 4, &r));
+    CHECK_OK(dm_cost_analyze(&s.g, &s.fused, &dev, 2, &r16));
+    double sum = 0;
+    int bad_input = 0, mismatches = 0;
+    CHECK(r.ngroups == s.fused.ngroups && r.nops == s.g.nop);
+    for (int G = 0; G < r.ngroups; G++) {
+        double want = recount_group(&s.fused, G, 4, &bad_input);
+        if (fabs(r.groups[G].bytes - want) > 0.5) {
+            mismatches++;
+            fprintf(stderr, "  group %d: %.0f bytes, recounted %.0f\n", G, r.groups[G].bytes, want);
+        }
+        sum += r.groups[G].bytes;
+    }
+    CHECK(mismatches == 0);
+    CHECK(!bad_input); /* every external input of a group is materialized */
+    CHECK(fabs(sum - r.fused_bytes) < 1);
+    CHECK(r.fused_bytes <= r.unfused_bytes);
+    CHECK(r.fused_floor_s <= r.unfused_floor_s * (1 + 1e-12));
+    /* the unfused schedule through the group formula gives every op's own I/O */
+    double usum = 0;
+    int umis = 0;
+    for (int G = 0; G < s.unfused.ngroups; G++) {
+        double rd, wr;
+        dm_cost_group_io(&s.unfused, G, 4, &rd, &wr);
+        int o = s.unfused.order[s.unfused.groups[G].first];
+        umis += s.unfused.groups[G].nops != 1 || fabs(rd + wr - r.ops[o].bytes) > 0.5;
+        usum += rd + wr;
+    }
+    CHECK(umis == 0);
+    CHECK(fabs(usum - r.unfused_bytes) < 1);
+    /* bytes from element counts, independently: dm_op_bytes counts fp32 */
+    double gb = 0;
+    for (int o = 0; o < s.g.nop; o++) gb += dm_op_bytes(&s.g, &s.g.op[o]);
+    CHECK(fabs(gb - r.unfused_bytes) <= 1e-9 * gb);
+    CHECK(fabs(r16.unfused_bytes * 2 - r.unfused_bytes) < 1);
+    CHECK(fabs(r16.fused_bytes * 2 - r.fused_bytes) < 1);
+    /* predicted time = max(flop / peak, bytes / bandwidth) */
+    int tmis = 0;
+    for (int o = 0; o < r.nops; o++) {
+        const dm_op_cost *c = &r.ops[o];
+        double peak = c->cls == DM_CLASS_CONTRACTION ? 19.5e12 : 19.5e12;
+        double want = fmax(c->flop / peak, c->bytes / 2039e9);
+        tmis += fabs(c->predicted_s - want) > 1e-12 * want;
+        const dm_op_cost *c16 = &r16.ops[o];
+        double peak16 = c16->cls == DM_CLASS_CONTRACTION ? 312e12 : 19.5e12;
+        double want16 = fmax(c16->flop / peak16, c16->bytes / 2039e9);
+        tmis += fabs(c16->predicted_s - want16) > 1e-12 * want16;
+        tmis += c->memory_bound != (c->bytes / 2039e9 >= c->flop / peak);
+    }
+    CHECK(tmis == 0);
+    printf("  %s: unfused %.2f MB, fused %.2f MB: reduction %.2f%% (fp32); floors %.3f / %.3f ms "
+           "on A100 fp32\n", label, r.unfused_bytes / 1e6, r.fused_bytes / 1e6, r.reduction_pct,
+           r.unfused_floor_s * 1e3, r.fused_floor_s * 1e3);
+
+    /* JSON */
+    cJSON *j_ = dm_cost_json(&s.g, &r, &s.cfg);
+    CHECK(j_ != NULL);
+    if (j_) {
+        const cJSON *ops = cJSON_GetObjectItemCaseSensitive(j_, "ops"), *e;
+        CHECK(cJSON_GetArraySize(ops) == s.g.nop);
+        int badf = 0;
+        cJSON_ArrayForEach(e, ops) {
+            const char *num[] = {"flop", "bytes", "intensity", "predicted_seconds"};
+            for (int k = 0; k < 4; k++)
+                badf += !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(e, num[k]));
+            const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "pass"),
+                        *c = cJSON_GetObjectItemCaseSensitive(e, "class"),
+                        *bd = cJSON_GetObjectItemCaseSensitive(e, "bound"),
+                        *n = cJSON_GetObjectItemCaseSensitive(e, "name");
+            badf += !cJSON_IsString(n) || !cJSON_IsString(p) || !cJSON_IsString(c) ||
+                    !cJSON_IsString(bd);
+            if (badf) continue;
+            badf += strcmp(p->valuestring, "forward") && strcmp(p->valuestring, "backward");
+            badf += strcmp(c->valuestring, "contraction") && strcmp(c->valuestring, "normalization") &&
+                    strcmp(c->valuestring, "elementwise");
+            badf += strcmp(bd->valuestring, "memory") && strcmp(bd->valuestring, "compute");
+        }
+        CHECK(badf == 0);
+        CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j_, "groups")) == r.ngroups);
+        CHECK(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j_, "totals")));
+        cJSON_Delete(j_);
+    }
+    dm_cost_free(&r);
+    dm_cost_free(&r16);
+    teardown(&s);
+}
+
+/* --- SVG through expat ------------------------------------------------------------------ */
+
+typedef struct {
+    int depth, points, root_svg, elements;
+} svg_count;
+
+static void XMLCALL on_start(void *ud, const XML_Char *name, const XML_Char **attr) {
+    svg_count *c = ud;
+    if (c->depth == 0) c->root_svg = !strcmp(name, "svg");
+    c->depth++;
+    c->elements++;
+    if (strcmp(name, "circle") != 0) return;
+    for (int k = 0; attr[k]; k += 2)
+        if (!strcmp(attr[k], "class") && !strncmp(attr[k + 1], "op ", 3)) c->points++;
+}
+
+static void XMLCALL on_end(void *ud, const XML_Char *name) {
+    (void)name;
+    ((svg_count *)ud)->depth--;
+}
+
+/* 0: well-formed; counts in *c. */
+static int parse_svg(const char *text, size_t len, svg_count *c) {
+    memset(c, 0, sizeof *c);
+    XML_Parser p = XML_ParserCreate("UTF-8");
+    if (!p) return -1;
+    XML_SetUserData(p, c);
+    XML_SetElementHandler(p, on_start, on_end);
+    int ok = XML_Parse(p, text, (int)len, 1) == XML_STATUS_OK;
+    if (!ok)
+        fprintf(stderr, "  SVG not well-formed: %s at line %lu\n",
+                XML_ErrorString(XML_GetErrorCode(p)), (unsigned long)XML_GetCurrentLineNumber(p));
+    XML_ParserFree(p);
+    return ok ? 0 : -1;
+}
+
+static void test_svg(void) {
+    setup s;
+    if (build(&s, 2, 64, 128, 4, 512)) return;
+    const char *devs[] = {"v100", "h200"};
+    for (int d = 0; d < 2; d++) {
+        dm_device dev;
+        CHECK_OK(dm_device_preset(devs[d], &dev));
+        dm_cost_report r;
+        CHECK_OK(dm_cost_analyze(&s.g, &s.fused, &dev, d ? 2 : 4, &r));
+        char path[] = "/tmp/dmove_test_svg_XXXXXX";
+        int fd = mkstemp(path);
+        CHECK(fd >= 0);
+        if (fd < 0) continue;
+        close(fd);
+        CHECK_OK(dm_cost_write_svg(&s.g, &r, "title with <&> \"quotes\"", path));
+        FILE *f = fopen(path, "rb");
+        CHECK(f != NULL);
+        if (f) {
+            static char buf[1 << 20];
+            size_t n = fread(buf, 1, sizeof buf, f);
+            fclose(f);
+            svg_count c;
+            CHECK(n > 0 && n < sizeof buf);
+            CHECK(parse_svg(buf, n, &c) == 0);
+            CHECK(c.root_svg);
+            CHECK(c.points == s.g.nop);
+            printf("  SVG on %s: well-formed, %d elements, %d points for %d ops\n", devs[d],
+                   c.elements, c.points, s.g.nop);
+        }
+        unlink(path);
+        dm_cost_free(&r);
+    }
+    teardown(&s);
+}
+
+/* --- the CPU profile -------------------------------------------------------------------- */
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_profile(void) {
+    char dir[] = "/tmp/dmove_test_prof_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[256], bad[256];
+    snprintf(path, sizeof path, "%s/sub/dir/cpu-profile.json", dir); /* parents created */
+    dm_cpu_profile p = {0}, q;
+    p.version = DM_PROFILE_VERSION;
+    snprintf(p.machine, sizeof p.machine, "Test CPU \"quoted\"");
+    snprintf(p.host, sizeof p.host, "host");
+    snprintf(p.date, sizeof p.date, "2026-01-01T00:00:00Z");
+    p.threads = 2;
+    p.triad_bw = 30e9, p.read_bw = 32e9, p.vector_flops = 200e9, p.sgemm_n = 2048;
+    p.nsgemm = 2;
+    p.sgemm_threads[0] = 1, p.sgemm_flops[0] = 95e9;
+    p.sgemm_threads[1] = 2, p.sgemm_flops[1] = 188e9;
+    CHECK_OK(dm_profile_save(path, &p));
+    CHECK_OK(dm_profile_load(path, &q));
+    CHECK(q.nsgemm == 2 && fabs(q.sgemm_flops[1] - 188e9) < 1 && fabs(q.triad_bw - 30e9) < 1);
+    CHECK(!strcmp(q.machine, p.machine));
+    dm_device dev;
+    CHECK_OK(dm_device_from_profile(&q, 1, &dev));
+    CHECK(fabs(dev.contract_fp32 - 95e9) < 1 && fabs(dev.vector_flops - 100e9) < 1);
+    CHECK_OK(dm_device_from_profile(&q, 0, &dev));
+    CHECK(fabs(dev.contract_fp32 - 188e9) < 1 && dev.is_cpu && dev.bandwidth == q.triad_bw);
+
+    snprintf(bad, sizeof bad, "%s/missing.json", dir);
+    CHECK(dm_profile_load(bad, &q) == DM_ERR_NOT_FOUND);
+    CHECK(strstr(dm_last_error(), "dmove probe") != NULL);
+    const char *cases[] = {
+        "", "{", "[]", "{\"version\": 1}", "{\"version\": 2, \"machine\": {}}",
+        "{\"version\": 1, \"machine\": {}, \"threads\": 2, \"bandwidth_gbs\": {\"triad\": -1, "
+        "\"read\": 1}, \"vector_gflops\": 1, \"sgemm_n\": 8, \"sgemm\": [{\"threads\": 1, "
+        "\"gflops\": 1}]}",
+        "{\"version\": 1, \"machine\": {}, \"threads\": 2, \"bandwidth_gbs\": {\"triad\": 1, "
+        "\"read\": 1}, \"vector_gflops\": 1, \"sgemm_n\": 8, \"sgemm\": []}",
+        "{\"version\": 1, \"machine\": {}, \"threads\": 2, \"bandwidth_gbs\": {\"triad\": 1, "
+        "\"read\": 1}, \"vector_gflops\": 1, \"sgemm_n\": 8, \"sgemm\": [{\"threads\": 3, "
+        "\"gflops\": 1}]}",
+        "{\"version\": 1, \"machine\": {}, \"threads\": 2, \"bandwidth_gbs\": {\"triad\": 1, "
+        "\"read\": 1}, \"vector_gflops\": \"fast\", \"sgemm_n\": 8, \"sgemm\": [{\"threads\": 1, "
+        "\"gflops\": 1}]}",
+    };
+    int nbad = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        snprintf(bad, sizeof bad, "%s/bad.json", dir);
+        write_text(bad, cases[k]);
+        nbad += dm_profile_load(bad, &q) == DM_ERR_FORMAT;
+    }
+    CHECK(nbad == (int)(sizeof cases / sizeof cases[0]));
+    printf("  profile: round trip ok, %d malformed files refused\n", nbad);
+    unlink(bad);
+    unlink(path);
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/sub/dir", dir);
+    rmdir(sub);
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    rmdir(sub);
+    rmdir(dir);
+}
+
+int main(void) {
+    test_bert_large_flop();
+    test_group_bytes(8, 128, 768, 12, 3072, "BERT-base");
+    test_group_bytes(8, 512, 1024, 16, 4096, "BERT-large");
+    test_group_bytes(3, 17, 40, 5, 72, "odd sizes");
+    test_svg();
+    test_profile();
+    TEST_END();
+}

@@ -1,0 +1,132 @@
+#!/bin/sh
+# test_analyze_cli.sh: `dmove analyze` and `dmove probe` from the command line. Good runs
+# first (table, JSON, CSV, SVG with one point per operator, a probe and analyze --device
+# cpu on its profile), then bad input: each case must exit 1 (bad input) or 2 (usage),
+# print a message on stderr, never crash, and leave no output file behind.
+# Usage: DMOVE=build/dmove sh tests/test_analyze_cli.sh
+set -u
+
+DMOVE=${DMOVE:?set DMOVE to the dmove binary, e.g. DMOVE=build/dmove}
+case $DMOVE in /*) ;; *) DMOVE=$(pwd)/$DMOVE ;; esac
+[ -x "$DMOVE" ] || { echo "test_analyze_cli.sh: $DMOVE is not an executable" >&2; exit 1; }
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/dmove_analyze.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+trap 'exit 1' INT TERM
+cases=0
+fails=0
+
+fail() {
+    echo "FAIL: $*" >&2
+    fails=$((fails + 1))
+}
+
+# good NAME ARGS...: must exit 0.
+good() {
+    name=$1
+    shift
+    cases=$((cases + 1))
+    "$DMOVE" "$@" >"$T/stdout" 2>"$T/stderr"
+    rc=$?
+    if [ "$rc" -ne 0 ]; then
+        fail "$name: exit $rc (dmove $*)"
+        sed 's/^/    /' "$T/stderr" >&2
+    fi
+}
+
+# bad NAME CODE PATTERN ARGS...: must exit CODE with PATTERN (grep -E) on stderr, no
+# output file $T/out.svg.
+bad() {
+    name=$1 want=$2 pat=$3
+    shift 3
+    cases=$((cases + 1))
+    rm -f "$T/out.svg"
+    "$DMOVE" "$@" >"$T/stdout" 2>"$T/stderr"
+    rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        fail "$name: exit $rc, want $want (dmove $*)"
+        sed 's/^/    /' "$T/stderr" >&2
+    elif ! grep -Eq "$pat" "$T/stderr"; then
+        fail "$name: stderr lacks /$pat/ (dmove $*)"
+        sed 's/^/    /' "$T/stderr" >&2
+    elif ls "$T"/out.svg* >/dev/null 2>&1; then
+        fail "$name: left an output file behind"
+    fi
+}
+
+# --- good runs ------------------------------------------------------------------------
+good "table" analyze --device h100
+grep -q "reduction" "$T/stdout" || fail "table: no reduction line"
+grep -q "^attn_softmax " "$T/stdout" || fail "table: no attn_softmax row"
+good "json" analyze --device a100 --dtype bf16 --json --batch 2 --seq 32
+grep -q '"ops"' "$T/stdout" && grep -q '"groups"' "$T/stdout" && grep -q '"predicted_seconds"' "$T/stdout" ||
+    fail "json: missing keys"
+good "csv" analyze --device v100 --csv --preset bert-large
+nops=$(($(wc -l <"$T/stdout") - 1))
+head -1 "$T/stdout" | grep -q '^name,kind,pass,class,flop,' || fail "csv: header"
+[ "$nops" -gt 30 ] || fail "csv: only $nops rows"
+good "svg" analyze --device h200 --preset bert-large --svg "$T/roof.svg"
+[ -s "$T/roof.svg" ] || fail "svg: no file"
+npts=$(grep -c '<circle class="op ' "$T/roof.svg")
+[ "$npts" -eq "$nops" ] || fail "svg: $npts points for $nops ops"
+ls "$T"/roof.svg.tmp* >/dev/null 2>&1 && fail "svg: temporary file left behind"
+good "help" analyze --help
+good "probe" probe --threads 1 --profile "$T/prof/cpu-profile.json"
+[ -s "$T/prof/cpu-profile.json" ] || fail "probe: no profile written"
+good "cpu" analyze --device cpu --profile "$T/prof/cpu-profile.json" --batch 2 --seq 32
+grep -q "measured by dmove probe" "$T/stdout" || fail "cpu: device not from the profile"
+# the default profile path: $XDG_CACHE_HOME/dmove/cpu-profile.json
+XDG_CACHE_HOME=$T/prof-xdg "$DMOVE" probe --threads 1 >/dev/null 2>&1 || fail "probe to XDG_CACHE_HOME"
+[ -s "$T/prof-xdg/dmove/cpu-profile.json" ] || fail "probe: not in XDG_CACHE_HOME"
+XDG_CACHE_HOME=$T/prof-xdg "$DMOVE" analyze --batch 1 --seq 8 --hidden 16 --heads 2 --ffn 32 \
+    >/dev/null 2>&1 || fail "analyze with the XDG default profile"
+cases=$((cases + 3))
+good "measure" analyze --measure --reps 1 --profile "$T/prof/cpu-profile.json" \
+    --batch 1 --seq 16 --hidden 32 --heads 2 --ffn 64 --threads 1
+grep -q "MUE" "$T/stdout" || fail "measure: no MUE column"
+
+# --- bad input ------------------------------------------------------------------------
+printf '{"version": 1, "machine": {}' >"$T/trunc.json"
+printf 'not json at all' >"$T/garbage.json"
+printf '{"version": 1, "machine": {}, "threads": 2, "bandwidth_gbs": {"triad": 0, "read": 1}, "vector_gflops": 1, "sgemm_n": 8, "sgemm": [{"threads": 1, "gflops": 1}]}' >"$T/zero.json"
+printf '{"version": 7}' >"$T/version.json"
+cp "$T/prof/cpu-profile.json" "$T/noperm.json" && chmod 000 "$T/noperm.json"
+mkdir -p "$T/adir.json"
+
+bad "unknown preset" 2 "unknown preset 'bert-xl'" analyze --preset bert-xl --device h100
+bad "zero batch" 2 "batch" analyze --batch 0 --device h100
+bad "zero seq" 2 "seq" analyze --seq 0 --device h100
+bad "zero hidden" 2 "hidden" analyze --hidden 0 --device h100
+bad "zero heads" 2 "heads" analyze --heads 0 --device h100
+bad "zero ffn" 2 "ffn" analyze --ffn 0 --device h100
+bad "negative batch" 2 "batch" analyze --batch -3 --device h100
+bad "not divisible" 2 "divisible" analyze --hidden 100 --heads 3 --device h100
+bad "overflow" 2 "." analyze --batch 9223372036854775807 --seq 9223372036854775807 --device h100
+bad "unknown device" 2 "unknown device 'tpu'.*h100" analyze --device tpu
+bad "empty device" 2 "unknown device" analyze --device ""
+bad "unknown dtype" 2 "unknown dtype 'int8'" analyze --device h100 --dtype int8
+bad "missing profile" 1 "dmove probe" analyze --device cpu --profile "$T/nope.json"
+bad "truncated profile" 1 "malformed" analyze --profile "$T/trunc.json"
+bad "garbage profile" 1 "malformed" analyze --profile "$T/garbage.json"
+bad "zero bandwidth" 1 "triad" analyze --profile "$T/zero.json"
+bad "profile version" 1 "version" analyze --profile "$T/version.json"
+bad "profile is a directory" 1 "profile" analyze --profile "$T/adir.json"
+if [ "$(id -u)" != 0 ]; then
+    bad "unreadable profile" 1 "cannot read" analyze --profile "$T/noperm.json"
+fi
+bad "empty profile name" 2 "empty" analyze --profile ""
+bad "measure on a GPU" 2 "device cpu" analyze --device h100 --measure
+bad "measure bf16" 2 "fp32" analyze --dtype bf16 --measure
+bad "json and csv" 2 "choose one" analyze --device h100 --json --csv
+bad "svg no dir" 1 "cannot" analyze --device h100 --svg "$T/no/such/dir/out.svg"
+bad "svg value missing" 2 "svg" analyze --device h100 --svg
+bad "reps zero" 2 "reps" analyze --reps 0
+bad "unknown option" 2 "unknown option '--frob'" analyze --frob
+bad "stray argument" 2 "unexpected argument" analyze extra
+bad "flag with value" 2 "json" analyze --json=yes
+bad "probe threads" 2 "threads" probe --threads 0
+bad "probe unknown" 2 "unknown option" probe --fast
+ls "$T"/no >/dev/null 2>&1 && fail "svg no dir: created a directory"
+
+echo "test_analyze_cli.sh: $cases cases, $fails failed"
+[ "$fails" -eq 0 ]
