@@ -15,6 +15,7 @@
 #include <omp.h>
 #endif
 
+#include "core/sysinfo.h"
 #include "cli_common.h"
 
 static const char *const CMD = "bench";
@@ -219,24 +220,7 @@ done:
     return rc;
 }
 
-static void cpu_model(char *out, size_t n) {
-    snprintf(out, n, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) != 0) continue;
-        const char *p = strchr(line, ':');
-        if (!p) continue;
-        p++;
-        while (*p == ' ' || *p == '\t') p++;
-        size_t len = strcspn(p, "\n");
-        snprintf(out, n, "%.*s", (int)len, p);
-        break;
-    }
-    if (fclose(f) != 0) { /* read-only: nothing was lost */
-    }
-}
+static void cpu_model(char *out, size_t n) { dm_cpu_model_name(out, n, "unknown"); }
 
 static int resolved_threads(int threads) {
     if (threads > 0) return threads;

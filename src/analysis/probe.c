@@ -19,6 +19,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/sysinfo.h"
 #include "analysis/device.h"
 #include "core/status.h"
 
@@ -34,22 +35,7 @@ static void note(void (*progress)(const char *), const char *fmt, ...) {
     progress(line);
 }
 
-static void cpu_model(char *out, size_t n) {
-    snprintf(out, n, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) != 0) continue;
-        const char *p = strchr(line, ':');
-        if (!p) continue;
-        p++;
-        while (*p == ' ' || *p == '\t') p++;
-        snprintf(out, n, "%.*s", (int)strcspn(p, "\n"), p);
-        break;
-    }
-    fclose(f); /* read-only */
-}
+static void cpu_model(char *out, size_t n) { dm_cpu_model_name(out, n, "unknown CPU"); }
 
 /* --- memory bandwidth ------------------------------------------------------------------ */
 
