@@ -96,51 +96,8 @@ fi
 raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT
 
-# Other jobs on a 2-core machine distort every number: watch.py counts the CPU time everyone
-# else used during a run (/proc/stat busy time minus the run's own rusage, children included).
-cat > "$raw/watch.py" <<'PY'
-import os, subprocess, sys, time
-def busy():
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]
-    return sum(v) - v[3] - v[4]  # user nice system irq softirq steal (not idle, iowait)
-hz = os.sysconf("SC_CLK_TCK")
-if sys.argv[1] == "idle":  # print the busy percentage of all CPUs over one second
-    b0, t0 = busy(), time.time(); time.sleep(1)
-    print(int(100 * (busy() - b0) / hz / (time.time() - t0) / os.cpu_count()))
-    sys.exit(0)
-b0, t0 = busy(), time.time()
-with open(sys.argv[1], "w") as out:
-    p = subprocess.Popen(sys.argv[2:], stdout=out, stdin=subprocess.DEVNULL)
-    _, status, ru = os.wait4(p.pid, 0)
-wall = time.time() - t0
-foreign = max(0.0, (busy() - b0) / hz - ru.ru_utime - ru.ru_stime)
-print(f"{foreign / wall:.3f}")
-sys.exit(os.waitstatus_to_exitcode(status))
-PY
-waited=0; repeats=0; noisy=0
-wait_quiet() {
-    [ "$wait_idle" -eq 1 ] || return 0
-    n=0
-    while [ "$n" -lt 120 ]; do
-        [ "$("$PY" "$raw/watch.py" idle)" -lt 10 ] && return 0
-        n=$((n + 1)); waited=$((waited + 1))
-    done
-    echo "run_peers.sh: machine still busy after 120 s, running anyway" >&2
-}
-# clean_run OUT CMD...: run CMD (stdout to OUT) until no other job interfered; 1 if it failed.
-clean_run() {
-    out_file=$1; shift
-    try=1
-    while :; do
-        wait_quiet
-        foreign=$("$PY" "$raw/watch.py" "$out_file" "$@") || return 1
-        if [ "$wait_idle" -eq 0 ] || awk -v f="$foreign" 'BEGIN{exit !(f < 0.05)}'; then return 0; fi
-        if [ "$try" -ge 4 ]; then noisy=$((noisy + 1)); echo "  still disturbed after $try tries (others used $foreign CPUs): kept" >&2; return 0; fi
-        echo "  others used $foreign CPUs during the run: repeating it" >&2
-        try=$((try + 1)); repeats=$((repeats + 1))
-    done
-}
+quiet_name=run_peers.sh; quiet_py=$PY
+. "$root/bench/quiet.sh"  # wait_quiet, clean_run: runs no other job disturbed
 
 nvar=$(printf '%s\n' "$variants" | wc -l)
 sizes="--batch $batch --seq $seq --hidden $hidden --heads $heads --ffn $ffn"
