@@ -23,16 +23,14 @@ malloc settings that helped the 1.13 peer); reported in "settings".
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
-from torch_step import BertLayer, loaded_libraries  # noqa: E402
+from torch_step import BertLayer, loaded_libraries, time_steps  # noqa: E402
 
 
 def main():
@@ -75,28 +73,7 @@ def main():
     if a.mode == "compile":
         fn = torch.compile(layer, backend="inductor", mode=a.compile_mode, fullgraph=True)
 
-    fwd, bwd, step, warm = [], [], [], []
-    faults0 = 0
-    for r in range(a.warmup + a.reps):
-        if r == a.warmup:
-            faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        for p in layer.parameters():
-            p.grad = None
-        x.grad = None
-        t0 = time.perf_counter()
-        y = fn(x, ext_mask)
-        t1 = time.perf_counter()
-        y.backward(grad_output)
-        t2 = time.perf_counter()
-        del y
-        if r >= a.warmup:
-            fwd.append((t1 - t0) * 1e3)
-            bwd.append((t2 - t1) * 1e3)
-            step.append((t2 - t0) * 1e3)
-        else:
-            warm.append(t2 - t0)
-
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+    fwd, bwd, step, warm, faults = time_steps(fn, layer, x, ext_mask, grad_output, a.warmup, a.reps)
     env = {k: os.environ[k] for k in sorted(os.environ)
            if k.startswith(("MALLOC_", "OMP_", "KMP_", "MKL_", "GOMP_", "LD_PRELOAD", "TORCHINDUCTOR_"))}
     b, j, i, u = a.batch, a.seq, a.hidden, a.ffn

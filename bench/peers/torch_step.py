@@ -118,6 +118,34 @@ def loaded_libraries():
     return found
 
 
+def time_steps(fn, layer, x, ext_mask, grad_output, warmup, reps):
+    """Runs warmup + reps training steps of fn (the layer, or a compiled wrapper of it).
+    Returns per timed step forward, backward and step ms, the warm-up step seconds, and the
+    minor page faults of the timed steps."""
+    fwd, bwd, step, warm = [], [], [], []
+    faults0 = 0
+    for r in range(warmup + reps):
+        if r == warmup:
+            faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for p in layer.parameters():
+            p.grad = None
+        x.grad = None
+        t0 = time.perf_counter()
+        y = fn(x, ext_mask)
+        t1 = time.perf_counter()
+        y.backward(grad_output)
+        t2 = time.perf_counter()
+        del y
+        if r >= warmup:
+            fwd.append((t1 - t0) * 1e3)
+            bwd.append((t2 - t1) * 1e3)
+            step.append((t2 - t0) * 1e3)
+        else:
+            warm.append(t2 - t0)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+    return fwd, bwd, step, warm, faults
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch", type=int, default=8)
@@ -153,26 +181,7 @@ def main():
     # BertModel.get_extended_attention_mask: (b, 1, 1, k), 0 where attended.
     ext_mask = (1.0 - mask[:, None, None, :]) * torch.finfo(torch.float32).min
 
-    fwd, bwd, step = [], [], []
-    faults0 = 0
-    for r in range(a.warmup + a.reps):
-        if r == a.warmup:
-            faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        for p in layer.parameters():
-            p.grad = None
-        x.grad = None
-        t0 = time.perf_counter()
-        y = layer(x, ext_mask)
-        t1 = time.perf_counter()
-        y.backward(grad_output)
-        t2 = time.perf_counter()
-        del y
-        if r >= a.warmup:
-            fwd.append((t1 - t0) * 1e3)
-            bwd.append((t2 - t1) * 1e3)
-            step.append((t2 - t0) * 1e3)
-
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+    fwd, bwd, step, _, faults = time_steps(layer, layer, x, ext_mask, grad_output, a.warmup, a.reps)
     env = {k: os.environ[k] for k in sorted(os.environ)
            if k.startswith(("MALLOC_", "OMP_", "OPENBLAS_", "GOMP_", "LD_PRELOAD", "LD_LIBRARY_PATH"))}
     b, j, i, u = a.batch, a.seq, a.hidden, a.ffn
