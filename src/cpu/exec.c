@@ -124,7 +124,6 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
                     d->slot = acc_used;
                     eg->acc_dst[eg->nacc] = dm_cpu_tensor_ptr(plan, arena, t);
                     eg->acc_slot[eg->nacc] = acc_used;
-                    eg->acc_cols[eg->nacc] = cols;
                     if (!eg->acc_dst[eg->nacc] || g->t[t].numel != cols)
                         return dm_fail(DM_ERR_INTERNAL, "%s: bad column reduction output", op->name);
                     eg->nacc++;

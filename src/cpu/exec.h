@@ -32,7 +32,7 @@ typedef struct {
     int nops;
     int nacc;                 /* column accumulators */
     float *acc_dst[DM_MAX_OUT * 8];
-    int64_t acc_slot[DM_MAX_OUT * 8], acc_cols[DM_MAX_OUT * 8];
+    int64_t acc_slot[DM_MAX_OUT * 8];
     int64_t scratch_floats;   /* per thread */
 } dm_exgroup;
 

@@ -92,11 +92,7 @@ static dm_status grad_add(ad_ctx *c, int t, int gt) {
     return DM_OK;
 }
 
-/* The gradient tensor that a new op should write for t: the slot itself when t has no
- * gradient yet and is a view, else a fresh root that grad_add() will sum in. */
-static int grad_target(ad_ctx *c, int t) { return grad_slot(c, t); }
-
-/* Swap the operand letter strings of "a,b->c" into dA = "c,b->a" or dB = "a,c->b". */
+/* The operand letter strings of "a,b->c" (rule() builds dA = "c,b->a", dB = "a,c->b"). */
 static void split_spec(const char *spec, char a[16], char b[16], char o[16]) {
     sscanf(spec, "%15[a-z],%15[a-z]->%15[a-z]", a, b, o);
 }
@@ -118,7 +114,7 @@ static dm_status rule(ad_ctx *c, const dm_op *f) {
         for (int side = 0; side < 2; side++) {
             int x = f->in[side];
             if (!g->t[x].requires_grad) continue;
-            int slot = grad_target(c, x);
+            int slot = grad_slot(c, x);
             if (slot < 0) return DM_ERR_OOM;
             dm_op m = b;
             m.kind = DM_OP_CONTRACT;
@@ -145,7 +141,7 @@ static dm_status rule(ad_ctx *c, const dm_op *f) {
     case DM_OP_BIAS_ADD: {
         int bias = f->in[1];
         if (g->t[bias].requires_grad) {
-            int slot = grad_target(c, bias);
+            int slot = grad_slot(c, bias);
             if (slot < 0) return DM_ERR_OOM;
             dm_op m = b;
             m.kind = DM_OP_COLSUM;
@@ -172,7 +168,7 @@ static dm_status rule(ad_ctx *c, const dm_op *f) {
     case DM_OP_ACT: {
         int x = f->in[0];
         if (!g->t[x].requires_grad) return DM_OK;
-        int slot = grad_target(c, x);
+        int slot = grad_slot(c, x);
         if (slot < 0) return DM_ERR_OOM;
         dm_op m = b;
         m.nout = 1;
@@ -197,7 +193,7 @@ static dm_status rule(ad_ctx *c, const dm_op *f) {
     case DM_OP_LAYERNORM: {
         /* in: x, gamma, beta; out: y, mean, rstd */
         int x = f->in[0], gm = f->in[1], bt = f->in[2];
-        int dx = grad_target(c, x), dg = grad_target(c, gm), db = grad_target(c, bt);
+        int dx = grad_slot(c, x), dg = grad_slot(c, gm), db = grad_slot(c, bt);
         if (dx < 0 || dg < 0 || db < 0) return DM_ERR_OOM;
         dm_op m = b;
         m.kind = DM_OP_LAYERNORM_BWD;
