@@ -24,27 +24,73 @@ ifeq ($(wildcard /usr/include/expat.h),)
 $(error expat not found: apt-get install libexpat1-dev)
 endif
 LDLIBS += -lexpat
-NVCC := $(shell command -v nvcc 2>/dev/null)
+# CUDA backend (src/cuda): built when nvcc is found, on PATH or as /usr/local/cuda/bin/nvcc,
+# with cuBLAS beside it. `make NVCC= BUILD=build-nocuda` builds the CPU backend alone (a
+# build folder remembers its CUDA setting in config.stamp and rebuilds when it changes).
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+HAVE_CUDA :=
+ifeq ($(NVCC),)
+ifeq ($(origin NVCC),command line)
+CUDA_WHY := NVCC= given: CPU backend only
+else
+CUDA_WHY := nvcc not found (not on PATH, no /usr/local/cuda/bin/nvcc): CPU backend only
+endif
+else
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+CUDA_LIBDIR := $(dir $(firstword $(wildcard $(CUDA_HOME)/lib64/libcublas.so $(CUDA_HOME)/targets/x86_64-linux/lib/libcublas.so)))
+ifeq ($(CUDA_LIBDIR),)
+CUDA_WHY := $(NVCC) found, but no libcublas.so under $(CUDA_HOME): CPU backend only
+else
+HAVE_CUDA := 1
+NVCC_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+# sm_80 (A100), sm_90 (H100/H200), and compute_90 PTX that newer GPUs compile at load time
+NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS ?= -O3 -lineinfo
+NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Xcompiler -fopenmp,-Wall,-Wextra,-Wno-unused-parameter -Iinclude -Isrc -DDM_HAVE_CUDA
+CFLAGS += -DDM_HAVE_CUDA
+LDLIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcublas -lcudart -lstdc++
+CUDA_WHY := $(NVCC) (release $(NVCC_VERSION)), cuBLAS in $(CUDA_LIBDIR): CUDA backend built (sm_80, sm_90)
+endif
+endif
 
 $(info dmove build: BLAS  $(BLAS_LIB) (OpenBLAS, OpenMP build))
 $(info dmove build: cJSON /usr/include/cjson)
 $(info dmove build: expat /usr/include/expat.h (SVG test))
 $(info dmove build: OpenMP via -fopenmp ($(CC)))
-$(info dmove build: CUDA  $(if $(NVCC),$(NVCC) found (CUDA backend: see issue 5),not found: CPU backend only))
+$(info dmove build: CUDA  $(CUDA_WHY))
+
+# Objects differ with and without CUDA (DM_HAVE_CUDA): a change of setting rebuilds.
+# (Not touched by a dry run, make -n.)
+CONFIG_STAMP := $(BUILD)/config.stamp
+BUILD_CONFIG := cuda=$(HAVE_CUDA) nvcc=$(NVCC)
+ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = "$(BUILD_CONFIG)" ] || echo "$(BUILD_CONFIG)" > $(CONFIG_STAMP); })
+endif
 
 # --- sources ----------------------------------------------------------------------------
 LIB_SRC := $(wildcard src/core/*.c src/graph/*.c src/analysis/*.c src/plan/*.c src/tune/*.c src/cpu/*.c src/*.c)
 CLI_SRC := $(wildcard cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+ifneq ($(HAVE_CUDA),)
+CUDA_SRC := $(wildcard src/cuda/*.cu)
+LIB_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+endif
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 all: $(BUILD)/dmove
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*/*.h src/*/*.def)
+$(CONFIG_STAMP):
+	@mkdir -p $(dir $@) && echo "$(BUILD_CONFIG)" > $@
+
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*/*.h src/*/*.def) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu $(wildcard include/*.h src/*/*.h src/*/*.def src/cuda/*.cuh) $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(BUILD)/libdmove.a: $(LIB_OBJ)
 	@rm -f $@
@@ -53,7 +99,7 @@ $(BUILD)/libdmove.a: $(LIB_OBJ)
 $(BUILD)/dmove: $(CLI_OBJ) $(BUILD)/libdmove.a
 	$(CC) $(CFLAGS) $(CLI_OBJ) $(BUILD)/libdmove.a -o $@ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libdmove.a tests/testutil.h
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libdmove.a tests/testutil.h tests/layerutil.h $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libdmove.a -o $@ $(LDLIBS)
 
@@ -67,14 +113,15 @@ test: $(BUILD)/dmove $(TEST_BIN)
 	@$(MAKE) --no-print-directory test-asan
 	@echo "all tests passed"
 
-# Parsers and the CLI's error paths under AddressSanitizer and UBSan.
+# Parsers and the CLI's error paths under AddressSanitizer and UBSan (CPU build: they do not
+# touch the GPU, and ASan's shadow memory and the CUDA driver do not mix).
 test-asan:
-	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory BUILD=build-asan build-asan/dmove build-asan/tests/test_safetensors build-asan/tests/test_analysis
+	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory NVCC= BUILD=build-asan build-asan/dmove build-asan/tests/test_safetensors build-asan/tests/test_analysis
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/tests/test_safetensors
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/tests/test_analysis
 	@set -e; for s in tests/test_cli_errors.sh tests/test_analyze_cli.sh; do [ -e "$$s" ] || continue; echo "== $$s (asan)"; DMOVE=build-asan/dmove ASAN_OPTIONS=detect_leaks=1 sh $$s; done
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-nocuda
 
 .PHONY: all run test test-asan clean

@@ -16,6 +16,7 @@ enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 int cmd_layer(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_example(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 
 /* "dmove <cmd>: <message>" on stderr. */
 void cli_error(const char *cmd, const char *fmt, ...)

@@ -18,6 +18,8 @@
 #include "analysis/cost.h"
 #include "analysis/device.h"
 #include "cli_common.h"
+#include "cpu/contract.h"
+#include "plan/planfile.h"
 #include "cmd_analysis.h"
 #include "graph/encoder.h"
 
@@ -50,6 +52,8 @@ static void usage(FILE *out) {
             "  --json           one JSON object: ops, groups, classes, totals, device, config\n"
             "  --csv            the operator table as CSV\n"
             "  --svg FILE       write a log-log roofline chart (one point per operator)\n"
+            "  --plan FILE      show the layouts and contraction algorithms of a plan from\n"
+            "                   `dmove tune` (for the same sizes)\n"
             "  --measure        also run the unfused step on this CPU (device cpu, fp32) and\n"
             "                   add per operator achieved ms, GB/s, GFLOP/s, %% of its\n"
             "                   roofline and MUE (see README)\n"
@@ -231,8 +235,40 @@ static int print_csv(const dm_graph *g, const dm_cost_report *r, const double *o
     return 0;
 }
 
+/* --plan: the layouts and algorithms a tuned plan chooses, beside the builder's. On
+ * stderr when stdout carries JSON or CSV. */
+static int show_plan(const cli_config *c, const char *path, dm_graph *g, dm_plan *plan, int to_stderr) {
+    dm_layer_options opt = {.schedule = DM_SCHED_FUSED};
+    dm_choices ch;
+    char def[DM_MAX_DIMS + 1];
+    if (dm_plan_load(path, &c->cfg, &opt, g, &ch) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        return -1;
+    }
+    FILE *out = to_stderr ? stderr : stdout;
+    fprintf(out, "plan %s (tuned on %s; groups timed alone: default %.2f ms, tuned %.2f ms)\n", path,
+            ch.machine[0] ? ch.machine : "unknown machine", ch.default_ms, ch.tuned_ms);
+    fprintf(out, "  %-22s %-9s %-9s\n", "tensor", "default", "layout");
+    for (int t = 0; t < g->nt; t++) {
+        if (!ch.layout[t][0]) continue;
+        dm_tensor_layout(g, t, def);
+        fprintf(out, "  %-22s %-9s %-9s%s\n", g->t[t].name, def, ch.layout[t], strcmp(def, ch.layout[t]) ? "  changed" : "");
+    }
+    fprintf(out, "  %-22s %-9s\n", "contraction", "algorithm");
+    for (int o = 0; o < g->nop; o++)
+        if (ch.algo[o]) fprintf(out, "  %-22s %-9s\n", g->op[o].name, dm_gemm_algo_name((dm_gemm_algo)ch.algo[o]));
+    fputc('\n', out);
+    dm_status s = dm_choices_apply(&ch, g, plan);
+    dm_choices_free(&ch);
+    if (s != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        return -1;
+    }
+    return 0;
+}
+
 int cmd_analyze(int argc, char **argv) {
-    const char *device = "cpu", *profile = NULL, *svg = NULL;
+    const char *device = "cpu", *profile = NULL, *svg = NULL, *planfile = NULL;
     int dtype_bytes = 4, json = 0, csv = 0, measure = 0, reps = 5;
     cli_config c;
     cli_config_init(&c, CLI_CFG_ALL);
@@ -296,6 +332,11 @@ int cmd_analyze(int argc, char **argv) {
         if ((r = cli_flag(CMD, argv, a, "--csv")) != 0) {
             if (r < 0) return CLI_USAGE;
             csv = 1;
+            continue;
+        }
+        if ((r = cli_opt(CMD, argc, argv, &a, "--plan", &v)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            planfile = v;
             continue;
         }
         if ((r = cli_flag(CMD, argv, a, "--measure")) != 0) {
@@ -363,6 +404,7 @@ int cmd_analyze(int argc, char **argv) {
         cli_error(CMD, "%s", dm_last_error());
         goto done;
     }
+    if (planfile && show_plan(&c, planfile, &g, &plan, json || csv)) goto done;
     if (measure) {
         op_secs = calloc((size_t)g.nop, sizeof *op_secs);
         if (!op_secs) {

@@ -40,6 +40,10 @@ static void usage(FILE *out) {
             "  --warmup N       untimed steps before timing (default 3)\n"
             "  --reps N         timed repetitions (default 10); medians are reported\n"
             "  --schedule S     fused, unfused or both (default both)\n"
+            "  --device D       cpu (default) or cuda: where the steps run (cuda needs a\n"
+            "                   dmove built with nvcc, and a GPU)\n"
+            "  --plan FILE      also run a plan from `dmove tune` (row \"tuned\"), beside\n"
+            "                   the default plan of its schedule; prints the speedup\n"
             "  --json           print one JSON object on stdout instead of the table:\n"
             "                   {\"config\": {...}, \"schedules\": [{\"schedule\": \"fused\",\n"
             "                   \"forward_ms\", \"backward_ms\", \"step_ms\",\n"
@@ -65,6 +69,7 @@ typedef struct {
 } result;
 
 static double g_start, g_last_note;
+static dm_device_kind g_device = DM_DEVICE_CPU; /* --device */
 
 /* Progress on stderr, only once the bench has run a few seconds, at most every second. */
 static void progress(const char *sched, const char *phase, int rep, int reps) {
@@ -105,13 +110,14 @@ static void sched_free(sched_run *s) {
     memset(s, 0, sizeof *s);
 }
 
-static int sched_setup(const cli_config *c, dm_schedule sched, int reps, sched_run *s,
-                       result *res) {
+static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan, int reps,
+                       sched_run *s, result *res) {
     const dm_layer_config *cfg = &c->cfg;
     memset(s, 0, sizeof *s);
     s->reps = reps;
-    res->name = sched == DM_SCHED_FUSED ? "fused" : "unfused";
-    dm_layer_options opt = {.schedule = sched, .forward_only = 0, .threads = c->threads};
+    res->name = plan ? "tuned" : sched == DM_SCHED_FUSED ? "fused" : "unfused";
+    dm_layer_options opt = {.schedule = sched, .forward_only = 0, .threads = c->threads, .plan = plan};
+    opt.device = g_device;
     s->buf = calloc((size_t)reps * (4 + DM_NUM_CLASSES), sizeof *s->buf);
     if (!s->buf) {
         cli_error(CMD, "out of memory");
@@ -139,6 +145,10 @@ static int sched_setup(const cli_config *c, dm_schedule sched, int reps, sched_r
     cli_rng rng;
     cli_rng_seed(&rng, cfg->seed);
     for (size_t k = 0; k < n; k++) x[k] = (float)cli_rng_normal(&rng);
+    if (dm_layer_to_device(s->layer) != DM_OK) { /* parameters and input to the GPU */
+        cli_error(CMD, "%s", dm_last_error());
+        return -1;
+    }
     return 0;
 }
 
@@ -196,13 +206,13 @@ static void sched_result(sched_run *s, int reps, result *res) {
 
 /* Runs the schedules interleaved, repetition by repetition, so that both see the same
  * machine state (frequency, other load) and their ratio is taken in one run. */
-static int run_schedules(const cli_config *c, const dm_schedule *which, int n, int warmup,
-                         int reps, result *res) {
-    sched_run s[2];
+static int run_schedules(const cli_config *c, const dm_schedule *which, const char *const *plans,
+                         int n, int warmup, int reps, result *res) {
+    sched_run s[3];
     memset(s, 0, sizeof s);
     int rc = -1;
     for (int k = 0; k < n; k++)
-        if (sched_setup(c, which[k], reps, &s[k], &res[k])) goto done;
+        if (sched_setup(c, which[k], plans[k], reps, &s[k], &res[k])) goto done;
     static const char *const phase_name[4] = {"warm-up", "rep", "profiled rep",
                                               "contractions-alone rep"};
     for (int phase = 0; phase < 4; phase++) {
@@ -246,6 +256,8 @@ static void print_table(const cli_config *c, const result *res, int nres, int wa
            ", dropout %g, %s, %d threads; medians of %d reps after %d warm-up\n\n",
            DMOVE_VERSION, cfg->batch, cfg->seq, cfg->hidden, cfg->heads, cfg->ffn, cfg->dropout,
            dm_act_name(cfg->act), resolved_threads(c->threads), reps, warmup);
+    if (g_device != DM_DEVICE_CPU)
+        printf("device: %s (fp32)\n\n", dm_device_kind_name(g_device));
     printf("%-9s %11s %12s %10s %14s %9s %10s\n", "schedule", "forward ms", "backward ms",
            "step ms", "contractions", "GFLOP/s", "step /");
     printf("%-9s %11s %12s %10s %14s %9s %10s\n", "", "", "", "", "alone ms", "",
@@ -271,13 +283,17 @@ static void print_table(const cli_config *c, const result *res, int nres, int wa
         }
     }
     printf("\n");
-    const result *fu = NULL, *un = NULL;
+    const result *fu = NULL, *un = NULL, *tu = NULL;
     for (int s = 0; s < nres; s++) {
         if (!strcmp(res[s].name, "fused")) fu = &res[s];
         if (!strcmp(res[s].name, "unfused")) un = &res[s];
+        if (!strcmp(res[s].name, "tuned")) tu = &res[s];
     }
     if (fu && un && un->step_ms > 0)
         printf("fused step / unfused step:          %.3f\n", fu->step_ms / un->step_ms);
+    const result *base = fu ? fu : un;
+    if (tu && base && tu->step_ms > 0)
+        printf("%s step / tuned step (speedup):  %.3f\n", base->name, base->step_ms / tu->step_ms);
     if (fu && fu->contr_ms > 0)
         printf("fused step / contractions alone:    %.3f\n", fu->step_ms / fu->contr_ms);
 }
@@ -298,7 +314,8 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
          cJSON_AddStringToObject(conf, "act", dm_act_name(cfg->act)) &&
          jnum(conf, "eps", cfg->eps) && jnum(conf, "seed", (double)cfg->seed) &&
          jnum(conf, "threads", resolved_threads(c->threads)) && jnum(conf, "warmup", warmup) &&
-         jnum(conf, "reps", reps);
+         jnum(conf, "reps", reps) &&
+         cJSON_AddStringToObject(conf, "device", dm_device_kind_name(g_device));
     ok = ok && (arr = cJSON_AddArrayToObject(root, "schedules")) != NULL;
     for (int s = 0; ok && s < nres; s++) {
         const result *r = &res[s];
@@ -346,6 +363,9 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
     }
     if (ok && fu && un && un->step_ms > 0)
         ok = jnum(root, "fused_over_unfused_step", fu->step_ms / un->step_ms);
+    for (int s = 0; ok && s < nres; s++)
+        if (!strcmp(res[s].name, "tuned") && res[s].step_ms > 0 && (fu || un))
+            ok = jnum(root, "tuned_speedup", (fu ? fu : un)->step_ms / res[s].step_ms);
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text) {
@@ -363,7 +383,9 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
 
 int cmd_bench(int argc, char **argv) {
     int warmup = 3, reps = 10, json = 0, which = 3; /* bit 0 fused, bit 1 unfused */
+    const char *plan = NULL;
     cli_config c;
+    g_device = DM_DEVICE_CPU;
     cli_config_init(&c, CLI_CFG_ALL);
     for (int a = 1; a < argc; a++) {
         const char *v = NULL;
@@ -395,9 +417,22 @@ int cmd_bench(int argc, char **argv) {
             }
             continue;
         }
+        if ((r = cli_opt(CMD, argc, argv, &a, "--plan", &v)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            plan = v;
+            continue;
+        }
         if ((r = cli_flag(CMD, argv, a, "--json")) != 0) {
             if (r < 0) return CLI_USAGE;
             json = 1;
+            continue;
+        }
+        if ((r = cli_opt(CMD, argc, argv, &a, "--device", &v)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            if (dm_device_kind_parse(v, &g_device) != DM_OK) {
+                cli_usage_error(CMD, "--device: unknown device '%s' (known: cpu, cuda)", v);
+                return CLI_USAGE;
+            }
             continue;
         }
         if ((r = cli_config_option(&c, CMD, argc, argv, &a)) != 0) {
@@ -414,13 +449,19 @@ int cmd_bench(int argc, char **argv) {
 
     g_start = cli_now();
     g_last_note = 0;
-    result res[2];
+    result res[3];
     int nres = 0;
     memset(res, 0, sizeof res);
-    dm_schedule order[2];
+    dm_schedule order[3];
+    const char *plans[3] = {NULL, NULL, NULL};
     if (which & 1) order[nres++] = DM_SCHED_FUSED;
     if (which & 2) order[nres++] = DM_SCHED_UNFUSED;
-    if (run_schedules(&c, order, nres, warmup, reps, res)) return CLI_FAIL;
+    if (plan) {
+        /* the tuned plan beside the default plan of its schedule */
+        plans[nres] = plan;
+        order[nres++] = which == 2 ? DM_SCHED_UNFUSED : DM_SCHED_FUSED;
+    }
+    if (run_schedules(&c, order, plans, nres, warmup, reps, res)) return CLI_FAIL;
     if (json) return print_json(&c, res, nres, warmup, reps) ? CLI_FAIL : CLI_OK;
     print_table(&c, res, nres, warmup, reps);
     if (fflush(stdout) != 0) {

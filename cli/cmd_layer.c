@@ -72,6 +72,10 @@ static void usage(FILE *out) {
             "  --schedule S     fused (default) or unfused: the same graph, run with fused\n"
             "                   groups or one operator at a time; results agree to rounding\n"
             "  --forward-only   run the forward pass only; OUT then holds only output\n"
+            "  --device D       cpu (default) or cuda: where the step runs (cuda needs a\n"
+            "                   dmove built with nvcc, and a GPU)\n"
+            "  --plan FILE      run a plan from `dmove tune` (tensor layouts and contraction\n"
+            "                   algorithms) for these sizes; results agree to rounding\n"
             "  --help           this text\n"
             "\n"
             "exit status: 0 success, 1 bad input or runtime error, 2 usage error\n"
@@ -304,6 +308,8 @@ static int add_meta(dm_st_writer *w, const char *key, const char *val) {
 int cmd_layer(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
     int forward_only = 0;
+    dm_device_kind device = DM_DEVICE_CPU;
+    const char *plan = NULL;
     dm_schedule sched = DM_SCHED_FUSED;
     cli_config c;
     cli_config_init(&c, CLI_CFG_HEADS | CLI_CFG_TRAIN | CLI_CFG_THREADS);
@@ -332,6 +338,18 @@ int cmd_layer(int argc, char **argv) {
             else {
                 cli_usage_error(CMD, "--schedule: unknown schedule '%s' (known: fused, unfused)",
                                 v);
+                return CLI_USAGE;
+            }
+            continue;
+        }
+        if ((r = cli_opt(CMD, argc, argv, &a, "--plan", &plan)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            continue;
+        }
+        if ((r = cli_opt(CMD, argc, argv, &a, "--device", &v)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            if (dm_device_kind_parse(v, &device) != DM_OK) {
+                cli_usage_error(CMD, "--device: unknown device '%s' (known: cpu, cuda)", v);
                 return CLI_USAGE;
             }
             continue;
@@ -400,7 +418,8 @@ int cmd_layer(int argc, char **argv) {
     }
 
     dm_layer_options opt = {.schedule = sched, .forward_only = forward_only,
-                            .threads = c.threads};
+                            .threads = c.threads, .plan = plan};
+    opt.device = device;
     dm_layer *layer = NULL;
     dm_st_writer *w = NULL;
     int rc = CLI_FAIL;
@@ -440,8 +459,9 @@ int cmd_layer(int argc, char **argv) {
     dm_st_free(f); /* the input copy is no longer needed: free it before the step */
     f = NULL;
 
-    if (dm_layer_forward(layer) != DM_OK ||
-        (!forward_only && dm_layer_backward(layer) != DM_OK)) {
+    /* to_device / to_host: the tensors to and from the GPU (no-ops on the CPU) */
+    if (dm_layer_to_device(layer) != DM_OK || dm_layer_forward(layer) != DM_OK ||
+        (!forward_only && dm_layer_backward(layer) != DM_OK) || dm_layer_to_host(layer) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
         goto done;
     }

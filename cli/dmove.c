@@ -1,5 +1,5 @@
 /* dmove.c: the dmove command: dispatches its subcommands (layer, bench, example, analyze,
- * probe, help, --version). Usage errors exit 2, runtime and input errors 1. */
+ * probe, tune, help, --version). Usage errors exit 2, runtime and input errors 1. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +16,7 @@ static const struct {
     {"example", cmd_example, "write a random input file for `dmove layer`"},
     {"analyze", cmd_analyze, "per-operator flop, bytes, roofline bound; unfused vs fused bytes"},
     {"probe", cmd_probe, "measure this CPU (bandwidth, SGEMM, vector rate) for analyze"},
+    {"tune", cmd_tune, "choose layouts and algorithms by measurement; write a plan"},
 };
 enum { NUM_CMDS = (int)(sizeof k_cmds / sizeof k_cmds[0]) };
 

@@ -59,11 +59,20 @@ dm_status dm_layer_config_check(const dm_layer_config *cfg);
 const char *dm_act_name(dm_act a);
 dm_status dm_act_parse(const char *s, dm_act *out);
 
+/* Where a layer's steps run. CUDA: the layer's tensors live on the GPU; the pointers of
+ * dm_layer_tensor are a host staging copy, moved by dm_layer_to_device / dm_layer_to_host.
+ * DM_ERR_UNSUPPORTED if dmove was built without CUDA, DM_ERR_BACKEND if no GPU is usable. */
+typedef enum { DM_DEVICE_CPU = 0, DM_DEVICE_CUDA } dm_device_kind;
+const char *dm_device_kind_name(dm_device_kind d);
+dm_status dm_device_kind_parse(const char *s, dm_device_kind *out); /* "cpu", "cuda" */
+
 typedef struct {
     dm_schedule schedule;  /* fused (default) or unfused */
     int forward_only;      /* build no backward graph; save nothing for it */
     int threads;           /* 0: all cores */
     int no_reuse;          /* give every tensor its own buffer (debugging, tests) */
+    const char *plan;      /* a plan file from `dmove tune` (layouts, algorithms), or NULL */
+    dm_device_kind device; /* where steps run: DM_DEVICE_CPU (default) or DM_DEVICE_CUDA */
 } dm_layer_options;
 
 typedef struct dm_layer dm_layer;
@@ -99,6 +108,13 @@ void dm_layer_profile_reset(dm_layer *layer);
 void dm_layer_flop(const dm_layer *layer, double flop[2][DM_NUM_CLASSES]);
 /* A human-readable listing of the plan: groups, their ops and tensors. Caller frees. */
 dm_status dm_layer_describe(const dm_layer *layer, char **text);
+/* Device layers (DM_DEVICE_CUDA): to_device copies the inputs (hidden_states,
+ * attention_mask, grad_output) and parameters the user wrote through dm_layer_tensor to
+ * the GPU (call it after writing them and before a step; dm_layer_new uploads the
+ * defaults); to_host copies the results (output, grad_hidden_states, parameter grads)
+ * back (call it after a step, before reading them). No-ops on the CPU. */
+dm_status dm_layer_to_device(dm_layer *layer);
+dm_status dm_layer_to_host(dm_layer *layer);
 
 #ifdef __cplusplus
 }

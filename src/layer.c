@@ -11,8 +11,12 @@
 #include "core/status.h"
 #include "cpu/exec.h"
 #include "graph/encoder.h"
+#include "graph/rewrite.h"
 #include "layer_internal.h"
 #include "plan/plan.h"
+#ifdef DM_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+#endif
 
 
 /* Largest tensor dmove accepts: 2^36 elements (256 GiB of fp32); beyond it a size is a
@@ -113,6 +117,24 @@ static void fill(float *p, int64_t n, float v) {
 }
 
 dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt) {
+    return dm_layer_new_with(out, cfg, opt, NULL, 0);
+}
+
+/* Loads opt->plan (or takes `given`) and applies it to the planned graph. */
+static dm_status apply_choices(dm_layer *L, const dm_choices *given) {
+    dm_choices loaded;
+    const dm_choices *c = given;
+    if (!c) {
+        DM_TRY(dm_plan_load(L->opt.plan, &L->cfg, &L->opt, &L->g, &loaded));
+        c = &loaded;
+    }
+    dm_status s = dm_choices_apply(c, &L->g, &L->plan);
+    if (!given) dm_choices_free(&loaded);
+    return s;
+}
+
+dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
+                            const dm_choices *choices, int lenient) {
     if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_new: out is NULL");
     *out = NULL;
     DM_TRY(dm_layer_config_check(cfg));
@@ -122,6 +144,13 @@ dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_laye
         return dm_fail(DM_ERR_INVALID_ARG, "unknown schedule %d", (int)opt->schedule);
     if (opt->threads < 0 || opt->threads > 4096)
         return dm_fail(DM_ERR_INVALID_ARG, "threads must be between 0 (all cores) and 4096");
+    if (opt->device != DM_DEVICE_CPU && opt->device != DM_DEVICE_CUDA)
+        return dm_fail(DM_ERR_INVALID_ARG, "unknown device %d", (int)opt->device);
+#ifndef DM_HAVE_CUDA
+    if (opt->device == DM_DEVICE_CUDA)
+        return dm_fail(DM_ERR_UNSUPPORTED,
+                       "dmove was built without CUDA: install the CUDA toolkit (nvcc) and rebuild");
+#endif
     dm_layer *L = calloc(1, sizeof *L);
     if (!L) return dm_fail(DM_ERR_OOM, "out of memory");
     L->cfg = *cfg;
@@ -129,7 +158,10 @@ dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_laye
     L->nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
     dm_graph_init(&L->g);
     dm_status s = dm_build_encoder(&L->g, cfg, opt->forward_only, &L->enc);
+    /* the fused schedule's graph rewrites (graph/rewrite.c) */
+    if (s == DM_OK && opt->schedule == DM_SCHED_FUSED) s = dm_rewrite_fused(&L->g);
     if (s == DM_OK) s = dm_plan_build(&L->g, opt->schedule == DM_SCHED_FUSED, opt->no_reuse, &L->plan);
+    if (s == DM_OK && (choices || opt->plan)) s = apply_choices(L, choices);
     if (s == DM_OK) {
         L->arena_bytes = (L->plan.arena_bytes + 63) / 64 * 64;
         L->arena = aligned_alloc(64, L->arena_bytes ? L->arena_bytes : 64);
@@ -141,7 +173,10 @@ dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_laye
         s = dm_fail(DM_ERR_OOM, "out of memory");
     if (s == DM_OK) {
         memset(L->arena, 0, L->arena_bytes); /* touch every page now, not during a step */
-        s = dm_cpu_exec_init(&L->ex, &L->plan, L->arena, L->nthreads);
+        s = lenient ? dm_cpu_exec_init_lenient(&L->ex, &L->plan, L->arena, L->nthreads)
+                    : dm_cpu_exec_init(&L->ex, &L->plan, L->arena, L->nthreads);
+        if (s != DM_OK && opt->plan)
+            dm_fail_context(s, "plan '%s' does not fit this layer: ", opt->plan);
     }
     if (s != DM_OK) {
         dm_layer_free(L);
@@ -157,6 +192,17 @@ dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_laye
     const char *ones[2] = {"attention.output.LayerNorm.weight", "output.LayerNorm.weight"};
     for (int k = 0; k < 2; k++)
         if (dm_layer_tensor(L, ones[k], &p, &nd, sh) == DM_OK) fill(p, sh[0], 1.0f);
+#ifdef DM_HAVE_CUDA
+    if (opt->device == DM_DEVICE_CUDA) {
+        /* the same plan on the GPU, and the defaults just written sent up */
+        s = dm_cuda_exec_init(&L->cuda, &L->plan, DM_CUDA_FP32, 0);
+        if (s == DM_OK) s = dm_layer_to_device(L);
+        if (s != DM_OK) {
+            dm_layer_free(L);
+            return s;
+        }
+    }
+#endif
     *out = L;
     return DM_OK;
 }
@@ -164,6 +210,9 @@ dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_laye
 void dm_layer_free(dm_layer *L) {
     if (!L) return;
     dm_cpu_exec_free(&L->ex);
+#ifdef DM_HAVE_CUDA
+    dm_cuda_exec_free(L->cuda);
+#endif
     dm_plan_free(&L->plan);
     dm_graph_free(&L->g);
     free(L->arena);
@@ -225,6 +274,18 @@ dm_status dm_layer_set_seed(dm_layer *L, uint64_t seed) {
     return DM_OK;
 }
 
+/* One group on the layer's device. While profiling, a GPU group is waited for, so that
+ * the time taken around it is its own. */
+static dm_status run_group(dm_layer *L, int gi, int only_c) {
+#ifdef DM_HAVE_CUDA
+    if (L->cuda) {
+        DM_TRY(dm_cuda_exec_group(L->cuda, gi, L->cfg.seed, only_c));
+        return L->profile ? dm_cuda_sync(L->cuda) : DM_OK;
+    }
+#endif
+    return dm_cpu_exec_group(&L->ex, gi, L->cfg.seed, only_c);
+}
+
 dm_status dm_layer_run(dm_layer *L, int passes, unsigned class_mask) {
     if (!L) return dm_fail(DM_ERR_INVALID_ARG, "NULL layer");
     if ((passes & DM_PASS_BACKWARD) && L->opt.forward_only)
@@ -239,13 +300,17 @@ dm_status dm_layer_run(dm_layer *L, int passes, unsigned class_mask) {
         int only_c = gr->nbatch > 1 && class_mask == (1u << DM_CLASS_CONTRACTION);
         if (!(class_mask & (1u << gr->cls))) continue;
         double t0 = L->profile ? omp_get_wtime() : 0;
-        DM_TRY(dm_cpu_exec_group(&L->ex, gi, L->cfg.seed, only_c));
+        DM_TRY(run_group(L, gi, only_c));
         if (L->profile) {
             double dt = omp_get_wtime() - t0;
             L->prof[gr->pass][gr->cls] += dt;
             L->group_secs[gi] += dt;
         }
     }
+#ifdef DM_HAVE_CUDA
+    /* a pass is over when the GPU is: step timings are true, kernel errors surface here */
+    if (L->cuda) DM_TRY(dm_cuda_sync(L->cuda));
+#endif
     if (passes & DM_PASS_FORWARD) L->forward_done = 1;
     return DM_OK;
 }
@@ -281,4 +346,47 @@ dm_status dm_layer_describe(const dm_layer *L, char **text) {
     if (!L || !text) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_describe: NULL argument");
     *text = dm_plan_describe(&L->plan, L->group_secs);
     return *text ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
+}
+
+const char *dm_device_kind_name(dm_device_kind d) {
+    return d == DM_DEVICE_CPU ? "cpu" : d == DM_DEVICE_CUDA ? "cuda" : "?";
+}
+
+dm_status dm_device_kind_parse(const char *s, dm_device_kind *out) {
+    if (s && !strcmp(s, "cpu")) *out = DM_DEVICE_CPU;
+    else if (s && !strcmp(s, "cuda")) *out = DM_DEVICE_CUDA;
+    else return dm_fail(DM_ERR_INVALID_ARG, "unknown device '%s': use cpu or cuda", s ? s : "(null)");
+    return DM_OK;
+}
+
+/* Copies the user-visible root tensors between the host staging arena and the GPU: up,
+ * the inputs and parameters; down, the outputs and parameter gradients. */
+static dm_status layer_copy(dm_layer *L, int up) {
+#ifdef DM_HAVE_CUDA
+    if (!L->cuda) return DM_OK;
+    const dm_graph *g = &L->g;
+    for (int t = 0; t < g->nt; t++) {
+        const dm_tensor *x = &g->t[t];
+        if (x->base >= 0 || L->plan.offset[t] < 0) continue;
+        int is_in = x->role == DM_ROLE_INPUT || x->role == DM_ROLE_PARAM;
+        int is_out = x->role == DM_ROLE_OUTPUT || x->role == DM_ROLE_PARAM_GRAD;
+        float *h = dm_cpu_tensor_ptr(&L->plan, L->arena, t);
+        if (up && is_in) DM_TRY(dm_cuda_upload(L->cuda, t, h));
+        if (!up && is_out) DM_TRY(dm_cuda_download(L->cuda, t, h));
+    }
+#else
+    (void)L;
+    (void)up;
+#endif
+    return DM_OK;
+}
+
+dm_status dm_layer_to_device(dm_layer *L) {
+    if (!L) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_to_device: NULL layer");
+    return layer_copy(L, 1);
+}
+
+dm_status dm_layer_to_host(dm_layer *L) {
+    if (!L) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_to_host: NULL layer");
+    return layer_copy(L, 0);
 }

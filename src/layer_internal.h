@@ -5,6 +5,7 @@
 #include "cpu/exec.h"
 #include "graph/encoder.h"
 #include "plan/plan.h"
+#include "plan/planfile.h"
 
 struct dm_layer {
     dm_layer_config cfg;
@@ -20,6 +21,13 @@ struct dm_layer {
     int profile;
     double prof[2][DM_NUM_CLASSES];
     double *group_secs; /* per group, accumulated while profiling */
+    struct dm_cuda_exec *cuda; /* opt.device == DM_DEVICE_CUDA: the GPU executor; the arena
+                                * above is then its host staging copy (else NULL) */
 };
+
+/* dm_layer_new with plan choices given in memory (the tuner), instead of opt->plan;
+ * lenient: groups the layouts rule out are marked unusable instead of failing. */
+dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
+                            const dm_choices *choices, int lenient);
 
 #endif

@@ -312,6 +312,18 @@ expect_fail "output into a missing directory" 1 "cannot create" \
     "$D" layer --in "$T/ok" --out "$T/no/dir/out.safetensors" --heads 2
 check "nothing created for the missing directory" test ! -e "$T/no"
 
+# tune and plan files
+expect_fail "tune: --reps 0" 2 "--reps" "$D" tune --reps 0
+expect_fail "tune: --cache with --no-cache" 2 "contradict" "$D" tune --cache "$T/c.tsv" --no-cache
+expect_fail "tune: unknown --schedule" 2 "unknown schedule" "$D" tune --schedule sideways
+expect_fail "tune: i not divisible by h" 2 "divisible" "$D" tune --hidden 10 --heads 3
+expect_fail "bench: --plan missing file" 1 "cannot open plan" "$D" bench --plan "$T/none.json" --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8
+printf '{"format": "dmove-plan", "version": 1' >"$T/trunc.json"
+expect_fail "bench: --plan truncated" 1 "not valid JSON" "$D" bench --plan "$T/trunc.json" --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8
+printf '{"format": "dmove-plan", "version": 99}' >"$T/newer.json"
+expect_fail "layer: --plan newer version" 1 "newer dmove" lay --in "$T/ok" --heads 2 --plan "$T/newer.json"
+expect_fail "analyze: --plan missing file" 1 "cannot open plan" "$D" analyze --device v100 --plan "$T/none.json"
+
 # a failed run leaves an existing OUT exactly as it was
 printf 'keep me' >"$OUT"
 cases=$((cases + 1))

@@ -1,6 +1,9 @@
 /* test_kernels.c: every element-wise and normalization row kernel against its naive
  * double-precision reference (src/cpu/ref.c), on odd and even row lengths (vector
- * remainders, dropout blocks that start mid-Philox-block), all activations. */
+ * remainders, dropout blocks that start mid-Philox-block), all activations; then the
+ * activations elementwise over [-12, 12] (tails, underflow), and the fused schedule's
+ * ACT_DERIV + MUL and DROPOUT_BWD_NZ against the unfused ACT, ACT_BWD and DROPOUT_BWD:
+ * equal bit for bit. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +38,8 @@ static void run(dm_op_kind kind, int nin, int nout, int64_t R, int64_t C, dm_act
     }
     if (kind == DM_OP_MASK_ADD)
         for (int64_t e = 0; e < G * C; e++) in[1][e] = (float)(e % 4 != 3);
+    if (kind == DM_OP_DROPOUT_BWD_NZ) /* the forward output: dropped elements are zero */
+        for (int64_t e = 0; e < R * C; e += 3) in[1][e] = 0.0f;
     if (kind == DM_OP_LAYERNORM_BWD) { /* consistent statistics for x */
         for (int64_t r = 0; r < R; r++) {
             double m = 0, v = 0;
@@ -80,13 +85,92 @@ static void run(dm_op_kind kind, int nin, int nout, int64_t R, int64_t C, dm_act
         CHECK(ok);
         if (!ok || (R == 6 && C == 33))
             printf("  %-14s %-9s rows %3lld cols %4lld out %d: rel.err %.2e %s\n", dm_op_kind_name(kind),
-                   kind == DM_OP_ACT || kind == DM_OP_ACT_BWD ? dm_act_name(act) : "",
+                   kind == DM_OP_ACT || kind == DM_OP_ACT_BWD || kind == DM_OP_ACT_DERIV
+                       ? dm_act_name(act) : "",
                    (long long)R, (long long)C, s, e, ok ? "ok" : "FAIL");
         free(out[s]);
         free(ref[s]);
     }
     for (int s = 0; s < nin; s++) free(in[s]);
     free(words);
+}
+
+/* One row of n elements through kernel `kind`. */
+static void row1(dm_op_kind kind, dm_act act, int64_t n, const float *a, const float *b, float *y,
+                 float *y2) {
+    dm_op op = {.kind = kind, .rows = 1, .cols = n, .act = act};
+    dm_row rw = {.op = &op, .cols = n, .in = {a, b}, .out = {y, y2}};
+    dm_cpu_row(&rw);
+}
+
+/* Each activation and its derivative, elementwise over [-12, 12] (a fine grid, the tails
+ * where Phi and phi underflow): |got - ref| <= 4e-6 |ref| + 1e-7. Then the fused
+ * schedule's kernels against the unfused ones: ACT_DERIV's act(x) == ACT's, and
+ * MUL(dy, act'(x)) == ACT_BWD(dy, x), bit for bit. */
+static void act_sweep(void) {
+    const int64_t n = 24001;
+    float *x = malloc(sizeof(float) * n), *dy = malloc(sizeof(float) * n);
+    float *y = malloc(sizeof(float) * n), *d = malloc(sizeof(float) * n);
+    float *ry = malloc(sizeof(float) * n), *rd = malloc(sizeof(float) * n);
+    float *ya = malloc(sizeof(float) * n), *dxb = malloc(sizeof(float) * n), *dxm = malloc(sizeof(float) * n);
+    uint64_t seed = 99;
+    for (int64_t e = 0; e < n; e++) {
+        x[e] = (float)(-12.0 + 24.0 * (double)e / (double)(n - 1));
+        dy[e] = frand(&seed);
+    }
+    for (int a = 0; a < 3; a++) {
+        dm_op op = {.kind = DM_OP_ACT_DERIV, .nin = 1, .nout = 2, .rows = 1, .cols = n, .act = (dm_act)a};
+        dm_ref_op(&op, 0, 1, (const float *const[]){x}, (float *const[]){ry, rd});
+        row1(DM_OP_ACT_DERIV, (dm_act)a, n, x, NULL, y, d);
+        row1(DM_OP_ACT, (dm_act)a, n, x, NULL, ya, NULL);
+        row1(DM_OP_ACT_BWD, (dm_act)a, n, dy, x, dxb, NULL);
+        row1(DM_OP_MUL, (dm_act)a, n, dy, d, dxm, NULL);
+        double wy = 0, wd = 0;
+        int bad = 0, same = 1;
+        for (int64_t e = 0; e < n; e++) {
+            double ey = fabs((double)y[e] - ry[e]), ed = fabs((double)d[e] - rd[e]);
+            bad += !(ey <= 4e-6 * fabs(ry[e]) + 1e-7) || !(ed <= 4e-6 * fabs(rd[e]) + 1e-7);
+            if (fabs(ry[e]) > 1e-30 && ey / fabs(ry[e]) > wy) wy = ey / fabs(ry[e]);
+            if (fabs(rd[e]) > 1e-3 && ed / fabs(rd[e]) > wd) wd = ed / fabs(rd[e]);
+            same &= memcmp(&y[e], &ya[e], 4) == 0 && memcmp(&dxb[e], &dxm[e], 4) == 0;
+        }
+        CHECK(bad == 0);
+        CHECK(same);
+        printf("  %-9s on [-12, 12]: act max rel.err %.2e, act' %.2e (|act'| > 1e-3), %d out of "
+               "bounds; fused == unfused kernels: %s\n", dm_act_name((dm_act)a), wy, wd, bad,
+               same ? "bit for bit" : "DIFFER");
+    }
+    free(x), free(dy), free(y), free(d), free(ry), free(rd), free(ya), free(dxb), free(dxm);
+}
+
+/* DROPOUT_BWD_NZ reads the mask off the forward output: wherever the dropout's input is
+ * non-zero it equals DROPOUT_BWD (which regenerates the mask) bit for bit. */
+static void dropout_nz_vs_philox(int64_t n, double p) {
+    float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n), *dy = malloc(sizeof(float) * n);
+    float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+    uint32_t *words = malloc(sizeof(uint32_t) * (size_t)n);
+    uint64_t seed = 5;
+    for (int64_t e = 0; e < n; e++) {
+        x[e] = frand(&seed);
+        x[e] = x[e] == 0.0f ? 1.0f : x[e];
+        dy[e] = frand(&seed);
+    }
+    dm_op op = {.kind = DM_OP_DROPOUT, .rows = 1, .cols = n, .p = p, .stream = 3};
+    dm_row rw = {.op = &op, .cols = n, .seed = 11, .words = words, .in = {x}, .out = {y}};
+    dm_cpu_row(&rw);
+    op.kind = DM_OP_DROPOUT_BWD;
+    rw.in[0] = dy;
+    rw.out[0] = a;
+    dm_cpu_row(&rw);
+    op.kind = DM_OP_DROPOUT_BWD_NZ;
+    rw.in[1] = y;
+    rw.out[0] = b;
+    dm_cpu_row(&rw);
+    int same = memcmp(a, b, sizeof(float) * (size_t)n) == 0;
+    CHECK(same);
+    printf("  dropout_bwd_nz vs dropout_bwd, p %.1f, %lld elements: %s\n", p, (long long)n,
+           same ? "bit for bit" : "DIFFER");
+    free(x), free(y), free(dy), free(a), free(b), free(words);
 }
 
 int main(void) {
@@ -100,16 +184,22 @@ int main(void) {
             double pp = p == 0 ? 0.0 : p == 1 ? 0.1 : 0.5;
             run(DM_OP_DROPOUT, 1, 1, R, C, 0, pp);
             run(DM_OP_DROPOUT_BWD, 1, 1, R, C, 0, pp);
+            run(DM_OP_DROPOUT_BWD_NZ, 2, 1, R, C, 0, pp);
         }
         for (int a = 0; a < 3; a++) {
             run(DM_OP_ACT, 1, 1, R, C, (dm_act)a, 0);
             run(DM_OP_ACT_BWD, 2, 1, R, C, (dm_act)a, 0);
+            run(DM_OP_ACT_DERIV, 1, 2, R, C, (dm_act)a, 0);
         }
+        run(DM_OP_MUL, 2, 1, R, C, 0, 0);
         if (C > 1) run(DM_OP_SOFTMAX, 1, 1, R, C, 0, 0);
         run(DM_OP_SOFTMAX_BWD, 2, 1, R, C, 0, 0);
         if (C > 1) run(DM_OP_LAYERNORM, 3, 3, R, C, 0, 0);
         if (C > 1) run(DM_OP_LAYERNORM_BWD, 5, 3, R, C, 0, 0);
         run(DM_OP_COLSUM, 1, 1, R, C, 0, 0);
     }
+    act_sweep();
+    dropout_nz_vs_philox(10007, 0.1);
+    dropout_nz_vs_philox(4096, 0.5);
     TEST_END();
 }

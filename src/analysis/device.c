@@ -244,8 +244,7 @@ static int jnum(cJSON *o, const char *k, double v) {
     return cJSON_AddNumberToObject(o, k, isfinite(v) ? v : 0.0) != NULL;
 }
 
-/* mkdir -p of the directory part of path. */
-static dm_status make_parent(const char *path) {
+dm_status dm_make_parent(const char *path) {
     char dir[4096];
     const char *slash = strrchr(path, '/');
     if (!slash || slash == path) return DM_OK;
@@ -288,7 +287,7 @@ dm_status dm_profile_save(const char *path, const dm_cpu_profile *p) {
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text) return dm_fail(DM_ERR_OOM, "out of memory building the profile");
-    dm_status st = make_parent(path);
+    dm_status st = dm_make_parent(path);
     if (st == DM_OK) {
         size_t len = strlen(text);
         text[len] = '\n'; /* replaces the terminator; length passed explicitly */

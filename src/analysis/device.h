@@ -63,6 +63,8 @@ dm_status dm_profile_save(const char *path, const dm_cpu_profile *p);
  * 1..max_threads (0: all). Takes well under a minute. */
 dm_status dm_cpu_probe(dm_cpu_profile *p, int max_threads, void (*progress)(const char *line));
 
+/* mkdir -p of the directory part of path. */
+dm_status dm_make_parent(const char *path);
 /* Writes len bytes to path atomically: a temporary file in the same directory, then
  * rename; on failure nothing is left behind and the target is unchanged. */
 dm_status dm_write_file_atomic(const char *path, const void *data, size_t len);

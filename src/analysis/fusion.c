@@ -335,6 +335,7 @@ void dm_plan_free(dm_plan *plan) {
     free(plan->groups);
     free(plan->in_memory);
     free(plan->offset);
+    free(plan->algo);
     memset(plan, 0, sizeof *plan);
 }
 

@@ -9,6 +9,7 @@
 
 #include <cblas.h>
 #include <limits.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,7 +143,29 @@ dm_status dm_gemm_prepare(dm_gemm *gm, const dm_graph *g, const dm_op *op, float
         gm->bsC[d] = bt[i].st[2];
         gm->nbatch *= bt[i].size;
     }
-    gm->parallel_batch = gm->nbatch > 1;
+    return dm_gemm_set_algo(gm, DM_GEMM_DEFAULT, 0);
+}
+
+static const char *const k_algo_names[DM_GEMM_NUM_ALGOS] = {"default", "blas", "batch", "split_m", "split_n"};
+
+const char *dm_gemm_algo_name(dm_gemm_algo a) {
+    return (unsigned)a < DM_GEMM_NUM_ALGOS ? k_algo_names[a] : "?";
+}
+
+int dm_gemm_algo_parse(const char *s) {
+    for (int a = 0; a < DM_GEMM_NUM_ALGOS; a++)
+        if (s && !strcmp(s, k_algo_names[a])) return a;
+    return -1;
+}
+
+dm_status dm_gemm_set_algo(dm_gemm *gm, dm_gemm_algo algo, int nthreads) {
+    if ((unsigned)algo >= DM_GEMM_NUM_ALGOS)
+        return dm_fail(DM_ERR_INVALID_ARG, "unknown contraction algorithm %d", (int)algo);
+    if (algo == DM_GEMM_DEFAULT) algo = gm->nbatch > 1 ? DM_GEMM_BATCH : DM_GEMM_BLAS;
+    if (algo == DM_GEMM_BATCH && gm->nbatch < 2)
+        return dm_fail(DM_ERR_UNSUPPORTED, "algorithm 'batch' needs a batched contraction");
+    gm->algo = algo;
+    gm->nthreads = nthreads;
     return DM_OK;
 }
 
@@ -169,14 +192,61 @@ void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, 
 
 static void run_one(const dm_gemm *gm, int64_t bi) { dm_gemm_run_one(gm, bi, NULL, NULL, NULL); }
 
-/* cblas_sgemm returns nothing: arguments are validated in dm_gemm_prepare, and OpenBLAS
- * reports argument errors through xerbla, which prepare's checks rule out. */
-dm_status dm_gemm_run(const dm_gemm *gm) {
-    if (gm->parallel_batch) {
-#pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < gm->nbatch; b++) run_one(gm, b);
+/* Block [lo, hi) of the rows (split_m) or columns of batch index bi, one thread's share.
+ * Row block of op(A) starts lo rows (or, transposed, lo columns) in; likewise for B. */
+static void run_block(const dm_gemm *gm, int64_t bi, int split_m, int lo, int hi) {
+    if (hi <= lo) return;
+    dm_gemm part = *gm;
+    part.nbd = 0;
+    int64_t oa = 0, ob = 0, oc = 0;
+    for (int d = gm->nbd - 1; d >= 0; d--) {
+        int64_t i = bi % gm->bsize[d];
+        bi /= gm->bsize[d];
+        oa += i * gm->bsA[d];
+        ob += i * gm->bsB[d];
+        oc += i * gm->bsC[d];
+    }
+    if (split_m) {
+        part.m = hi - lo;
+        part.A = gm->A + oa + (int64_t)lo * (gm->transA ? 1 : gm->lda);
+        part.B = gm->B + ob;
+        part.C = gm->C + oc + (int64_t)lo * gm->ldc;
     } else {
+        part.n = hi - lo;
+        part.A = gm->A + oa;
+        part.B = gm->B + ob + (int64_t)lo * (gm->transB ? gm->ldb : 1);
+        part.C = gm->C + oc + lo;
+    }
+    dm_gemm_run_one(&part, 0, NULL, NULL, NULL);
+}
+
+/* cblas_sgemm returns nothing: arguments are validated in dm_gemm_prepare, and OpenBLAS
+ * reports argument errors through xerbla, which prepare's checks rule out. Inside an
+ * OpenMP parallel region the OpenMP build of OpenBLAS runs single-threaded. */
+dm_status dm_gemm_run(const dm_gemm *gm) {
+    int nt = gm->nthreads > 0 ? gm->nthreads : omp_get_max_threads();
+    switch (gm->algo) {
+    case DM_GEMM_BATCH:
+#pragma omp parallel for schedule(static) num_threads(nt)
         for (int64_t b = 0; b < gm->nbatch; b++) run_one(gm, b);
+        break;
+    case DM_GEMM_SPLIT_M:
+    case DM_GEMM_SPLIT_N: {
+        int split_m = gm->algo == DM_GEMM_SPLIT_M, len = split_m ? gm->m : gm->n;
+#pragma omp parallel num_threads(nt)
+        {
+            int t = omp_get_thread_num(), T = omp_get_num_threads();
+            /* blocks rounded to 16 (whole SIMD panels), the last takes the rest */
+            int per = (len + T - 1) / T;
+            per = (per + 15) / 16 * 16;
+            int lo = t * per, hi = lo + per < len ? lo + per : len;
+            for (int64_t b = 0; b < gm->nbatch; b++) run_block(gm, b, split_m, lo, hi);
+        }
+        break;
+    }
+    default:
+        for (int64_t b = 0; b < gm->nbatch; b++) run_one(gm, b);
+        break;
     }
     return DM_OK;
 }

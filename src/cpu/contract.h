@@ -6,6 +6,25 @@
 
 #include "graph/graph.h"
 
+/* How the threads share one contraction (the tuner's implementation choice):
+ *   BLAS   one sgemm per batch index, the BLAS's own threads inside each call
+ *   BATCH  OpenMP over the batch indices, single-threaded sgemm inside (needs nbatch > 1)
+ *   SPLIT_M / SPLIT_N  OpenMP threads each take a contiguous block of the rows (m) or
+ *          columns (n) of every call, single-threaded sgemm on their block
+ * DEFAULT is BATCH for batched contractions and BLAS otherwise. */
+typedef enum {
+    DM_GEMM_DEFAULT = 0,
+    DM_GEMM_BLAS,
+    DM_GEMM_BATCH,
+    DM_GEMM_SPLIT_M,
+    DM_GEMM_SPLIT_N,
+    DM_GEMM_NUM_ALGOS
+} dm_gemm_algo;
+
+const char *dm_gemm_algo_name(dm_gemm_algo a);
+/* -1 if unknown */
+int dm_gemm_algo_parse(const char *s);
+
 typedef struct {
     float *A, *B, *C;   /* after any swap: C = alpha * op(A) op(B) + beta * C */
     int transA, transB; /* 0 NoTrans, 1 Trans (row-major) */
@@ -14,7 +33,8 @@ typedef struct {
     int nbd;            /* batch dimensions looped over */
     int64_t bsize[DM_MAX_DIMS], bsA[DM_MAX_DIMS], bsB[DM_MAX_DIMS], bsC[DM_MAX_DIMS];
     int64_t nbatch;
-    int parallel_batch; /* OpenMP over the batch, single-threaded BLAS inside */
+    dm_gemm_algo algo;  /* never DEFAULT after prepare */
+    int nthreads;       /* threads for BATCH / SPLIT_* (0: OpenMP's default) */
     int swapped;        /* A and B were exchanged (C^T = B^T A^T) */
 } dm_gemm;
 
@@ -23,6 +43,9 @@ typedef struct {
 dm_status dm_gemm_prepare(dm_gemm *gm, const dm_graph *g, const dm_op *op, float *A, float *B,
                           float *C);
 dm_status dm_gemm_run(const dm_gemm *gm);
+/* Sets the algorithm (DEFAULT picks as above); DM_ERR_UNSUPPORTED if it does not apply
+ * (BATCH without a batch). */
+dm_status dm_gemm_set_algo(dm_gemm *gm, dm_gemm_algo algo, int nthreads);
 /* One batch index; a non-NULL tile replaces that operand (original order: the spec's
  * first input, second input, output) for this index, without batch offset. */
 void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, float *tileC);

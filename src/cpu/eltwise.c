@@ -1,6 +1,9 @@
 /* eltwise.c: the element-wise family, one row at a time: bias, residual add, attention
  * mask, dropout (Philox masks generated in place, never stored), activation, and their
- * backward. Every loop is written for gcc's vectorizer. */
+ * backward; the fused schedule's rewrites (graph/rewrite.c): the activation with its
+ * derivative (ACT_DERIV), the product (MUL) that replaces the activation's backward, and
+ * the dropout backward that reads its mask off the forward output (DROPOUT_BWD_NZ). Every
+ * loop is written for gcc's vectorizer. */
 #include <float.h>
 
 #include "core/philox.h"
@@ -38,6 +41,14 @@ void dm_cpu_eltwise_row(const dm_row *rw) {
     case DM_OP_DROPOUT_BWD:
         dropout_row(rw, a, y);
         break;
+    case DM_OP_DROPOUT_BWD_NZ: { /* in: dy, the forward output: kept where it is non-zero */
+        float scale = rw->op->p > 0 ? (float)(1.0 / (1.0 - rw->op->p)) : 1.0f;
+        for (int64_t c = 0; c < n; c++) y[c] = b[c] != 0.0f ? a[c] * scale : 0.0f;
+        break;
+    }
+    case DM_OP_MUL:
+        for (int64_t c = 0; c < n; c++) y[c] = a[c] * b[c];
+        break;
     case DM_OP_ACT: {
         dm_act act = rw->op->act;
         if (act == DM_ACT_RELU) {
@@ -49,6 +60,21 @@ void dm_cpu_eltwise_row(const dm_row *rw) {
         } else {
 #pragma omp simd
             for (int64_t c = 0; c < n; c++) y[c] = dm_gelu_erf(a[c]);
+        }
+        break;
+    }
+    case DM_OP_ACT_DERIV: { /* in: x; out: act(x), act'(x) from one evaluation */
+        dm_act act = rw->op->act;
+        float *restrict d = rw->out[1];
+        if (act == DM_ACT_RELU) {
+#pragma omp simd
+            for (int64_t c = 0; c < n; c++) y[c] = dm_relu2(a[c], &d[c]);
+        } else if (act == DM_ACT_GELU_TANH) {
+#pragma omp simd
+            for (int64_t c = 0; c < n; c++) y[c] = dm_gelu_tanh2(a[c], &d[c]);
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < n; c++) y[c] = dm_gelu_erf2(a[c], &d[c]);
         }
         break;
     }

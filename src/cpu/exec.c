@@ -62,6 +62,44 @@ static int64_t scratch_slot(int *slot_t, int64_t *slot_off, int *nsl, int64_t *u
     return slot_off[*nsl - 1];
 }
 
+/* How a row op addresses row r of memory operand t. The op's rows x cols iteration
+ * space is the tensor's letters in logical order with the last ones (whose sizes make
+ * cols; none for a ROWSCALAR) as columns. Row kernels vectorize along the columns, so
+ * those must stay contiguous and innermost; the row letters may lie in any order (their
+ * strides are kept and row r is decomposed over them). */
+dm_status dm_cpu_row_map(const dm_graph *g, const dm_op *op, int t, int64_t cols, dm_operand *d) {
+    const dm_tensor *x = &g->t[t];
+    int nc = 0;
+    int64_t prod = 1;
+    if (d->kind == DM_ARG_FULL || d->kind == DM_ARG_GROUPED)
+        while (prod < cols && nc < x->ndim) prod *= x->size[x->ndim - 1 - nc++];
+    if (prod != (d->kind == DM_ARG_ROWSCALAR ? 1 : cols))
+        return dm_fail(DM_ERR_INTERNAL, "%s: the columns of %s are not its last letters", op->name, x->name);
+    int64_t want = 1;
+    for (int q = x->ndim - 1; q >= x->ndim - nc; q--) {
+        if (x->size[q] > 1 && x->stride[q] != want)
+            return dm_fail(DM_ERR_UNSUPPORTED,
+                           "%s: the layout of %s does not keep its columns (the last %d letters of "
+                           "'%s') contiguous and innermost, as row kernels need", op->name, x->name, nc,
+                           x->letters);
+        want *= x->size[q];
+    }
+    int dflt = 1;
+    for (int q = x->ndim - nc - 1; q >= 0; q--) {
+        if (x->size[q] > 1 && x->stride[q] != want) dflt = 0;
+        want *= x->size[q];
+    }
+    if (dflt) return DM_OK;
+    if (d->kind == DM_ARG_GROUPED)
+        return dm_fail(DM_ERR_UNSUPPORTED, "%s: %s must keep its default layout", op->name, x->name);
+    for (int q = 0; q < x->ndim - nc; q++) {
+        d->rsize[d->nrl] = x->size[q];
+        d->rstride[d->nrl] = x->stride[q];
+        d->nrl++;
+    }
+    return DM_OK;
+}
+
 static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, char *arena) {
     const dm_graph *g = plan->g;
     const dm_group *gr = eg->gr;
@@ -73,7 +111,12 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
         float *B = dm_cpu_tensor_ptr(plan, arena, first->in[1]);
         float *C = dm_cpu_tensor_ptr(plan, arena, first->out[0]);
         if (!A || !B || !C) return dm_fail(DM_ERR_INTERNAL, "%s: operand not in memory", first->name);
-        return dm_gemm_prepare(&eg->gemm, g, first, A, B, C);
+        DM_TRY(dm_gemm_prepare(&eg->gemm, g, first, A, B, C));
+        int algo = plan->algo ? plan->algo[plan->order[gr->first]] : DM_GEMM_DEFAULT;
+        dm_status s = dm_gemm_set_algo(&eg->gemm, (dm_gemm_algo)algo, ex->nthreads);
+        if (s != DM_OK)
+            return dm_fail_context(s, "contraction %s: ", first->name);
+        return DM_OK;
     }
     eg->ops = calloc((size_t)gr->nops, sizeof(dm_exop));
     if (!eg->ops) return dm_fail(DM_ERR_OOM, "out of memory preparing the plan");
@@ -145,6 +188,7 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
                 if (plan->in_memory[r]) {
                     d->base = dm_cpu_tensor_ptr(plan, arena, t);
                     if (!d->base) return dm_fail(DM_ERR_INTERNAL, "%s: %s has no memory", op->name, g->t[t].name);
+                    if (d->kind != DM_ARG_COLVEC) DM_TRY(dm_cpu_row_map(g, op, t, cols, d));
                     continue;
                 }
                 if (nsl >= (int)(sizeof slot_t / sizeof slot_t[0]))
@@ -164,7 +208,7 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
     return DM_OK;
 }
 
-dm_status dm_cpu_exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads) {
+static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads, int lenient) {
     memset(ex, 0, sizeof *ex);
     ex->nthreads = nthreads;
     ex->max_cols = plan->max_cols > 0 ? plan->max_cols : 1;
@@ -174,6 +218,10 @@ dm_status dm_cpu_exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
     for (int gi = 0; gi < plan->ngroups; gi++) {
         ex->groups[gi].gr = &plan->groups[gi];
         dm_status s = init_group(ex, &ex->groups[gi], plan, arena);
+        if (s == DM_ERR_UNSUPPORTED && lenient) {
+            ex->groups[gi].unusable = s;
+            continue;
+        }
         if (s != DM_OK) {
             dm_cpu_exec_free(ex);
             return s;
@@ -193,6 +241,14 @@ dm_status dm_cpu_exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
     return DM_OK;
 }
 
+dm_status dm_cpu_exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads) {
+    return exec_init(ex, plan, arena, nthreads, 0);
+}
+
+dm_status dm_cpu_exec_init_lenient(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads) {
+    return exec_init(ex, plan, arena, nthreads, 1);
+}
+
 void dm_cpu_exec_free(dm_cpu_exec *ex) {
     if (ex->groups)
         for (int gi = 0; gi < ex->ngroups; gi++) free(ex->groups[gi].ops);
@@ -202,9 +258,20 @@ void dm_cpu_exec_free(dm_cpu_exec *ex) {
     memset(ex, 0, sizeof *ex);
 }
 
+/* Element offset of row r of an operand in a non-default layout. */
+static int64_t row_offset(const dm_operand *d, int64_t r) {
+    int64_t off = 0;
+    for (int q = d->nrl - 1; q >= 0; q--) {
+        off += (r % d->rsize[q]) * d->rstride[q];
+        r /= d->rsize[q];
+    }
+    return off;
+}
+
 /* r: the global row; rl: the row within this scratch unit (0 in row groups). */
 static inline float *resolve(const dm_operand *d, float *scr, int64_t r, int64_t rl, int64_t cols) {
     if (d->scratch) return scr + d->slot + (d->kind == DM_ARG_ROWSCALAR ? rl : rl * cols);
+    if (d->nrl) return d->base + row_offset(d, r);
     switch (d->kind) {
     case DM_ARG_FULL: return d->base + r * cols;
     case DM_ARG_COLVEC: return d->base;
@@ -253,6 +320,7 @@ static dm_status exec_batched(const dm_cpu_exec *ex, const dm_exgroup *eg, uint6
 
 dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions) {
     const dm_exgroup *eg = &ex->groups[gi];
+    if (eg->unusable) return dm_fail(eg->unusable, "group %d cannot run with these layouts", gi);
     if (eg->contract) return dm_gemm_run(&eg->gemm);
     if (eg->nbatch > 1) return exec_batched(ex, eg, seed, only_contractions);
     int64_t rows = eg->gr->rows, cols = eg->gr->cols;

@@ -14,6 +14,8 @@ typedef struct {
     float *base;      /* memory operand: the tensor's first element */
     int64_t rdiv;     /* GROUPED: rows per group row */
     int64_t slot;     /* scratch: float offset in the thread's scratch; COLACC: too */
+    int nrl;          /* FULL / ROWSCALAR in a non-default layout: row letters (else 0) */
+    int64_t rsize[DM_MAX_DIMS], rstride[DM_MAX_DIMS]; /* outermost first */
 } dm_operand;
 
 typedef struct {
@@ -34,6 +36,7 @@ typedef struct {
     float *acc_dst[DM_MAX_OUT * 8];
     int64_t acc_slot[DM_MAX_OUT * 8];
     int64_t scratch_floats;   /* per thread */
+    dm_status unusable;       /* lenient init: why this group cannot run (else DM_OK) */
 } dm_exgroup;
 
 typedef struct {
@@ -46,8 +49,14 @@ typedef struct {
     int64_t max_cols;
 } dm_cpu_exec;
 
+/* How a row op addresses memory operand t (d->kind set by the caller): DM_ERR_UNSUPPORTED
+ * when t's layout does not keep the op's columns contiguous and innermost. */
+dm_status dm_cpu_row_map(const dm_graph *g, const dm_op *op, int t, int64_t cols, dm_operand *d);
 /* Resolves every operand of the plan to arena addresses and prepares the GEMM calls. */
 dm_status dm_cpu_exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads);
+/* The same, but a group whose operand layouts it cannot run is marked unusable (and
+ * fails if run) instead of failing the whole plan: the tuner measures the others. */
+dm_status dm_cpu_exec_init_lenient(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads);
 void dm_cpu_exec_free(dm_cpu_exec *ex);
 /* only_contractions: run just the GEMMs (the "contractions alone" floor). */
 dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions);

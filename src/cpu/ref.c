@@ -10,19 +10,22 @@
 #include "core/philox.h"
 #include "cpu/kernels.h"
 
+/* Written with erfc and the logistic function, so the tails do not cancel (1 + erf(x) and
+ * 1 + tanh(x) lose every digit for x << 0 even in double). */
 static double act_ref(double x, dm_act a) {
     if (a == DM_ACT_RELU) return x > 0 ? x : 0;
-    if (a == DM_ACT_GELU_TANH) return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-    return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    if (a == DM_ACT_GELU_TANH) /* x/2 (1 + tanh(s)) = x / (1 + exp(-2s)) */
+        return x / (1 + exp(-2 * sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * erfc(-x / sqrt(2.0));
 }
 
 static double act_grad_ref(double x, dm_act a) {
     if (a == DM_ACT_RELU) return x > 0 ? 1 : 0;
-    if (a == DM_ACT_GELU_TANH) {
-        double c = sqrt(2 / M_PI), t = tanh(c * (x + 0.044715 * x * x * x));
-        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
+    if (a == DM_ACT_GELU_TANH) { /* sg + x * 2 sg (1 - sg) * ds/dx, sg = 1 / (1 + exp(-2s)) */
+        double c = sqrt(2 / M_PI), e = exp(-2 * c * (x + 0.044715 * x * x * x)), sg = 1 / (1 + e);
+        return sg + 2 * x * e * sg * sg * c * (1 + 3 * 0.044715 * x * x);
     }
-    return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+    return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
 }
 
 void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float *const *in,
@@ -55,11 +58,24 @@ void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float 
         }
         break;
     }
+    case DM_OP_DROPOUT_BWD_NZ: /* in: dy, y */
+        for (int64_t e = 0; e < R * C; e++)
+            out[0][e] = b[e] != 0 ? (float)(a[e] / (op->p > 0 ? 1.0 - op->p : 1.0)) : 0.0f;
+        break;
     case DM_OP_ACT:
         for (int64_t e = 0; e < R * C; e++) out[0][e] = (float)act_ref(a[e], op->act);
         break;
     case DM_OP_ACT_BWD:
         for (int64_t e = 0; e < R * C; e++) out[0][e] = (float)(a[e] * act_grad_ref(b[e], op->act));
+        break;
+    case DM_OP_ACT_DERIV: /* in: x; out: act(x), act'(x) */
+        for (int64_t e = 0; e < R * C; e++) {
+            out[0][e] = (float)act_ref(a[e], op->act);
+            out[1][e] = (float)act_grad_ref(a[e], op->act);
+        }
+        break;
+    case DM_OP_MUL:
+        for (int64_t e = 0; e < R * C; e++) out[0][e] = (float)((double)a[e] * b[e]);
         break;
     case DM_OP_SOFTMAX:
         for (int64_t r = 0; r < R; r++) {

@@ -95,6 +95,7 @@ int dm_graph_view(dm_graph *g, int base, const char *name, const char *map) {
         return -1;
     }
     snprintf(t->name, sizeof t->name, "%s", name);
+    memcpy(t->vmap, map, strlen(map) + 1);
     t->base = base;
     t->role = b->role;
     t->numel = 1;
@@ -111,6 +112,60 @@ int dm_graph_view(dm_graph *g, int base, const char *name, const char *map) {
     }
     t->letters[t->ndim] = 0;
     return id;
+}
+
+/* Recomputes view v's offset and strides from its root's current strides. */
+static void refresh_view(dm_graph *g, int v) {
+    dm_tensor *t = &g->t[v];
+    const dm_tensor *b = &g->t[t->base];
+    t->offset = 0;
+    int n = 0;
+    for (int d = 0; d < b->ndim; d++) {
+        char m = t->vmap[d];
+        if (m >= '0' && m <= '9') t->offset += (m - '0') * b->stride[d];
+        else t->stride[n++] = b->stride[d];
+    }
+}
+
+dm_status dm_graph_set_layout(dm_graph *g, int t, const char *layout) {
+    if (t < 0 || t >= g->nt || g->t[t].base >= 0)
+        return dm_fail(DM_ERR_INTERNAL, "layout of tensor %d: not a root tensor", t);
+    dm_tensor *r = &g->t[t];
+    int n = r->ndim;
+    if (!layout || (int)strlen(layout) != n)
+        return dm_fail(DM_ERR_INVALID_ARG, "layout '%s' of %s: give all %d letters of '%s' in memory order",
+                       layout ? layout : "(null)", r->name, n, r->letters);
+    int used[DM_MAX_DIMS] = {0};
+    for (int k = 0; k < n; k++) {
+        const char *c = strchr(r->letters, layout[k]);
+        if (!c || !layout[k] || used[c - r->letters]++)
+            return dm_fail(DM_ERR_INVALID_ARG, "layout '%s' of %s is not a permutation of '%s'",
+                           layout, r->name, r->letters);
+    }
+    int64_t s = 1;
+    for (int k = n - 1; k >= 0; k--) {
+        int d = (int)(strchr(r->letters, layout[k]) - r->letters);
+        r->stride[d] = s;
+        s *= r->size[d];
+    }
+    for (int v = 0; v < g->nt; v++)
+        if (g->t[v].base == t && g->t[v].vmap[0]) refresh_view(g, v);
+    return DM_OK;
+}
+
+void dm_tensor_layout(const dm_graph *g, int t, char *out) {
+    const dm_tensor *x = &g->t[t];
+    int idx[DM_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) idx[d] = d;
+    /* insertion sort by stride, descending; stable, so ties keep the logical order */
+    for (int a = 1; a < x->ndim; a++)
+        for (int b = a; b > 0 && x->stride[idx[b]] > x->stride[idx[b - 1]]; b--) {
+            int tmp = idx[b];
+            idx[b] = idx[b - 1];
+            idx[b - 1] = tmp;
+        }
+    for (int d = 0; d < x->ndim; d++) out[d] = x->letters[idx[d]];
+    out[x->ndim] = 0;
 }
 
 int dm_graph_clone(dm_graph *g, int src) {

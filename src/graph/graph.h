@@ -37,6 +37,7 @@ typedef struct {
     int64_t numel;
     int base;       /* root tensor of a view, or -1 for a root */
     int64_t offset; /* elements from the root's start (views) */
+    char vmap[DM_MAX_DIMS + 1]; /* views: the map they were made with (dm_graph_view) */
     dm_role role;
     int pass;       /* 0 forward, 1 backward: which pass produces it */
     int requires_grad;
@@ -76,6 +77,12 @@ int dm_graph_tensor(dm_graph *g, const char *name, const char *letters, dm_role 
 /* A view of root `base`: `map` has one char per root dimension: a letter names the view's
  * dimension (it may rename the root's), a digit fixes that dimension at that index. */
 int dm_graph_view(dm_graph *g, int base, const char *name, const char *map);
+/* Lays root tensor t out in memory in the order `layout` (a permutation of its letters,
+ * outermost first); its views follow. The letters (the logical order) do not change. */
+dm_status dm_graph_set_layout(dm_graph *g, int t, const char *layout);
+/* The memory order of tensor t's letters, outermost first (size-1 letters in logical
+ * order). out: DM_MAX_DIMS + 1 chars. */
+void dm_tensor_layout(const dm_graph *g, int t, char *out);
 int dm_graph_op(dm_graph *g, const dm_op *op);
 /* Appends a copy of tensor src's descriptor; returns the new id or -1. */
 int dm_graph_clone(dm_graph *g, int src);

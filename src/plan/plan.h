@@ -30,6 +30,7 @@ typedef struct {
     size_t arena_bytes;
     size_t activation_bytes; /* the liveness-planned part */
     int max_cols;        /* widest row of a pointwise group (scratch size) */
+    uint8_t *algo;       /* per op: contraction algorithm (dm_gemm_algo), or NULL: defaults */
 } dm_plan;
 
 /* fusion.c: groups ops. fused = 0 gives one group per op (the unfused schedule). */

@@ -1,0 +1,289 @@
+/* cmd_tune.c: `dmove tune`: measures every fused group of the training step under every
+ * feasible layout of its tensors and every contraction algorithm, picks the fastest
+ * configuration of the whole step by shortest path, writes it as a plan file, and checks
+ * it against the default plan by timing both steps interleaved. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_common.h"
+#include "core/status.h"
+#include "tune/tune.h"
+
+#define CMD "tune"
+
+static void help(FILE *out) {
+    fprintf(out,
+            "usage: dmove tune [options]\n"
+            "\n"
+            "Chooses how to run the training step of a BERT encoder layer on this machine,\n"
+            "by measurement (steps 3 and 4 of the paper's recipe):\n"
+            "  1. candidates: for every tensor the plan keeps in memory (except the ones you\n"
+            "     read and write), every order of its dimensions in memory (its layout) that\n"
+            "     runs without a copy; for every contraction, how the threads share it (BLAS\n"
+            "     threads inside one call, OpenMP over the batch, or the rows or columns\n"
+            "     split between threads);\n"
+            "  2. each fused group is timed alone under each combination of its tensors'\n"
+            "     layouts and each algorithm (warm-up, repetitions, median), cached on disk;\n"
+            "  3. the fastest configuration of the whole step, forward and backward, with one\n"
+            "     layout per tensor, is found by shortest path over the groups;\n"
+            "  4. it is written as a plan file and timed against the default plan.\n"
+            "Use the plan with: dmove bench --plan FILE, dmove layer --plan FILE.\n"
+            "\n"
+            "options:\n");
+    cli_config_help(out, CLI_CFG_SIZES | CLI_CFG_HEADS | CLI_CFG_THREADS);
+    fprintf(out,
+            "  --act A          FFN activation: gelu, gelu_tanh or relu (default gelu)\n"
+            "  --schedule S     fused (default) or unfused: which plan to tune\n"
+            "  --out FILE       the plan file to write (default dmove-plan.json)\n"
+            "  --svg FILE       also draw each group's spread of candidate times (violins)\n"
+            "  --reps N         timed repetitions per candidate (default 7; median)\n"
+            "  --cache FILE     measurement cache (default ~/.cache/dmove/tune-cache.tsv);\n"
+            "                   a second run on the same machine and sizes is fast\n"
+            "  --no-cache       measure everything, keep nothing\n"
+            "  --verify N       time default and tuned step interleaved N times (default 5;\n"
+            "                   0 skips)\n"
+            "  --help           this text\n"
+            "\n"
+            "Progress (count, time left) goes to stderr.\n"
+            "\n"
+            "examples:\n"
+            "  dmove tune --out base.json\n"
+            "  dmove tune --batch 32 --seq 128 --hidden 256 --heads 4 --ffn 1024 --out small.json\n"
+            "  dmove bench --plan base.json\n");
+}
+
+static double g_last;
+
+static void progress(int64_t done, int64_t total, int64_t cached, double secs, void *arg) {
+    (void)arg;
+    double now = cli_now();
+    if (done < total && now - g_last < 0.5) return;
+    g_last = now;
+    int64_t measured = done - cached;
+    double per = measured > 0 ? secs / (double)measured : 0;
+    double left = per * (double)(total - done);
+    int w = 30, fill = total > 0 ? (int)(w * done / total) : w;
+    char bar[64];
+    for (int k = 0; k < w; k++) bar[k] = k < fill ? '#' : '.';
+    bar[w] = 0;
+    fprintf(stderr, "\rtune [%s] %" PRId64 "/%" PRId64 " measured (%" PRId64 " from cache), %.0f s, ~%.0f s left ",
+            bar, done, total, cached, secs, left);
+    if (done == total) fputc('\n', stderr);
+    fflush(stderr);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Group label: the first op's name, "+N" for the rest. */
+static void label(const dm_tuner *T, const dm_tune_group *G, char *buf, size_t n) {
+    const dm_group *gr = &T->plan.groups[G->gi];
+    const dm_op *first = &T->g.op[T->plan.order[gr->first]];
+    if (gr->nops > 1) snprintf(buf, n, "%s +%d", first->name, gr->nops - 1);
+    else snprintf(buf, n, "%s", first->name);
+}
+
+static void print_report(const dm_tuner *T) {
+    printf("%-5s %-28s %6s %9s %9s %9s %9s %9s  %s\n", "group", "ops", "cands", "best ms", "median",
+           "worst", "default", "chosen", "choice");
+    for (int k = 0; k < T->ngroups; k++) {
+        const dm_tune_group *G = &T->groups[k];
+        int64_t m = G->ncomb * G->nalgo, nf = 0;
+        double *v = malloc(sizeof(double) * (size_t)m);
+        if (!v) continue;
+        for (int64_t i = 0; i < m; i++)
+            if (isfinite(G->secs[i])) v[nf++] = G->secs[i];
+        qsort(v, (size_t)nf, sizeof(double), cmp_double);
+        char name[64], choice[256] = "";
+        label(T, G, name, sizeof name);
+        size_t len = 0;
+        if (G->op >= 0)
+            len += (size_t)snprintf(choice + len, sizeof choice - len, "%s ",
+                                    dm_gemm_algo_name((dm_gemm_algo)G->algo[G->chosen_algo]));
+        for (int q = 0; q < G->nscope && len < sizeof choice; q++) {
+            const dm_tune_var *var = &T->vars[G->scope[q]];
+            len += (size_t)snprintf(choice + len, sizeof choice - len, "%s:%s ", T->g.t[var->t].name,
+                                    var->cand[dm_tune_comb_index(T, G, G->chosen_comb, q)]);
+        }
+        double chosen = G->secs[G->chosen_comb * G->nalgo + G->chosen_algo];
+        if (nf > 0)
+            printf("%-5d %-28s %6" PRId64 " %9.3f %9.3f %9.3f %9.3f %9.3f  %s\n", G->gi, name, m, v[0] * 1e3,
+                   v[nf / 2] * 1e3, v[nf - 1] * 1e3, G->secs[0] * 1e3, chosen * 1e3, choice);
+        free(v);
+    }
+}
+
+/* Times the default and the tuned plan's steps interleaved; prints medians and ratio. */
+static int verify(const cli_config *c, dm_schedule sched, const char *plan, int reps) {
+    dm_layer *L[2] = {NULL, NULL};
+    dm_layer_options o[2] = {{.schedule = sched, .threads = c->threads},
+                             {.schedule = sched, .threads = c->threads, .plan = plan}};
+    double *t = calloc((size_t)reps * 2, sizeof(double));
+    int rc = -1;
+    if (!t) {
+        cli_error(CMD, "out of memory");
+        return -1;
+    }
+    for (int k = 0; k < 2; k++)
+        if (dm_layer_new(&L[k], &c->cfg, &o[k]) != DM_OK || dm_layer_init_params(L[k], 1) != DM_OK) {
+            cli_error(CMD, "%s", dm_last_error());
+            goto done;
+        }
+    for (int r = -2; r < reps; r++) /* two warm-up steps each */
+        for (int k = 0; k < 2; k++) {
+            double t0 = cli_now();
+            if (dm_layer_forward(L[k]) != DM_OK || dm_layer_backward(L[k]) != DM_OK) {
+                cli_error(CMD, "%s", dm_last_error());
+                goto done;
+            }
+            if (r >= 0) t[k * reps + r] = cli_now() - t0;
+        }
+    double ratio[64];
+    int nr = reps < 64 ? reps : 64;
+    for (int r = 0; r < nr; r++) ratio[r] = t[r] / t[reps + r];
+    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    qsort(t + reps, (size_t)reps, sizeof(double), cmp_double);
+    qsort(ratio, (size_t)nr, sizeof(double), cmp_double);
+    printf("\nverified (%d interleaved training steps each, medians): default plan %.2f ms, tuned plan "
+           "%.2f ms: speedup %.3fx (median of per-step ratios %.3fx)\n",
+           reps, t[reps / 2] * 1e3, t[reps + reps / 2] * 1e3, t[reps / 2] / t[reps + reps / 2], ratio[nr / 2]);
+    rc = 0;
+done:
+    dm_layer_free(L[0]);
+    dm_layer_free(L[1]);
+    free(t);
+    return rc;
+}
+
+int cmd_tune(int argc, char **argv) {
+    cli_config c;
+    cli_config_init(&c, CLI_CFG_SIZES | CLI_CFG_HEADS | CLI_CFG_THREADS);
+    const char *out = "dmove-plan.json", *svg = NULL, *cache = NULL;
+    int no_cache = 0, reps = 7, vreps = 5;
+    dm_schedule sched = DM_SCHED_FUSED;
+    dm_act act = DM_ACT_GELU;
+    for (int a = 1; a < argc; a++) {
+        const char *v;
+        int r;
+        if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
+            help(stdout);
+            return CLI_OK;
+        }
+        if ((r = cli_config_option(&c, CMD, argc, argv, &a)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            continue;
+        }
+        if ((r = cli_opt(CMD, argc, argv, &a, "--out", &v)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            out = v;
+        } else if ((r = cli_opt(CMD, argc, argv, &a, "--svg", &v)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            svg = v;
+        } else if ((r = cli_opt(CMD, argc, argv, &a, "--cache", &v)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            cache = v;
+        } else if ((r = cli_opt(CMD, argc, argv, &a, "--reps", &v)) != 0) {
+            if (r < 0 || cli_parse_int(CMD, "--reps", v, 1, 63, &reps)) return CLI_USAGE;
+        } else if ((r = cli_opt(CMD, argc, argv, &a, "--verify", &v)) != 0) {
+            if (r < 0 || cli_parse_int(CMD, "--verify", v, 0, 1000, &vreps)) return CLI_USAGE;
+        } else if ((r = cli_opt(CMD, argc, argv, &a, "--act", &v)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            if (dm_act_parse(v, &act) != DM_OK) {
+                cli_usage_error(CMD, "--act: %s", dm_last_error());
+                return CLI_USAGE;
+            }
+        } else if ((r = cli_opt(CMD, argc, argv, &a, "--schedule", &v)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            if (!strcmp(v, "fused")) sched = DM_SCHED_FUSED;
+            else if (!strcmp(v, "unfused")) sched = DM_SCHED_UNFUSED;
+            else {
+                cli_usage_error(CMD, "--schedule: unknown schedule '%s' (known: fused, unfused)", v);
+                return CLI_USAGE;
+            }
+        } else if ((r = cli_flag(CMD, argv, a, "--no-cache")) != 0) {
+            if (r < 0) return CLI_USAGE;
+            no_cache = 1;
+        } else {
+            cli_usage_error(CMD, "unknown option '%s'", argv[a]);
+            return CLI_USAGE;
+        }
+    }
+    if (no_cache && cache) {
+        cli_usage_error(CMD, "--cache and --no-cache contradict each other: give one");
+        return CLI_USAGE;
+    }
+    if (cli_config_finish(&c, CMD, 1)) return CLI_USAGE;
+    c.cfg.act = act;
+    char cache_buf[4096];
+    if (!no_cache && !cache) {
+        if (dm_tune_cache_default_path(cache_buf, sizeof cache_buf) != DM_OK) {
+            cli_error(CMD, "%s (give --cache FILE or --no-cache)", dm_last_error());
+            return CLI_FAIL;
+        }
+        cache = cache_buf;
+    }
+    dm_layer_options opt = {.schedule = sched, .threads = c.threads};
+    dm_tuner *T = NULL;
+    double t0 = cli_now();
+    if (dm_tuner_new(&T, &c.cfg, &opt) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        return CLI_FAIL;
+    }
+    T->reps = reps;
+    int64_t ncand = 0;
+    for (int v = 0; v < T->nvars; v++) ncand += T->vars[v].ncand;
+    printf("dmove tune: b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
+           ", %s schedule, %s\n", c.cfg.batch, c.cfg.seq, c.cfg.hidden, c.cfg.heads, c.cfg.ffn,
+           sched == DM_SCHED_FUSED ? "fused" : "unfused", T->machine);
+    printf("%d groups; %d tensors with a layout choice (%" PRId64 " candidate layouts):", T->ngroups, T->nvars, ncand);
+    for (int v = 0; v < T->nvars; v++) {
+        printf("%s %s {", v ? ";" : "", T->g.t[T->vars[v].t].name);
+        for (int k = 0; k < T->vars[v].ncand; k++) printf("%s%s", k ? " " : "", T->vars[v].cand[k]);
+        printf("}");
+    }
+    printf("\n%" PRId64 " measurements (groups x layout combinations x algorithms), %d reps each; cache: %s\n\n",
+           dm_tuner_tasks(T), reps, cache ? cache : "none");
+    fflush(stdout);
+    int rc = CLI_FAIL;
+    dm_choices ch;
+    if (dm_tuner_measure(T, no_cache ? NULL : cache, progress, NULL) != DM_OK) {
+        fputc('\n', stderr);
+        cli_error(CMD, "%s", dm_last_error());
+        goto done;
+    }
+    if (dm_tuner_select(T, &ch) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        goto done;
+    }
+    print_report(T);
+    printf("\nsum over groups (each timed alone): default plan %.2f ms, tuned plan %.2f ms (%.3fx); "
+           "tuning took %.1f s (%" PRId64 " of %" PRId64 " measurements from the cache)\n",
+           T->default_s * 1e3, T->tuned_s * 1e3, T->tuned_s > 0 ? T->default_s / T->tuned_s : 0.0,
+           cli_now() - t0, T->nfrom_cache, T->ntasks);
+    if (dm_plan_save(out, &c.cfg, &opt, &T->g, &ch) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        dm_choices_free(&ch);
+        goto done;
+    }
+    dm_choices_free(&ch);
+    printf("plan written to %s\n", out);
+    if (svg) {
+        if (dm_tuner_svg(T, svg) != DM_OK) {
+            cli_error(CMD, "%s", dm_last_error());
+            goto done;
+        }
+        printf("violin plot written to %s\n", svg);
+    }
+    fflush(stdout);
+    if (vreps > 0 && verify(&c, sched, out, vreps)) goto done;
+    rc = CLI_OK;
+done:
+    dm_tuner_free(T);
+    return rc;
+}

@@ -1,0 +1,74 @@
+/* cuda_backend.h: the CUDA backend's C interface (no CUDA types in it), in front of the
+ * .cu files, for the library's C code and the tests. Its executor runs the same dm_plan
+ * as the CPU backend (cpu/exec.c): the same groups in the same order, every materialized
+ * tensor at the same byte offset, but in one device arena. The host arena of a layer
+ * stays as the staging copy: dm_cuda_upload / dm_cuda_download move a tensor between the
+ * two. Compiled only when the Makefile finds nvcc (DM_HAVE_CUDA). */
+#ifndef DM_CUDA_BACKEND_H
+#define DM_CUDA_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dmove.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "plan/plan.h"
+
+typedef struct dm_cuda_exec dm_cuda_exec;
+
+/* Storage type of the device arena. Only fp32 is implemented so far. */
+enum { DM_CUDA_FP32 = 0, DM_CUDA_BF16 = 1 };
+
+/* Executor flags. */
+enum {
+    DM_CUDA_TF32 = 1u,           /* let cuBLAS use TF32 tensor cores (off: fp32 tests need
+                                  * 1e-5, TF32 gives ~1e-3) */
+    DM_CUDA_GLOBAL_SCRATCH = 2u, /* keep fused intermediates in global memory even where
+                                  * they fit in shared memory (tests the fallback) */
+    DM_CUDA_EMULATE = 4u,        /* tests, no GPU needed: host memory instead of device
+                                  * memory, the exact cuBLAS calls run by a column-major
+                                  * reference, the row programs interpreted on the CPU
+                                  * (emulate.cu). Checks the plan's mapping (operands,
+                                  * strides, scratch, tiles, partials), not the kernels. */
+    DM_CUDA_SYNC_EACH = 8u       /* debugging: wait after every GEMM and kernel, so a
+                                  * device fault is reported with its group and op */
+};
+
+/* DM_OK if a usable CUDA device is present; `why` (n bytes) then names it. Otherwise
+ * DM_ERR_BACKEND (also recorded for dm_last_error), with the reason in `why`, e.g. the
+ * error of cudaGetDeviceCount. */
+dm_status dm_cuda_available(char *why, size_t n);
+
+/* Prepares the plan on device 0: one device arena of plan->arena_bytes (zeroed), the GEMM
+ * calls, the row programs of the fused groups. `plan` must outlive the executor. */
+dm_status dm_cuda_exec_init(dm_cuda_exec **ex, const dm_plan *plan, int dtype, unsigned flags);
+void dm_cuda_exec_free(dm_cuda_exec *ex);
+
+/* Enqueues group gi (asynchronous: errors of the kernels may surface at dm_cuda_sync).
+ * only_contractions: just the GEMMs of a batched group. */
+dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_contractions);
+dm_status dm_cuda_sync(dm_cuda_exec *ex);
+
+/* Copies tensor t (a materialized root or a view of one) between the device arena and
+ * `host`, which holds the tensor in the same layout as the arena (the span from its first
+ * to its last element, gaps of a strided view included), e.g. dm_cpu_tensor_ptr of a
+ * host arena planned by the same plan. Synchronous. */
+dm_status dm_cuda_upload(dm_cuda_exec *ex, int t, const float *host);
+dm_status dm_cuda_download(dm_cuda_exec *ex, int t, float *host);
+/* The whole arena (plan->arena_bytes), for tests. Synchronous. */
+dm_status dm_cuda_upload_arena(dm_cuda_exec *ex, const void *host);
+dm_status dm_cuda_download_arena(dm_cuda_exec *ex, void *host);
+
+/* The device Philox words of element indices [start, start + n) of a dropout stream
+ * (the words dm_philox_words gives on the CPU), for the tests. */
+dm_status dm_cuda_philox_words(uint64_t seed, uint32_t stream, uint64_t start, int64_t n,
+                               uint32_t *host_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,111 @@
+/* cuda_internal.h: what the CUDA backend's .cu files share (CUDA C++ only): the checked
+ * call macros, and the row program: the device-side description of a run of row ops
+ * (element-wise and normalization) that the one generic row kernel (rows.cu) interprets
+ * row by row, as the CPU executor runs dm_cpu_row (cpu/exec.c). */
+#ifndef DM_CUDA_INTERNAL_H
+#define DM_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "core/status.h"
+#include "cpu/contract.h"
+#include "cpu/kernels.h"
+#include "plan/plan.h"
+}
+
+/* Every CUDA runtime and cuBLAS call goes through these: a failure returns
+ * DM_ERR_BACKEND from the calling function with the call and the library's words. */
+#define DMC_CUDA(call)                                                                  \
+    do {                                                                                \
+        cudaError_t dmc_e_ = (call);                                                    \
+        if (dmc_e_ != cudaSuccess)                                                      \
+            return dm_fail(DM_ERR_BACKEND, "%s failed: %s (%s)", #call,                 \
+                           cudaGetErrorString(dmc_e_), cudaGetErrorName(dmc_e_));       \
+    } while (0)
+
+#define DMC_BLAS(call)                                                                  \
+    do {                                                                                \
+        cublasStatus_t dmc_s_ = (call);                                                 \
+        if (dmc_s_ != CUBLAS_STATUS_SUCCESS)                                            \
+            return dm_fail(DM_ERR_BACKEND, "%s failed: %s (%s)", #call,                 \
+                           cublasGetStatusString(dmc_s_), cublasGetStatusName(dmc_s_)); \
+    } while (0)
+
+/* A kernel launch reports bad configurations through cudaGetLastError. */
+#define DMC_LAUNCHED(what)                                                              \
+    do {                                                                                \
+        cudaError_t dmc_e_ = cudaGetLastError();                                        \
+        if (dmc_e_ != cudaSuccess)                                                      \
+            return dm_fail(DM_ERR_BACKEND, "launching %s failed: %s (%s)", what,        \
+                           cudaGetErrorString(dmc_e_), cudaGetErrorName(dmc_e_));       \
+    } while (0)
+
+enum {
+    DMC_MAX_ROWOPS = 16, /* row ops in one program (fused groups hold 2 to 5) */
+    DMC_MAX_ACC = 8,     /* column accumulators in one program */
+    DMC_LOC_GLOBAL = 0,  /* operand in device memory (arena or a batched group's temp) */
+    DMC_LOC_SCRATCH = 1  /* operand in the block's scratch (shared, or global fallback) */
+};
+
+typedef struct {
+    int kind;     /* dm_arg_kind */
+    int loc;      /* DMC_LOC_*; COLACC operands are always in scratch */
+    float *base;  /* GLOBAL: the tensor's first element on the device */
+    int64_t rdiv; /* GROUPED: rows of the iteration space per row of the operand */
+    int64_t slot; /* SCRATCH: float offset in the block's scratch */
+} dmc_operand;
+
+typedef struct {
+    int kind;            /* dm_op_kind */
+    int nin, nout;
+    int act;             /* dm_act */
+    uint32_t stream;     /* dropout site */
+    int drop_on;         /* p > 0 */
+    uint32_t drop_thr;   /* dm_dropout_threshold(p) */
+    float drop_scale;    /* (float)(1 / (1 - p)), as the CPU computes it */
+    double eps;          /* LayerNorm */
+    dmc_operand in[DM_MAX_IN], out[DM_MAX_OUT];
+} dmc_rowop;
+
+/* Ops that share one iteration space rows x cols, run in order for each row. */
+typedef struct {
+    int nops;
+    int64_t rows, cols;
+    int64_t scratch_floats; /* per block: internal rows, then the column accumulators */
+    int64_t acc_off;        /* where the accumulators start in the scratch */
+    int64_t acc_floats;     /* nacc * padded cols */
+    int nacc;
+    float *acc_dst[DMC_MAX_ACC]; /* device: where the column sums go */
+    int64_t acc_slot[DMC_MAX_ACC]; /* offset of accumulator a in the scratch */
+    dmc_rowop ops[DMC_MAX_ROWOPS];
+} dmc_rowprog;
+
+/* How a program is launched (decided on the host at init). */
+typedef struct {
+    int threads, blocks;
+    size_t smem_bytes;  /* dynamic shared memory (0 with global scratch) */
+    int global_scratch; /* scratch at gscratch + blockIdx.x * scratch_floats */
+} dmc_launch;
+
+/* rows.cu */
+/* Raises the kernel's dynamic shared memory limit to `bytes` (needed above 48 KiB). */
+dm_status dmc_rows_allow_smem(size_t bytes);
+/* Runs program `dprog` (device copy of `hprog`), then sums the column accumulators'
+ * per-block partials in block order (deterministic) into hprog->acc_dst. */
+dm_status dmc_rows_launch(const dmc_rowprog *dprog, const dmc_rowprog *hprog,
+                          const dmc_launch *lc, uint64_t seed, float *gscratch,
+                          float *partials, cudaStream_t stream);
+
+/* emulate.cu (DM_CUDA_EMULATE): what cublasGemmStridedBatchedEx (fp32, column-major)
+ * and dmc_rows_launch compute, on the host, with the same arguments. */
+void dmc_emu_gemm(int transa, int transb, int m, int n, int k, float alpha, const float *A,
+                  int lda, long long sA, const float *B, int ldb, long long sB, float beta,
+                  float *C, int ldc, long long sC, int batch);
+dm_status dmc_emu_rows(const dmc_rowprog *prog, const dmc_launch *lc, uint64_t seed,
+                       float *gscratch, float *partials);
+
+#endif

@@ -1,0 +1,682 @@
+/* exec.cu: the CUDA group executor, shaped like the CPU one (cpu/exec.c) and driven by
+ * the same dm_plan: the same groups in the same order, every materialized tensor at its
+ * memplan offset in one device arena (fp32).
+ *
+ * - A lone contraction is one dm_gemm (cpu/contract.c: dm_gemm_prepare only does pointer
+ *   arithmetic, so it is given device pointers) run by cuBLAS: the row-major call
+ *   C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so the operands are
+ *   swapped; batch dimensions whose strides merge become one strided-batched call, any
+ *   others are looped over on the host. fp32 compute (CUBLAS_COMPUTE_32F); TF32 only when
+ *   asked for (DM_CUDA_TF32).
+ * - A row group (element-wise and normalization ops over one rows x cols space) is one
+ *   row program run by the generic row kernel (rows.cu); tensors internal to the group
+ *   are rows of the block's scratch, as the CPU's per-thread scratch rows.
+ * - A batched group (attention: QK^T, mask, softmax, dropout, .V per (b, h)) runs here,
+ *   in this first version, NOT flash-style: each contraction over the whole batch (one
+ *   strided-batched GEMM) into a temporary device tensor for each tile tensor (full size,
+ *   the root's numel, in a buffer shared by the batched groups), and each run of row ops
+ *   over all rows of those temporaries. Correct, but it moves the score matrices through
+ *   global memory that the CPU keeps in per-thread tiles.
+ * Every CUDA and cuBLAS call is checked (DMC_CUDA, DMC_BLAS: DM_ERR_BACKEND with the
+ * library's words). DM_CUDA_EMULATE runs the same executor on host memory (emulate.cu),
+ * so tests check this file's mapping of the plan on machines without a GPU. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_internal.h"
+#include "cuda/cuda_backend.h"
+
+extern "C" {
+#include "core/philox.h"
+}
+
+typedef struct {
+    int gemm;    /* 1: a contraction (gm); 0: a row program (prog) */
+    dm_gemm gm;  /* device pointers */
+    int prog;    /* index into the executor's programs */
+} dmc_step;
+
+typedef struct {
+    dmc_step *steps;
+    int nsteps;
+} dmc_group;
+
+/* The tile tensors of a batched group: roots not in memory, each a full-size temporary
+ * at `off` floats into the executor's temp buffer. */
+enum { DMC_MAX_TILES = 64 };
+typedef struct {
+    int root[DMC_MAX_TILES];
+    int64_t off[DMC_MAX_TILES];
+    int n;
+    int64_t floats;
+} dmc_tiles;
+
+struct dm_cuda_exec {
+    const dm_plan *plan;
+    unsigned flags;
+    int device;
+    int smem_optin;           /* largest dynamic shared memory a block may use */
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    int have_stream, have_blas;
+    char *arena;              /* device: plan->arena_bytes */
+    size_t arena_bytes;
+    float *temp;              /* device: tile tensors of batched groups (one group at a time) */
+    size_t temp_floats;
+    float *gscratch;          /* device: per-block scratch of programs too big for shared */
+    size_t gscratch_floats;
+    float *partials;          /* device: per-block partial column sums */
+    size_t partial_floats;
+    dmc_rowprog *hprogs;      /* host copies of the row programs */
+    dmc_rowprog *dprogs;      /* device copies, same order */
+    dmc_launch *launch;       /* per program */
+    int nprogs, cap_progs;
+    dmc_group *groups;
+    int ngroups;
+};
+
+/* Emulation (DM_CUDA_EMULATE, emulate.cu): "device" buffers are host memory. */
+static int emulated(const dm_cuda_exec *ex) { return (ex->flags & DM_CUDA_EMULATE) != 0; }
+
+static dm_status dev_alloc(const dm_cuda_exec *ex, void **p, size_t bytes, const char *what) {
+    if (bytes == 0) bytes = 256;
+    if (emulated(ex)) {
+        *p = calloc(1, bytes);
+        if (!*p) return dm_fail(DM_ERR_OOM, "out of memory emulating the GPU's %s", what);
+        return DM_OK;
+    }
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        return dm_fail(DM_ERR_OOM, "cannot allocate %.3f GiB of GPU memory for %s (cudaMalloc: "
+                       "%s): reduce batch or sequence length", (double)bytes / (1 << 30), what,
+                       cudaGetErrorString(e));
+    }
+    return DM_OK;
+}
+
+static void dev_free(const dm_cuda_exec *ex, void *p) {
+    if (emulated(ex)) free(p);
+    else (void)cudaFree(p);
+}
+
+/* A synchronous copy between host and device (or host and host, emulating). */
+static dm_status dev_copy(const dm_cuda_exec *ex, void *dst, const void *src, size_t bytes,
+                          cudaMemcpyKind kind) {
+    if (!bytes) return DM_OK;
+    if (emulated(ex)) {
+        memcpy(dst, src, bytes);
+        return DM_OK;
+    }
+    DMC_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, ex->stream));
+    DMC_CUDA(cudaStreamSynchronize(ex->stream));
+    return DM_OK;
+}
+
+dm_status dm_cuda_available(char *why, size_t n) {
+    char buf[256];
+    if (!why || n == 0) {
+        why = buf;
+        n = sizeof buf;
+    }
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        /* the runtime's words for "no driver" mislead: say what they usually mean */
+        const char *hint = e == cudaErrorInsufficientDriver
+                               ? ": no NVIDIA driver is loaded, or it is older than this CUDA runtime"
+                           : e == cudaErrorNoDevice ? ": no NVIDIA GPU is visible" : "";
+        snprintf(why, n, "cudaGetDeviceCount failed: %s (%s)%s", cudaGetErrorString(e),
+                 cudaGetErrorName(e), hint);
+        (void)cudaGetLastError(); /* clear it: later calls should not see it */
+        return dm_fail(DM_ERR_BACKEND, "no usable CUDA device: %s", why);
+    }
+    if (count < 1) {
+        snprintf(why, n, "cudaGetDeviceCount found no CUDA device");
+        return dm_fail(DM_ERR_BACKEND, "no usable CUDA device: %s", why);
+    }
+    int dev = 0;
+    cudaDeviceProp prop;
+    e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, dev);
+    if (e != cudaSuccess) {
+        snprintf(why, n, "cudaGetDeviceProperties failed: %s (%s)", cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+        return dm_fail(DM_ERR_BACKEND, "no usable CUDA device: %s", why);
+    }
+    /* the kernels are built for sm_80 and sm_90 (plus compute_90 PTX for newer GPUs) */
+    if (prop.major < 8) {
+        snprintf(why, n, "device %d (%s) has compute capability %d.%d; dmove's CUDA kernels "
+                 "are built for 8.0 (A100) and newer", dev, prop.name, prop.major, prop.minor);
+        return dm_fail(DM_ERR_BACKEND, "no usable CUDA device: %s", why);
+    }
+    snprintf(why, n, "device %d: %s, compute capability %d.%d, %.1f GiB", dev, prop.name,
+             prop.major, prop.minor, (double)prop.totalGlobalMem / (1 << 30));
+    return DM_OK;
+}
+
+/* 1 if x is dense and row-major in its logical letter order (size-1 letters aside): the
+ * row kernel addresses rows as base + r * cols. Other layouts (the tuner's) are not run
+ * by the CUDA row kernel yet; contractions take any layout through their strides. */
+static int dense_rowmajor(const dm_tensor *x) {
+    int64_t want = 1;
+    for (int d = x->ndim - 1; d >= 0; d--) {
+        if (x->size[d] == 1) continue;
+        if (x->stride[d] != want) return 0;
+        want *= x->size[d];
+    }
+    return 1;
+}
+
+/* The op kinds the row kernel (rows.cu) implements: anything else fails at init rather
+ * than leaving its outputs unwritten. */
+static int row_kind_supported(dm_op_kind k) {
+    switch (k) {
+    case DM_OP_BIAS_ADD: case DM_OP_ADD: case DM_OP_MASK_ADD: case DM_OP_SOFTMAX:
+    case DM_OP_DROPOUT: case DM_OP_ACT: case DM_OP_LAYERNORM: case DM_OP_DROPOUT_BWD:
+    case DM_OP_ACT_BWD: case DM_OP_SOFTMAX_BWD: case DM_OP_LAYERNORM_BWD: case DM_OP_COLSUM:
+    case DM_OP_ACT_DERIV: case DM_OP_MUL: case DM_OP_DROPOUT_BWD_NZ:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static const dm_op *op_at(const dm_plan *plan, const dm_group *gr, int k) {
+    return &plan->g->op[plan->order[gr->first + k]];
+}
+
+/* Device address of tensor t in the arena (views included), NULL if not materialized. */
+static float *arena_ptr(const dm_cuda_exec *ex, int t) {
+    const dm_graph *g = ex->plan->g;
+    int r = dm_tensor_root(g, t);
+    if (ex->plan->offset[r] < 0) return NULL;
+    return (float *)(ex->arena + ex->plan->offset[r]) + g->t[t].offset;
+}
+
+static float *tile_ptr(const dm_cuda_exec *ex, const dmc_tiles *tl, int t) {
+    const dm_graph *g = ex->plan->g;
+    int r = dm_tensor_root(g, t);
+    for (int q = 0; q < tl->n; q++)
+        if (tl->root[q] == r) return ex->temp + tl->off[q] + g->t[t].offset;
+    return NULL;
+}
+
+static dm_status group_tiles(const dm_plan *plan, const dm_group *gr, dmc_tiles *tl) {
+    const dm_graph *g = plan->g;
+    memset(tl, 0, sizeof *tl);
+    for (int k = 0; k < gr->nops; k++) {
+        const dm_op *op = op_at(plan, gr, k);
+        for (int s = 0; s < op->nin + op->nout; s++) {
+            int r = dm_tensor_root(g, s < op->nin ? op->in[s] : op->out[s - op->nin]);
+            if (plan->in_memory[r]) continue;
+            int known = 0;
+            for (int q = 0; q < tl->n; q++) known |= tl->root[q] == r;
+            if (known) continue;
+            if (tl->n >= DMC_MAX_TILES)
+                return dm_fail(DM_ERR_INTERNAL, "batched group of %s: more than %d tile tensors",
+                               op_at(plan, gr, 0)->name, DMC_MAX_TILES);
+            tl->root[tl->n] = r;
+            tl->off[tl->n] = tl->floats;
+            tl->floats += (g->t[r].numel + 63) / 64 * 64; /* 256-byte aligned */
+            tl->n++;
+        }
+    }
+    return DM_OK;
+}
+
+static dm_status new_prog(dm_cuda_exec *ex, int *pi) {
+    if (ex->nprogs == ex->cap_progs) {
+        int cap = ex->cap_progs ? 2 * ex->cap_progs : 32;
+        dmc_rowprog *p = (dmc_rowprog *)realloc(ex->hprogs, sizeof(dmc_rowprog) * (size_t)cap);
+        if (!p) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+        ex->hprogs = p;
+        dmc_launch *l = (dmc_launch *)realloc(ex->launch, sizeof(dmc_launch) * (size_t)cap);
+        if (!l) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+        ex->launch = l;
+        ex->cap_progs = cap;
+    }
+    *pi = ex->nprogs++;
+    memset(&ex->hprogs[*pi], 0, sizeof(dmc_rowprog));
+    memset(&ex->launch[*pi], 0, sizeof(dmc_launch));
+    return DM_OK;
+}
+
+/* The row program of ops [k0, k1) of group gr (same rows x cols). tl: the group's tiles
+ * (batched groups: every tensor not in memory is a full temporary), or NULL (row groups:
+ * such tensors are rows of the block's scratch). Mirrors init_group in cpu/exec.c. */
+static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1,
+                            const dmc_tiles *tl, int *pi) {
+    const dm_plan *plan = ex->plan;
+    const dm_graph *g = plan->g;
+    const dm_op *op0 = op_at(plan, gr, k0);
+    if (k1 - k0 > DMC_MAX_ROWOPS)
+        return dm_fail(DM_ERR_UNSUPPORTED, "group of %s: %d fused row ops; the CUDA backend runs "
+                       "at most %d in one kernel", op0->name, k1 - k0, DMC_MAX_ROWOPS);
+    DM_TRY(new_prog(ex, pi));
+    dmc_rowprog *p = &ex->hprogs[*pi];
+    const int64_t rows = op0->rows, cols = op0->cols;
+    const int64_t cols_pad = (cols + 31) / 32 * 32; /* 128-byte aligned scratch rows */
+    if (rows < 1 || cols < 1)
+        return dm_fail(DM_ERR_INTERNAL, "%s: empty iteration space", op0->name);
+    int slot_root[DM_MAX_IN * DMC_MAX_ROWOPS];
+    int nsl = 0;
+    for (int k = k0; k < k1; k++) {
+        const dm_op *op = op_at(plan, gr, k);
+        dmc_rowop *x = &p->ops[k - k0];
+        if (op->kind == DM_OP_CONTRACT || op->rows != rows || op->cols != cols)
+            return dm_fail(DM_ERR_INTERNAL, "%s: not a row op of %s's iteration space", op->name,
+                           op0->name);
+        if (!row_kind_supported(op->kind))
+            return dm_fail(DM_ERR_UNSUPPORTED, "%s: the CUDA backend has no kernel for op kind '%s' yet",
+                           op->name, dm_op_kind_name(op->kind));
+        x->kind = op->kind;
+        x->nin = op->nin;
+        x->nout = op->nout;
+        x->act = op->act;
+        x->stream = (uint32_t)op->stream;
+        x->drop_on = op->p > 0;
+        x->drop_thr = dm_dropout_threshold(op->p);
+        x->drop_scale = op->p > 0 ? (float)(1.0 / (1.0 - op->p)) : 1.0f;
+        x->eps = op->eps;
+        for (int io = 0; io < 2; io++) {
+            int n = io ? op->nout : op->nin;
+            for (int s = 0; s < n; s++) {
+                int t = io ? op->out[s] : op->in[s];
+                dmc_operand *d = io ? &x->out[s] : &x->in[s];
+                dm_arg_kind kind = io ? dm_arg_out(op->kind, s) : dm_arg_in(op->kind, s);
+                d->kind = kind;
+                int r = dm_tensor_root(g, t);
+                if ((plan->in_memory[r] || tl) && !dense_rowmajor(&g->t[t]))
+                    return dm_fail(DM_ERR_UNSUPPORTED, "%s: operand %s is not in the default "
+                                   "(row-major) layout, which the CUDA row kernel needs so far",
+                                   op->name, g->t[t].name);
+                if (kind == DM_ARG_COLACC) {
+                    if (tl)
+                        return dm_fail(DM_ERR_INTERNAL, "%s: column reduction inside a batched group",
+                                       op->name);
+                    if (p->nacc >= DMC_MAX_ACC)
+                        return dm_fail(DM_ERR_UNSUPPORTED, "%s: more than %d column reductions in "
+                                       "one group", op->name, DMC_MAX_ACC);
+                    float *dst = arena_ptr(ex, t);
+                    if (!dst || g->t[t].numel != cols)
+                        return dm_fail(DM_ERR_INTERNAL, "%s: bad column reduction output", op->name);
+                    d->loc = DMC_LOC_SCRATCH;
+                    d->slot = p->nacc * cols_pad; /* shifted past the rows below */
+                    p->acc_dst[p->nacc] = dst;
+                    p->acc_slot[p->nacc] = d->slot;
+                    p->nacc++;
+                    continue;
+                }
+                int64_t need = kind == DM_ARG_ROWSCALAR ? rows : kind == DM_ARG_COLVEC ? cols
+                                                                                       : rows * cols;
+                if (kind == DM_ARG_GROUPED) {
+                    int64_t G = g->t[t].numel / cols;
+                    if (G < 1 || g->t[t].numel % cols || rows % G)
+                        return dm_fail(DM_ERR_INTERNAL, "%s: operand %s does not tile the rows",
+                                       op->name, g->t[t].name);
+                    d->rdiv = rows / G;
+                    need = g->t[t].numel;
+                }
+                if (g->t[t].numel != need)
+                    return dm_fail(DM_ERR_INTERNAL, "%s: operand %s has %lld elements, expected %lld",
+                                   op->name, g->t[t].name, (long long)g->t[t].numel, (long long)need);
+                if (plan->in_memory[r] || tl) {
+                    d->loc = DMC_LOC_GLOBAL;
+                    d->base = plan->in_memory[r] ? arena_ptr(ex, t) : tile_ptr(ex, tl, t);
+                    if (!d->base)
+                        return dm_fail(DM_ERR_INTERNAL, "%s: %s has no device memory", op->name,
+                                       g->t[t].name);
+                    continue;
+                }
+                /* internal to the group: a row of the block's scratch, one per root */
+                int q = 0;
+                while (q < nsl && slot_root[q] != r) q++;
+                if (q == nsl) {
+                    if (nsl >= (int)(sizeof slot_root / sizeof slot_root[0]))
+                        return dm_fail(DM_ERR_INTERNAL, "too many scratch rows");
+                    slot_root[nsl++] = r;
+                }
+                d->loc = DMC_LOC_SCRATCH;
+                d->slot = q * cols_pad;
+            }
+        }
+    }
+    p->nops = k1 - k0;
+    p->rows = rows;
+    p->cols = cols;
+    p->acc_off = nsl * cols_pad;
+    p->acc_floats = p->nacc * cols_pad;
+    for (int k = 0; k < p->nops; k++)
+        for (int s = 0; s < p->ops[k].nout; s++)
+            if (p->ops[k].out[s].kind == DM_ARG_COLACC) p->ops[k].out[s].slot += p->acc_off;
+    for (int a = 0; a < p->nacc; a++) p->acc_slot[a] += p->acc_off;
+    p->scratch_floats = p->acc_off + p->acc_floats;
+
+    /* Launch shape. A block per row at a time; 256 threads for long rows, one warp per
+     * 32 columns below that. The grid is a fixed function of the plan (not of the GPU),
+     * so column sums add their per-block partials in the same order on every device. */
+    dmc_launch *lc = &ex->launch[*pi];
+    lc->threads = cols >= 256 ? 256 : (int)cols_pad;
+    int64_t maxb = p->nacc ? 256 : 8192;
+    lc->blocks = (int)(rows < maxb ? rows : maxb);
+    size_t bytes = (size_t)p->scratch_floats * sizeof(float);
+    lc->global_scratch = (ex->flags & DM_CUDA_GLOBAL_SCRATCH) || bytes > (size_t)ex->smem_optin;
+    lc->smem_bytes = lc->global_scratch ? 0 : bytes;
+    return DM_OK;
+}
+
+static dm_status build_group(dm_cuda_exec *ex, int gi, dmc_tiles *tl) {
+    const dm_plan *plan = ex->plan;
+    const dm_graph *g = plan->g;
+    const dm_group *gr = &plan->groups[gi];
+    dmc_group *eg = &ex->groups[gi];
+    eg->steps = (dmc_step *)calloc((size_t)(gr->nops > 0 ? gr->nops : 1), sizeof(dmc_step));
+    if (!eg->steps) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+    const int batched = gr->nbatch > 1;
+    if (batched) DM_TRY(group_tiles(plan, gr, tl));
+    int k = 0;
+    while (k < gr->nops) {
+        const dm_op *op = op_at(plan, gr, k);
+        dmc_step *st = &eg->steps[eg->nsteps];
+        if (op->kind == DM_OP_CONTRACT) {
+            if (!batched && gr->nops != 1)
+                return dm_fail(DM_ERR_INTERNAL, "%s: a contraction fused with other ops outside a "
+                               "batched group", op->name);
+            float *p[3];
+            int ts[3] = {op->in[0], op->in[1], op->out[0]};
+            for (int s = 0; s < 3; s++) {
+                int r = dm_tensor_root(g, ts[s]);
+                p[s] = plan->in_memory[r] ? arena_ptr(ex, ts[s]) : batched ? tile_ptr(ex, tl, ts[s]) : NULL;
+                if (!p[s])
+                    return dm_fail(DM_ERR_INTERNAL, "%s: operand %s has no device memory", op->name,
+                                   g->t[ts[s]].name);
+            }
+            DM_TRY(dm_gemm_prepare(&st->gm, g, op, p[0], p[1], p[2]));
+            st->gemm = 1;
+            eg->nsteps++;
+            k++;
+            continue;
+        }
+        /* a run of row ops over one iteration space */
+        int k1 = k + 1;
+        while (k1 < gr->nops) {
+            const dm_op *o2 = op_at(plan, gr, k1);
+            if (o2->kind == DM_OP_CONTRACT || o2->rows != op->rows || o2->cols != op->cols) break;
+            k1++;
+        }
+        /* outside batched groups, scratch rows cannot cross kernels: the run must be the
+         * whole group, over the group's iteration space */
+        if (!batched && (k != 0 || k1 != gr->nops || op->rows != gr->rows || op->cols != gr->cols))
+            return dm_fail(DM_ERR_INTERNAL, "group of %s: ops over different iteration spaces",
+                           op->name);
+        DM_TRY(build_prog(ex, gr, k, k1, batched ? tl : NULL, &st->prog));
+        st->gemm = 0;
+        eg->nsteps++;
+        k = k1;
+    }
+    return DM_OK;
+}
+
+static dm_status init_all(dm_cuda_exec *ex) {
+    const dm_plan *plan = ex->plan;
+    if (emulated(ex)) {
+        ex->smem_optin = 227 * 1024 - 1024; /* as an H100 */
+    } else {
+        DMC_CUDA(cudaGetDevice(&ex->device));
+        DMC_CUDA(cudaDeviceGetAttribute(&ex->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                        ex->device));
+        ex->smem_optin -= 1024; /* the kernel's static shared memory, with room to spare */
+        if (ex->smem_optin < 0) ex->smem_optin = 0;
+        DMC_CUDA(cudaStreamCreateWithFlags(&ex->stream, cudaStreamNonBlocking));
+        ex->have_stream = 1;
+        DMC_BLAS(cublasCreate(&ex->blas));
+        ex->have_blas = 1;
+        DMC_BLAS(cublasSetStream(ex->blas, ex->stream));
+        DMC_BLAS(cublasSetMathMode(ex->blas, (ex->flags & DM_CUDA_TF32) ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                         : CUBLAS_DEFAULT_MATH));
+    }
+
+    ex->arena_bytes = plan->arena_bytes;
+    DM_TRY(dev_alloc(ex, (void **)&ex->arena, ex->arena_bytes, "the layer's tensors"));
+    if (!emulated(ex)) /* emulated memory comes zeroed from calloc */
+        DMC_CUDA(cudaMemsetAsync(ex->arena, 0, ex->arena_bytes > 256 ? ex->arena_bytes : 256,
+                                 ex->stream));
+
+    /* the tile temporaries: sized for the largest batched group */
+    dmc_tiles tl;
+    for (int gi = 0; gi < plan->ngroups; gi++) {
+        if (plan->groups[gi].nbatch <= 1) continue;
+        DM_TRY(group_tiles(plan, &plan->groups[gi], &tl));
+        if ((size_t)tl.floats > ex->temp_floats) ex->temp_floats = (size_t)tl.floats;
+    }
+    if (ex->temp_floats)
+        DM_TRY(dev_alloc(ex, (void **)&ex->temp, ex->temp_floats * sizeof(float),
+                         "the attention score temporaries"));
+
+    ex->ngroups = plan->ngroups;
+    ex->groups = (dmc_group *)calloc((size_t)(plan->ngroups > 0 ? plan->ngroups : 1), sizeof(dmc_group));
+    if (!ex->groups) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+    for (int gi = 0; gi < plan->ngroups; gi++) DM_TRY(build_group(ex, gi, &tl));
+
+    /* programs to the device; shared memory limit; global scratch and partials */
+    size_t max_smem = 0;
+    for (int i = 0; i < ex->nprogs; i++) {
+        const dmc_launch *lc = &ex->launch[i];
+        const dmc_rowprog *p = &ex->hprogs[i];
+        if (lc->smem_bytes > max_smem) max_smem = lc->smem_bytes;
+        if (lc->global_scratch && (size_t)lc->blocks * (size_t)p->scratch_floats > ex->gscratch_floats)
+            ex->gscratch_floats = (size_t)lc->blocks * (size_t)p->scratch_floats;
+        if ((size_t)lc->blocks * (size_t)p->acc_floats > ex->partial_floats)
+            ex->partial_floats = (size_t)lc->blocks * (size_t)p->acc_floats;
+    }
+    if (max_smem > 48 * 1024 && !emulated(ex)) DM_TRY(dmc_rows_allow_smem(max_smem));
+    if (ex->nprogs && !emulated(ex)) { /* emulating, the host copies serve */
+        size_t pb = sizeof(dmc_rowprog) * (size_t)ex->nprogs;
+        DM_TRY(dev_alloc(ex, (void **)&ex->dprogs, pb, "the row programs"));
+        DM_TRY(dev_copy(ex, ex->dprogs, ex->hprogs, pb, cudaMemcpyHostToDevice));
+    }
+    if (ex->gscratch_floats)
+        DM_TRY(dev_alloc(ex, (void **)&ex->gscratch, ex->gscratch_floats * sizeof(float),
+                         "row scratch"));
+    if (ex->partial_floats)
+        DM_TRY(dev_alloc(ex, (void **)&ex->partials, ex->partial_floats * sizeof(float),
+                         "column-sum partials"));
+    if (!emulated(ex)) DMC_CUDA(cudaStreamSynchronize(ex->stream));
+    return DM_OK;
+}
+
+dm_status dm_cuda_exec_init(dm_cuda_exec **out, const dm_plan *plan, int dtype, unsigned flags) {
+    if (!out || !plan) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_exec_init: NULL argument");
+    *out = NULL;
+    if (dtype != DM_CUDA_FP32)
+        return dm_fail(DM_ERR_UNSUPPORTED, "the CUDA backend stores fp32 only so far (bf16 "
+                       "storage is not implemented yet)");
+    char why[256];
+    if (!(flags & DM_CUDA_EMULATE)) DM_TRY(dm_cuda_available(why, sizeof why));
+    dm_cuda_exec *ex = (dm_cuda_exec *)calloc(1, sizeof *ex);
+    if (!ex) return dm_fail(DM_ERR_OOM, "out of memory");
+    ex->plan = plan;
+    ex->flags = flags;
+    dm_status s = init_all(ex);
+    if (s != DM_OK) {
+        dm_cuda_exec_free(ex);
+        return s;
+    }
+    *out = ex;
+    return DM_OK;
+}
+
+/* Frees what init made, ignoring errors (there is nobody left to tell). */
+void dm_cuda_exec_free(dm_cuda_exec *ex) {
+    if (!ex) return;
+    if (ex->have_stream) (void)cudaStreamSynchronize(ex->stream);
+    dev_free(ex, ex->arena);
+    dev_free(ex, ex->temp);
+    dev_free(ex, ex->gscratch);
+    dev_free(ex, ex->partials);
+    dev_free(ex, ex->dprogs);
+    if (ex->have_blas) (void)cublasDestroy(ex->blas);
+    if (ex->have_stream) (void)cudaStreamDestroy(ex->stream);
+    if (ex->groups)
+        for (int gi = 0; gi < ex->ngroups; gi++) free(ex->groups[gi].steps);
+    free(ex->groups);
+    free(ex->hprogs);
+    free(ex->launch);
+    free(ex);
+}
+
+/* One contraction. Batch dimensions are merged where their strides allow (outer stride
+ * = inner stride * inner size in A, B and C); the innermost remaining one becomes the
+ * strided batch of one cuBLAS call and the others are looped over here. */
+static dm_status run_gemm(const dm_cuda_exec *ex, const dm_gemm *gm) {
+    int64_t sz[DM_MAX_DIMS], sa[DM_MAX_DIMS], sb[DM_MAX_DIMS], sc[DM_MAX_DIMS];
+    int nd = 0;
+    for (int d = 0; d < gm->nbd; d++) {
+        if (nd > 0 && sa[nd - 1] == gm->bsA[d] * gm->bsize[d] &&
+            sb[nd - 1] == gm->bsB[d] * gm->bsize[d] && sc[nd - 1] == gm->bsC[d] * gm->bsize[d]) {
+            sz[nd - 1] *= gm->bsize[d];
+            sa[nd - 1] = gm->bsA[d];
+            sb[nd - 1] = gm->bsB[d];
+            sc[nd - 1] = gm->bsC[d];
+            continue;
+        }
+        sz[nd] = gm->bsize[d];
+        sa[nd] = gm->bsA[d];
+        sb[nd] = gm->bsB[d];
+        sc[nd] = gm->bsC[d];
+        nd++;
+    }
+    int64_t inner = nd ? sz[nd - 1] : 1;
+    long long ia = nd ? sa[nd - 1] : 0, ib = nd ? sb[nd - 1] : 0, ic = nd ? sc[nd - 1] : 0;
+    if (inner > INT_MAX)
+        return dm_fail(DM_ERR_UNSUPPORTED, "a batched contraction of %lld matrices exceeds cuBLAS's "
+                       "batch count range", (long long)inner);
+    int64_t outer = 1;
+    for (int d = 0; d + 1 < nd; d++) outer *= sz[d];
+    const float alpha = gm->alpha, beta = gm->beta;
+    cublasOperation_t opA = gm->transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opB = gm->transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasComputeType_t ct = (ex->flags & DM_CUDA_TF32) ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                        : CUBLAS_COMPUTE_32F;
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t rem = o, oa = 0, ob = 0, oc = 0;
+        for (int d = nd - 2; d >= 0; d--) {
+            int64_t i = rem % sz[d];
+            rem /= sz[d];
+            oa += i * sa[d];
+            ob += i * sb[d];
+            oc += i * sc[d];
+        }
+        /* row-major C (m x n) = op(A) op(B) is column-major C^T (n x m) = op(B)^T op(A)^T:
+         * B's storage read column-major is B^T (so B's transpose flag carries over), B
+         * goes first, m and n swap */
+        if (emulated(ex)) {
+            dmc_emu_gemm(opB == CUBLAS_OP_T, opA == CUBLAS_OP_T, gm->n, gm->m, gm->k, alpha,
+                         gm->B + ob, gm->ldb, ib, gm->A + oa, gm->lda, ia, beta, gm->C + oc,
+                         gm->ldc, ic, (int)inner);
+            continue;
+        }
+        DMC_BLAS(cublasGemmStridedBatchedEx(ex->blas, opB, opA, gm->n, gm->m, gm->k, &alpha,
+                                            gm->B + ob, CUDA_R_32F, gm->ldb, ib, gm->A + oa,
+                                            CUDA_R_32F, gm->lda, ia, &beta, gm->C + oc, CUDA_R_32F,
+                                            gm->ldc, ic, (int)inner, ct, CUBLAS_GEMM_DEFAULT));
+    }
+    return DM_OK;
+}
+
+dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_contractions) {
+    if (!ex || gi < 0 || gi >= ex->ngroups)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_exec_group: no group %d", gi);
+    const dmc_group *eg = &ex->groups[gi];
+    /* as the CPU: only a batched group skips its row ops when asked for contractions */
+    int skip_rows = only_contractions && ex->plan->groups[gi].nbatch > 1;
+    for (int s = 0; s < eg->nsteps; s++) {
+        const dmc_step *st = &eg->steps[s];
+        if (s > 0 && (ex->flags & DM_CUDA_SYNC_EACH) && !emulated(ex)) {
+            cudaError_t e = cudaStreamSynchronize(ex->stream);
+            if (e != cudaSuccess)
+                return dm_fail(DM_ERR_BACKEND, "group %d (%s), step %d: %s (%s)", gi,
+                               op_at(ex->plan, &ex->plan->groups[gi], 0)->name, s - 1,
+                               cudaGetErrorString(e), cudaGetErrorName(e));
+        }
+        if (st->gemm) {
+            DM_TRY(run_gemm(ex, &st->gm));
+        } else if (!skip_rows && emulated(ex)) {
+            DM_TRY(dmc_emu_rows(&ex->hprogs[st->prog], &ex->launch[st->prog], seed, ex->gscratch,
+                                ex->partials));
+        } else if (!skip_rows) {
+            DM_TRY(dmc_rows_launch(ex->dprogs + st->prog, &ex->hprogs[st->prog], &ex->launch[st->prog],
+                                   seed, ex->gscratch, ex->partials, ex->stream));
+        }
+    }
+    if ((ex->flags & DM_CUDA_SYNC_EACH) && !emulated(ex) && eg->nsteps > 0) {
+        cudaError_t e = cudaStreamSynchronize(ex->stream);
+        if (e != cudaSuccess)
+            return dm_fail(DM_ERR_BACKEND, "group %d (%s), step %d: %s (%s)", gi,
+                           op_at(ex->plan, &ex->plan->groups[gi], 0)->name, eg->nsteps - 1,
+                           cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    return DM_OK;
+}
+
+dm_status dm_cuda_sync(dm_cuda_exec *ex) {
+    if (!ex) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_sync: NULL executor");
+    if (emulated(ex)) return DM_OK;
+    DMC_CUDA(cudaStreamSynchronize(ex->stream));
+    return DM_OK;
+}
+
+/* Byte offset and length in the arena of tensor t's span (first to last element). */
+static dm_status tensor_span(const dm_cuda_exec *ex, int t, size_t *off, size_t *bytes) {
+    const dm_graph *g = ex->plan->g;
+    if (t < 0 || t >= g->nt) return dm_fail(DM_ERR_INVALID_ARG, "no tensor %d in the plan", t);
+    const dm_tensor *x = &g->t[t];
+    int r = dm_tensor_root(g, t);
+    if (ex->plan->offset[r] < 0)
+        return dm_fail(DM_ERR_INVALID_ARG, "tensor %s is not materialized in the arena", x->name);
+    int64_t last = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (x->size[d] < 1) {
+            *off = 0;
+            *bytes = 0;
+            return DM_OK;
+        }
+        last += (x->size[d] - 1) * x->stride[d];
+    }
+    *off = (size_t)ex->plan->offset[r] + (size_t)x->offset * sizeof(float);
+    *bytes = (size_t)(last + 1) * sizeof(float);
+    if (*off + *bytes > ex->arena_bytes)
+        return dm_fail(DM_ERR_INTERNAL, "tensor %s lies outside the arena", x->name);
+    return DM_OK;
+}
+
+dm_status dm_cuda_upload(dm_cuda_exec *ex, int t, const float *host) {
+    if (!ex || !host) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_upload: NULL argument");
+    size_t off = 0, bytes = 0;
+    DM_TRY(tensor_span(ex, t, &off, &bytes));
+    if (!bytes) return DM_OK;
+    return dev_copy(ex, ex->arena + off, host, bytes, cudaMemcpyHostToDevice);
+}
+
+dm_status dm_cuda_download(dm_cuda_exec *ex, int t, float *host) {
+    if (!ex || !host) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_download: NULL argument");
+    size_t off = 0, bytes = 0;
+    DM_TRY(tensor_span(ex, t, &off, &bytes));
+    if (!bytes) return DM_OK;
+    return dev_copy(ex, host, ex->arena + off, bytes, cudaMemcpyDeviceToHost);
+}
+
+dm_status dm_cuda_upload_arena(dm_cuda_exec *ex, const void *host) {
+    if (!ex || !host) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_upload_arena: NULL argument");
+    if (!ex->arena_bytes) return DM_OK;
+    return dev_copy(ex, ex->arena, host, ex->arena_bytes, cudaMemcpyHostToDevice);
+}
+
+dm_status dm_cuda_download_arena(dm_cuda_exec *ex, void *host) {
+    if (!ex || !host) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_download_arena: NULL argument");
+    if (!ex->arena_bytes) return DM_OK;
+    return dev_copy(ex, host, ex->arena, ex->arena_bytes, cudaMemcpyDeviceToHost);
+}

@@ -1,0 +1,97 @@
+/* rewrite.c: graph rewrites for the fused schedule, applied after autodiff and before the
+ * fusion pass; the unfused schedule runs the graph as built, one pass per op. Each rewrite
+ * uses what only a fused kernel can: it looks at an op together with its neighbours.
+ *
+ * Activation with its derivative: autodiff gives y = act(x) in the forward pass and
+ * dx = dy * act'(x) in the backward, which keeps x alive across the step and evaluates the
+ * activation's transcendental part twice (GELU: Phi(x) forward, Phi(x) and phi(x)
+ * backward). Fused with its producer (bias + act: x never leaves the group), the forward
+ * writes d = act'(x) instead, from the same evaluation (erf-GELU: Phi and phi share
+ * exp(-x^2/2)), into as much memory as x held; the backward becomes a plain product, fused
+ * with the bias gradient's column sum. The CPU kernels compute act and act' in one
+ * function (cpu/vmath.h), so both schedules give the same numbers bit for bit.
+ *
+ * Dropout backward before a softmax backward: dx = mask * dy / (1 - p) needs the mask,
+ * which the unfused op regenerates (Philox: the costliest element-wise work of the step).
+ * The softmax backward multiplies dx by y, the dropout's input, elementwise, so dx only
+ * matters where y != 0, and there the mask is exactly "the dropout's output is non-zero".
+ * The fused backward reads the saved output (the attention probabilities after dropout,
+ * kept for the value gradient anyway) instead of generating random numbers. */
+#include "graph/rewrite.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/status.h"
+
+dm_status dm_rewrite_act_deriv(dm_graph *g, int *count) {
+    int n = 0, nop = g->nop;
+    for (int f = 0; f < nop; f++) {
+        if (g->op[f].kind != DM_OP_ACT) continue;
+        int x = g->op[f].in[0];
+        /* x a root: d gets x's letters as a new row-major root */
+        if (g->t[x].base >= 0 || g->t[x].numel != g->op[f].rows * g->op[f].cols) continue;
+        int b = -1;
+        for (int o = f + 1; o < nop && b < 0; o++) {
+            const dm_op *q = &g->op[o];
+            if (q->kind == DM_OP_ACT_BWD && q->in[1] == x && q->act == g->op[f].act &&
+                q->rows == g->op[f].rows && q->cols == g->op[f].cols)
+                b = o;
+        }
+        if (b < 0) continue;
+        char name[DM_NAME_LEN], letters[DM_MAX_DIMS + 1];
+        snprintf(name, sizeof name, "%s_deriv", g->t[g->op[f].out[0]].name);
+        memcpy(letters, g->t[x].letters, sizeof letters); /* g->t may move */
+        int d = dm_graph_tensor(g, name, letters, DM_ROLE_ACT);
+        if (d < 0) return dm_fail(DM_ERR_OOM, "out of memory rewriting %s", g->op[f].name);
+        g->t[d].pass = 0;
+        g->op[f].kind = DM_OP_ACT_DERIV;
+        g->op[f].nout = 2;
+        g->op[f].out[1] = d;
+        g->op[b].kind = DM_OP_MUL;
+        g->op[b].in[1] = d;
+        n++;
+    }
+    if (count) *count = n;
+    return DM_OK;
+}
+
+dm_status dm_rewrite_dropout_bwd_nz(dm_graph *g, int *count) {
+    int n = 0, nop = g->nop;
+    for (int b = 0; b < nop; b++) {
+        const dm_op *bo = &g->op[b];
+        if (bo->kind != DM_OP_DROPOUT_BWD || !(bo->p > 0)) continue;
+        /* its forward dropout: the one op with the same random stream */
+        int f = -1, nf = 0;
+        for (int o = 0; o < nop; o++)
+            if (g->op[o].kind == DM_OP_DROPOUT && g->op[o].stream == bo->stream) {
+                f = o;
+                nf++;
+            }
+        if (nf != 1 || g->op[f].p != bo->p || g->op[f].rows != bo->rows || g->op[f].cols != bo->cols)
+            continue;
+        int y = g->op[f].in[0], yd = g->op[f].out[0], dx = bo->out[0];
+        if (g->t[dx].base >= 0 || g->t[dx].role != DM_ROLE_ACT || g->t[yd].base >= 0) continue;
+        /* every reader of dx: a softmax backward with dy = dx and y = the dropout's input */
+        int readers = 0, ok = 1;
+        for (int o = 0; o < nop && ok; o++)
+            for (int k = 0; k < g->op[o].nin; k++) {
+                if (dm_tensor_root(g, g->op[o].in[k]) != dx) continue;
+                readers++;
+                ok = g->op[o].kind == DM_OP_SOFTMAX_BWD && k == 0 && g->op[o].in[0] == dx &&
+                     g->op[o].in[1] == y;
+            }
+        if (!ok || !readers) continue;
+        g->op[b].kind = DM_OP_DROPOUT_BWD_NZ;
+        g->op[b].nin = 2;
+        g->op[b].in[1] = yd;
+        n++;
+    }
+    if (count) *count = n;
+    return DM_OK;
+}
+
+dm_status dm_rewrite_fused(dm_graph *g) {
+    DM_TRY(dm_rewrite_act_deriv(g, NULL));
+    return dm_rewrite_dropout_bwd_nz(g, NULL);
+}

@@ -1,0 +1,24 @@
+/* rewrite.h: graph rewrites the fused schedule applies before planning (rewrite.c). Each
+ * keeps op and tensor ids and op names (new tensors are appended), so a fused graph's ops
+ * line up with the unfused graph's. *count (may be NULL): how many sites were rewritten. */
+#ifndef DM_GRAPH_REWRITE_H
+#define DM_GRAPH_REWRITE_H
+
+#include "graph/graph.h"
+
+/* Every activation y = act(x) whose backward dx = dy * act'(x) the graph also holds becomes
+ * ACT_DERIV (y and d = act'(x) from one evaluation, sharing its exp) and the backward
+ * becomes MUL (dx = dy * d): the backward keeps d instead of x. */
+dm_status dm_rewrite_act_deriv(dm_graph *g, int *count);
+
+/* A dropout backward (p > 0) whose result only softmax backwards read, each multiplying it
+ * by the dropout's input y elementwise, becomes DROPOUT_BWD_NZ: it reads the mask off the
+ * forward output (kept where it is non-zero) instead of regenerating random numbers.
+ * Where that output is zero but the element was kept, y is zero, and so is what the
+ * softmax backward makes of it. */
+dm_status dm_rewrite_dropout_bwd_nz(dm_graph *g, int *count);
+
+/* All of the above, for the fused schedule. */
+dm_status dm_rewrite_fused(dm_graph *g);
+
+#endif

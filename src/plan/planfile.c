@@ -1,0 +1,266 @@
+/* planfile.c: tuned plan choices: applying them to a planned graph, and the JSON plan
+ * file (cJSON). The file names tensors and operators, so it is readable and diffable;
+ * a checksum over the configuration and the choices catches corruption and edits. */
+#include "plan/planfile.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis/device.h"
+#include "core/status.h"
+#include "cpu/contract.h"
+
+#define MAX_PLAN_BYTES (4 << 20)
+
+dm_status dm_choices_init(dm_choices *c, const dm_graph *g) {
+    memset(c, 0, sizeof *c);
+    c->nt = g->nt;
+    c->nop = g->nop;
+    c->layout = calloc((size_t)(g->nt > 0 ? g->nt : 1), sizeof *c->layout);
+    c->algo = calloc((size_t)(g->nop > 0 ? g->nop : 1), 1);
+    if (!c->layout || !c->algo) {
+        dm_choices_free(c);
+        return dm_fail(DM_ERR_OOM, "out of memory");
+    }
+    return DM_OK;
+}
+
+void dm_choices_free(dm_choices *c) {
+    free(c->layout);
+    free(c->algo);
+    memset(c, 0, sizeof *c);
+}
+
+dm_status dm_choices_apply(const dm_choices *c, dm_graph *g, dm_plan *plan) {
+    if (c->nt != g->nt || c->nop != g->nop)
+        return dm_fail(DM_ERR_INTERNAL, "plan choices were made for another graph");
+    for (int t = 0; t < g->nt; t++)
+        if (c->layout[t][0]) DM_TRY(dm_graph_set_layout(g, t, c->layout[t]));
+    free(plan->algo);
+    plan->algo = malloc((size_t)(g->nop > 0 ? g->nop : 1));
+    if (!plan->algo) return dm_fail(DM_ERR_OOM, "out of memory");
+    memcpy(plan->algo, c->algo, (size_t)g->nop);
+    return DM_OK;
+}
+
+/* FNV-1a, 64 bits: enough to catch corruption and hand edits (not an adversary). */
+static uint64_t fnv(uint64_t h, const char *s) {
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t checksum(const dm_layer_config *cfg, const dm_layer_options *opt, const dm_graph *g,
+                         const dm_choices *c) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "v%d b%lld j%lld i%lld h%lld u%lld %s %s %d;", DM_PLAN_VERSION,
+             (long long)cfg->batch, (long long)cfg->seq, (long long)cfg->hidden, (long long)cfg->heads,
+             (long long)cfg->ffn, dm_act_name(cfg->act),
+             opt->schedule == DM_SCHED_UNFUSED ? "unfused" : "fused", opt->forward_only);
+    uint64_t h = fnv(14695981039346656037ull, buf);
+    for (int t = 0; t < g->nt; t++)
+        if (c->layout[t][0]) {
+            h = fnv(h, g->t[t].name);
+            h = fnv(h, "=");
+            h = fnv(h, c->layout[t]);
+            h = fnv(h, ";");
+        }
+    for (int o = 0; o < g->nop; o++)
+        if (c->algo[o]) {
+            h = fnv(h, g->op[o].name);
+            h = fnv(h, "=");
+            h = fnv(h, dm_gemm_algo_name((dm_gemm_algo)c->algo[o]));
+            h = fnv(h, ";");
+        }
+    return h;
+}
+
+dm_status dm_plan_save(const char *path, const dm_layer_config *cfg, const dm_layer_options *opt,
+                       const dm_graph *g, const dm_choices *c) {
+    char sum[32];
+    snprintf(sum, sizeof sum, "%016llx", (unsigned long long)checksum(cfg, opt, g, c));
+    cJSON *root = cJSON_CreateObject(), *conf = NULL, *lay = NULL, *alg = NULL, *meas = NULL;
+    int ok = root && cJSON_AddStringToObject(root, "format", DM_PLAN_FORMAT) &&
+             cJSON_AddNumberToObject(root, "version", DM_PLAN_VERSION) &&
+             cJSON_AddStringToObject(root, "dmove_version", DMOVE_VERSION) &&
+             (conf = cJSON_AddObjectToObject(root, "config")) != NULL &&
+             cJSON_AddNumberToObject(conf, "batch", (double)cfg->batch) &&
+             cJSON_AddNumberToObject(conf, "seq", (double)cfg->seq) &&
+             cJSON_AddNumberToObject(conf, "hidden", (double)cfg->hidden) &&
+             cJSON_AddNumberToObject(conf, "heads", (double)cfg->heads) &&
+             cJSON_AddNumberToObject(conf, "ffn", (double)cfg->ffn) &&
+             cJSON_AddStringToObject(conf, "act", dm_act_name(cfg->act)) &&
+             cJSON_AddStringToObject(conf, "schedule", opt->schedule == DM_SCHED_UNFUSED ? "unfused" : "fused") &&
+             cJSON_AddBoolToObject(conf, "forward_only", opt->forward_only) &&
+             (meas = cJSON_AddObjectToObject(root, "measured")) != NULL &&
+             cJSON_AddStringToObject(meas, "machine", c->machine) &&
+             cJSON_AddNumberToObject(meas, "threads", c->threads) &&
+             cJSON_AddNumberToObject(meas, "tuned_ms", isfinite(c->tuned_ms) ? c->tuned_ms : 0) &&
+             cJSON_AddNumberToObject(meas, "default_ms", isfinite(c->default_ms) ? c->default_ms : 0) &&
+             (lay = cJSON_AddObjectToObject(root, "layouts")) != NULL &&
+             (alg = cJSON_AddObjectToObject(root, "algorithms")) != NULL;
+    for (int t = 0; ok && t < g->nt; t++)
+        if (c->layout[t][0]) ok = cJSON_AddStringToObject(lay, g->t[t].name, c->layout[t]) != NULL;
+    for (int o = 0; ok && o < g->nop; o++)
+        if (c->algo[o])
+            ok = cJSON_AddStringToObject(alg, g->op[o].name, dm_gemm_algo_name((dm_gemm_algo)c->algo[o])) != NULL;
+    ok = ok && cJSON_AddStringToObject(root, "checksum", sum);
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return dm_fail(DM_ERR_OOM, "out of memory writing the plan");
+    size_t len = strlen(text);
+    text[len] = '\n'; /* replaces the terminator; the length is passed */
+    dm_status st = dm_write_file_atomic(path, text, len + 1);
+    cJSON_free(text);
+    return st;
+}
+
+static dm_status bad(const char *path, const char *what) {
+    return dm_fail(DM_ERR_FORMAT, "plan '%s' is not usable: %s; run 'dmove tune' to make a new one",
+                   path, what);
+}
+
+static int num_is(const cJSON *o, const char *k, double want) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) && v->valuedouble == want;
+}
+
+static int str_is(const cJSON *o, const char *k, const char *want) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) && v->valuestring && !strcmp(v->valuestring, want);
+}
+
+static int find_tensor(const dm_graph *g, const char *name) {
+    for (int t = 0; t < g->nt; t++)
+        if (!strcmp(g->t[t].name, name)) return t;
+    return -1;
+}
+
+static int find_op(const dm_graph *g, const char *name) {
+    for (int o = 0; o < g->nop; o++)
+        if (!strcmp(g->op[o].name, name)) return o;
+    return -1;
+}
+
+static dm_status parse(const char *path, const cJSON *root, const dm_layer_config *cfg,
+                       const dm_layer_options *opt, const dm_graph *g, dm_choices *c) {
+    char msg[512];
+    if (!cJSON_IsObject(root)) return bad(path, "not a JSON object");
+    if (!str_is(root, "format", DM_PLAN_FORMAT)) return bad(path, "no \"format\": \"dmove-plan\"");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
+    if (!cJSON_IsNumber(ver)) return bad(path, "no \"version\" number");
+    if (ver->valuedouble != DM_PLAN_VERSION) {
+        snprintf(msg, sizeof msg, "it has format version %g and this dmove reads version %d (%s)",
+                 ver->valuedouble, DM_PLAN_VERSION,
+                 ver->valuedouble < DM_PLAN_VERSION ? "written by an older dmove" : "written by a newer dmove");
+        return bad(path, msg);
+    }
+    const cJSON *conf = cJSON_GetObjectItemCaseSensitive(root, "config");
+    if (!cJSON_IsObject(conf)) return bad(path, "no \"config\" object");
+    const char *sched = opt->schedule == DM_SCHED_UNFUSED ? "unfused" : "fused";
+    if (!num_is(conf, "batch", (double)cfg->batch) || !num_is(conf, "seq", (double)cfg->seq) ||
+        !num_is(conf, "hidden", (double)cfg->hidden) || !num_is(conf, "heads", (double)cfg->heads) ||
+        !num_is(conf, "ffn", (double)cfg->ffn) || !str_is(conf, "act", dm_act_name(cfg->act)) ||
+        !str_is(conf, "schedule", sched)) {
+        char *have = cJSON_PrintUnformatted(conf);
+        snprintf(msg, sizeof msg, "it was tuned for %s, not for b=%lld j=%lld i=%lld h=%lld u=%lld "
+                 "act=%s schedule=%s", have ? have : "another configuration", (long long)cfg->batch,
+                 (long long)cfg->seq, (long long)cfg->hidden, (long long)cfg->heads, (long long)cfg->ffn,
+                 dm_act_name(cfg->act), sched);
+        cJSON_free(have);
+        return bad(path, msg);
+    }
+    const cJSON *fo = cJSON_GetObjectItemCaseSensitive(conf, "forward_only");
+    if (!cJSON_IsBool(fo) || cJSON_IsTrue(fo) != (opt->forward_only != 0))
+        return bad(path, opt->forward_only ? "it was tuned for a training step, not forward only"
+                                           : "it was tuned forward-only, not for a training step");
+    const cJSON *meas = cJSON_GetObjectItemCaseSensitive(root, "measured");
+    if (cJSON_IsObject(meas)) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(meas, "machine");
+        if (cJSON_IsString(v) && v->valuestring) snprintf(c->machine, sizeof c->machine, "%s", v->valuestring);
+        v = cJSON_GetObjectItemCaseSensitive(meas, "threads");
+        if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 4096) c->threads = (int)v->valuedouble;
+        v = cJSON_GetObjectItemCaseSensitive(meas, "tuned_ms");
+        if (cJSON_IsNumber(v)) c->tuned_ms = v->valuedouble;
+        v = cJSON_GetObjectItemCaseSensitive(meas, "default_ms");
+        if (cJSON_IsNumber(v)) c->default_ms = v->valuedouble;
+    }
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(root, "layouts");
+    const cJSON *alg = cJSON_GetObjectItemCaseSensitive(root, "algorithms");
+    if (!cJSON_IsObject(lay) || !cJSON_IsObject(alg)) return bad(path, "no \"layouts\" or \"algorithms\" object");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, lay) {
+        int t = e->string ? find_tensor(g, e->string) : -1;
+        if (t < 0 || g->t[t].base >= 0) {
+            snprintf(msg, sizeof msg, "layout for \"%s\", which is not a tensor of this layer", e->string ? e->string : "");
+            return bad(path, msg);
+        }
+        if (!cJSON_IsString(e) || !e->valuestring || strlen(e->valuestring) != (size_t)g->t[t].ndim) {
+            snprintf(msg, sizeof msg, "the layout of %s must be a string of its %d letters '%s'", g->t[t].name,
+                     g->t[t].ndim, g->t[t].letters);
+            return bad(path, msg);
+        }
+        for (int k = 0; k < g->t[t].ndim; k++) {
+            const char *p = strchr(g->t[t].letters, e->valuestring[k]);
+            if (!p || strchr(e->valuestring + k + 1, e->valuestring[k])) {
+                snprintf(msg, sizeof msg, "layout '%s' of %s is not a permutation of '%s'", e->valuestring,
+                         g->t[t].name, g->t[t].letters);
+                return bad(path, msg);
+            }
+        }
+        memcpy(c->layout[t], e->valuestring, (size_t)g->t[t].ndim + 1);
+    }
+    cJSON_ArrayForEach(e, alg) {
+        int o = e->string ? find_op(g, e->string) : -1;
+        if (o < 0 || g->op[o].kind != DM_OP_CONTRACT) {
+            snprintf(msg, sizeof msg, "algorithm for \"%s\", which is not a contraction of this layer",
+                     e->string ? e->string : "");
+            return bad(path, msg);
+        }
+        int a = cJSON_IsString(e) ? dm_gemm_algo_parse(e->valuestring) : -1;
+        if (a < 0) {
+            snprintf(msg, sizeof msg, "unknown algorithm for %s (known: blas, batch, split_m, split_n)", g->op[o].name);
+            return bad(path, msg);
+        }
+        c->algo[o] = (uint8_t)a;
+    }
+    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(root, "checksum");
+    char want[32];
+    snprintf(want, sizeof want, "%016llx", (unsigned long long)checksum(cfg, opt, g, c));
+    if (!cJSON_IsString(sum) || !sum->valuestring || strcmp(sum->valuestring, want))
+        return bad(path, "its checksum does not match its contents (edited or corrupted)");
+    return DM_OK;
+}
+
+dm_status dm_plan_load(const char *path, const dm_layer_config *cfg, const dm_layer_options *opt,
+                       const dm_graph *g, dm_choices *c) {
+    if (!path || !*path) return dm_fail(DM_ERR_INVALID_ARG, "no plan file given");
+    DM_TRY(dm_choices_init(c, g));
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        dm_choices_free(c);
+        return dm_fail(errno == ENOENT ? DM_ERR_NOT_FOUND : DM_ERR_IO, "cannot open plan '%s': %s%s", path,
+                       strerror(errno), errno == ENOENT ? " (make one with 'dmove tune --out FILE')" : "");
+    }
+    char *text = malloc(MAX_PLAN_BYTES + 1);
+    size_t n = text ? fread(text, 1, MAX_PLAN_BYTES + 1, f) : 0;
+    int rerr = ferror(f);
+    fclose(f); /* read-only */
+    dm_status st = DM_OK;
+    if (!text) st = dm_fail(DM_ERR_OOM, "out of memory");
+    else if (rerr) st = dm_fail(DM_ERR_IO, "cannot read plan '%s'", path);
+    else if (n > MAX_PLAN_BYTES) st = bad(path, "larger than 4 MiB");
+    cJSON *root = NULL;
+    if (st == DM_OK) {
+        root = cJSON_ParseWithLength(text, n);
+        if (!root) st = bad(path, "not valid JSON (truncated?)");
+    }
+    if (st == DM_OK) st = parse(path, root, cfg, opt, g, c);
+    cJSON_Delete(root);
+    free(text);
+    if (st != DM_OK) dm_choices_free(c);
+    return st;
+}

@@ -1,0 +1,38 @@
+/* planfile.h: the choices a tuned plan adds to the fused groups (a memory layout per
+ * tensor, an algorithm per contraction), applied to a planned graph, and saved to /
+ * loaded from a JSON plan file with validation (format, version, configuration,
+ * every name and choice, checksum). */
+#ifndef DM_PLANFILE_H
+#define DM_PLANFILE_H
+
+#include <stdint.h>
+
+#include "plan/plan.h"
+
+#define DM_PLAN_FORMAT "dmove-plan"
+#define DM_PLAN_VERSION 1
+
+typedef struct {
+    int nt, nop;
+    char (*layout)[DM_MAX_DIMS + 1]; /* per tensor (roots): memory order; "" = the builder's */
+    uint8_t *algo;                   /* per op: dm_gemm_algo; 0 = default */
+    /* what the tuner measured (milliseconds, sum over groups) and where */
+    double tuned_ms, default_ms;
+    char machine[128];
+    int threads;
+} dm_choices;
+
+dm_status dm_choices_init(dm_choices *c, const dm_graph *g);
+void dm_choices_free(dm_choices *c);
+/* Lays out the graph's tensors and sets the plan's algorithms (plan built on g). */
+dm_status dm_choices_apply(const dm_choices *c, dm_graph *g, dm_plan *plan);
+/* Writes the plan file atomically. */
+dm_status dm_plan_save(const char *path, const dm_layer_config *cfg, const dm_layer_options *opt,
+                       const dm_graph *g, const dm_choices *c);
+/* Reads and validates a plan file for this configuration and graph (c: initialised by
+ * this call; free with dm_choices_free). A file for another configuration, of another
+ * format version, malformed or edited (checksum) gives DM_ERR_FORMAT and a message. */
+dm_status dm_plan_load(const char *path, const dm_layer_config *cfg, const dm_layer_options *opt,
+                       const dm_graph *g, dm_choices *c);
+
+#endif

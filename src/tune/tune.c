@@ -1,0 +1,512 @@
+/* tune.c: candidates and measurement for `dmove tune`.
+ *
+ * Variables: the tensors whose memory layout is a choice. Pruning rules, in order:
+ *  1. Only activations the plan materializes: tensors inside a fused group have no
+ *     layout (per-thread rows and tiles), and the tensors a user reads and writes
+ *     (inputs, parameters and their gradients, outputs) keep the API's row-major layout.
+ *  2. A layout must run without a copy: every contraction touching the tensor maps to
+ *     BLAS calls by strides (dm_gemm_prepare), and every row op touching it finds its
+ *     columns contiguous and innermost (row kernels vectorize along them).
+ *  3. A layout may not turn a contraction into more BLAS calls than the builder's layout
+ *     needs (a loop of smaller GEMMs; these are slower at every size we measured, and
+ *     they multiply the tuning time).
+ *  4. Layouts with the same strides (they differ only in size-1 letters) count once.
+ * Judged with the other tensors in their default layouts; joint combinations that do not
+ * map are measured as infeasible (infinite time) and the selection avoids them.
+ *
+ * Algorithms: each lone contraction runs with BLAS threads inside one call, OpenMP over
+ * the batch (batched only), or the M or N dimension split between our threads with
+ * single-threaded BLAS (cpu/contract.h).
+ *
+ * Measurement: for each group and each combination of its variables' layouts, a layer is
+ * built with those layouts (the rest default), its arena filled with random values, and
+ * the group timed alone: warm-up, then repetitions, median. Results go to an append-only
+ * cache file, one line per measurement, keyed by machine, configuration, group and the
+ * layout of every operand, so a second run is fast and an interrupted one keeps its work.
+ */
+#include "tune/tune.h"
+
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "analysis/device.h"
+#include "core/status.h"
+#include "graph/rewrite.h"
+#include "core/sysinfo.h"
+#include "cpu/exec.h"
+#include "layer_internal.h"
+
+#define CACHE_HEADER "# dmove tune cache v1: key<TAB>median seconds\n"
+
+static int is_export_root(const dm_tuner *T, int r) {
+    for (int k = 0; k < T->enc.n; k++)
+        if (dm_tensor_root(&T->g, T->enc.e[k].tensor) == r) return 1;
+    return 0;
+}
+
+/* Does group op o touch root r (as an operand, through any view)? */
+static int op_touches(const dm_graph *g, const dm_op *op, int r) {
+    for (int s = 0; s < op->nin; s++)
+        if (dm_tensor_root(g, op->in[s]) == r) return 1;
+    for (int s = 0; s < op->nout; s++)
+        if (dm_tensor_root(g, op->out[s]) == r) return 1;
+    return 0;
+}
+
+static int64_t calls_of(const dm_graph *g, const dm_op *op, dm_status *st) {
+    static float dummy[1];
+    dm_gemm gm;
+    *st = dm_gemm_prepare(&gm, g, op, dummy, dummy, dummy);
+    return *st == DM_OK ? gm.nbatch : 0;
+}
+
+/* Rule 2 and 3 for root r in its current layout; default_calls per op (NULL: record). */
+static int layout_ok(dm_tuner *T, int r, int64_t *default_calls) {
+    const dm_graph *g = &T->g;
+    for (int o = 0; o < g->nop; o++) {
+        const dm_op *op = &g->op[o];
+        if (!op_touches(g, op, r)) continue;
+        if (op->kind == DM_OP_CONTRACT) {
+            dm_status st;
+            int64_t c = calls_of(g, op, &st);
+            if (st != DM_OK) return 0;
+            if (!default_calls) continue;
+            if (default_calls[o] == 0) default_calls[o] = c;
+            else if (c > default_calls[o]) return 0;
+            continue;
+        }
+        for (int io = 0; io < 2; io++) {
+            int n = io ? op->nout : op->nin;
+            for (int s = 0; s < n; s++) {
+                int t = io ? op->out[s] : op->in[s];
+                if (dm_tensor_root(g, t) != r) continue;
+                dm_operand d = {.kind = io ? dm_arg_out(op->kind, s) : dm_arg_in(op->kind, s)};
+                if (d.kind == DM_ARG_COLVEC || d.kind == DM_ARG_COLACC) return 0;
+                /* batched groups address their row ops' memory operands the same way */
+                if (dm_cpu_row_map(g, op, t, op->cols, &d) != DM_OK) return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+static int same_strides(const dm_tensor *t, const int64_t *st) {
+    for (int d = 0; d < t->ndim; d++)
+        if (t->size[d] > 1 && t->stride[d] != st[d]) return 0;
+    return 1;
+}
+
+/* Every permutation of the letters of root r, by Heap's algorithm; keeps those allowed. */
+static dm_status enumerate(dm_tuner *T, int r, dm_tune_var *v, int64_t *default_calls) {
+    dm_graph *g = &T->g;
+    dm_tensor *t = &g->t[r];
+    int n = t->ndim;
+    char def[DM_MAX_DIMS + 1], cur[DM_MAX_DIMS + 1];
+    dm_tensor_layout(g, r, def);
+    v->t = r;
+    v->ncand = 1;
+    memcpy(v->cand[0], def, sizeof def);
+    int64_t seen[DM_TUNE_MAX_CAND][DM_MAX_DIMS];
+    memcpy(seen[0], t->stride, sizeof seen[0]);
+    memcpy(cur, def, sizeof cur);
+    int c[DM_MAX_DIMS] = {0}, i = 1;
+    while (i < n && v->ncand < DM_TUNE_MAX_CAND) {
+        if (c[i] < i) {
+            int j = (i % 2 == 0) ? 0 : c[i];
+            char tmp = cur[j];
+            cur[j] = cur[i];
+            cur[i] = tmp;
+            c[i]++;
+            i = 1;
+            DM_TRY(dm_graph_set_layout(g, r, cur));
+            int dup = 0;
+            for (int k = 0; k < v->ncand && !dup; k++) dup = same_strides(t, seen[k]);
+            if (!dup && layout_ok(T, r, default_calls)) {
+                memcpy(v->cand[v->ncand], cur, sizeof cur);
+                memcpy(seen[v->ncand], t->stride, sizeof seen[0]);
+                v->ncand++;
+            }
+        } else {
+            c[i] = 0;
+            i++;
+        }
+    }
+    return dm_graph_set_layout(g, r, def);
+}
+
+int dm_tune_comb_index(const dm_tuner *T, const dm_tune_group *G, int64_t comb, int s) {
+    for (int q = G->nscope - 1; q > s; q--) comb /= T->vars[G->scope[q]].ncand;
+    return (int)(comb % T->vars[G->scope[s]].ncand);
+}
+
+const char *dm_tuner_layout(const dm_tuner *T, int v, int c) { return T->vars[v].cand[c]; }
+
+dm_status dm_tuner_new(dm_tuner **out, const dm_layer_config *cfg, const dm_layer_options *opt) {
+    *out = NULL;
+    DM_TRY(dm_layer_config_check(cfg));
+    dm_tuner *T = calloc(1, sizeof *T);
+    if (!T) return dm_fail(DM_ERR_OOM, "out of memory");
+    T->cfg = *cfg;
+    T->opt = *opt;
+    T->opt.plan = NULL;
+    T->threads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
+    T->reps = 7;
+    T->warmup = 2;
+    char cpu[128];
+    dm_cpu_model_name(cpu, sizeof cpu, "unknown CPU");
+    snprintf(T->machine, sizeof T->machine, "%s, %d threads", cpu, T->threads);
+    dm_graph_init(&T->g);
+    dm_status s = dm_build_encoder(&T->g, cfg, opt->forward_only, &T->enc);
+    /* the graph dm_layer_new runs: the fused schedule's rewrites (graph/rewrite.c) */
+    if (s == DM_OK && opt->schedule == DM_SCHED_FUSED) s = dm_rewrite_fused(&T->g);
+    if (s == DM_OK) s = dm_plan_build(&T->g, opt->schedule == DM_SCHED_FUSED, 0, &T->plan);
+    int64_t *dcalls = calloc((size_t)T->g.nop + 1, sizeof(int64_t));
+    T->vars = calloc((size_t)T->g.nt + 1, sizeof(dm_tune_var));
+    T->groups = calloc((size_t)T->plan.ngroups + 1, sizeof(dm_tune_group));
+    if (s == DM_OK && (!dcalls || !T->vars || !T->groups)) s = dm_fail(DM_ERR_OOM, "out of memory");
+    /* default call counts first (rule 3 compares against them) */
+    for (int r = 0; s == DM_OK && r < T->g.nt; r++)
+        if (T->g.t[r].base < 0) layout_ok(T, r, dcalls);
+    for (int r = 0; s == DM_OK && r < T->g.nt; r++) {
+        const dm_tensor *t = &T->g.t[r];
+        if (t->base >= 0 || t->role != DM_ROLE_ACT || !T->plan.in_memory[r] || t->ndim < 2 ||
+            is_export_root(T, r))
+            continue;
+        dm_tune_var *v = &T->vars[T->nvars];
+        s = enumerate(T, r, v, dcalls);
+        if (s == DM_OK && v->ncand > 1) T->nvars++;
+    }
+    free(dcalls);
+    for (int gi = 0; s == DM_OK && gi < T->plan.ngroups; gi++) {
+        const dm_group *gr = &T->plan.groups[gi];
+        dm_tune_group *G = &T->groups[T->ngroups++];
+        G->gi = gi;
+        G->op = -1;
+        G->ncomb = 1;
+        for (int v = 0; v < T->nvars; v++) {
+            int hit = 0;
+            for (int k = 0; k < gr->nops && !hit; k++)
+                hit = op_touches(&T->g, &T->g.op[T->plan.order[gr->first + k]], T->vars[v].t);
+            if (!hit) continue;
+            if (G->nscope >= DM_TUNE_MAX_SCOPE) {
+                s = dm_fail(DM_ERR_UNSUPPORTED, "group %d touches more than %d tensors with layout choices",
+                            gi, DM_TUNE_MAX_SCOPE);
+                break;
+            }
+            G->scope[G->nscope++] = v;
+            G->ncomb *= T->vars[v].ncand;
+        }
+        const dm_op *first = &T->g.op[T->plan.order[gr->first]];
+        G->algo[G->nalgo++] = DM_GEMM_DEFAULT;
+        if (gr->nops == 1 && first->kind == DM_OP_CONTRACT && gr->nbatch <= 1) {
+            G->op = T->plan.order[gr->first];
+            dm_status st;
+            int64_t calls = calls_of(&T->g, first, &st);
+            /* DEFAULT is BATCH when batched, else BLAS: list the others */
+            G->algo[G->nalgo++] = calls > 1 ? DM_GEMM_BLAS : DM_GEMM_SPLIT_M;
+            G->algo[G->nalgo++] = calls > 1 ? DM_GEMM_SPLIT_M : DM_GEMM_SPLIT_N;
+            if (calls > 1) G->algo[G->nalgo++] = DM_GEMM_SPLIT_N;
+        }
+        G->secs = malloc(sizeof(double) * (size_t)(G->ncomb * G->nalgo));
+        if (!G->secs) {
+            s = dm_fail(DM_ERR_OOM, "out of memory");
+            break;
+        }
+        for (int64_t k = 0; k < G->ncomb * G->nalgo; k++) G->secs[k] = NAN;
+        T->ntasks += G->ncomb * G->nalgo;
+    }
+    if (s != DM_OK) {
+        dm_tuner_free(T);
+        return s;
+    }
+    *out = T;
+    return DM_OK;
+}
+
+void dm_tuner_free(dm_tuner *T) {
+    if (!T) return;
+    for (int k = 0; k < T->ngroups; k++) free(T->groups[k].secs);
+    free(T->groups);
+    free(T->vars);
+    dm_plan_free(&T->plan);
+    dm_graph_free(&T->g);
+    free(T);
+}
+
+int64_t dm_tuner_tasks(const dm_tuner *T) { return T->ntasks; }
+
+/* ---- the cache ---------------------------------------------------------------------- */
+
+dm_status dm_tune_cache_default_path(char *buf, size_t n) {
+    char prof[4096];
+    DM_TRY(dm_profile_default_path(prof, sizeof prof));
+    char *slash = strrchr(prof, '/');
+    if (!slash) return dm_fail(DM_ERR_INTERNAL, "no cache directory");
+    *slash = 0;
+    if ((size_t)snprintf(buf, n, "%s/tune-cache.tsv", prof) >= n)
+        return dm_fail(DM_ERR_INVALID_ARG, "cache path too long");
+    return DM_OK;
+}
+
+typedef struct {
+    char *key;
+    double secs;
+    int seq; /* line order */
+} centry;
+
+typedef struct {
+    centry *e;
+    int n, cap;
+    FILE *append;
+} cache;
+
+static int ckey_cmp(const void *a, const void *b) {
+    const centry *x = a, *y = b;
+    int r = strcmp(x->key, y->key);
+    return r ? r : (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+static void cache_free(cache *c) {
+    for (int k = 0; k < c->n; k++) free(c->e[k].key);
+    free(c->e);
+    if (c->append) fclose(c->append);
+    memset(c, 0, sizeof *c);
+}
+
+static dm_status cache_add(cache *c, const char *key, double secs) {
+    if (c->n == c->cap) {
+        int nc = c->cap ? c->cap * 2 : 256;
+        centry *ne = realloc(c->e, sizeof(centry) * (size_t)nc);
+        if (!ne) return dm_fail(DM_ERR_OOM, "out of memory");
+        c->e = ne;
+        c->cap = nc;
+    }
+    c->e[c->n].key = strdup(key);
+    if (!c->e[c->n].key) return dm_fail(DM_ERR_OOM, "out of memory");
+    c->e[c->n].seq = c->n;
+    c->e[c->n++].secs = secs;
+    return DM_OK;
+}
+
+/* Reads every complete, well-formed line; a torn last line (an interrupted write) or a
+ * damaged one is skipped, never trusted. Later lines win. */
+static dm_status cache_load(cache *c, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT ? DM_OK : dm_fail(DM_ERR_IO, "cannot read the tune cache '%s': %s", path, strerror(errno));
+    char line[2048];
+    while (fgets(line, sizeof line, f)) {
+        size_t len = strlen(line);
+        if (line[0] == '#' || len < 3 || line[len - 1] != '\n') continue;
+        line[len - 1] = 0;
+        char *tab = strrchr(line, '\t'), *end;
+        if (!tab) continue;
+        *tab = 0;
+        errno = 0;
+        double v = strtod(tab + 1, &end);
+        if (errno || *end || !(v >= 0) || (!isfinite(v) && !isinf(v))) continue;
+        dm_status s = cache_add(c, line, v);
+        if (s != DM_OK) {
+            fclose(f);
+            return s;
+        }
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) return dm_fail(DM_ERR_IO, "error reading the tune cache '%s'", path);
+    /* equal keys stay in file order (seq); lookups take the last */
+    qsort(c->e, (size_t)c->n, sizeof(centry), ckey_cmp);
+    return DM_OK;
+}
+
+static int cache_find(const cache *c, const char *key, double *secs) {
+    int lo = 0, hi = c->n - 1, found = -1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2, r = strcmp(c->e[mid].key, key);
+        if (r == 0) { found = mid; lo = mid + 1; }
+        else if (r < 0) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    if (found < 0) return 0;
+    *secs = c->e[found].secs;
+    return 1;
+}
+
+static dm_status cache_open_append(cache *c, const char *path) {
+    DM_TRY(dm_make_parent(path));
+    int fresh = access(path, F_OK) != 0;
+    c->append = fopen(path, "a");
+    if (!c->append)
+        return dm_fail(DM_ERR_IO, "cannot write the tune cache '%s': %s (use --cache PATH or --no-cache)",
+                       path, strerror(errno));
+    if (fresh && fputs(CACHE_HEADER, c->append) == EOF)
+        return dm_fail(DM_ERR_IO, "cannot write the tune cache '%s'", path);
+    return DM_OK;
+}
+
+/* One line, flushed and synced: a crash loses at most the measurement in flight. */
+static dm_status cache_append(cache *c, const char *key, double secs) {
+    if (!c->append) return DM_OK;
+    if (fprintf(c->append, "%s\t%.9g\n", key, secs) < 0 || fflush(c->append) != 0 ||
+        fsync(fileno(c->append)) != 0)
+        return dm_fail(DM_ERR_IO, "cannot append to the tune cache: %s", strerror(errno));
+    return DM_OK;
+}
+
+/* ---- measurement -------------------------------------------------------------------- */
+
+/* Applies combination comb of group G to T->g (others default); undo with comb 0 of
+ * every variable (restore_defaults). */
+static dm_status set_comb(dm_tuner *T, const dm_tune_group *G, int64_t comb) {
+    for (int s = 0; s < G->nscope; s++) {
+        const dm_tune_var *v = &T->vars[G->scope[s]];
+        DM_TRY(dm_graph_set_layout(&T->g, v->t, v->cand[dm_tune_comb_index(T, G, comb, s)]));
+    }
+    return DM_OK;
+}
+
+static dm_status restore_defaults(dm_tuner *T) {
+    for (int v = 0; v < T->nvars; v++) DM_TRY(dm_graph_set_layout(&T->g, T->vars[v].t, T->vars[v].cand[0]));
+    return DM_OK;
+}
+
+/* The cache key of group G in T->g's current layouts with algorithm a. */
+static void task_key(const dm_tuner *T, const dm_tune_group *G, int a, char *key, size_t n) {
+    const dm_graph *g = &T->g;
+    const dm_group *gr = &T->plan.groups[G->gi];
+    size_t len = (size_t)snprintf(key, n, "%s|b%lld j%lld i%lld h%lld u%lld %s %s%s|", T->machine,
+                                  (long long)T->cfg.batch, (long long)T->cfg.seq, (long long)T->cfg.hidden,
+                                  (long long)T->cfg.heads, (long long)T->cfg.ffn, dm_act_name(T->cfg.act),
+                                  T->opt.schedule == DM_SCHED_UNFUSED ? "unfused" : "fused",
+                                  T->opt.forward_only ? " fwd" : "");
+    for (int k = 0; k < gr->nops && len < n; k++) {
+        const dm_op *op = &g->op[T->plan.order[gr->first + k]];
+        len += (size_t)snprintf(key + len, n - len, "%s%s", k ? "," : "", op->name);
+        for (int io = 0; io < 2 && len < n; io++)
+            for (int s = 0; s < (io ? op->nout : op->nin) && len < n; s++) {
+                int t = io ? op->out[s] : op->in[s], r = dm_tensor_root(g, t);
+                char lay[DM_MAX_DIMS + 1];
+                dm_tensor_layout(g, r, lay);
+                len += (size_t)snprintf(key + len, n - len, " %s:%s", g->t[r].name, lay);
+            }
+    }
+    if (len < n) snprintf(key + len, n - len, "|%s", dm_gemm_algo_name((dm_gemm_algo)G->algo[a]));
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median seconds of group gi of L, alone. */
+static dm_status time_group(dm_tuner *T, dm_layer *L, int gi, double *out) {
+    double t[64];
+    int reps = T->reps < 64 ? T->reps : 64;
+    for (int w = 0; w < T->warmup; w++) DM_TRY(dm_cpu_exec_group(&L->ex, gi, 1, 0));
+    for (int r = 0; r < reps; r++) {
+        double t0 = omp_get_wtime();
+        DM_TRY(dm_cpu_exec_group(&L->ex, gi, 1, 0));
+        t[r] = omp_get_wtime() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    *out = t[reps / 2];
+    return DM_OK;
+}
+
+/* Random values in [-1, 1] everywhere: inputs, parameters and activations alike (the
+ * kernels' speed does not depend on the values, but NaNs and denormals would). */
+static void fill_arena(dm_layer *L) {
+    float *p = (float *)L->arena;
+    size_t n = L->arena_bytes / sizeof(float);
+    uint32_t x = 2463534242u;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        p[i] = (float)((double)x / 2147483648.0 - 1.0);
+    }
+}
+
+dm_status dm_tuner_measure(dm_tuner *T, const char *cache_path,
+                           void (*progress)(int64_t, int64_t, int64_t, double, void *), void *arg) {
+    cache c = {0};
+    dm_status s = DM_OK;
+    if (cache_path) {
+        s = cache_load(&c, cache_path);
+        if (s == DM_OK) s = cache_open_append(&c, cache_path);
+    }
+    char *key = malloc(4096);
+    dm_choices ch;
+    int have_ch = 0;
+    if (s == DM_OK && !key) s = dm_fail(DM_ERR_OOM, "out of memory");
+    if (s == DM_OK) {
+        s = dm_choices_init(&ch, &T->g);
+        have_ch = s == DM_OK;
+    }
+    double t0 = omp_get_wtime();
+    T->ndone = T->nfrom_cache = 0;
+    /* pass 1: what the cache already knows */
+    for (int k = 0; s == DM_OK && k < T->ngroups; k++) {
+        dm_tune_group *G = &T->groups[k];
+        G->cached = 0;
+        for (int64_t comb = 0; s == DM_OK && comb < G->ncomb; comb++) {
+            s = set_comb(T, G, comb);
+            for (int a = 0; s == DM_OK && a < G->nalgo; a++) {
+                task_key(T, G, a, key, 4096);
+                if (cache_find(&c, key, &G->secs[comb * G->nalgo + a])) {
+                    G->cached++;
+                    T->nfrom_cache++;
+                    T->ndone++;
+                }
+            }
+            if (s == DM_OK) s = restore_defaults(T);
+        }
+    }
+    if (s == DM_OK && progress) progress(T->ndone, T->ntasks, T->nfrom_cache, omp_get_wtime() - t0, arg);
+    /* pass 2: measure the rest, one layer per (group, combination) */
+    for (int k = 0; s == DM_OK && k < T->ngroups; k++) {
+        dm_tune_group *G = &T->groups[k];
+        for (int64_t comb = 0; s == DM_OK && comb < G->ncomb; comb++) {
+            int missing = 0;
+            for (int a = 0; a < G->nalgo; a++) missing += isnan(G->secs[comb * G->nalgo + a]);
+            if (!missing) continue;
+            for (int v = 0; v < T->nvars; v++) ch.layout[T->vars[v].t][0] = 0;
+            for (int q = 0; q < G->nscope; q++) {
+                const dm_tune_var *v = &T->vars[G->scope[q]];
+                memcpy(ch.layout[v->t], v->cand[dm_tune_comb_index(T, G, comb, q)], DM_MAX_DIMS + 1);
+            }
+            dm_layer *L = NULL;
+            s = dm_layer_new_with(&L, &T->cfg, &T->opt, &ch, 1);
+            if (s != DM_OK) break;
+            fill_arena(L);
+            s = set_comb(T, G, comb);
+            dm_exgroup *eg = &L->ex.groups[G->gi];
+            for (int a = 0; s == DM_OK && a < G->nalgo; a++) {
+                double *dst = &G->secs[comb * G->nalgo + a];
+                if (!isnan(*dst)) continue;
+                if (eg->unusable) *dst = INFINITY;
+                else {
+                    if (G->op >= 0) s = dm_gemm_set_algo(&eg->gemm, (dm_gemm_algo)G->algo[a], T->threads);
+                    if (s == DM_OK) s = time_group(T, L, G->gi, dst);
+                }
+                if (s == DM_OK) {
+                    task_key(T, G, a, key, 4096);
+                    s = cache_append(&c, key, *dst);
+                }
+                T->ndone++;
+                if (s == DM_OK && progress) progress(T->ndone, T->ntasks, T->nfrom_cache, omp_get_wtime() - t0, arg);
+            }
+            dm_layer_free(L);
+            dm_status r = restore_defaults(T);
+            if (s == DM_OK) s = r;
+        }
+    }
+    if (have_ch) dm_choices_free(&ch);
+    free(key);
+    cache_free(&c);
+    return s;
+}

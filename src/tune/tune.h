@@ -1,0 +1,80 @@
+/* tune.h: `dmove tune`: candidate layouts and algorithms per fused group, measured on
+ * the CPU backend (with an on-disk cache), and the global choice by shortest path
+ * (select.h) over the groups of the whole training step. */
+#ifndef DM_TUNE_H
+#define DM_TUNE_H
+
+#include <stdint.h>
+
+#include "cpu/contract.h"
+#include "graph/encoder.h"
+#include "plan/plan.h"
+#include "plan/planfile.h"
+
+#define DM_TUNE_MAX_SCOPE 6
+#define DM_TUNE_MAX_CAND 24
+
+/* A tensor whose layout is a choice. */
+typedef struct {
+    int t;                                   /* root tensor */
+    int ncand;
+    char cand[DM_TUNE_MAX_CAND][DM_MAX_DIMS + 1]; /* memory orders; [0] is the builder's */
+} dm_tune_var;
+
+/* A fused group: the variables it touches and its measured times. */
+typedef struct {
+    int gi;                        /* plan group */
+    int op;                        /* a lone contraction: its op (algorithms apply), else -1 */
+    int nscope;
+    int scope[DM_TUNE_MAX_SCOPE];  /* variable indices */
+    int64_t ncomb;                 /* layout combinations of the scope */
+    int nalgo;
+    uint8_t algo[DM_GEMM_NUM_ALGOS];
+    double *secs;                  /* [comb * nalgo + a]: median seconds; INFINITY infeasible, NAN not measured */
+    int cached;                    /* how many came from the cache */
+    /* the selection */
+    int64_t chosen_comb;
+    int chosen_algo;
+} dm_tune_group;
+
+typedef struct {
+    dm_layer_config cfg;
+    dm_layer_options opt;
+    int threads;
+    dm_graph g;
+    dm_encoder enc;
+    dm_plan plan;
+    int nvars;
+    dm_tune_var *vars;
+    int ngroups;
+    dm_tune_group *groups;
+    int reps, warmup;
+    char machine[160];
+    /* measurement bookkeeping */
+    int64_t ntasks, ndone, nfrom_cache;
+    double tuned_s, default_s;     /* sum over groups of the chosen / the default (comb 0, algo default) */
+} dm_tuner;
+
+/* Builds the graph and plan and enumerates candidates (rules in tune.c). */
+dm_status dm_tuner_new(dm_tuner **out, const dm_layer_config *cfg, const dm_layer_options *opt);
+void dm_tuner_free(dm_tuner *T);
+/* Number of (group, layouts, algorithm) measurements. */
+int64_t dm_tuner_tasks(const dm_tuner *T);
+/* Measures every candidate not in the cache (cache_path NULL: no cache); each new
+ * measurement is appended to the cache as it is taken, so an interrupted tune keeps
+ * what it measured. progress(done, total, seconds elapsed, arg) after each. */
+dm_status dm_tuner_measure(dm_tuner *T, const char *cache_path,
+                           void (*progress)(int64_t done, int64_t total, int64_t cached, double secs, void *arg),
+                           void *arg);
+/* Shortest-path selection; fills choices (initialised here; dm_choices_free). */
+dm_status dm_tuner_select(dm_tuner *T, dm_choices *choices);
+/* Layout string of variable v's candidate c (for reports). */
+const char *dm_tuner_layout(const dm_tuner *T, int v, int c);
+/* Candidate index of variable v in combination comb of group G. */
+int dm_tune_comb_index(const dm_tuner *T, const dm_tune_group *G, int64_t comb, int s);
+/* The default cache file: $XDG_CACHE_HOME/dmove/tune-cache.tsv or ~/.cache/dmove/... */
+dm_status dm_tune_cache_default_path(char *buf, size_t n);
+/* Violin plot of each group's spread of candidate times (relative to its best). */
+dm_status dm_tuner_svg(const dm_tuner *T, const char *path);
+
+#endif

@@ -1,0 +1,396 @@
+/* test_cuda.c: the CUDA backend against the CPU backend (design.md: CPU == CUDA, same
+ * plan). Without CUDA compiled in, it checks that asking for the CUDA device fails with
+ * DM_ERR_UNSUPPORTED, prints "SKIP: ..." and passes. With CUDA compiled in:
+ *  - always, without a GPU: the suite below on the emulated executor (DM_CUDA_EMULATE:
+ *    host memory, the cuBLAS calls and row programs run on the CPU), which checks the
+ *    executor's mapping of the plan; then, with no GPU, "SKIP: no CUDA device (...)";
+ *  - on a GPU: the device's Philox words equal the CPU's, then the suite on the GPU.
+ * The suite: (1) every group of the fused and the unfused plan, run alone on both
+ * backends from the same random arena, the GPU's outputs poisoned with NaN first (every
+ * element must be written): relative error per output tensor < 1e-5; (2) the whole
+ * layer, forward and backward, with padding and dropout 0.1, on small configurations:
+ * relative error per tensor < 1e-5, every error printed; on the GPU a second step must
+ * repeat the first bit for bit. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dmove.h"
+#include "testutil.h"
+
+#ifdef DM_HAVE_CUDA
+#include "core/philox.h"
+#include "cuda/cuda_backend.h"
+#include "layer_internal.h"
+#endif
+
+/* A small layer; p = 0.1 so the dropout paths run. */
+static dm_layer_config small_config(int64_t b, int64_t j, int64_t i, int64_t h, int64_t u,
+                                    dm_act act) {
+    dm_layer_config c;
+    dm_layer_config_default(&c);
+    c.batch = b, c.seq = j, c.hidden = i, c.heads = h, c.ffn = u;
+    c.dropout = 0.1;
+    c.act = act;
+    c.seed = 0x1234567890abcdefull; /* both key halves non-zero */
+    return c;
+}
+
+#ifdef DM_HAVE_CUDA
+
+static uint64_t g_rng = 88172645463325252ull;
+
+static float frand(void) { /* uniform in [-1, 1) */
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((double)(g_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void test_philox(void) {
+    static const struct {
+        uint64_t seed;
+        uint32_t stream;
+        uint64_t start;
+        int64_t n;
+    } cases[] = {
+        {0, 1, 0, 1000},
+        {0x1234567890abcdefull, 2, 3, 777},              /* start inside a block */
+        {0xffffffffffffffffull, 3, (1ull << 34) - 6, 64}, /* block index crosses 2^32 */
+        {42, 1, (1ull << 34) + 1, 129},                   /* high counter word 1 */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int64_t n = cases[k].n;
+        uint32_t *cpu = malloc(sizeof(uint32_t) * (size_t)n), *gpu = malloc(sizeof(uint32_t) * (size_t)n);
+        dm_philox_words_ref(cases[k].seed, cases[k].stream, cases[k].start, n, cpu);
+        memset(gpu, 0, sizeof(uint32_t) * (size_t)n);
+        CHECK_OK(dm_cuda_philox_words(cases[k].seed, cases[k].stream, cases[k].start, n, gpu));
+        int64_t bad = 0;
+        for (int64_t e = 0; e < n; e++) bad += cpu[e] != gpu[e];
+        CHECK(bad == 0);
+        printf("philox seed %016llx stream %u start %llu n %lld: %lld mismatches %s\n",
+               (unsigned long long)cases[k].seed, cases[k].stream,
+               (unsigned long long)cases[k].start, (long long)n, (long long)bad,
+               bad ? "FAIL" : "ok");
+        free(cpu);
+        free(gpu);
+    }
+}
+
+/* Offsets (floats from the arena start) of every element of tensor t, in logical
+ * order; returns the count. */
+static int64_t element_offsets(const dm_layer *L, int t, int64_t *offs) {
+    const dm_graph *g = &L->g;
+    const dm_tensor *x = &g->t[t];
+    int r = dm_tensor_root(g, t);
+    int64_t base = L->plan.offset[r] / 4 + x->offset;
+    int64_t idx[DM_MAX_DIMS] = {0};
+    for (int64_t e = 0; e < x->numel; e++) {
+        int64_t o = base;
+        for (int d = 0; d < x->ndim; d++) o += idx[d] * x->stride[d];
+        offs[e] = o;
+        for (int d = x->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < x->size[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return x->numel;
+}
+
+/* A valid attention mask in a whole-arena buffer: 1, except the last tokens of every
+ * sequence but the first (padding), so MASK_ADD never sees values other than 0 and 1. */
+static void set_mask(dm_layer *L, float *arena_copy) {
+    float *p;
+    int nd;
+    int64_t sh[4];
+    if (dm_layer_tensor(L, "attention_mask", &p, &nd, sh) != DM_OK) return;
+    int64_t off = p - (float *)L->arena;
+    for (int64_t b = 0; b < sh[0]; b++)
+        for (int64_t k = 0; k < sh[1]; k++)
+            arena_copy[off + b * sh[1] + k] = (b > 0 && k >= sh[1] - b) ? 0.0f : 1.0f;
+}
+
+/* Every group of the plan alone on both backends, from the same random arena. */
+static void test_groups(const dm_layer_config *cfg, dm_schedule sched, unsigned flags,
+                        const char *label) {
+    dm_layer *L = NULL;
+    dm_layer_options opt = {.schedule = sched, .threads = 2};
+    CHECK_OK(dm_layer_new(&L, cfg, &opt));
+    if (!L) return;
+    dm_cuda_exec *ex = NULL;
+    CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, DM_CUDA_FP32, flags));
+    if (!ex) {
+        dm_layer_free(L);
+        return;
+    }
+    size_t bytes = L->plan.arena_bytes, nf = bytes / 4;
+    float *init = malloc(bytes), *gpu = malloc(bytes);
+    int64_t *offs = NULL;
+    int64_t maxn = 1;
+    for (int t = 0; t < L->g.nt; t++)
+        if (L->g.t[t].numel > maxn) maxn = L->g.t[t].numel;
+    offs = malloc(sizeof(int64_t) * (size_t)maxn);
+    float *a = malloc(sizeof(float) * (size_t)maxn), *b = malloc(sizeof(float) * (size_t)maxn);
+    if (!init || !gpu || !offs || !a || !b) {
+        CHECK(!"out of memory");
+        goto done;
+    }
+    const uint64_t seed = cfg->seed;
+    for (int gi = 0; gi < L->plan.ngroups; gi++) {
+        const dm_group *gr = &L->plan.groups[gi];
+        const dm_op *op0 = &L->g.op[L->plan.order[gr->first]];
+        for (size_t e = 0; e < nf; e++) init[e] = frand();
+        set_mask(L, init);
+        memcpy(L->arena, init, bytes);
+        /* the GPU starts from the same arena with the group's outputs poisoned */
+        memcpy(gpu, init, bytes);
+        for (int k = 0; k < gr->nops; k++) {
+            const dm_op *op = &L->g.op[L->plan.order[gr->first + k]];
+            for (int s = 0; s < op->nout; s++) {
+                int t = op->out[s];
+                if (!L->plan.in_memory[dm_tensor_root(&L->g, t)]) continue;
+                int64_t n = element_offsets(L, t, offs);
+                for (int64_t e = 0; e < n; e++) gpu[offs[e]] = NAN;
+            }
+        }
+        CHECK_OK(dm_cuda_upload_arena(ex, gpu));
+        CHECK_OK(dm_cpu_exec_group(&L->ex, gi, seed, 0));
+        CHECK_OK(dm_cuda_exec_group(ex, gi, seed, 0));
+        CHECK_OK(dm_cuda_sync(ex));
+        CHECK_OK(dm_cuda_download_arena(ex, gpu));
+        double worst = 0;
+        int ok = 1;
+        for (int k = 0; k < gr->nops; k++) {
+            const dm_op *op = &L->g.op[L->plan.order[gr->first + k]];
+            for (int s = 0; s < op->nout; s++) {
+                int t = op->out[s];
+                if (!L->plan.in_memory[dm_tensor_root(&L->g, t)]) continue;
+                int64_t n = element_offsets(L, t, offs), nan = 0;
+                for (int64_t e = 0; e < n; e++) {
+                    a[e] = gpu[offs[e]];
+                    b[e] = ((float *)L->arena)[offs[e]];
+                    nan += isnan(a[e]) && !isnan(b[e]);
+                }
+                double err = rel_err(a, b, (size_t)n);
+                int good = nan == 0 && err < 1e-5;
+                CHECK(good);
+                if (!good) {
+                    ok = 0;
+                    fprintf(stderr, "  %s group %d (%s) output %s: rel.err %.2e, %lld of %lld "
+                            "elements not written\n", label, gi, op0->name, L->g.t[t].name, err,
+                            (long long)nan, (long long)n);
+                }
+                if (err > worst || isnan(err)) worst = err;
+            }
+        }
+        printf("  %s group %2d %-26s worst rel.err %.2e %s\n", label, gi, op0->name, worst,
+               ok ? "ok" : "FAIL");
+    }
+done:
+    free(init);
+    free(gpu);
+    free(offs);
+    free(a);
+    free(b);
+    dm_cuda_exec_free(ex);
+    dm_layer_free(L);
+}
+
+static size_t tensor_numel(dm_layer *L, const char *name, float **p) {
+    int nd = 0;
+    int64_t sh[4] = {0};
+    if (dm_layer_tensor(L, name, p, &nd, sh) != DM_OK) return 0;
+    size_t n = 1;
+    for (int d = 0; d < nd; d++) n *= (size_t)sh[d];
+    return n;
+}
+
+/* The layer's results: output, grad_hidden_states and every "<param>.grad". */
+static int result_name(dm_layer *L, int k, char *buf, size_t n) {
+    if (k == 0) snprintf(buf, n, "output");
+    else if (k == 1) snprintf(buf, n, "grad_hidden_states");
+    else if (k - 2 < dm_layer_num_params(L)) snprintf(buf, n, "%s.grad", dm_layer_param_name(L, k - 2));
+    else return 0;
+    return 1;
+}
+
+static int export_id(const dm_layer *L, const char *name) {
+    for (int k = 0; k < L->enc.n; k++)
+        if (!strcmp(L->enc.e[k].name, name)) return L->enc.e[k].tensor;
+    return -1;
+}
+
+/* The layer on the CPU (C) and on the GPU (G), same inputs, padding and dropout. On a GPU,
+ * G is a DM_DEVICE_CUDA layer used through the public API. Emulating, G is a CPU layer
+ * whose plan an emulated executor runs group by group (as dm_layer_run does). */
+static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulate) {
+    printf("%slayer b=%lld j=%lld i=%lld h=%lld u=%lld p=%g %s, %s:\n", emulate ? "emulated " : "",
+           (long long)cfg->batch, (long long)cfg->seq, (long long)cfg->hidden,
+           (long long)cfg->heads, (long long)cfg->ffn, cfg->dropout, dm_act_name(cfg->act),
+           sched == DM_SCHED_FUSED ? "fused" : "unfused");
+    dm_layer *C = NULL, *G = NULL;
+    dm_cuda_exec *ex = NULL;
+    float *first[64] = {0};
+    dm_layer_options oc = {.schedule = sched, .threads = 2};
+    dm_layer_options og = {.schedule = sched, .threads = 2,
+                           .device = emulate ? DM_DEVICE_CPU : DM_DEVICE_CUDA};
+    CHECK_OK(dm_layer_new(&C, cfg, &oc));
+    CHECK_OK(dm_layer_new(&G, cfg, &og));
+    if (!C || !G) goto done;
+    CHECK_OK(dm_layer_init_params(C, 7));
+    CHECK_OK(dm_layer_init_params(G, 7));
+    static const char *const inputs[2] = {"hidden_states", "grad_output"};
+    for (int k = 0; k < 2; k++) {
+        float *pc, *pg;
+        size_t n = tensor_numel(C, inputs[k], &pc);
+        CHECK(n > 0 && tensor_numel(G, inputs[k], &pg) == n);
+        for (size_t e = 0; e < n; e++) pc[e] = pg[e] = frand();
+    }
+    {
+        float *mc, *mg;
+        int nd;
+        int64_t sh[4];
+        CHECK_OK(dm_layer_tensor(C, "attention_mask", &mc, &nd, sh));
+        CHECK_OK(dm_layer_tensor(G, "attention_mask", &mg, &nd, sh));
+        for (int64_t b = 0; b < sh[0]; b++) /* sequence b has b + 1 padding tokens (< j) */
+            for (int64_t k = 0; k < sh[1]; k++)
+                mc[b * sh[1] + k] = mg[b * sh[1] + k] = k >= sh[1] - (b + 1) && k > 0 ? 0.0f : 1.0f;
+    }
+    CHECK_OK(dm_layer_forward(C));
+    CHECK_OK(dm_layer_backward(C));
+    char name[128];
+    if (emulate) {
+        CHECK_OK(dm_cuda_exec_init(&ex, &G->plan, DM_CUDA_FP32, DM_CUDA_EMULATE));
+        if (!ex) goto done;
+        CHECK_OK(dm_cuda_upload_arena(ex, G->arena));
+        for (int pass = 0; pass < 2; pass++)
+            for (int gi = 0; gi < G->plan.ngroups; gi++)
+                if (G->plan.groups[gi].pass == pass) CHECK_OK(dm_cuda_exec_group(ex, gi, cfg->seed, 0));
+        CHECK_OK(dm_cuda_sync(ex));
+    } else {
+        CHECK_OK(dm_layer_to_device(G));
+        CHECK_OK(dm_layer_forward(G));
+        CHECK_OK(dm_layer_backward(G));
+    }
+    /* poison the host copies: the download must bring every element */
+    for (int k = 0; result_name(G, k, name, sizeof name); k++) {
+        float *p;
+        size_t n = tensor_numel(G, name, &p);
+        for (size_t e = 0; e < n; e++) p[e] = NAN;
+    }
+    if (emulate) {
+        for (int k = 0; result_name(G, k, name, sizeof name); k++) {
+            float *p;
+            tensor_numel(G, name, &p);
+            CHECK_OK(dm_cuda_download(ex, export_id(G, name), p));
+        }
+    } else {
+        CHECK_OK(dm_layer_to_host(G));
+    }
+    for (int k = 0; result_name(G, k, name, sizeof name) && k < 64; k++) {
+        float *pc, *pg;
+        size_t n = tensor_numel(C, name, &pc);
+        CHECK(n > 0 && tensor_numel(G, name, &pg) == n);
+        size_t nan = 0;
+        for (size_t e = 0; e < n; e++) nan += isnan(pg[e]) != 0;
+        double err = rel_err(pg, pc, n);
+        /* the key bias's exact gradient is 0 (the softmax cancels it; tests/ref/make_refs.py):
+         * both backends give round-off, so measure the difference against the key weight's
+         * gradient instead */
+        int kb = !strcmp(name, "attention.self.key.bias.grad");
+        if (kb) {
+            float *kw;
+            size_t nw = tensor_numel(C, "attention.self.key.weight.grad", &kw);
+            double d = 0, r = 0;
+            for (size_t e = 0; e < n; e++) d += ((double)pg[e] - pc[e]) * ((double)pg[e] - pc[e]);
+            for (size_t e = 0; e < nw; e++) r += (double)kw[e] * kw[e];
+            err = r > 0 ? sqrt(d / r) : sqrt(d);
+        }
+        int ok = nan == 0 && err < 1e-5;
+        CHECK(ok);
+        printf("  %-42s rel.err %.2e%s%s %s\n", name, err, kb ? " (vs key.weight.grad)" : "",
+               nan ? " (NaN)" : "", ok ? "ok" : "FAIL");
+        first[k] = malloc(n * sizeof(float));
+        if (first[k]) memcpy(first[k], pg, n * sizeof(float));
+    }
+    if (emulate) goto done;
+    /* a second step must repeat the first exactly (deterministic reductions) */
+    CHECK_OK(dm_layer_forward(G));
+    CHECK_OK(dm_layer_backward(G));
+    CHECK_OK(dm_layer_to_host(G));
+    size_t diff = 0;
+    for (int k = 0; result_name(G, k, name, sizeof name) && k < 64; k++) {
+        float *pg;
+        size_t n = tensor_numel(G, name, &pg);
+        if (first[k]) diff += memcmp(first[k], pg, n * sizeof(float)) != 0;
+    }
+    CHECK(diff == 0);
+    printf("  second step on the GPU: %s\n", diff ? "DIFFERS (FAIL)" : "bit-identical");
+    /* the contractions alone (bench's floor) run too */
+    CHECK_OK(dm_layer_run(G, DM_PASS_FORWARD | DM_PASS_BACKWARD, 1u << DM_CLASS_CONTRACTION));
+done:
+    for (int k = 0; k < 64; k++) free(first[k]);
+    dm_cuda_exec_free(ex);
+    dm_layer_free(C);
+    dm_layer_free(G);
+}
+
+/* Groups alone and whole layers; `emulate`: DM_CUDA_EMULATE (no GPU) or 0 (the GPU: the
+ * groups then run with DM_CUDA_SYNC_EACH, so a fault names its group). */
+static void run_suite(unsigned emulate) {
+    const char *m = emulate ? "emulated " : "";
+    char label[64];
+    dm_layer_config a = small_config(2, 16, 64, 4, 256, DM_ACT_GELU);
+    dm_layer_config b = small_config(3, 13, 48, 3, 96, DM_ACT_GELU_TANH); /* odd sizes */
+    dm_layer_config c = small_config(2, 40, 320, 5, 1280, DM_ACT_RELU);   /* rows > 256 */
+    snprintf(label, sizeof label, "%sA fused", m);
+    test_groups(&a, DM_SCHED_FUSED, emulate | DM_CUDA_SYNC_EACH, label);
+    snprintf(label, sizeof label, "%sA fused, global scratch", m);
+    test_groups(&a, DM_SCHED_FUSED, emulate | DM_CUDA_SYNC_EACH | DM_CUDA_GLOBAL_SCRATCH, label);
+    snprintf(label, sizeof label, "%sA unfused", m);
+    test_groups(&a, DM_SCHED_UNFUSED, emulate | DM_CUDA_SYNC_EACH, label);
+    snprintf(label, sizeof label, "%sB fused", m);
+    test_groups(&b, DM_SCHED_FUSED, emulate | DM_CUDA_SYNC_EACH, label);
+    snprintf(label, sizeof label, "%sB unfused", m);
+    test_groups(&b, DM_SCHED_UNFUSED, emulate | DM_CUDA_SYNC_EACH, label);
+    snprintf(label, sizeof label, "%sC fused", m);
+    test_groups(&c, DM_SCHED_FUSED, emulate | DM_CUDA_SYNC_EACH, label);
+    const dm_layer_config *cfgs[3] = {&a, &b, &c};
+    for (int k = 0; k < 3; k++) {
+        test_layer(cfgs[k], DM_SCHED_FUSED, emulate != 0);
+        test_layer(cfgs[k], DM_SCHED_UNFUSED, emulate != 0);
+    }
+}
+
+#endif /* DM_HAVE_CUDA */
+
+int main(void) {
+    dm_layer_config tiny = small_config(2, 8, 16, 2, 32, DM_ACT_GELU);
+    dm_layer_options cuda_opt = {.device = DM_DEVICE_CUDA};
+    dm_layer *L = NULL;
+#ifndef DM_HAVE_CUDA
+    /* asking for the GPU in a CPU-only build says how to get one */
+    dm_status s = dm_layer_new(&L, &tiny, &cuda_opt);
+    CHECK(s == DM_ERR_UNSUPPORTED && L == NULL);
+    CHECK(strstr(dm_last_error(), "built without CUDA") != NULL);
+    if (g_fail) TEST_END();
+    printf("SKIP: %s\n", dm_last_error());
+    return 0;
+#else
+    /* without a GPU: the executor's mapping, emulated on the host */
+    run_suite(DM_CUDA_EMULATE);
+    char why[256];
+    if (dm_cuda_available(why, sizeof why) != DM_OK) {
+        dm_status s = dm_layer_new(&L, &tiny, &cuda_opt);
+        CHECK(s == DM_ERR_BACKEND && L == NULL);
+        printf("SKIP: no CUDA device (%s)\n", why);
+        TEST_END(); /* the emulated checks above still count */
+    }
+    printf("CUDA: %s\n", why);
+    test_philox();
+    run_suite(0);
+    (void)L;
+    TEST_END();
+#endif
+}

@@ -1,0 +1,302 @@
+/* test_tune.c: layouts and algorithms change no numbers, plan files are validated, and
+ * the tuner's cache survives an interrupted run.
+ *  1. every candidate layout of every tensor the tuner may lay out (the others default),
+ *     and random joint layouts with random contraction algorithms, for the fused and the
+ *     unfused schedule: the whole layer, forward and backward, against the default plan
+ *     (relative error per tensor < 1e-5: a layout changes only the GEMMs' summation
+ *     order; the key bias gradient, zero in exact arithmetic, absolutely); a joint combination the executor refuses must be one the tuner measures as
+ *     infeasible, and it is refused with DM_ERR_UNSUPPORTED, not run;
+ *  2. a tiny real tune (measure, select) whose plan is saved, loaded and run, equal to the
+ *     default plan; its cache is reused by a second tuner (nothing re-measured) and still
+ *     usable after a torn last line;
+ *  3. plan files that are malformed, truncated, for another configuration, of another
+ *     format version, naming unknown tensors / bad layouts / unknown algorithms, or
+ *     edited (checksum) are refused with DM_ERR_FORMAT and a message. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/status.h"
+#include "layer_internal.h"
+#include "layerutil.h"
+#include "testutil.h"
+#include "tune/tune.h"
+
+static uint64_t g_rng = 88172645463325252ull;
+static uint32_t rnd(uint32_t n) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng % n);
+}
+
+static dm_layer *build(const dm_layer_config *cfg, const dm_layer_options *opt, const dm_choices *ch,
+                       dm_status *st) {
+    dm_layer *L = NULL;
+    *st = dm_layer_new_with(&L, cfg, opt, ch, 0);
+    if (*st != DM_OK) return NULL;
+    fill_inputs(L, 7);
+    CHECK_OK(dm_layer_forward(L));
+    CHECK_OK(dm_layer_backward(L));
+    return L;
+}
+
+static void layouts(const dm_layer_config *cfg, dm_schedule sched) {
+    dm_layer_options opt = {.schedule = sched, .threads = 2};
+    dm_tuner *T = NULL;
+    CHECK_OK(dm_tuner_new(&T, cfg, &opt));
+    if (!T) return;
+    printf("%s schedule: %d tensors with layout choices\n", sched == DM_SCHED_FUSED ? "fused" : "unfused", T->nvars);
+    CHECK(T->nvars >= 2);
+    dm_status st;
+    dm_layer *ref = build(cfg, &opt, NULL, &st);
+    CHECK_OK(st);
+    dm_choices ch;
+    CHECK_OK(dm_choices_init(&ch, &T->g));
+    double worst = 0;
+    int runs = 0, refused = 0;
+    /* each candidate of each variable alone */
+    for (int v = 0; v < T->nvars; v++)
+        for (int c = 1; c < T->vars[v].ncand; c++) {
+            memset(ch.layout, 0, sizeof(ch.layout[0]) * (size_t)ch.nt);
+            memcpy(ch.layout[T->vars[v].t], T->vars[v].cand[c], DM_MAX_DIMS + 1);
+            dm_layer *L = build(cfg, &opt, &ch, &st);
+            CHECK_OK(st);
+            if (!L) continue;
+            double e = compare_all_ex(L, ref, 0, 1);
+            if (e > 1e-5) compare_all_ex(L, ref, 1, 1);
+            printf("  %-18s %-7s max rel.err %.2e\n", T->g.t[T->vars[v].t].name, T->vars[v].cand[c], e);
+            if (e > worst) worst = e;
+            runs++;
+            dm_layer_free(L);
+        }
+    /* random joint layouts and algorithms */
+    for (int trial = 0; trial < 24; trial++) {
+        memset(ch.layout, 0, sizeof(ch.layout[0]) * (size_t)ch.nt);
+        memset(ch.algo, 0, (size_t)ch.nop);
+        for (int v = 0; v < T->nvars; v++)
+            memcpy(ch.layout[T->vars[v].t], T->vars[v].cand[rnd((uint32_t)T->vars[v].ncand)], DM_MAX_DIMS + 1);
+        for (int k = 0; k < T->ngroups; k++) {
+            const dm_tune_group *G = &T->groups[k];
+            if (G->op >= 0) ch.algo[G->op] = G->algo[rnd((uint32_t)G->nalgo)];
+        }
+        dm_layer *L = build(cfg, &opt, &ch, &st);
+        if (!L) {
+            CHECK(st == DM_ERR_UNSUPPORTED);
+            refused++;
+            continue;
+        }
+        double e = compare_all_ex(L, ref, 0, 1);
+        if (e > worst) worst = e;
+        runs++;
+        dm_layer_free(L);
+    }
+    printf("  %d layouts run, %d joint combinations refused (they cannot map without a copy): worst "
+           "rel.err %.2e (bar 1e-5)\n", runs, refused, worst);
+    CHECK(runs > T->nvars);
+    CHECK(worst < 1e-5);
+    dm_choices_free(&ch);
+    dm_layer_free(ref);
+    dm_tuner_free(T);
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    char *s = calloc(1, 1 << 20);
+    if (s) s[fread(s, 1, (1 << 20) - 1, f)] = 0;
+    fclose(f);
+    return s;
+}
+
+/* Replaces the first `from` in text by `to` into out. */
+static void subst(const char *text, const char *from, const char *to, char *out, size_t n) {
+    const char *p = strstr(text, from);
+    CHECK(p != NULL);
+    if (!p) {
+        snprintf(out, n, "%s", text);
+        return;
+    }
+    snprintf(out, n, "%.*s%s%s", (int)(p - text), text, to, p + strlen(from));
+}
+
+/* Adds `entry` ("\"name\": \"value\"") as the first member of the object after `key`. */
+static void add_member(const char *text, const char *key, const char *entry, char *out, size_t n) {
+    const char *p = strstr(text, key);
+    CHECK(p != NULL);
+    if (!p) {
+        snprintf(out, n, "%s", text);
+        return;
+    }
+    p += strlen(key);
+    const char *q = p;
+    while (*q == ' ' || *q == '\t' || *q == '\n') q++;
+    snprintf(out, n, "%.*s%s%s%s", (int)(p - text), text, entry, *q == '}' ? "" : ", ", p);
+}
+
+static void expect_bad(const char *path, const dm_layer_config *cfg, const dm_layer_options *opt,
+                       const dm_graph *g, const char *why) {
+    dm_choices c;
+    dm_status s = dm_plan_load(path, cfg, opt, g, &c);
+    printf("  %-34s -> %s: %s\n", why, dm_status_name(s), dm_last_error());
+    CHECK(s == DM_ERR_FORMAT || s == DM_ERR_NOT_FOUND);
+    if (s == DM_OK) dm_choices_free(&c);
+    dm_layer *L = NULL;
+    dm_layer_options o = *opt;
+    o.plan = path;
+    CHECK(dm_layer_new(&L, cfg, &o) != DM_OK);
+    dm_layer_free(L);
+}
+
+static void tune_and_files(const dm_layer_config *cfg) {
+    char dir[] = "/tmp/dmove-test-tune-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char cache[256], plan[256], bad[256], svg[256];
+    snprintf(cache, sizeof cache, "%s/cache.tsv", dir);
+    snprintf(plan, sizeof plan, "%s/plan.json", dir);
+    snprintf(bad, sizeof bad, "%s/bad.json", dir);
+    snprintf(svg, sizeof svg, "%s/violins.svg", dir);
+    dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .threads = 2};
+    dm_tuner *T = NULL;
+    CHECK_OK(dm_tuner_new(&T, cfg, &opt));
+    if (!T) return;
+    T->reps = 3;
+    T->warmup = 1;
+    CHECK_OK(dm_tuner_measure(T, cache, NULL, NULL));
+    CHECK(T->ndone == T->ntasks && T->nfrom_cache == 0);
+    dm_choices ch;
+    CHECK_OK(dm_tuner_select(T, &ch));
+    CHECK(T->tuned_s <= T->default_s * (1 + 1e-12)); /* the default is one of the candidates */
+    CHECK_OK(dm_plan_save(plan, cfg, &opt, &T->g, &ch));
+    CHECK_OK(dm_tuner_svg(T, svg));
+    printf("tune: %lld measurements, sum of groups default %.3f ms, tuned %.3f ms\n", (long long)T->ntasks,
+           T->default_s * 1e3, T->tuned_s * 1e3);
+    /* the plan file runs and gives the default plan's numbers */
+    dm_status st;
+    dm_layer *ref = build(cfg, &opt, NULL, &st);
+    dm_layer_options po = opt;
+    po.plan = plan;
+    dm_layer *L = NULL;
+    CHECK_OK(dm_layer_new(&L, cfg, &po));
+    if (L && ref) {
+        fill_inputs(L, 7);
+        CHECK_OK(dm_layer_forward(L));
+        CHECK_OK(dm_layer_backward(L));
+        double e = compare_all_ex(L, ref, 0, 1);
+        printf("  tuned plan vs default plan: max rel.err %.2e\n", e);
+        CHECK(e < 1e-5);
+    }
+    dm_layer_free(L);
+    dm_layer_free(ref);
+    /* the cache: a second tuner measures nothing; a torn line is ignored, not trusted */
+    dm_tuner *T2 = NULL;
+    CHECK_OK(dm_tuner_new(&T2, cfg, &opt));
+    if (T2) {
+        CHECK_OK(dm_tuner_measure(T2, cache, NULL, NULL));
+        CHECK(T2->nfrom_cache == T2->ntasks);
+        printf("  second run: %lld of %lld from the cache\n", (long long)T2->nfrom_cache, (long long)T2->ntasks);
+        dm_tuner_free(T2);
+    }
+    FILE *f = fopen(cache, "a");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("some|torn|key with no time and no newline", f);
+        fclose(f);
+    }
+    T2 = NULL;
+    CHECK_OK(dm_tuner_new(&T2, cfg, &opt));
+    if (T2) {
+        CHECK_OK(dm_tuner_measure(T2, cache, NULL, NULL));
+        CHECK(T2->nfrom_cache == T2->ntasks);
+        printf("  after a torn last line: %lld of %lld from the cache\n", (long long)T2->nfrom_cache,
+               (long long)T2->ntasks);
+        dm_tuner_free(T2);
+    }
+    /* bad plan files */
+    char *good = read_text(plan);
+    CHECK(good != NULL);
+    if (good) {
+        size_t n = strlen(good) + 256;
+        char *t = malloc(n);
+        printf("bad plan files:\n");
+        write_text(bad, "");
+        expect_bad(bad, cfg, &opt, &T->g, "empty file");
+        snprintf(t, n, "%.*s", (int)(strlen(good) / 2), good);
+        write_text(bad, t);
+        expect_bad(bad, cfg, &opt, &T->g, "truncated");
+        write_text(bad, "[1, 2, 3]");
+        expect_bad(bad, cfg, &opt, &T->g, "not an object");
+        subst(good, "\"dmove-plan\"", "\"other\"", t, n);
+        write_text(bad, t);
+        expect_bad(bad, cfg, &opt, &T->g, "wrong format name");
+        subst(good, "\"version\":\t1", "\"version\":\t0", t, n);
+        write_text(bad, t);
+        expect_bad(bad, cfg, &opt, &T->g, "older format version");
+        char from[64], to[64];
+        snprintf(from, sizeof from, "\"batch\":\t%lld", (long long)cfg->batch);
+        snprintf(to, sizeof to, "\"batch\":\t%lld", (long long)cfg->batch + 1);
+        subst(good, from, to, t, n);
+        write_text(bad, t);
+        expect_bad(bad, cfg, &opt, &T->g, "another configuration");
+        add_member(good, "\"layouts\":\t{", "\"nonesuch\": \"ab\"", t, n);
+        write_text(bad, t);
+        expect_bad(bad, cfg, &opt, &T->g, "unknown tensor");
+        add_member(good, "\"layouts\":\t{", "\"qkv\": \"bjqhh\"", t, n);
+        write_text(bad, t);
+        expect_bad(bad, cfg, &opt, &T->g, "layout not a permutation");
+        add_member(good, "\"algorithms\":\t{", "\"qkv_proj\": \"fastest\"", t, n);
+        write_text(bad, t);
+        expect_bad(bad, cfg, &opt, &T->g, "unknown algorithm");
+        /* an algorithm other than the plan's own, so the edit changes the contents */
+        int op = 0;
+        while (op < T->g.nop && strcmp(T->g.op[op].name, "attn_out_proj")) op++;
+        CHECK(op < T->g.nop);
+        char entry[64];
+        snprintf(entry, sizeof entry, "\"attn_out_proj\": \"%s\"",
+                 op < T->g.nop && ch.algo[op] == DM_GEMM_SPLIT_N ? "split_m" : "split_n");
+        add_member(good, "\"algorithms\":\t{", entry, t, n);
+        write_text(bad, t);
+        expect_bad(bad, cfg, &opt, &T->g, "edited (checksum)");
+        expect_bad("/nonexistent/plan.json", cfg, &opt, &T->g, "missing file");
+        /* a plan for the training step is refused for a forward-only layer */
+        dm_layer_options fo = opt;
+        fo.forward_only = 1;
+        dm_graph g2;
+        dm_encoder e2;
+        dm_graph_init(&g2);
+        CHECK_OK(dm_build_encoder(&g2, cfg, 1, &e2));
+        expect_bad(plan, cfg, &fo, &g2, "tuned for training, used forward-only");
+        dm_graph_free(&g2);
+        free(t);
+        free(good);
+    }
+    dm_choices_free(&ch);
+    dm_tuner_free(T);
+    unlink(cache);
+    unlink(plan);
+    unlink(bad);
+    unlink(svg);
+    rmdir(dir);
+}
+
+int main(void) {
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 2, cfg.seq = 8, cfg.hidden = 16, cfg.heads = 2, cfg.ffn = 32, cfg.dropout = 0.1;
+    layouts(&cfg, DM_SCHED_FUSED);
+    layouts(&cfg, DM_SCHED_UNFUSED);
+    cfg.batch = 3, cfg.seq = 5, cfg.hidden = 12, cfg.heads = 3, cfg.ffn = 20;
+    layouts(&cfg, DM_SCHED_FUSED);
+    tune_and_files(&cfg);
+    TEST_END();
+}
