@@ -169,15 +169,21 @@ dm_status dm_gemm_set_algo(dm_gemm *gm, dm_gemm_algo algo, int nthreads) {
     return DM_OK;
 }
 
-void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, float *tileC) {
-    int64_t oa = 0, ob = 0, oc = 0;
+/* Element offsets of batch index bi in A, B and C. */
+static void batch_offsets(const dm_gemm *gm, int64_t bi, int64_t *oa, int64_t *ob, int64_t *oc) {
+    *oa = *ob = *oc = 0;
     for (int d = gm->nbd - 1; d >= 0; d--) {
         int64_t i = bi % gm->bsize[d];
         bi /= gm->bsize[d];
-        oa += i * gm->bsA[d];
-        ob += i * gm->bsB[d];
-        oc += i * gm->bsC[d];
+        *oa += i * gm->bsA[d];
+        *ob += i * gm->bsB[d];
+        *oc += i * gm->bsC[d];
     }
+}
+
+void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, float *tileC) {
+    int64_t oa, ob, oc;
+    batch_offsets(gm, bi, &oa, &ob, &oc);
     if (gm->swapped) {
         float *t = tileA;
         tileA = tileB;
@@ -198,14 +204,8 @@ static void run_block(const dm_gemm *gm, int64_t bi, int split_m, int lo, int hi
     if (hi <= lo) return;
     dm_gemm part = *gm;
     part.nbd = 0;
-    int64_t oa = 0, ob = 0, oc = 0;
-    for (int d = gm->nbd - 1; d >= 0; d--) {
-        int64_t i = bi % gm->bsize[d];
-        bi /= gm->bsize[d];
-        oa += i * gm->bsA[d];
-        ob += i * gm->bsB[d];
-        oc += i * gm->bsC[d];
-    }
+    int64_t oa, ob, oc;
+    batch_offsets(gm, bi, &oa, &ob, &oc);
     if (split_m) {
         part.m = hi - lo;
         part.A = gm->A + oa + (int64_t)lo * (gm->transA ? 1 : gm->lda);

@@ -64,11 +64,7 @@ dm_status dm_tuner_select(dm_tuner *T, dm_choices *choices) {
         }
         for (int k = 0; k < n; k++) {
             dm_tune_group *G = &T->groups[k];
-            int64_t comb = 0;
-            for (int q = 0; q < G->nscope; q++) {
-                int c = res.fixed[G->scope[q]];
-                comb = comb * T->vars[G->scope[q]].ncand + (c >= 0 ? c : 0);
-            }
+            int64_t comb = res.comb[k];
             G->chosen_comb = comb;
             G->chosen_algo = arg[k][comb];
             if (G->op >= 0) choices->algo[G->op] = G->algo[G->chosen_algo];

@@ -35,7 +35,7 @@ typedef struct {
      * free). */
     const double *const *change;
     /* Limit on the nodes of one layer; 0: DM_SELECT_DEFAULT_MAX_STATES. The whole graph
-     * may hold at most 8 times as many (each node keeps one double). */
+     * may hold at most 8 times as many (12 bytes each: default limit, 400 MB at most). */
     int64_t max_states;
 } dm_select_problem;
 
@@ -56,11 +56,11 @@ typedef struct {
 /* The optimum. DM_ERR_INVALID_ARG: malformed problem (null pointers, ndom < 1, scope out
  * of range or repeated, negative or NaN cost). DM_ERR_UNSUPPORTED: more layout
  * combinations live at once than max_states (the message names the group and the
- * variables), no feasible choice at all, or a convertible variable with too many
- * layouts (over ~1000). DM_ERR_OOM. Ties go to fewer conversions, then the lowest layout
- * indices. Conversions happen just before the layer that wants the new layout (on the
- * boundaries right before it, if it takes several). On failure *r holds nothing to free
- * (freeing it anyway is harmless). */
+ * variables), no feasible choice at all, or a convertible variable with hundreds of
+ * layouts (planning its conversions is cubic in them). DM_ERR_OOM. Ties go to fewer
+ * conversions, then the lowest layout indices. Conversions happen just before the layer
+ * that wants the new layout (on the boundaries right before it, if it takes several).
+ * On failure *r holds nothing to free (freeing it anyway is harmless). */
 dm_status dm_select_solve(const dm_select_problem *p, dm_select_result *r);
 
 /* The total cost of a choice: layout as in dm_select_result (entries where a variable is
