@@ -252,6 +252,37 @@ int cli_config_finish(cli_config *c, const char *cmd, int check) {
     return 0;
 }
 
+int cli_device_option(const char *cmd, int argc, char **argv, int *i, dm_device_kind *dev,
+                      dm_dtype *dtype) {
+    const char *v = NULL;
+    int r;
+    if ((r = cli_opt(cmd, argc, argv, i, "--device", &v)) != 0) {
+        if (r < 0) return -1;
+        if (dm_device_kind_parse(v, dev) != DM_OK) {
+            cli_usage_error(cmd, "--device: unknown device '%s' (known: cpu, cuda)", v);
+            return -1;
+        }
+        return 1;
+    }
+    if ((r = cli_opt(cmd, argc, argv, i, "--dtype", &v)) != 0) {
+        if (r < 0) return -1;
+        if (dm_dtype_parse(v, dtype) != DM_OK) {
+            cli_usage_error(cmd, "--dtype: unknown storage type '%s' (known: fp32, bf16, fp16)", v);
+            return -1;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+void cli_device_help(FILE *out) {
+    fprintf(out,
+            "  --device D       cpu (default) or cuda: where the steps run (cuda needs a\n"
+            "                   dmove built with nvcc, and a GPU)\n"
+            "  --dtype T        how the GPU stores tensors: fp32 (default), bf16 or fp16;\n"
+            "                   arithmetic and accumulation stay fp32 (cuda only)\n");
+}
+
 void cli_config_help(FILE *out, unsigned accept) {
     dm_layer_config d, base, large;
     dm_layer_config_default(&d);

@@ -101,7 +101,7 @@ static void print_table(const cli_config *c, const dm_graph *g, const dm_cost_re
     const dm_layer_config *cfg = &c->cfg;
     printf("dmove analyze: b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
            ", %s, %d ops, %d fused groups\n", cfg->batch, cfg->seq, cfg->hidden, cfg->heads,
-           cfg->ffn, dm_dtype_name(r->dtype_bytes), r->nops, r->ngroups);
+           cfg->ffn, dm_dtype_bytes_name(r->dtype_bytes), r->nops, r->ngroups);
     printf("device %s: %s\n", r->dev.name, r->dev.desc);
     printf("  roofs: contraction %.1f GFLOP/s, vector %.1f GFLOP/s, memory %.1f GB/s\n\n",
            dm_device_contract_peak(&r->dev, r->dtype_bytes) / 1e9,
@@ -142,7 +142,7 @@ static void print_table(const cli_config *c, const dm_graph *g, const dm_cost_re
         if (op_secs) printf(" %9.3f %7.2f", msum[k] * 1e3, mtot > 0 ? 100 * msum[k] / mtot : 0);
         printf("\n");
     }
-    printf("\ndata movement of the step (%s):\n", dm_dtype_name(r->dtype_bytes));
+    printf("\ndata movement of the step (%s):\n", dm_dtype_bytes_name(r->dtype_bytes));
     printf("  unfused  %10.2f MB   roofline floor %9.3f ms\n", r->unfused_bytes / 1e6,
            r->unfused_floor_s * 1e3);
     printf("  fused    %10.2f MB   roofline floor %9.3f ms\n", r->fused_bytes / 1e6,
@@ -424,7 +424,7 @@ int cmd_analyze(int argc, char **argv) {
                  "dmove roofline: BERT layer b=%" PRId64 " j=%" PRId64 " i=%" PRId64
                  " h=%" PRId64 " u=%" PRId64 ", %s, training step (%d ops)",
                  c.cfg.batch, c.cfg.seq, c.cfg.hidden, c.cfg.heads, c.cfg.ffn,
-                 dm_dtype_name(dtype_bytes), rep.nops);
+                 dm_dtype_bytes_name(dtype_bytes), rep.nops);
         if (dm_cost_write_svg(&g, &rep, title, svg) != DM_OK) {
             cli_error(CMD, "%s", dm_last_error());
             goto done;

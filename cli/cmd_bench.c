@@ -36,14 +36,15 @@ static void usage(FILE *out) {
             "\n"
             "options:\n");
     cli_config_help(out, CLI_CFG_ALL);
+    cli_device_help(out);
     fprintf(out,
             "  --warmup N       untimed steps before timing (default 3)\n"
             "  --reps N         timed repetitions (default 10); medians are reported\n"
             "  --schedule S     fused, unfused or both (default both)\n"
-            "  --device D       cpu (default) or cuda: where the steps run (cuda needs a\n"
-            "                   dmove built with nvcc, and a GPU)\n"
             "  --plan FILE      also run a plan from `dmove tune` (row \"tuned\"), beside\n"
             "                   the default plan of its schedule; prints the speedup\n"
+            "  --groups         also list every group of the plan with its time in one\n"
+            "                   profiled step (on stderr): where the step's time goes\n"
             "  --json           print one JSON object on stdout instead of the table:\n"
             "                   {\"config\": {...}, \"schedules\": [{\"schedule\": \"fused\",\n"
             "                   \"forward_ms\", \"backward_ms\", \"step_ms\",\n"
@@ -70,6 +71,8 @@ typedef struct {
 
 static double g_start, g_last_note;
 static dm_device_kind g_device = DM_DEVICE_CPU; /* --device */
+static dm_dtype g_dtype = DM_DTYPE_FP32;         /* --dtype */
+static int g_groups;                             /* --groups */
 
 /* Progress on stderr, only once the bench has run a few seconds, at most every second. */
 static void progress(const char *sched, const char *phase, int rep, int reps) {
@@ -118,6 +121,7 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
     res->name = plan ? "tuned" : sched == DM_SCHED_FUSED ? "fused" : "unfused";
     dm_layer_options opt = {.schedule = sched, .forward_only = 0, .threads = c->threads, .plan = plan};
     opt.device = g_device;
+    opt.dtype = g_dtype;
     s->buf = calloc((size_t)reps * (4 + DM_NUM_CLASSES), sizeof *s->buf);
     if (!s->buf) {
         cli_error(CMD, "out of memory");
@@ -224,6 +228,21 @@ static int run_schedules(const cli_config *c, const dm_schedule *which, const ch
             }
     }
     for (int k = 0; k < n; k++) sched_result(&s[k], reps, &res[k]);
+    /* --groups: one more profiled step per schedule, listed group by group (stderr, so
+     * that --json stays one object on stdout) */
+    for (int k = 0; k < n && g_groups; k++) {
+        dm_layer_profile(s[k].layer, 1);
+        dm_layer_profile_reset(s[k].layer);
+        int bad = step(s[k].layer);
+        dm_layer_profile(s[k].layer, 0);
+        char *text = NULL;
+        if (bad || dm_layer_describe(s[k].layer, &text) != DM_OK) {
+            if (!bad) cli_error(CMD, "%s", dm_last_error());
+            goto done;
+        }
+        fprintf(stderr, "\n%s: groups of one profiled step (each waited for)\n%s", res[k].name, text);
+        free(text);
+    }
     rc = 0;
 done:
     for (int k = 0; k < n; k++) sched_free(&s[k]);
@@ -257,7 +276,7 @@ static void print_table(const cli_config *c, const result *res, int nres, int wa
            DMOVE_VERSION, cfg->batch, cfg->seq, cfg->hidden, cfg->heads, cfg->ffn, cfg->dropout,
            dm_act_name(cfg->act), resolved_threads(c->threads), reps, warmup);
     if (g_device != DM_DEVICE_CPU)
-        printf("device: %s (fp32)\n\n", dm_device_kind_name(g_device));
+        printf("device: %s (%s storage)\n\n", dm_device_kind_name(g_device), dm_dtype_name(g_dtype));
     printf("%-9s %11s %12s %10s %14s %9s %10s\n", "schedule", "forward ms", "backward ms",
            "step ms", "contractions", "GFLOP/s", "step /");
     printf("%-9s %11s %12s %10s %14s %9s %10s\n", "", "", "", "", "alone ms", "",
@@ -316,6 +335,7 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
          jnum(conf, "threads", resolved_threads(c->threads)) && jnum(conf, "warmup", warmup) &&
          jnum(conf, "reps", reps) &&
          cJSON_AddStringToObject(conf, "device", dm_device_kind_name(g_device));
+         cJSON_AddStringToObject(conf, "dtype", dm_dtype_name(g_dtype));
     ok = ok && (arr = cJSON_AddArrayToObject(root, "schedules")) != NULL;
     for (int s = 0; ok && s < nres; s++) {
         const result *r = &res[s];
@@ -386,6 +406,8 @@ int cmd_bench(int argc, char **argv) {
     const char *plan = NULL;
     cli_config c;
     g_device = DM_DEVICE_CPU;
+    g_dtype = DM_DTYPE_FP32;
+    g_groups = 0;
     cli_config_init(&c, CLI_CFG_ALL);
     for (int a = 1; a < argc; a++) {
         const char *v = NULL;
@@ -422,17 +444,18 @@ int cmd_bench(int argc, char **argv) {
             plan = v;
             continue;
         }
+        if ((r = cli_flag(CMD, argv, a, "--groups")) != 0) {
+            if (r < 0) return CLI_USAGE;
+            g_groups = 1;
+            continue;
+        }
         if ((r = cli_flag(CMD, argv, a, "--json")) != 0) {
             if (r < 0) return CLI_USAGE;
             json = 1;
             continue;
         }
-        if ((r = cli_opt(CMD, argc, argv, &a, "--device", &v)) != 0) {
+        if ((r = cli_device_option(CMD, argc, argv, &a, &g_device, &g_dtype)) != 0) {
             if (r < 0) return CLI_USAGE;
-            if (dm_device_kind_parse(v, &g_device) != DM_OK) {
-                cli_usage_error(CMD, "--device: unknown device '%s' (known: cpu, cuda)", v);
-                return CLI_USAGE;
-            }
             continue;
         }
         if ((r = cli_config_option(&c, CMD, argc, argv, &a)) != 0) {

@@ -68,12 +68,11 @@ static void usage(FILE *out) {
             "  --out FILE       output safetensors file (required)\n"
             "  --heads H        attention heads (required; i must be divisible by H)\n");
     cli_config_help(out, CLI_CFG_TRAIN | CLI_CFG_THREADS);
+    cli_device_help(out);
     fprintf(out,
             "  --schedule S     fused (default) or unfused: the same graph, run with fused\n"
             "                   groups or one operator at a time; results agree to rounding\n"
             "  --forward-only   run the forward pass only; OUT then holds only output\n"
-            "  --device D       cpu (default) or cuda: where the step runs (cuda needs a\n"
-            "                   dmove built with nvcc, and a GPU)\n"
             "  --plan FILE      run a plan from `dmove tune` (tensor layouts and contraction\n"
             "                   algorithms) for these sizes; results agree to rounding\n"
             "  --help           this text\n"
@@ -309,6 +308,7 @@ int cmd_layer(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
     int forward_only = 0;
     dm_device_kind device = DM_DEVICE_CPU;
+    dm_dtype dtype = DM_DTYPE_FP32;
     const char *plan = NULL;
     dm_schedule sched = DM_SCHED_FUSED;
     cli_config c;
@@ -346,12 +346,8 @@ int cmd_layer(int argc, char **argv) {
             if (r < 0) return CLI_USAGE;
             continue;
         }
-        if ((r = cli_opt(CMD, argc, argv, &a, "--device", &v)) != 0) {
+        if ((r = cli_device_option(CMD, argc, argv, &a, &device, &dtype)) != 0) {
             if (r < 0) return CLI_USAGE;
-            if (dm_device_kind_parse(v, &device) != DM_OK) {
-                cli_usage_error(CMD, "--device: unknown device '%s' (known: cpu, cuda)", v);
-                return CLI_USAGE;
-            }
             continue;
         }
         if ((r = cli_flag(CMD, argv, a, "--forward-only")) != 0) {
@@ -420,6 +416,7 @@ int cmd_layer(int argc, char **argv) {
     dm_layer_options opt = {.schedule = sched, .forward_only = forward_only,
                             .threads = c.threads, .plan = plan};
     opt.device = device;
+    opt.dtype = dtype;
     dm_layer *layer = NULL;
     dm_st_writer *w = NULL;
     int rc = CLI_FAIL;

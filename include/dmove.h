@@ -66,6 +66,13 @@ typedef enum { DM_DEVICE_CPU = 0, DM_DEVICE_CUDA } dm_device_kind;
 const char *dm_device_kind_name(dm_device_kind d);
 dm_status dm_device_kind_parse(const char *s, dm_device_kind *out); /* "cpu", "cuda" */
 
+/* How a device layer stores its tensors: fp32, or bf16 / fp16 with fp32 arithmetic and
+ * accumulation (LayerNorm's statistics stay fp32). The CPU backend is fp32 only. The host
+ * staging copy is fp32 whatever the storage. */
+typedef enum { DM_DTYPE_FP32 = 0, DM_DTYPE_BF16, DM_DTYPE_FP16 } dm_dtype;
+const char *dm_dtype_name(dm_dtype d);
+dm_status dm_dtype_parse(const char *s, dm_dtype *out); /* "fp32", "bf16", "fp16" */
+
 typedef struct {
     dm_schedule schedule;  /* fused (default) or unfused */
     int forward_only;      /* build no backward graph; save nothing for it */
@@ -73,6 +80,7 @@ typedef struct {
     int no_reuse;          /* give every tensor its own buffer (debugging, tests) */
     const char *plan;      /* a plan file from `dmove tune` (layouts, algorithms), or NULL */
     dm_device_kind device; /* where steps run: DM_DEVICE_CPU (default) or DM_DEVICE_CUDA */
+    dm_dtype dtype;        /* storage on the device: fp32 (default), bf16, fp16 (CUDA only) */
 } dm_layer_options;
 
 typedef struct dm_layer dm_layer;

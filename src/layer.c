@@ -146,6 +146,11 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
         return dm_fail(DM_ERR_INVALID_ARG, "threads must be between 0 (all cores) and 4096");
     if (opt->device != DM_DEVICE_CPU && opt->device != DM_DEVICE_CUDA)
         return dm_fail(DM_ERR_INVALID_ARG, "unknown device %d", (int)opt->device);
+    if (opt->dtype != DM_DTYPE_FP32 && opt->dtype != DM_DTYPE_BF16 && opt->dtype != DM_DTYPE_FP16)
+        return dm_fail(DM_ERR_INVALID_ARG, "unknown storage type %d", (int)opt->dtype);
+    if (opt->dtype != DM_DTYPE_FP32 && opt->device != DM_DEVICE_CUDA)
+        return dm_fail(DM_ERR_UNSUPPORTED, "%s storage needs the CUDA device (--device cuda): "
+                       "the CPU backend computes and stores fp32", dm_dtype_name(opt->dtype));
 #ifndef DM_HAVE_CUDA
     if (opt->device == DM_DEVICE_CUDA)
         return dm_fail(DM_ERR_UNSUPPORTED,
@@ -195,7 +200,10 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
 #ifdef DM_HAVE_CUDA
     if (opt->device == DM_DEVICE_CUDA) {
         /* the same plan on the GPU, and the defaults just written sent up */
-        s = dm_cuda_exec_init(&L->cuda, &L->plan, DM_CUDA_FP32, 0);
+        int dt = opt->dtype == DM_DTYPE_BF16   ? DM_CUDA_BF16
+                 : opt->dtype == DM_DTYPE_FP16 ? DM_CUDA_FP16
+                                               : DM_CUDA_FP32;
+        s = dm_cuda_exec_init(&L->cuda, &L->plan, dt, 0);
         if (s == DM_OK) s = dm_layer_to_device(L);
         if (s != DM_OK) {
             dm_layer_free(L);
@@ -350,6 +358,19 @@ dm_status dm_layer_describe(const dm_layer *L, char **text) {
 
 const char *dm_device_kind_name(dm_device_kind d) {
     return d == DM_DEVICE_CPU ? "cpu" : d == DM_DEVICE_CUDA ? "cuda" : "?";
+}
+
+const char *dm_dtype_name(dm_dtype d) {
+    return d == DM_DTYPE_FP32 ? "fp32" : d == DM_DTYPE_BF16 ? "bf16" : d == DM_DTYPE_FP16 ? "fp16" : "?";
+}
+
+dm_status dm_dtype_parse(const char *s, dm_dtype *out) {
+    if (s && !strcmp(s, "fp32")) *out = DM_DTYPE_FP32;
+    else if (s && !strcmp(s, "bf16")) *out = DM_DTYPE_BF16;
+    else if (s && !strcmp(s, "fp16")) *out = DM_DTYPE_FP16;
+    else return dm_fail(DM_ERR_INVALID_ARG, "unknown storage type '%s': use fp32, bf16 or fp16",
+                        s ? s : "(null)");
+    return DM_OK;
 }
 
 dm_status dm_device_kind_parse(const char *s, dm_device_kind *out) {

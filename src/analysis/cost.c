@@ -8,7 +8,7 @@
 #include "analysis/cost.h"
 #include "core/status.h"
 
-const char *dm_dtype_name(int dtype_bytes) { return dtype_bytes >= 4 ? "fp32" : "bf16/fp16"; }
+const char *dm_dtype_bytes_name(int dtype_bytes) { return dtype_bytes >= 4 ? "fp32" : "bf16/fp16"; }
 
 void dm_cost_op_io(const dm_graph *g, const dm_op *op, int dtype_bytes, double *rd, double *wr) {
     double r = 0, w = 0;

@@ -69,7 +69,7 @@ char *dm_cost_csv(const dm_graph *g, const dm_cost_report *r);
 char *dm_cost_svg(const dm_graph *g, const dm_cost_report *r, const char *title);
 dm_status dm_cost_write_svg(const dm_graph *g, const dm_cost_report *r, const char *title,
                             const char *path);
-const char *dm_dtype_name(int dtype_bytes);
+const char *dm_dtype_bytes_name(int dtype_bytes);
 
 /* measure.c: runs the layer on the CPU backend with the unfused schedule (one group per
  * graph op) for `reps` profiled steps after `warmup` untimed ones, and gives each graph

@@ -262,7 +262,7 @@ char *dm_cost_svg(const dm_graph *g, const dm_cost_report *r, const char *title)
                   "stroke=\"black\"/>\n", ML, MT, W - ML - MR, H - MT - MB);
     sb_printf(&b, "<text x=\"%d\" y=\"%d\" font-size=\"13\" text-anchor=\"middle\">operational "
                   "intensity (flop/byte, %s)</text>\n", (ML + W - MR) / 2, H - 22,
-              dm_dtype_name(r->dtype_bytes));
+              dm_dtype_bytes_name(r->dtype_bytes));
     sb_printf(&b, "<text x=\"20\" y=\"%d\" font-size=\"13\" text-anchor=\"middle\" "
                   "transform=\"rotate(-90 20 %d)\">attainable GFLOP/s</text>\n", (MT + H - MB) / 2,
               (MT + H - MB) / 2);

@@ -20,8 +20,11 @@ extern "C" {
 
 typedef struct dm_cuda_exec dm_cuda_exec;
 
-/* Storage type of the device arena. Only fp32 is implemented so far. */
-enum { DM_CUDA_FP32 = 0, DM_CUDA_BF16 = 1 };
+/* Storage type of the device arena: every tensor in this type (LayerNorm's row
+ * statistics aside, kept in fp32), arithmetic and GEMM accumulation in fp32. The host
+ * staging arena stays fp32: upload rounds to the storage type (nearest even), download
+ * widens. Emulation (DM_CUDA_EMULATE) is fp32 only. */
+enum { DM_CUDA_FP32 = 0, DM_CUDA_BF16 = 1, DM_CUDA_FP16 = 2 };
 
 /* Executor flags. */
 enum {
@@ -59,9 +62,16 @@ dm_status dm_cuda_sync(dm_cuda_exec *ex);
  * host arena planned by the same plan. Synchronous. */
 dm_status dm_cuda_upload(dm_cuda_exec *ex, int t, const float *host);
 dm_status dm_cuda_download(dm_cuda_exec *ex, int t, float *host);
-/* The whole arena (plan->arena_bytes), for tests. Synchronous. */
+/* The whole arena (plan->arena_bytes), for tests. Synchronous. In bf16/fp16 storage,
+ * tensors that share arena bytes in the plan are converted one by one: after a download
+ * the shared host bytes hold the last of them (dm_cuda_download reads one exactly). */
 dm_status dm_cuda_upload_arena(dm_cuda_exec *ex, const void *host);
 dm_status dm_cuda_download_arena(dm_cuda_exec *ex, void *host);
+
+/* Rounds x[0..n) to the nearest value of storage type `dtype`, finite values beyond its
+ * range to its largest finite one (as the device stores masked scores), in place; fp32:
+ * unchanged. For tests. */
+void dm_cuda_round(int dtype, float *x, size_t n);
 
 /* The device Philox words of element indices [start, start + n) of a dropout stream
  * (the words dm_philox_words gives on the CPU), for the tests. */

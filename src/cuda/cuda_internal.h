@@ -16,6 +16,7 @@ extern "C" {
 #include "cpu/kernels.h"
 #include "plan/plan.h"
 }
+#include "cuda/cuda_backend.h"
 
 /* Every CUDA runtime and cuBLAS call goes through these: a failure returns
  * DM_ERR_BACKEND from the calling function with the call and the library's words. */
@@ -51,10 +52,16 @@ enum {
     DMC_LOC_SCRATCH = 1  /* operand in the block's scratch (shared, or global fallback) */
 };
 
+/* Element types of device tensors: the storage type of the arena (DM_CUDA_FP32/BF16/FP16,
+ * cuda_backend.h), or fp32 for the scratch, the column accumulators and the tensors kept
+ * wide whatever the storage (LayerNorm's row statistics). Arithmetic is fp32 always. */
+enum { DMC_F32 = DM_CUDA_FP32, DMC_BF16 = DM_CUDA_BF16, DMC_F16 = DM_CUDA_FP16 };
+
 typedef struct {
     int kind;     /* dm_arg_kind */
     int loc;      /* DMC_LOC_*; COLACC operands are always in scratch */
-    float *base;  /* GLOBAL: the tensor's first element on the device */
+    int dt;       /* DMC_F32, DMC_BF16, DMC_F16: element type in memory (scratch: F32) */
+    void *base;   /* GLOBAL: the tensor's first element on the device */
     int64_t rdiv; /* GROUPED: rows of the iteration space per row of the operand */
     int64_t slot; /* SCRATCH: float offset in the block's scratch */
 } dmc_operand;
@@ -79,7 +86,11 @@ typedef struct {
     int64_t acc_off;        /* where the accumulators start in the scratch */
     int64_t acc_floats;     /* nacc * padded cols */
     int nacc;
-    float *acc_dst[DMC_MAX_ACC]; /* device: where the column sums go */
+    int vec;       /* every global operand 16-byte aligned, rows multiples of 16 bytes */
+    int warp_rows; /* a row per warp (short rows, no accumulators): acc_off floats of
+                    * scratch per warp */
+    void *acc_dst[DMC_MAX_ACC];  /* device: where the column sums go */
+    int acc_dt[DMC_MAX_ACC];     /* their element types */
     int64_t acc_slot[DMC_MAX_ACC]; /* offset of accumulator a in the scratch */
     dmc_rowop ops[DMC_MAX_ROWOPS];
 } dmc_rowprog;

@@ -42,13 +42,15 @@ void dmc_emu_gemm(int transa, int transb, int m, int n, int k, float alpha, cons
     }
 }
 
+/* Emulation is fp32 only (dm_cuda_exec_init refuses other storage types with it). */
 static float *emu_operand(const dmc_operand *d, float *scr, int64_t r, int64_t cols) {
     if (d->loc == DMC_LOC_SCRATCH) return scr + d->slot;
+    float *base = (float *)d->base;
     switch (d->kind) {
-    case DM_ARG_FULL: return d->base + r * cols;
-    case DM_ARG_GROUPED: return d->base + (r / d->rdiv) * cols;
-    case DM_ARG_ROWSCALAR: return d->base + r;
-    default: return d->base;
+    case DM_ARG_FULL: return base + r * cols;
+    case DM_ARG_GROUPED: return base + (r / d->rdiv) * cols;
+    case DM_ARG_ROWSCALAR: return base + r;
+    default: return base;
     }
 }
 
@@ -191,6 +193,14 @@ dm_status dmc_emu_rows(const dmc_rowprog *p, const dmc_launch *lc, uint64_t seed
     size_t sf = (size_t)p->scratch_floats;
     float *smem = (float *)malloc((sf ? sf : 1) * sizeof(float));
     if (!smem) return dm_fail(DM_ERR_OOM, "out of memory emulating the row kernel");
+    if (p->warp_rows) { /* a row per warp, its own scratch rows, no accumulators */
+        for (int64_t r = 0; r < p->rows; r++) {
+            for (size_t e = 0; e < sf; e++) smem[e] = NAN;
+            for (int k = 0; k < p->nops; k++) emu_rowop(&p->ops[k], r, p->cols, smem, seed);
+        }
+        free(smem);
+        return DM_OK;
+    }
     for (int blk = 0; blk < lc->blocks; blk++) {
         float *scr = lc->global_scratch ? gscratch + (size_t)blk * sf : smem;
         if (!lc->global_scratch)
@@ -208,7 +218,7 @@ dm_status dmc_emu_rows(const dmc_rowprog *p, const dmc_launch *lc, uint64_t seed
             float s = 0;
             for (int b = 0; b < lc->blocks; b++)
                 s += partials[(size_t)b * (size_t)p->acc_floats + (p->acc_slot[a] - p->acc_off) + c];
-            p->acc_dst[a][c] = s;
+            ((float *)p->acc_dst[a])[c] = s;
         }
     return DM_OK;
 }

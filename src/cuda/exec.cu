@@ -25,8 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "cuda/cuda_internal.h"
-#include "cuda/cuda_backend.h"
 
 extern "C" {
 #include "core/philox.h"
@@ -35,6 +37,8 @@ extern "C" {
 typedef struct {
     int gemm;    /* 1: a contraction (gm); 0: a row program (prog) */
     dm_gemm gm;  /* device pointers */
+    void **ptrs; /* device: B, A, C matrix addresses when the batch needs them, or NULL */
+    int nptrs;   /* matrices in ptrs */
     int prog;    /* index into the executor's programs */
 } dmc_step;
 
@@ -56,14 +60,20 @@ typedef struct {
 struct dm_cuda_exec {
     const dm_plan *plan;
     unsigned flags;
+    int dtype;                /* DM_CUDA_FP32/BF16/FP16: the arena's storage type */
+    int esz;                  /* its bytes per element */
+    char *wide;               /* per root: 1 if kept in fp32 in `side` (row statistics) */
+    int64_t *side_off;        /* per root: its float offset in `side` */
+    float *side;              /* device: the wide tensors (non-fp32 storage only) */
+    size_t side_floats;
     int device;
     int smem_optin;           /* largest dynamic shared memory a block may use */
     cudaStream_t stream;
     cublasHandle_t blas;
     int have_stream, have_blas;
-    char *arena;              /* device: plan->arena_bytes */
-    size_t arena_bytes;
-    float *temp;              /* device: tile tensors of batched groups (one group at a time) */
+    char *arena;              /* device: tensor r at plan->offset[r] / 4 elements */
+    size_t arena_bytes;       /* plan->arena_bytes: the plan's (fp32) arena size */
+    char *temp;               /* device: tile tensors of batched groups (one group at a time) */
     size_t temp_floats;
     float *gscratch;          /* device: per-block scratch of programs too big for shared */
     size_t gscratch_floats;
@@ -188,19 +198,27 @@ static const dm_op *op_at(const dm_plan *plan, const dm_group *gr, int k) {
     return &plan->g->op[plan->order[gr->first + k]];
 }
 
-/* Device address of tensor t in the arena (views included), NULL if not materialized. */
-static float *arena_ptr(const dm_cuda_exec *ex, int t) {
+/* Device address of tensor t's first element (views included) and its element type;
+ * NULL if not materialized. The plan's byte offsets are for fp32: in a 2-byte storage
+ * type the arena keeps the same element offsets in half the bytes. */
+static void *arena_ptr(const dm_cuda_exec *ex, int t, int *dt) {
     const dm_graph *g = ex->plan->g;
     int r = dm_tensor_root(g, t);
     if (ex->plan->offset[r] < 0) return NULL;
-    return (float *)(ex->arena + ex->plan->offset[r]) + g->t[t].offset;
+    if (ex->wide && ex->wide[r]) {
+        *dt = DMC_F32;
+        return ex->side + ex->side_off[r] + g->t[t].offset;
+    }
+    *dt = ex->dtype;
+    return ex->arena + (ex->plan->offset[r] / 4 + g->t[t].offset) * ex->esz;
 }
 
-static float *tile_ptr(const dm_cuda_exec *ex, const dmc_tiles *tl, int t) {
+static void *tile_ptr(const dm_cuda_exec *ex, const dmc_tiles *tl, int t, int *dt) {
     const dm_graph *g = ex->plan->g;
     int r = dm_tensor_root(g, t);
+    *dt = ex->dtype;
     for (int q = 0; q < tl->n; q++)
-        if (tl->root[q] == r) return ex->temp + tl->off[q] + g->t[t].offset;
+        if (tl->root[q] == r) return ex->temp + (tl->off[q] + g->t[t].offset) * ex->esz;
     return NULL;
 }
 
@@ -300,12 +318,14 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
                     if (p->nacc >= DMC_MAX_ACC)
                         return dm_fail(DM_ERR_UNSUPPORTED, "%s: more than %d column reductions in "
                                        "one group", op->name, DMC_MAX_ACC);
-                    float *dst = arena_ptr(ex, t);
+                    int dt = DMC_F32;
+                    void *dst = arena_ptr(ex, t, &dt);
                     if (!dst || g->t[t].numel != cols)
                         return dm_fail(DM_ERR_INTERNAL, "%s: bad column reduction output", op->name);
                     d->loc = DMC_LOC_SCRATCH;
                     d->slot = p->nacc * cols_pad; /* shifted past the rows below */
                     p->acc_dst[p->nacc] = dst;
+                    p->acc_dt[p->nacc] = dt;
                     p->acc_slot[p->nacc] = d->slot;
                     p->nacc++;
                     continue;
@@ -325,7 +345,7 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
                                    op->name, g->t[t].name, (long long)g->t[t].numel, (long long)need);
                 if (plan->in_memory[r] || tl) {
                     d->loc = DMC_LOC_GLOBAL;
-                    d->base = plan->in_memory[r] ? arena_ptr(ex, t) : tile_ptr(ex, tl, t);
+                    d->base = plan->in_memory[r] ? arena_ptr(ex, t, &d->dt) : tile_ptr(ex, tl, t, &d->dt);
                     if (!d->base)
                         return dm_fail(DM_ERR_INTERNAL, "%s: %s has no device memory", op->name,
                                        g->t[t].name);
@@ -355,18 +375,43 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
     for (int a = 0; a < p->nacc; a++) p->acc_slot[a] += p->acc_off;
     p->scratch_floats = p->acc_off + p->acc_floats;
 
-    /* Launch shape. A block per row at a time; 256 threads for long rows, one warp per
-     * 32 columns below that. The grid is a fixed function of the plan (not of the GPU),
-     * so column sums add their per-block partials in the same order on every device. */
+    /* vec: 16-byte chunks are possible when every global row starts 16-byte aligned */
+    p->vec = 1;
+    for (int k = 0; k < p->nops; k++)
+        for (int io = 0; io < 2; io++) {
+            const dmc_rowop *x = &p->ops[k];
+            for (int s = 0; s < (io ? x->nout : x->nin); s++) {
+                const dmc_operand *d = io ? &x->out[s] : &x->in[s];
+                if (d->loc != DMC_LOC_GLOBAL || d->kind == DM_ARG_ROWSCALAR) continue;
+                int es = d->dt == DMC_F32 ? 4 : 2;
+                if ((uintptr_t)d->base % 16 || (cols * es) % 16) p->vec = 0;
+            }
+        }
+    /* Launch shape. Chunks of 8 columns per thread. Rows of at most 32 chunks without
+     * column sums: a row per warp, 8 warps per block. Otherwise a row per block with a
+     * thread per chunk (32 to 1024). The grid is a fixed function of the plan (not of the
+     * GPU), so column sums add their per-block partials in the same order everywhere. */
     dmc_launch *lc = &ex->launch[*pi];
-    lc->threads = cols >= 256 ? 256 : (int)cols_pad;
-    int64_t maxb = p->nacc ? 256 : 8192;
-    lc->blocks = (int)(rows < maxb ? rows : maxb);
+    const int64_t chunks = (cols + 7) / 8;
+    p->warp_rows = chunks <= 32 && p->nacc == 0;
+    if (p->warp_rows) {
+        lc->threads = 256;
+        p->scratch_floats = 8 * p->acc_off; /* acc_off: one row's scratch */
+        int64_t nb = (rows + 7) / 8;
+        lc->blocks = (int)(nb < 16384 ? nb : 16384);
+    } else {
+        int64_t t = (chunks + 31) / 32 * 32;
+        lc->threads = (int)(t < 1024 ? t : 1024);
+        int64_t maxb = p->nacc ? 1024 : 16384;
+        lc->blocks = (int)(rows < maxb ? rows : maxb);
+    }
     size_t bytes = (size_t)p->scratch_floats * sizeof(float);
     lc->global_scratch = (ex->flags & DM_CUDA_GLOBAL_SCRATCH) || bytes > (size_t)ex->smem_optin;
     lc->smem_bytes = lc->global_scratch ? 0 : bytes;
     return DM_OK;
 }
+
+static dm_status gemm_pointer_arrays(dm_cuda_exec *ex, dmc_step *st);
 
 static dm_status build_group(dm_cuda_exec *ex, int gi, dmc_tiles *tl) {
     const dm_plan *plan = ex->plan;
@@ -385,18 +430,34 @@ static dm_status build_group(dm_cuda_exec *ex, int gi, dmc_tiles *tl) {
             if (!batched && gr->nops != 1)
                 return dm_fail(DM_ERR_INTERNAL, "%s: a contraction fused with other ops outside a "
                                "batched group", op->name);
-            float *p[3];
+            void *p[3];
             int ts[3] = {op->in[0], op->in[1], op->out[0]};
             for (int s = 0; s < 3; s++) {
-                int r = dm_tensor_root(g, ts[s]);
-                p[s] = plan->in_memory[r] ? arena_ptr(ex, ts[s]) : batched ? tile_ptr(ex, tl, ts[s]) : NULL;
+                int r = dm_tensor_root(g, ts[s]), dt = DMC_F32;
+                p[s] = plan->in_memory[r] ? arena_ptr(ex, ts[s], &dt)
+                       : batched           ? tile_ptr(ex, tl, ts[s], &dt)
+                                           : NULL;
                 if (!p[s])
                     return dm_fail(DM_ERR_INTERNAL, "%s: operand %s has no device memory", op->name,
                                    g->t[ts[s]].name);
+                if (dt != ex->dtype)
+                    return dm_fail(DM_ERR_INTERNAL, "%s: operand %s is not in the storage type",
+                                   op->name, g->t[ts[s]].name);
             }
-            DM_TRY(dm_gemm_prepare(&st->gm, g, op, p[0], p[1], p[2]));
+            /* dm_gemm_prepare does float pointer arithmetic from the operands' first
+             * elements: its results are turned back into element offsets, and those into
+             * device addresses of the storage type */
+            DM_TRY(dm_gemm_prepare(&st->gm, g, op, (float *)p[0], (float *)p[1], (float *)p[2]));
+            {
+                /* swapped: gm's A is the op's second input, its B the first */
+                char *pa = (char *)p[st->gm.swapped ? 1 : 0], *pb = (char *)p[st->gm.swapped ? 0 : 1];
+                st->gm.A = (float *)(pa + (st->gm.A - (float *)pa) * ex->esz);
+                st->gm.B = (float *)(pb + (st->gm.B - (float *)pb) * ex->esz);
+                st->gm.C = (float *)((char *)p[2] + (st->gm.C - (float *)p[2]) * ex->esz);
+            }
             st->gemm = 1;
-            eg->nsteps++;
+            eg->nsteps++; /* first: dm_cuda_exec_free frees ptrs of counted steps */
+            DM_TRY(gemm_pointer_arrays(ex, st));
             k++;
             continue;
         }
@@ -420,6 +481,44 @@ static dm_status build_group(dm_cuda_exec *ex, int gi, dmc_tiles *tl) {
     return DM_OK;
 }
 
+/* Non-fp32 storage: the tensors that only row ops touch as row scalars (LayerNorm's mean
+ * and rstd, saved for backward) stay fp32, in the side buffer: statistics in fp32. */
+static dm_status init_wide(dm_cuda_exec *ex) {
+    const dm_plan *plan = ex->plan;
+    const dm_graph *g = plan->g;
+    ex->wide = (char *)calloc((size_t)g->nt, 1);
+    ex->side_off = (int64_t *)calloc((size_t)g->nt, sizeof(int64_t));
+    char *no = (char *)calloc((size_t)g->nt, 1);
+    if (!ex->wide || !ex->side_off || !no) {
+        free(no);
+        return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+    }
+    for (int o = 0; o < g->nop; o++) {
+        const dm_op *op = &g->op[o];
+        for (int s = 0; s < op->nin + op->nout; s++) {
+            int t = s < op->nin ? op->in[s] : op->out[s - op->nin];
+            int r = dm_tensor_root(g, t);
+            dm_arg_kind k = op->kind == DM_OP_CONTRACT ? DM_ARG_FULL
+                            : s < op->nin              ? dm_arg_in(op->kind, s)
+                                                       : dm_arg_out(op->kind, s - op->nin);
+            if (k == DM_ARG_ROWSCALAR) ex->wide[r] = 1;
+            else no[r] = 1;
+        }
+    }
+    ex->side_floats = 0;
+    for (int r = 0; r < g->nt; r++) {
+        ex->wide[r] = ex->wide[r] && !no[r] && g->t[r].base < 0 && plan->offset[r] >= 0;
+        if (!ex->wide[r]) continue;
+        ex->side_off[r] = (int64_t)ex->side_floats;
+        ex->side_floats += (size_t)(g->t[r].numel + 63) / 64 * 64;
+    }
+    free(no);
+    if (!ex->side_floats) return DM_OK;
+    DM_TRY(dev_alloc(ex, (void **)&ex->side, ex->side_floats * sizeof(float), "row statistics"));
+    DMC_CUDA(cudaMemsetAsync(ex->side, 0, ex->side_floats * sizeof(float), ex->stream));
+    return DM_OK;
+}
+
 static dm_status init_all(dm_cuda_exec *ex) {
     const dm_plan *plan = ex->plan;
     if (emulated(ex)) {
@@ -440,10 +539,11 @@ static dm_status init_all(dm_cuda_exec *ex) {
     }
 
     ex->arena_bytes = plan->arena_bytes;
-    DM_TRY(dev_alloc(ex, (void **)&ex->arena, ex->arena_bytes, "the layer's tensors"));
+    size_t dev_bytes = ex->arena_bytes / 4 * (size_t)ex->esz;
+    DM_TRY(dev_alloc(ex, (void **)&ex->arena, dev_bytes, "the layer's tensors"));
     if (!emulated(ex)) /* emulated memory comes zeroed from calloc */
-        DMC_CUDA(cudaMemsetAsync(ex->arena, 0, ex->arena_bytes > 256 ? ex->arena_bytes : 256,
-                                 ex->stream));
+        DMC_CUDA(cudaMemsetAsync(ex->arena, 0, dev_bytes > 256 ? dev_bytes : 256, ex->stream));
+    if (ex->dtype != DM_CUDA_FP32) DM_TRY(init_wide(ex));
 
     /* the tile temporaries: sized for the largest batched group */
     dmc_tiles tl;
@@ -453,7 +553,7 @@ static dm_status init_all(dm_cuda_exec *ex) {
         if ((size_t)tl.floats > ex->temp_floats) ex->temp_floats = (size_t)tl.floats;
     }
     if (ex->temp_floats)
-        DM_TRY(dev_alloc(ex, (void **)&ex->temp, ex->temp_floats * sizeof(float),
+        DM_TRY(dev_alloc(ex, (void **)&ex->temp, ex->temp_floats * (size_t)ex->esz,
                          "the attention score temporaries"));
 
     ex->ngroups = plan->ngroups;
@@ -491,15 +591,18 @@ static dm_status init_all(dm_cuda_exec *ex) {
 dm_status dm_cuda_exec_init(dm_cuda_exec **out, const dm_plan *plan, int dtype, unsigned flags) {
     if (!out || !plan) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_exec_init: NULL argument");
     *out = NULL;
-    if (dtype != DM_CUDA_FP32)
-        return dm_fail(DM_ERR_UNSUPPORTED, "the CUDA backend stores fp32 only so far (bf16 "
-                       "storage is not implemented yet)");
+    if (dtype != DM_CUDA_FP32 && dtype != DM_CUDA_BF16 && dtype != DM_CUDA_FP16)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_exec_init: unknown storage type %d", dtype);
+    if (dtype != DM_CUDA_FP32 && (flags & DM_CUDA_EMULATE))
+        return dm_fail(DM_ERR_UNSUPPORTED, "the CUDA emulation runs fp32 storage only");
     char why[256];
     if (!(flags & DM_CUDA_EMULATE)) DM_TRY(dm_cuda_available(why, sizeof why));
     dm_cuda_exec *ex = (dm_cuda_exec *)calloc(1, sizeof *ex);
     if (!ex) return dm_fail(DM_ERR_OOM, "out of memory");
     ex->plan = plan;
     ex->flags = flags;
+    ex->dtype = dtype;
+    ex->esz = dtype == DM_CUDA_FP32 ? 4 : 2;
     dm_status s = init_all(ex);
     if (s != DM_OK) {
         dm_cuda_exec_free(ex);
@@ -515,74 +618,147 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
     if (ex->have_stream) (void)cudaStreamSynchronize(ex->stream);
     dev_free(ex, ex->arena);
     dev_free(ex, ex->temp);
+    dev_free(ex, ex->side);
+    free(ex->wide);
+    free(ex->side_off);
     dev_free(ex, ex->gscratch);
     dev_free(ex, ex->partials);
     dev_free(ex, ex->dprogs);
     if (ex->have_blas) (void)cublasDestroy(ex->blas);
     if (ex->have_stream) (void)cudaStreamDestroy(ex->stream);
     if (ex->groups)
-        for (int gi = 0; gi < ex->ngroups; gi++) free(ex->groups[gi].steps);
+        for (int gi = 0; gi < ex->ngroups; gi++) {
+            for (int k = 0; k < ex->groups[gi].nsteps; k++) dev_free(ex, ex->groups[gi].steps[k].ptrs);
+            free(ex->groups[gi].steps);
+        }
     free(ex->groups);
     free(ex->hprogs);
     free(ex->launch);
     free(ex);
 }
 
-/* One contraction. Batch dimensions are merged where their strides allow (outer stride
- * = inner stride * inner size in A, B and C); the innermost remaining one becomes the
- * strided batch of one cuBLAS call and the others are looped over here. */
-static dm_status run_gemm(const dm_cuda_exec *ex, const dm_gemm *gm) {
+/* The batch dimensions of a contraction, merged where their strides allow (outer stride
+ * = inner stride * inner size in A, B and C). */
+typedef struct {
+    int nd;
     int64_t sz[DM_MAX_DIMS], sa[DM_MAX_DIMS], sb[DM_MAX_DIMS], sc[DM_MAX_DIMS];
+    int64_t count; /* all matrices: the product of sz */
+} dmc_batches;
+
+static void gemm_batches(const dm_gemm *gm, dmc_batches *bt) {
     int nd = 0;
+    bt->count = 1;
     for (int d = 0; d < gm->nbd; d++) {
-        if (nd > 0 && sa[nd - 1] == gm->bsA[d] * gm->bsize[d] &&
-            sb[nd - 1] == gm->bsB[d] * gm->bsize[d] && sc[nd - 1] == gm->bsC[d] * gm->bsize[d]) {
-            sz[nd - 1] *= gm->bsize[d];
-            sa[nd - 1] = gm->bsA[d];
-            sb[nd - 1] = gm->bsB[d];
-            sc[nd - 1] = gm->bsC[d];
+        bt->count *= gm->bsize[d];
+        if (nd > 0 && bt->sa[nd - 1] == gm->bsA[d] * gm->bsize[d] &&
+            bt->sb[nd - 1] == gm->bsB[d] * gm->bsize[d] && bt->sc[nd - 1] == gm->bsC[d] * gm->bsize[d]) {
+            bt->sz[nd - 1] *= gm->bsize[d];
+            bt->sa[nd - 1] = gm->bsA[d];
+            bt->sb[nd - 1] = gm->bsB[d];
+            bt->sc[nd - 1] = gm->bsC[d];
             continue;
         }
-        sz[nd] = gm->bsize[d];
-        sa[nd] = gm->bsA[d];
-        sb[nd] = gm->bsB[d];
-        sc[nd] = gm->bsC[d];
+        bt->sz[nd] = gm->bsize[d];
+        bt->sa[nd] = gm->bsA[d];
+        bt->sb[nd] = gm->bsB[d];
+        bt->sc[nd] = gm->bsC[d];
         nd++;
     }
-    int64_t inner = nd ? sz[nd - 1] : 1;
-    long long ia = nd ? sa[nd - 1] : 0, ib = nd ? sb[nd - 1] : 0, ic = nd ? sc[nd - 1] : 0;
+    bt->nd = nd;
+}
+
+/* Element offsets in A, B, C of matrix number q (row-major over the merged dims). */
+static void batch_offsets(const dmc_batches *bt, int64_t q, int64_t *oa, int64_t *ob, int64_t *oc) {
+    *oa = *ob = *oc = 0;
+    for (int d = bt->nd - 1; d >= 0; d--) {
+        int64_t i = q % bt->sz[d];
+        q /= bt->sz[d];
+        *oa += i * bt->sa[d];
+        *ob += i * bt->sb[d];
+        *oc += i * bt->sc[d];
+    }
+}
+
+/* A contraction whose batch does not merge into one stride (attention's (b, h) over
+ * head-interleaved activations) runs as one cublasGemmBatchedEx over arrays of matrix
+ * addresses, made here once (the arena does not move): B's, A's, C's, `count` each. */
+static dm_status gemm_pointer_arrays(dm_cuda_exec *ex, dmc_step *st) {
+    dmc_batches bt;
+    gemm_batches(&st->gm, &bt);
+    if (bt.nd <= 1 || emulated(ex)) return DM_OK; /* one strided-batched call, or emulating */
+    if (bt.count > INT_MAX)
+        return dm_fail(DM_ERR_UNSUPPORTED, "a batched contraction of %lld matrices exceeds cuBLAS's "
+                       "batch count range", (long long)bt.count);
+    size_t n = (size_t)bt.count;
+    const void **h = (const void **)malloc(3 * n * sizeof(void *));
+    if (!h) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+    const int64_t es = ex->esz;
+    for (size_t q = 0; q < n; q++) {
+        int64_t oa, ob, oc;
+        batch_offsets(&bt, (int64_t)q, &oa, &ob, &oc);
+        h[q] = (const char *)st->gm.B + ob * es;
+        h[n + q] = (const char *)st->gm.A + oa * es;
+        h[2 * n + q] = (const char *)st->gm.C + oc * es;
+    }
+    dm_status s = dev_alloc(ex, (void **)&st->ptrs, 3 * n * sizeof(void *), "GEMM batch addresses");
+    if (s == DM_OK) s = dev_copy(ex, st->ptrs, h, 3 * n * sizeof(void *), cudaMemcpyHostToDevice);
+    free(h);
+    st->nptrs = (int)n;
+    return s;
+}
+
+/* One contraction: one cuBLAS call, strided-batched (batch dims merged into one stride)
+ * or batched over the address arrays of gemm_pointer_arrays. Emulating, the dimensions
+ * that do not merge are looped over here. */
+static dm_status run_gemm(const dm_cuda_exec *ex, const dmc_step *st) {
+    const dm_gemm *gm = &st->gm;
+    dmc_batches bt;
+    gemm_batches(gm, &bt);
+    const int nd = bt.nd;
+    int64_t inner = nd ? bt.sz[nd - 1] : 1;
+    long long ia = nd ? bt.sa[nd - 1] : 0, ib = nd ? bt.sb[nd - 1] : 0, ic = nd ? bt.sc[nd - 1] : 0;
     if (inner > INT_MAX)
         return dm_fail(DM_ERR_UNSUPPORTED, "a batched contraction of %lld matrices exceeds cuBLAS's "
                        "batch count range", (long long)inner);
-    int64_t outer = 1;
-    for (int d = 0; d + 1 < nd; d++) outer *= sz[d];
     const float alpha = gm->alpha, beta = gm->beta;
     cublasOperation_t opA = gm->transA ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opB = gm->transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasComputeType_t ct = (ex->flags & DM_CUDA_TF32) ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                        : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t ct = (ex->flags & DM_CUDA_TF32) && ex->dtype == DM_CUDA_FP32
+                                 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                 : CUBLAS_COMPUTE_32F;
+    cudaDataType_t ty = ex->dtype == DM_CUDA_BF16 ? CUDA_R_16BF
+                        : ex->dtype == DM_CUDA_FP16 ? CUDA_R_16F
+                                                    : CUDA_R_32F;
+    /* row-major C (m x n) = op(A) op(B) is column-major C^T (n x m) = op(B)^T op(A)^T:
+     * B's storage read column-major is B^T (so B's transpose flag carries over), B goes
+     * first, m and n swap. gm's pointers are device addresses of the storage type. */
+    if (st->ptrs) {
+        const int n = st->nptrs;
+        DMC_BLAS(cublasGemmBatchedEx(ex->blas, opB, opA, gm->n, gm->m, gm->k, &alpha,
+                                     (const void *const *)st->ptrs, ty, gm->ldb,
+                                     (const void *const *)(st->ptrs + n), ty, gm->lda, &beta,
+                                     st->ptrs + 2 * n, ty, gm->ldc, n, ct, CUBLAS_GEMM_DEFAULT));
+        return DM_OK;
+    }
+    const char *A = (const char *)gm->A, *B = (const char *)gm->B;
+    char *C = (char *)gm->C;
+    const int64_t es = ex->esz;
+    int64_t outer = bt.count / (inner > 0 ? inner : 1);
+    dmc_batches ob_ = bt; /* the outer dims alone */
+    ob_.nd = nd > 0 ? nd - 1 : 0;
     for (int64_t o = 0; o < outer; o++) {
-        int64_t rem = o, oa = 0, ob = 0, oc = 0;
-        for (int d = nd - 2; d >= 0; d--) {
-            int64_t i = rem % sz[d];
-            rem /= sz[d];
-            oa += i * sa[d];
-            ob += i * sb[d];
-            oc += i * sc[d];
-        }
-        /* row-major C (m x n) = op(A) op(B) is column-major C^T (n x m) = op(B)^T op(A)^T:
-         * B's storage read column-major is B^T (so B's transpose flag carries over), B
-         * goes first, m and n swap */
+        int64_t oa, ob, oc;
+        batch_offsets(&ob_, o, &oa, &ob, &oc);
         if (emulated(ex)) {
             dmc_emu_gemm(opB == CUBLAS_OP_T, opA == CUBLAS_OP_T, gm->n, gm->m, gm->k, alpha,
                          gm->B + ob, gm->ldb, ib, gm->A + oa, gm->lda, ia, beta, gm->C + oc,
-                         gm->ldc, ic, (int)inner);
+                         gm->ldc, ic, (int)inner); /* fp32 only */
             continue;
         }
         DMC_BLAS(cublasGemmStridedBatchedEx(ex->blas, opB, opA, gm->n, gm->m, gm->k, &alpha,
-                                            gm->B + ob, CUDA_R_32F, gm->ldb, ib, gm->A + oa,
-                                            CUDA_R_32F, gm->lda, ia, &beta, gm->C + oc, CUDA_R_32F,
-                                            gm->ldc, ic, (int)inner, ct, CUBLAS_GEMM_DEFAULT));
+                                            B + ob * es, ty, gm->ldb, ib, A + oa * es, ty,
+                                            gm->lda, ia, &beta, C + oc * es, ty, gm->ldc, ic,
+                                            (int)inner, ct, CUBLAS_GEMM_DEFAULT));
     }
     return DM_OK;
 }
@@ -603,7 +779,7 @@ dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_c
                                cudaGetErrorString(e), cudaGetErrorName(e));
         }
         if (st->gemm) {
-            DM_TRY(run_gemm(ex, &st->gm));
+            DM_TRY(run_gemm(ex, st));
         } else if (!skip_rows && emulated(ex)) {
             DM_TRY(dmc_emu_rows(&ex->hprogs[st->prog], &ex->launch[st->prog], seed, ex->gscratch,
                                 ex->partials));
@@ -629,8 +805,9 @@ dm_status dm_cuda_sync(dm_cuda_exec *ex) {
     return DM_OK;
 }
 
-/* Byte offset and length in the arena of tensor t's span (first to last element). */
-static dm_status tensor_span(const dm_cuda_exec *ex, int t, size_t *off, size_t *bytes) {
+/* Device address, element type and element count of tensor t's span (its first to its
+ * last element, gaps of a strided view included). */
+static dm_status tensor_span(const dm_cuda_exec *ex, int t, char **dev, int *dt, size_t *n) {
     const dm_graph *g = ex->plan->g;
     if (t < 0 || t >= g->nt) return dm_fail(DM_ERR_INVALID_ARG, "no tensor %d in the plan", t);
     const dm_tensor *x = &g->t[t];
@@ -638,45 +815,102 @@ static dm_status tensor_span(const dm_cuda_exec *ex, int t, size_t *off, size_t 
     if (ex->plan->offset[r] < 0)
         return dm_fail(DM_ERR_INVALID_ARG, "tensor %s is not materialized in the arena", x->name);
     int64_t last = 0;
+    *n = 0;
     for (int d = 0; d < x->ndim; d++) {
-        if (x->size[d] < 1) {
-            *off = 0;
-            *bytes = 0;
-            return DM_OK;
-        }
+        if (x->size[d] < 1) return DM_OK;
         last += (x->size[d] - 1) * x->stride[d];
     }
-    *off = (size_t)ex->plan->offset[r] + (size_t)x->offset * sizeof(float);
-    *bytes = (size_t)(last + 1) * sizeof(float);
-    if (*off + *bytes > ex->arena_bytes)
+    *n = (size_t)(last + 1);
+    if ((size_t)ex->plan->offset[r] + ((size_t)x->offset + *n) * sizeof(float) > ex->arena_bytes)
         return dm_fail(DM_ERR_INTERNAL, "tensor %s lies outside the arena", x->name);
+    *dev = (char *)arena_ptr(ex, t, dt);
     return DM_OK;
+}
+
+/* Host fp32 <-> a 2-byte storage type (copy_tensor converts through a host buffer). */
+static void narrow(int dt, const float *src, void *dst, size_t n) {
+    if (dt == DMC_BF16)
+        for (size_t e = 0; e < n; e++) ((__nv_bfloat16 *)dst)[e] = __float2bfloat16_rn(src[e]);
+    else
+        for (size_t e = 0; e < n; e++) ((__half *)dst)[e] = __float2half_rn(src[e]);
+}
+
+static void widen(int dt, const void *src, float *dst, size_t n) {
+    if (dt == DMC_BF16)
+        for (size_t e = 0; e < n; e++) dst[e] = __bfloat162float(((const __nv_bfloat16 *)src)[e]);
+    else
+        for (size_t e = 0; e < n; e++) dst[e] = __half2float(((const __half *)src)[e]);
+}
+
+void dm_cuda_round(int dtype, float *x, size_t n) {
+    if (dtype != DM_CUDA_BF16 && dtype != DM_CUDA_FP16) return;
+    const float big = dtype == DM_CUDA_BF16 ? 3.38953139e38f : 65504.0f;
+    for (size_t e = 0; e < n; e++) {
+        float v = isfinite(x[e]) ? fminf(fmaxf(x[e], -big), big) : x[e];
+        x[e] = dtype == DM_CUDA_BF16 ? __bfloat162float(__float2bfloat16_rn(v))
+                                     : __half2float(__float2half_rn(v));
+    }
+}
+
+static dm_status copy_tensor(dm_cuda_exec *ex, int t, float *host, int up) {
+    char *dev = NULL;
+    int dt = DMC_F32;
+    size_t n = 0;
+    DM_TRY(tensor_span(ex, t, &dev, &dt, &n));
+    if (!n) return DM_OK;
+    if (dt == DMC_F32)
+        return up ? dev_copy(ex, dev, host, n * sizeof(float), cudaMemcpyHostToDevice)
+                  : dev_copy(ex, host, dev, n * sizeof(float), cudaMemcpyDeviceToHost);
+    const size_t CHUNK = (size_t)1 << 20; /* elements per conversion */
+    uint16_t *buf = (uint16_t *)malloc(sizeof(uint16_t) * (n < CHUNK ? n : CHUNK));
+    if (!buf) return dm_fail(DM_ERR_OOM, "out of memory converting %s", ex->plan->g->t[t].name);
+    dm_status s = DM_OK;
+    for (size_t e = 0; e < n && s == DM_OK; e += CHUNK) {
+        size_t m = n - e < CHUNK ? n - e : CHUNK;
+        if (up) {
+            narrow(dt, host + e, buf, m);
+            s = dev_copy(ex, dev + e * 2, buf, m * 2, cudaMemcpyHostToDevice);
+        } else {
+            s = dev_copy(ex, buf, dev + e * 2, m * 2, cudaMemcpyDeviceToHost);
+            if (s == DM_OK) widen(dt, buf, host + e, m);
+        }
+    }
+    free(buf);
+    return s;
 }
 
 dm_status dm_cuda_upload(dm_cuda_exec *ex, int t, const float *host) {
     if (!ex || !host) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_upload: NULL argument");
-    size_t off = 0, bytes = 0;
-    DM_TRY(tensor_span(ex, t, &off, &bytes));
-    if (!bytes) return DM_OK;
-    return dev_copy(ex, ex->arena + off, host, bytes, cudaMemcpyHostToDevice);
+    return copy_tensor(ex, t, (float *)host, 1);
 }
 
 dm_status dm_cuda_download(dm_cuda_exec *ex, int t, float *host) {
     if (!ex || !host) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_download: NULL argument");
-    size_t off = 0, bytes = 0;
-    DM_TRY(tensor_span(ex, t, &off, &bytes));
-    if (!bytes) return DM_OK;
-    return dev_copy(ex, host, ex->arena + off, bytes, cudaMemcpyDeviceToHost);
+    return copy_tensor(ex, t, host, 0);
+}
+
+/* The whole arena: one copy in fp32; otherwise every materialized root converted, in
+ * tensor order. Roots the plan lets share bytes (lifetimes apart) are separate on the
+ * device when one of them is kept wide: downloading, the last one wins the shared host
+ * bytes, so read a particular tensor with dm_cuda_download. */
+static dm_status copy_arena(dm_cuda_exec *ex, void *host, int up) {
+    if (!ex->arena_bytes) return DM_OK;
+    if (ex->dtype == DM_CUDA_FP32)
+        return up ? dev_copy(ex, ex->arena, host, ex->arena_bytes, cudaMemcpyHostToDevice)
+                  : dev_copy(ex, host, ex->arena, ex->arena_bytes, cudaMemcpyDeviceToHost);
+    const dm_graph *g = ex->plan->g;
+    for (int r = 0; r < g->nt; r++)
+        if (g->t[r].base < 0 && ex->plan->offset[r] >= 0)
+            DM_TRY(copy_tensor(ex, r, (float *)((char *)host + ex->plan->offset[r]), up));
+    return DM_OK;
 }
 
 dm_status dm_cuda_upload_arena(dm_cuda_exec *ex, const void *host) {
     if (!ex || !host) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_upload_arena: NULL argument");
-    if (!ex->arena_bytes) return DM_OK;
-    return dev_copy(ex, ex->arena, host, ex->arena_bytes, cudaMemcpyHostToDevice);
+    return copy_arena(ex, (void *)host, 1);
 }
 
 dm_status dm_cuda_download_arena(dm_cuda_exec *ex, void *host) {
     if (!ex || !host) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_download_arena: NULL argument");
-    if (!ex->arena_bytes) return DM_OK;
-    return dev_copy(ex, host, ex->arena, ex->arena_bytes, cudaMemcpyDeviceToHost);
+    return copy_arena(ex, host, 0);
 }

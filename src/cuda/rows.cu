@@ -6,20 +6,23 @@
  * a case here and in row_kind_supported (exec.cu).
  *
  * A thread block runs one row at a time (grid-stride over rows). Thread t always handles
- * columns t, t + blockDim, ... in the per-column ops, so a column accumulator is only
+ * the 8-column chunks t, t + blockDim, ... in every op, so a column accumulator is only
  * ever touched by one thread; block-wide sums use warp shuffles. Tensors internal to a
  * fused group live in the block's scratch: padded rows in dynamic shared memory, or in a
  * per-block slice of a global buffer when they do not fit. Column reductions (bias and
  * LayerNorm parameter gradients) accumulate per block in that scratch, are written out
  * as per-block partials and summed in block order by a second kernel: deterministic.
  *
- * First version, written for correctness: one row per block even for short rows,
- * __syncthreads between ops, a full Philox block per 4 dropout elements. */
+ * Rows go in chunks of 8 columns per thread (16-byte loads and stores of bf16/fp16, two
+ * of fp32, when the program's operands are aligned), a row per block, or a row per warp
+ * when rows are short (at most 256 columns) and nothing is summed over columns. */
 #include <float.h>
 #include <math.h>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "cuda/cuda_internal.h"
-#include "cuda/cuda_backend.h"
 #include "cuda/philox.cuh"
 
 namespace {
@@ -57,16 +60,119 @@ __device__ float block_reduce(float v, int is_max, float *red) {
     return red[32];
 }
 
-/* Operand address for row r (as resolve() in cpu/exec.c). */
-__device__ __forceinline__ float *operand(const dmc_operand *d, float *scr, int64_t r,
-                                          int64_t cols) {
-    if (d->loc == DMC_LOC_SCRATCH) return scr + d->slot;
-    switch (d->kind) {
-    case DM_ARG_FULL: return d->base + r * cols;
-    case DM_ARG_GROUPED: return d->base + (r / d->rdiv) * cols;
-    case DM_ARG_ROWSCALAR: return d->base + r;
-    default: return d->base; /* COLVEC */
+/* Who runs a row: the whole block (lt = threadIdx.x, n = blockDim.x), or one warp of
+ * it (warp_rows programs: lt = lane, n = 32; rows of at most 32 chunks, no column
+ * accumulators). Reductions over the row's threads follow. */
+struct rowteam {
+    int lt, n, warp;
+    float *red;
+    __device__ float sum(float v) const { return warp ? warp_sum(v) : block_reduce(v, 0, red); }
+    __device__ float max(float v) const { return warp ? warp_max(v) : block_reduce(v, 1, red); }
+    __device__ void sync() const {
+        if (warp) __syncwarp();
+        else __syncthreads();
     }
+};
+
+/* A row of an operand in memory: its first element and its element type. Loads widen to
+ * fp32, stores round to the type (nearest even). */
+struct dptr {
+    char *p;
+    int dt;
+};
+
+__device__ __forceinline__ int esize(int dt) { return dt == DMC_F32 ? 4 : 2; }
+
+__device__ __forceinline__ float ld(const dptr &a, int64_t c) {
+    if (a.dt == DMC_BF16) return __bfloat162float(((const __nv_bfloat16 *)a.p)[c]);
+    if (a.dt == DMC_F16) return __half2float(((const __half *)a.p)[c]);
+    return ((const float *)a.p)[c];
+}
+
+__device__ __forceinline__ void st(const dptr &a, int64_t c, float v) {
+    if (a.dt == DMC_BF16) ((__nv_bfloat16 *)a.p)[c] = __float2bfloat16_rn(v);
+    else if (a.dt == DMC_F16) ((__half *)a.p)[c] = __float2half_rn(v);
+    else ((float *)a.p)[c] = v;
+}
+
+/* Rows are processed in chunks of VEC consecutive columns, a chunk per thread at a time:
+ * the same thread owns the same chunk in every op of the program. n = the chunk's valid
+ * columns (VEC but at the row's end); vec: the program's operands are 16-byte aligned
+ * with rows a multiple of 16 bytes, so a full chunk is one or two 16-byte accesses. */
+enum { VEC = 8 };
+
+__device__ __forceinline__ void ld8(const dptr &a, int64_t c0, int n, int vec, float v[VEC]) {
+    if (vec && n == VEC) {
+        if (a.dt == DMC_F32) {
+            float4 x = *(const float4 *)(a.p + c0 * 4), y = *(const float4 *)(a.p + c0 * 4 + 16);
+            v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+            v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+            return;
+        }
+        uint4 u = *(const uint4 *)(a.p + c0 * 2);
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (a.dt == DMC_BF16) {
+                __nv_bfloat162 h = *(const __nv_bfloat162 *)&w[k];
+                float2 f = __bfloat1622float2(h);
+                v[2 * k] = f.x, v[2 * k + 1] = f.y;
+            } else {
+                __half2 h = *(const __half2 *)&w[k];
+                float2 f = __half22float2(h);
+                v[2 * k] = f.x, v[2 * k + 1] = f.y;
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < VEC; e++) v[e] = e < n ? ld(a, c0 + e) : 0.0f;
+}
+
+__device__ __forceinline__ void st8(const dptr &a, int64_t c0, int n, int vec, const float v[VEC]) {
+    if (vec && n == VEC) {
+        if (a.dt == DMC_F32) {
+            *(float4 *)(a.p + c0 * 4) = make_float4(v[0], v[1], v[2], v[3]);
+            *(float4 *)(a.p + c0 * 4 + 16) = make_float4(v[4], v[5], v[6], v[7]);
+            return;
+        }
+        uint32_t w[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (a.dt == DMC_BF16) {
+                __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+                w[k] = *(const uint32_t *)&h;
+            } else {
+                __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+                w[k] = *(const uint32_t *)&h;
+            }
+        }
+        *(uint4 *)(a.p + c0 * 2) = make_uint4(w[0], w[1], w[2], w[3]);
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < VEC; e++)
+        if (e < n) st(a, c0 + e, v[e]);
+}
+
+/* The most negative finite value of a type: MASK_ADD's (1 - mask) * -FLT_MAX would round
+ * to -inf in bf16/fp16, and a row masked everywhere would then give NaN in softmax. */
+__device__ __forceinline__ float lowest(int dt) {
+    return dt == DMC_BF16 ? -3.38953139e38f : dt == DMC_F16 ? -65504.0f : -FLT_MAX;
+}
+
+/* Operand row r (as resolve() in cpu/exec.c). */
+__device__ __forceinline__ dptr operand(const dmc_operand *d, float *scr, int64_t r,
+                                        int64_t cols) {
+    if (d->loc == DMC_LOC_SCRATCH) return dptr{(char *)(scr + d->slot), DMC_F32};
+    int64_t e;
+    switch (d->kind) {
+    case DM_ARG_FULL: e = r * cols; break;
+    case DM_ARG_GROUPED: e = (r / d->rdiv) * cols; break;
+    case DM_ARG_ROWSCALAR: e = r; break;
+    default: e = 0; /* COLVEC */
+    }
+    return dptr{(char *)d->base + e * esize(d->dt), d->dt};
 }
 
 /* act(x), and act'(x) in *grad, in fp32 with CUDA's accurate functions (the CPU uses
@@ -95,171 +201,210 @@ __device__ __forceinline__ float act_both(float x, int act, float *grad) {
     return x * cdf;
 }
 
-/* y = keep ? x * scale : 0 over the row's element indices [r*cols, (r+1)*cols): each
- * thread takes whole Philox blocks (4 consecutive indices), so a block's 10 rounds are
- * computed once; a row may start or end inside a block. */
-__device__ void dropout_row(const dmc_rowop *op, int64_t r, int64_t cols, uint64_t seed,
-                            const float *x, float *y) {
-    if (!op->drop_on) {
-        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) y[c] = x[c];
-        return;
-    }
-    uint64_t start = (uint64_t)r * (uint64_t)cols, end = start + (uint64_t)cols;
-    uint64_t q0 = start >> 2, q1 = (end - 1) >> 2;
-    uint32_t thr = op->drop_thr;
-    float scale = op->drop_scale;
-    for (uint64_t q = q0 + threadIdx.x; q <= q1; q += blockDim.x) {
-        uint4 w = dmc_philox_block(seed, op->stream, q);
+/* Dropout of one chunk: v[e] = keep ? v[e] * scale : 0, for the row's element indices
+ * r * cols + c0 + e; Philox block q = index >> 2 gives word index & 3 (a chunk of 8
+ * aligned to 4 needs two blocks, an unaligned one three). */
+__device__ __forceinline__ void dropout_chunk(const dmc_rowop *op, int64_t r, int64_t cols,
+                                              int64_t c0, int n, uint64_t seed, float v[VEC]) {
+    if (!op->drop_on) return;
+    const uint64_t e0 = (uint64_t)r * (uint64_t)cols + (uint64_t)c0;
+    uint64_t q = e0 >> 2;
+    uint4 w = dmc_philox_block(seed, op->stream, q);
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            uint64_t e = 4 * q + (uint64_t)j;
-            if (e < start || e >= end) continue;
-            int64_t c = (int64_t)(e - start);
-            y[c] = dmc_uint4_word(w, j) >= thr ? x[c] * scale : 0.0f;
+    for (int e = 0; e < VEC; e++) {
+        if (e >= n) break;
+        uint64_t idx = e0 + (uint64_t)e;
+        if ((idx >> 2) != q) {
+            q = idx >> 2;
+            w = dmc_philox_block(seed, op->stream, q);
         }
+        v[e] = dmc_uint4_word(w, (int)(idx & 3)) >= op->drop_thr ? v[e] * op->drop_scale : 0.0f;
     }
 }
 
-/* One op on row r. Every thread of the block takes the same branch (the op is uniform),
- * so the block reductions inside are legal. */
+/* The chunk loop of one row: c0 over this thread's chunks, n their valid columns. */
+#define FOR_CHUNKS(T, cols)                                                              \
+    for (int64_t c0 = (int64_t)(T).lt * VEC; c0 < (cols); c0 += (int64_t)(T).n * VEC)   \
+        for (int n = (int)((cols) - c0 < VEC ? (cols) - c0 : VEC), once_ = 1; once_; once_ = 0)
+
+/* One op on row r. Every thread of the team takes the same branch (the op is uniform),
+ * so the team reductions inside are legal. Arithmetic in fp32; loads and stores in each
+ * operand's element type. */
 __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *scr,
-                          uint64_t seed, float *red) {
-    const float *in[DM_MAX_IN];
-    float *out[DM_MAX_OUT];
+                          uint64_t seed, const rowteam &T, int vec) {
+    dptr in[DM_MAX_IN], out[DM_MAX_OUT];
     for (int s = 0; s < op->nin; s++) in[s] = operand(&op->in[s], scr, r, cols);
     for (int s = 0; s < op->nout; s++) out[s] = operand(&op->out[s], scr, r, cols);
-    const int tid = threadIdx.x, bs = blockDim.x;
+    float a[VEC], b[VEC], y[VEC];
     switch (op->kind) {
     case DM_OP_BIAS_ADD:
-    case DM_OP_ADD: {
-        const float *a = in[0], *b = in[1];
-        float *y = out[0];
-        for (int64_t c = tid; c < cols; c += bs) y[c] = a[c] + b[c];
+    case DM_OP_ADD:
+    case DM_OP_MUL:
+        FOR_CHUNKS(T, cols) {
+            ld8(in[0], c0, n, vec, a);
+            ld8(in[1], c0, n, vec, b);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) y[e] = op->kind == DM_OP_MUL ? a[e] * b[e] : a[e] + b[e];
+            st8(out[0], c0, n, vec, y);
+        }
         break;
-    }
     case DM_OP_MASK_ADD: { /* as Hugging Face: scores + (1 - mask) * finfo.min */
-        const float *a = in[0], *m = in[1];
-        float *y = out[0];
-        for (int64_t c = tid; c < cols; c += bs) y[c] = a[c] + (1.0f - m[c]) * -FLT_MAX;
+        const float lo = lowest(out[0].dt);
+        FOR_CHUNKS(T, cols) {
+            ld8(in[0], c0, n, vec, a);
+            ld8(in[1], c0, n, vec, b);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) y[e] = fmaxf(a[e] + (1.0f - b[e]) * -FLT_MAX, lo);
+            st8(out[0], c0, n, vec, y);
+        }
         break;
     }
     case DM_OP_DROPOUT:
     case DM_OP_DROPOUT_BWD:
-        dropout_row(op, r, cols, seed, in[0], out[0]);
-        break;
-    case DM_OP_DROPOUT_BWD_NZ: { /* in: dy, the forward output: kept where it is non-zero */
-        const float *dy = in[0], *yf = in[1];
-        float *dx = out[0];
-        const float scale = op->drop_scale; /* 1 when p = 0, as the CPU */
-        for (int64_t c = tid; c < cols; c += bs) dx[c] = yf[c] != 0.0f ? dy[c] * scale : 0.0f;
-        break;
-    }
-    case DM_OP_MUL: {
-        const float *a = in[0], *b = in[1];
-        float *y = out[0];
-        for (int64_t c = tid; c < cols; c += bs) y[c] = a[c] * b[c];
-        break;
-    }
-    case DM_OP_ACT: {
-        const float *a = in[0];
-        float *y = out[0], g;
-        for (int64_t c = tid; c < cols; c += bs) y[c] = act_both(a[c], op->act, &g);
-        break;
-    }
-    case DM_OP_ACT_DERIV: { /* in: x; out: act(x), act'(x) from one evaluation */
-        const float *a = in[0];
-        float *y = out[0], *d = out[1];
-        for (int64_t c = tid; c < cols; c += bs) {
-            float g;
-            y[c] = act_both(a[c], op->act, &g);
-            d[c] = g;
+        FOR_CHUNKS(T, cols) {
+            ld8(in[0], c0, n, vec, a);
+            dropout_chunk(op, r, cols, c0, n, seed, a);
+            st8(out[0], c0, n, vec, a);
         }
         break;
-    }
-    case DM_OP_ACT_BWD: { /* in: dy, x */
-        const float *dy = in[0], *x = in[1];
-        float *y = out[0];
-        for (int64_t c = tid; c < cols; c += bs) {
-            float g;
-            (void)act_both(x[c], op->act, &g);
-            y[c] = dy[c] * g;
+    case DM_OP_DROPOUT_BWD_NZ: /* in: dy, the forward output: kept where it is non-zero */
+        FOR_CHUNKS(T, cols) {
+            ld8(in[0], c0, n, vec, a);
+            ld8(in[1], c0, n, vec, b);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) y[e] = b[e] != 0.0f ? a[e] * op->drop_scale : 0.0f;
+            st8(out[0], c0, n, vec, y);
         }
         break;
-    }
+    case DM_OP_ACT:
+    case DM_OP_ACT_DERIV: /* in: x; out: act(x) [, act'(x)] from one evaluation */
+        FOR_CHUNKS(T, cols) {
+            ld8(in[0], c0, n, vec, a);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) y[e] = act_both(a[e], op->act, &b[e]);
+            st8(out[0], c0, n, vec, y);
+            if (op->kind == DM_OP_ACT_DERIV) st8(out[1], c0, n, vec, b);
+        }
+        break;
+    case DM_OP_ACT_BWD: /* in: dy, x */
+        FOR_CHUNKS(T, cols) {
+            ld8(in[0], c0, n, vec, a);
+            ld8(in[1], c0, n, vec, b);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                float g;
+                (void)act_both(b[e], op->act, &g);
+                y[e] = a[e] * g;
+            }
+            st8(out[0], c0, n, vec, y);
+        }
+        break;
     case DM_OP_SOFTMAX: {
-        const float *x = in[0];
-        float *y = out[0];
-        float m = -INFINITY;
-        for (int64_t c = tid; c < cols; c += bs) m = x[c] > m ? x[c] : m;
-        m = block_reduce(m, 1, red);
-        float s = 0.0f;
-        for (int64_t c = tid; c < cols; c += bs) {
-            float e = expf(x[c] - m);
-            y[c] = e;
-            s += e;
+        float m = -INFINITY, s = 0.0f;
+        FOR_CHUNKS(T, cols) {
+            ld8(in[0], c0, n, vec, a);
+            for (int e = 0; e < n; e++) m = fmaxf(m, a[e]);
         }
-        s = block_reduce(s, 0, red);
-        float inv = 1.0f / s;
-        for (int64_t c = tid; c < cols; c += bs) y[c] *= inv; /* this thread's own y[c] */
+        m = T.max(m);
+        FOR_CHUNKS(T, cols) {
+            ld8(in[0], c0, n, vec, a);
+            for (int e = 0; e < n; e++) s += expf(a[e] - m);
+        }
+        const float inv = 1.0f / T.sum(s);
+        FOR_CHUNKS(T, cols) {
+            ld8(in[0], c0, n, vec, a);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) y[e] = expf(a[e] - m) * inv;
+            st8(out[0], c0, n, vec, y);
+        }
         break;
     }
     case DM_OP_SOFTMAX_BWD: { /* in: dy, y; dx = y * (dy - sum(dy * y)) */
-        const float *dy = in[0], *y = in[1];
-        float *dx = out[0];
         float s = 0.0f;
-        for (int64_t c = tid; c < cols; c += bs) s += dy[c] * y[c];
-        s = block_reduce(s, 0, red);
-        for (int64_t c = tid; c < cols; c += bs) dx[c] = y[c] * (dy[c] - s);
+        FOR_CHUNKS(T, cols) {
+            ld8(in[0], c0, n, vec, a);
+            ld8(in[1], c0, n, vec, b);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) s += a[e] * b[e]; /* zero past n */
+        }
+        s = T.sum(s);
+        FOR_CHUNKS(T, cols) {
+            ld8(in[0], c0, n, vec, a);
+            ld8(in[1], c0, n, vec, b);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) y[e] = b[e] * (a[e] - s);
+            st8(out[0], c0, n, vec, y);
+        }
         break;
     }
     case DM_OP_LAYERNORM: { /* in: x, gamma, beta; out: y, mean, rstd */
-        const float *x = in[0], *gm = in[1], *bt = in[2];
-        float *y = out[0];
-        float s = 0.0f;
-        for (int64_t c = tid; c < cols; c += bs) s += x[c];
-        float mean = block_reduce(s, 0, red) / (float)cols;
-        float v = 0.0f;
-        for (int64_t c = tid; c < cols; c += bs) {
-            float d = x[c] - mean;
-            v += d * d;
+        float s = 0.0f, v = 0.0f;
+        FOR_CHUNKS(T, cols) {
+            ld8(in[0], c0, n, vec, a);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) s += a[e];
         }
-        v = block_reduce(v, 0, red);
-        float rstd = (float)(1.0 / sqrt((double)(v / (float)cols) + op->eps));
-        for (int64_t c = tid; c < cols; c += bs) y[c] = (x[c] - mean) * rstd * gm[c] + bt[c];
-        if (tid == 0) {
-            *out[1] = mean;
-            *out[2] = rstd;
+        const float mean = T.sum(s) / (float)cols;
+        FOR_CHUNKS(T, cols) {
+            ld8(in[0], c0, n, vec, a);
+            for (int e = 0; e < n; e++) v += (a[e] - mean) * (a[e] - mean);
+        }
+        v = T.sum(v);
+        const float rstd = (float)(1.0 / sqrt((double)(v / (float)cols) + op->eps));
+        FOR_CHUNKS(T, cols) {
+            float gm[VEC], bt[VEC];
+            ld8(in[0], c0, n, vec, a);
+            ld8(in[1], c0, n, vec, gm);
+            ld8(in[2], c0, n, vec, bt);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) y[e] = (a[e] - mean) * rstd * gm[e] + bt[e];
+            st8(out[0], c0, n, vec, y);
+        }
+        if (T.lt == 0) {
+            st(out[1], 0, mean);
+            st(out[2], 0, rstd);
         }
         break;
     }
     case DM_OP_LAYERNORM_BWD: {
         /* in: dy, x, mean, rstd, gamma; out: dx, dgamma (acc), dbeta (acc).
          * xh = (x - mean) rstd; g = dy gamma; dx = rstd (g - mean(g) - xh mean(g xh)) */
-        const float *dy = in[0], *x = in[1], *gm = in[4];
-        const float mean = *in[2], rstd = *in[3];
-        float *dx = out[0], *dg = out[1], *db = out[2];
+        const float mean = ld(in[2], 0), rstd = ld(in[3], 0);
+        float *dg = (float *)out[1].p, *db = (float *)out[2].p; /* scratch accumulators */
         float sg = 0.0f, sgx = 0.0f;
-        for (int64_t c = tid; c < cols; c += bs) {
-            float xh = (x[c] - mean) * rstd;
-            float g = dy[c] * gm[c];
-            sg += g;
-            sgx += g * xh;
-            dg[c] += dy[c] * xh;
-            db[c] += dy[c];
+        FOR_CHUNKS(T, cols) {
+            float gm[VEC];
+            ld8(in[0], c0, n, vec, a);
+            ld8(in[1], c0, n, vec, b);
+            ld8(in[4], c0, n, vec, gm);
+            for (int e = 0; e < n; e++) {
+                float xh = (b[e] - mean) * rstd, g = a[e] * gm[e];
+                sg += g;
+                sgx += g * xh;
+                dg[c0 + e] += a[e] * xh;
+                db[c0 + e] += a[e];
+            }
         }
-        float inv_n = 1.0f / (float)cols;
-        sg = block_reduce(sg, 0, red) * inv_n;
-        sgx = block_reduce(sgx, 0, red) * inv_n;
-        for (int64_t c = tid; c < cols; c += bs) {
-            float xh = (x[c] - mean) * rstd;
-            dx[c] = rstd * (dy[c] * gm[c] - sg - xh * sgx);
+        const float inv_n = 1.0f / (float)cols;
+        sg = T.sum(sg) * inv_n;
+        sgx = T.sum(sgx) * inv_n;
+        FOR_CHUNKS(T, cols) {
+            float gm[VEC];
+            ld8(in[0], c0, n, vec, a);
+            ld8(in[1], c0, n, vec, b);
+            ld8(in[4], c0, n, vec, gm);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) y[e] = rstd * (a[e] * gm[e] - sg - (b[e] - mean) * rstd * sgx);
+            st8(out[0], c0, n, vec, y);
         }
         break;
     }
     case DM_OP_COLSUM: {
-        const float *x = in[0];
-        float *acc = out[0];
-        for (int64_t c = tid; c < cols; c += bs) acc[c] += x[c];
+        float *acc = (float *)out[0].p; /* a scratch accumulator */
+        FOR_CHUNKS(T, cols) {
+            ld8(in[0], c0, n, vec, a);
+            for (int e = 0; e < n; e++) acc[c0 + e] += a[e];
+        }
         break;
     }
     default:
@@ -267,6 +412,9 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
     }
 }
 
+/* A block runs rows in a grid-stride loop: one row at a time with all its threads, or
+ * (warp_rows) one row per warp with per-warp scratch. Column accumulators live in the
+ * block's scratch, written out as per-block partials at the end. */
 __global__ void __launch_bounds__(1024)
 row_kernel(const dmc_rowprog *__restrict__ prog, uint64_t seed, float *gscratch,
            float *partials, int use_global) {
@@ -276,20 +424,35 @@ row_kernel(const dmc_rowprog *__restrict__ prog, uint64_t seed, float *gscratch,
                             : dyn_smem;
     const int64_t rows = prog->rows, cols = prog->cols, acc_off = prog->acc_off,
                   acc_floats = prog->acc_floats;
-    const int nops = prog->nops;
-    for (int64_t c = threadIdx.x; c < acc_floats; c += blockDim.x) scr[acc_off + c] = 0.0f;
-    __syncthreads();
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int nops = prog->nops, vec = prog->vec;
+    rowteam T;
+    T.red = red;
+    T.warp = prog->warp_rows;
+    int64_t r0 = blockIdx.x, rstep = gridDim.x;
+    if (T.warp) {
+        const int w = (int)(threadIdx.x >> 5), nw = (int)(blockDim.x >> 5);
+        T.lt = (int)(threadIdx.x & 31);
+        T.n = 32;
+        scr += (size_t)w * (size_t)acc_off; /* acc_off: one row's scratch */
+        r0 = (int64_t)blockIdx.x * nw + w;
+        rstep = (int64_t)gridDim.x * nw;
+    } else {
+        T.lt = (int)threadIdx.x;
+        T.n = (int)blockDim.x;
+        for (int64_t c = threadIdx.x; c < acc_floats; c += blockDim.x) scr[acc_off + c] = 0.0f;
+        __syncthreads();
+    }
+    for (int64_t r = r0; r < rows; r += rstep) {
         for (int k = 0; k < nops; k++) {
-            run_rowop(&prog->ops[k], r, cols, scr, seed, red);
-            /* the next op may read what other threads wrote (reductions, row statistics,
-             * dropout's block-wise columns); the next row reuses the scratch rows */
-            __syncthreads();
+            run_rowop(&prog->ops[k], r, cols, scr, seed, T, vec);
+            /* the next op may read a row statistic another thread wrote; the next row
+             * reuses the scratch rows */
+            T.sync();
         }
     }
-    float *mine = partials ? partials + (size_t)blockIdx.x * (size_t)acc_floats : NULL;
-    for (int64_t c = threadIdx.x; mine && c < acc_floats; c += blockDim.x)
-        mine[c] = scr[acc_off + c];
+    if (T.warp || !partials) return;
+    float *mine = partials + (size_t)blockIdx.x * (size_t)acc_floats;
+    for (int64_t c = threadIdx.x; c < acc_floats; c += blockDim.x) mine[c] = scr[acc_off + c];
 }
 
 /* Column sums of the per-block partials, in block order: acc_dst[a][c]. */
@@ -303,7 +466,7 @@ __global__ void colacc_kernel(const dmc_rowprog *__restrict__ prog, const float 
         const float *p = partials + (prog->acc_slot[a] - prog->acc_off) + c;
         float s = 0.0f;
         for (int b = 0; b < nblocks; b++) s += p[(size_t)b * (size_t)prog->acc_floats];
-        prog->acc_dst[a][c] = s;
+        st(dptr{(char *)prog->acc_dst[a], prog->acc_dt[a]}, c, s);
     }
 }
 

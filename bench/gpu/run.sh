@@ -1,0 +1,93 @@
+#!/bin/sh
+# bench/gpu/run.sh: everything one GPU run needs, in one script (about 5 minutes on an H100):
+#   1. builds dmove with CUDA (make) unless DMOVE and TEST_CUDA name prebuilt binaries;
+#   2. runs the CUDA tests (tests/test_cuda: every group and whole layers against the CPU
+#      backend, fp32 / bf16 / fp16 storage) and stops if they fail;
+#   3. times the training step (forward + backward) of one BERT-large layer (i=1024, h=16,
+#      u=4096, dropout 0.1, exact GELU) at b=8 j=512 and b=96 j=128, in bf16:
+#      dmove fused and unfused (`dmove bench --device cuda --dtype bf16`), PyTorch eager with
+#      SDPA attention, PyTorch eager with HF's materialized ("math") attention, and
+#      torch.compile (bench/gpu/torch_gpu.py), all on this GPU in this run;
+#   4. prints a table of medians, ratios against PyTorch eager, achieved TFLOP/s of the
+#      contractions' flop, and the fraction of the roofline floor (`dmove analyze --device
+#      h100|h200 --dtype bf16`: fused bytes at HBM bandwidth + flop at tensor-core peak).
+# Usage: sh bench/gpu/run.sh [OUTDIR]   (OUTDIR keeps the raw JSON, test log, group times)
+# Env: DMOVE, TEST_CUDA (binaries), PYTHON (default python3, needs torch with CUDA),
+#      REPS (default 50), SIZES (default "8x512 96x128"), COMPILE=0 skips torch.compile,
+#      COMMIT (the git commit to print, when the tree has no .git).
+set -u
+OUT=${1:-bench-gpu-out}
+mkdir -p "$OUT"
+PYTHON=${PYTHON:-python3}
+REPS=${REPS:-50}
+SIZES=${SIZES:-"8x512 96x128"}
+COMPILE=${COMPILE:-1}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+if [ -z "${DMOVE:-}" ]; then
+    echo "building dmove (make -C $root)" >&2
+    make -C "$root" -j"$(nproc)" >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+    DMOVE=$root/build/dmove
+    TEST_CUDA=${TEST_CUDA:-$root/build/tests/test_cuda}
+fi
+COMMIT=${COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+case "$gpu" in *H200*) model=h200 ;; *H100*) model=h100 ;; *A100*) model=a100 ;; *) model=h100 ;; esac
+echo "dmove GPU benchmark: $(date -u +%Y-%m-%dT%H:%MZ), commit $COMMIT"
+echo "GPU: ${gpu:-unknown}; torch: $($PYTHON -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+
+if [ -n "${TEST_CUDA:-}" ]; then
+    echo
+    echo "== CUDA tests ($TEST_CUDA) =="
+    if ! "$TEST_CUDA" >"$OUT/test_cuda.txt" 2>&1; then
+        grep -E "FAIL|error" "$OUT/test_cuda.txt" | head -40
+        tail -3 "$OUT/test_cuda.txt"
+        echo "CUDA tests FAILED: no benchmark"
+        exit 1
+    fi
+    grep -E "^(CUDA:|tests/)" "$OUT/test_cuda.txt"
+    grep -E "worst rel.err|rel.err" "$OUT/test_cuda.txt" | awk '{for(i=1;i<=NF;i++) if($i=="rel.err") print $(i+1)}' \
+        | sort -g | tail -1 | sed 's/^/worst relative error of any checked tensor: /'
+fi
+
+for s in $SIZES; do
+    b=${s%x*}
+    j=${s#*x}
+    cfg="--batch $b --seq $j --hidden 1024 --heads 16 --ffn 4096"
+    tag="b${b}j${j}"
+    echo
+    echo "== b=$b j=$j (BERT-large layer, bf16) ==" >&2
+    "$DMOVE" bench --device cuda --dtype bf16 $cfg --reps "$REPS" --warmup 10 --json --groups \
+        >"$OUT/dmove-$tag.json" 2>"$OUT/dmove-$tag-groups.txt" || { tail -5 "$OUT/dmove-$tag-groups.txt"; exit 1; }
+    "$DMOVE" analyze --preset bert-large $cfg --device $model --dtype bf16 --json >"$OUT/analyze-$tag.json" || exit 1
+    : >"$OUT/torch-$tag.jsonl"
+    for mode in "eager sdpa" "eager math" "compile sdpa"; do
+        set -- $mode
+        [ "$1" = compile ] && [ "$COMPILE" = 0 ] && continue
+        $PYTHON "$here/torch_gpu.py" --batch "$b" --seq "$j" --dtype bf16 --mode "$1" --attn "$2" \
+            --reps "$REPS" >>"$OUT/torch-$tag.jsonl" 2>"$OUT/torch-$tag-$1-$2.err" ||
+            { echo "PyTorch $1 $2 failed:"; tail -3 "$OUT/torch-$tag-$1-$2.err"; }
+    done
+    $PYTHON - "$OUT" "$tag" "$b" "$j" <<'PY'
+import json, sys
+out, tag, b, j = sys.argv[1:]
+d = json.load(open(f"{out}/dmove-{tag}.json"))
+an = json.load(open(f"{out}/analyze-{tag}.json"))
+floor_ms = an["totals"]["fused_floor_seconds"] * 1e3
+flop = an["totals"]["flop"]
+rows = [("dmove " + s["schedule"], s["step_ms"], s.get("forward_ms")) for s in d["schedules"]]
+for line in open(f"{out}/torch-{tag}.jsonl"):
+    t = json.loads(line)
+    rows.append((t["framework"] + (" (" + t["attn"] + ")"), t["step_ms"], t["forward_ms"]))
+eager = next((r[1] for r in rows if r[0] == "pytorch-eager (sdpa)"), None)
+print(f"\nb={b} j={j} i=1024 h=16 u=4096, bf16, training step (forward + backward), medians")
+print(f"roofline floor of the fused step ({an['device']['name']}): {floor_ms:.3f} ms "
+      f"({flop / 1e9:.0f} GFLOP at tensor peak + fused bytes at HBM bandwidth)")
+print(f"{'':28s} {'step ms':>9s} {'fwd ms':>8s} {'vs eager':>9s} {'TFLOP/s':>8s} {'floor/step':>10s}")
+for name, ms, fwd in rows:
+    ratio = f"{eager / ms:8.2f}x" if eager else "       -"
+    print(f"{name:28s} {ms:9.3f} {fwd if fwd is not None else float('nan'):8.3f} {ratio} "
+          f"{flop / ms / 1e9:8.0f} {floor_ms / ms:10.2f}")
+PY
+    echo "(dmove's time per group: $OUT/dmove-$tag-groups.txt)"
+done
