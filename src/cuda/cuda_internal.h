@@ -100,6 +100,8 @@ typedef struct {
     int threads, blocks;
     size_t smem_bytes;  /* dynamic shared memory (0 with global scratch) */
     int global_scratch; /* scratch at gscratch + blockIdx.x * scratch_floats */
+    int dt;             /* the storage type: which instance of the kernel (every global
+                         * operand but fp32 ones is of this type) */
 } dmc_launch;
 
 /* rows.cu */

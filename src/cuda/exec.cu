@@ -11,12 +11,12 @@
  * - A row group (element-wise and normalization ops over one rows x cols space) is one
  *   row program run by the generic row kernel (rows.cu); tensors internal to the group
  *   are rows of the block's scratch, as the CPU's per-thread scratch rows.
- * - A batched group (attention: QK^T, mask, softmax, dropout, .V per (b, h)) runs here,
- *   in this first version, NOT flash-style: each contraction over the whole batch (one
- *   strided-batched GEMM) into a temporary device tensor for each tile tensor (full size,
- *   the root's numel, in a buffer shared by the batched groups), and each run of row ops
- *   over all rows of those temporaries. Correct, but it moves the score matrices through
- *   global memory that the CPU keeps in per-thread tiles.
+ * - A batched group (attention: QK^T, mask, softmax, dropout, .V per (b, h)) runs here
+ *   NOT flash-style: each contraction over the whole batch (one cuBLAS call) into a
+ *   temporary device tensor for each tile tensor a GEMM touches (full size, in a buffer
+ *   shared by the batched groups), and each run of row ops as one row program over all
+ *   rows, its own intermediates in scratch. Correct, but it moves the score matrices
+ *   through global memory that the CPU keeps in per-thread tiles.
  * Every CUDA and cuBLAS call is checked (DMC_CUDA, DMC_BLAS: DM_ERR_BACKEND with the
  * library's words). DM_CUDA_EMULATE runs the same executor on host memory (emulate.cu),
  * so tests check this file's mapping of the plan on machines without a GPU. */
@@ -62,6 +62,7 @@ struct dm_cuda_exec {
     unsigned flags;
     int dtype;                /* DM_CUDA_FP32/BF16/FP16: the arena's storage type */
     int esz;                  /* its bytes per element */
+    int row_threads;          /* most threads per block of a block-per-row program */
     char *wide;               /* per root: 1 if kept in fp32 in `side` (row statistics) */
     int64_t *side_off;        /* per root: its float offset in `side` */
     float *side;              /* device: the wide tensors (non-fp32 storage only) */
@@ -262,6 +263,19 @@ static dm_status new_prog(dm_cuda_exec *ex, int *pi) {
     return DM_OK;
 }
 
+/* 1 if root r is touched by no op of group gr outside ops [k0, k1) (a batched group's
+ * row run): it can then live in the block's scratch rather than in a tile. */
+static int run_private(const dm_plan *plan, const dm_group *gr, int k0, int k1, int r) {
+    const dm_graph *g = plan->g;
+    for (int k = 0; k < gr->nops; k++) {
+        if (k >= k0 && k < k1) continue;
+        const dm_op *op = op_at(plan, gr, k);
+        for (int s = 0; s < op->nin + op->nout; s++)
+            if (dm_tensor_root(g, s < op->nin ? op->in[s] : op->out[s - op->nin]) == r) return 0;
+    }
+    return 1;
+}
+
 /* The row program of ops [k0, k1) of group gr (same rows x cols). tl: the group's tiles
  * (batched groups: every tensor not in memory is a full temporary), or NULL (row groups:
  * such tensors are rows of the block's scratch). Mirrors init_group in cpu/exec.c. */
@@ -307,7 +321,10 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
                 dm_arg_kind kind = io ? dm_arg_out(op->kind, s) : dm_arg_in(op->kind, s);
                 d->kind = kind;
                 int r = dm_tensor_root(g, t);
-                if ((plan->in_memory[r] || tl) && !dense_rowmajor(&g->t[t]))
+                /* in a batched group, a tensor only these row ops touch stays in scratch;
+                 * one a GEMM or another run of the group touches is a tile */
+                const int global = plan->in_memory[r] || (tl && !run_private(plan, gr, k0, k1, r));
+                if (global && !dense_rowmajor(&g->t[t]))
                     return dm_fail(DM_ERR_UNSUPPORTED, "%s: operand %s is not in the default "
                                    "(row-major) layout, which the CUDA row kernel needs so far",
                                    op->name, g->t[t].name);
@@ -343,7 +360,7 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
                 if (g->t[t].numel != need)
                     return dm_fail(DM_ERR_INTERNAL, "%s: operand %s has %lld elements, expected %lld",
                                    op->name, g->t[t].name, (long long)g->t[t].numel, (long long)need);
-                if (plan->in_memory[r] || tl) {
+                if (global) {
                     d->loc = DMC_LOC_GLOBAL;
                     d->base = plan->in_memory[r] ? arena_ptr(ex, t, &d->dt) : tile_ptr(ex, tl, t, &d->dt);
                     if (!d->base)
@@ -385,11 +402,14 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
                 if (d->loc != DMC_LOC_GLOBAL || d->kind == DM_ARG_ROWSCALAR) continue;
                 int es = d->dt == DMC_F32 ? 4 : 2;
                 if ((uintptr_t)d->base % 16 || (cols * es) % 16) p->vec = 0;
+                if (d->dt != DMC_F32 && d->dt != ex->dtype)
+                    return dm_fail(DM_ERR_INTERNAL, "a row operand in neither fp32 nor the "
+                                   "storage type");
             }
         }
     /* Launch shape. Chunks of 8 columns per thread. Rows of at most 32 chunks without
      * column sums: a row per warp, 8 warps per block. Otherwise a row per block with a
-     * thread per chunk (32 to 1024). The grid is a fixed function of the plan (not of the
+     * thread per chunk (32 to 512). The grid is a fixed function of the plan (not of the
      * GPU), so column sums add their per-block partials in the same order everywhere. */
     dmc_launch *lc = &ex->launch[*pi];
     const int64_t chunks = (cols + 7) / 8;
@@ -401,10 +421,11 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
         lc->blocks = (int)(nb < 16384 ? nb : 16384);
     } else {
         int64_t t = (chunks + 31) / 32 * 32;
-        lc->threads = (int)(t < 1024 ? t : 1024);
-        int64_t maxb = p->nacc ? 1024 : 16384;
+        lc->threads = (int)(t < ex->row_threads ? t : ex->row_threads);
+        int64_t maxb = p->nacc ? 2048 : 16384;
         lc->blocks = (int)(rows < maxb ? rows : maxb);
     }
+    lc->dt = ex->dtype;
     size_t bytes = (size_t)p->scratch_floats * sizeof(float);
     lc->global_scratch = (ex->flags & DM_CUDA_GLOBAL_SCRATCH) || bytes > (size_t)ex->smem_optin;
     lc->smem_bytes = lc->global_scratch ? 0 : bytes;
@@ -602,6 +623,11 @@ dm_status dm_cuda_exec_init(dm_cuda_exec **out, const dm_plan *plan, int dtype, 
     ex->plan = plan;
     ex->flags = flags;
     ex->dtype = dtype;
+    /* threads per block of a block-per-row program: at most 512 (rows.cu's launch
+     * bounds); DMOVE_CUDA_ROW_THREADS overrides the default, for experiments */
+    ex->row_threads = 64; /* measured on an H100 (bf16, BERT-large): 64 < 128 < 256 < 512 */
+    const char *rt = getenv("DMOVE_CUDA_ROW_THREADS");
+    if (rt && atoi(rt) >= 32 && atoi(rt) <= 512) ex->row_threads = atoi(rt) / 32 * 32;
     ex->esz = dtype == DM_CUDA_FP32 ? 4 : 2;
     dm_status s = init_all(ex);
     if (s != DM_OK) {

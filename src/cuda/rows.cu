@@ -83,16 +83,34 @@ struct dptr {
 
 __device__ __forceinline__ int esize(int dt) { return dt == DMC_F32 ? 4 : 2; }
 
-__device__ __forceinline__ float ld(const dptr &a, int64_t c) {
-    if (a.dt == DMC_BF16) return __bfloat162float(((const __nv_bfloat16 *)a.p)[c]);
-    if (a.dt == DMC_F16) return __half2float(((const __half *)a.p)[c]);
-    return ((const float *)a.p)[c];
+/* Element conversions; T is the storage type of the program's kernel (float, bf16, half):
+ * an operand is either fp32 (dt == DMC_F32: scratch, row statistics, or fp32 storage) or
+ * of type T, so each access has at most two paths. */
+__device__ __forceinline__ float tof(float x) { return x; }
+__device__ __forceinline__ float tof(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float tof(__half x) { return __half2float(x); }
+template <typename T> __device__ __forceinline__ T fromf(float v);
+template <> __device__ __forceinline__ float fromf<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 fromf<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half fromf<__half>(float v) { return __float2half_rn(v); }
+
+template <typename T> __device__ __forceinline__ float ld(const dptr &a, int64_t c) {
+    if (a.dt == DMC_F32) return ((const float *)a.p)[c];
+    return tof(((const T *)a.p)[c]);
 }
 
-__device__ __forceinline__ void st(const dptr &a, int64_t c, float v) {
-    if (a.dt == DMC_BF16) ((__nv_bfloat16 *)a.p)[c] = __float2bfloat16_rn(v);
-    else if (a.dt == DMC_F16) ((__half *)a.p)[c] = __float2half_rn(v);
-    else ((float *)a.p)[c] = v;
+template <typename T> __device__ __forceinline__ void st(const dptr &a, int64_t c, float v) {
+    if (a.dt == DMC_F32) ((float *)a.p)[c] = v;
+    else ((T *)a.p)[c] = fromf<T>(v);
+}
+
+/* Any element type (the column sums' destinations). */
+__device__ __forceinline__ void st_any(const dptr &a, int64_t c, float v) {
+    if (a.dt == DMC_BF16) st<__nv_bfloat16>(a, c, v);
+    else if (a.dt == DMC_F16) st<__half>(a, c, v);
+    else st<float>(a, c, v);
 }
 
 /* Rows are processed in chunks of VEC consecutive columns, a chunk per thread at a time:
@@ -101,9 +119,10 @@ __device__ __forceinline__ void st(const dptr &a, int64_t c, float v) {
  * with rows a multiple of 16 bytes, so a full chunk is one or two 16-byte accesses. */
 enum { VEC = 8 };
 
+template <typename T>
 __device__ __forceinline__ void ld8(const dptr &a, int64_t c0, int n, int vec, float v[VEC]) {
     if (vec && n == VEC) {
-        if (a.dt == DMC_F32) {
+        if (a.dt == DMC_F32 || sizeof(T) == 4) {
             float4 x = *(const float4 *)(a.p + c0 * 4), y = *(const float4 *)(a.p + c0 * 4 + 16);
             v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
             v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
@@ -113,25 +132,20 @@ __device__ __forceinline__ void ld8(const dptr &a, int64_t c0, int n, int vec, f
         const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            if (a.dt == DMC_BF16) {
-                __nv_bfloat162 h = *(const __nv_bfloat162 *)&w[k];
-                float2 f = __bfloat1622float2(h);
-                v[2 * k] = f.x, v[2 * k + 1] = f.y;
-            } else {
-                __half2 h = *(const __half2 *)&w[k];
-                float2 f = __half22float2(h);
-                v[2 * k] = f.x, v[2 * k + 1] = f.y;
-            }
+            const T *h = (const T *)&w[k];
+            v[2 * k] = tof(h[0]);
+            v[2 * k + 1] = tof(h[1]);
         }
         return;
     }
 #pragma unroll
-    for (int e = 0; e < VEC; e++) v[e] = e < n ? ld(a, c0 + e) : 0.0f;
+    for (int e = 0; e < VEC; e++) v[e] = e < n ? ld<T>(a, c0 + e) : 0.0f;
 }
 
+template <typename T>
 __device__ __forceinline__ void st8(const dptr &a, int64_t c0, int n, int vec, const float v[VEC]) {
     if (vec && n == VEC) {
-        if (a.dt == DMC_F32) {
+        if (a.dt == DMC_F32 || sizeof(T) == 4) {
             *(float4 *)(a.p + c0 * 4) = make_float4(v[0], v[1], v[2], v[3]);
             *(float4 *)(a.p + c0 * 4 + 16) = make_float4(v[4], v[5], v[6], v[7]);
             return;
@@ -139,20 +153,15 @@ __device__ __forceinline__ void st8(const dptr &a, int64_t c0, int n, int vec, c
         uint32_t w[4];
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            if (a.dt == DMC_BF16) {
-                __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-                w[k] = *(const uint32_t *)&h;
-            } else {
-                __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
-                w[k] = *(const uint32_t *)&h;
-            }
+            T h[2] = {fromf<T>(v[2 * k]), fromf<T>(v[2 * k + 1])};
+            w[k] = *(const uint32_t *)h;
         }
         *(uint4 *)(a.p + c0 * 2) = make_uint4(w[0], w[1], w[2], w[3]);
         return;
     }
 #pragma unroll
     for (int e = 0; e < VEC; e++)
-        if (e < n) st(a, c0 + e, v[e]);
+        if (e < n) st<T>(a, c0 + e, v[e]);
 }
 
 /* The most negative finite value of a type: MASK_ADD's (1 - mask) * -FLT_MAX would round
@@ -230,154 +239,168 @@ __device__ __forceinline__ void dropout_chunk(const dmc_rowop *op, int64_t r, in
 /* One op on row r. Every thread of the team takes the same branch (the op is uniform),
  * so the team reductions inside are legal. Arithmetic in fp32; loads and stores in each
  * operand's element type. */
+template <typename S>
 __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *scr,
                           uint64_t seed, const rowteam &T, int vec) {
+    /* fixed trip counts, so the operand rows stay in registers */
     dptr in[DM_MAX_IN], out[DM_MAX_OUT];
-    for (int s = 0; s < op->nin; s++) in[s] = operand(&op->in[s], scr, r, cols);
-    for (int s = 0; s < op->nout; s++) out[s] = operand(&op->out[s], scr, r, cols);
+#pragma unroll
+    for (int s = 0; s < DM_MAX_IN; s++)
+        in[s] = s < op->nin ? operand(&op->in[s], scr, r, cols) : dptr{nullptr, DMC_F32};
+#pragma unroll
+    for (int s = 0; s < DM_MAX_OUT; s++)
+        out[s] = s < op->nout ? operand(&op->out[s], scr, r, cols) : dptr{nullptr, DMC_F32};
     float a[VEC], b[VEC], y[VEC];
     switch (op->kind) {
     case DM_OP_BIAS_ADD:
     case DM_OP_ADD:
     case DM_OP_MUL:
         FOR_CHUNKS(T, cols) {
-            ld8(in[0], c0, n, vec, a);
-            ld8(in[1], c0, n, vec, b);
+            ld8<S>(in[0], c0, n, vec, a);
+            ld8<S>(in[1], c0, n, vec, b);
 #pragma unroll
             for (int e = 0; e < VEC; e++) y[e] = op->kind == DM_OP_MUL ? a[e] * b[e] : a[e] + b[e];
-            st8(out[0], c0, n, vec, y);
+            st8<S>(out[0], c0, n, vec, y);
         }
         break;
     case DM_OP_MASK_ADD: { /* as Hugging Face: scores + (1 - mask) * finfo.min */
         const float lo = lowest(out[0].dt);
         FOR_CHUNKS(T, cols) {
-            ld8(in[0], c0, n, vec, a);
-            ld8(in[1], c0, n, vec, b);
+            ld8<S>(in[0], c0, n, vec, a);
+            ld8<S>(in[1], c0, n, vec, b);
 #pragma unroll
             for (int e = 0; e < VEC; e++) y[e] = fmaxf(a[e] + (1.0f - b[e]) * -FLT_MAX, lo);
-            st8(out[0], c0, n, vec, y);
+            st8<S>(out[0], c0, n, vec, y);
         }
         break;
     }
     case DM_OP_DROPOUT:
     case DM_OP_DROPOUT_BWD:
         FOR_CHUNKS(T, cols) {
-            ld8(in[0], c0, n, vec, a);
+            ld8<S>(in[0], c0, n, vec, a);
             dropout_chunk(op, r, cols, c0, n, seed, a);
-            st8(out[0], c0, n, vec, a);
+            st8<S>(out[0], c0, n, vec, a);
         }
         break;
     case DM_OP_DROPOUT_BWD_NZ: /* in: dy, the forward output: kept where it is non-zero */
         FOR_CHUNKS(T, cols) {
-            ld8(in[0], c0, n, vec, a);
-            ld8(in[1], c0, n, vec, b);
+            ld8<S>(in[0], c0, n, vec, a);
+            ld8<S>(in[1], c0, n, vec, b);
 #pragma unroll
             for (int e = 0; e < VEC; e++) y[e] = b[e] != 0.0f ? a[e] * op->drop_scale : 0.0f;
-            st8(out[0], c0, n, vec, y);
+            st8<S>(out[0], c0, n, vec, y);
         }
         break;
     case DM_OP_ACT:
     case DM_OP_ACT_DERIV: /* in: x; out: act(x) [, act'(x)] from one evaluation */
         FOR_CHUNKS(T, cols) {
-            ld8(in[0], c0, n, vec, a);
+            ld8<S>(in[0], c0, n, vec, a);
 #pragma unroll
             for (int e = 0; e < VEC; e++) y[e] = act_both(a[e], op->act, &b[e]);
-            st8(out[0], c0, n, vec, y);
-            if (op->kind == DM_OP_ACT_DERIV) st8(out[1], c0, n, vec, b);
+            st8<S>(out[0], c0, n, vec, y);
+            if (op->kind == DM_OP_ACT_DERIV) st8<S>(out[1], c0, n, vec, b);
         }
         break;
     case DM_OP_ACT_BWD: /* in: dy, x */
         FOR_CHUNKS(T, cols) {
-            ld8(in[0], c0, n, vec, a);
-            ld8(in[1], c0, n, vec, b);
+            ld8<S>(in[0], c0, n, vec, a);
+            ld8<S>(in[1], c0, n, vec, b);
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
                 float g;
                 (void)act_both(b[e], op->act, &g);
                 y[e] = a[e] * g;
             }
-            st8(out[0], c0, n, vec, y);
+            st8<S>(out[0], c0, n, vec, y);
         }
         break;
     case DM_OP_SOFTMAX: {
         float m = -INFINITY, s = 0.0f;
         FOR_CHUNKS(T, cols) {
-            ld8(in[0], c0, n, vec, a);
-            for (int e = 0; e < n; e++) m = fmaxf(m, a[e]);
+            ld8<S>(in[0], c0, n, vec, a);
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                if (e < n) m = fmaxf(m, a[e]);
         }
         m = T.max(m);
         FOR_CHUNKS(T, cols) {
-            ld8(in[0], c0, n, vec, a);
-            for (int e = 0; e < n; e++) s += expf(a[e] - m);
+            ld8<S>(in[0], c0, n, vec, a);
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                if (e < n) s += expf(a[e] - m);
         }
         const float inv = 1.0f / T.sum(s);
         FOR_CHUNKS(T, cols) {
-            ld8(in[0], c0, n, vec, a);
+            ld8<S>(in[0], c0, n, vec, a);
 #pragma unroll
             for (int e = 0; e < VEC; e++) y[e] = expf(a[e] - m) * inv;
-            st8(out[0], c0, n, vec, y);
+            st8<S>(out[0], c0, n, vec, y);
         }
         break;
     }
     case DM_OP_SOFTMAX_BWD: { /* in: dy, y; dx = y * (dy - sum(dy * y)) */
         float s = 0.0f;
         FOR_CHUNKS(T, cols) {
-            ld8(in[0], c0, n, vec, a);
-            ld8(in[1], c0, n, vec, b);
+            ld8<S>(in[0], c0, n, vec, a);
+            ld8<S>(in[1], c0, n, vec, b);
 #pragma unroll
             for (int e = 0; e < VEC; e++) s += a[e] * b[e]; /* zero past n */
         }
         s = T.sum(s);
         FOR_CHUNKS(T, cols) {
-            ld8(in[0], c0, n, vec, a);
-            ld8(in[1], c0, n, vec, b);
+            ld8<S>(in[0], c0, n, vec, a);
+            ld8<S>(in[1], c0, n, vec, b);
 #pragma unroll
             for (int e = 0; e < VEC; e++) y[e] = b[e] * (a[e] - s);
-            st8(out[0], c0, n, vec, y);
+            st8<S>(out[0], c0, n, vec, y);
         }
         break;
     }
     case DM_OP_LAYERNORM: { /* in: x, gamma, beta; out: y, mean, rstd */
         float s = 0.0f, v = 0.0f;
         FOR_CHUNKS(T, cols) {
-            ld8(in[0], c0, n, vec, a);
+            ld8<S>(in[0], c0, n, vec, a);
 #pragma unroll
             for (int e = 0; e < VEC; e++) s += a[e];
         }
         const float mean = T.sum(s) / (float)cols;
         FOR_CHUNKS(T, cols) {
-            ld8(in[0], c0, n, vec, a);
-            for (int e = 0; e < n; e++) v += (a[e] - mean) * (a[e] - mean);
+            ld8<S>(in[0], c0, n, vec, a);
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                if (e < n) v += (a[e] - mean) * (a[e] - mean);
         }
         v = T.sum(v);
         const float rstd = (float)(1.0 / sqrt((double)(v / (float)cols) + op->eps));
         FOR_CHUNKS(T, cols) {
             float gm[VEC], bt[VEC];
-            ld8(in[0], c0, n, vec, a);
-            ld8(in[1], c0, n, vec, gm);
-            ld8(in[2], c0, n, vec, bt);
+            ld8<S>(in[0], c0, n, vec, a);
+            ld8<S>(in[1], c0, n, vec, gm);
+            ld8<S>(in[2], c0, n, vec, bt);
 #pragma unroll
             for (int e = 0; e < VEC; e++) y[e] = (a[e] - mean) * rstd * gm[e] + bt[e];
-            st8(out[0], c0, n, vec, y);
+            st8<S>(out[0], c0, n, vec, y);
         }
         if (T.lt == 0) {
-            st(out[1], 0, mean);
-            st(out[2], 0, rstd);
+            st<S>(out[1], 0, mean);
+            st<S>(out[2], 0, rstd);
         }
         break;
     }
     case DM_OP_LAYERNORM_BWD: {
         /* in: dy, x, mean, rstd, gamma; out: dx, dgamma (acc), dbeta (acc).
          * xh = (x - mean) rstd; g = dy gamma; dx = rstd (g - mean(g) - xh mean(g xh)) */
-        const float mean = ld(in[2], 0), rstd = ld(in[3], 0);
+        const float mean = ld<S>(in[2], 0), rstd = ld<S>(in[3], 0);
         float *dg = (float *)out[1].p, *db = (float *)out[2].p; /* scratch accumulators */
         float sg = 0.0f, sgx = 0.0f;
         FOR_CHUNKS(T, cols) {
             float gm[VEC];
-            ld8(in[0], c0, n, vec, a);
-            ld8(in[1], c0, n, vec, b);
-            ld8(in[4], c0, n, vec, gm);
-            for (int e = 0; e < n; e++) {
+            ld8<S>(in[0], c0, n, vec, a);
+            ld8<S>(in[1], c0, n, vec, b);
+            ld8<S>(in[4], c0, n, vec, gm);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                if (e >= n) break;
                 float xh = (b[e] - mean) * rstd, g = a[e] * gm[e];
                 sg += g;
                 sgx += g * xh;
@@ -390,20 +413,22 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
         sgx = T.sum(sgx) * inv_n;
         FOR_CHUNKS(T, cols) {
             float gm[VEC];
-            ld8(in[0], c0, n, vec, a);
-            ld8(in[1], c0, n, vec, b);
-            ld8(in[4], c0, n, vec, gm);
+            ld8<S>(in[0], c0, n, vec, a);
+            ld8<S>(in[1], c0, n, vec, b);
+            ld8<S>(in[4], c0, n, vec, gm);
 #pragma unroll
             for (int e = 0; e < VEC; e++) y[e] = rstd * (a[e] * gm[e] - sg - (b[e] - mean) * rstd * sgx);
-            st8(out[0], c0, n, vec, y);
+            st8<S>(out[0], c0, n, vec, y);
         }
         break;
     }
     case DM_OP_COLSUM: {
         float *acc = (float *)out[0].p; /* a scratch accumulator */
         FOR_CHUNKS(T, cols) {
-            ld8(in[0], c0, n, vec, a);
-            for (int e = 0; e < n; e++) acc[c0 + e] += a[e];
+            ld8<S>(in[0], c0, n, vec, a);
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                if (e < n) acc[c0 + e] += a[e];
         }
         break;
     }
@@ -415,7 +440,8 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
 /* A block runs rows in a grid-stride loop: one row at a time with all its threads, or
  * (warp_rows) one row per warp with per-warp scratch. Column accumulators live in the
  * block's scratch, written out as per-block partials at the end. */
-__global__ void __launch_bounds__(1024)
+template <typename S>
+__global__ void __launch_bounds__(512)
 row_kernel(const dmc_rowprog *__restrict__ prog, uint64_t seed, float *gscratch,
            float *partials, int use_global) {
     extern __shared__ __align__(16) float dyn_smem[];
@@ -444,7 +470,7 @@ row_kernel(const dmc_rowprog *__restrict__ prog, uint64_t seed, float *gscratch,
     }
     for (int64_t r = r0; r < rows; r += rstep) {
         for (int k = 0; k < nops; k++) {
-            run_rowop(&prog->ops[k], r, cols, scr, seed, T, vec);
+            run_rowop<S>(&prog->ops[k], r, cols, scr, seed, T, vec);
             /* the next op may read a row statistic another thread wrote; the next row
              * reuses the scratch rows */
             T.sync();
@@ -466,7 +492,7 @@ __global__ void colacc_kernel(const dmc_rowprog *__restrict__ prog, const float 
         const float *p = partials + (prog->acc_slot[a] - prog->acc_off) + c;
         float s = 0.0f;
         for (int b = 0; b < nblocks; b++) s += p[(size_t)b * (size_t)prog->acc_floats];
-        st(dptr{(char *)prog->acc_dst[a], prog->acc_dt[a]}, c, s);
+        st_any(dptr{(char *)prog->acc_dst[a], prog->acc_dt[a]}, c, s);
     }
 }
 
@@ -482,7 +508,11 @@ __global__ void philox_kernel(uint64_t seed, uint32_t stream, uint64_t start, in
 } // namespace
 
 dm_status dmc_rows_allow_smem(size_t bytes) {
-    DMC_CUDA(cudaFuncSetAttribute(row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    DMC_CUDA(cudaFuncSetAttribute(row_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)bytes));
+    DMC_CUDA(cudaFuncSetAttribute(row_kernel<__nv_bfloat16>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    DMC_CUDA(cudaFuncSetAttribute(row_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)bytes));
     return DM_OK;
 }
@@ -492,8 +522,16 @@ dm_status dmc_rows_launch(const dmc_rowprog *dprog, const dmc_rowprog *hprog,
                           float *partials, cudaStream_t stream) {
     if (hprog->rows <= 0) return DM_OK;
     float *part = hprog->nacc ? partials : NULL;
-    row_kernel<<<lc->blocks, lc->threads, lc->smem_bytes, stream>>>(
-        dprog, seed, lc->global_scratch ? gscratch : NULL, part, lc->global_scratch);
+    float *gs = lc->global_scratch ? gscratch : NULL;
+    if (lc->dt == DMC_BF16)
+        row_kernel<__nv_bfloat16><<<lc->blocks, lc->threads, lc->smem_bytes, stream>>>(
+            dprog, seed, gs, part, lc->global_scratch);
+    else if (lc->dt == DMC_F16)
+        row_kernel<__half><<<lc->blocks, lc->threads, lc->smem_bytes, stream>>>(
+            dprog, seed, gs, part, lc->global_scratch);
+    else
+        row_kernel<float><<<lc->blocks, lc->threads, lc->smem_bytes, stream>>>(
+            dprog, seed, gs, part, lc->global_scratch);
     DMC_LAUNCHED("the row kernel");
     if (hprog->nacc) {
         int64_t n = (int64_t)hprog->nacc * hprog->cols;
