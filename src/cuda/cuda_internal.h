@@ -87,8 +87,8 @@ typedef struct {
     int64_t acc_floats;     /* nacc * padded cols */
     int nacc;
     int vec;       /* every global operand 16-byte aligned, rows multiples of 16 bytes */
-    int warp_rows; /* a row per warp (short rows, no accumulators): acc_off floats of
-                    * scratch per warp */
+    int warp_rows; /* 0, or a row per team of this many lanes (8, 16, 32: short rows,
+                    * no accumulators), acc_off floats of scratch per team */
     void *acc_dst[DMC_MAX_ACC];  /* device: where the column sums go */
     int acc_dt[DMC_MAX_ACC];     /* their element types */
     int64_t acc_slot[DMC_MAX_ACC]; /* offset of accumulator a in the scratch */
@@ -108,7 +108,7 @@ typedef struct {
 /* Raises the kernel's dynamic shared memory limit to `bytes` (needed above 48 KiB). */
 dm_status dmc_rows_allow_smem(size_t bytes);
 /* Runs program `dprog` (device copy of `hprog`), then sums the column accumulators'
- * per-block partials in block order (deterministic) into hprog->acc_dst. */
+ * per-block partials in a fixed order (deterministic) into hprog->acc_dst. */
 dm_status dmc_rows_launch(const dmc_rowprog *dprog, const dmc_rowprog *hprog,
                           const dmc_launch *lc, uint64_t seed, float *gscratch,
                           float *partials, cudaStream_t stream);

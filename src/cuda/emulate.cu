@@ -213,11 +213,14 @@ dm_status dmc_emu_rows(const dmc_rowprog *p, const dmc_launch *lc, uint64_t seed
                 partials[(size_t)blk * (size_t)p->acc_floats + c] = scr[p->acc_off + c];
     }
     free(smem);
+    /* as colacc_kernel: 16 lanes sum every 16th partial, then the lanes in order */
     for (int a = 0; a < p->nacc; a++)
         for (int64_t c = 0; c < p->cols; c++) {
-            float s = 0;
+            float lane[16] = {0}, s;
             for (int b = 0; b < lc->blocks; b++)
-                s += partials[(size_t)b * (size_t)p->acc_floats + (p->acc_slot[a] - p->acc_off) + c];
+                lane[b % 16] += partials[(size_t)b * (size_t)p->acc_floats + (p->acc_slot[a] - p->acc_off) + c];
+            s = lane[0];
+            for (int y = 1; y < 16; y++) s += lane[y];
             ((float *)p->acc_dst[a])[c] = s;
         }
     return DM_OK;

@@ -408,16 +408,18 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
             }
         }
     /* Launch shape. Chunks of 8 columns per thread. Rows of at most 32 chunks without
-     * column sums: a row per warp, 8 warps per block. Otherwise a row per block with a
+     * column sums: a row per team of 8, 16 or 32 lanes (at least one lane per chunk),
+     * 256 threads per block. Otherwise a row per block with a
      * thread per chunk (32 to 512). The grid is a fixed function of the plan (not of the
      * GPU), so column sums add their per-block partials in the same order everywhere. */
     dmc_launch *lc = &ex->launch[*pi];
     const int64_t chunks = (cols + 7) / 8;
-    p->warp_rows = chunks <= 32 && p->nacc == 0;
+    p->warp_rows = chunks > 32 || p->nacc ? 0 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
     if (p->warp_rows) {
+        const int teams = 256 / p->warp_rows; /* rows a block runs at once */
         lc->threads = 256;
-        p->scratch_floats = 8 * p->acc_off; /* acc_off: one row's scratch */
-        int64_t nb = (rows + 7) / 8;
+        p->scratch_floats = teams * p->acc_off; /* acc_off: one row's scratch */
+        int64_t nb = (rows + teams - 1) / teams;
         lc->blocks = (int)(nb < 16384 ? nb : 16384);
     } else {
         int64_t t = (chunks + 31) / 32 * 32;

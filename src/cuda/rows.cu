@@ -11,7 +11,7 @@
  * fused group live in the block's scratch: padded rows in dynamic shared memory, or in a
  * per-block slice of a global buffer when they do not fit. Column reductions (bias and
  * LayerNorm parameter gradients) accumulate per block in that scratch, are written out
- * as per-block partials and summed in block order by a second kernel: deterministic.
+ * as per-block partials and summed in a fixed order by a second kernel: deterministic.
  *
  * Rows go in chunks of 8 columns per thread (16-byte loads and stores of bf16/fp16, two
  * of fp32, when the program's operands are aligned), a row per block, or a row per warp
@@ -60,16 +60,26 @@ __device__ float block_reduce(float v, int is_max, float *red) {
     return red[32];
 }
 
-/* Who runs a row: the whole block (lt = threadIdx.x, n = blockDim.x), or one warp of
- * it (warp_rows programs: lt = lane, n = 32; rows of at most 32 chunks, no column
- * accumulators). Reductions over the row's threads follow. */
+/* Who runs a row: the whole block (lt = threadIdx.x, n = blockDim.x), or a team of
+ * `warp` = 8, 16 or 32 lanes of one warp (warp_rows programs: rows of at most that many
+ * chunks, no column accumulators; lt = lane % warp). Reductions over the row's threads
+ * follow; a team's shuffles and barriers name its own lanes (mask), as the teams of a
+ * warp may leave the row loop at different times. */
 struct rowteam {
     int lt, n, warp;
+    unsigned mask;
     float *red;
-    __device__ float sum(float v) const { return warp ? warp_sum(v) : block_reduce(v, 0, red); }
-    __device__ float max(float v) const { return warp ? warp_max(v) : block_reduce(v, 1, red); }
+    __device__ float team_red(float v, int is_max) const {
+        for (int o = warp >> 1; o > 0; o >>= 1) {
+            float w = __shfl_xor_sync(mask, v, o);
+            v = is_max ? fmaxf(v, w) : v + w;
+        }
+        return v;
+    }
+    __device__ float sum(float v) const { return warp ? team_red(v, 0) : block_reduce(v, 0, red); }
+    __device__ float max(float v) const { return warp ? team_red(v, 1) : block_reduce(v, 1, red); }
     __device__ void sync() const {
-        if (warp) __syncwarp();
+        if (warp) __syncwarp(mask);
         else __syncthreads();
     }
 };
@@ -456,9 +466,11 @@ row_kernel(const dmc_rowprog *__restrict__ prog, uint64_t seed, float *gscratch,
     T.warp = prog->warp_rows;
     int64_t r0 = blockIdx.x, rstep = gridDim.x;
     if (T.warp) {
-        const int w = (int)(threadIdx.x >> 5), nw = (int)(blockDim.x >> 5);
-        T.lt = (int)(threadIdx.x & 31);
-        T.n = 32;
+        const int w = (int)threadIdx.x / T.warp, nw = (int)blockDim.x / T.warp;
+        T.lt = (int)threadIdx.x % T.warp;
+        T.n = T.warp;
+        const int lane0 = (int)(threadIdx.x & 31) / T.warp * T.warp;
+        T.mask = T.warp == 32 ? 0xffffffffu : ((1u << T.warp) - 1u) << lane0;
         scr += (size_t)w * (size_t)acc_off; /* acc_off: one row's scratch */
         r0 = (int64_t)blockIdx.x * nw + w;
         rstep = (int64_t)gridDim.x * nw;
@@ -481,19 +493,32 @@ row_kernel(const dmc_rowprog *__restrict__ prog, uint64_t seed, float *gscratch,
     for (int64_t c = threadIdx.x; c < acc_floats; c += blockDim.x) mine[c] = scr[acc_off + c];
 }
 
-/* Column sums of the per-block partials, in block order: acc_dst[a][c]. */
-__global__ void colacc_kernel(const dmc_rowprog *__restrict__ prog, const float *partials,
-                              int nblocks) {
+/* Column sums of the per-block partials: acc_dst[a][c]. Block (32 x CY threads): 32
+ * consecutive columns (coalesced), CY lanes each summing every CY-th partial in block
+ * order, then the CY sums added in lane order: a fixed order, so the result is the same
+ * on every run. */
+enum { CY = 16 };
+__global__ void __launch_bounds__(32 * CY)
+colacc_kernel(const dmc_rowprog *__restrict__ prog, const float *partials, int nblocks) {
+    __shared__ float part[CY][33];
     const int64_t cols = prog->cols, n = (int64_t)prog->nacc * cols;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int a = (int)(i / cols);
-        int64_t c = i % cols;
+    const int64_t i = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    float s = 0.0f;
+    int a = 0;
+    int64_t c = 0;
+    if (i < n) {
+        a = (int)(i / cols);
+        c = i % cols;
         const float *p = partials + (prog->acc_slot[a] - prog->acc_off) + c;
-        float s = 0.0f;
-        for (int b = 0; b < nblocks; b++) s += p[(size_t)b * (size_t)prog->acc_floats];
-        st_any(dptr{(char *)prog->acc_dst[a], prog->acc_dt[a]}, c, s);
+        for (int b = (int)threadIdx.y; b < nblocks; b += CY) s += p[(size_t)b * (size_t)prog->acc_floats];
     }
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || i >= n) return;
+    float t = part[0][threadIdx.x];
+#pragma unroll
+    for (int y = 1; y < CY; y++) t += part[y][threadIdx.x];
+    st_any(dptr{(char *)prog->acc_dst[a], prog->acc_dt[a]}, c, t);
 }
 
 __global__ void philox_kernel(uint64_t seed, uint32_t stream, uint64_t start, int64_t n,
@@ -535,8 +560,8 @@ dm_status dmc_rows_launch(const dmc_rowprog *dprog, const dmc_rowprog *hprog,
     DMC_LAUNCHED("the row kernel");
     if (hprog->nacc) {
         int64_t n = (int64_t)hprog->nacc * hprog->cols;
-        int blocks = (int)((n + 255) / 256);
-        colacc_kernel<<<blocks, 256, 0, stream>>>(dprog, partials, lc->blocks);
+        int blocks = (int)((n + 31) / 32);
+        colacc_kernel<<<blocks, dim3(32, CY), 0, stream>>>(dprog, partials, lc->blocks);
         DMC_LAUNCHED("the column-sum kernel");
     }
     return DM_OK;
