@@ -105,6 +105,8 @@ typedef struct {
 } dmc_launch;
 
 /* rows.cu */
+/* The most threads per block the row kernel takes (its launch bounds). */
+int dmc_rows_max_threads(void);
 /* Raises the kernel's dynamic shared memory limit to `bytes` (needed above 48 KiB). */
 dm_status dmc_rows_allow_smem(size_t bytes);
 /* Runs program `dprog` (device copy of `hprog`), then sums the column accumulators'

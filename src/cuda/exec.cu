@@ -407,14 +407,14 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
                                    "storage type");
             }
         }
-    /* Launch shape. Chunks of 8 columns per thread. Rows of at most 32 chunks without
-     * column sums: a row per team of 8, 16 or 32 lanes (at least one lane per chunk),
+    /* Launch shape. Chunks of 8 columns per thread. Rows of at most 64 chunks without
+     * column sums: a row per team of 8, 16 or 32 lanes (a lane per chunk, two at most),
      * 256 threads per block. Otherwise a row per block with a
-     * thread per chunk (32 to 512). The grid is a fixed function of the plan (not of the
+     * thread per chunk (32 up to row_threads). The grid is a fixed function of the plan (not of the
      * GPU), so column sums add their per-block partials in the same order everywhere. */
     dmc_launch *lc = &ex->launch[*pi];
     const int64_t chunks = (cols + 7) / 8;
-    p->warp_rows = chunks > 32 || p->nacc ? 0 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
+    p->warp_rows = chunks > 64 || p->nacc ? 0 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
     if (p->warp_rows) {
         const int teams = 256 / p->warp_rows; /* rows a block runs at once */
         lc->threads = 256;
@@ -625,11 +625,12 @@ dm_status dm_cuda_exec_init(dm_cuda_exec **out, const dm_plan *plan, int dtype, 
     ex->plan = plan;
     ex->flags = flags;
     ex->dtype = dtype;
-    /* threads per block of a block-per-row program: at most 512 (rows.cu's launch
-     * bounds); DMOVE_CUDA_ROW_THREADS overrides the default, for experiments */
-    ex->row_threads = 64; /* measured on an H100 (bf16, BERT-large): 64 < 128 < 256 < 512 */
+    /* threads per block of a block-per-row program, at most rows.cu's launch bounds;
+     * DMOVE_CUDA_ROW_THREADS overrides the default, for experiments */
+    ex->row_threads = 128; /* H100, bf16, BERT-large: 128 ~ 64 < 32 < 256 < 512 */
     const char *rt = getenv("DMOVE_CUDA_ROW_THREADS");
     if (rt && atoi(rt) >= 32 && atoi(rt) <= 512) ex->row_threads = atoi(rt) / 32 * 32;
+    if (ex->row_threads > dmc_rows_max_threads()) ex->row_threads = dmc_rows_max_threads();
     ex->esz = dtype == DM_CUDA_FP32 ? 4 : 2;
     dm_status s = init_all(ex);
     if (s != DM_OK) {
