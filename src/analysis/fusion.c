@@ -3,8 +3,10 @@
  * are grouped, so a group makes one pass over memory and its intermediates stay in
  * per-thread scratch rows. A merge is refused when it would create a cycle between
  * groups (an outside op both depending on the group and feeding the candidate), or when
- * the candidate reads a column reduction the group is still accumulating. Contractions
- * are never grouped: they go to BLAS whole. Groups are then ordered topologically. */
+ * the candidate reads a column reduction the group is still accumulating. A contraction
+ * goes to BLAS whole, alone, or (second pass) in a batched group with the row groups it
+ * feeds or is fed by. Groups are then ordered topologically, a row group right after the
+ * group whose output it reads when it can. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,14 +268,32 @@ dm_status dm_plan_build(const dm_graph *g, int fused, int no_reuse, dm_plan *pla
         st = dm_fail(DM_ERR_OOM, "out of memory in the fusion pass");
         goto done;
     }
-    int pos = 0;
+    int pos = 0, last = -1; /* last: the group scheduled just before */
     for (int step = 0; step < ng; step++) {
         int pick = -1;
         /* the forward pass first: forward() runs exactly the pass-0 groups, and liveness
-         * is planned in this order */
-        for (int pass = 0; pass < 2 && pick < 0; pass++)
+         * is planned in this order. Fused: a ready row group (no contraction) that reads
+         * what the group just run wrote goes next, while that is still in cache (the
+         * activation's backward right after the GEMM that makes its dy, before the weight
+         * gradient's GEMM); otherwise the group with the smallest first op. */
+        for (int pass = 0; pass < 2 && pick < 0; pass++) {
+            for (int o = 0; o < n && pick < 0 && fused && last >= 0; o++) {
+                int G = gid[o];
+                if (done_g[G] || indeg[G] != 0 || g->op[o].pass != pass) continue;
+                int rows_only = 1, reads_last = 0;
+                for (int q = 0; q < n && rows_only; q++) {
+                    if (gid[q] != G) continue;
+                    rows_only = g->op[q].kind != DM_OP_CONTRACT;
+                    for (int k = 0; k < g->op[q].nin; k++) {
+                        int r = dm_tensor_root(g, g->op[q].in[k]);
+                        for (int m = 0; m < nprod[r]; m++) reads_last |= gid[prod[r][m]] == last;
+                    }
+                }
+                if (rows_only && reads_last) pick = G;
+            }
             for (int o = 0; o < n && pick < 0; o++)
                 if (!done_g[gid[o]] && indeg[gid[o]] == 0 && g->op[o].pass == pass) pick = gid[o];
+        }
         if (pick < 0) {
             free(done_g);
             free(gbatch);
@@ -282,6 +302,7 @@ dm_status dm_plan_build(const dm_graph *g, int fused, int no_reuse, dm_plan *pla
             goto done;
         }
         done_g[pick] = 1;
+        last = pick;
         dm_group *gr = &plan->groups[step];
         gr->first = pos;
         gr->cls = DM_CLASS_ELEMENTWISE;
