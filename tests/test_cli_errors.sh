@@ -226,6 +226,10 @@ expect_fail "bench: unknown option" 2 "unknown option" "$D" bench --bogus
 expect_fail "bench: unknown --act" 2 "unknown activation" "$D" bench --act swish
 expect_fail "bench: unknown --preset" 2 "unknown preset" "$D" bench --preset bert-huge
 expect_fail "bench: unknown --schedule" 2 "unknown schedule" "$D" bench --schedule sideways
+expect_fail "bench: unknown --dtype" 2 "unknown storage type" "$D" bench --dtype fp8
+expect_fail "bench: unknown --device" 2 "unknown device" "$D" bench --device tpu
+expect_fail "bench: bf16 on the CPU" 1 "needs the CUDA device" "$D" bench --dtype bf16 --reps 1
+expect_fail "layer: fp16 on the CPU" 1 "needs the CUDA device" "$D" layer --in "$V" --out "$OUT" --heads 2 --dtype fp16
 for p in -0.1 1 1.5 nan; do
     expect_fail "bench: --dropout '$p'" 2 "--dropout" "$D" bench --dropout "$p"
 done

@@ -417,17 +417,26 @@ static dm_status time_group(dm_tuner *T, dm_layer *L, int gi, double *out) {
     return DM_OK;
 }
 
-/* Random values in [-1, 1] everywhere: inputs, parameters and activations alike (the
- * kernels' speed does not depend on the values, but NaNs and denormals would). */
-static void fill_arena(dm_layer *L) {
-    float *p = (float *)L->arena;
-    size_t n = L->arena_bytes / sizeof(float);
+/* Random values in [-1, 1] in every tensor group gi touches (the kernels' speed does not
+ * depend on the values, but NaNs and denormals would). Only those: the rest of a large
+ * arena is never touched, so it costs neither filling nor page faults. */
+static void fill_group(dm_layer *L, int gi) {
+    const dm_graph *g = &L->g;
+    const dm_group *gr = &L->plan.groups[gi];
     uint32_t x = 2463534242u;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        p[i] = (float)((double)x / 2147483648.0 - 1.0);
+    for (int k = 0; k < gr->nops; k++) {
+        const dm_op *op = &g->op[L->plan.order[gr->first + k]];
+        for (int s = 0; s < op->nin + op->nout; s++) {
+            int r = dm_tensor_root(g, s < op->nin ? op->in[s] : op->out[s - op->nin]);
+            if (L->plan.offset[r] < 0) continue;
+            float *p = (float *)((char *)L->arena + L->plan.offset[r]);
+            for (int64_t i = 0; i < g->t[r].numel; i++) {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                p[i] = (float)((double)x / 2147483648.0 - 1.0);
+            }
+        }
     }
 }
 
@@ -482,7 +491,7 @@ dm_status dm_tuner_measure(dm_tuner *T, const char *cache_path,
             dm_layer *L = NULL;
             s = dm_layer_new_with(&L, &T->cfg, &T->opt, &ch, 1);
             if (s != DM_OK) break;
-            fill_arena(L);
+            fill_group(L, G->gi);
             s = set_comb(T, G, comb);
             dm_exgroup *eg = &L->ex.groups[G->gi];
             for (int a = 0; s == DM_OK && a < G->nalgo; a++) {
