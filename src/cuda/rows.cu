@@ -25,10 +25,6 @@
 #include "cuda/cuda_internal.h"
 #include "cuda/philox.cuh"
 
-/* The ONE instances leave the general loops after their own path: unreachable there, by
- * design (nvcc warning 128). */
-#pragma nv_diag_suppress 128
-
 namespace {
 
 __device__ __forceinline__ float warp_sum(float v) {
