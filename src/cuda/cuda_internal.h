@@ -100,8 +100,6 @@ typedef struct {
     int threads, blocks;
     size_t smem_bytes;  /* dynamic shared memory (0 with global scratch) */
     int global_scratch; /* scratch at gscratch + blockIdx.x * scratch_floats */
-    int one;            /* every thread has at most one chunk of a row: the kernel
-                         * instance that keeps it in registers (DMOVE_CUDA_ROW_ONE=0: never) */
     int dt;             /* the storage type: which instance of the kernel (every global
                          * operand but fp32 ones is of this type) */
 } dmc_launch;

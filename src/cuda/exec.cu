@@ -428,11 +428,6 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
         lc->blocks = (int)(rows < maxb ? rows : maxb);
     }
     lc->dt = ex->dtype;
-    {
-        const int64_t per_row = p->warp_rows ? p->warp_rows : lc->threads; /* threads per row */
-        const char *e = getenv("DMOVE_CUDA_ROW_ONE");
-        lc->one = chunks <= per_row && !(e && e[0] == '0');
-    }
     size_t bytes = (size_t)p->scratch_floats * sizeof(float);
     lc->global_scratch = (ex->flags & DM_CUDA_GLOBAL_SCRATCH) || bytes > (size_t)ex->smem_optin;
     lc->smem_bytes = lc->global_scratch ? 0 : bytes;

@@ -249,7 +249,7 @@ __device__ __forceinline__ void dropout_chunk(const dmc_rowop *op, int64_t r, in
 /* One op on row r. Every thread of the team takes the same branch (the op is uniform),
  * so the team reductions inside are legal. Arithmetic in fp32; loads and stores in each
  * operand's element type. */
-template <typename S, int ONE>
+template <typename S>
 __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *scr,
                           uint64_t seed, const rowteam &T, int vec) {
     /* fixed trip counts, so the operand rows stay in registers */
@@ -261,12 +261,6 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
     for (int s = 0; s < DM_MAX_OUT; s++)
         out[s] = s < op->nout ? operand(&op->out[s], scr, r, cols) : dptr{nullptr, DMC_F32};
     float a[VEC], b[VEC], y[VEC];
-    /* ONE (a kernel instance, chosen on the host): every thread has at most one chunk of
-     * the row (c1, n1), so the multi-pass ops (softmax, LayerNorm and their backward) load
-     * it once and keep it in registers; the arithmetic is the general loops', so are the
-     * results */
-    const int64_t c1 = (int64_t)T.lt * VEC;
-    const int n1 = c1 < cols ? (int)(cols - c1 < VEC ? cols - c1 : VEC) : 0;
     switch (op->kind) {
     case DM_OP_BIAS_ADD:
     case DM_OP_ADD:
@@ -331,24 +325,6 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
         }
         break;
     case DM_OP_SOFTMAX: {
-        if constexpr (ONE != 0) {
-            float m = -INFINITY, s = 0.0f;
-            if (n1) ld8<S>(in[0], c1, n1, vec, a);
-#pragma unroll
-            for (int e = 0; e < VEC; e++)
-                if (e < n1) m = fmaxf(m, a[e]);
-            m = T.max(m);
-#pragma unroll
-            for (int e = 0; e < VEC; e++) {
-                y[e] = e < n1 ? expf(a[e] - m) : 0.0f;
-                if (e < n1) s += y[e];
-            }
-            const float inv = 1.0f / T.sum(s);
-#pragma unroll
-            for (int e = 0; e < VEC; e++) y[e] *= inv;
-            if (n1) st8<S>(out[0], c1, n1, vec, y);
-            break;
-        }
         float m = -INFINITY, s = 0.0f;
         FOR_CHUNKS(T, cols) {
             ld8<S>(in[0], c0, n, vec, a);
@@ -373,21 +349,6 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
         break;
     }
     case DM_OP_SOFTMAX_BWD: { /* in: dy, y; dx = y * (dy - sum(dy * y)) */
-        if constexpr (ONE != 0) {
-            float s = 0.0f;
-            if (n1) {
-                ld8<S>(in[0], c1, n1, vec, a);
-                ld8<S>(in[1], c1, n1, vec, b);
-            }
-#pragma unroll
-            for (int e = 0; e < VEC; e++)
-                if (e < n1) s += a[e] * b[e];
-            s = T.sum(s);
-#pragma unroll
-            for (int e = 0; e < VEC; e++) y[e] = b[e] * (a[e] - s);
-            if (n1) st8<S>(out[0], c1, n1, vec, y);
-            break;
-        }
         float s = 0.0f;
         FOR_CHUNKS(T, cols) {
             ld8<S>(in[0], c0, n, vec, a);
@@ -406,31 +367,6 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
         break;
     }
     case DM_OP_LAYERNORM: { /* in: x, gamma, beta; out: y, mean, rstd */
-        if constexpr (ONE != 0) {
-            float s = 0.0f, v = 0.0f;
-            if (n1) ld8<S>(in[0], c1, n1, vec, a);
-#pragma unroll
-            for (int e = 0; e < VEC; e++)
-                if (e < n1) s += a[e];
-            const float mean = T.sum(s) / (float)cols;
-#pragma unroll
-            for (int e = 0; e < VEC; e++)
-                if (e < n1) v += (a[e] - mean) * (a[e] - mean);
-            v = T.sum(v);
-            const float rstd = (float)(1.0 / sqrt((double)(v / (float)cols) + op->eps));
-            if (n1) {
-                ld8<S>(in[1], c1, n1, vec, b); /* gamma */
-                ld8<S>(in[2], c1, n1, vec, y); /* beta */
-#pragma unroll
-                for (int e = 0; e < VEC; e++) y[e] = (a[e] - mean) * rstd * b[e] + y[e];
-                st8<S>(out[0], c1, n1, vec, y);
-            }
-            if (T.lt == 0) {
-                st<S>(out[1], 0, mean);
-                st<S>(out[2], 0, rstd);
-            }
-            break;
-        }
         float s = 0.0f, v = 0.0f;
         FOR_CHUNKS(T, cols) {
             ld8<S>(in[0], c0, n, vec, a);
@@ -467,32 +403,6 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
         const float mean = ld<S>(in[2], 0), rstd = ld<S>(in[3], 0);
         float *dg = (float *)out[1].p, *db = (float *)out[2].p; /* scratch accumulators */
         float sg = 0.0f, sgx = 0.0f;
-        if constexpr (ONE != 0) {
-            float *gm = y; /* gamma, then dx in place */
-            if (n1) {
-                ld8<S>(in[0], c1, n1, vec, a);
-                ld8<S>(in[1], c1, n1, vec, b);
-                ld8<S>(in[4], c1, n1, vec, gm);
-            }
-#pragma unroll
-            for (int e = 0; e < VEC; e++) {
-                if (e < n1) {
-                    float xh = (b[e] - mean) * rstd, g = a[e] * gm[e];
-                    sg += g;
-                    sgx += g * xh;
-                    dg[c1 + e] += a[e] * xh;
-                    db[c1 + e] += a[e];
-                }
-            }
-            sg = T.sum(sg) * (1.0f / (float)cols);
-            sgx = T.sum(sgx) * (1.0f / (float)cols);
-            if (n1) {
-#pragma unroll
-                for (int e = 0; e < VEC; e++) y[e] = rstd * (a[e] * gm[e] - sg - (b[e] - mean) * rstd * sgx);
-                st8<S>(out[0], c1, n1, vec, y);
-            }
-            break;
-        }
         FOR_CHUNKS(T, cols) {
             float gm[VEC];
             ld8<S>(in[0], c0, n, vec, a);
@@ -500,13 +410,12 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
             ld8<S>(in[4], c0, n, vec, gm);
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
-                if (e < n) {
-                    float xh = (b[e] - mean) * rstd, g = a[e] * gm[e];
-                    sg += g;
-                    sgx += g * xh;
-                    dg[c0 + e] += a[e] * xh;
-                    db[c0 + e] += a[e];
-                }
+                if (e >= n) break;
+                float xh = (b[e] - mean) * rstd, g = a[e] * gm[e];
+                sg += g;
+                sgx += g * xh;
+                dg[c0 + e] += a[e] * xh;
+                db[c0 + e] += a[e];
             }
         }
         const float inv_n = 1.0f / (float)cols;
@@ -542,14 +451,13 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
  * (warp_rows) one row per warp with per-warp scratch. Column accumulators live in the
  * block's scratch, written out as per-block partials at the end. */
 /* The row kernel's launch bounds: 256 threads, 4 blocks per SM (64 registers; a little
- * spilling to L1); the ONE instance, which keeps a row's chunk in registers across the
- * reductions, 2 blocks (128 registers: at 64 it spills ~1 KB per thread). Measured on an H100 (bf16, BERT-large, 2026-11-22) against 512 threads
+ * spilling to L1). Measured on an H100 (bf16, BERT-large, 2026-11-22) against 512 threads
  * without spills (~104 registers) and 3 blocks of 256 (80): within 3% of each other, this
  * one the fastest at both sizes. */
 enum { ROW_MAXT = 256, ROW_MINB = 4 };
 
-template <typename S, int ONE>
-__global__ void __launch_bounds__(ROW_MAXT, ONE ? 2 : ROW_MINB)
+template <typename S>
+__global__ void __launch_bounds__(ROW_MAXT, ROW_MINB)
 row_kernel(const dmc_rowprog *__restrict__ prog, uint64_t seed, float *gscratch,
            float *partials, int use_global) {
     extern __shared__ __align__(16) float dyn_smem[];
@@ -580,7 +488,7 @@ row_kernel(const dmc_rowprog *__restrict__ prog, uint64_t seed, float *gscratch,
     }
     for (int64_t r = r0; r < rows; r += rstep) {
         for (int k = 0; k < nops; k++) {
-            run_rowop<S, ONE>(&prog->ops[k], r, cols, scr, seed, T, vec);
+            run_rowop<S>(&prog->ops[k], r, cols, scr, seed, T, vec);
             /* the next op may read a row statistic another thread wrote; the next row
              * reuses the scratch rows */
             T.sync();
@@ -633,9 +541,7 @@ __global__ void philox_kernel(uint64_t seed, uint32_t stream, uint64_t start, in
 int dmc_rows_max_threads(void) { return ROW_MAXT; }
 
 template <typename S> static dm_status allow_smem_one(size_t bytes) {
-    DMC_CUDA(cudaFuncSetAttribute(row_kernel<S, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)bytes));
-    DMC_CUDA(cudaFuncSetAttribute(row_kernel<S, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    DMC_CUDA(cudaFuncSetAttribute(row_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)bytes));
     return DM_OK;
 }
@@ -650,12 +556,8 @@ dm_status dmc_rows_allow_smem(size_t bytes) {
 template <typename S>
 static void launch_rows(const dmc_launch *lc, const dmc_rowprog *dprog, uint64_t seed,
                         float *gs, float *part, cudaStream_t stream) {
-    if (lc->one)
-        row_kernel<S, 1><<<lc->blocks, lc->threads, lc->smem_bytes, stream>>>(dprog, seed, gs, part,
-                                                                             lc->global_scratch);
-    else
-        row_kernel<S, 0><<<lc->blocks, lc->threads, lc->smem_bytes, stream>>>(dprog, seed, gs, part,
-                                                                             lc->global_scratch);
+    row_kernel<S><<<lc->blocks, lc->threads, lc->smem_bytes, stream>>>(dprog, seed, gs, part,
+                                                                        lc->global_scratch);
 }
 
 dm_status dmc_rows_launch(const dmc_rowprog *dprog, const dmc_rowprog *hprog,
