@@ -257,7 +257,8 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
     dm_layer_options oc = {.schedule = sched, .threads = 2};
     dm_layer_options og = {.schedule = sched, .threads = 2,
                            .device = emulate ? DM_DEVICE_CPU : DM_DEVICE_CUDA,
-                           .dtype = dtype == DM_CUDA_BF16   ? DM_DTYPE_BF16
+                           .dtype = emulate                 ? DM_DTYPE_FP32 /* a CPU layer */
+                                    : dtype == DM_CUDA_BF16 ? DM_DTYPE_BF16
                                     : dtype == DM_CUDA_FP16 ? DM_DTYPE_FP16
                                                             : DM_DTYPE_FP32};
     CHECK_OK(dm_layer_new(&C, cfg, &oc));
@@ -301,7 +302,7 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
     CHECK_OK(dm_layer_backward(C));
     char name[128];
     if (emulate) {
-        CHECK_OK(dm_cuda_exec_init(&ex, &G->plan, DM_CUDA_FP32, DM_CUDA_EMULATE));
+        CHECK_OK(dm_cuda_exec_init(&ex, &G->plan, dtype, DM_CUDA_EMULATE));
         if (!ex) goto done;
         CHECK_OK(dm_cuda_upload_arena(ex, G->arena));
         for (int pass = 0; pass < 2; pass++)
@@ -430,6 +431,8 @@ int main(void) {
 #else
     /* without a GPU: the executor's mapping, emulated on the host */
     run_suite(DM_CUDA_EMULATE, DM_CUDA_FP32);
+    run_suite(DM_CUDA_EMULATE, DM_CUDA_BF16);
+    run_suite(DM_CUDA_EMULATE, DM_CUDA_FP16);
     char why[256];
     if (dm_cuda_available(why, sizeof why) != DM_OK) {
         dm_status s = dm_layer_new(&L, &tiny, &cuda_opt);

@@ -23,7 +23,7 @@ typedef struct dm_cuda_exec dm_cuda_exec;
 /* Storage type of the device arena: every tensor in this type (LayerNorm's row
  * statistics aside, kept in fp32), arithmetic and GEMM accumulation in fp32. The host
  * staging arena stays fp32: upload rounds to the storage type (nearest even), download
- * widens. Emulation (DM_CUDA_EMULATE) is fp32 only. */
+ * widens. Emulation (DM_CUDA_EMULATE) runs every storage type. */
 enum { DM_CUDA_FP32 = 0, DM_CUDA_BF16 = 1, DM_CUDA_FP16 = 2 };
 
 /* Executor flags. */

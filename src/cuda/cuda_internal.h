@@ -115,11 +115,12 @@ dm_status dmc_rows_launch(const dmc_rowprog *dprog, const dmc_rowprog *hprog,
                           const dmc_launch *lc, uint64_t seed, float *gscratch,
                           float *partials, cudaStream_t stream);
 
-/* emulate.cu (DM_CUDA_EMULATE): what cublasGemmStridedBatchedEx (fp32, column-major)
- * and dmc_rows_launch compute, on the host, with the same arguments. */
-void dmc_emu_gemm(int transa, int transb, int m, int n, int k, float alpha, const float *A,
-                  int lda, long long sA, const float *B, int ldb, long long sB, float beta,
-                  float *C, int ldc, long long sC, int batch);
+/* emulate.cu (DM_CUDA_EMULATE): what cublasGemmStridedBatchedEx (column-major, elements
+ * of type dt, strides in elements) and dmc_rows_launch compute, on the host, with the
+ * same arguments. */
+void dmc_emu_gemm(int dt, int transa, int transb, int m, int n, int k, float alpha, const void *A,
+                  int lda, long long sA, const void *B, int ldb, long long sB, float beta,
+                  void *C, int ldc, long long sC, int batch);
 dm_status dmc_emu_rows(const dmc_rowprog *prog, const dmc_launch *lc, uint64_t seed,
                        float *gscratch, float *partials);
 

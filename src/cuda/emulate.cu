@@ -2,11 +2,13 @@
  * without a GPU. The executor keeps its "device" buffers in host memory and sends the
  * very arguments it would give cuBLAS and the row kernel to these host functions:
  *  - dmc_emu_gemm: cublasGemmStridedBatchedEx's definition (column-major, op(X) = X or
- *    X^T, C = alpha op(A) op(B) + beta C per batch index), in double, by loops;
+ *    X^T, C = alpha op(A) op(B) + beta C per batch index), in double, by loops, elements
+ *    loaded and stored in the storage type (fp32, bf16, fp16);
  *  - dmc_emu_rows: row_kernel and colacc_kernel (rows.cu) block by block: the same grid,
  *    the same per-block scratch (shared memory is a fresh buffer filled with NaN, so a
  *    read of a scratch row nobody wrote shows up), the same partials and their sum in
- *    block order. Each op is computed sequentially with the formulas of rows.cu.
+ *    colacc_kernel's order. Each op is computed sequentially with the formulas of
+ *    rows.cu, every operand read and written in its element type.
  * What this checks: operand mapping, strides, leading dimensions, batch merging, scratch
  * slots, tile temporaries, accumulators. What it cannot: the device code itself (thread
  * mapping, barriers, shuffles, Philox on the device), which tests/test_cuda.c checks on
@@ -16,42 +18,69 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "cuda/cuda_internal.h"
 
 extern "C" {
 #include "core/philox.h"
 }
 
-void dmc_emu_gemm(int transa, int transb, int m, int n, int k, float alpha, const float *A,
-                  int lda, long long sA, const float *B, int ldb, long long sB, float beta,
-                  float *C, int ldc, long long sC, int batch) {
+/* Host loads and stores of one element of type dt (DMC_F32, DMC_BF16, DMC_F16), the
+ * device's conversions (round to nearest even). */
+static float eld(const char *p, int dt, int64_t i) {
+    if (dt == DMC_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == DMC_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+static void est(char *p, int dt, int64_t i, float v) {
+    if (dt == DMC_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (dt == DMC_F16) ((__half *)p)[i] = __float2half_rn(v);
+    else ((float *)p)[i] = v;
+}
+
+static int esz(int dt) { return dt == DMC_F32 ? 4 : 2; }
+
+void dmc_emu_gemm(int dt, int transa, int transb, int m, int n, int k, float alpha, const void *A,
+                  int lda, long long sA, const void *B, int ldb, long long sB, float beta,
+                  void *C, int ldc, long long sC, int batch) {
+    const int es = esz(dt);
     for (int b = 0; b < batch; b++) {
-        const float *a = A + (long long)b * sA, *bb = B + (long long)b * sB;
-        float *c = C + (long long)b * sC;
+        const char *a = (const char *)A + (long long)b * sA * es;
+        const char *bb = (const char *)B + (long long)b * sB * es;
+        char *c = (char *)C + (long long)b * sC * es;
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
                 double s = 0;
                 for (int l = 0; l < k; l++) {
-                    double x = transa ? a[l + (long long)i * lda] : a[i + (long long)l * lda];
-                    double y = transb ? bb[j + (long long)l * ldb] : bb[l + (long long)j * ldb];
+                    double x = eld(a, dt, transa ? l + (long long)i * lda : i + (long long)l * lda);
+                    double y = eld(bb, dt, transb ? j + (long long)l * ldb : l + (long long)j * ldb);
                     s += x * y;
                 }
-                float *dst = &c[i + (long long)j * ldc];
-                *dst = (float)(alpha * s + (beta != 0.0f ? beta * *dst : 0.0));
+                long long at = i + (long long)j * ldc;
+                est(c, dt, at, (float)(alpha * s + (beta != 0.0f ? beta * eld(c, dt, at) : 0.0)));
             }
     }
 }
 
-/* Emulation is fp32 only (dm_cuda_exec_init refuses other storage types with it). */
-static float *emu_operand(const dmc_operand *d, float *scr, int64_t r, int64_t cols) {
-    if (d->loc == DMC_LOC_SCRATCH) return scr + d->slot;
-    float *base = (float *)d->base;
+/* An operand's row: its first element and element type (scratch: fp32). */
+typedef struct {
+    char *p;
+    int dt;
+} erow;
+
+static erow emu_operand(const dmc_operand *d, float *scr, int64_t r, int64_t cols) {
+    if (d->loc == DMC_LOC_SCRATCH) return erow{(char *)(scr + d->slot), DMC_F32};
+    int64_t e;
     switch (d->kind) {
-    case DM_ARG_FULL: return base + r * cols;
-    case DM_ARG_GROUPED: return base + (r / d->rdiv) * cols;
-    case DM_ARG_ROWSCALAR: return base + r;
-    default: return base;
+    case DM_ARG_FULL: e = r * cols; break;
+    case DM_ARG_GROUPED: e = (r / d->rdiv) * cols; break;
+    case DM_ARG_ROWSCALAR: e = r; break;
+    default: e = 0;
     }
+    return erow{(char *)d->base + e * esz(d->dt), d->dt};
 }
 
 /* act_both of rows.cu, with host math (normcdf(x) = erfc(-x / sqrt 2) / 2). */
@@ -75,32 +104,40 @@ static float emu_act(float x, int act, float *grad) {
     return x * cdf;
 }
 
+/* The most negative finite value of a type (rows.cu's lowest). */
+static float emu_lowest(int dt) {
+    return dt == DMC_BF16 ? -3.38953139e38f : dt == DMC_F16 ? -65504.0f : -FLT_MAX;
+}
+
 static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t n, float *scr, uint64_t seed) {
-    const float *in[DM_MAX_IN] = {0};
-    float *out[DM_MAX_OUT] = {0};
+    erow in[DM_MAX_IN] = {}, out[DM_MAX_OUT] = {};
     for (int s = 0; s < op->nin; s++) in[s] = emu_operand(&op->in[s], scr, r, n);
     for (int s = 0; s < op->nout; s++) out[s] = emu_operand(&op->out[s], scr, r, n);
-    const float *a = in[0], *b = in[1];
-    float *y = out[0];
+#define A(c) eld(in[0].p, in[0].dt, (c))
+#define B(c) eld(in[1].p, in[1].dt, (c))
+#define IN(k, c) eld(in[k].p, in[k].dt, (c))
+#define Y(c, v) est(out[0].p, out[0].dt, (c), (v))
     float g;
     switch (op->kind) {
     case DM_OP_BIAS_ADD:
     case DM_OP_ADD:
-        for (int64_t c = 0; c < n; c++) y[c] = a[c] + b[c];
+        for (int64_t c = 0; c < n; c++) Y(c, A(c) + B(c));
         break;
     case DM_OP_MUL:
-        for (int64_t c = 0; c < n; c++) y[c] = a[c] * b[c];
+        for (int64_t c = 0; c < n; c++) Y(c, A(c) * B(c));
         break;
-    case DM_OP_MASK_ADD:
-        for (int64_t c = 0; c < n; c++) y[c] = a[c] + (1.0f - b[c]) * -FLT_MAX;
+    case DM_OP_MASK_ADD: {
+        const float lo = emu_lowest(out[0].dt);
+        for (int64_t c = 0; c < n; c++) Y(c, fmaxf(A(c) + (1.0f - B(c)) * -FLT_MAX, lo));
         break;
+    }
     case DM_OP_DROPOUT:
     case DM_OP_DROPOUT_BWD: {
         if (!op->drop_on) {
-            for (int64_t c = 0; c < n; c++) y[c] = a[c];
+            for (int64_t c = 0; c < n; c++) Y(c, A(c));
             break;
         }
-        /* as dropout_row: whole Philox blocks over the row's element indices */
+        /* whole Philox blocks over the row's element indices */
         uint64_t start = (uint64_t)r * (uint64_t)n, end = start + (uint64_t)n;
         for (uint64_t q = start >> 2; q <= (end - 1) >> 2; q++) {
             uint32_t w[4];
@@ -109,83 +146,84 @@ static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t n, float *scr, uin
                 uint64_t e = 4 * q + (uint64_t)j;
                 if (e < start || e >= end) continue;
                 int64_t c = (int64_t)(e - start);
-                y[c] = w[j] >= op->drop_thr ? a[c] * op->drop_scale : 0.0f;
+                Y(c, w[j] >= op->drop_thr ? A(c) * op->drop_scale : 0.0f);
             }
         }
         break;
     }
     case DM_OP_DROPOUT_BWD_NZ:
-        for (int64_t c = 0; c < n; c++) y[c] = b[c] != 0.0f ? a[c] * op->drop_scale : 0.0f;
+        for (int64_t c = 0; c < n; c++) Y(c, B(c) != 0.0f ? A(c) * op->drop_scale : 0.0f);
         break;
     case DM_OP_ACT:
-        for (int64_t c = 0; c < n; c++) y[c] = emu_act(a[c], op->act, &g);
+        for (int64_t c = 0; c < n; c++) Y(c, emu_act(A(c), op->act, &g));
         break;
     case DM_OP_ACT_DERIV:
         for (int64_t c = 0; c < n; c++) {
-            y[c] = emu_act(a[c], op->act, &g);
-            out[1][c] = g;
+            Y(c, emu_act(A(c), op->act, &g));
+            est(out[1].p, out[1].dt, c, g);
         }
         break;
     case DM_OP_ACT_BWD:
         for (int64_t c = 0; c < n; c++) {
-            (void)emu_act(b[c], op->act, &g);
-            y[c] = a[c] * g;
+            (void)emu_act(B(c), op->act, &g);
+            Y(c, A(c) * g);
         }
         break;
     case DM_OP_SOFTMAX: {
         float m = -INFINITY, s = 0;
-        for (int64_t c = 0; c < n; c++) m = a[c] > m ? a[c] : m;
-        for (int64_t c = 0; c < n; c++) {
-            y[c] = expf(a[c] - m);
-            s += y[c];
-        }
+        for (int64_t c = 0; c < n; c++) m = fmaxf(m, A(c));
+        for (int64_t c = 0; c < n; c++) s += expf(A(c) - m);
         float inv = 1.0f / s;
-        for (int64_t c = 0; c < n; c++) y[c] *= inv;
+        for (int64_t c = 0; c < n; c++) Y(c, expf(A(c) - m) * inv);
         break;
     }
     case DM_OP_SOFTMAX_BWD: {
         float s = 0;
-        for (int64_t c = 0; c < n; c++) s += a[c] * b[c];
-        for (int64_t c = 0; c < n; c++) y[c] = b[c] * (a[c] - s);
+        for (int64_t c = 0; c < n; c++) s += A(c) * B(c);
+        for (int64_t c = 0; c < n; c++) Y(c, B(c) * (A(c) - s));
         break;
     }
     case DM_OP_LAYERNORM: {
-        const float *gm = in[1], *bt = in[2];
         float s = 0, v = 0;
-        for (int64_t c = 0; c < n; c++) s += a[c];
+        for (int64_t c = 0; c < n; c++) s += A(c);
         float mean = s / (float)n;
-        for (int64_t c = 0; c < n; c++) v += (a[c] - mean) * (a[c] - mean);
+        for (int64_t c = 0; c < n; c++) v += (A(c) - mean) * (A(c) - mean);
         float rstd = (float)(1.0 / sqrt((double)(v / (float)n) + op->eps));
-        for (int64_t c = 0; c < n; c++) y[c] = (a[c] - mean) * rstd * gm[c] + bt[c];
-        *out[1] = mean;
-        *out[2] = rstd;
+        for (int64_t c = 0; c < n; c++) Y(c, (A(c) - mean) * rstd * IN(1, c) + IN(2, c));
+        est(out[1].p, out[1].dt, 0, mean);
+        est(out[2].p, out[2].dt, 0, rstd);
         break;
     }
     case DM_OP_LAYERNORM_BWD: {
-        const float *x = in[1], *gm = in[4];
-        const float mean = *in[2], rstd = *in[3];
-        float *dg = out[1], *db = out[2], sg = 0, sgx = 0;
+        const float mean = IN(2, 0), rstd = IN(3, 0);
+        float *dg = (float *)out[1].p, *db = (float *)out[2].p, sg = 0, sgx = 0;
         for (int64_t c = 0; c < n; c++) {
-            float xh = (x[c] - mean) * rstd, gg = a[c] * gm[c];
+            float xh = (B(c) - mean) * rstd, gg = A(c) * IN(4, c);
             sg += gg;
             sgx += gg * xh;
-            dg[c] += a[c] * xh;
-            db[c] += a[c];
+            dg[c] += A(c) * xh;
+            db[c] += A(c);
         }
         sg *= 1.0f / (float)n;
         sgx *= 1.0f / (float)n;
         for (int64_t c = 0; c < n; c++) {
-            float xh = (x[c] - mean) * rstd;
-            y[c] = rstd * (a[c] * gm[c] - sg - xh * sgx);
+            float xh = (B(c) - mean) * rstd;
+            Y(c, rstd * (A(c) * IN(4, c) - sg - xh * sgx));
         }
         break;
     }
-    case DM_OP_COLSUM:
-        for (int64_t c = 0; c < n; c++) y[c] += a[c];
+    case DM_OP_COLSUM: {
+        float *acc = (float *)out[0].p; /* a scratch accumulator */
+        for (int64_t c = 0; c < n; c++) acc[c] += A(c);
         break;
+    }
     default:
         break;
     }
+#undef A
+#undef B
+#undef IN
+#undef Y
 }
 
 dm_status dmc_emu_rows(const dmc_rowprog *p, const dmc_launch *lc, uint64_t seed,
@@ -221,7 +259,7 @@ dm_status dmc_emu_rows(const dmc_rowprog *p, const dmc_launch *lc, uint64_t seed
                 lane[b % 16] += partials[(size_t)b * (size_t)p->acc_floats + (p->acc_slot[a] - p->acc_off) + c];
             s = lane[0];
             for (int y = 1; y < 16; y++) s += lane[y];
-            ((float *)p->acc_dst[a])[c] = s;
+            est((char *)p->acc_dst[a], p->acc_dt[a], c, s);
         }
     return DM_OK;
 }

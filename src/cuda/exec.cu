@@ -538,7 +538,8 @@ static dm_status init_wide(dm_cuda_exec *ex) {
     free(no);
     if (!ex->side_floats) return DM_OK;
     DM_TRY(dev_alloc(ex, (void **)&ex->side, ex->side_floats * sizeof(float), "row statistics"));
-    DMC_CUDA(cudaMemsetAsync(ex->side, 0, ex->side_floats * sizeof(float), ex->stream));
+    if (!emulated(ex)) /* emulated memory comes zeroed from calloc */
+        DMC_CUDA(cudaMemsetAsync(ex->side, 0, ex->side_floats * sizeof(float), ex->stream));
     return DM_OK;
 }
 
@@ -616,8 +617,6 @@ dm_status dm_cuda_exec_init(dm_cuda_exec **out, const dm_plan *plan, int dtype, 
     *out = NULL;
     if (dtype != DM_CUDA_FP32 && dtype != DM_CUDA_BF16 && dtype != DM_CUDA_FP16)
         return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_exec_init: unknown storage type %d", dtype);
-    if (dtype != DM_CUDA_FP32 && (flags & DM_CUDA_EMULATE))
-        return dm_fail(DM_ERR_UNSUPPORTED, "the CUDA emulation runs fp32 storage only");
     char why[256];
     if (!(flags & DM_CUDA_EMULATE)) DM_TRY(dm_cuda_available(why, sizeof why));
     dm_cuda_exec *ex = (dm_cuda_exec *)calloc(1, sizeof *ex);
@@ -779,9 +778,9 @@ static dm_status run_gemm(const dm_cuda_exec *ex, const dmc_step *st) {
         int64_t oa, ob, oc;
         batch_offsets(&ob_, o, &oa, &ob, &oc);
         if (emulated(ex)) {
-            dmc_emu_gemm(opB == CUBLAS_OP_T, opA == CUBLAS_OP_T, gm->n, gm->m, gm->k, alpha,
-                         gm->B + ob, gm->ldb, ib, gm->A + oa, gm->lda, ia, beta, gm->C + oc,
-                         gm->ldc, ic, (int)inner); /* fp32 only */
+            dmc_emu_gemm(ex->dtype, opB == CUBLAS_OP_T, opA == CUBLAS_OP_T, gm->n, gm->m, gm->k,
+                         alpha, B + ob * es, gm->ldb, ib, A + oa * es, gm->lda, ia, beta,
+                         C + oc * es, gm->ldc, ic, (int)inner);
             continue;
         }
         DMC_BLAS(cublasGemmStridedBatchedEx(ex->blas, opB, opA, gm->n, gm->m, gm->k, &alpha,
