@@ -479,7 +479,9 @@ int cmd_layer(int argc, char **argv) {
     cli_fmt_double(num, sizeof num, c.cfg.eps);
     if (add_meta(w, "eps", num) || add_meta(w, "act", dm_act_name(c.cfg.act)) ||
         add_meta(w, "schedule", sched == DM_SCHED_FUSED ? "fused" : "unfused") ||
-        add_meta(w, "forward_only", forward_only ? "1" : "0"))
+        add_meta(w, "forward_only", forward_only ? "1" : "0") ||
+        add_meta(w, "device", dm_device_kind_name(device)) ||
+        add_meta(w, "dtype", dm_dtype_name(dtype)))
         goto done;
 
     if (save(w, layer, "output", "output")) goto done;
