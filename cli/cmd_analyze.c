@@ -22,6 +22,7 @@
 #include "plan/planfile.h"
 #include "cmd_analysis.h"
 #include "graph/encoder.h"
+#include "graph/rewrite.h"
 
 static const char *const CMD = "analyze";
 
@@ -391,7 +392,10 @@ int cmd_analyze(int argc, char **argv) {
     }
 
     int rc = CLI_FAIL;
-    dm_graph g;
+    /* g: the step's graph, as the unfused schedule runs it (the operator table); gf: the
+     * fused schedule's graph, g after its rewrites (graph/rewrite.c keeps op ids, so the
+     * fused plan's groups index g's operators too) */
+    dm_graph g, gf;
     dm_encoder enc;
     dm_plan plan;
     dm_cost_report rep;
@@ -399,12 +403,21 @@ int cmd_analyze(int argc, char **argv) {
     memset(&plan, 0, sizeof plan);
     memset(&rep, 0, sizeof rep);
     dm_graph_init(&g);
-    if (dm_build_encoder(&g, &c.cfg, 0, &enc) != DM_OK || dm_plan_build(&g, 1, 0, &plan) != DM_OK ||
-        dm_cost_analyze(&g, &plan, &dev, dtype_bytes, &rep) != DM_OK) {
+    dm_graph_init(&gf);
+    if (dm_build_encoder(&g, &c.cfg, 0, &enc) != DM_OK || dm_build_encoder(&gf, &c.cfg, 0, &enc) != DM_OK ||
+        dm_rewrite_fused(&gf) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
         goto done;
     }
-    if (planfile && show_plan(&c, planfile, &g, &plan, json || csv)) goto done;
+    if (gf.nop != g.nop) {
+        cli_error(CMD, "internal error: the fused graph has %d operators, the graph %d", gf.nop, g.nop);
+        goto done;
+    }
+    if (dm_plan_build(&gf, 1, 0, &plan) != DM_OK || dm_cost_analyze(&g, &plan, &dev, dtype_bytes, &rep) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        goto done;
+    }
+    if (planfile && show_plan(&c, planfile, &gf, &plan, json || csv)) goto done;
     if (measure) {
         op_secs = calloc((size_t)g.nop, sizeof *op_secs);
         if (!op_secs) {
@@ -448,6 +461,7 @@ done:
     free(op_secs);
     dm_cost_free(&rep);
     dm_plan_free(&plan);
+    dm_graph_free(&gf);
     dm_graph_free(&g);
     return rc;
 }

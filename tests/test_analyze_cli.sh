@@ -58,6 +58,17 @@ bad() {
 good "table" analyze --device h100
 grep -q "reduction" "$T/stdout" || fail "table: no reduction line"
 grep -q "^attn_softmax " "$T/stdout" || fail "table: no attn_softmax row"
+# a fused plan from `dmove tune` lays out tensors the fused schedule's rewrites add
+# (ffn_act_deriv): analyze builds its fused plan on that graph, so it shows them
+if "$DMOVE" tune --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --reps 1 --no-cache \
+    --out "$T/tiny-plan.json" >/dev/null 2>&1; then
+    good "plan from tune" analyze --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --device v100 \
+        --plan "$T/tiny-plan.json"
+    grep -q "^  ffn_act_deriv " "$T/stdout" || fail "plan from tune: ffn_act_deriv not shown"
+else
+    cases=$((cases + 1))
+    fail "plan from tune: dmove tune failed"
+fi
 good "json" analyze --device a100 --dtype bf16 --json --batch 2 --seq 32
 grep -q '"ops"' "$T/stdout" && grep -q '"groups"' "$T/stdout" && grep -q '"predicted_seconds"' "$T/stdout" ||
     fail "json: missing keys"
