@@ -223,6 +223,22 @@ static void *tile_ptr(const dm_cuda_exec *ex, const dmc_tiles *tl, int t, int *d
     return NULL;
 }
 
+/* The row run op k of a batched group belongs to (as build_group splits the group: a
+ * contraction alone, or consecutive row ops over one iteration space); contractions -1. */
+static int run_of(const dm_plan *plan, const dm_group *gr, int k) {
+    int run = 0;
+    for (int q = 1; q <= k; q++) {
+        const dm_op *a = op_at(plan, gr, q - 1), *b = op_at(plan, gr, q);
+        if (a->kind == DM_OP_CONTRACT || b->kind == DM_OP_CONTRACT || a->rows != b->rows ||
+            a->cols != b->cols)
+            run++;
+    }
+    return op_at(plan, gr, k)->kind == DM_OP_CONTRACT ? -1 : run;
+}
+
+/* The tiles of a batched group: every root not in memory that a contraction of the group
+ * touches, or that row ops of two runs share. A root only one run touches lives in that
+ * run's scratch (build_prog, run_private) and needs none. */
 static dm_status group_tiles(const dm_plan *plan, const dm_group *gr, dmc_tiles *tl) {
     const dm_graph *g = plan->g;
     memset(tl, 0, sizeof *tl);
@@ -231,9 +247,16 @@ static dm_status group_tiles(const dm_plan *plan, const dm_group *gr, dmc_tiles 
         for (int s = 0; s < op->nin + op->nout; s++) {
             int r = dm_tensor_root(g, s < op->nin ? op->in[s] : op->out[s - op->nin]);
             if (plan->in_memory[r]) continue;
-            int known = 0;
+            int known = 0, rk = run_of(plan, gr, k), shared = rk < 0;
             for (int q = 0; q < tl->n; q++) known |= tl->root[q] == r;
             if (known) continue;
+            for (int k2 = 0; k2 < gr->nops && !shared; k2++) {
+                if (k2 == k || run_of(plan, gr, k2) == rk) continue;
+                const dm_op *o2 = op_at(plan, gr, k2);
+                for (int s2 = 0; s2 < o2->nin + o2->nout; s2++)
+                    shared |= dm_tensor_root(g, s2 < o2->nin ? o2->in[s2] : o2->out[s2 - o2->nin]) == r;
+            }
+            if (!shared) continue;
             if (tl->n >= DMC_MAX_TILES)
                 return dm_fail(DM_ERR_INTERNAL, "batched group of %s: more than %d tile tensors",
                                op_at(plan, gr, 0)->name, DMC_MAX_TILES);
