@@ -432,9 +432,9 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
         }
     /* Launch shape. Chunks of 8 columns per thread. Rows of at most 64 chunks without
      * column sums: a row per team of 8, 16 or 32 lanes (a lane per chunk, two at most),
-     * 256 threads per block. Otherwise a row per block with a
-     * thread per chunk (32 up to row_threads). The grid is a fixed function of the plan (not of the
-     * GPU), so column sums add their per-block partials in the same order everywhere. */
+     * 256 threads per block. Otherwise a row per block with a thread per chunk (32 up to
+     * row_threads). The grid is a fixed function of the plan (not of the GPU), so column
+     * sums add their per-block partials in the same order everywhere. */
     dmc_launch *lc = &ex->launch[*pi];
     const int64_t chunks = (cols + 7) / 8;
     p->warp_rows = chunks > 64 || p->nacc ? 0 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
