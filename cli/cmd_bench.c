@@ -334,7 +334,7 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
          jnum(conf, "eps", cfg->eps) && jnum(conf, "seed", (double)cfg->seed) &&
          jnum(conf, "threads", resolved_threads(c->threads)) && jnum(conf, "warmup", warmup) &&
          jnum(conf, "reps", reps) &&
-         cJSON_AddStringToObject(conf, "device", dm_device_kind_name(g_device));
+         cJSON_AddStringToObject(conf, "device", dm_device_kind_name(g_device)) &&
          cJSON_AddStringToObject(conf, "dtype", dm_dtype_name(g_dtype));
     ok = ok && (arr = cJSON_AddArrayToObject(root, "schedules")) != NULL;
     for (int s = 0; ok && s < nres; s++) {

@@ -262,7 +262,7 @@ static dm_status group_tiles(const dm_plan *plan, const dm_group *gr, dmc_tiles 
                                op_at(plan, gr, 0)->name, DMC_MAX_TILES);
             tl->root[tl->n] = r;
             tl->off[tl->n] = tl->floats;
-            tl->floats += (g->t[r].numel + 63) / 64 * 64; /* 256-byte aligned */
+            tl->floats += (g->t[r].numel + 63) / 64 * 64; /* 128-byte aligned or more */
             tl->n++;
         }
     }
@@ -433,8 +433,8 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
     /* Launch shape. Chunks of 8 columns per thread. Rows of at most 64 chunks without
      * column sums: a row per team of 8, 16 or 32 lanes (a lane per chunk, two at most),
      * 256 threads per block. Otherwise a row per block with a thread per chunk (32 up to
-     * row_threads). The grid is a fixed function of the plan (not of the GPU), so column
-     * sums add their per-block partials in the same order everywhere. */
+     * row_threads). The grid is a fixed function of the plan (and DMOVE_CUDA_ROW_THREADS),
+     * so column sums add their per-block partials in the same order on every run. */
     dmc_launch *lc = &ex->launch[*pi];
     const int64_t chunks = (cols + 7) / 8;
     p->warp_rows = chunks > 64 || p->nacc ? 0 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
@@ -454,6 +454,8 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
     size_t bytes = (size_t)p->scratch_floats * sizeof(float);
     lc->global_scratch = (ex->flags & DM_CUDA_GLOBAL_SCRATCH) || bytes > (size_t)ex->smem_optin;
     lc->smem_bytes = lc->global_scratch ? 0 : bytes;
+    /* global scratch is blocks x scratch bytes: fewer blocks, still a function of the plan */
+    if (lc->global_scratch && lc->blocks > 1024) lc->blocks = 1024;
     return DM_OK;
 }
 
@@ -589,7 +591,7 @@ static dm_status init_all(dm_cuda_exec *ex) {
     size_t dev_bytes = ex->arena_bytes / 4 * (size_t)ex->esz;
     DM_TRY(dev_alloc(ex, (void **)&ex->arena, dev_bytes, "the layer's tensors"));
     if (!emulated(ex)) /* emulated memory comes zeroed from calloc */
-        DMC_CUDA(cudaMemsetAsync(ex->arena, 0, dev_bytes > 256 ? dev_bytes : 256, ex->stream));
+        DMC_CUDA(cudaMemsetAsync(ex->arena, 0, dev_bytes ? dev_bytes : 256, ex->stream));
     if (ex->dtype != DM_CUDA_FP32) DM_TRY(init_wide(ex));
 
     /* the tile temporaries: sized for the largest batched group */

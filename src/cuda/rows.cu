@@ -14,8 +14,9 @@
  * as per-block partials and summed in a fixed order by a second kernel: deterministic.
  *
  * Rows go in chunks of 8 columns per thread (16-byte loads and stores of bf16/fp16, two
- * of fp32, when the program's operands are aligned), a row per block, or a row per warp
- * when rows are short (at most 256 columns) and nothing is summed over columns. */
+ * of fp32, when the program's operands are aligned), a row per block, or a row per team
+ * of 8/16/32 lanes when rows are short (at most 512 columns) and nothing is summed over
+ * columns. */
 #include <float.h>
 #include <math.h>
 
@@ -546,7 +547,12 @@ template <typename S> static dm_status allow_smem_one(size_t bytes) {
     return DM_OK;
 }
 
+/* The limit is the kernel's, for the whole process: only ever raised, so an executor made
+ * later with smaller needs does not take it away from an earlier one. */
 dm_status dmc_rows_allow_smem(size_t bytes) {
+    static size_t high = 0;
+    if (bytes <= high) return DM_OK;
+    high = bytes;
     DM_TRY(allow_smem_one<float>(bytes));
     DM_TRY(allow_smem_one<__nv_bfloat16>(bytes));
     DM_TRY(allow_smem_one<__half>(bytes));
