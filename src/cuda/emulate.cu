@@ -22,6 +22,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/cuda_internal.h"
+#include "cuda/rowmath.cuh"
 
 extern "C" {
 #include "core/philox.h"
@@ -41,12 +42,10 @@ static void est(char *p, int dt, int64_t i, float v) {
     else ((float *)p)[i] = v;
 }
 
-static int esz(int dt) { return dt == DMC_F32 ? 4 : 2; }
-
 void dmc_emu_gemm(int dt, int transa, int transb, int m, int n, int k, float alpha, const void *A,
                   int lda, long long sA, const void *B, int ldb, long long sB, float beta,
                   void *C, int ldc, long long sC, int batch) {
-    const int es = esz(dt);
+    const int es = dmc_esize(dt);
     for (int b = 0; b < batch; b++) {
         const char *a = (const char *)A + (long long)b * sA * es;
         const char *bb = (const char *)B + (long long)b * sB * es;
@@ -73,40 +72,7 @@ typedef struct {
 
 static erow emu_operand(const dmc_operand *d, float *scr, int64_t r, int64_t cols) {
     if (d->loc == DMC_LOC_SCRATCH) return erow{(char *)(scr + d->slot), DMC_F32};
-    int64_t e;
-    switch (d->kind) {
-    case DM_ARG_FULL: e = r * cols; break;
-    case DM_ARG_GROUPED: e = (r / d->rdiv) * cols; break;
-    case DM_ARG_ROWSCALAR: e = r; break;
-    default: e = 0;
-    }
-    return erow{(char *)d->base + e * esz(d->dt), d->dt};
-}
-
-/* act_both of rows.cu, with host math (normcdf(x) = erfc(-x / sqrt 2) / 2). */
-static float emu_act(float x, int act, float *grad) {
-    if (act == DM_ACT_RELU) {
-        *grad = x > 0 ? 1.0f : 0.0f;
-        return x > 0 ? x : 0.0f;
-    }
-    if (act == DM_ACT_GELU_TANH) {
-        float x2 = x * x;
-        float s = 0.7978845608028654f * fmaf(0.044715f * x2, x, x);
-        float ds = 0.7978845608028654f * fmaf(3.0f * 0.044715f, x2, 1.0f);
-        float e = expf(-2.0f * fabsf(s));
-        float inv = 1.0f / (1.0f + e), einv = e * inv;
-        float sg = s < 0 ? einv : inv;
-        *grad = fmaf(2.0f * x * ds, inv * einv, sg);
-        return x * sg;
-    }
-    float cdf = 0.5f * erfcf(-x * 0.70710678118654752f);
-    *grad = fmaf(x * expf(-0.5f * x * x), 0.3989422804014327f, cdf);
-    return x * cdf;
-}
-
-/* The most negative finite value of a type (rows.cu's lowest). */
-static float emu_lowest(int dt) {
-    return dt == DMC_BF16 ? -3.38953139e38f : dt == DMC_F16 ? -65504.0f : -FLT_MAX;
+    return erow{(char *)d->base + dmc_row_elem(d, r, cols) * dmc_esize(d->dt), d->dt};
 }
 
 static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t n, float *scr, uint64_t seed) {
@@ -127,7 +93,7 @@ static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t n, float *scr, uin
         for (int64_t c = 0; c < n; c++) Y(c, A(c) * B(c));
         break;
     case DM_OP_MASK_ADD: {
-        const float lo = emu_lowest(out[0].dt);
+        const float lo = dmc_lowest(out[0].dt);
         for (int64_t c = 0; c < n; c++) Y(c, fmaxf(A(c) + (1.0f - B(c)) * -FLT_MAX, lo));
         break;
     }
@@ -155,17 +121,17 @@ static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t n, float *scr, uin
         for (int64_t c = 0; c < n; c++) Y(c, B(c) != 0.0f ? A(c) * op->drop_scale : 0.0f);
         break;
     case DM_OP_ACT:
-        for (int64_t c = 0; c < n; c++) Y(c, emu_act(A(c), op->act, &g));
+        for (int64_t c = 0; c < n; c++) Y(c, dmc_act_both(A(c), op->act, &g));
         break;
     case DM_OP_ACT_DERIV:
         for (int64_t c = 0; c < n; c++) {
-            Y(c, emu_act(A(c), op->act, &g));
+            Y(c, dmc_act_both(A(c), op->act, &g));
             est(out[1].p, out[1].dt, c, g);
         }
         break;
     case DM_OP_ACT_BWD:
         for (int64_t c = 0; c < n; c++) {
-            (void)emu_act(B(c), op->act, &g);
+            (void)dmc_act_both(B(c), op->act, &g);
             Y(c, A(c) * g);
         }
         break;

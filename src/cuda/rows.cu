@@ -25,6 +25,7 @@
 
 #include "cuda/cuda_internal.h"
 #include "cuda/philox.cuh"
+#include "cuda/rowmath.cuh"
 
 namespace {
 
@@ -91,8 +92,6 @@ struct dptr {
     char *p;
     int dt;
 };
-
-__device__ __forceinline__ int esize(int dt) { return dt == DMC_F32 ? 4 : 2; }
 
 /* Element conversions; T is the storage type of the program's kernel (float, bf16, half):
  * an operand is either fp32 (dt == DMC_F32: scratch, row statistics, or fp32 storage) or
@@ -175,50 +174,12 @@ __device__ __forceinline__ void st8(const dptr &a, int64_t c0, int n, int vec, c
         if (e < n) st<T>(a, c0 + e, v[e]);
 }
 
-/* The most negative finite value of a type: MASK_ADD's (1 - mask) * -FLT_MAX would round
- * to -inf in bf16/fp16, and a row masked everywhere would then give NaN in softmax. */
-__device__ __forceinline__ float lowest(int dt) {
-    return dt == DMC_BF16 ? -3.38953139e38f : dt == DMC_F16 ? -65504.0f : -FLT_MAX;
-}
-
-/* Operand row r (as resolve() in cpu/exec.c). */
+/* Operand row r. */
 __device__ __forceinline__ dptr operand(const dmc_operand *d, float *scr, int64_t r,
                                         int64_t cols) {
     if (d->loc == DMC_LOC_SCRATCH) return dptr{(char *)(scr + d->slot), DMC_F32};
-    int64_t e;
-    switch (d->kind) {
-    case DM_ARG_FULL: e = r * cols; break;
-    case DM_ARG_GROUPED: e = (r / d->rdiv) * cols; break;
-    case DM_ARG_ROWSCALAR: e = r; break;
-    default: e = 0; /* COLVEC */
-    }
-    return dptr{(char *)d->base + e * esize(d->dt), d->dt};
-}
-
-/* act(x), and act'(x) in *grad, in fp32 with CUDA's accurate functions (the CPU uses
- * its own polynomials, cpu/vmath.h: both within a few ulp of the exact values), in forms
- * that do not cancel for x << 0, as the CPU's:
- *   GELU (erf):  x Phi(x);  Phi(x) + x phi(x)        (normcdff is accurate for x < 0)
- *   GELU (tanh): x sg;  sg + 2 x ds sg (1 - sg),  sg = sigmoid(2s) = (1 + tanh(s)) / 2,
- *                s = sqrt(2/pi) (x + 0.044715 x^3), e = exp(-2|s|) never overflows. */
-__device__ __forceinline__ float act_both(float x, int act, float *grad) {
-    if (act == DM_ACT_RELU) {
-        *grad = x > 0 ? 1.0f : 0.0f;
-        return x > 0 ? x : 0.0f;
-    }
-    if (act == DM_ACT_GELU_TANH) {
-        float x2 = x * x;
-        float s = 0.7978845608028654f * fmaf(0.044715f * x2, x, x);
-        float ds = 0.7978845608028654f * fmaf(3.0f * 0.044715f, x2, 1.0f);
-        float e = expf(-2.0f * fabsf(s));
-        float inv = 1.0f / (1.0f + e), einv = e * inv; /* sigmoid(2|s|), sigmoid(-2|s|) */
-        float sg = s < 0 ? einv : inv;
-        *grad = fmaf(2.0f * x * ds, inv * einv, sg);
-        return x * sg;
-    }
-    float cdf = normcdff(x);
-    *grad = fmaf(x * expf(-0.5f * x * x), 0.3989422804014327f, cdf); /* 1/sqrt(2 pi) */
-    return x * cdf;
+    const int64_t e = dmc_row_elem(d, r, cols);
+    return dptr{(char *)d->base + e * dmc_esize(d->dt), d->dt};
 }
 
 /* Dropout of one chunk: v[e] = keep ? v[e] * scale : 0, for the row's element indices
@@ -275,7 +236,7 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
         }
         break;
     case DM_OP_MASK_ADD: { /* as Hugging Face: scores + (1 - mask) * finfo.min */
-        const float lo = lowest(out[0].dt);
+        const float lo = dmc_lowest(out[0].dt);
         FOR_CHUNKS(T, cols) {
             ld8<S>(in[0], c0, n, vec, a);
             ld8<S>(in[1], c0, n, vec, b);
@@ -307,7 +268,7 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
         FOR_CHUNKS(T, cols) {
             ld8<S>(in[0], c0, n, vec, a);
 #pragma unroll
-            for (int e = 0; e < VEC; e++) y[e] = act_both(a[e], op->act, &b[e]);
+            for (int e = 0; e < VEC; e++) y[e] = dmc_act_both(a[e], op->act, &b[e]);
             st8<S>(out[0], c0, n, vec, y);
             if (op->kind == DM_OP_ACT_DERIV) st8<S>(out[1], c0, n, vec, b);
         }
@@ -319,7 +280,7 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
                 float g;
-                (void)act_both(b[e], op->act, &g);
+                (void)dmc_act_both(b[e], op->act, &g);
                 y[e] = a[e] * g;
             }
             st8<S>(out[0], c0, n, vec, y);
