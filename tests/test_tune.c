@@ -158,6 +158,13 @@ static void expect_bad(const char *path, const dm_layer_config *cfg, const dm_la
     dm_layer_free(L);
 }
 
+/* Writes `text` to path, then expect_bad. */
+static void expect_bad_text(const char *path, const char *text, const dm_layer_config *cfg,
+                            const dm_layer_options *opt, const dm_graph *g, const char *why) {
+    write_text(path, text);
+    expect_bad(path, cfg, opt, g, why);
+}
+
 static void tune_and_files(const dm_layer_config *cfg) {
     char dir[] = "/tmp/dmove-test-tune-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -229,34 +236,25 @@ static void tune_and_files(const dm_layer_config *cfg) {
         size_t n = strlen(good) + 256;
         char *t = malloc(n);
         printf("bad plan files:\n");
-        write_text(bad, "");
-        expect_bad(bad, cfg, &opt, &T->g, "empty file");
+        expect_bad_text(bad, "", cfg, &opt, &T->g, "empty file");
         snprintf(t, n, "%.*s", (int)(strlen(good) / 2), good);
-        write_text(bad, t);
-        expect_bad(bad, cfg, &opt, &T->g, "truncated");
-        write_text(bad, "[1, 2, 3]");
-        expect_bad(bad, cfg, &opt, &T->g, "not an object");
+        expect_bad_text(bad, t, cfg, &opt, &T->g, "truncated");
+        expect_bad_text(bad, "[1, 2, 3]", cfg, &opt, &T->g, "not an object");
         subst(good, "\"dmove-plan\"", "\"other\"", t, n);
-        write_text(bad, t);
-        expect_bad(bad, cfg, &opt, &T->g, "wrong format name");
+        expect_bad_text(bad, t, cfg, &opt, &T->g, "wrong format name");
         subst(good, "\"version\":\t1", "\"version\":\t0", t, n);
-        write_text(bad, t);
-        expect_bad(bad, cfg, &opt, &T->g, "older format version");
+        expect_bad_text(bad, t, cfg, &opt, &T->g, "older format version");
         char from[64], to[64];
         snprintf(from, sizeof from, "\"batch\":\t%lld", (long long)cfg->batch);
         snprintf(to, sizeof to, "\"batch\":\t%lld", (long long)cfg->batch + 1);
         subst(good, from, to, t, n);
-        write_text(bad, t);
-        expect_bad(bad, cfg, &opt, &T->g, "another configuration");
+        expect_bad_text(bad, t, cfg, &opt, &T->g, "another configuration");
         add_member(good, "\"layouts\":\t{", "\"nonesuch\": \"ab\"", t, n);
-        write_text(bad, t);
-        expect_bad(bad, cfg, &opt, &T->g, "unknown tensor");
+        expect_bad_text(bad, t, cfg, &opt, &T->g, "unknown tensor");
         add_member(good, "\"layouts\":\t{", "\"qkv\": \"bjqhh\"", t, n);
-        write_text(bad, t);
-        expect_bad(bad, cfg, &opt, &T->g, "layout not a permutation");
+        expect_bad_text(bad, t, cfg, &opt, &T->g, "layout not a permutation");
         add_member(good, "\"algorithms\":\t{", "\"qkv_proj\": \"fastest\"", t, n);
-        write_text(bad, t);
-        expect_bad(bad, cfg, &opt, &T->g, "unknown algorithm");
+        expect_bad_text(bad, t, cfg, &opt, &T->g, "unknown algorithm");
         /* an algorithm other than the plan's own, so the edit changes the contents */
         int op = 0;
         while (op < T->g.nop && strcmp(T->g.op[op].name, "attn_out_proj")) op++;
@@ -265,8 +263,7 @@ static void tune_and_files(const dm_layer_config *cfg) {
         snprintf(entry, sizeof entry, "\"attn_out_proj\": \"%s\"",
                  op < T->g.nop && ch.algo[op] == DM_GEMM_SPLIT_N ? "split_m" : "split_n");
         add_member(good, "\"algorithms\":\t{", entry, t, n);
-        write_text(bad, t);
-        expect_bad(bad, cfg, &opt, &T->g, "edited (checksum)");
+        expect_bad_text(bad, t, cfg, &opt, &T->g, "edited (checksum)");
         expect_bad("/nonexistent/plan.json", cfg, &opt, &T->g, "missing file");
         /* a plan for the training step is refused for a forward-only layer */
         dm_layer_options fo = opt;
