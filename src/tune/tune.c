@@ -417,6 +417,18 @@ static dm_status time_group(dm_tuner *T, dm_layer *L, int gi, double *out) {
     return DM_OK;
 }
 
+/* 1 if an operand before operand s of op k of group gr has root r (filled already). */
+static int root_seen_before(const dm_graph *g, const dm_plan *plan, const dm_group *gr, int k,
+                            int s, int r) {
+    for (int k2 = 0; k2 <= k; k2++) {
+        const dm_op *op = &g->op[plan->order[gr->first + k2]];
+        int ns = k2 < k ? op->nin + op->nout : s;
+        for (int s2 = 0; s2 < ns; s2++)
+            if (dm_tensor_root(g, s2 < op->nin ? op->in[s2] : op->out[s2 - op->nin]) == r) return 1;
+    }
+    return 0;
+}
+
 /* Random values in [-1, 1] in every tensor group gi touches (the kernels' speed does not
  * depend on the values, but NaNs and denormals would). Only those: the rest of a large
  * arena is never touched, so it costs neither filling nor page faults. */
@@ -428,7 +440,7 @@ static void fill_group(dm_layer *L, int gi) {
         const dm_op *op = &g->op[L->plan.order[gr->first + k]];
         for (int s = 0; s < op->nin + op->nout; s++) {
             int r = dm_tensor_root(g, s < op->nin ? op->in[s] : op->out[s - op->nin]);
-            if (L->plan.offset[r] < 0) continue;
+            if (L->plan.offset[r] < 0 || root_seen_before(g, &L->plan, gr, k, s, r)) continue;
             float *p = (float *)((char *)L->arena + L->plan.offset[r]);
             for (int64_t i = 0; i < g->t[r].numel; i++) {
                 x ^= x << 13;
