@@ -48,7 +48,11 @@ NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=s
 NVCCFLAGS ?= -O3 -lineinfo
 NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Xcompiler -fopenmp,-Wall,-Wextra,-Wno-unused-parameter -Iinclude -Isrc -DDM_HAVE_CUDA
 CFLAGS += -DDM_HAVE_CUDA
-LDLIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcublas -lcudart -lstdc++
+# NVRTC compiles the row kernels generated per fused group (src/cuda/gen.cu) at run time,
+# with the toolkit's headers; the tests build the same code for the host with $(CXX)
+CXX ?= c++
+NVCCFLAGS += -DDM_CUDA_INCLUDE='"$(CUDA_HOME)/include"' -DDM_HOST_CXX='"$(CXX)"'
+LDLIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcublas -lnvrtc -lcudart -ldl -lstdc++
 CUDA_WHY := $(NVCC) (release $(NVCC_VERSION)), cuBLAS in $(CUDA_LIBDIR): CUDA backend built (sm_80, sm_90)
 endif
 endif
@@ -73,7 +77,7 @@ CLI_SRC := $(wildcard cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ifneq ($(HAVE_CUDA),)
 CUDA_SRC := $(wildcard src/cuda/*.cu)
-LIB_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+LIB_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o) $(BUILD)/src/cuda/gen_text.o
 endif
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -91,6 +95,20 @@ $(BUILD)/%.o: %.c $(wildcard include/*.h src/*/*.h src/*/*.def) $(CONFIG_STAMP)
 $(BUILD)/%.o: %.cu $(wildcard include/*.h src/*/*.h src/*/*.def src/cuda/*.cuh) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# The headers the generated row kernels include, as C strings for NVRTC (gen.cu).
+GEN_HEADERS := src/cuda/philox.cuh src/cuda/rowcore.cuh src/cuda/genrt.cuh
+$(BUILD)/src/cuda/gen_text.c: $(GEN_HEADERS) Makefile
+	@mkdir -p $(dir $@)
+	@{ echo '/* made by the Makefile from $(GEN_HEADERS) */'; \
+	  for h in philox rowcore genrt; do \
+	    echo "const char dmc_text_$$h[] ="; \
+	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' src/cuda/$$h.cuh; \
+	    echo ';'; \
+	  done; } > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/src/cuda/gen_text.o: $(BUILD)/src/cuda/gen_text.c
+	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libdmove.a: $(LIB_OBJ)
 	@rm -f $@

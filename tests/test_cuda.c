@@ -245,9 +245,10 @@ static int export_id(const dm_layer *L, const char *name) {
 /* The layer on the CPU (C) and on the GPU (G), same inputs, padding and dropout. On a GPU,
  * G is a DM_DEVICE_CUDA layer used through the public API. Emulating, G is a CPU layer
  * whose plan an emulated executor runs group by group (as dm_layer_run does). */
-static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulate, int dtype) {
-    printf("%slayer b=%lld j=%lld i=%lld h=%lld u=%lld p=%g %s, %s, %s storage:\n",
-           emulate ? "emulated " : "", (long long)cfg->batch, (long long)cfg->seq,
+static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulate, int dtype,
+                       unsigned gen) {
+    printf("%s%slayer b=%lld j=%lld i=%lld h=%lld u=%lld p=%g %s, %s, %s storage:\n",
+           emulate ? "emulated " : "", gen ? "generated-kernel " : "", (long long)cfg->batch, (long long)cfg->seq,
            (long long)cfg->hidden, (long long)cfg->heads, (long long)cfg->ffn, cfg->dropout,
            dm_act_name(cfg->act), sched == DM_SCHED_FUSED ? "fused" : "unfused",
            dtype_name(dtype));
@@ -302,7 +303,7 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
     CHECK_OK(dm_layer_backward(C));
     char name[128];
     if (emulate) {
-        CHECK_OK(dm_cuda_exec_init(&ex, &G->plan, dtype, DM_CUDA_EMULATE));
+        CHECK_OK(dm_cuda_exec_init(&ex, &G->plan, dtype, DM_CUDA_EMULATE | gen));
         if (!ex) goto done;
         CHECK_OK(dm_cuda_upload_arena(ex, G->arena));
         for (int pass = 0; pass < 2; pass++)
@@ -310,7 +311,9 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
                 if (G->plan.groups[gi].pass == pass) CHECK_OK(dm_cuda_exec_group(ex, gi, cfg->seed, 0));
         CHECK_OK(dm_cuda_sync(ex));
     } else {
+        if (gen) CHECK(setenv("DMOVE_CUDA_ROWS", "gen", 1) == 0);
         CHECK_OK(dm_layer_to_device(G));
+        CHECK(unsetenv("DMOVE_CUDA_ROWS") == 0);
         CHECK_OK(dm_layer_forward(G));
         CHECK_OK(dm_layer_backward(G));
     }
@@ -378,10 +381,11 @@ done:
 }
 
 /* Groups alone and whole layers; `emulate`: DM_CUDA_EMULATE (no GPU) or 0 (the GPU: the
- * groups then run with DM_CUDA_SYNC_EACH, so a fault names its group). */
-static void run_suite(unsigned emulate, int dtype) {
-    char m[32], label[64];
-    snprintf(m, sizeof m, "%s%s%s", emulate ? "emulated " : "",
+ * groups then run with DM_CUDA_SYNC_EACH, so a fault names its group); `gen`:
+ * DM_CUDA_GEN (row groups as generated kernels where they qualify) or 0. */
+static void run_suite(unsigned emulate, int dtype, unsigned gen) {
+    char m[64], label[96];
+    snprintf(m, sizeof m, "%s%s%s%s", emulate ? "emulated " : "", gen ? "gen " : "",
              dtype == DM_CUDA_FP32 ? "" : dtype_name(dtype), dtype == DM_CUDA_FP32 ? "" : " ");
     dm_layer_config a = small_config(2, 16, 64, 4, 256, DM_ACT_GELU);
     dm_layer_config b = small_config(3, 13, 48, 3, 96, DM_ACT_GELU_TANH); /* odd sizes */
@@ -392,7 +396,7 @@ static void run_suite(unsigned emulate, int dtype) {
      * rounding. Groups alone run ReLU in every type (same inputs on both sides). */
     dm_layer_config c = small_config(2, 40, 320, 5, 1280, DM_ACT_RELU);
     dm_layer_config c_smooth = small_config(2, 40, 320, 5, 1280, DM_ACT_GELU);
-    const unsigned f = emulate | DM_CUDA_SYNC_EACH;
+    const unsigned f = emulate | gen | DM_CUDA_SYNC_EACH;
     snprintf(label, sizeof label, "%sA fused", m);
     test_groups(&a, DM_SCHED_FUSED, f, label, dtype);
     snprintf(label, sizeof label, "%sA unfused", m);
@@ -401,7 +405,7 @@ static void run_suite(unsigned emulate, int dtype) {
     test_groups(&b, DM_SCHED_FUSED, f, label, dtype);
     snprintf(label, sizeof label, "%sC fused", m);
     test_groups(&c, DM_SCHED_FUSED, f, label, dtype);
-    if (dtype == DM_CUDA_FP32) { /* the fallbacks and the rest once, in fp32 */
+    if (dtype == DM_CUDA_FP32 && !gen) { /* the fallbacks and the rest once, in fp32 */
         snprintf(label, sizeof label, "%sA fused, global scratch", m);
         test_groups(&a, DM_SCHED_FUSED, f | DM_CUDA_GLOBAL_SCRATCH, label, dtype);
         snprintf(label, sizeof label, "%sB unfused", m);
@@ -409,9 +413,26 @@ static void run_suite(unsigned emulate, int dtype) {
     }
     const dm_layer_config *cfgs[3] = {&a, &b, dtype == DM_CUDA_FP32 ? &c : &c_smooth};
     for (int k = 0; k < 3; k++) {
-        test_layer(cfgs[k], DM_SCHED_FUSED, emulate != 0, dtype);
-        test_layer(cfgs[k], DM_SCHED_UNFUSED, emulate != 0, dtype);
+        test_layer(cfgs[k], DM_SCHED_FUSED, emulate != 0, dtype, gen);
+        if (!gen) test_layer(cfgs[k], DM_SCHED_UNFUSED, emulate != 0, dtype, gen);
     }
+}
+
+/* How many row programs of a layer's fused plan the generator takes: all of the small
+ * layers' (so the gen suites above test generated code, not the interpreter). */
+static void test_gen_coverage(int emulate) {
+    dm_layer_config a = small_config(2, 16, 64, 4, 256, DM_ACT_GELU);
+    dm_layer *L = NULL;
+    dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .threads = 2};
+    CHECK_OK(dm_layer_new(&L, &a, &opt));
+    if (!L) return;
+    dm_cuda_exec *ex = NULL;
+    CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, DM_CUDA_BF16, (emulate ? DM_CUDA_EMULATE : 0) | DM_CUDA_GEN));
+    int all = 0, gen = dm_cuda_exec_generated(ex, &all);
+    CHECK(all > 0 && gen == all);
+    printf("generated kernels: %d of %d row programs\n", gen, all);
+    dm_cuda_exec_free(ex);
+    dm_layer_free(L);
 }
 
 #endif /* DM_HAVE_CUDA */
@@ -430,9 +451,13 @@ int main(void) {
     return 0;
 #else
     /* without a GPU: the executor's mapping, emulated on the host */
-    run_suite(DM_CUDA_EMULATE, DM_CUDA_FP32);
-    run_suite(DM_CUDA_EMULATE, DM_CUDA_BF16);
-    run_suite(DM_CUDA_EMULATE, DM_CUDA_FP16);
+    run_suite(DM_CUDA_EMULATE, DM_CUDA_FP32, 0);
+    run_suite(DM_CUDA_EMULATE, DM_CUDA_BF16, 0);
+    run_suite(DM_CUDA_EMULATE, DM_CUDA_FP16, 0);
+    test_gen_coverage(1);
+    run_suite(DM_CUDA_EMULATE, DM_CUDA_FP32, DM_CUDA_GEN);
+    run_suite(DM_CUDA_EMULATE, DM_CUDA_BF16, DM_CUDA_GEN);
+    run_suite(DM_CUDA_EMULATE, DM_CUDA_FP16, DM_CUDA_GEN);
     char why[256];
     if (dm_cuda_available(why, sizeof why) != DM_OK) {
         dm_status s = dm_layer_new(&L, &tiny, &cuda_opt);
@@ -442,9 +467,13 @@ int main(void) {
     }
     printf("CUDA: %s\n", why);
     test_philox();
-    run_suite(0, DM_CUDA_FP32);
-    run_suite(0, DM_CUDA_BF16);
-    run_suite(0, DM_CUDA_FP16);
+    run_suite(0, DM_CUDA_FP32, 0);
+    run_suite(0, DM_CUDA_BF16, 0);
+    run_suite(0, DM_CUDA_FP16, 0);
+    test_gen_coverage(0);
+    run_suite(0, DM_CUDA_FP32, DM_CUDA_GEN);
+    run_suite(0, DM_CUDA_BF16, DM_CUDA_GEN);
+    run_suite(0, DM_CUDA_FP16, DM_CUDA_GEN);
     (void)L;
     TEST_END();
 #endif

@@ -5,7 +5,9 @@
 #      backend, fp32 / bf16 / fp16 storage) and stops if they fail;
 #   3. times the training step (forward + backward) of one BERT-large layer (i=1024, h=16,
 #      u=4096, dropout 0.1, exact GELU) at b=8 j=512 and b=96 j=128, in bf16:
-#      dmove fused and unfused (`dmove bench --device cuda --dtype bf16`), PyTorch eager with
+#      dmove fused and unfused (`dmove bench --device cuda --dtype bf16`), each with the
+#      interpreting row kernel and with row kernels generated per group (DMOVE_CUDA_ROWS=gen,
+#      src/cuda/gen.cu), PyTorch eager with
 #      SDPA attention, PyTorch eager with HF's materialized ("math") attention, and
 #      torch.compile (bench/gpu/torch_gpu.py), all on this GPU in this run;
 #   4. prints a table of medians, ratios against PyTorch eager, achieved TFLOP/s of the
@@ -57,8 +59,10 @@ for s in $SIZES; do
     tag="b${b}j${j}"
     echo
     echo "== b=$b j=$j (BERT-large layer, bf16) ==" >&2
-    "$DMOVE" bench --device cuda --dtype bf16 $cfg --reps "$REPS" --warmup 10 --json --groups \
+    DMOVE_CUDA_ROWS=interp "$DMOVE" bench --device cuda --dtype bf16 $cfg --reps "$REPS" --warmup 10 --json --groups \
         >"$OUT/dmove-$tag.json" 2>"$OUT/dmove-$tag-groups.txt" || { tail -5 "$OUT/dmove-$tag-groups.txt"; exit 1; }
+    DMOVE_CUDA_ROWS=gen "$DMOVE" bench --device cuda --dtype bf16 $cfg --reps "$REPS" --warmup 10 --json --groups \
+        >"$OUT/dmove-$tag-gen.json" 2>"$OUT/dmove-$tag-gen-groups.txt" || { tail -5 "$OUT/dmove-$tag-gen-groups.txt"; exit 1; }
     "$DMOVE" analyze --preset bert-large $cfg --device $model --dtype bf16 --json >"$OUT/analyze-$tag.json" || exit 1
     : >"$OUT/torch-$tag.jsonl"
     for mode in "eager sdpa" "eager math" "compile sdpa"; do
@@ -76,6 +80,8 @@ an = json.load(open(f"{out}/analyze-{tag}.json"))
 floor_ms = an["totals"]["fused_floor_seconds"] * 1e3
 flop = an["totals"]["flop"]
 rows = [("dmove " + s["schedule"], s["step_ms"], s.get("forward_ms")) for s in d["schedules"]]
+dg = json.load(open(f"{out}/dmove-{tag}-gen.json"))
+rows += [("dmove " + s["schedule"] + " (gen)", s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
 for line in open(f"{out}/torch-{tag}.jsonl"):
     t = json.loads(line)
     rows.append((t["framework"] + (" (" + t["attn"] + ")"), t["step_ms"], t["forward_ms"]))
@@ -89,5 +95,5 @@ for name, ms, fwd in rows:
     print(f"{name:28s} {ms:9.3f} {fwd if fwd is not None else float('nan'):8.3f} {ratio} "
           f"{flop / ms / 1e9:8.0f} {floor_ms / ms:10.2f}")
 PY
-    echo "(dmove's time per group: $OUT/dmove-$tag-groups.txt)"
+    echo "(dmove's time per group: $OUT/dmove-$tag-groups.txt, generated kernels: $OUT/dmove-$tag-gen-groups.txt)"
 done

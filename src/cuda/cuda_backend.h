@@ -37,8 +37,13 @@ enum {
                                   * reference, the row programs interpreted on the CPU
                                   * (emulate.cu). Checks the plan's mapping (operands,
                                   * strides, scratch, tiles, partials), not the kernels. */
-    DM_CUDA_SYNC_EACH = 8u       /* debugging: wait after every GEMM and kernel, so a
+    DM_CUDA_SYNC_EACH = 8u,      /* debugging: wait after every GEMM and kernel, so a
                                   * device fault is reported with its group and op */
+    DM_CUDA_GEN = 16u            /* run row groups as kernels generated per group and
+                                  * compiled at init by NVRTC (gen.cu) where they qualify;
+                                  * emulating, the same generated code built for the host.
+                                  * The DMOVE_CUDA_ROWS environment variable (gen or interp)
+                                  * overrides it. */
 };
 
 /* DM_OK if a usable CUDA device is present; `why` (n bytes) then names it. Otherwise
@@ -50,6 +55,8 @@ dm_status dm_cuda_available(char *why, size_t n);
  * calls, the row programs of the fused groups. `plan` must outlive the executor. */
 dm_status dm_cuda_exec_init(dm_cuda_exec **ex, const dm_plan *plan, int dtype, unsigned flags);
 void dm_cuda_exec_free(dm_cuda_exec *ex);
+/* How many of the executor's row programs run as generated kernels (*programs: all). */
+int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs);
 
 /* Enqueues group gi (asynchronous: errors of the kernels may surface at dm_cuda_sync).
  * only_contractions: just the GEMMs of a batched group. */

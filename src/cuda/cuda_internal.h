@@ -115,6 +115,36 @@ dm_status dmc_rows_launch(const dmc_rowprog *dprog, const dmc_rowprog *hprog,
                           const dmc_launch *lc, uint64_t seed, float *gscratch,
                           float *partials, cudaStream_t stream);
 
+/* gen.cu: row kernels generated per program (DM_CUDA_GEN). */
+enum { DMC_GEN_MAXP = 48 }; /* global operands of one program (genrt.cuh: DMG_MAXP) */
+typedef struct {
+    int threads, teams, blocks; /* launch: teams of lanes per block, one row per team */
+    size_t smem;                /* dynamic shared memory: the teams' column accumulators */
+    int nparams;
+    void *params[DMC_GEN_MAXP]; /* the global operands' addresses, in argument order */
+    int64_t acc_floats;         /* one block's partial column sums (prog->acc_floats) */
+    void *kernel;               /* device: a cudaKernel_t */
+    void *host;                 /* emulation: the host build's entry */
+} dmc_genk;
+typedef struct dmc_gen dmc_gen;
+/* DM_OK if program p can run as a generated kernel; else why (n bytes). */
+dm_status dmc_gen_eligible(const dmc_rowprog *p, char *why, size_t n);
+/* Generates and compiles the kernels of progs[0..n) (host copies, device addresses) for
+ * storage type dt: NVRTC and the runtime's library loader for `device`, or, emulating,
+ * the host compiler (NVRTC still compiles the device text, to PTX). */
+dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, int dt, int emulate,
+                        int device);
+const dmc_genk *dmc_gen_kernel(const dmc_gen *gn, int i);
+const char *dmc_gen_source_text(const dmc_gen *gn);
+/* Runs kernel i (its column sums as per-block partials; dmc_colacc_launch adds them). */
+dm_status dmc_gen_launch(const dmc_gen *gn, int i, uint64_t seed, float *partials, cudaStream_t stream);
+void dmc_gen_free(dmc_gen *gn);
+
+/* rows.cu: the column sums of `nblocks` per-block partials of program hprog (device copy
+ * dprog) into its acc_dst, in a fixed order. */
+dm_status dmc_colacc_launch(const dmc_rowprog *dprog, const dmc_rowprog *hprog, const float *partials,
+                            int nblocks, cudaStream_t stream);
+
 /* emulate.cu (DM_CUDA_EMULATE): what cublasGemmStridedBatchedEx (column-major, elements
  * of type dt, strides in elements) and dmc_rows_launch compute, on the host, with the
  * same arguments. */
@@ -123,5 +153,7 @@ void dmc_emu_gemm(int dt, int transa, int transb, int m, int n, int k, float alp
                   void *C, int ldc, long long sC, int batch);
 dm_status dmc_emu_rows(const dmc_rowprog *prog, const dmc_launch *lc, uint64_t seed,
                        float *gscratch, float *partials);
+/* What dmc_colacc_launch computes. */
+void dmc_emu_colacc(const dmc_rowprog *p, const float *partials, int nblocks);
 
 #endif

@@ -217,15 +217,19 @@ dm_status dmc_emu_rows(const dmc_rowprog *p, const dmc_launch *lc, uint64_t seed
                 partials[(size_t)blk * (size_t)p->acc_floats + c] = scr[p->acc_off + c];
     }
     free(smem);
-    /* as colacc_kernel: 16 lanes sum every 16th partial, then the lanes in order */
+    dmc_emu_colacc(p, partials, lc->blocks);
+    return DM_OK;
+}
+
+/* As colacc_kernel: 16 lanes sum every 16th partial, then the lanes in order. */
+void dmc_emu_colacc(const dmc_rowprog *p, const float *partials, int nblocks) {
     for (int a = 0; a < p->nacc; a++)
         for (int64_t c = 0; c < p->cols; c++) {
             float lane[16] = {0}, s;
-            for (int b = 0; b < lc->blocks; b++)
+            for (int b = 0; b < nblocks; b++)
                 lane[b % 16] += partials[(size_t)b * (size_t)p->acc_floats + (p->acc_slot[a] - p->acc_off) + c];
             s = lane[0];
             for (int y = 1; y < 16; y++) s += lane[y];
             est((char *)p->acc_dst[a], p->acc_dt[a], c, s);
         }
-    return DM_OK;
 }

@@ -86,6 +86,9 @@ struct dm_cuda_exec {
     int nprogs, cap_progs;
     dmc_group *groups;
     int ngroups;
+    dmc_gen *gen;             /* DM_CUDA_GEN: the generated row kernels */
+    int *gen_of;              /* per program: its generated kernel, or -1 (interpreted) */
+    int ngen;
 };
 
 /* Emulation (DM_CUDA_EMULATE, emulate.cu): "device" buffers are host memory. */
@@ -568,6 +571,36 @@ static dm_status init_wide(dm_cuda_exec *ex) {
     return DM_OK;
 }
 
+/* DM_CUDA_GEN: every program the generator takes (gen.cu: row reductions over at most
+ * 2048 columns, ...) runs as a kernel of its own, compiled here in one NVRTC program; the
+ * rest stay with the interpreter (DMOVE_CUDA_DUMP=FILE writes the generated source). */
+static dm_status init_gen(dm_cuda_exec *ex) {
+    ex->gen_of = (int *)malloc(sizeof(int) * (size_t)(ex->nprogs > 0 ? ex->nprogs : 1));
+    const dmc_rowprog **list = (const dmc_rowprog **)malloc(sizeof(void *) * (size_t)(ex->nprogs > 0 ? ex->nprogs : 1));
+    if (!ex->gen_of || !list) {
+        free(list);
+        return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+    }
+    ex->ngen = 0;
+    for (int i = 0; i < ex->nprogs; i++) {
+        char why[256];
+        ex->gen_of[i] = -1;
+        if (dmc_gen_eligible(&ex->hprogs[i], why, sizeof why) != DM_OK) continue;
+        ex->gen_of[i] = ex->ngen;
+        list[ex->ngen++] = &ex->hprogs[i];
+    }
+    dm_status s = ex->ngen ? dmc_gen_build(&ex->gen, list, ex->ngen, ex->dtype, emulated(ex), ex->device)
+                           : DM_OK;
+    free(list);
+    DM_TRY(s);
+    return DM_OK;
+}
+
+int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs) {
+    if (programs) *programs = ex ? ex->nprogs : 0;
+    return ex ? ex->ngen : 0;
+}
+
 static dm_status init_all(dm_cuda_exec *ex) {
     const dm_plan *plan = ex->plan;
     if (emulated(ex)) {
@@ -610,6 +643,8 @@ static dm_status init_all(dm_cuda_exec *ex) {
     if (!ex->groups) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
     for (int gi = 0; gi < plan->ngroups; gi++) DM_TRY(build_group(ex, gi, &tl));
 
+    if (ex->flags & DM_CUDA_GEN) DM_TRY(init_gen(ex));
+
     /* programs to the device; shared memory limit; global scratch and partials */
     size_t max_smem = 0;
     for (int i = 0; i < ex->nprogs; i++) {
@@ -620,6 +655,9 @@ static dm_status init_all(dm_cuda_exec *ex) {
             ex->gscratch_floats = (size_t)lc->blocks * (size_t)p->scratch_floats;
         if ((size_t)lc->blocks * (size_t)p->acc_floats > ex->partial_floats)
             ex->partial_floats = (size_t)lc->blocks * (size_t)p->acc_floats;
+        const dmc_genk *k = ex->gen_of && ex->gen_of[i] >= 0 ? dmc_gen_kernel(ex->gen, ex->gen_of[i]) : NULL;
+        if (k && (size_t)k->blocks * (size_t)k->acc_floats > ex->partial_floats)
+            ex->partial_floats = (size_t)k->blocks * (size_t)k->acc_floats;
     }
     if (max_smem > 48 * 1024 && !emulated(ex)) DM_TRY(dmc_rows_allow_smem(max_smem));
     if (ex->nprogs && !emulated(ex)) { /* emulating, the host copies serve */
@@ -656,6 +694,10 @@ dm_status dm_cuda_exec_init(dm_cuda_exec **out, const dm_plan *plan, int dtype, 
     if (rt && atoi(rt) >= 32 && atoi(rt) <= 512) ex->row_threads = atoi(rt) / 32 * 32;
     if (ex->row_threads > dmc_rows_max_threads()) ex->row_threads = dmc_rows_max_threads();
     ex->esz = dtype == DM_CUDA_FP32 ? 4 : 2;
+    /* DMOVE_CUDA_ROWS=gen|interp overrides the DM_CUDA_GEN flag, for A/B runs */
+    const char *rows = getenv("DMOVE_CUDA_ROWS");
+    if (rows && !strcmp(rows, "gen")) ex->flags |= DM_CUDA_GEN;
+    else if (rows && !strcmp(rows, "interp")) ex->flags &= ~(unsigned)DM_CUDA_GEN;
     dm_status s = init_all(ex);
     if (s != DM_OK) {
         dm_cuda_exec_free(ex);
@@ -685,6 +727,8 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
             free(ex->groups[gi].steps);
         }
     free(ex->groups);
+    dmc_gen_free(ex->gen);
+    free(ex->gen_of);
     free(ex->hprogs);
     free(ex->launch);
     free(ex);
@@ -833,6 +877,13 @@ dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_c
         }
         if (st->gemm) {
             DM_TRY(run_gemm(ex, st));
+        } else if (!skip_rows && ex->gen_of && ex->gen_of[st->prog] >= 0) {
+            const dmc_rowprog *hp = &ex->hprogs[st->prog];
+            const dmc_genk *k = dmc_gen_kernel(ex->gen, ex->gen_of[st->prog]);
+            DM_TRY(dmc_gen_launch(ex->gen, ex->gen_of[st->prog], seed, ex->partials, ex->stream));
+            if (hp->nacc && emulated(ex)) dmc_emu_colacc(hp, ex->partials, k->blocks);
+            else if (hp->nacc)
+                DM_TRY(dmc_colacc_launch(ex->dprogs + st->prog, hp, ex->partials, k->blocks, ex->stream));
         } else if (!skip_rows && emulated(ex)) {
             DM_TRY(dmc_emu_rows(&ex->hprogs[st->prog], &ex->launch[st->prog], seed, ex->gscratch,
                                 ex->partials));

@@ -1,11 +1,28 @@
 /* philox.cuh: Philox-4x32-10 on the device, bit-identical to src/core/philox.c, so that
  * a dropout mask is the same on the GPU as on the CPU (the definition is in
  * core/philox.h: key = seed halves, counter = (block index halves, stream, 0), word
- * n & 3 of block n >> 2). CUDA C++ only. */
+ * n & 3 of block n >> 2). CUDA C++: nvcc (device and host code), and NVRTC, which
+ * compiles the generated row kernels (gen.cu) with this text; the host versions serve
+ * the generated kernels' host emulation. */
 #ifndef DM_CUDA_PHILOX_CUH
 #define DM_CUDA_PHILOX_CUH
 
+#ifdef __CUDACC_RTC__
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+typedef long long int64_t;
+#else
 #include <stdint.h>
+#include <vector_types.h>
+#include <vector_functions.h>
+#endif
+
+/* #pragma unroll for the device passes only (host compilers warn about it). */
+#ifdef __CUDA_ARCH__
+#define DMC_UNROLL _Pragma("unroll")
+#else
+#define DMC_UNROLL
+#endif
 
 /* Random123's constants, as in philox.c. */
 #define DMC_PHILOX_M0 0xD2511F53u
@@ -13,19 +30,28 @@
 #define DMC_PHILOX_W0 0x9E3779B9u
 #define DMC_PHILOX_W1 0xBB67AE85u
 
+/* The high half of the 32x32-bit product (__umulhi on the device, as the CPU takes it
+ * from a 64-bit multiply). */
+__host__ __device__ __forceinline__ uint32_t dmc_umulhi(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+    return __umulhi(a, b);
+#else
+    return (uint32_t)(((uint64_t)a * (uint64_t)b) >> 32);
+#endif
+}
+
 /* One block: 10 rounds, the key bumped before every round but the first (as
- * dm_philox4x32_10). __umulhi gives the high half of the 32x32 product that the CPU takes
- * from a 64-bit multiply. */
-__device__ __forceinline__ uint4 dmc_philox4x32_10(uint32_t x0, uint32_t x1, uint32_t x2,
+ * dm_philox4x32_10). */
+__host__ __device__ __forceinline__ uint4 dmc_philox4x32_10(uint32_t x0, uint32_t x1, uint32_t x2,
                                                    uint32_t x3, uint32_t k0, uint32_t k1) {
-#pragma unroll
+DMC_UNROLL
     for (int r = 0; r < 10; r++) {
         if (r > 0) {
             k0 += DMC_PHILOX_W0;
             k1 += DMC_PHILOX_W1;
         }
-        uint32_t lo0 = DMC_PHILOX_M0 * x0, hi0 = __umulhi(DMC_PHILOX_M0, x0);
-        uint32_t lo1 = DMC_PHILOX_M1 * x2, hi1 = __umulhi(DMC_PHILOX_M1, x2);
+        uint32_t lo0 = DMC_PHILOX_M0 * x0, hi0 = dmc_umulhi(DMC_PHILOX_M0, x0);
+        uint32_t lo1 = DMC_PHILOX_M1 * x2, hi1 = dmc_umulhi(DMC_PHILOX_M1, x2);
         uint32_t y0 = hi1 ^ x1 ^ k0;
         uint32_t y2 = hi0 ^ x3 ^ k1;
         x0 = y0;
@@ -38,12 +64,12 @@ __device__ __forceinline__ uint4 dmc_philox4x32_10(uint32_t x0, uint32_t x1, uin
 
 /* Block `blk` of stream `stream` under `seed`: the 4 words of element indices 4*blk ..
  * 4*blk + 3. */
-__device__ __forceinline__ uint4 dmc_philox_block(uint64_t seed, uint32_t stream, uint64_t blk) {
+__host__ __device__ __forceinline__ uint4 dmc_philox_block(uint64_t seed, uint32_t stream, uint64_t blk) {
     return dmc_philox4x32_10((uint32_t)blk, (uint32_t)(blk >> 32), stream, 0u, (uint32_t)seed,
                              (uint32_t)(seed >> 32));
 }
 
-__device__ __forceinline__ uint32_t dmc_uint4_word(uint4 w, int j) {
+__host__ __device__ __forceinline__ uint32_t dmc_uint4_word(uint4 w, int j) {
     return j == 0 ? w.x : j == 1 ? w.y : j == 2 ? w.z : w.w;
 }
 

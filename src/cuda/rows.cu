@@ -537,12 +537,16 @@ dm_status dmc_rows_launch(const dmc_rowprog *dprog, const dmc_rowprog *hprog,
     else if (lc->dt == DMC_F16) launch_rows<__half>(lc, dprog, seed, gs, part, stream);
     else launch_rows<float>(lc, dprog, seed, gs, part, stream);
     DMC_LAUNCHED("the row kernel");
-    if (hprog->nacc) {
-        int64_t n = (int64_t)hprog->nacc * hprog->cols;
-        int blocks = (int)((n + 31) / 32);
-        colacc_kernel<<<blocks, dim3(32, CY), 0, stream>>>(dprog, partials, lc->blocks);
-        DMC_LAUNCHED("the column-sum kernel");
-    }
+    if (hprog->nacc) return dmc_colacc_launch(dprog, hprog, partials, lc->blocks, stream);
+    return DM_OK;
+}
+
+dm_status dmc_colacc_launch(const dmc_rowprog *dprog, const dmc_rowprog *hprog, const float *partials,
+                            int nblocks, cudaStream_t stream) {
+    int64_t n = (int64_t)hprog->nacc * hprog->cols;
+    int blocks = (int)((n + 31) / 32);
+    colacc_kernel<<<blocks, dim3(32, CY), 0, stream>>>(dprog, partials, nblocks);
+    DMC_LAUNCHED("the column-sum kernel");
     return DM_OK;
 }
 

@@ -1,0 +1,833 @@
+/* gen.cu: row kernels generated per fused group. The generic row kernel (rows.cu)
+ * interprets a row program: it loads an operand again in every op that reads it, keeps
+ * a group's intermediates in shared memory, and pays for its dispatch in every op of every
+ * row; the profile of the H100 runs put its LayerNorm groups at 5-10x their bandwidth floor.
+ * Here each row program becomes CUDA C++ of its own: a row per team of lanes (a warp, or
+ * fewer lanes for short rows), every value of the row in registers (each lane holds its
+ * chunks of 8 columns), every operand read once and written once, the ops in straight
+ * lines between the row reductions (softmax's max and sum, LayerNorm's mean and variance,
+ * the backward sums), sizes and constants folded in. NVRTC compiles the kernels of a plan
+ * in one program at executor init (gen_compile_device); they are loaded with the runtime's
+ * library API (no driver API link) and launched by handle.
+ *
+ * The same generated text compiles as host C++ (genrt.cuh's pieces are __host__
+ * __device__; a team is one lane that holds the whole row): the executor's emulation
+ * (DM_CUDA_EMULATE | DM_CUDA_GEN) builds it with the host compiler into a shared object and
+ * runs it on the host arena, so tests without a GPU check what the generated code
+ * computes, and NVRTC compiles the device text too (to PTX, which needs no GPU).
+ *
+ * Code shape (per program): the ops are split into segments at each row reduction; a
+ * segment is one unrolled loop over the lane's chunks. A value used only in the segment
+ * that makes it is a local of that loop; one used in a later segment is a row array
+ * (NCH chunks x 8 floats) in registers. Column operands (bias, gamma, beta) are reloaded
+ * where used (cached), row scalars are scalars. Column accumulators (bias and LayerNorm
+ * parameter gradients) are per team in shared memory, each column owned by one lane;
+ * each block writes one partial per column, summed in a fixed order by rows.cu's
+ * column-sum kernel: deterministic, as the interpreter. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nvrtc.h>
+
+#include <string>
+
+#include "cuda/cuda_internal.h"
+#include "cuda/genrt.cuh"
+#include "cuda/rowmath.cuh"
+
+extern "C" {
+extern const char dmc_text_philox[], dmc_text_rowcore[], dmc_text_genrt[];
+}
+
+enum { GEN_MAXV = 64, GEN_MAXSEG = 48, GEN_MAX_NCH = 8, GEN_SMEM = 48 * 1024 };
+
+/* A value of the row: a global operand (one tensor row, addressed by kind) or a tensor
+ * internal to the group (scratch slot), or a row scalar. */
+typedef struct {
+    int loc, kind, dt;
+    const void *base; /* GLOBAL */
+    int64_t rdiv;     /* GROUPED */
+    int64_t slot;     /* SCRATCH */
+    int param;        /* GLOBAL: index into the kernel's dmg_ptrs */
+    int def_seg;      /* segment that computes it; -1: read from memory */
+    int first_seg, last_seg; /* segments that use it (reads and the def) */
+    int array;        /* 1: a row array (used across segments) */
+    int loaded_seg;   /* segment in which its load was emitted, -1 none */
+} gen_val;
+
+typedef struct {
+    const dmc_rowprog *p;
+    int dt; /* storage type */
+    gen_val v[GEN_MAXV];
+    int nv, nparam;
+    const void *params[DMG_MAXP];
+    int seg;  /* current segment while planning or emitting */
+    int team, nch, chunks, vec, full; /* full: every chunk has 8 columns */
+    int64_t cols_pad;
+    std::string rowscope, body, post, out; /* the segment being emitted */
+    int red; /* reductions counter (unique names) */
+} gen_ctx;
+
+static const char *type_name(int dt) {
+    return dt == DMC_BF16 ? "__nv_bfloat16" : dt == DMC_F16 ? "__half" : "float";
+}
+
+static void add(std::string &s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(std::string &s, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n >= (int)sizeof buf) { /* long lines: format again into a big enough buffer */
+        std::string big((size_t)n + 1, '\0');
+        va_start(ap, fmt);
+        vsnprintf(&big[0], big.size(), fmt, ap);
+        va_end(ap);
+        big.resize((size_t)n);
+        s += big;
+        return;
+    }
+    s += buf;
+}
+
+/* The value of operand d (found or added). */
+static dm_status value_of(gen_ctx *G, const dmc_operand *d, int *vi) {
+    for (int i = 0; i < G->nv; i++) {
+        const gen_val *x = &G->v[i];
+        if (x->loc != d->loc) continue;
+        if (d->loc == DMC_LOC_SCRATCH ? x->slot == d->slot
+                                      : x->base == d->base && x->kind == d->kind && x->rdiv == d->rdiv) {
+            *vi = i;
+            return DM_OK;
+        }
+    }
+    if (G->nv >= GEN_MAXV) return dm_fail(DM_ERR_UNSUPPORTED, "row program: more than %d values", GEN_MAXV);
+    gen_val *x = &G->v[G->nv];
+    memset(x, 0, sizeof *x);
+    x->loc = d->loc;
+    x->kind = d->kind;
+    x->dt = d->loc == DMC_LOC_SCRATCH ? DMC_F32 : d->dt;
+    x->base = d->base;
+    x->rdiv = d->kind == DM_ARG_GROUPED ? d->rdiv : 0;
+    x->slot = d->slot;
+    x->param = -1;
+    x->def_seg = -1;
+    x->first_seg = x->last_seg = -1;
+    x->loaded_seg = -1;
+    if (d->loc == DMC_LOC_GLOBAL && d->kind != DM_ARG_COLACC) {
+        for (int q = 0; q < G->nparam; q++)
+            if (G->params[q] == d->base) x->param = q;
+        if (x->param < 0) {
+            if (G->nparam >= DMG_MAXP)
+                return dm_fail(DM_ERR_UNSUPPORTED, "row program: more than %d operands", DMG_MAXP);
+            G->params[G->nparam] = d->base;
+            x->param = G->nparam++;
+        }
+    }
+    *vi = G->nv++;
+    return DM_OK;
+}
+
+static int is_reduction(int kind) {
+    return kind == DM_OP_SOFTMAX || kind == DM_OP_SOFTMAX_BWD || kind == DM_OP_LAYERNORM ||
+           kind == DM_OP_LAYERNORM_BWD;
+}
+
+/* How many segments op kind k opens after the one it starts in. */
+static int segs_opened(int k) {
+    return k == DM_OP_SOFTMAX || k == DM_OP_LAYERNORM ? 2 : k == DM_OP_SOFTMAX_BWD || k == DM_OP_LAYERNORM_BWD ? 1 : 0;
+}
+
+/* The segment in which op `o` (starting in segment s) reads input slot `i` for the last
+ * time, and writes output slot `i`. */
+static int read_last_seg(int kind, int i, int s) {
+    switch (kind) {
+    case DM_OP_SOFTMAX: return s + 1;                 /* x: max, then exp */
+    case DM_OP_SOFTMAX_BWD: return s + 1;             /* dy, y: dot, then dx */
+    case DM_OP_LAYERNORM: return i == 0 ? s + 2 : s + 2; /* x all three; gamma, beta last */
+    case DM_OP_LAYERNORM_BWD: return s + 1;           /* everything in both */
+    default: return s;
+    }
+}
+
+static int write_seg(int kind, int s) { return s + segs_opened(kind); }
+
+static void use(gen_val *x, int s) {
+    if (x->first_seg < 0 || s < x->first_seg) x->first_seg = s;
+    if (s > x->last_seg) x->last_seg = s;
+}
+
+/* Pass 1: values, their segments, which must be row arrays. */
+static dm_status plan_values(gen_ctx *G) {
+    const dmc_rowprog *p = G->p;
+    int s = 0;
+    for (int k = 0; k < p->nops; k++) {
+        const dmc_rowop *op = &p->ops[k];
+        for (int i = 0; i < op->nin; i++) {
+            int vi;
+            DM_TRY(value_of(G, &op->in[i], &vi));
+            gen_val *x = &G->v[vi];
+            use(x, s);
+            use(x, read_last_seg(op->kind, i, s));
+        }
+        for (int i = 0; i < op->nout; i++) {
+            int vi;
+            DM_TRY(value_of(G, &op->out[i], &vi));
+            gen_val *x = &G->v[vi];
+            if (x->kind == DM_ARG_COLACC || x->kind == DM_ARG_ROWSCALAR) continue;
+            if (x->def_seg >= 0)
+                return dm_fail(DM_ERR_UNSUPPORTED, "row program writes one tensor twice");
+            x->def_seg = write_seg(op->kind, s);
+            use(x, x->def_seg);
+        }
+        s += segs_opened(op->kind);
+        if (s >= GEN_MAXSEG) return dm_fail(DM_ERR_UNSUPPORTED, "row program: too many reductions");
+    }
+    for (int i = 0; i < G->nv; i++) {
+        gen_val *x = &G->v[i];
+        x->array = (x->kind == DM_ARG_FULL || x->kind == DM_ARG_GROUPED) &&
+                   x->last_seg > (x->def_seg >= 0 ? x->def_seg : x->first_seg);
+    }
+    return DM_OK;
+}
+
+/* --- emission ------------------------------------------------------------------------ */
+
+/* The C++ expression of value x's chunk as a float[8] (array name) in the current
+ * segment, loading it from memory if needed. */
+static std::string chunk(gen_ctx *G, int vi) {
+    gen_val *x = &G->v[vi];
+    char name[32];
+    if (x->array) snprintf(name, sizeof name, "R%d[c]", vi);
+    else snprintf(name, sizeof name, "v%d", vi);
+    if (x->def_seg >= 0 || x->kind == DM_ARG_COLACC) return name;
+    /* from memory: once per segment, or once for a row array */
+    if (x->array ? x->loaded_seg >= 0 : x->loaded_seg == G->seg) return name;
+    x->loaded_seg = G->seg;
+    if (!x->array) add(G->body, "        float v%d[8];\n", vi);
+    const char *ty = type_name(x->dt);
+    if (x->kind == DM_ARG_COLVEC)
+        add(G->body, "        dmg_ld8<VEC>(%s, (const %s *)P.p[%d] + c0, n);\n", name, ty, x->param);
+    else if (x->kind == DM_ARG_GROUPED)
+        add(G->body, "        dmg_ld8<VEC>(%s, (const %s *)P.p[%d] + (r / %lldLL) * COLS + c0, n);\n",
+            name, ty, x->param, (long long)x->rdiv);
+    else
+        add(G->body, "        dmg_ld8<VEC>(%s, (const %s *)P.p[%d] + r * COLS + c0, n);\n", name, ty,
+            x->param);
+    return name;
+}
+
+/* Declares value x's chunk as computed in this segment; returns its name. */
+static std::string define(gen_ctx *G, int vi) {
+    gen_val *x = &G->v[vi];
+    char name[32];
+    if (x->array) {
+        snprintf(name, sizeof name, "R%d[c]", vi);
+    } else {
+        snprintf(name, sizeof name, "v%d", vi);
+        add(G->body, "        float v%d[8];\n", vi);
+    }
+    return name;
+}
+
+/* After value x's chunk is computed: stored if global (rounded first, so later uses in
+ * the group see what memory holds). */
+static void finish(gen_ctx *G, int vi) {
+    gen_val *x = &G->v[vi];
+    if (x->loc != DMC_LOC_GLOBAL) return;
+    std::string a = x->array ? "R" + std::to_string(vi) + "[c]" : "v" + std::to_string(vi);
+    const char *ty = type_name(x->dt);
+    if (x->dt != DMC_F32) add(G->body, "        dmg_round8<%s>(%s);\n", ty, a.c_str());
+    if (x->kind == DM_ARG_GROUPED)
+        add(G->body, "        if (ok) dmg_st8<VEC>((%s *)P.p[%d] + (r / %lldLL) * COLS + c0, %s, n);\n", ty,
+            x->param, (long long)x->rdiv, a.c_str());
+    else
+        add(G->body, "        if (ok) dmg_st8<VEC>((%s *)P.p[%d] + r * COLS + c0, %s, n);\n", ty, x->param,
+            a.c_str());
+}
+
+/* A row scalar input: a scalar at row scope; an output: a name to assign. */
+static std::string scalar_in(gen_ctx *G, int vi) {
+    gen_val *x = &G->v[vi];
+    char name[32];
+    snprintf(name, sizeof name, "s%d", vi);
+    if (x->loc == DMC_LOC_GLOBAL && x->loaded_seg < 0) {
+        x->loaded_seg = G->seg;
+        add(G->rowscope, "        const float s%d = dmg_f(((const %s *)P.p[%d])[r]);\n", vi,
+            type_name(x->dt), x->param);
+    }
+    return name;
+}
+
+static void scalar_out(gen_ctx *G, int vi, const char *expr) {
+    gen_val *x = &G->v[vi];
+    add(G->rowscope, "        const float s%d = %s;\n", vi, expr);
+    x->loaded_seg = G->seg;
+    if (x->loc == DMC_LOC_GLOBAL)
+        add(G->rowscope, "        if (ok && lt == 0) ((%s *)P.p[%d])[r] = dmg_to<%s>(s%d);\n",
+            type_name(x->dt), x->param, type_name(x->dt), vi);
+}
+
+/* Ends the current segment: its row-scope lines, its chunk loop, then `after` (the
+ * reductions), all into out. */
+static void close_segment(gen_ctx *G, const std::string &after) {
+    G->out += G->rowscope;
+    if (!G->body.empty()) {
+        /* the lane's chunks c0 = (c * TEAM + lt) * 8, n of their columns valid */
+        add(G->out, "        DMC_UNROLL for (int c = 0; c < NCH; c++) {\n"
+                    "        const int c0 = (c * TEAM + lt) * 8;\n"
+                    "        if (%s) {\n"
+                    "        const int n = %s;\n"
+                    "        (void)n;\n",
+            G->chunks % G->team == 0 ? "true" : "c0 < COLS",
+            G->full ? "8" : "(int)(COLS - c0 < 8 ? COLS - c0 : 8)");
+        G->out += G->body;
+        G->out += "        }}\n";
+    }
+    G->out += after;
+    G->rowscope.clear();
+    G->body.clear();
+    G->seg++;
+}
+
+static const char *act_fn(int act) {
+    return act == DM_ACT_RELU ? "dmc_relu_both" : act == DM_ACT_GELU_TANH ? "dmc_gelu_tanh_both"
+                                                                          : "dmc_gelu_both";
+}
+
+/* The accumulator index of a COLACC operand. */
+static int acc_index(const gen_ctx *G, const dmc_operand *d) {
+    for (int a = 0; a < G->p->nacc; a++)
+        if (G->p->acc_slot[a] == d->slot) return a;
+    return -1;
+}
+
+static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
+    int in[DM_MAX_IN] = {0}, out[DM_MAX_OUT] = {0};
+    for (int i = 0; i < op->nin; i++) DM_TRY(value_of(G, &op->in[i], &in[i]));
+    for (int i = 0; i < op->nout; i++)
+        if (op->out[i].kind != DM_ARG_COLACC) DM_TRY(value_of(G, &op->out[i], &out[i]));
+    const int K = G->red++;
+    std::string a, b, y, after;
+    switch (op->kind) {
+    case DM_OP_BIAS_ADD:
+    case DM_OP_ADD:
+    case DM_OP_MUL:
+    case DM_OP_MASK_ADD:
+    case DM_OP_DROPOUT_BWD_NZ: {
+        a = chunk(G, in[0]);
+        b = chunk(G, in[1]);
+        y = define(G, out[0]);
+        const char *A = a.c_str(), *B = b.c_str(), *Y = y.c_str();
+        add(G->body, "        for (int e = 0; e < 8; e++) ");
+        if (op->kind == DM_OP_MUL) add(G->body, "%s[e] = %s[e] * %s[e];\n", Y, A, B);
+        else if (op->kind == DM_OP_MASK_ADD)
+            add(G->body, "%s[e] = fmaxf(%s[e] + (1.0f - %s[e]) * -3.40282347e+38f, %.9ef);\n", Y, A, B,
+                (double)dmc_lowest(G->v[out[0]].dt));
+        else if (op->kind == DM_OP_DROPOUT_BWD_NZ)
+            add(G->body, "%s[e] = %s[e] != 0.0f ? %s[e] * %.9ef : 0.0f;\n", Y, B, A, (double)op->drop_scale);
+        else add(G->body, "%s[e] = %s[e] + %s[e];\n", Y, A, B);
+        finish(G, out[0]);
+        break;
+    }
+    case DM_OP_DROPOUT:
+    case DM_OP_DROPOUT_BWD:
+        a = chunk(G, in[0]);
+        y = define(G, out[0]);
+        add(G->body, "        for (int e = 0; e < 8; e++) %s[e] = %s[e];\n", y.c_str(), a.c_str());
+        if (op->drop_on)
+            add(G->body, "        dmg_drop8(%s, n, seed, %uu, (unsigned long long)r * COLS + c0, %uu, %.9ef);\n",
+                y.c_str(), op->stream, op->drop_thr, (double)op->drop_scale);
+        finish(G, out[0]);
+        break;
+    case DM_OP_ACT:
+    case DM_OP_ACT_DERIV: {
+        a = chunk(G, in[0]);
+        y = define(G, out[0]);
+        std::string d = op->kind == DM_OP_ACT_DERIV ? define(G, out[1]) : std::string();
+        add(G->body, "        for (int e = 0; e < 8; e++) { float g; %s[e] = %s(%s[e], &g);%s%s%s }\n",
+            y.c_str(), act_fn(op->act), a.c_str(), d.empty() ? "" : " ", d.c_str(),
+            d.empty() ? " (void)g;" : "[e] = g;");
+        finish(G, out[0]);
+        if (op->kind == DM_OP_ACT_DERIV) finish(G, out[1]);
+        break;
+    }
+    case DM_OP_ACT_BWD:
+        a = chunk(G, in[0]);
+        b = chunk(G, in[1]);
+        y = define(G, out[0]);
+        add(G->body, "        for (int e = 0; e < 8; e++) { float g; (void)%s(%s[e], &g); %s[e] = %s[e] * g; }\n",
+            act_fn(op->act), b.c_str(), y.c_str(), a.c_str());
+        finish(G, out[0]);
+        break;
+    case DM_OP_COLSUM: {
+        a = chunk(G, in[0]);
+        int ai = acc_index(G, &op->out[0]);
+        if (ai < 0) return dm_fail(DM_ERR_INTERNAL, "column sum without an accumulator");
+        add(G->body, "        if (ok) for (int e = 0; e < n; e++) acc[%d * ACCW + DMG_AT(c, e)] += %s[e];\n", ai,
+            a.c_str());
+        break;
+    }
+    case DM_OP_SOFTMAX: {
+        a = chunk(G, in[0]);
+        add(G->rowscope, "        float m%d = -dmg_inf();\n", K);
+        add(G->body, "        for (int e = 0; e < n; e++) m%d = fmaxf(m%d, %s[e]);\n", K, K, a.c_str());
+        add(after, "        m%d = dmg_max<TEAM>(m%d);\n", K, K);
+        close_segment(G, after);
+        after.clear();
+        /* exp(x - m) is kept: a row array of its own (the output's slot is not yet live) */
+        a = chunk(G, in[0]);
+        add(G->out, "        float E%d[NCH][8];\n", K);
+        add(G->rowscope, "        float t%d = 0.0f;\n", K);
+        add(G->body, "        for (int e = 0; e < 8; e++) { E%d[c][e] = expf(%s[e] - m%d); if (e < n) t%d += E%d[c][e]; }\n",
+            K, a.c_str(), K, K, K);
+        add(after, "        const float inv%d = 1.0f / dmg_sum<TEAM>(t%d);\n", K, K);
+        close_segment(G, after);
+        y = define(G, out[0]);
+        add(G->body, "        for (int e = 0; e < 8; e++) %s[e] = E%d[c][e] * inv%d;\n", y.c_str(), K, K);
+        finish(G, out[0]);
+        break;
+    }
+    case DM_OP_SOFTMAX_BWD: { /* in: dy, y; dx = y (dy - sum(dy y)) */
+        a = chunk(G, in[0]);
+        b = chunk(G, in[1]);
+        add(G->rowscope, "        float t%d = 0.0f;\n", K);
+        add(G->body, "        for (int e = 0; e < n; e++) t%d += %s[e] * %s[e];\n", K, a.c_str(), b.c_str());
+        add(after, "        t%d = dmg_sum<TEAM>(t%d);\n", K, K);
+        close_segment(G, after);
+        a = chunk(G, in[0]);
+        b = chunk(G, in[1]);
+        y = define(G, out[0]);
+        add(G->body, "        for (int e = 0; e < 8; e++) %s[e] = %s[e] * (%s[e] - t%d);\n", y.c_str(),
+            b.c_str(), a.c_str(), K);
+        finish(G, out[0]);
+        break;
+    }
+    case DM_OP_LAYERNORM: { /* in: x, gamma, beta; out: y, mean, rstd */
+        a = chunk(G, in[0]);
+        add(G->rowscope, "        float t%d = 0.0f;\n", K);
+        add(G->body, "        for (int e = 0; e < n; e++) t%d += %s[e];\n", K, a.c_str());
+        add(after, "        const float mean%d = dmg_sum<TEAM>(t%d) / (float)COLS;\n", K, K);
+        close_segment(G, after);
+        after.clear();
+        a = chunk(G, in[0]);
+        add(G->rowscope, "        float q%d = 0.0f;\n", K);
+        add(G->body, "        for (int e = 0; e < n; e++) q%d += (%s[e] - mean%d) * (%s[e] - mean%d);\n", K,
+            a.c_str(), K, a.c_str(), K);
+        add(after, "        q%d = dmg_sum<TEAM>(q%d);\n", K, K);
+        add(after, "        const float rstd%d = (float)(1.0 / sqrt((double)(q%d / (float)COLS) + %.17g));\n", K,
+            K, op->eps);
+        close_segment(G, after);
+        a = chunk(G, in[0]);
+        std::string gm = chunk(G, in[1]), bt = chunk(G, in[2]);
+        y = define(G, out[0]);
+        add(G->body, "        for (int e = 0; e < 8; e++) %s[e] = (%s[e] - mean%d) * rstd%d * %s[e] + %s[e];\n",
+            y.c_str(), a.c_str(), K, K, gm.c_str(), bt.c_str());
+        finish(G, out[0]);
+        char ex[32];
+        snprintf(ex, sizeof ex, "mean%d", K);
+        scalar_out(G, out[1], ex);
+        snprintf(ex, sizeof ex, "rstd%d", K);
+        scalar_out(G, out[2], ex);
+        break;
+    }
+    case DM_OP_LAYERNORM_BWD: {
+        /* in: dy, x, mean, rstd, gamma; out: dx, dgamma (acc), dbeta (acc) */
+        int ag = acc_index(G, &op->out[1]), ab = acc_index(G, &op->out[2]);
+        if (ag < 0 || ab < 0) return dm_fail(DM_ERR_INTERNAL, "LayerNorm backward without accumulators");
+        std::string mean = scalar_in(G, in[2]), rstd = scalar_in(G, in[3]);
+        a = chunk(G, in[0]);
+        b = chunk(G, in[1]);
+        std::string gm = chunk(G, in[4]);
+        const char *M = mean.c_str(), *S = rstd.c_str();
+        add(G->rowscope, "        float t%d = 0.0f, q%d = 0.0f;\n", K, K);
+        add(G->body,
+            "        for (int e = 0; e < n; e++) {\n"
+            "            const float xh = (%s[e] - %s) * %s, g = %s[e] * %s[e];\n"
+            "            t%d += g;\n"
+            "            q%d += g * xh;\n"
+            "            if (ok) { acc[%d * ACCW + DMG_AT(c, e)] += %s[e] * xh; acc[%d * ACCW + DMG_AT(c, e)] += %s[e]; }\n"
+            "        }\n",
+            b.c_str(), M, S, a.c_str(), gm.c_str(), K, K, ag, a.c_str(), ab, a.c_str());
+        add(after, "        t%d = dmg_sum<TEAM>(t%d) * (1.0f / (float)COLS);\n", K, K);
+        add(after, "        q%d = dmg_sum<TEAM>(q%d) * (1.0f / (float)COLS);\n", K, K);
+        close_segment(G, after);
+        a = chunk(G, in[0]);
+        b = chunk(G, in[1]);
+        gm = chunk(G, in[4]);
+        y = define(G, out[0]);
+        add(G->body,
+            "        for (int e = 0; e < 8; e++) %s[e] = %s * (%s[e] * %s[e] - t%d - (%s[e] - %s) * %s * q%d);\n",
+            y.c_str(), S, a.c_str(), gm.c_str(), K, b.c_str(), M, S, K);
+        finish(G, out[0]);
+        break;
+    }
+    default:
+        return dm_fail(DM_ERR_UNSUPPORTED, "no generated kernel for op kind '%s'",
+                       dm_op_kind_name((dm_op_kind)op->kind));
+    }
+    return DM_OK;
+}
+
+/* Can program p run as a generated kernel? The shape rules: at most GEN_MAX_NCH chunks per
+ * lane when a reduction keeps the row in registers, the accumulators of a team in 48 KiB
+ * of shared memory, operands and values within the fixed tables. */
+static dm_status gen_shape(gen_ctx *G) {
+    const dmc_rowprog *p = G->p;
+    int reductions = 0;
+    for (int k = 0; k < p->nops; k++) reductions |= is_reduction(p->ops[k].kind);
+    G->chunks = (int)((p->cols + 7) / 8);
+    if (p->cols > (int64_t)1 << 24) return dm_fail(DM_ERR_UNSUPPORTED, "rows too long");
+    G->team = G->chunks >= 32 ? 32 : G->chunks > 8 ? 16 : G->chunks > 4 ? 8 : G->chunks > 2 ? 4 : G->chunks > 1 ? 2 : 1;
+    G->nch = (G->chunks + G->team - 1) / G->team;
+    if (reductions && G->nch > GEN_MAX_NCH)
+        return dm_fail(DM_ERR_UNSUPPORTED, "rows of %lld columns with a row reduction: more than %d "
+                       "chunks per lane", (long long)p->cols, GEN_MAX_NCH);
+    G->cols_pad = (p->cols + 31) / 32 * 32;
+    if (p->nacc && (int64_t)p->nacc * G->cols_pad * 4 > GEN_SMEM)
+        return dm_fail(DM_ERR_UNSUPPORTED, "column accumulators of one team exceed shared memory");
+    G->vec = p->vec;
+    G->full = p->cols % 8 == 0;
+    return DM_OK;
+}
+
+/* Appends kernel number `idx` for program p to src; shape into k. */
+static dm_status gen_kernel(const dmc_rowprog *p, int dt, int idx, dmc_genk *k, std::string &src) {
+    gen_ctx *G = new gen_ctx();
+    G->p = p;
+    G->dt = dt;
+    dm_status s = gen_shape(G);
+    if (s == DM_OK) s = plan_values(G);
+    G->seg = 0;
+    for (int q = 0; q < p->nops && s == DM_OK; q++) s = emit_op(G, &p->ops[q]);
+    if (s != DM_OK) {
+        delete G;
+        return s;
+    }
+    close_segment(G, "");
+    /* launch shape: 128 threads (4 warps), or fewer when the teams' accumulators need it;
+     * a team's accumulators: nacc x (its lanes' chunks x 8) floats, lane-interleaved */
+    int threads = 128;
+    const int64_t accw = (int64_t)G->nch * G->team * 8, accw_host = (int64_t)G->chunks * 8;
+    const int64_t acc_team = (int64_t)p->nacc * accw * 4;
+    while (p->nacc && threads > 32 && (threads / G->team) * acc_team > GEN_SMEM) threads /= 2;
+    const int teams = threads / G->team;
+    int64_t blocks = (p->rows + teams - 1) / teams;
+    const int64_t cap = p->nacc ? 1024 : 65535;
+    k->threads = threads;
+    k->teams = teams;
+    k->blocks = (int)(blocks < cap ? blocks : cap);
+    k->smem = p->nacc ? (size_t)(teams * acc_team) : 0;
+    k->nparams = G->nparam;
+    for (int q = 0; q < G->nparam; q++) k->params[q] = (void *)G->params[q];
+    k->acc_floats = p->nacc * G->cols_pad; /* the partials' layout, as the interpreter's */
+
+    add(src, "\n/* program %d: %d ops, %lld rows x %lld columns */\n", idx, p->nops, (long long)p->rows,
+        (long long)p->cols);
+    add(src, "enum { ROWS%d = %lld, COLS%d = %lld, NACC%d = %d };\n", idx, (long long)p->rows, idx,
+        (long long)p->cols, idx, p->nacc);
+    add(src, "template <int TEAM, int NCH> __host__ __device__ void dmg_rows%d(const dmg_ptrs &P, "
+             "unsigned long long seed, float *acc, int lt, long long g0, long long gs, int tw) {\n", idx);
+    add(src, "    enum { VEC = %d, ACCW = NCH * TEAM * 8 };\n", G->vec);
+    add(src, "    const long long ROWS = ROWS%d, COLS = COLS%d;\n", idx, idx);
+    /* zero this lane's columns of the team's accumulators */
+    if (p->nacc)
+        add(src, "    for (int a = 0; a < %d; a++) for (int c = 0; c < NCH; c++)\n"
+                 "        for (int e = 0; e < 8; e++) acc[a * ACCW + DMG_AT(c, e)] = 0.0f;\n",
+            p->nacc);
+    else add(src, "    (void)acc;\n");
+    add(src, "    (void)seed;\n");
+    for (int i = 0; i < G->nv; i++)
+        if (G->v[i].array) add(src, "    float R%d[NCH][8];\n", i);
+    add(src, "    for (long long rb = g0; rb < ROWS; rb += gs) {\n");
+    add(src, "        const long long rr = rb + tw;\n        const bool ok = rr < ROWS;\n"
+             "        const long long r = ok ? rr : ROWS - 1;\n        (void)ok;\n");
+    src += G->out;
+    add(src, "    }\n}\n");
+    /* the device kernel */
+    add(src, "#ifdef __CUDACC_RTC__\n");
+    add(src, "extern \"C\" __global__ void __launch_bounds__(%d) dmg_k%d(const dmg_ptrs P, unsigned long long seed, "
+             "float *part) {\n", threads, idx);
+    add(src, "    enum { TEAM = %d, NCH = %d, TPW = 32 / TEAM, WPB = %d };\n", G->team, G->nch, threads / 32);
+    add(src, "    const int lt = threadIdx.x %% TEAM, tw = (threadIdx.x %% 32) / TEAM, wib = threadIdx.x / 32;\n");
+    add(src, "    const long long g0 = ((long long)blockIdx.x * WPB + wib) * TPW, gs = (long long)gridDim.x * WPB * TPW;\n");
+    if (p->nacc) {
+        add(src, "    extern __shared__ float dmg_smem[];\n");
+        add(src, "    float *acc = dmg_smem + (threadIdx.x / TEAM) * (NACC%d * NCH * TEAM * 8);\n", idx);
+    } else {
+        add(src, "    float *acc = 0; (void)part;\n");
+    }
+    add(src, "    dmg_rows%d<TEAM, NCH>(P, seed, acc, lt, g0, gs, tw);\n", idx);
+    if (p->nacc) {
+        add(src, "    __syncthreads();\n");
+        add(src, "    dmg_acc_out<TEAM, NCH>(dmg_smem, %d, NACC%d, COLS%d, %lld, part + (long long)blockIdx.x * %lld, "
+                 "threadIdx.x, blockDim.x);\n",
+            teams, idx, idx, (long long)G->cols_pad, (long long)k->acc_floats);
+    }
+    add(src, "}\n#else\n");
+    /* the host emulation: the same grid of teams, one lane each, in order */
+    add(src, "extern \"C\" void dmg_h%d(const dmg_ptrs *P, unsigned long long seed, float *part, int blocks) {\n", idx);
+    add(src, "    const int teams = %d;\n", teams);
+    if (p->nacc)
+        add(src, "    float *acc = (float *)calloc((size_t)teams * %lld, sizeof(float));\n    if (!acc) abort();\n",
+            (long long)(p->nacc * accw_host));
+    else add(src, "    float *acc = 0; (void)part;\n");
+    add(src, "    for (int b = 0; b < blocks; b++) {\n"
+             "        for (int t = 0; t < teams; t++)\n"
+             "            dmg_rows%d<1, %d>(*P, seed, acc ? acc + (size_t)t * %lld : 0, 0, (long long)b * teams + t, "
+             "(long long)blocks * teams, 0);\n",
+        idx, G->chunks, (long long)(p->nacc * accw_host));
+    if (p->nacc)
+        add(src, "        dmg_acc_out<1, %d>(acc, teams, NACC%d, COLS%d, %lld, part + (long long)b * %lld, 0, 1);\n",
+            G->chunks, idx, idx, (long long)G->cols_pad, (long long)k->acc_floats);
+    add(src, "    }\n");
+    if (p->nacc) add(src, "    free(acc);\n");
+    add(src, "}\n#endif\n");
+    delete G;
+    return DM_OK;
+}
+
+/* --- compiling and running --------------------------------------------------------- */
+
+struct dmc_gen {
+    int emulate;
+    std::string *src;
+    void *so;            /* emulation: the host build */
+    cudaLibrary_t lib;   /* device: the loaded cubin */
+    int have_lib;
+    int nk;
+    dmc_genk *k;
+};
+
+static const char *const hdr_names[3] = {"cuda/philox.cuh", "cuda/rowcore.cuh", "cuda/genrt.cuh"};
+
+static const char *hdr_text(int i) {
+    return i == 0 ? dmc_text_philox : i == 1 ? dmc_text_rowcore : dmc_text_genrt;
+}
+
+#define DMC_NVRTC(call)                                                                     \
+    do {                                                                                    \
+        nvrtcResult dmc_r_ = (call);                                                        \
+        if (dmc_r_ != NVRTC_SUCCESS) {                                                      \
+            s = dm_fail(DM_ERR_BACKEND, "%s failed: %s", #call, nvrtcGetErrorString(dmc_r_)); \
+            goto done;                                                                      \
+        }                                                                                   \
+    } while (0)
+
+/* NVRTC: the source for architecture `arch` (e.g. "sm_90", or "compute_90" for PTX
+ * only); *code (malloc'd) the cubin or PTX. On a compile error the log's start is in the
+ * message. */
+static dm_status nvrtc_build(const std::string &src, const char *arch, char **code, size_t *n) {
+    dm_status s = DM_OK;
+    nvrtcProgram prog = NULL;
+    const char *texts[3] = {hdr_text(0), hdr_text(1), hdr_text(2)};
+    char archopt[64], incopt[512];
+    snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
+    snprintf(incopt, sizeof incopt, "--include-path=%s", DM_CUDA_INCLUDE);
+    const char *opts[] = {archopt, "--std=c++17", incopt, "-lineinfo"};
+    const int cubin = strncmp(arch, "sm_", 3) == 0;
+    *code = NULL;
+    DMC_NVRTC(nvrtcCreateProgram(&prog, src.c_str(), "dmove_rows.cu", 3, texts, hdr_names));
+    {
+        nvrtcResult r = nvrtcCompileProgram(prog, 4, opts);
+        if (r != NVRTC_SUCCESS) {
+            size_t ln = 0;
+            std::string log;
+            if (nvrtcGetProgramLogSize(prog, &ln) == NVRTC_SUCCESS && ln > 1) {
+                log.resize(ln);
+                if (nvrtcGetProgramLog(prog, &log[0]) != NVRTC_SUCCESS) log = "(no log)";
+            }
+            if (log.size() > 1500) log.resize(1500);
+            s = dm_fail(DM_ERR_BACKEND, "NVRTC could not compile the generated row kernels (%s): %s",
+                        nvrtcGetErrorString(r), log.c_str());
+            goto done;
+        }
+    }
+    if (cubin) DMC_NVRTC(nvrtcGetCUBINSize(prog, n));
+    else DMC_NVRTC(nvrtcGetPTXSize(prog, n));
+    *code = (char *)malloc(*n ? *n : 1);
+    if (!*code) {
+        s = dm_fail(DM_ERR_OOM, "out of memory compiling the generated row kernels");
+        goto done;
+    }
+    if (cubin) DMC_NVRTC(nvrtcGetCUBIN(prog, *code));
+    else DMC_NVRTC(nvrtcGetPTX(prog, *code));
+done:
+    if (prog) (void)nvrtcDestroyProgram(&prog);
+    if (s != DM_OK) {
+        free(*code);
+        *code = NULL;
+    }
+    return s;
+}
+
+static dm_status write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return dm_fail(DM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    size_t n = strlen(text);
+    int bad = fwrite(text, 1, n, f) != n;
+    bad |= fclose(f) != 0;
+    if (bad) return dm_fail(DM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    return DM_OK;
+}
+
+/* The emulation: the host compiler builds the generated text into a shared object in a
+ * fresh temporary folder (removed after loading). */
+static dm_status host_build(dmc_gen *gn) {
+    const char *tmp = getenv("TMPDIR");
+    char dir[512], path[700], cmd[4096];
+    snprintf(dir, sizeof dir, "%s/dmove-gen-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) return dm_fail(DM_ERR_IO, "cannot make a temporary folder %s: %s", dir, strerror(errno));
+    snprintf(path, sizeof path, "%s/cuda", dir);
+    dm_status s = mkdir(path, 0700) == 0 ? DM_OK
+                                          : dm_fail(DM_ERR_IO, "cannot make %s: %s", path, strerror(errno));
+    for (int i = 0; i < 3 && s == DM_OK; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, hdr_names[i]);
+        s = write_file(path, hdr_text(i));
+    }
+    snprintf(path, sizeof path, "%s/rows.cpp", dir);
+    if (s == DM_OK) s = write_file(path, gn->src->c_str());
+    if (s == DM_OK) {
+        int len = snprintf(cmd, sizeof cmd,
+                           "%s -std=c++17 -O1 -fPIC -shared -w -I'%s' -I'%s' -o '%s/rows.so' '%s' 2>'%s/log'",
+                           DM_HOST_CXX, dir, DM_CUDA_INCLUDE, dir, path, dir);
+        int rc = len > 0 && len < (int)sizeof cmd ? system(cmd) : -1;
+        if (rc != 0) {
+            char log[1200] = "";
+            snprintf(path, sizeof path, "%s/log", dir);
+            FILE *f = fopen(path, "r");
+            if (f) {
+                size_t n = fread(log, 1, sizeof log - 1, f);
+                log[n] = 0;
+                fclose(f);
+            }
+            s = dm_fail(DM_ERR_BACKEND, "the host compiler (%s) could not build the generated row "
+                        "kernels (exit %d): %s", DM_HOST_CXX, rc, log);
+        }
+    }
+    if (s == DM_OK) {
+        snprintf(path, sizeof path, "%s/rows.so", dir);
+        gn->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!gn->so) s = dm_fail(DM_ERR_BACKEND, "cannot load the generated row kernels: %s", dlerror());
+    }
+    const char *files[] = {"cuda/philox.cuh", "cuda/rowcore.cuh", "cuda/genrt.cuh", "rows.cpp", "rows.so", "log"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        (void)unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/cuda", dir);
+    (void)rmdir(path);
+    (void)rmdir(dir);
+    return s;
+}
+
+dm_status dmc_gen_eligible(const dmc_rowprog *p, char *why, size_t n) {
+    std::string src;
+    dmc_genk k;
+    dm_status s = gen_kernel(p, DMC_F32, 0, &k, src);
+    if (s != DM_OK && why && n) snprintf(why, n, "%s", dm_last_error());
+    return s;
+}
+
+dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, int dt, int emulate,
+                        int device) {
+    *out = NULL;
+    dmc_gen *gn = new dmc_gen();
+    gn->emulate = emulate;
+    gn->src = new std::string();
+    gn->k = (dmc_genk *)calloc((size_t)(n > 0 ? n : 1), sizeof(dmc_genk));
+    gn->nk = n;
+    dm_status s = gn->k ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory generating row kernels");
+    if (s == DM_OK) *gn->src = "#include \"cuda/genrt.cuh\"\n#ifndef __CUDACC_RTC__\n#include <stdlib.h>\n#endif\n";
+    for (int i = 0; i < n && s == DM_OK; i++) s = gen_kernel(progs[i], dt, i, &gn->k[i], *gn->src);
+    /* DMOVE_CUDA_DUMP=FILE: the generated source, before it is compiled (for debugging) */
+    const char *dump = getenv("DMOVE_CUDA_DUMP");
+    if (s == DM_OK && dump && *dump) s = write_file(dump, gn->src->c_str());
+    char *code = NULL;
+    size_t ncode = 0;
+    if (s == DM_OK && emulate) {
+        /* the device text must compile too: NVRTC to PTX, no GPU needed */
+        s = nvrtc_build(*gn->src, "compute_90", &code, &ncode);
+        free(code);
+        code = NULL;
+        if (s == DM_OK) s = host_build(gn);
+        for (int i = 0; i < n && s == DM_OK; i++) {
+            char sym[32];
+            snprintf(sym, sizeof sym, "dmg_h%d", i);
+            gn->k[i].host = dlsym(gn->so, sym);
+            if (!gn->k[i].host) s = dm_fail(DM_ERR_INTERNAL, "generated kernel %s missing", sym);
+        }
+    } else if (s == DM_OK) {
+        int major = 0, minor = 0;
+        cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+        if (e != cudaSuccess)
+            s = dm_fail(DM_ERR_BACKEND, "cudaDeviceGetAttribute failed: %s", cudaGetErrorString(e));
+        char arch[32];
+        snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+        if (s == DM_OK) s = nvrtc_build(*gn->src, arch, &code, &ncode);
+        if (s == DM_OK) {
+            e = cudaLibraryLoadData(&gn->lib, code, NULL, NULL, 0, NULL, NULL, 0);
+            if (e != cudaSuccess)
+                s = dm_fail(DM_ERR_BACKEND, "cudaLibraryLoadData (the generated row kernels) failed: %s (%s)",
+                            cudaGetErrorString(e), cudaGetErrorName(e));
+            else gn->have_lib = 1;
+        }
+        free(code);
+        for (int i = 0; i < n && s == DM_OK; i++) {
+            char sym[32];
+            snprintf(sym, sizeof sym, "dmg_k%d", i);
+            cudaKernel_t kern;
+            e = cudaLibraryGetKernel(&kern, gn->lib, sym);
+            if (e != cudaSuccess)
+                s = dm_fail(DM_ERR_BACKEND, "cudaLibraryGetKernel(%s) failed: %s", sym, cudaGetErrorString(e));
+            else gn->k[i].kernel = (void *)kern;
+        }
+    }
+    if (s != DM_OK) {
+        dmc_gen_free(gn);
+        return s;
+    }
+    *out = gn;
+    return DM_OK;
+}
+
+const dmc_genk *dmc_gen_kernel(const dmc_gen *gn, int i) { return gn && i >= 0 && i < gn->nk ? &gn->k[i] : NULL; }
+
+const char *dmc_gen_source_text(const dmc_gen *gn) { return gn ? gn->src->c_str() : ""; }
+
+typedef void (*dmg_host_fn)(const void *P, unsigned long long seed, float *part, int blocks);
+
+dm_status dmc_gen_launch(const dmc_gen *gn, int i, uint64_t seed, float *partials, cudaStream_t stream) {
+    const dmc_genk *k = &gn->k[i];
+    /* the kernel's dmg_ptrs argument: params in order, the rest NULL */
+    dmg_ptrs P;
+    memset(&P, 0, sizeof P);
+    for (int q = 0; q < k->nparams; q++) P.p[q] = k->params[q];
+    if (gn->emulate) {
+        ((dmg_host_fn)k->host)(&P, (unsigned long long)seed, partials, k->blocks);
+        return DM_OK;
+    }
+    unsigned long long sd = (unsigned long long)seed;
+    void *args[3] = {&P, &sd, &partials};
+    DMC_CUDA(cudaLaunchKernel((const void *)k->kernel, dim3((unsigned)k->blocks), dim3((unsigned)k->threads),
+                              args, k->smem, stream));
+    return DM_OK;
+}
+
+void dmc_gen_free(dmc_gen *gn) {
+    if (!gn) return;
+    if (gn->so) dlclose(gn->so);
+    if (gn->have_lib) (void)cudaLibraryUnload(gn->lib);
+    free(gn->k);
+    delete gn->src;
+    delete gn;
+}

@@ -1,0 +1,155 @@
+/* genrt.cuh: what the row kernels generated per fused group (gen.cu) are written against:
+ * element conversions, 8-wide loads and stores, Philox dropout of a chunk, and sums and
+ * maxima over a team of lanes. The generated text includes it; NVRTC compiles the two
+ * for the GPU, and for the tests the host compiler compiles them into the generated
+ * kernels' host emulation (a team of one lane), so the host runs the very code the GPU
+ * runs. Every piece is __host__ __device__. */
+#ifndef DM_CUDA_GENRT_CUH
+#define DM_CUDA_GENRT_CUH
+
+#ifndef __CUDACC_RTC__
+#include <cuda_runtime.h>
+#include <math.h>
+#include <string.h>
+#endif
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/philox.cuh"
+#include "cuda/rowcore.cuh"
+
+#define DMG_HD __host__ __device__ __forceinline__
+
+/* The kernels' global operands, by value (a kernel argument). */
+enum { DMG_MAXP = 48 }; /* cuda_internal.h: DMC_GEN_MAXP */
+typedef struct {
+    void *p[DMG_MAXP];
+} dmg_ptrs;
+
+DMG_HD float dmg_inf(void) {
+#ifdef __CUDA_ARCH__
+    return __int_as_float(0x7f800000);
+#else
+    return INFINITY;
+#endif
+}
+DMG_HD float dmg_f(float x) { return x; }
+DMG_HD float dmg_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+DMG_HD float dmg_f(__half x) { return __half2float(x); }
+template <typename T> DMG_HD T dmg_to(float v);
+template <> DMG_HD float dmg_to<float>(float v) { return v; }
+template <> DMG_HD __nv_bfloat16 dmg_to<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> DMG_HD __half dmg_to<__half>(float v) { return __float2half_rn(v); }
+
+/* v[0..8) = p[0..n), zeros past n. V: p 16-byte aligned (one or two 16-byte loads for a
+ * whole chunk). */
+template <int V, typename T> DMG_HD void dmg_ld8(float v[8], const T *p, int n) {
+#ifdef __CUDA_ARCH__
+    if (V && n == 8) {
+        if (sizeof(T) == 4) {
+            const float4 x = ((const float4 *)p)[0], y = ((const float4 *)p)[1];
+            v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+            v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+        } else {
+            const uint4 u = *(const uint4 *)p;
+            const T *h = (const T *)&u;
+DMC_UNROLL
+            for (int e = 0; e < 8; e++) v[e] = dmg_f(h[e]);
+        }
+        return;
+    }
+#endif
+DMC_UNROLL
+    for (int e = 0; e < 8; e++) v[e] = e < n ? dmg_f(p[e]) : 0.0f;
+}
+
+/* p[0..n) = v[0..n), rounded to T (nearest even). */
+template <int V, typename T> DMG_HD void dmg_st8(T *p, const float v[8], int n) {
+#ifdef __CUDA_ARCH__
+    if (V && n == 8) {
+        if (sizeof(T) == 4) {
+            ((float4 *)p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+            ((float4 *)p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+        } else {
+            uint4 u;
+            T *h = (T *)&u;
+DMC_UNROLL
+            for (int e = 0; e < 8; e++) h[e] = dmg_to<T>(v[e]);
+            *(uint4 *)p = u;
+        }
+        return;
+    }
+#endif
+DMC_UNROLL
+    for (int e = 0; e < 8; e++)
+        if (e < n) p[e] = dmg_to<T>(v[e]);
+}
+
+/* v rounded to T, as a later read of what was stored would see it. */
+template <typename T> DMG_HD void dmg_round8(float v[8]) {
+DMC_UNROLL
+    for (int e = 0; e < 8; e++) v[e] = dmg_f(dmg_to<T>(v[e]));
+}
+
+/* Inverted dropout of the chunk of element indices e0 .. e0 + n - 1: kept where the
+ * Philox word (core/philox.h) is >= thr, scaled; as dropout_chunk in rows.cu. */
+DMG_HD void dmg_drop8(float v[8], int n, unsigned long long seed, unsigned stream,
+                      unsigned long long e0, unsigned thr, float scale) {
+    unsigned long long q = e0 >> 2;
+    uint4 w = dmc_philox_block(seed, stream, q);
+DMC_UNROLL
+    for (int e = 0; e < 8; e++) {
+        if (e >= n) break;
+        const unsigned long long idx = e0 + (unsigned long long)e;
+        if ((idx >> 2) != q) {
+            q = idx >> 2;
+            w = dmc_philox_block(seed, stream, q);
+        }
+        v[e] = dmc_uint4_word(w, (int)(idx & 3)) >= thr ? v[e] * scale : 0.0f;
+    }
+}
+
+/* Sum and maximum over the TEAM lanes that share a row (TEAM consecutive lanes of one
+ * warp; every lane of the warp calls it, so the full mask is right). */
+template <int TEAM> DMG_HD float dmg_sum(float v) {
+#ifdef __CUDA_ARCH__
+DMC_UNROLL
+    for (int o = TEAM / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+#endif
+    return v;
+}
+
+template <int TEAM> DMG_HD float dmg_max(float v) {
+#ifdef __CUDA_ARCH__
+DMC_UNROLL
+    for (int o = TEAM / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+#endif
+    return v;
+}
+
+/* Column accumulators (bias and LayerNorm parameter gradients): each team has nacc rows of
+ * ACCW = NCH * TEAM * 8 floats in shared memory (the host: a buffer). Column
+ * (c * TEAM + lt) * 8 + e, element e of the lane's chunk c, lives at DMG_AT(c, e): the
+ * lanes of a team touch consecutive words (no bank conflicts). Uses TEAM and lt. */
+#define DMG_AT(c, e) ((c) * (TEAM * 8) + (e) * TEAM + lt)
+
+/* A block's partial column sums: part[a * colsp + col] = the sum over its `teams` teams'
+ * accumulators (in team order) of column col, 0 past cols; i from i0 in steps. */
+template <int TEAM, int NCH>
+DMG_HD void dmg_acc_out(const float *acc, int teams, int nacc, long long cols, long long colsp,
+                        float *part, int i0, int step) {
+    const long long accw = (long long)NCH * TEAM * 8;
+    for (long long i = i0; i < (long long)nacc * colsp; i += step) {
+        const long long a = i / colsp, col = i % colsp;
+        float s = 0.0f;
+        if (col < cols) {
+            const long long c = col / (TEAM * 8), rem = col % (TEAM * 8);
+            const long long at = a * accw + c * (TEAM * 8) + (rem % 8) * TEAM + rem / 8;
+            for (int t = 0; t < teams; t++) s += acc[(long long)t * nacc * accw + at];
+        }
+        part[i] = s;
+    }
+}
+
+
+#endif
