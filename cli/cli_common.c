@@ -253,9 +253,17 @@ int cli_config_finish(cli_config *c, const char *cmd, int check) {
 }
 
 int cli_device_option(const char *cmd, int argc, char **argv, int *i, dm_device_kind *dev,
-                      dm_dtype *dtype) {
+                      dm_dtype *dtype, dm_rows *rows) {
     const char *v = NULL;
     int r;
+    if ((r = cli_opt(cmd, argc, argv, i, "--rows", &v)) != 0) {
+        if (r < 0) return -1;
+        if (dm_rows_parse(v, rows) != DM_OK) {
+            cli_usage_error(cmd, "--rows: unknown row kernels '%s' (known: interp, gen)", v);
+            return -1;
+        }
+        return 1;
+    }
     if ((r = cli_opt(cmd, argc, argv, i, "--device", &v)) != 0) {
         if (r < 0) return -1;
         if (dm_device_kind_parse(v, dev) != DM_OK) {
@@ -280,7 +288,12 @@ void cli_device_help(FILE *out) {
             "  --device D       cpu (default) or cuda: where the steps run (cuda needs a\n"
             "                   dmove built with nvcc, and a GPU)\n"
             "  --dtype T        how the GPU stores tensors: fp32 (default), bf16 or fp16;\n"
-            "                   arithmetic and accumulation stay fp32 (cuda only)\n");
+            "                   arithmetic and accumulation stay fp32 (cuda only)\n"
+            "  --rows K         how the GPU runs the fused element-wise and normalization\n"
+            "                   groups: interp (default: one kernel interprets every group)\n"
+            "                   or gen (a kernel generated per group, compiled by NVRTC\n"
+            "                   when the layer is made; cuda only; DMOVE_CUDA_ROWS sets the\n"
+            "                   default)\n");
 }
 
 void cli_config_help(FILE *out, unsigned accept) {

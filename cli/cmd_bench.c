@@ -72,6 +72,16 @@ typedef struct {
 static double g_start, g_last_note;
 static dm_device_kind g_device = DM_DEVICE_CPU; /* --device */
 static dm_dtype g_dtype = DM_DTYPE_FP32;         /* --dtype */
+static dm_rows g_rows = DM_ROWS_DEFAULT;         /* --rows */
+
+/* The CUDA row kernels a layer gets (--rows, else DMOVE_CUDA_ROWS, else interp), for
+ * the JSON record; "-" on the CPU. */
+static const char *rows_in_effect(void) {
+    if (g_device != DM_DEVICE_CUDA) return "-";
+    if (g_rows != DM_ROWS_DEFAULT) return dm_rows_name(g_rows);
+    const char *env = getenv("DMOVE_CUDA_ROWS");
+    return env && *env ? env : "interp";
+}
 static int g_groups;                             /* --groups */
 
 /* Progress on stderr, only once the bench has run a few seconds, at most every second. */
@@ -122,6 +132,7 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
     dm_layer_options opt = {.schedule = sched, .forward_only = 0, .threads = c->threads, .plan = plan};
     opt.device = g_device;
     opt.dtype = g_dtype;
+    opt.rows = g_rows;
     s->buf = calloc((size_t)reps * (4 + DM_NUM_CLASSES), sizeof *s->buf);
     if (!s->buf) {
         cli_error(CMD, "out of memory");
@@ -335,7 +346,8 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
          jnum(conf, "threads", resolved_threads(c->threads)) && jnum(conf, "warmup", warmup) &&
          jnum(conf, "reps", reps) &&
          cJSON_AddStringToObject(conf, "device", dm_device_kind_name(g_device)) &&
-         cJSON_AddStringToObject(conf, "dtype", dm_dtype_name(g_dtype));
+         cJSON_AddStringToObject(conf, "dtype", dm_dtype_name(g_dtype)) &&
+         cJSON_AddStringToObject(conf, "rows", rows_in_effect());
     ok = ok && (arr = cJSON_AddArrayToObject(root, "schedules")) != NULL;
     for (int s = 0; ok && s < nres; s++) {
         const result *r = &res[s];
@@ -407,6 +419,7 @@ int cmd_bench(int argc, char **argv) {
     cli_config c;
     g_device = DM_DEVICE_CPU;
     g_dtype = DM_DTYPE_FP32;
+    g_rows = DM_ROWS_DEFAULT;
     g_groups = 0;
     cli_config_init(&c, CLI_CFG_ALL);
     for (int a = 1; a < argc; a++) {
@@ -454,7 +467,7 @@ int cmd_bench(int argc, char **argv) {
             json = 1;
             continue;
         }
-        if ((r = cli_device_option(CMD, argc, argv, &a, &g_device, &g_dtype)) != 0) {
+        if ((r = cli_device_option(CMD, argc, argv, &a, &g_device, &g_dtype, &g_rows)) != 0) {
             if (r < 0) return CLI_USAGE;
             continue;
         }

@@ -309,6 +309,7 @@ int cmd_layer(int argc, char **argv) {
     int forward_only = 0;
     dm_device_kind device = DM_DEVICE_CPU;
     dm_dtype dtype = DM_DTYPE_FP32;
+    dm_rows rows = DM_ROWS_DEFAULT;
     const char *plan = NULL;
     dm_schedule sched = DM_SCHED_FUSED;
     cli_config c;
@@ -346,7 +347,7 @@ int cmd_layer(int argc, char **argv) {
             if (r < 0) return CLI_USAGE;
             continue;
         }
-        if ((r = cli_device_option(CMD, argc, argv, &a, &device, &dtype)) != 0) {
+        if ((r = cli_device_option(CMD, argc, argv, &a, &device, &dtype, &rows)) != 0) {
             if (r < 0) return CLI_USAGE;
             continue;
         }
@@ -417,6 +418,7 @@ int cmd_layer(int argc, char **argv) {
                             .threads = c.threads, .plan = plan};
     opt.device = device;
     opt.dtype = dtype;
+    opt.rows = rows;
     dm_layer *layer = NULL;
     dm_st_writer *w = NULL;
     int rc = CLI_FAIL;

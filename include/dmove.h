@@ -73,6 +73,15 @@ typedef enum { DM_DTYPE_FP32 = 0, DM_DTYPE_BF16, DM_DTYPE_FP16 } dm_dtype;
 const char *dm_dtype_name(dm_dtype d);
 dm_status dm_dtype_parse(const char *s, dm_dtype *out); /* "fp32", "bf16", "fp16" */
 
+/* How the CUDA backend runs the fused element-wise and normalization groups: one generic
+ * kernel that interprets each group's ops (DM_ROWS_INTERP, the default for now), or a
+ * kernel generated for each group and compiled at layer creation by NVRTC, every value
+ * of a row in registers (DM_ROWS_GEN). DM_ROWS_DEFAULT: the DMOVE_CUDA_ROWS environment
+ * variable (gen or interp) if set, else interp. */
+typedef enum { DM_ROWS_DEFAULT = 0, DM_ROWS_INTERP, DM_ROWS_GEN } dm_rows;
+const char *dm_rows_name(dm_rows r);
+dm_status dm_rows_parse(const char *s, dm_rows *out); /* "interp", "gen" */
+
 typedef struct {
     dm_schedule schedule;  /* fused (default) or unfused */
     int forward_only;      /* build no backward graph; save nothing for it */
@@ -81,6 +90,7 @@ typedef struct {
     const char *plan;      /* a plan file from `dmove tune` (layouts, algorithms), or NULL */
     dm_device_kind device; /* where steps run: DM_DEVICE_CPU (default) or DM_DEVICE_CUDA */
     dm_dtype dtype;        /* storage on the device: fp32 (default), bf16, fp16 (CUDA only) */
+    dm_rows rows;          /* CUDA only: interpreted or generated row kernels */
 } dm_layer_options;
 
 typedef struct dm_layer dm_layer;

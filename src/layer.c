@@ -151,6 +151,11 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
     if (opt->dtype != DM_DTYPE_FP32 && opt->device != DM_DEVICE_CUDA)
         return dm_fail(DM_ERR_UNSUPPORTED, "%s storage needs the CUDA device (--device cuda): "
                        "the CPU backend computes and stores fp32", dm_dtype_name(opt->dtype));
+    if (opt->rows != DM_ROWS_DEFAULT && opt->rows != DM_ROWS_INTERP && opt->rows != DM_ROWS_GEN)
+        return dm_fail(DM_ERR_INVALID_ARG, "unknown row kernel choice %d", (int)opt->rows);
+    if (opt->rows != DM_ROWS_DEFAULT && opt->device != DM_DEVICE_CUDA)
+        return dm_fail(DM_ERR_UNSUPPORTED, "--rows %s chooses the CUDA backend's row kernels: it "
+                       "needs --device cuda", dm_rows_name(opt->rows));
 #ifndef DM_HAVE_CUDA
     if (opt->device == DM_DEVICE_CUDA)
         return dm_fail(DM_ERR_UNSUPPORTED,
@@ -203,7 +208,16 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
         int dt = opt->dtype == DM_DTYPE_BF16   ? DM_CUDA_BF16
                  : opt->dtype == DM_DTYPE_FP16 ? DM_CUDA_FP16
                                                : DM_CUDA_FP32;
-        s = dm_cuda_exec_init(&L->cuda, &L->plan, dt, 0);
+        dm_rows rows = opt->rows;
+        const char *env = getenv("DMOVE_CUDA_ROWS");
+        if (rows == DM_ROWS_DEFAULT && env && *env) {
+            s = dm_rows_parse(env, &rows);
+            if (s != DM_OK) {
+                dm_layer_free(L);
+                return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_ROWS='%s': use gen or interp", env);
+            }
+        }
+        s = dm_cuda_exec_init(&L->cuda, &L->plan, dt, rows == DM_ROWS_GEN ? DM_CUDA_GEN : 0);
         if (s == DM_OK) s = dm_layer_to_device(L);
         if (s != DM_OK) {
             dm_layer_free(L);
@@ -362,6 +376,17 @@ const char *dm_device_kind_name(dm_device_kind d) {
 
 const char *dm_dtype_name(dm_dtype d) {
     return d == DM_DTYPE_FP32 ? "fp32" : d == DM_DTYPE_BF16 ? "bf16" : d == DM_DTYPE_FP16 ? "fp16" : "?";
+}
+
+const char *dm_rows_name(dm_rows r) {
+    return r == DM_ROWS_GEN ? "gen" : r == DM_ROWS_INTERP ? "interp" : r == DM_ROWS_DEFAULT ? "default" : "?";
+}
+
+dm_status dm_rows_parse(const char *s, dm_rows *out) {
+    if (s && !strcmp(s, "gen")) *out = DM_ROWS_GEN;
+    else if (s && !strcmp(s, "interp")) *out = DM_ROWS_INTERP;
+    else return dm_fail(DM_ERR_INVALID_ARG, "unknown row kernels '%s': use gen or interp", s ? s : "(null)");
+    return DM_OK;
 }
 
 dm_status dm_dtype_parse(const char *s, dm_dtype *out) {

@@ -230,6 +230,10 @@ expect_fail "bench: unknown --dtype" 2 "unknown storage type" "$D" bench --dtype
 expect_fail "bench: unknown --device" 2 "unknown device" "$D" bench --device tpu
 expect_fail "bench: bf16 on the CPU" 1 "needs the CUDA device" "$D" bench --dtype bf16 --reps 1
 expect_fail "layer: fp16 on the CPU" 1 "needs the CUDA device" "$D" layer --in "$V" --out "$OUT" --heads 2 --dtype fp16
+expect_fail "bench: unknown --rows" 2 "unknown row kernels 'fast'" "$D" bench --rows fast
+expect_fail "bench: --rows gen on the CPU" 1 "needs --device cuda" "$D" bench --rows gen --reps 1
+expect_fail "layer: --rows interp on the CPU" 1 "needs --device cuda" "$D" layer --in "$V" --out "$OUT" --heads 2 --rows interp
+expect_fail "layer: --rows without a value" 2 "rows" "$D" layer --in "$V" --out "$OUT" --heads 2 --rows
 for p in -0.1 1 1.5 nan; do
     expect_fail "bench: --dropout '$p'" 2 "--dropout" "$D" bench --dropout "$p"
 done

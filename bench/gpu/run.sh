@@ -6,7 +6,7 @@
 #   3. times the training step (forward + backward) of one BERT-large layer (i=1024, h=16,
 #      u=4096, dropout 0.1, exact GELU) at b=8 j=512 and b=96 j=128, in bf16:
 #      dmove fused and unfused (`dmove bench --device cuda --dtype bf16`), each with the
-#      interpreting row kernel and with row kernels generated per group (DMOVE_CUDA_ROWS=gen,
+#      interpreting row kernel and with row kernels generated per group (--rows gen,
 #      src/cuda/gen.cu), PyTorch eager with
 #      SDPA attention, PyTorch eager with HF's materialized ("math") attention, and
 #      torch.compile (bench/gpu/torch_gpu.py), all on this GPU in this run;
@@ -59,9 +59,9 @@ for s in $SIZES; do
     tag="b${b}j${j}"
     echo
     echo "== b=$b j=$j (BERT-large layer, bf16) ==" >&2
-    DMOVE_CUDA_ROWS=interp "$DMOVE" bench --device cuda --dtype bf16 $cfg --reps "$REPS" --warmup 10 --json --groups \
+    "$DMOVE" bench --device cuda --dtype bf16 --rows interp $cfg --reps "$REPS" --warmup 10 --json --groups \
         >"$OUT/dmove-$tag.json" 2>"$OUT/dmove-$tag-groups.txt" || { tail -5 "$OUT/dmove-$tag-groups.txt"; exit 1; }
-    DMOVE_CUDA_ROWS=gen "$DMOVE" bench --device cuda --dtype bf16 $cfg --reps "$REPS" --warmup 10 --json --groups \
+    "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --reps "$REPS" --warmup 10 --json --groups \
         >"$OUT/dmove-$tag-gen.json" 2>"$OUT/dmove-$tag-gen-groups.txt" || { tail -5 "$OUT/dmove-$tag-gen-groups.txt"; exit 1; }
     "$DMOVE" analyze --preset bert-large $cfg --device $model --dtype bf16 --json >"$OUT/analyze-$tag.json" || exit 1
     : >"$OUT/torch-$tag.jsonl"

@@ -41,9 +41,8 @@ enum {
                                   * device fault is reported with its group and op */
     DM_CUDA_GEN = 16u            /* run row groups as kernels generated per group and
                                   * compiled at init by NVRTC (gen.cu) where they qualify;
-                                  * emulating, the same generated code built for the host.
-                                  * The DMOVE_CUDA_ROWS environment variable (gen or interp)
-                                  * overrides it. */
+                                  * emulating, the same generated code built for the host
+                                  * (dm_layer_options.rows chooses it for a layer) */
 };
 
 /* DM_OK if a usable CUDA device is present; `why` (n bytes) then names it. Otherwise

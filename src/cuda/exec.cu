@@ -694,10 +694,6 @@ dm_status dm_cuda_exec_init(dm_cuda_exec **out, const dm_plan *plan, int dtype, 
     if (rt && atoi(rt) >= 32 && atoi(rt) <= 512) ex->row_threads = atoi(rt) / 32 * 32;
     if (ex->row_threads > dmc_rows_max_threads()) ex->row_threads = dmc_rows_max_threads();
     ex->esz = dtype == DM_CUDA_FP32 ? 4 : 2;
-    /* DMOVE_CUDA_ROWS=gen|interp overrides the DM_CUDA_GEN flag, for A/B runs */
-    const char *rows = getenv("DMOVE_CUDA_ROWS");
-    if (rows && !strcmp(rows, "gen")) ex->flags |= DM_CUDA_GEN;
-    else if (rows && !strcmp(rows, "interp")) ex->flags &= ~(unsigned)DM_CUDA_GEN;
     dm_status s = init_all(ex);
     if (s != DM_OK) {
         dm_cuda_exec_free(ex);
