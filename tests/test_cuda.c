@@ -11,10 +11,12 @@
  * layer, forward and backward, with padding and dropout 0.1, on small configurations:
  * relative error per tensor < 1e-5, every error printed; on the GPU a second step must
  * repeat the first bit for bit. */
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dmove.h"
 #include "testutil.h"
@@ -435,6 +437,46 @@ static void test_gen_coverage(int emulate) {
     dm_layer_free(L);
 }
 
+/* The compiled-kernel cache (gen.cu) under $XDG_CACHE_HOME/dmove/cuda: the gen suites
+ * filled it (emulating: with the PTX of NVRTC's check; on a GPU, the GPU suites then read
+ * their cubins back from it); every file corrupted (a payload byte flipped, or truncated)
+ * must be ignored and rewritten whole, and the kernels still built and run. */
+static void test_gen_cache(const char *xdg) {
+    char dir[600], path[900];
+    snprintf(dir, sizeof dir, "%s/dmove/cuda", xdg);
+    for (int round = 0; round < 2; round++) {
+        DIR *d = opendir(dir);
+        CHECK(d != NULL);
+        if (!d) return;
+        int files = 0;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (!strstr(e->d_name, ".bin")) continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            FILE *f = fopen(path, "r+b");
+            CHECK(f != NULL);
+            if (!f) continue;
+            unsigned char hdr[8];
+            CHECK(fread(hdr, 1, 8, f) == 8 && !memcmp(hdr, "DMGCODE1", 8)); /* rewritten whole */
+            if (round == 0) { /* a byte of the payload */
+                unsigned char b = 0;
+                CHECK(fseek(f, 40, SEEK_SET) == 0 && fread(&b, 1, 1, f) == 1);
+                b ^= 0x5a;
+                CHECK(fseek(f, 40, SEEK_SET) == 0 && fwrite(&b, 1, 1, f) == 1);
+            }
+            CHECK(fclose(f) == 0);
+            if (round == 1) CHECK(truncate(path, 20) == 0);
+            files++;
+        }
+        closedir(d);
+        CHECK(files > 0);
+        printf("kernel cache: %d files %s\n", files, round == 0 ? "corrupted" : "truncated");
+        test_gen_coverage(1);
+        dm_layer_config a = small_config(2, 16, 64, 4, 256, DM_ACT_GELU);
+        test_groups(&a, DM_SCHED_FUSED, DM_CUDA_EMULATE | DM_CUDA_GEN, "emulated gen, cache rebuilt", DM_CUDA_BF16);
+    }
+}
+
 #endif /* DM_HAVE_CUDA */
 
 int main(void) {
@@ -450,6 +492,10 @@ int main(void) {
     printf("SKIP: %s\n", dm_last_error());
     return 0;
 #else
+    /* the generated kernels' compile cache in a folder of this run's own */
+    char xdg[] = "/tmp/dmove-test-cuda-XXXXXX";
+    CHECK(mkdtemp(xdg) != NULL);
+    CHECK(setenv("XDG_CACHE_HOME", xdg, 1) == 0);
     /* without a GPU: the executor's mapping, emulated on the host */
     run_suite(DM_CUDA_EMULATE, DM_CUDA_FP32, 0);
     run_suite(DM_CUDA_EMULATE, DM_CUDA_BF16, 0);
@@ -458,6 +504,7 @@ int main(void) {
     run_suite(DM_CUDA_EMULATE, DM_CUDA_FP32, DM_CUDA_GEN);
     run_suite(DM_CUDA_EMULATE, DM_CUDA_BF16, DM_CUDA_GEN);
     run_suite(DM_CUDA_EMULATE, DM_CUDA_FP16, DM_CUDA_GEN);
+    test_gen_cache(xdg);
     char why[256];
     if (dm_cuda_available(why, sizeof why) != DM_OK) {
         dm_status s = dm_layer_new(&L, &tiny, &cuda_opt);

@@ -669,6 +669,116 @@ done:
     return s;
 }
 
+/* --- the compiled-kernel cache ------------------------------------------------------ *
+ * NVRTC takes seconds for a plan's kernels; its output is kept in
+ * $XDG_CACHE_HOME/dmove/cuda/ (else ~/.cache/dmove/cuda/), one file per (source, target
+ * architecture, NVRTC version), named by their FNV-1a hash: "DMGCODE1", the payload's
+ * length and hash (8 bytes each, little-endian), then the payload. A file that does not
+ * check out is ignored and replaced; files are written to a temporary name and renamed.
+ * The cache only saves time: when it cannot be read or written the kernels are compiled
+ * as if it were empty. DMOVE_CUDA_CACHE=0 turns it off. */
+static uint64_t fnv64(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = (const unsigned char *)p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static const char CACHE_MAGIC[8] = {'D', 'M', 'G', 'C', 'O', 'D', 'E', '1'};
+
+/* The cache file of (src, arch); 0 if there is no cache. */
+static int cache_path(const std::string &src, const char *arch, char *path, size_t n, char *dir, size_t dn) {
+    const char *off = getenv("DMOVE_CUDA_CACHE");
+    if (off && !strcmp(off, "0")) return 0;
+    const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int len;
+    if (x && x[0] == '/') len = snprintf(dir, dn, "%s/dmove/cuda", x);
+    else if (home && *home) len = snprintf(dir, dn, "%s/.cache/dmove/cuda", home);
+    else return 0;
+    if (len < 0 || (size_t)len >= dn) return 0;
+    int major = 0, minor = 0;
+    if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return 0;
+    char ver[64];
+    snprintf(ver, sizeof ver, "|%s|nvrtc %d.%d", arch, major, minor);
+    uint64_t h = fnv64(14695981039346656037ull, src.data(), src.size());
+    h = fnv64(h, ver, strlen(ver));
+    len = snprintf(path, n, "%s/rows-%s-%016llx.bin", dir, arch, (unsigned long long)h);
+    return len > 0 && (size_t)len < n;
+}
+
+static void put_u64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* The payload of a valid cache file, or NULL. */
+static char *cache_read(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char hdr[24];
+    char *buf = NULL;
+    if (fread(hdr, 1, sizeof hdr, f) == sizeof hdr && !memcmp(hdr, CACHE_MAGIC, 8)) {
+        uint64_t len = get_u64(hdr + 8), h = get_u64(hdr + 16);
+        if (len > 0 && len < ((uint64_t)1 << 30) && (buf = (char *)malloc((size_t)len + 1)) != NULL) {
+            int extra = 0;
+            if (fread(buf, 1, (size_t)len, f) != (size_t)len || fread(&extra, 1, 1, f) != 0 ||
+                fnv64(14695981039346656037ull, buf, (size_t)len) != h) {
+                free(buf);
+                buf = NULL;
+            } else {
+                buf[len] = 0; /* PTX is text */
+                *n = (size_t)len;
+            }
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+static void cache_write(const char *path, const char *dir, const char *code, size_t n) {
+    /* the folder and its parents (…/dmove/cuda) */
+    char d[512];
+    snprintf(d, sizeof d, "%s", dir);
+    for (char *q = d + 1; *q; q++)
+        if (*q == '/') {
+            *q = 0;
+            (void)mkdir(d, 0755);
+            *q = '/';
+        }
+    (void)mkdir(d, 0755);
+    char tmp[600];
+    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp) return;
+    int fd = mkstemp(tmp);
+    if (fd < 0) return;
+    unsigned char hdr[24];
+    memcpy(hdr, CACHE_MAGIC, 8);
+    put_u64(hdr + 8, n);
+    put_u64(hdr + 16, fnv64(14695981039346656037ull, code, n));
+    int ok = write(fd, hdr, sizeof hdr) == (ssize_t)sizeof hdr;
+    for (size_t done = 0; ok && done < n;) {
+        ssize_t w = write(fd, code + done, n - done);
+        if (w <= 0) ok = 0;
+        else done += (size_t)w;
+    }
+    ok = ok && fsync(fd) == 0;
+    ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) (void)unlink(tmp);
+}
+
+/* nvrtc_build through the cache. */
+static dm_status cached_build(const std::string &src, const char *arch, char **code, size_t *n) {
+    char path[600], dir[512];
+    const int use = cache_path(src, arch, path, sizeof path, dir, sizeof dir);
+    if (use && (*code = cache_read(path, n)) != NULL) return DM_OK;
+    DM_TRY(nvrtc_build(src, arch, code, n));
+    if (use) cache_write(path, dir, *code, *n);
+    return DM_OK;
+}
+
 static dm_status write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     if (!f) return dm_fail(DM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
@@ -755,7 +865,7 @@ dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, i
     size_t ncode = 0;
     if (s == DM_OK && emulate) {
         /* the device text must compile too: NVRTC to PTX, no GPU needed */
-        s = nvrtc_build(*gn->src, "compute_90", &code, &ncode);
+        s = cached_build(*gn->src, "compute_90", &code, &ncode);
         free(code);
         code = NULL;
         if (s == DM_OK) s = host_build(gn);
@@ -773,7 +883,7 @@ dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, i
             s = dm_fail(DM_ERR_BACKEND, "cudaDeviceGetAttribute failed: %s", cudaGetErrorString(e));
         char arch[32];
         snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
-        if (s == DM_OK) s = nvrtc_build(*gn->src, arch, &code, &ncode);
+        if (s == DM_OK) s = cached_build(*gn->src, arch, &code, &ncode);
         if (s == DM_OK) {
             e = cudaLibraryLoadData(&gn->lib, code, NULL, NULL, 0, NULL, NULL, 0);
             if (e != cudaSuccess)
