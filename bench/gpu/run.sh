@@ -38,10 +38,11 @@ case "$gpu" in *H200*) model=h200 ;; *H100*) model=h100 ;; *A100*) model=a100 ;;
 echo "dmove GPU benchmark: $(date -u +%Y-%m-%dT%H:%MZ), commit $COMMIT"
 echo "GPU: ${gpu:-unknown}; torch: $($PYTHON -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 
+GEN=1
 if [ -n "${TEST_CUDA:-}" ]; then
     echo
-    echo "== CUDA tests ($TEST_CUDA) =="
-    if ! "$TEST_CUDA" >"$OUT/test_cuda.txt" 2>&1; then
+    echo "== CUDA tests ($TEST_CUDA), interpreting row kernel =="
+    if ! DMOVE_TEST_GEN=0 "$TEST_CUDA" >"$OUT/test_cuda.txt" 2>&1; then
         grep -E "FAIL|error" "$OUT/test_cuda.txt" | head -40
         tail -3 "$OUT/test_cuda.txt"
         echo "CUDA tests FAILED: no benchmark"
@@ -50,6 +51,18 @@ if [ -n "${TEST_CUDA:-}" ]; then
     grep -E "^(CUDA:|tests/)" "$OUT/test_cuda.txt"
     grep -E "worst rel.err|rel.err" "$OUT/test_cuda.txt" | awk '{for(i=1;i<=NF;i++) if($i=="rel.err") print $(i+1)}' \
         | sort -g | tail -1 | sed 's/^/worst relative error of any checked tensor: /'
+    echo
+    echo "== CUDA tests, generated row kernels (--rows gen) =="
+    if ! DMOVE_TEST_GEN=only "$TEST_CUDA" >"$OUT/test_cuda_gen.txt" 2>&1; then
+        grep -E "FAIL|error" "$OUT/test_cuda_gen.txt" | head -40
+        tail -3 "$OUT/test_cuda_gen.txt"
+        echo "generated-kernel tests FAILED: benchmarking the interpreting kernel only"
+        GEN=0
+    else
+        grep -E "^(CUDA:|tests/|generated kernels)" "$OUT/test_cuda_gen.txt"
+        grep -E "rel.err" "$OUT/test_cuda_gen.txt" | awk '{for(i=1;i<=NF;i++) if($i=="rel.err") print $(i+1)}' \
+            | sort -g | tail -1 | sed 's/^/worst relative error of any checked tensor: /'
+    fi
 fi
 
 for s in $SIZES; do
@@ -61,8 +74,11 @@ for s in $SIZES; do
     echo "== b=$b j=$j (BERT-large layer, bf16) ==" >&2
     "$DMOVE" bench --device cuda --dtype bf16 --rows interp $cfg --reps "$REPS" --warmup 10 --json --groups \
         >"$OUT/dmove-$tag.json" 2>"$OUT/dmove-$tag-groups.txt" || { tail -5 "$OUT/dmove-$tag-groups.txt"; exit 1; }
-    "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --reps "$REPS" --warmup 10 --json --groups \
-        >"$OUT/dmove-$tag-gen.json" 2>"$OUT/dmove-$tag-gen-groups.txt" || { tail -5 "$OUT/dmove-$tag-gen-groups.txt"; exit 1; }
+    if [ "$GEN" = 1 ]; then
+        "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --reps "$REPS" --warmup 10 --json --groups \
+            >"$OUT/dmove-$tag-gen.json" 2>"$OUT/dmove-$tag-gen-groups.txt" ||
+            { tail -5 "$OUT/dmove-$tag-gen-groups.txt"; rm -f "$OUT/dmove-$tag-gen.json"; }
+    fi
     "$DMOVE" analyze --preset bert-large $cfg --device $model --dtype bf16 --json >"$OUT/analyze-$tag.json" || exit 1
     : >"$OUT/torch-$tag.jsonl"
     for mode in "eager sdpa" "eager math" "compile sdpa"; do
@@ -80,8 +96,10 @@ an = json.load(open(f"{out}/analyze-{tag}.json"))
 floor_ms = an["totals"]["fused_floor_seconds"] * 1e3
 flop = an["totals"]["flop"]
 rows = [("dmove " + s["schedule"], s["step_ms"], s.get("forward_ms")) for s in d["schedules"]]
-dg = json.load(open(f"{out}/dmove-{tag}-gen.json"))
-rows += [("dmove " + s["schedule"] + " (gen)", s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
+import os
+if os.path.exists(f"{out}/dmove-{tag}-gen.json"):
+    dg = json.load(open(f"{out}/dmove-{tag}-gen.json"))
+    rows += [("dmove " + s["schedule"] + " (gen)", s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
 for line in open(f"{out}/torch-{tag}.jsonl"):
     t = json.loads(line)
     rows.append((t["framework"] + (" (" + t["attn"] + ")"), t["step_ms"], t["forward_ms"]))
