@@ -250,7 +250,8 @@ static int export_id(const dm_layer *L, const char *name) {
 static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulate, int dtype,
                        unsigned gen) {
     printf("%s%slayer b=%lld j=%lld i=%lld h=%lld u=%lld p=%g %s, %s, %s storage:\n",
-           emulate ? "emulated " : "", gen ? "generated-kernel " : "", (long long)cfg->batch, (long long)cfg->seq,
+           emulate ? "emulated " : "",
+           (gen & DM_CUDA_SIM_LANES) ? "generated-kernel (simulated lanes) " : gen ? "generated-kernel " : "", (long long)cfg->batch, (long long)cfg->seq,
            (long long)cfg->hidden, (long long)cfg->heads, (long long)cfg->ffn, cfg->dropout,
            dm_act_name(cfg->act), sched == DM_SCHED_FUSED ? "fused" : "unfused",
            dtype_name(dtype));
@@ -420,6 +421,24 @@ static void run_suite(unsigned emulate, int dtype, unsigned gen) {
     }
 }
 
+/* The generated kernels as the GPU runs them, lanes simulated by threads on the host
+ * (DM_CUDA_SIM_LANES): teams of 1 to 32 lanes, several teams per warp, rows not a whole
+ * number of chunks, partial last chunks, column sums across teams and blocks. */
+static void run_sim_suite(void) {
+    const unsigned f = DM_CUDA_EMULATE | DM_CUDA_GEN | DM_CUDA_SIM_LANES;
+    dm_layer_config a = small_config(2, 16, 64, 4, 256, DM_ACT_GELU);
+    dm_layer_config b = small_config(3, 13, 48, 3, 96, DM_ACT_GELU_TANH);
+    dm_layer_config c = small_config(2, 40, 320, 5, 1280, DM_ACT_RELU);
+    /* teams of 1 (j=7: one partial chunk), 4 (i=24), 8 (u=40), 16 (3i=72) lanes */
+    dm_layer_config d = small_config(3, 7, 24, 3, 40, DM_ACT_GELU);
+    test_groups(&a, DM_SCHED_FUSED, f, "simulated lanes, bf16 A fused", DM_CUDA_BF16);
+    test_groups(&b, DM_SCHED_FUSED, f, "simulated lanes, fp16 B fused", DM_CUDA_FP16);
+    test_groups(&c, DM_SCHED_FUSED, f, "simulated lanes, C fused", DM_CUDA_FP32);
+    test_groups(&d, DM_SCHED_FUSED, f, "simulated lanes, bf16 D fused", DM_CUDA_BF16);
+    test_groups(&d, DM_SCHED_UNFUSED, f, "simulated lanes, D unfused", DM_CUDA_FP32);
+    test_layer(&d, DM_SCHED_FUSED, 1, DM_CUDA_BF16, DM_CUDA_GEN | DM_CUDA_SIM_LANES);
+}
+
 /* How many row programs of a layer's fused plan the generator takes: all of the small
  * layers' (so the gen suites above test generated code, not the interpreter). */
 static void test_gen_coverage(int emulate) {
@@ -499,14 +518,18 @@ int main(void) {
     /* DMOVE_TEST_GEN=0: the interpreting row kernel only; =only: the generated kernels
      * only (bench/gpu/run.sh runs the two apart, so a fault in one still lets the other
      * be benchmarked); unset: both */
-    const char *tg = getenv("DMOVE_TEST_GEN");
+    const char *tg = getenv("DMOVE_TEST_GEN"), *te = getenv("DMOVE_TEST_EMULATE");
     const int interp = !tg || strcmp(tg, "only") != 0, gen = !tg || strcmp(tg, "0") != 0;
+    /* DMOVE_TEST_EMULATE=0 skips the emulated suites (CI runs them; a GPU run saves the
+     * time) */
+    const int emu = !te || strcmp(te, "0") != 0;
     /* without a GPU: the executor's mapping, emulated on the host */
-    for (int dt = DM_CUDA_FP32; dt <= DM_CUDA_FP16 && interp; dt++) run_suite(DM_CUDA_EMULATE, dt, 0);
-    if (gen) {
+    for (int dt = DM_CUDA_FP32; dt <= DM_CUDA_FP16 && interp && emu; dt++) run_suite(DM_CUDA_EMULATE, dt, 0);
+    if (gen && emu) {
         test_gen_coverage(1);
         for (int dt = DM_CUDA_FP32; dt <= DM_CUDA_FP16; dt++) run_suite(DM_CUDA_EMULATE, dt, DM_CUDA_GEN);
         test_gen_cache(xdg);
+        run_sim_suite();
     }
     char why[256];
     if (dm_cuda_available(why, sizeof why) != DM_OK) {

@@ -1,8 +1,10 @@
 #!/bin/sh
 # bench/gpu/run.sh: everything one GPU run needs, in one script (about 5 minutes on an H100):
 #   1. builds dmove with CUDA (make) unless DMOVE and TEST_CUDA name prebuilt binaries;
-#   2. runs the CUDA tests (tests/test_cuda: every group and whole layers against the CPU
-#      backend, fp32 / bf16 / fp16 storage) and stops if they fail;
+#   2. runs the CUDA tests on the GPU (tests/test_cuda: every group and whole layers against
+#      the CPU backend, fp32 / bf16 / fp16 storage; its emulated suites are CI's) and stops
+#      if they fail; then the same with the generated row kernels (if those fail, only
+#      the interpreting kernel is benchmarked);
 #   3. times the training step (forward + backward) of one BERT-large layer (i=1024, h=16,
 #      u=4096, dropout 0.1, exact GELU) at b=8 j=512 and b=96 j=128, in bf16:
 #      dmove fused and unfused (`dmove bench --device cuda --dtype bf16`), each with the
@@ -42,7 +44,7 @@ GEN=1
 if [ -n "${TEST_CUDA:-}" ]; then
     echo
     echo "== CUDA tests ($TEST_CUDA), interpreting row kernel =="
-    if ! DMOVE_TEST_GEN=0 "$TEST_CUDA" >"$OUT/test_cuda.txt" 2>&1; then
+    if ! DMOVE_TEST_EMULATE=0 DMOVE_TEST_GEN=0 "$TEST_CUDA" >"$OUT/test_cuda.txt" 2>&1; then
         grep -E "FAIL|error" "$OUT/test_cuda.txt" | head -40
         tail -3 "$OUT/test_cuda.txt"
         echo "CUDA tests FAILED: no benchmark"
@@ -53,7 +55,7 @@ if [ -n "${TEST_CUDA:-}" ]; then
         | sort -g | tail -1 | sed 's/^/worst relative error of any checked tensor: /'
     echo
     echo "== CUDA tests, generated row kernels (--rows gen) =="
-    if ! DMOVE_TEST_GEN=only "$TEST_CUDA" >"$OUT/test_cuda_gen.txt" 2>&1; then
+    if ! DMOVE_TEST_EMULATE=0 DMOVE_TEST_GEN=only "$TEST_CUDA" >"$OUT/test_cuda_gen.txt" 2>&1; then
         grep -E "FAIL|error" "$OUT/test_cuda_gen.txt" | head -40
         tail -3 "$OUT/test_cuda_gen.txt"
         echo "generated-kernel tests FAILED: benchmarking the interpreting kernel only"

@@ -130,8 +130,9 @@ typedef struct dmc_gen dmc_gen;
 /* DM_OK if program p can run as a generated kernel; else why (n bytes). */
 dm_status dmc_gen_eligible(const dmc_rowprog *p, char *why, size_t n);
 /* Generates and compiles the kernels of progs[0..n) (host copies, device addresses) for
- * storage type dt: NVRTC and the runtime's library loader for `device`, or, emulating,
- * the host compiler (NVRTC still compiles the device text, to PTX). */
+ * storage type dt: emulate 0, NVRTC and the runtime's library loader for `device`; 1 or
+ * 2, the host compiler, for a team of one lane or lanes simulated by threads (NVRTC still
+ * compiles the device text, to PTX). */
 dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, int dt, int emulate,
                         int device);
 const dmc_genk *dmc_gen_kernel(const dmc_gen *gn, int i);

@@ -589,10 +589,15 @@ static dm_status init_gen(dm_cuda_exec *ex) {
         ex->gen_of[i] = ex->ngen;
         list[ex->ngen++] = &ex->hprogs[i];
     }
-    dm_status s = ex->ngen ? dmc_gen_build(&ex->gen, list, ex->ngen, ex->dtype, emulated(ex), ex->device)
-                           : DM_OK;
+    const int mode = !emulated(ex) ? 0 : (ex->flags & DM_CUDA_SIM_LANES) ? 2 : 1;
+    dm_status s = ex->ngen ? dmc_gen_build(&ex->gen, list, ex->ngen, ex->dtype, mode, ex->device) : DM_OK;
     free(list);
-    DM_TRY(s);
+    if (s != DM_OK) { /* say how to go on without them */
+        char why[1400];
+        snprintf(why, sizeof why, "%s", dm_last_error());
+        return dm_fail(s, "%s (--rows interp, or DMOVE_CUDA_ROWS=interp, runs the interpreting row "
+                       "kernel instead)", why);
+    }
     return DM_OK;
 }
 

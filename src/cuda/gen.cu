@@ -182,7 +182,13 @@ static dm_status plan_values(gen_ctx *G) {
             int vi;
             DM_TRY(value_of(G, &op->out[i], &vi));
             gen_val *x = &G->v[vi];
-            if (x->kind == DM_ARG_COLACC || x->kind == DM_ARG_ROWSCALAR) continue;
+            if (x->kind == DM_ARG_COLACC) continue;
+            if (x->kind == DM_ARG_ROWSCALAR) { /* written once, a scalar */
+                if (x->loaded_seg >= 0 || x->first_seg >= 0)
+                    return dm_fail(DM_ERR_UNSUPPORTED, "row program writes a row statistic twice");
+                x->loaded_seg = 0; /* marks it written; reset before emission */
+                continue;
+            }
             if (x->def_seg >= 0)
                 return dm_fail(DM_ERR_UNSUPPORTED, "row program writes one tensor twice");
             x->def_seg = write_seg(op->kind, s);
@@ -193,8 +199,19 @@ static dm_status plan_values(gen_ctx *G) {
     }
     for (int i = 0; i < G->nv; i++) {
         gen_val *x = &G->v[i];
+        x->loaded_seg = -1;
         x->array = (x->kind == DM_ARG_FULL || x->kind == DM_ARG_GROUPED) &&
                    x->last_seg > (x->def_seg >= 0 ? x->def_seg : x->first_seg);
+        /* a tensor read before the op that writes it (in place, or a later overwrite):
+         * the registers would not hold what memory does */
+        if (x->def_seg >= 0 && x->first_seg < x->def_seg)
+            return dm_fail(DM_ERR_UNSUPPORTED, "row program reads a tensor before writing it");
+        /* one address under two operand kinds, one of them written: lanes would read
+         * what other lanes write */
+        for (int j = 0; j < G->nv; j++)
+            if (j != i && x->loc == DMC_LOC_GLOBAL && G->v[j].loc == DMC_LOC_GLOBAL &&
+                x->base == G->v[j].base && (x->def_seg >= 0 || x->kind == DM_ARG_ROWSCALAR))
+                return dm_fail(DM_ERR_UNSUPPORTED, "row program addresses one tensor two ways");
     }
     return DM_OK;
 }
@@ -282,11 +299,12 @@ static void close_segment(gen_ctx *G, const std::string &after) {
     G->out += G->rowscope;
     if (!G->body.empty()) {
         /* the lane's chunks c0 = (c * TEAM + lt) * 8, n of their columns valid */
-        add(G->out, "        DMC_UNROLL for (int c = 0; c < NCH; c++) {\n"
+        add(G->out, "        %s for (int c = 0; c < NCH; c++) {\n"
                     "        const int c0 = (c * TEAM + lt) * 8;\n"
                     "        if (%s) {\n"
                     "        const int n = %s;\n"
                     "        (void)n;\n",
+            G->nch <= GEN_MAX_NCH ? "DMC_UNROLL" : "DMC_UNROLL4", /* wide rows: registers */
             G->chunks % G->team == 0 ? "true" : "c0 < COLS",
             G->full ? "8" : "(int)(COLS - c0 < 8 ? COLS - c0 : 8)");
         G->out += G->body;
@@ -327,7 +345,7 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
         b = chunk(G, in[1]);
         y = define(G, out[0]);
         const char *A = a.c_str(), *B = b.c_str(), *Y = y.c_str();
-        add(G->body, "        for (int e = 0; e < 8; e++) ");
+        add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) ");
         if (op->kind == DM_OP_MUL) add(G->body, "%s[e] = %s[e] * %s[e];\n", Y, A, B);
         else if (op->kind == DM_OP_MASK_ADD)
             add(G->body, "%s[e] = fmaxf(%s[e] + (1.0f - %s[e]) * -3.40282347e+38f, %.9ef);\n", Y, A, B,
@@ -342,7 +360,7 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
     case DM_OP_DROPOUT_BWD:
         a = chunk(G, in[0]);
         y = define(G, out[0]);
-        add(G->body, "        for (int e = 0; e < 8; e++) %s[e] = %s[e];\n", y.c_str(), a.c_str());
+        add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) %s[e] = %s[e];\n", y.c_str(), a.c_str());
         if (op->drop_on)
             add(G->body, "        dmg_drop8(%s, n, seed, %uu, (unsigned long long)r * COLS + c0, %uu, %.9ef);\n",
                 y.c_str(), op->stream, op->drop_thr, (double)op->drop_scale);
@@ -353,7 +371,7 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
         a = chunk(G, in[0]);
         y = define(G, out[0]);
         std::string d = op->kind == DM_OP_ACT_DERIV ? define(G, out[1]) : std::string();
-        add(G->body, "        for (int e = 0; e < 8; e++) { float g; %s[e] = %s(%s[e], &g);%s%s%s }\n",
+        add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) { float g; %s[e] = %s(%s[e], &g);%s%s%s }\n",
             y.c_str(), act_fn(op->act), a.c_str(), d.empty() ? "" : " ", d.c_str(),
             d.empty() ? " (void)g;" : "[e] = g;");
         finish(G, out[0]);
@@ -364,7 +382,7 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
         a = chunk(G, in[0]);
         b = chunk(G, in[1]);
         y = define(G, out[0]);
-        add(G->body, "        for (int e = 0; e < 8; e++) { float g; (void)%s(%s[e], &g); %s[e] = %s[e] * g; }\n",
+        add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) { float g; (void)%s(%s[e], &g); %s[e] = %s[e] * g; }\n",
             act_fn(op->act), b.c_str(), y.c_str(), a.c_str());
         finish(G, out[0]);
         break;
@@ -372,14 +390,14 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
         a = chunk(G, in[0]);
         int ai = acc_index(G, &op->out[0]);
         if (ai < 0) return dm_fail(DM_ERR_INTERNAL, "column sum without an accumulator");
-        add(G->body, "        if (ok) for (int e = 0; e < n; e++) acc[%d * ACCW + DMG_AT(c, e)] += %s[e];\n", ai,
+        add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) if (ok && e < n) acc[%d * ACCW + DMG_AT(c, e)] += %s[e];\n", ai,
             a.c_str());
         break;
     }
     case DM_OP_SOFTMAX: {
         a = chunk(G, in[0]);
         add(G->rowscope, "        float m%d = -dmg_inf();\n", K);
-        add(G->body, "        for (int e = 0; e < n; e++) m%d = fmaxf(m%d, %s[e]);\n", K, K, a.c_str());
+        add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) if (e < n) m%d = fmaxf(m%d, %s[e]);\n", K, K, a.c_str());
         add(after, "        m%d = dmg_max<TEAM>(m%d);\n", K, K);
         close_segment(G, after);
         after.clear();
@@ -387,12 +405,12 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
         a = chunk(G, in[0]);
         add(G->out, "        float E%d[NCH][8];\n", K);
         add(G->rowscope, "        float t%d = 0.0f;\n", K);
-        add(G->body, "        for (int e = 0; e < 8; e++) { E%d[c][e] = expf(%s[e] - m%d); if (e < n) t%d += E%d[c][e]; }\n",
+        add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) { E%d[c][e] = expf(%s[e] - m%d); if (e < n) t%d += E%d[c][e]; }\n",
             K, a.c_str(), K, K, K);
         add(after, "        const float inv%d = 1.0f / dmg_sum<TEAM>(t%d);\n", K, K);
         close_segment(G, after);
         y = define(G, out[0]);
-        add(G->body, "        for (int e = 0; e < 8; e++) %s[e] = E%d[c][e] * inv%d;\n", y.c_str(), K, K);
+        add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) %s[e] = E%d[c][e] * inv%d;\n", y.c_str(), K, K);
         finish(G, out[0]);
         break;
     }
@@ -400,13 +418,13 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
         a = chunk(G, in[0]);
         b = chunk(G, in[1]);
         add(G->rowscope, "        float t%d = 0.0f;\n", K);
-        add(G->body, "        for (int e = 0; e < n; e++) t%d += %s[e] * %s[e];\n", K, a.c_str(), b.c_str());
+        add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) if (e < n) t%d += %s[e] * %s[e];\n", K, a.c_str(), b.c_str());
         add(after, "        t%d = dmg_sum<TEAM>(t%d);\n", K, K);
         close_segment(G, after);
         a = chunk(G, in[0]);
         b = chunk(G, in[1]);
         y = define(G, out[0]);
-        add(G->body, "        for (int e = 0; e < 8; e++) %s[e] = %s[e] * (%s[e] - t%d);\n", y.c_str(),
+        add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) %s[e] = %s[e] * (%s[e] - t%d);\n", y.c_str(),
             b.c_str(), a.c_str(), K);
         finish(G, out[0]);
         break;
@@ -414,13 +432,13 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
     case DM_OP_LAYERNORM: { /* in: x, gamma, beta; out: y, mean, rstd */
         a = chunk(G, in[0]);
         add(G->rowscope, "        float t%d = 0.0f;\n", K);
-        add(G->body, "        for (int e = 0; e < n; e++) t%d += %s[e];\n", K, a.c_str());
+        add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) if (e < n) t%d += %s[e];\n", K, a.c_str());
         add(after, "        const float mean%d = dmg_sum<TEAM>(t%d) / (float)COLS;\n", K, K);
         close_segment(G, after);
         after.clear();
         a = chunk(G, in[0]);
         add(G->rowscope, "        float q%d = 0.0f;\n", K);
-        add(G->body, "        for (int e = 0; e < n; e++) q%d += (%s[e] - mean%d) * (%s[e] - mean%d);\n", K,
+        add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) if (e < n) q%d += (%s[e] - mean%d) * (%s[e] - mean%d);\n", K,
             a.c_str(), K, a.c_str(), K);
         add(after, "        q%d = dmg_sum<TEAM>(q%d);\n", K, K);
         add(after, "        const float rstd%d = (float)(1.0 / sqrt((double)(q%d / (float)COLS) + %.17g));\n", K,
@@ -429,7 +447,7 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
         a = chunk(G, in[0]);
         std::string gm = chunk(G, in[1]), bt = chunk(G, in[2]);
         y = define(G, out[0]);
-        add(G->body, "        for (int e = 0; e < 8; e++) %s[e] = (%s[e] - mean%d) * rstd%d * %s[e] + %s[e];\n",
+        add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) %s[e] = (%s[e] - mean%d) * rstd%d * %s[e] + %s[e];\n",
             y.c_str(), a.c_str(), K, K, gm.c_str(), bt.c_str());
         finish(G, out[0]);
         char ex[32];
@@ -450,7 +468,7 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
         const char *M = mean.c_str(), *S = rstd.c_str();
         add(G->rowscope, "        float t%d = 0.0f, q%d = 0.0f;\n", K, K);
         add(G->body,
-            "        for (int e = 0; e < n; e++) {\n"
+            "        DMC_UNROLL for (int e = 0; e < 8; e++) if (e < n) {\n"
             "            const float xh = (%s[e] - %s) * %s, g = %s[e] * %s[e];\n"
             "            t%d += g;\n"
             "            q%d += g * xh;\n"
@@ -465,7 +483,7 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
         gm = chunk(G, in[4]);
         y = define(G, out[0]);
         add(G->body,
-            "        for (int e = 0; e < 8; e++) %s[e] = %s * (%s[e] * %s[e] - t%d - (%s[e] - %s) * %s * q%d);\n",
+            "        DMC_UNROLL for (int e = 0; e < 8; e++) %s[e] = %s * (%s[e] * %s[e] - t%d - (%s[e] - %s) * %s * q%d);\n",
             y.c_str(), S, a.c_str(), gm.c_str(), K, b.c_str(), M, S, K);
         finish(G, out[0]);
         break;
@@ -492,7 +510,9 @@ static dm_status gen_shape(gen_ctx *G) {
         return dm_fail(DM_ERR_UNSUPPORTED, "rows of %lld columns with a row reduction: more than %d "
                        "chunks per lane", (long long)p->cols, GEN_MAX_NCH);
     G->cols_pad = (p->cols + 31) / 32 * 32;
-    if (p->nacc && (int64_t)p->nacc * G->cols_pad * 4 > GEN_SMEM)
+    /* one team's accumulators: nacc x its lanes' chunks x 8 floats, plus the padding that
+     * staggers the teams of a warp across banks */
+    if (p->nacc && ((int64_t)p->nacc * G->nch * G->team * 8 + G->team) * 4 > GEN_SMEM)
         return dm_fail(DM_ERR_UNSUPPORTED, "column accumulators of one team exceed shared memory");
     G->vec = p->vec;
     G->full = p->cols % 8 == 0;
@@ -500,7 +520,7 @@ static dm_status gen_shape(gen_ctx *G) {
 }
 
 /* Appends kernel number `idx` for program p to src; shape into k. */
-static dm_status gen_kernel(const dmc_rowprog *p, int dt, int idx, dmc_genk *k, std::string &src) {
+static dm_status gen_kernel(const dmc_rowprog *p, int dt, int idx, int sms, dmc_genk *k, std::string &src) {
     gen_ctx *G = new gen_ctx();
     G->p = p;
     G->dt = dt;
@@ -513,19 +533,26 @@ static dm_status gen_kernel(const dmc_rowprog *p, int dt, int idx, dmc_genk *k, 
         return s;
     }
     close_segment(G, "");
-    /* launch shape: 128 threads (4 warps), or fewer when the teams' accumulators need it;
-     * a team's accumulators: nacc x (its lanes' chunks x 8) floats, lane-interleaved */
+    /* launch shape: 128 threads (4 warps), or fewer when the teams' accumulators need it.
+     * A team's accumulators: nacc x (its lanes' chunks x 8) floats, lane-interleaved,
+     * plus TEAM floats that stagger the teams of one warp across the banks. A program with
+     * column sums gets no more blocks than the GPU holds at once (sms x blocks per SM by
+     * shared memory, at most 8): each team then sums many rows, and there are few partials
+     * to add. */
     int threads = 128;
     const int64_t accw = (int64_t)G->nch * G->team * 8, accw_host = (int64_t)G->chunks * 8;
-    const int64_t acc_team = (int64_t)p->nacc * accw * 4;
-    while (p->nacc && threads > 32 && (threads / G->team) * acc_team > GEN_SMEM) threads /= 2;
+    const int64_t tstride = (int64_t)p->nacc * accw + G->team; /* floats per team */
+    while (p->nacc && threads > 32 && (threads / G->team) * tstride * 4 > GEN_SMEM) threads /= 2;
     const int teams = threads / G->team;
-    int64_t blocks = (p->rows + teams - 1) / teams;
-    const int64_t cap = p->nacc ? 1024 : 65535;
+    int64_t blocks = (p->rows + teams - 1) / teams, cap = 65535;
+    k->smem = p->nacc ? (size_t)(teams * tstride * 4) : 0;
+    if (p->nacc) {
+        int64_t per_sm = (int64_t)(200 * 1024) / (int64_t)k->smem;
+        cap = (int64_t)sms * (per_sm < 1 ? 1 : per_sm > 8 ? 8 : per_sm);
+    }
     k->threads = threads;
     k->teams = teams;
     k->blocks = (int)(blocks < cap ? blocks : cap);
-    k->smem = p->nacc ? (size_t)(teams * acc_team) : 0;
     k->nparams = G->nparam;
     for (int q = 0; q < G->nparam; q++) k->params[q] = (void *)G->params[q];
     k->acc_floats = p->nacc * G->cols_pad; /* the partials' layout, as the interpreter's */
@@ -541,7 +568,7 @@ static dm_status gen_kernel(const dmc_rowprog *p, int dt, int idx, dmc_genk *k, 
     /* zero this lane's columns of the team's accumulators */
     if (p->nacc)
         add(src, "    for (int a = 0; a < %d; a++) for (int c = 0; c < NCH; c++)\n"
-                 "        for (int e = 0; e < 8; e++) acc[a * ACCW + DMG_AT(c, e)] = 0.0f;\n",
+                 "        DMC_UNROLL for (int e = 0; e < 8; e++) acc[a * ACCW + DMG_AT(c, e)] = 0.0f;\n",
             p->nacc);
     else add(src, "    (void)acc;\n");
     add(src, "    (void)seed;\n");
@@ -552,29 +579,32 @@ static dm_status gen_kernel(const dmc_rowprog *p, int dt, int idx, dmc_genk *k, 
              "        const long long r = ok ? rr : ROWS - 1;\n        (void)ok;\n");
     src += G->out;
     add(src, "    }\n}\n");
-    /* the device kernel */
-    add(src, "#ifdef __CUDACC_RTC__\n");
-    add(src, "extern \"C\" __global__ void __launch_bounds__(%d) dmg_k%d(const dmg_ptrs P, unsigned long long seed, "
-             "float *part) {\n", threads, idx);
+    /* The kernel: for NVRTC, and for the host's lane-by-lane simulation of the device
+     * (DMG_SIM, genrt.cuh), which runs this very text with a thread per lane. */
+    add(src, "#if defined(__CUDACC_RTC__) || defined(DMG_SIM)\n");
+    add(src, "DMG_KERNEL(%d) dmg_k%d(const dmg_ptrs P, unsigned long long seed, float *part) {\n", threads, idx);
     add(src, "    enum { TEAM = %d, NCH = %d, TPW = 32 / TEAM, WPB = %d };\n", G->team, G->nch, threads / 32);
-    add(src, "    const int lt = threadIdx.x %% TEAM, tw = (threadIdx.x %% 32) / TEAM, wib = threadIdx.x / 32;\n");
-    add(src, "    const long long g0 = ((long long)blockIdx.x * WPB + wib) * TPW, gs = (long long)gridDim.x * WPB * TPW;\n");
+    add(src, "    const int lt = DMG_TID %% TEAM, tw = (DMG_TID %% 32) / TEAM, wib = DMG_TID / 32;\n");
+    add(src, "    const long long g0 = ((long long)DMG_BID * WPB + wib) * TPW, gs = (long long)DMG_NBLK * WPB * TPW;\n");
     if (p->nacc) {
-        add(src, "    extern __shared__ float dmg_smem[];\n");
-        add(src, "    float *acc = dmg_smem + (threadIdx.x / TEAM) * (NACC%d * NCH * TEAM * 8);\n", idx);
+        add(src, "    DMG_SMEM(dmg_smem);\n");
+        add(src, "    float *acc = dmg_smem + (DMG_TID / TEAM) * %lld;\n", (long long)tstride);
     } else {
         add(src, "    float *acc = 0; (void)part;\n");
     }
     add(src, "    dmg_rows%d<TEAM, NCH>(P, seed, acc, lt, g0, gs, tw);\n", idx);
     if (p->nacc) {
-        add(src, "    __syncthreads();\n");
-        add(src, "    dmg_acc_out<TEAM, NCH>(dmg_smem, %d, NACC%d, COLS%d, %lld, part + (long long)blockIdx.x * %lld, "
-                 "threadIdx.x, blockDim.x);\n",
-            teams, idx, idx, (long long)G->cols_pad, (long long)k->acc_floats);
+        add(src, "    DMG_SYNC();\n");
+        add(src, "    dmg_acc_out<TEAM, NCH>(dmg_smem, %d, %lld, NACC%d, COLS%d, %lld, part + (long long)DMG_BID * %lld, "
+                 "DMG_TID, DMG_NTHR);\n",
+            teams, (long long)tstride, idx, idx, (long long)G->cols_pad, (long long)k->acc_floats);
     }
-    add(src, "}\n#else\n");
-    /* the host emulation: the same grid of teams, one lane each, in order */
+    add(src, "}\n#endif\n");
+    /* the host entry: the simulation, or the same grid of teams of one lane, in order */
+    add(src, "#ifndef __CUDACC_RTC__\n");
     add(src, "extern \"C\" void dmg_h%d(const dmg_ptrs *P, unsigned long long seed, float *part, int blocks) {\n", idx);
+    add(src, "#ifdef DMG_SIM\n    dmg_sim_run(%d, blocks, %lld, [&] { dmg_k%d(*P, seed, part); });\n#else\n", threads,
+        (long long)(k->smem / 4), idx);
     add(src, "    const int teams = %d;\n", teams);
     if (p->nacc)
         add(src, "    float *acc = (float *)calloc((size_t)teams * %lld, sizeof(float));\n    if (!acc) abort();\n",
@@ -586,11 +616,11 @@ static dm_status gen_kernel(const dmc_rowprog *p, int dt, int idx, dmc_genk *k, 
              "(long long)blocks * teams, 0);\n",
         idx, G->chunks, (long long)(p->nacc * accw_host));
     if (p->nacc)
-        add(src, "        dmg_acc_out<1, %d>(acc, teams, NACC%d, COLS%d, %lld, part + (long long)b * %lld, 0, 1);\n",
-            G->chunks, idx, idx, (long long)G->cols_pad, (long long)k->acc_floats);
+        add(src, "        dmg_acc_out<1, %d>(acc, teams, %lld, NACC%d, COLS%d, %lld, part + (long long)b * %lld, 0, 1);\n",
+            G->chunks, (long long)(p->nacc * accw_host), idx, idx, (long long)G->cols_pad, (long long)k->acc_floats);
     add(src, "    }\n");
     if (p->nacc) add(src, "    free(acc);\n");
-    add(src, "}\n#endif\n");
+    add(src, "#endif\n}\n#endif\n");
     delete G;
     return DM_OK;
 }
@@ -598,7 +628,7 @@ static dm_status gen_kernel(const dmc_rowprog *p, int dt, int idx, dmc_genk *k, 
 /* --- compiling and running --------------------------------------------------------- */
 
 struct dmc_gen {
-    int emulate;
+    int emulate; /* 0: the GPU; 1: host, a team of one lane; 2: host, lanes simulated */
     std::string *src;
     void *so;            /* emulation: the host build */
     cudaLibrary_t lib;   /* device: the loaded cubin */
@@ -606,6 +636,9 @@ struct dmc_gen {
     int nk;
     dmc_genk *k;
 };
+
+/* The fixed NVRTC options (besides the architecture and include path), for the cache key. */
+#define NVRTC_OPTS "--std=c++17 -lineinfo"
 
 static const char *const hdr_names[3] = {"cuda/philox.cuh", "cuda/rowcore.cuh", "cuda/genrt.cuh"};
 
@@ -632,7 +665,7 @@ static dm_status nvrtc_build(const std::string &src, const char *arch, char **co
     char archopt[64], incopt[512];
     snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
     snprintf(incopt, sizeof incopt, "--include-path=%s", DM_CUDA_INCLUDE);
-    const char *opts[] = {archopt, "--std=c++17", incopt, "-lineinfo"};
+    const char *opts[] = {archopt, "--std=c++17", incopt, "-lineinfo"}; /* NVRTC_OPTS */
     const int cubin = strncmp(arch, "sm_", 3) == 0;
     *code = NULL;
     DMC_NVRTC(nvrtcCreateProgram(&prog, src.c_str(), "dmove_rows.cu", 3, texts, hdr_names));
@@ -697,10 +730,11 @@ static int cache_path(const std::string &src, const char *arch, char *path, size
     if (len < 0 || (size_t)len >= dn) return 0;
     int major = 0, minor = 0;
     if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return 0;
-    char ver[64];
-    snprintf(ver, sizeof ver, "|%s|nvrtc %d.%d", arch, major, minor);
+    char ver[700];
+    snprintf(ver, sizeof ver, "|%s|nvrtc %d.%d|%s|%s", arch, major, minor, NVRTC_OPTS, DM_CUDA_INCLUDE);
     uint64_t h = fnv64(14695981039346656037ull, src.data(), src.size());
     h = fnv64(h, ver, strlen(ver));
+    for (int i = 0; i < 3; i++) h = fnv64(h, hdr_text(i), strlen(hdr_text(i))); /* what it includes */
     len = snprintf(path, n, "%s/rows-%s-%016llx.bin", dir, arch, (unsigned long long)h);
     return len > 0 && (size_t)len < n;
 }
@@ -807,8 +841,9 @@ static dm_status host_build(dmc_gen *gn) {
     if (s == DM_OK) s = write_file(path, gn->src->c_str());
     if (s == DM_OK) {
         int len = snprintf(cmd, sizeof cmd,
-                           "%s -std=c++17 -O1 -fPIC -shared -w -I'%s' -I'%s' -o '%s/rows.so' '%s' 2>'%s/log'",
-                           DM_HOST_CXX, dir, DM_CUDA_INCLUDE, dir, path, dir);
+                           "%s -std=c++17 -O1 %s -fPIC -shared -w -I'%s' -I'%s' -o '%s/rows.so' '%s' 2>'%s/log'",
+                           DM_HOST_CXX, gn->emulate == 2 ? "-DDMG_SIM -pthread" : "", dir, DM_CUDA_INCLUDE, dir,
+                           path, dir);
         int rc = len > 0 && len < (int)sizeof cmd ? system(cmd) : -1;
         if (rc != 0) {
             char log[1200] = "";
@@ -842,7 +877,7 @@ static dm_status host_build(dmc_gen *gn) {
 dm_status dmc_gen_eligible(const dmc_rowprog *p, char *why, size_t n) {
     std::string src;
     dmc_genk k;
-    dm_status s = gen_kernel(p, DMC_F32, 0, &k, src);
+    dm_status s = gen_kernel(p, DMC_F32, 0, 132, &k, src);
     if (s != DM_OK && why && n) snprintf(why, n, "%s", dm_last_error());
     return s;
 }
@@ -857,7 +892,13 @@ dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, i
     gn->nk = n;
     dm_status s = gn->k ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory generating row kernels");
     if (s == DM_OK) *gn->src = "#include \"cuda/genrt.cuh\"\n#ifndef __CUDACC_RTC__\n#include <stdlib.h>\n#endif\n";
-    for (int i = 0; i < n && s == DM_OK; i++) s = gen_kernel(progs[i], dt, i, &gn->k[i], *gn->src);
+    int sms = 132; /* an H100's, emulating */
+    if (s == DM_OK && !emulate) {
+        cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        if (e != cudaSuccess)
+            s = dm_fail(DM_ERR_BACKEND, "cudaDeviceGetAttribute failed: %s", cudaGetErrorString(e));
+    }
+    for (int i = 0; i < n && s == DM_OK; i++) s = gen_kernel(progs[i], dt, i, sms, &gn->k[i], *gn->src);
     /* DMOVE_CUDA_DUMP=FILE: the generated source, before it is compiled (for debugging) */
     const char *dump = getenv("DMOVE_CUDA_DUMP");
     if (s == DM_OK && dump && *dump) s = write_file(dump, gn->src->c_str());

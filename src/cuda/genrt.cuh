@@ -1,9 +1,12 @@
 /* genrt.cuh: what the row kernels generated per fused group (gen.cu) are written against:
  * element conversions, 8-wide loads and stores, Philox dropout of a chunk, and sums and
  * maxima over a team of lanes. The generated text includes it; NVRTC compiles the two
- * for the GPU, and for the tests the host compiler compiles them into the generated
- * kernels' host emulation (a team of one lane), so the host runs the very code the GPU
- * runs. Every piece is __host__ __device__. */
+ * for the GPU. For the tests, the host compiler builds them into the generated kernels'
+ * host emulation, either a team of one lane that holds the whole row (fast), or, with
+ * DMG_SIM, the device kernels themselves with every lane a thread of its own (pthreads):
+ * the launch shape, teams, shuffles (a barrier per warp), 16-byte accesses and shared
+ * memory as on the GPU, so a lane that misses a shuffle deadlocks and a wrong lane
+ * mapping gives wrong numbers. Every piece is __host__ __device__. */
 #ifndef DM_CUDA_GENRT_CUH
 #define DM_CUDA_GENRT_CUH
 
@@ -19,6 +22,92 @@
 #include "cuda/rowcore.cuh"
 
 #define DMG_HD __host__ __device__ __forceinline__
+
+/* The kernel's view of its launch: CUDA's, or the simulation's (below). */
+#ifdef __CUDACC_RTC__
+#define DMG_KERNEL(threads) extern "C" __global__ void __launch_bounds__(threads)
+#define DMG_TID ((int)threadIdx.x)
+#define DMG_NTHR ((int)blockDim.x)
+#define DMG_BID ((int)blockIdx.x)
+#define DMG_NBLK ((int)gridDim.x)
+#define DMG_SMEM(name) extern __shared__ float name[]
+#define DMG_SYNC() __syncthreads()
+#elif defined(DMG_SIM)
+#include <functional>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <vector>
+/* One block at a time: its threads (the lanes) run concurrently; a block barrier between
+ * blocks; per warp, a barrier pair around each exchange of a shuffle. */
+struct dmg_simblock {
+    pthread_barrier_t block, warp[32];
+    float xchg[1024];
+    float *smem;
+};
+static dmg_simblock *dmg_sim;
+static thread_local int dmg_tid, dmg_nthr, dmg_bid, dmg_nblk;
+#define DMG_KERNEL(threads) static void
+#define DMG_TID dmg_tid
+#define DMG_NTHR dmg_nthr
+#define DMG_BID dmg_bid
+#define DMG_NBLK dmg_nblk
+#define DMG_SMEM(name) float *name = dmg_sim->smem
+#define DMG_SYNC() pthread_barrier_wait(&dmg_sim->block)
+
+static float dmg_shfl_xor(float v, int o) {
+    const int w = dmg_tid / 32, l = dmg_tid % 32;
+    dmg_sim->xchg[dmg_tid] = v;
+    pthread_barrier_wait(&dmg_sim->warp[w]);
+    const float r = dmg_sim->xchg[w * 32 + (l ^ o)];
+    pthread_barrier_wait(&dmg_sim->warp[w]);
+    return r;
+}
+
+struct dmg_simarg {
+    int tid, threads, blocks;
+    const std::function<void()> *fn;
+};
+
+static void *dmg_sim_thread(void *a) {
+    const dmg_simarg *x = (const dmg_simarg *)a;
+    dmg_tid = x->tid;
+    dmg_nthr = x->threads;
+    dmg_nblk = x->blocks;
+    for (int b = 0; b < x->blocks; b++) {
+        dmg_bid = b;
+        (*x->fn)();
+        pthread_barrier_wait(&dmg_sim->block); /* the block is done before the next starts */
+    }
+    return 0;
+}
+
+/* fn (the kernel) on a grid of `blocks` blocks of `threads` threads, `smem` floats of
+ * shared memory each (NaN at first: a read before a write shows). Aborts if a thread
+ * cannot be made (a test, not the library, runs this). */
+static void dmg_sim_run(int threads, int blocks, long long smem, const std::function<void()> &fn) {
+    dmg_simblock *B = new dmg_simblock();
+    dmg_sim = B;
+    if (pthread_barrier_init(&B->block, 0, (unsigned)threads)) abort();
+    for (int w = 0; w < threads / 32; w++)
+        if (pthread_barrier_init(&B->warp[w], 0, 32)) abort();
+    B->smem = (float *)malloc(sizeof(float) * (size_t)(smem > 0 ? smem : 1));
+    if (!B->smem) abort();
+    for (long long i = 0; i < smem; i++) B->smem[i] = __builtin_nanf("");
+    std::vector<pthread_t> th((size_t)threads);
+    std::vector<dmg_simarg> arg((size_t)threads);
+    for (int t = 0; t < threads; t++) {
+        arg[(size_t)t] = dmg_simarg{t, threads, blocks, &fn};
+        if (pthread_create(&th[(size_t)t], 0, dmg_sim_thread, &arg[(size_t)t])) abort();
+    }
+    for (int t = 0; t < threads; t++) pthread_join(th[(size_t)t], 0);
+    for (int w = 0; w < threads / 32; w++) pthread_barrier_destroy(&B->warp[w]);
+    pthread_barrier_destroy(&B->block);
+    free(B->smem);
+    delete B;
+    dmg_sim = 0;
+}
+#endif
 
 /* The kernels' global operands, by value (a kernel argument). */
 enum { DMG_MAXP = 48 }; /* cuda_internal.h: DMC_GEN_MAXP */
@@ -44,8 +133,11 @@ template <> DMG_HD __half dmg_to<__half>(float v) { return __float2half_rn(v); }
 /* v[0..8) = p[0..n), zeros past n. V: p 16-byte aligned (one or two 16-byte loads for a
  * whole chunk). */
 template <int V, typename T> DMG_HD void dmg_ld8(float v[8], const T *p, int n) {
-#ifdef __CUDA_ARCH__
+#if defined(__CUDA_ARCH__) || defined(DMG_SIM)
     if (V && n == 8) {
+#ifdef DMG_SIM
+        if ((uintptr_t)p % 16) abort(); /* the device would fault */
+#endif
         if (sizeof(T) == 4) {
             const float4 x = ((const float4 *)p)[0], y = ((const float4 *)p)[1];
             v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
@@ -65,8 +157,11 @@ DMC_UNROLL
 
 /* p[0..n) = v[0..n), rounded to T (nearest even). */
 template <int V, typename T> DMG_HD void dmg_st8(T *p, const float v[8], int n) {
-#ifdef __CUDA_ARCH__
+#if defined(__CUDA_ARCH__) || defined(DMG_SIM)
     if (V && n == 8) {
+#ifdef DMG_SIM
+        if ((uintptr_t)p % 16) abort();
+#endif
         if (sizeof(T) == 4) {
             ((float4 *)p)[0] = make_float4(v[0], v[1], v[2], v[3]);
             ((float4 *)p)[1] = make_float4(v[4], v[5], v[6], v[7]);
@@ -112,6 +207,9 @@ DMC_UNROLL
 /* Sum and maximum over the TEAM lanes that share a row (TEAM consecutive lanes of one
  * warp; every lane of the warp calls it, so the full mask is right). */
 template <int TEAM> DMG_HD float dmg_sum(float v) {
+#ifdef DMG_SIM
+    for (int o = TEAM / 2; o > 0; o >>= 1) v += dmg_shfl_xor(v, o);
+#endif
 #ifdef __CUDA_ARCH__
 DMC_UNROLL
     for (int o = TEAM / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -120,6 +218,9 @@ DMC_UNROLL
 }
 
 template <int TEAM> DMG_HD float dmg_max(float v) {
+#ifdef DMG_SIM
+    for (int o = TEAM / 2; o > 0; o >>= 1) v = fmaxf(v, dmg_shfl_xor(v, o));
+#endif
 #ifdef __CUDA_ARCH__
 DMC_UNROLL
     for (int o = TEAM / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -134,10 +235,11 @@ DMC_UNROLL
 #define DMG_AT(c, e) ((c) * (TEAM * 8) + (e) * TEAM + lt)
 
 /* A block's partial column sums: part[a * colsp + col] = the sum over its `teams` teams'
- * accumulators (in team order) of column col, 0 past cols; i from i0 in steps. */
+ * accumulators (team t's at acc + t * tstride; in team order) of column col, 0 past cols;
+ * i from i0 in steps. */
 template <int TEAM, int NCH>
-DMG_HD void dmg_acc_out(const float *acc, int teams, int nacc, long long cols, long long colsp,
-                        float *part, int i0, int step) {
+DMG_HD void dmg_acc_out(const float *acc, int teams, long long tstride, int nacc, long long cols,
+                        long long colsp, float *part, int i0, int step) {
     const long long accw = (long long)NCH * TEAM * 8;
     for (long long i = i0; i < (long long)nacc * colsp; i += step) {
         const long long a = i / colsp, col = i % colsp;
@@ -145,7 +247,7 @@ DMG_HD void dmg_acc_out(const float *acc, int teams, int nacc, long long cols, l
         if (col < cols) {
             const long long c = col / (TEAM * 8), rem = col % (TEAM * 8);
             const long long at = a * accw + c * (TEAM * 8) + (rem % 8) * TEAM + rem / 8;
-            for (int t = 0; t < teams; t++) s += acc[(long long)t * nacc * accw + at];
+            for (int t = 0; t < teams; t++) s += acc[(long long)t * tstride + at];
         }
         part[i] = s;
     }

@@ -20,8 +20,10 @@ typedef long long int64_t;
 /* #pragma unroll for the device passes only (host compilers warn about it). */
 #ifdef __CUDA_ARCH__
 #define DMC_UNROLL _Pragma("unroll")
+#define DMC_UNROLL4 _Pragma("unroll 4")
 #else
 #define DMC_UNROLL
+#define DMC_UNROLL4
 #endif
 
 /* Random123's constants, as in philox.c. */
