@@ -67,6 +67,7 @@ typedef struct {
     double fwd_ms, bwd_ms, step_ms, contr_ms, gflops;
     double class_ms[DM_NUM_CLASSES];
     double flop[2][DM_NUM_CLASSES], flop_total;
+    int rows_gen, row_progs; /* CUDA: row programs run by generated kernels, of all */
 } result;
 
 static double g_start, g_last_note;
@@ -148,6 +149,10 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
         cli_error(CMD, "%s", dm_last_error());
         return -1;
     }
+    res->rows_gen = dm_layer_rows_generated(s->layer, &res->row_progs);
+    if (g_device == DM_DEVICE_CUDA && res->rows_gen < res->row_progs && !strcmp(rows_in_effect(), "gen"))
+        fprintf(stderr, "dmove bench: note: %s: %d of %d row groups run generated kernels, the rest the "
+                "interpreter (the generator does not take them)\n", res->name, res->rows_gen, res->row_progs);
     float *x = NULL;
     int nd = 0;
     int64_t sh[4] = {0};
@@ -361,6 +366,7 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
         ok = cJSON_AddStringToObject(o, "schedule", r->name) && jnum(o, "forward_ms", r->fwd_ms) &&
              jnum(o, "backward_ms", r->bwd_ms) && jnum(o, "step_ms", r->step_ms) &&
              jnum(o, "contractions_alone_ms", r->contr_ms) && jnum(o, "gflops", r->gflops) &&
+             jnum(o, "row_programs", r->row_progs) && jnum(o, "row_programs_generated", r->rows_gen) &&
              jnum(o, "step_over_contractions",
                   r->contr_ms > 0 ? r->step_ms / r->contr_ms : 0.0) &&
              jnum(o, "flop", r->flop_total) &&

@@ -96,6 +96,9 @@ typedef struct {
 typedef struct dm_layer dm_layer;
 
 dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt);
+/* CUDA layers: how many of the plan's row programs run as generated kernels (rows gen);
+ * *total: all of them. 0 and 0 on the CPU. */
+int dm_layer_rows_generated(const dm_layer *layer, int *total);
 void dm_layer_free(dm_layer *layer);
 
 /* Named tensors of the layer, fp32, row-major in the shapes given:

@@ -229,6 +229,15 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
     return DM_OK;
 }
 
+int dm_layer_rows_generated(const dm_layer *L, int *total) {
+    if (total) *total = 0;
+#ifdef DM_HAVE_CUDA
+    if (L && L->cuda) return dm_cuda_exec_generated(L->cuda, total);
+#endif
+    (void)L;
+    return 0;
+}
+
 void dm_layer_free(dm_layer *L) {
     if (!L) return;
     dm_cpu_exec_free(&L->ex);

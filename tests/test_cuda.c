@@ -261,6 +261,9 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
     dm_layer_options oc = {.schedule = sched, .threads = 2};
     dm_layer_options og = {.schedule = sched, .threads = 2,
                            .device = emulate ? DM_DEVICE_CPU : DM_DEVICE_CUDA,
+                           .rows = emulate ? DM_ROWS_DEFAULT /* a CPU layer */
+                                   : gen   ? DM_ROWS_GEN
+                                           : DM_ROWS_INTERP,
                            .dtype = emulate                 ? DM_DTYPE_FP32 /* a CPU layer */
                                     : dtype == DM_CUDA_BF16 ? DM_DTYPE_BF16
                                     : dtype == DM_CUDA_FP16 ? DM_DTYPE_FP16
@@ -314,9 +317,7 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
                 if (G->plan.groups[gi].pass == pass) CHECK_OK(dm_cuda_exec_group(ex, gi, cfg->seed, 0));
         CHECK_OK(dm_cuda_sync(ex));
     } else {
-        if (gen) CHECK(setenv("DMOVE_CUDA_ROWS", "gen", 1) == 0);
         CHECK_OK(dm_layer_to_device(G));
-        CHECK(unsetenv("DMOVE_CUDA_ROWS") == 0);
         CHECK_OK(dm_layer_forward(G));
         CHECK_OK(dm_layer_backward(G));
     }
@@ -512,7 +513,7 @@ int main(void) {
     return 0;
 #else
     /* the generated kernels' compile cache in a folder of this run's own */
-    char xdg[] = "/tmp/dmove-test-cuda-XXXXXX";
+    char xdg[] = "/tmp/dmove-test-cuda-XXXXXX"; /* left behind: a few PTX files */
     CHECK(mkdtemp(xdg) != NULL);
     CHECK(setenv("XDG_CACHE_HOME", xdg, 1) == 0);
     /* DMOVE_TEST_GEN=0: the interpreting row kernel only; =only: the generated kernels

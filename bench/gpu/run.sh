@@ -1,5 +1,6 @@
 #!/bin/sh
-# bench/gpu/run.sh: everything one GPU run needs, in one script (about 5 minutes on an H100):
+# bench/gpu/run.sh: everything one GPU run needs, in one script (about 7 minutes on an H100
+# with prebuilt binaries, 8 with the build; SIZES=8x512 or COMPILE=0 for a shorter run):
 #   1. builds dmove with CUDA (make) unless DMOVE and TEST_CUDA name prebuilt binaries;
 #   2. runs the CUDA tests on the GPU (tests/test_cuda: every group and whole layers against
 #      the CPU backend, fp32 / bf16 / fp16 storage; its emulated suites are CI's) and stops
@@ -30,7 +31,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 if [ -z "${DMOVE:-}" ]; then
     echo "building dmove (make -C $root)" >&2
-    make -C "$root" -j"$(nproc)" >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+    make -C "$root" -j"$(nproc)" all build/tests/test_cuda >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
     DMOVE=$root/build/dmove
     TEST_CUDA=${TEST_CUDA:-$root/build/tests/test_cuda}
 fi
@@ -44,7 +45,7 @@ GEN=1
 if [ -n "${TEST_CUDA:-}" ]; then
     echo
     echo "== CUDA tests ($TEST_CUDA), interpreting row kernel =="
-    if ! DMOVE_TEST_EMULATE=0 DMOVE_TEST_GEN=0 "$TEST_CUDA" >"$OUT/test_cuda.txt" 2>&1; then
+    if ! DMOVE_TEST_EMULATE=0 DMOVE_TEST_GEN=0 timeout 240 "$TEST_CUDA" >"$OUT/test_cuda.txt" 2>&1; then
         grep -E "FAIL|error" "$OUT/test_cuda.txt" | head -40
         tail -3 "$OUT/test_cuda.txt"
         echo "CUDA tests FAILED: no benchmark"
@@ -55,7 +56,7 @@ if [ -n "${TEST_CUDA:-}" ]; then
         | sort -g | tail -1 | sed 's/^/worst relative error of any checked tensor: /'
     echo
     echo "== CUDA tests, generated row kernels (--rows gen) =="
-    if ! DMOVE_TEST_EMULATE=0 DMOVE_TEST_GEN=only "$TEST_CUDA" >"$OUT/test_cuda_gen.txt" 2>&1; then
+    if ! DMOVE_TEST_EMULATE=0 DMOVE_TEST_GEN=only timeout 240 "$TEST_CUDA" >"$OUT/test_cuda_gen.txt" 2>&1; then
         grep -E "FAIL|error" "$OUT/test_cuda_gen.txt" | head -40
         tail -3 "$OUT/test_cuda_gen.txt"
         echo "generated-kernel tests FAILED: benchmarking the interpreting kernel only"
@@ -72,6 +73,7 @@ for s in $SIZES; do
     j=${s#*x}
     cfg="--batch $b --seq $j --hidden 1024 --heads 16 --ffn 4096"
     tag="b${b}j${j}"
+    rm -f "$OUT/dmove-$tag-gen.json" # never an earlier run's
     echo
     echo "== b=$b j=$j (BERT-large layer, bf16) ==" >&2
     "$DMOVE" bench --device cuda --dtype bf16 --rows interp $cfg --reps "$REPS" --warmup 10 --json --groups \

@@ -592,12 +592,7 @@ static dm_status init_gen(dm_cuda_exec *ex) {
     const int mode = !emulated(ex) ? 0 : (ex->flags & DM_CUDA_SIM_LANES) ? 2 : 1;
     dm_status s = ex->ngen ? dmc_gen_build(&ex->gen, list, ex->ngen, ex->dtype, mode, ex->device) : DM_OK;
     free(list);
-    if (s != DM_OK) { /* say how to go on without them */
-        char why[1400];
-        snprintf(why, sizeof why, "%s", dm_last_error());
-        return dm_fail(s, "%s (--rows interp, or DMOVE_CUDA_ROWS=interp, runs the interpreting row "
-                       "kernel instead)", why);
-    }
+    DM_TRY(s);
     return DM_OK;
 }
 

@@ -303,7 +303,7 @@ static void close_segment(gen_ctx *G, const std::string &after) {
                     "        const int c0 = (c * TEAM + lt) * 8;\n"
                     "        if (%s) {\n"
                     "        const int n = %s;\n"
-                    "        (void)n;\n",
+                    "        (void)n; (void)c0;\n",
             G->nch <= GEN_MAX_NCH ? "DMC_UNROLL" : "DMC_UNROLL4", /* wide rows: registers */
             G->chunks % G->team == 0 ? "true" : "c0 < COLS",
             G->full ? "8" : "(int)(COLS - c0 < 8 ? COLS - c0 : 8)");
@@ -602,12 +602,12 @@ static dm_status gen_kernel(const dmc_rowprog *p, int dt, int idx, int sms, dmc_
     add(src, "}\n#endif\n");
     /* the host entry: the simulation, or the same grid of teams of one lane, in order */
     add(src, "#ifndef __CUDACC_RTC__\n");
-    add(src, "extern \"C\" void dmg_h%d(const dmg_ptrs *P, unsigned long long seed, float *part, int blocks) {\n", idx);
-    add(src, "#ifdef DMG_SIM\n    dmg_sim_run(%d, blocks, %lld, [&] { dmg_k%d(*P, seed, part); });\n#else\n", threads,
-        (long long)(k->smem / 4), idx);
+    add(src, "extern \"C\" int dmg_h%d(const dmg_ptrs *P, unsigned long long seed, float *part, int blocks) {\n", idx);
+    add(src, "#ifdef DMG_SIM\n    dmg_sim_run(%d, blocks, %lld, [&] { dmg_k%d(*P, seed, part); });\n    return 0;\n#else\n",
+        threads, (long long)(k->smem / 4), idx);
     add(src, "    const int teams = %d;\n", teams);
     if (p->nacc)
-        add(src, "    float *acc = (float *)calloc((size_t)teams * %lld, sizeof(float));\n    if (!acc) abort();\n",
+        add(src, "    float *acc = (float *)calloc((size_t)teams * %lld, sizeof(float));\n    if (!acc) return 1;\n",
             (long long)(p->nacc * accw_host));
     else add(src, "    float *acc = 0; (void)part;\n");
     add(src, "    for (int b = 0; b < blocks; b++) {\n"
@@ -620,7 +620,7 @@ static dm_status gen_kernel(const dmc_rowprog *p, int dt, int idx, int sms, dmc_
             G->chunks, (long long)(p->nacc * accw_host), idx, idx, (long long)G->cols_pad, (long long)k->acc_floats);
     add(src, "    }\n");
     if (p->nacc) add(src, "    free(acc);\n");
-    add(src, "#endif\n}\n#endif\n");
+    add(src, "    return 0;\n#endif\n}\n#endif\n");
     delete G;
     return DM_OK;
 }
@@ -636,6 +636,24 @@ struct dmc_gen {
     int nk;
     dmc_genk *k;
 };
+
+static_assert((int)DMG_MAXP == (int)DMC_GEN_MAXP, "genrt.cuh and cuda_internal.h disagree on operands");
+
+/* The CUDA toolkit's headers (cuda_bf16.h, cuda_fp16.h) for NVRTC and the host builds:
+ * DMOVE_CUDA_INCLUDE, else $CUDA_HOME/include, else the build's toolkit. */
+static dm_status cuda_include(char *dir, size_t n) {
+    const char *e = getenv("DMOVE_CUDA_INCLUDE"), *home = getenv("CUDA_HOME");
+    int len = e && *e ? snprintf(dir, n, "%s", e)
+              : home && *home ? snprintf(dir, n, "%s/include", home)
+                              : snprintf(dir, n, "%s", DM_CUDA_INCLUDE);
+    char probe[700];
+    if (len < 0 || (size_t)len >= n ||
+        snprintf(probe, sizeof probe, "%s/cuda_bf16.h", dir) >= (int)sizeof probe || access(probe, R_OK) != 0)
+        return dm_fail(DM_ERR_NOT_FOUND, "the generated row kernels need the CUDA toolkit's headers, "
+                       "but %s/cuda_bf16.h is not readable: set DMOVE_CUDA_INCLUDE (or CUDA_HOME) to "
+                       "the toolkit, or use --rows interp", dir);
+    return DM_OK;
+}
 
 /* The fixed NVRTC options (besides the architecture and include path), for the cache key. */
 #define NVRTC_OPTS "--std=c++17 -lineinfo"
@@ -662,9 +680,10 @@ static dm_status nvrtc_build(const std::string &src, const char *arch, char **co
     dm_status s = DM_OK;
     nvrtcProgram prog = NULL;
     const char *texts[3] = {hdr_text(0), hdr_text(1), hdr_text(2)};
-    char archopt[64], incopt[512];
+    char archopt[64], incopt[600], inc[512];
+    DM_TRY(cuda_include(inc, sizeof inc));
     snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
-    snprintf(incopt, sizeof incopt, "--include-path=%s", DM_CUDA_INCLUDE);
+    snprintf(incopt, sizeof incopt, "--include-path=%s", inc);
     const char *opts[] = {archopt, "--std=c++17", incopt, "-lineinfo"}; /* NVRTC_OPTS */
     const int cubin = strncmp(arch, "sm_", 3) == 0;
     *code = NULL;
@@ -678,9 +697,20 @@ static dm_status nvrtc_build(const std::string &src, const char *arch, char **co
                 log.resize(ln);
                 if (nvrtcGetProgramLog(prog, &log[0]) != NVRTC_SUCCESS) log = "(no log)";
             }
-            if (log.size() > 1500) log.resize(1500);
-            s = dm_fail(DM_ERR_BACKEND, "NVRTC could not compile the generated row kernels (%s): %s",
-                        nvrtcGetErrorString(r), log.c_str());
+            /* the error lines only (warnings first would push them out of the message) */
+            std::string errs;
+            for (size_t at = 0; at < log.size();) {
+                size_t end = log.find('\n', at);
+                if (end == std::string::npos) end = log.size();
+                std::string line = log.substr(at, end - at);
+                if (line.find("error") != std::string::npos) errs += line + "; ";
+                at = end + 1;
+            }
+            if (errs.empty()) errs = log;
+            if (errs.size() > 600) errs.resize(600);
+            s = dm_fail(DM_ERR_BACKEND, "NVRTC could not compile the generated row kernels (%s; "
+                        "--rows interp runs the interpreting kernel instead): %s",
+                        nvrtcGetErrorString(r), errs.c_str());
             goto done;
         }
     }
@@ -730,8 +760,9 @@ static int cache_path(const std::string &src, const char *arch, char *path, size
     if (len < 0 || (size_t)len >= dn) return 0;
     int major = 0, minor = 0;
     if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return 0;
-    char ver[700];
-    snprintf(ver, sizeof ver, "|%s|nvrtc %d.%d|%s|%s", arch, major, minor, NVRTC_OPTS, DM_CUDA_INCLUDE);
+    char ver[700], inc[512];
+    if (cuda_include(inc, sizeof inc) != DM_OK) return 0; /* the build will say why */
+    snprintf(ver, sizeof ver, "|%s|nvrtc %d.%d|%s|%s", arch, major, minor, NVRTC_OPTS, inc);
     uint64_t h = fnv64(14695981039346656037ull, src.data(), src.size());
     h = fnv64(h, ver, strlen(ver));
     for (int i = 0; i < 3; i++) h = fnv64(h, hdr_text(i), strlen(hdr_text(i))); /* what it includes */
@@ -813,6 +844,8 @@ static dm_status cached_build(const std::string &src, const char *arch, char **c
     return DM_OK;
 }
 
+/* A text file, written in place: the host build's private temporary files, and the
+ * DMOVE_CUDA_DUMP debugging copy (nothing reads it back). */
 static dm_status write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     if (!f) return dm_fail(DM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
@@ -839,11 +872,12 @@ static dm_status host_build(dmc_gen *gn) {
     }
     snprintf(path, sizeof path, "%s/rows.cpp", dir);
     if (s == DM_OK) s = write_file(path, gn->src->c_str());
+    char inc[512];
+    if (s == DM_OK) s = cuda_include(inc, sizeof inc);
     if (s == DM_OK) {
         int len = snprintf(cmd, sizeof cmd,
                            "%s -std=c++17 -O1 %s -fPIC -shared -w -I'%s' -I'%s' -o '%s/rows.so' '%s' 2>'%s/log'",
-                           DM_HOST_CXX, gn->emulate == 2 ? "-DDMG_SIM -pthread" : "", dir, DM_CUDA_INCLUDE, dir,
-                           path, dir);
+                           DM_HOST_CXX, gn->emulate == 2 ? "-DDMG_SIM -pthread" : "", dir, inc, dir, path, dir);
         int rc = len > 0 && len < (int)sizeof cmd ? system(cmd) : -1;
         if (rc != 0) {
             char log[1200] = "";
@@ -855,7 +889,8 @@ static dm_status host_build(dmc_gen *gn) {
                 fclose(f);
             }
             s = dm_fail(DM_ERR_BACKEND, "the host compiler (%s) could not build the generated row "
-                        "kernels (exit %d): %s", DM_HOST_CXX, rc, log);
+                        "kernels (%s %d): %s", DM_HOST_CXX, rc != -1 && WIFEXITED(rc) ? "exit status" : "status",
+                        rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : rc, log);
         }
     }
     if (s == DM_OK) {
@@ -928,7 +963,8 @@ dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, i
         if (s == DM_OK) {
             e = cudaLibraryLoadData(&gn->lib, code, NULL, NULL, 0, NULL, NULL, 0);
             if (e != cudaSuccess)
-                s = dm_fail(DM_ERR_BACKEND, "cudaLibraryLoadData (the generated row kernels) failed: %s (%s)",
+                s = dm_fail(DM_ERR_BACKEND, "cudaLibraryLoadData (the generated row kernels) failed: %s (%s); "
+                            "--rows interp runs the interpreting kernel instead",
                             cudaGetErrorString(e), cudaGetErrorName(e));
             else gn->have_lib = 1;
         }
@@ -955,7 +991,7 @@ const dmc_genk *dmc_gen_kernel(const dmc_gen *gn, int i) { return gn && i >= 0 &
 
 const char *dmc_gen_source_text(const dmc_gen *gn) { return gn ? gn->src->c_str() : ""; }
 
-typedef void (*dmg_host_fn)(const void *P, unsigned long long seed, float *part, int blocks);
+typedef int (*dmg_host_fn)(const void *P, unsigned long long seed, float *part, int blocks);
 
 dm_status dmc_gen_launch(const dmc_gen *gn, int i, uint64_t seed, float *partials, cudaStream_t stream) {
     const dmc_genk *k = &gn->k[i];
@@ -964,7 +1000,8 @@ dm_status dmc_gen_launch(const dmc_gen *gn, int i, uint64_t seed, float *partial
     memset(&P, 0, sizeof P);
     for (int q = 0; q < k->nparams; q++) P.p[q] = k->params[q];
     if (gn->emulate) {
-        ((dmg_host_fn)k->host)(&P, (unsigned long long)seed, partials, k->blocks);
+        if (((dmg_host_fn)k->host)(&P, (unsigned long long)seed, partials, k->blocks) != 0)
+            return dm_fail(DM_ERR_OOM, "out of memory emulating a generated row kernel");
         return DM_OK;
     }
     unsigned long long sd = (unsigned long long)seed;

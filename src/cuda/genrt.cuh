@@ -36,6 +36,7 @@
 #include <functional>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <vector>
 /* One block at a time: its threads (the lanes) run concurrently; a block barrier between
@@ -62,6 +63,14 @@ static float dmg_shfl_xor(float v, int o) {
     const float r = dmg_sim->xchg[w * 32 + (l ^ o)];
     pthread_barrier_wait(&dmg_sim->warp[w]);
     return r;
+}
+
+/* A 16-byte access the GPU would fault on stops the test, saying where. */
+static void dmg_sim_aligned(const void *p, const char *what) {
+    if ((uintptr_t)p % 16 == 0) return;
+    fprintf(stderr, "generated kernel, simulated lane %d of block %d: 16-byte %s at %p, not "
+            "16-byte aligned\n", dmg_tid, dmg_bid, what, p);
+    abort();
 }
 
 struct dmg_simarg {
@@ -136,7 +145,7 @@ template <int V, typename T> DMG_HD void dmg_ld8(float v[8], const T *p, int n) 
 #if defined(__CUDA_ARCH__) || defined(DMG_SIM)
     if (V && n == 8) {
 #ifdef DMG_SIM
-        if ((uintptr_t)p % 16) abort(); /* the device would fault */
+        dmg_sim_aligned(p, "load"); /* the device would fault */
 #endif
         if (sizeof(T) == 4) {
             const float4 x = ((const float4 *)p)[0], y = ((const float4 *)p)[1];
@@ -160,7 +169,7 @@ template <int V, typename T> DMG_HD void dmg_st8(T *p, const float v[8], int n) 
 #if defined(__CUDA_ARCH__) || defined(DMG_SIM)
     if (V && n == 8) {
 #ifdef DMG_SIM
-        if ((uintptr_t)p % 16) abort();
+        dmg_sim_aligned(p, "store");
 #endif
         if (sizeof(T) == 4) {
             ((float4 *)p)[0] = make_float4(v[0], v[1], v[2], v[3]);
