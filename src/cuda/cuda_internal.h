@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <string>
+
 extern "C" {
 #include "core/status.h"
 #include "cpu/contract.h"
@@ -129,6 +131,10 @@ typedef struct {
 typedef struct dmc_gen dmc_gen;
 /* DM_OK if program p can run as a generated kernel; else why (n bytes). */
 dm_status dmc_gen_eligible(const dmc_rowprog *p, char *why, size_t n);
+/* The CUDA C++ of progs[0..n) (kernels dmg_k<i>, host entries dmg_h<i>) into *src, and
+ * their launch shapes into k[0..n); sms: the GPU's multiprocessors. gen.cu. */
+dm_status dmc_gen_source(const dmc_rowprog *const *progs, int n, int dt, int sms, dmc_genk *k,
+                         std::string *src);
 /* Generates and compiles the kernels of progs[0..n) (host copies, device addresses) for
  * storage type dt: emulate 0, NVRTC and the runtime's library loader for `device`; 1 or
  * 2, the host compiler, for a team of one lane or lanes simulated by threads (NVRTC still

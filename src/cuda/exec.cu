@@ -583,12 +583,12 @@ static dm_status init_gen(dm_cuda_exec *ex) {
     }
     ex->ngen = 0;
     for (int i = 0; i < ex->nprogs; i++) {
-        char why[256];
         ex->gen_of[i] = -1;
-        if (dmc_gen_eligible(&ex->hprogs[i], why, sizeof why) != DM_OK) continue;
+        if (dmc_gen_eligible(&ex->hprogs[i], NULL, 0) != DM_OK) continue; /* interpreted */
         ex->gen_of[i] = ex->ngen;
         list[ex->ngen++] = &ex->hprogs[i];
     }
+    dm_clear_error(); /* a program the generator does not take is no error */
     const int mode = !emulated(ex) ? 0 : (ex->flags & DM_CUDA_SIM_LANES) ? 2 : 1;
     dm_status s = ex->ngen ? dmc_gen_build(&ex->gen, list, ex->ngen, ex->dtype, mode, ex->device) : DM_OK;
     free(list);
