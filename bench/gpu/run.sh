@@ -19,7 +19,9 @@
 # Usage: sh bench/gpu/run.sh [OUTDIR]   (OUTDIR keeps the raw JSON, test log, group times)
 # Env: DMOVE, TEST_CUDA (binaries), PYTHON (default python3, needs torch with CUDA),
 #      REPS (default 50), SIZES (default "8x512 96x128"), COMPILE=0 skips torch.compile,
-#      COMMIT (the git commit to print, when the tree has no .git).
+#      COMMIT (the git commit to print, when the tree has no .git),
+#      NCU=1: at the end, Nsight Compute's speed-of-light numbers (DRAM and SM % of peak,
+#      duration) of every generated row kernel of one step at the last size (about 1 min).
 set -u
 OUT=${1:-bench-gpu-out}
 mkdir -p "$OUT"
@@ -119,3 +121,27 @@ for name, ms, fwd in rows:
 PY
     echo "(dmove's time per group: $OUT/dmove-$tag-groups.txt, generated kernels: $OUT/dmove-$tag-gen-groups.txt)"
 done
+
+if [ "${NCU:-0}" = 1 ] && [ "$GEN" = 1 ] && command -v ncu >/dev/null 2>&1; then
+    echo
+    echo "== ncu: the generated row kernels of one fused step, b=$b j=$j (bf16) =="
+    ncu --clock-control none -k regex:dmg_k --launch-count 11 --section SpeedOfLight --csv --page details \
+        "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --schedule fused --reps 1 --warmup 0 \
+        >"$OUT/ncu-gen.csv" 2>"$OUT/ncu-gen.err" || { tail -3 "$OUT/ncu-gen.err"; }
+    $PYTHON - "$OUT/ncu-gen.csv" <<'PY'
+import csv, sys
+rows = {}
+try:
+    for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"')):
+        k = (r.get("ID"), r.get("Kernel Name"))
+        rows.setdefault(k, {})[r.get("Metric Name")] = (r.get("Metric Value"), r.get("Metric Unit"))
+except (OSError, csv.Error) as e:
+    sys.exit(f"no ncu table: {e}")
+print(f"{'kernel':10s} {'us':>9s} {'DRAM %':>7s} {'SM %':>7s}")
+for (i, name), m in rows.items():
+    d = m.get("Duration", ("?", ""))
+    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(d[1], float("nan"))
+    us = float(d[0].replace(",", "")) * scale if d[0] != "?" else float("nan")
+    print(f"{name:10s} {us:9.1f} {m.get('DRAM Throughput', ('?',))[0]:>7s} {m.get('Compute (SM) Throughput', ('?',))[0]:>7s}")
+PY
+fi

@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <memory>
+#include <new>
 #include <string>
 
 #include "cuda/cuda_internal.h"
@@ -504,17 +506,15 @@ static dm_status gen_shape(gen_ctx *G) {
 
 /* Appends kernel number `idx` for program p to src; shape into k. */
 static dm_status gen_kernel(const dmc_rowprog *p, int dt, int idx, int sms, dmc_genk *k, std::string &src) {
-    gen_ctx *G = new gen_ctx();
+    std::unique_ptr<gen_ctx> holder(new gen_ctx()); /* freed on every way out */
+    gen_ctx *G = holder.get();
     G->p = p;
     G->dt = dt;
     dm_status s = gen_shape(G);
     if (s == DM_OK) s = plan_values(G);
     G->seg = 0;
     for (int q = 0; q < p->nops && s == DM_OK; q++) s = emit_op(G, &p->ops[q]);
-    if (s != DM_OK) {
-        delete G;
-        return s;
-    }
+    if (s != DM_OK) return s;
     close_segment(G, "");
     /* launch shape: 128 threads (4 warps), or fewer when the teams' accumulators need it.
      * A team's accumulators: nacc x (its lanes' chunks x 8) floats, lane-interleaved,
@@ -604,21 +604,30 @@ static dm_status gen_kernel(const dmc_rowprog *p, int dt, int idx, int sms, dmc_
     add(src, "    }\n");
     if (p->nacc) add(src, "    free(acc);\n");
     add(src, "    return 0;\n#endif\n}\n#endif\n");
-    delete G;
     return DM_OK;
 }
 
+/* The C entry points catch what std::string and new throw: out of memory is a status. */
 dm_status dmc_gen_eligible(const dmc_rowprog *p, char *why, size_t n) {
-    std::string src;
-    dmc_genk k;
-    dm_status s = gen_kernel(p, DMC_F32, 0, 132, &k, src);
+    dm_status s;
+    try {
+        std::string src;
+        dmc_genk k;
+        s = gen_kernel(p, DMC_F32, 0, 132, &k, src);
+    } catch (const std::bad_alloc &) {
+        s = dm_fail(DM_ERR_OOM, "out of memory generating a row kernel");
+    }
     if (s != DM_OK && why && n) snprintf(why, n, "%s", dm_last_error());
     return s;
 }
 
 dm_status dmc_gen_source(const dmc_rowprog *const *progs, int n, int dt, int sms, dmc_genk *k,
                          std::string *src) {
-    *src = "#include \"cuda/genrt.cuh\"\n#ifndef __CUDACC_RTC__\n#include <stdlib.h>\n#endif\n";
-    for (int i = 0; i < n; i++) DM_TRY(gen_kernel(progs[i], dt, i, sms, &k[i], *src));
+    try {
+        *src = "#include \"cuda/genrt.cuh\"\n#ifndef __CUDACC_RTC__\n#include <stdlib.h>\n#endif\n";
+        for (int i = 0; i < n; i++) DM_TRY(gen_kernel(progs[i], dt, i, sms, &k[i], *src));
+    } catch (const std::bad_alloc &) {
+        return dm_fail(DM_ERR_OOM, "out of memory generating the row kernels");
+    }
     return DM_OK;
 }

@@ -16,6 +16,7 @@
 
 #include <nvrtc.h>
 
+#include <new>
 #include <string>
 
 #include "cuda/cuda_internal.h"
@@ -307,10 +308,8 @@ static dm_status host_build(dmc_gen *gn) {
     return s;
 }
 
-dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, int dt, int emulate,
-                        int device) {
-    *out = NULL;
-    dmc_gen *gn = new dmc_gen();
+static dm_status build(dmc_gen *gn, const dmc_rowprog *const *progs, int n, int dt, int emulate,
+                       int device) {
     gn->emulate = emulate;
     gn->src = new std::string();
     gn->k = (dmc_genk *)calloc((size_t)(n > 0 ? n : 1), sizeof(dmc_genk));
@@ -367,6 +366,20 @@ dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, i
                 s = dm_fail(DM_ERR_BACKEND, "cudaLibraryGetKernel(%s) failed: %s", sym, cudaGetErrorString(e));
             else gn->k[i].kernel = (void *)kern;
         }
+    }
+    return s;
+}
+
+dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, int dt, int emulate,
+                        int device) {
+    *out = NULL;
+    dmc_gen *gn = NULL;
+    dm_status s;
+    try { /* what new and std::string throw is out of memory, a status */
+        gn = new dmc_gen();
+        s = build(gn, progs, n, dt, emulate, device);
+    } catch (const std::bad_alloc &) {
+        s = dm_fail(DM_ERR_OOM, "out of memory building the generated row kernels");
     }
     if (s != DM_OK) {
         dmc_gen_free(gn);
