@@ -43,6 +43,7 @@ typedef struct {
     int param;        /* GLOBAL: index into the kernel's dmg_ptrs */
     int def_seg;      /* segment that computes it; -1: read from memory */
     int first_seg, last_seg; /* segments that use it (reads and the def) */
+    int first_read_op, def_op; /* the first op that reads it, the op that writes it; -1 */
     int array;        /* 1: a row array (used across segments) */
     int loaded_seg;   /* segment in which its load was emitted, -1 none */
 } gen_val;
@@ -106,6 +107,7 @@ static dm_status value_of(gen_ctx *G, const dmc_operand *d, int *vi) {
     x->param = -1;
     x->def_seg = -1;
     x->first_seg = x->last_seg = -1;
+    x->first_read_op = x->def_op = -1;
     x->loaded_seg = -1;
     if (d->loc == DMC_LOC_GLOBAL && d->kind != DM_ARG_COLACC) {
         for (int q = 0; q < G->nparam; q++)
@@ -162,6 +164,7 @@ static dm_status plan_values(gen_ctx *G) {
             gen_val *x = &G->v[vi];
             use(x, s);
             use(x, read_last_seg(op->kind, i, s));
+            if (x->first_read_op < 0) x->first_read_op = k;
         }
         for (int i = 0; i < op->nout; i++) {
             int vi;
@@ -177,6 +180,7 @@ static dm_status plan_values(gen_ctx *G) {
             if (x->def_seg >= 0)
                 return dm_fail(DM_ERR_UNSUPPORTED, "row program writes one tensor twice");
             x->def_seg = write_seg(op->kind, s);
+            x->def_op = k;
             use(x, x->def_seg);
         }
         s += segs_opened(op->kind);
@@ -189,7 +193,7 @@ static dm_status plan_values(gen_ctx *G) {
                    x->last_seg > (x->def_seg >= 0 ? x->def_seg : x->first_seg);
         /* a tensor read before the op that writes it (in place, or a later overwrite):
          * the registers would not hold what memory does */
-        if (x->def_seg >= 0 && x->first_seg < x->def_seg)
+        if (x->def_op >= 0 && x->first_read_op >= 0 && x->first_read_op <= x->def_op)
             return dm_fail(DM_ERR_UNSUPPORTED, "row program reads a tensor before writing it");
         /* one address under two operand kinds, one of them written: lanes would read
          * what other lanes write */
