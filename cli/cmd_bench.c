@@ -75,13 +75,12 @@ static dm_device_kind g_device = DM_DEVICE_CPU; /* --device */
 static dm_dtype g_dtype = DM_DTYPE_FP32;         /* --dtype */
 static dm_rows g_rows = DM_ROWS_DEFAULT;         /* --rows */
 
-/* The CUDA row kernels a layer gets (--rows, else DMOVE_CUDA_ROWS, else interp), for
- * the JSON record; "-" on the CPU. */
+/* The CUDA row kernels a layer gets (dm_rows_resolve), for the JSON record; "-" on the
+ * CPU. */
 static const char *rows_in_effect(void) {
+    dm_rows r;
     if (g_device != DM_DEVICE_CUDA) return "-";
-    if (g_rows != DM_ROWS_DEFAULT) return dm_rows_name(g_rows);
-    const char *env = getenv("DMOVE_CUDA_ROWS");
-    return env && *env ? env : "interp";
+    return dm_rows_resolve(g_rows, &r) == DM_OK ? dm_rows_name(r) : "?";
 }
 static int g_groups;                             /* --groups */
 

@@ -81,6 +81,9 @@ dm_status dm_dtype_parse(const char *s, dm_dtype *out); /* "fp32", "bf16", "fp16
 typedef enum { DM_ROWS_DEFAULT = 0, DM_ROWS_INTERP, DM_ROWS_GEN } dm_rows;
 const char *dm_rows_name(dm_rows r);
 dm_status dm_rows_parse(const char *s, dm_rows *out); /* "interp", "gen" */
+/* The choice a layer with option r makes: r, or for DM_ROWS_DEFAULT the DMOVE_CUDA_ROWS
+ * environment variable, else DM_ROWS_INTERP. DM_ERR_INVALID_ARG for a bad variable. */
+dm_status dm_rows_resolve(dm_rows r, dm_rows *out);
 
 typedef struct {
     dm_schedule schedule;  /* fused (default) or unfused */

@@ -208,16 +208,9 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
         int dt = opt->dtype == DM_DTYPE_BF16   ? DM_CUDA_BF16
                  : opt->dtype == DM_DTYPE_FP16 ? DM_CUDA_FP16
                                                : DM_CUDA_FP32;
-        dm_rows rows = opt->rows;
-        const char *env = getenv("DMOVE_CUDA_ROWS");
-        if (rows == DM_ROWS_DEFAULT && env && *env) {
-            s = dm_rows_parse(env, &rows);
-            if (s != DM_OK) {
-                dm_layer_free(L);
-                return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_ROWS='%s': use gen or interp", env);
-            }
-        }
-        s = dm_cuda_exec_init(&L->cuda, &L->plan, dt, rows == DM_ROWS_GEN ? DM_CUDA_GEN : 0);
+        dm_rows rows = DM_ROWS_INTERP;
+        s = dm_rows_resolve(opt->rows, &rows);
+        if (s == DM_OK) s = dm_cuda_exec_init(&L->cuda, &L->plan, dt, rows == DM_ROWS_GEN ? DM_CUDA_GEN : 0);
         if (s == DM_OK) s = dm_layer_to_device(L);
         if (s != DM_OK) {
             dm_layer_free(L);
@@ -395,6 +388,15 @@ dm_status dm_rows_parse(const char *s, dm_rows *out) {
     if (s && !strcmp(s, "gen")) *out = DM_ROWS_GEN;
     else if (s && !strcmp(s, "interp")) *out = DM_ROWS_INTERP;
     else return dm_fail(DM_ERR_INVALID_ARG, "unknown row kernels '%s': use gen or interp", s ? s : "(null)");
+    return DM_OK;
+}
+
+dm_status dm_rows_resolve(dm_rows r, dm_rows *out) {
+    const char *env = getenv("DMOVE_CUDA_ROWS");
+    *out = r == DM_ROWS_DEFAULT ? DM_ROWS_INTERP : r;
+    if (r != DM_ROWS_DEFAULT || !env || !*env) return DM_OK;
+    if (dm_rows_parse(env, out) != DM_OK)
+        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_ROWS='%s': use gen or interp", env);
     return DM_OK;
 }
 

@@ -129,20 +129,20 @@ typedef struct {
     void *host;                 /* emulation: the host build's entry */
 } dmc_genk;
 typedef struct dmc_gen dmc_gen;
-/* DM_OK if program p can run as a generated kernel; else why (n bytes). */
-dm_status dmc_gen_eligible(const dmc_rowprog *p, char *why, size_t n);
+/* DM_OK if program p can run as a generated kernel (dm_last_error says why not). */
+dm_status dmc_gen_eligible(const dmc_rowprog *p);
 /* The CUDA C++ of progs[0..n) (kernels dmg_k<i>, host entries dmg_h<i>) into *src, and
- * their launch shapes into k[0..n); sms: the GPU's multiprocessors. gen.cu. */
-dm_status dmc_gen_source(const dmc_rowprog *const *progs, int n, int dt, int sms, dmc_genk *k,
+ * their launch shapes into k[0..n); sms: the GPU's multiprocessors. Element types come
+ * from each operand. gen.cu. */
+dm_status dmc_gen_source(const dmc_rowprog *const *progs, int n, int sms, dmc_genk *k,
                          std::string *src);
-/* Generates and compiles the kernels of progs[0..n) (host copies, device addresses) for
- * storage type dt: emulate 0, NVRTC and the runtime's library loader for `device`; 1 or
- * 2, the host compiler, for a team of one lane or lanes simulated by threads (NVRTC still
- * compiles the device text, to PTX). */
-dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, int dt, int emulate,
+/* Generates and compiles the kernels of progs[0..n) (host copies, device addresses):
+ * emulate 0, NVRTC and the runtime's library loader for `device`; 1 or 2, the host
+ * compiler, for a team of one lane or lanes simulated by threads (NVRTC still compiles
+ * the device text, to PTX). */
+dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, int emulate,
                         int device);
 const dmc_genk *dmc_gen_kernel(const dmc_gen *gn, int i);
-const char *dmc_gen_source_text(const dmc_gen *gn);
 /* Runs kernel i (its column sums as per-block partials; dmc_colacc_launch adds them). */
 dm_status dmc_gen_launch(const dmc_gen *gn, int i, uint64_t seed, float *partials, cudaStream_t stream);
 void dmc_gen_free(dmc_gen *gn);

@@ -584,13 +584,13 @@ static dm_status init_gen(dm_cuda_exec *ex) {
     ex->ngen = 0;
     for (int i = 0; i < ex->nprogs; i++) {
         ex->gen_of[i] = -1;
-        if (dmc_gen_eligible(&ex->hprogs[i], NULL, 0) != DM_OK) continue; /* interpreted */
+        if (dmc_gen_eligible(&ex->hprogs[i]) != DM_OK) continue; /* interpreted */
         ex->gen_of[i] = ex->ngen;
         list[ex->ngen++] = &ex->hprogs[i];
     }
     dm_clear_error(); /* a program the generator does not take is no error */
     const int mode = !emulated(ex) ? 0 : (ex->flags & DM_CUDA_SIM_LANES) ? 2 : 1;
-    dm_status s = ex->ngen ? dmc_gen_build(&ex->gen, list, ex->ngen, ex->dtype, mode, ex->device) : DM_OK;
+    dm_status s = ex->ngen ? dmc_gen_build(&ex->gen, list, ex->ngen, mode, ex->device) : DM_OK;
     free(list);
     DM_TRY(s);
     return DM_OK;

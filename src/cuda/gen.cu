@@ -50,7 +50,6 @@ typedef struct {
 
 typedef struct {
     const dmc_rowprog *p;
-    int dt; /* storage type */
     gen_val v[GEN_MAXV];
     int nv, nparam;
     const void *params[DMG_MAXP];
@@ -123,29 +122,15 @@ static dm_status value_of(gen_ctx *G, const dmc_operand *d, int *vi) {
     return DM_OK;
 }
 
-static int is_reduction(int kind) {
-    return kind == DM_OP_SOFTMAX || kind == DM_OP_SOFTMAX_BWD || kind == DM_OP_LAYERNORM ||
-           kind == DM_OP_LAYERNORM_BWD;
-}
-
 /* How many segments op kind k opens after the one it starts in. */
 static int segs_opened(int k) {
     return k == DM_OP_SOFTMAX || k == DM_OP_LAYERNORM ? 2 : k == DM_OP_SOFTMAX_BWD || k == DM_OP_LAYERNORM_BWD ? 1 : 0;
 }
 
-/* The segment in which op `o` (starting in segment s) reads input slot `i` for the last
- * time, and writes output slot `i`. */
-static int read_last_seg(int kind, int i, int s) {
-    switch (kind) {
-    case DM_OP_SOFTMAX: return s + 1;                 /* x: max, then exp */
-    case DM_OP_SOFTMAX_BWD: return s + 1;             /* dy, y: dot, then dx */
-    case DM_OP_LAYERNORM: return i == 0 ? s + 2 : s + 2; /* x all three; gamma, beta last */
-    case DM_OP_LAYERNORM_BWD: return s + 1;           /* everything in both */
-    default: return s;
-    }
-}
-
-static int write_seg(int kind, int s) { return s + segs_opened(kind); }
+/* An op that starts in segment s reads its inputs for the last time, and writes its
+ * outputs, in its last segment (softmax: x for the max, then for exp; LayerNorm: x in
+ * all three, gamma and beta in the last; the backward ops: everything in both). */
+static int last_seg(int kind, int s) { return s + segs_opened(kind); }
 
 static void use(gen_val *x, int s) {
     if (x->first_seg < 0 || s < x->first_seg) x->first_seg = s;
@@ -163,7 +148,7 @@ static dm_status plan_values(gen_ctx *G) {
             DM_TRY(value_of(G, &op->in[i], &vi));
             gen_val *x = &G->v[vi];
             use(x, s);
-            use(x, read_last_seg(op->kind, i, s));
+            use(x, last_seg(op->kind, s));
             if (x->first_read_op < 0) x->first_read_op = k;
         }
         for (int i = 0; i < op->nout; i++) {
@@ -179,7 +164,7 @@ static dm_status plan_values(gen_ctx *G) {
             }
             if (x->def_seg >= 0)
                 return dm_fail(DM_ERR_UNSUPPORTED, "row program writes one tensor twice");
-            x->def_seg = write_seg(op->kind, s);
+            x->def_seg = last_seg(op->kind, s);
             x->def_op = k;
             use(x, x->def_seg);
         }
@@ -490,7 +475,7 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
 static dm_status gen_shape(gen_ctx *G) {
     const dmc_rowprog *p = G->p;
     int reductions = 0;
-    for (int k = 0; k < p->nops; k++) reductions |= is_reduction(p->ops[k].kind);
+    for (int k = 0; k < p->nops; k++) reductions |= segs_opened(p->ops[k].kind) > 0;
     G->chunks = (int)((p->cols + 7) / 8);
     if (p->cols > (int64_t)1 << 24) return dm_fail(DM_ERR_UNSUPPORTED, "rows too long");
     G->team = G->chunks >= 32 ? 32 : G->chunks > 8 ? 16 : G->chunks > 4 ? 8 : G->chunks > 2 ? 4 : G->chunks > 1 ? 2 : 1;
@@ -509,11 +494,10 @@ static dm_status gen_shape(gen_ctx *G) {
 }
 
 /* Appends kernel number `idx` for program p to src; shape into k. */
-static dm_status gen_kernel(const dmc_rowprog *p, int dt, int idx, int sms, dmc_genk *k, std::string &src) {
+static dm_status gen_kernel(const dmc_rowprog *p, int idx, int sms, dmc_genk *k, std::string &src) {
     std::unique_ptr<gen_ctx> holder(new gen_ctx()); /* freed on every way out */
     gen_ctx *G = holder.get();
     G->p = p;
-    G->dt = dt;
     dm_status s = gen_shape(G);
     if (s == DM_OK) s = plan_values(G);
     G->seg = 0;
@@ -612,24 +596,21 @@ static dm_status gen_kernel(const dmc_rowprog *p, int dt, int idx, int sms, dmc_
 }
 
 /* The C entry points catch what std::string and new throw: out of memory is a status. */
-dm_status dmc_gen_eligible(const dmc_rowprog *p, char *why, size_t n) {
-    dm_status s;
+dm_status dmc_gen_eligible(const dmc_rowprog *p) {
     try {
         std::string src;
         dmc_genk k;
-        s = gen_kernel(p, DMC_F32, 0, 132, &k, src);
+        return gen_kernel(p, 0, 132, &k, src);
     } catch (const std::bad_alloc &) {
-        s = dm_fail(DM_ERR_OOM, "out of memory generating a row kernel");
+        return dm_fail(DM_ERR_OOM, "out of memory generating a row kernel");
     }
-    if (s != DM_OK && why && n) snprintf(why, n, "%s", dm_last_error());
-    return s;
 }
 
-dm_status dmc_gen_source(const dmc_rowprog *const *progs, int n, int dt, int sms, dmc_genk *k,
+dm_status dmc_gen_source(const dmc_rowprog *const *progs, int n, int sms, dmc_genk *k,
                          std::string *src) {
     try {
         *src = "#include \"cuda/genrt.cuh\"\n#ifndef __CUDACC_RTC__\n#include <stdlib.h>\n#endif\n";
-        for (int i = 0; i < n; i++) DM_TRY(gen_kernel(progs[i], dt, i, sms, &k[i], *src));
+        for (int i = 0; i < n; i++) DM_TRY(gen_kernel(progs[i], i, sms, &k[i], *src));
     } catch (const std::bad_alloc &) {
         return dm_fail(DM_ERR_OOM, "out of memory generating the row kernels");
     }

@@ -308,7 +308,7 @@ static dm_status host_build(dmc_gen *gn) {
     return s;
 }
 
-static dm_status build(dmc_gen *gn, const dmc_rowprog *const *progs, int n, int dt, int emulate,
+static dm_status build(dmc_gen *gn, const dmc_rowprog *const *progs, int n, int emulate,
                        int device) {
     gn->emulate = emulate;
     gn->src = new std::string();
@@ -321,7 +321,7 @@ static dm_status build(dmc_gen *gn, const dmc_rowprog *const *progs, int n, int 
         if (e != cudaSuccess)
             s = dm_fail(DM_ERR_BACKEND, "cudaDeviceGetAttribute failed: %s", cudaGetErrorString(e));
     }
-    if (s == DM_OK) s = dmc_gen_source(progs, n, dt, sms, gn->k, gn->src);
+    if (s == DM_OK) s = dmc_gen_source(progs, n, sms, gn->k, gn->src);
     /* DMOVE_CUDA_DUMP=FILE: the generated source, before it is compiled (for debugging) */
     const char *dump = getenv("DMOVE_CUDA_DUMP");
     if (s == DM_OK && dump && *dump) s = write_file(dump, gn->src->c_str());
@@ -370,14 +370,14 @@ static dm_status build(dmc_gen *gn, const dmc_rowprog *const *progs, int n, int 
     return s;
 }
 
-dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, int dt, int emulate,
+dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, int emulate,
                         int device) {
     *out = NULL;
     dmc_gen *gn = NULL;
     dm_status s;
     try { /* what new and std::string throw is out of memory, a status */
         gn = new dmc_gen();
-        s = build(gn, progs, n, dt, emulate, device);
+        s = build(gn, progs, n, emulate, device);
     } catch (const std::bad_alloc &) {
         s = dm_fail(DM_ERR_OOM, "out of memory building the generated row kernels");
     }
@@ -391,7 +391,6 @@ dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, i
 
 const dmc_genk *dmc_gen_kernel(const dmc_gen *gn, int i) { return gn && i >= 0 && i < gn->nk ? &gn->k[i] : NULL; }
 
-const char *dmc_gen_source_text(const dmc_gen *gn) { return gn ? gn->src->c_str() : ""; }
 
 typedef int (*dmg_host_fn)(const void *P, unsigned long long seed, float *part, int blocks);
 
