@@ -422,6 +422,20 @@ static void run_suite(unsigned emulate, int dtype, unsigned gen) {
     }
 }
 
+/* How many batched groups of cfg's fused plan run as one fused kernel (-1: no executor). */
+static int fused_groups(const dm_layer_config *cfg, int dtype, unsigned flags) {
+    dm_layer *L = NULL;
+    dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .threads = 2};
+    CHECK_OK(dm_layer_new(&L, cfg, &opt));
+    if (!L) return -1;
+    dm_cuda_exec *ex = NULL;
+    CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, dtype, flags));
+    int n = ex ? dm_cuda_exec_fused(ex) : -1;
+    dm_cuda_exec_free(ex);
+    dm_layer_free(L);
+    return n;
+}
+
 /* The generated kernels as the GPU runs them, lanes simulated by threads on the host
  * (DM_CUDA_SIM_LANES): teams of 1 to 32 lanes, several teams per warp, rows not a whole
  * number of chunks, partial last chunks, column sums across teams and blocks. */
@@ -438,6 +452,15 @@ static void run_sim_suite(void) {
     test_groups(&d, DM_SCHED_FUSED, f, "simulated lanes, bf16 D fused", DM_CUDA_BF16);
     test_groups(&d, DM_SCHED_UNFUSED, f, "simulated lanes, D unfused", DM_CUDA_FP32);
     test_layer(&d, DM_SCHED_FUSED, 1, DM_CUDA_BF16, DM_CUDA_GEN | DM_CUDA_SIM_LANES);
+    /* the fused attention kernel (A above: one tile per item) with two row tiles per
+     * item, three column tiles of scores (teams of 8 over 6 chunks: a partial round),
+     * head width 32 (two k-steps, two output tiles) */
+    dm_layer_config e = small_config(2, 48, 64, 2, 128, DM_ACT_GELU);
+    CHECK(fused_groups(&e, DM_CUDA_BF16, f) == 1);
+    CHECK(fused_groups(&e, DM_CUDA_FP32, f) == 0); /* tensor cores: 16-bit storage only */
+    test_groups(&e, DM_SCHED_FUSED, f, "simulated lanes, bf16 E fused", DM_CUDA_BF16);
+    test_groups(&e, DM_SCHED_FUSED, f, "simulated lanes, fp16 E fused", DM_CUDA_FP16);
+    test_layer(&e, DM_SCHED_FUSED, 1, DM_CUDA_FP16, DM_CUDA_GEN | DM_CUDA_SIM_LANES);
 }
 
 /* How many row programs of a layer's fused plan the generator takes: all of the small
@@ -450,9 +473,11 @@ static void test_gen_coverage(int emulate) {
     if (!L) return;
     dm_cuda_exec *ex = NULL;
     CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, DM_CUDA_BF16, (emulate ? DM_CUDA_EMULATE : 0) | DM_CUDA_GEN));
-    int all = 0, gen = dm_cuda_exec_generated(ex, &all);
+    int all = 0, gen = dm_cuda_exec_generated(ex, &all), fused = dm_cuda_exec_fused(ex);
     CHECK(all > 0 && gen == all);
-    printf("generated kernels: %d of %d row programs\n", gen, all);
+    /* attention's forward (j = 16, head width 16) as one fused tensor-core kernel */
+    CHECK(fused == 1);
+    printf("generated kernels: %d of %d row programs; %d batched group(s) fused whole\n", gen, all, fused);
     dm_cuda_exec_free(ex);
     dm_layer_free(L);
 }

@@ -60,6 +60,9 @@ dm_status dm_cuda_exec_init(dm_cuda_exec **ex, const dm_plan *plan, int dtype, u
 void dm_cuda_exec_free(dm_cuda_exec *ex);
 /* How many of the executor's row programs run as generated kernels (*programs: all). */
 int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs);
+/* How many batched groups (attention) run as one fused kernel each (DM_CUDA_GEN, 16-bit
+ * storage); their row programs count as generated above. */
+int dm_cuda_exec_fused(const dm_cuda_exec *ex);
 
 /* Enqueues group gi (asynchronous: errors of the kernels may surface at dm_cuda_sync).
  * only_contractions: just the GEMMs of a batched group. */

@@ -117,6 +117,33 @@ dm_status dmc_rows_launch(const dmc_rowprog *dprog, const dmc_rowprog *hprog,
                           const dmc_launch *lc, uint64_t seed, float *gscratch,
                           float *partials, cudaStream_t stream);
 
+/* The batch dimensions of a contraction, merged where their strides allow (outer stride
+ * = inner stride * inner size in A, B and C). exec.cu. */
+typedef struct {
+    int nd;
+    int64_t sz[DM_MAX_DIMS], sa[DM_MAX_DIMS], sb[DM_MAX_DIMS], sc[DM_MAX_DIMS];
+    int64_t count; /* all matrices: the product of sz */
+} dmc_batches;
+void dmc_gemm_batches(const dm_gemm *gm, dmc_batches *bt);
+/* Element offsets in A, B, C of matrix number q (row-major over the merged dims). */
+void dmc_batch_offsets(const dmc_batches *bt, int64_t q, int64_t *oa, int64_t *ob, int64_t *oc);
+
+/* A batched group of the shape GEMM, row ops, GEMM (attention's forward: scores, mask,
+ * softmax, dropout, context) as one fused kernel (gen.cu, DM_CUDA_GEN, 16-bit storage):
+ * per batch item and 16 rows, a warp computes C1 = alpha1 op(A1) op(B1) on tensor cores
+ * into shared memory (fp32), runs the row program over those rows (reading C1 there; the
+ * operand GEMM 2 reads is written there too), and C2 = alpha2 P op(B2) to memory. The
+ * scores never leave the SM. exec.cu checks that the rows of prog are C1's and P's rows
+ * item by item. */
+typedef struct {
+    const dmc_rowprog *prog; /* the row ops (host copy; device addresses) */
+    dm_gemm g1, g2;          /* device addresses of the storage type */
+    dmc_batches b1, b2;
+    int dt;                  /* the storage type (DMC_BF16 or DMC_F16) */
+    int p_in_memory;         /* P (g2.A) is kept for later groups: written to memory too */
+    size_t smem_max;         /* the most dynamic shared memory a block may use */
+} dmc_attn;
+
 /* gen.cu: row kernels generated per program (DM_CUDA_GEN). */
 enum { DMC_GEN_MAXP = 48 }; /* global operands of one program (genrt.cuh: DMG_MAXP) */
 typedef struct {
@@ -131,17 +158,19 @@ typedef struct {
 typedef struct dmc_gen dmc_gen;
 /* DM_OK if program p can run as a generated kernel (dm_last_error says why not). */
 dm_status dmc_gen_eligible(const dmc_rowprog *p);
-/* The CUDA C++ of progs[0..n) (kernels dmg_k<i>, host entries dmg_h<i>) into *src, and
- * their launch shapes into k[0..n); sms: the GPU's multiprocessors. Element types come
- * from each operand. gen.cu. */
-dm_status dmc_gen_source(const dmc_rowprog *const *progs, int n, int sms, dmc_genk *k,
-                         std::string *src);
-/* Generates and compiles the kernels of progs[0..n) (host copies, device addresses):
- * emulate 0, NVRTC and the runtime's library loader for `device`; 1 or 2, the host
- * compiler, for a team of one lane or lanes simulated by threads (NVRTC still compiles
- * the device text, to PTX). */
-dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, int emulate,
-                        int device);
+/* DM_OK if the fused kernel of a can be generated (tile sizes, alignment, shared memory). */
+dm_status dmc_gen_attn_eligible(const dmc_attn *a);
+/* The CUDA C++ of progs[0..n) then attns[0..na) (kernels dmg_k<i>, host entries
+ * dmg_h<i>, i < n + na) into *src, and their launch shapes into k[0..n+na); sms: the
+ * GPU's multiprocessors. Element types come from each operand. gen.cu. */
+dm_status dmc_gen_source(const dmc_rowprog *const *progs, int n, const dmc_attn *attns, int na,
+                         int sms, dmc_genk *k, std::string *src);
+/* Generates and compiles the kernels of progs[0..n) (host copies, device addresses) and
+ * of the fused groups attns[0..na): emulate 0, NVRTC and the runtime's library loader for
+ * `device`; 1 or 2, the host compiler, for a team of one lane or lanes simulated by
+ * threads (NVRTC still compiles the device text, to PTX). */
+dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n,
+                        const dmc_attn *attns, int na, int emulate, int device);
 const dmc_genk *dmc_gen_kernel(const dmc_gen *gn, int i);
 /* Runs kernel i (its column sums as per-block partials; dmc_colacc_launch adds them). */
 dm_status dmc_gen_launch(const dmc_gen *gn, int i, uint64_t seed, float *partials, cudaStream_t stream);

@@ -45,6 +45,7 @@ typedef struct {
 typedef struct {
     dmc_step *steps;
     int nsteps;
+    int fused; /* 1 + the generated kernel that runs the whole group (dmc_attn), or 0 */
 } dmc_group;
 
 /* The tile tensors of a batched group: roots not in memory, each a full-size temporary
@@ -89,6 +90,7 @@ struct dm_cuda_exec {
     dmc_gen *gen;             /* DM_CUDA_GEN: the generated row kernels */
     int *gen_of;              /* per program: its generated kernel, or -1 (interpreted) */
     int ngen;
+    int nfused;               /* groups run as one fused kernel (dmc_attn) */
 };
 
 /* Emulation (DM_CUDA_EMULATE, emulate.cu): "device" buffers are host memory. */
@@ -96,9 +98,11 @@ static int emulated(const dm_cuda_exec *ex) { return (ex->flags & DM_CUDA_EMULAT
 
 static dm_status dev_alloc(const dm_cuda_exec *ex, void **p, size_t bytes, const char *what) {
     if (bytes == 0) bytes = 256;
-    if (emulated(ex)) {
-        *p = calloc(1, bytes);
+    if (emulated(ex)) { /* 256-byte aligned and zeroed, as cudaMalloc's (plus the memset) */
+        size_t n = (bytes + 255) / 256 * 256;
+        *p = n >= bytes ? aligned_alloc(256, n) : NULL;
         if (!*p) return dm_fail(DM_ERR_OOM, "out of memory emulating the GPU's %s", what);
+        memset(*p, 0, n);
         return DM_OK;
     }
     cudaError_t e = cudaMalloc(p, bytes);
@@ -566,40 +570,95 @@ static dm_status init_wide(dm_cuda_exec *ex) {
     free(no);
     if (!ex->side_floats) return DM_OK;
     DM_TRY(dev_alloc(ex, (void **)&ex->side, ex->side_floats * sizeof(float), "row statistics"));
-    if (!emulated(ex)) /* emulated memory comes zeroed from calloc */
+    if (!emulated(ex)) /* emulated memory comes zeroed from dev_alloc */
         DMC_CUDA(cudaMemsetAsync(ex->side, 0, ex->side_floats * sizeof(float), ex->stream));
     return DM_OK;
 }
 
+/* Group gi as one fused kernel (dmc_attn): steps GEMM, row program, GEMM, the first
+ * GEMM's output a tile the row ops read, the second's A operand one they write, row r of
+ * both being row r % m of batch item r / m of the GEMMs. 0 if not (or not 16-bit). */
+static int attn_pattern(const dm_cuda_exec *ex, int gi, dmc_attn *a) {
+    const dmc_group *eg = &ex->groups[gi];
+    if (ex->dtype == DM_CUDA_FP32 || ex->plan->groups[gi].nbatch <= 1 || eg->nsteps != 3) return 0;
+    const dmc_step *s0 = &eg->steps[0], *s1 = &eg->steps[1], *s2 = &eg->steps[2];
+    if (!s0->gemm || s1->gemm || !s2->gemm) return 0;
+    memset(a, 0, sizeof *a);
+    a->prog = &ex->hprogs[s1->prog];
+    a->g1 = s0->gm;
+    a->g2 = s2->gm;
+    a->dt = ex->dtype;
+    a->smem_max = (size_t)ex->smem_optin;
+    const dm_gemm *g1 = &a->g1, *g2 = &a->g2;
+    const char *temp_end = ex->temp + ex->temp_floats * (size_t)ex->esz;
+    const int s_tile = (const char *)g1->C >= ex->temp && (const char *)g1->C < temp_end;
+    a->p_in_memory = !((const char *)g2->A >= ex->temp && (const char *)g2->A < temp_end);
+    if (!s_tile || g1->beta != 0.0f || g2->beta != 0.0f || g2->transA) return 0;
+    const int64_t cols = a->prog->cols;
+    if (g1->n != cols || g1->ldc != cols || g2->k != cols || g2->lda != cols || g2->m != g1->m) return 0;
+    dmc_gemm_batches(g1, &a->b1);
+    dmc_gemm_batches(g2, &a->b2);
+    if (a->b1.count != a->b2.count || a->prog->rows != a->b1.count * g1->m) return 0;
+    for (int64_t q = 0; q < a->b1.count; q++) {
+        int64_t oa, ob, oc;
+        dmc_batch_offsets(&a->b1, q, &oa, &ob, &oc);
+        if (oc != q * g1->m * cols) return 0;
+        dmc_batch_offsets(&a->b2, q, &oa, &ob, &oc);
+        if (oa != q * g1->m * cols) return 0;
+    }
+    return 1;
+}
+
 /* DM_CUDA_GEN: every program the generator takes (gen.cu: row reductions over at most
- * 2048 columns, ...) runs as a kernel of its own, compiled here in one NVRTC program; the
- * rest stay with the interpreter (DMOVE_CUDA_DUMP=FILE writes the generated source). */
+ * 2048 columns, ...) runs as a kernel of its own, and every batched group of attention's
+ * shape as one fused kernel, compiled here in one NVRTC program; the rest stay with the
+ * interpreter and cuBLAS (DMOVE_CUDA_DUMP=FILE writes the generated source). */
 static dm_status init_gen(dm_cuda_exec *ex) {
-    ex->gen_of = (int *)malloc(sizeof(int) * (size_t)(ex->nprogs > 0 ? ex->nprogs : 1));
-    const dmc_rowprog **list = (const dmc_rowprog **)malloc(sizeof(void *) * (size_t)(ex->nprogs > 0 ? ex->nprogs : 1));
-    if (!ex->gen_of || !list) {
+    const size_t np = (size_t)(ex->nprogs > 0 ? ex->nprogs : 1), ng = (size_t)(ex->ngroups > 0 ? ex->ngroups : 1);
+    ex->gen_of = (int *)malloc(sizeof(int) * np);
+    const dmc_rowprog **list = (const dmc_rowprog **)malloc(sizeof(void *) * np);
+    dmc_attn *attns = (dmc_attn *)malloc(sizeof(dmc_attn) * ng);
+    int *attn_group = (int *)malloc(sizeof(int) * ng);
+    char *in_attn = (char *)calloc(np, 1);
+    if (!ex->gen_of || !list || !attns || !attn_group || !in_attn) {
         free(list);
+        free(attns);
+        free(attn_group);
+        free(in_attn);
         return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+    }
+    int na = 0;
+    for (int gi = 0; gi < ex->ngroups; gi++) {
+        if (!attn_pattern(ex, gi, &attns[na]) || dmc_gen_attn_eligible(&attns[na]) != DM_OK) continue;
+        in_attn[ex->groups[gi].steps[1].prog] = 1;
+        attn_group[na++] = gi;
     }
     ex->ngen = 0;
     for (int i = 0; i < ex->nprogs; i++) {
         ex->gen_of[i] = -1;
-        if (dmc_gen_eligible(&ex->hprogs[i]) != DM_OK) continue; /* interpreted */
+        if (in_attn[i] || dmc_gen_eligible(&ex->hprogs[i]) != DM_OK) continue; /* fused, or interpreted */
         ex->gen_of[i] = ex->ngen;
         list[ex->ngen++] = &ex->hprogs[i];
     }
     dm_clear_error(); /* a program the generator does not take is no error */
+    for (int q = 0; q < na; q++) ex->groups[attn_group[q]].fused = 1 + ex->ngen + q;
+    ex->nfused = na;
     const int mode = !emulated(ex) ? 0 : (ex->flags & DM_CUDA_SIM_LANES) ? 2 : 1;
-    dm_status s = ex->ngen ? dmc_gen_build(&ex->gen, list, ex->ngen, mode, ex->device) : DM_OK;
+    dm_status s = ex->ngen + na ? dmc_gen_build(&ex->gen, list, ex->ngen, attns, na, mode, ex->device) : DM_OK;
     free(list);
+    free(attns);
+    free(attn_group);
+    free(in_attn);
     DM_TRY(s);
     return DM_OK;
 }
 
 int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs) {
     if (programs) *programs = ex ? ex->nprogs : 0;
-    return ex ? ex->ngen : 0;
+    return ex ? ex->ngen + ex->nfused : 0;
 }
+
+int dm_cuda_exec_fused(const dm_cuda_exec *ex) { return ex ? ex->nfused : 0; }
 
 static dm_status init_all(dm_cuda_exec *ex) {
     const dm_plan *plan = ex->plan;
@@ -623,7 +682,7 @@ static dm_status init_all(dm_cuda_exec *ex) {
     ex->arena_bytes = plan->arena_bytes;
     size_t dev_bytes = ex->arena_bytes / 4 * (size_t)ex->esz;
     DM_TRY(dev_alloc(ex, (void **)&ex->arena, dev_bytes, "the layer's tensors"));
-    if (!emulated(ex)) /* emulated memory comes zeroed from calloc */
+    if (!emulated(ex)) /* emulated memory comes zeroed from dev_alloc */
         DMC_CUDA(cudaMemsetAsync(ex->arena, 0, dev_bytes ? dev_bytes : 256, ex->stream));
     if (ex->dtype != DM_CUDA_FP32) DM_TRY(init_wide(ex));
 
@@ -730,15 +789,7 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
     free(ex);
 }
 
-/* The batch dimensions of a contraction, merged where their strides allow (outer stride
- * = inner stride * inner size in A, B and C). */
-typedef struct {
-    int nd;
-    int64_t sz[DM_MAX_DIMS], sa[DM_MAX_DIMS], sb[DM_MAX_DIMS], sc[DM_MAX_DIMS];
-    int64_t count; /* all matrices: the product of sz */
-} dmc_batches;
-
-static void gemm_batches(const dm_gemm *gm, dmc_batches *bt) {
+void dmc_gemm_batches(const dm_gemm *gm, dmc_batches *bt) {
     int nd = 0;
     bt->count = 1;
     for (int d = 0; d < gm->nbd; d++) {
@@ -760,8 +811,7 @@ static void gemm_batches(const dm_gemm *gm, dmc_batches *bt) {
     bt->nd = nd;
 }
 
-/* Element offsets in A, B, C of matrix number q (row-major over the merged dims). */
-static void batch_offsets(const dmc_batches *bt, int64_t q, int64_t *oa, int64_t *ob, int64_t *oc) {
+void dmc_batch_offsets(const dmc_batches *bt, int64_t q, int64_t *oa, int64_t *ob, int64_t *oc) {
     *oa = *ob = *oc = 0;
     for (int d = bt->nd - 1; d >= 0; d--) {
         int64_t i = q % bt->sz[d];
@@ -777,7 +827,7 @@ static void batch_offsets(const dmc_batches *bt, int64_t q, int64_t *oa, int64_t
  * addresses, made here once (the arena does not move): B's, A's, C's, `count` each. */
 static dm_status gemm_pointer_arrays(dm_cuda_exec *ex, dmc_step *st) {
     dmc_batches bt;
-    gemm_batches(&st->gm, &bt);
+    dmc_gemm_batches(&st->gm, &bt);
     if (bt.nd <= 1 || emulated(ex)) return DM_OK; /* one strided-batched call, or emulating */
     if (bt.count > INT_MAX)
         return dm_fail(DM_ERR_UNSUPPORTED, "a batched contraction of %lld matrices exceeds cuBLAS's "
@@ -788,7 +838,7 @@ static dm_status gemm_pointer_arrays(dm_cuda_exec *ex, dmc_step *st) {
     const int64_t es = ex->esz;
     for (size_t q = 0; q < n; q++) {
         int64_t oa, ob, oc;
-        batch_offsets(&bt, (int64_t)q, &oa, &ob, &oc);
+        dmc_batch_offsets(&bt, (int64_t)q, &oa, &ob, &oc);
         h[q] = (const char *)st->gm.B + ob * es;
         h[n + q] = (const char *)st->gm.A + oa * es;
         h[2 * n + q] = (const char *)st->gm.C + oc * es;
@@ -806,7 +856,7 @@ static dm_status gemm_pointer_arrays(dm_cuda_exec *ex, dmc_step *st) {
 static dm_status run_gemm(const dm_cuda_exec *ex, const dmc_step *st) {
     const dm_gemm *gm = &st->gm;
     dmc_batches bt;
-    gemm_batches(gm, &bt);
+    dmc_gemm_batches(gm, &bt);
     const int nd = bt.nd;
     int64_t inner = nd ? bt.sz[nd - 1] : 1;
     long long ia = nd ? bt.sa[nd - 1] : 0, ib = nd ? bt.sb[nd - 1] : 0, ic = nd ? bt.sc[nd - 1] : 0;
@@ -841,7 +891,7 @@ static dm_status run_gemm(const dm_cuda_exec *ex, const dmc_step *st) {
     ob_.nd = nd > 0 ? nd - 1 : 0;
     for (int64_t o = 0; o < outer; o++) {
         int64_t oa, ob, oc;
-        batch_offsets(&ob_, o, &oa, &ob, &oc);
+        dmc_batch_offsets(&ob_, o, &oa, &ob, &oc);
         if (emulated(ex)) {
             dmc_emu_gemm(ex->dtype, opB == CUBLAS_OP_T, opA == CUBLAS_OP_T, gm->n, gm->m, gm->k,
                          alpha, B + ob * es, gm->ldb, ib, A + oa * es, gm->lda, ia, beta,
@@ -862,6 +912,17 @@ dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_c
     const dmc_group *eg = &ex->groups[gi];
     /* as the CPU: only a batched group skips its row ops when asked for contractions */
     int skip_rows = only_contractions && ex->plan->groups[gi].nbatch > 1;
+    if (eg->fused && !skip_rows) {
+        DM_TRY(dmc_gen_launch(ex->gen, eg->fused - 1, seed, ex->partials, ex->stream));
+        if ((ex->flags & DM_CUDA_SYNC_EACH) && !emulated(ex)) {
+            cudaError_t e = cudaStreamSynchronize(ex->stream);
+            if (e != cudaSuccess)
+                return dm_fail(DM_ERR_BACKEND, "group %d (%s), fused kernel: %s (%s)", gi,
+                               op_at(ex->plan, &ex->plan->groups[gi], 0)->name, cudaGetErrorString(e),
+                               cudaGetErrorName(e));
+        }
+        return DM_OK;
+    }
     for (int s = 0; s < eg->nsteps; s++) {
         const dmc_step *st = &eg->steps[s];
         if (s > 0 && (ex->flags & DM_CUDA_SYNC_EACH) && !emulated(ex)) {

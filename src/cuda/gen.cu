@@ -58,6 +58,11 @@ typedef struct {
     int64_t cols_pad;
     std::string rowscope, body, post, out; /* the segment being emitted */
     int red; /* reductions counter (unique names) */
+    /* a fused attention kernel's row program: the value at s_base is read from the warp's
+     * tile Ss (fp32, SLD floats a row), the one at p_base is also stored to Ps (PLD
+     * elements a row), and to memory only if p_global */
+    const void *s_base, *p_base;
+    int p_global;
 } gen_ctx;
 
 static const char *type_name(int dt) {
@@ -205,7 +210,9 @@ static std::string chunk(gen_ctx *G, int vi) {
     x->loaded_seg = G->seg;
     if (!x->array) add(G->body, "        float v%d[8];\n", vi);
     const char *ty = type_name(x->dt);
-    if (x->kind == DM_ARG_COLVEC)
+    if (G->s_base && x->loc == DMC_LOC_GLOBAL && x->base == G->s_base)
+        add(G->body, "        dmg_ld8<1>(%s, Ss + (r - g0) * SLD + c0, n);\n", name);
+    else if (x->kind == DM_ARG_COLVEC)
         add(G->body, "        dmg_ld8<VEC>(%s, (const %s *)P.p[%d] + c0, n);\n", name, ty, x->param);
     else if (x->kind == DM_ARG_GROUPED)
         add(G->body, "        dmg_ld8<VEC>(%s, (const %s *)P.p[%d] + (r / %lldLL) * COLS + c0, n);\n",
@@ -237,6 +244,9 @@ static void finish(gen_ctx *G, int vi) {
     std::string a = x->array ? "R" + std::to_string(vi) + "[c]" : "v" + std::to_string(vi);
     const char *ty = type_name(x->dt);
     if (x->dt != DMC_F32) add(G->body, "        dmg_round8<%s>(%s);\n", ty, a.c_str());
+    const int tile = G->p_base && x->base == G->p_base;
+    if (tile) add(G->body, "        if (ok) dmg_st8<1>((%s *)Ps + (r - g0) * PLD + c0, %s, n);\n", ty, a.c_str());
+    if (tile && !G->p_global) return;
     if (x->kind == DM_ARG_GROUPED)
         add(G->body, "        if (ok) dmg_st8<VEC>((%s *)P.p[%d] + (r / %lldLL) * COLS + c0, %s, n);\n", ty,
             x->param, (long long)x->rdiv, a.c_str());
@@ -493,17 +503,49 @@ static dm_status gen_shape(gen_ctx *G) {
     return DM_OK;
 }
 
-/* Appends kernel number `idx` for program p to src; shape into k. */
-static dm_status gen_kernel(const dmc_rowprog *p, int idx, int sms, dmc_genk *k, std::string &src) {
-    std::unique_ptr<gen_ctx> holder(new gen_ctx()); /* freed on every way out */
-    gen_ctx *G = holder.get();
-    G->p = p;
+/* Plans and emits program G->p (G->p set; G->s_base etc. for a fused kernel) as the row
+ * function dmg_rows<idx>: rows g0 + tw, g0 + tw + gs, ... below rend, a team each.
+ * sld, pld: the fused kernel's tile row lengths (else 0). */
+static dm_status gen_rows_fn(gen_ctx *G, int idx, int sld, int pld, std::string &src) {
+    const dmc_rowprog *p = G->p;
     dm_status s = gen_shape(G);
     if (s == DM_OK) s = plan_values(G);
     G->seg = 0;
     for (int q = 0; q < p->nops && s == DM_OK; q++) s = emit_op(G, &p->ops[q]);
     if (s != DM_OK) return s;
     close_segment(G, "");
+    add(src, "\n/* program %d: %d ops, %lld rows x %lld columns */\n", idx, p->nops, (long long)p->rows,
+        (long long)p->cols);
+    add(src, "enum { ROWS%d = %lld, COLS%d = %lld, NACC%d = %d };\n", idx, (long long)p->rows, idx,
+        (long long)p->cols, idx, p->nacc);
+    add(src, "template <int TEAM, int NCH> __host__ __device__ void dmg_rows%d(const dmg_ptrs &P, "
+             "unsigned long long seed, float *acc, int lt, long long g0, long long gs, int tw, long long rend, "
+             "const float *Ss, void *Ps) {\n", idx);
+    add(src, "    enum { VEC = %d, ACCW = NCH * TEAM * 8, SLD = %d, PLD = %d };\n", G->vec, sld, pld);
+    add(src, "    const long long ROWS = ROWS%d, COLS = COLS%d;\n", idx, idx);
+    /* zero this lane's columns of the team's accumulators */
+    if (p->nacc)
+        add(src, "    for (int a = 0; a < %d; a++) for (int c = 0; c < NCH; c++)\n"
+                 "        DMC_UNROLL for (int e = 0; e < 8; e++) acc[a * ACCW + DMG_AT(c, e)] = 0.0f;\n",
+            p->nacc);
+    else add(src, "    (void)acc;\n");
+    add(src, "    (void)seed; (void)ROWS; (void)Ss; (void)Ps;\n");
+    for (int i = 0; i < G->nv; i++)
+        if (G->v[i].array) add(src, "    float R%d[NCH][8];\n", i);
+    add(src, "    for (long long rb = g0; rb < rend; rb += gs) {\n");
+    add(src, "        const long long rr = rb + tw;\n        const bool ok = rr < rend;\n"
+             "        const long long r = ok ? rr : rend - 1;\n        (void)ok;\n");
+    src += G->out;
+    add(src, "    }\n}\n");
+    return DM_OK;
+}
+
+/* Appends kernel number `idx` for program p to src; shape into k. */
+static dm_status gen_kernel(const dmc_rowprog *p, int idx, int sms, dmc_genk *k, std::string &src) {
+    std::unique_ptr<gen_ctx> holder(new gen_ctx()); /* freed on every way out */
+    gen_ctx *G = holder.get();
+    G->p = p;
+    DM_TRY(gen_rows_fn(G, idx, 0, 0, src));
     /* launch shape: 128 threads (4 warps), or fewer when the teams' accumulators need it.
      * A team's accumulators: nacc x (its lanes' chunks x 8) floats, lane-interleaved,
      * plus TEAM floats that stagger the teams of one warp across the banks. A program with
@@ -528,28 +570,6 @@ static dm_status gen_kernel(const dmc_rowprog *p, int idx, int sms, dmc_genk *k,
     for (int q = 0; q < G->nparam; q++) k->params[q] = (void *)G->params[q];
     k->acc_floats = p->nacc * G->cols_pad; /* the partials' layout, as the interpreter's */
 
-    add(src, "\n/* program %d: %d ops, %lld rows x %lld columns */\n", idx, p->nops, (long long)p->rows,
-        (long long)p->cols);
-    add(src, "enum { ROWS%d = %lld, COLS%d = %lld, NACC%d = %d };\n", idx, (long long)p->rows, idx,
-        (long long)p->cols, idx, p->nacc);
-    add(src, "template <int TEAM, int NCH> __host__ __device__ void dmg_rows%d(const dmg_ptrs &P, "
-             "unsigned long long seed, float *acc, int lt, long long g0, long long gs, int tw) {\n", idx);
-    add(src, "    enum { VEC = %d, ACCW = NCH * TEAM * 8 };\n", G->vec);
-    add(src, "    const long long ROWS = ROWS%d, COLS = COLS%d;\n", idx, idx);
-    /* zero this lane's columns of the team's accumulators */
-    if (p->nacc)
-        add(src, "    for (int a = 0; a < %d; a++) for (int c = 0; c < NCH; c++)\n"
-                 "        DMC_UNROLL for (int e = 0; e < 8; e++) acc[a * ACCW + DMG_AT(c, e)] = 0.0f;\n",
-            p->nacc);
-    else add(src, "    (void)acc;\n");
-    add(src, "    (void)seed;\n");
-    for (int i = 0; i < G->nv; i++)
-        if (G->v[i].array) add(src, "    float R%d[NCH][8];\n", i);
-    add(src, "    for (long long rb = g0; rb < ROWS; rb += gs) {\n");
-    add(src, "        const long long rr = rb + tw;\n        const bool ok = rr < ROWS;\n"
-             "        const long long r = ok ? rr : ROWS - 1;\n        (void)ok;\n");
-    src += G->out;
-    add(src, "    }\n}\n");
     /* The kernel: for NVRTC, and for the host's lane-by-lane simulation of the device
      * (DMG_SIM, genrt.cuh), which runs this very text with a thread per lane. */
     add(src, "#if defined(__CUDACC_RTC__) || defined(DMG_SIM)\n");
@@ -563,7 +583,7 @@ static dm_status gen_kernel(const dmc_rowprog *p, int idx, int sms, dmc_genk *k,
     } else {
         add(src, "    float *acc = 0; (void)part;\n");
     }
-    add(src, "    dmg_rows%d<TEAM, NCH>(P, seed, acc, lt, g0, gs, tw);\n", idx);
+    add(src, "    dmg_rows%d<TEAM, NCH>(P, seed, acc, lt, g0, gs, tw, ROWS%d, 0, 0);\n", idx, idx);
     if (p->nacc) {
         add(src, "    DMG_SYNC();\n");
         add(src, "    dmg_acc_out<TEAM, NCH>(dmg_smem, %d, %lld, NACC%d, COLS%d, %lld, part + (long long)DMG_BID * %lld, "
@@ -584,14 +604,190 @@ static dm_status gen_kernel(const dmc_rowprog *p, int idx, int sms, dmc_genk *k,
     add(src, "    for (int b = 0; b < blocks; b++) {\n"
              "        for (int t = 0; t < teams; t++)\n"
              "            dmg_rows%d<1, %d>(*P, seed, acc ? acc + (size_t)t * %lld : 0, 0, (long long)b * teams + t, "
-             "(long long)blocks * teams, 0);\n",
-        idx, G->chunks, (long long)(p->nacc * accw_host));
+             "(long long)blocks * teams, 0, ROWS%d, 0, 0);\n",
+        idx, G->chunks, (long long)(p->nacc * accw_host), idx);
     if (p->nacc)
         add(src, "        dmg_acc_out<1, %d>(acc, teams, %lld, NACC%d, COLS%d, %lld, part + (long long)b * %lld, 0, 1);\n",
             G->chunks, (long long)(p->nacc * accw_host), idx, idx, (long long)G->cols_pad, (long long)k->acc_floats);
     add(src, "    }\n");
     if (p->nacc) add(src, "    free(acc);\n");
     add(src, "    return 0;\n#endif\n}\n#endif\n");
+    return DM_OK;
+}
+
+/* --- fused attention kernels ---------------------------------------------------------- */
+
+/* Offsets of batch item q in the operands of one GEMM, as C++ statements. */
+static void batch_code(std::string &src, const dmc_batches &bt, const char *oa, const char *ob, const char *oc) {
+    add(src, "    long long %s = 0, %s = 0, %s = 0;\n    {\n        long long t = q;\n", oa, ob, oc);
+    for (int d = bt.nd - 1; d >= 0; d--)
+        add(src, "        { const long long i = t %% %lldLL; t /= %lldLL; %s += i * %lldLL; %s += i * %lldLL; %s += i * %lldLL; }\n",
+            (long long)bt.sz[d], (long long)bt.sz[d], oa, (long long)bt.sa[d], ob, (long long)bt.sb[d], oc,
+            (long long)bt.sc[d]);
+    add(src, "        (void)t;\n    }\n    (void)%s; (void)%s; (void)%s;\n", oa, ob, oc);
+}
+
+/* 1 if every matrix of operand X (base + batch offsets) starts `align`-byte aligned. */
+static int batch_aligned(const void *base, const dmc_batches &bt, int which, int esz, int align) {
+    if ((uintptr_t)base % (uintptr_t)align) return 0;
+    for (int d = 0; d < bt.nd; d++) {
+        int64_t st = which == 0 ? bt.sa[d] : which == 1 ? bt.sb[d] : bt.sc[d];
+        if (bt.sz[d] > 1 && (st * esz) % align) return 0;
+    }
+    return 1;
+}
+
+/* The tile shape of fused kernel a: warps per block, the warp's shared floats, SLD, PLD. */
+typedef struct {
+    int warps, sld, pld;
+    int64_t warp_floats, tiles;
+} attn_shape;
+
+static dm_status attn_check(const dmc_attn *a, attn_shape *sh) {
+    const dm_gemm *g1 = &a->g1, *g2 = &a->g2;
+    const int esz = 2;
+    if (a->dt != DMC_BF16 && a->dt != DMC_F16)
+        return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: tensor cores need bf16 or fp16 storage");
+    if (g1->m % 16 || g1->n % 16 || g1->k % 16 || g2->n % 16 || g2->m != g1->m || g2->k != g1->n)
+        return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: sizes not multiples of 16");
+    if (g1->k > 128 || g2->n > 128)
+        return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: head width above 128");
+    if (g1->lda % 8 || g1->ldb % 8 || g2->ldb % 8)
+        return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: leading dimensions not multiples of 8");
+    if (!batch_aligned(g1->A, a->b1, 0, esz, 32) || !batch_aligned(g1->B, a->b1, 1, esz, 32) ||
+        !batch_aligned(g2->B, a->b2, 1, esz, 32))
+        return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: operands not 32-byte aligned");
+    if (a->prog->nacc) return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: column sums in the row ops");
+    sh->sld = (int)((g1->n > g2->n ? g1->n : g2->n) + 8);
+    sh->pld = (int)(g1->n + 16);
+    sh->warp_floats = 16 * (int64_t)sh->sld + 16 * (int64_t)sh->pld * esz / 4;
+    sh->tiles = a->b1.count * (g1->m / 16);
+    for (sh->warps = 4; sh->warps > 1; sh->warps /= 2)
+        if (sh->warps * sh->warp_floats * 4 <= 100 * 1024 && sh->warps * sh->warp_floats * 4 <= (int64_t)a->smem_max) break;
+    if (sh->warps * sh->warp_floats * 4 > (int64_t)a->smem_max)
+        return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: rows of %d scores exceed shared memory", g1->n);
+    return DM_OK;
+}
+
+/* Appends fused kernel number idx for a to src; shape into k. */
+static dm_status gen_attn(const dmc_attn *a, int idx, dmc_genk *k, std::string &src) {
+    attn_shape sh = {};
+    DM_TRY(attn_check(a, &sh));
+    std::unique_ptr<gen_ctx> holder(new gen_ctx());
+    gen_ctx *G = holder.get();
+    G->p = a->prog;
+    G->s_base = a->g1.C;
+    G->p_base = a->g2.A;
+    G->p_global = a->p_in_memory;
+    std::string rows;
+    DM_TRY(gen_rows_fn(G, idx, sh.sld, sh.pld, rows));
+    /* the row program reads C1 and writes P, whole rows of both */
+    int reads_s = 0, writes_p = 0;
+    for (int i = 0; i < G->nv; i++) {
+        const gen_val *x = &G->v[i];
+        if (x->loc != DMC_LOC_GLOBAL) continue;
+        if (x->base == G->s_base) {
+            if (x->kind != DM_ARG_FULL || x->def_seg >= 0)
+                return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the row ops write the scores");
+            reads_s = 1;
+        }
+        if (x->base == G->p_base) {
+            if (x->kind != DM_ARG_FULL || x->def_seg < 0)
+                return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the row ops do not make GEMM 2's operand");
+            writes_p = 1;
+        }
+    }
+    if (!reads_s || !writes_p)
+        return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the row ops do not join the two GEMMs");
+    if (G->nparam + 4 > DMG_MAXP) return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: too many operands");
+    const int pa1 = G->nparam, pb1 = pa1 + 1, pb2 = pa1 + 2, pc2 = pa1 + 3;
+    G->params[pa1] = a->g1.A;
+    G->params[pb1] = a->g1.B;
+    G->params[pb2] = a->g2.B;
+    G->params[pc2] = a->g2.C;
+    const int np = G->nparam + 4;
+    const int vec2 = batch_aligned(a->g2.C, a->b2, 2, 2, 16) && (a->g2.ldc * 2) % 16 == 0;
+    const char *ST = type_name(a->dt);
+    const dm_gemm *g1 = &a->g1, *g2 = &a->g2;
+
+    src += rows;
+    add(src, "/* fused kernel %d: per batch item (%lld) and 16 of its %d rows: [%d x %d] = %.9g op(A1) op(B1) "
+             "(k %d) in shared memory, the row ops, [%d x %d] = %.9g P op(B2) */\n",
+        idx, (long long)a->b1.count, g1->m, g1->m, g1->n, (double)g1->alpha, g1->k, g2->m, g2->n, (double)g2->alpha);
+    add(src, "template <int TEAM, int NCH, int TPW> __host__ __device__ void dmg_att%d(const dmg_ptrs &P, "
+             "unsigned long long seed, long long T, int lt, int tw, int lane, float *Ss, %s *Ps) {\n", idx, ST);
+    add(src, "    enum { M = %d, N = %d, K1 = %d, N2 = %d, SLD = %d, PLD = %d, MT = M / 16 };\n", g1->m, g1->n, g1->k,
+        g2->n, sh.sld, sh.pld);
+    add(src, "    enum { LDA1 = %d, LDB1 = %d, LDB2 = %d, LDC2 = %d, TA1 = %d, TB1 = %d, TB2 = %d };\n", g1->lda, g1->ldb,
+        g2->ldb, g2->ldc, g1->transA, g1->transB, g2->transB);
+    add(src, "    const long long q = T / MT, i0 = (T %% MT) * 16, RB = q * M + i0;\n");
+    batch_code(src, a->b1, "oa1", "ob1", "oc1");
+    batch_code(src, a->b2, "oa2", "ob2", "oc2");
+    add(src, "    const %s *A1 = (const %s *)P.p[%d] + oa1 + (TA1 ? i0 : i0 * LDA1);\n", ST, ST, pa1);
+    add(src, "    const %s *B1 = (const %s *)P.p[%d] + ob1;\n", ST, ST, pb1);
+    add(src, "    const %s *B2 = (const %s *)P.p[%d] + ob2;\n", ST, ST, pb2);
+    add(src, "    %s *C2 = (%s *)P.p[%d] + oc2 + i0 * LDC2;\n", ST, ST, pc2);
+    /* GEMM 1: the warp's 16 rows of A1 held, B1 streamed per 16 columns */
+    add(src, "    dmg_fa<%s, TA1> fa[K1 / 16];\n", ST);
+    add(src, "    DMC_UNROLL for (int kk = 0; kk < K1 / 16; kk++) dmg_load_a(fa[kk], A1 + (TA1 ? (long long)kk * 16 * LDA1 : kk * 16), LDA1);\n");
+    add(src, "    for (int ct = 0; ct < N / 16; ct++) {\n"
+             "        dmg_fc acc;\n        dmg_zero(acc);\n"
+             "        DMC_UNROLL for (int kk = 0; kk < K1 / 16; kk++) {\n"
+             "            dmg_fb<%s, TB1> fb;\n"
+             "            dmg_load_b(fb, B1 + (TB1 ? (long long)ct * 16 * LDB1 + kk * 16 : (long long)kk * 16 * LDB1 + ct * 16), LDB1);\n"
+             "            dmg_mma(acc, fa[kk], fb);\n        }\n"
+             "        dmg_scale(acc, %.9ef);\n"
+             "        dmg_store_c(Ss + ct * 16, acc, SLD);\n    }\n", ST, (double)g1->alpha);
+    add(src, "    DMG_WSYNC();\n");
+    add(src, "    dmg_rows%d<TEAM, NCH>(P, seed, 0, lt, RB, TPW, tw, RB + 16, Ss, Ps);\n", idx);
+    add(src, "    DMG_WSYNC();\n");
+    /* GEMM 2: P from shared memory, B2 streamed */
+    add(src, "    dmg_fc acc2[N2 / 16];\n"
+             "    DMC_UNROLL for (int c2 = 0; c2 < N2 / 16; c2++) dmg_zero(acc2[c2]);\n"
+             "    for (int kk = 0; kk < N / 16; kk++) {\n"
+             "        dmg_fa<%s, 0> pa;\n"
+             "        dmg_load_a(pa, Ps + kk * 16, PLD);\n"
+             "        DMC_UNROLL for (int c2 = 0; c2 < N2 / 16; c2++) {\n"
+             "            dmg_fb<%s, TB2> fb;\n"
+             "            dmg_load_b(fb, B2 + (TB2 ? (long long)c2 * 16 * LDB2 + kk * 16 : (long long)kk * 16 * LDB2 + c2 * 16), LDB2);\n"
+             "            dmg_mma(acc2[c2], pa, fb);\n        }\n    }\n", ST, ST);
+    add(src, "    DMC_UNROLL for (int c2 = 0; c2 < N2 / 16; c2++) { dmg_scale(acc2[c2], %.9ef); dmg_store_c(Ss + c2 * 16, acc2[c2], SLD); }\n",
+        (double)g2->alpha);
+    add(src, "    DMG_WSYNC();\n");
+    add(src, "    for (int e = lane * 8; e < 16 * N2; e += TPW * TEAM * 8) {\n"
+             "        const int row = e / N2, c = e %% N2;\n"
+             "        float v[8];\n"
+             "        dmg_ld8<1>(v, Ss + row * SLD + c, 8);\n"
+             "        dmg_st8<%d>(C2 + (long long)row * LDC2 + c, v, 8);\n    }\n", vec2);
+    add(src, "    DMG_WSYNC();\n}\n");
+
+    const int64_t blocks = (sh.tiles + sh.warps - 1) / sh.warps;
+    k->threads = 32 * sh.warps;
+    k->teams = 0;
+    k->blocks = (int)(blocks < 65535 ? blocks : 65535);
+    k->smem = (size_t)(sh.warps * sh.warp_floats * 4);
+    k->nparams = np;
+    for (int q = 0; q < np; q++) k->params[q] = (void *)G->params[q];
+    k->acc_floats = 0;
+    add(src, "#if defined(__CUDACC_RTC__) || defined(DMG_SIM)\n");
+    add(src, "DMG_KERNEL(%d) dmg_k%d(const dmg_ptrs P, unsigned long long seed, float *part) {\n", k->threads, idx);
+    add(src, "    enum { TEAM = %d, NCH = %d, TPW = 32 / TEAM, W = %d };\n", G->team, G->nch, sh.warps);
+    add(src, "    (void)part;\n    DMG_SMEM(dmg_smem);\n");
+    add(src, "    const int lane = DMG_TID %% 32, w = DMG_TID / 32;\n");
+    add(src, "    float *Ss = dmg_smem + (long long)w * %lld;\n", (long long)sh.warp_floats);
+    add(src, "    for (long long T = (long long)DMG_BID * W + w; T < %lldLL; T += (long long)DMG_NBLK * W)\n"
+             "        dmg_att%d<TEAM, NCH, TPW>(P, seed, T, lane %% TEAM, lane / TEAM, lane, Ss, (%s *)(Ss + 16 * %d));\n",
+        (long long)sh.tiles, idx, ST, sh.sld);
+    add(src, "}\n#endif\n");
+    add(src, "#ifndef __CUDACC_RTC__\n");
+    add(src, "extern \"C\" int dmg_h%d(const dmg_ptrs *P, unsigned long long seed, float *part, int blocks) {\n", idx);
+    add(src, "#ifdef DMG_SIM\n    dmg_sim_run(%d, blocks, %lld, [&] { dmg_k%d(*P, seed, part); });\n    return 0;\n#else\n",
+        k->threads, (long long)(sh.warps * sh.warp_floats), idx);
+    add(src, "    (void)part; (void)blocks;\n"
+             "    float *S = (float *)malloc(sizeof(float) * %lld);\n    if (!S) return 1;\n"
+             "    for (long long T = 0; T < %lldLL; T++) dmg_att%d<1, %d, 1>(*P, seed, T, 0, 0, 0, S, (%s *)(S + 16 * %d));\n"
+             "    free(S);\n    return 0;\n#endif\n}\n#endif\n",
+        (long long)sh.warp_floats, (long long)sh.tiles, idx, G->chunks, ST, sh.sld);
     return DM_OK;
 }
 
@@ -606,11 +802,22 @@ dm_status dmc_gen_eligible(const dmc_rowprog *p) {
     }
 }
 
-dm_status dmc_gen_source(const dmc_rowprog *const *progs, int n, int sms, dmc_genk *k,
-                         std::string *src) {
+dm_status dmc_gen_attn_eligible(const dmc_attn *a) {
+    try {
+        std::string src;
+        dmc_genk k;
+        return gen_attn(a, 0, &k, src);
+    } catch (const std::bad_alloc &) {
+        return dm_fail(DM_ERR_OOM, "out of memory generating a fused attention kernel");
+    }
+}
+
+dm_status dmc_gen_source(const dmc_rowprog *const *progs, int n, const dmc_attn *attns, int na,
+                         int sms, dmc_genk *k, std::string *src) {
     try {
         *src = "#include \"cuda/genrt.cuh\"\n#ifndef __CUDACC_RTC__\n#include <stdlib.h>\n#endif\n";
         for (int i = 0; i < n; i++) DM_TRY(gen_kernel(progs[i], i, sms, &k[i], *src));
+        for (int i = 0; i < na; i++) DM_TRY(gen_attn(&attns[i], n + i, &k[n + i], *src));
     } catch (const std::bad_alloc &) {
         return dm_fail(DM_ERR_OOM, "out of memory generating the row kernels");
     }

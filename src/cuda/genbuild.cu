@@ -308,8 +308,9 @@ static dm_status host_build(dmc_gen *gn) {
     return s;
 }
 
-static dm_status build(dmc_gen *gn, const dmc_rowprog *const *progs, int n, int emulate,
-                       int device) {
+static dm_status build(dmc_gen *gn, const dmc_rowprog *const *progs, int np,
+                       const dmc_attn *attns, int na, int emulate, int device) {
+    const int n = np + na;
     gn->emulate = emulate;
     gn->src = new std::string();
     gn->k = (dmc_genk *)calloc((size_t)(n > 0 ? n : 1), sizeof(dmc_genk));
@@ -321,7 +322,7 @@ static dm_status build(dmc_gen *gn, const dmc_rowprog *const *progs, int n, int 
         if (e != cudaSuccess)
             s = dm_fail(DM_ERR_BACKEND, "cudaDeviceGetAttribute failed: %s", cudaGetErrorString(e));
     }
-    if (s == DM_OK) s = dmc_gen_source(progs, n, sms, gn->k, gn->src);
+    if (s == DM_OK) s = dmc_gen_source(progs, np, attns, na, sms, gn->k, gn->src);
     /* DMOVE_CUDA_DUMP=FILE: the generated source, before it is compiled (for debugging) */
     const char *dump = getenv("DMOVE_CUDA_DUMP");
     if (s == DM_OK && dump && *dump) s = write_file(dump, gn->src->c_str());
@@ -365,19 +366,27 @@ static dm_status build(dmc_gen *gn, const dmc_rowprog *const *progs, int n, int 
             if (e != cudaSuccess)
                 s = dm_fail(DM_ERR_BACKEND, "cudaLibraryGetKernel(%s) failed: %s", sym, cudaGetErrorString(e));
             else gn->k[i].kernel = (void *)kern;
+            /* the fused kernels' tiles: more shared memory than the default 48 KiB */
+            if (s == DM_OK && gn->k[i].smem > 48 * 1024) {
+                e = cudaKernelSetAttributeForDevice(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)gn->k[i].smem, device);
+                if (e != cudaSuccess)
+                    s = dm_fail(DM_ERR_BACKEND, "cudaKernelSetAttributeForDevice(%s, %zu bytes of shared "
+                                "memory) failed: %s", sym, gn->k[i].smem, cudaGetErrorString(e));
+            }
         }
     }
     return s;
 }
 
-dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n, int emulate,
-                        int device) {
+dm_status dmc_gen_build(dmc_gen **out, const dmc_rowprog *const *progs, int n,
+                        const dmc_attn *attns, int na, int emulate, int device) {
     *out = NULL;
     dmc_gen *gn = NULL;
     dm_status s;
     try { /* what new and std::string throw is out of memory, a status */
         gn = new dmc_gen();
-        s = build(gn, progs, n, emulate, device);
+        s = build(gn, progs, n, attns, na, emulate, device);
     } catch (const std::bad_alloc &) {
         s = dm_fail(DM_ERR_OOM, "out of memory building the generated row kernels");
     }

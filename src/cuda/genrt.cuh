@@ -30,7 +30,7 @@
 #define DMG_NTHR ((int)blockDim.x)
 #define DMG_BID ((int)blockIdx.x)
 #define DMG_NBLK ((int)gridDim.x)
-#define DMG_SMEM(name) extern __shared__ float name[]
+#define DMG_SMEM(name) extern __shared__ __align__(128) float name[]
 #define DMG_SYNC() __syncthreads()
 #elif defined(DMG_SIM)
 #include <functional>
@@ -100,7 +100,7 @@ static void dmg_sim_run(int threads, int blocks, long long smem, const std::func
     if (pthread_barrier_init(&B->block, 0, (unsigned)threads)) abort();
     for (int w = 0; w < threads / 32; w++)
         if (pthread_barrier_init(&B->warp[w], 0, 32)) abort();
-    B->smem = (float *)malloc(sizeof(float) * (size_t)(smem > 0 ? smem : 1));
+    B->smem = (float *)aligned_alloc(128, sizeof(float) * (size_t)((smem > 0 ? smem : 1) + 31) / 128 * 128);
     if (!B->smem) abort();
     for (long long i = 0; i < smem; i++) B->smem[i] = __builtin_nanf("");
     std::vector<pthread_t> th((size_t)threads);
@@ -261,6 +261,98 @@ DMG_HD void dmg_acc_out(const float *acc, int teams, long long tstride, int nacc
         part[i] = s;
     }
 }
+
+
+
+/* A warp's barrier: its lanes' shared-memory writes are seen by all of them after it. */
+#ifdef __CUDACC_RTC__
+#define DMG_WSYNC() __syncwarp()
+#elif defined(DMG_SIM)
+#define DMG_WSYNC() pthread_barrier_wait(&dmg_sim->warp[dmg_tid / 32])
+#else
+#define DMG_WSYNC() ((void)0)
+#endif
+
+/* --- tensor-core tiles (the fused attention kernels, gen.cu) ------------------------- *
+ * A warp's 16 x 16 x 16 product of 16-bit operands into fp32 accumulators. On the GPU,
+ * nvcuda::wmma's fragments (operands in global or shared memory, 32-byte aligned, ld a
+ * multiple of 8 elements); on the host every lane holds and computes the whole tile. The
+ * fragments' layout on the GPU is opaque: the kernels touch them only through these calls.
+ * CM: the operand is stored column-major (element (r, c) at p[c * ld + r]). */
+#ifdef __CUDACC_RTC__
+#include <mma.h>
+template <int CM> struct dmg_lay { typedef nvcuda::wmma::row_major L; };
+template <> struct dmg_lay<1> { typedef nvcuda::wmma::col_major L; };
+template <typename T, int CM> struct dmg_fa {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, typename dmg_lay<CM>::L> f;
+};
+template <typename T, int CM> struct dmg_fb {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, typename dmg_lay<CM>::L> f;
+};
+struct dmg_fc {
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> f;
+};
+template <typename T, int CM> __device__ __forceinline__ void dmg_load_a(dmg_fa<T, CM> &a, const T *p, int ld) {
+    nvcuda::wmma::load_matrix_sync(a.f, p, (unsigned)ld);
+}
+template <typename T, int CM> __device__ __forceinline__ void dmg_load_b(dmg_fb<T, CM> &b, const T *p, int ld) {
+    nvcuda::wmma::load_matrix_sync(b.f, p, (unsigned)ld);
+}
+__device__ __forceinline__ void dmg_zero(dmg_fc &c) { nvcuda::wmma::fill_fragment(c.f, 0.0f); }
+template <typename T, int CA, int CB>
+__device__ __forceinline__ void dmg_mma(dmg_fc &c, const dmg_fa<T, CA> &a, const dmg_fb<T, CB> &b) {
+    nvcuda::wmma::mma_sync(c.f, a.f, b.f, c.f);
+}
+__device__ __forceinline__ void dmg_scale(dmg_fc &c, float s) {
+    for (int i = 0; i < c.f.num_elements; i++) c.f.x[i] *= s;
+}
+__device__ __forceinline__ void dmg_store_c(float *p, const dmg_fc &c, int ld) {
+    nvcuda::wmma::store_matrix_sync(p, c.f, (unsigned)ld, nvcuda::wmma::mem_row_major);
+}
+#else
+template <typename T, int CM> struct dmg_fa { float x[256]; }; /* x[r * 16 + k] */
+template <typename T, int CM> struct dmg_fb { float x[256]; }; /* x[k * 16 + c] */
+struct dmg_fc { float x[256]; };                             /* x[r * 16 + c] */
+static inline void dmg_tile_aligned(const void *p, int ld, int esz) {
+#ifdef DMG_SIM
+    if ((uintptr_t)p % 32 == 0 && (ld * esz) % 16 == 0) return;
+    fprintf(stderr, "fused attention kernel, simulated lane %d of block %d: tile at %p (ld %d) "
+            "not 32-byte aligned as wmma needs\n", dmg_tid, dmg_bid, p, ld);
+    abort();
+#else
+    (void)p, (void)ld, (void)esz;
+#endif
+}
+template <typename T, int CM> static inline void dmg_load_a(dmg_fa<T, CM> &a, const T *p, int ld) {
+    dmg_tile_aligned(p, ld, (int)sizeof(T));
+    for (int r = 0; r < 16; r++)
+        for (int k = 0; k < 16; k++) a.x[r * 16 + k] = dmg_f(CM ? p[(long long)k * ld + r] : p[(long long)r * ld + k]);
+}
+template <typename T, int CM> static inline void dmg_load_b(dmg_fb<T, CM> &b, const T *p, int ld) {
+    dmg_tile_aligned(p, ld, (int)sizeof(T));
+    for (int k = 0; k < 16; k++)
+        for (int c = 0; c < 16; c++) b.x[k * 16 + c] = dmg_f(CM ? p[(long long)c * ld + k] : p[(long long)k * ld + c]);
+}
+static inline void dmg_zero(dmg_fc &c) {
+    for (int i = 0; i < 256; i++) c.x[i] = 0.0f;
+}
+template <typename T, int CA, int CB> static inline void dmg_mma(dmg_fc &c, const dmg_fa<T, CA> &a, const dmg_fb<T, CB> &b) {
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 16; n++) {
+            float s = c.x[r * 16 + n];
+            for (int k = 0; k < 16; k++) s += a.x[r * 16 + k] * b.x[k * 16 + n];
+            c.x[r * 16 + n] = s;
+        }
+}
+static inline void dmg_scale(dmg_fc &c, float s) {
+    for (int i = 0; i < 256; i++) c.x[i] *= s;
+}
+static inline void dmg_store_c(float *p, const dmg_fc &c, int ld) {
+    dmg_tile_aligned(p, ld, 4);
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 16; n++) p[(long long)r * ld + n] = c.x[r * 16 + n];
+}
+#endif
 
 
 #endif
