@@ -129,7 +129,8 @@ void dmc_gemm_batches(const dm_gemm *gm, dmc_batches *bt);
 void dmc_batch_offsets(const dmc_batches *bt, int64_t q, int64_t *oa, int64_t *ob, int64_t *oc);
 
 /* A batched group of the shape GEMM, row ops, GEMM (attention's forward: scores, mask,
- * softmax, dropout, context) as one fused kernel (gen.cu, DM_CUDA_GEN, 16-bit storage):
+ * softmax, dropout, context), or GEMM, row ops, GEMM, GEMM (its backward: d probs,
+ * dropout and softmax backward, d queries, d keys) as one fused kernel (gen.cu, DM_CUDA_GEN, 16-bit storage):
  * per batch item and 16 rows, a warp computes C1 = alpha1 op(A1) op(B1) on tensor cores
  * into shared memory (fp32), runs the row program over those rows (reading C1 there; the
  * operand GEMM 2 reads is written there too), and C2 = alpha2 P op(B2) to memory. The
@@ -139,6 +140,10 @@ typedef struct {
     const dmc_rowprog *prog; /* the row ops (host copy; device addresses) */
     dm_gemm g1, g2;          /* device addresses of the storage type */
     dmc_batches b1, b2;
+    int has3;                /* attention's backward: also C3 = alpha3 P^T op(B3) over all
+                              * rows of an item (a block per item) */
+    dm_gemm g3;
+    dmc_batches b3;
     int dt;                  /* the storage type (DMC_BF16 or DMC_F16) */
     int p_in_memory;         /* P (g2.A) is kept for later groups: written to memory too */
     size_t smem_max;         /* the most dynamic shared memory a block may use */

@@ -575,35 +575,53 @@ static dm_status init_wide(dm_cuda_exec *ex) {
     return DM_OK;
 }
 
-/* Group gi as one fused kernel (dmc_attn): steps GEMM, row program, GEMM, the first
- * GEMM's output a tile the row ops read, the second's A operand one they write, row r of
- * both being row r % m of batch item r / m of the GEMMs. 0 if not (or not 16-bit). */
+/* Group gi as one fused kernel (dmc_attn): steps GEMM, row program, GEMM (and a GEMM
+ * more), the first GEMM's output a tile the row ops read, the others' A operand one they
+ * write (the second's plain, the third's transposed: P^T), row r of both being row r % m
+ * of batch item r / m of the GEMMs. 0 if not (or not 16-bit storage). */
 static int attn_pattern(const dm_cuda_exec *ex, int gi, dmc_attn *a) {
     const dmc_group *eg = &ex->groups[gi];
-    if (ex->dtype == DM_CUDA_FP32 || ex->plan->groups[gi].nbatch <= 1 || eg->nsteps != 3) return 0;
+    if (ex->dtype == DM_CUDA_FP32 || ex->plan->groups[gi].nbatch <= 1) return 0;
+    if (eg->nsteps != 3 && eg->nsteps != 4) return 0;
     const dmc_step *s0 = &eg->steps[0], *s1 = &eg->steps[1], *s2 = &eg->steps[2];
-    if (!s0->gemm || s1->gemm || !s2->gemm) return 0;
+    if (!s0->gemm || s1->gemm || !s2->gemm || (eg->nsteps == 4 && !eg->steps[3].gemm)) return 0;
     memset(a, 0, sizeof *a);
     a->prog = &ex->hprogs[s1->prog];
     a->g1 = s0->gm;
     a->g2 = s2->gm;
+    a->has3 = eg->nsteps == 4;
+    if (a->has3) { /* the plain one is GEMM 2, the transposed one GEMM 3 */
+        a->g3 = eg->steps[3].gm;
+        if (a->g2.transA) {
+            dm_gemm t = a->g2;
+            a->g2 = a->g3;
+            a->g3 = t;
+        }
+    }
     a->dt = ex->dtype;
     a->smem_max = (size_t)ex->smem_optin;
-    const dm_gemm *g1 = &a->g1, *g2 = &a->g2;
+    const dm_gemm *g1 = &a->g1, *g2 = &a->g2, *g3 = &a->g3;
     const char *temp_end = ex->temp + ex->temp_floats * (size_t)ex->esz;
     const int s_tile = (const char *)g1->C >= ex->temp && (const char *)g1->C < temp_end;
     a->p_in_memory = !((const char *)g2->A >= ex->temp && (const char *)g2->A < temp_end);
     if (!s_tile || g1->beta != 0.0f || g2->beta != 0.0f || g2->transA) return 0;
     const int64_t cols = a->prog->cols;
     if (g1->n != cols || g1->ldc != cols || g2->k != cols || g2->lda != cols || g2->m != g1->m) return 0;
+    if (a->has3 && (g3->A != g2->A || !g3->transA || g3->beta != 0.0f || g3->lda != cols || g3->k != g1->m))
+        return 0;
     dmc_gemm_batches(g1, &a->b1);
     dmc_gemm_batches(g2, &a->b2);
+    if (a->has3) dmc_gemm_batches(g3, &a->b3);
     if (a->b1.count != a->b2.count || a->prog->rows != a->b1.count * g1->m) return 0;
+    if (a->has3 && a->b3.count != a->b1.count) return 0;
     for (int64_t q = 0; q < a->b1.count; q++) {
         int64_t oa, ob, oc;
         dmc_batch_offsets(&a->b1, q, &oa, &ob, &oc);
         if (oc != q * g1->m * cols) return 0;
         dmc_batch_offsets(&a->b2, q, &oa, &ob, &oc);
+        if (oa != q * g1->m * cols) return 0;
+        if (!a->has3) continue;
+        dmc_batch_offsets(&a->b3, q, &oa, &ob, &oc);
         if (oa != q * g1->m * cols) return 0;
     }
     return 1;
@@ -611,7 +629,7 @@ static int attn_pattern(const dm_cuda_exec *ex, int gi, dmc_attn *a) {
 
 /* DM_CUDA_GEN: every program the generator takes (gen.cu: row reductions over at most
  * 2048 columns, ...) runs as a kernel of its own, and every batched group of attention's
- * shape as one fused kernel, compiled here in one NVRTC program; the rest stay with the
+ * shapes (forward; backward when an item's rows fit a block) as one fused kernel, compiled here in one NVRTC program; the rest stay with the
  * interpreter and cuBLAS (DMOVE_CUDA_DUMP=FILE writes the generated source). */
 static dm_status init_gen(dm_cuda_exec *ex) {
     const size_t np = (size_t)(ex->nprogs > 0 ? ex->nprogs : 1), ng = (size_t)(ex->ngroups > 0 ? ex->ngroups : 1);

@@ -637,14 +637,18 @@ static int batch_aligned(const void *base, const dmc_batches &bt, int which, int
     return 1;
 }
 
-/* The tile shape of fused kernel a: warps per block, the warp's shared floats, SLD, PLD. */
+/* The tile shape of fused kernel a: warps per block, SLD, PLD, the block's shared
+ * floats (its warps' rows of C1 in fp32, SLD floats a row, then their rows of P, PLD
+ * elements a row), the 16-row tiles of all items. */
 typedef struct {
     int warps, sld, pld;
-    int64_t warp_floats, tiles;
+    int64_t block_floats, tiles;
 } attn_shape;
 
+static int64_t attn_floats(int rows, int sld, int pld) { return (int64_t)rows * sld + (int64_t)rows * pld * 2 / 4; }
+
 static dm_status attn_check(const dmc_attn *a, attn_shape *sh) {
-    const dm_gemm *g1 = &a->g1, *g2 = &a->g2;
+    const dm_gemm *g1 = &a->g1, *g2 = &a->g2, *g3 = &a->g3;
     const int esz = 2;
     if (a->dt != DMC_BF16 && a->dt != DMC_F16)
         return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: tensor cores need bf16 or fp16 storage");
@@ -657,16 +661,53 @@ static dm_status attn_check(const dmc_attn *a, attn_shape *sh) {
     if (!batch_aligned(g1->A, a->b1, 0, esz, 32) || !batch_aligned(g1->B, a->b1, 1, esz, 32) ||
         !batch_aligned(g2->B, a->b2, 1, esz, 32))
         return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: operands not 32-byte aligned");
+    if (a->has3 && (g3->m != g1->n || g3->k != g1->m || g3->n % 16 || g3->n > 128 || g3->ldb % 8 ||
+                    !batch_aligned(g3->B, a->b3, 1, esz, 32)))
+        return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the third GEMM's sizes or alignment");
     if (a->prog->nacc) return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: column sums in the row ops");
-    sh->sld = (int)((g1->n > g2->n ? g1->n : g2->n) + 8);
+    int64_t widest = g1->n > g2->n ? g1->n : g2->n;
+    if (a->has3 && g3->n > widest) widest = g3->n;
+    sh->sld = (int)(widest + 8);
     sh->pld = (int)(g1->n + 16);
-    sh->warp_floats = 16 * (int64_t)sh->sld + 16 * (int64_t)sh->pld * esz / 4;
     sh->tiles = a->b1.count * (g1->m / 16);
-    for (sh->warps = 4; sh->warps > 1; sh->warps /= 2)
-        if (sh->warps * sh->warp_floats * 4 <= 100 * 1024 && sh->warps * sh->warp_floats * 4 <= (int64_t)a->smem_max) break;
-    if (sh->warps * sh->warp_floats * 4 > (int64_t)a->smem_max)
-        return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: rows of %d scores exceed shared memory", g1->n);
+    const int64_t warp_bytes = attn_floats(16, sh->sld, sh->pld) * 4;
+    if (a->has3) { /* a block per batch item: its rows of P are all GEMM 3 needs */
+        sh->warps = g1->m / 16;
+        if (sh->warps > 32 || sh->warps * warp_bytes > (int64_t)a->smem_max)
+            return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: %d rows of one item exceed a block", g1->m);
+    } else {
+        for (sh->warps = 4; sh->warps > 1; sh->warps /= 2)
+            if (sh->warps * warp_bytes <= 100 * 1024 && sh->warps * warp_bytes <= (int64_t)a->smem_max) break;
+        if (sh->warps * warp_bytes > (int64_t)a->smem_max)
+            return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: rows of %d scores exceed shared memory", g1->n);
+    }
+    sh->block_floats = attn_floats(16 * sh->warps, sh->sld, sh->pld);
     return DM_OK;
+}
+
+/* C[16 x NN] = alpha * (16 rows of A) op(B), from a's fragments fa (K1 of them, or P from
+ * shared memory when fa is NULL), staged through Ss (SLD) and stored at C (LDC) with
+ * lanes lane, lane + 32, ... of 8 elements (vec: 16-byte stores). */
+static void emit_gemm_out(std::string &src, const char *ST, const char *fa, const char *akind, int K, int NN,
+                          int TB, int LDB, const char *B, float alpha, const char *C, int LDC, int vec) {
+    add(src, "    {\n        dmg_fc acc[%d];\n        DMC_UNROLL for (int c2 = 0; c2 < %d; c2++) dmg_zero(acc[c2]);\n", NN / 16,
+        NN / 16);
+    add(src, "        for (int kk = 0; kk < %d; kk++) {\n", K / 16);
+    add(src, "            %s\n", akind);
+    add(src, "            DMC_UNROLL for (int c2 = 0; c2 < %d; c2++) {\n"
+             "                dmg_fb<%s, %d> fb;\n"
+             "                dmg_load_b(fb, %s + (%d ? (long long)c2 * 16 * %d + kk * 16 : (long long)kk * 16 * %d + c2 * 16), %d);\n"
+             "                dmg_mma(acc[c2], %s, fb);\n            }\n        }\n",
+        NN / 16, ST, TB, B, TB, LDB, LDB, LDB, fa);
+    add(src, "        DMC_UNROLL for (int c2 = 0; c2 < %d; c2++) { dmg_scale(acc[c2], %.9ef); dmg_store_c(Ss + c2 * 16, acc[c2], SLD); }\n"
+             "    }\n", NN / 16, (double)alpha);
+    add(src, "    DMG_WSYNC();\n");
+    add(src, "    for (int e = lane * 8; e < 16 * %d; e += TPW * TEAM * 8) {\n"
+             "        const int row = e / %d, c = e %% %d;\n"
+             "        float v[8];\n"
+             "        dmg_ld8<1>(v, Ss + row * SLD + c, 8);\n"
+             "        dmg_st8<%d>(%s + (long long)row * %d + c, v, 8);\n    }\n"
+             "    DMG_WSYNC();\n", NN, NN, NN, vec, C, LDC);
 }
 
 /* Appends fused kernel number idx for a to src; shape into k. */
@@ -698,35 +739,39 @@ static dm_status gen_attn(const dmc_attn *a, int idx, dmc_genk *k, std::string &
         }
     }
     if (!reads_s || !writes_p)
-        return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the row ops do not join the two GEMMs");
-    if (G->nparam + 4 > DMG_MAXP) return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: too many operands");
-    const int pa1 = G->nparam, pb1 = pa1 + 1, pb2 = pa1 + 2, pc2 = pa1 + 3;
+        return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the row ops do not join the GEMMs");
+    if (G->nparam + 6 > DMG_MAXP) return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: too many operands");
+    const int pa1 = G->nparam, pb1 = pa1 + 1, pb2 = pa1 + 2, pc2 = pa1 + 3, pb3 = pa1 + 4, pc3 = pa1 + 5;
     G->params[pa1] = a->g1.A;
     G->params[pb1] = a->g1.B;
     G->params[pb2] = a->g2.B;
     G->params[pc2] = a->g2.C;
-    const int np = G->nparam + 4;
+    G->params[pb3] = a->has3 ? a->g3.B : NULL;
+    G->params[pc3] = a->has3 ? a->g3.C : NULL;
+    const int np = G->nparam + 6;
     const int vec2 = batch_aligned(a->g2.C, a->b2, 2, 2, 16) && (a->g2.ldc * 2) % 16 == 0;
+    const int vec3 = a->has3 && batch_aligned(a->g3.C, a->b3, 2, 2, 16) && (a->g3.ldc * 2) % 16 == 0;
     const char *ST = type_name(a->dt);
-    const dm_gemm *g1 = &a->g1, *g2 = &a->g2;
+    const dm_gemm *g1 = &a->g1, *g2 = &a->g2, *g3 = &a->g3;
 
     src += rows;
     add(src, "/* fused kernel %d: per batch item (%lld) and 16 of its %d rows: [%d x %d] = %.9g op(A1) op(B1) "
-             "(k %d) in shared memory, the row ops, [%d x %d] = %.9g P op(B2) */\n",
-        idx, (long long)a->b1.count, g1->m, g1->m, g1->n, (double)g1->alpha, g1->k, g2->m, g2->n, (double)g2->alpha);
+             "(k %d) in shared memory, the row ops, [%d x %d] = %.9g P op(B2)", idx, (long long)a->b1.count, g1->m,
+        g1->m, g1->n, (double)g1->alpha, g1->k, g2->m, g2->n, (double)g2->alpha);
+    if (a->has3) add(src, "; then per item [%d x %d] = %.9g P^T op(B3)", g3->m, g3->n, (double)g3->alpha);
+    add(src, " */\n");
+    /* a warp's rows: GEMM 1, the row ops, GEMM 2 */
     add(src, "template <int TEAM, int NCH, int TPW> __host__ __device__ void dmg_att%d(const dmg_ptrs &P, "
              "unsigned long long seed, long long T, int lt, int tw, int lane, float *Ss, %s *Ps) {\n", idx, ST);
-    add(src, "    enum { M = %d, N = %d, K1 = %d, N2 = %d, SLD = %d, PLD = %d, MT = M / 16 };\n", g1->m, g1->n, g1->k,
-        g2->n, sh.sld, sh.pld);
-    add(src, "    enum { LDA1 = %d, LDB1 = %d, LDB2 = %d, LDC2 = %d, TA1 = %d, TB1 = %d, TB2 = %d };\n", g1->lda, g1->ldb,
-        g2->ldb, g2->ldc, g1->transA, g1->transB, g2->transB);
+    add(src, "    enum { M = %d, N = %d, K1 = %d, SLD = %d, PLD = %d, MT = M / 16 };\n", g1->m, g1->n, g1->k, sh.sld, sh.pld);
+    add(src, "    enum { LDA1 = %d, LDB1 = %d, TA1 = %d, TB1 = %d };\n", g1->lda, g1->ldb, g1->transA, g1->transB);
     add(src, "    const long long q = T / MT, i0 = (T %% MT) * 16, RB = q * M + i0;\n");
     batch_code(src, a->b1, "oa1", "ob1", "oc1");
     batch_code(src, a->b2, "oa2", "ob2", "oc2");
     add(src, "    const %s *A1 = (const %s *)P.p[%d] + oa1 + (TA1 ? i0 : i0 * LDA1);\n", ST, ST, pa1);
     add(src, "    const %s *B1 = (const %s *)P.p[%d] + ob1;\n", ST, ST, pb1);
     add(src, "    const %s *B2 = (const %s *)P.p[%d] + ob2;\n", ST, ST, pb2);
-    add(src, "    %s *C2 = (%s *)P.p[%d] + oc2 + i0 * LDC2;\n", ST, ST, pc2);
+    add(src, "    %s *C2 = (%s *)P.p[%d] + oc2 + i0 * %d;\n", ST, ST, pc2, g2->ldc);
     /* GEMM 1: the warp's 16 rows of A1 held, B1 streamed per 16 columns */
     add(src, "    dmg_fa<%s, TA1> fa[K1 / 16];\n", ST);
     add(src, "    DMC_UNROLL for (int kk = 0; kk < K1 / 16; kk++) dmg_load_a(fa[kk], A1 + (TA1 ? (long long)kk * 16 * LDA1 : kk * 16), LDA1);\n");
@@ -741,53 +786,72 @@ static dm_status gen_attn(const dmc_attn *a, int idx, dmc_genk *k, std::string &
     add(src, "    DMG_WSYNC();\n");
     add(src, "    dmg_rows%d<TEAM, NCH>(P, seed, 0, lt, RB, TPW, tw, RB + 16, Ss, Ps);\n", idx);
     add(src, "    DMG_WSYNC();\n");
-    /* GEMM 2: P from shared memory, B2 streamed */
-    add(src, "    dmg_fc acc2[N2 / 16];\n"
-             "    DMC_UNROLL for (int c2 = 0; c2 < N2 / 16; c2++) dmg_zero(acc2[c2]);\n"
-             "    for (int kk = 0; kk < N / 16; kk++) {\n"
-             "        dmg_fa<%s, 0> pa;\n"
-             "        dmg_load_a(pa, Ps + kk * 16, PLD);\n"
-             "        DMC_UNROLL for (int c2 = 0; c2 < N2 / 16; c2++) {\n"
-             "            dmg_fb<%s, TB2> fb;\n"
-             "            dmg_load_b(fb, B2 + (TB2 ? (long long)c2 * 16 * LDB2 + kk * 16 : (long long)kk * 16 * LDB2 + c2 * 16), LDB2);\n"
-             "            dmg_mma(acc2[c2], pa, fb);\n        }\n    }\n", ST, ST);
-    add(src, "    DMC_UNROLL for (int c2 = 0; c2 < N2 / 16; c2++) { dmg_scale(acc2[c2], %.9ef); dmg_store_c(Ss + c2 * 16, acc2[c2], SLD); }\n",
-        (double)g2->alpha);
-    add(src, "    DMG_WSYNC();\n");
-    add(src, "    for (int e = lane * 8; e < 16 * N2; e += TPW * TEAM * 8) {\n"
-             "        const int row = e / N2, c = e %% N2;\n"
-             "        float v[8];\n"
-             "        dmg_ld8<1>(v, Ss + row * SLD + c, 8);\n"
-             "        dmg_st8<%d>(C2 + (long long)row * LDC2 + c, v, 8);\n    }\n", vec2);
-    add(src, "    DMG_WSYNC();\n}\n");
+    /* GEMM 2: P from shared memory (row-major), B2 streamed */
+    char akind[160];
+    snprintf(akind, sizeof akind, "dmg_fa<%s, 0> pa;\n            dmg_load_a(pa, Ps + kk * 16, PLD);", ST);
+    emit_gemm_out(src, ST, "pa", akind, g1->n, g2->n, g2->transB, g2->ldb, "B2", g2->alpha, "C2", g2->ldc, vec2);
+    add(src, "}\n");
+    if (a->has3) {
+        /* GEMM 3, after every warp's rows: 16 rows t0.. of P^T (P column-major) over all
+         * M rows of the item, times B3 */
+        add(src, "template <int TEAM, int TPW> __host__ __device__ void dmg_att%d_3(const dmg_ptrs &P, long long q, "
+                 "int t, int lane, float *Ss, const %s *Pall) {\n", idx, ST);
+        add(src, "    enum { SLD = %d, PLD = %d };\n    const long long t0 = (long long)t * 16;\n", sh.sld, sh.pld);
+        batch_code(src, a->b3, "oa3", "ob3", "oc3");
+        add(src, "    const %s *B3 = (const %s *)P.p[%d] + ob3;\n", ST, ST, pb3);
+        add(src, "    %s *C3 = (%s *)P.p[%d] + oc3 + t0 * %d;\n", ST, ST, pc3, g3->ldc);
+        snprintf(akind, sizeof akind, "dmg_fa<%s, 1> pa;\n            dmg_load_a(pa, Pall + (long long)kk * 16 * PLD + t0, PLD);", ST);
+        emit_gemm_out(src, ST, "pa", akind, g1->m, g3->n, g3->transB, g3->ldb, "B3", g3->alpha, "C3", g3->ldc, vec3);
+        add(src, "}\n");
+    }
 
-    const int64_t blocks = (sh.tiles + sh.warps - 1) / sh.warps;
+    const int64_t items = a->b1.count;
+    const int64_t blocks = a->has3 ? items : (sh.tiles + sh.warps - 1) / sh.warps;
     k->threads = 32 * sh.warps;
     k->teams = 0;
     k->blocks = (int)(blocks < 65535 ? blocks : 65535);
-    k->smem = (size_t)(sh.warps * sh.warp_floats * 4);
+    k->smem = (size_t)(sh.block_floats * 4);
     k->nparams = np;
     for (int q = 0; q < np; q++) k->params[q] = (void *)G->params[q];
     k->acc_floats = 0;
+    const int rows_b = 16 * sh.warps;
     add(src, "#if defined(__CUDACC_RTC__) || defined(DMG_SIM)\n");
     add(src, "DMG_KERNEL(%d) dmg_k%d(const dmg_ptrs P, unsigned long long seed, float *part) {\n", k->threads, idx);
     add(src, "    enum { TEAM = %d, NCH = %d, TPW = 32 / TEAM, W = %d };\n", G->team, G->nch, sh.warps);
     add(src, "    (void)part;\n    DMG_SMEM(dmg_smem);\n");
     add(src, "    const int lane = DMG_TID %% 32, w = DMG_TID / 32;\n");
-    add(src, "    float *Ss = dmg_smem + (long long)w * %lld;\n", (long long)sh.warp_floats);
-    add(src, "    for (long long T = (long long)DMG_BID * W + w; T < %lldLL; T += (long long)DMG_NBLK * W)\n"
-             "        dmg_att%d<TEAM, NCH, TPW>(P, seed, T, lane %% TEAM, lane / TEAM, lane, Ss, (%s *)(Ss + 16 * %d));\n",
-        (long long)sh.tiles, idx, ST, sh.sld);
+    add(src, "    float *Ss = dmg_smem + (long long)w * 16 * %d;\n", sh.sld);
+    add(src, "    %s *Pall = (%s *)(dmg_smem + %lld), *Ps = Pall + (long long)w * 16 * %d;\n", ST, ST,
+        (long long)rows_b * sh.sld, sh.pld);
+    if (a->has3) {
+        add(src, "    for (long long q = DMG_BID; q < %lldLL; q += DMG_NBLK) {\n", (long long)items);
+        add(src, "        dmg_att%d<TEAM, NCH, TPW>(P, seed, q * W + w, lane %% TEAM, lane / TEAM, lane, Ss, Ps);\n", idx);
+        add(src, "        DMG_SYNC();\n");
+        add(src, "        for (int t = w; t < %d; t += W) dmg_att%d_3<TEAM, TPW>(P, q, t, lane, Ss, Pall);\n", g3->m / 16, idx);
+        add(src, "        DMG_SYNC();\n    }\n");
+    } else {
+        add(src, "    for (long long T = (long long)DMG_BID * W + w; T < %lldLL; T += (long long)DMG_NBLK * W)\n"
+                 "        dmg_att%d<TEAM, NCH, TPW>(P, seed, T, lane %% TEAM, lane / TEAM, lane, Ss, Ps);\n",
+            (long long)sh.tiles, idx);
+    }
     add(src, "}\n#endif\n");
+    /* the host: the simulation, or each warp's part by a team of one, in order */
     add(src, "#ifndef __CUDACC_RTC__\n");
     add(src, "extern \"C\" int dmg_h%d(const dmg_ptrs *P, unsigned long long seed, float *part, int blocks) {\n", idx);
     add(src, "#ifdef DMG_SIM\n    dmg_sim_run(%d, blocks, %lld, [&] { dmg_k%d(*P, seed, part); });\n    return 0;\n#else\n",
-        k->threads, (long long)(sh.warps * sh.warp_floats), idx);
+        k->threads, (long long)sh.block_floats, idx);
     add(src, "    (void)part; (void)blocks;\n"
              "    float *S = (float *)malloc(sizeof(float) * %lld);\n    if (!S) return 1;\n"
-             "    for (long long T = 0; T < %lldLL; T++) dmg_att%d<1, %d, 1>(*P, seed, T, 0, 0, 0, S, (%s *)(S + 16 * %d));\n"
-             "    free(S);\n    return 0;\n#endif\n}\n#endif\n",
-        (long long)sh.warp_floats, (long long)sh.tiles, idx, G->chunks, ST, sh.sld);
+             "    %s *Pall = (%s *)(S + %lld);\n", (long long)sh.block_floats, ST, ST, (long long)rows_b * sh.sld);
+    if (a->has3)
+        add(src, "    for (long long q = 0; q < %lldLL; q++) {\n"
+                 "        for (int w = 0; w < %d; w++) dmg_att%d<1, %d, 1>(*P, seed, q * %d + w, 0, 0, 0, S + w * 16 * %d, Pall + w * 16 * %d);\n"
+                 "        for (int t = 0; t < %d; t++) dmg_att%d_3<1, 1>(*P, q, t, 0, S, Pall);\n    }\n",
+            (long long)items, sh.warps, idx, G->chunks, sh.warps, sh.sld, sh.pld, g3->m / 16, idx);
+    else
+        add(src, "    for (long long T = 0; T < %lldLL; T++) dmg_att%d<1, %d, 1>(*P, seed, T, 0, 0, 0, S, Pall);\n",
+            (long long)sh.tiles, idx, G->chunks);
+    add(src, "    free(S);\n    return 0;\n#endif\n}\n#endif\n");
     return DM_OK;
 }
 
