@@ -102,6 +102,9 @@ dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_laye
 /* CUDA layers: how many of the plan's row programs run as generated kernels (rows gen);
  * *total: all of them. 0 and 0 on the CPU. */
 int dm_layer_rows_generated(const dm_layer *layer, int *total);
+/* CUDA layers, rows gen, bf16/fp16: how many attention groups (batched: GEMMs with row ops
+ * between) run as one fused tensor-core kernel each, the scores kept on chip. 0 otherwise. */
+int dm_layer_groups_fused(const dm_layer *layer);
 void dm_layer_free(dm_layer *layer);
 
 /* Named tensors of the layer, fp32, row-major in the shapes given:

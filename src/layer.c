@@ -231,6 +231,14 @@ int dm_layer_rows_generated(const dm_layer *L, int *total) {
     return 0;
 }
 
+int dm_layer_groups_fused(const dm_layer *L) {
+#ifdef DM_HAVE_CUDA
+    if (L && L->cuda) return dm_cuda_exec_fused(L->cuda);
+#endif
+    (void)L;
+    return 0;
+}
+
 void dm_layer_free(dm_layer *L) {
     if (!L) return;
     dm_cpu_exec_free(&L->ex);

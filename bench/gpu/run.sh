@@ -10,7 +10,7 @@
 #      u=4096, dropout 0.1, exact GELU) at b=8 j=512 and b=96 j=128, in bf16:
 #      dmove fused and unfused (`dmove bench --device cuda --dtype bf16`), each with the
 #      interpreting row kernel and with row kernels generated per group (--rows gen,
-#      src/cuda/gen.cu), PyTorch eager with
+#      src/cuda/gen.cu; attention's groups then fused whole, on tensor cores), PyTorch eager with
 #      SDPA attention, PyTorch eager with HF's materialized ("math") attention, and
 #      torch.compile (bench/gpu/torch_gpu.py), all on this GPU in this run;
 #   4. prints a table of medians, ratios against PyTorch eager, achieved TFLOP/s of the
@@ -105,7 +105,8 @@ rows = [("dmove " + s["schedule"], s["step_ms"], s.get("forward_ms")) for s in d
 import os
 if os.path.exists(f"{out}/dmove-{tag}-gen.json"):
     dg = json.load(open(f"{out}/dmove-{tag}-gen.json"))
-    rows += [("dmove " + s["schedule"] + " (gen)", s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
+    rows += [("dmove " + s["schedule"] + " (gen" + (f", {s['attention_groups_fused']} attn fused" if s.get("attention_groups_fused") else "") + ")",
+              s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
 for line in open(f"{out}/torch-{tag}.jsonl"):
     t = json.loads(line)
     rows.append((t["framework"] + (" (" + t["attn"] + ")"), t["step_ms"], t["forward_ms"]))
@@ -113,10 +114,10 @@ eager = next((r[1] for r in rows if r[0] == "pytorch-eager (sdpa)"), None)
 print(f"\nb={b} j={j} i=1024 h=16 u=4096, bf16, training step (forward + backward), medians")
 print(f"roofline floor of the fused step ({an['device']['name']}): {floor_ms:.3f} ms "
       f"({flop / 1e9:.0f} GFLOP at tensor peak + fused bytes at HBM bandwidth)")
-print(f"{'':28s} {'step ms':>9s} {'fwd ms':>8s} {'vs eager':>9s} {'TFLOP/s':>8s} {'floor/step':>10s}")
+print(f"{'':38s} {'step ms':>9s} {'fwd ms':>8s} {'vs eager':>9s} {'TFLOP/s':>8s} {'floor/step':>10s}")
 for name, ms, fwd in rows:
     ratio = f"{eager / ms:8.2f}x" if eager else "       -"
-    print(f"{name:28s} {ms:9.3f} {fwd if fwd is not None else float('nan'):8.3f} {ratio} "
+    print(f"{name:38s} {ms:9.3f} {fwd if fwd is not None else float('nan'):8.3f} {ratio} "
           f"{flop / ms / 1e9:8.0f} {floor_ms / ms:10.2f}")
 PY
     echo "(dmove's time per group: $OUT/dmove-$tag-groups.txt, generated kernels: $OUT/dmove-$tag-gen-groups.txt)"
