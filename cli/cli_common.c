@@ -253,9 +253,18 @@ int cli_config_finish(cli_config *c, const char *cmd, int check) {
 }
 
 int cli_device_option(const char *cmd, int argc, char **argv, int *i, dm_device_kind *dev,
-                      dm_dtype *dtype, dm_rows *rows) {
+                      dm_dtype *dtype, dm_rows *rows, int *streams) {
     const char *v = NULL;
     int r;
+    if ((r = cli_opt(cmd, argc, argv, i, "--streams", &v)) != 0) {
+        if (r < 0) return -1;
+        if (strcmp(v, "1") != 0 && strcmp(v, "2") != 0) {
+            cli_usage_error(cmd, "--streams: '%s' is not 1 or 2", v);
+            return -1;
+        }
+        *streams = v[0] - '0';
+        return 1;
+    }
     if ((r = cli_opt(cmd, argc, argv, i, "--rows", &v)) != 0) {
         if (r < 0) return -1;
         if (dm_rows_parse(v, rows) != DM_OK) {
@@ -293,7 +302,11 @@ void cli_device_help(FILE *out) {
             "                   groups: interp (default: one kernel interprets every group)\n"
             "                   or gen (a kernel generated per group, compiled by NVRTC\n"
             "                   when the layer is made; cuda only; DMOVE_CUDA_ROWS sets the\n"
-            "                   default)\n");
+            "                   default); with bf16/fp16 storage, gen also fuses attention's\n"
+            "                   groups into one tensor-core kernel each\n"
+            "  --streams N      1 (default) or 2: run the weight-gradient GEMMs on a second\n"
+            "                   CUDA stream, overlapping the element-wise groups after them\n"
+            "                   (cuda only; DMOVE_CUDA_STREAMS sets the default)\n");
 }
 
 void cli_config_help(FILE *out, unsigned accept) {

@@ -77,10 +77,10 @@ int cli_config_finish(cli_config *c, const char *cmd, int check);
 /* The help lines of the accepted configuration options, with their defaults. */
 void cli_config_help(FILE *out, unsigned accept);
 
-/* --device D, --dtype T and --rows K, shared by the commands that run steps: 1 consumed, 0 not one,
+/* --device D, --dtype T, --rows K and --streams N, shared by the commands that run steps: 1 consumed, 0 not one,
  * -1 usage error (printed). cli_device_help prints their help lines. */
 int cli_device_option(const char *cmd, int argc, char **argv, int *i, dm_device_kind *dev,
-                      dm_dtype *dtype, dm_rows *rows);
+                      dm_dtype *dtype, dm_rows *rows, int *streams);
 void cli_device_help(FILE *out);
 
 double cli_now(void); /* monotonic seconds */

@@ -69,12 +69,14 @@ typedef struct {
     double flop[2][DM_NUM_CLASSES], flop_total;
     int rows_gen, row_progs; /* CUDA: row programs run by generated kernels, of all */
     int fused;               /* CUDA: attention groups run as one fused kernel each */
+    int streamed;            /* CUDA: groups on the second stream */
 } result;
 
 static double g_start, g_last_note;
 static dm_device_kind g_device = DM_DEVICE_CPU; /* --device */
 static dm_dtype g_dtype = DM_DTYPE_FP32;         /* --dtype */
 static dm_rows g_rows = DM_ROWS_DEFAULT;         /* --rows */
+static int g_streams = 0;                        /* --streams */
 
 /* The CUDA row kernels a layer gets (dm_rows_resolve), for the JSON record; "-" on the
  * CPU. */
@@ -82,6 +84,12 @@ static const char *rows_in_effect(void) {
     dm_rows r;
     if (g_device != DM_DEVICE_CUDA) return "-";
     return dm_rows_resolve(g_rows, &r) == DM_OK ? dm_rows_name(r) : "?";
+}
+/* The CUDA streams a layer gets (dm_streams_resolve), for the JSON record; 0 on the CPU. */
+static int streams_in_effect(void) {
+    int n = 0;
+    if (g_device != DM_DEVICE_CUDA) return 0;
+    return dm_streams_resolve(g_streams, &n) == DM_OK ? n : -1;
 }
 static int g_groups;                             /* --groups */
 
@@ -134,6 +142,7 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
     opt.device = g_device;
     opt.dtype = g_dtype;
     opt.rows = g_rows;
+    opt.streams = g_streams;
     s->buf = calloc((size_t)reps * (4 + DM_NUM_CLASSES), sizeof *s->buf);
     if (!s->buf) {
         cli_error(CMD, "out of memory");
@@ -151,6 +160,7 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
     }
     res->rows_gen = dm_layer_rows_generated(s->layer, &res->row_progs);
     res->fused = dm_layer_groups_fused(s->layer);
+    res->streamed = dm_layer_groups_streamed(s->layer);
     if (g_device == DM_DEVICE_CUDA && res->rows_gen < res->row_progs && !strcmp(rows_in_effect(), "gen"))
         fprintf(stderr, "dmove bench: note: %s: %d of %d row groups run generated kernels, the rest the "
                 "interpreter (the generator does not take them)\n", res->name, res->rows_gen, res->row_progs);
@@ -353,7 +363,8 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
          jnum(conf, "reps", reps) &&
          cJSON_AddStringToObject(conf, "device", dm_device_kind_name(g_device)) &&
          cJSON_AddStringToObject(conf, "dtype", dm_dtype_name(g_dtype)) &&
-         cJSON_AddStringToObject(conf, "rows", rows_in_effect());
+         cJSON_AddStringToObject(conf, "rows", rows_in_effect()) &&
+         jnum(conf, "streams", streams_in_effect());
     ok = ok && (arr = cJSON_AddArrayToObject(root, "schedules")) != NULL;
     for (int s = 0; ok && s < nres; s++) {
         const result *r = &res[s];
@@ -369,6 +380,7 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
              jnum(o, "contractions_alone_ms", r->contr_ms) && jnum(o, "gflops", r->gflops) &&
              jnum(o, "row_programs", r->row_progs) && jnum(o, "row_programs_generated", r->rows_gen) &&
              jnum(o, "attention_groups_fused", r->fused) &&
+             jnum(o, "groups_on_second_stream", r->streamed) &&
              jnum(o, "step_over_contractions",
                   r->contr_ms > 0 ? r->step_ms / r->contr_ms : 0.0) &&
              jnum(o, "flop", r->flop_total) &&
@@ -428,6 +440,7 @@ int cmd_bench(int argc, char **argv) {
     g_device = DM_DEVICE_CPU;
     g_dtype = DM_DTYPE_FP32;
     g_rows = DM_ROWS_DEFAULT;
+    g_streams = 0;
     g_groups = 0;
     cli_config_init(&c, CLI_CFG_ALL);
     for (int a = 1; a < argc; a++) {
@@ -475,7 +488,7 @@ int cmd_bench(int argc, char **argv) {
             json = 1;
             continue;
         }
-        if ((r = cli_device_option(CMD, argc, argv, &a, &g_device, &g_dtype, &g_rows)) != 0) {
+        if ((r = cli_device_option(CMD, argc, argv, &a, &g_device, &g_dtype, &g_rows, &g_streams)) != 0) {
             if (r < 0) return CLI_USAGE;
             continue;
         }

@@ -310,6 +310,7 @@ int cmd_layer(int argc, char **argv) {
     dm_device_kind device = DM_DEVICE_CPU;
     dm_dtype dtype = DM_DTYPE_FP32;
     dm_rows rows = DM_ROWS_DEFAULT;
+    int streams = 0;
     const char *plan = NULL;
     dm_schedule sched = DM_SCHED_FUSED;
     cli_config c;
@@ -347,7 +348,7 @@ int cmd_layer(int argc, char **argv) {
             if (r < 0) return CLI_USAGE;
             continue;
         }
-        if ((r = cli_device_option(CMD, argc, argv, &a, &device, &dtype, &rows)) != 0) {
+        if ((r = cli_device_option(CMD, argc, argv, &a, &device, &dtype, &rows, &streams)) != 0) {
             if (r < 0) return CLI_USAGE;
             continue;
         }
@@ -419,6 +420,7 @@ int cmd_layer(int argc, char **argv) {
     opt.device = device;
     opt.dtype = dtype;
     opt.rows = rows;
+    opt.streams = streams;
     dm_layer *layer = NULL;
     dm_st_writer *w = NULL;
     int rc = CLI_FAIL;

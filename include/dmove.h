@@ -84,6 +84,9 @@ dm_status dm_rows_parse(const char *s, dm_rows *out); /* "interp", "gen" */
 /* The choice a layer with option r makes: r, or for DM_ROWS_DEFAULT the DMOVE_CUDA_ROWS
  * environment variable, else DM_ROWS_INTERP. DM_ERR_INVALID_ARG for a bad variable. */
 dm_status dm_rows_resolve(dm_rows r, dm_rows *out);
+/* The streams a layer with option `streams` uses (1 or 2): it, or for 0 the
+ * DMOVE_CUDA_STREAMS environment variable, else 1. DM_ERR_INVALID_ARG for other values. */
+dm_status dm_streams_resolve(int streams, int *out);
 
 typedef struct {
     dm_schedule schedule;  /* fused (default) or unfused */
@@ -94,6 +97,9 @@ typedef struct {
     dm_device_kind device; /* where steps run: DM_DEVICE_CPU (default) or DM_DEVICE_CUDA */
     dm_dtype dtype;        /* storage on the device: fp32 (default), bf16, fp16 (CUDA only) */
     dm_rows rows;          /* CUDA only: interpreted or generated row kernels */
+    int streams;           /* CUDA only: 1, one stream; 2, the weight-gradient GEMMs on a
+                            * second stream, overlapping the groups after them; 0 (default):
+                            * the DMOVE_CUDA_STREAMS environment variable if set, else 1 */
 } dm_layer_options;
 
 typedef struct dm_layer dm_layer;
@@ -105,6 +111,9 @@ int dm_layer_rows_generated(const dm_layer *layer, int *total);
 /* CUDA layers, rows gen, bf16/fp16: how many attention groups (batched: GEMMs with row ops
  * between) run as one fused tensor-core kernel each, the scores kept on chip. 0 otherwise. */
 int dm_layer_groups_fused(const dm_layer *layer);
+/* CUDA layers with streams 2: how many groups (weight-gradient GEMMs) run on the second
+ * stream. 0 otherwise. */
+int dm_layer_groups_streamed(const dm_layer *layer);
 void dm_layer_free(dm_layer *layer);
 
 /* Named tensors of the layer, fp32, row-major in the shapes given:

@@ -153,6 +153,11 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
                        "the CPU backend computes and stores fp32", dm_dtype_name(opt->dtype));
     if (opt->rows != DM_ROWS_DEFAULT && opt->rows != DM_ROWS_INTERP && opt->rows != DM_ROWS_GEN)
         return dm_fail(DM_ERR_INVALID_ARG, "unknown row kernel choice %d", (int)opt->rows);
+    if (opt->streams < 0 || opt->streams > 2)
+        return dm_fail(DM_ERR_INVALID_ARG, "streams %d: use 1 or 2", opt->streams);
+    if (opt->streams != 0 && opt->device != DM_DEVICE_CUDA)
+        return dm_fail(DM_ERR_UNSUPPORTED, "--streams %d chooses the CUDA backend's streams: it "
+                       "needs --device cuda", opt->streams);
     if (opt->rows != DM_ROWS_DEFAULT && opt->device != DM_DEVICE_CUDA)
         return dm_fail(DM_ERR_UNSUPPORTED, "--rows %s chooses the CUDA backend's row kernels: it "
                        "needs --device cuda", dm_rows_name(opt->rows));
@@ -209,8 +214,12 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
                  : opt->dtype == DM_DTYPE_FP16 ? DM_CUDA_FP16
                                                : DM_CUDA_FP32;
         dm_rows rows = DM_ROWS_INTERP;
+        int streams = 1;
         s = dm_rows_resolve(opt->rows, &rows);
-        if (s == DM_OK) s = dm_cuda_exec_init(&L->cuda, &L->plan, dt, rows == DM_ROWS_GEN ? DM_CUDA_GEN : 0);
+        if (s == DM_OK) s = dm_streams_resolve(opt->streams, &streams);
+        if (s == DM_OK)
+            s = dm_cuda_exec_init(&L->cuda, &L->plan, dt, (rows == DM_ROWS_GEN ? DM_CUDA_GEN : 0) |
+                                                          (streams == 2 ? DM_CUDA_OVERLAP : 0));
         if (s == DM_OK) s = dm_layer_to_device(L);
         if (s != DM_OK) {
             dm_layer_free(L);
@@ -234,6 +243,14 @@ int dm_layer_rows_generated(const dm_layer *L, int *total) {
 int dm_layer_groups_fused(const dm_layer *L) {
 #ifdef DM_HAVE_CUDA
     if (L && L->cuda) return dm_cuda_exec_fused(L->cuda);
+#endif
+    (void)L;
+    return 0;
+}
+
+int dm_layer_groups_streamed(const dm_layer *L) {
+#ifdef DM_HAVE_CUDA
+    if (L && L->cuda) return dm_cuda_exec_side_groups(L->cuda);
 #endif
     (void)L;
     return 0;
@@ -405,6 +422,21 @@ dm_status dm_rows_resolve(dm_rows r, dm_rows *out) {
     if (r != DM_ROWS_DEFAULT || !env || !*env) return DM_OK;
     if (dm_rows_parse(env, out) != DM_OK)
         return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_ROWS='%s': use gen or interp", env);
+    return DM_OK;
+}
+
+dm_status dm_streams_resolve(int streams, int *out) {
+    const char *env = getenv("DMOVE_CUDA_STREAMS");
+    *out = 1;
+    if (streams == 1 || streams == 2) {
+        *out = streams;
+        return DM_OK;
+    }
+    if (streams != 0) return dm_fail(DM_ERR_INVALID_ARG, "streams %d: use 1 or 2", streams);
+    if (!env || !*env) return DM_OK;
+    if (strcmp(env, "1") != 0 && strcmp(env, "2") != 0)
+        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_STREAMS='%s': use 1 or 2", env);
+    *out = env[0] - '0';
     return DM_OK;
 }
 

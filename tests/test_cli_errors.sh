@@ -234,6 +234,9 @@ expect_fail "bench: unknown --rows" 2 "unknown row kernels 'fast'" "$D" bench --
 expect_fail "bench: --rows gen on the CPU" 1 "needs --device cuda" "$D" bench --rows gen --reps 1
 expect_fail "layer: --rows interp on the CPU" 1 "needs --device cuda" "$D" layer --in "$V" --out "$OUT" --heads 2 --rows interp
 expect_fail "layer: --rows without a value" 2 "rows" "$D" layer --in "$V" --out "$OUT" --heads 2 --rows
+expect_fail "bench: --streams 3" 2 "'3' is not 1 or 2" "$D" bench --streams 3
+expect_fail "bench: --streams 2 on the CPU" 1 "needs --device cuda" "$D" bench --streams 2 --reps 1
+expect_fail "layer: --streams 2 on the CPU" 1 "needs --device cuda" "$D" layer --in "$V" --out "$OUT" --heads 2 --streams 2
 for p in -0.1 1 1.5 nan; do
     expect_fail "bench: --dropout '$p'" 2 "--dropout" "$D" bench --dropout "$p"
 done

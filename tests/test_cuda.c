@@ -249,9 +249,9 @@ static int export_id(const dm_layer *L, const char *name) {
  * whose plan an emulated executor runs group by group (as dm_layer_run does). */
 static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulate, int dtype,
                        unsigned gen) {
-    printf("%s%slayer b=%lld j=%lld i=%lld h=%lld u=%lld p=%g %s, %s, %s storage:\n",
-           emulate ? "emulated " : "",
-           (gen & DM_CUDA_SIM_LANES) ? "generated-kernel (simulated lanes) " : gen ? "generated-kernel " : "", (long long)cfg->batch, (long long)cfg->seq,
+    printf("%s%s%slayer b=%lld j=%lld i=%lld h=%lld u=%lld p=%g %s, %s, %s storage:\n",
+           emulate ? "emulated " : "", (gen & DM_CUDA_OVERLAP) ? "two-stream " : "",
+           (gen & DM_CUDA_SIM_LANES) ? "generated-kernel (simulated lanes) " : (gen & DM_CUDA_GEN) ? "generated-kernel " : "", (long long)cfg->batch, (long long)cfg->seq,
            (long long)cfg->hidden, (long long)cfg->heads, (long long)cfg->ffn, cfg->dropout,
            dm_act_name(cfg->act), sched == DM_SCHED_FUSED ? "fused" : "unfused",
            dtype_name(dtype));
@@ -261,9 +261,10 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
     dm_layer_options oc = {.schedule = sched, .threads = 2};
     dm_layer_options og = {.schedule = sched, .threads = 2,
                            .device = emulate ? DM_DEVICE_CPU : DM_DEVICE_CUDA,
-                           .rows = emulate ? DM_ROWS_DEFAULT /* a CPU layer */
-                                   : gen   ? DM_ROWS_GEN
-                                           : DM_ROWS_INTERP,
+                           .rows = emulate               ? DM_ROWS_DEFAULT /* a CPU layer */
+                                   : (gen & DM_CUDA_GEN) ? DM_ROWS_GEN
+                                                         : DM_ROWS_INTERP,
+                           .streams = emulate ? 0 : (gen & DM_CUDA_OVERLAP) ? 2 : 1,
                            .dtype = emulate                 ? DM_DTYPE_FP32 /* a CPU layer */
                                     : dtype == DM_CUDA_BF16 ? DM_DTYPE_BF16
                                     : dtype == DM_CUDA_FP16 ? DM_DTYPE_FP16
@@ -420,6 +421,10 @@ static void run_suite(unsigned emulate, int dtype, unsigned gen) {
         test_layer(cfgs[k], DM_SCHED_FUSED, emulate != 0, dtype, gen);
         if (!gen) test_layer(cfgs[k], DM_SCHED_UNFUSED, emulate != 0, dtype, gen);
     }
+    /* the weight-gradient GEMMs on a second stream (emulating: each deferred to the
+     * last moment the hazards allow, so a missed one gives wrong numbers) */
+    test_layer(&a, DM_SCHED_FUSED, emulate != 0, dtype, gen | DM_CUDA_OVERLAP);
+    if (!gen) test_layer(&b, DM_SCHED_UNFUSED, emulate != 0, dtype, gen | DM_CUDA_OVERLAP);
 }
 
 /* How many batched groups of cfg's fused plan run as one fused kernel (-1: no executor). */
@@ -479,6 +484,12 @@ static void test_gen_coverage(int emulate) {
     CHECK(fused == 2);
     printf("generated kernels: %d of %d row programs; %d batched group(s) fused whole\n", gen, all, fused);
     dm_cuda_exec_free(ex);
+    ex = NULL;
+    /* the second stream takes the four weight-gradient GEMMs of the fused plan */
+    CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, DM_CUDA_BF16, (emulate ? DM_CUDA_EMULATE : 0) | DM_CUDA_OVERLAP));
+    CHECK(dm_cuda_exec_side_groups(ex) == 4);
+    printf("second stream: %d groups\n", dm_cuda_exec_side_groups(ex));
+    dm_cuda_exec_free(ex);
     dm_layer_free(L);
 }
 
@@ -524,7 +535,29 @@ static void test_gen_cache(const char *xdg) {
 
 #endif /* DM_HAVE_CUDA */
 
+/* --streams and DMOVE_CUDA_STREAMS (dm_streams_resolve). */
+static void test_streams_option(void) {
+    int n = 0;
+    CHECK(unsetenv("DMOVE_CUDA_STREAMS") == 0);
+    CHECK(dm_streams_resolve(0, &n) == DM_OK && n == 1);
+    CHECK(dm_streams_resolve(2, &n) == DM_OK && n == 2);
+    CHECK(dm_streams_resolve(3, &n) == DM_ERR_INVALID_ARG);
+    CHECK(setenv("DMOVE_CUDA_STREAMS", "2", 1) == 0);
+    CHECK(dm_streams_resolve(0, &n) == DM_OK && n == 2);
+    CHECK(dm_streams_resolve(1, &n) == DM_OK && n == 1); /* the option wins */
+    CHECK(setenv("DMOVE_CUDA_STREAMS", "x", 1) == 0);
+    CHECK(dm_streams_resolve(0, &n) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "DMOVE_CUDA_STREAMS='x'"));
+    CHECK(unsetenv("DMOVE_CUDA_STREAMS") == 0);
+    /* on the CPU the option is refused, saying why */
+    dm_layer_config tiny = small_config(2, 8, 16, 2, 32, DM_ACT_GELU);
+    dm_layer_options o = {.streams = 2};
+    dm_layer *L = NULL;
+    CHECK(dm_layer_new(&L, &tiny, &o) == DM_ERR_UNSUPPORTED && L == NULL);
+    CHECK(strstr(dm_last_error(), "needs --device cuda") != NULL);
+}
+
 int main(void) {
+    test_streams_option();
     dm_layer_config tiny = small_config(2, 8, 16, 2, 32, DM_ACT_GELU);
     dm_layer_options cuda_opt = {.device = DM_DEVICE_CUDA};
     dm_layer *L = NULL;

@@ -10,7 +10,8 @@
 #      u=4096, dropout 0.1, exact GELU) at b=8 j=512 and b=96 j=128, in bf16:
 #      dmove fused and unfused (`dmove bench --device cuda --dtype bf16`), each with the
 #      interpreting row kernel and with row kernels generated per group (--rows gen,
-#      src/cuda/gen.cu; attention's groups then fused whole, on tensor cores), PyTorch eager with
+#      src/cuda/gen.cu; attention's groups then fused whole, on tensor cores), and gen
+#      with the weight-gradient GEMMs on a second stream (--streams 2), PyTorch eager with
 #      SDPA attention, PyTorch eager with HF's materialized ("math") attention, and
 #      torch.compile (bench/gpu/torch_gpu.py), all on this GPU in this run;
 #   4. prints a table of medians, ratios against PyTorch eager, achieved TFLOP/s of the
@@ -75,7 +76,7 @@ for s in $SIZES; do
     j=${s#*x}
     cfg="--batch $b --seq $j --hidden 1024 --heads 16 --ffn 4096"
     tag="b${b}j${j}"
-    rm -f "$OUT/dmove-$tag-gen.json" # never an earlier run's
+    rm -f "$OUT/dmove-$tag-gen.json" "$OUT/dmove-$tag-gen2.json" # never an earlier run's
     echo
     echo "== b=$b j=$j (BERT-large layer, bf16) ==" >&2
     "$DMOVE" bench --device cuda --dtype bf16 --rows interp $cfg --reps "$REPS" --warmup 10 --json --groups \
@@ -84,6 +85,11 @@ for s in $SIZES; do
         "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --reps "$REPS" --warmup 10 --json --groups \
             >"$OUT/dmove-$tag-gen.json" 2>"$OUT/dmove-$tag-gen-groups.txt" ||
             { tail -5 "$OUT/dmove-$tag-gen-groups.txt"; rm -f "$OUT/dmove-$tag-gen.json"; }
+        # the weight-gradient GEMMs on a second stream (fused only; no --groups: profiling
+        # waits after every group, which would serialize the streams)
+        "$DMOVE" bench --device cuda --dtype bf16 --rows gen --streams 2 --schedule fused $cfg --reps "$REPS" \
+            --warmup 10 --json >"$OUT/dmove-$tag-gen2.json" 2>"$OUT/dmove-$tag-gen2.err" ||
+            { tail -5 "$OUT/dmove-$tag-gen2.err"; rm -f "$OUT/dmove-$tag-gen2.json"; }
     fi
     "$DMOVE" analyze --preset bert-large $cfg --device $model --dtype bf16 --json >"$OUT/analyze-$tag.json" || exit 1
     : >"$OUT/torch-$tag.jsonl"
@@ -106,6 +112,10 @@ import os
 if os.path.exists(f"{out}/dmove-{tag}-gen.json"):
     dg = json.load(open(f"{out}/dmove-{tag}-gen.json"))
     rows += [("dmove " + s["schedule"] + " (gen" + (f", {s['attention_groups_fused']} attn fused" if s.get("attention_groups_fused") else "") + ")",
+              s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
+if os.path.exists(f"{out}/dmove-{tag}-gen2.json"):
+    dg = json.load(open(f"{out}/dmove-{tag}-gen2.json"))
+    rows += [("dmove " + s["schedule"] + f" (gen, 2 streams: {s.get('groups_on_second_stream', 0)} GEMMs)",
               s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
 for line in open(f"{out}/torch-{tag}.jsonl"):
     t = json.loads(line)

@@ -43,10 +43,16 @@ enum {
                                   * compiled at init by NVRTC (gen.cu) where they qualify;
                                   * emulating, the same generated code built for the host
                                   * (dm_layer_options.rows chooses it for a layer) */
-    DM_CUDA_SIM_LANES = 32u      /* with DM_CUDA_EMULATE | DM_CUDA_GEN: the host runs the
+    DM_CUDA_SIM_LANES = 32u,     /* with DM_CUDA_EMULATE | DM_CUDA_GEN: the host runs the
                                   * generated device kernels themselves, a thread per lane
                                   * (genrt.cuh, DMG_SIM): teams, shuffles, 16-byte accesses
                                   * and shared memory as on the GPU. Slow; for tests. */
+    DM_CUDA_OVERLAP = 64u        /* a second stream: every lone contraction whose output no
+                                  * later group reads (the weight gradients) runs there,
+                                  * overlapping the groups after it; a later group that
+                                  * touches its operands' bytes waits for it first.
+                                  * Emulating, such a GEMM is deferred to the last moment
+                                  * that order allows (so a missed hazard shows). */
 };
 
 /* DM_OK if a usable CUDA device is present; `why` (n bytes) then names it. Otherwise
@@ -63,6 +69,8 @@ int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs);
 /* How many batched groups (attention) run as one fused kernel each (DM_CUDA_GEN, 16-bit
  * storage); their row programs count as generated above. */
 int dm_cuda_exec_fused(const dm_cuda_exec *ex);
+/* How many groups run on the second stream (DM_CUDA_OVERLAP). */
+int dm_cuda_exec_side_groups(const dm_cuda_exec *ex);
 
 /* Enqueues group gi (asynchronous: errors of the kernels may surface at dm_cuda_sync).
  * only_contractions: just the GEMMs of a batched group. */

@@ -91,6 +91,18 @@ struct dm_cuda_exec {
     int *gen_of;              /* per program: its generated kernel, or -1 (interpreted) */
     int ngen;
     int nfused;               /* groups run as one fused kernel (dmc_attn) */
+    /* DM_CUDA_OVERLAP: the second stream and what runs there */
+    cudaStream_t side_stream;
+    cublasHandle_t blas2;     /* its own handle (and workspace) */
+    int have_side_stream, have_blas2;
+    cudaEvent_t fork;         /* recorded on the main stream before a side launch */
+    cudaEvent_t *done;        /* per group on the side: recorded after it */
+    int have_fork, ndone;
+    char *on_side;            /* per group: 1 if it runs on the side stream */
+    int *pending;             /* side groups launched (emulating: deferred), oldest first */
+    int npending;
+    int64_t **spans;          /* per group: lo, hi, written (arena bytes of the fp32 plan) */
+    int *nspans;
 };
 
 /* Emulation (DM_CUDA_EMULATE, emulate.cu): "device" buffers are host memory. */
@@ -678,6 +690,135 @@ int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs) {
 
 int dm_cuda_exec_fused(const dm_cuda_exec *ex) { return ex ? ex->nfused : 0; }
 
+int dm_cuda_exec_side_groups(const dm_cuda_exec *ex) {
+    int n = 0;
+    for (int gi = 0; ex && ex->on_side && gi < ex->ngroups; gi++) n += ex->on_side[gi];
+    return n;
+}
+
+/* --- the second stream (DM_CUDA_OVERLAP) ------------------------------------------ */
+
+static dm_status run_gemm(const dm_cuda_exec *ex, const dmc_step *st, cublasHandle_t blas);
+
+/* Group gi's arena spans: per tensor root in memory that its ops read or write, its bytes
+ * in the plan's (fp32) arena and whether it is written. */
+static dm_status group_spans(dm_cuda_exec *ex, int gi) {
+    const dm_plan *plan = ex->plan;
+    const dm_graph *g = plan->g;
+    const dm_group *gr = &plan->groups[gi];
+    int cap = 0;
+    for (int k = 0; k < gr->nops; k++) cap += op_at(plan, gr, k)->nin + op_at(plan, gr, k)->nout;
+    ex->spans[gi] = (int64_t *)malloc(sizeof(int64_t) * 3 * (size_t)(cap > 0 ? cap : 1));
+    if (!ex->spans[gi]) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+    int n = 0;
+    for (int k = 0; k < gr->nops; k++) {
+        const dm_op *op = op_at(plan, gr, k);
+        for (int s = 0; s < op->nin + op->nout; s++) {
+            int r = dm_tensor_root(g, s < op->nin ? op->in[s] : op->out[s - op->nin]);
+            if (!plan->in_memory[r] || plan->offset[r] < 0) continue;
+            int64_t *x = ex->spans[gi] + 3 * n++;
+            x[0] = plan->offset[r];
+            x[1] = plan->offset[r] + g->t[r].numel * (int64_t)sizeof(float);
+            x[2] = s >= op->nin;
+        }
+    }
+    ex->nspans[gi] = n;
+    return DM_OK;
+}
+
+/* 1 if main-stream group h must wait for side group q: h writes bytes q reads or writes,
+ * or reads bytes q writes. */
+static int hazard(const dm_cuda_exec *ex, int h, int q) {
+    for (int a = 0; a < ex->nspans[h]; a++) {
+        const int64_t *x = ex->spans[h] + 3 * a;
+        for (int b = 0; b < ex->nspans[q]; b++) {
+            const int64_t *y = ex->spans[q] + 3 * b;
+            if ((x[2] || y[2]) && x[0] < y[1] && y[0] < x[1]) return 1;
+        }
+    }
+    return 0;
+}
+
+/* Which groups run on the side stream: lone contractions (not batched) whose written
+ * bytes no later group reads. */
+static dm_status init_overlap(dm_cuda_exec *ex) {
+    const dm_plan *plan = ex->plan;
+    const size_t ng = (size_t)(ex->ngroups > 0 ? ex->ngroups : 1);
+    ex->spans = (int64_t **)calloc(ng, sizeof(int64_t *));
+    ex->nspans = (int *)calloc(ng, sizeof(int));
+    ex->on_side = (char *)calloc(ng, 1);
+    ex->pending = (int *)malloc(sizeof(int) * ng);
+    ex->done = (cudaEvent_t *)calloc(ng, sizeof(cudaEvent_t));
+    if (!ex->spans || !ex->nspans || !ex->on_side || !ex->pending || !ex->done)
+        return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+    for (int gi = 0; gi < ex->ngroups; gi++) DM_TRY(group_spans(ex, gi));
+    int nside = 0;
+    for (int gi = 0; gi < ex->ngroups; gi++) {
+        const dmc_group *eg = &ex->groups[gi];
+        if (eg->nsteps != 1 || !eg->steps[0].gemm || plan->groups[gi].nbatch > 1) continue;
+        int read_later = 0;
+        for (int h = gi + 1; h < ex->ngroups && !read_later; h++)
+            for (int a = 0; a < ex->nspans[h] && !read_later; a++)
+                for (int b = 0; b < ex->nspans[gi] && !read_later; b++) {
+                    const int64_t *x = ex->spans[h] + 3 * a, *y = ex->spans[gi] + 3 * b;
+                    read_later = !x[2] && y[2] && x[0] < y[1] && y[0] < x[1];
+                }
+        ex->on_side[gi] = !read_later;
+        nside += !read_later;
+    }
+    if (!nside || emulated(ex)) return DM_OK;
+    DMC_CUDA(cudaStreamCreateWithFlags(&ex->side_stream, cudaStreamNonBlocking));
+    ex->have_side_stream = 1;
+    DMC_BLAS(cublasCreate(&ex->blas2));
+    ex->have_blas2 = 1;
+    DMC_BLAS(cublasSetStream(ex->blas2, ex->side_stream));
+    DMC_BLAS(cublasSetMathMode(ex->blas2, (ex->flags & DM_CUDA_TF32) ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                     : CUBLAS_DEFAULT_MATH));
+    DMC_CUDA(cudaEventCreateWithFlags(&ex->fork, cudaEventDisableTiming));
+    ex->have_fork = 1;
+    for (int gi = 0; gi < ex->ngroups; gi++) {
+        if (!ex->on_side[gi]) continue;
+        DMC_CUDA(cudaEventCreateWithFlags(&ex->done[gi], cudaEventDisableTiming));
+        ex->ndone = gi + 1; /* events 0 .. gi exist (unused ones are NULL: destroy skips) */
+    }
+    return DM_OK;
+}
+
+/* The pending side groups up to and including pending[k] are waited for (emulating: run
+ * now, in order) and dropped. */
+static dm_status join_upto(dm_cuda_exec *ex, int k) {
+    if (k < 0) return DM_OK;
+    if (emulated(ex)) {
+        for (int i = 0; i <= k; i++) DM_TRY(run_gemm(ex, &ex->groups[ex->pending[i]].steps[0], ex->blas));
+    } else {
+        DMC_CUDA(cudaStreamWaitEvent(ex->stream, ex->done[ex->pending[k]], 0));
+    }
+    memmove(ex->pending, ex->pending + k + 1, sizeof(int) * (size_t)(ex->npending - k - 1));
+    ex->npending -= k + 1;
+    return DM_OK;
+}
+
+static dm_status join_all(dm_cuda_exec *ex) { return join_upto(ex, ex->npending - 1); }
+
+/* Side group gi: after everything enqueued on the main stream so far. */
+static dm_status launch_side(dm_cuda_exec *ex, int gi) {
+    if (!emulated(ex)) {
+        DMC_CUDA(cudaEventRecord(ex->fork, ex->stream));
+        DMC_CUDA(cudaStreamWaitEvent(ex->side_stream, ex->fork, 0));
+        DM_TRY(run_gemm(ex, &ex->groups[gi].steps[0], ex->blas2));
+        DMC_CUDA(cudaEventRecord(ex->done[gi], ex->side_stream));
+        if (ex->flags & DM_CUDA_SYNC_EACH) {
+            cudaError_t e = cudaStreamSynchronize(ex->side_stream);
+            if (e != cudaSuccess)
+                return dm_fail(DM_ERR_BACKEND, "group %d (%s), on the second stream: %s (%s)", gi,
+                               op_at(ex->plan, &ex->plan->groups[gi], 0)->name, cudaGetErrorString(e),
+                               cudaGetErrorName(e));
+        }
+    }
+    ex->pending[ex->npending++] = gi;
+    return DM_OK;
+}
+
 static dm_status init_all(dm_cuda_exec *ex) {
     const dm_plan *plan = ex->plan;
     if (emulated(ex)) {
@@ -721,6 +862,7 @@ static dm_status init_all(dm_cuda_exec *ex) {
     for (int gi = 0; gi < plan->ngroups; gi++) DM_TRY(build_group(ex, gi, &tl));
 
     if (ex->flags & DM_CUDA_GEN) DM_TRY(init_gen(ex));
+    if (ex->flags & DM_CUDA_OVERLAP) DM_TRY(init_overlap(ex));
 
     /* programs to the device; shared memory limit; global scratch and partials */
     size_t max_smem = 0;
@@ -792,8 +934,21 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
     dev_free(ex, ex->gscratch);
     dev_free(ex, ex->partials);
     dev_free(ex, ex->dprogs);
+    if (ex->have_side_stream) (void)cudaStreamSynchronize(ex->side_stream);
     if (ex->have_blas) (void)cublasDestroy(ex->blas);
+    if (ex->have_blas2) (void)cublasDestroy(ex->blas2);
     if (ex->have_stream) (void)cudaStreamDestroy(ex->stream);
+    if (ex->have_side_stream) (void)cudaStreamDestroy(ex->side_stream);
+    if (ex->have_fork) (void)cudaEventDestroy(ex->fork);
+    for (int i = 0; i < ex->ndone; i++)
+        if (ex->done[i]) (void)cudaEventDestroy(ex->done[i]);
+    free(ex->done);
+    free(ex->on_side);
+    free(ex->pending);
+    if (ex->spans)
+        for (int gi = 0; gi < ex->ngroups; gi++) free(ex->spans[gi]);
+    free(ex->spans);
+    free(ex->nspans);
     if (ex->groups)
         for (int gi = 0; gi < ex->ngroups; gi++) {
             for (int k = 0; k < ex->groups[gi].nsteps; k++) dev_free(ex, ex->groups[gi].steps[k].ptrs);
@@ -871,7 +1026,7 @@ static dm_status gemm_pointer_arrays(dm_cuda_exec *ex, dmc_step *st) {
 /* One contraction: one cuBLAS call, strided-batched (batch dims merged into one stride)
  * or batched over the address arrays of gemm_pointer_arrays. Emulating, the dimensions
  * that do not merge are looped over here. */
-static dm_status run_gemm(const dm_cuda_exec *ex, const dmc_step *st) {
+static dm_status run_gemm(const dm_cuda_exec *ex, const dmc_step *st, cublasHandle_t blas) {
     const dm_gemm *gm = &st->gm;
     dmc_batches bt;
     dmc_gemm_batches(gm, &bt);
@@ -895,7 +1050,7 @@ static dm_status run_gemm(const dm_cuda_exec *ex, const dmc_step *st) {
      * first, m and n swap. gm's pointers are device addresses of the storage type. */
     if (st->ptrs) {
         const int n = st->nptrs;
-        DMC_BLAS(cublasGemmBatchedEx(ex->blas, opB, opA, gm->n, gm->m, gm->k, &alpha,
+        DMC_BLAS(cublasGemmBatchedEx(blas, opB, opA, gm->n, gm->m, gm->k, &alpha,
                                      (const void *const *)st->ptrs, ty, gm->ldb,
                                      (const void *const *)(st->ptrs + n), ty, gm->lda, &beta,
                                      st->ptrs + 2 * n, ty, gm->ldc, n, ct, CUBLAS_GEMM_DEFAULT));
@@ -916,7 +1071,7 @@ static dm_status run_gemm(const dm_cuda_exec *ex, const dmc_step *st) {
                          C + oc * es, gm->ldc, ic, (int)inner);
             continue;
         }
-        DMC_BLAS(cublasGemmStridedBatchedEx(ex->blas, opB, opA, gm->n, gm->m, gm->k, &alpha,
+        DMC_BLAS(cublasGemmStridedBatchedEx(blas, opB, opA, gm->n, gm->m, gm->k, &alpha,
                                             B + ob * es, ty, gm->ldb, ib, A + oa * es, ty,
                                             gm->lda, ia, &beta, C + oc * es, ty, gm->ldc, ic,
                                             (int)inner, ct, CUBLAS_GEMM_DEFAULT));
@@ -930,6 +1085,12 @@ dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_c
     const dmc_group *eg = &ex->groups[gi];
     /* as the CPU: only a batched group skips its row ops when asked for contractions */
     int skip_rows = only_contractions && ex->plan->groups[gi].nbatch > 1;
+    if (ex->on_side && ex->on_side[gi]) return launch_side(ex, gi);
+    if (ex->npending) { /* the latest side group this one conflicts with, and all before it */
+        int k = ex->npending - 1;
+        while (k >= 0 && !hazard(ex, gi, ex->pending[k])) k--;
+        DM_TRY(join_upto(ex, k));
+    }
     if (eg->fused && !skip_rows) {
         DM_TRY(dmc_gen_launch(ex->gen, eg->fused - 1, seed, ex->partials, ex->stream));
         if ((ex->flags & DM_CUDA_SYNC_EACH) && !emulated(ex)) {
@@ -951,7 +1112,7 @@ dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_c
                                cudaGetErrorString(e), cudaGetErrorName(e));
         }
         if (st->gemm) {
-            DM_TRY(run_gemm(ex, st));
+            DM_TRY(run_gemm(ex, st, ex->blas));
         } else if (!skip_rows && ex->gen_of && ex->gen_of[st->prog] >= 0) {
             const dmc_rowprog *hp = &ex->hprogs[st->prog];
             const dmc_genk *k = dmc_gen_kernel(ex->gen, ex->gen_of[st->prog]);
@@ -979,6 +1140,7 @@ dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_c
 
 dm_status dm_cuda_sync(dm_cuda_exec *ex) {
     if (!ex) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_sync: NULL executor");
+    DM_TRY(join_all(ex)); /* the main stream then covers the side stream's work */
     if (emulated(ex)) return DM_OK;
     DMC_CUDA(cudaStreamSynchronize(ex->stream));
     return DM_OK;
@@ -1032,6 +1194,7 @@ void dm_cuda_round(int dtype, float *x, size_t n) {
 }
 
 static dm_status copy_tensor(dm_cuda_exec *ex, int t, float *host, int up) {
+    DM_TRY(join_all(ex)); /* copies go through the main stream */
     char *dev = NULL;
     int dt = DMC_F32;
     size_t n = 0;
@@ -1073,6 +1236,7 @@ dm_status dm_cuda_download(dm_cuda_exec *ex, int t, float *host) {
  * device when one of them is kept wide: downloading, the last one wins the shared host
  * bytes, so read a particular tensor with dm_cuda_download. */
 static dm_status copy_arena(dm_cuda_exec *ex, void *host, int up) {
+    DM_TRY(join_all(ex));
     if (!ex->arena_bytes) return DM_OK;
     if (ex->dtype == DM_CUDA_FP32)
         return up ? dev_copy(ex, ex->arena, host, ex->arena_bytes, cudaMemcpyHostToDevice)
