@@ -641,7 +641,8 @@ static int attn_pattern(const dm_cuda_exec *ex, int gi, dmc_attn *a) {
 
 /* DM_CUDA_GEN: every program the generator takes (gen.cu: row reductions over at most
  * 2048 columns, ...) runs as a kernel of its own, and every batched group of attention's
- * shapes (forward; backward when an item's rows fit a block) as one fused kernel, compiled here in one NVRTC program; the rest stay with the
+ * shapes (forward; backward when an item's rows fit a block) as one fused kernel (unless
+ * DMOVE_CUDA_FUSE=0), compiled here in one NVRTC program; the rest stay with the
  * interpreter and cuBLAS (DMOVE_CUDA_DUMP=FILE writes the generated source). */
 static dm_status init_gen(dm_cuda_exec *ex) {
     const size_t np = (size_t)(ex->nprogs > 0 ? ex->nprogs : 1), ng = (size_t)(ex->ngroups > 0 ? ex->ngroups : 1);
@@ -658,7 +659,8 @@ static dm_status init_gen(dm_cuda_exec *ex) {
         return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
     }
     int na = 0;
-    for (int gi = 0; gi < ex->ngroups; gi++) {
+    const char *fz = getenv("DMOVE_CUDA_FUSE"); /* =0: no fused attention kernels */
+    for (int gi = 0; gi < ex->ngroups && !(fz && !strcmp(fz, "0")); gi++) {
         if (!attn_pattern(ex, gi, &attns[na]) || dmc_gen_attn_eligible(&attns[na]) != DM_OK) continue;
         in_attn[ex->groups[gi].steps[1].prog] = 1;
         attn_group[na++] = gi;
