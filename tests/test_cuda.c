@@ -466,6 +466,12 @@ static void run_sim_suite(void) {
     test_groups(&e, DM_SCHED_FUSED, f, "simulated lanes, bf16 E fused", DM_CUDA_BF16);
     test_groups(&e, DM_SCHED_FUSED, f, "simulated lanes, fp16 E fused", DM_CUDA_FP16);
     test_layer(&e, DM_SCHED_FUSED, 1, DM_CUDA_FP16, DM_CUDA_GEN | DM_CUDA_SIM_LANES);
+    /* j = 144: an item's rows exceed the backward's block, so its kernel stores the d
+     * scores and cuBLAS runs the d keys after it (teams of 16 over 18 chunks) */
+    dm_layer_config f2 = small_config(1, 144, 64, 2, 128, DM_ACT_GELU);
+    CHECK(fused_groups(&f2, DM_CUDA_BF16, f) == (getenv("DMOVE_CUDA_FUSE") && !strcmp(getenv("DMOVE_CUDA_FUSE"), "0") ? 0 : 2));
+    test_groups(&f2, DM_SCHED_FUSED, f, "simulated lanes, bf16 F fused", DM_CUDA_BF16);
+    test_layer(&f2, DM_SCHED_FUSED, 1, DM_CUDA_BF16, DM_CUDA_GEN);
 }
 
 /* How many row programs of a layer's fused plan the generator takes: all of the small

@@ -142,6 +142,7 @@ typedef struct {
     dmc_batches b1, b2;
     int has3;                /* attention's backward: also C3 = alpha3 P^T op(B3) over all
                               * rows of an item (a block per item) */
+    int tail_step;           /* the group's step of GEMM 3 (2 or 3), when it has one */
     dm_gemm g3;
     dmc_batches b3;
     int dt;                  /* the storage type (DMC_BF16 or DMC_F16) */

@@ -45,7 +45,8 @@ typedef struct {
 typedef struct {
     dmc_step *steps;
     int nsteps;
-    int fused; /* 1 + the generated kernel that runs the whole group (dmc_attn), or 0 */
+    int fused; /* 1 + the generated kernel that runs the group (dmc_attn), or 0 */
+    int tail;  /* with fused: a step still run after the kernel (cuBLAS), or 0 */
 } dmc_group;
 
 /* The tile tensors of a batched group: roots not in memory, each a full-size temporary
@@ -604,7 +605,9 @@ static int attn_pattern(const dm_cuda_exec *ex, int gi, dmc_attn *a) {
     a->has3 = eg->nsteps == 4;
     if (a->has3) { /* the plain one is GEMM 2, the transposed one GEMM 3 */
         a->g3 = eg->steps[3].gm;
+        a->tail_step = 3;
         if (a->g2.transA) {
+            a->tail_step = 2;
             dm_gemm t = a->g2;
             a->g2 = a->g3;
             a->g3 = t;
@@ -661,8 +664,19 @@ static dm_status init_gen(dm_cuda_exec *ex) {
     int na = 0;
     const char *fz = getenv("DMOVE_CUDA_FUSE"); /* =0: no fused attention kernels */
     for (int gi = 0; gi < ex->ngroups && !(fz && !strcmp(fz, "0")); gi++) {
-        if (!attn_pattern(ex, gi, &attns[na]) || dmc_gen_attn_eligible(&attns[na]) != DM_OK) continue;
+        if (!attn_pattern(ex, gi, &attns[na])) continue;
+        int tail = 0;
+        if (dmc_gen_attn_eligible(&attns[na]) != DM_OK) {
+            /* an item's rows too many for one block: the kernel stores P (attention's
+             * d scores) to its tile, and GEMM 3 runs after it, by cuBLAS */
+            if (!attns[na].has3) continue;
+            attns[na].has3 = 0;
+            attns[na].p_in_memory = 1;
+            if (dmc_gen_attn_eligible(&attns[na]) != DM_OK) continue;
+            tail = attns[na].tail_step;
+        }
         in_attn[ex->groups[gi].steps[1].prog] = 1;
+        ex->groups[gi].tail = tail;
         attn_group[na++] = gi;
     }
     ex->ngen = 0;
@@ -1095,6 +1109,7 @@ dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_c
     }
     if (eg->fused && !skip_rows) {
         DM_TRY(dmc_gen_launch(ex->gen, eg->fused - 1, seed, ex->partials, ex->stream));
+        if (eg->tail) DM_TRY(run_gemm(ex, &eg->steps[eg->tail], ex->blas));
         if ((ex->flags & DM_CUDA_SYNC_EACH) && !emulated(ex)) {
             cudaError_t e = cudaStreamSynchronize(ex->stream);
             if (e != cudaSuccess)

@@ -671,9 +671,10 @@ static dm_status attn_check(const dmc_attn *a, attn_shape *sh) {
     sh->pld = (int)(g1->n + 16);
     sh->tiles = a->b1.count * (g1->m / 16);
     const int64_t warp_bytes = attn_floats(16, sh->sld, sh->pld) * 4;
-    if (a->has3) { /* a block per batch item: its rows of P are all GEMM 3 needs */
+    if (a->has3) { /* a block per batch item: its rows of P are all GEMM 3 needs; at most
+                    * 116 KiB of shared memory, so that two blocks share an SM */
         sh->warps = g1->m / 16;
-        if (sh->warps > 32 || sh->warps * warp_bytes > (int64_t)a->smem_max)
+        if (sh->warps > 32 || sh->warps * warp_bytes > (int64_t)a->smem_max || sh->warps * warp_bytes > 116 * 1024)
             return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: %d rows of one item exceed a block", g1->m);
     } else {
         for (sh->warps = 4; sh->warps > 1; sh->warps /= 2)
