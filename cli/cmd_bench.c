@@ -70,6 +70,7 @@ typedef struct {
     int rows_gen, row_progs; /* CUDA: row programs run by generated kernels, of all */
     int fused;               /* CUDA: attention groups run as one fused kernel each */
     int streamed;            /* CUDA: groups on the second stream */
+    int epilogues;           /* CUDA: contractions with a bias epilogue */
 } result;
 
 static double g_start, g_last_note;
@@ -161,6 +162,7 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
     res->rows_gen = dm_layer_rows_generated(s->layer, &res->row_progs);
     res->fused = dm_layer_groups_fused(s->layer);
     res->streamed = dm_layer_groups_streamed(s->layer);
+    res->epilogues = dm_layer_bias_epilogues(s->layer);
     if (g_device == DM_DEVICE_CUDA && res->rows_gen < res->row_progs && !strcmp(rows_in_effect(), "gen"))
         fprintf(stderr, "dmove bench: note: %s: %d of %d row groups run generated kernels, the rest the "
                 "interpreter (the generator does not take them)\n", res->name, res->rows_gen, res->row_progs);
@@ -381,6 +383,7 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
              jnum(o, "row_programs", r->row_progs) && jnum(o, "row_programs_generated", r->rows_gen) &&
              jnum(o, "attention_groups_fused", r->fused) &&
              jnum(o, "groups_on_second_stream", r->streamed) &&
+             jnum(o, "bias_epilogues", r->epilogues) &&
              jnum(o, "step_over_contractions",
                   r->contr_ms > 0 ? r->step_ms / r->contr_ms : 0.0) &&
              jnum(o, "flop", r->flop_total) &&

@@ -76,7 +76,8 @@ dm_status dm_dtype_parse(const char *s, dm_dtype *out); /* "fp32", "bf16", "fp16
 /* How the CUDA backend runs the fused element-wise and normalization groups: one generic
  * kernel that interprets each group's ops (DM_ROWS_INTERP, the default for now), or a
  * kernel generated for each group and compiled at layer creation by NVRTC, every value
- * of a row in registers (DM_ROWS_GEN). DM_ROWS_DEFAULT: the DMOVE_CUDA_ROWS environment
+ * of a row in registers (DM_ROWS_GEN; with it, attention's groups as fused tensor-core
+ * kernels in bf16/fp16, and the qkv bias in the projection's cuBLASLt epilogue). DM_ROWS_DEFAULT: the DMOVE_CUDA_ROWS environment
  * variable (gen or interp) if set, else interp. */
 typedef enum { DM_ROWS_DEFAULT = 0, DM_ROWS_INTERP, DM_ROWS_GEN } dm_rows;
 const char *dm_rows_name(dm_rows r);
@@ -114,6 +115,9 @@ int dm_layer_groups_fused(const dm_layer *layer);
 /* CUDA layers with streams 2: how many groups (weight-gradient GEMMs) run on the second
  * stream. 0 otherwise. */
 int dm_layer_groups_streamed(const dm_layer *layer);
+/* CUDA layers, rows gen: how many contractions add the next group's bias in a cuBLASLt
+ * epilogue (that group then does nothing). 0 otherwise. */
+int dm_layer_bias_epilogues(const dm_layer *layer);
 void dm_layer_free(dm_layer *layer);
 
 /* Named tensors of the layer, fp32, row-major in the shapes given:

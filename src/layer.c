@@ -218,7 +218,7 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
         s = dm_rows_resolve(opt->rows, &rows);
         if (s == DM_OK) s = dm_streams_resolve(opt->streams, &streams);
         if (s == DM_OK)
-            s = dm_cuda_exec_init(&L->cuda, &L->plan, dt, (rows == DM_ROWS_GEN ? DM_CUDA_GEN : 0) |
+            s = dm_cuda_exec_init(&L->cuda, &L->plan, dt, (rows == DM_ROWS_GEN ? DM_CUDA_GEN | DM_CUDA_EPILOGUE : 0) |
                                                           (streams == 2 ? DM_CUDA_OVERLAP : 0));
         if (s == DM_OK) s = dm_layer_to_device(L);
         if (s != DM_OK) {
@@ -251,6 +251,14 @@ int dm_layer_groups_fused(const dm_layer *L) {
 int dm_layer_groups_streamed(const dm_layer *L) {
 #ifdef DM_HAVE_CUDA
     if (L && L->cuda) return dm_cuda_exec_side_groups(L->cuda);
+#endif
+    (void)L;
+    return 0;
+}
+
+int dm_layer_bias_epilogues(const dm_layer *L) {
+#ifdef DM_HAVE_CUDA
+    if (L && L->cuda) return dm_cuda_exec_epilogues(L->cuda);
 #endif
     (void)L;
     return 0;

@@ -310,7 +310,8 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
     CHECK_OK(dm_layer_backward(C));
     char name[128];
     if (emulate) {
-        CHECK_OK(dm_cuda_exec_init(&ex, &G->plan, dtype, DM_CUDA_EMULATE | gen));
+        /* a layer with generated row kernels also takes the bias epilogues */
+        CHECK_OK(dm_cuda_exec_init(&ex, &G->plan, dtype, DM_CUDA_EMULATE | gen | ((gen & DM_CUDA_GEN) ? DM_CUDA_EPILOGUE : 0)));
         if (!ex) goto done;
         CHECK_OK(dm_cuda_upload_arena(ex, G->arena));
         for (int pass = 0; pass < 2; pass++)
@@ -491,6 +492,12 @@ static void test_gen_coverage(int emulate) {
     const char *fz = getenv("DMOVE_CUDA_FUSE");
     CHECK(fused == (fz && !strcmp(fz, "0") ? 0 : 2));
     printf("generated kernels: %d of %d row programs; %d batched group(s) fused whole\n", gen, all, fused);
+    dm_cuda_exec_free(ex);
+    ex = NULL;
+    /* the qkv projection takes its bias into a cuBLASLt epilogue */
+    CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, DM_CUDA_BF16, (emulate ? DM_CUDA_EMULATE : 0) | DM_CUDA_EPILOGUE));
+    CHECK(dm_cuda_exec_epilogues(ex) == 1);
+    printf("bias epilogues: %d\n", dm_cuda_exec_epilogues(ex));
     dm_cuda_exec_free(ex);
     ex = NULL;
     /* the second stream takes the four weight-gradient GEMMs of the fused plan */

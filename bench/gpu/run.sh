@@ -120,7 +120,8 @@ rows = [("dmove " + s["schedule"], s["step_ms"], s.get("forward_ms")) for s in d
 import os
 if os.path.exists(f"{out}/dmove-{tag}-gen.json"):
     dg = json.load(open(f"{out}/dmove-{tag}-gen.json"))
-    rows += [("dmove " + s["schedule"] + " (gen" + (f", {s['attention_groups_fused']} attn fused" if s.get("attention_groups_fused") else "") + ")",
+    rows += [("dmove " + s["schedule"] + " (gen" + (f", {s['attention_groups_fused']} attn fused" if s.get("attention_groups_fused") else "")
+              + (f", {s['bias_epilogues']} bias epi" if s.get("bias_epilogues") else "") + ")",
               s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
 if os.path.exists(f"{out}/dmove-{tag}-gen2.json"):
     dg = json.load(open(f"{out}/dmove-{tag}-gen2.json"))

@@ -47,6 +47,12 @@ enum {
                                   * generated device kernels themselves, a thread per lane
                                   * (genrt.cuh, DMG_SIM): teams, shuffles, 16-byte accesses
                                   * and shared memory as on the GPU. Slow; for tests. */
+    DM_CUDA_EPILOGUE = 128u,     /* a lone contraction followed by a group that only adds a
+                                  * bias to its output (attention's qkv projection) runs as
+                                  * one cuBLASLt call with the bias epilogue, straight into
+                                  * the biased tensor; the bias group then does nothing (so
+                                  * the pre-bias tensor is never written: whole steps only,
+                                  * not groups run alone) */
     DM_CUDA_OVERLAP = 64u        /* a second stream: every lone contraction whose output no
                                   * later group reads (the weight gradients) runs there,
                                   * overlapping the groups after it; a later group that
@@ -69,6 +75,8 @@ int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs);
 /* How many batched groups (attention) run as one fused kernel each (DM_CUDA_GEN, 16-bit
  * storage); their row programs count as generated above. */
 int dm_cuda_exec_fused(const dm_cuda_exec *ex);
+/* How many contractions take the next group's bias into a cuBLASLt epilogue. */
+int dm_cuda_exec_epilogues(const dm_cuda_exec *ex);
 /* How many groups run on the second stream (DM_CUDA_OVERLAP). */
 int dm_cuda_exec_side_groups(const dm_cuda_exec *ex);
 

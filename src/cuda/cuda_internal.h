@@ -5,6 +5,7 @@
 #ifndef DM_CUDA_INTERNAL_H
 #define DM_CUDA_INTERNAL_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stddef.h>

@@ -42,9 +42,21 @@ typedef struct {
     int prog;    /* index into the executor's programs */
 } dmc_step;
 
+/* DM_CUDA_EPILOGUE: a contraction with the bias of the next group added by cuBLASLt. */
+typedef struct {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t l1, l2, ld; /* cuBLAS's first operand (gm.B), second (gm.A), D */
+    cublasLtMatmulAlgo_t algo;
+    int have_op, have_l1, have_l2, have_ld;
+    const void *bias; /* the bias vector (n, storage type) */
+    void *D;          /* the biased tensor: row-major m x n, ld gm.ldc */
+} dmc_epi;
+
 typedef struct {
     dmc_step *steps;
     int nsteps;
+    dmc_epi *epi; /* the contraction runs with the next group's bias, or NULL */
+    int skip;     /* the bias group that epi took over: nothing to run */
     int fused; /* 1 + the generated kernel that runs the group (dmc_attn), or 0 */
     int tail;  /* with fused: a step still run after the kernel (cuBLAS), or 0 */
 } dmc_group;
@@ -104,6 +116,11 @@ struct dm_cuda_exec {
     int npending;
     int64_t **spans;          /* per group: lo, hi, written (arena bytes of the fp32 plan) */
     int *nspans;
+    /* DM_CUDA_EPILOGUE */
+    cublasLtHandle_t lt;
+    int have_lt, nepi;
+    void *lt_ws;              /* cuBLASLt's workspace */
+    size_t lt_ws_bytes;
 };
 
 /* Emulation (DM_CUDA_EMULATE, emulate.cu): "device" buffers are host memory. */
@@ -816,6 +833,14 @@ static dm_status join_upto(dm_cuda_exec *ex, int k) {
 
 static dm_status join_all(dm_cuda_exec *ex) { return join_upto(ex, ex->npending - 1); }
 
+/* Before main-stream group h: the latest pending side group it conflicts with, and all
+ * before it, are waited for. */
+static dm_status resolve_hazards(dm_cuda_exec *ex, int h) {
+    int k = ex->npending - 1;
+    while (k >= 0 && !hazard(ex, h, ex->pending[k])) k--;
+    return join_upto(ex, k);
+}
+
 /* Side group gi: after everything enqueued on the main stream so far. */
 static dm_status launch_side(dm_cuda_exec *ex, int gi) {
     if (!emulated(ex)) {
@@ -834,6 +859,155 @@ static dm_status launch_side(dm_cuda_exec *ex, int gi) {
     ex->pending[ex->npending++] = gi;
     return DM_OK;
 }
+
+/* --- cuBLASLt bias epilogue (DM_CUDA_EPILOGUE) --------------------------------------- */
+
+static void epi_free(dmc_epi *e);
+static void narrow(int dt, const float *src, void *dst, size_t n);
+static void widen(int dt, const void *src, float *dst, size_t n);
+
+static cudaDataType_t blas_type(int dtype) {
+    return dtype == DM_CUDA_BF16 ? CUDA_R_16BF : dtype == DM_CUDA_FP16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* The largest power of two (at most 256) that divides address p. */
+static uint32_t align_of(const void *p) {
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a) a /= 2;
+    return a;
+}
+
+/* The descriptors and algorithm of e for gm: D (n x m column-major) = alpha op(B)^T op(A)^T
+ * + bias. DM_ERR_UNSUPPORTED if cuBLASLt has no algorithm for it. */
+static dm_status epi_prepare(dm_cuda_exec *ex, const dm_gemm *gm, dmc_epi *e) {
+    const cudaDataType_t ty = blas_type(ex->dtype);
+    const cublasComputeType_t ct = (ex->flags & DM_CUDA_TF32) && ex->dtype == DM_CUDA_FP32
+                                       ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const cublasOperation_t o1 = gm->transB ? CUBLAS_OP_T : CUBLAS_OP_N, o2 = gm->transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const int32_t bias_type = (int32_t)ty;
+    DMC_BLAS(cublasLtMatmulDescCreate(&e->op, ct, CUDA_R_32F));
+    e->have_op = 1;
+    DMC_BLAS(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSA, &o1, sizeof o1));
+    DMC_BLAS(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSB, &o2, sizeof o2));
+    DMC_BLAS(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    DMC_BLAS(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e->bias, sizeof e->bias));
+    DMC_BLAS(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+    /* column-major storage: op N keeps (rows, cols) of op(X), op T swaps them */
+    DMC_BLAS(cublasLtMatrixLayoutCreate(&e->l1, ty, gm->transB ? gm->k : gm->n, gm->transB ? gm->n : gm->k, gm->ldb));
+    e->have_l1 = 1;
+    DMC_BLAS(cublasLtMatrixLayoutCreate(&e->l2, ty, gm->transA ? gm->m : gm->k, gm->transA ? gm->k : gm->m, gm->lda));
+    e->have_l2 = 1;
+    DMC_BLAS(cublasLtMatrixLayoutCreate(&e->ld, ty, gm->n, gm->m, gm->ldc));
+    e->have_ld = 1;
+    cublasLtMatmulPreference_t pref;
+    DMC_BLAS(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = ex->lt_ws_bytes;
+    const uint32_t a1 = align_of(gm->B), a2 = align_of(gm->A), ad = align_of(e->D);
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a1, sizeof a1);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a2, sizeof a2);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof ad);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad);
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(ex->lt, e->op, e->l1, e->l2, e->ld, e->ld, pref, 1, &res, &nres);
+    (void)cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || nres < 1)
+        return dm_fail(DM_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for the bias epilogue (%s)",
+                       cublasGetStatusString(st));
+    e->algo = res.algo;
+    return DM_OK;
+}
+
+/* Every lone contraction whose output only the next group reads, that group being one
+ * bias add over the same rows x cols, takes the bias into its epilogue (DM_CUDA_EPILOGUE;
+ * DMOVE_CUDA_EPILOGUE=0 turns it off). Where cuBLASLt has no algorithm, both stay. */
+static dm_status init_epilogues(dm_cuda_exec *ex) {
+    const dm_plan *plan = ex->plan;
+    const dm_graph *g = plan->g;
+    const char *off = getenv("DMOVE_CUDA_EPILOGUE");
+    if (off && !strcmp(off, "0")) return DM_OK;
+    for (int gi = 0; gi + 1 < ex->ngroups; gi++) {
+        dmc_group *eg = &ex->groups[gi], *nx = &ex->groups[gi + 1];
+        const dm_group *pg = &plan->groups[gi], *pn = &plan->groups[gi + 1];
+        if (eg->nsteps != 1 || !eg->steps[0].gemm || eg->steps[0].ptrs || pg->nbatch > 1 || pn->nops != 1 ||
+            pn->nbatch > 1 || nx->nsteps != 1 || nx->fused)
+            continue;
+        const dm_gemm *gm = &eg->steps[0].gm;
+        const dm_op *c = op_at(plan, pg, 0), *b = op_at(plan, pn, 0);
+        if (b->kind != DM_OP_BIAS_ADD || gm->nbd != 0 || gm->beta != 0.0f || b->rows != gm->m || b->cols != gm->n ||
+            gm->ldc != gm->n)
+            continue;
+        const int pre = dm_tensor_root(g, c->out[0]);
+        int dt = 0, dtb = 0, dto = 0;
+        if (dm_tensor_root(g, b->in[0]) != pre || arena_ptr(ex, b->in[0], &dt) != (void *)gm->C) continue;
+        const void *bias = arena_ptr(ex, b->in[1], &dtb);
+        void *D = arena_ptr(ex, b->out[0], &dto);
+        if (!bias || !D || dtb != ex->dtype || dto != ex->dtype || dm_tensor_root(g, b->out[0]) == pre) continue;
+        int read_elsewhere = 0; /* the pre-bias tensor: read by the bias group alone */
+        for (int o = 0; o < g->nop && !read_elsewhere; o++) {
+            if (&g->op[o] == b) continue;
+            for (int s = 0; s < g->op[o].nin; s++) read_elsewhere |= dm_tensor_root(g, g->op[o].in[s]) == pre;
+        }
+        if (read_elsewhere) continue;
+        dmc_epi *e = (dmc_epi *)calloc(1, sizeof *e);
+        if (!e) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+        e->bias = bias;
+        e->D = D;
+        if (!emulated(ex)) {
+            if (!ex->have_lt) {
+                DMC_BLAS(cublasLtCreate(&ex->lt));
+                ex->have_lt = 1;
+                ex->lt_ws_bytes = (size_t)32 << 20;
+                DM_TRY(dev_alloc(ex, &ex->lt_ws, ex->lt_ws_bytes, "cuBLASLt's workspace"));
+            }
+            dm_status s = epi_prepare(ex, gm, e);
+            if (s != DM_OK) {
+                epi_free(e);
+                if (s != DM_ERR_UNSUPPORTED) return s;
+                dm_clear_error(); /* no algorithm: the two groups run as before */
+                continue;
+            }
+        }
+        eg->epi = e;
+        nx->skip = 1;
+        ex->nepi++;
+    }
+    return DM_OK;
+}
+
+/* The contraction of group eg with its bias epilogue. Emulating: the GEMM into D, then
+ * the bias added (and rounded to the storage type again: the GPU rounds once). */
+static dm_status run_epi(const dm_cuda_exec *ex, const dmc_group *eg) {
+    const dm_gemm *gm = &eg->steps[0].gm;
+    const dmc_epi *e = eg->epi;
+    const float alpha = gm->alpha, beta = 0.0f;
+    if (!emulated(ex)) {
+        DMC_BLAS(cublasLtMatmul(ex->lt, e->op, &alpha, gm->B, e->l1, gm->A, e->l2, &beta, e->D, e->ld, e->D,
+                                e->ld, &e->algo, ex->lt_ws, ex->lt_ws_bytes, ex->stream));
+        return DM_OK;
+    }
+    dmc_emu_gemm(ex->dtype, gm->transB, gm->transA, gm->n, gm->m, gm->k, alpha, gm->B, gm->ldb, 0, gm->A,
+                 gm->lda, 0, 0.0f, e->D, gm->ldc, 0, 1);
+    for (int64_t r = 0; r < gm->m; r++)
+        for (int64_t c = 0; c < gm->n; c++) {
+            const size_t at = (size_t)(r * gm->ldc + c);
+            float y, b;
+            widen(ex->dtype, (const char *)e->D + at * ex->esz, &y, 1);
+            widen(ex->dtype, (const char *)e->bias + (size_t)c * ex->esz, &b, 1);
+            y += b;
+            narrow(ex->dtype, &y, (char *)e->D + at * ex->esz, 1);
+        }
+    return DM_OK;
+}
+
+int dm_cuda_exec_epilogues(const dm_cuda_exec *ex) { return ex ? ex->nepi : 0; }
 
 static dm_status init_all(dm_cuda_exec *ex) {
     const dm_plan *plan = ex->plan;
@@ -878,6 +1052,7 @@ static dm_status init_all(dm_cuda_exec *ex) {
     for (int gi = 0; gi < plan->ngroups; gi++) DM_TRY(build_group(ex, gi, &tl));
 
     if (ex->flags & DM_CUDA_GEN) DM_TRY(init_gen(ex));
+    if (ex->flags & DM_CUDA_EPILOGUE) DM_TRY(init_epilogues(ex));
     if (ex->flags & DM_CUDA_OVERLAP) DM_TRY(init_overlap(ex));
 
     /* programs to the device; shared memory limit; global scratch and partials */
@@ -939,6 +1114,15 @@ dm_status dm_cuda_exec_init(dm_cuda_exec **out, const dm_plan *plan, int dtype, 
 }
 
 /* Frees what init made, ignoring errors (there is nobody left to tell). */
+static void epi_free(dmc_epi *e) {
+    if (!e) return;
+    if (e->have_op) (void)cublasLtMatmulDescDestroy(e->op);
+    if (e->have_l1) (void)cublasLtMatrixLayoutDestroy(e->l1);
+    if (e->have_l2) (void)cublasLtMatrixLayoutDestroy(e->l2);
+    if (e->have_ld) (void)cublasLtMatrixLayoutDestroy(e->ld);
+    free(e);
+}
+
 void dm_cuda_exec_free(dm_cuda_exec *ex) {
     if (!ex) return;
     if (ex->have_stream) (void)cudaStreamSynchronize(ex->stream);
@@ -969,7 +1153,10 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
         for (int gi = 0; gi < ex->ngroups; gi++) {
             for (int k = 0; k < ex->groups[gi].nsteps; k++) dev_free(ex, ex->groups[gi].steps[k].ptrs);
             free(ex->groups[gi].steps);
+            epi_free(ex->groups[gi].epi);
         }
+    dev_free(ex, ex->lt_ws);
+    if (ex->have_lt) (void)cublasLtDestroy(ex->lt);
     free(ex->groups);
     dmc_gen_free(ex->gen);
     free(ex->gen_of);
@@ -1101,11 +1288,14 @@ dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_c
     const dmc_group *eg = &ex->groups[gi];
     /* as the CPU: only a batched group skips its row ops when asked for contractions */
     int skip_rows = only_contractions && ex->plan->groups[gi].nbatch > 1;
+    if (eg->skip) return DM_OK; /* its bias went into the contraction before it */
     if (ex->on_side && ex->on_side[gi]) return launch_side(ex, gi);
-    if (ex->npending) { /* the latest side group this one conflicts with, and all before it */
-        int k = ex->npending - 1;
-        while (k >= 0 && !hazard(ex, gi, ex->pending[k])) k--;
-        DM_TRY(join_upto(ex, k));
+    DM_TRY(resolve_hazards(ex, gi));
+    if (eg->epi) DM_TRY(resolve_hazards(ex, gi + 1)); /* it writes the bias group's output */
+    if (eg->epi) {
+        DM_TRY(run_epi(ex, eg));
+        if ((ex->flags & DM_CUDA_SYNC_EACH) && !emulated(ex)) DMC_CUDA(cudaStreamSynchronize(ex->stream));
+        return DM_OK;
     }
     if (eg->fused && !skip_rows) {
         DM_TRY(dmc_gen_launch(ex->gen, eg->fused - 1, seed, ex->partials, ex->stream));
@@ -1187,14 +1377,18 @@ static dm_status tensor_span(const dm_cuda_exec *ex, int t, char **dev, int *dt,
 
 /* Host fp32 <-> a 2-byte storage type (copy_tensor converts through a host buffer). */
 static void narrow(int dt, const float *src, void *dst, size_t n) {
-    if (dt == DMC_BF16)
+    if (dt == DMC_F32)
+        memcpy(dst, src, n * sizeof(float));
+    else if (dt == DMC_BF16)
         for (size_t e = 0; e < n; e++) ((__nv_bfloat16 *)dst)[e] = __float2bfloat16_rn(src[e]);
     else
         for (size_t e = 0; e < n; e++) ((__half *)dst)[e] = __float2half_rn(src[e]);
 }
 
 static void widen(int dt, const void *src, float *dst, size_t n) {
-    if (dt == DMC_BF16)
+    if (dt == DMC_F32)
+        memcpy(dst, src, n * sizeof(float));
+    else if (dt == DMC_BF16)
         for (size_t e = 0; e < n; e++) dst[e] = __bfloat162float(((const __nv_bfloat16 *)src)[e]);
     else
         for (size_t e = 0; e < n; e++) dst[e] = __half2float(((const __half *)src)[e]);
