@@ -59,8 +59,9 @@ typedef struct {
     std::string rowscope, body, post, out; /* the segment being emitted */
     int red; /* reductions counter (unique names) */
     /* a fused attention kernel's row program: the value at s_base is read from the warp's
-     * tile Ss (fp32, SLD floats a row), the one at p_base is also stored to Ps (PLD
-     * elements a row), and to memory only if p_global */
+     * tile Ss, the one at p_base is also stored to Ps (the same tile: each lane reads its
+     * chunks of S before it writes its chunks of P), SLD and PLD elements of the storage
+     * type a row; P goes to memory too only if p_global */
     const void *s_base, *p_base;
     int p_global;
 } gen_ctx;
@@ -211,7 +212,7 @@ static std::string chunk(gen_ctx *G, int vi) {
     if (!x->array) add(G->body, "        float v%d[8];\n", vi);
     const char *ty = type_name(x->dt);
     if (G->s_base && x->loc == DMC_LOC_GLOBAL && x->base == G->s_base)
-        add(G->body, "        dmg_ld8<1>(%s, Ss + (r - g0) * SLD + c0, n);\n", name);
+        add(G->body, "        dmg_ld8<1>(%s, (const %s *)Ss + (r - g0) * SLD + c0, n);\n", name, ty);
     else if (x->kind == DM_ARG_COLVEC)
         add(G->body, "        dmg_ld8<VEC>(%s, (const %s *)P.p[%d] + c0, n);\n", name, ty, x->param);
     else if (x->kind == DM_ARG_GROUPED)
@@ -520,7 +521,7 @@ static dm_status gen_rows_fn(gen_ctx *G, int idx, int sld, int pld, std::string 
         (long long)p->cols, idx, p->nacc);
     add(src, "template <int TEAM, int NCH> __host__ __device__ void dmg_rows%d(const dmg_ptrs &P, "
              "unsigned long long seed, float *acc, int lt, long long g0, long long gs, int tw, long long rend, "
-             "const float *Ss, void *Ps) {\n", idx);
+             "const void *Ss, void *Ps) {\n", idx);
     add(src, "    enum { VEC = %d, ACCW = NCH * TEAM * 8, SLD = %d, PLD = %d };\n", G->vec, sld, pld);
     add(src, "    const long long ROWS = ROWS%d, COLS = COLS%d;\n", idx, idx);
     /* zero this lane's columns of the team's accumulators */
@@ -637,15 +638,14 @@ static int batch_aligned(const void *base, const dmc_batches &bt, int which, int
     return 1;
 }
 
-/* The tile shape of fused kernel a: warps per block, SLD, PLD, the block's shared
- * floats (its warps' rows of C1 in fp32, SLD floats a row, then their rows of P, PLD
- * elements a row), the 16-row tiles of all items. */
+/* The tile shape of fused kernel a. Per warp: its 16 rows of C1 rounded to the storage
+ * type, LD elements a row, which the row ops overwrite with P in place (each lane its own
+ * chunks), then a 16 x 16 fp32 tile through which accumulators are stored. A block: its
+ * warps' rows, consecutive (GEMM 3 reads all of them), then their fp32 tiles. */
 typedef struct {
-    int warps, sld, pld;
+    int warps, ld;
     int64_t block_floats, tiles;
 } attn_shape;
-
-static int64_t attn_floats(int rows, int sld, int pld) { return (int64_t)rows * sld + (int64_t)rows * pld * 2 / 4; }
 
 static dm_status attn_check(const dmc_attn *a, attn_shape *sh) {
     const dm_gemm *g1 = &a->g1, *g2 = &a->g2, *g3 = &a->g3;
@@ -665,12 +665,9 @@ static dm_status attn_check(const dmc_attn *a, attn_shape *sh) {
                     !batch_aligned(g3->B, a->b3, 1, esz, 32)))
         return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the third GEMM's sizes or alignment");
     if (a->prog->nacc) return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: column sums in the row ops");
-    int64_t widest = g1->n > g2->n ? g1->n : g2->n;
-    if (a->has3 && g3->n > widest) widest = g3->n;
-    sh->sld = (int)(widest + 8);
-    sh->pld = (int)(g1->n + 16);
+    sh->ld = (int)(g1->n + 16);
     sh->tiles = a->b1.count * (g1->m / 16);
-    const int64_t warp_bytes = attn_floats(16, sh->sld, sh->pld) * 4;
+    const int64_t warp_bytes = 16 * (int64_t)sh->ld * esz + 256 * 4;
     if (a->has3) { /* a block per batch item: its rows of P are all GEMM 3 needs; at most
                     * 116 KiB of shared memory, so that two blocks share an SM */
         sh->warps = g1->m / 16;
@@ -682,15 +679,25 @@ static dm_status attn_check(const dmc_attn *a, attn_shape *sh) {
         if (sh->warps * warp_bytes > (int64_t)a->smem_max)
             return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: rows of %d scores exceed shared memory", g1->n);
     }
-    sh->block_floats = attn_floats(16 * sh->warps, sh->sld, sh->pld);
+    sh->block_floats = sh->warps * warp_bytes / 4;
     return DM_OK;
 }
 
-/* C[16 x NN] = alpha * (16 rows of A) op(B), from a's fragments fa (K1 of them, or P from
- * shared memory when fa is NULL), staged through Ss (SLD) and stored at C (LDC) with
- * lanes lane, lane + 32, ... of 8 elements (vec: 16-byte stores). */
-static void emit_gemm_out(std::string &src, const char *ST, const char *fa, const char *akind, int K, int NN,
-                          int TB, int LDB, const char *B, float alpha, const char *C, int LDC, int vec) {
+/* Accumulator tile ACC to DST (16 x 16 of the storage type, rows LD apart; 16-byte stores
+ * if vec), through the warp's fp32 tile F: lanes lane, lane + 32, ... take 8 elements. */
+static void emit_tile_out(std::string &src, const char *acc, const char *dst, const char *ld, int vec) {
+    add(src, "        dmg_store_c(F, %s, 16);\n        DMG_WSYNC();\n", acc);
+    add(src, "        for (int e = lane * 8; e < 256; e += TPW * TEAM * 8) {\n"
+             "            float v[8];\n"
+             "            dmg_ld8<1>(v, F + e, 8);\n"
+             "            dmg_st8<%d>(%s + (long long)(e / 16) * (%s) + e %% 16, v, 8);\n"
+             "        }\n        DMG_WSYNC();\n", vec, dst, ld);
+}
+
+/* C[16 x NN] = alpha * A op(B) over K: A a 16 x K tile of the storage type in shared memory
+ * (akind declares and loads fragment pa for step kk), B streamed from memory. */
+static void emit_gemm_out(std::string &src, const char *ST, const char *akind, int K, int NN, int TB, int LDB,
+                          const char *B, float alpha, const char *C, int LDC, int vec) {
     add(src, "    {\n        dmg_fc acc[%d];\n        DMC_UNROLL for (int c2 = 0; c2 < %d; c2++) dmg_zero(acc[c2]);\n", NN / 16,
         NN / 16);
     add(src, "        for (int kk = 0; kk < %d; kk++) {\n", K / 16);
@@ -698,17 +705,14 @@ static void emit_gemm_out(std::string &src, const char *ST, const char *fa, cons
     add(src, "            DMC_UNROLL for (int c2 = 0; c2 < %d; c2++) {\n"
              "                dmg_fb<%s, %d> fb;\n"
              "                dmg_load_b(fb, %s + (%d ? (long long)c2 * 16 * %d + kk * 16 : (long long)kk * 16 * %d + c2 * 16), %d);\n"
-             "                dmg_mma(acc[c2], %s, fb);\n            }\n        }\n",
-        NN / 16, ST, TB, B, TB, LDB, LDB, LDB, fa);
-    add(src, "        DMC_UNROLL for (int c2 = 0; c2 < %d; c2++) { dmg_scale(acc[c2], %.9ef); dmg_store_c(Ss + c2 * 16, acc[c2], SLD); }\n"
-             "    }\n", NN / 16, (double)alpha);
-    add(src, "    DMG_WSYNC();\n");
-    add(src, "    for (int e = lane * 8; e < 16 * %d; e += TPW * TEAM * 8) {\n"
-             "        const int row = e / %d, c = e %% %d;\n"
-             "        float v[8];\n"
-             "        dmg_ld8<1>(v, Ss + row * SLD + c, 8);\n"
-             "        dmg_st8<%d>(%s + (long long)row * %d + c, v, 8);\n    }\n"
-             "    DMG_WSYNC();\n", NN, NN, NN, vec, C, LDC);
+             "                dmg_mma(acc[c2], pa, fb);\n            }\n        }\n",
+        NN / 16, ST, TB, B, TB, LDB, LDB, LDB);
+    add(src, "        for (int c2 = 0; c2 < %d; c2++) {\n        dmg_scale(acc[c2], %.9ef);\n", NN / 16, (double)alpha);
+    char dst[64], ld[32];
+    snprintf(dst, sizeof dst, "%s + c2 * 16", C);
+    snprintf(ld, sizeof ld, "%d", LDC);
+    emit_tile_out(src, "acc[c2]", dst, ld, vec);
+    add(src, "        }\n    }\n");
 }
 
 /* Appends fused kernel number idx for a to src; shape into k. */
@@ -722,7 +726,7 @@ static dm_status gen_attn(const dmc_attn *a, int idx, dmc_genk *k, std::string &
     G->p_base = a->g2.A;
     G->p_global = a->p_in_memory;
     std::string rows;
-    DM_TRY(gen_rows_fn(G, idx, sh.sld, sh.pld, rows));
+    DM_TRY(gen_rows_fn(G, idx, sh.ld, sh.ld, rows));
     /* the row program reads C1 and writes P, whole rows of both */
     int reads_s = 0, writes_p = 0;
     for (int i = 0; i < G->nv; i++) {
@@ -763,8 +767,8 @@ static dm_status gen_attn(const dmc_attn *a, int idx, dmc_genk *k, std::string &
     add(src, " */\n");
     /* a warp's rows: GEMM 1, the row ops, GEMM 2 */
     add(src, "template <int TEAM, int NCH, int TPW> __host__ __device__ void dmg_att%d(const dmg_ptrs &P, "
-             "unsigned long long seed, long long T, int lt, int tw, int lane, float *Ss, %s *Ps) {\n", idx, ST);
-    add(src, "    enum { M = %d, N = %d, K1 = %d, SLD = %d, PLD = %d, MT = M / 16 };\n", g1->m, g1->n, g1->k, sh.sld, sh.pld);
+             "unsigned long long seed, long long T, int lt, int tw, int lane, %s *Sw, float *F) {\n", idx, ST);
+    add(src, "    enum { M = %d, N = %d, K1 = %d, LD = %d, MT = M / 16 };\n", g1->m, g1->n, g1->k, sh.ld);
     add(src, "    enum { LDA1 = %d, LDB1 = %d, TA1 = %d, TB1 = %d };\n", g1->lda, g1->ldb, g1->transA, g1->transB);
     add(src, "    const long long q = T / MT, i0 = (T %% MT) * 16, RB = q * M + i0;\n");
     batch_code(src, a->b1, "oa1", "ob1", "oc1");
@@ -782,27 +786,27 @@ static dm_status gen_attn(const dmc_attn *a, int idx, dmc_genk *k, std::string &
              "            dmg_fb<%s, TB1> fb;\n"
              "            dmg_load_b(fb, B1 + (TB1 ? (long long)ct * 16 * LDB1 + kk * 16 : (long long)kk * 16 * LDB1 + ct * 16), LDB1);\n"
              "            dmg_mma(acc, fa[kk], fb);\n        }\n"
-             "        dmg_scale(acc, %.9ef);\n"
-             "        dmg_store_c(Ss + ct * 16, acc, SLD);\n    }\n", ST, (double)g1->alpha);
-    add(src, "    DMG_WSYNC();\n");
-    add(src, "    dmg_rows%d<TEAM, NCH>(P, seed, 0, lt, RB, TPW, tw, RB + 16, Ss, Ps);\n", idx);
+             "        dmg_scale(acc, %.9ef);\n", ST, (double)g1->alpha);
+    emit_tile_out(src, "acc", "Sw + ct * 16", "LD", 1);
+    add(src, "    }\n");
+    add(src, "    dmg_rows%d<TEAM, NCH>(P, seed, 0, lt, RB, TPW, tw, RB + 16, Sw, Sw);\n", idx);
     add(src, "    DMG_WSYNC();\n");
     /* GEMM 2: P from shared memory (row-major), B2 streamed */
     char akind[160];
-    snprintf(akind, sizeof akind, "dmg_fa<%s, 0> pa;\n            dmg_load_a(pa, Ps + kk * 16, PLD);", ST);
-    emit_gemm_out(src, ST, "pa", akind, g1->n, g2->n, g2->transB, g2->ldb, "B2", g2->alpha, "C2", g2->ldc, vec2);
+    snprintf(akind, sizeof akind, "dmg_fa<%s, 0> pa;\n            dmg_load_a(pa, Sw + kk * 16, LD);", ST);
+    emit_gemm_out(src, ST, akind, g1->n, g2->n, g2->transB, g2->ldb, "B2", g2->alpha, "C2", g2->ldc, vec2);
     add(src, "}\n");
     if (a->has3) {
         /* GEMM 3, after every warp's rows: 16 rows t0.. of P^T (P column-major) over all
          * M rows of the item, times B3 */
         add(src, "template <int TEAM, int TPW> __host__ __device__ void dmg_att%d_3(const dmg_ptrs &P, long long q, "
-                 "int t, int lane, float *Ss, const %s *Pall) {\n", idx, ST);
-        add(src, "    enum { SLD = %d, PLD = %d };\n    const long long t0 = (long long)t * 16;\n", sh.sld, sh.pld);
+                 "int t, int lane, const %s *Pall, float *F) {\n", idx, ST);
+        add(src, "    enum { LD = %d };\n    const long long t0 = (long long)t * 16;\n", sh.ld);
         batch_code(src, a->b3, "oa3", "ob3", "oc3");
         add(src, "    const %s *B3 = (const %s *)P.p[%d] + ob3;\n", ST, ST, pb3);
         add(src, "    %s *C3 = (%s *)P.p[%d] + oc3 + t0 * %d;\n", ST, ST, pc3, g3->ldc);
-        snprintf(akind, sizeof akind, "dmg_fa<%s, 1> pa;\n            dmg_load_a(pa, Pall + (long long)kk * 16 * PLD + t0, PLD);", ST);
-        emit_gemm_out(src, ST, "pa", akind, g1->m, g3->n, g3->transB, g3->ldb, "B3", g3->alpha, "C3", g3->ldc, vec3);
+        snprintf(akind, sizeof akind, "dmg_fa<%s, 1> pa;\n            dmg_load_a(pa, Pall + (long long)kk * 16 * LD + t0, LD);", ST);
+        emit_gemm_out(src, ST, akind, g1->m, g3->n, g3->transB, g3->ldb, "B3", g3->alpha, "C3", g3->ldc, vec3);
         add(src, "}\n");
     }
 
@@ -815,24 +819,23 @@ static dm_status gen_attn(const dmc_attn *a, int idx, dmc_genk *k, std::string &
     k->nparams = np;
     for (int q = 0; q < np; q++) k->params[q] = (void *)G->params[q];
     k->acc_floats = 0;
-    const int rows_b = 16 * sh.warps;
+    const int64_t rows_floats = (int64_t)sh.warps * 16 * sh.ld / 2; /* the block's rows, in floats */
     add(src, "#if defined(__CUDACC_RTC__) || defined(DMG_SIM)\n");
     add(src, "DMG_KERNEL(%d) dmg_k%d(const dmg_ptrs P, unsigned long long seed, float *part) {\n", k->threads, idx);
     add(src, "    enum { TEAM = %d, NCH = %d, TPW = 32 / TEAM, W = %d };\n", G->team, G->nch, sh.warps);
     add(src, "    (void)part;\n    DMG_SMEM(dmg_smem);\n");
     add(src, "    const int lane = DMG_TID %% 32, w = DMG_TID / 32;\n");
-    add(src, "    float *Ss = dmg_smem + (long long)w * 16 * %d;\n", sh.sld);
-    add(src, "    %s *Pall = (%s *)(dmg_smem + %lld), *Ps = Pall + (long long)w * 16 * %d;\n", ST, ST,
-        (long long)rows_b * sh.sld, sh.pld);
+    add(src, "    %s *Pall = (%s *)dmg_smem, *Sw = Pall + (long long)w * 16 * %d;\n", ST, ST, sh.ld);
+    add(src, "    float *F = dmg_smem + %lld + w * 256;\n", (long long)rows_floats);
     if (a->has3) {
         add(src, "    for (long long q = DMG_BID; q < %lldLL; q += DMG_NBLK) {\n", (long long)items);
-        add(src, "        dmg_att%d<TEAM, NCH, TPW>(P, seed, q * W + w, lane %% TEAM, lane / TEAM, lane, Ss, Ps);\n", idx);
+        add(src, "        dmg_att%d<TEAM, NCH, TPW>(P, seed, q * W + w, lane %% TEAM, lane / TEAM, lane, Sw, F);\n", idx);
         add(src, "        DMG_SYNC();\n");
-        add(src, "        for (int t = w; t < %d; t += W) dmg_att%d_3<TEAM, TPW>(P, q, t, lane, Ss, Pall);\n", g3->m / 16, idx);
+        add(src, "        for (int t = w; t < %d; t += W) dmg_att%d_3<TEAM, TPW>(P, q, t, lane, Pall, F);\n", g3->m / 16, idx);
         add(src, "        DMG_SYNC();\n    }\n");
     } else {
         add(src, "    for (long long T = (long long)DMG_BID * W + w; T < %lldLL; T += (long long)DMG_NBLK * W)\n"
-                 "        dmg_att%d<TEAM, NCH, TPW>(P, seed, T, lane %% TEAM, lane / TEAM, lane, Ss, Ps);\n",
+                 "        dmg_att%d<TEAM, NCH, TPW>(P, seed, T, lane %% TEAM, lane / TEAM, lane, Sw, F);\n",
             (long long)sh.tiles, idx);
     }
     add(src, "}\n#endif\n");
@@ -843,14 +846,14 @@ static dm_status gen_attn(const dmc_attn *a, int idx, dmc_genk *k, std::string &
         k->threads, (long long)sh.block_floats, idx);
     add(src, "    (void)part; (void)blocks;\n"
              "    float *S = (float *)malloc(sizeof(float) * %lld);\n    if (!S) return 1;\n"
-             "    %s *Pall = (%s *)(S + %lld);\n", (long long)sh.block_floats, ST, ST, (long long)rows_b * sh.sld);
+             "    %s *Pall = (%s *)S;\n    float *F = S + %lld;\n", (long long)sh.block_floats, ST, ST, (long long)rows_floats);
     if (a->has3)
         add(src, "    for (long long q = 0; q < %lldLL; q++) {\n"
-                 "        for (int w = 0; w < %d; w++) dmg_att%d<1, %d, 1>(*P, seed, q * %d + w, 0, 0, 0, S + w * 16 * %d, Pall + w * 16 * %d);\n"
-                 "        for (int t = 0; t < %d; t++) dmg_att%d_3<1, 1>(*P, q, t, 0, S, Pall);\n    }\n",
-            (long long)items, sh.warps, idx, G->chunks, sh.warps, sh.sld, sh.pld, g3->m / 16, idx);
+                 "        for (int w = 0; w < %d; w++) dmg_att%d<1, %d, 1>(*P, seed, q * %d + w, 0, 0, 0, Pall + w * 16 * %d, F);\n"
+                 "        for (int t = 0; t < %d; t++) dmg_att%d_3<1, 1>(*P, q, t, 0, Pall, F);\n    }\n",
+            (long long)items, sh.warps, idx, G->chunks, sh.warps, sh.ld, g3->m / 16, idx);
     else
-        add(src, "    for (long long T = 0; T < %lldLL; T++) dmg_att%d<1, %d, 1>(*P, seed, T, 0, 0, 0, S, Pall);\n",
+        add(src, "    for (long long T = 0; T < %lldLL; T++) dmg_att%d<1, %d, 1>(*P, seed, T, 0, 0, 0, Pall, F);\n",
             (long long)sh.tiles, idx, G->chunks);
     add(src, "    free(S);\n    return 0;\n#endif\n}\n#endif\n");
     return DM_OK;
