@@ -843,6 +843,7 @@ static dm_status resolve_hazards(dm_cuda_exec *ex, int h) {
 
 /* Side group gi: after everything enqueued on the main stream so far. */
 static dm_status launch_side(dm_cuda_exec *ex, int gi) {
+    if (ex->npending >= ex->ngroups) DM_TRY(join_all(ex)); /* a pass cut short by an error */
     if (!emulated(ex)) {
         DMC_CUDA(cudaEventRecord(ex->fork, ex->stream));
         DMC_CUDA(cudaStreamWaitEvent(ex->side_stream, ex->fork, 0));
@@ -926,8 +927,10 @@ static dm_status epi_prepare(dm_cuda_exec *ex, const dm_gemm *gm, dmc_epi *e) {
 }
 
 /* Every lone contraction whose output only the next group reads, that group being one
- * bias add over the same rows x cols, takes the bias into its epilogue (DM_CUDA_EPILOGUE;
- * DMOVE_CUDA_EPILOGUE=0 turns it off). Where cuBLASLt has no algorithm, both stay. */
+ * bias add over the same rows x cols in the same pass, takes the bias into its epilogue
+ * (DM_CUDA_EPILOGUE; DMOVE_CUDA_EPILOGUE=0 turns it off). Where cuBLASLt has no algorithm,
+ * or the biased tensor shares bytes with an operand, both stay. A run of some classes
+ * only (dm_layer_run's class mask) counts the bias with the contraction. */
 static dm_status init_epilogues(dm_cuda_exec *ex) {
     const dm_plan *plan = ex->plan;
     const dm_graph *g = plan->g;
@@ -955,25 +958,33 @@ static dm_status init_epilogues(dm_cuda_exec *ex) {
             if (&g->op[o] == b) continue;
             for (int s = 0; s < g->op[o].nin; s++) read_elsewhere |= dm_tensor_root(g, g->op[o].in[s]) == pre;
         }
-        if (read_elsewhere) continue;
+        if (read_elsewhere || pg->pass != pn->pass) continue;
+        /* the memory planner may give the biased tensor the bytes of an input that dies
+         * at the contraction: written while it is read, as one call */
+        int overlap = 0;
+        const int dr = dm_tensor_root(g, b->out[0]);
+        const int64_t d0 = plan->offset[dr], d1 = d0 + g->t[dr].numel * (int64_t)sizeof(float);
+        const int ins[3] = {c->in[0], c->in[1], b->in[1]};
+        for (int q = 0; q < 3; q++) {
+            const int r = dm_tensor_root(g, ins[q]);
+            const int64_t a0 = plan->offset[r], a1 = a0 + g->t[r].numel * (int64_t)sizeof(float);
+            overlap |= a0 < d1 && d0 < a1;
+        }
+        if (overlap) continue;
+        if (!emulated(ex) && !ex->have_lt) {
+            DMC_BLAS(cublasLtCreate(&ex->lt));
+            ex->have_lt = 1;
+            ex->lt_ws_bytes = (size_t)32 << 20;
+            DM_TRY(dev_alloc(ex, &ex->lt_ws, ex->lt_ws_bytes, "cuBLASLt's workspace"));
+        }
         dmc_epi *e = (dmc_epi *)calloc(1, sizeof *e);
         if (!e) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
         e->bias = bias;
         e->D = D;
-        if (!emulated(ex)) {
-            if (!ex->have_lt) {
-                DMC_BLAS(cublasLtCreate(&ex->lt));
-                ex->have_lt = 1;
-                ex->lt_ws_bytes = (size_t)32 << 20;
-                DM_TRY(dev_alloc(ex, &ex->lt_ws, ex->lt_ws_bytes, "cuBLASLt's workspace"));
-            }
-            dm_status s = epi_prepare(ex, gm, e);
-            if (s != DM_OK) {
-                epi_free(e);
-                if (s != DM_ERR_UNSUPPORTED) return s;
-                dm_clear_error(); /* no algorithm: the two groups run as before */
-                continue;
-            }
+        if (!emulated(ex) && epi_prepare(ex, gm, e) != DM_OK) {
+            epi_free(e);
+            dm_clear_error(); /* no algorithm (or no descriptor): the two groups run as before */
+            continue;
         }
         eg->epi = e;
         nx->skip = 1;
@@ -1125,6 +1136,7 @@ static void epi_free(dmc_epi *e) {
 
 void dm_cuda_exec_free(dm_cuda_exec *ex) {
     if (!ex) return;
+    if (ex->have_side_stream) (void)cudaStreamSynchronize(ex->side_stream); /* before any free */
     if (ex->have_stream) (void)cudaStreamSynchronize(ex->stream);
     dev_free(ex, ex->arena);
     dev_free(ex, ex->temp);
@@ -1134,7 +1146,6 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
     dev_free(ex, ex->gscratch);
     dev_free(ex, ex->partials);
     dev_free(ex, ex->dprogs);
-    if (ex->have_side_stream) (void)cudaStreamSynchronize(ex->side_stream);
     if (ex->have_blas) (void)cublasDestroy(ex->blas);
     if (ex->have_blas2) (void)cublasDestroy(ex->blas2);
     if (ex->have_stream) (void)cudaStreamDestroy(ex->stream);

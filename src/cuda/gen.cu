@@ -669,9 +669,10 @@ static dm_status attn_check(const dmc_attn *a, attn_shape *sh) {
     sh->tiles = a->b1.count * (g1->m / 16);
     const int64_t warp_bytes = 16 * (int64_t)sh->ld * esz + 256 * 4;
     if (a->has3) { /* a block per batch item: its rows of P are all GEMM 3 needs; at most
-                    * 116 KiB of shared memory, so that two blocks share an SM */
+                    * 112 KiB of shared memory, so that two blocks share an SM (228 KiB on an
+                    * H100, 1 KiB of it reserved per block) */
         sh->warps = g1->m / 16;
-        if (sh->warps > 32 || sh->warps * warp_bytes > (int64_t)a->smem_max || sh->warps * warp_bytes > 116 * 1024)
+        if (sh->warps > 32 || sh->warps * warp_bytes > (int64_t)a->smem_max || sh->warps * warp_bytes > 112 * 1024)
             return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: %d rows of one item exceed a block", g1->m);
     } else {
         for (sh->warps = 4; sh->warps > 1; sh->warps /= 2)
@@ -745,6 +746,19 @@ static dm_status gen_attn(const dmc_attn *a, int idx, dmc_genk *k, std::string &
     }
     if (!reads_s || !writes_p)
         return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the row ops do not join the GEMMs");
+    /* P overwrites S in place, each lane its own chunks: S's first read must come no
+     * later than the op that makes P (then its load precedes P's store in every lane);
+     * and the row ops must not write what the GEMMs read from memory (other warps) */
+    for (int i = 0; i < G->nv; i++) {
+        const gen_val *x = &G->v[i];
+        if (x->loc != DMC_LOC_GLOBAL) continue;
+        for (int j = 0; j < G->nv && x->base == G->s_base; j++)
+            if (G->v[j].loc == DMC_LOC_GLOBAL && G->v[j].base == G->p_base && x->first_read_op > G->v[j].def_op)
+                return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: P made before the scores are read");
+        if (x->def_seg >= 0 && (x->base == a->g1.A || x->base == a->g1.B || x->base == a->g2.B ||
+                                (a->has3 && (x->base == a->g3.B || x->base == a->g3.C)) || x->base == a->g2.C))
+            return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the row ops write a GEMM operand");
+    }
     if (G->nparam + 6 > DMG_MAXP) return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: too many operands");
     const int pa1 = G->nparam, pb1 = pa1 + 1, pb2 = pa1 + 2, pc2 = pa1 + 3, pb3 = pa1 + 4, pc3 = pa1 + 5;
     G->params[pa1] = a->g1.A;
