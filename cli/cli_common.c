@@ -304,8 +304,8 @@ void cli_device_help(FILE *out) {
             "                   when the layer is made; cuda only; DMOVE_CUDA_ROWS sets the\n"
             "                   default); with bf16/fp16 storage, gen also fuses attention's\n"
             "                   groups into one tensor-core kernel each\n"
-            "  --streams N      1 (default) or 2: run the weight-gradient GEMMs on a second\n"
-            "                   CUDA stream, overlapping the element-wise groups after them\n"
+            "  --streams N      1 (default) or 2: run the weight and bias gradients on a\n"
+            "                   second CUDA stream, overlapping the groups after them\n"
             "                   (cuda only; DMOVE_CUDA_STREAMS sets the default)\n");
 }
 

@@ -98,8 +98,9 @@ typedef struct {
     dm_device_kind device; /* where steps run: DM_DEVICE_CPU (default) or DM_DEVICE_CUDA */
     dm_dtype dtype;        /* storage on the device: fp32 (default), bf16, fp16 (CUDA only) */
     dm_rows rows;          /* CUDA only: interpreted or generated row kernels */
-    int streams;           /* CUDA only: 1, one stream; 2, the weight-gradient GEMMs on a
-                            * second stream, overlapping the groups after them; 0 (default):
+    int streams;           /* CUDA only: 1, one stream; 2, the groups no later group reads
+                            * (weight and bias gradients) on a second stream, overlapping
+                            * the groups after them; 0 (default):
                             * the DMOVE_CUDA_STREAMS environment variable if set, else 1 */
 } dm_layer_options;
 
@@ -112,8 +113,8 @@ int dm_layer_rows_generated(const dm_layer *layer, int *total);
 /* CUDA layers, rows gen, bf16/fp16: how many attention groups (batched: GEMMs with row ops
  * between) run as one fused tensor-core kernel each, the scores kept on chip. 0 otherwise. */
 int dm_layer_groups_fused(const dm_layer *layer);
-/* CUDA layers with streams 2: how many groups (weight-gradient GEMMs) run on the second
- * stream. 0 otherwise. */
+/* CUDA layers with streams 2: how many groups (weight and bias gradients) run on the
+ * second stream. 0 otherwise. */
 int dm_layer_groups_streamed(const dm_layer *layer);
 /* CUDA layers, rows gen: how many contractions add the next group's bias in a cuBLASLt
  * epilogue (that group then does nothing). 0 otherwise. */

@@ -11,7 +11,7 @@
 #      dmove fused and unfused (`dmove bench --device cuda --dtype bf16`), each with the
 #      interpreting row kernel and with row kernels generated per group (--rows gen,
 #      src/cuda/gen.cu; attention's groups then fused whole, on tensor cores), and gen
-#      with the weight-gradient GEMMs on a second stream (--streams 2), PyTorch eager with
+#      with the weight and bias gradients on a second stream (--streams 2), PyTorch eager with
 #      SDPA attention, PyTorch eager with HF's materialized ("math") attention, and
 #      torch.compile (bench/gpu/torch_gpu.py), all on this GPU in this run;
 #   4. prints a table of medians, ratios against PyTorch eager, achieved TFLOP/s of the
@@ -94,7 +94,7 @@ for s in $SIZES; do
         "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --reps "$REPS" --warmup 10 --json --groups \
             >"$OUT/dmove-$tag-gen.json" 2>"$OUT/dmove-$tag-gen-groups.txt" ||
             { tail -5 "$OUT/dmove-$tag-gen-groups.txt"; rm -f "$OUT/dmove-$tag-gen.json"; }
-        # the weight-gradient GEMMs on a second stream (fused only; no --groups: profiling
+        # the weight and bias gradients on a second stream (fused only; no --groups: profiling
         # waits after every group, which would serialize the streams)
         "$DMOVE" bench --device cuda --dtype bf16 --rows gen --streams 2 --schedule fused $cfg --reps "$REPS" \
             --warmup 10 --json >"$OUT/dmove-$tag-gen2.json" 2>"$OUT/dmove-$tag-gen2.err" ||
@@ -125,7 +125,7 @@ if os.path.exists(f"{out}/dmove-{tag}-gen.json"):
               s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
 if os.path.exists(f"{out}/dmove-{tag}-gen2.json"):
     dg = json.load(open(f"{out}/dmove-{tag}-gen2.json"))
-    rows += [("dmove " + s["schedule"] + f" (gen, 2 streams: {s.get('groups_on_second_stream', 0)} GEMMs)",
+    rows += [("dmove " + s["schedule"] + f" (gen, 2 streams: {s.get('groups_on_second_stream', 0)} groups)",
               s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
 for line in open(f"{out}/torch-{tag}.jsonl"):
     t = json.loads(line)

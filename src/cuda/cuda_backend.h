@@ -53,12 +53,13 @@ enum {
                                   * the biased tensor; the bias group then does nothing (so
                                   * the pre-bias tensor is never written: whole steps only,
                                   * not groups run alone) */
-    DM_CUDA_OVERLAP = 64u        /* a second stream: every lone contraction whose output no
-                                  * later group reads (the weight gradients) runs there,
-                                  * overlapping the groups after it; a later group that
-                                  * touches its operands' bytes waits for it first.
-                                  * Emulating, such a GEMM is deferred to the last moment
-                                  * that order allows (so a missed hazard shows). */
+    DM_CUDA_OVERLAP = 64u        /* a second stream: every group whose output no later
+                                  * group reads (weight and bias gradients; a lone
+                                  * contraction or a row group) runs there, overlapping
+                                  * the groups after it; a later group that touches its
+                                  * operands' bytes waits for it first. Emulating, such a
+                                  * group is deferred to the last moment that order
+                                  * allows (so a missed hazard shows). */
 };
 
 /* DM_OK if a usable CUDA device is present; `why` (n bytes) then names it. Otherwise

@@ -113,7 +113,9 @@ struct dm_cuda_exec {
     int have_fork, ndone;
     char *on_side;            /* per group: 1 if it runs on the side stream */
     int *pending;             /* side groups launched (emulating: deferred), oldest first */
+    uint64_t *pending_seed;   /* emulating: the seed each deferred group runs with */
     int npending;
+    float *side_partials;     /* the column-sum partials of row groups on the side stream */
     int64_t **spans;          /* per group: lo, hi, written (arena bytes of the fp32 plan) */
     int *nspans;
     /* DM_CUDA_EPILOGUE */
@@ -732,6 +734,7 @@ int dm_cuda_exec_side_groups(const dm_cuda_exec *ex) {
 /* --- the second stream (DM_CUDA_OVERLAP) ------------------------------------------ */
 
 static dm_status run_gemm(const dm_cuda_exec *ex, const dmc_step *st, cublasHandle_t blas);
+static dm_status run_steps(dm_cuda_exec *ex, int gi, uint64_t seed, int skip_rows, int side);
 
 /* Group gi's arena spans: per tensor root in memory that its ops read or write, its bytes
  * in the plan's (fp32) arena and whether it is written. */
@@ -772,8 +775,9 @@ static int hazard(const dm_cuda_exec *ex, int h, int q) {
     return 0;
 }
 
-/* Which groups run on the side stream: lone contractions (not batched) whose written
- * bytes no later group reads. */
+/* Which groups run on the side stream: those whose written bytes no later group reads
+ * (the weight and bias gradients), if they are a lone contraction or a row group (not
+ * batched, not fused, no global scratch: the side has its own column-sum partials). */
 static dm_status init_overlap(dm_cuda_exec *ex) {
     const dm_plan *plan = ex->plan;
     const size_t ng = (size_t)(ex->ngroups > 0 ? ex->ngroups : 1);
@@ -781,14 +785,16 @@ static dm_status init_overlap(dm_cuda_exec *ex) {
     ex->nspans = (int *)calloc(ng, sizeof(int));
     ex->on_side = (char *)calloc(ng, 1);
     ex->pending = (int *)malloc(sizeof(int) * ng);
+    ex->pending_seed = (uint64_t *)malloc(sizeof(uint64_t) * ng);
     ex->done = (cudaEvent_t *)calloc(ng, sizeof(cudaEvent_t));
-    if (!ex->spans || !ex->nspans || !ex->on_side || !ex->pending || !ex->done)
+    if (!ex->spans || !ex->nspans || !ex->on_side || !ex->pending || !ex->pending_seed || !ex->done)
         return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
     for (int gi = 0; gi < ex->ngroups; gi++) DM_TRY(group_spans(ex, gi));
     int nside = 0;
     for (int gi = 0; gi < ex->ngroups; gi++) {
         const dmc_group *eg = &ex->groups[gi];
-        if (eg->nsteps != 1 || !eg->steps[0].gemm || plan->groups[gi].nbatch > 1) continue;
+        if (eg->nsteps != 1 || plan->groups[gi].nbatch > 1 || eg->fused || eg->epi || eg->skip) continue;
+        if (!eg->steps[0].gemm && ex->launch[eg->steps[0].prog].global_scratch) continue;
         int read_later = 0;
         for (int h = gi + 1; h < ex->ngroups && !read_later; h++)
             for (int a = 0; a < ex->nspans[h] && !read_later; a++)
@@ -799,7 +805,11 @@ static dm_status init_overlap(dm_cuda_exec *ex) {
         ex->on_side[gi] = !read_later;
         nside += !read_later;
     }
-    if (!nside || emulated(ex)) return DM_OK;
+    if (!nside) return DM_OK;
+    if (ex->partial_floats)
+        DM_TRY(dev_alloc(ex, (void **)&ex->side_partials, ex->partial_floats * sizeof(float),
+                         "column-sum partials of the second stream"));
+    if (emulated(ex)) return DM_OK;
     DMC_CUDA(cudaStreamCreateWithFlags(&ex->side_stream, cudaStreamNonBlocking));
     ex->have_side_stream = 1;
     DMC_BLAS(cublasCreate(&ex->blas2));
@@ -822,11 +832,12 @@ static dm_status init_overlap(dm_cuda_exec *ex) {
 static dm_status join_upto(dm_cuda_exec *ex, int k) {
     if (k < 0) return DM_OK;
     if (emulated(ex)) {
-        for (int i = 0; i <= k; i++) DM_TRY(run_gemm(ex, &ex->groups[ex->pending[i]].steps[0], ex->blas));
+        for (int i = 0; i <= k; i++) DM_TRY(run_steps(ex, ex->pending[i], ex->pending_seed[i], 0, 1));
     } else {
         DMC_CUDA(cudaStreamWaitEvent(ex->stream, ex->done[ex->pending[k]], 0));
     }
     memmove(ex->pending, ex->pending + k + 1, sizeof(int) * (size_t)(ex->npending - k - 1));
+    memmove(ex->pending_seed, ex->pending_seed + k + 1, sizeof(uint64_t) * (size_t)(ex->npending - k - 1));
     ex->npending -= k + 1;
     return DM_OK;
 }
@@ -841,22 +852,17 @@ static dm_status resolve_hazards(dm_cuda_exec *ex, int h) {
     return join_upto(ex, k);
 }
 
-/* Side group gi: after everything enqueued on the main stream so far. */
-static dm_status launch_side(dm_cuda_exec *ex, int gi) {
+/* Side group gi: after everything enqueued on the main stream so far (emulating: later,
+ * at join_upto). */
+static dm_status launch_side(dm_cuda_exec *ex, int gi, uint64_t seed) {
     if (ex->npending >= ex->ngroups) DM_TRY(join_all(ex)); /* a pass cut short by an error */
     if (!emulated(ex)) {
         DMC_CUDA(cudaEventRecord(ex->fork, ex->stream));
         DMC_CUDA(cudaStreamWaitEvent(ex->side_stream, ex->fork, 0));
-        DM_TRY(run_gemm(ex, &ex->groups[gi].steps[0], ex->blas2));
+        DM_TRY(run_steps(ex, gi, seed, 0, 1));
         DMC_CUDA(cudaEventRecord(ex->done[gi], ex->side_stream));
-        if (ex->flags & DM_CUDA_SYNC_EACH) {
-            cudaError_t e = cudaStreamSynchronize(ex->side_stream);
-            if (e != cudaSuccess)
-                return dm_fail(DM_ERR_BACKEND, "group %d (%s), on the second stream: %s (%s)", gi,
-                               op_at(ex->plan, &ex->plan->groups[gi], 0)->name, cudaGetErrorString(e),
-                               cudaGetErrorName(e));
-        }
     }
+    ex->pending_seed[ex->npending] = seed;
     ex->pending[ex->npending++] = gi;
     return DM_OK;
 }
@@ -1064,7 +1070,6 @@ static dm_status init_all(dm_cuda_exec *ex) {
 
     if (ex->flags & DM_CUDA_GEN) DM_TRY(init_gen(ex));
     if (ex->flags & DM_CUDA_EPILOGUE) DM_TRY(init_epilogues(ex));
-    if (ex->flags & DM_CUDA_OVERLAP) DM_TRY(init_overlap(ex));
 
     /* programs to the device; shared memory limit; global scratch and partials */
     size_t max_smem = 0;
@@ -1092,6 +1097,7 @@ static dm_status init_all(dm_cuda_exec *ex) {
     if (ex->partial_floats)
         DM_TRY(dev_alloc(ex, (void **)&ex->partials, ex->partial_floats * sizeof(float),
                          "column-sum partials"));
+    if (ex->flags & DM_CUDA_OVERLAP) DM_TRY(init_overlap(ex)); /* after partial_floats is known */
     if (!emulated(ex)) DMC_CUDA(cudaStreamSynchronize(ex->stream));
     return DM_OK;
 }
@@ -1156,6 +1162,8 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
     free(ex->done);
     free(ex->on_side);
     free(ex->pending);
+    free(ex->pending_seed);
+    dev_free(ex, ex->side_partials);
     if (ex->spans)
         for (int gi = 0; gi < ex->ngroups; gi++) free(ex->spans[gi]);
     free(ex->spans);
@@ -1293,6 +1301,50 @@ static dm_status run_gemm(const dm_cuda_exec *ex, const dmc_step *st, cublasHand
     return DM_OK;
 }
 
+/* The steps of group gi in order: GEMMs by cuBLAS, row programs by their generated
+ * kernel, the interpreter, or its emulation; on the main stream, or (side) on the second
+ * stream with its own cuBLAS handle and column-sum partials. */
+static dm_status run_steps(dm_cuda_exec *ex, int gi, uint64_t seed, int skip_rows, int side) {
+    const dmc_group *eg = &ex->groups[gi];
+    cudaStream_t stream = side ? ex->side_stream : ex->stream;
+    cublasHandle_t blas = side ? ex->blas2 : ex->blas;
+    float *partials = side ? ex->side_partials : ex->partials;
+    for (int s = 0; s < eg->nsteps; s++) {
+        const dmc_step *st = &eg->steps[s];
+        if (s > 0 && (ex->flags & DM_CUDA_SYNC_EACH) && !emulated(ex)) {
+            cudaError_t e = cudaStreamSynchronize(stream);
+            if (e != cudaSuccess)
+                return dm_fail(DM_ERR_BACKEND, "group %d (%s), step %d: %s (%s)", gi,
+                               op_at(ex->plan, &ex->plan->groups[gi], 0)->name, s - 1,
+                               cudaGetErrorString(e), cudaGetErrorName(e));
+        }
+        if (st->gemm) {
+            DM_TRY(run_gemm(ex, st, blas));
+        } else if (!skip_rows && ex->gen_of && ex->gen_of[st->prog] >= 0) {
+            const dmc_rowprog *hp = &ex->hprogs[st->prog];
+            const dmc_genk *k = dmc_gen_kernel(ex->gen, ex->gen_of[st->prog]);
+            DM_TRY(dmc_gen_launch(ex->gen, ex->gen_of[st->prog], seed, partials, stream));
+            if (hp->nacc && emulated(ex)) dmc_emu_colacc(hp, partials, k->blocks);
+            else if (hp->nacc)
+                DM_TRY(dmc_colacc_launch(ex->dprogs + st->prog, hp, partials, k->blocks, stream));
+        } else if (!skip_rows && emulated(ex)) {
+            DM_TRY(dmc_emu_rows(&ex->hprogs[st->prog], &ex->launch[st->prog], seed, ex->gscratch,
+                                partials));
+        } else if (!skip_rows) {
+            DM_TRY(dmc_rows_launch(ex->dprogs + st->prog, &ex->hprogs[st->prog], &ex->launch[st->prog],
+                                   seed, ex->gscratch, partials, stream));
+        }
+    }
+    if ((ex->flags & DM_CUDA_SYNC_EACH) && !emulated(ex) && eg->nsteps > 0) {
+        cudaError_t e = cudaStreamSynchronize(stream);
+        if (e != cudaSuccess)
+            return dm_fail(DM_ERR_BACKEND, "group %d (%s), step %d: %s (%s)", gi,
+                           op_at(ex->plan, &ex->plan->groups[gi], 0)->name, eg->nsteps - 1,
+                           cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    return DM_OK;
+}
+
 dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_contractions) {
     if (!ex || gi < 0 || gi >= ex->ngroups)
         return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_exec_group: no group %d", gi);
@@ -1300,7 +1352,7 @@ dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_c
     /* as the CPU: only a batched group skips its row ops when asked for contractions */
     int skip_rows = only_contractions && ex->plan->groups[gi].nbatch > 1;
     if (eg->skip) return DM_OK; /* its bias went into the contraction before it */
-    if (ex->on_side && ex->on_side[gi]) return launch_side(ex, gi);
+    if (ex->on_side && ex->on_side[gi] && !only_contractions) return launch_side(ex, gi, seed);
     DM_TRY(resolve_hazards(ex, gi));
     if (eg->epi) DM_TRY(resolve_hazards(ex, gi + 1)); /* it writes the bias group's output */
     if (eg->epi) {
@@ -1320,40 +1372,7 @@ dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_c
         }
         return DM_OK;
     }
-    for (int s = 0; s < eg->nsteps; s++) {
-        const dmc_step *st = &eg->steps[s];
-        if (s > 0 && (ex->flags & DM_CUDA_SYNC_EACH) && !emulated(ex)) {
-            cudaError_t e = cudaStreamSynchronize(ex->stream);
-            if (e != cudaSuccess)
-                return dm_fail(DM_ERR_BACKEND, "group %d (%s), step %d: %s (%s)", gi,
-                               op_at(ex->plan, &ex->plan->groups[gi], 0)->name, s - 1,
-                               cudaGetErrorString(e), cudaGetErrorName(e));
-        }
-        if (st->gemm) {
-            DM_TRY(run_gemm(ex, st, ex->blas));
-        } else if (!skip_rows && ex->gen_of && ex->gen_of[st->prog] >= 0) {
-            const dmc_rowprog *hp = &ex->hprogs[st->prog];
-            const dmc_genk *k = dmc_gen_kernel(ex->gen, ex->gen_of[st->prog]);
-            DM_TRY(dmc_gen_launch(ex->gen, ex->gen_of[st->prog], seed, ex->partials, ex->stream));
-            if (hp->nacc && emulated(ex)) dmc_emu_colacc(hp, ex->partials, k->blocks);
-            else if (hp->nacc)
-                DM_TRY(dmc_colacc_launch(ex->dprogs + st->prog, hp, ex->partials, k->blocks, ex->stream));
-        } else if (!skip_rows && emulated(ex)) {
-            DM_TRY(dmc_emu_rows(&ex->hprogs[st->prog], &ex->launch[st->prog], seed, ex->gscratch,
-                                ex->partials));
-        } else if (!skip_rows) {
-            DM_TRY(dmc_rows_launch(ex->dprogs + st->prog, &ex->hprogs[st->prog], &ex->launch[st->prog],
-                                   seed, ex->gscratch, ex->partials, ex->stream));
-        }
-    }
-    if ((ex->flags & DM_CUDA_SYNC_EACH) && !emulated(ex) && eg->nsteps > 0) {
-        cudaError_t e = cudaStreamSynchronize(ex->stream);
-        if (e != cudaSuccess)
-            return dm_fail(DM_ERR_BACKEND, "group %d (%s), step %d: %s (%s)", gi,
-                           op_at(ex->plan, &ex->plan->groups[gi], 0)->name, eg->nsteps - 1,
-                           cudaGetErrorString(e), cudaGetErrorName(e));
-    }
-    return DM_OK;
+    return run_steps(ex, gi, seed, skip_rows, 0);
 }
 
 dm_status dm_cuda_sync(dm_cuda_exec *ex) {
