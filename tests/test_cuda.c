@@ -411,6 +411,16 @@ static void run_suite(unsigned emulate, int dtype, unsigned gen) {
     test_groups(&b, DM_SCHED_FUSED, f, label, dtype);
     snprintf(label, sizeof label, "%sC fused", m);
     test_groups(&c, DM_SCHED_FUSED, f, label, dtype);
+    if (gen && dtype != DM_CUDA_FP32) { /* the fused attention kernels' other shapes: three
+                                         * row tiles per item; nine, with the d keys by cuBLAS */
+        dm_layer_config e = small_config(2, 48, 64, 2, 128, DM_ACT_GELU);
+        dm_layer_config f2 = small_config(1, 144, 64, 2, 128, DM_ACT_GELU);
+        snprintf(label, sizeof label, "%sE fused", m);
+        test_groups(&e, DM_SCHED_FUSED, f, label, dtype);
+        snprintf(label, sizeof label, "%sF fused", m);
+        test_groups(&f2, DM_SCHED_FUSED, f, label, dtype);
+        test_layer(&e, DM_SCHED_FUSED, emulate != 0, dtype, gen | DM_CUDA_OVERLAP);
+    }
     if (dtype == DM_CUDA_FP32 && !gen) { /* the fallbacks and the rest once, in fp32 */
         snprintf(label, sizeof label, "%sA fused, global scratch", m);
         test_groups(&a, DM_SCHED_FUSED, f | DM_CUDA_GLOBAL_SCRATCH, label, dtype);
