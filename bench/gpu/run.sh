@@ -59,7 +59,14 @@ if [ -n "${TEST_CUDA:-}" ]; then
         | sort -g | tail -1 | sed 's/^/worst relative error of any checked tensor: /'
     echo
     echo "== CUDA tests, generated row kernels (--rows gen) =="
-    if ! DMOVE_TEST_EMULATE=0 DMOVE_TEST_GEN=only timeout 240 "$TEST_CUDA" >"$OUT/test_cuda_gen.txt" 2>&1; then
+    DMOVE_TEST_EMULATE=0 DMOVE_TEST_GEN=only timeout 240 "$TEST_CUDA" >"$OUT/test_cuda_gen.txt" 2>&1
+    rc=$?
+    if [ $rc = 124 ]; then
+        grep -cE " ok$" "$OUT/test_cuda_gen.txt" | sed 's/^/checks passed before the time ran out: /'
+        grep -E "FAIL" "$OUT/test_cuda_gen.txt" | head -20
+        echo "generated-kernel tests TIMED OUT after 240 s (not failed): the gen benchmarks below are"
+        echo "UNVERIFIED; rerun the tests alone (DMOVE_TEST_EMULATE=0 DMOVE_TEST_GEN=only $TEST_CUDA)"
+    elif [ $rc != 0 ]; then
         grep -E "FAIL|error" "$OUT/test_cuda_gen.txt" | head -40
         tail -3 "$OUT/test_cuda_gen.txt"
         echo "generated-kernel tests FAILED; again without the fused attention kernels (DMOVE_CUDA_FUSE=0):"
