@@ -38,11 +38,17 @@ if [ -z "${DMOVE:-}" ]; then
     DMOVE=$root/build/dmove
     TEST_CUDA=${TEST_CUDA:-$root/build/tests/test_cuda}
 fi
+# the generated kernels compile at run time (NVRTC) against the toolkit's headers: where
+# the binaries were built elsewhere, point them at this machine's toolkit
+if [ -z "${DMOVE_CUDA_INCLUDE:-}" ] && [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null 2>&1; then
+    inc=$(cd "$(dirname "$(command -v nvcc)")/../include" 2>/dev/null && pwd)
+    [ -n "$inc" ] && [ -r "$inc/cuda_bf16.h" ] && export DMOVE_CUDA_INCLUDE="$inc"
+fi
 COMMIT=${COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 case "$gpu" in *H200*) model=h200 ;; *H100*) model=h100 ;; *A100*) model=a100 ;; *) model=h100 ;; esac
 echo "dmove GPU benchmark: $(date -u +%Y-%m-%dT%H:%MZ), commit $COMMIT"
-echo "GPU: ${gpu:-unknown}; torch: $($PYTHON -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+echo "GPU: ${gpu:-unknown}; torch: $($PYTHON -c 'import torch; print(torch.__version__)' 2>/dev/null); toolkit headers for NVRTC: ${DMOVE_CUDA_INCLUDE:-${CUDA_HOME:-as built}}"
 
 GEN=1
 if [ -n "${TEST_CUDA:-}" ]; then
