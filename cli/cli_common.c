@@ -268,7 +268,7 @@ int cli_device_option(const char *cmd, int argc, char **argv, int *i, dm_device_
     if ((r = cli_opt(cmd, argc, argv, i, "--rows", &v)) != 0) {
         if (r < 0) return -1;
         if (dm_rows_parse(v, rows) != DM_OK) {
-            cli_usage_error(cmd, "--rows: unknown row kernels '%s' (known: interp, gen)", v);
+            cli_usage_error(cmd, "--rows: unknown row kernels '%s' (known: interp, gen, auto)", v);
             return -1;
         }
         return 1;
@@ -303,7 +303,8 @@ void cli_device_help(FILE *out) {
             "                   or gen (a kernel generated per group, compiled by NVRTC\n"
             "                   when the layer is made; cuda only; DMOVE_CUDA_ROWS sets the\n"
             "                   default); with bf16/fp16 storage, gen also fuses attention's\n"
-            "                   groups into one tensor-core kernel each\n"
+            "                   groups into one tensor-core kernel each; auto measures both\n"
+            "                   per group when the layer is made and keeps the faster\n"
             "  --streams N      1 (default) or 2: run the weight and bias gradients on a\n"
             "                   second CUDA stream, overlapping the groups after them\n"
             "                   (cuda only; DMOVE_CUDA_STREAMS sets the default)\n");

@@ -77,11 +77,12 @@ dm_status dm_dtype_parse(const char *s, dm_dtype *out); /* "fp32", "bf16", "fp16
  * kernel that interprets each group's ops (DM_ROWS_INTERP, the default for now), or a
  * kernel generated for each group and compiled at layer creation by NVRTC, every value
  * of a row in registers (DM_ROWS_GEN; with it, attention's groups as fused tensor-core
- * kernels in bf16/fp16, and the qkv bias in the projection's cuBLASLt epilogue). DM_ROWS_DEFAULT: the DMOVE_CUDA_ROWS environment
+ * kernels in bf16/fp16, and the qkv bias in the projection's cuBLASLt epilogue), or per
+ * group whichever of the two measures faster when the layer is made (DM_ROWS_AUTO). DM_ROWS_DEFAULT: the DMOVE_CUDA_ROWS environment
  * variable (gen or interp) if set, else interp. */
-typedef enum { DM_ROWS_DEFAULT = 0, DM_ROWS_INTERP, DM_ROWS_GEN } dm_rows;
+typedef enum { DM_ROWS_DEFAULT = 0, DM_ROWS_INTERP, DM_ROWS_GEN, DM_ROWS_AUTO } dm_rows;
 const char *dm_rows_name(dm_rows r);
-dm_status dm_rows_parse(const char *s, dm_rows *out); /* "interp", "gen" */
+dm_status dm_rows_parse(const char *s, dm_rows *out); /* "interp", "gen", "auto" */
 /* The choice a layer with option r makes: r, or for DM_ROWS_DEFAULT the DMOVE_CUDA_ROWS
  * environment variable, else DM_ROWS_INTERP. DM_ERR_INVALID_ARG for a bad variable. */
 dm_status dm_rows_resolve(dm_rows r, dm_rows *out);

@@ -151,7 +151,8 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
     if (opt->dtype != DM_DTYPE_FP32 && opt->device != DM_DEVICE_CUDA)
         return dm_fail(DM_ERR_UNSUPPORTED, "%s storage needs the CUDA device (--device cuda): "
                        "the CPU backend computes and stores fp32", dm_dtype_name(opt->dtype));
-    if (opt->rows != DM_ROWS_DEFAULT && opt->rows != DM_ROWS_INTERP && opt->rows != DM_ROWS_GEN)
+    if (opt->rows != DM_ROWS_DEFAULT && opt->rows != DM_ROWS_INTERP && opt->rows != DM_ROWS_GEN &&
+        opt->rows != DM_ROWS_AUTO)
         return dm_fail(DM_ERR_INVALID_ARG, "unknown row kernel choice %d", (int)opt->rows);
     if (opt->streams < 0 || opt->streams > 2)
         return dm_fail(DM_ERR_INVALID_ARG, "streams %d: use 1 or 2", opt->streams);
@@ -218,7 +219,10 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
         s = dm_rows_resolve(opt->rows, &rows);
         if (s == DM_OK) s = dm_streams_resolve(opt->streams, &streams);
         if (s == DM_OK)
-            s = dm_cuda_exec_init(&L->cuda, &L->plan, dt, (rows == DM_ROWS_GEN ? DM_CUDA_GEN | DM_CUDA_EPILOGUE : 0) |
+            s = dm_cuda_exec_init(&L->cuda, &L->plan, dt,
+                                  (rows == DM_ROWS_GEN    ? DM_CUDA_GEN | DM_CUDA_EPILOGUE
+                                   : rows == DM_ROWS_AUTO ? DM_CUDA_GEN | DM_CUDA_EPILOGUE | DM_CUDA_AUTO
+                                                          : 0) |
                                                           (streams == 2 ? DM_CUDA_OVERLAP : 0));
         if (s == DM_OK) s = dm_layer_to_device(L);
         if (s != DM_OK) {
@@ -414,13 +418,18 @@ const char *dm_dtype_name(dm_dtype d) {
 }
 
 const char *dm_rows_name(dm_rows r) {
-    return r == DM_ROWS_GEN ? "gen" : r == DM_ROWS_INTERP ? "interp" : r == DM_ROWS_DEFAULT ? "default" : "?";
+    return r == DM_ROWS_GEN      ? "gen"
+           : r == DM_ROWS_AUTO    ? "auto"
+           : r == DM_ROWS_INTERP  ? "interp"
+           : r == DM_ROWS_DEFAULT ? "default"
+                                  : "?";
 }
 
 dm_status dm_rows_parse(const char *s, dm_rows *out) {
     if (s && !strcmp(s, "gen")) *out = DM_ROWS_GEN;
+    else if (s && !strcmp(s, "auto")) *out = DM_ROWS_AUTO;
     else if (s && !strcmp(s, "interp")) *out = DM_ROWS_INTERP;
-    else return dm_fail(DM_ERR_INVALID_ARG, "unknown row kernels '%s': use gen or interp", s ? s : "(null)");
+    else return dm_fail(DM_ERR_INVALID_ARG, "unknown row kernels '%s': use interp, gen or auto", s ? s : "(null)");
     return DM_OK;
 }
 
@@ -429,7 +438,7 @@ dm_status dm_rows_resolve(dm_rows r, dm_rows *out) {
     *out = r == DM_ROWS_DEFAULT ? DM_ROWS_INTERP : r;
     if (r != DM_ROWS_DEFAULT || !env || !*env) return DM_OK;
     if (dm_rows_parse(env, out) != DM_OK)
-        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_ROWS='%s': use gen or interp", env);
+        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_ROWS='%s': use interp, gen or auto", env);
     return DM_OK;
 }
 

@@ -475,6 +475,33 @@ done:
     dm_layer_free(L);
 }
 
+/* --rows auto (DM_CUDA_AUTO): every choice forced each way (DMOVE_TEST_AUTO), then left
+ * to the (host) timings: the counts follow, and the layer's results stay right. */
+static void test_auto(void) {
+    dm_layer_config a = small_config(2, 16, 64, 4, 256, DM_ACT_GELU);
+    const char *modes[3] = {"gen", "interp", NULL};
+    for (int m = 0; m < 3; m++) {
+        if (modes[m]) CHECK(setenv("DMOVE_TEST_AUTO", modes[m], 1) == 0);
+        else CHECK(unsetenv("DMOVE_TEST_AUTO") == 0);
+        dm_layer *L = NULL;
+        dm_layer_options o = {.schedule = DM_SCHED_FUSED, .threads = 2};
+        CHECK_OK(dm_layer_new(&L, &a, &o));
+        if (!L) continue;
+        dm_cuda_exec *ex = NULL;
+        CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, DM_CUDA_BF16, DM_CUDA_EMULATE | DM_CUDA_GEN | DM_CUDA_EPILOGUE | DM_CUDA_AUTO));
+        int all = 0, gen = ex ? dm_cuda_exec_generated(ex, &all) : -1, fused = dm_cuda_exec_fused(ex),
+            epi = dm_cuda_exec_epilogues(ex);
+        if (m == 0) CHECK(gen == all && fused == 2 && epi == 1);
+        if (m == 1) CHECK(gen == 0 && fused == 0 && epi == 0);
+        printf("rows auto (%s): %d of %d row programs generated, %d groups fused, %d bias epilogues\n",
+               modes[m] ? modes[m] : "host timings", gen, all, fused, epi);
+        dm_cuda_exec_free(ex);
+        dm_layer_free(L);
+        test_layer(&a, DM_SCHED_FUSED, 1, DM_CUDA_BF16, DM_CUDA_GEN | DM_CUDA_AUTO);
+    }
+    CHECK(unsetenv("DMOVE_TEST_AUTO") == 0);
+}
+
 /* How many batched groups of cfg's fused plan run as one fused kernel (-1: no executor). */
 static int fused_groups(const dm_layer_config *cfg, int dtype, unsigned flags) {
     dm_layer *L = NULL;
@@ -655,6 +682,7 @@ int main(void) {
         run_sim_suite();
         test_epilogue_forward_only(DM_SCHED_UNFUSED);
         test_epilogue_forward_only(DM_SCHED_FUSED);
+        test_auto();
     }
     char why[256];
     if (dm_cuda_available(why, sizeof why) != DM_OK) {

@@ -10,8 +10,9 @@
 #      u=4096, dropout 0.1, exact GELU) at b=8 j=512 and b=96 j=128, in bf16:
 #      dmove fused and unfused (`dmove bench --device cuda --dtype bf16`), each with the
 #      interpreting row kernel and with row kernels generated per group (--rows gen,
-#      src/cuda/gen.cu; attention's groups then fused whole, on tensor cores), and gen
-#      with the weight and bias gradients on a second stream (--streams 2), PyTorch eager with
+#      src/cuda/gen.cu; attention's groups then fused whole, on tensor cores), and --rows
+#      auto (per group the faster of the two, measured when the layer is made) with the
+#      weight and bias gradients on a second stream (--streams 2), PyTorch eager with
 #      SDPA attention, PyTorch eager with HF's materialized ("math") attention, and
 #      torch.compile (bench/gpu/torch_gpu.py), all on this GPU in this run;
 #   4. prints a table of medians, ratios against PyTorch eager, achieved TFLOP/s of the
@@ -107,9 +108,10 @@ for s in $SIZES; do
         "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --reps "$REPS" --warmup 10 --json --groups \
             >"$OUT/dmove-$tag-gen.json" 2>"$OUT/dmove-$tag-gen-groups.txt" ||
             { tail -5 "$OUT/dmove-$tag-gen-groups.txt"; rm -f "$OUT/dmove-$tag-gen.json"; }
-        # the weight and bias gradients on a second stream (fused only; no --groups: profiling
-        # waits after every group, which would serialize the streams)
-        "$DMOVE" bench --device cuda --dtype bf16 --rows gen --streams 2 --schedule fused $cfg --reps "$REPS" \
+        # per group the faster of gen and interp (measured at layer creation), with the weight
+        # and bias gradients on a second stream (fused only; no --groups: profiling waits
+        # after every group, which would serialize the streams)
+        "$DMOVE" bench --device cuda --dtype bf16 --rows auto --streams 2 --schedule fused $cfg --reps "$REPS" \
             --warmup 10 --json >"$OUT/dmove-$tag-gen2.json" 2>"$OUT/dmove-$tag-gen2.err" ||
             { tail -5 "$OUT/dmove-$tag-gen2.err"; rm -f "$OUT/dmove-$tag-gen2.json"; }
     fi
@@ -138,7 +140,8 @@ if os.path.exists(f"{out}/dmove-{tag}-gen.json"):
               s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
 if os.path.exists(f"{out}/dmove-{tag}-gen2.json"):
     dg = json.load(open(f"{out}/dmove-{tag}-gen2.json"))
-    rows += [("dmove " + s["schedule"] + f" (gen, 2 streams: {s.get('groups_on_second_stream', 0)} groups)",
+    rows += [("dmove " + s["schedule"] + f" (auto: {s.get('row_programs_generated', 0)}/{s.get('row_programs', 0)} gen, "
+              f"{s.get('attention_groups_fused', 0)} attn fused, {s.get('bias_epilogues', 0)} epi; 2 streams)",
               s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
 for line in open(f"{out}/torch-{tag}.jsonl"):
     t = json.loads(line)
@@ -147,10 +150,10 @@ eager = next((r[1] for r in rows if r[0] == "pytorch-eager (sdpa)"), None)
 print(f"\nb={b} j={j} i=1024 h=16 u=4096, bf16, training step (forward + backward), medians")
 print(f"roofline floor of the fused step ({an['device']['name']}): {floor_ms:.3f} ms "
       f"({flop / 1e9:.0f} GFLOP at tensor peak + fused bytes at HBM bandwidth)")
-print(f"{'':38s} {'step ms':>9s} {'fwd ms':>8s} {'vs eager':>9s} {'TFLOP/s':>8s} {'floor/step':>10s}")
+print(f"{'':60s} {'step ms':>9s} {'fwd ms':>8s} {'vs eager':>9s} {'TFLOP/s':>8s} {'floor/step':>10s}")
 for name, ms, fwd in rows:
     ratio = f"{eager / ms:8.2f}x" if eager else "       -"
-    print(f"{name:38s} {ms:9.3f} {fwd if fwd is not None else float('nan'):8.3f} {ratio} "
+    print(f"{name:60s} {ms:9.3f} {fwd if fwd is not None else float('nan'):8.3f} {ratio} "
           f"{flop / ms / 1e9:8.0f} {floor_ms / ms:10.2f}")
 PY
     echo "(dmove's time per group: $OUT/dmove-$tag-groups.txt, generated kernels: $OUT/dmove-$tag-gen-groups.txt)"

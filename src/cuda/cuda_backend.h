@@ -53,6 +53,11 @@ enum {
                                   * the biased tensor; the bias group then does nothing (so
                                   * the pre-bias tensor is never written: whole steps only,
                                   * not groups run alone) */
+    DM_CUDA_AUTO = 256u,         /* with DM_CUDA_GEN: at init, time each group's generated
+                                  * or fused kernel (and each bias epilogue) against the
+                                  * interpreter and cuBLAS path on the arena, and keep the
+                                  * faster per group (emulating: host time, which tests
+                                  * the mechanism, not the choice) */
     DM_CUDA_OVERLAP = 64u        /* a second stream: every group whose output no later
                                   * group reads (weight and bias gradients; a lone
                                   * contraction or a row group) runs there, overlapping

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -1026,6 +1027,121 @@ static dm_status run_epi(const dm_cuda_exec *ex, const dmc_group *eg) {
 
 int dm_cuda_exec_epilogues(const dm_cuda_exec *ex) { return ex ? ex->nepi : 0; }
 
+/* --- per-group choice by measurement (DM_CUDA_AUTO) ---------------------------------- */
+
+static double host_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The median time of `reps` runs of group gi as it is set up now (after two warm-ups):
+ * CUDA events on the main stream, or host time emulating. */
+static dm_status time_group(dm_cuda_exec *ex, int gi, int reps, double *ms) {
+    enum { MAXR = 9 };
+    double t[MAXR];
+    if (reps > MAXR) reps = MAXR;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    dm_status s = DM_OK;
+    if (!emulated(ex)) {
+        DMC_CUDA(cudaEventCreate(&e0));
+        cudaError_t ce = cudaEventCreate(&e1);
+        if (ce != cudaSuccess) {
+            (void)cudaEventDestroy(e0);
+            return dm_fail(DM_ERR_BACKEND, "cudaEventCreate failed: %s", cudaGetErrorString(ce));
+        }
+    }
+    for (int r = -2; r < reps && s == DM_OK; r++) {
+        double h0 = host_now();
+        if (e0 && cudaEventRecord(e0, ex->stream) != cudaSuccess) s = dm_fail(DM_ERR_BACKEND, "cudaEventRecord failed");
+        if (s == DM_OK) s = dm_cuda_exec_group(ex, gi, 0, 0);
+        if (s == DM_OK && e1) {
+            float f = 0;
+            cudaError_t ce = cudaEventRecord(e1, ex->stream);
+            if (ce == cudaSuccess) ce = cudaEventSynchronize(e1);
+            if (ce == cudaSuccess) ce = cudaEventElapsedTime(&f, e0, e1);
+            if (ce != cudaSuccess) s = dm_fail(DM_ERR_BACKEND, "timing group %d: %s", gi, cudaGetErrorString(ce));
+            if (r >= 0) t[r] = f;
+        } else if (s == DM_OK && r >= 0) {
+            t[r] = (host_now() - h0) * 1e3;
+        }
+    }
+    if (e0) (void)cudaEventDestroy(e0);
+    if (e1) (void)cudaEventDestroy(e1);
+    DM_TRY(s);
+    for (int i = 1; i < reps; i++) /* insertion sort, then the middle */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    *ms = t[reps / 2];
+    return DM_OK;
+}
+
+/* DM_CUDA_AUTO: each choice the generator made, measured against what it replaces, kept
+ * only where it is faster: a fused attention kernel against cuBLAS and the interpreted
+ * row program; a bias epilogue against the contraction and the bias group; a generated
+ * row kernel against the interpreter. The arena is zeroed again after. */
+static dm_status auto_select(dm_cuda_exec *ex) {
+    const int reps = 5;
+    /* the tests' way to make every choice one way (the timings decide otherwise):
+     * DMOVE_TEST_AUTO=gen keeps every generated choice, =interp drops every one */
+    const char *force = getenv("DMOVE_TEST_AUTO");
+    const double bias = force && !strcmp(force, "gen") ? -1e30 : force && !strcmp(force, "interp") ? 1e30 : 0;
+    for (int gi = 0; gi < ex->ngroups; gi++) {
+        dmc_group *eg = &ex->groups[gi];
+        double a = 0, b = 0, c = 0;
+        if (eg->fused) {
+            DM_TRY(time_group(ex, gi, reps, &a));
+            a += bias;
+            const int f = eg->fused;
+            eg->fused = 0;
+            DM_TRY(time_group(ex, gi, reps, &b));
+            if (a <= b) eg->fused = f;
+            else ex->nfused--;
+            continue;
+        }
+        if (eg->epi && gi + 1 < ex->ngroups) {
+            dmc_group *nx = &ex->groups[gi + 1];
+            DM_TRY(time_group(ex, gi, reps, &a));
+            a += bias;
+            dmc_epi *e = eg->epi;
+            eg->epi = NULL;
+            nx->skip = 0;
+            dm_status s = time_group(ex, gi, reps, &b);
+            if (s == DM_OK) s = time_group(ex, gi + 1, reps, &c);
+            if (s == DM_OK && a > b + c) {
+                epi_free(e);
+                ex->nepi--;
+                continue;
+            }
+            eg->epi = e;
+            nx->skip = 1;
+            DM_TRY(s);
+            continue;
+        }
+        if (eg->nsteps != 1 || eg->steps[0].gemm || !ex->gen_of || ex->gen_of[eg->steps[0].prog] < 0) continue;
+        const int p = eg->steps[0].prog, k = ex->gen_of[p];
+        DM_TRY(time_group(ex, gi, reps, &a));
+        a += bias;
+        ex->gen_of[p] = -1;
+        DM_TRY(time_group(ex, gi, reps, &b));
+        if (a <= b) ex->gen_of[p] = k;
+        else ex->ngen--;
+    }
+    const size_t bytes = ex->arena_bytes / 4 * (size_t)ex->esz;
+    if (emulated(ex)) {
+        memset(ex->arena, 0, bytes);
+        if (ex->side) memset(ex->side, 0, ex->side_floats * sizeof(float));
+    } else {
+        DMC_CUDA(cudaMemsetAsync(ex->arena, 0, bytes ? bytes : 256, ex->stream));
+        if (ex->side) DMC_CUDA(cudaMemsetAsync(ex->side, 0, ex->side_floats * sizeof(float), ex->stream));
+        DMC_CUDA(cudaStreamSynchronize(ex->stream));
+    }
+    return DM_OK;
+}
+
 static dm_status init_all(dm_cuda_exec *ex) {
     const dm_plan *plan = ex->plan;
     if (emulated(ex)) {
@@ -1097,6 +1213,7 @@ static dm_status init_all(dm_cuda_exec *ex) {
     if (ex->partial_floats)
         DM_TRY(dev_alloc(ex, (void **)&ex->partials, ex->partial_floats * sizeof(float),
                          "column-sum partials"));
+    if ((ex->flags & DM_CUDA_AUTO) && (ex->flags & DM_CUDA_GEN)) DM_TRY(auto_select(ex));
     if (ex->flags & DM_CUDA_OVERLAP) DM_TRY(init_overlap(ex)); /* after partial_floats is known */
     if (!emulated(ex)) DMC_CUDA(cudaStreamSynchronize(ex->stream));
     return DM_OK;
