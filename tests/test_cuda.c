@@ -249,8 +249,9 @@ static int export_id(const dm_layer *L, const char *name) {
  * whose plan an emulated executor runs group by group (as dm_layer_run does). */
 static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulate, int dtype,
                        unsigned gen) {
-    printf("%s%s%slayer b=%lld j=%lld i=%lld h=%lld u=%lld p=%g %s, %s, %s storage:\n",
+    printf("%s%s%s%slayer b=%lld j=%lld i=%lld h=%lld u=%lld p=%g %s, %s, %s storage:\n",
            emulate ? "emulated " : "", (gen & DM_CUDA_OVERLAP) ? "two-stream " : "",
+           (gen & DM_CUDA_AUTO) ? "auto-chosen " : "",
            (gen & DM_CUDA_SIM_LANES) ? "generated-kernel (simulated lanes) " : (gen & DM_CUDA_GEN) ? "generated-kernel " : "", (long long)cfg->batch, (long long)cfg->seq,
            (long long)cfg->hidden, (long long)cfg->heads, (long long)cfg->ffn, cfg->dropout,
            dm_act_name(cfg->act), sched == DM_SCHED_FUSED ? "fused" : "unfused",
@@ -261,9 +262,10 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
     dm_layer_options oc = {.schedule = sched, .threads = 2};
     dm_layer_options og = {.schedule = sched, .threads = 2,
                            .device = emulate ? DM_DEVICE_CPU : DM_DEVICE_CUDA,
-                           .rows = emulate               ? DM_ROWS_DEFAULT /* a CPU layer */
-                                   : (gen & DM_CUDA_GEN) ? DM_ROWS_GEN
-                                                         : DM_ROWS_INTERP,
+                           .rows = emulate                ? DM_ROWS_DEFAULT /* a CPU layer */
+                                   : (gen & DM_CUDA_AUTO) ? DM_ROWS_AUTO
+                                   : (gen & DM_CUDA_GEN)  ? DM_ROWS_GEN
+                                                          : DM_ROWS_INTERP,
                            .streams = emulate ? 0 : (gen & DM_CUDA_OVERLAP) ? 2 : 1,
                            .dtype = emulate                 ? DM_DTYPE_FP32 /* a CPU layer */
                                     : dtype == DM_CUDA_BF16 ? DM_DTYPE_BF16
@@ -420,6 +422,8 @@ static void run_suite(unsigned emulate, int dtype, unsigned gen) {
         snprintf(label, sizeof label, "%sF fused", m);
         test_groups(&f2, DM_SCHED_FUSED, f, label, dtype);
         test_layer(&e, DM_SCHED_FUSED, emulate != 0, dtype, gen | DM_CUDA_OVERLAP);
+        /* --rows auto: on the GPU, real timings pick per group (a mix is possible) */
+        test_layer(&a, DM_SCHED_FUSED, emulate != 0, dtype, gen | DM_CUDA_AUTO | DM_CUDA_OVERLAP);
     }
     if (dtype == DM_CUDA_FP32 && !gen) { /* the fallbacks and the rest once, in fp32 */
         snprintf(label, sizeof label, "%sA fused, global scratch", m);

@@ -42,7 +42,7 @@ fi
 # the generated kernels compile at run time (NVRTC) against the toolkit's headers: where
 # the binaries were built elsewhere, point them at this machine's toolkit
 if [ -z "${DMOVE_CUDA_INCLUDE:-}" ] && [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null 2>&1; then
-    inc=$(cd "$(dirname "$(command -v nvcc)")/../include" 2>/dev/null && pwd)
+    inc=$(cd "$(dirname "$(readlink -f "$(command -v nvcc)")")/../include" 2>/dev/null && pwd)
     [ -n "$inc" ] && [ -r "$inc/cuda_bf16.h" ] && export DMOVE_CUDA_INCLUDE="$inc"
 fi
 COMMIT=${COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -102,16 +102,16 @@ for s in $SIZES; do
     rm -f "$OUT/dmove-$tag-gen.json" "$OUT/dmove-$tag-gen2.json" # never an earlier run's
     echo
     echo "== b=$b j=$j (BERT-large layer, bf16) ==" >&2
-    "$DMOVE" bench --device cuda --dtype bf16 --rows interp $cfg --reps "$REPS" --warmup 10 --json --groups \
+    timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows interp $cfg --reps "$REPS" --warmup 10 --json --groups \
         >"$OUT/dmove-$tag.json" 2>"$OUT/dmove-$tag-groups.txt" || { tail -5 "$OUT/dmove-$tag-groups.txt"; exit 1; }
     if [ "$GEN" = 1 ]; then
-        "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --reps "$REPS" --warmup 10 --json --groups \
+        timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --reps "$REPS" --warmup 10 --json --groups \
             >"$OUT/dmove-$tag-gen.json" 2>"$OUT/dmove-$tag-gen-groups.txt" ||
             { tail -5 "$OUT/dmove-$tag-gen-groups.txt"; rm -f "$OUT/dmove-$tag-gen.json"; }
         # per group the faster of gen and interp (measured at layer creation), with the weight
         # and bias gradients on a second stream (fused only; no --groups: profiling waits
         # after every group, which would serialize the streams)
-        "$DMOVE" bench --device cuda --dtype bf16 --rows auto --streams 2 --schedule fused $cfg --reps "$REPS" \
+        timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows auto --streams 2 --schedule fused $cfg --reps "$REPS" \
             --warmup 10 --json >"$OUT/dmove-$tag-gen2.json" 2>"$OUT/dmove-$tag-gen2.err" ||
             { tail -5 "$OUT/dmove-$tag-gen2.err"; rm -f "$OUT/dmove-$tag-gen2.json"; }
     fi
@@ -141,7 +141,8 @@ if os.path.exists(f"{out}/dmove-{tag}-gen.json"):
 if os.path.exists(f"{out}/dmove-{tag}-gen2.json"):
     dg = json.load(open(f"{out}/dmove-{tag}-gen2.json"))
     rows += [("dmove " + s["schedule"] + f" (auto: {s.get('row_programs_generated', 0)}/{s.get('row_programs', 0)} gen, "
-              f"{s.get('attention_groups_fused', 0)} attn fused, {s.get('bias_epilogues', 0)} epi; 2 streams)",
+              f"{s.get('attention_groups_fused', 0)} attn fused, {s.get('bias_epilogues', 0)} epi; "
+              f"{s.get('groups_on_second_stream', 0)} on stream 2)",
               s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
 for line in open(f"{out}/torch-{tag}.jsonl"):
     t = json.loads(line)
@@ -150,10 +151,10 @@ eager = next((r[1] for r in rows if r[0] == "pytorch-eager (sdpa)"), None)
 print(f"\nb={b} j={j} i=1024 h=16 u=4096, bf16, training step (forward + backward), medians")
 print(f"roofline floor of the fused step ({an['device']['name']}): {floor_ms:.3f} ms "
       f"({flop / 1e9:.0f} GFLOP at tensor peak + fused bytes at HBM bandwidth)")
-print(f"{'':60s} {'step ms':>9s} {'fwd ms':>8s} {'vs eager':>9s} {'TFLOP/s':>8s} {'floor/step':>10s}")
+print(f"{'':72s} {'step ms':>9s} {'fwd ms':>8s} {'vs eager':>9s} {'TFLOP/s':>8s} {'floor/step':>10s}")
 for name, ms, fwd in rows:
     ratio = f"{eager / ms:8.2f}x" if eager else "       -"
-    print(f"{name:60s} {ms:9.3f} {fwd if fwd is not None else float('nan'):8.3f} {ratio} "
+    print(f"{name:72s} {ms:9.3f} {fwd if fwd is not None else float('nan'):8.3f} {ratio} "
           f"{flop / ms / 1e9:8.0f} {floor_ms / ms:10.2f}")
 PY
     echo "(dmove's time per group: $OUT/dmove-$tag-groups.txt, generated kernels: $OUT/dmove-$tag-gen-groups.txt)"
@@ -162,7 +163,7 @@ done
 if [ "${NCU:-0}" = 1 ] && [ "$GEN" = 1 ] && command -v ncu >/dev/null 2>&1; then
     echo
     echo "== ncu: the generated row kernels of one fused step, b=$b j=$j (bf16) =="
-    ncu --clock-control none -k regex:dmg_k --launch-count 11 --section SpeedOfLight --csv --page details \
+    timeout 300 ncu --clock-control none -k regex:dmg_k --launch-count 11 --section SpeedOfLight --csv --page details \
         "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --schedule fused --reps 1 --warmup 0 \
         >"$OUT/ncu-gen.csv" 2>"$OUT/ncu-gen.err" || { tail -3 "$OUT/ncu-gen.err"; }
     $PYTHON - "$OUT/ncu-gen.csv" <<'PY'

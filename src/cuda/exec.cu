@@ -833,7 +833,15 @@ static dm_status init_overlap(dm_cuda_exec *ex) {
 static dm_status join_upto(dm_cuda_exec *ex, int k) {
     if (k < 0) return DM_OK;
     if (emulated(ex)) {
-        for (int i = 0; i <= k; i++) DM_TRY(run_steps(ex, ex->pending[i], ex->pending_seed[i], 0, 1));
+        for (int i = 0; i <= k; i++) {
+            dm_status s = run_steps(ex, ex->pending[i], ex->pending_seed[i], 0, 1);
+            if (s != DM_OK) { /* those that ran are done */
+                memmove(ex->pending, ex->pending + i, sizeof(int) * (size_t)(ex->npending - i));
+                memmove(ex->pending_seed, ex->pending_seed + i, sizeof(uint64_t) * (size_t)(ex->npending - i));
+                ex->npending -= i;
+                return s;
+            }
+        }
     } else {
         DMC_CUDA(cudaStreamWaitEvent(ex->stream, ex->done[ex->pending[k]], 0));
     }
@@ -1035,39 +1043,44 @@ static double host_now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The median time of `reps` runs of group gi as it is set up now (after two warm-ups):
- * CUDA events on the main stream, or host time emulating. */
+/* The median time of `reps` runs of group gi as it is set up now, after two warm-ups:
+ * on the GPU the runs are enqueued back to back with an event between each two (so the
+ * host's launch gaps, which a step hides, are not counted), and read after one wait;
+ * emulating, host time. */
 static dm_status time_group(dm_cuda_exec *ex, int gi, int reps, double *ms) {
     enum { MAXR = 9 };
     double t[MAXR];
+    cudaEvent_t ev[MAXR + 1] = {0};
     if (reps > MAXR) reps = MAXR;
-    cudaEvent_t e0 = NULL, e1 = NULL;
     dm_status s = DM_OK;
-    if (!emulated(ex)) {
-        DMC_CUDA(cudaEventCreate(&e0));
-        cudaError_t ce = cudaEventCreate(&e1);
+    for (int r = 0; r <= reps && s == DM_OK && !emulated(ex); r++) {
+        cudaError_t ce = cudaEventCreate(&ev[r]);
         if (ce != cudaSuccess) {
-            (void)cudaEventDestroy(e0);
-            return dm_fail(DM_ERR_BACKEND, "cudaEventCreate failed: %s", cudaGetErrorString(ce));
+            ev[r] = NULL;
+            s = dm_fail(DM_ERR_BACKEND, "cudaEventCreate failed: %s", cudaGetErrorString(ce));
         }
     }
-    for (int r = -2; r < reps && s == DM_OK; r++) {
-        double h0 = host_now();
-        if (e0 && cudaEventRecord(e0, ex->stream) != cudaSuccess) s = dm_fail(DM_ERR_BACKEND, "cudaEventRecord failed");
-        if (s == DM_OK) s = dm_cuda_exec_group(ex, gi, 0, 0);
-        if (s == DM_OK && e1) {
+    for (int r = 0; r < 2 && s == DM_OK; r++) s = dm_cuda_exec_group(ex, gi, 0, 0);
+    if (s == DM_OK && !emulated(ex) && cudaEventRecord(ev[0], ex->stream) != cudaSuccess)
+        s = dm_fail(DM_ERR_BACKEND, "cudaEventRecord failed");
+    for (int r = 0; r < reps && s == DM_OK; r++) {
+        const double h0 = host_now();
+        s = dm_cuda_exec_group(ex, gi, 0, 0);
+        if (s == DM_OK && emulated(ex)) t[r] = (host_now() - h0) * 1e3;
+        else if (s == DM_OK && cudaEventRecord(ev[r + 1], ex->stream) != cudaSuccess)
+            s = dm_fail(DM_ERR_BACKEND, "cudaEventRecord failed");
+    }
+    if (s == DM_OK && !emulated(ex)) {
+        cudaError_t ce = cudaEventSynchronize(ev[reps]);
+        for (int r = 0; r < reps && ce == cudaSuccess; r++) {
             float f = 0;
-            cudaError_t ce = cudaEventRecord(e1, ex->stream);
-            if (ce == cudaSuccess) ce = cudaEventSynchronize(e1);
-            if (ce == cudaSuccess) ce = cudaEventElapsedTime(&f, e0, e1);
-            if (ce != cudaSuccess) s = dm_fail(DM_ERR_BACKEND, "timing group %d: %s", gi, cudaGetErrorString(ce));
-            if (r >= 0) t[r] = f;
-        } else if (s == DM_OK && r >= 0) {
-            t[r] = (host_now() - h0) * 1e3;
+            ce = cudaEventElapsedTime(&f, ev[r], ev[r + 1]);
+            t[r] = f;
         }
+        if (ce != cudaSuccess) s = dm_fail(DM_ERR_BACKEND, "timing group %d: %s", gi, cudaGetErrorString(ce));
     }
-    if (e0) (void)cudaEventDestroy(e0);
-    if (e1) (void)cudaEventDestroy(e1);
+    for (int r = 0; r <= reps; r++)
+        if (ev[r]) (void)cudaEventDestroy(ev[r]);
     DM_TRY(s);
     for (int i = 1; i < reps; i++) /* insertion sort, then the middle */
         for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
@@ -1092,6 +1105,7 @@ static dm_status auto_select(dm_cuda_exec *ex) {
     for (int gi = 0; gi < ex->ngroups; gi++) {
         dmc_group *eg = &ex->groups[gi];
         double a = 0, b = 0, c = 0;
+        if (eg->skip) continue; /* a bias in the epilogue before it: nothing runs */
         if (eg->fused) {
             DM_TRY(time_group(ex, gi, reps, &a));
             a += bias;
@@ -1129,6 +1143,12 @@ static dm_status auto_select(dm_cuda_exec *ex) {
         DM_TRY(time_group(ex, gi, reps, &b));
         if (a <= b) ex->gen_of[p] = k;
         else ex->ngen--;
+    }
+    if (!ex->nepi && ex->have_lt) { /* no epilogue kept: cuBLASLt's handle and workspace go */
+        dev_free(ex, ex->lt_ws);
+        ex->lt_ws = NULL;
+        (void)cublasLtDestroy(ex->lt);
+        ex->have_lt = 0;
     }
     const size_t bytes = ex->arena_bytes / 4 * (size_t)ex->esz;
     if (emulated(ex)) {
