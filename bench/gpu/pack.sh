@@ -1,0 +1,30 @@
+#!/bin/sh
+# bench/gpu/pack.sh: builds dmove and tests/test_cuda on this machine and packs them, with
+# the shared libraries a GPU machine of the device tool lacks, into .dev/ (git-ignored):
+#   .dev/bin/dmove, .dev/bin/test_cuda   (stripped)
+#   .dev/lib/                            (OpenBLAS, cJSON, gfortran, gomp, libstdc++, ...)
+# The GPU machine has the CUDA toolkit and driver (cuBLAS, NVRTC, the headers NVRTC
+# needs) but nothing can be installed there, and the device tool carries at most 64 MiB
+# (.dev is about 50 MiB, most of it OpenBLAS). There, name .dev in the call's carry and run
+#   LD_LIBRARY_PATH=$PWD/.dev/lib DMOVE=.dev/bin/dmove TEST_CUDA=.dev/bin/test_cuda \
+#       sh bench/gpu/run.sh "$OUT/g"
+# (SIZES=8x512 and SIZES=96x128 as two calls if one would pass the 10-minute limit).
+set -eu
+root=$(cd "$(dirname "$0")/../.." && pwd)
+make -C "$root" -j"$(nproc)" all build/tests/test_cuda >/dev/null
+out=$root/.dev
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+cp "$root/build/dmove" "$root/build/tests/test_cuda" "$out/bin/"
+strip "$out/bin/dmove" "$out/bin/test_cuda"
+# every library the two load, but the C runtime and CUDA's own (the GPU machine's
+# toolkit and driver must be the ones used)
+ldd "$root/build/dmove" "$root/build/tests/test_cuda" | awk '/=> \// {print $3}' | sort -u |
+    while read -r lib; do
+        case "$(basename "$lib")" in
+        libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libcu* | libnvrtc*) ;;
+        *) cp -L "$lib" "$out/lib/" ;;
+        esac
+    done
+du -sh "$out"
+ls "$out/lib"
