@@ -67,10 +67,7 @@ typedef struct {
     double fwd_ms, bwd_ms, step_ms, contr_ms, gflops;
     double class_ms[DM_NUM_CLASSES];
     double flop[2][DM_NUM_CLASSES], flop_total;
-    int rows_gen, row_progs; /* CUDA: row programs run by generated kernels, of all */
-    int fused;               /* CUDA: attention groups run as one fused kernel each */
-    int streamed;            /* CUDA: groups on the second stream */
-    int epilogues;           /* CUDA: contractions with a bias epilogue */
+    dm_cuda_choices cuda;    /* CUDA: what the executor chose (generated, fused, ...) */
 } result;
 
 static double g_start, g_last_note;
@@ -159,13 +156,12 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
         cli_error(CMD, "%s", dm_last_error());
         return -1;
     }
-    res->rows_gen = dm_layer_rows_generated(s->layer, &res->row_progs);
-    res->fused = dm_layer_groups_fused(s->layer);
-    res->streamed = dm_layer_groups_streamed(s->layer);
-    res->epilogues = dm_layer_bias_epilogues(s->layer);
-    if (g_device == DM_DEVICE_CUDA && res->rows_gen < res->row_progs && !strcmp(rows_in_effect(), "gen"))
+    dm_layer_cuda_choices(s->layer, &res->cuda);
+    if (g_device == DM_DEVICE_CUDA && res->cuda.row_programs_generated < res->cuda.row_programs &&
+        !strcmp(rows_in_effect(), "gen"))
         fprintf(stderr, "dmove bench: note: %s: %d of %d row groups run generated kernels, the rest the "
-                "interpreter (the generator does not take them)\n", res->name, res->rows_gen, res->row_progs);
+                "interpreter (the generator does not take them)\n", res->name,
+                res->cuda.row_programs_generated, res->cuda.row_programs);
     float *x = NULL;
     int nd = 0;
     int64_t sh[4] = {0};
@@ -380,10 +376,11 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
         ok = cJSON_AddStringToObject(o, "schedule", r->name) && jnum(o, "forward_ms", r->fwd_ms) &&
              jnum(o, "backward_ms", r->bwd_ms) && jnum(o, "step_ms", r->step_ms) &&
              jnum(o, "contractions_alone_ms", r->contr_ms) && jnum(o, "gflops", r->gflops) &&
-             jnum(o, "row_programs", r->row_progs) && jnum(o, "row_programs_generated", r->rows_gen) &&
-             jnum(o, "attention_groups_fused", r->fused) &&
-             jnum(o, "groups_on_second_stream", r->streamed) &&
-             jnum(o, "bias_epilogues", r->epilogues) &&
+             jnum(o, "row_programs", r->cuda.row_programs) &&
+             jnum(o, "row_programs_generated", r->cuda.row_programs_generated) &&
+             jnum(o, "attention_groups_fused", r->cuda.attention_fused) &&
+             jnum(o, "groups_on_second_stream", r->cuda.second_stream) &&
+             jnum(o, "bias_epilogues", r->cuda.bias_epilogues) &&
              jnum(o, "step_over_contractions",
                   r->contr_ms > 0 ? r->step_ms / r->contr_ms : 0.0) &&
              jnum(o, "flop", r->flop_total) &&

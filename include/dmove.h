@@ -108,18 +108,17 @@ typedef struct {
 typedef struct dm_layer dm_layer;
 
 dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt);
-/* CUDA layers: how many of the plan's row programs run as generated kernels (rows gen);
- * *total: all of them. 0 and 0 on the CPU. */
-int dm_layer_rows_generated(const dm_layer *layer, int *total);
-/* CUDA layers, rows gen, bf16/fp16: how many attention groups (batched: GEMMs with row ops
- * between) run as one fused tensor-core kernel each, the scores kept on chip. 0 otherwise. */
-int dm_layer_groups_fused(const dm_layer *layer);
-/* CUDA layers with streams 2: how many groups (weight and bias gradients) run on the
- * second stream. 0 otherwise. */
-int dm_layer_groups_streamed(const dm_layer *layer);
-/* CUDA layers, rows gen: how many contractions add the next group's bias in a cuBLASLt
- * epilogue (that group then does nothing). 0 otherwise. */
-int dm_layer_bias_epilogues(const dm_layer *layer);
+/* What a CUDA layer's executor chose (all 0 on the CPU). */
+typedef struct {
+    int row_programs;           /* the plan's row programs */
+    int row_programs_generated; /* of those, run as generated kernels (rows gen/auto) */
+    int attention_fused;        /* attention groups (batched: GEMMs with row ops between) run
+                                 * as one fused tensor-core kernel each (bf16/fp16) */
+    int bias_epilogues;         /* contractions adding the next group's bias in a cuBLASLt
+                                 * epilogue (that group then does nothing) */
+    int second_stream;          /* groups (weight and bias gradients) on the second stream */
+} dm_cuda_choices;
+void dm_layer_cuda_choices(const dm_layer *layer, dm_cuda_choices *out);
 void dm_layer_free(dm_layer *layer);
 
 /* Named tensors of the layer, fp32, row-major in the shapes given:

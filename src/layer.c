@@ -235,37 +235,17 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
     return DM_OK;
 }
 
-int dm_layer_rows_generated(const dm_layer *L, int *total) {
-    if (total) *total = 0;
+void dm_layer_cuda_choices(const dm_layer *L, dm_cuda_choices *out) {
+    memset(out, 0, sizeof *out);
 #ifdef DM_HAVE_CUDA
-    if (L && L->cuda) return dm_cuda_exec_generated(L->cuda, total);
-#endif
+    if (!L || !L->cuda) return;
+    out->row_programs_generated = dm_cuda_exec_generated(L->cuda, &out->row_programs);
+    out->attention_fused = dm_cuda_exec_fused(L->cuda);
+    out->bias_epilogues = dm_cuda_exec_epilogues(L->cuda);
+    out->second_stream = dm_cuda_exec_side_groups(L->cuda);
+#else
     (void)L;
-    return 0;
-}
-
-int dm_layer_groups_fused(const dm_layer *L) {
-#ifdef DM_HAVE_CUDA
-    if (L && L->cuda) return dm_cuda_exec_fused(L->cuda);
 #endif
-    (void)L;
-    return 0;
-}
-
-int dm_layer_groups_streamed(const dm_layer *L) {
-#ifdef DM_HAVE_CUDA
-    if (L && L->cuda) return dm_cuda_exec_side_groups(L->cuda);
-#endif
-    (void)L;
-    return 0;
-}
-
-int dm_layer_bias_epilogues(const dm_layer *L) {
-#ifdef DM_HAVE_CUDA
-    if (L && L->cuda) return dm_cuda_exec_epilogues(L->cuda);
-#endif
-    (void)L;
-    return 0;
 }
 
 void dm_layer_free(dm_layer *L) {

@@ -732,6 +732,19 @@ int dm_cuda_exec_side_groups(const dm_cuda_exec *ex) {
     return n;
 }
 
+/* A non-blocking stream and a cuBLAS handle bound to it (TF32 only when asked for); the
+ * have_ flags say what exists, for dm_cuda_exec_free. */
+static dm_status stream_and_blas(const dm_cuda_exec *ex, cudaStream_t *st, int *have_st, cublasHandle_t *h,
+                                 int *have_h) {
+    DMC_CUDA(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
+    *have_st = 1;
+    DMC_BLAS(cublasCreate(h));
+    *have_h = 1;
+    DMC_BLAS(cublasSetStream(*h, *st));
+    DMC_BLAS(cublasSetMathMode(*h, (ex->flags & DM_CUDA_TF32) ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    return DM_OK;
+}
+
 /* --- the second stream (DM_CUDA_OVERLAP) ------------------------------------------ */
 
 static dm_status run_gemm(const dm_cuda_exec *ex, const dmc_step *st, cublasHandle_t blas);
@@ -811,13 +824,7 @@ static dm_status init_overlap(dm_cuda_exec *ex) {
         DM_TRY(dev_alloc(ex, (void **)&ex->side_partials, ex->partial_floats * sizeof(float),
                          "column-sum partials of the second stream"));
     if (emulated(ex)) return DM_OK;
-    DMC_CUDA(cudaStreamCreateWithFlags(&ex->side_stream, cudaStreamNonBlocking));
-    ex->have_side_stream = 1;
-    DMC_BLAS(cublasCreate(&ex->blas2));
-    ex->have_blas2 = 1;
-    DMC_BLAS(cublasSetStream(ex->blas2, ex->side_stream));
-    DMC_BLAS(cublasSetMathMode(ex->blas2, (ex->flags & DM_CUDA_TF32) ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                     : CUBLAS_DEFAULT_MATH));
+    DM_TRY(stream_and_blas(ex, &ex->side_stream, &ex->have_side_stream, &ex->blas2, &ex->have_blas2));
     DMC_CUDA(cudaEventCreateWithFlags(&ex->fork, cudaEventDisableTiming));
     ex->have_fork = 1;
     for (int gi = 0; gi < ex->ngroups; gi++) {
@@ -1172,13 +1179,7 @@ static dm_status init_all(dm_cuda_exec *ex) {
                                         ex->device));
         ex->smem_optin -= 1024; /* the kernel's static shared memory, with room to spare */
         if (ex->smem_optin < 0) ex->smem_optin = 0;
-        DMC_CUDA(cudaStreamCreateWithFlags(&ex->stream, cudaStreamNonBlocking));
-        ex->have_stream = 1;
-        DMC_BLAS(cublasCreate(&ex->blas));
-        ex->have_blas = 1;
-        DMC_BLAS(cublasSetStream(ex->blas, ex->stream));
-        DMC_BLAS(cublasSetMathMode(ex->blas, (ex->flags & DM_CUDA_TF32) ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                         : CUBLAS_DEFAULT_MATH));
+        DM_TRY(stream_and_blas(ex, &ex->stream, &ex->have_stream, &ex->blas, &ex->have_blas));
     }
 
     ex->arena_bytes = plan->arena_bytes;
@@ -1491,8 +1492,8 @@ dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_c
     if (eg->skip) return DM_OK; /* its bias went into the contraction before it */
     if (ex->on_side && ex->on_side[gi] && !only_contractions) return launch_side(ex, gi, seed);
     DM_TRY(resolve_hazards(ex, gi));
-    if (eg->epi) DM_TRY(resolve_hazards(ex, gi + 1)); /* it writes the bias group's output */
     if (eg->epi) {
+        DM_TRY(resolve_hazards(ex, gi + 1)); /* it writes the bias group's output */
         DM_TRY(run_epi(ex, eg));
         if ((ex->flags & DM_CUDA_SYNC_EACH) && !emulated(ex)) DMC_CUDA(cudaStreamSynchronize(ex->stream));
         return DM_OK;

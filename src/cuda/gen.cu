@@ -728,37 +728,31 @@ static dm_status gen_attn(const dmc_attn *a, int idx, dmc_genk *k, std::string &
     G->p_global = a->p_in_memory;
     std::string rows;
     DM_TRY(gen_rows_fn(G, idx, sh.ld, sh.ld, rows));
-    /* the row program reads C1 and writes P, whole rows of both */
-    int reads_s = 0, writes_p = 0;
+    /* the row program reads C1 (S) and writes P, whole rows of both; the row ops write
+     * nothing the GEMMs read from memory (other warps do) */
+    const gen_val *S = NULL, *Pv = NULL;
     for (int i = 0; i < G->nv; i++) {
         const gen_val *x = &G->v[i];
         if (x->loc != DMC_LOC_GLOBAL) continue;
         if (x->base == G->s_base) {
             if (x->kind != DM_ARG_FULL || x->def_seg >= 0)
                 return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the row ops write the scores");
-            reads_s = 1;
+            S = x;
         }
         if (x->base == G->p_base) {
             if (x->kind != DM_ARG_FULL || x->def_seg < 0)
                 return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the row ops do not make GEMM 2's operand");
-            writes_p = 1;
+            Pv = x;
         }
-    }
-    if (!reads_s || !writes_p)
-        return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the row ops do not join the GEMMs");
-    /* P overwrites S in place, each lane its own chunks: S's first read must come no
-     * later than the op that makes P (then its load precedes P's store in every lane);
-     * and the row ops must not write what the GEMMs read from memory (other warps) */
-    for (int i = 0; i < G->nv; i++) {
-        const gen_val *x = &G->v[i];
-        if (x->loc != DMC_LOC_GLOBAL) continue;
-        for (int j = 0; j < G->nv && x->base == G->s_base; j++)
-            if (G->v[j].loc == DMC_LOC_GLOBAL && G->v[j].base == G->p_base && x->first_read_op > G->v[j].def_op)
-                return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: P made before the scores are read");
         if (x->def_seg >= 0 && (x->base == a->g1.A || x->base == a->g1.B || x->base == a->g2.B ||
                                 (a->has3 && (x->base == a->g3.B || x->base == a->g3.C)) || x->base == a->g2.C))
             return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the row ops write a GEMM operand");
     }
+    if (!S || !Pv) return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the row ops do not join the GEMMs");
+    /* P overwrites S in place, each lane its own chunks: S's first read must come no later
+     * than the op that makes P (then its load precedes P's store in every lane) */
+    if (S->first_read_op > Pv->def_op)
+        return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: P made before the scores are read");
     if (G->nparam + 6 > DMG_MAXP) return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: too many operands");
     const int pa1 = G->nparam, pb1 = pa1 + 1, pb2 = pa1 + 2, pc2 = pa1 + 3, pb3 = pa1 + 4, pc3 = pa1 + 5;
     G->params[pa1] = a->g1.A;

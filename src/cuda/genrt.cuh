@@ -100,7 +100,8 @@ static void dmg_sim_run(int threads, int blocks, long long smem, const std::func
     if (pthread_barrier_init(&B->block, 0, (unsigned)threads)) abort();
     for (int w = 0; w < threads / 32; w++)
         if (pthread_barrier_init(&B->warp[w], 0, 32)) abort();
-    B->smem = (float *)aligned_alloc(128, sizeof(float) * (size_t)((smem > 0 ? smem : 1) + 31) / 128 * 128);
+    const size_t bytes = ((size_t)(smem > 0 ? smem : 1) * sizeof(float) + 127) / 128 * 128;
+    B->smem = (float *)aligned_alloc(128, bytes);
     if (!B->smem) abort();
     for (long long i = 0; i < smem; i++) B->smem[i] = __builtin_nanf("");
     std::vector<pthread_t> th((size_t)threads);
