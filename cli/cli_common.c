@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static void vreport(const char *cmd, const char *fmt, va_list ap) {
     fprintf(stderr, "dmove %s: ", cmd);
@@ -389,4 +393,14 @@ double cli_rng_normal(cli_rng *r) {
     r->spare = m * sin(a);
     r->have = 1;
     return m * cos(a);
+}
+
+int cli_threads(int threads) {
+    if (threads > 0) return threads;
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+#endif
 }

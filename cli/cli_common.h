@@ -84,6 +84,7 @@ int cli_device_option(const char *cmd, int argc, char **argv, int *i, dm_device_
 void cli_device_help(FILE *out);
 
 double cli_now(void); /* monotonic seconds */
+int cli_threads(int threads); /* --threads as run: 0 resolves to all cores (OpenMP's count) */
 /* The shortest "%g" text that reads back as exactly v ("0.1", not "0.10000000000000001"). */
 void cli_fmt_double(char *buf, size_t n, double v);
 

@@ -11,9 +11,6 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "analysis/cost.h"
 #include "analysis/device.h"
@@ -21,8 +18,6 @@
 #include "cpu/contract.h"
 #include "plan/planfile.h"
 #include "cmd_analysis.h"
-#include "graph/encoder.h"
-#include "graph/rewrite.h"
 
 static const char *const CMD = "analyze";
 
@@ -72,15 +67,6 @@ static void usage(FILE *out) {
 typedef struct {
     double secs, gbs, gflops, roof_pct, mue;
 } measured;
-
-static int resolved_threads(int threads) {
-    if (threads > 0) return threads;
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
 
 static void measured_of(const dm_cost_report *r, int o, const double *op_secs, measured *m) {
     const dm_op_cost *c = &r->ops[o];
@@ -382,7 +368,7 @@ int cmd_analyze(int argc, char **argv) {
         }
         dm_cpu_profile p;
         if (dm_profile_load(profile, &p) != DM_OK ||
-            dm_device_from_profile(&p, resolved_threads(c.threads), &dev) != DM_OK) {
+            dm_device_from_profile(&p, cli_threads(c.threads), &dev) != DM_OK) {
             cli_error(CMD, "%s", dm_last_error());
             return CLI_FAIL;
         }
@@ -396,24 +382,11 @@ int cmd_analyze(int argc, char **argv) {
      * fused schedule's graph, g after its rewrites (graph/rewrite.c keeps op ids, so the
      * fused plan's groups index g's operators too) */
     dm_graph g, gf;
-    dm_encoder enc;
     dm_plan plan;
     dm_cost_report rep;
     double *op_secs = NULL;
-    memset(&plan, 0, sizeof plan);
     memset(&rep, 0, sizeof rep);
-    dm_graph_init(&g);
-    dm_graph_init(&gf);
-    if (dm_build_encoder(&g, &c.cfg, 0, &enc) != DM_OK || dm_build_encoder(&gf, &c.cfg, 0, &enc) != DM_OK ||
-        dm_rewrite_fused(&gf) != DM_OK) {
-        cli_error(CMD, "%s", dm_last_error());
-        goto done;
-    }
-    if (gf.nop != g.nop) {
-        cli_error(CMD, "internal error: the fused graph has %d operators, the graph %d", gf.nop, g.nop);
-        goto done;
-    }
-    if (dm_plan_build(&gf, 1, 0, &plan) != DM_OK || dm_cost_analyze(&g, &plan, &dev, dtype_bytes, &rep) != DM_OK) {
+    if (dm_cost_build(&c.cfg, &g, &gf, &plan) != DM_OK || dm_cost_analyze(&g, &plan, &dev, dtype_bytes, &rep) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
         goto done;
     }

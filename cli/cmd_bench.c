@@ -11,9 +11,6 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "core/sysinfo.h"
 #include "cli_common.h"
@@ -276,16 +273,6 @@ done:
 
 static void cpu_model(char *out, size_t n) { dm_cpu_model_name(out, n, "unknown"); }
 
-static int resolved_threads(int threads) {
-    if (threads > 0) return threads;
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-#endif
-}
-
 static double class_flop(const result *r, int k) { return r->flop[0][k] + r->flop[1][k]; }
 
 static double class_ms_sum(const result *r) {
@@ -299,7 +286,7 @@ static void print_table(const cli_config *c, const result *res, int nres, int wa
     printf("dmove %s bench: b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
            ", dropout %g, %s, %d threads; medians of %d reps after %d warm-up\n\n",
            DMOVE_VERSION, cfg->batch, cfg->seq, cfg->hidden, cfg->heads, cfg->ffn, cfg->dropout,
-           dm_act_name(cfg->act), resolved_threads(c->threads), reps, warmup);
+           dm_act_name(cfg->act), cli_threads(c->threads), reps, warmup);
     if (g_device != DM_DEVICE_CPU)
         printf("device: %s (%s storage)\n\n", dm_device_kind_name(g_device), dm_dtype_name(g_dtype));
     printf("%-9s %11s %12s %10s %14s %9s %10s\n", "schedule", "forward ms", "backward ms",
@@ -357,7 +344,7 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
          jnum(conf, "ffn", (double)cfg->ffn) && jnum(conf, "dropout", cfg->dropout) &&
          cJSON_AddStringToObject(conf, "act", dm_act_name(cfg->act)) &&
          jnum(conf, "eps", cfg->eps) && jnum(conf, "seed", (double)cfg->seed) &&
-         jnum(conf, "threads", resolved_threads(c->threads)) && jnum(conf, "warmup", warmup) &&
+         jnum(conf, "threads", cli_threads(c->threads)) && jnum(conf, "warmup", warmup) &&
          jnum(conf, "reps", reps) &&
          cJSON_AddStringToObject(conf, "device", dm_device_kind_name(g_device)) &&
          cJSON_AddStringToObject(conf, "dtype", dm_dtype_name(g_dtype)) &&
@@ -405,7 +392,7 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
     ok = ok && (mach = cJSON_AddObjectToObject(root, "machine")) != NULL &&
          cJSON_AddStringToObject(mach, "cpu", model) &&
          jnum(mach, "online_cpus", cpus > 0 ? (double)cpus : 0) &&
-         jnum(mach, "threads", resolved_threads(c->threads)) &&
+         jnum(mach, "threads", cli_threads(c->threads)) &&
          cJSON_AddStringToObject(root, "date", date) &&
          cJSON_AddStringToObject(root, "dmove_version", DMOVE_VERSION);
     const result *fu = NULL, *un = NULL;

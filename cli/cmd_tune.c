@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "cli_common.h"
+#include "analysis/cost.h"
+#include "analysis/device.h"
 #include "core/status.h"
 #include "tune/tune.h"
 
@@ -30,7 +32,9 @@ static void help(FILE *out) {
             "     layouts and each algorithm (warm-up, repetitions, median), cached on disk;\n"
             "  3. the fastest configuration of the whole step, forward and backward, with one\n"
             "     layout per tensor, is found by shortest path over the groups;\n"
-            "  4. it is written as a plan file and timed against the default plan.\n"
+            "  4. it is written as a plan file and timed against the default plan;\n"
+            "  5. with a profile from `dmove probe`, both are set against the step's roofline\n"
+            "     floor (as `dmove analyze` computes it): the room any plan has left.\n"
             "Use the plan with: dmove bench --plan FILE, dmove layer --plan FILE.\n"
             "\n"
             "options:\n");
@@ -119,8 +123,9 @@ static void print_report(const dm_tuner *T) {
     }
 }
 
-/* Times the default and the tuned plan's steps interleaved; prints medians and ratio. */
-static int verify(const cli_config *c, dm_schedule sched, const char *plan, int reps) {
+/* Times the default and the tuned plan's steps interleaved; prints medians and ratio and
+ * gives the medians in med[2] (default, tuned). */
+static int verify(const cli_config *c, dm_schedule sched, const char *plan, int reps, double med[2]) {
     dm_layer *L[2] = {NULL, NULL};
     dm_layer_options o[2] = {{.schedule = sched, .threads = c->threads},
                              {.schedule = sched, .threads = c->threads, .plan = plan}};
@@ -153,12 +158,39 @@ static int verify(const cli_config *c, dm_schedule sched, const char *plan, int 
     printf("\nverified (%d interleaved training steps each, medians): default plan %.2f ms, tuned plan "
            "%.2f ms: speedup %.3fx (median of per-step ratios %.3fx)\n",
            reps, t[reps / 2] * 1e3, t[reps + reps / 2] * 1e3, t[reps / 2] / t[reps + reps / 2], ratio[nr / 2]);
+    med[0] = t[reps / 2];
+    med[1] = t[reps + reps / 2];
     rc = 0;
 done:
     dm_layer_free(L[0]);
     dm_layer_free(L[1]);
     free(t);
     return rc;
+}
+
+/* The step's roofline floor on this CPU (the profile of `dmove probe`, as `dmove analyze`
+ * uses it) against the default and the tuned plan's times: how much room any plan of
+ * this schedule has left. Only a hint when there is no profile: tuning does not need one. */
+static void print_floor(const cli_config *c, dm_schedule sched, const double t[2], const char *what) {
+    char path[4096];
+    dm_cpu_profile p;
+    dm_device dev;
+    double unfused_s = 0, fused_s = 0;
+    if (dm_profile_default_path(path, sizeof path) != DM_OK || dm_profile_load(path, &p) != DM_OK) {
+        printf("(run `dmove probe` once to see this step's roofline floor here: %s)\n", dm_last_error());
+        return;
+    }
+    if (dm_device_from_profile(&p, cli_threads(c->threads), &dev) != DM_OK ||
+        dm_cost_floors(&c->cfg, &dev, 4, &unfused_s, &fused_s) != DM_OK) {
+        printf("(no roofline floor: %s)\n", dm_last_error());
+        return;
+    }
+    double f = sched == DM_SCHED_FUSED ? fused_s : unfused_s;
+    if (!(f > 0) || !(t[0] > 0) || !(t[1] > 0)) return;
+    printf("roofline floor of the %s step on this CPU (dmove analyze, profile %s): %.2f ms; %s: "
+           "default plan %.2fx the floor, tuned plan %.2fx; by this model no plan can beat the "
+           "default by more than %.2fx\n",
+           sched == DM_SCHED_FUSED ? "fused" : "unfused", path, f * 1e3, what, t[0] / f, t[1] / f, t[0] / f);
 }
 
 int cmd_tune(int argc, char **argv) {
@@ -281,7 +313,9 @@ int cmd_tune(int argc, char **argv) {
         printf("violin plot written to %s\n", svg);
     }
     fflush(stdout);
-    if (vreps > 0 && verify(&c, sched, out, vreps)) goto done;
+    double med[2] = {T->default_s, T->tuned_s};
+    if (vreps > 0 && verify(&c, sched, out, vreps, med)) goto done;
+    print_floor(&c, sched, med, vreps > 0 ? "verified steps" : "sums over groups");
     rc = CLI_OK;
 done:
     dm_tuner_free(T);

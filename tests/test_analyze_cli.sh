@@ -92,6 +92,27 @@ XDG_CACHE_HOME=$T/prof-xdg "$DMOVE" probe --threads 1 >/dev/null 2>&1 || fail "p
 XDG_CACHE_HOME=$T/prof-xdg "$DMOVE" analyze --batch 1 --seq 8 --hidden 16 --heads 2 --ffn 32 \
     >/dev/null 2>&1 || fail "analyze with the XDG default profile"
 cases=$((cases + 3))
+# tune sets its verified steps against the same fused floor analyze reports (the profile
+# at the default path), and without a profile says how to get one
+S="--batch 2 --seq 32 --hidden 64 --heads 2 --ffn 128 --threads 1"
+cases=$((cases + 2))
+if XDG_CACHE_HOME=$T/prof-xdg "$DMOVE" tune $S --reps 1 --verify 1 --no-cache --out "$T/floor-plan.json" \
+    >"$T/tune.out" 2>/dev/null &&
+    XDG_CACHE_HOME=$T/prof-xdg "$DMOVE" analyze $S >"$T/analyze.out" 2>/dev/null; then
+    want=$(awk '$1 == "fused" && /roofline floor/ { print $(NF - 1) }' "$T/analyze.out")
+    got=$(sed -n 's/^roofline floor of the fused step on this CPU .*: \([0-9.]*\) ms; verified steps: .*/\1/p' "$T/tune.out")
+    awk -v a="$want" -v b="$got" 'BEGIN { d = a - b; exit !(b != "" && a > 0 && d < 0.006 && d > -0.006) }' ||
+        fail "tune floor: '$got' ms, analyze says '$want' ms"
+else
+    fail "tune floor: tune or analyze failed"
+fi
+mkdir -p "$T/prof-none"
+if XDG_CACHE_HOME=$T/prof-none "$DMOVE" tune $S --reps 1 --verify 1 --no-cache --out "$T/floor-plan.json" \
+    >"$T/tune.out" 2>/dev/null; then
+    grep -q 'run `dmove probe` once' "$T/tune.out" || fail "tune without a profile: no hint to run dmove probe"
+else
+    fail "tune without a profile failed"
+fi
 good "measure" analyze --measure --reps 1 --profile "$T/prof/cpu-profile.json" \
     --batch 1 --seq 16 --hidden 32 --heads 2 --ffn 64 --threads 1
 grep -q "MUE" "$T/stdout" || fail "measure: no MUE column"

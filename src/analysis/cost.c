@@ -7,6 +7,8 @@
 
 #include "analysis/cost.h"
 #include "core/status.h"
+#include "graph/encoder.h"
+#include "graph/rewrite.h"
 
 const char *dm_dtype_bytes_name(int dtype_bytes) { return dtype_bytes >= 4 ? "fp32" : "bf16/fp16"; }
 
@@ -145,4 +147,37 @@ void dm_cost_free(dm_cost_report *r) {
     free(r->groups);
     r->ops = NULL;
     r->groups = NULL;
+}
+
+dm_status dm_cost_build(const dm_layer_config *cfg, dm_graph *g, dm_graph *gf, dm_plan *plan) {
+    memset(plan, 0, sizeof *plan);
+    dm_graph_init(g);
+    dm_graph_init(gf);
+    dm_encoder enc;
+    dm_status st;
+    if ((st = dm_build_encoder(g, cfg, 0, &enc)) != DM_OK || (st = dm_build_encoder(gf, cfg, 0, &enc)) != DM_OK ||
+        (st = dm_rewrite_fused(gf)) != DM_OK)
+        return st;
+    if (gf->nop != g->nop)
+        return dm_fail(DM_ERR_INTERNAL, "the fused graph has %d operators, the graph %d", gf->nop, g->nop);
+    return dm_plan_build(gf, 1, 0, plan);
+}
+
+dm_status dm_cost_floors(const dm_layer_config *cfg, const dm_device *dev, int dtype_bytes,
+                         double *unfused_s, double *fused_s) {
+    dm_graph g, gf;
+    dm_plan plan;
+    dm_cost_report rep;
+    memset(&rep, 0, sizeof rep);
+    dm_status st = dm_cost_build(cfg, &g, &gf, &plan);
+    if (st == DM_OK) st = dm_cost_analyze(&g, &plan, dev, dtype_bytes, &rep);
+    if (st == DM_OK) {
+        *unfused_s = rep.unfused_floor_s;
+        *fused_s = rep.fused_floor_s;
+    }
+    dm_cost_free(&rep);
+    dm_plan_free(&plan);
+    dm_graph_free(&gf);
+    dm_graph_free(&g);
+    return st;
 }

@@ -61,6 +61,15 @@ dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_devi
                           int dtype_bytes, dm_cost_report *r);
 void dm_cost_free(dm_cost_report *r);
 
+/* The graphs and plan `dmove analyze` reports on, for cfg: g, the step as the unfused
+ * schedule runs it; gf, g after the fused schedule's rewrites (same op ids); plan, gf's
+ * fused plan. The caller frees all three, also on failure (they are initialised first). */
+dm_status dm_cost_build(const dm_layer_config *cfg, dm_graph *g, dm_graph *gf, dm_plan *plan);
+/* The roofline floors (seconds; dm_cost_report's unfused_floor_s and fused_floor_s) of a
+ * training step of cfg on dev, in a dtype of dtype_bytes. */
+dm_status dm_cost_floors(const dm_layer_config *cfg, const dm_device *dev, int dtype_bytes,
+                         double *unfused_s, double *fused_s);
+
 /* report.c: the report as a cJSON object (ops, groups, classes, totals, device), the ops
  * table as CSV text, and the roofline chart as SVG (atomically written). cfg may be NULL. */
 struct cJSON;
