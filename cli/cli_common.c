@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
@@ -49,8 +50,47 @@ int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *name, co
         cli_usage_error(cmd, "%s needs a value", name);
         return -1;
     }
+    const char *next = argv[*i + 1];
+    if (next[0] == '-' && next[1] == '-') {
+        /* "--svg --json": the user forgot the value; a value never starts with "--"
+         * (a number does not, and a file that does can be given as --svg=--name) */
+        cli_usage_error(cmd, "%s needs a value, but the next argument is the option '%s' (a value "
+                        "starting with '--' can be given as %s=VALUE)", name, next, name);
+        return -1;
+    }
     *val = argv[++*i];
     return 1;
+}
+
+int cli_check_output(const char *cmd, const char *opt, const char *path) {
+    struct stat st;
+    if (!path || !*path) {
+        cli_usage_error(cmd, "%s: the file name is empty", opt);
+        return CLI_USAGE;
+    }
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        cli_usage_error(cmd, "%s: '%s' is a directory: give the name of a file (in it or elsewhere)", opt,
+                        path);
+        return CLI_USAGE;
+    }
+    /* the directory the file goes in must exist and take new files (the file is written
+     * as a temporary beside it, then renamed) */
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        cli_error(cmd, "%s: cannot create '%s': the directory '%s' does not exist (create it first)", opt,
+                  path, dir);
+        return CLI_FAIL;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        cli_error(cmd, "%s: cannot create '%s': no permission to create files in '%s' (%s)", opt, path, dir,
+                  strerror(errno));
+        return CLI_FAIL;
+    }
+    return 0;
 }
 
 int cli_flag(const char *cmd, char **argv, int i, const char *name) {
@@ -229,6 +269,11 @@ int cli_config_option(cli_config *c, const char *cmd, int argc, char **argv, int
     if (c->accept & CLI_CFG_THREADS) {
         if ((r = cli_opt(cmd, argc, argv, i, "--threads", &v)) != 0) {
             if (r < 0 || cli_parse_int(cmd, "--threads", v, 0, 4096, &c->threads)) return -1;
+            long cores = sysconf(_SC_NPROCESSORS_ONLN);
+            if (cores > 0 && c->threads > cores)
+                fprintf(stderr, "dmove %s: note: --threads %d is more than the %ld cores online: threads "
+                        "will take turns on the cores, which slows every parallel part\n", cmd, c->threads,
+                        cores);
             return 1;
         }
     }

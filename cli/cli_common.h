@@ -35,6 +35,10 @@ void cli_usage_error(const char *cmd, const char *fmt, ...)
  * Returns 1 and sets *val (advancing *i past a separate value), 0 if argv[*i] is another
  * option, -1 after a usage error (value missing). */
 int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *name, const char **val);
+/* Checks before any work that `path` can be written: not a directory, its directory
+ * exists and takes new files. 0 ok, else the exit code after the error is printed
+ * (naming `opt`): CLI_USAGE for no name or a directory, CLI_FAIL for the rest. */
+int cli_check_output(const char *cmd, const char *opt, const char *path);
 /* Matches a flag (no value); "--json=x" is a usage error (-1). */
 int cli_flag(const char *cmd, char **argv, int i, const char *name);
 

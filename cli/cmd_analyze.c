@@ -347,7 +347,7 @@ int cmd_analyze(int argc, char **argv) {
     }
     if (measure && strcmp(device, "cpu") != 0) {
         cli_usage_error(CMD, "--measure runs on this CPU: it needs --device cpu (not '%s'); "
-                        "there is no GPU backend yet", device);
+                        "to time the step on a GPU, per group, use dmove bench --device cuda --groups", device);
         return CLI_USAGE;
     }
     if (measure && dtype_bytes != 4) {

@@ -103,6 +103,8 @@ int cmd_example(int argc, char **argv) {
         return CLI_USAGE;
     }
     if (cli_config_finish(&c, CMD, 1)) return CLI_USAGE;
+    int bad_out = cli_check_output(CMD, "--out", out);
+    if (bad_out) return bad_out;
     const dm_layer_config *cfg = &c.cfg;
     int64_t b = cfg->batch, j = cfg->seq, i = cfg->hidden, u = cfg->ffn;
 

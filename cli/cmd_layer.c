@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli_common.h"
 #include "core/safetensors.h"
@@ -66,7 +67,10 @@ static void usage(FILE *out) {
             "options:\n"
             "  --in FILE        input safetensors file (required)\n"
             "  --out FILE       output safetensors file (required)\n"
-            "  --heads H        attention heads (required; i must be divisible by H)\n");
+            "  --heads H        attention heads (i must be divisible by H); required unless\n"
+            "                   IN's metadata has it (as `dmove example` writes it, with\n"
+            "                   dropout, seed, act and eps: those become the defaults, and\n"
+            "                   a note says so; options given here win)\n");
     cli_config_help(out, CLI_CFG_TRAIN | CLI_CFG_THREADS);
     cli_device_help(out);
     fprintf(out,
@@ -83,6 +87,41 @@ static void usage(FILE *out) {
             "  dmove example --out in.safetensors --batch 2 --seq 16 --hidden 64 --heads 4 "
             "--ffn 256\n"
             "  dmove layer --in in.safetensors --out out.safetensors --heads 4 --dropout 0\n");
+}
+
+/* 1 if a and b name the same existing file (device and inode). */
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* The options `dmove example` records in the file's __metadata__ (heads, dropout, seed,
+ * act, eps) become the defaults of those not given on the command line, with a note
+ * saying which; the command line wins. 0 ok, -1 after a usage error (a bad value). */
+static int from_metadata(const dm_st_file *f, const char *in, cli_config *c) {
+    static const char *const keys[] = {"heads", "dropout", "seed", "act", "eps"};
+    int *set[] = {&c->size_set[3], &c->dropout_set, &c->seed_set, &c->act_set, &c->eps_set};
+    char used[256] = "";
+    size_t len = 0;
+    for (int k = 0; k < 5; k++) {
+        const char *v = dm_st_metadata(f, keys[k]);
+        if (!v || *set[k]) continue;
+        /* the option parser checks the value exactly as if it had been typed */
+        char opt[32], arg[96];
+        snprintf(opt, sizeof opt, "--%s", keys[k]);
+        snprintf(arg, sizeof arg, "%s", v);
+        char *argv[3] = {(char *)"layer", opt, arg};
+        int i = 1;
+        if (cli_config_option(c, CMD, 3, argv, &i) != 1) {
+            fprintf(stderr, "dmove layer: (the bad value is \"%s\" in the metadata of '%s'; give %s on the "
+                    "command line to override it)\n", keys[k], in, opt);
+            return -1;
+        }
+        if (len < sizeof used)
+            len += (size_t)snprintf(used + len, sizeof used - len, " %s %s", opt, v);
+    }
+    if (len) fprintf(stderr, "dmove layer: note: from the metadata of '%s':%s\n", in, used);
+    return 0;
 }
 
 static int is_float_dtype(dm_st_dtype d) {
@@ -385,16 +424,28 @@ int cmd_layer(int argc, char **argv) {
         cli_usage_error(CMD, "--out OUT.safetensors is required");
         return CLI_USAGE;
     }
-    if (!c.size_set[3]) {
-        cli_usage_error(CMD, "--heads H is required (the number of attention heads is not "
-                        "stored in the tensors)");
+    if (same_file(in, out)) {
+        cli_usage_error(CMD, "--out '%s' is the --in file: writing it would replace your inputs with "
+                        "the results; give another name", out);
         return CLI_USAGE;
     }
+    int bad_out = cli_check_output(CMD, "--out", out);
+    if (bad_out) return bad_out;
 
     dm_st_file *f = NULL;
     if (dm_st_read(in, &f) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
         return CLI_FAIL;
+    }
+    if (from_metadata(f, in, &c)) {
+        dm_st_free(f);
+        return CLI_USAGE;
+    }
+    if (!c.size_set[3]) {
+        cli_usage_error(CMD, "--heads H is required (the number of attention heads is not "
+                        "stored in the tensors, and '%s' has no \"heads\" in its metadata)", in);
+        dm_st_free(f);
+        return CLI_USAGE;
     }
     int64_t b, j, i, u;
     if (validate(f, &b, &j, &i, &u, forward_only)) {

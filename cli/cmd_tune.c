@@ -45,14 +45,19 @@ static void help(FILE *out) {
             "  --out FILE       the plan file to write (default dmove-plan.json)\n"
             "  --svg FILE       also draw each group's spread of candidate times (violins)\n"
             "  --reps N         timed repetitions per candidate (default 7; median)\n"
-            "  --cache FILE     measurement cache (default ~/.cache/dmove/tune-cache.tsv);\n"
-            "                   a second run on the same machine and sizes is fast\n"
+            "  --cache FILE     measurement cache (default $XDG_CACHE_HOME/dmove/tune-cache.tsv,\n"
+            "                   else ~/.cache/dmove/tune-cache.tsv); a second run on the same\n"
+            "                   machine and sizes is fast; it reuses what was measured then,\n"
+            "                   so if the machine was busy, measure again with --no-cache\n"
             "  --no-cache       measure everything, keep nothing\n"
             "  --verify N       time default and tuned step interleaved N times (default 5;\n"
             "                   0 skips)\n"
             "  --help           this text\n"
             "\n"
             "Progress (count, time left) goes to stderr.\n"
+            "\n"
+            "exit status: 0 success, 1 runtime error (the cache keeps what was measured),\n"
+            "2 usage error\n"
             "\n"
             "examples:\n"
             "  dmove tune --out base.json\n"
@@ -251,6 +256,10 @@ int cmd_tune(int argc, char **argv) {
         return CLI_USAGE;
     }
     if (cli_config_finish(&c, CMD, 1)) return CLI_USAGE;
+    /* a bad output path is found now, not after minutes of measuring */
+    int bad_out = cli_check_output(CMD, "--out", out);
+    if (!bad_out && svg) bad_out = cli_check_output(CMD, "--svg", svg);
+    if (bad_out) return bad_out;
     c.cfg.act = act;
     char cache_buf[4096];
     if (!no_cache && !cache) {
@@ -294,6 +303,10 @@ int cmd_tune(int argc, char **argv) {
         goto done;
     }
     print_report(T);
+    if (T->nfrom_cache > 0)
+        printf("\n%" PRId64 " of these measurements come from the cache (%s), made by an earlier run; "
+               "if the machine was busy then, measure again with --no-cache\n",
+               T->nfrom_cache, cache);
     printf("\nsum over groups (each timed alone): default plan %.2f ms, tuned plan %.2f ms (%.3fx); "
            "tuning took %.1f s (%" PRId64 " of %" PRId64 " measurements from the cache)\n",
            T->default_s * 1e3, T->tuned_s * 1e3, T->tuned_s > 0 ? T->default_s / T->tuned_s : 0.0,

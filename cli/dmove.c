@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
         return CLI_OK;
     }
     if (!strcmp(c, "help")) {
-        if (argc < 3) {
+        if (argc < 3 || !strcmp(argv[2], "help")) {
             usage(stdout);
             return CLI_OK;
         }

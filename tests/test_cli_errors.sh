@@ -190,6 +190,17 @@ expect_ok "dmove layer on it" layv
 check "layer wrote its output" test -s "$OUT"
 expect_ok "dmove layer --schedule unfused --dropout 0" layv --schedule unfused --dropout 0
 expect_ok "dmove layer --forward-only" layv --forward-only --act relu
+# the options `dmove example` records become layer's defaults: --heads may be left out, and
+# a file made with --dropout 0 --act relu runs with them (the same output as giving them)
+M=$T/meta.safetensors
+expect_ok "dmove example --dropout 0 --act relu" "$D" example --out "$M" --batch 2 --seq 4 --hidden 8 \
+    --heads 2 --ffn 16 --dropout 0 --act relu
+expect_ok "layer takes --heads, --dropout, --act from the metadata" "$D" layer --in "$M" --out "$T/m1.st"
+check "layer says which options came from the metadata" grep -q "from the metadata.*--heads 2 --dropout 0 .*--act relu" "$T/stderr"
+expect_ok "layer with the same options given" "$D" layer --in "$M" --out "$T/m2.st" --heads 2 --dropout 0 --act relu
+check "metadata defaults give the same output as the options" cmp -s "$T/m1.st" "$T/m2.st"
+expect_ok "layer with --act gelu over the metadata's relu" "$D" layer --in "$M" --out "$T/m3.st" --act gelu
+check "an option given wins over the metadata" sh -c "! cmp -s '$T/m1.st' '$T/m3.st'"
 Z=$T/zeros.safetensors
 craft "$Z" 's/:F32:/:F64:/' hidden_states:BF16:1,2,4 attention_mask:BOOL:1,2:001 grad_output:F16:1,2,4
 expect_ok "dmove layer on F64/BF16/F16/BOOL inputs (shell-written)" lay --in "$Z" --heads 2
@@ -201,7 +212,16 @@ expect_fail "unknown command" 2 "unknown command" "$D" frobnicate
 expect_fail "help for an unknown command" 2 "unknown command" "$D" help frobnicate
 expect_fail "layer: no --in" 2 "--in" "$D" layer --out "$OUT" --heads 2
 expect_fail "layer: no --out" 2 "--out" "$D" layer --in "$V" --heads 2
-expect_fail "layer: no --heads" 2 "--heads" "$D" layer --in "$V" --out "$OUT"
+# a file with no "heads" in its metadata needs --heads (the shell-written $Z has none)
+expect_fail "layer: no --heads" 2 "--heads H is required" "$D" layer --in "$Z" --out "$OUT"
+expect_fail "layer: --out is --in" 2 "is the --in file" "$D" layer --in "$V" --out "$V" --heads 2
+check "layer: --out is --in left the input alone" "$D" layer --in "$V" --out "$OUT" --heads 2
+expect_fail "layer: --out a directory" 2 "is a directory" "$D" layer --in "$V" --out "$T" --heads 2
+expect_fail "layer: --out followed by an option" 2 "next argument is the option '--forward-only'" \
+    "$D" layer --in "$V" --out --forward-only --heads 2
+check "nothing named --forward-only was written" test ! -e ./--forward-only
+expect_fail "tune: --out a directory, before measuring" 2 "is a directory" "$D" tune --out "$T" --no-cache
+expect_fail "example: --out a directory" 2 "is a directory" "$D" example --out "$T"
 expect_fail "layer: --in without a value" 2 "needs a value" "$D" layer --out "$OUT" --heads 2 --in
 expect_fail "layer: unknown option" 2 "unknown option" layv --bogus
 expect_fail "layer: stray argument" 2 "unexpected argument" "$D" layer "$V" --out "$OUT" --heads 2
@@ -319,7 +339,7 @@ craft "$T/gshape" '' hidden_states:F32:1,2,4 grad_output:F32:1,2,5
 expect_fail "grad_output of the wrong shape" 1 "grad_output.*expected \[1, 2, 4\]" layf gshape
 craft "$T/gdt" '' hidden_states:F32:1,2,4 grad_output:I8:1,2,4
 expect_fail "grad_output as I8" 1 "grad_output.*dtype I8" layf gdt
-expect_fail "output into a missing directory" 1 "cannot create" \
+expect_fail "output into a missing directory" 1 "cannot create.*does not exist" \
     "$D" layer --in "$T/ok" --out "$T/no/dir/out.safetensors" --heads 2
 check "nothing created for the missing directory" test ! -e "$T/no"
 

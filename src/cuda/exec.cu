@@ -166,6 +166,9 @@ static dm_status dev_copy(const dm_cuda_exec *ex, void *dst, const void *src, si
     return DM_OK;
 }
 
+/* every "no device" message ends by saying what works without one */
+#define NO_DEVICE_HINT " (without a GPU, run on the CPU: --device cpu, the default)"
+
 dm_status dm_cuda_available(char *why, size_t n) {
     char buf[256];
     if (!why || n == 0) {
@@ -182,11 +185,11 @@ dm_status dm_cuda_available(char *why, size_t n) {
         snprintf(why, n, "cudaGetDeviceCount failed: %s (%s)%s", cudaGetErrorString(e),
                  cudaGetErrorName(e), hint);
         (void)cudaGetLastError(); /* clear it: later calls should not see it */
-        return dm_fail(DM_ERR_BACKEND, "no usable CUDA device: %s", why);
+        return dm_fail(DM_ERR_BACKEND, "no usable CUDA device: %s" NO_DEVICE_HINT, why);
     }
     if (count < 1) {
         snprintf(why, n, "cudaGetDeviceCount found no CUDA device");
-        return dm_fail(DM_ERR_BACKEND, "no usable CUDA device: %s", why);
+        return dm_fail(DM_ERR_BACKEND, "no usable CUDA device: %s" NO_DEVICE_HINT, why);
     }
     int dev = 0;
     cudaDeviceProp prop;
@@ -195,13 +198,13 @@ dm_status dm_cuda_available(char *why, size_t n) {
     if (e != cudaSuccess) {
         snprintf(why, n, "cudaGetDeviceProperties failed: %s (%s)", cudaGetErrorString(e),
                  cudaGetErrorName(e));
-        return dm_fail(DM_ERR_BACKEND, "no usable CUDA device: %s", why);
+        return dm_fail(DM_ERR_BACKEND, "no usable CUDA device: %s" NO_DEVICE_HINT, why);
     }
     /* the kernels are built for sm_80 and sm_90 (plus compute_90 PTX for newer GPUs) */
     if (prop.major < 8) {
         snprintf(why, n, "device %d (%s) has compute capability %d.%d; dmove's CUDA kernels "
                  "are built for 8.0 (A100) and newer", dev, prop.name, prop.major, prop.minor);
-        return dm_fail(DM_ERR_BACKEND, "no usable CUDA device: %s", why);
+        return dm_fail(DM_ERR_BACKEND, "no usable CUDA device: %s" NO_DEVICE_HINT, why);
     }
     snprintf(why, n, "device %d: %s, compute capability %d.%d, %.1f GiB", dev, prop.name,
              prop.major, prop.minor, (double)prop.totalGlobalMem / (1 << 30));

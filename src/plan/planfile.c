@@ -165,18 +165,34 @@ static dm_status parse(const char *path, const cJSON *root, const dm_layer_confi
         !num_is(conf, "hidden", (double)cfg->hidden) || !num_is(conf, "heads", (double)cfg->heads) ||
         !num_is(conf, "ffn", (double)cfg->ffn) || !str_is(conf, "act", dm_act_name(cfg->act)) ||
         !str_is(conf, "schedule", sched)) {
-        char *have = cJSON_PrintUnformatted(conf);
-        snprintf(msg, sizeof msg, "it was tuned for %s, not for b=%lld j=%lld i=%lld h=%lld u=%lld "
-                 "act=%s schedule=%s", have ? have : "another configuration", (long long)cfg->batch,
+        /* say what it was tuned for as the options that select it */
+        static const char *const keys[] = {"batch", "seq", "hidden", "heads", "ffn"};
+        char have[256] = "";
+        size_t len = 0;
+        for (int k = 0; k < 5; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(conf, keys[k]);
+            if (cJSON_IsNumber(v) && len < sizeof have)
+                len += (size_t)snprintf(have + len, sizeof have - len, " --%s %.0f", keys[k], v->valuedouble);
+        }
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(conf, "act");
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(conf, "schedule");
+        if (cJSON_IsString(a) && a->valuestring && len < sizeof have)
+            len += (size_t)snprintf(have + len, sizeof have - len, " --act %.32s", a->valuestring);
+        if (cJSON_IsString(sc) && sc->valuestring && len < sizeof have)
+            snprintf(have + len, sizeof have - len, " --schedule %.32s", sc->valuestring);
+        snprintf(msg, sizeof msg, "it was tuned for%s, not for --batch %lld --seq %lld --hidden %lld --heads %lld "
+                 "--ffn %lld --act %s --schedule %s; use it with the options it was tuned for, or run "
+                 "'dmove tune' for these", have[0] ? have : " another configuration", (long long)cfg->batch,
                  (long long)cfg->seq, (long long)cfg->hidden, (long long)cfg->heads, (long long)cfg->ffn,
                  dm_act_name(cfg->act), sched);
-        cJSON_free(have);
-        return bad(path, msg);
+        return dm_fail(DM_ERR_FORMAT, "plan '%s' is not usable: %s", path, msg);
     }
     const cJSON *fo = cJSON_GetObjectItemCaseSensitive(conf, "forward_only");
     if (!cJSON_IsBool(fo) || cJSON_IsTrue(fo) != (opt->forward_only != 0))
-        return bad(path, opt->forward_only ? "it was tuned for a training step, not forward only"
-                                           : "it was tuned forward-only, not for a training step");
+        return opt->forward_only
+                   ? dm_fail(DM_ERR_FORMAT, "plan '%s' is for the training step ('dmove tune' tunes "
+                             "forward and backward together): run without --forward-only to use it", path)
+                   : bad(path, "it was tuned forward-only, not for a training step");
     const cJSON *meas = cJSON_GetObjectItemCaseSensitive(root, "measured");
     if (cJSON_IsObject(meas)) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(meas, "machine");
@@ -247,11 +263,11 @@ dm_status dm_plan_load(const char *path, const dm_layer_config *cfg, const dm_la
     }
     char *text = malloc(MAX_PLAN_BYTES + 1);
     size_t n = text ? fread(text, 1, MAX_PLAN_BYTES + 1, f) : 0;
-    int rerr = ferror(f);
+    int rerr = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f); /* read-only */
     dm_status st = DM_OK;
     if (!text) st = dm_fail(DM_ERR_OOM, "out of memory");
-    else if (rerr) st = dm_fail(DM_ERR_IO, "cannot read plan '%s'", path);
+    else if (rerr) st = dm_fail(DM_ERR_IO, "cannot read plan '%s': %s", path, strerror(rerr));
     else if (n > MAX_PLAN_BYTES) st = bad(path, "larger than 4 MiB");
     cJSON *root = NULL;
     if (st == DM_OK) {
