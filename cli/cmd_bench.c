@@ -154,6 +154,9 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
         return -1;
     }
     dm_layer_cuda_choices(s->layer, &res->cuda);
+    if (res->cuda.gen_unavailable[0])
+        fprintf(stderr, "dmove bench: note: %s: --rows auto runs the interpreter and cuBLAS everywhere: the "
+                "generated kernels could not be built: %s\n", res->name, res->cuda.gen_unavailable);
     if (g_device == DM_DEVICE_CUDA && res->cuda.row_programs_generated < res->cuda.row_programs &&
         !strcmp(rows_in_effect(), "gen"))
         fprintf(stderr, "dmove bench: note: %s: %d of %d row groups run generated kernels, the rest the "

@@ -479,6 +479,11 @@ int cmd_layer(int argc, char **argv) {
         cli_error(CMD, "%s", dm_last_error());
         goto done;
     }
+    dm_cuda_choices cc;
+    dm_layer_cuda_choices(layer, &cc);
+    if (cc.gen_unavailable[0])
+        fprintf(stderr, "dmove layer: note: --rows auto runs the interpreter and cuBLAS everywhere: the "
+                "generated kernels could not be built: %s\n", cc.gen_unavailable);
     /* The layer's parameter list must be exactly BertLayer's. */
     if (dm_layer_num_params(layer) != NUM_PARAMS) {
         cli_error(CMD, "internal error: the layer has %d parameters, BertLayer has %d (please "

@@ -117,6 +117,9 @@ typedef struct {
     int bias_epilogues;         /* contractions adding the next group's bias in a cuBLASLt
                                  * epilogue (that group then does nothing) */
     int second_stream;          /* groups (weight and bias gradients) on the second stream */
+    char gen_unavailable[512];  /* rows auto: why the generated kernels could not be built
+                                 * (the layer then runs the interpreter and cuBLAS); "" if
+                                 * they were built or not asked for */
 } dm_cuda_choices;
 void dm_layer_cuda_choices(const dm_layer *layer, dm_cuda_choices *out);
 void dm_layer_free(dm_layer *layer);

@@ -243,6 +243,7 @@ void dm_layer_cuda_choices(const dm_layer *L, dm_cuda_choices *out) {
     out->attention_fused = dm_cuda_exec_fused(L->cuda);
     out->bias_epilogues = dm_cuda_exec_epilogues(L->cuda);
     out->second_stream = dm_cuda_exec_side_groups(L->cuda);
+    snprintf(out->gen_unavailable, sizeof out->gen_unavailable, "%s", dm_cuda_exec_gen_note(L->cuda));
 #else
     (void)L;
 #endif

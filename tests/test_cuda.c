@@ -391,6 +391,8 @@ done:
 /* Groups alone and whole layers; `emulate`: DM_CUDA_EMULATE (no GPU) or 0 (the GPU: the
  * groups then run with DM_CUDA_SYNC_EACH, so a fault names its group); `gen`:
  * DM_CUDA_GEN (row groups as generated kernels where they qualify) or 0. */
+static int fused_tails(const dm_layer_config *cfg, int dtype, unsigned flags);
+
 static void run_suite(unsigned emulate, int dtype, unsigned gen) {
     char m[64], label[96];
     snprintf(m, sizeof m, "%s%s%s%s", emulate ? "emulated " : "", gen ? "gen " : "",
@@ -414,7 +416,7 @@ static void run_suite(unsigned emulate, int dtype, unsigned gen) {
     snprintf(label, sizeof label, "%sC fused", m);
     test_groups(&c, DM_SCHED_FUSED, f, label, dtype);
     if (gen && dtype != DM_CUDA_FP32) { /* the fused attention kernels' other shapes: three
-                                         * row tiles per item; nine, with the d keys by cuBLAS */
+                                         * and nine row tiles per item, in one block */
         dm_layer_config e = small_config(2, 48, 64, 2, 128, DM_ACT_GELU);
         dm_layer_config f2 = small_config(1, 144, 64, 2, 128, DM_ACT_GELU);
         snprintf(label, sizeof label, "%sE fused", m);
@@ -422,6 +424,16 @@ static void run_suite(unsigned emulate, int dtype, unsigned gen) {
         snprintf(label, sizeof label, "%sF fused", m);
         test_groups(&f2, DM_SCHED_FUSED, f, label, dtype);
         test_layer(&e, DM_SCHED_FUSED, emulate != 0, dtype, gen | DM_CUDA_OVERLAP);
+        /* the path BERT-large at j=512 takes: 24 row tiles per item are too many for one
+         * backward block, so the kernel stores the d scores and cuBLAS makes the d keys
+         * after it; head width 64 (four k-steps); both kernels above 48 KB of shared
+         * memory (the opt-in attribute); 48 chunks per row on a team of 32 lanes */
+        dm_layer_config g2 = small_config(1, 384, 128, 2, 256, DM_ACT_GELU);
+        CHECK(fused_tails(&g2, dtype, emulate | gen) ==
+              (getenv("DMOVE_CUDA_FUSE") && !strcmp(getenv("DMOVE_CUDA_FUSE"), "0") ? 0 : 1));
+        snprintf(label, sizeof label, "%sG fused (j=384, p=64)", m);
+        test_groups(&g2, DM_SCHED_FUSED, f, label, dtype);
+        test_layer(&g2, DM_SCHED_FUSED, emulate != 0, dtype, gen);
         /* --rows auto: on the GPU, real timings pick per group (a mix is possible) */
         test_layer(&a, DM_SCHED_FUSED, emulate != 0, dtype, gen | DM_CUDA_AUTO | DM_CUDA_OVERLAP);
     }
@@ -504,6 +516,38 @@ static void test_auto(void) {
         test_layer(&a, DM_SCHED_FUSED, 1, DM_CUDA_BF16, DM_CUDA_GEN | DM_CUDA_AUTO);
     }
     CHECK(unsetenv("DMOVE_TEST_AUTO") == 0);
+    /* NVRTC cannot build the kernels (here: no toolkit headers): auto keeps the
+     * interpreter and cuBLAS and says why; gen, asked for the kernels, fails */
+    const char *inc = getenv("DMOVE_CUDA_INCLUDE"), *cache = getenv("DMOVE_CUDA_CACHE");
+    char inc_saved[1024] = "", cache_saved[64] = "";
+    if (inc) snprintf(inc_saved, sizeof inc_saved, "%s", inc);
+    if (cache) snprintf(cache_saved, sizeof cache_saved, "%s", cache);
+    CHECK(setenv("DMOVE_CUDA_INCLUDE", "/nonexistent/dmove-test", 1) == 0);
+    CHECK(setenv("DMOVE_CUDA_CACHE", "0", 1) == 0);
+    dm_layer *L = NULL;
+    dm_layer_options o = {.schedule = DM_SCHED_FUSED, .threads = 2};
+    CHECK_OK(dm_layer_new(&L, &a, &o));
+    if (L) {
+        const unsigned f = DM_CUDA_EMULATE | DM_CUDA_GEN | DM_CUDA_EPILOGUE;
+        dm_cuda_exec *ex = NULL;
+        CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, DM_CUDA_BF16, f | DM_CUDA_AUTO));
+        int all = 0;
+        CHECK(ex && dm_cuda_exec_generated(ex, &all) == 0 && all > 0 && dm_cuda_exec_fused(ex) == 0);
+        CHECK(ex && strstr(dm_cuda_exec_gen_note(ex), "cuda_bf16.h") != NULL);
+        printf("rows auto without NVRTC's headers: %d of %d generated; note: %.80s...\n",
+               ex ? dm_cuda_exec_generated(ex, NULL) : -1, all, ex ? dm_cuda_exec_gen_note(ex) : "");
+        dm_cuda_exec_free(ex);
+        ex = NULL;
+        CHECK(dm_cuda_exec_init(&ex, &L->plan, DM_CUDA_BF16, f) == DM_ERR_NOT_FOUND && ex == NULL);
+        CHECK(strstr(dm_last_error(), "--rows interp") != NULL);
+        dm_layer_free(L);
+        /* and the layer still computes right, by the interpreter */
+        test_layer(&a, DM_SCHED_FUSED, 1, DM_CUDA_BF16, DM_CUDA_GEN | DM_CUDA_AUTO);
+    }
+    if (inc) CHECK(setenv("DMOVE_CUDA_INCLUDE", inc_saved, 1) == 0);
+    else CHECK(unsetenv("DMOVE_CUDA_INCLUDE") == 0);
+    if (cache) CHECK(setenv("DMOVE_CUDA_CACHE", cache_saved, 1) == 0);
+    else CHECK(unsetenv("DMOVE_CUDA_CACHE") == 0);
 }
 
 /* How many batched groups of cfg's fused plan run as one fused kernel (-1: no executor). */
@@ -515,6 +559,21 @@ static int fused_groups(const dm_layer_config *cfg, int dtype, unsigned flags) {
     dm_cuda_exec *ex = NULL;
     CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, dtype, flags));
     int n = ex ? dm_cuda_exec_fused(ex) : -1;
+    dm_cuda_exec_free(ex);
+    dm_layer_free(L);
+    return n;
+}
+
+/* How many fused groups of cfg's fused plan leave a GEMM to cuBLAS after the kernel
+ * (the backward whose item is too big for one block); -1: no executor. */
+static int fused_tails(const dm_layer_config *cfg, int dtype, unsigned flags) {
+    dm_layer *L = NULL;
+    dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .threads = 2};
+    CHECK_OK(dm_layer_new(&L, cfg, &opt));
+    if (!L) return -1;
+    dm_cuda_exec *ex = NULL;
+    CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, dtype, flags));
+    int n = ex ? dm_cuda_exec_fused_tails(ex) : -1;
     dm_cuda_exec_free(ex);
     dm_layer_free(L);
     return n;
@@ -545,12 +604,15 @@ static void run_sim_suite(void) {
     test_groups(&e, DM_SCHED_FUSED, f, "simulated lanes, bf16 E fused", DM_CUDA_BF16);
     test_groups(&e, DM_SCHED_FUSED, f, "simulated lanes, fp16 E fused", DM_CUDA_FP16);
     test_layer(&e, DM_SCHED_FUSED, 1, DM_CUDA_FP16, DM_CUDA_GEN | DM_CUDA_SIM_LANES);
-    /* j = 144: an item's rows exceed the backward's block, so its kernel stores the d
-     * scores and cuBLAS runs the d keys after it (teams of 16 over 18 chunks) */
+    /* j = 144: nine row tiles per item in one backward block of 288 threads (teams of 16
+     * over 18 chunks); j = 384 (run_suite) is the one whose d keys go to cuBLAS */
     dm_layer_config f2 = small_config(1, 144, 64, 2, 128, DM_ACT_GELU);
     CHECK(fused_groups(&f2, DM_CUDA_BF16, f) == (getenv("DMOVE_CUDA_FUSE") && !strcmp(getenv("DMOVE_CUDA_FUSE"), "0") ? 0 : 2));
     test_groups(&f2, DM_SCHED_FUSED, f, "simulated lanes, bf16 F fused", DM_CUDA_BF16);
     test_layer(&f2, DM_SCHED_FUSED, 1, DM_CUDA_BF16, DM_CUDA_GEN);
+    /* j = 384, head width 64: BERT-large's j=512 path (the d keys by cuBLAS), lane by lane */
+    dm_layer_config g2 = small_config(1, 384, 128, 2, 256, DM_ACT_GELU);
+    test_groups(&g2, DM_SCHED_FUSED, f, "simulated lanes, bf16 G fused", DM_CUDA_BF16);
 }
 
 /* How many row programs of a layer's fused plan the generator takes: all of the small

@@ -81,6 +81,11 @@ int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs);
 /* How many batched groups (attention) run as one fused kernel each (DM_CUDA_GEN, 16-bit
  * storage); their row programs count as generated above. */
 int dm_cuda_exec_fused(const dm_cuda_exec *ex);
+/* Of those, the ones that leave a GEMM to cuBLAS after the kernel (tests). */
+int dm_cuda_exec_fused_tails(const dm_cuda_exec *ex);
+/* DM_CUDA_AUTO: why the generated kernels could not be built (NVRTC's words) and the layer
+ * runs the interpreter and cuBLAS instead; "" when they were built or not asked for. */
+const char *dm_cuda_exec_gen_note(const dm_cuda_exec *ex);
 /* How many contractions take the next group's bias into a cuBLASLt epilogue. */
 int dm_cuda_exec_epilogues(const dm_cuda_exec *ex);
 /* How many groups run on the second stream (DM_CUDA_OVERLAP). */

@@ -105,6 +105,7 @@ struct dm_cuda_exec {
     int *gen_of;              /* per program: its generated kernel, or -1 (interpreted) */
     int ngen;
     int nfused;               /* groups run as one fused kernel (dmc_attn) */
+    char gen_note[512];       /* DM_CUDA_AUTO: why no generated kernel is used, if the build failed */
     /* DM_CUDA_OVERLAP: the second stream and what runs there */
     cudaStream_t side_stream;
     cublasHandle_t blas2;     /* its own handle (and workspace) */
@@ -714,6 +715,20 @@ static dm_status init_gen(dm_cuda_exec *ex) {
     ex->nfused = na;
     const int mode = !emulated(ex) ? 0 : (ex->flags & DM_CUDA_SIM_LANES) ? 2 : 1;
     dm_status s = ex->ngen + na ? dmc_gen_build(&ex->gen, list, ex->ngen, attns, na, mode, ex->device) : DM_OK;
+    if (s != DM_OK && s != DM_ERR_OOM && (ex->flags & DM_CUDA_AUTO)) {
+        /* auto chooses whatever runs fastest, and a kernel NVRTC cannot build does not run:
+         * every group keeps the interpreter and cuBLAS; the reason is kept for the user */
+        snprintf(ex->gen_note, sizeof ex->gen_note, "%s", dm_last_error());
+        for (int i = 0; i < ex->nprogs; i++) ex->gen_of[i] = -1;
+        for (int q = 0; q < na; q++) {
+            ex->groups[attn_group[q]].fused = 0;
+            ex->groups[attn_group[q]].tail = 0;
+        }
+        ex->ngen = ex->nfused = 0;
+        ex->gen = NULL;
+        dm_clear_error();
+        s = DM_OK;
+    }
     free(list);
     free(attns);
     free(attn_group);
@@ -722,12 +737,20 @@ static dm_status init_gen(dm_cuda_exec *ex) {
     return DM_OK;
 }
 
+const char *dm_cuda_exec_gen_note(const dm_cuda_exec *ex) { return ex ? ex->gen_note : ""; }
+
 int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs) {
     if (programs) *programs = ex ? ex->nprogs : 0;
     return ex ? ex->ngen + ex->nfused : 0;
 }
 
 int dm_cuda_exec_fused(const dm_cuda_exec *ex) { return ex ? ex->nfused : 0; }
+
+int dm_cuda_exec_fused_tails(const dm_cuda_exec *ex) {
+    int n = 0;
+    for (int gi = 0; ex && gi < ex->ngroups; gi++) n += ex->groups[gi].fused && ex->groups[gi].tail;
+    return n;
+}
 
 int dm_cuda_exec_side_groups(const dm_cuda_exec *ex) {
     int n = 0;
@@ -1053,7 +1076,8 @@ static double host_now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The median time of `reps` runs of group gi as it is set up now, after two warm-ups:
+/* The median time of `reps` runs of group gi as it is set up now, after two warm-ups
+ * (one emulating):
  * on the GPU the runs are enqueued back to back with an event between each two (so the
  * host's launch gaps, which a step hides, are not counted), and read after one wait;
  * emulating, host time. */
@@ -1070,7 +1094,7 @@ static dm_status time_group(dm_cuda_exec *ex, int gi, int reps, double *ms) {
             s = dm_fail(DM_ERR_BACKEND, "cudaEventCreate failed: %s", cudaGetErrorString(ce));
         }
     }
-    for (int r = 0; r < 2 && s == DM_OK; r++) s = dm_cuda_exec_group(ex, gi, 0, 0);
+    for (int r = 0; r < (emulated(ex) ? 1 : 2) && s == DM_OK; r++) s = dm_cuda_exec_group(ex, gi, 0, 0);
     if (s == DM_OK && !emulated(ex) && cudaEventRecord(ev[0], ex->stream) != cudaSuccess)
         s = dm_fail(DM_ERR_BACKEND, "cudaEventRecord failed");
     for (int r = 0; r < reps && s == DM_OK; r++) {
@@ -1102,57 +1126,114 @@ static dm_status time_group(dm_cuda_exec *ex, int gi, int reps, double *ms) {
     return DM_OK;
 }
 
+/* One choice auto weighs: a fused attention kernel (FUSED), a bias epilogue (EPI: off,
+ * the contraction and then the bias group gi + 1 run), a generated row kernel (GEN). */
+enum { CH_FUSED, CH_EPI, CH_GEN };
+typedef struct {
+    int kind, gi;
+    int fused;   /* CH_FUSED: the group's fused index */
+    dmc_epi *epi;
+    int prog, k; /* CH_GEN: the program and its kernel */
+} dmc_choice;
+
+static void choice_set(dm_cuda_exec *ex, const dmc_choice *c, int on) {
+    dmc_group *eg = &ex->groups[c->gi];
+    switch (c->kind) {
+    case CH_FUSED: eg->fused = on ? c->fused : 0; break;
+    case CH_EPI:
+        eg->epi = on ? c->epi : NULL;
+        ex->groups[c->gi + 1].skip = on;
+        break;
+    default: ex->gen_of[c->prog] = on ? c->k : -1; break;
+    }
+}
+
+/* Median time of the choice on and off, timed in alternation (on, off, off, on, on, off)
+ * so that neither side always runs first, on a cold or a warm GPU. */
+static dm_status time_choice(dm_cuda_exec *ex, const dmc_choice *c, double *on_ms, double *off_ms) {
+    enum { ROUNDS = 6, REPS = 3 };
+    double t[2][ROUNDS];
+    /* emulating, host timings mean little and each run is slow: two rounds of one */
+    const int rounds = emulated(ex) ? 2 : ROUNDS, reps = emulated(ex) ? 1 : REPS;
+    for (int r = 0; r < rounds; r++) {
+        const int first = (r + 1) / 2 % 2 == 0; /* on first in rounds 0, 3, 4 */
+        for (int q = 0; q < 2; q++) {
+            const int on = q == 0 ? first : !first;
+            choice_set(ex, c, on);
+            double a = 0, b = 0;
+            dm_status s = time_group(ex, c->gi, reps, &a);
+            if (s == DM_OK && c->kind == CH_EPI && !on) s = time_group(ex, c->gi + 1, reps, &b);
+            if (s != DM_OK) {
+                choice_set(ex, c, 1);
+                return s;
+            }
+            t[on][r] = a + b;
+        }
+    }
+    for (int on = 0; on < 2; on++)
+        for (int i = 1; i < rounds; i++) /* insertion sort, then the middle */
+            for (int j = i; j > 0 && t[on][j] < t[on][j - 1]; j--) {
+                double x = t[on][j];
+                t[on][j] = t[on][j - 1];
+                t[on][j - 1] = x;
+            }
+    *on_ms = 0.5 * (t[1][rounds / 2 - 1] + t[1][rounds / 2]);
+    *off_ms = 0.5 * (t[0][rounds / 2 - 1] + t[0][rounds / 2]);
+    return DM_OK;
+}
+
+/* Every group once in order, repeated for at least `ms` of GPU time: clocks up, caches
+ * and lazily loaded modules warm, before the first choice is timed. */
+static dm_status warm_up(dm_cuda_exec *ex, double ms) {
+    if (emulated(ex)) return DM_OK;
+    const double t0 = host_now();
+    for (int round = 0; round < 1000 && (host_now() - t0) * 1e3 < ms; round++) {
+        for (int gi = 0; gi < ex->ngroups; gi++) DM_TRY(dm_cuda_exec_group(ex, gi, 0, 0));
+        DMC_CUDA(cudaStreamSynchronize(ex->stream));
+    }
+    return DM_OK;
+}
+
 /* DM_CUDA_AUTO: each choice the generator made, measured against what it replaces, kept
  * only where it is faster: a fused attention kernel against cuBLAS and the interpreted
  * row program; a bias epilogue against the contraction and the bias group; a generated
  * row kernel against the interpreter. The arena is zeroed again after. */
 static dm_status auto_select(dm_cuda_exec *ex) {
-    const int reps = 5;
     /* the tests' way to make every choice one way (the timings decide otherwise):
      * DMOVE_TEST_AUTO=gen keeps every generated choice, =interp drops every one */
     const char *force = getenv("DMOVE_TEST_AUTO");
     const double bias = force && !strcmp(force, "gen") ? -1e30 : force && !strcmp(force, "interp") ? 1e30 : 0;
+    DM_TRY(warm_up(ex, 200.0));
     for (int gi = 0; gi < ex->ngroups; gi++) {
         dmc_group *eg = &ex->groups[gi];
-        double a = 0, b = 0, c = 0;
+        dmc_choice c;
+        memset(&c, 0, sizeof c);
+        c.kind = CH_GEN;
+        c.gi = gi;
         if (eg->skip) continue; /* a bias in the epilogue before it: nothing runs */
         if (eg->fused) {
-            DM_TRY(time_group(ex, gi, reps, &a));
-            a += bias;
-            const int f = eg->fused;
-            eg->fused = 0;
-            DM_TRY(time_group(ex, gi, reps, &b));
-            if (a <= b) eg->fused = f;
-            else ex->nfused--;
+            c.kind = CH_FUSED;
+            c.fused = eg->fused;
+        } else if (eg->epi && gi + 1 < ex->ngroups) {
+            c.kind = CH_EPI;
+            c.epi = eg->epi;
+        } else if (eg->nsteps == 1 && !eg->steps[0].gemm && ex->gen_of && ex->gen_of[eg->steps[0].prog] >= 0) {
+            c.prog = eg->steps[0].prog;
+            c.k = ex->gen_of[c.prog];
+        } else {
             continue;
         }
-        if (eg->epi && gi + 1 < ex->ngroups) {
-            dmc_group *nx = &ex->groups[gi + 1];
-            DM_TRY(time_group(ex, gi, reps, &a));
-            a += bias;
-            dmc_epi *e = eg->epi;
-            eg->epi = NULL;
-            nx->skip = 0;
-            dm_status s = time_group(ex, gi, reps, &b);
-            if (s == DM_OK) s = time_group(ex, gi + 1, reps, &c);
-            if (s == DM_OK && a > b + c) {
-                epi_free(e);
-                ex->nepi--;
-                continue;
-            }
-            eg->epi = e;
-            nx->skip = 1;
-            DM_TRY(s);
-            continue;
+        double on = 0, off = 0;
+        DM_TRY(time_choice(ex, &c, &on, &off));
+        const int keep = on + bias <= off;
+        choice_set(ex, &c, keep);
+        if (keep) continue;
+        if (c.kind == CH_FUSED) ex->nfused--;
+        else if (c.kind == CH_GEN) ex->ngen--;
+        else {
+            epi_free(c.epi);
+            ex->nepi--;
         }
-        if (eg->nsteps != 1 || eg->steps[0].gemm || !ex->gen_of || ex->gen_of[eg->steps[0].prog] < 0) continue;
-        const int p = eg->steps[0].prog, k = ex->gen_of[p];
-        DM_TRY(time_group(ex, gi, reps, &a));
-        a += bias;
-        ex->gen_of[p] = -1;
-        DM_TRY(time_group(ex, gi, reps, &b));
-        if (a <= b) ex->gen_of[p] = k;
-        else ex->ngen--;
     }
     if (!ex->nepi && ex->have_lt) { /* no epilogue kept: cuBLASLt's handle and workspace go */
         dev_free(ex, ex->lt_ws);

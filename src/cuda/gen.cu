@@ -665,7 +665,10 @@ static dm_status attn_check(const dmc_attn *a, attn_shape *sh) {
                     !batch_aligned(g3->B, a->b3, 1, esz, 32)))
         return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: the third GEMM's sizes or alignment");
     if (a->prog->nacc) return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: column sums in the row ops");
-    sh->ld = (int)(g1->n + 16);
+    /* 8 elements of padding: rows 16 bytes apart modulo 128, so the 8 rows a tensor-core
+     * load reads at once (16 bytes each) fall in different banks; every tile base stays
+     * 32-byte aligned (16 rows of LD are a multiple of 256 bytes) and LD a multiple of 8 */
+    sh->ld = (int)(g1->n + 8);
     sh->tiles = a->b1.count * (g1->m / 16);
     const int64_t warp_bytes = 16 * (int64_t)sh->ld * esz + 256 * 4;
     if (a->has3) { /* a block per batch item: its rows of P are all GEMM 3 needs; at most
