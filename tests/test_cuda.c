@@ -495,8 +495,11 @@ done:
  * to the (host) timings: the counts follow, and the layer's results stay right. */
 static void test_auto(void) {
     dm_layer_config a = small_config(2, 16, 64, 4, 256, DM_ACT_GELU);
-    const char *modes[3] = {"gen", "interp", NULL};
-    for (int m = 0; m < 3; m++) {
+    /* gen: every generated choice; interp: none; unfused: cuBLAS around generated row
+     * kernels instead of the fused attention kernels (what auto falls back to when a
+     * fused kernel loses) */
+    const char *modes[4] = {"gen", "interp", "unfused", NULL};
+    for (int m = 0; m < 4; m++) {
         if (modes[m]) CHECK(setenv("DMOVE_TEST_AUTO", modes[m], 1) == 0);
         else CHECK(unsetenv("DMOVE_TEST_AUTO") == 0);
         dm_layer *L = NULL;
@@ -509,6 +512,7 @@ static void test_auto(void) {
             epi = dm_cuda_exec_epilogues(ex);
         if (m == 0) CHECK(gen == all && fused == 2 && epi == 1);
         if (m == 1) CHECK(gen == 0 && fused == 0 && epi == 0);
+        if (m == 2) CHECK(gen == all && fused == 0 && epi == 1);
         printf("rows auto (%s): %d of %d row programs generated, %d groups fused, %d bias epilogues\n",
                modes[m] ? modes[m] : "host timings", gen, all, fused, epi);
         dm_cuda_exec_free(ex);

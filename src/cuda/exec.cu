@@ -706,7 +706,10 @@ static dm_status init_gen(dm_cuda_exec *ex) {
     ex->ngen = 0;
     for (int i = 0; i < ex->nprogs; i++) {
         ex->gen_of[i] = -1;
-        if (in_attn[i] || dmc_gen_eligible(&ex->hprogs[i]) != DM_OK) continue; /* fused, or interpreted */
+        /* a program inside a fused kernel gets a kernel of its own only for auto, which
+         * may find cuBLAS around it faster than the fused kernel */
+        if ((in_attn[i] && !(ex->flags & DM_CUDA_AUTO)) || dmc_gen_eligible(&ex->hprogs[i]) != DM_OK)
+            continue; /* fused, or interpreted */
         ex->gen_of[i] = ex->ngen;
         list[ex->ngen++] = &ex->hprogs[i];
     }
@@ -739,9 +742,17 @@ static dm_status init_gen(dm_cuda_exec *ex) {
 
 const char *dm_cuda_exec_gen_note(const dm_cuda_exec *ex) { return ex ? ex->gen_note : ""; }
 
+/* The row programs of the plan that run generated code: inside a fused kernel, or as a
+ * kernel of their own. */
 int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs) {
     if (programs) *programs = ex ? ex->nprogs : 0;
-    return ex ? ex->ngen + ex->nfused : 0;
+    int n = 0;
+    for (int gi = 0; ex && gi < ex->ngroups; gi++) {
+        const dmc_group *eg = &ex->groups[gi];
+        for (int k = 0; k < eg->nsteps; k++)
+            n += !eg->steps[k].gemm && (eg->fused || (ex->gen_of && ex->gen_of[eg->steps[k].prog] >= 0));
+    }
+    return n;
 }
 
 int dm_cuda_exec_fused(const dm_cuda_exec *ex) { return ex ? ex->nfused : 0; }
@@ -1200,39 +1211,52 @@ static dm_status warm_up(dm_cuda_exec *ex, double ms) {
  * row kernel against the interpreter. The arena is zeroed again after. */
 static dm_status auto_select(dm_cuda_exec *ex) {
     /* the tests' way to make every choice one way (the timings decide otherwise):
-     * DMOVE_TEST_AUTO=gen keeps every generated choice, =interp drops every one */
+     * DMOVE_TEST_AUTO=gen keeps every generated choice, =interp drops every one,
+     * =unfused drops the fused kernels only */
     const char *force = getenv("DMOVE_TEST_AUTO");
-    const double bias = force && !strcmp(force, "gen") ? -1e30 : force && !strcmp(force, "interp") ? 1e30 : 0;
+    const int f_gen = force && !strcmp(force, "gen"), f_interp = force && !strcmp(force, "interp"),
+              f_unfused = force && !strcmp(force, "unfused"); /* =unfused: cuBLAS + generated */
     DM_TRY(warm_up(ex, 200.0));
     for (int gi = 0; gi < ex->ngroups; gi++) {
         dmc_group *eg = &ex->groups[gi];
-        dmc_choice c;
-        memset(&c, 0, sizeof c);
-        c.kind = CH_GEN;
-        c.gi = gi;
         if (eg->skip) continue; /* a bias in the epilogue before it: nothing runs */
-        if (eg->fused) {
-            c.kind = CH_FUSED;
-            c.fused = eg->fused;
-        } else if (eg->epi && gi + 1 < ex->ngroups) {
-            c.kind = CH_EPI;
-            c.epi = eg->epi;
-        } else if (eg->nsteps == 1 && !eg->steps[0].gemm && ex->gen_of && ex->gen_of[eg->steps[0].prog] >= 0) {
-            c.prog = eg->steps[0].prog;
-            c.k = ex->gen_of[c.prog];
-        } else {
-            continue;
-        }
-        double on = 0, off = 0;
-        DM_TRY(time_choice(ex, &c, &on, &off));
-        const int keep = on + bias <= off;
-        choice_set(ex, &c, keep);
-        if (keep) continue;
-        if (c.kind == CH_FUSED) ex->nfused--;
-        else if (c.kind == CH_GEN) ex->ngen--;
-        else {
-            epi_free(c.epi);
-            ex->nepi--;
+        /* the group's row program, if it has exactly one */
+        int prog = -1, rows = 0;
+        for (int k = 0; k < eg->nsteps; k++)
+            if (!eg->steps[k].gemm) prog = eg->steps[k].prog, rows++;
+        if (rows != 1) prog = -1;
+        for (int pass = 0; pass < 2; pass++) {
+            dmc_choice c;
+            memset(&c, 0, sizeof c);
+            c.gi = gi;
+            if (pass == 0 && eg->fused) {
+                c.kind = CH_FUSED;
+                c.fused = eg->fused;
+            } else if (pass == 0 && eg->epi && gi + 1 < ex->ngroups) {
+                c.kind = CH_EPI;
+                c.epi = eg->epi;
+            } else if (!eg->fused && !eg->epi && prog >= 0 && ex->gen_of && ex->gen_of[prog] >= 0) {
+                /* pass 0: a row group; pass 1: the row program of a group whose fused kernel
+                 * lost, between the GEMMs */
+                c.kind = CH_GEN;
+                c.prog = prog;
+                c.k = ex->gen_of[prog];
+            } else {
+                continue;
+            }
+            if (pass == 1 && c.kind != CH_GEN) continue;
+            double on = 0, off = 0;
+            DM_TRY(time_choice(ex, &c, &on, &off));
+            const int keep = (f_gen || f_interp || f_unfused)
+                                 ? f_gen || (f_unfused && c.kind != CH_FUSED)
+                                 : on <= off;
+            choice_set(ex, &c, keep);
+            if (keep) break;
+            if (c.kind == CH_FUSED) ex->nfused--;
+            else if (c.kind == CH_EPI) {
+                epi_free(c.epi);
+                ex->nepi--;
+            }
         }
     }
     if (!ex->nepi && ex->have_lt) { /* no epilogue kept: cuBLASLt's handle and workspace go */
