@@ -188,6 +188,8 @@ int cmd_example(int argc, char **argv) {
         cli_error(CMD, "%s", dm_last_error());
         goto done;
     }
+    printf("dmove example: wrote %s (b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
+           "); run it with: dmove layer --in %s --out OUT.safetensors\n", out, b, j, i, cfg->heads, u, out);
     rc = CLI_OK;
 done:
     free(mask);

@@ -137,10 +137,15 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
 
 /* A hint when `name` is missing but a tensor ends with ".name" (a model's state_dict
  * with its prefix, e.g. "bert.encoder.layer.0."). */
+static int g_hinted;       /* the prefix hint was given */
+static int g_missing_more; /* missing tensors not listed after it */
+
 static void missing(const dm_st_file *f, const char *name, const char *what) {
-    static int hinted = 0; /* one hint is enough: all names usually share the prefix */
+    if (g_hinted) { /* one hint is enough: all names usually share the prefix */
+        g_missing_more++;
+        return;
+    }
     cli_error(CMD, "tensor '%s' is missing from --in: %s", name, what);
-    if (hinted) return;
     size_t n = strlen(name);
     for (int k = 0; k < dm_st_count(f); k++) {
         const char *t = dm_st_get(f, k)->name;
@@ -148,7 +153,7 @@ static void missing(const dm_st_file *f, const char *name, const char *what) {
         if (m > n + 1 && t[m - n - 1] == '.' && strcmp(t + m - n, name) == 0) {
             fprintf(stderr, "  (the file has '%s': rename the tensors without the prefix "
                             "'%.*s')\n", t, (int)(m - n), t);
-            hinted = 1;
+            g_hinted = 1;
             return;
         }
     }
@@ -252,11 +257,16 @@ static int validate(const dm_st_file *f, int64_t *b, int64_t *j, int64_t *i, int
         int known = !strcmp(n, "hidden_states") || !strcmp(n, "attention_mask") ||
                     !strcmp(n, "grad_output");
         for (int p = 0; !known && p < NUM_PARAMS; p++) known = !strcmp(n, k_params[p].name);
-        if (!known && unused++ < 5)
+        if (!known && unused++ < 5 && !g_hinted)
             fprintf(stderr, "dmove layer: note: ignoring tensor '%s' (not an input of the "
                             "layer)\n", n);
     }
-    if (unused > 5) fprintf(stderr, "dmove layer: note: ... and %d more\n", unused - 5);
+    if (g_missing_more)
+        fprintf(stderr, "dmove layer: ... and %d more tensors missing, likely under the same prefix\n",
+                g_missing_more);
+    if (g_hinted && unused) /* the prefixed tensors themselves: one line for all */
+        fprintf(stderr, "dmove layer: note: %d tensors not used, by name (the prefixed ones, likely)\n", unused);
+    else if (unused > 5) fprintf(stderr, "dmove layer: note: ... and %d more\n", unused - 5);
     return bad ? -1 : 0;
 }
 
@@ -558,6 +568,9 @@ int cmd_layer(int argc, char **argv) {
         cli_error(CMD, "%s", dm_last_error());
         goto done;
     }
+    printf("dmove layer: wrote %s: %s (b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
+           ", %s)\n", out, forward_only ? "output" : "output, grad_hidden_states and the 16 parameter gradients",
+           b, j, i, c.cfg.heads, u, device == DM_DEVICE_CUDA ? "cuda" : "cpu");
     rc = CLI_OK;
 done:
     dm_st_writer_free(w);
