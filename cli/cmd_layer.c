@@ -97,7 +97,7 @@ static int same_file(const char *a, const char *b) {
 
 /* The options `dmove example` records in the file's __metadata__ (heads, dropout, seed,
  * act, eps) become the defaults of those not given on the command line, with a note
- * saying which; the command line wins. 0 ok, -1 after a usage error (a bad value). */
+ * saying which; the command line wins. 0 ok, -1 after the error (a bad value). */
 static int from_metadata(const dm_st_file *f, const char *in, cli_config *c) {
     static const char *const keys[] = {"heads", "dropout", "seed", "act", "eps"};
     int *set[] = {&c->size_set[3], &c->dropout_set, &c->seed_set, &c->act_set, &c->eps_set};
@@ -447,9 +447,9 @@ int cmd_layer(int argc, char **argv) {
         cli_error(CMD, "%s", dm_last_error());
         return CLI_FAIL;
     }
-    if (from_metadata(f, in, &c)) {
+    if (from_metadata(f, in, &c)) { /* a bad value in the file: bad input */
         dm_st_free(f);
-        return CLI_USAGE;
+        return CLI_FAIL;
     }
     if (!c.size_set[3]) {
         cli_usage_error(CMD, "--heads H is required (the number of attention heads is not "

@@ -192,6 +192,14 @@ static void print_floor(const cli_config *c, dm_schedule sched, const double t[2
     }
     double f = sched == DM_SCHED_FUSED ? fused_s : unfused_s;
     if (!(f > 0) || !(t[0] > 0) || !(t[1] > 0)) return;
+    if (t[0] < f || t[1] < f) { /* a floor the step beat is no floor: the profile is low */
+        printf("roofline floor of the %s step from the profile %s: %.2f ms, but the %s step took %.2f ms: "
+               "the profile's rates are below this machine's (probed while it was busy?); run "
+               "`dmove probe` again when it is quiet\n",
+               sched == DM_SCHED_FUSED ? "fused" : "unfused", path, f * 1e3, t[1] < t[0] ? "tuned" : "default",
+               (t[1] < t[0] ? t[1] : t[0]) * 1e3);
+        return;
+    }
     printf("roofline floor of the %s step on this CPU (dmove analyze, profile %s): %.2f ms; %s: "
            "default plan %.2fx the floor, tuned plan %.2fx; by this model no plan can beat the "
            "default by more than %.2fx\n",
