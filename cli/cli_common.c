@@ -80,9 +80,13 @@ int cli_check_output(const char *cmd, const char *opt, const char *path) {
     if (!slash) snprintf(dir, sizeof dir, ".");
     else if (slash == path) snprintf(dir, sizeof dir, "/");
     else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (stat(dir, &st) != 0) {
         cli_error(cmd, "%s: cannot create '%s': the directory '%s' does not exist (create it first)", opt,
                   path, dir);
+        return CLI_FAIL;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        cli_error(cmd, "%s: cannot create '%s': '%s' is not a directory", opt, path, dir);
         return CLI_FAIL;
     }
     if (access(dir, W_OK | X_OK) != 0) {

@@ -155,13 +155,15 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
     }
     dm_layer_cuda_choices(s->layer, &res->cuda);
     if (res->cuda.gen_unavailable[0])
-        fprintf(stderr, "dmove bench: note: %s: --rows auto runs the interpreter and cuBLAS everywhere: the "
-                "generated kernels could not be built: %s\n", res->name, res->cuda.gen_unavailable);
-    if (g_device == DM_DEVICE_CUDA && res->cuda.row_programs_generated < res->cuda.row_programs &&
+        fprintf(stderr, "dmove bench: note: %s: --rows auto runs the row groups and attention with the "
+                "interpreter and cuBLAS: the generated kernels could not be built: %s\n", res->name, res->cuda.gen_unavailable);
+    /* a bias group a cuBLASLt epilogue absorbed runs nothing, generated or not */
+    if (g_device == DM_DEVICE_CUDA &&
+        res->cuda.row_programs_generated < res->cuda.row_programs - res->cuda.bias_epilogues &&
         !strcmp(rows_in_effect(), "gen"))
-        fprintf(stderr, "dmove bench: note: %s: %d of %d row groups run generated kernels, the rest the "
-                "interpreter (the generator does not take them)\n", res->name,
-                res->cuda.row_programs_generated, res->cuda.row_programs);
+        fprintf(stderr, "dmove bench: note: %s: %d of %d row groups run generated kernels (%d absorbed by bias "
+                "epilogues), the rest the interpreter (the generator does not take them)\n", res->name,
+                res->cuda.row_programs_generated, res->cuda.row_programs, res->cuda.bias_epilogues);
     float *x = NULL;
     int nd = 0;
     int64_t sh[4] = {0};

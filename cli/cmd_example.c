@@ -31,8 +31,9 @@ static void usage(FILE *out) {
             "  --out FILE       the file to write (required; written atomically)\n");
     cli_config_help(out, CLI_CFG_SIZES | CLI_CFG_HEADS | CLI_CFG_TRAIN);
     fprintf(out,
-            "                   (--seed also seeds the random values; --dropout, --act and\n"
-            "                   --eps are only recorded in __metadata__)\n"
+            "                   (--seed also seeds the random values; --heads, --dropout,\n"
+            "                   --seed, --act and --eps are recorded in __metadata__, where\n"
+            "                   dmove layer takes them as its defaults)\n"
             "  --no-mask        leave attention_mask out (dmove layer then uses all ones)\n"
             "  --help           this text\n"
             "\n"

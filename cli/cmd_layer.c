@@ -113,8 +113,8 @@ static int from_metadata(const dm_st_file *f, const char *in, cli_config *c) {
         char *argv[3] = {(char *)"layer", opt, arg};
         int i = 1;
         if (cli_config_option(c, CMD, 3, argv, &i) != 1) {
-            fprintf(stderr, "dmove layer: (the bad value is \"%s\" in the metadata of '%s'; give %s on the "
-                    "command line to override it)\n", keys[k], in, opt);
+            fprintf(stderr, "dmove layer: (that value, \"%s\", is the \"%s\" in the metadata of '%s'; give %s "
+                    "on the command line to override it)\n", v, keys[k], in, opt);
             return -1;
         }
         if (len < sizeof used)
@@ -447,6 +447,7 @@ int cmd_layer(int argc, char **argv) {
         cli_error(CMD, "%s", dm_last_error());
         return CLI_FAIL;
     }
+    const int heads_given = c.size_set[3];
     if (from_metadata(f, in, &c)) { /* a bad value in the file: bad input */
         dm_st_free(f);
         return CLI_FAIL;
@@ -470,8 +471,8 @@ int cmd_layer(int argc, char **argv) {
     }
     if (dm_layer_config_check(&c.cfg) != DM_OK) {
         cli_error(CMD, "%s (b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " u=%" PRId64
-                  " from --in, h=%" PRId64 " from --heads)",
-                  dm_last_error(), b, j, i, u, c.cfg.heads);
+                  " from --in, h=%" PRId64 " from %s)",
+                  dm_last_error(), b, j, i, u, c.cfg.heads, heads_given ? "--heads" : "its metadata");
         dm_st_free(f);
         return CLI_FAIL;
     }
@@ -492,8 +493,8 @@ int cmd_layer(int argc, char **argv) {
     dm_cuda_choices cc;
     dm_layer_cuda_choices(layer, &cc);
     if (cc.gen_unavailable[0])
-        fprintf(stderr, "dmove layer: note: --rows auto runs the interpreter and cuBLAS everywhere: the "
-                "generated kernels could not be built: %s\n", cc.gen_unavailable);
+        fprintf(stderr, "dmove layer: note: --rows auto runs the row groups and attention with the "
+                "interpreter and cuBLAS: the generated kernels could not be built: %s\n", cc.gen_unavailable);
     /* The layer's parameter list must be exactly BertLayer's. */
     if (dm_layer_num_params(layer) != NUM_PARAMS) {
         cli_error(CMD, "internal error: the layer has %d parameters, BertLayer has %d (please "

@@ -182,7 +182,7 @@ static void print_floor(const cli_config *c, dm_schedule sched, const double t[2
     dm_device dev;
     double unfused_s = 0, fused_s = 0;
     if (dm_profile_default_path(path, sizeof path) != DM_OK || dm_profile_load(path, &p) != DM_OK) {
-        printf("(run `dmove probe` once to see this step's roofline floor here: %s)\n", dm_last_error());
+        printf("(no CPU profile at '%s': run `dmove probe` once to see this step's roofline floor here)\n", path);
         return;
     }
     if (dm_device_from_profile(&p, cli_threads(c->threads), &dev) != DM_OK ||

@@ -111,7 +111,9 @@ dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_laye
 /* What a CUDA layer's executor chose (all 0 on the CPU). */
 typedef struct {
     int row_programs;           /* the plan's row programs */
-    int row_programs_generated; /* of those, run as generated kernels (rows gen/auto) */
+    int row_programs_generated; /* of those, run as generated code (rows gen/auto): alone or
+                                 * inside a fused kernel; a bias group a cuBLASLt epilogue
+                                 * absorbed runs nothing and is not counted */
     int attention_fused;        /* attention groups (batched: GEMMs with row ops between) run
                                  * as one fused tensor-core kernel each (bf16/fp16) */
     int bias_epilogues;         /* contractions adding the next group's bias in a cuBLASLt

@@ -220,7 +220,7 @@ expect_fail "layer: --out a directory" 2 "is a directory" "$D" layer --in "$V" -
 expect_fail "layer: --out followed by an option" 2 "next argument is the option '--forward-only'" \
     "$D" layer --in "$V" --out --forward-only --heads 2
 check "nothing named --forward-only was written" test ! -e ./--forward-only
-expect_fail "tune: --out a directory, before measuring" 2 "is a directory" "$D" tune --out "$T" --no-cache
+expect_fail "tune: --out a directory, before measuring" 2 "is a directory" timeout 20 "$D" tune --out "$T" --no-cache
 expect_fail "example: --out a directory" 2 "is a directory" "$D" example --out "$T"
 expect_fail "layer: --in without a value" 2 "needs a value" "$D" layer --out "$OUT" --heads 2 --in
 expect_fail "layer: unknown option" 2 "unknown option" layv --bogus

@@ -718,9 +718,11 @@ static dm_status init_gen(dm_cuda_exec *ex) {
     ex->nfused = na;
     const int mode = !emulated(ex) ? 0 : (ex->flags & DM_CUDA_SIM_LANES) ? 2 : 1;
     dm_status s = ex->ngen + na ? dmc_gen_build(&ex->gen, list, ex->ngen, attns, na, mode, ex->device) : DM_OK;
-    if (s != DM_OK && s != DM_ERR_OOM && (ex->flags & DM_CUDA_AUTO)) {
-        /* auto chooses whatever runs fastest, and a kernel NVRTC cannot build does not run:
-         * every group keeps the interpreter and cuBLAS; the reason is kept for the user */
+    if ((s == DM_ERR_NOT_FOUND || s == DM_ERR_BACKEND) && (ex->flags & DM_CUDA_AUTO)) {
+        /* auto chooses whatever runs fastest, and kernels NVRTC or the driver cannot build
+         * or load do not run (no toolkit headers, an architecture NVRTC does not know):
+         * the row groups and attention keep the interpreter and cuBLAS (bias epilogues,
+         * cuBLASLt's, are still weighed); the reason is kept for the user */
         snprintf(ex->gen_note, sizeof ex->gen_note, "%s", dm_last_error());
         for (int i = 0; i < ex->nprogs; i++) ex->gen_of[i] = -1;
         for (int q = 0; q < na; q++) {
@@ -743,13 +745,14 @@ static dm_status init_gen(dm_cuda_exec *ex) {
 const char *dm_cuda_exec_gen_note(const dm_cuda_exec *ex) { return ex ? ex->gen_note : ""; }
 
 /* The row programs of the plan that run generated code: inside a fused kernel, or as a
- * kernel of their own. */
+ * kernel of their own (a bias group a cuBLASLt epilogue absorbed runs nothing: not
+ * counted). */
 int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs) {
     if (programs) *programs = ex ? ex->nprogs : 0;
     int n = 0;
     for (int gi = 0; ex && gi < ex->ngroups; gi++) {
         const dmc_group *eg = &ex->groups[gi];
-        for (int k = 0; k < eg->nsteps; k++)
+        for (int k = 0; k < eg->nsteps && !eg->skip; k++)
             n += !eg->steps[k].gemm && (eg->fused || (ex->gen_of && ex->gen_of[eg->steps[k].prog] >= 0));
     }
     return n;
@@ -1206,9 +1209,11 @@ static dm_status warm_up(dm_cuda_exec *ex, double ms) {
 }
 
 /* DM_CUDA_AUTO: each choice the generator made, measured against what it replaces, kept
- * only where it is faster: a fused attention kernel against cuBLAS and the interpreted
- * row program; a bias epilogue against the contraction and the bias group; a generated
- * row kernel against the interpreter. The arena is zeroed again after. */
+ * only where it is faster: a fused attention kernel against cuBLAS around the row
+ * program's own generated kernel (or the interpreter, where the generator does not take
+ * it), which, if the fused kernel loses, is timed against the interpreter next; a bias
+ * epilogue against the contraction and the bias group; a generated row kernel against
+ * the interpreter. The arena is zeroed again after. */
 static dm_status auto_select(dm_cuda_exec *ex) {
     /* the tests' way to make every choice one way (the timings decide otherwise):
      * DMOVE_TEST_AUTO=gen keeps every generated choice, =interp drops every one,
@@ -1216,7 +1221,9 @@ static dm_status auto_select(dm_cuda_exec *ex) {
     const char *force = getenv("DMOVE_TEST_AUTO");
     const int f_gen = force && !strcmp(force, "gen"), f_interp = force && !strcmp(force, "interp"),
               f_unfused = force && !strcmp(force, "unfused"); /* =unfused: cuBLAS + generated */
-    DM_TRY(warm_up(ex, 200.0));
+    int choices = ex->nfused + ex->nepi;
+    for (int i = 0; i < ex->nprogs && ex->gen_of; i++) choices += ex->gen_of[i] >= 0;
+    if (choices && !(f_gen || f_interp || f_unfused)) DM_TRY(warm_up(ex, 200.0));
     for (int gi = 0; gi < ex->ngroups; gi++) {
         dmc_group *eg = &ex->groups[gi];
         if (eg->skip) continue; /* a bias in the epilogue before it: nothing runs */

@@ -165,26 +165,28 @@ static dm_status parse(const char *path, const cJSON *root, const dm_layer_confi
         !num_is(conf, "hidden", (double)cfg->hidden) || !num_is(conf, "heads", (double)cfg->heads) ||
         !num_is(conf, "ffn", (double)cfg->ffn) || !str_is(conf, "act", dm_act_name(cfg->act)) ||
         !str_is(conf, "schedule", sched)) {
-        /* say what it was tuned for as the options that select it */
+        /* say what it was tuned for, as sizes and as the options that select them */
         static const char *const keys[] = {"batch", "seq", "hidden", "heads", "ffn"};
+        static const char letter[] = "bjihu";
         char have[256] = "";
         size_t len = 0;
         for (int k = 0; k < 5; k++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(conf, keys[k]);
             if (cJSON_IsNumber(v) && len < sizeof have)
-                len += (size_t)snprintf(have + len, sizeof have - len, " --%s %.0f", keys[k], v->valuedouble);
+                len += (size_t)snprintf(have + len, sizeof have - len, "%s%c=%.0f", k ? " " : "", letter[k],
+                                        v->valuedouble);
         }
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(conf, "act");
         const cJSON *sc = cJSON_GetObjectItemCaseSensitive(conf, "schedule");
         if (cJSON_IsString(a) && a->valuestring && len < sizeof have)
-            len += (size_t)snprintf(have + len, sizeof have - len, " --act %.32s", a->valuestring);
+            len += (size_t)snprintf(have + len, sizeof have - len, " act=%.32s", a->valuestring);
         if (cJSON_IsString(sc) && sc->valuestring && len < sizeof have)
-            snprintf(have + len, sizeof have - len, " --schedule %.32s", sc->valuestring);
-        snprintf(msg, sizeof msg, "it was tuned for%s, not for --batch %lld --seq %lld --hidden %lld --heads %lld "
-                 "--ffn %lld --act %s --schedule %s; use it with the options it was tuned for, or run "
-                 "'dmove tune' for these", have[0] ? have : " another configuration", (long long)cfg->batch,
-                 (long long)cfg->seq, (long long)cfg->hidden, (long long)cfg->heads, (long long)cfg->ffn,
-                 dm_act_name(cfg->act), sched);
+            snprintf(have + len, sizeof have - len, " schedule=%.32s", sc->valuestring);
+        snprintf(msg, sizeof msg, "it was tuned for %s, not for b=%lld j=%lld i=%lld h=%lld u=%lld act=%s "
+                 "schedule=%s; use it with those sizes (--batch, --seq, --hidden, --heads, --ffn; for "
+                 "dmove layer, inputs of those shapes), or run 'dmove tune' for these",
+                 have[0] ? have : "another configuration", (long long)cfg->batch, (long long)cfg->seq,
+                 (long long)cfg->hidden, (long long)cfg->heads, (long long)cfg->ffn, dm_act_name(cfg->act), sched);
         return dm_fail(DM_ERR_FORMAT, "plan '%s' is not usable: %s", path, msg);
     }
     const cJSON *fo = cJSON_GetObjectItemCaseSensitive(conf, "forward_only");
