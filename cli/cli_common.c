@@ -453,3 +453,10 @@ int cli_threads(int threads) {
     return n > 0 ? (int)n : 1;
 #endif
 }
+
+int cli_device_finish(const char *cmd, dm_device_kind dev, dm_dtype dtype, dm_rows rows, int streams) {
+    dm_layer_options o = {.device = dev, .dtype = dtype, .rows = rows, .streams = streams};
+    if (dm_layer_options_check(&o) == DM_OK) return 0;
+    cli_usage_error(cmd, "%s", dm_last_error());
+    return -1;
+}

@@ -86,6 +86,9 @@ void cli_config_help(FILE *out, unsigned accept);
 int cli_device_option(const char *cmd, int argc, char **argv, int *i, dm_device_kind *dev,
                       dm_dtype *dtype, dm_rows *rows, int *streams);
 void cli_device_help(FILE *out);
+/* The device options together, as the library checks them (bf16/fp16, --rows and --streams
+ * need --device cuda): 0 ok, -1 after a usage error. */
+int cli_device_finish(const char *cmd, dm_device_kind dev, dm_dtype dtype, dm_rows rows, int streams);
 
 double cli_now(void); /* monotonic seconds */
 int cli_threads(int threads); /* --threads as run: 0 resolves to all cores (OpenMP's count) */

@@ -495,6 +495,7 @@ int cmd_bench(int argc, char **argv) {
         return CLI_USAGE;
     }
     if (cli_config_finish(&c, CMD, 1)) return CLI_USAGE;
+    if (cli_device_finish(CMD, g_device, g_dtype, g_rows, g_streams)) return CLI_USAGE;
 
     g_start = cli_now();
     g_last_note = 0;

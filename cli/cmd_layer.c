@@ -434,6 +434,7 @@ int cmd_layer(int argc, char **argv) {
         cli_usage_error(CMD, "--out OUT.safetensors is required");
         return CLI_USAGE;
     }
+    if (cli_device_finish(CMD, device, dtype, rows, streams)) return CLI_USAGE;
     if (same_file(in, out)) {
         cli_usage_error(CMD, "--out '%s' is the --in file: writing it would replace your inputs with "
                         "the results; give another name", out);

@@ -107,6 +107,9 @@ typedef struct {
 
 typedef struct dm_layer dm_layer;
 
+/* The options alone, as dm_layer_new checks them (values in range; bf16/fp16, --rows and
+ * --streams only with the CUDA device): DM_OK, or the error with its message. */
+dm_status dm_layer_options_check(const dm_layer_options *opt);
 dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt);
 /* What a CUDA layer's executor chose (all 0 on the CPU). */
 typedef struct {

@@ -116,6 +116,33 @@ static void fill(float *p, int64_t n, float v) {
     for (int64_t i = 0; i < n; i++) p[i] = v;
 }
 
+dm_status dm_layer_options_check(const dm_layer_options *opt) {
+    if (!opt) return DM_OK;
+    if (opt->schedule != DM_SCHED_FUSED && opt->schedule != DM_SCHED_UNFUSED)
+        return dm_fail(DM_ERR_INVALID_ARG, "unknown schedule %d", (int)opt->schedule);
+    if (opt->threads < 0 || opt->threads > 4096)
+        return dm_fail(DM_ERR_INVALID_ARG, "threads must be between 0 (all cores) and 4096");
+    if (opt->device != DM_DEVICE_CPU && opt->device != DM_DEVICE_CUDA)
+        return dm_fail(DM_ERR_INVALID_ARG, "unknown device %d", (int)opt->device);
+    if (opt->dtype != DM_DTYPE_FP32 && opt->dtype != DM_DTYPE_BF16 && opt->dtype != DM_DTYPE_FP16)
+        return dm_fail(DM_ERR_INVALID_ARG, "unknown storage type %d", (int)opt->dtype);
+    if (opt->dtype != DM_DTYPE_FP32 && opt->device != DM_DEVICE_CUDA)
+        return dm_fail(DM_ERR_UNSUPPORTED, "%s storage needs the CUDA device (--device cuda): "
+                       "the CPU backend computes and stores fp32", dm_dtype_name(opt->dtype));
+    if (opt->rows != DM_ROWS_DEFAULT && opt->rows != DM_ROWS_INTERP && opt->rows != DM_ROWS_GEN &&
+        opt->rows != DM_ROWS_AUTO)
+        return dm_fail(DM_ERR_INVALID_ARG, "unknown row kernel choice %d", (int)opt->rows);
+    if (opt->streams < 0 || opt->streams > 2)
+        return dm_fail(DM_ERR_INVALID_ARG, "streams %d: use 1 or 2", opt->streams);
+    if (opt->streams != 0 && opt->device != DM_DEVICE_CUDA)
+        return dm_fail(DM_ERR_UNSUPPORTED, "--streams %d chooses the CUDA backend's streams: it "
+                       "needs --device cuda", opt->streams);
+    if (opt->rows != DM_ROWS_DEFAULT && opt->device != DM_DEVICE_CUDA)
+        return dm_fail(DM_ERR_UNSUPPORTED, "--rows %s chooses the CUDA backend's row kernels: it "
+                       "needs --device cuda", dm_rows_name(opt->rows));
+    return DM_OK;
+}
+
 dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt) {
     return dm_layer_new_with(out, cfg, opt, NULL, 0);
 }
@@ -140,28 +167,7 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
     DM_TRY(dm_layer_config_check(cfg));
     dm_layer_options defopt = {0};
     if (!opt) opt = &defopt;
-    if (opt->schedule != DM_SCHED_FUSED && opt->schedule != DM_SCHED_UNFUSED)
-        return dm_fail(DM_ERR_INVALID_ARG, "unknown schedule %d", (int)opt->schedule);
-    if (opt->threads < 0 || opt->threads > 4096)
-        return dm_fail(DM_ERR_INVALID_ARG, "threads must be between 0 (all cores) and 4096");
-    if (opt->device != DM_DEVICE_CPU && opt->device != DM_DEVICE_CUDA)
-        return dm_fail(DM_ERR_INVALID_ARG, "unknown device %d", (int)opt->device);
-    if (opt->dtype != DM_DTYPE_FP32 && opt->dtype != DM_DTYPE_BF16 && opt->dtype != DM_DTYPE_FP16)
-        return dm_fail(DM_ERR_INVALID_ARG, "unknown storage type %d", (int)opt->dtype);
-    if (opt->dtype != DM_DTYPE_FP32 && opt->device != DM_DEVICE_CUDA)
-        return dm_fail(DM_ERR_UNSUPPORTED, "%s storage needs the CUDA device (--device cuda): "
-                       "the CPU backend computes and stores fp32", dm_dtype_name(opt->dtype));
-    if (opt->rows != DM_ROWS_DEFAULT && opt->rows != DM_ROWS_INTERP && opt->rows != DM_ROWS_GEN &&
-        opt->rows != DM_ROWS_AUTO)
-        return dm_fail(DM_ERR_INVALID_ARG, "unknown row kernel choice %d", (int)opt->rows);
-    if (opt->streams < 0 || opt->streams > 2)
-        return dm_fail(DM_ERR_INVALID_ARG, "streams %d: use 1 or 2", opt->streams);
-    if (opt->streams != 0 && opt->device != DM_DEVICE_CUDA)
-        return dm_fail(DM_ERR_UNSUPPORTED, "--streams %d chooses the CUDA backend's streams: it "
-                       "needs --device cuda", opt->streams);
-    if (opt->rows != DM_ROWS_DEFAULT && opt->device != DM_DEVICE_CUDA)
-        return dm_fail(DM_ERR_UNSUPPORTED, "--rows %s chooses the CUDA backend's row kernels: it "
-                       "needs --device cuda", dm_rows_name(opt->rows));
+    DM_TRY(dm_layer_options_check(opt));
 #ifndef DM_HAVE_CUDA
     if (opt->device == DM_DEVICE_CUDA)
         return dm_fail(DM_ERR_UNSUPPORTED,

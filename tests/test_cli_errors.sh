@@ -248,15 +248,15 @@ expect_fail "bench: unknown --preset" 2 "unknown preset" "$D" bench --preset ber
 expect_fail "bench: unknown --schedule" 2 "unknown schedule" "$D" bench --schedule sideways
 expect_fail "bench: unknown --dtype" 2 "unknown storage type" "$D" bench --dtype fp8
 expect_fail "bench: unknown --device" 2 "unknown device" "$D" bench --device tpu
-expect_fail "bench: bf16 on the CPU" 1 "needs the CUDA device" "$D" bench --dtype bf16 --reps 1
-expect_fail "layer: fp16 on the CPU" 1 "needs the CUDA device" "$D" layer --in "$V" --out "$OUT" --heads 2 --dtype fp16
+expect_fail "bench: bf16 on the CPU" 2 "needs the CUDA device" "$D" bench --dtype bf16 --reps 1
+expect_fail "layer: fp16 on the CPU" 2 "needs the CUDA device" "$D" layer --in "$V" --out "$OUT" --heads 2 --dtype fp16
 expect_fail "bench: unknown --rows" 2 "unknown row kernels 'fast'" "$D" bench --rows fast
-expect_fail "bench: --rows gen on the CPU" 1 "needs --device cuda" "$D" bench --rows gen --reps 1
-expect_fail "layer: --rows interp on the CPU" 1 "needs --device cuda" "$D" layer --in "$V" --out "$OUT" --heads 2 --rows interp
+expect_fail "bench: --rows gen on the CPU" 2 "needs --device cuda" "$D" bench --rows gen --reps 1
+expect_fail "layer: --rows interp on the CPU" 2 "needs --device cuda" "$D" layer --in "$V" --out "$OUT" --heads 2 --rows interp
 expect_fail "layer: --rows without a value" 2 "rows" "$D" layer --in "$V" --out "$OUT" --heads 2 --rows
 expect_fail "bench: --streams 3" 2 "'3' is not 1 or 2" "$D" bench --streams 3
-expect_fail "bench: --streams 2 on the CPU" 1 "needs --device cuda" "$D" bench --streams 2 --reps 1
-expect_fail "layer: --streams 2 on the CPU" 1 "needs --device cuda" "$D" layer --in "$V" --out "$OUT" --heads 2 --streams 2
+expect_fail "bench: --streams 2 on the CPU" 2 "needs --device cuda" "$D" bench --streams 2 --reps 1
+expect_fail "layer: --streams 2 on the CPU" 2 "needs --device cuda" "$D" layer --in "$V" --out "$OUT" --heads 2 --streams 2
 for p in -0.1 1 1.5 nan; do
     expect_fail "bench: --dropout '$p'" 2 "--dropout" "$D" bench --dropout "$p"
 done
