@@ -3,6 +3,7 @@
  * be compared with any framework. Everything is validated before the layer is built, and
  * the output is written atomically only when the whole step succeeded. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -288,6 +289,13 @@ static int load(dm_layer *layer, const dm_st_file *f, const char *name, const ch
                   dm_last_error(), n);
         return -1;
     }
+    /* NaN or infinity spreads to every output it touches: say so, then compute as asked */
+    size_t bad = 0, first = 0;
+    for (size_t e = 0; e < n; e++)
+        if (!isfinite(dst[e]) && bad++ == 0) first = e;
+    if (bad)
+        fprintf(stderr, "dmove layer: note: tensor '%s' has %zu NaN or infinite values (the first at flat "
+                "index %zu): the results they reach will be NaN too\n", name, bad, first);
     return 0;
 }
 

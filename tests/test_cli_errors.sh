@@ -204,6 +204,10 @@ check "an option given wins over the metadata" sh -c "! cmp -s '$T/m1.st' '$T/m3
 Z=$T/zeros.safetensors
 craft "$Z" 's/:F32:/:F64:/' hidden_states:BF16:1,2,4 attention_mask:BOOL:1,2:001 grad_output:F16:1,2,4
 expect_ok "dmove layer on F64/BF16/F16/BOOL inputs (shell-written)" lay --in "$Z" --heads 2
+# every byte 0xff: hidden_states all NaN; layer runs, and says so
+craft "$T/nanin" '' hidden_states:F32:1,2,4:377
+expect_ok "dmove layer on NaN inputs" lay --in "$T/nanin" --heads 2
+check "layer notes the NaN inputs" grep -q "hidden_states' has 8 NaN or infinite values" "$T/stderr"
 rm -f "$OUT"
 
 # --- usage errors (exit 2) ----------------------------------------------------------------
