@@ -31,7 +31,10 @@ static void help(FILE *out) {
             "  2. each fused group is timed alone under each combination of its tensors'\n"
             "     layouts and each algorithm (warm-up, repetitions, median), cached on disk;\n"
             "  3. the fastest configuration of the whole step, forward and backward, with one\n"
-            "     layout per tensor, is found by shortest path over the groups;\n"
+            "     layout per tensor, is found by shortest path over the groups; each group\n"
+            "     whose choice is not its default then has both timed again, run by run in\n"
+            "     alternation (a machine that slowed down for a while misleads no more), and\n"
+            "     the path is found again on those times;\n"
             "  4. it is written as a plan file and timed against the default plan;\n"
             "  5. with a profile from `dmove probe`, both are set against the step's roofline\n"
             "     floor (as `dmove analyze` computes it): the room any plan has left.\n"
@@ -310,7 +313,28 @@ int cmd_tune(int argc, char **argv) {
         cli_error(CMD, "%s", dm_last_error());
         goto done;
     }
+    /* where the choice is not the default, both again, run by run in alternation; the
+     * selection again on those times (twice at most: a new choice is re-timed once) */
+    int refined = 0;
+    for (int round = 0; round < 2; round++) {
+        int n = 0;
+        fprintf(stderr, "tune: re-timing the default and the chosen candidate of each group that changed\n");
+        if (dm_tuner_refine(T, &n) != DM_OK) {
+            cli_error(CMD, "%s", dm_last_error());
+            dm_choices_free(&ch);
+            goto done;
+        }
+        refined += n;
+        dm_choices_free(&ch);
+        if (dm_tuner_select(T, &ch) != DM_OK) {
+            cli_error(CMD, "%s", dm_last_error());
+            goto done;
+        }
+        if (!n) break;
+    }
     print_report(T);
+    printf("\n%d re-timings of a group's default and chosen candidate, alternately run by run (%d runs "
+           "each), replaced their first times before the final selection\n", refined, T->reps);
     if (T->nfrom_cache > 0)
         printf("\n%" PRId64 " of these measurements come from the cache (%s), made by an earlier run; "
                "if the machine was busy then, measure again with --no-cache\n",

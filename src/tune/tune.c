@@ -218,6 +218,7 @@ dm_status dm_tuner_new(dm_tuner **out, const dm_layer_config *cfg, const dm_laye
             break;
         }
         for (int64_t k = 0; k < G->ncomb * G->nalgo; k++) G->secs[k] = NAN;
+        G->refined_comb = -1;
         T->ntasks += G->ncomb * G->nalgo;
     }
     if (s != DM_OK) {
@@ -452,6 +453,63 @@ static void fill_group(dm_layer *L, int gi) {
     }
 }
 
+/* A layer with group G's tensors in layout combination comb (the others as built), its
+ * tensors filled; ch is scratch (initialised). */
+static dm_status layer_for(dm_tuner *T, const dm_tune_group *G, int64_t comb, dm_choices *ch, dm_layer **L) {
+    for (int v = 0; v < T->nvars; v++) ch->layout[T->vars[v].t][0] = 0;
+    for (int q = 0; q < G->nscope; q++) {
+        const dm_tune_var *v = &T->vars[G->scope[q]];
+        memcpy(ch->layout[v->t], v->cand[dm_tune_comb_index(T, G, comb, q)], DM_MAX_DIMS + 1);
+    }
+    DM_TRY(dm_layer_new_with(L, &T->cfg, &T->opt, ch, 1));
+    fill_group(*L, G->gi);
+    return DM_OK;
+}
+
+dm_status dm_tuner_refine(dm_tuner *T, int *nrefined) {
+    dm_choices ch;
+    DM_TRY(dm_choices_init(&ch, &T->g));
+    dm_status s = DM_OK;
+    int n = 0;
+    const int reps = T->reps < 32 ? T->reps : 32;
+    for (int k = 0; s == DM_OK && k < T->ngroups; k++) {
+        dm_tune_group *G = &T->groups[k];
+        const int64_t c[2] = {0, G->chosen_comb};
+        const int a[2] = {0, G->chosen_algo};
+        double *dst[2] = {&G->secs[0], &G->secs[G->chosen_comb * G->nalgo + G->chosen_algo]};
+        if ((c[1] == 0 && a[1] == 0) || !isfinite(*dst[0]) || !isfinite(*dst[1])) continue;
+        if (G->refined_comb == c[1] && G->refined_algo == a[1]) continue;
+        G->refined_comb = c[1];
+        G->refined_algo = a[1];
+        dm_layer *L[2] = {NULL, NULL};
+        for (int q = 0; q < 2 && s == DM_OK; q++) {
+            s = layer_for(T, G, c[q], &ch, &L[q]);
+            if (s == DM_OK && G->op >= 0)
+                s = dm_gemm_set_algo(&L[q]->ex.groups[G->gi].gemm, (dm_gemm_algo)G->algo[a[q]], T->threads);
+            for (int w = 0; w < T->warmup && s == DM_OK; w++) s = dm_cpu_exec_group(&L[q]->ex, G->gi, 1, 0);
+        }
+        double t[2][32];
+        for (int r = 0; r < reps && s == DM_OK; r++)
+            for (int q0 = 0; q0 < 2 && s == DM_OK; q0++) {
+                const int q = r % 2 ? 1 - q0 : q0; /* default first in even rounds, chosen in odd */
+                double t0 = omp_get_wtime();
+                s = dm_cpu_exec_group(&L[q]->ex, G->gi, 1, 0);
+                t[q][r] = omp_get_wtime() - t0;
+            }
+        dm_layer_free(L[0]);
+        dm_layer_free(L[1]);
+        if (s != DM_OK) break;
+        for (int q = 0; q < 2; q++) {
+            qsort(t[q], (size_t)reps, sizeof(double), cmp_double);
+            *dst[q] = t[q][reps / 2];
+        }
+        n++;
+    }
+    dm_choices_free(&ch);
+    if (nrefined) *nrefined = n;
+    return s;
+}
+
 dm_status dm_tuner_measure(dm_tuner *T, const char *cache_path,
                            void (*progress)(int64_t, int64_t, int64_t, double, void *), void *arg) {
     cache c = {0};
@@ -495,15 +553,9 @@ dm_status dm_tuner_measure(dm_tuner *T, const char *cache_path,
             int missing = 0;
             for (int a = 0; a < G->nalgo; a++) missing += isnan(G->secs[comb * G->nalgo + a]);
             if (!missing) continue;
-            for (int v = 0; v < T->nvars; v++) ch.layout[T->vars[v].t][0] = 0;
-            for (int q = 0; q < G->nscope; q++) {
-                const dm_tune_var *v = &T->vars[G->scope[q]];
-                memcpy(ch.layout[v->t], v->cand[dm_tune_comb_index(T, G, comb, q)], DM_MAX_DIMS + 1);
-            }
             dm_layer *L = NULL;
-            s = dm_layer_new_with(&L, &T->cfg, &T->opt, &ch, 1);
+            s = layer_for(T, G, comb, &ch, &L);
             if (s != DM_OK) break;
-            fill_group(L, G->gi);
             s = set_comb(T, G, comb);
             dm_exgroup *eg = &L->ex.groups[G->gi];
             for (int a = 0; s == DM_OK && a < G->nalgo; a++) {

@@ -35,6 +35,8 @@ typedef struct {
     /* the selection */
     int64_t chosen_comb;
     int chosen_algo;
+    int64_t refined_comb;          /* the candidate dm_tuner_refine last re-timed (-1: none) */
+    int refined_algo;
 } dm_tune_group;
 
 typedef struct {
@@ -66,6 +68,12 @@ int64_t dm_tuner_tasks(const dm_tuner *T);
 dm_status dm_tuner_measure(dm_tuner *T, const char *cache_path,
                            void (*progress)(int64_t done, int64_t total, int64_t cached, double secs, void *arg),
                            void *arg);
+/* After a selection: every group whose chosen candidate is not its default has both
+ * timed again, alternately run by run (so a change of the machine's speed during the
+ * measurement, which can favour whichever was measured in a quiet moment, hits both),
+ * and their times replaced; select again after. A candidate re-timed before is not
+ * again. nrefined: how many groups. */
+dm_status dm_tuner_refine(dm_tuner *T, int *nrefined);
 /* Shortest-path selection; fills choices (initialised here; dm_choices_free). */
 dm_status dm_tuner_select(dm_tuner *T, dm_choices *choices);
 /* Layout string of variable v's candidate c (for reports). */
