@@ -112,8 +112,8 @@ for s in $SIZES; do
         # and bias gradients on a second stream (fused only; no --groups: profiling waits
         # after every group, which would serialize the streams)
         timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows auto --streams 2 --schedule fused $cfg --reps "$REPS" \
-            --warmup 10 --json >"$OUT/dmove-$tag-gen2.json" 2>"$OUT/dmove-$tag-gen2.err" ||
-            { tail -5 "$OUT/dmove-$tag-gen2.err"; rm -f "$OUT/dmove-$tag-gen2.json"; }
+            --warmup 10 --json --groups >"$OUT/dmove-$tag-gen2.json" 2>"$OUT/dmove-$tag-auto-groups.txt" ||
+            { tail -5 "$OUT/dmove-$tag-auto-groups.txt"; rm -f "$OUT/dmove-$tag-gen2.json"; }
     fi
     "$DMOVE" analyze --preset bert-large $cfg --device $model --dtype bf16 --json >"$OUT/analyze-$tag.json" || exit 1
     : >"$OUT/torch-$tag.jsonl"
@@ -157,7 +157,8 @@ for name, ms, fwd in rows:
     print(f"{name:72s} {ms:9.3f} {fwd if fwd is not None else float('nan'):8.3f} {ratio} "
           f"{flop / ms / 1e9:8.0f} {floor_ms / ms:10.2f}")
 PY
-    echo "(dmove's time per group: $OUT/dmove-$tag-groups.txt, generated kernels: $OUT/dmove-$tag-gen-groups.txt)"
+    echo "(dmove's time per group: $OUT/dmove-$tag-groups.txt, generated kernels: $OUT/dmove-$tag-gen-groups.txt,"
+    echo " auto with two streams: $OUT/dmove-$tag-auto-groups.txt; auto's notes are in that file too)"
 done
 
 if [ "${NCU:-0}" = 1 ] && [ "$GEN" = 1 ] && command -v ncu >/dev/null 2>&1; then
