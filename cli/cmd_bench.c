@@ -88,12 +88,16 @@ static int streams_in_effect(void) {
 }
 static int g_groups;                             /* --groups */
 
-/* Progress on stderr, only once the bench has run a few seconds, at most every second. */
-static void progress(const char *sched, const char *phase, int rep, int reps) {
+/* Progress on stderr, only once the bench has run a few seconds, at most every second:
+ * the phase, its step (0: the untimed one before a phase's timed steps), and the time
+ * left from the steps done so far (done of total). */
+static void progress(const char *sched, const char *phase, int rep, int reps, long done, long total) {
     double now = cli_now();
     if (now - g_start < 3.0 || now - g_last_note < 1.0) return;
     g_last_note = now;
-    fprintf(stderr, "bench %s: %s %d/%d\n", sched, phase, rep, reps);
+    double left = done > 0 ? (now - g_start) / (double)done * (double)(total - done) : 0;
+    fprintf(stderr, "bench %s: %s %d/%d (step %ld of %ld, ~%.0f s left)\n", sched, phase, rep, reps, done + 1,
+            total, left);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -246,12 +250,15 @@ static int run_schedules(const cli_config *c, const dm_schedule *which, const ch
         if (sched_setup(c, which[k], plans[k], reps, &s[k], &res[k])) goto done;
     static const char *const phase_name[4] = {"warm-up", "rep", "profiled rep",
                                               "contractions-alone rep"};
+    const long total = (long)n * (warmup + reps + 2L * (reps + 1));
+    long done_steps = 0;
     for (int phase = 0; phase < 4; phase++) {
         int count = phase == 0 ? warmup : reps;
         for (int r = (phase >= 2 ? -1 : 0); r < count; r++) /* phases 2, 3: one untimed first */
             for (int k = 0; k < n; k++) {
-                progress(res[k].name, phase_name[phase], r + 1, count);
+                progress(res[k].name, phase_name[phase], r + 1, count, done_steps, total);
                 if (sched_rep(&s[k], phase, r)) goto done;
+                done_steps++;
             }
     }
     for (int k = 0; k < n; k++) sched_result(&s[k], reps, &res[k]);
