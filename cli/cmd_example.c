@@ -47,7 +47,9 @@ static void usage(FILE *out) {
 
 static float *alloc_floats(size_t n) {
     float *p = malloc(n ? n * sizeof *p : 1);
-    if (!p) cli_error(CMD, "out of memory allocating %zu floats (%.1f GiB): choose smaller sizes (--batch, --seq, --hidden, --ffn)", n, (double)n * 4 / 1073741824.0);
+    if (!p)
+        cli_error(CMD, "out of memory allocating %zu floats (%.1f GiB): choose smaller sizes (--batch, --seq, "
+                  "--hidden, --ffn)", n, (double)n * 4 / 1073741824.0);
     return p;
 }
 
