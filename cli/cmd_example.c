@@ -42,7 +42,7 @@ static void usage(FILE *out) {
             "example:\n"
             "  dmove example --out in.safetensors --batch 2 --seq 16 --hidden 64 --heads 4 "
             "--ffn 256\n"
-            "  dmove layer --in in.safetensors --out out.safetensors --heads 4\n");
+            "  dmove layer --in in.safetensors --out out.safetensors   (--heads 4 from the file)\n");
 }
 
 static float *alloc_floats(size_t n) {
