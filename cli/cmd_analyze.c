@@ -49,7 +49,8 @@ static void usage(FILE *out) {
             "  --csv            the operator table as CSV\n"
             "  --svg FILE       write a log-log roofline chart (one point per operator)\n"
             "  --plan FILE      show the layouts and contraction algorithms of a plan from\n"
-            "                   `dmove tune` (for the same sizes)\n"
+            "                   `dmove tune` (for the same sizes); with --json, as its \"plan\"\n"
+            "                   object (layouts by tensor, algorithms by contraction)\n"
             "  --measure        also run the unfused step on this CPU (device cpu, fp32) and\n"
             "                   add per operator achieved ms, GB/s, GFLOP/s, %% of its\n"
             "                   roofline and MUE (see README)\n"
@@ -158,9 +159,11 @@ static int jnum(cJSON *o, const char *k, double v) {
 }
 
 static int print_json(const cli_config *c, const dm_graph *g, const dm_cost_report *r,
-                      const double *op_secs) {
+                      const double *op_secs, cJSON *plan_json) {
     cJSON *root = dm_cost_json(g, r, &c->cfg);
     int ok = root != NULL;
+    if (ok && plan_json) ok = cJSON_AddItemToObject(root, "plan", plan_json);
+    else cJSON_Delete(plan_json);
     if (ok && op_secs) {
         cJSON *ops = cJSON_GetObjectItemCaseSensitive(root, "ops"), *e;
         int o = 0;
@@ -224,13 +227,46 @@ static int print_csv(const dm_graph *g, const dm_cost_report *r, const double *o
 
 /* --plan: the layouts and algorithms a tuned plan chooses, beside the builder's. On
  * stderr when stdout carries JSON or CSV. */
-static int show_plan(const cli_config *c, const char *path, dm_graph *g, dm_plan *plan, int to_stderr) {
+/* The plan's layouts and algorithms as a JSON object (for --json), or NULL. */
+static cJSON *plan_to_json(const char *path, const dm_graph *g, const dm_choices *ch) {
+    cJSON *o = cJSON_CreateObject(), *lay = NULL, *alg = NULL;
+    int ok = o && cJSON_AddStringToObject(o, "file", path) &&
+             cJSON_AddStringToObject(o, "tuned_on", ch->machine[0] ? ch->machine : "unknown") &&
+             jnum(o, "default_ms", ch->default_ms) && jnum(o, "tuned_ms", ch->tuned_ms) &&
+             (lay = cJSON_AddObjectToObject(o, "layouts")) != NULL &&
+             (alg = cJSON_AddObjectToObject(o, "algorithms")) != NULL;
+    for (int t = 0; ok && t < g->nt; t++)
+        if (ch->layout[t][0]) ok = cJSON_AddStringToObject(lay, g->t[t].name, ch->layout[t]) != NULL;
+    for (int op = 0; ok && op < g->nop; op++)
+        if (ch->algo[op])
+            ok = cJSON_AddStringToObject(alg, g->op[op].name, dm_gemm_algo_name((dm_gemm_algo)ch->algo[op])) != NULL;
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Loads the plan and applies it to plan; shows it as a table (on stderr when to_stderr),
+ * or, given as_json, as a JSON object there instead. */
+static int show_plan(const cli_config *c, const char *path, dm_graph *g, dm_plan *plan, int to_stderr,
+                     cJSON **as_json) {
     dm_layer_options opt = {.schedule = DM_SCHED_FUSED};
     dm_choices ch;
     char def[DM_MAX_DIMS + 1];
     if (dm_plan_load(path, &c->cfg, &opt, g, &ch) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
         return -1;
+    }
+    if (as_json) {
+        *as_json = plan_to_json(path, g, &ch);
+        dm_status s = *as_json ? dm_choices_apply(&ch, g, plan) : DM_ERR_OOM;
+        dm_choices_free(&ch);
+        if (s != DM_OK) {
+            cli_error(CMD, "%s", *as_json ? dm_last_error() : "out of memory building the JSON report");
+            return -1;
+        }
+        return 0;
     }
     FILE *out = to_stderr ? stderr : stdout;
     fprintf(out, "plan %s (tuned on %s; groups timed alone: default %.2f ms, tuned %.2f ms)\n", path,
@@ -385,12 +421,13 @@ int cmd_analyze(int argc, char **argv) {
     dm_plan plan;
     dm_cost_report rep;
     double *op_secs = NULL;
+    cJSON *plan_json = NULL; /* --plan with --json: the plan, for the report */
     memset(&rep, 0, sizeof rep);
     if (dm_cost_build(&c.cfg, &g, &gf, &plan) != DM_OK || dm_cost_analyze(&g, &plan, &dev, dtype_bytes, &rep) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
         goto done;
     }
-    if (planfile && show_plan(&c, planfile, &gf, &plan, json || csv)) goto done;
+    if (planfile && show_plan(&c, planfile, &gf, &plan, json || csv, json ? &plan_json : NULL)) goto done;
     if (measure) {
         op_secs = calloc((size_t)g.nop, sizeof *op_secs);
         if (!op_secs) {
@@ -417,7 +454,9 @@ int cmd_analyze(int argc, char **argv) {
         }
     }
     if (json) {
-        if (print_json(&c, &g, &rep, op_secs)) goto done;
+        cJSON *pj = plan_json;
+        plan_json = NULL; /* print_json owns it now */
+        if (print_json(&c, &g, &rep, op_secs, pj)) goto done;
     } else if (csv) {
         if (print_csv(&g, &rep, op_secs)) goto done;
     } else if (!svg) {
@@ -431,6 +470,7 @@ int cmd_analyze(int argc, char **argv) {
     }
     rc = CLI_OK;
 done:
+    cJSON_Delete(plan_json);
     free(op_secs);
     dm_cost_free(&rep);
     dm_plan_free(&plan);

@@ -65,6 +65,11 @@ if "$DMOVE" tune --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --reps 1 --no-ca
     good "plan from tune" analyze --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --device v100 \
         --plan "$T/tiny-plan.json"
     grep -q "^  ffn_act_deriv " "$T/stdout" || fail "plan from tune: ffn_act_deriv not shown"
+    good "plan from tune, JSON" analyze --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --device v100 \
+        --plan "$T/tiny-plan.json" --json
+    grep -q '"plan"' "$T/stdout" && grep -q '"ffn_act_deriv":' "$T/stdout" && grep -q '"algorithms"' "$T/stdout" ||
+        fail "plan from tune, JSON: no plan object with its layouts and algorithms"
+    grep -q "ffn_act_deriv" "$T/stderr" && fail "plan from tune, JSON: the table went to stderr too"
 else
     cases=$((cases + 1))
     fail "plan from tune: dmove tune failed"
