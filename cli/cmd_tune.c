@@ -319,7 +319,7 @@ int cmd_tune(int argc, char **argv) {
     for (int round = 0; round < 2; round++) {
         int n = 0;
         fprintf(stderr, "tune: re-timing the default and the chosen candidate of each group that changed\n");
-        if (dm_tuner_refine(T, &n) != DM_OK) {
+        if (dm_tuner_refine(T, no_cache ? NULL : cache, &n) != DM_OK) {
             cli_error(CMD, "%s", dm_last_error());
             dm_choices_free(&ch);
             goto done;

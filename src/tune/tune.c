@@ -466,10 +466,17 @@ static dm_status layer_for(dm_tuner *T, const dm_tune_group *G, int64_t comb, dm
     return DM_OK;
 }
 
-dm_status dm_tuner_refine(dm_tuner *T, int *nrefined) {
+dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined) {
     dm_choices ch;
-    DM_TRY(dm_choices_init(&ch, &T->g));
-    dm_status s = DM_OK;
+    cache kc = {0};
+    char *key = malloc(4096);
+    if (!key) return dm_fail(DM_ERR_OOM, "out of memory");
+    dm_status s = cache_path ? cache_open_append(&kc, cache_path) : DM_OK;
+    if (s != DM_OK || (s = dm_choices_init(&ch, &T->g)) != DM_OK) {
+        cache_free(&kc);
+        free(key);
+        return s;
+    }
     int n = 0;
     const int reps = T->reps < 32 ? T->reps : 32;
     for (int k = 0; s == DM_OK && k < T->ngroups; k++) {
@@ -499,13 +506,23 @@ dm_status dm_tuner_refine(dm_tuner *T, int *nrefined) {
         dm_layer_free(L[0]);
         dm_layer_free(L[1]);
         if (s != DM_OK) break;
-        for (int q = 0; q < 2; q++) {
+        /* the new times replace the old in the cache too (lookups take a key's last line) */
+        for (int q = 0; q < 2 && s == DM_OK; q++) {
             qsort(t[q], (size_t)reps, sizeof(double), cmp_double);
             *dst[q] = t[q][reps / 2];
+            s = set_comb(T, G, c[q]);
+            if (s == DM_OK) {
+                task_key(T, G, a[q], key, 4096);
+                s = cache_append(&kc, key, *dst[q]);
+            }
+            dm_status r = restore_defaults(T);
+            if (s == DM_OK) s = r;
         }
-        n++;
+        n += s == DM_OK;
     }
     dm_choices_free(&ch);
+    cache_free(&kc);
+    free(key);
     if (nrefined) *nrefined = n;
     return s;
 }

@@ -71,9 +71,10 @@ dm_status dm_tuner_measure(dm_tuner *T, const char *cache_path,
 /* After a selection: every group whose chosen candidate is not its default has both
  * timed again, alternately run by run (so a change of the machine's speed during the
  * measurement, which can favour whichever was measured in a quiet moment, hits both),
- * and their times replaced; select again after. A candidate re-timed before is not
+ * and their times replaced, here and (cache_path not NULL) in the cache, whose lookups
+ * take a key's last line; select again after. A candidate re-timed before is not
  * again. nrefined: how many groups. */
-dm_status dm_tuner_refine(dm_tuner *T, int *nrefined);
+dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined);
 /* Shortest-path selection; fills choices (initialised here; dm_choices_free). */
 dm_status dm_tuner_select(dm_tuner *T, dm_choices *choices);
 /* Layout string of variable v's candidate c (for reports). */
