@@ -162,8 +162,10 @@ static int print_json(const cli_config *c, const dm_graph *g, const dm_cost_repo
                       const double *op_secs, cJSON *plan_json) {
     cJSON *root = dm_cost_json(g, r, &c->cfg);
     int ok = root != NULL;
-    if (ok && plan_json) ok = cJSON_AddItemToObject(root, "plan", plan_json);
-    else cJSON_Delete(plan_json);
+    if (plan_json && (!ok || !cJSON_AddItemToObject(root, "plan", plan_json))) { /* owned by root if added */
+        cJSON_Delete(plan_json);
+        ok = 0;
+    }
     if (ok && op_secs) {
         cJSON *ops = cJSON_GetObjectItemCaseSensitive(root, "ops"), *e;
         int o = 0;
@@ -225,8 +227,6 @@ static int print_csv(const dm_graph *g, const dm_cost_report *r, const double *o
     return 0;
 }
 
-/* --plan: the layouts and algorithms a tuned plan chooses, beside the builder's. On
- * stderr when stdout carries JSON or CSV. */
 /* The plan's layouts and algorithms as a JSON object (for --json), or NULL. */
 static cJSON *plan_to_json(const char *path, const dm_graph *g, const dm_choices *ch) {
     cJSON *o = cJSON_CreateObject(), *lay = NULL, *alg = NULL;
@@ -247,8 +247,9 @@ static cJSON *plan_to_json(const char *path, const dm_graph *g, const dm_choices
     return o;
 }
 
-/* Loads the plan and applies it to plan; shows it as a table (on stderr when to_stderr),
- * or, given as_json, as a JSON object there instead. */
+/* --plan: loads the plan and applies it to plan; shows the layouts and algorithms it
+ * chooses, beside the builder's, as a table (on stderr when to_stderr: stdout carries
+ * CSV), or, given as_json, as a JSON object there instead. */
 static int show_plan(const cli_config *c, const char *path, dm_graph *g, dm_plan *plan, int to_stderr,
                      cJSON **as_json) {
     dm_layer_options opt = {.schedule = DM_SCHED_FUSED};
