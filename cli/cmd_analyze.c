@@ -229,17 +229,11 @@ static int print_csv(const dm_graph *g, const dm_cost_report *r, const double *o
 
 /* The plan's layouts and algorithms as a JSON object (for --json), or NULL. */
 static cJSON *plan_to_json(const char *path, const dm_graph *g, const dm_choices *ch) {
-    cJSON *o = cJSON_CreateObject(), *lay = NULL, *alg = NULL;
+    cJSON *o = cJSON_CreateObject();
     int ok = o && cJSON_AddStringToObject(o, "file", path) &&
              cJSON_AddStringToObject(o, "tuned_on", ch->machine[0] ? ch->machine : "unknown") &&
              jnum(o, "default_ms", ch->default_ms) && jnum(o, "tuned_ms", ch->tuned_ms) &&
-             (lay = cJSON_AddObjectToObject(o, "layouts")) != NULL &&
-             (alg = cJSON_AddObjectToObject(o, "algorithms")) != NULL;
-    for (int t = 0; ok && t < g->nt; t++)
-        if (ch->layout[t][0]) ok = cJSON_AddStringToObject(lay, g->t[t].name, ch->layout[t]) != NULL;
-    for (int op = 0; ok && op < g->nop; op++)
-        if (ch->algo[op])
-            ok = cJSON_AddStringToObject(alg, g->op[op].name, dm_gemm_algo_name((dm_gemm_algo)ch->algo[op])) != NULL;
+             dm_choices_add_json(o, g, ch); /* as the plan file has them */
     if (!ok) {
         cJSON_Delete(o);
         return NULL;

@@ -391,7 +391,7 @@ done:
 /* Groups alone and whole layers; `emulate`: DM_CUDA_EMULATE (no GPU) or 0 (the GPU: the
  * groups then run with DM_CUDA_SYNC_EACH, so a fault names its group); `gen`:
  * DM_CUDA_GEN (row groups as generated kernels where they qualify) or 0. */
-static int fused_tails(const dm_layer_config *cfg, int dtype, unsigned flags);
+static int fused_count(const dm_layer_config *cfg, int dtype, unsigned flags, int tails);
 
 static void run_suite(unsigned emulate, int dtype, unsigned gen) {
     char m[64], label[96];
@@ -429,7 +429,7 @@ static void run_suite(unsigned emulate, int dtype, unsigned gen) {
          * after it; head width 64 (four k-steps); both kernels above 48 KB of shared
          * memory (the opt-in attribute); 48 chunks per row on a team of 32 lanes */
         dm_layer_config g2 = small_config(1, 384, 128, 2, 256, DM_ACT_GELU);
-        CHECK(fused_tails(&g2, dtype, emulate | gen) ==
+        CHECK(fused_count(&g2, dtype, emulate | gen, 1) ==
               (getenv("DMOVE_CUDA_FUSE") && !strcmp(getenv("DMOVE_CUDA_FUSE"), "0") ? 0 : 1));
         snprintf(label, sizeof label, "%sG fused (j=384, p=64)", m);
         test_groups(&g2, DM_SCHED_FUSED, f, label, dtype);
@@ -555,33 +555,24 @@ static void test_auto(void) {
     else CHECK(unsetenv("DMOVE_CUDA_CACHE") == 0);
 }
 
-/* How many batched groups of cfg's fused plan run as one fused kernel (-1: no executor). */
-static int fused_groups(const dm_layer_config *cfg, int dtype, unsigned flags) {
+/* How many batched groups of cfg's fused plan run as one fused kernel, or with tails,
+ * how many of those leave a GEMM to cuBLAS after the kernel (the backward whose item is
+ * too big for one block); -1: no executor. */
+static int fused_count(const dm_layer_config *cfg, int dtype, unsigned flags, int tails) {
     dm_layer *L = NULL;
     dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .threads = 2};
     CHECK_OK(dm_layer_new(&L, cfg, &opt));
     if (!L) return -1;
     dm_cuda_exec *ex = NULL;
     CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, dtype, flags));
-    int n = ex ? dm_cuda_exec_fused(ex) : -1;
+    int n = !ex ? -1 : tails ? dm_cuda_exec_fused_tails(ex) : dm_cuda_exec_fused(ex);
     dm_cuda_exec_free(ex);
     dm_layer_free(L);
     return n;
 }
 
-/* How many fused groups of cfg's fused plan leave a GEMM to cuBLAS after the kernel
- * (the backward whose item is too big for one block); -1: no executor. */
-static int fused_tails(const dm_layer_config *cfg, int dtype, unsigned flags) {
-    dm_layer *L = NULL;
-    dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .threads = 2};
-    CHECK_OK(dm_layer_new(&L, cfg, &opt));
-    if (!L) return -1;
-    dm_cuda_exec *ex = NULL;
-    CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, dtype, flags));
-    int n = ex ? dm_cuda_exec_fused_tails(ex) : -1;
-    dm_cuda_exec_free(ex);
-    dm_layer_free(L);
-    return n;
+static int fused_groups(const dm_layer_config *cfg, int dtype, unsigned flags) {
+    return fused_count(cfg, dtype, flags, 0);
 }
 
 /* The generated kernels as the GPU runs them, lanes simulated by threads on the host

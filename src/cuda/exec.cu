@@ -1090,6 +1090,16 @@ static double host_now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* Sorts n (a handful of) timings ascending, in place: insertion sort. */
+static void sort_small(double *t, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+}
+
 /* The median time of `reps` runs of group gi as it is set up now, after two warm-ups
  * (one emulating):
  * on the GPU the runs are enqueued back to back with an event between each two (so the
@@ -1130,12 +1140,7 @@ static dm_status time_group(dm_cuda_exec *ex, int gi, int reps, double *ms) {
     for (int r = 0; r <= reps; r++)
         if (ev[r]) (void)cudaEventDestroy(ev[r]);
     DM_TRY(s);
-    for (int i = 1; i < reps; i++) /* insertion sort, then the middle */
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            double x = t[j];
-            t[j] = t[j - 1];
-            t[j - 1] = x;
-        }
+    sort_small(t, reps);
     *ms = t[reps / 2];
     return DM_OK;
 }
@@ -1184,13 +1189,7 @@ static dm_status time_choice(dm_cuda_exec *ex, const dmc_choice *c, double *on_m
             t[on][r] = a + b;
         }
     }
-    for (int on = 0; on < 2; on++)
-        for (int i = 1; i < rounds; i++) /* insertion sort, then the middle */
-            for (int j = i; j > 0 && t[on][j] < t[on][j - 1]; j--) {
-                double x = t[on][j];
-                t[on][j] = t[on][j - 1];
-                t[on][j - 1] = x;
-            }
+    for (int on = 0; on < 2; on++) sort_small(t[on], rounds); /* then the middle pair */
     *on_ms = 0.5 * (t[1][rounds / 2 - 1] + t[1][rounds / 2]);
     *off_ms = 0.5 * (t[0][rounds / 2 - 1] + t[0][rounds / 2]);
     return DM_OK;

@@ -78,11 +78,22 @@ static uint64_t checksum(const dm_layer_config *cfg, const dm_layer_options *opt
     return h;
 }
 
+int dm_choices_add_json(struct cJSON *obj, const dm_graph *g, const dm_choices *c) {
+    cJSON *lay = cJSON_AddObjectToObject(obj, "layouts"), *alg = cJSON_AddObjectToObject(obj, "algorithms");
+    int ok = lay && alg;
+    for (int t = 0; ok && t < g->nt; t++)
+        if (c->layout[t][0]) ok = cJSON_AddStringToObject(lay, g->t[t].name, c->layout[t]) != NULL;
+    for (int o = 0; ok && o < g->nop; o++)
+        if (c->algo[o])
+            ok = cJSON_AddStringToObject(alg, g->op[o].name, dm_gemm_algo_name((dm_gemm_algo)c->algo[o])) != NULL;
+    return ok;
+}
+
 dm_status dm_plan_save(const char *path, const dm_layer_config *cfg, const dm_layer_options *opt,
                        const dm_graph *g, const dm_choices *c) {
     char sum[32];
     snprintf(sum, sizeof sum, "%016llx", (unsigned long long)checksum(cfg, opt, g, c));
-    cJSON *root = cJSON_CreateObject(), *conf = NULL, *lay = NULL, *alg = NULL, *meas = NULL;
+    cJSON *root = cJSON_CreateObject(), *conf = NULL, *meas = NULL;
     int ok = root && cJSON_AddStringToObject(root, "format", DM_PLAN_FORMAT) &&
              cJSON_AddNumberToObject(root, "version", DM_PLAN_VERSION) &&
              cJSON_AddStringToObject(root, "dmove_version", DMOVE_VERSION) &&
@@ -100,13 +111,7 @@ dm_status dm_plan_save(const char *path, const dm_layer_config *cfg, const dm_la
              cJSON_AddNumberToObject(meas, "threads", c->threads) &&
              cJSON_AddNumberToObject(meas, "tuned_ms", isfinite(c->tuned_ms) ? c->tuned_ms : 0) &&
              cJSON_AddNumberToObject(meas, "default_ms", isfinite(c->default_ms) ? c->default_ms : 0) &&
-             (lay = cJSON_AddObjectToObject(root, "layouts")) != NULL &&
-             (alg = cJSON_AddObjectToObject(root, "algorithms")) != NULL;
-    for (int t = 0; ok && t < g->nt; t++)
-        if (c->layout[t][0]) ok = cJSON_AddStringToObject(lay, g->t[t].name, c->layout[t]) != NULL;
-    for (int o = 0; ok && o < g->nop; o++)
-        if (c->algo[o])
-            ok = cJSON_AddStringToObject(alg, g->op[o].name, dm_gemm_algo_name((dm_gemm_algo)c->algo[o])) != NULL;
+             dm_choices_add_json(root, g, c);
     ok = ok && cJSON_AddStringToObject(root, "checksum", sum);
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);

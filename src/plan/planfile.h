@@ -26,6 +26,10 @@ dm_status dm_choices_init(dm_choices *c, const dm_graph *g);
 void dm_choices_free(dm_choices *c);
 /* Lays out the graph's tensors and sets the plan's algorithms (plan built on g). */
 dm_status dm_choices_apply(const dm_choices *c, dm_graph *g, dm_plan *plan);
+/* Adds c's "layouts" (tensor name -> memory order) and "algorithms" (contraction name ->
+ * algorithm) objects to obj, as a plan file has them; 1 ok, 0 out of memory. */
+struct cJSON;
+int dm_choices_add_json(struct cJSON *obj, const dm_graph *g, const dm_choices *c);
 /* Writes the plan file atomically. */
 dm_status dm_plan_save(const char *path, const dm_layer_config *cfg, const dm_layer_options *opt,
                        const dm_graph *g, const dm_choices *c);
