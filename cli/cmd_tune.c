@@ -35,8 +35,13 @@ static void help(FILE *out) {
             "     whose choice is not its default then has both timed again, run by run in\n"
             "     alternation (a machine that slowed down for a while misleads no more), and\n"
             "     the path is found again on those times;\n"
-            "  4. it is written as a plan file and timed against the default plan;\n"
-            "  5. with a profile from `dmove probe`, both are set against the step's roofline\n"
+            "  4. in the backward pass, each layer's input-gradient GEMM and its weight-\n"
+            "     gradient GEMM, which need nothing from each other, are timed one after\n"
+            "     the other and side by side (each on half the threads), alternately run\n"
+            "     by run; where side by side is faster the plan runs them so (algorithm\n"
+            "     \"concurrent\");\n"
+            "  5. it is written as a plan file and timed against the default plan;\n"
+            "  6. with a profile from `dmove probe`, both are set against the step's roofline\n"
             "     floor (as `dmove analyze` computes it): the room any plan has left.\n"
             "Use the plan with: dmove bench --plan FILE, dmove layer --plan FILE.\n"
             "\n"
@@ -128,6 +133,22 @@ static void print_report(const dm_tuner *T) {
             printf("%-5d %-28s %6" PRId64 " %9.3f %9.3f %9.3f %9.3f %9.3f  %s\n", G->gi, name, m, v[0] * 1e3,
                    v[nf / 2] * 1e3, v[nf - 1] * 1e3, G->secs[0] * 1e3, chosen * 1e3, choice);
         free(v);
+    }
+}
+
+static void print_pairs(const dm_tuner *T, const dm_tune_pair *p, int n) {
+    if (T->threads < 2) {
+        printf("\nside-by-side contractions: not tried (they need 2 threads or more)\n");
+        return;
+    }
+    if (!n) return;
+    printf("\nside by side (each on half the threads) vs one then the other, alternately run by run "
+           "(%d runs each, medians):\n", T->reps);
+    for (int k = 0; k < n; k++) {
+        const dm_plan *pl = &T->plan;
+        printf("  %-18s + %-18s %8.3f ms -> %8.3f ms (%.3fx)  %s\n", T->g.op[pl->order[pl->groups[p[k].g1].first]].name,
+               T->g.op[pl->order[pl->groups[p[k].g2].first]].name, p[k].seq_s * 1e3, p[k].pair_s * 1e3,
+               p[k].pair_s > 0 ? p[k].seq_s / p[k].pair_s : 0.0, p[k].kept ? "side by side (concurrent)" : "kept apart");
     }
 }
 
@@ -332,7 +353,16 @@ int cmd_tune(int argc, char **argv) {
         }
         if (!n) break;
     }
+    fprintf(stderr, "tune: timing input- and weight-gradient contractions one after the other and side by side\n");
+    dm_tune_pair pairs[64];
+    int npairs = 0;
+    if (dm_tuner_pair(T, &ch, pairs, 64, &npairs) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        dm_choices_free(&ch);
+        goto done;
+    }
     print_report(T);
+    print_pairs(T, pairs, npairs < 64 ? npairs : 64);
     printf("\n%d re-timings of a group's default and chosen candidate, alternately run by run (%d runs "
            "each), replaced their first times before the final selection\n", refined, T->reps);
     if (T->nfrom_cache > 0)

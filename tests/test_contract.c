@@ -1,7 +1,8 @@
 /* test_contract.c: the einsum -> BLAS mapping under many layouts (the order of each
  * operand's letters), batch letters, letters that must be looped over, slices (views)
  * and the C^T = B^T A^T swap, against the loop reference in double; and a layout that
- * would need a copy is refused with DM_ERR_UNSUPPORTED. */
+ * would need a copy is refused with DM_ERR_UNSUPPORTED. Every algorithm (how threads
+ * share a contraction) and two contractions run side by side give the same numbers. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,15 +10,17 @@
 #include "dmove.h"
 #include "testutil.h"
 
+static int g_scale = 1; /* j, k, i and u times this: blocks split between threads */
+
 static void set_dims(dm_graph *g) {
     memset(g->dim, 0, sizeof g->dim);
     g->dim['b' - 'a'] = 3;
-    g->dim['j' - 'a'] = 5;
-    g->dim['k' - 'a'] = 5;
+    g->dim['j' - 'a'] = 5 * g_scale;
+    g->dim['k' - 'a'] = 5 * g_scale;
     g->dim['h' - 'a'] = 2;
     g->dim['p' - 'a'] = 4;
-    g->dim['i' - 'a'] = 8;
-    g->dim['u' - 'a'] = 6;
+    g->dim['i' - 'a'] = 8 * g_scale;
+    g->dim['u' - 'a'] = 6 * g_scale;
     g->dim['q' - 'a'] = 3;
 }
 
@@ -48,6 +51,32 @@ static void one(const char *spec, dm_status expect) {
         CHECK(e < 1e-6);
         printf("  %-22s batch %3lld m %2d n %2d k %2d transA %d transB %d: rel.err %.1e %s\n", spec,
                (long long)gm.nbatch, gm.m, gm.n, gm.k, gm.transA, gm.transB, e, e < 1e-6 ? "ok" : "FAIL");
+        /* every algorithm that applies, on 1 to 3 threads, and two at once (the pair
+         * "concurrent" runs: each on its share of the threads) */
+        float *C2 = malloc(nc * 4);
+        dm_gemm g2;
+        CHECK_OK(dm_gemm_prepare(&g2, &g, &op, A, B, C2));
+        double worst = 0;
+        for (int nt = 1; nt <= 3; nt++) {
+            for (int al = DM_GEMM_BLAS; al < DM_GEMM_NUM_ALGOS; al++) {
+                if (dm_gemm_set_algo(&gm, (dm_gemm_algo)al, nt) != DM_OK) {
+                    CHECK(al == DM_GEMM_BATCH && gm.nbatch < 2);
+                    continue;
+                }
+                for (size_t q = 0; q < nc; q++) C[q] = NAN;
+                CHECK_OK(dm_gemm_run(&gm));
+                double ea = rel_err(C, R, nc);
+                if (ea > worst) worst = ea;
+            }
+            for (size_t q = 0; q < nc; q++) C[q] = C2[q] = NAN;
+            CHECK_OK(dm_gemm_run_pair(&gm, &g2, nt));
+            double e1 = rel_err(C, R, nc), e2 = rel_err(C2, R, nc);
+            if (e1 > worst) worst = e1;
+            if (e2 > worst) worst = e2;
+        }
+        CHECK(worst < 1e-6);
+        if (worst >= 1e-6) printf("    FAIL: an algorithm or a pair on 1-3 threads: rel.err %.1e\n", worst);
+        free(C2);
     } else {
         printf("  %-22s refused: %s\n", spec, dm_last_error());
     }
@@ -88,6 +117,11 @@ int main(void) {
         "bhjk,bjhp->bkhp", "bhjk,bkhp->bhjp", "hbkp,bhjk->bjhp",
     };
     for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++) one(ok[k], DM_OK);
+    /* larger: m and n of 40 to 120, so that 2 and 3 threads each get rows or columns */
+    g_scale = 8;
+    const char *big[] = {"bji,ui->bju", "bju,bji->ui", "bji,iu->bju", "jbi,ui->jbu", "bju,ui->bji"};
+    for (size_t k = 0; k < sizeof big / sizeof big[0]; k++) one(big[k], DM_OK);
+    g_scale = 1;
     one("bjhp,hip->bji", DM_ERR_UNSUPPORTED); /* summed (h,p) not contiguous in the weight */
     one("bji,ui->bui", DM_ERR_UNSUPPORTED);   /* i both summed and kept: not a contraction */
     views();

@@ -93,6 +93,66 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched) {
         runs++;
         dm_layer_free(L);
     }
+    /* side by side: every contraction with a partner set to "concurrent", on random
+     * layouts; a forward contraction (no partner) and a partner itself are refused */
+    if (sched == DM_SCHED_FUSED) {
+        uint8_t *claimed = calloc((size_t)T->plan.ngroups + 1, 1);
+        int npairs = 0, pair_runs = 0;
+        for (int gi = 0; claimed && gi < T->plan.ngroups; gi++) {
+            int p = dm_plan_partner(&T->plan, gi, claimed);
+            if (p < 0) continue;
+            const char *a = T->g.op[T->plan.order[T->plan.groups[gi].first]].name;
+            const char *b = T->g.op[T->plan.order[T->plan.groups[p].first]].name;
+            /* the input gradient's GEMM and its weight gradient's: same name but _dA/_dB */
+            size_t la = strlen(a);
+            CHECK(la > 3 && !strcmp(a + la - 3, "_dA") && strlen(b) == la && !strncmp(a, b, la - 3) &&
+                  !strcmp(b + la - 3, "_dB"));
+            CHECK(T->plan.groups[gi].pass == 1);
+            printf("  side by side: %s + %s\n", a, b);
+            claimed[gi] = claimed[p] = 1;
+            npairs++;
+        }
+        CHECK(npairs == 4); /* qkv, attention output, FFN in and out */
+        for (int trial = 0; trial < 4; trial++) {
+            memset(ch.layout, 0, sizeof(ch.layout[0]) * (size_t)ch.nt);
+            memset(ch.algo, 0, (size_t)ch.nop);
+            for (int v = 0; trial && v < T->nvars; v++)
+                memcpy(ch.layout[T->vars[v].t], T->vars[v].cand[rnd((uint32_t)T->vars[v].ncand)], DM_MAX_DIMS + 1);
+            for (int gi = 0; claimed && gi < T->plan.ngroups; gi++) {
+                const dm_op *op = &T->g.op[T->plan.order[T->plan.groups[gi].first]];
+                size_t l = strlen(op->name);
+                if (op->kind == DM_OP_CONTRACT && l > 3 && !strcmp(op->name + l - 3, "_dA"))
+                    ch.algo[T->plan.order[T->plan.groups[gi].first]] = DM_GEMM_CONCURRENT;
+            }
+            dm_layer *L = build(cfg, &opt, &ch, &st);
+            if (!L) {
+                CHECK(st == DM_ERR_UNSUPPORTED);
+                continue;
+            }
+            double e = compare_all_ex(L, ref, 0, 1);
+            if (e > worst) worst = e;
+            pair_runs++;
+            runs++;
+            dm_layer_free(L);
+        }
+        CHECK(pair_runs >= 1);
+        printf("  %d plans with the 4 pairs side by side run\n", pair_runs);
+        const char *bad[2][2] = {{"qkv_proj", "no later weight-gradient"},
+                                 {"ffn_in_proj_dB", "runs beside an earlier one"}};
+        for (int k = 0; k < 2; k++) {
+            memset(ch.layout, 0, sizeof(ch.layout[0]) * (size_t)ch.nt);
+            memset(ch.algo, 0, (size_t)ch.nop);
+            for (int o = 0; o < T->g.nop; o++)
+                if (!strcmp(T->g.op[o].name, bad[k][0]) || (k == 1 && !strcmp(T->g.op[o].name, "ffn_in_proj_dA")))
+                    ch.algo[o] = DM_GEMM_CONCURRENT;
+            dm_layer *L = NULL;
+            st = dm_layer_new_with(&L, cfg, &opt, &ch, 0);
+            CHECK(st == DM_ERR_UNSUPPORTED && L == NULL && strstr(dm_last_error(), bad[k][1]));
+            printf("  %s \"concurrent\": refused: %s\n", bad[k][0], dm_last_error());
+            dm_layer_free(L);
+        }
+        free(claimed);
+    }
     printf("  %d layouts run, %d joint combinations refused (they cannot map without a copy): worst "
            "rel.err %.2e (bar 1e-5)\n", runs, refused, worst);
     CHECK(runs > T->nvars);
@@ -205,6 +265,22 @@ static void tune_and_files(const dm_layer_config *cfg) {
         CHECK_OK(dm_tuner_select(T, &ch));
         CHECK(T->tuned_s <= T->default_s * (1 + 1e-12));
         printf("tune: %d of %d groups chose other than their default; re-timed %d\n", changed, T->ngroups, n1);
+    }
+    /* side by side: pairs timed (4 when every input gradient's GEMM keeps its own weight
+     * gradient; more when one is kept apart and that weight gradient pairs with the
+     * next); a kept one is "concurrent" in the choices */
+    {
+        dm_tune_pair pairs[8];
+        int np = -1;
+        CHECK_OK(dm_tuner_pair(T, &ch, pairs, 8, &np));
+        CHECK(np >= 1 && np <= 8);
+        for (int k = 0; k < np && k < 8; k++) {
+            int op = T->plan.order[T->plan.groups[pairs[k].g1].first];
+            CHECK(pairs[k].g1 < pairs[k].g2 && pairs[k].seq_s > 0 && pairs[k].pair_s > 0);
+            CHECK((ch.algo[op] == DM_GEMM_CONCURRENT) == pairs[k].kept);
+            CHECK(pairs[k].kept == (pairs[k].pair_s < pairs[k].seq_s));
+        }
+        CHECK(fabs(ch.tuned_ms - T->tuned_s * 1e3) < 1e-9);
     }
     CHECK_OK(dm_plan_save(plan, cfg, &opt, &T->g, &ch));
     CHECK_OK(dm_tuner_svg(T, svg));

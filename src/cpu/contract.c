@@ -146,7 +146,8 @@ dm_status dm_gemm_prepare(dm_gemm *gm, const dm_graph *g, const dm_op *op, float
     return dm_gemm_set_algo(gm, DM_GEMM_DEFAULT, 0);
 }
 
-static const char *const k_algo_names[DM_GEMM_NUM_ALGOS] = {"default", "blas", "batch", "split_m", "split_n"};
+static const char *const k_algo_names[DM_GEMM_NUM_ALGOS] = {"default", "blas", "batch", "split_m", "split_n",
+                                                                   "concurrent"};
 
 const char *dm_gemm_algo_name(dm_gemm_algo a) {
     return (unsigned)a < DM_GEMM_NUM_ALGOS ? k_algo_names[a] : "?";
@@ -220,6 +221,16 @@ static void run_block(const dm_gemm *gm, int64_t bi, int split_m, int lo, int hi
     dm_gemm_run_one(&part, 0, NULL, NULL, NULL);
 }
 
+/* Thread i of a team of n takes its block of the rows (split_m) or columns, in every
+ * batch index: blocks rounded to 16 (whole SIMD panels), the last takes the rest. */
+static void run_share(const dm_gemm *gm, int split_m, int i, int n) {
+    int len = split_m ? gm->m : gm->n;
+    int per = (len + n - 1) / n;
+    per = (per + 15) / 16 * 16;
+    int lo = i * per, hi = lo + per < len ? lo + per : len;
+    for (int64_t b = 0; b < gm->nbatch; b++) run_block(gm, b, split_m, lo, hi);
+}
+
 /* cblas_sgemm returns nothing: arguments are validated in dm_gemm_prepare, and OpenBLAS
  * reports argument errors through xerbla, which prepare's checks rule out. Inside an
  * OpenMP parallel region the OpenMP build of OpenBLAS runs single-threaded. */
@@ -232,21 +243,35 @@ dm_status dm_gemm_run(const dm_gemm *gm) {
         break;
     case DM_GEMM_SPLIT_M:
     case DM_GEMM_SPLIT_N: {
-        int split_m = gm->algo == DM_GEMM_SPLIT_M, len = split_m ? gm->m : gm->n;
+        int split_m = gm->algo == DM_GEMM_SPLIT_M;
 #pragma omp parallel num_threads(nt)
-        {
-            int t = omp_get_thread_num(), T = omp_get_num_threads();
-            /* blocks rounded to 16 (whole SIMD panels), the last takes the rest */
-            int per = (len + T - 1) / T;
-            per = (per + 15) / 16 * 16;
-            int lo = t * per, hi = lo + per < len ? lo + per : len;
-            for (int64_t b = 0; b < gm->nbatch; b++) run_block(gm, b, split_m, lo, hi);
-        }
+        run_share(gm, split_m, omp_get_thread_num(), omp_get_num_threads());
         break;
     }
     default:
         for (int64_t b = 0; b < gm->nbatch; b++) run_one(gm, b);
         break;
+    }
+    return DM_OK;
+}
+
+dm_status dm_gemm_run_pair(const dm_gemm *a, const dm_gemm *b, int nthreads) {
+    int nt = nthreads > 0 ? nthreads : omp_get_max_threads();
+    if (nt < 2) {
+        DM_TRY(dm_gemm_run(a));
+        return dm_gemm_run(b);
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads();
+        if (T < 2) { /* the runtime gave one thread: one after the other, in it */
+            run_share(a, a->m >= a->n, 0, 1);
+            run_share(b, b->m >= b->n, 0, 1);
+        } else {
+            int na = T / 2;
+            if (t < na) run_share(a, a->m >= a->n, t, na);
+            else run_share(b, b->m >= b->n, t - na, T - na);
+        }
     }
     return DM_OK;
 }

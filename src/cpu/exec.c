@@ -208,6 +208,40 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
     return DM_OK;
 }
 
+/* Each contraction set to "concurrent", in order, gets its partner (dm_plan_partner). */
+static dm_status pair_groups(dm_cpu_exec *ex, const dm_plan *plan, int lenient) {
+    uint8_t *claimed = calloc((size_t)plan->ngroups + 1, 1);
+    if (!claimed) return dm_fail(DM_ERR_OOM, "out of memory preparing the plan");
+    dm_status st = DM_OK;
+    for (int gi = 0; gi < plan->ngroups && st == DM_OK; gi++) {
+        dm_exgroup *eg = &ex->groups[gi];
+        if (!eg->contract || eg->unusable || eg->gemm.algo != DM_GEMM_CONCURRENT) continue;
+        const char *name = plan->g->op[plan->order[eg->gr->first]].name;
+        int p = dm_plan_partner(plan, gi, claimed);
+        if (p >= 0 && (!ex->groups[p].contract || ex->groups[p].unusable)) p = -1;
+        if (p < 0) {
+            st = claimed[gi]
+                     ? dm_fail(DM_ERR_UNSUPPORTED,
+                               "contraction %s runs beside an earlier one (algorithm \"concurrent\" there), "
+                               "so it cannot be \"concurrent\" itself: give it another algorithm", name)
+                     : dm_fail(DM_ERR_UNSUPPORTED,
+                               "contraction %s has the algorithm \"concurrent\", but no later weight-gradient "
+                               "contraction of its pass is free to run beside it: give it another algorithm",
+                               name);
+            if (lenient) {
+                eg->unusable = st;
+                st = DM_OK;
+            }
+            continue;
+        }
+        claimed[gi] = claimed[p] = 1;
+        eg->partner = p;
+        ex->groups[p].beside = gi;
+    }
+    free(claimed);
+    return st;
+}
+
 static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads, int lenient) {
     memset(ex, 0, sizeof *ex);
     ex->nthreads = nthreads;
@@ -217,6 +251,7 @@ static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
     if (!ex->groups) return dm_fail(DM_ERR_OOM, "out of memory preparing the plan");
     for (int gi = 0; gi < plan->ngroups; gi++) {
         ex->groups[gi].gr = &plan->groups[gi];
+        ex->groups[gi].partner = ex->groups[gi].beside = -1;
         dm_status s = init_group(ex, &ex->groups[gi], plan, arena);
         if (s == DM_ERR_UNSUPPORTED && lenient) {
             ex->groups[gi].unusable = s;
@@ -228,6 +263,11 @@ static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
         }
         if (ex->groups[gi].scratch_floats > ex->per_thread)
             ex->per_thread = ex->groups[gi].scratch_floats;
+    }
+    dm_status s = pair_groups(ex, plan, lenient);
+    if (s != DM_OK) {
+        dm_cpu_exec_free(ex);
+        return s;
     }
     ex->per_thread = (ex->per_thread + 15) / 16 * 16 + 16;
     size_t fl = (size_t)ex->per_thread * (size_t)nthreads;
@@ -321,7 +361,10 @@ static dm_status exec_batched(const dm_cpu_exec *ex, const dm_exgroup *eg, uint6
 dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions) {
     const dm_exgroup *eg = &ex->groups[gi];
     if (eg->unusable) return dm_fail(eg->unusable, "group %d cannot run with these layouts", gi);
-    if (eg->contract) return dm_gemm_run(&eg->gemm);
+    if (eg->beside >= 0) return DM_OK; /* ran at its partner's turn */
+    if (eg->contract)
+        return eg->partner >= 0 ? dm_gemm_run_pair(&eg->gemm, &ex->groups[eg->partner].gemm, ex->nthreads)
+                                : dm_gemm_run(&eg->gemm);
     if (eg->nbatch > 1) return exec_batched(ex, eg, seed, only_contractions);
     int64_t rows = eg->gr->rows, cols = eg->gr->cols;
 #pragma omp parallel num_threads(ex->nthreads)

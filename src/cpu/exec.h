@@ -37,6 +37,8 @@ typedef struct {
     int64_t acc_slot[DM_MAX_OUT * 8];
     int64_t scratch_floats;   /* per thread */
     dm_status unusable;       /* lenient init: why this group cannot run (else DM_OK) */
+    int partner;              /* algorithm "concurrent": the group run beside this one, else -1 */
+    int beside;               /* that partner: the group it runs beside (it is skipped), else -1 */
 } dm_exgroup;
 
 typedef struct {
@@ -58,7 +60,9 @@ dm_status dm_cpu_exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
  * fails if run) instead of failing the whole plan: the tuner measures the others. */
 dm_status dm_cpu_exec_init_lenient(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads);
 void dm_cpu_exec_free(dm_cpu_exec *ex);
-/* only_contractions: run just the GEMMs (the "contractions alone" floor). */
+/* only_contractions: run just the GEMMs (the "contractions alone" floor). A group with
+ * the "concurrent" algorithm runs its partner too, and the partner's own turn does
+ * nothing. */
 dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions);
 /* The address of tensor t in the arena (views included), or NULL if not materialized. */
 float *dm_cpu_tensor_ptr(const dm_plan *plan, char *arena, int t);

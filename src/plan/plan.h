@@ -38,6 +38,13 @@ dm_status dm_plan_build(const dm_graph *g, int fused, int no_reuse, dm_plan *pla
 void dm_plan_free(dm_plan *plan);
 /* memplan.c: decides in_memory and offsets (called by dm_plan_build). */
 dm_status dm_plan_memory(dm_plan *plan, int no_reuse);
+/* pairs.c: the contraction that may run beside group g1 (contraction algorithm
+ * "concurrent"): the first later group of g1's pass that is a lone contraction
+ * writing only parameter gradients, not claimed (claimed: per group, or NULL), reading
+ * nothing that g1 or a group between writes, and writing nothing that g1 or a group
+ * between reads or writes. It can then run at g1's turn. -1 if none, or if g1 is not a
+ * lone contraction or is claimed. */
+int dm_plan_partner(const dm_plan *plan, int g1, const uint8_t *claimed);
 /* Text listing of the groups, with accumulated seconds per group if given (caller frees). */
 char *dm_plan_describe(const dm_plan *plan, const double *group_secs);
 

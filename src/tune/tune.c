@@ -16,7 +16,12 @@
  *
  * Algorithms: each lone contraction runs with BLAS threads inside one call, OpenMP over
  * the batch (batched only), or the M or N dimension split between our threads with
- * single-threaded BLAS (cpu/contract.h).
+ * single-threaded BLAS (cpu/contract.h). After the selection, a lone contraction whose
+ * partner (dm_plan_partner: the weight gradient beside an input gradient) can run at its
+ * turn is timed one-then-the-other against side-by-side on the chosen layouts, and gets
+ * the algorithm "concurrent" where that is faster (dm_tuner_pair). That choice couples
+ * two groups, so it is made there and not in the shortest path, whose nodes are single
+ * groups.
  *
  * Measurement: for each group and each combination of its variables' layouts, a layer is
  * built with those layouts (the rest default), its arena filled with random values, and
@@ -524,6 +529,65 @@ dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined) {
     cache_free(&kc);
     free(key);
     if (nrefined) *nrefined = n;
+    return s;
+}
+
+/* Seconds of g1 then g2 (q = 0) or both at once (q = 1), one run. */
+static dm_status time_pair_once(const dm_cpu_exec *ex, int g1, int g2, int q, double *secs) {
+    const dm_gemm *a = &ex->groups[g1].gemm, *b = &ex->groups[g2].gemm;
+    double t0 = omp_get_wtime();
+    if (q) DM_TRY(dm_gemm_run_pair(a, b, ex->nthreads));
+    else {
+        DM_TRY(dm_gemm_run(a));
+        DM_TRY(dm_gemm_run(b));
+    }
+    *secs = omp_get_wtime() - t0;
+    return DM_OK;
+}
+
+dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int max, int *npairs) {
+    if (npairs) *npairs = 0;
+    if (!T || !ch) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuner_pair: NULL argument");
+    if (T->threads < 2) return DM_OK;
+    dm_layer *L = NULL;
+    DM_TRY(dm_layer_new_with(&L, &T->cfg, &T->opt, ch, 1));
+    const dm_plan *plan = &L->plan;
+    uint8_t *claimed = calloc((size_t)plan->ngroups + 1, 1);
+    dm_status s = claimed ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
+    const int reps = T->reps < 32 ? T->reps : 32;
+    int n = 0;
+    for (int g1 = 0; s == DM_OK && g1 < plan->ngroups; g1++) {
+        int g2 = dm_plan_partner(plan, g1, claimed);
+        if (g2 < 0) continue;
+        const dm_exgroup *e1 = &L->ex.groups[g1], *e2 = &L->ex.groups[g2];
+        if (!e1->contract || !e2->contract || e1->unusable || e2->unusable) continue;
+        fill_group(L, g1);
+        fill_group(L, g2);
+        double t[2][32], dt;
+        for (int w = 0; w < T->warmup && s == DM_OK; w++)
+            for (int q = 0; q < 2 && s == DM_OK; q++) s = time_pair_once(&L->ex, g1, g2, q, &dt);
+        for (int r = 0; r < reps && s == DM_OK; r++)
+            for (int q0 = 0; q0 < 2 && s == DM_OK; q0++) {
+                const int q = r % 2 ? 1 - q0 : q0; /* in turn first */
+                s = time_pair_once(&L->ex, g1, g2, q, &t[q][r]);
+            }
+        if (s != DM_OK) break;
+        qsort(t[0], (size_t)reps, sizeof(double), cmp_double);
+        qsort(t[1], (size_t)reps, sizeof(double), cmp_double);
+        dm_tune_pair p = {.g1 = g1, .g2 = g2, .seq_s = t[0][reps / 2], .pair_s = t[1][reps / 2]};
+        p.kept = p.pair_s < p.seq_s;
+        if (p.kept) {
+            claimed[g1] = claimed[g2] = 1;
+            ch->algo[plan->order[plan->groups[g1].first]] = DM_GEMM_CONCURRENT;
+            T->tuned_s -= p.seq_s - p.pair_s;
+        }
+        if (pairs && n < max) pairs[n] = p;
+        n++;
+    }
+    free(claimed);
+    dm_layer_free(L);
+    ch->tuned_ms = T->tuned_s * 1e3;
+    if (npairs) *npairs = n;
     return s;
 }
 

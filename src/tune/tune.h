@@ -75,6 +75,21 @@ dm_status dm_tuner_measure(dm_tuner *T, const char *cache_path,
  * take a key's last line; select again after. A candidate re-timed before is not
  * again. nrefined: how many groups. */
 dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined);
+/* Two contractions timed one after the other and side by side (dm_tuner_pair). */
+typedef struct {
+    int g1, g2;            /* plan groups: g1 gets the algorithm "concurrent" if kept */
+    double seq_s, pair_s;  /* medians: one then the other, both at once */
+    int kept;
+} dm_tune_pair;
+
+/* After the final selection (ch from dm_tuner_select): each lone contraction with a
+ * partner (dm_plan_partner; in the backward pass, a layer's input gradient and its
+ * weight gradient) is timed, on the chosen layouts and algorithms, one then the other
+ * and both at once (each on half the threads), alternately run by run. Where at once
+ * is faster, ch gives the first the algorithm "concurrent" and tuned_s drops by the
+ * difference. pairs (up to max; may be NULL): what was timed; npairs: how many. Needs
+ * two threads or more (else times nothing). */
+dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int max, int *npairs);
 /* Shortest-path selection; fills choices (initialised here; dm_choices_free). */
 dm_status dm_tuner_select(dm_tuner *T, dm_choices *choices);
 /* Layout string of variable v's candidate c (for reports). */
