@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench/tune_sizes.sh: tunes the three sizes of issue 4 (BERT-base, a BERT-large-shaped
 # layer that fits 24 GiB, a small one) and prints each tune's report, its plan's verified
-# speedup (default vs tuned step, interleaved) and the tuning time.
+# speedup (default vs tuned step, interleaved) and the tuning time. Measures everything
+# afresh (--no-cache): the numbers are this run's.
 # Usage: sh bench/tune_sizes.sh [DIR for plans and plots, default /tmp/dmove-tune]
 set -eu
 D=${DMOVE:-build/dmove}
@@ -17,6 +18,6 @@ for cfg in "base:--preset bert-base" \
     echo
     echo "=== $name: dmove tune $args"
     # shellcheck disable=SC2086 # args is a list of options
-    $D tune $args --out "$OUT/$name.json" --svg "$OUT/$name.svg" --verify 7 2>/dev/null
+    $D tune $args --out "$OUT/$name.json" --svg "$OUT/$name.svg" --verify 9 --no-cache 2>/dev/null
     echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 done

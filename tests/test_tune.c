@@ -131,6 +131,13 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched) {
             }
             double e = compare_all_ex(L, ref, 0, 1);
             if (e > worst) worst = e;
+            if (!pair_runs) { /* the group listing names each pair */
+                char *text = NULL;
+                CHECK_OK(dm_layer_describe(L, &text));
+                CHECK(text && strstr(text, "ffn_out_proj_dA  (and ffn_out_proj_dB beside it)") &&
+                      strstr(text, "qkv_proj_dB  (ran beside qkv_proj_dA)"));
+                free(text);
+            }
             pair_runs++;
             runs++;
             dm_layer_free(L);
