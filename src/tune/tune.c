@@ -19,7 +19,8 @@
  * single-threaded BLAS (cpu/contract.h). After the selection, a lone contraction whose
  * partner (dm_plan_partner: the weight gradient beside an input gradient) can run at its
  * turn is timed one-then-the-other against side-by-side on the chosen layouts, and gets
- * the algorithm "concurrent" where that is faster (dm_tuner_pair). That choice couples
+ * the algorithm "concurrent" where that is faster (dm_tuner_pair; pairs whose GEMMs
+ * differ by more than 2x in work are not tried). That choice couples
  * two groups, so it is made there and not in the shortest path, whose nodes are single
  * groups.
  *
@@ -561,6 +562,11 @@ dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int ma
         if (g2 < 0) continue;
         const dm_exgroup *e1 = &L->ex.groups[g1], *e2 = &L->ex.groups[g2];
         if (!e1->contract || !e2->contract || e1->unusable || e2->unusable) continue;
+        /* on half the threads each, the pair lasts as long as its larger GEMM: one more
+         * than twice the other's work leaves half the machine idle most of the time */
+        double w1 = (double)e1->gemm.m * e1->gemm.n * e1->gemm.k * (double)e1->gemm.nbatch,
+               w2 = (double)e2->gemm.m * e2->gemm.n * e2->gemm.k * (double)e2->gemm.nbatch;
+        if (w1 > 2 * w2 || w2 > 2 * w1) continue;
         fill_group(L, g1);
         fill_group(L, g2);
         double t[2][32], dt;
