@@ -263,6 +263,15 @@ static int show_plan(const cli_config *c, const char *path, dm_graph *g, dm_plan
         }
         return 0;
     }
+    dm_status s = dm_choices_apply(&ch, g, plan);
+    int *partner = s == DM_OK ? malloc(sizeof(int) * (size_t)(plan->ngroups + 1)) : NULL;
+    if (s == DM_OK) s = partner ? dm_plan_pairs(plan, partner) : DM_ERR_OOM;
+    if (s != DM_OK) {
+        cli_error(CMD, "%s", s == DM_ERR_OOM ? "out of memory" : dm_last_error());
+        free(partner);
+        dm_choices_free(&ch);
+        return -1;
+    }
     FILE *out = to_stderr ? stderr : stdout;
     fprintf(out, "plan %s (tuned on %s; groups timed alone: default %.2f ms, tuned %.2f ms)\n", path,
             ch.machine[0] ? ch.machine : "unknown machine", ch.default_ms, ch.tuned_ms);
@@ -273,15 +282,22 @@ static int show_plan(const cli_config *c, const char *path, dm_graph *g, dm_plan
         fprintf(out, "  %-22s %-9s %-9s%s\n", g->t[t].name, def, ch.layout[t], strcmp(def, ch.layout[t]) ? "  changed" : "");
     }
     fprintf(out, "  %-22s %-9s\n", "contraction", "algorithm");
-    for (int o = 0; o < g->nop; o++)
-        if (ch.algo[o]) fprintf(out, "  %-22s %-9s\n", g->op[o].name, dm_gemm_algo_name((dm_gemm_algo)ch.algo[o]));
-    fputc('\n', out);
-    dm_status s = dm_choices_apply(&ch, g, plan);
-    dm_choices_free(&ch);
-    if (s != DM_OK) {
-        cli_error(CMD, "%s", dm_last_error());
-        return -1;
+    for (int G = 0; G < plan->ngroups; G++) {
+        int o = plan->order[plan->groups[G].first], beside = -1;
+        for (int H = 0; H < plan->ngroups; H++)
+            if (partner[H] == G) beside = H;
+        if (!ch.algo[o] && beside < 0) continue;
+        fprintf(out, "  %-22s %-9s", g->op[o].name, dm_gemm_algo_name((dm_gemm_algo)ch.algo[o]));
+        if (partner[G] >= 0)
+            fprintf(out, "  (%s runs beside it)", g->op[plan->order[plan->groups[partner[G]].first]].name);
+        if (beside >= 0)
+            fprintf(out, "  (runs beside %s; its own algorithm applies alone)",
+                    g->op[plan->order[plan->groups[beside].first]].name);
+        fputc('\n', out);
     }
+    fputc('\n', out);
+    free(partner);
+    dm_choices_free(&ch);
     return 0;
 }
 

@@ -60,11 +60,30 @@ grep -q "reduction" "$T/stdout" || fail "table: no reduction line"
 grep -q "^attn_softmax " "$T/stdout" || fail "table: no attn_softmax row"
 # a fused plan from `dmove tune` lays out tensors the fused schedule's rewrites add
 # (ffn_act_deriv): analyze builds its fused plan on that graph, so it shows them
-if "$DMOVE" tune --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --reps 1 --no-cache \
-    --out "$T/tiny-plan.json" >/dev/null 2>&1; then
+if "$DMOVE" tune --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --reps 1 --no-cache --threads 2 \
+    --out "$T/tiny-plan.json" >"$T/tune.txt" 2>&1; then
+    # the four input/weight-gradient pairs are timed side by side (kept or not: timing)
+    [ "$(grep -c -E 'proj_dA +\+ .*proj_dB .*(side by side|kept apart)' "$T/tune.txt")" -ge 1 ] ||
+        fail "tune: no side-by-side pair timed"
     good "plan from tune" analyze --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --device v100 \
         --plan "$T/tiny-plan.json"
     grep -q "^  ffn_act_deriv " "$T/stdout" || fail "plan from tune: ffn_act_deriv not shown"
+    # pairs kept side by side (forced by the test hook: at these sizes they never win) are
+    # shown with their partners, and the plan runs
+    if DMOVE_TEST_PAIRS=keep "$DMOVE" tune --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --reps 1 --no-cache \
+        --threads 2 --out "$T/pairs-plan.json" >/dev/null 2>&1 && grep -q '"concurrent"' "$T/pairs-plan.json"; then
+        good "plan with pairs" analyze --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --device v100 \
+            --plan "$T/pairs-plan.json"
+        grep -q "^  ffn_out_proj_dA .*concurrent  (ffn_out_proj_dB runs beside it)" "$T/stdout" &&
+            grep -q "^  qkv_proj_dB .*(runs beside qkv_proj_dA; its own algorithm applies alone)" "$T/stdout" ||
+            fail "plan with pairs: a pair not shown with its partner"
+        good "bench a plan with pairs" bench --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --threads 2 \
+            --schedule fused --reps 2 --warmup 1 --groups --plan "$T/pairs-plan.json"
+        grep -q "qkv_proj_dB  (ran beside qkv_proj_dA)" "$T/stderr" || fail "bench a plan with pairs: no pair in --groups"
+    else
+        cases=$((cases + 1))
+        fail "plan with pairs: dmove tune with DMOVE_TEST_PAIRS=keep wrote no concurrent pair"
+    fi
     good "plan from tune, JSON" analyze --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --device v100 \
         --plan "$T/tiny-plan.json" --json
     grep -q '"plan"' "$T/stdout" && grep -q '"ffn_act_deriv":' "$T/stdout" && grep -q '"algorithms"' "$T/stdout" ||

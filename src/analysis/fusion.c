@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "core/status.h"
-#include "cpu/contract.h"
 #include "plan/plan.h"
 
 typedef uint64_t word;
@@ -369,23 +368,15 @@ char *dm_plan_describe(const dm_plan *plan, const double *group_secs) {
     s[0] = 0;
     /* contractions run side by side (algorithm "concurrent"): partner[G] / beside[G] */
     int *partner = malloc(sizeof(int) * 2 * (size_t)(plan->ngroups + 1));
-    uint8_t *claimed = calloc((size_t)plan->ngroups + 1, 1);
-    if (!partner || !claimed) {
+    if (!partner || dm_plan_pairs(plan, partner) != DM_OK) {
         free(partner);
-        free(claimed);
         free(s);
         return NULL;
     }
     int *beside = partner + plan->ngroups + 1;
-    for (int G = 0; G < plan->ngroups; G++) partner[G] = beside[G] = -1;
-    for (int G = 0; plan->algo && G < plan->ngroups; G++) {
-        if (plan->algo[plan->order[plan->groups[G].first]] != DM_GEMM_CONCURRENT) continue;
-        int p = dm_plan_partner(plan, G, claimed);
-        if (p < 0) continue;
-        claimed[G] = claimed[p] = 1;
-        partner[G] = p;
-        beside[p] = G;
-    }
+    for (int G = 0; G < plan->ngroups; G++) beside[G] = -1;
+    for (int G = 0; G < plan->ngroups; G++)
+        if (partner[G] >= 0) beside[partner[G]] = G;
     for (int G = 0; G < plan->ngroups; G++) {
         const dm_group *gr = &plan->groups[G];
         char line[512];
@@ -406,13 +397,12 @@ char *dm_plan_describe(const dm_plan *plan, const double *group_secs) {
         if (len + (size_t)l + 1 > cap) {
             cap = (cap + (size_t)l) * 2;
             char *q = realloc(s, cap);
-            if (!q) { free(s); free(partner); free(claimed); return NULL; }
+            if (!q) { free(s); free(partner); return NULL; }
             s = q;
         }
         memcpy(s + len, line, (size_t)l + 1);
         len += (size_t)l;
     }
     free(partner);
-    free(claimed);
     return s;
 }

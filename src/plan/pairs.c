@@ -3,6 +3,10 @@
  * as soon as the input gradient's GEMM (dX = dY W^T) does, and nothing before its own
  * turn reads what it writes. Running the two at once, each on half the threads, keeps
  * both GEMMs on a thread count where they are efficient instead of splitting each. */
+#include <stdlib.h>
+
+#include "core/status.h"
+#include "cpu/contract.h"
 #include "plan/plan.h"
 
 static int lone_contraction(const dm_plan *plan, int gi) {
@@ -47,4 +51,19 @@ int dm_plan_partner(const dm_plan *plan, int g1, const uint8_t *claimed) {
     for (int g2 = g1 + 1; g2 < plan->ngroups && plan->groups[g2].pass == plan->groups[g1].pass; g2++)
         if (lone_contraction(plan, g2) && !(claimed && claimed[g2]) && can_move_up(plan, g1, g2)) return g2;
     return -1;
+}
+
+dm_status dm_plan_pairs(const dm_plan *plan, int *partner) {
+    uint8_t *claimed = calloc((size_t)plan->ngroups + 1, 1);
+    if (!claimed) return dm_fail(DM_ERR_OOM, "out of memory");
+    for (int G = 0; G < plan->ngroups; G++) partner[G] = -1;
+    for (int G = 0; plan->algo && G < plan->ngroups; G++) {
+        if (plan->algo[plan->order[plan->groups[G].first]] != DM_GEMM_CONCURRENT) continue;
+        int p = dm_plan_partner(plan, G, claimed);
+        if (p < 0) continue;
+        claimed[G] = claimed[p] = 1;
+        partner[G] = p;
+    }
+    free(claimed);
+    return DM_OK;
 }

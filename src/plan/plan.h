@@ -45,6 +45,10 @@ dm_status dm_plan_memory(dm_plan *plan, int no_reuse);
  * between reads or writes. It can then run at g1's turn. -1 if none, or if g1 is not a
  * lone contraction or is claimed. */
 int dm_plan_partner(const dm_plan *plan, int g1, const uint8_t *claimed);
+/* The pairs the plan's "concurrent" contractions (plan->algo) form, in group order as the
+ * CPU executor forms them: partner[g] (ngroups entries) is the group run beside g, or -1.
+ * A mark with no partner is left out here (the executor refuses it). DM_ERR_OOM. */
+dm_status dm_plan_pairs(const dm_plan *plan, int *partner);
 /* Text listing of the groups, with accumulated seconds per group if given (caller frees). */
 char *dm_plan_describe(const dm_plan *plan, const double *group_secs);
 
