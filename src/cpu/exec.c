@@ -208,37 +208,41 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
     return DM_OK;
 }
 
-/* Each contraction set to "concurrent", in order, gets its partner (dm_plan_partner). */
+/* Each contraction set to "concurrent" gets its partner, as dm_plan_pairs pairs them; a
+ * mark without one is an error (lenient: that group is unusable). */
 static dm_status pair_groups(dm_cpu_exec *ex, const dm_plan *plan, int lenient) {
-    uint8_t *claimed = calloc((size_t)plan->ngroups + 1, 1);
-    if (!claimed) return dm_fail(DM_ERR_OOM, "out of memory preparing the plan");
-    dm_status st = DM_OK;
+    int *partner = malloc(sizeof(int) * (size_t)(plan->ngroups + 1));
+    if (!partner) return dm_fail(DM_ERR_OOM, "out of memory preparing the plan");
+    dm_status st = dm_plan_pairs(plan, partner);
+    for (int gi = 0; gi < plan->ngroups && st == DM_OK; gi++) {
+        int p = partner[gi];
+        if (p >= 0) {
+            ex->groups[gi].partner = p;
+            ex->groups[p].beside = gi;
+        }
+    }
     for (int gi = 0; gi < plan->ngroups && st == DM_OK; gi++) {
         dm_exgroup *eg = &ex->groups[gi];
         if (!eg->contract || eg->unusable || eg->gemm.algo != DM_GEMM_CONCURRENT) continue;
+        int p = eg->partner;
+        if (p >= 0 && ex->groups[p].contract && !ex->groups[p].unusable) continue;
         const char *name = plan->g->op[plan->order[eg->gr->first]].name;
-        int p = dm_plan_partner(plan, gi, claimed);
-        if (p >= 0 && (!ex->groups[p].contract || ex->groups[p].unusable)) p = -1;
-        if (p < 0) {
-            st = claimed[gi]
-                     ? dm_fail(DM_ERR_UNSUPPORTED,
-                               "contraction %s runs beside an earlier one (algorithm \"concurrent\" there), "
-                               "so it cannot be \"concurrent\" itself: give it another algorithm", name)
-                     : dm_fail(DM_ERR_UNSUPPORTED,
-                               "contraction %s has the algorithm \"concurrent\", but no later weight-gradient "
-                               "contraction of its pass is free to run beside it: give it another algorithm",
-                               name);
-            if (lenient) {
-                eg->unusable = st;
-                st = DM_OK;
-            }
-            continue;
+        st = eg->beside >= 0
+                 ? dm_fail(DM_ERR_UNSUPPORTED,
+                           "contraction %s runs beside an earlier one (algorithm \"concurrent\" there), "
+                           "so it cannot be \"concurrent\" itself: give it another algorithm", name)
+                 : dm_fail(DM_ERR_UNSUPPORTED,
+                           "contraction %s has the algorithm \"concurrent\", but no later weight-gradient "
+                           "contraction of its pass is free to run beside it: give it another algorithm",
+                           name);
+        if (lenient) {
+            eg->unusable = st;
+            eg->partner = -1;
+            if (p >= 0) ex->groups[p].beside = -1;
+            st = DM_OK;
         }
-        claimed[gi] = claimed[p] = 1;
-        eg->partner = p;
-        ex->groups[p].beside = gi;
     }
-    free(claimed);
+    free(partner);
     return st;
 }
 
