@@ -20,9 +20,8 @@
  * partner (dm_plan_partner: the weight gradient beside an input gradient) can run at its
  * turn is timed one-then-the-other against side-by-side on the chosen layouts, and gets
  * the algorithm "concurrent" where that is faster (dm_tuner_pair; pairs whose GEMMs
- * differ by more than 2x in work are not tried). That choice couples
- * two groups, so it is made there and not in the shortest path, whose nodes are single
- * groups.
+ * differ by more than 2x in work are not tried). That choice couples two groups, so it
+ * is made there and not in the shortest path, whose nodes are single groups.
  *
  * Measurement: for each group and each combination of its variables' layouts, a layer is
  * built with those layouts (the rest default), its arena filled with random values, and

@@ -89,8 +89,8 @@ typedef struct {
  * is faster, ch gives the first the algorithm "concurrent" and tuned_s drops by the
  * difference; a pair whose GEMMs differ by more than 2x in work is not tried (on half
  * the threads each, the larger one's time is the pair's). pairs (up to max; may be
- * NULL): what was timed; npairs: how many. Needs
- * two threads or more (else times nothing). */
+ * NULL): what was timed; npairs: how many. Needs two threads or more (else times
+ * nothing). */
 dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int max, int *npairs);
 /* Shortest-path selection; fills choices (initialised here; dm_choices_free). */
 dm_status dm_tuner_select(dm_tuner *T, dm_choices *choices);
