@@ -49,8 +49,9 @@ static void usage(FILE *out) {
             "  --csv            the operator table as CSV\n"
             "  --svg FILE       write a log-log roofline chart (one point per operator)\n"
             "  --plan FILE      show the layouts and contraction algorithms of a plan from\n"
-            "                   `dmove tune` (for the same sizes); with --json, as its \"plan\"\n"
-            "                   object (layouts by tensor, algorithms by contraction)\n"
+            "                   `dmove tune` (for the same sizes), and which GEMMs it runs\n"
+            "                   side by side; with --json, as its \"plan\" object (layouts by\n"
+            "                   tensor, algorithms by contraction, \"side_by_side\" pairs)\n"
             "  --measure        also run the unfused step on this CPU (device cpu, fp32) and\n"
             "                   add per operator achieved ms, GB/s, GFLOP/s, %% of its\n"
             "                   roofline and MUE (see README)\n"
@@ -259,6 +260,26 @@ static int show_plan(const cli_config *c, const char *path, dm_graph *g, dm_plan
         dm_choices_free(&ch);
         if (s != DM_OK) {
             cli_error(CMD, "%s", *as_json ? dm_last_error() : "out of memory building the JSON report");
+            return -1;
+        }
+        /* the pairs run side by side: [{"first": op, "beside": op}, ...] */
+        int *partner = malloc(sizeof(int) * (size_t)(plan->ngroups + 1));
+        cJSON *arr = cJSON_AddArrayToObject(*as_json, "side_by_side");
+        int ok = partner && arr && dm_plan_pairs(plan, partner) == DM_OK;
+        for (int G = 0; ok && G < plan->ngroups; G++) {
+            if (partner[G] < 0) continue;
+            cJSON *p = cJSON_CreateObject();
+            if (!p || !cJSON_AddItemToArray(arr, p)) { /* not owned by the array: ours to free */
+                cJSON_Delete(p);
+                ok = 0;
+                break;
+            }
+            ok = cJSON_AddStringToObject(p, "first", g->op[plan->order[plan->groups[G].first]].name) &&
+                 cJSON_AddStringToObject(p, "beside", g->op[plan->order[plan->groups[partner[G]].first]].name);
+        }
+        free(partner);
+        if (!ok) {
+            cli_error(CMD, "out of memory building the JSON report");
             return -1;
         }
         return 0;

@@ -77,6 +77,10 @@ if "$DMOVE" tune --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --reps 1 --no-ca
         grep -q "^  ffn_out_proj_dA .*concurrent  (ffn_out_proj_dB runs beside it)" "$T/stdout" &&
             grep -q "^  qkv_proj_dB .*(runs beside qkv_proj_dA; its own algorithm applies alone)" "$T/stdout" ||
             fail "plan with pairs: a pair not shown with its partner"
+        good "plan with pairs, JSON" analyze --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --device v100 \
+            --plan "$T/pairs-plan.json" --json
+        tr -d ' \t\n' <"$T/stdout" | grep -q '"side_by_side":\[{"first":"ffn_out_proj_dA","beside":"ffn_out_proj_dB"}' ||
+            fail "plan with pairs, JSON: no side_by_side list"
         good "bench a plan with pairs" bench --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --threads 2 \
             --schedule fused --reps 2 --warmup 1 --groups --plan "$T/pairs-plan.json"
         grep -q "qkv_proj_dB  (ran beside qkv_proj_dA)" "$T/stderr" || fail "bench a plan with pairs: no pair in --groups"
