@@ -37,7 +37,7 @@ static void help(FILE *out) {
             "     the path is found again on those times;\n"
             "  4. in the backward pass, each layer's input-gradient GEMM and its weight-\n"
             "     gradient GEMM, which need nothing from each other, are timed one after\n"
-            "     the other and side by side (one BLAS call per core), alternately run\n"
+            "     the other and side by side (each on half the threads), alternately run\n"
             "     by run; where side by side is faster the plan runs them so (algorithm\n"
             "     \"concurrent\");\n"
             "  5. it is written as a plan file and timed against the default plan;\n"
@@ -142,7 +142,7 @@ static void print_pairs(const dm_tuner *T, const dm_tune_pair *p, int n) {
         return;
     }
     if (!n) return;
-    printf("\nside by side (one BLAS call per core) vs one then the other, alternately run by run "
+    printf("\nside by side (each on half the threads) vs one then the other, alternately run by run "
            "(%d runs each, medians):\n", T->reps);
     for (int k = 0; k < n; k++) {
         const dm_plan *pl = &T->plan;

@@ -261,23 +261,16 @@ dm_status dm_gemm_run_pair(const dm_gemm *a, const dm_gemm *b, int nthreads) {
         DM_TRY(dm_gemm_run(a));
         return dm_gemm_run(b);
     }
-    /* a's longer side in about 4 blocks per thread, whole SIMD panels */
-    int split_a = a->m >= a->n, len = split_a ? a->m : a->n;
-    int per = (len + 4 * nt - 1) / (4 * nt);
-    per = (per + 15) / 16 * 16;
-    int nblk = (len + per - 1) / per, next = 0;
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads();
-        int na = T / 2; /* a's team; b's is the rest (all of it if the runtime gave one thread) */
-        if (t >= na) run_share(b, b->m >= b->n, t - na, T - na);
-        for (;;) { /* a's blocks, taken by whichever thread is free */
-            int i;
-#pragma omp atomic capture
-            i = next++;
-            if (i >= nblk) break;
-            int lo = i * per, hi = lo + per < len ? lo + per : len;
-            for (int64_t bi = 0; bi < a->nbatch; bi++) run_block(a, bi, split_a, lo, hi);
+        if (T < 2) { /* the runtime gave one thread: one after the other, in it */
+            run_share(a, a->m >= a->n, 0, 1);
+            run_share(b, b->m >= b->n, 0, 1);
+        } else {
+            int na = T / 2;
+            if (t < na) run_share(a, a->m >= a->n, t, na);
+            else run_share(b, b->m >= b->n, t - na, T - na);
         }
     }
     return DM_OK;

@@ -12,10 +12,10 @@
  *   SPLIT_M / SPLIT_N  OpenMP threads each take a contiguous block of the rows (m) or
  *          columns (n) of every call, single-threaded sgemm on their block
  *   CONCURRENT  runs at the same time as a later, independent weight-gradient
- *          contraction of the same pass (dm_plan_partner; dm_gemm_run_pair): two GEMMs
- *          side by side instead of one after the other, each call on one core (the
- *          CPU's counterpart of a second CUDA stream); the executor pairs them,
- *          dm_gemm_run alone runs it like BLAS
+ *          contraction of the same pass (dm_plan_partner), each on half the threads,
+ *          split over its rows: two GEMMs side by side instead of one after the other,
+ *          each on its own cores (the CPU's counterpart of a second CUDA stream); the
+ *          executor pairs them, dm_gemm_run alone runs it like BLAS
  * DEFAULT is BATCH for batched contractions and BLAS otherwise. */
 typedef enum {
     DM_GEMM_DEFAULT = 0,
@@ -49,13 +49,10 @@ typedef struct {
 dm_status dm_gemm_prepare(dm_gemm *gm, const dm_graph *g, const dm_op *op, float *A, float *B,
                           float *C);
 dm_status dm_gemm_run(const dm_gemm *gm);
-/* a and b at the same time on nthreads (0: OpenMP's default): b (a weight gradient, long
- * K: best whole) on half of them (rounded up), split along its longer side, one
- * single-threaded call each; a (an input gradient: many rows) in about 4 blocks per
- * thread along its longer side, which every thread takes as it becomes free (a's team
- * from the start, b's after its share of b), so neither a slower core nor unequal work
- * leaves a thread waiting long. With one thread, a then b. The caller guarantees they
- * are independent. */
+/* a and b at the same time: nthreads (0: OpenMP's default) split in two teams, a on the
+ * first half (rounded down, at least one), b on the rest; each team splits its GEMM's
+ * longer side (m or n) in blocks, one single-threaded call per thread and batch index.
+ * With one thread, a then b. The caller guarantees they are independent. */
 dm_status dm_gemm_run_pair(const dm_gemm *a, const dm_gemm *b, int nthreads);
 /* Sets the algorithm (DEFAULT picks as above); DM_ERR_UNSUPPORTED if it does not apply
  * (BATCH without a batch). */

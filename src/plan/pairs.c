@@ -1,8 +1,8 @@
 /* pairs.c: which contractions can run side by side. In the backward pass a layer's
  * weight gradient (dW = X^T dY) needs only dY and a saved activation, so it can start
  * as soon as the input gradient's GEMM (dX = dY W^T) does, and nothing before its own
- * turn reads what it writes. Running the two at once (dm_gemm_run_pair) keeps each BLAS
- * call on one core, where it is efficient, instead of splitting each GEMM. */
+ * turn reads what it writes. Running the two at once, each on half the threads, keeps
+ * both GEMMs on a thread count where they are efficient instead of splitting each. */
 #include <stdlib.h>
 
 #include "core/status.h"

@@ -561,10 +561,8 @@ dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int ma
         if (g2 < 0) continue;
         const dm_exgroup *e1 = &L->ex.groups[g1], *e2 = &L->ex.groups[g2];
         if (!e1->contract || !e2->contract || e1->unusable || e2->unusable) continue;
-        /* one more than twice the other's work: if it is the weight gradient (run whole
-         * on its half of the threads) the other half idles; if it is the first, it is a
-         * weight gradient too (an input gradient's partner has the same work), whose
-         * blocks would each pack its long operand again */
+        /* on half the threads each, the pair lasts as long as its larger GEMM: one more
+         * than twice the other's work leaves half the machine idle most of the time */
         double w1 = (double)e1->gemm.m * e1->gemm.n * e1->gemm.k * (double)e1->gemm.nbatch,
                w2 = (double)e2->gemm.m * e2->gemm.n * e2->gemm.k * (double)e2->gemm.nbatch;
         if (w1 > 2 * w2 || w2 > 2 * w1) continue;

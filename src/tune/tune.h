@@ -85,9 +85,10 @@ typedef struct {
 /* After the final selection (ch from dm_tuner_select): each lone contraction with a
  * partner (dm_plan_partner; in the backward pass, a layer's input gradient and its
  * weight gradient) is timed, on the chosen layouts and algorithms, one then the other
- * and both at once (dm_gemm_run_pair), alternately run by run. Where at once is
- * faster, ch gives the first the algorithm "concurrent" and tuned_s drops by the
- * difference; a pair whose GEMMs differ by more than 2x in work is not tried. pairs (up to max; may be
+ * and both at once (each on half the threads), alternately run by run. Where at once
+ * is faster, ch gives the first the algorithm "concurrent" and tuned_s drops by the
+ * difference; a pair whose GEMMs differ by more than 2x in work is not tried (on half
+ * the threads each, the larger one's time is the pair's). pairs (up to max; may be
  * NULL): what was timed; npairs: how many. Needs two threads or more (else times
  * nothing). */
 dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int max, int *npairs);
