@@ -303,13 +303,15 @@ static int show_plan(const cli_config *c, const char *path, dm_graph *g, dm_plan
         fprintf(out, "  %-22s %-9s %-9s%s\n", g->t[t].name, def, ch.layout[t], strcmp(def, ch.layout[t]) ? "  changed" : "");
     }
     fprintf(out, "  %-22s %-9s\n", "contraction", "algorithm");
-    for (int G = 0; G < plan->ngroups; G++) {
-        int o = plan->order[plan->groups[G].first], beside = -1;
+    for (int o = 0; o < g->nop; o++) {
+        int G = -1, beside = -1; /* the group o is the first op of, and the group run beside it */
         for (int H = 0; H < plan->ngroups; H++)
+            if (plan->order[plan->groups[H].first] == o) G = H;
+        for (int H = 0; G >= 0 && H < plan->ngroups; H++)
             if (partner[H] == G) beside = H;
         if (!ch.algo[o] && beside < 0) continue;
         fprintf(out, "  %-22s %-9s", g->op[o].name, dm_gemm_algo_name((dm_gemm_algo)ch.algo[o]));
-        if (partner[G] >= 0)
+        if (G >= 0 && partner[G] >= 0)
             fprintf(out, "  (%s runs beside it)", g->op[plan->order[plan->groups[partner[G]].first]].name);
         if (beside >= 0)
             fprintf(out, "  (runs beside %s; its own algorithm applies alone)",

@@ -143,7 +143,7 @@ static void print_pairs(const dm_tuner *T, const dm_tune_pair *p, int n) {
     }
     if (!n) return;
     printf("\nside by side (each on half the threads) vs one then the other, alternately run by run "
-           "(%d runs each, medians):\n", T->reps);
+           "(%d runs each, medians):\n", T->reps < 32 ? T->reps : 32);
     for (int k = 0; k < n; k++) {
         const dm_plan *pl = &T->plan;
         printf("  %-18s + %-18s %8.3f ms -> %8.3f ms (%.3fx)  %s\n", T->g.op[pl->order[pl->groups[p[k].g1].first]].name,

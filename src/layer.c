@@ -392,7 +392,11 @@ void dm_layer_flop(const dm_layer *L, double flop[2][DM_NUM_CLASSES]) {
 
 dm_status dm_layer_describe(const dm_layer *L, char **text) {
     if (!L || !text) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_describe: NULL argument");
-    *text = dm_plan_describe(&L->plan, L->group_secs);
+    int cpu = 1; /* the GPU executor runs no pairs (it has its second stream) */
+#ifdef DM_HAVE_CUDA
+    cpu = L->cuda == NULL;
+#endif
+    *text = dm_plan_describe(&L->plan, L->group_secs, cpu);
     return *text ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
 }
 

@@ -62,7 +62,8 @@ grep -q "^attn_softmax " "$T/stdout" || fail "table: no attn_softmax row"
 # (ffn_act_deriv): analyze builds its fused plan on that graph, so it shows them
 if "$DMOVE" tune --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --reps 1 --no-cache --threads 2 \
     --out "$T/tiny-plan.json" >"$T/tune.txt" 2>&1; then
-    # the four input/weight-gradient pairs are timed side by side (kept or not: timing)
+    # input/weight-gradient pairs are timed side by side (kept or not, and how many after
+    # one is kept apart: timing)
     [ "$(grep -c -E 'proj_dA +\+ .*proj_dB .*(side by side|kept apart)' "$T/tune.txt")" -ge 1 ] ||
         fail "tune: no side-by-side pair timed"
     good "plan from tune" analyze --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --device v100 \
@@ -77,6 +78,10 @@ if "$DMOVE" tune --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --reps 1 --no-ca
         grep -q "^  ffn_out_proj_dA .*concurrent  (ffn_out_proj_dB runs beside it)" "$T/stdout" &&
             grep -q "^  qkv_proj_dB .*(runs beside qkv_proj_dA; its own algorithm applies alone)" "$T/stdout" ||
             fail "plan with pairs: a pair not shown with its partner"
+        # every algorithm of the plan is listed (also a contraction inside a fused group)
+        for op in $(sed -n '/"algorithms"/,/}/p' "$T/pairs-plan.json" | grep -o '"[A-Za-z_]*":' | tr -d '":' | grep -v '^algorithms$'); do
+            grep -q "^  $op " "$T/stdout" || fail "plan with pairs: algorithm of $op not listed"
+        done
         good "plan with pairs, JSON" analyze --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --device v100 \
             --plan "$T/pairs-plan.json" --json
         tr -d ' \t\n' <"$T/stdout" | grep -q '"side_by_side":\[{"first":"ffn_out_proj_dA","beside":"ffn_out_proj_dB"}' ||

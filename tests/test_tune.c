@@ -119,9 +119,11 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched) {
             for (int v = 0; trial && v < T->nvars; v++)
                 memcpy(ch.layout[T->vars[v].t], T->vars[v].cand[rnd((uint32_t)T->vars[v].ncand)], DM_MAX_DIMS + 1);
             for (int gi = 0; claimed && gi < T->plan.ngroups; gi++) {
-                const dm_op *op = &T->g.op[T->plan.order[T->plan.groups[gi].first]];
+                const dm_group *gr = &T->plan.groups[gi];
+                const dm_op *op = &T->g.op[T->plan.order[gr->first]];
                 size_t l = strlen(op->name);
-                if (op->kind == DM_OP_CONTRACT && l > 3 && !strcmp(op->name + l - 3, "_dA"))
+                if (op->kind == DM_OP_CONTRACT && gr->nops == 1 && gr->nbatch <= 1 && l > 3 &&
+                    !strcmp(op->name + l - 3, "_dA"))
                     ch.algo[T->plan.order[T->plan.groups[gi].first]] = DM_GEMM_CONCURRENT;
             }
             dm_layer *L = build(cfg, &opt, &ch, &st);
@@ -144,9 +146,10 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched) {
         }
         CHECK(pair_runs >= 1);
         printf("  %d plans with the 4 pairs side by side run\n", pair_runs);
-        const char *bad[2][2] = {{"qkv_proj", "no later weight-gradient"},
-                                 {"ffn_in_proj_dB", "runs beside an earlier one"}};
-        for (int k = 0; k < 2; k++) {
+        const char *bad[3][2] = {{"qkv_proj", "no later weight-gradient"},
+                                 {"ffn_in_proj_dB", "runs beside an earlier one"},
+                                 {"attn_context_dA", "runs inside a fused group"}};
+        for (int k = 0; k < 3; k++) {
             memset(ch.layout, 0, sizeof(ch.layout[0]) * (size_t)ch.nt);
             memset(ch.algo, 0, (size_t)ch.nop);
             for (int o = 0; o < T->g.nop; o++)

@@ -360,7 +360,7 @@ void dm_plan_free(dm_plan *plan) {
     memset(plan, 0, sizeof *plan);
 }
 
-char *dm_plan_describe(const dm_plan *plan, const double *group_secs) {
+char *dm_plan_describe(const dm_plan *plan, const double *group_secs, int pairs) {
     const dm_graph *g = plan->g;
     size_t cap = 4096, len = 0;
     char *s = malloc(cap);
@@ -375,8 +375,10 @@ char *dm_plan_describe(const dm_plan *plan, const double *group_secs) {
     }
     int *beside = partner + plan->ngroups + 1;
     for (int G = 0; G < plan->ngroups; G++) beside[G] = -1;
-    for (int G = 0; G < plan->ngroups; G++)
+    for (int G = 0; G < plan->ngroups; G++) {
+        if (!pairs) partner[G] = -1;
         if (partner[G] >= 0) beside[partner[G]] = G;
+    }
     for (int G = 0; G < plan->ngroups; G++) {
         const dm_group *gr = &plan->groups[G];
         char line[512];

@@ -216,13 +216,30 @@ static dm_status pair_groups(dm_cpu_exec *ex, const dm_plan *plan, int lenient) 
     dm_status st = dm_plan_pairs(plan, partner);
     for (int gi = 0; gi < plan->ngroups && st == DM_OK; gi++) {
         int p = partner[gi];
-        if (p >= 0) {
+        if (p >= 0 && ex->groups[gi].contract && !ex->groups[gi].unusable && ex->groups[p].contract &&
+            !ex->groups[p].unusable) {
             ex->groups[gi].partner = p;
             ex->groups[p].beside = gi;
         }
     }
     for (int gi = 0; gi < plan->ngroups && st == DM_OK; gi++) {
         dm_exgroup *eg = &ex->groups[gi];
+        /* a contraction inside a batched group (attention's) runs per batch index with
+         * the group's row ops: it has no turn of its own to share */
+        for (int k = 0; !eg->contract && plan->algo && k < eg->gr->nops; k++) {
+            const dm_op *op = &plan->g->op[plan->order[eg->gr->first + k]];
+            if (op->kind != DM_OP_CONTRACT || plan->algo[plan->order[eg->gr->first + k]] != DM_GEMM_CONCURRENT)
+                continue;
+            st = dm_fail(DM_ERR_UNSUPPORTED,
+                         "contraction %s runs inside a fused group (per batch index, with the row ops "
+                         "around it), so it cannot be \"concurrent\": give it another algorithm", op->name);
+        }
+        if (st != DM_OK && lenient) {
+            eg->unusable = st;
+            st = DM_OK;
+            continue;
+        }
+        if (st != DM_OK) break;
         if (!eg->contract || eg->unusable || eg->gemm.algo != DM_GEMM_CONCURRENT) continue;
         int p = eg->partner;
         if (p >= 0 && ex->groups[p].contract && !ex->groups[p].unusable) continue;

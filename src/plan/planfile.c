@@ -245,7 +245,11 @@ static dm_status parse(const char *path, const cJSON *root, const dm_layer_confi
         }
         int a = cJSON_IsString(e) ? dm_gemm_algo_parse(e->valuestring) : -1;
         if (a < 0) {
-            snprintf(msg, sizeof msg, "unknown algorithm for %s (known: blas, batch, split_m, split_n)", g->op[o].name);
+            int l = snprintf(msg, sizeof msg, "unknown algorithm for %s (known:", g->op[o].name);
+            for (int k = DM_GEMM_BLAS; k < DM_GEMM_NUM_ALGOS && l > 0 && l < (int)sizeof msg; k++)
+                l += snprintf(msg + l, sizeof msg - (size_t)l, "%s %s", k > DM_GEMM_BLAS ? "," : "",
+                              dm_gemm_algo_name((dm_gemm_algo)k));
+            if (l > 0 && l < (int)sizeof msg) snprintf(msg + l, sizeof msg - (size_t)l, ")");
             return bad(path, msg);
         }
         c->algo[o] = (uint8_t)a;
