@@ -254,18 +254,27 @@ static int show_plan(const cli_config *c, const char *path, dm_graph *g, dm_plan
         cli_error(CMD, "%s", dm_last_error());
         return -1;
     }
-    if (as_json) {
-        *as_json = plan_to_json(path, g, &ch);
-        dm_status s = *as_json ? dm_choices_apply(&ch, g, plan) : DM_ERR_OOM;
+    if (as_json && !(*as_json = plan_to_json(path, g, &ch))) {
+        cli_error(CMD, "out of memory building the JSON report");
         dm_choices_free(&ch);
-        if (s != DM_OK) {
-            cli_error(CMD, "%s", *as_json ? dm_last_error() : "out of memory building the JSON report");
-            return -1;
-        }
+        return -1;
+    }
+    /* partner[G]: the group run beside G; beside[G]: the group G runs beside */
+    dm_status s = dm_choices_apply(&ch, g, plan);
+    int *partner = s == DM_OK ? malloc(sizeof(int) * 2 * (size_t)(plan->ngroups + 1)) : NULL;
+    int *beside = partner ? partner + plan->ngroups + 1 : NULL;
+    if (s == DM_OK) s = partner ? dm_plan_pairs(plan, partner, beside) : DM_ERR_OOM;
+    if (s != DM_OK) {
+        cli_error(CMD, "%s", s == DM_ERR_OOM ? "out of memory" : dm_last_error());
+        free(partner);
+        dm_choices_free(&ch);
+        return -1;
+    }
+    if (as_json) {
+        dm_choices_free(&ch);
         /* the pairs run side by side: [{"first": op, "beside": op}, ...] */
-        int *partner = malloc(sizeof(int) * (size_t)(plan->ngroups + 1));
         cJSON *arr = cJSON_AddArrayToObject(*as_json, "side_by_side");
-        int ok = partner && arr && dm_plan_pairs(plan, partner) == DM_OK;
+        int ok = arr != NULL;
         for (int G = 0; ok && G < plan->ngroups; G++) {
             if (partner[G] < 0) continue;
             cJSON *p = cJSON_CreateObject();
@@ -284,15 +293,6 @@ static int show_plan(const cli_config *c, const char *path, dm_graph *g, dm_plan
         }
         return 0;
     }
-    dm_status s = dm_choices_apply(&ch, g, plan);
-    int *partner = s == DM_OK ? malloc(sizeof(int) * (size_t)(plan->ngroups + 1)) : NULL;
-    if (s == DM_OK) s = partner ? dm_plan_pairs(plan, partner) : DM_ERR_OOM;
-    if (s != DM_OK) {
-        cli_error(CMD, "%s", s == DM_ERR_OOM ? "out of memory" : dm_last_error());
-        free(partner);
-        dm_choices_free(&ch);
-        return -1;
-    }
     FILE *out = to_stderr ? stderr : stdout;
     fprintf(out, "plan %s (tuned on %s; groups timed alone: default %.2f ms, tuned %.2f ms)\n", path,
             ch.machine[0] ? ch.machine : "unknown machine", ch.default_ms, ch.tuned_ms);
@@ -304,18 +304,16 @@ static int show_plan(const cli_config *c, const char *path, dm_graph *g, dm_plan
     }
     fprintf(out, "  %-22s %-9s\n", "contraction", "algorithm");
     for (int o = 0; o < g->nop; o++) {
-        int G = -1, beside = -1; /* the group o is the first op of, and the group run beside it */
-        for (int H = 0; H < plan->ngroups; H++)
+        int G = -1; /* the group o is the first op of (pairs are lone contractions) */
+        for (int H = 0; H < plan->ngroups && G < 0; H++)
             if (plan->order[plan->groups[H].first] == o) G = H;
-        for (int H = 0; G >= 0 && H < plan->ngroups; H++)
-            if (partner[H] == G) beside = H;
-        if (!ch.algo[o] && beside < 0) continue;
+        int pa = G >= 0 ? partner[G] : -1, be = G >= 0 ? beside[G] : -1;
+        if (!ch.algo[o] && be < 0) continue;
         fprintf(out, "  %-22s %-9s", g->op[o].name, dm_gemm_algo_name((dm_gemm_algo)ch.algo[o]));
-        if (G >= 0 && partner[G] >= 0)
-            fprintf(out, "  (%s runs beside it)", g->op[plan->order[plan->groups[partner[G]].first]].name);
-        if (beside >= 0)
+        if (pa >= 0) fprintf(out, "  (%s runs beside it)", g->op[plan->order[plan->groups[pa].first]].name);
+        if (be >= 0)
             fprintf(out, "  (runs beside %s; its own algorithm applies alone)",
-                    g->op[plan->order[plan->groups[beside].first]].name);
+                    g->op[plan->order[plan->groups[be].first]].name);
         fputc('\n', out);
     }
     fputc('\n', out);

@@ -368,17 +368,13 @@ char *dm_plan_describe(const dm_plan *plan, const double *group_secs, int pairs)
     s[0] = 0;
     /* contractions run side by side (algorithm "concurrent"): partner[G] / beside[G] */
     int *partner = malloc(sizeof(int) * 2 * (size_t)(plan->ngroups + 1));
-    if (!partner || dm_plan_pairs(plan, partner) != DM_OK) {
+    int *beside = partner ? partner + plan->ngroups + 1 : NULL;
+    if (!partner || dm_plan_pairs(plan, partner, beside) != DM_OK) {
         free(partner);
         free(s);
         return NULL;
     }
-    int *beside = partner + plan->ngroups + 1;
-    for (int G = 0; G < plan->ngroups; G++) beside[G] = -1;
-    for (int G = 0; G < plan->ngroups; G++) {
-        if (!pairs) partner[G] = -1;
-        if (partner[G] >= 0) beside[partner[G]] = G;
-    }
+    for (int G = 0; !pairs && G < plan->ngroups; G++) partner[G] = beside[G] = -1;
     for (int G = 0; G < plan->ngroups; G++) {
         const dm_group *gr = &plan->groups[G];
         char line[512];

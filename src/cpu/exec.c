@@ -213,7 +213,7 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
 static dm_status pair_groups(dm_cpu_exec *ex, const dm_plan *plan, int lenient) {
     int *partner = malloc(sizeof(int) * (size_t)(plan->ngroups + 1));
     if (!partner) return dm_fail(DM_ERR_OOM, "out of memory preparing the plan");
-    dm_status st = dm_plan_pairs(plan, partner);
+    dm_status st = dm_plan_pairs(plan, partner, NULL);
     for (int gi = 0; gi < plan->ngroups && st == DM_OK; gi++) {
         int p = partner[gi];
         if (p >= 0 && ex->groups[gi].contract && !ex->groups[gi].unusable && ex->groups[p].contract &&

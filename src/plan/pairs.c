@@ -53,16 +53,20 @@ int dm_plan_partner(const dm_plan *plan, int g1, const uint8_t *claimed) {
     return -1;
 }
 
-dm_status dm_plan_pairs(const dm_plan *plan, int *partner) {
+dm_status dm_plan_pairs(const dm_plan *plan, int *partner, int *beside) {
     uint8_t *claimed = calloc((size_t)plan->ngroups + 1, 1);
     if (!claimed) return dm_fail(DM_ERR_OOM, "out of memory");
-    for (int G = 0; G < plan->ngroups; G++) partner[G] = -1;
+    for (int G = 0; G < plan->ngroups; G++) {
+        partner[G] = -1;
+        if (beside) beside[G] = -1;
+    }
     for (int G = 0; plan->algo && G < plan->ngroups; G++) {
         if (plan->algo[plan->order[plan->groups[G].first]] != DM_GEMM_CONCURRENT) continue;
         int p = dm_plan_partner(plan, G, claimed);
         if (p < 0) continue;
         claimed[G] = claimed[p] = 1;
         partner[G] = p;
+        if (beside) beside[p] = G;
     }
     free(claimed);
     return DM_OK;

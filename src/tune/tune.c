@@ -471,6 +471,37 @@ static dm_status layer_for(dm_tuner *T, const dm_tune_group *G, int64_t comb, dm
     return DM_OK;
 }
 
+/* Medians of two candidates timed in alternation, run by run (reps runs each, at most
+ * 32): run(arg, q) runs candidate q once. Candidate 0 goes first in even rounds, 1 in odd
+ * ones, so a change of the machine's speed during the timing hits both. */
+static dm_status time_alternating(int reps, dm_status (*run)(void *arg, int q), void *arg, double med[2]) {
+    double t[2][32];
+    if (reps > 32) reps = 32;
+    if (reps < 1) reps = 1;
+    for (int r = 0; r < reps; r++)
+        for (int q0 = 0; q0 < 2; q0++) {
+            const int q = r % 2 ? 1 - q0 : q0;
+            double t0 = omp_get_wtime();
+            DM_TRY(run(arg, q));
+            t[q][r] = omp_get_wtime() - t0;
+        }
+    for (int q = 0; q < 2; q++) {
+        qsort(t[q], (size_t)reps, sizeof(double), cmp_double);
+        med[q] = t[q][reps / 2];
+    }
+    return DM_OK;
+}
+
+typedef struct {
+    dm_layer *L[2];
+    int gi;
+} refine_run;
+
+static dm_status run_refine(void *arg, int q) {
+    const refine_run *a = arg;
+    return dm_cpu_exec_group(&a->L[q]->ex, a->gi, 1, 0);
+}
+
 dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined) {
     dm_choices ch;
     cache kc = {0};
@@ -483,7 +514,6 @@ dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined) {
         return s;
     }
     int n = 0;
-    const int reps = T->reps < 32 ? T->reps : 32;
     for (int k = 0; s == DM_OK && k < T->ngroups; k++) {
         dm_tune_group *G = &T->groups[k];
         const int64_t c[2] = {0, G->chosen_comb};
@@ -493,28 +523,21 @@ dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined) {
         if (G->refined_comb == c[1] && G->refined_algo == a[1]) continue;
         G->refined_comb = c[1];
         G->refined_algo = a[1];
-        dm_layer *L[2] = {NULL, NULL};
+        refine_run rr = {.L = {NULL, NULL}, .gi = G->gi};
         for (int q = 0; q < 2 && s == DM_OK; q++) {
-            s = layer_for(T, G, c[q], &ch, &L[q]);
+            s = layer_for(T, G, c[q], &ch, &rr.L[q]);
             if (s == DM_OK && G->op >= 0)
-                s = dm_gemm_set_algo(&L[q]->ex.groups[G->gi].gemm, (dm_gemm_algo)G->algo[a[q]], T->threads);
-            for (int w = 0; w < T->warmup && s == DM_OK; w++) s = dm_cpu_exec_group(&L[q]->ex, G->gi, 1, 0);
+                s = dm_gemm_set_algo(&rr.L[q]->ex.groups[G->gi].gemm, (dm_gemm_algo)G->algo[a[q]], T->threads);
+            for (int w = 0; w < T->warmup && s == DM_OK; w++) s = dm_cpu_exec_group(&rr.L[q]->ex, G->gi, 1, 0);
         }
-        double t[2][32];
-        for (int r = 0; r < reps && s == DM_OK; r++)
-            for (int q0 = 0; q0 < 2 && s == DM_OK; q0++) {
-                const int q = r % 2 ? 1 - q0 : q0; /* default first in even rounds, chosen in odd */
-                double t0 = omp_get_wtime();
-                s = dm_cpu_exec_group(&L[q]->ex, G->gi, 1, 0);
-                t[q][r] = omp_get_wtime() - t0;
-            }
-        dm_layer_free(L[0]);
-        dm_layer_free(L[1]);
+        double med[2]; /* default, chosen */
+        if (s == DM_OK) s = time_alternating(T->reps, run_refine, &rr, med);
+        dm_layer_free(rr.L[0]);
+        dm_layer_free(rr.L[1]);
         if (s != DM_OK) break;
         /* the new times replace the old in the cache too (lookups take a key's last line) */
         for (int q = 0; q < 2 && s == DM_OK; q++) {
-            qsort(t[q], (size_t)reps, sizeof(double), cmp_double);
-            *dst[q] = t[q][reps / 2];
+            *dst[q] = med[q];
             s = set_comb(T, G, c[q]);
             if (s == DM_OK) {
                 task_key(T, G, a[q], key, 4096);
@@ -532,17 +555,18 @@ dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined) {
     return s;
 }
 
-/* Seconds of g1 then g2 (q = 0) or both at once (q = 1), one run. */
-static dm_status time_pair_once(const dm_cpu_exec *ex, int g1, int g2, int q, double *secs) {
-    const dm_gemm *a = &ex->groups[g1].gemm, *b = &ex->groups[g2].gemm;
-    double t0 = omp_get_wtime();
-    if (q) DM_TRY(dm_gemm_run_pair(a, b, ex->nthreads));
-    else {
-        DM_TRY(dm_gemm_run(a));
-        DM_TRY(dm_gemm_run(b));
-    }
-    *secs = omp_get_wtime() - t0;
-    return DM_OK;
+typedef struct {
+    const dm_cpu_exec *ex;
+    int g1, g2;
+} pair_run;
+
+/* g1 then g2 (q = 0) or both at once (q = 1), once. */
+static dm_status run_pair(void *arg, int q) {
+    const pair_run *p = arg;
+    const dm_gemm *a = &p->ex->groups[p->g1].gemm, *b = &p->ex->groups[p->g2].gemm;
+    if (q) return dm_gemm_run_pair(a, b, p->ex->nthreads);
+    DM_TRY(dm_gemm_run(a));
+    return dm_gemm_run(b);
 }
 
 dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int max, int *npairs) {
@@ -554,7 +578,6 @@ dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int ma
     const dm_plan *plan = &L->plan;
     uint8_t *claimed = calloc((size_t)plan->ngroups + 1, 1);
     dm_status s = claimed ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
-    const int reps = T->reps < 32 ? T->reps : 32;
     int n = 0;
     for (int g1 = 0; s == DM_OK && g1 < plan->ngroups; g1++) {
         int g2 = dm_plan_partner(plan, g1, claimed);
@@ -568,18 +591,13 @@ dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int ma
         if (w1 > 2 * w2 || w2 > 2 * w1) continue;
         fill_group(L, g1);
         fill_group(L, g2);
-        double t[2][32], dt;
+        pair_run pr = {.ex = &L->ex, .g1 = g1, .g2 = g2};
         for (int w = 0; w < T->warmup && s == DM_OK; w++)
-            for (int q = 0; q < 2 && s == DM_OK; q++) s = time_pair_once(&L->ex, g1, g2, q, &dt);
-        for (int r = 0; r < reps && s == DM_OK; r++)
-            for (int q0 = 0; q0 < 2 && s == DM_OK; q0++) {
-                const int q = r % 2 ? 1 - q0 : q0; /* in turn first */
-                s = time_pair_once(&L->ex, g1, g2, q, &t[q][r]);
-            }
+            for (int q = 0; q < 2 && s == DM_OK; q++) s = run_pair(&pr, q);
+        double med[2]; /* one then the other, both at once */
+        if (s == DM_OK) s = time_alternating(T->reps, run_pair, &pr, med);
         if (s != DM_OK) break;
-        qsort(t[0], (size_t)reps, sizeof(double), cmp_double);
-        qsort(t[1], (size_t)reps, sizeof(double), cmp_double);
-        dm_tune_pair p = {.g1 = g1, .g2 = g2, .seq_s = t[0][reps / 2], .pair_s = t[1][reps / 2]};
+        dm_tune_pair p = {.g1 = g1, .g2 = g2, .seq_s = med[0], .pair_s = med[1]};
         /* test hook: DMOVE_TEST_PAIRS=keep keeps every pair timed, whatever the times */
         const char *hook = getenv("DMOVE_TEST_PAIRS");
         p.kept = (hook && !strcmp(hook, "keep")) || p.pair_s < p.seq_s;
