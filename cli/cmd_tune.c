@@ -143,7 +143,7 @@ static void print_pairs(const dm_tuner *T, const dm_tune_pair *p, int n) {
     }
     if (!n) return;
     printf("\nside by side (each on half the threads) vs one then the other, alternately run by run "
-           "(%d runs each, medians):\n", T->reps < 32 ? T->reps : 32);
+           "(%d runs each, medians):\n", T->reps < DM_TUNE_MAX_RETIMED ? T->reps : DM_TUNE_MAX_RETIMED);
     for (int k = 0; k < n; k++) {
         const dm_plan *pl = &T->plan;
         printf("  %-18s + %-18s %8.3f ms -> %8.3f ms (%.3fx)  %s\n", T->g.op[pl->order[pl->groups[p[k].g1].first]].name,
@@ -364,7 +364,8 @@ int cmd_tune(int argc, char **argv) {
     print_report(T);
     print_pairs(T, pairs, npairs < 64 ? npairs : 64);
     printf("\n%d re-timings of a group's default and chosen candidate, alternately run by run (%d runs "
-           "each), replaced their first times before the final selection\n", refined, T->reps);
+           "each), replaced their first times before the final selection\n", refined,
+           T->reps < DM_TUNE_MAX_RETIMED ? T->reps : DM_TUNE_MAX_RETIMED);
     if (T->nfrom_cache > 0)
         printf("\n%" PRId64 " of these measurements come from the cache (%s), made by an earlier run; "
                "if the machine was busy then, measure again with --no-cache\n",

@@ -472,11 +472,11 @@ static dm_status layer_for(dm_tuner *T, const dm_tune_group *G, int64_t comb, dm
 }
 
 /* Medians of two candidates timed in alternation, run by run (reps runs each, at most
- * 32): run(arg, q) runs candidate q once. Candidate 0 goes first in even rounds, 1 in odd
+ * DM_TUNE_MAX_RETIMED): run(arg, q) runs candidate q once. Candidate 0 goes first in even rounds, 1 in odd
  * ones, so a change of the machine's speed during the timing hits both. */
 static dm_status time_alternating(int reps, dm_status (*run)(void *arg, int q), void *arg, double med[2]) {
-    double t[2][32];
-    if (reps > 32) reps = 32;
+    double t[2][DM_TUNE_MAX_RETIMED];
+    if (reps > DM_TUNE_MAX_RETIMED) reps = DM_TUNE_MAX_RETIMED;
     if (reps < 1) reps = 1;
     for (int r = 0; r < reps; r++)
         for (int q0 = 0; q0 < 2; q0++) {

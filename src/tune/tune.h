@@ -13,6 +13,7 @@
 
 #define DM_TUNE_MAX_SCOPE 6
 #define DM_TUNE_MAX_CAND 24
+#define DM_TUNE_MAX_RETIMED 32 /* runs per candidate when two are re-timed in alternation */
 
 /* A tensor whose layout is a choice. */
 typedef struct {
