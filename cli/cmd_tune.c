@@ -120,7 +120,7 @@ static void print_report(const dm_tuner *T) {
         char name[64], choice[256] = "";
         label(T, G, name, sizeof name);
         size_t len = 0;
-        if (G->op >= 0)
+        if (G->op >= 0 || G->kernels)
             len += (size_t)snprintf(choice + len, sizeof choice - len, "%s ",
                                     dm_gemm_algo_name((dm_gemm_algo)G->algo[G->chosen_algo]));
         for (int q = 0; q < G->nscope && len < sizeof choice; q++) {

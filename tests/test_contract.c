@@ -2,7 +2,9 @@
  * operand's letters), batch letters, letters that must be looped over, slices (views)
  * and the C^T = B^T A^T swap, against the loop reference in double; and a layout that
  * would need a copy is refused with DM_ERR_UNSUPPORTED. Every algorithm (how threads
- * share a contraction) and two contractions run side by side give the same numbers. */
+ * share a contraction) and two contractions run side by side give the same numbers. The
+ * direct kernel alone: every transpose, sizes across its blocks and micro-tiles, leading
+ * dimensions beyond the matrix (whose extra columns it must not touch). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,7 +62,8 @@ static void one(const char *spec, dm_status expect) {
         for (int nt = 1; nt <= 3; nt++) {
             for (int al = DM_GEMM_BLAS; al < DM_GEMM_NUM_ALGOS; al++) {
                 if (dm_gemm_set_algo(&gm, (dm_gemm_algo)al, nt) != DM_OK) {
-                    CHECK(al == DM_GEMM_BATCH && gm.nbatch < 2);
+                    CHECK((al == DM_GEMM_BATCH && gm.nbatch < 2) ||
+                          (al == DM_GEMM_DIRECT && !dm_gemm_direct_available()));
                     continue;
                 }
                 for (size_t q = 0; q < nc; q++) C[q] = NAN;
@@ -109,6 +112,79 @@ static void views(void) {
     dm_graph_free(&g);
 }
 
+/* dm_sgemm_direct against a loop in double: C has ldc = n + 3 with its 3 extra columns
+ * poisoned (they must stay so), the rest NaN (every element must be written). Each
+ * element must lie within the standard error bound of a float dot product of length k,
+ * gamma(k + 1) * alpha * sum |a b| (gamma(n) = n u / (1 - n u), u = 2^-24, the one more
+ * for the product with alpha): the kernel sums in a different order than a loop but no
+ * less accurately. Returns the worst error as a fraction of its bound (1: at the bound;
+ * infinity: an element never written, or one outside the matrix written). */
+static double direct_case(int ta, int tb, int m, int n, int k, float *buf) {
+    int lda = (ta ? m : k) + 5, ldb = (tb ? k : n) + 2, ldc = n + 3;
+    size_t na = (size_t)(ta ? k : m) * (size_t)lda, nb = (size_t)(tb ? n : k) * (size_t)ldb,
+           nc = (size_t)m * (size_t)ldc;
+    float *A = malloc(na * 4 + 4), *B = malloc(nb * 4 + 4), *C = malloc(nc * 4 + 4);
+    for (size_t e = 0; e < na; e++) A[e] = (float)sin(0.37 * (double)e + 0.1);
+    for (size_t e = 0; e < nb; e++) B[e] = (float)cos(0.21 * (double)e);
+    for (size_t e = 0; e < nc; e++) C[e] = (int)(e % (size_t)ldc) >= n ? 12345.0f : NAN;
+    dm_sgemm_direct(ta, tb, m, n, k, 0.75f, A, lda, B, ldb, C, ldc, buf);
+    const double u = ldexp(1.0, -24), gamma = (k + 1) * u / (1 - (k + 1) * u);
+    double worst = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < ldc; j++) {
+            float c = C[(size_t)i * (size_t)ldc + (size_t)j];
+            if (j >= n) {
+                if (c != 12345.0f) worst = INFINITY; /* wrote beyond the matrix */
+                continue;
+            }
+            double r = 0, mag = 0;
+            for (int q = 0; q < k; q++) {
+                double p = (double)A[ta ? (size_t)q * (size_t)lda + (size_t)i : (size_t)i * (size_t)lda + (size_t)q] *
+                           (double)B[tb ? (size_t)j * (size_t)ldb + (size_t)q : (size_t)q * (size_t)ldb + (size_t)j];
+                r += p;
+                mag += fabs(p);
+            }
+            double bound = gamma * 0.75 * mag + 1e-30, e = fabs((double)c - 0.75 * r) / bound;
+            if (!(e <= worst)) worst = e; /* NaN: never written */
+        }
+    free(A); free(B); free(C);
+    return worst;
+}
+
+static void direct(void) {
+    if (!dm_gemm_direct_available()) {
+        printf("  direct kernel: SKIP, this CPU has no AVX-512 (the algorithm is refused here: tested above)\n");
+        return;
+    }
+    float *buf = aligned_alloc(64, sizeof(float) * DM_GEMM_DIRECT_PACK_FLOATS);
+    CHECK(buf != NULL);
+    if (!buf) return;
+    /* m: micro-tile rows (6) and their edges; n: 64-column tiles, ragged, over a 512
+     * block; k: within and across 256-deep blocks, and none */
+    const int ms[] = {1, 5, 6, 7, 13, 130}, ns[] = {1, 16, 63, 64, 65, 130, 600}, ks[] = {0, 1, 64, 255, 257, 520};
+    int cases = 0, bad = 0;
+    double worst = 0;
+    for (int t = 0; t < 4; t++)
+        for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
+            for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
+                for (size_t c = 0; c < sizeof ks / sizeof ks[0]; c++) {
+                    if (ms[a] * ns[b] * ks[c] > 130 * 600 * 64 && (a + b + c) % 3) continue; /* keep it quick */
+                    double e = direct_case(t & 1, t >> 1, ms[a], ns[b], ks[c], buf);
+                    cases++;
+                    if (!(e <= 1)) {
+                        bad++;
+                        printf("    FAIL direct transA %d transB %d m %d n %d k %d: error %.2f of its bound\n", t & 1, t >> 1,
+                               ms[a], ns[b], ks[c], e);
+                    }
+                    if (!(e <= worst)) worst = e;
+                }
+    CHECK(bad == 0);
+    printf("  direct kernel: %d shapes x transposes, worst error %.3f of the float dot-product bound, every "
+           "element written, nothing beyond n: %s\n", cases,
+           worst, bad ? "FAIL" : "ok");
+    free(buf);
+}
+
 int main(void) {
     const char *ok[] = {
         "bji,ui->bju", "bji,iu->bju", "jbi,ui->jbu", "ibj,ui->ubj", "bji,ui->ujb", "bij,ui->bju",
@@ -125,5 +201,6 @@ int main(void) {
     one("bjhp,hip->bji", DM_ERR_UNSUPPORTED); /* summed (h,p) not contiguous in the weight */
     one("bji,ui->bui", DM_ERR_UNSUPPORTED);   /* i both summed and kept: not a contraction */
     views();
+    direct();
     TEST_END();
 }

@@ -81,6 +81,13 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched) {
         for (int k = 0; k < T->ngroups; k++) {
             const dm_tune_group *G = &T->groups[k];
             if (G->op >= 0) ch.algo[G->op] = G->algo[rnd((uint32_t)G->nalgo)];
+            if (G->kernels) { /* one kernel for all the contractions of a fused batched group */
+                uint8_t a = G->algo[rnd((uint32_t)G->nalgo)];
+                for (int q = 0; q < T->plan.groups[G->gi].nops; q++) {
+                    int o = T->plan.order[T->plan.groups[G->gi].first + q];
+                    if (T->g.op[o].kind == DM_OP_CONTRACT) ch.algo[o] = a;
+                }
+            }
         }
         dm_layer *L = build(cfg, &opt, &ch, &st);
         if (!L) {
@@ -92,6 +99,25 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched) {
         if (e > worst) worst = e;
         runs++;
         dm_layer_free(L);
+    }
+    /* every contraction on the direct kernel (lone and inside fused groups), default layouts */
+    if (dm_gemm_direct_available()) {
+        memset(ch.layout, 0, sizeof(ch.layout[0]) * (size_t)ch.nt);
+        memset(ch.algo, 0, (size_t)ch.nop);
+        int nd = 0;
+        for (int o = 0; o < T->g.nop; o++)
+            if (T->g.op[o].kind == DM_OP_CONTRACT) ch.algo[o] = DM_GEMM_DIRECT, nd++;
+        dm_layer *L = build(cfg, &opt, &ch, &st);
+        CHECK_OK(st);
+        if (L) {
+            double e = compare_all_ex(L, ref, 0, 1);
+            printf("  all %d contractions direct: max rel.err %.2e\n", nd, e);
+            if (e > worst) worst = e;
+            runs++;
+            dm_layer_free(L);
+        }
+    } else {
+        printf("  all contractions direct: SKIP, this CPU has no AVX-512 (the algorithm is not offered)\n");
     }
     /* side by side: every contraction with a partner set to "concurrent", on random
      * layouts; a forward contraction (no partner) and a partner itself are refused */

@@ -16,6 +16,10 @@
  *          split over its rows: two GEMMs side by side instead of one after the other,
  *          each on its own cores (the CPU's counterpart of a second CUDA stream); the
  *          executor pairs them, dm_gemm_run alone runs it like BLAS
+ *   DIRECT dmove's own AVX-512 kernel (direct.c), which reads the operands in place
+ *          instead of packing them: OpenMP over the batch where it has at least as many
+ *          indices as threads, else each thread a block of the longer side (m or n);
+ *          inside a fused (batched) group, the kernel of each batch index's call
  * DEFAULT is BATCH for batched contractions and BLAS otherwise. */
 typedef enum {
     DM_GEMM_DEFAULT = 0,
@@ -24,6 +28,7 @@ typedef enum {
     DM_GEMM_SPLIT_M,
     DM_GEMM_SPLIT_N,
     DM_GEMM_CONCURRENT,
+    DM_GEMM_DIRECT,
     DM_GEMM_NUM_ALGOS
 } dm_gemm_algo;
 
@@ -42,7 +47,20 @@ typedef struct {
     dm_gemm_algo algo;  /* never DEFAULT after prepare */
     int nthreads;       /* threads for BATCH / SPLIT_* (0: OpenMP's default) */
     int swapped;        /* A and B were exchanged (C^T = B^T A^T) */
+    float *pack;        /* DIRECT: pack_threads buffers of DM_GEMM_DIRECT_PACK_FLOATS, one per
+                         * OpenMP thread number (NULL: dm_gemm_run allocates them per call) */
+    int pack_threads;
 } dm_gemm;
+
+/* floats of the direct kernel's per-thread buffer for a transposed operand */
+#define DM_GEMM_DIRECT_PACK_FLOATS (256 * 512)
+
+/* 1 if this CPU runs the direct kernel (AVX-512F) */
+int dm_gemm_direct_available(void);
+/* C = alpha op(A) op(B), single-threaded, row-major; buf: DM_GEMM_DIRECT_PACK_FLOATS
+ * floats, 64-byte aligned. Only where dm_gemm_direct_available(). */
+void dm_sgemm_direct(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float *C, int ldc, float *buf);
 
 /* Maps op (a DM_OP_CONTRACT) with operands at A, B, C (laid out as their tensors say)
  * to BLAS calls. DM_ERR_UNSUPPORTED if a layout needs a copy. */
@@ -55,10 +73,11 @@ dm_status dm_gemm_run(const dm_gemm *gm);
  * With one thread, a then b. The caller guarantees they are independent. */
 dm_status dm_gemm_run_pair(const dm_gemm *a, const dm_gemm *b, int nthreads);
 /* Sets the algorithm (DEFAULT picks as above); DM_ERR_UNSUPPORTED if it does not apply
- * (BATCH without a batch). */
+ * (BATCH without a batch, DIRECT on a CPU without AVX-512). */
 dm_status dm_gemm_set_algo(dm_gemm *gm, dm_gemm_algo algo, int nthreads);
-/* One batch index; a non-NULL tile replaces that operand (original order: the spec's
- * first input, second input, output) for this index, without batch offset. */
+/* One batch index, single-threaded; a non-NULL tile replaces that operand (original
+ * order: the spec's first input, second input, output) for this index, without batch
+ * offset. DIRECT needs gm->pack with a buffer for this OpenMP thread number. */
 void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, float *tileC);
 /* Reference: the same contraction by loops in double (for the tests). */
 void dm_gemm_ref(const dm_graph *g, const dm_op *op, const float *A, const float *B, float *C);

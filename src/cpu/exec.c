@@ -151,6 +151,12 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
             if (x->gemm.nbatch != nb)
                 return dm_fail(DM_ERR_INTERNAL, "%s: batch %lld does not match its group's %lld",
                                op->name, (long long)x->gemm.nbatch, (long long)nb);
+            /* of the algorithms, only the kernel applies here: the group's threads take
+             * the batch indices ("concurrent" is refused in pair_groups) */
+            if (plan->algo && plan->algo[plan->order[gr->first + k]] == DM_GEMM_DIRECT) {
+                dm_status s = dm_gemm_set_algo(&x->gemm, DM_GEMM_DIRECT, ex->nthreads);
+                if (s != DM_OK) return dm_fail_context(s, "contraction %s: ", op->name);
+            }
             continue;
         }
         int64_t cols = op->cols, rows = nb ? op->rows / nb : 1; /* rows of one scratch unit */
@@ -299,6 +305,24 @@ static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
         return dm_fail(DM_ERR_OOM, "out of memory allocating scratch rows");
     }
     memset(ex->scratch, 0, fl * 4);
+    /* every contraction gets the direct kernel's buffers, also those a tuner switches to
+     * it after this; untouched pages of them cost nothing */
+    if (dm_gemm_direct_available()) {
+        ex->pack = aligned_alloc(64, sizeof(float) * (size_t)DM_GEMM_DIRECT_PACK_FLOATS * (size_t)nthreads);
+        if (!ex->pack) {
+            dm_cpu_exec_free(ex);
+            return dm_fail(DM_ERR_OOM, "out of memory allocating the direct kernel's buffers");
+        }
+        for (int gi = 0; gi < ex->ngroups; gi++) {
+            dm_exgroup *eg = &ex->groups[gi];
+            eg->gemm.pack = ex->pack;
+            eg->gemm.pack_threads = nthreads;
+            for (int k = 0; k < eg->nops; k++) {
+                eg->ops[k].gemm.pack = ex->pack;
+                eg->ops[k].gemm.pack_threads = nthreads;
+            }
+        }
+    }
     return DM_OK;
 }
 
@@ -316,6 +340,7 @@ void dm_cpu_exec_free(dm_cpu_exec *ex) {
     free(ex->groups);
     free(ex->scratch);
     free(ex->words);
+    free(ex->pack);
     memset(ex, 0, sizeof *ex);
 }
 

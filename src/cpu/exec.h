@@ -49,6 +49,7 @@ typedef struct {
     int64_t per_thread;
     uint32_t *words;          /* nthreads * max_cols */
     int64_t max_cols;
+    float *pack;              /* the direct kernel's buffers, one per thread (NULL without AVX-512) */
 } dm_cpu_exec;
 
 /* How a row op addresses memory operand t (d->kind set by the caller): DM_ERR_UNSUPPORTED

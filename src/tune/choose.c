@@ -68,6 +68,10 @@ dm_status dm_tuner_select(dm_tuner *T, dm_choices *choices) {
             G->chosen_comb = comb;
             G->chosen_algo = arg[k][comb];
             if (G->op >= 0) choices->algo[G->op] = G->algo[G->chosen_algo];
+            for (int q = 0; G->kernels && q < T->plan.groups[G->gi].nops; q++) {
+                int o = T->plan.order[T->plan.groups[G->gi].first + q];
+                if (T->g.op[o].kind == DM_OP_CONTRACT) choices->algo[o] = G->algo[G->chosen_algo];
+            }
             T->tuned_s += cost[k][comb];
             T->default_s += G->secs[0]; /* combination 0 = default layouts, algo 0 = default */
         }

@@ -15,8 +15,11 @@
  * map are measured as infeasible (infinite time) and the selection avoids them.
  *
  * Algorithms: each lone contraction runs with BLAS threads inside one call, OpenMP over
- * the batch (batched only), or the M or N dimension split between our threads with
- * single-threaded BLAS (cpu/contract.h). After the selection, a lone contraction whose
+ * the batch (batched only), the M or N dimension split between our threads with
+ * single-threaded BLAS, or dmove's own kernel that reads the operands in place ("direct",
+ * on AVX-512 CPUs; cpu/contract.h). The contractions inside a fused batched group
+ * (attention's) run per batch index on the group's threads: their choice is the kernel,
+ * BLAS or direct, one for all of them. After the selection, a lone contraction whose
  * partner (dm_plan_partner: the weight gradient beside an input gradient) can run at its
  * turn is timed one-then-the-other against side-by-side on the chosen layouts, and gets
  * the algorithm "concurrent" where that is faster (dm_tuner_pair; pairs whose GEMMs
@@ -216,6 +219,11 @@ dm_status dm_tuner_new(dm_tuner **out, const dm_layer_config *cfg, const dm_laye
             G->algo[G->nalgo++] = calls > 1 ? DM_GEMM_BLAS : DM_GEMM_SPLIT_M;
             G->algo[G->nalgo++] = calls > 1 ? DM_GEMM_SPLIT_M : DM_GEMM_SPLIT_N;
             if (calls > 1) G->algo[G->nalgo++] = DM_GEMM_SPLIT_N;
+            if (dm_gemm_direct_available()) G->algo[G->nalgo++] = DM_GEMM_DIRECT;
+        } else if (gr->nbatch > 1 && dm_gemm_direct_available()) {
+            for (int k = 0; k < gr->nops && !G->kernels; k++)
+                G->kernels = T->g.op[T->plan.order[gr->first + k]].kind == DM_OP_CONTRACT;
+            if (G->kernels) G->algo[G->nalgo++] = DM_GEMM_DIRECT;
         }
         G->secs = malloc(sizeof(double) * (size_t)(G->ncomb * G->nalgo));
         if (!G->secs) {
@@ -408,6 +416,16 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Algorithm a of G on its executor group eg (a lone contraction's, or the kernel of
+ * every contraction in a batched group). */
+static dm_status apply_algo(const dm_tuner *T, const dm_tune_group *G, dm_exgroup *eg, int a) {
+    if (G->op >= 0) return dm_gemm_set_algo(&eg->gemm, (dm_gemm_algo)G->algo[a], T->threads);
+    for (int k = 0; G->kernels && k < eg->nops; k++)
+        if (eg->ops[k].op->kind == DM_OP_CONTRACT)
+            DM_TRY(dm_gemm_set_algo(&eg->ops[k].gemm, (dm_gemm_algo)G->algo[a], T->threads));
+    return DM_OK;
+}
+
 /* Median seconds of group gi of L, alone. */
 static dm_status time_group(dm_tuner *T, dm_layer *L, int gi, double *out) {
     double t[64];
@@ -526,8 +544,7 @@ dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined) {
         refine_run rr = {.L = {NULL, NULL}, .gi = G->gi};
         for (int q = 0; q < 2 && s == DM_OK; q++) {
             s = layer_for(T, G, c[q], &ch, &rr.L[q]);
-            if (s == DM_OK && G->op >= 0)
-                s = dm_gemm_set_algo(&rr.L[q]->ex.groups[G->gi].gemm, (dm_gemm_algo)G->algo[a[q]], T->threads);
+            if (s == DM_OK) s = apply_algo(T, G, &rr.L[q]->ex.groups[G->gi], a[q]);
             for (int w = 0; w < T->warmup && s == DM_OK; w++) s = dm_cpu_exec_group(&rr.L[q]->ex, G->gi, 1, 0);
         }
         double med[2]; /* default, chosen */
@@ -589,6 +606,9 @@ dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int ma
         double w1 = (double)e1->gemm.m * e1->gemm.n * e1->gemm.k * (double)e1->gemm.nbatch,
                w2 = (double)e2->gemm.m * e2->gemm.n * e2->gemm.k * (double)e2->gemm.nbatch;
         if (w1 > 2 * w2 || w2 > 2 * w1) continue;
+        /* "concurrent" would replace the first's chosen kernel (a plan names one algorithm
+         * per contraction); the partner keeps its own */
+        if (e1->gemm.algo == DM_GEMM_DIRECT) continue;
         fill_group(L, g1);
         fill_group(L, g2);
         pair_run pr = {.ex = &L->ex, .g1 = g1, .g2 = g2};
@@ -669,7 +689,7 @@ dm_status dm_tuner_measure(dm_tuner *T, const char *cache_path,
                 if (!isnan(*dst)) continue;
                 if (eg->unusable) *dst = INFINITY;
                 else {
-                    if (G->op >= 0) s = dm_gemm_set_algo(&eg->gemm, (dm_gemm_algo)G->algo[a], T->threads);
+                    s = apply_algo(T, G, eg, a);
                     if (s == DM_OK) s = time_group(T, L, G->gi, dst);
                 }
                 if (s == DM_OK) {

@@ -26,6 +26,8 @@ typedef struct {
 typedef struct {
     int gi;                        /* plan group */
     int op;                        /* a lone contraction: its op (algorithms apply), else -1 */
+    int kernels;                   /* a batched group with contractions: the algorithms are
+                                    * their kernel (default or direct), for all of them */
     int nscope;
     int scope[DM_TUNE_MAX_SCOPE];  /* variable indices */
     int64_t ncomb;                 /* layout combinations of the scope */

@@ -1,0 +1,170 @@
+/* direct.c: dmove's own single-threaded SGEMM for AVX-512 CPUs, the contraction
+ * algorithm "direct". It reads its operands where they lie instead of copying them into
+ * packed panels first, as BLAS libraries do:
+ *   - op(A) is read in place, one element at a time, broadcast to a vector: any row and
+ *     column stride serves (NoTrans and Trans alike);
+ *   - op(B) rows are read in place as vectors where they are contiguous (NoTrans) and
+ *     the block is whole micro-tiles wide; only a transposed op(B) (or a ragged right
+ *     edge) is copied, one KC x NC block at a time, into the caller's buffer;
+ *   - C is written once per KC block, with no separate pass that zeroes it (beta = 0).
+ * Blocking: NC columns of C by KC of the summed dimension; inside, 6 x 64 micro-tiles
+ * (24 vector accumulators) swept over the rows. Per KC block the micro-tile's 6 rows of
+ * op(A) (6 KC floats) stay in L1 and the KC x 64 panel of op(B) in L2.
+ * On BERT's shapes this skips OpenBLAS's packing of both operands and its beta pass:
+ * it wins most on the attention's per-item GEMMs (128 x 128 x 64), which are too small
+ * to amortize them. Correctness: tests/test_contract.c runs it against the reference in
+ * every transpose and edge case the executor can produce. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu/contract.h"
+
+#define MR 6
+#define NV 4
+#define NR (16 * NV)
+#define KC 256
+#define NC 512
+
+#if DM_GEMM_DIRECT_PACK_FLOATS < KC * NC
+#error "the direct kernel's buffer is smaller than one KC x NC block"
+#endif
+
+#define DIRECT_TARGET __attribute__((target("avx512f")))
+
+int dm_gemm_direct_available(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+}
+
+/* c[mr_c x 64] = alpha * sum_k a(r, k) b(k, 0..64) (+ c when acc), columns masked by mk */
+static inline __attribute__((always_inline)) DIRECT_TARGET void
+tile(int mr_c, int kc, const float *a, int64_t ars, int64_t acs, const float *b, int64_t bs, float *c,
+     int64_t ldc, const __mmask16 *mk, int acc, float alpha) {
+    __m512 s[MR][NV];
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < NV; v++) s[r][v] = _mm512_setzero_ps();
+    for (int k = 0; k < kc; k++) {
+        __m512 bv[NV];
+        for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_ps(b + (int64_t)k * bs + 16 * v);
+        const float *ak = a + (int64_t)k * acs;
+        for (int r = 0; r < MR; r++) {
+            if (r >= mr_c) break;
+            __m512 av = _mm512_set1_ps(ak[(int64_t)r * ars]);
+            for (int v = 0; v < NV; v++) s[r][v] = _mm512_fmadd_ps(av, bv[v], s[r][v]);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    for (int r = 0; r < MR; r++) {
+        if (r >= mr_c) break;
+        float *cr = c + (int64_t)r * ldc;
+        for (int v = 0; v < NV; v++) {
+            __m512 x = _mm512_mul_ps(s[r][v], al);
+            if (acc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], cr + 16 * v));
+            _mm512_mask_storeu_ps(cr + 16 * v, mk[v], x);
+        }
+    }
+}
+
+/* the row count as a constant, so each variant keeps its accumulators in registers */
+static DIRECT_TARGET void tile_rows(int mr, int kc, const float *a, int64_t ars, int64_t acs, const float *b,
+                                    int64_t bs, float *c, int64_t ldc, const __mmask16 *mk, int acc,
+                                    float alpha) {
+    switch (mr) {
+    case 6: tile(6, kc, a, ars, acs, b, bs, c, ldc, mk, acc, alpha); break;
+    case 5: tile(5, kc, a, ars, acs, b, bs, c, ldc, mk, acc, alpha); break;
+    case 4: tile(4, kc, a, ars, acs, b, bs, c, ldc, mk, acc, alpha); break;
+    case 3: tile(3, kc, a, ars, acs, b, bs, c, ldc, mk, acc, alpha); break;
+    case 2: tile(2, kc, a, ars, acs, b, bs, c, ldc, mk, acc, alpha); break;
+    default: tile(1, kc, a, ars, acs, b, bs, c, ldc, mk, acc, alpha); break;
+    }
+}
+
+/* 16 x 16 floats transposed: d[c * lds + r] = s[r * ls + c] */
+static inline __attribute__((always_inline)) DIRECT_TARGET void
+transpose16(float *d, int64_t lds, const float *s, int64_t ls) {
+    __m512 r[16], t[16];
+    for (int q = 0; q < 16; q++) r[q] = _mm512_loadu_ps(s + (int64_t)q * ls);
+    /* 32-bit, then 64-bit interleaves within 128-bit lanes: 4 x 4 blocks transposed */
+    for (int q = 0; q < 16; q += 2) {
+        t[q] = _mm512_unpacklo_ps(r[q], r[q + 1]);
+        t[q + 1] = _mm512_unpackhi_ps(r[q], r[q + 1]);
+    }
+    for (int q = 0; q < 16; q += 4)
+        for (int h = 0; h < 2; h++) {
+            __m512d a = _mm512_castps_pd(t[q + h]), b = _mm512_castps_pd(t[q + 2 + h]);
+            r[q + h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+            r[q + 2 + h] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        }
+    /* r[4g + q], lane L: column 4L + c(q) of rows 4g..4g+3, c = {0, 2, 1, 3}; the
+     * 128-bit lane shuffles gather lane L of the four row blocks into column 4L + c(q) */
+    static const int c_of[4] = {0, 2, 1, 3};
+    for (int q = 0; q < 4; q++) {
+        __m512 a0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88), a1 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xDD),
+               b0 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88),
+               b1 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xDD);
+        const int c = c_of[q];
+        t[c] = _mm512_shuffle_f32x4(a0, b0, 0x88);      /* lanes 0 */
+        t[8 + c] = _mm512_shuffle_f32x4(a0, b0, 0xDD);  /* lanes 2 */
+        t[4 + c] = _mm512_shuffle_f32x4(a1, b1, 0x88);  /* lanes 1 */
+        t[12 + c] = _mm512_shuffle_f32x4(a1, b1, 0xDD); /* lanes 3 */
+    }
+    for (int q = 0; q < 16; q++) _mm512_storeu_ps(d + (int64_t)q * lds, t[q]);
+}
+
+/* op(B)[k0 .. k0+kc) x [j0 .. j0+nc) into buf, rows ncp floats apart, zero-padded */
+static DIRECT_TARGET void pack_b(float *buf, int transB, const float *B, int64_t ldb, int k0, int kc, int j0,
+                                 int nc, int ncp) {
+    if (transB) {
+        /* op(B)(k, j) = B[j * ldb + k]: 16 x 16 blocks in registers, the edges by element */
+        const float *src = B + (int64_t)j0 * ldb + k0;
+        int j16 = nc / 16 * 16, k16 = kc / 16 * 16;
+        for (int j = 0; j < j16; j += 16)
+            for (int kk = 0; kk < k16; kk += 16)
+                transpose16(buf + (int64_t)kk * ncp + j, ncp, src + (int64_t)j * ldb + kk, ldb);
+        for (int j = 0; j < nc; j++)
+            for (int kk = j < j16 ? k16 : 0; kk < kc; kk++) buf[(int64_t)kk * ncp + j] = src[(int64_t)j * ldb + kk];
+    } else {
+        for (int kk = 0; kk < kc; kk++)
+            memcpy(buf + (int64_t)kk * ncp, B + (int64_t)(k0 + kk) * ldb + j0, sizeof(float) * (size_t)nc);
+    }
+    for (int kk = 0; kk < kc; kk++)
+        for (int j = nc; j < ncp; j++) buf[(int64_t)kk * ncp + j] = 0.0f;
+}
+
+DIRECT_TARGET void dm_sgemm_direct(int transA, int transB, int m, int n, int k, float alpha, const float *A,
+                                   int lda, const float *B, int ldb, float *C, int ldc, float *buf) {
+    const int64_t ars = transA ? 1 : lda, acs = transA ? lda : 1;
+    if (k <= 0) {
+        for (int i = 0; i < m; i++) memset(C + (int64_t)i * ldc, 0, sizeof(float) * (size_t)n);
+        return;
+    }
+    for (int j0 = 0; j0 < n; j0 += NC) {
+        const int nc = n - j0 < NC ? n - j0 : NC, ncp = (nc + NR - 1) / NR * NR;
+        for (int k0 = 0; k0 < k; k0 += KC) {
+            const int kc = k - k0 < KC ? k - k0 : KC;
+            const float *bp = buf;
+            int64_t bs = ncp;
+            if (!transB && nc % NR == 0) { /* whole tiles of contiguous rows: in place */
+                bp = B + (int64_t)k0 * ldb + j0;
+                bs = ldb;
+            } else {
+                pack_b(buf, transB, B, ldb, k0, kc, j0, nc, ncp);
+            }
+            for (int i0 = 0; i0 < m; i0 += MR) {
+                const int mr = m - i0 < MR ? m - i0 : MR;
+                const float *a = A + (int64_t)i0 * ars + (int64_t)k0 * acs;
+                for (int jr = 0; jr < nc; jr += NR) {
+                    const int nr = nc - jr < NR ? nc - jr : NR;
+                    __mmask16 mk[NV];
+                    for (int v = 0; v < NV; v++) {
+                        const int w = nr - 16 * v;
+                        mk[v] = w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? (__mmask16)0 : (__mmask16)((1u << w) - 1);
+                    }
+                    tile_rows(mr, kc, a, ars, acs, bp + jr, bs, C + (int64_t)i0 * ldc + j0 + jr, ldc, mk, k0 > 0,
+                              alpha);
+                }
+            }
+        }
+    }
+}
