@@ -323,15 +323,17 @@ dm_status dm_layer_set_seed(dm_layer *L, uint64_t seed) {
 }
 
 /* One group on the layer's device. While profiling, a GPU group is waited for, so that
- * the time taken around it is its own. */
-static dm_status run_group(dm_layer *L, int gi, int only_c) {
+ * the time taken around it is its own. only_c: a batched group runs just its GEMMs;
+ * contractions_only: only contraction groups run (on the CPU, a "direct_rows" GEMM then
+ * leaves out the row group of its epilogue). */
+static dm_status run_group(dm_layer *L, int gi, int only_c, int contractions_only) {
 #ifdef DM_HAVE_CUDA
     if (L->cuda) {
         DM_TRY(dm_cuda_exec_group(L->cuda, gi, L->cfg.seed, only_c));
         return L->profile ? dm_cuda_sync(L->cuda) : DM_OK;
     }
 #endif
-    return dm_cpu_exec_group(&L->ex, gi, L->cfg.seed, only_c);
+    return dm_cpu_exec_group(&L->ex, gi, L->cfg.seed, only_c || contractions_only);
 }
 
 dm_status dm_layer_run(dm_layer *L, int passes, unsigned class_mask) {
@@ -345,10 +347,11 @@ dm_status dm_layer_run(dm_layer *L, int passes, unsigned class_mask) {
         if (!(passes & (gr->pass ? DM_PASS_BACKWARD : DM_PASS_FORWARD))) continue;
         /* a batched group holds contractions and row ops: with only contractions asked
          * for, it runs just its GEMMs */
-        int only_c = gr->nbatch > 1 && class_mask == (1u << DM_CLASS_CONTRACTION);
+        const int contractions_only = class_mask == (1u << DM_CLASS_CONTRACTION);
+        int only_c = gr->nbatch > 1 && contractions_only;
         if (!(class_mask & (1u << gr->cls))) continue;
         double t0 = L->profile ? omp_get_wtime() : 0;
-        DM_TRY(run_group(L, gi, only_c));
+        DM_TRY(run_group(L, gi, only_c, contractions_only));
         if (L->profile) {
             double dt = omp_get_wtime() - t0;
             L->prof[gr->pass][gr->cls] += dt;

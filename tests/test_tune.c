@@ -1,8 +1,8 @@
 /* test_tune.c: layouts and algorithms change no numbers, plan files are validated, and
  * the tuner's cache survives an interrupted run.
  *  1. every candidate layout of every tensor the tuner may lay out (the others default),
- *     and random joint layouts with random contraction algorithms, for the fused and the
- *     unfused schedule: the whole layer, forward and backward, against the default plan
+ *     random joint layouts with random contraction algorithms, and every contraction on
+ *     the direct kernel, for the fused and the unfused schedule: the whole layer, forward and backward, against the default plan
  *     (relative error per tensor < 1e-5: a layout changes only the GEMMs' summation
  *     order; the key bias gradient, zero in exact arithmetic, absolutely); a joint combination the executor refuses must be one the tuner measures as
  *     infeasible, and it is refused with DM_ERR_UNSUPPORTED, not run;
@@ -118,6 +118,61 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched) {
         }
     } else {
         printf("  all contractions direct: SKIP, this CPU has no AVX-512 (the algorithm is not offered)\n");
+    }
+    /* "direct_rows": each lone contraction alone, then all that take it at once, on random
+     * layouts too; the ones whose next group cannot run in their epilogue are refused */
+    if (dm_gemm_direct_available()) {
+        int nfused = 0, nrefused = 0, fusable[256], nf = 0;
+        for (int k = 0; k < T->ngroups; k++) {
+            const dm_tune_group *G = &T->groups[k];
+            if (G->op < 0) continue;
+            memset(ch.layout, 0, sizeof(ch.layout[0]) * (size_t)ch.nt);
+            memset(ch.algo, 0, (size_t)ch.nop);
+            ch.algo[G->op] = DM_GEMM_DIRECT_ROWS;
+            dm_layer *L = build(cfg, &opt, &ch, &st);
+            if (!L) {
+                CHECK(st == DM_ERR_UNSUPPORTED && strstr(dm_last_error(), "epilogue"));
+                nrefused++;
+                continue;
+            }
+            CHECK(L->ex.groups[G->gi].rows_next == G->gi + 1 && L->ex.groups[G->gi + 1].rows_of == G->gi);
+            double e = compare_all_ex(L, ref, 0, 1);
+            printf("  %-18s direct_rows, with %s in its epilogue: max rel.err %.2e\n", T->g.op[G->op].name,
+                   T->g.op[T->plan.order[T->plan.groups[G->gi + 1].first]].name, e);
+            if (e > worst) worst = e;
+            runs++;
+            nfused++;
+            if (nf < 256) fusable[nf++] = G->op;
+            dm_layer_free(L);
+        }
+        /* the forward projections at least (each is followed by its bias group) */
+        CHECK(nfused >= 4);
+        for (int trial = 0; trial < 4; trial++) {
+            memset(ch.layout, 0, sizeof(ch.layout[0]) * (size_t)ch.nt);
+            memset(ch.algo, 0, (size_t)ch.nop);
+            if (trial)
+                for (int v = 0; v < T->nvars; v++)
+                    memcpy(ch.layout[T->vars[v].t], T->vars[v].cand[rnd((uint32_t)T->vars[v].ncand)], DM_MAX_DIMS + 1);
+            for (int q = 0; q < nf; q++) ch.algo[fusable[q]] = DM_GEMM_DIRECT_ROWS;
+            dm_layer *L = NULL;
+            st = dm_layer_new_with(&L, cfg, &opt, &ch, 1); /* lenient: a layout may unfit one */
+            CHECK_OK(st);
+            if (!L) continue;
+            int unusable = 0;
+            for (int gi = 0; gi < L->plan.ngroups; gi++) unusable += L->ex.groups[gi].unusable != DM_OK;
+            dm_layer_free(L);
+            if (unusable) continue; /* measured as infeasible by the tuner; layouts are tested above */
+            L = build(cfg, &opt, &ch, &st);
+            CHECK_OK(st);
+            if (!L) continue;
+            double e = compare_all_ex(L, ref, 0, 1);
+            printf("  all %d direct_rows at once (%s layouts): max rel.err %.2e\n", nf, trial ? "random" : "default", e);
+            if (e > worst) worst = e;
+            runs++;
+            dm_layer_free(L);
+        }
+        printf("  direct_rows: %d contractions take the next group into their epilogue, %d refused\n", nfused,
+               nrefused);
     }
     /* side by side: every contraction with a partner set to "concurrent", on random
      * layouts; a forward contraction (no partner) and a partner itself are refused */
@@ -318,6 +373,24 @@ static void tune_and_files(const dm_layer_config *cfg) {
         }
         CHECK(fabs(ch.tuned_ms - T->tuned_s * 1e3) < 1e-9);
     }
+    /* row groups in their GEMM's epilogue: each lone contraction on its own turn whose next
+     * group can run there is timed; the test hook keeps every one, so the saved plan runs
+     * them all (it must equal the default plan, below) */
+    if (dm_gemm_direct_available()) {
+        dm_tune_pair rows[16];
+        int nr = -1;
+        CHECK(setenv("DMOVE_TEST_ROWS", "keep", 1) == 0);
+        CHECK_OK(dm_tuner_rows(T, &ch, rows, 16, &nr));
+        unsetenv("DMOVE_TEST_ROWS");
+        CHECK(nr >= 4 && nr <= 16); /* the four forward projections at least */
+        for (int k = 0; k < nr && k < 16; k++) {
+            int op = T->plan.order[T->plan.groups[rows[k].g1].first];
+            CHECK(rows[k].g2 == rows[k].g1 + 1 && rows[k].seq_s > 0 && rows[k].pair_s > 0 && rows[k].kept);
+            CHECK(ch.algo[op] == DM_GEMM_DIRECT_ROWS);
+        }
+        CHECK(fabs(ch.tuned_ms - T->tuned_s * 1e3) < 1e-9);
+        printf("tune: %d row groups timed in their GEMM's epilogue (all kept by the test hook)\n", nr);
+    }
     CHECK_OK(dm_plan_save(plan, cfg, &opt, &T->g, &ch));
     CHECK_OK(dm_tuner_svg(T, svg));
     printf("tune: %lld measurements, sum of groups default %.3f ms, tuned %.3f ms\n", (long long)T->ntasks,
@@ -402,13 +475,13 @@ static void tune_and_files(const dm_layer_config *cfg) {
         expect_bad_text(bad, t, cfg, &opt, &T->g, "layout not a permutation");
         add_member(good, "\"algorithms\":\t{", "\"qkv_proj\": \"fastest\"", t, n);
         expect_bad_text(bad, t, cfg, &opt, &T->g, "unknown algorithm");
-        /* an algorithm other than the plan's own, so the edit changes the contents */
+        /* an algorithm for a contraction the plan leaves at its default (a later entry
+         * would win over an added one), so the edit changes the contents */
         int op = 0;
-        while (op < T->g.nop && strcmp(T->g.op[op].name, "attn_out_proj")) op++;
+        while (op < T->g.nop && (T->g.op[op].kind != DM_OP_CONTRACT || ch.algo[op])) op++;
         CHECK(op < T->g.nop);
-        char entry[64];
-        snprintf(entry, sizeof entry, "\"attn_out_proj\": \"%s\"",
-                 op < T->g.nop && ch.algo[op] == DM_GEMM_SPLIT_N ? "split_m" : "split_n");
+        char entry[96];
+        snprintf(entry, sizeof entry, "\"%s\": \"split_n\"", op < T->g.nop ? T->g.op[op].name : "?");
         add_member(good, "\"algorithms\":\t{", entry, t, n);
         expect_bad_text(bad, t, cfg, &opt, &T->g, "edited (checksum)");
         expect_bad("/nonexistent/plan.json", cfg, &opt, &T->g, "missing file");

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/status.h"
+#include "cpu/contract.h"
 #include "plan/plan.h"
 
 typedef uint64_t word;
@@ -391,6 +392,18 @@ char *dm_plan_describe(const dm_plan *plan, const double *group_secs, int pairs)
         if (beside[G] >= 0 && l < (int)sizeof line - 80)
             l += snprintf(line + l, sizeof line - (size_t)l, "  (ran beside %s)",
                           g->op[plan->order[plan->groups[beside[G]].first]].name);
+        /* algorithm "direct_rows": the next group runs in this one's epilogue (the CPU
+         * executor refuses a plan where it cannot) */
+        int rows_in = pairs && plan->algo && G + 1 < plan->ngroups &&
+                      plan->algo[plan->order[gr->first]] == DM_GEMM_DIRECT_ROWS;
+        int rows_of = pairs && plan->algo && G > 0 &&
+                      plan->algo[plan->order[plan->groups[G - 1].first]] == DM_GEMM_DIRECT_ROWS;
+        if (rows_in && l < (int)sizeof line - 80)
+            l += snprintf(line + l, sizeof line - (size_t)l, "  (and %s in its epilogue)",
+                          g->op[plan->order[plan->groups[G + 1].first]].name);
+        if (rows_of && l < (int)sizeof line - 80)
+            l += snprintf(line + l, sizeof line - (size_t)l, "  (ran in the epilogue of %s)",
+                          g->op[plan->order[plan->groups[G - 1].first]].name);
         l += snprintf(line + l, sizeof line - (size_t)l, "\n");
         if (len + (size_t)l + 1 > cap) {
             cap = (cap + (size_t)l) * 2;

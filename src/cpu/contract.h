@@ -20,6 +20,10 @@
  *          instead of packing them: OpenMP over the batch where it has at least as many
  *          indices as threads, else each thread a block of the longer side (m or n);
  *          inside a fused (batched) group, the kernel of each batch index's call
+ *   DIRECT_ROWS  the direct kernel, each thread on a block of the rows, with the next
+ *          group (a row group) run on each block of rows as soon as the kernel has
+ *          finished it, while it is in cache (the executor's exec_fused_rows); alone,
+ *          dm_gemm_run runs it like DIRECT
  * DEFAULT is BATCH for batched contractions and BLAS otherwise. */
 typedef enum {
     DM_GEMM_DEFAULT = 0,
@@ -29,6 +33,7 @@ typedef enum {
     DM_GEMM_SPLIT_N,
     DM_GEMM_CONCURRENT,
     DM_GEMM_DIRECT,
+    DM_GEMM_DIRECT_ROWS,
     DM_GEMM_NUM_ALGOS
 } dm_gemm_algo;
 
@@ -54,6 +59,16 @@ typedef struct {
 
 /* floats of the direct kernel's per-thread buffer for a transposed operand */
 #define DM_GEMM_DIRECT_PACK_FLOATS (256 * 512)
+
+/* The direct kernel with a row epilogue (algorithm DIRECT_ROWS, run by the executor):
+ * C = alpha op(A) Bp, where Bp is op(B) whole, k rows ldbp floats apart, each readable to
+ * n rounded up to 64 (zero padding, or more of a matrix); done(ctx, i0, rows) is called
+ * for each block of rows as soon as they are final, in order. Single-threaded. */
+void dm_sgemm_direct_rows(int transA, int m, int n, int k, float alpha, const float *A, int lda, const float *Bp,
+                          int64_t ldbp, float *C, int ldc, void (*done)(void *ctx, int i0, int rows), void *ctx);
+/* Rows [k0, k0 + kc) and columns [j0, j0 + nc) of op(B) (B transposed when transB) into
+ * buf, rows ncp floats apart, columns nc .. ncp zeroed. */
+void dm_direct_pack_b(float *buf, int transB, const float *B, int64_t ldb, int k0, int kc, int j0, int nc, int ncp);
 
 /* 1 if this CPU runs the direct kernel (AVX-512F) */
 int dm_gemm_direct_available(void);

@@ -113,7 +113,7 @@ transpose16(float *d, int64_t lds, const float *s, int64_t ls) {
 }
 
 /* op(B)[k0 .. k0+kc) x [j0 .. j0+nc) into buf, rows ncp floats apart, zero-padded */
-static DIRECT_TARGET void pack_b(float *buf, int transB, const float *B, int64_t ldb, int k0, int kc, int j0,
+DIRECT_TARGET void dm_direct_pack_b(float *buf, int transB, const float *B, int64_t ldb, int k0, int kc, int j0,
                                  int nc, int ncp) {
     if (transB) {
         /* op(B)(k, j) = B[j * ldb + k]: 16 x 16 blocks in registers, the edges by element */
@@ -149,7 +149,7 @@ DIRECT_TARGET void dm_sgemm_direct(int transA, int transB, int m, int n, int k, 
                 bp = B + (int64_t)k0 * ldb + j0;
                 bs = ldb;
             } else {
-                pack_b(buf, transB, B, ldb, k0, kc, j0, nc, ncp);
+                dm_direct_pack_b(buf, transB, B, ldb, k0, kc, j0, nc, ncp);
             }
             for (int i0 = 0; i0 < m; i0 += MR) {
                 const int mr = m - i0 < MR ? m - i0 : MR;
@@ -166,5 +166,38 @@ DIRECT_TARGET void dm_sgemm_direct(int transA, int transB, int m, int n, int k, 
                 }
             }
         }
+    }
+}
+
+/* Row blocks of MC rows (4 micro-tiles, which share each op(B) panel while it is in
+ * L1): a block is finished over all of n and k before the next begins, and handed to
+ * done() while its rows are in cache. */
+#define MC (4 * MR)
+
+DIRECT_TARGET void dm_sgemm_direct_rows(int transA, int m, int n, int k, float alpha, const float *A, int lda,
+                                        const float *Bp, int64_t ldbp, float *C, int ldc,
+                                        void (*done)(void *ctx, int i0, int rows), void *ctx) {
+    const int64_t ars = transA ? 1 : lda, acs = transA ? lda : 1;
+    for (int ib = 0; ib < m; ib += MC) {
+        const int mc = m - ib < MC ? m - ib : MC;
+        if (k <= 0)
+            for (int i = ib; i < ib + mc; i++) memset(C + (int64_t)i * ldc, 0, sizeof(float) * (size_t)n);
+        for (int k0 = 0; k0 < k; k0 += KC) {
+            const int kc = k - k0 < KC ? k - k0 : KC;
+            for (int jr = 0; jr < n; jr += NR) {
+                const int nr = n - jr < NR ? n - jr : NR;
+                __mmask16 mk[NV];
+                for (int v = 0; v < NV; v++) {
+                    const int w = nr - 16 * v;
+                    mk[v] = w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? (__mmask16)0 : (__mmask16)((1u << w) - 1);
+                }
+                for (int i0 = ib; i0 < ib + mc; i0 += MR) {
+                    const int mr = ib + mc - i0 < MR ? ib + mc - i0 : MR;
+                    tile_rows(mr, kc, A + (int64_t)i0 * ars + (int64_t)k0 * acs, ars, acs, Bp + (int64_t)k0 * ldbp + jr,
+                              ldbp, C + (int64_t)i0 * ldc + jr, ldc, mk, k0 > 0, alpha);
+                }
+            }
+        }
+        done(ctx, ib, mc);
     }
 }

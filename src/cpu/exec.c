@@ -279,6 +279,7 @@ static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
     for (int gi = 0; gi < plan->ngroups; gi++) {
         ex->groups[gi].gr = &plan->groups[gi];
         ex->groups[gi].partner = ex->groups[gi].beside = -1;
+        ex->groups[gi].rows_next = ex->groups[gi].rows_of = -1;
         dm_status s = init_group(ex, &ex->groups[gi], plan, arena);
         if (s == DM_ERR_UNSUPPORTED && lenient) {
             ex->groups[gi].unusable = s;
@@ -323,6 +324,84 @@ static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
             }
         }
     }
+    for (int gi = 0; gi < ex->ngroups; gi++) {
+        dm_exgroup *eg = &ex->groups[gi];
+        if (!eg->contract || eg->unusable || eg->gemm.algo != DM_GEMM_DIRECT_ROWS) continue;
+        s = dm_cpu_exec_fuse_rows(ex, plan, gi);
+        if (s != DM_OK && lenient) {
+            eg->unusable = s;
+            continue;
+        }
+        if (s != DM_OK) {
+            dm_cpu_exec_free(ex);
+            return s;
+        }
+    }
+    return DM_OK;
+}
+
+/* Does root r's memory overlap [lo, hi)? */
+static int root_overlaps(const dm_plan *plan, int r, int64_t lo, int64_t hi) {
+    if (plan->offset[r] < 0) return 0;
+    int64_t a = plan->offset[r], b = a + plan->g->t[r].numel * (int64_t)sizeof(float);
+    return a < hi && lo < b;
+}
+
+dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi) {
+    const dm_graph *g = plan->g;
+    if (gi < 0 || gi >= ex->ngroups) return dm_fail(DM_ERR_INVALID_ARG, "no group %d", gi);
+    dm_exgroup *eg = &ex->groups[gi];
+    const dm_op *op = &g->op[plan->order[eg->gr->first]];
+    if (!eg->contract || eg->unusable)
+        return dm_fail(DM_ERR_UNSUPPORTED, "group %d is not a lone contraction that can run", gi);
+    const dm_gemm *gm = &eg->gemm;
+    const char *why = NULL;
+    dm_exgroup *rg = gi + 1 < ex->ngroups ? &ex->groups[gi + 1] : NULL;
+    if (gm->nbatch != 1 || eg->partner >= 0 || eg->beside >= 0)
+        why = gm->nbatch != 1 ? "it is a batched contraction" : "it runs beside another contraction";
+    else if (!rg || rg->contract || rg->nbatch > 1 || rg->unusable || rg->rows_of >= 0 ||
+             rg->gr->pass != eg->gr->pass)
+        why = "the next group is no row group of the same pass";
+    else if (rg->gr->rows != gm->m || rg->gr->cols != gm->n || gm->ldc != gm->n)
+        why = "the next group's rows are not the GEMM's output rows";
+    const int croot = dm_tensor_root(g, op->out[0]);
+    int64_t c_lo = plan->offset[croot], c_hi = c_lo + g->t[croot].numel * (int64_t)sizeof(float);
+    int ins[2] = {dm_tensor_root(g, op->in[0]), dm_tensor_root(g, op->in[1])};
+    for (int k = 0; !why && k < rg->nops; k++) {
+        const dm_exop *x = &rg->ops[k];
+        for (int io = 0; io < 2 && !why; io++)
+            for (int q = 0; q < (io ? x->op->nout : x->op->nin) && !why; q++) {
+                const dm_operand *d = io ? &x->out[q] : &x->in[q];
+                int r = dm_tensor_root(g, io ? x->op->out[q] : x->op->in[q]);
+                if (d->scratch || d->kind == DM_ARG_COLACC) continue; /* per thread, or summed after the GEMM */
+                /* the GEMM's output, read (or rewritten in place) row for row as it was written */
+                int as_c = r == croot && d->kind == DM_ARG_FULL && d->nrl == 0 && d->base == gm->C;
+                if (r == croot && !as_c) why = "the next group reads the GEMM's output other than row for row";
+                else if (!as_c && root_overlaps(plan, r, c_lo, c_hi))
+                    why = "the next group uses memory the GEMM's output shares";
+                else if (io && (root_overlaps(plan, r, plan->offset[ins[0]],
+                                              plan->offset[ins[0]] + g->t[ins[0]].numel * (int64_t)sizeof(float)) ||
+                                root_overlaps(plan, r, plan->offset[ins[1]],
+                                              plan->offset[ins[1]] + g->t[ins[1]].numel * (int64_t)sizeof(float))))
+                    why = "the next group writes memory the GEMM reads";
+            }
+    }
+    if (why)
+        return dm_fail(DM_ERR_UNSUPPORTED, "contraction %s cannot run the next group in its epilogue "
+                       "(algorithm \"direct_rows\"): %s; give it another algorithm", op->name, why);
+    /* op(B) whole, shared, unless its rows can be read in place */
+    if (gm->transB || gm->n % 64) {
+        int64_t need = (int64_t)gm->k * ((gm->n + 63) / 64 * 64);
+        if (need > ex->bwhole_floats) {
+            float *b = aligned_alloc(64, ((size_t)need * sizeof(float) + 63) / 64 * 64);
+            if (!b) return dm_fail(DM_ERR_OOM, "out of memory for contraction %s's packed operand", op->name);
+            free(ex->bwhole);
+            ex->bwhole = b;
+            ex->bwhole_floats = need;
+        }
+    }
+    eg->rows_next = gi + 1;
+    rg->rows_of = gi;
     return DM_OK;
 }
 
@@ -341,6 +420,7 @@ void dm_cpu_exec_free(dm_cpu_exec *ex) {
     free(ex->scratch);
     free(ex->words);
     free(ex->pack);
+    free(ex->bwhole);
     memset(ex, 0, sizeof *ex);
 }
 
@@ -404,13 +484,85 @@ static dm_status exec_batched(const dm_cpu_exec *ex, const dm_exgroup *eg, uint6
     return DM_OK;
 }
 
+/* Row r of row group eg: its ops in order, on this thread's scratch. */
+static void run_row(const dm_exgroup *eg, float *scr, dm_row *rw, int64_t r) {
+    const int64_t cols = rw->cols;
+    rw->r = r;
+    for (int k = 0; k < eg->nops; k++) {
+        const dm_exop *x = &eg->ops[k];
+        rw->op = x->op;
+        for (int s = 0; s < x->op->nin; s++) rw->in[s] = resolve(&x->in[s], scr, r, 0, cols);
+        for (int s = 0; s < x->op->nout; s++) rw->out[s] = resolve(&x->out[s], scr, r, 0, cols);
+        dm_cpu_row(rw);
+    }
+}
+
+/* Inside the parallel region, after every thread's rows: the column sums of the team's
+ * per-thread accumulators (a fixed order: deterministic for a thread count). */
+static void reduce_columns(const dm_cpu_exec *ex, const dm_exgroup *eg, int nteam) {
+    const int64_t cols = eg->gr->cols;
+    for (int a = 0; a < eg->nacc; a++) {
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < cols; c++) {
+            float s = 0;
+            for (int t = 0; t < nteam; t++) s += ex->scratch[(int64_t)t * ex->per_thread + eg->acc_slot[a] + c];
+            eg->acc_dst[a][c] = s;
+        }
+    }
+}
+
+typedef struct {
+    const dm_exgroup *rg;
+    float *scr;
+    dm_row rw;
+    int64_t lo; /* the thread's first row */
+} rows_ctx;
+
+static void rows_done(void *arg, int i0, int rows) {
+    rows_ctx *c = arg;
+    for (int64_t r = c->lo + i0; r < c->lo + i0 + rows; r++) run_row(c->rg, c->scr, &c->rw, r);
+}
+
+/* "direct_rows": each thread computes a block of the GEMM's rows with the direct kernel
+ * and runs the next group's ops on them block by block, while they are in its caches. */
+static dm_status exec_fused_rows(const dm_cpu_exec *ex, const dm_exgroup *eg, uint64_t seed) {
+    const dm_exgroup *rg = &ex->groups[eg->rows_next];
+    const dm_gemm *gm = &eg->gemm;
+    const int m = gm->m, n = gm->n, k = gm->k, ncp = (n + 63) / 64 * 64;
+    const int inplace = !gm->transB && n % 64 == 0;
+    const float *bp = inplace ? gm->B : ex->bwhole;
+    const int64_t ldbp = inplace ? gm->ldb : ncp, cols = rg->gr->cols;
+#pragma omp parallel num_threads(ex->nthreads)
+    {
+        const int tid = omp_get_thread_num(), T = omp_get_num_threads();
+        float *scr = ex->scratch + (int64_t)tid * ex->per_thread;
+        for (int a = 0; a < rg->nacc; a++) memset(scr + rg->acc_slot[a], 0, sizeof(float) * (size_t)cols);
+        if (!inplace) { /* the team packs op(B) once, k rows each */
+            int per = (k + T - 1) / T, k0 = tid * per, k1 = k0 + per < k ? k0 + per : k;
+            if (k1 > k0) dm_direct_pack_b(ex->bwhole + (int64_t)k0 * ncp, gm->transB, gm->B, gm->ldb, k0, k1 - k0, 0, n, ncp);
+#pragma omp barrier
+        }
+        int per = (m + T - 1) / T, lo = tid * per < m ? tid * per : m, hi = lo + per < m ? lo + per : m;
+        rows_ctx c = {.rg = rg, .scr = scr, .lo = lo,
+                      .rw = {.cols = cols, .seed = seed, .words = ex->words + (int64_t)tid * ex->max_cols}};
+        if (hi > lo)
+            dm_sgemm_direct_rows(gm->transA, hi - lo, n, k, gm->alpha, gm->A + (int64_t)lo * (gm->transA ? 1 : gm->lda),
+                                 gm->lda, bp, ldbp, gm->C + (int64_t)lo * gm->ldc, gm->ldc, rows_done, &c);
+#pragma omp barrier
+        reduce_columns(ex, rg, T);
+    }
+    return DM_OK;
+}
+
 dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions) {
     const dm_exgroup *eg = &ex->groups[gi];
     if (eg->unusable) return dm_fail(eg->unusable, "group %d cannot run with these layouts", gi);
-    if (eg->beside >= 0) return DM_OK; /* ran at its partner's turn */
-    if (eg->contract)
+    if (eg->beside >= 0 || eg->rows_of >= 0) return DM_OK; /* ran at its partner's turn, or in its epilogue */
+    if (eg->contract) {
+        if (eg->rows_next >= 0 && !only_contractions) return exec_fused_rows(ex, eg, seed);
         return eg->partner >= 0 ? dm_gemm_run_pair(&eg->gemm, &ex->groups[eg->partner].gemm, ex->nthreads)
                                 : dm_gemm_run(&eg->gemm);
+    }
     if (eg->nbatch > 1) return exec_batched(ex, eg, seed, only_contractions);
     int64_t rows = eg->gr->rows, cols = eg->gr->cols;
 #pragma omp parallel num_threads(ex->nthreads)
@@ -420,26 +572,8 @@ dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int on
         for (int a = 0; a < eg->nacc; a++) memset(scr + eg->acc_slot[a], 0, sizeof(float) * (size_t)cols);
         dm_row rw = {.cols = cols, .seed = seed, .words = ex->words + (int64_t)tid * ex->max_cols};
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            rw.r = r;
-            for (int k = 0; k < eg->nops; k++) {
-                const dm_exop *x = &eg->ops[k];
-                rw.op = x->op;
-                for (int s = 0; s < x->op->nin; s++) rw.in[s] = resolve(&x->in[s], scr, r, 0, cols);
-                for (int s = 0; s < x->op->nout; s++) rw.out[s] = resolve(&x->out[s], scr, r, 0, cols);
-                dm_cpu_row(&rw);
-            }
-        }
-        int nteam = omp_get_num_threads();
-        for (int a = 0; a < eg->nacc; a++) {
-#pragma omp for schedule(static)
-            for (int64_t c = 0; c < cols; c++) {
-                float s = 0;
-                for (int t = 0; t < nteam; t++)
-                    s += ex->scratch[(int64_t)t * ex->per_thread + eg->acc_slot[a] + c];
-                eg->acc_dst[a][c] = s;
-            }
-        }
+        for (int64_t r = 0; r < rows; r++) run_row(eg, scr, &rw, r);
+        reduce_columns(ex, eg, omp_get_num_threads());
     }
     return DM_OK;
 }

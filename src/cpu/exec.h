@@ -39,6 +39,8 @@ typedef struct {
     dm_status unusable;       /* lenient init: why this group cannot run (else DM_OK) */
     int partner;              /* algorithm "concurrent": the group run beside this one, else -1 */
     int beside;               /* that partner: the group it runs beside (it is skipped), else -1 */
+    int rows_next;            /* algorithm "direct_rows": the row group run in its epilogue, else -1 */
+    int rows_of;              /* that row group: the contraction group it runs inside (skipped), else -1 */
 } dm_exgroup;
 
 typedef struct {
@@ -50,6 +52,8 @@ typedef struct {
     uint32_t *words;          /* nthreads * max_cols */
     int64_t max_cols;
     float *pack;              /* the direct kernel's buffers, one per thread (NULL without AVX-512) */
+    float *bwhole;            /* "direct_rows": op(B) packed whole, shared by the threads */
+    int64_t bwhole_floats;
 } dm_cpu_exec;
 
 /* How a row op addresses memory operand t (d->kind set by the caller): DM_ERR_UNSUPPORTED
@@ -61,9 +65,17 @@ dm_status dm_cpu_exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
  * fails if run) instead of failing the whole plan: the tuner measures the others. */
 dm_status dm_cpu_exec_init_lenient(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads);
 void dm_cpu_exec_free(dm_cpu_exec *ex);
+/* Contraction group gi (algorithm "direct_rows") takes the next group, a row group, into
+ * its epilogue: each thread runs that group's ops on each block of its rows as soon as the
+ * kernel has finished them, and the row group's own turn does nothing. DM_ERR_UNSUPPORTED
+ * (with the reason) where that cannot give the same result: the next group is no plain row
+ * group, does not read the GEMM's output row for row as its own rows, or writes memory
+ * the GEMM reads. Called by dm_cpu_exec_init for the plan's marks. */
+dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi);
 /* only_contractions: run just the GEMMs (the "contractions alone" floor). A group with
  * the "concurrent" algorithm runs its partner too, and the partner's own turn does
- * nothing. */
+ * nothing; so does a row group run in a "direct_rows" group's epilogue (which, with
+ * only_contractions, runs its GEMM alone). */
 dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions);
 /* The address of tensor t in the arena (views included), or NULL if not materialized. */
 float *dm_cpu_tensor_ptr(const dm_plan *plan, char *arena, int t);

@@ -51,7 +51,8 @@ int dm_plan_partner(const dm_plan *plan, int g1, const uint8_t *claimed);
  * with no partner is left out here (the executor refuses it). DM_ERR_OOM. */
 dm_status dm_plan_pairs(const dm_plan *plan, int *partner, int *beside);
 /* Text listing of the groups, with accumulated seconds per group if given (caller frees);
- * pairs: also name the contractions run side by side (the CPU executor runs them so). */
+ * pairs: also name the contractions run side by side and the row groups run in a GEMM's
+ * epilogue ("direct_rows") (the CPU executor runs them so). */
 char *dm_plan_describe(const dm_plan *plan, const double *group_secs, int pairs);
 
 #endif

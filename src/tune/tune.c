@@ -24,7 +24,10 @@
  * turn is timed one-then-the-other against side-by-side on the chosen layouts, and gets
  * the algorithm "concurrent" where that is faster (dm_tuner_pair; pairs whose GEMMs
  * differ by more than 2x in work are not tried). That choice couples two groups, so it
- * is made there and not in the shortest path, whose nodes are single groups.
+ * is made there and not in the shortest path, whose nodes are single groups. So is the
+ * last choice, "direct_rows" (dm_tuner_rows): a lone contraction on the direct kernel
+ * that runs the next group, a row group, on each block of its output rows while they
+ * are in cache, timed against the two apart on the chosen plan.
  *
  * Measurement: for each group and each combination of its variables' layouts, a layer is
  * built with those layouts (the rest default), its arena filled with random values, and
@@ -633,6 +636,72 @@ dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int ma
     dm_layer_free(L);
     ch->tuned_ms = T->tuned_s * 1e3;
     if (npairs) *npairs = n;
+    return s;
+}
+
+typedef struct {
+    const dm_cpu_exec *apart, *fused;
+    int g;
+} rows_run;
+
+/* The contraction then its row group (q = 0), or the two as one, in its epilogue (q = 1). */
+static dm_status run_rows(void *arg, int q) {
+    const rows_run *r = arg;
+    if (q) return dm_cpu_exec_group(r->fused, r->g, 1, 0);
+    DM_TRY(dm_cpu_exec_group(r->apart, r->g, 1, 0));
+    return dm_cpu_exec_group(r->apart, r->g + 1, 1, 0);
+}
+
+dm_status dm_tuner_rows(dm_tuner *T, dm_choices *ch, dm_tune_pair *res, int max, int *nres) {
+    if (nres) *nres = 0;
+    if (!T || !ch) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuner_rows: NULL argument");
+    if (!dm_gemm_direct_available()) return DM_OK;
+    dm_layer *L = NULL;
+    DM_TRY(dm_layer_new_with(&L, &T->cfg, &T->opt, ch, 1));
+    const dm_plan *plan = &L->plan;
+    dm_status s = DM_OK;
+    int n = 0;
+    for (int g = 0; s == DM_OK && g + 1 < plan->ngroups; g++) {
+        const dm_exgroup *e = &L->ex.groups[g];
+        if (!e->contract || e->unusable || e->partner >= 0 || e->beside >= 0 || L->ex.groups[g + 1].unusable)
+            continue;
+        const int op = plan->order[plan->groups[g].first];
+        const uint8_t was = ch->algo[op];
+        ch->algo[op] = DM_GEMM_DIRECT_ROWS;
+        dm_layer *F = NULL;
+        s = dm_layer_new_with(&F, &T->cfg, &T->opt, ch, 1); /* lenient: not fusable = unusable */
+        ch->algo[op] = was;
+        if (s != DM_OK) break;
+        if (F->ex.groups[g].rows_next != g + 1) {
+            dm_layer_free(F);
+            dm_clear_error();
+            continue;
+        }
+        fill_group(L, g);
+        fill_group(L, g + 1);
+        fill_group(F, g);
+        fill_group(F, g + 1);
+        rows_run rr = {.apart = &L->ex, .fused = &F->ex, .g = g};
+        for (int w = 0; w < T->warmup && s == DM_OK; w++)
+            for (int q = 0; q < 2 && s == DM_OK; q++) s = run_rows(&rr, q);
+        double med[2]; /* apart, in the epilogue */
+        if (s == DM_OK) s = time_alternating(T->reps, run_rows, &rr, med);
+        dm_layer_free(F);
+        if (s != DM_OK) break;
+        dm_tune_pair p = {.g1 = g, .g2 = g + 1, .seq_s = med[0], .pair_s = med[1]};
+        /* test hook: DMOVE_TEST_ROWS=keep keeps every epilogue timed, whatever the times */
+        const char *hook = getenv("DMOVE_TEST_ROWS");
+        p.kept = (hook && !strcmp(hook, "keep")) || p.pair_s < p.seq_s;
+        if (p.kept) {
+            ch->algo[op] = DM_GEMM_DIRECT_ROWS;
+            T->tuned_s -= p.seq_s - p.pair_s;
+        }
+        if (res && n < max) res[n] = p;
+        n++;
+    }
+    dm_layer_free(L);
+    ch->tuned_ms = T->tuned_s * 1e3;
+    if (nres) *nres = n;
     return s;
 }
 

@@ -95,6 +95,15 @@ typedef struct {
  * NULL): what was timed; npairs: how many. Needs two threads or more (else times
  * nothing). */
 dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int max, int *npairs);
+/* After dm_tuner_pair, on CPUs with the direct kernel: each lone contraction that runs on
+ * its own turn (no pair) and whose next group can run in its epilogue (the executor's
+ * dm_cpu_exec_fuse_rows) is timed, on the chosen layouts and algorithms, as chosen and
+ * then the row group, against "direct_rows" (the row group run on each block of the
+ * GEMM's rows as the kernel finishes it), alternately run by run; where the epilogue is
+ * faster, ch gives it "direct_rows" and tuned_s drops by the difference. res (up to max;
+ * may be NULL): what was timed, as pairs (g1 the contraction, g2 the row group, seq_s
+ * apart, pair_s in the epilogue); nres: how many. */
+dm_status dm_tuner_rows(dm_tuner *T, dm_choices *ch, dm_tune_pair *res, int max, int *nres);
 /* Shortest-path selection; fills choices (initialised here; dm_choices_free). */
 dm_status dm_tuner_select(dm_tuner *T, dm_choices *choices);
 /* Layout string of variable v's candidate c (for reports). */
