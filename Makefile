@@ -131,12 +131,14 @@ test: $(BUILD)/dmove $(TEST_BIN)
 	@$(MAKE) --no-print-directory test-asan
 	@echo "all tests passed"
 
-# Parsers and the CLI's error paths under AddressSanitizer and UBSan (CPU build: they do not
-# touch the GPU, and ASan's shadow memory and the CUDA driver do not mix).
+# Parsers, the CLI's error paths, the contraction kernels (dmove's own GEMM: bounds of
+# every tile and packed block) and the tuner's plans (epilogue fusion included) under
+# AddressSanitizer and UBSan (CPU build: they do not touch the GPU, and ASan's shadow
+# memory and the CUDA driver do not mix).
+ASAN_TESTS := test_safetensors test_analysis test_contract test_tune
 test-asan:
-	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory NVCC= BUILD=build-asan build-asan/dmove build-asan/tests/test_safetensors build-asan/tests/test_analysis
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/tests/test_safetensors
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/tests/test_analysis
+	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory NVCC= BUILD=build-asan build-asan/dmove $(ASAN_TESTS:%=build-asan/tests/%)
+	@set -e; for t in $(ASAN_TESTS); do echo "== $$t (asan)"; ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} build-asan/tests/$$t; done
 	@set -e; for s in tests/test_cli_errors.sh tests/test_analyze_cli.sh; do [ -e "$$s" ] || continue; echo "== $$s (asan)"; DMOVE=build-asan/dmove ASAN_OPTIONS=detect_leaks=1 sh $$s; done
 
 clean:
