@@ -63,7 +63,7 @@ static void one(const char *spec, dm_status expect) {
             for (int al = DM_GEMM_BLAS; al < DM_GEMM_NUM_ALGOS; al++) {
                 if (dm_gemm_set_algo(&gm, (dm_gemm_algo)al, nt) != DM_OK) {
                     CHECK((al == DM_GEMM_BATCH && gm.nbatch < 2) ||
-                          (al == DM_GEMM_DIRECT && !dm_gemm_direct_available()));
+                          (dm_gemm_algo_direct(al) && !dm_gemm_direct_available()));
                     continue;
                 }
                 for (size_t q = 0; q < nc; q++) C[q] = NAN;

@@ -205,7 +205,12 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched) {
                 size_t l = strlen(op->name);
                 if (op->kind == DM_OP_CONTRACT && gr->nops == 1 && gr->nbatch <= 1 && l > 3 &&
                     !strcmp(op->name + l - 3, "_dA"))
-                    ch.algo[T->plan.order[T->plan.groups[gi].first]] = DM_GEMM_CONCURRENT;
+                    /* odd trials: with the direct kernel, for the first and its partner */
+                    ch.algo[T->plan.order[T->plan.groups[gi].first]] =
+                        trial % 2 && dm_gemm_direct_available() ? DM_GEMM_CONCURRENT_DIRECT : DM_GEMM_CONCURRENT;
+                if (trial % 2 && dm_gemm_direct_available() && op->kind == DM_OP_CONTRACT && gr->nops == 1 &&
+                    gr->nbatch <= 1 && l > 3 && !strcmp(op->name + l - 3, "_dB"))
+                    ch.algo[T->plan.order[T->plan.groups[gi].first]] = DM_GEMM_DIRECT;
             }
             dm_layer *L = build(cfg, &opt, &ch, &st);
             if (!L) {
@@ -227,19 +232,24 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched) {
         }
         CHECK(pair_runs >= 1);
         printf("  %d plans with the 4 pairs side by side run\n", pair_runs);
-        const char *bad[3][2] = {{"qkv_proj", "no later weight-gradient"},
+        const char *bad[5][2] = {{"qkv_proj", "no later weight-gradient"},
                                  {"ffn_in_proj_dB", "runs beside an earlier one"},
-                                 {"attn_context_dA", "runs inside a fused group"}};
-        for (int k = 0; k < 3; k++) {
+                                 {"attn_context_dA", "runs inside a fused group"},
+                                 {"attn_scores", "runs inside a fused group"},
+                                 {"attn_out_proj_dA", "the next group is no row group"}};
+        const dm_gemm_algo bad_algo[5] = {DM_GEMM_CONCURRENT, DM_GEMM_CONCURRENT, DM_GEMM_CONCURRENT,
+                                          DM_GEMM_DIRECT_ROWS, DM_GEMM_DIRECT_ROWS};
+        for (int k = 0; k < 5; k++) {
+            if (bad_algo[k] == DM_GEMM_DIRECT_ROWS && !dm_gemm_direct_available()) continue;
             memset(ch.layout, 0, sizeof(ch.layout[0]) * (size_t)ch.nt);
             memset(ch.algo, 0, (size_t)ch.nop);
             for (int o = 0; o < T->g.nop; o++)
                 if (!strcmp(T->g.op[o].name, bad[k][0]) || (k == 1 && !strcmp(T->g.op[o].name, "ffn_in_proj_dA")))
-                    ch.algo[o] = DM_GEMM_CONCURRENT;
+                    ch.algo[o] = (uint8_t)bad_algo[k];
             dm_layer *L = NULL;
             st = dm_layer_new_with(&L, cfg, &opt, &ch, 0);
             CHECK(st == DM_ERR_UNSUPPORTED && L == NULL && strstr(dm_last_error(), bad[k][1]));
-            printf("  %s \"concurrent\": refused: %s\n", bad[k][0], dm_last_error());
+            printf("  %s \"%s\": refused: %s\n", bad[k][0], dm_gemm_algo_name(bad_algo[k]), dm_last_error());
             dm_layer_free(L);
         }
         free(claimed);
@@ -368,7 +378,7 @@ static void tune_and_files(const dm_layer_config *cfg) {
         for (int k = 0; k < np && k < 8; k++) {
             int op = T->plan.order[T->plan.groups[pairs[k].g1].first];
             CHECK(pairs[k].g1 < pairs[k].g2 && pairs[k].seq_s > 0 && pairs[k].pair_s > 0);
-            CHECK((ch.algo[op] == DM_GEMM_CONCURRENT) == pairs[k].kept);
+            CHECK(dm_gemm_algo_concurrent(ch.algo[op]) == pairs[k].kept);
             CHECK(pairs[k].kept == (pairs[k].pair_s < pairs[k].seq_s));
         }
         CHECK(fabs(ch.tuned_ms - T->tuned_s * 1e3) < 1e-9);

@@ -147,7 +147,8 @@ dm_status dm_gemm_prepare(dm_gemm *gm, const dm_graph *g, const dm_op *op, float
 }
 
 static const char *const k_algo_names[DM_GEMM_NUM_ALGOS] = {"default", "blas", "batch", "split_m", "split_n",
-                                                                   "concurrent", "direct", "direct_rows"};
+                                                                   "concurrent", "direct", "direct_rows",
+                                                                   "concurrent_direct"};
 
 const char *dm_gemm_algo_name(dm_gemm_algo a) {
     return (unsigned)a < DM_GEMM_NUM_ALGOS ? k_algo_names[a] : "?";
@@ -165,7 +166,7 @@ dm_status dm_gemm_set_algo(dm_gemm *gm, dm_gemm_algo algo, int nthreads) {
     if (algo == DM_GEMM_DEFAULT) algo = gm->nbatch > 1 ? DM_GEMM_BATCH : DM_GEMM_BLAS;
     if (algo == DM_GEMM_BATCH && gm->nbatch < 2)
         return dm_fail(DM_ERR_UNSUPPORTED, "algorithm 'batch' needs a batched contraction");
-    if ((algo == DM_GEMM_DIRECT || algo == DM_GEMM_DIRECT_ROWS) && !dm_gemm_direct_available())
+    if (dm_gemm_algo_direct(algo) && !dm_gemm_direct_available())
         return dm_fail(DM_ERR_UNSUPPORTED, "algorithm '%s' needs a CPU with AVX-512, which this one lacks: give "
                                            "the contraction another algorithm (or tune again here)",
                        k_algo_names[algo]);
@@ -199,7 +200,7 @@ void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, 
     int tid = omp_get_thread_num();
     /* the buffers are made for every thread that can run this (dm_cpu_exec_init, or
      * dm_gemm_run); BLAS below is only a guard against a caller that has none */
-    if ((gm->algo == DM_GEMM_DIRECT || gm->algo == DM_GEMM_DIRECT_ROWS) && gm->pack && tid < gm->pack_threads) {
+    if (dm_gemm_algo_direct(gm->algo) && gm->pack && tid < gm->pack_threads) {
         dm_sgemm_direct(gm->transA, gm->transB, gm->m, gm->n, gm->k, gm->alpha, a, gm->lda, b, gm->ldb, c, gm->ldc,
                         gm->pack + (int64_t)tid * DM_GEMM_DIRECT_PACK_FLOATS);
         return;
@@ -238,7 +239,7 @@ static void run_block(const dm_gemm *gm, int64_t bi, int split_m, int lo, int hi
  * kernel's micro-tiles), the last takes the rest. */
 static void run_share(const dm_gemm *gm, int split_m, int i, int n) {
     int len = split_m ? gm->m : gm->n,
-        unit = !split_m && (gm->algo == DM_GEMM_DIRECT || gm->algo == DM_GEMM_DIRECT_ROWS) ? 64 : 16;
+        unit = !split_m && dm_gemm_algo_direct(gm->algo) ? 64 : 16;
     int per = (len + n - 1) / n;
     per = (per + unit - 1) / unit * unit;
     int lo = i * per, hi = lo + per < len ? lo + per : len;
@@ -263,7 +264,8 @@ dm_status dm_gemm_run(const dm_gemm *gm) {
         break;
     }
     case DM_GEMM_DIRECT:
-    case DM_GEMM_DIRECT_ROWS: {
+    case DM_GEMM_DIRECT_ROWS:
+    case DM_GEMM_CONCURRENT_DIRECT: {
         dm_gemm own = *gm;
         if (!own.pack || own.pack_threads < nt) { /* a caller without the executor's buffers */
             own.pack = aligned_alloc(64, sizeof(float) * (size_t)DM_GEMM_DIRECT_PACK_FLOATS * (size_t)nt);

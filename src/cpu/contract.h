@@ -24,6 +24,7 @@
  *          group (a row group) run on each block of rows as soon as the kernel has
  *          finished it, while it is in cache (the executor's exec_fused_rows); alone,
  *          dm_gemm_run runs it like DIRECT
+ *   CONCURRENT_DIRECT  CONCURRENT with the direct kernel for this contraction's share
  * DEFAULT is BATCH for batched contractions and BLAS otherwise. */
 typedef enum {
     DM_GEMM_DEFAULT = 0,
@@ -34,8 +35,16 @@ typedef enum {
     DM_GEMM_CONCURRENT,
     DM_GEMM_DIRECT,
     DM_GEMM_DIRECT_ROWS,
+    DM_GEMM_CONCURRENT_DIRECT,
     DM_GEMM_NUM_ALGOS
 } dm_gemm_algo;
+
+/* the algorithms whose kernel is the direct one */
+static inline int dm_gemm_algo_direct(int a) {
+    return a == DM_GEMM_DIRECT || a == DM_GEMM_DIRECT_ROWS || a == DM_GEMM_CONCURRENT_DIRECT;
+}
+/* the algorithms that run a partner contraction beside this one */
+static inline int dm_gemm_algo_concurrent(int a) { return a == DM_GEMM_CONCURRENT || a == DM_GEMM_CONCURRENT_DIRECT; }
 
 const char *dm_gemm_algo_name(dm_gemm_algo a);
 /* -1 if unknown */

@@ -232,13 +232,15 @@ static dm_status pair_groups(dm_cpu_exec *ex, const dm_plan *plan, int lenient) 
         dm_exgroup *eg = &ex->groups[gi];
         /* a contraction inside a batched group (attention's) runs per batch index with
          * the group's row ops: it has no turn of its own to share */
-        for (int k = 0; !eg->contract && plan->algo && k < eg->gr->nops; k++) {
+        for (int k = 0; !eg->contract && plan->algo && k < eg->gr->nops && st == DM_OK; k++) {
             const dm_op *op = &plan->g->op[plan->order[eg->gr->first + k]];
-            if (op->kind != DM_OP_CONTRACT || plan->algo[plan->order[eg->gr->first + k]] != DM_GEMM_CONCURRENT)
-                continue;
+            const int a = plan->algo[plan->order[eg->gr->first + k]];
+            if (op->kind != DM_OP_CONTRACT || !(dm_gemm_algo_concurrent(a) || a == DM_GEMM_DIRECT_ROWS)) continue;
             st = dm_fail(DM_ERR_UNSUPPORTED,
                          "contraction %s runs inside a fused group (per batch index, with the row ops "
-                         "around it), so it cannot be \"concurrent\": give it another algorithm", op->name);
+                         "around it), so it cannot be \"%s\" (which needs a turn of its own): give it "
+                         "another algorithm (\"direct\" chooses its kernel there)",
+                         op->name, dm_gemm_algo_name((dm_gemm_algo)a));
         }
         if (st != DM_OK && lenient) {
             eg->unusable = st;
@@ -246,18 +248,19 @@ static dm_status pair_groups(dm_cpu_exec *ex, const dm_plan *plan, int lenient) 
             continue;
         }
         if (st != DM_OK) break;
-        if (!eg->contract || eg->unusable || eg->gemm.algo != DM_GEMM_CONCURRENT) continue;
+        if (!eg->contract || eg->unusable || !dm_gemm_algo_concurrent(eg->gemm.algo)) continue;
         int p = eg->partner;
         if (p >= 0 && ex->groups[p].contract && !ex->groups[p].unusable) continue;
         const char *name = plan->g->op[plan->order[eg->gr->first]].name;
         st = eg->beside >= 0
                  ? dm_fail(DM_ERR_UNSUPPORTED,
                            "contraction %s runs beside an earlier one (algorithm \"concurrent\" there), "
-                           "so it cannot be \"concurrent\" itself: give it another algorithm", name)
+                           "so it cannot be \"%s\" itself: give it another algorithm", name,
+                           dm_gemm_algo_name(eg->gemm.algo))
                  : dm_fail(DM_ERR_UNSUPPORTED,
-                           "contraction %s has the algorithm \"concurrent\", but no later weight-gradient "
+                           "contraction %s has the algorithm \"%s\", but no later weight-gradient "
                            "contraction of its pass is free to run beside it: give it another algorithm",
-                           name);
+                           name, dm_gemm_algo_name(eg->gemm.algo));
         if (lenient) {
             eg->unusable = st;
             eg->partner = -1;

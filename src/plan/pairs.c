@@ -61,7 +61,7 @@ dm_status dm_plan_pairs(const dm_plan *plan, int *partner, int *beside) {
         if (beside) beside[G] = -1;
     }
     for (int G = 0; plan->algo && G < plan->ngroups; G++) {
-        if (plan->algo[plan->order[plan->groups[G].first]] != DM_GEMM_CONCURRENT) continue;
+        if (!dm_gemm_algo_concurrent(plan->algo[plan->order[plan->groups[G].first]])) continue;
         int p = dm_plan_partner(plan, G, claimed);
         if (p < 0) continue;
         claimed[G] = claimed[p] = 1;

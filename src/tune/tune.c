@@ -609,9 +609,9 @@ dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int ma
         double w1 = (double)e1->gemm.m * e1->gemm.n * e1->gemm.k * (double)e1->gemm.nbatch,
                w2 = (double)e2->gemm.m * e2->gemm.n * e2->gemm.k * (double)e2->gemm.nbatch;
         if (w1 > 2 * w2 || w2 > 2 * w1) continue;
-        /* "concurrent" would replace the first's chosen kernel (a plan names one algorithm
-         * per contraction); the partner keeps its own */
-        if (e1->gemm.algo == DM_GEMM_DIRECT) continue;
+        /* the first keeps its chosen kernel ("concurrent_direct" after "direct"); the
+         * partner keeps its own algorithm, whose kernel runs its share */
+        const dm_gemm_algo side = dm_gemm_algo_direct(e1->gemm.algo) ? DM_GEMM_CONCURRENT_DIRECT : DM_GEMM_CONCURRENT;
         fill_group(L, g1);
         fill_group(L, g2);
         pair_run pr = {.ex = &L->ex, .g1 = g1, .g2 = g2};
@@ -626,7 +626,7 @@ dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int ma
         p.kept = (hook && !strcmp(hook, "keep")) || p.pair_s < p.seq_s;
         if (p.kept) {
             claimed[g1] = claimed[g2] = 1;
-            ch->algo[plan->order[plan->groups[g1].first]] = DM_GEMM_CONCURRENT;
+            ch->algo[plan->order[plan->groups[g1].first]] = (uint8_t)side;
             T->tuned_s -= p.seq_s - p.pair_s;
         }
         if (pairs && n < max) pairs[n] = p;
