@@ -216,7 +216,7 @@ done:
 /* The step's roofline floor on this CPU (the profile of `dmove probe`, as `dmove analyze`
  * uses it) against the default and the tuned plan's times: how much room any plan of
  * this schedule has left. Only a hint when there is no profile: tuning does not need one. */
-static void print_floor(const cli_config *c, dm_schedule sched, const double t[2], const char *what) {
+static void print_floor(const cli_config *c, dm_schedule sched, const double t[2], const char *what, int direct) {
     char path[4096];
     dm_cpu_profile p;
     dm_device dev;
@@ -233,13 +233,14 @@ static void print_floor(const cli_config *c, dm_schedule sched, const double t[2
     double f = sched == DM_SCHED_FUSED ? fused_s : unfused_s;
     if (!(f > 0) || !(t[0] > 0) || !(t[1] > 0)) return;
     const char *name = sched == DM_SCHED_FUSED ? "fused" : "unfused";
-    if (t[0] < f) { /* a floor the default step beat is no floor: the profile is low */
-        printf("roofline floor of the %s step from the profile %s: %.2f ms, but the default step took %.2f ms: "
+    if (t[0] < f || (t[1] < f && !direct)) { /* a floor the BLAS beat is no floor: the profile is low */
+        printf("roofline floor of the %s step from the profile %s: %.2f ms, but the %s step took %.2f ms: "
                "the profile's rates are below this machine's (probed while it was busy?); run "
-               "`dmove probe` again when it is quiet\n", name, path, f * 1e3, t[0] * 1e3);
+               "`dmove probe` again when it is quiet\n", name, path, f * 1e3, t[0] < f ? "default" : "tuned",
+               (t[0] < f ? t[0] : t[1]) * 1e3);
         return;
     }
-    if (t[1] < f) { /* the floor's GEMM rate is the BLAS's; the direct kernel can beat it */
+    if (t[1] < f) { /* the floor's GEMM rate is the BLAS's; the plan's direct kernel can beat it */
         printf("roofline floor of the %s step on this CPU (dmove analyze, profile %s): %.2f ms, with every "
                "contraction at the BLAS's measured SGEMM rate; %s: default plan %.2fx the floor, tuned plan "
                "%.2fx: below it, where dmove's own GEMM kernel (\"direct\") outran that rate (or the "
@@ -410,6 +411,8 @@ int cmd_tune(int argc, char **argv) {
         dm_choices_free(&ch);
         goto done;
     }
+    int direct = 0; /* does the plan use dmove's own GEMM kernel anywhere? */
+    for (int o = 0; o < ch.nop; o++) direct |= dm_gemm_algo_direct(ch.algo[o]);
     dm_choices_free(&ch);
     printf("plan written to %s\n", out);
     if (svg) {
@@ -422,7 +425,7 @@ int cmd_tune(int argc, char **argv) {
     fflush(stdout);
     double med[2] = {T->default_s, T->tuned_s};
     if (vreps > 0 && verify(&c, sched, out, vreps, med)) goto done;
-    print_floor(&c, sched, med, vreps > 0 ? "verified steps" : "sums over groups");
+    print_floor(&c, sched, med, vreps > 0 ? "verified steps" : "sums over groups", direct);
     rc = CLI_OK;
 done:
     dm_tuner_free(T);

@@ -151,6 +151,81 @@ static double direct_case(int ta, int tb, int m, int n, int k, float *buf) {
     return worst;
 }
 
+/* dm_sgemm_direct_rows: blocks reported in order, each exactly once, each final when
+ * reported (within the dot-product bound of direct_case), nothing beyond n written;
+ * op(B) packed whole by dm_direct_pack_b, or read in place (NoTrans, n a multiple of 64). */
+typedef struct {
+    int next, bad, m, n, k, ta, lda, ldc;
+    const float *A, *Bp;
+    int64_t ldbp;
+    const float *C;
+} rows_check;
+
+static double rows_err(const rows_check *c, int i) { /* row i's worst error / bound */
+    const double u = ldexp(1.0, -24), gamma = (c->k + 1) * u / (1 - (c->k + 1) * u);
+    double worst = 0;
+    for (int j = 0; j < c->n; j++) {
+        double r = 0, mag = 0;
+        for (int q = 0; q < c->k; q++) {
+            double p = (double)c->A[c->ta ? (size_t)q * (size_t)c->lda + (size_t)i : (size_t)i * (size_t)c->lda + (size_t)q] *
+                       (double)c->Bp[(size_t)q * (size_t)c->ldbp + (size_t)j];
+            r += p;
+            mag += fabs(p);
+        }
+        double e = fabs((double)c->C[(size_t)i * (size_t)c->ldc + (size_t)j] - 0.5 * r) / (gamma * 0.5 * mag + 1e-30);
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+
+static void rows_seen(void *arg, int i0, int rows) {
+    rows_check *c = arg;
+    if (i0 != c->next || rows < 1 || rows > 24 || i0 + rows > c->m) c->bad++;
+    for (int i = i0; i < i0 + rows && i < c->m; i++)
+        if (!(rows_err(c, i) <= 1)) c->bad++;
+    c->next = i0 + rows;
+}
+
+static void direct_rows(void) {
+    if (!dm_gemm_direct_available()) {
+        printf("  direct kernel with row epilogue: SKIP, this CPU has no AVX-512\n");
+        return;
+    }
+    const int ms[] = {1, 23, 24, 25, 100}, ns[] = {16, 64, 130, 256}, ks[] = {0, 1, 300};
+    int cases = 0, bad = 0;
+    for (int t = 0; t < 6; t++) /* transA, and op(B) transposed / NoTrans packed / in place */
+        for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
+            for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
+                for (size_t c = 0; c < sizeof ks / sizeof ks[0]; c++) {
+                    int ta = t & 1, mode = t >> 1, m = ms[a], n = ns[b], k = ks[c];
+                    if (mode == 2 && n % 64) continue;
+                    int lda = (ta ? m : k) + 3, ldb = (mode == 0 ? k : n) + 1, ldc = n + 5, ncp = (n + 63) / 64 * 64;
+                    float *A = malloc(sizeof(float) * ((size_t)(ta ? k : m) * (size_t)lda + 1));
+                    float *B = malloc(sizeof(float) * ((size_t)(mode == 0 ? n : k) * (size_t)ldb + 1));
+                    float *Bp = aligned_alloc(64, sizeof(float) * ((size_t)k * (size_t)ncp + 16));
+                    float *C = malloc(sizeof(float) * (size_t)m * (size_t)ldc);
+                    for (int e = 0; e < (ta ? k : m) * lda; e++) A[e] = (float)sin(0.29 * e + 0.3);
+                    for (int e = 0; e < (mode == 0 ? n : k) * ldb; e++) B[e] = (float)cos(0.17 * e);
+                    for (int e = 0; e < m * ldc; e++) C[e] = e % ldc >= n ? 777.0f : NAN;
+                    if (mode < 2 && k > 0) dm_direct_pack_b(Bp, mode == 0, B, ldb, 0, k, 0, n, ncp);
+                    rows_check rc = {.m = m, .n = n, .k = k, .ta = ta, .lda = lda, .ldc = ldc, .A = A,
+                                     .Bp = mode < 2 ? Bp : B, .ldbp = mode < 2 ? ncp : ldb, .C = C};
+                    dm_sgemm_direct_rows(ta, m, n, k, 0.5f, A, lda, rc.Bp, rc.ldbp, C, ldc, rows_seen, &rc);
+                    for (int e = 0; e < m * ldc; e++)
+                        if (e % ldc >= n && C[e] != 777.0f) rc.bad++;
+                    if (rc.next != m) rc.bad++; /* every row reported */
+                    cases++;
+                    if (rc.bad) {
+                        bad++;
+                        printf("    FAIL direct rows transA %d mode %d m %d n %d k %d: %d bad\n", ta, mode, m, n, k, rc.bad);
+                    }
+                    free(A); free(B); free(Bp); free(C);
+                }
+    CHECK(bad == 0);
+    printf("  direct kernel with row epilogue: %d cases, blocks in order, each final when handed over, "
+           "nothing beyond n: %s\n", cases, bad ? "FAIL" : "ok");
+}
+
 static void direct(void) {
     if (!dm_gemm_direct_available()) {
         printf("  direct kernel: SKIP, this CPU has no AVX-512 (the algorithm is refused here: tested above)\n");
@@ -202,5 +277,8 @@ int main(void) {
     one("bji,ui->bui", DM_ERR_UNSUPPORTED);   /* i both summed and kept: not a contraction */
     views();
     direct();
+    direct_rows();
+    /* the direct algorithms above ran the direct kernel, never BLAS for want of a buffer */
+    CHECK(dm_gemm_direct_fallbacks() == 0);
     TEST_END();
 }

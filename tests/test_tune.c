@@ -122,7 +122,7 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched) {
     /* "direct_rows": each lone contraction alone, then all that take it at once, on random
      * layouts too; the ones whose next group cannot run in their epilogue are refused */
     if (dm_gemm_direct_available()) {
-        int nfused = 0, nrefused = 0, fusable[256], nf = 0;
+        int nfused = 0, nrefused = 0, fusable[256], nf = 0, all_default_run = 0;
         for (int k = 0; k < T->ngroups; k++) {
             const dm_tune_group *G = &T->groups[k];
             if (G->op < 0) continue;
@@ -166,11 +166,13 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched) {
             CHECK_OK(st);
             if (!L) continue;
             double e = compare_all_ex(L, ref, 0, 1);
+            all_default_run += trial == 0;
             printf("  all %d direct_rows at once (%s layouts): max rel.err %.2e\n", nf, trial ? "random" : "default", e);
             if (e > worst) worst = e;
             runs++;
             dm_layer_free(L);
         }
+        CHECK(all_default_run == 1); /* on the default layouts they all fit at once */
         printf("  direct_rows: %d contractions take the next group into their epilogue, %d refused\n", nfused,
                nrefused);
     }
@@ -389,6 +391,7 @@ static void tune_and_files(const dm_layer_config *cfg) {
     if (dm_gemm_direct_available()) {
         dm_tune_pair rows[16];
         int nr = -1;
+        const double before = T->tuned_s;
         CHECK(setenv("DMOVE_TEST_ROWS", "keep", 1) == 0);
         CHECK_OK(dm_tuner_rows(T, &ch, rows, 16, &nr));
         unsetenv("DMOVE_TEST_ROWS");
@@ -398,7 +401,9 @@ static void tune_and_files(const dm_layer_config *cfg) {
             CHECK(rows[k].g2 == rows[k].g1 + 1 && rows[k].seq_s > 0 && rows[k].pair_s > 0 && rows[k].kept);
             CHECK(ch.algo[op] == DM_GEMM_DIRECT_ROWS);
         }
-        CHECK(fabs(ch.tuned_ms - T->tuned_s * 1e3) < 1e-9);
+        double gain = 0; /* each kept epilogue takes its saving off the tuned sum */
+        for (int k = 0; k < nr && k < 16; k++) gain += rows[k].seq_s - rows[k].pair_s;
+        CHECK(fabs(T->tuned_s - (before - gain)) < 1e-12 && fabs(ch.tuned_ms - T->tuned_s * 1e3) < 1e-9);
         printf("tune: %d row groups timed in their GEMM's epilogue (all kept by the test hook)\n", nr);
     }
     CHECK_OK(dm_plan_save(plan, cfg, &opt, &T->g, &ch));
@@ -516,6 +521,109 @@ static void tune_and_files(const dm_layer_config *cfg) {
     rmdir(dir);
 }
 
+/* The worst relative error over the output and every gradient of A against B, the key
+ * bias gradient's (zero in exact arithmetic, so rounding noise: see layerutil.h) taken
+ * relative to the norm of B's query bias gradient, a gradient of its shape and scale. */
+static double compare_scaled(dm_layer *A, dm_layer *B) {
+    float *q;
+    int nd;
+    int64_t sh[4];
+    CHECK_OK(dm_layer_tensor(B, "attention.self.query.bias.grad", &q, &nd, sh));
+    double qn = 0;
+    for (int64_t i = 0; i < sh[0]; i++) qn += (double)q[i] * (double)q[i];
+    qn = sqrt(qn);
+    double worst = 0;
+    for (int k = 0; k < 2 + dm_layer_num_params(A); k++) {
+        char name[128];
+        if (k < 2) snprintf(name, sizeof name, "%s", k ? "grad_hidden_states" : "output");
+        else snprintf(name, sizeof name, "%s.grad", dm_layer_param_name(A, k - 2));
+        float *a, *b;
+        CHECK_OK(dm_layer_tensor(A, name, &a, &nd, sh));
+        CHECK_OK(dm_layer_tensor(B, name, &b, &nd, sh));
+        size_t n = 1;
+        for (int d = 0; d < nd; d++) n *= (size_t)sh[d];
+        double e = rel_err(a, b, n);
+        if (!strcmp(name, "attention.self.key.bias.grad")) {
+            double d2 = 0;
+            for (size_t i = 0; i < n; i++) d2 += ((double)a[i] - (double)b[i]) * ((double)a[i] - (double)b[i]);
+            e = sqrt(d2) / qn;
+        }
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+
+/* "direct_rows" at sizes where its executor takes every path: more than one 24-row block
+ * per thread, the summed dimension over 256 (several passes over C), op(B) packed by the
+ * team (forward: Wᵀ) and read in place (backward input gradients: W, 64 wide); training
+ * and forward-only (whose memory plan reuses bytes: a GEMM whose row group would write
+ * what the GEMM reads must be refused, with the reason), each GEMM against the default. */
+static void rows_medium(void) {
+    if (!dm_gemm_direct_available()) {
+        printf("direct_rows at medium sizes: SKIP, this CPU has no AVX-512\n");
+        return;
+    }
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 4, cfg.seq = 40, cfg.hidden = 64, cfg.heads = 2, cfg.ffn = 320, cfg.dropout = 0.1;
+    for (int fwd = 0; fwd < 2; fwd++) {
+        dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .threads = 2, .forward_only = fwd};
+        dm_tuner *T = NULL;
+        CHECK_OK(dm_tuner_new(&T, &cfg, &opt));
+        if (!T) return;
+        dm_status st;
+        dm_layer *ref = NULL;
+        CHECK_OK(dm_layer_new(&ref, &cfg, &opt));
+        dm_choices ch;
+        CHECK_OK(dm_choices_init(&ch, &T->g));
+        if (ref) {
+            fill_inputs(ref, 7);
+            CHECK_OK(dm_layer_forward(ref));
+            if (!fwd) CHECK_OK(dm_layer_backward(ref));
+        }
+        int fused = 0, refused = 0;
+        double worst = 0;
+        for (int k = 0; k < T->ngroups && ref; k++) {
+            const dm_tune_group *G = &T->groups[k];
+            if (G->op < 0) continue;
+            memset(ch.algo, 0, (size_t)ch.nop);
+            ch.algo[G->op] = DM_GEMM_DIRECT_ROWS;
+            dm_layer *L = NULL;
+            st = dm_layer_new_with(&L, &cfg, &opt, &ch, 0);
+            if (st != DM_OK) {
+                CHECK(st == DM_ERR_UNSUPPORTED && strstr(dm_last_error(), "epilogue"));
+                refused++;
+                continue;
+            }
+            fill_inputs(L, 7);
+            CHECK_OK(dm_layer_forward(L));
+            if (!fwd) CHECK_OK(dm_layer_backward(L));
+            float *a, *b;
+            int nd;
+            int64_t sh[4];
+            double e;
+            if (fwd) { /* the output alone */
+                CHECK_OK(dm_layer_tensor(L, "output", &a, &nd, sh));
+                CHECK_OK(dm_layer_tensor(ref, "output", &b, &nd, sh));
+                e = rel_err(a, b, (size_t)(sh[0] * sh[1] * sh[2]));
+            } else {
+                e = compare_scaled(L, ref);
+            }
+            if (e > worst) worst = e;
+            fused++;
+            dm_layer_free(L);
+        }
+        printf("direct_rows at b=4 j=40 i=64 u=320, %s: %d GEMMs with their row group in the epilogue "
+               "(max rel.err %.2e against the default plan), %d refused with the reason\n",
+               fwd ? "forward only" : "training", fused, worst, refused);
+        CHECK(fused >= (fwd ? 2 : 4));
+        CHECK(worst < 1e-5);
+        dm_choices_free(&ch);
+        dm_layer_free(ref);
+        dm_tuner_free(T);
+    }
+}
+
 int main(void) {
     dm_layer_config cfg;
     dm_layer_config_default(&cfg);
@@ -525,5 +633,8 @@ int main(void) {
     cfg.batch = 3, cfg.seq = 5, cfg.hidden = 12, cfg.heads = 3, cfg.ffn = 20;
     layouts(&cfg, DM_SCHED_FUSED);
     tune_and_files(&cfg);
+    rows_medium();
+    /* the direct algorithms above ran the direct kernel, never BLAS for want of a buffer */
+    CHECK(dm_gemm_direct_fallbacks() == 0);
     TEST_END();
 }

@@ -16,6 +16,15 @@
 
 #include "core/status.h"
 
+static long g_direct_fallbacks; /* dm_gemm_run_one's BLAS guard for the direct algorithms */
+
+long dm_gemm_direct_fallbacks(void) {
+    long n;
+#pragma omp atomic read
+    n = g_direct_fallbacks;
+    return n;
+}
+
 typedef struct {
     char l[DM_MAX_DIMS * 3];
     int n;
@@ -198,12 +207,17 @@ void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, 
     const float *a = tileA ? tileA : gm->A + oa, *b = tileB ? tileB : gm->B + ob;
     float *c = tileC ? tileC : gm->C + oc;
     int tid = omp_get_thread_num();
-    /* the buffers are made for every thread that can run this (dm_cpu_exec_init, or
-     * dm_gemm_run); BLAS below is only a guard against a caller that has none */
-    if (dm_gemm_algo_direct(gm->algo) && gm->pack && tid < gm->pack_threads) {
-        dm_sgemm_direct(gm->transA, gm->transB, gm->m, gm->n, gm->k, gm->alpha, a, gm->lda, b, gm->ldb, c, gm->ldc,
-                        gm->pack + (int64_t)tid * DM_GEMM_DIRECT_PACK_FLOATS);
-        return;
+    /* the buffers are made for every thread that can run this (dm_cpu_exec_init,
+     * dm_gemm_run, dm_gemm_run_pair); BLAS below is only a guard against a caller that has
+     * none, counted so that the tests can tell the direct kernel really ran */
+    if (dm_gemm_algo_direct(gm->algo)) {
+        if (gm->pack && tid < gm->pack_threads) {
+            dm_sgemm_direct(gm->transA, gm->transB, gm->m, gm->n, gm->k, gm->alpha, a, gm->lda, b, gm->ldb, c,
+                            gm->ldc, gm->pack + (int64_t)tid * DM_GEMM_DIRECT_PACK_FLOATS);
+            return;
+        }
+#pragma omp atomic
+        g_direct_fallbacks++;
     }
     cblas_sgemm(CblasRowMajor, gm->transA ? CblasTrans : CblasNoTrans,
                 gm->transB ? CblasTrans : CblasNoTrans, gm->m, gm->n, gm->k, gm->alpha, a,
@@ -211,6 +225,22 @@ void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, 
 }
 
 static void run_one(const dm_gemm *gm, int64_t bi) { dm_gemm_run_one(gm, bi, NULL, NULL, NULL); }
+
+/* gm, or a copy with nt direct-kernel buffers where it is on the direct kernel and has
+ * none for nt threads (free *own_pack after); NULL: out of memory. */
+static const dm_gemm *with_buffers(const dm_gemm *gm, int nt, dm_gemm *copy, float **own_pack) {
+    *own_pack = NULL;
+    if (!dm_gemm_algo_direct(gm->algo) || (gm->pack && gm->pack_threads >= nt)) return gm;
+    *copy = *gm;
+    copy->pack = aligned_alloc(64, sizeof(float) * (size_t)DM_GEMM_DIRECT_PACK_FLOATS * (size_t)nt);
+    if (!copy->pack) {
+        dm_fail(DM_ERR_OOM, "out of memory for the direct kernel's buffers");
+        return NULL;
+    }
+    copy->pack_threads = nt;
+    *own_pack = copy->pack;
+    return copy;
+}
 
 /* Block [lo, hi) of the rows (split_m) or columns of batch index bi, one thread's share.
  * Row block of op(A) starts lo rows (or, transposed, lo columns) in; likewise for B. */
@@ -266,20 +296,18 @@ dm_status dm_gemm_run(const dm_gemm *gm) {
     case DM_GEMM_DIRECT:
     case DM_GEMM_DIRECT_ROWS:
     case DM_GEMM_CONCURRENT_DIRECT: {
-        dm_gemm own = *gm;
-        if (!own.pack || own.pack_threads < nt) { /* a caller without the executor's buffers */
-            own.pack = aligned_alloc(64, sizeof(float) * (size_t)DM_GEMM_DIRECT_PACK_FLOATS * (size_t)nt);
-            if (!own.pack) return dm_fail(DM_ERR_OOM, "out of memory for the direct kernel's buffers");
-            own.pack_threads = nt;
-        }
-        if (own.nbatch >= nt) {
+        dm_gemm copy;
+        float *own_pack;
+        const dm_gemm *d = with_buffers(gm, nt, &copy, &own_pack); /* a caller without the executor's */
+        if (!d) return DM_ERR_OOM;
+        if (d->nbatch >= nt) {
 #pragma omp parallel for schedule(static) num_threads(nt)
-            for (int64_t b = 0; b < own.nbatch; b++) run_one(&own, b);
+            for (int64_t b = 0; b < d->nbatch; b++) run_one(d, b);
         } else {
 #pragma omp parallel num_threads(nt)
-            run_share(&own, own.m >= own.n, omp_get_thread_num(), omp_get_num_threads());
+            run_share(d, d->m >= d->n, omp_get_thread_num(), omp_get_num_threads());
         }
-        if (own.pack != gm->pack) free(own.pack);
+        free(own_pack);
         break;
     }
     default:
@@ -295,6 +323,14 @@ dm_status dm_gemm_run_pair(const dm_gemm *a, const dm_gemm *b, int nthreads) {
         DM_TRY(dm_gemm_run(a));
         return dm_gemm_run(b);
     }
+    dm_gemm ca, cb;
+    float *pa, *pb;
+    a = with_buffers(a, nt, &ca, &pa);
+    b = a ? with_buffers(b, nt, &cb, &pb) : NULL;
+    if (!b) {
+        free(pa); /* NULL where a had its own */
+        return DM_ERR_OOM;
+    }
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads();
@@ -307,6 +343,8 @@ dm_status dm_gemm_run_pair(const dm_gemm *a, const dm_gemm *b, int nthreads) {
             else run_share(b, b->m >= b->n, t - na, T - na);
         }
     }
+    free(pa);
+    free(pb);
     return DM_OK;
 }
 

@@ -79,6 +79,10 @@ void dm_sgemm_direct_rows(int transA, int m, int n, int k, float alpha, const fl
  * buf, rows ncp floats apart, columns nc .. ncp zeroed. */
 void dm_direct_pack_b(float *buf, int transB, const float *B, int64_t ldb, int k0, int kc, int j0, int nc, int ncp);
 
+/* How often a direct algorithm's call ran BLAS instead, for want of a buffer for its
+ * thread (a guard that should never fire: the tests check it stays 0). */
+long dm_gemm_direct_fallbacks(void);
+
 /* 1 if this CPU runs the direct kernel (AVX-512F) */
 int dm_gemm_direct_available(void);
 /* C = alpha op(A) op(B), single-threaded, row-major; buf: DM_GEMM_DIRECT_PACK_FLOATS

@@ -8,8 +8,9 @@
  *     edge) is copied, one KC x NC block at a time, into the caller's buffer;
  *   - C is written once per KC block, with no separate pass that zeroes it (beta = 0).
  * Blocking: NC columns of C by KC of the summed dimension; inside, 6 x 64 micro-tiles
- * (24 vector accumulators) swept over the rows. Per KC block the micro-tile's 6 rows of
- * op(A) (6 KC floats) stay in L1 and the KC x 64 panel of op(B) in L2.
+ * (24 vector accumulators), for each strip of 6 rows all the block's 64-column panels.
+ * The strip's 6 rows of op(A) (6 KC floats) stay in L1 across the panels; the KC x NC
+ * block of op(B) (up to 512 KB), read once per strip, stays in L2.
  * On BERT's shapes this skips OpenBLAS's packing of both operands and its beta pass:
  * it wins most on the attention's per-item GEMMs (128 x 128 x 64), which are too small
  * to amortize them. Correctness: tests/test_contract.c runs it against the reference in
@@ -169,9 +170,9 @@ DIRECT_TARGET void dm_sgemm_direct(int transA, int transB, int m, int n, int k, 
     }
 }
 
-/* Row blocks of MC rows (4 micro-tiles, which share each op(B) panel while it is in
- * L1): a block is finished over all of n and k before the next begins, and handed to
- * done() while its rows are in cache. */
+/* Row blocks of MC rows (4 micro-tiles, which share each KC x 64 op(B) panel, 64 KB,
+ * from L2): a block is finished over all of n and k before the next begins, and handed
+ * to done() while its rows are in cache. All of op(B) is read once per block. */
 #define MC (4 * MR)
 
 DIRECT_TARGET void dm_sgemm_direct_rows(int transA, int m, int n, int k, float alpha, const float *A, int lda,

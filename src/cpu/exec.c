@@ -331,7 +331,7 @@ static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
         dm_exgroup *eg = &ex->groups[gi];
         if (!eg->contract || eg->unusable || eg->gemm.algo != DM_GEMM_DIRECT_ROWS) continue;
         s = dm_cpu_exec_fuse_rows(ex, plan, gi);
-        if (s != DM_OK && lenient) {
+        if (s == DM_ERR_UNSUPPORTED && lenient) {
             eg->unusable = s;
             continue;
         }
@@ -357,6 +357,9 @@ dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi) {
     const dm_op *op = &g->op[plan->order[eg->gr->first]];
     if (!eg->contract || eg->unusable)
         return dm_fail(DM_ERR_UNSUPPORTED, "group %d is not a lone contraction that can run", gi);
+    if (eg->gemm.algo != DM_GEMM_DIRECT_ROWS || !dm_gemm_direct_available())
+        return dm_fail(DM_ERR_UNSUPPORTED, "contraction %s: only the algorithm \"direct_rows\" (on a CPU with "
+                       "AVX-512) runs the next group in its epilogue", op->name);
     const dm_gemm *gm = &eg->gemm;
     const char *why = NULL;
     dm_exgroup *rg = gi + 1 < ex->ngroups ? &ex->groups[gi + 1] : NULL;
@@ -403,6 +406,10 @@ dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi) {
             ex->bwhole_floats = need;
         }
     }
+    if (!ex->rows_ran) {
+        ex->rows_ran = calloc((size_t)ex->ngroups, 1);
+        if (!ex->rows_ran) return dm_fail(DM_ERR_OOM, "out of memory preparing the plan");
+    }
     eg->rows_next = gi + 1;
     rg->rows_of = gi;
     return DM_OK;
@@ -424,6 +431,7 @@ void dm_cpu_exec_free(dm_cpu_exec *ex) {
     free(ex->words);
     free(ex->pack);
     free(ex->bwhole);
+    free(ex->rows_ran);
     memset(ex, 0, sizeof *ex);
 }
 
@@ -548,6 +556,7 @@ static dm_status exec_fused_rows(const dm_cpu_exec *ex, const dm_exgroup *eg, ui
         int per = (m + T - 1) / T, lo = tid * per < m ? tid * per : m, hi = lo + per < m ? lo + per : m;
         rows_ctx c = {.rg = rg, .scr = scr, .lo = lo,
                       .rw = {.cols = cols, .seed = seed, .words = ex->words + (int64_t)tid * ex->max_cols}};
+        if (tid == 0) ex->rows_ran[eg->rows_next] = 1; /* the row group's turn is done */
         if (hi > lo)
             dm_sgemm_direct_rows(gm->transA, hi - lo, n, k, gm->alpha, gm->A + (int64_t)lo * (gm->transA ? 1 : gm->lda),
                                  gm->lda, bp, ldbp, gm->C + (int64_t)lo * gm->ldc, gm->ldc, rows_done, &c);
@@ -560,7 +569,11 @@ static dm_status exec_fused_rows(const dm_cpu_exec *ex, const dm_exgroup *eg, ui
 dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions) {
     const dm_exgroup *eg = &ex->groups[gi];
     if (eg->unusable) return dm_fail(eg->unusable, "group %d cannot run with these layouts", gi);
-    if (eg->beside >= 0 || eg->rows_of >= 0) return DM_OK; /* ran at its partner's turn, or in its epilogue */
+    if (eg->beside >= 0) return DM_OK; /* ran at its partner's turn */
+    if (eg->rows_of >= 0 && ex->rows_ran[gi]) { /* ran in the epilogue of the GEMM's last run */
+        ex->rows_ran[gi] = 0;
+        return DM_OK;
+    } /* else the GEMM ran without it (contractions only, or not this run): runs on its own */
     if (eg->contract) {
         if (eg->rows_next >= 0 && !only_contractions) return exec_fused_rows(ex, eg, seed);
         return eg->partner >= 0 ? dm_gemm_run_pair(&eg->gemm, &ex->groups[eg->partner].gemm, ex->nthreads)

@@ -54,6 +54,7 @@ typedef struct {
     float *pack;              /* the direct kernel's buffers, one per thread (NULL without AVX-512) */
     float *bwhole;            /* "direct_rows": op(B) packed whole, shared by the threads */
     int64_t bwhole_floats;
+    uint8_t *rows_ran;        /* per group: run in the epilogue of its GEMM since its own last turn */
 } dm_cpu_exec;
 
 /* How a row op addresses memory operand t (d->kind set by the caller): DM_ERR_UNSUPPORTED
@@ -74,8 +75,9 @@ void dm_cpu_exec_free(dm_cpu_exec *ex);
 dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi);
 /* only_contractions: run just the GEMMs (the "contractions alone" floor). A group with
  * the "concurrent" algorithm runs its partner too, and the partner's own turn does
- * nothing; so does a row group run in a "direct_rows" group's epilogue (which, with
- * only_contractions, runs its GEMM alone). */
+ * nothing; so does a row group run in a "direct_rows" group's epilogue since its last
+ * turn (with only_contractions that GEMM runs alone, and the row group, if run, on its
+ * own). A profile then counts the row group's time with its GEMM's. */
 dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions);
 /* The address of tensor t in the arena (views included), or NULL if not materialized. */
 float *dm_cpu_tensor_ptr(const dm_plan *plan, char *arena, int t);
