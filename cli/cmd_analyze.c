@@ -294,7 +294,7 @@ static int show_plan(const cli_config *c, const char *path, dm_graph *g, dm_plan
         return 0;
     }
     FILE *out = to_stderr ? stderr : stdout;
-    fprintf(out, "plan %s (tuned on %s; groups timed alone: default %.2f ms, tuned %.2f ms)\n", path,
+    fprintf(out, "plan %s (tuned on %s; sum over groups: default %.2f ms, tuned %.2f ms)\n", path,
             ch.machine[0] ? ch.machine : "unknown machine", ch.default_ms, ch.tuned_ms);
     fprintf(out, "  %-22s %-9s %-9s\n", "tensor", "default", "layout");
     for (int t = 0; t < g->nt; t++) {

@@ -30,8 +30,10 @@ static void help(FILE *out) {
             "     split between threads) and, on AVX-512 CPUs, dmove's own GEMM kernel\n"
             "     (\"direct\": reads the operands in place instead of packing them), also\n"
             "     for the GEMMs inside the fused attention groups;\n"
-            "  2. each fused group is timed alone under each combination of its tensors'\n"
-            "     layouts and each algorithm (warm-up, repetitions, median), cached on disk;\n"
+            "  2. each fused group is timed under each combination of its tensors' layouts\n"
+            "     and each algorithm (warm-up, repetitions, median; each repetition right\n"
+            "     after the group before it, which leaves the caches as in the step),\n"
+            "     cached on disk;\n"
             "  3. the fastest configuration of the whole step, forward and backward, with one\n"
             "     layout per tensor, is found by shortest path over the groups; each group\n"
             "     whose choice is not its default then has both timed again, run by run in\n"
@@ -205,7 +207,7 @@ static int verify(const cli_config *c, dm_schedule sched, const char *plan, int 
            reps, t[reps / 2] * 1e3, t[reps + reps / 2] * 1e3, t[reps / 2] / t[reps + reps / 2], ratio[nr / 2]);
     if (!(t[reps + reps / 2] < t[reps / 2]))
         printf("the tuned plan is not faster than the default in whole steps here, though its groups were when "
-               "timed alone (in the step each finds other data in the caches): keep the default plan (run "
+               "timed on their own: keep the default plan (run "
                "without --plan), or tune again with more --reps or when the machine is quiet\n");
     med[0] = t[reps / 2];
     med[1] = t[reps + reps / 2];
@@ -406,7 +408,7 @@ int cmd_tune(int argc, char **argv) {
         printf("\n%" PRId64 " of these measurements come from the cache (%s), made by an earlier run; "
                "if the machine was busy then, measure again with --no-cache\n",
                T->nfrom_cache, cache);
-    printf("\nsum over groups (each timed alone): default plan %.2f ms, tuned plan %.2f ms (%.3fx); "
+    printf("\nsum over groups (each timed after the group before it): default plan %.2f ms, tuned plan %.2f ms (%.3fx); "
            "tuning took %.1f s (%" PRId64 " of %" PRId64 " measurements from the cache)\n",
            T->default_s * 1e3, T->tuned_s * 1e3, T->tuned_s > 0 ? T->default_s / T->tuned_s : 0.0,
            cli_now() - t0, T->nfrom_cache, T->ntasks);
