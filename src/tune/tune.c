@@ -433,11 +433,11 @@ static dm_status apply_algo(const dm_tuner *T, const dm_tune_group *G, dm_exgrou
 }
 
 /* The group before gi in the step, untimed, before each timed run of gi: gi then finds
- * the caches as it does in a step (the data the step just touched, not its own operands
- * from the run before, which a group timed over and over would find there). Timed
- * alone, groups looked up to 10% faster than in the step, and not all alike (a tuned
- * BERT-base plan whose groups summed to 1.11x the default's ran 0.98x as whole steps);
- * timed after the group before, the sum and the whole steps agreed to ~1%. */
+ * the caches nearer to how it does in a step (the data the step just touched, not only
+ * its own operands from the run before, which a group timed over and over finds there).
+ * On BERT-base, plans tuned so ran 1.015x and 1.033x the default as whole steps where
+ * plans tuned on groups timed alone ran 0.977x and 0.998x (pairs of runs on this 2-core
+ * VM); the sums over groups still overstate the whole step (by 4-19% on 2026-11-24). */
 static dm_status run_before(const dm_cpu_exec *ex, int gi) {
     if (gi < 1 || ex->groups[gi - 1].unusable) return DM_OK;
     return dm_cpu_exec_group(ex, gi - 1, 1, 0);
