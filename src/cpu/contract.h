@@ -62,7 +62,8 @@ typedef struct {
     int nthreads;       /* threads for BATCH / SPLIT_* (0: OpenMP's default) */
     int swapped;        /* A and B were exchanged (C^T = B^T A^T) */
     float *pack;        /* DIRECT: pack_threads buffers of DM_GEMM_DIRECT_PACK_FLOATS, one per
-                         * OpenMP thread number (NULL: dm_gemm_run allocates them per call) */
+                         * OpenMP thread number (NULL: dm_gemm_run and dm_gemm_run_pair
+                         * allocate them per call) */
     int pack_threads;
 } dm_gemm;
 
