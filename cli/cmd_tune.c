@@ -140,33 +140,18 @@ static void print_report(const dm_tuner *T) {
     }
 }
 
-static void print_pairs(const dm_tuner *T, const dm_tune_pair *p, int n) {
-    if (T->threads < 2) {
-        printf("\nside-by-side contractions: not tried (they need 2 threads or more)\n");
-        return;
-    }
+/* What dm_tuner_pair or dm_tuner_rows timed: title, then per pair its two groups' first
+ * ops, the times one then the other and together, and whether it was kept (as `kept`). */
+static void print_timed(const dm_tuner *T, const char *title, int width, const char *kept,
+                        const dm_tune_pair *p, int n) {
     if (!n) return;
-    printf("\nside by side (each on half the threads) vs one then the other, alternately run by run "
-           "(%d runs each, medians):\n", T->reps < DM_TUNE_MAX_RETIMED ? T->reps : DM_TUNE_MAX_RETIMED);
-    for (int k = 0; k < n; k++) {
-        const dm_plan *pl = &T->plan;
-        printf("  %-18s + %-18s %8.3f ms -> %8.3f ms (%.3fx)  %s\n", T->g.op[pl->order[pl->groups[p[k].g1].first]].name,
-               T->g.op[pl->order[pl->groups[p[k].g2].first]].name, p[k].seq_s * 1e3, p[k].pair_s * 1e3,
-               p[k].pair_s > 0 ? p[k].seq_s / p[k].pair_s : 0.0, p[k].kept ? "side by side (concurrent)" : "kept apart");
-    }
-}
-
-static void print_rows(const dm_tuner *T, const dm_tune_pair *p, int n) {
-    if (!n) return;
-    printf("\nrow group in its GEMM's epilogue (direct kernel; each block of rows as it is finished) vs "
-           "apart, alternately run by run (%d runs each, medians):\n",
+    printf("\n%s, alternately run by run (%d runs each, medians):\n", title,
            T->reps < DM_TUNE_MAX_RETIMED ? T->reps : DM_TUNE_MAX_RETIMED);
     for (int k = 0; k < n; k++) {
         const dm_plan *pl = &T->plan;
-        printf("  %-18s + %-22s %8.3f ms -> %8.3f ms (%.3fx)  %s\n",
-               T->g.op[pl->order[pl->groups[p[k].g1].first]].name, T->g.op[pl->order[pl->groups[p[k].g2].first]].name,
-               p[k].seq_s * 1e3, p[k].pair_s * 1e3, p[k].pair_s > 0 ? p[k].seq_s / p[k].pair_s : 0.0,
-               p[k].kept ? "in the epilogue (direct_rows)" : "kept apart");
+        printf("  %-18s + %-*s %8.3f ms -> %8.3f ms (%.3fx)  %s\n", T->g.op[pl->order[pl->groups[p[k].g1].first]].name,
+               width, T->g.op[pl->order[pl->groups[p[k].g2].first]].name, p[k].seq_s * 1e3, p[k].pair_s * 1e3,
+               p[k].pair_s > 0 ? p[k].seq_s / p[k].pair_s : 0.0, p[k].kept ? kept : "kept apart");
     }
 }
 
@@ -399,8 +384,11 @@ int cmd_tune(int argc, char **argv) {
         goto done;
     }
     print_report(T);
-    print_pairs(T, pairs, npairs < 64 ? npairs : 64);
-    print_rows(T, rows, nrows < 64 ? nrows : 64);
+    if (T->threads < 2) printf("\nside-by-side contractions: not tried (they need 2 threads or more)\n");
+    print_timed(T, "side by side (each on half the threads) vs one then the other", 18, "side by side (concurrent)",
+                pairs, npairs < 64 ? npairs : 64);
+    print_timed(T, "row group in its GEMM's epilogue (direct kernel; each block of rows as it is finished) vs apart",
+                22, "in the epilogue (direct_rows)", rows, nrows < 64 ? nrows : 64);
     printf("\n%d re-timings of a group's default and chosen candidate, alternately run by run (%d runs "
            "each), replaced their first times before the final selection\n", refined,
            T->reps < DM_TUNE_MAX_RETIMED ? T->reps : DM_TUNE_MAX_RETIMED);

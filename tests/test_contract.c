@@ -119,6 +119,21 @@ static void views(void) {
  * for the product with alpha): the kernel sums in a different order than a loop but no
  * less accurately. Returns the worst error as a fraction of its bound (1: at the bound;
  * infinity: an element never written, or one outside the matrix written). */
+/* C element (i, j) = c against alpha * sum_q op(A)(i, q) op(B)(q, j), as a fraction of its
+ * error bound gamma(k + 1) * alpha * sum |a b| (NaN when c is). */
+static double dot_err(const float *A, int ta, int lda, const float *B, int tb, int64_t ldb, int i, int j, int k,
+                      double alpha, float c) {
+    const double u = ldexp(1.0, -24), gamma = (k + 1) * u / (1 - (k + 1) * u);
+    double r = 0, mag = 0;
+    for (int q = 0; q < k; q++) {
+        double p = (double)A[ta ? (size_t)q * (size_t)lda + (size_t)i : (size_t)i * (size_t)lda + (size_t)q] *
+                   (double)B[tb ? (size_t)j * (size_t)ldb + (size_t)q : (size_t)q * (size_t)ldb + (size_t)j];
+        r += p;
+        mag += fabs(p);
+    }
+    return fabs((double)c - alpha * r) / (gamma * alpha * mag + 1e-30);
+}
+
 static double direct_case(int ta, int tb, int m, int n, int k, float *buf) {
     int lda = (ta ? m : k) + 5, ldb = (tb ? k : n) + 2, ldc = n + 3;
     size_t na = (size_t)(ta ? k : m) * (size_t)lda, nb = (size_t)(tb ? n : k) * (size_t)ldb,
@@ -128,7 +143,6 @@ static double direct_case(int ta, int tb, int m, int n, int k, float *buf) {
     for (size_t e = 0; e < nb; e++) B[e] = (float)cos(0.21 * (double)e);
     for (size_t e = 0; e < nc; e++) C[e] = (int)(e % (size_t)ldc) >= n ? 12345.0f : NAN;
     dm_sgemm_direct(ta, tb, m, n, k, 0.75f, A, lda, B, ldb, C, ldc, buf);
-    const double u = ldexp(1.0, -24), gamma = (k + 1) * u / (1 - (k + 1) * u);
     double worst = 0;
     for (int i = 0; i < m; i++)
         for (int j = 0; j < ldc; j++) {
@@ -137,14 +151,7 @@ static double direct_case(int ta, int tb, int m, int n, int k, float *buf) {
                 if (c != 12345.0f) worst = INFINITY; /* wrote beyond the matrix */
                 continue;
             }
-            double r = 0, mag = 0;
-            for (int q = 0; q < k; q++) {
-                double p = (double)A[ta ? (size_t)q * (size_t)lda + (size_t)i : (size_t)i * (size_t)lda + (size_t)q] *
-                           (double)B[tb ? (size_t)j * (size_t)ldb + (size_t)q : (size_t)q * (size_t)ldb + (size_t)j];
-                r += p;
-                mag += fabs(p);
-            }
-            double bound = gamma * 0.75 * mag + 1e-30, e = fabs((double)c - 0.75 * r) / bound;
+            double e = dot_err(A, ta, lda, B, tb, ldb, i, j, k, 0.75, c);
             if (!(e <= worst)) worst = e; /* NaN: never written */
         }
     free(A); free(B); free(C);
@@ -162,17 +169,9 @@ typedef struct {
 } rows_check;
 
 static double rows_err(const rows_check *c, int i) { /* row i's worst error / bound */
-    const double u = ldexp(1.0, -24), gamma = (c->k + 1) * u / (1 - (c->k + 1) * u);
     double worst = 0;
     for (int j = 0; j < c->n; j++) {
-        double r = 0, mag = 0;
-        for (int q = 0; q < c->k; q++) {
-            double p = (double)c->A[c->ta ? (size_t)q * (size_t)c->lda + (size_t)i : (size_t)i * (size_t)c->lda + (size_t)q] *
-                       (double)c->Bp[(size_t)q * (size_t)c->ldbp + (size_t)j];
-            r += p;
-            mag += fabs(p);
-        }
-        double e = fabs((double)c->C[(size_t)i * (size_t)c->ldc + (size_t)j] - 0.5 * r) / (gamma * 0.5 * mag + 1e-30);
+        double e = dot_err(c->A, c->ta, c->lda, c->Bp, 0, c->ldbp, i, j, c->k, 0.5, c->C[(size_t)i * (size_t)c->ldc + (size_t)j]);
         if (!(e <= worst)) worst = e;
     }
     return worst;

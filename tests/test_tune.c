@@ -521,38 +521,6 @@ static void tune_and_files(const dm_layer_config *cfg) {
     rmdir(dir);
 }
 
-/* The worst relative error over the output and every gradient of A against B, the key
- * bias gradient's (zero in exact arithmetic, so rounding noise: see layerutil.h) taken
- * relative to the norm of B's query bias gradient, a gradient of its shape and scale. */
-static double compare_scaled(dm_layer *A, dm_layer *B) {
-    float *q;
-    int nd;
-    int64_t sh[4];
-    CHECK_OK(dm_layer_tensor(B, "attention.self.query.bias.grad", &q, &nd, sh));
-    double qn = 0;
-    for (int64_t i = 0; i < sh[0]; i++) qn += (double)q[i] * (double)q[i];
-    qn = sqrt(qn);
-    double worst = 0;
-    for (int k = 0; k < 2 + dm_layer_num_params(A); k++) {
-        char name[128];
-        if (k < 2) snprintf(name, sizeof name, "%s", k ? "grad_hidden_states" : "output");
-        else snprintf(name, sizeof name, "%s.grad", dm_layer_param_name(A, k - 2));
-        float *a, *b;
-        CHECK_OK(dm_layer_tensor(A, name, &a, &nd, sh));
-        CHECK_OK(dm_layer_tensor(B, name, &b, &nd, sh));
-        size_t n = 1;
-        for (int d = 0; d < nd; d++) n *= (size_t)sh[d];
-        double e = rel_err(a, b, n);
-        if (!strcmp(name, "attention.self.key.bias.grad")) {
-            double d2 = 0;
-            for (size_t i = 0; i < n; i++) d2 += ((double)a[i] - (double)b[i]) * ((double)a[i] - (double)b[i]);
-            e = sqrt(d2) / qn;
-        }
-        if (!(e <= worst)) worst = e;
-    }
-    return worst;
-}
-
 /* "direct_rows" at sizes where its executor takes every path: more than one 24-row block
  * per thread, the summed dimension over 256 (several passes over C), op(B) packed by the
  * team (forward: Wᵀ) and read in place (backward input gradients: W, 64 wide); training
@@ -607,7 +575,7 @@ static void rows_medium(void) {
                 CHECK_OK(dm_layer_tensor(ref, "output", &b, &nd, sh));
                 e = rel_err(a, b, (size_t)(sh[0] * sh[1] * sh[2]));
             } else {
-                e = compare_scaled(L, ref);
+                e = compare_all_ex(L, ref, 0, 2); /* key bias noise against the query bias gradient */
             }
             if (e > worst) worst = e;
             fused++;

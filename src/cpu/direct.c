@@ -67,6 +67,14 @@ tile(int mr_c, int kc, const float *a, int64_t ars, int64_t acs, const float *b,
     }
 }
 
+/* The lanes of a tile's NV vectors that hold its nr (1..NR) columns. */
+static inline void col_masks(int nr, __mmask16 mk[NV]) {
+    for (int v = 0; v < NV; v++) {
+        const int w = nr - 16 * v;
+        mk[v] = w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? (__mmask16)0 : (__mmask16)((1u << w) - 1);
+    }
+}
+
 /* the row count as a constant, so each variant keeps its accumulators in registers */
 static DIRECT_TARGET void tile_rows(int mr, int kc, const float *a, int64_t ars, int64_t acs, const float *b,
                                     int64_t bs, float *c, int64_t ldc, const __mmask16 *mk, int acc,
@@ -158,10 +166,7 @@ DIRECT_TARGET void dm_sgemm_direct(int transA, int transB, int m, int n, int k, 
                 for (int jr = 0; jr < nc; jr += NR) {
                     const int nr = nc - jr < NR ? nc - jr : NR;
                     __mmask16 mk[NV];
-                    for (int v = 0; v < NV; v++) {
-                        const int w = nr - 16 * v;
-                        mk[v] = w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? (__mmask16)0 : (__mmask16)((1u << w) - 1);
-                    }
+                    col_masks(nr, mk);
                     tile_rows(mr, kc, a, ars, acs, bp + jr, bs, C + (int64_t)i0 * ldc + j0 + jr, ldc, mk, k0 > 0,
                               alpha);
                 }
@@ -188,10 +193,7 @@ DIRECT_TARGET void dm_sgemm_direct_rows(int transA, int m, int n, int k, float a
             for (int jr = 0; jr < n; jr += NR) {
                 const int nr = n - jr < NR ? n - jr : NR;
                 __mmask16 mk[NV];
-                for (int v = 0; v < NV; v++) {
-                    const int w = nr - 16 * v;
-                    mk[v] = w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? (__mmask16)0 : (__mmask16)((1u << w) - 1);
-                }
+                col_masks(nr, mk);
                 for (int i0 = ib; i0 < ib + mc; i0 += MR) {
                     const int mr = ib + mc - i0 < MR ? ib + mc - i0 : MR;
                     tile_rows(mr, kc, A + (int64_t)i0 * ars + (int64_t)k0 * acs, ars, acs, Bp + (int64_t)k0 * ldbp + jr,

@@ -344,11 +344,12 @@ static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
     return DM_OK;
 }
 
-/* Does root r's memory overlap [lo, hi)? */
-static int root_overlaps(const dm_plan *plan, int r, int64_t lo, int64_t hi) {
-    if (plan->offset[r] < 0) return 0;
+/* Do roots r and q share arena bytes? */
+static int roots_overlap(const dm_plan *plan, int r, int q) {
+    if (plan->offset[r] < 0 || plan->offset[q] < 0) return 0;
     int64_t a = plan->offset[r], b = a + plan->g->t[r].numel * (int64_t)sizeof(float);
-    return a < hi && lo < b;
+    int64_t c = plan->offset[q], d = c + plan->g->t[q].numel * (int64_t)sizeof(float);
+    return a < d && c < b;
 }
 
 dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi) {
@@ -372,8 +373,7 @@ dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi) {
     else if (rg->gr->rows != gm->m || rg->gr->cols != gm->n || gm->ldc != gm->n)
         why = "the next group's rows are not the GEMM's output rows";
     const int croot = dm_tensor_root(g, op->out[0]);
-    int64_t c_lo = plan->offset[croot], c_hi = c_lo + g->t[croot].numel * (int64_t)sizeof(float);
-    int ins[2] = {dm_tensor_root(g, op->in[0]), dm_tensor_root(g, op->in[1])};
+    const int ra = dm_tensor_root(g, op->in[0]), rb = dm_tensor_root(g, op->in[1]);
     for (int k = 0; !why && k < rg->nops; k++) {
         const dm_exop *x = &rg->ops[k];
         for (int io = 0; io < 2 && !why; io++)
@@ -384,12 +384,9 @@ dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi) {
                 /* the GEMM's output, read (or rewritten in place) row for row as it was written */
                 int as_c = r == croot && d->kind == DM_ARG_FULL && d->nrl == 0 && d->base == gm->C;
                 if (r == croot && !as_c) why = "the next group reads the GEMM's output other than row for row";
-                else if (!as_c && root_overlaps(plan, r, c_lo, c_hi))
+                else if (!as_c && roots_overlap(plan, r, croot))
                     why = "the next group uses memory the GEMM's output shares";
-                else if (io && (root_overlaps(plan, r, plan->offset[ins[0]],
-                                              plan->offset[ins[0]] + g->t[ins[0]].numel * (int64_t)sizeof(float)) ||
-                                root_overlaps(plan, r, plan->offset[ins[1]],
-                                              plan->offset[ins[1]] + g->t[ins[1]].numel * (int64_t)sizeof(float))))
+                else if (io && (roots_overlap(plan, r, ra) || roots_overlap(plan, r, rb)))
                     why = "the next group writes memory the GEMM reads";
             }
     }

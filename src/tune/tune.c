@@ -598,6 +598,16 @@ dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined) {
     return s;
 }
 
+/* A pair timed apart (seq_s) and together (pair_s): kept where together is faster, and
+ * then the tuned sum drops by the difference. Test hook: the environment variable
+ * `hook` (DMOVE_TEST_PAIRS, DMOVE_TEST_ROWS) set to "keep" keeps it whatever the times. */
+static int keep_timed(dm_tuner *T, dm_tune_pair *p, const char *hook) {
+    const char *h = getenv(hook);
+    p->kept = (h && !strcmp(h, "keep")) || p->pair_s < p->seq_s;
+    if (p->kept) T->tuned_s -= p->seq_s - p->pair_s;
+    return p->kept;
+}
+
 typedef struct {
     const dm_cpu_exec *ex;
     int g1, g2;
@@ -649,13 +659,9 @@ dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int ma
         if (s == DM_OK) s = time_alternating(T->reps, before_pair, run_pair, &pr, med);
         if (s != DM_OK) break;
         dm_tune_pair p = {.g1 = g1, .g2 = g2, .seq_s = med[0], .pair_s = med[1]};
-        /* test hook: DMOVE_TEST_PAIRS=keep keeps every pair timed, whatever the times */
-        const char *hook = getenv("DMOVE_TEST_PAIRS");
-        p.kept = (hook && !strcmp(hook, "keep")) || p.pair_s < p.seq_s;
-        if (p.kept) {
+        if (keep_timed(T, &p, "DMOVE_TEST_PAIRS")) {
             claimed[g1] = claimed[g2] = 1;
             ch->algo[plan->order[plan->groups[g1].first]] = (uint8_t)side;
-            T->tuned_s -= p.seq_s - p.pair_s;
         }
         if (pairs && n < max) pairs[n] = p;
         n++;
@@ -722,13 +728,7 @@ dm_status dm_tuner_rows(dm_tuner *T, dm_choices *ch, dm_tune_pair *res, int max,
         dm_layer_free(F);
         if (s != DM_OK) break;
         dm_tune_pair p = {.g1 = g, .g2 = g + 1, .seq_s = med[0], .pair_s = med[1]};
-        /* test hook: DMOVE_TEST_ROWS=keep keeps every epilogue timed, whatever the times */
-        const char *hook = getenv("DMOVE_TEST_ROWS");
-        p.kept = (hook && !strcmp(hook, "keep")) || p.pair_s < p.seq_s;
-        if (p.kept) {
-            ch->algo[op] = DM_GEMM_DIRECT_ROWS;
-            T->tuned_s -= p.seq_s - p.pair_s;
-        }
+        if (keep_timed(T, &p, "DMOVE_TEST_ROWS")) ch->algo[op] = DM_GEMM_DIRECT_ROWS;
         if (res && n < max) res[n] = p;
         n++;
     }
