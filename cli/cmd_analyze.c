@@ -455,7 +455,7 @@ int cmd_analyze(int argc, char **argv) {
     double *op_secs = NULL;
     cJSON *plan_json = NULL; /* --plan with --json: the plan, for the report */
     memset(&rep, 0, sizeof rep);
-    if (dm_cost_build(&c.cfg, &g, &gf, &plan) != DM_OK || dm_cost_analyze(&g, &plan, &dev, dtype_bytes, &rep) != DM_OK) {
+    if (dm_cost_build(&c.cfg, dev.is_cpu, &g, &gf, &plan) != DM_OK || dm_cost_analyze(&g, &plan, &dev, dtype_bytes, &rep) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
         goto done;
     }

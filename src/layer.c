@@ -182,7 +182,8 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
     dm_status s = dm_build_encoder(&L->g, cfg, opt->forward_only, &L->enc);
     /* the fused schedule's graph rewrites (graph/rewrite.c) */
     if (s == DM_OK && opt->schedule == DM_SCHED_FUSED) s = dm_rewrite_fused(&L->g);
-    if (s == DM_OK) s = dm_plan_build(&L->g, opt->schedule == DM_SCHED_FUSED, opt->no_reuse, &L->plan);
+    if (s == DM_OK) s = dm_plan_build(&L->g, opt->schedule == DM_SCHED_FUSED, opt->device == DM_DEVICE_CPU,
+                                     opt->no_reuse, &L->plan);
     if (s == DM_OK && (choices || opt->plan)) s = apply_choices(L, choices);
     if (s == DM_OK) {
         L->arena_bytes = (L->plan.arena_bytes + 63) / 64 * 64;

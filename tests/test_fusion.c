@@ -85,6 +85,26 @@ int main(void) {
     EXPECT("ATTN-F", "attn_scores", "attn_mask", "attn_softmax", "attn_probs_dropout", "attn_context");
     EXPECT("ATTN-B", "attn_context_dA", "attn_probs_dropout_bwd", "attn_softmax_bwd",
            "attn_scores_dA", "attn_scores_dB");
+    /* third pass (CPU plans): dV = P^T dctx, independent of the backward attention group
+     * but reading its P and dctx, joins it; the GPU's plan (siblings off) keeps it alone,
+     * the shape its fused attention kernels take */
+    EXPECT("ATTN-B+", "attn_context_dA", "attn_context_dB");
+    {
+        dm_plan gpu;
+        CHECK_OK(dm_plan_build(&F->g, 1, 0, 0, &gpu));
+        int dv = -1, da = -1, alone = 0;
+        for (int G = 0; G < gpu.ngroups; G++)
+            for (int k = 0; k < gpu.groups[G].nops; k++) {
+                const char *nm = F->g.op[gpu.order[gpu.groups[G].first + k]].name;
+                if (!strcmp(nm, "attn_context_dB")) dv = G, alone = gpu.groups[G].nops == 1;
+                if (!strcmp(nm, "attn_context_dA")) da = G;
+            }
+        CHECK(dv >= 0 && da >= 0 && dv != da && alone);
+        CHECK(gpu.ngroups == F->plan.ngroups + 1);
+        printf("  without the third pass (GPU plans): attn_context_dB %s\n",
+               dv != da && alone ? "alone" : "NOT ALONE");
+        dm_plan_free(&gpu);
+    }
     int nonc = 0, nops = 0;
     for (int G = 0; G < F->plan.ngroups; G++) {
         int has = 0;

@@ -149,7 +149,7 @@ void dm_cost_free(dm_cost_report *r) {
     r->groups = NULL;
 }
 
-dm_status dm_cost_build(const dm_layer_config *cfg, dm_graph *g, dm_graph *gf, dm_plan *plan) {
+dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, dm_graph *g, dm_graph *gf, dm_plan *plan) {
     memset(plan, 0, sizeof *plan);
     dm_graph_init(g);
     dm_graph_init(gf);
@@ -160,7 +160,7 @@ dm_status dm_cost_build(const dm_layer_config *cfg, dm_graph *g, dm_graph *gf, d
         return st;
     if (gf->nop != g->nop)
         return dm_fail(DM_ERR_INTERNAL, "the fused graph has %d operators, the graph %d", gf->nop, g->nop);
-    return dm_plan_build(gf, 1, 0, plan);
+    return dm_plan_build(gf, 1, cpu, 0, plan);
 }
 
 dm_status dm_cost_floors(const dm_layer_config *cfg, const dm_device *dev, int dtype_bytes,
@@ -169,7 +169,7 @@ dm_status dm_cost_floors(const dm_layer_config *cfg, const dm_device *dev, int d
     dm_plan plan;
     dm_cost_report rep;
     memset(&rep, 0, sizeof rep);
-    dm_status st = dm_cost_build(cfg, &g, &gf, &plan);
+    dm_status st = dm_cost_build(cfg, dev->is_cpu, &g, &gf, &plan);
     if (st == DM_OK) st = dm_cost_analyze(&g, &plan, dev, dtype_bytes, &rep);
     if (st == DM_OK) {
         *unfused_s = rep.unfused_floor_s;

@@ -63,8 +63,9 @@ void dm_cost_free(dm_cost_report *r);
 
 /* The graphs and plan `dmove analyze` reports on, for cfg: g, the step as the unfused
  * schedule runs it; gf, g after the fused schedule's rewrites (same op ids); plan, gf's
- * fused plan. The caller frees all three, also on failure (they are initialised first). */
-dm_status dm_cost_build(const dm_layer_config *cfg, dm_graph *g, dm_graph *gf, dm_plan *plan);
+ * fused plan, as the CPU executor (cpu = 1) or the GPU's (0) groups it. The caller frees
+ * all three, also on failure (they are initialised first). */
+dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, dm_graph *g, dm_graph *gf, dm_plan *plan);
 /* The roofline floors (seconds; dm_cost_report's unfused_floor_s and fused_floor_s) of a
  * training step of cfg on dev, in a dtype of dtype_bytes. */
 dm_status dm_cost_floors(const dm_layer_config *cfg, const dm_device *dev, int dtype_bytes,

@@ -5,7 +5,8 @@
  * groups (an outside op both depending on the group and feeding the candidate), or when
  * the candidate reads a column reduction the group is still accumulating. A contraction
  * goes to BLAS whole, alone, or (second pass) in a batched group with the row groups it
- * feeds or is fed by. Groups are then ordered topologically, a row group right after the
+ * feeds or is fed by, or (third pass, CPU plans) with an independent batched group that
+ * reads the same input. Groups are then ordered topologically, a row group right after the
  * group whose output it reads when it can. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +53,7 @@ static int is_colreduce_out(const dm_op *o, int slot) {
     return o->kind == DM_OP_COLSUM || (o->kind == DM_OP_LAYERNORM_BWD && slot > 0);
 }
 
-dm_status dm_plan_build(const dm_graph *g, int fused, int no_reuse, dm_plan *plan) {
+dm_status dm_plan_build(const dm_graph *g, int fused, int siblings, int no_reuse, dm_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan->g = g;
     int n = g->nop, nt = g->nt, nw = (n + WBITS - 1) / WBITS;
@@ -211,6 +212,42 @@ dm_status dm_plan_build(const dm_graph *g, int fused, int no_reuse, dm_plan *pla
                 gnb[H] = 0;
             }
         }
+    }
+    /* Third pass (siblings, the CPU executor's plans): a lone batched contraction joins a
+     * batched group of the same pass and batch that reads one of its inputs, when neither
+     * depends on the other (no cycle can form, and their order within an item is free).
+     * Run per item, the shared input's slice is read from cache the second time: the
+     * attention's dV = P^T dctx reads P and dctx where the group before read them. */
+    for (int o = 0; o < n && fused && siblings; o++) {
+        const dm_op *op = &g->op[o];
+        const int H = gid[o];
+        if (op->kind != DM_OP_CONTRACT || gnb[H] <= 1) continue;
+        int alone = 1;
+        for (int q = 0; q < n && alone; q++) alone = q == o || gid[q] != H;
+        if (!alone) continue;
+        int G = -1;
+        for (int q = 0; q < n && G < 0; q++) {
+            const int Q = gid[q];
+            if (Q == H || g->op[q].pass != op->pass || gnb[Q] != gnb[H] || strcmp(gbatch[Q], gbatch[H]))
+                continue;
+            int shares = 0;
+            for (int k = 0; k < op->nin && !shares; k++)
+                for (int k2 = 0; k2 < g->op[q].nin && !shares; k2++)
+                    shares = dm_tensor_root(g, op->in[k]) == dm_tensor_root(g, g->op[q].in[k2]);
+            if (!shares) continue;
+            /* independent: o has no ancestor in Q, and no op of Q has o as an ancestor */
+            const word *qm = mem + (size_t)Q * nw, *oa = anc + (size_t)o * nw;
+            int indep = 1;
+            for (int w = 0; w < nw && indep; w++) indep = (oa[w] & qm[w]) == 0;
+            for (int z = 0; z < n && indep; z++)
+                if (gid[z] == Q && bit(anc + (size_t)z * nw, o)) indep = 0;
+            if (indep) G = Q;
+        }
+        if (G < 0) continue;
+        gid[o] = G;
+        set(mem + (size_t)G * nw, o);
+        memset(mem + (size_t)H * nw, 0, sizeof(word) * (size_t)nw);
+        gnb[H] = 0;
     }
     /* renumber the groups densely after the merges */
     {

@@ -33,8 +33,11 @@ typedef struct {
     uint8_t *algo;       /* per op: contraction algorithm (dm_gemm_algo), or NULL: defaults */
 } dm_plan;
 
-/* fusion.c: groups ops. fused = 0 gives one group per op (the unfused schedule). */
-dm_status dm_plan_build(const dm_graph *g, int fused, int no_reuse, dm_plan *plan);
+/* fusion.c: groups ops. fused = 0 gives one group per op (the unfused schedule).
+ * siblings (fused only): a lone batched contraction also joins an independent batched
+ * group that reads one of its inputs (the CPU executor's plans; the CUDA executor's fused
+ * attention kernels take the groups without). */
+dm_status dm_plan_build(const dm_graph *g, int fused, int siblings, int no_reuse, dm_plan *plan);
 void dm_plan_free(dm_plan *plan);
 /* memplan.c: decides in_memory and offsets (called by dm_plan_build). */
 dm_status dm_plan_memory(dm_plan *plan, int no_reuse);

@@ -176,7 +176,7 @@ dm_status dm_tuner_new(dm_tuner **out, const dm_layer_config *cfg, const dm_laye
     dm_status s = dm_build_encoder(&T->g, cfg, opt->forward_only, &T->enc);
     /* the graph dm_layer_new runs: the fused schedule's rewrites (graph/rewrite.c) */
     if (s == DM_OK && opt->schedule == DM_SCHED_FUSED) s = dm_rewrite_fused(&T->g);
-    if (s == DM_OK) s = dm_plan_build(&T->g, opt->schedule == DM_SCHED_FUSED, 0, &T->plan);
+    if (s == DM_OK) s = dm_plan_build(&T->g, opt->schedule == DM_SCHED_FUSED, 1, 0, &T->plan);
     int64_t *dcalls = calloc((size_t)T->g.nop + 1, sizeof(int64_t));
     T->vars = calloc((size_t)T->g.nt + 1, sizeof(dm_tune_var));
     T->groups = calloc((size_t)T->plan.ngroups + 1, sizeof(dm_tune_group));
