@@ -224,6 +224,24 @@ void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, 
                 gm->lda, b, gm->ldb, gm->beta, c, gm->ldc);
 }
 
+/* rows x cols floats at stride ld from p into L2, a prefetch per cache line */
+static void prefetch_block(const float *p, int64_t rows, int64_t cols, int64_t ld) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c += 16) __builtin_prefetch(p + r * ld + c, 0, 2);
+}
+
+void dm_gemm_prefetch(const dm_gemm *gm, int64_t bi, int tileA, int tileB) {
+    int64_t oa, ob, oc;
+    batch_offsets(gm, bi, &oa, &ob, &oc);
+    if (gm->swapped) {
+        int t = tileA;
+        tileA = tileB;
+        tileB = t;
+    }
+    if (!tileA) prefetch_block(gm->A + oa, gm->transA ? gm->k : gm->m, gm->transA ? gm->m : gm->k, gm->lda);
+    if (!tileB) prefetch_block(gm->B + ob, gm->transB ? gm->n : gm->k, gm->transB ? gm->k : gm->n, gm->ldb);
+}
+
 static void run_one(const dm_gemm *gm, int64_t bi) { dm_gemm_run_one(gm, bi, NULL, NULL, NULL); }
 
 /* gm, or a copy with nt direct-kernel buffers where it is on the direct kernel and has
