@@ -160,18 +160,21 @@ static double direct_case(int ta, int tb, int m, int n, int k, float *buf) {
 
 /* dm_sgemm_direct_rows: blocks reported in order, each exactly once, each final when
  * reported (within the dot-product bound of direct_case), nothing beyond n written;
- * op(B) packed whole by dm_direct_pack_b, or read in place (NoTrans, n a multiple of 64). */
+ * op(B) packed whole into panels by dm_direct_pack_b (as the executor does), or read in
+ * place (NoTrans, n a multiple of 64); checked against B as made. */
 typedef struct {
     int next, bad, m, n, k, ta, lda, ldc;
-    const float *A, *Bp;
-    int64_t ldbp;
+    const float *A, *B, *Bp; /* B as made (transposed when tb, rows ldb apart); Bp: op(B) as the kernel
+                              * reads it, Bp[k * ldbp + (j / 64) * pstride + j % 64] */
+    int tb, ldb;
+    int64_t ldbp, pstride;
     const float *C;
 } rows_check;
 
 static double rows_err(const rows_check *c, int i) { /* row i's worst error / bound */
     double worst = 0;
     for (int j = 0; j < c->n; j++) {
-        double e = dot_err(c->A, c->ta, c->lda, c->Bp, 0, c->ldbp, i, j, c->k, 0.5, c->C[(size_t)i * (size_t)c->ldc + (size_t)j]);
+        double e = dot_err(c->A, c->ta, c->lda, c->B, c->tb, c->ldb, i, j, c->k, 0.5, c->C[(size_t)i * (size_t)c->ldc + (size_t)j]);
         if (!(e <= worst)) worst = e;
     }
     return worst;
@@ -206,10 +209,11 @@ static void direct_rows(void) {
                     for (int e = 0; e < (ta ? k : m) * lda; e++) A[e] = (float)sin(0.29 * e + 0.3);
                     for (int e = 0; e < (mode == 0 ? n : k) * ldb; e++) B[e] = (float)cos(0.17 * e);
                     for (int e = 0; e < m * ldc; e++) C[e] = e % ldc >= n ? 777.0f : NAN;
-                    if (mode < 2 && k > 0) dm_direct_pack_b(Bp, mode == 0, B, ldb, 0, k, 0, n, ncp);
-                    rows_check rc = {.m = m, .n = n, .k = k, .ta = ta, .lda = lda, .ldc = ldc, .A = A,
-                                     .Bp = mode < 2 ? Bp : B, .ldbp = mode < 2 ? ncp : ldb, .C = C};
-                    dm_sgemm_direct_rows(ta, m, n, k, 0.5f, A, lda, rc.Bp, rc.ldbp, C, ldc, rows_seen, &rc);
+                    if (mode < 2 && k > 0) dm_direct_pack_b(Bp, (int64_t)64 * k, mode == 0, B, ldb, 0, k, 0, n);
+                    rows_check rc = {.m = m, .n = n, .k = k, .ta = ta, .lda = lda, .ldc = ldc, .A = A, .B = B,
+                                     .tb = mode == 0, .ldb = ldb, .Bp = mode < 2 ? Bp : B, .ldbp = mode < 2 ? 64 : ldb,
+                                     .pstride = mode < 2 ? (int64_t)64 * k : 64, .C = C};
+                    dm_sgemm_direct_rows(ta, m, n, k, 0.5f, A, lda, rc.Bp, rc.ldbp, rc.pstride, C, ldc, rows_seen, &rc);
                     for (int e = 0; e < m * ldc; e++)
                         if (e % ldc >= n && C[e] != 777.0f) rc.bad++;
                     if (rc.next != m) rc.bad++; /* every row reported */
@@ -252,6 +256,21 @@ static void direct(void) {
                     }
                     if (!(e <= worst)) worst = e;
                 }
+    /* from DM_DIRECT_PANEL_M rows on, op(B) is packed into panels even where its rows could
+     * be read in place */
+    const int pm[] = {DM_DIRECT_PANEL_M, DM_DIRECT_PANEL_M + 1}, pn[] = {64, 130}, pk[] = {1, 257};
+    for (int t = 0; t < 4; t++)
+        for (int q = 0; q < 8; q++) {
+            const int m = pm[q & 1], n = pn[(q >> 1) & 1], k = pk[q >> 2];
+            double e = direct_case(t & 1, t >> 1, m, n, k, buf);
+            cases++;
+            if (!(e <= 1)) {
+                bad++;
+                printf("    FAIL direct transA %d transB %d m %d n %d k %d: error %.2f of its bound\n", t & 1, t >> 1, m,
+                       n, k, e);
+            }
+            if (!(e <= worst)) worst = e;
+        }
     CHECK(bad == 0);
     printf("  direct kernel: %d shapes x transposes, worst error %.3f of the float dot-product bound, every "
            "element written, nothing beyond n: %s\n", cases,

@@ -393,8 +393,8 @@ dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi) {
     if (why)
         return dm_fail(DM_ERR_UNSUPPORTED, "contraction %s cannot run the next group in its epilogue "
                        "(algorithm \"direct_rows\"): %s; give it another algorithm", op->name, why);
-    /* op(B) whole, shared, unless its rows can be read in place */
-    if (gm->transB || gm->n % 64) {
+    /* op(B) whole, packed into panels, shared by the team */
+    {
         int64_t need = (int64_t)gm->k * ((gm->n + 63) / 64 * 64);
         if (need > ex->bwhole_floats) {
             float *b = aligned_alloc(64, ((size_t)need * sizeof(float) + 63) / 64 * 64);
@@ -561,18 +561,17 @@ static void rows_done(void *arg, int i0, int rows) {
 static dm_status exec_fused_rows(const dm_cpu_exec *ex, const dm_exgroup *eg, uint64_t seed) {
     const dm_exgroup *rg = &ex->groups[eg->rows_next];
     const dm_gemm *gm = &eg->gemm;
-    const int m = gm->m, n = gm->n, k = gm->k, ncp = (n + 63) / 64 * 64;
-    const int inplace = !gm->transB && n % 64 == 0;
-    const float *bp = inplace ? gm->B : ex->bwhole;
-    const int64_t ldbp = inplace ? gm->ldb : ncp, cols = rg->gr->cols;
+    const int m = gm->m, n = gm->n, k = gm->k;
+    const int64_t pstride = (int64_t)64 * k, cols = rg->gr->cols;
 #pragma omp parallel num_threads(ex->nthreads)
     {
         const int tid = omp_get_thread_num(), T = omp_get_num_threads();
         float *scr = ex->scratch + (int64_t)tid * ex->per_thread;
         for (int a = 0; a < rg->nacc; a++) memset(scr + rg->acc_slot[a], 0, sizeof(float) * (size_t)cols);
-        if (!inplace) { /* the team packs op(B) once, k rows each */
+        { /* the team packs op(B) once into 64-column panels, k rows each (in place, B's
+           * rows ldb apart cost the kernel up to 10%: a page per row of a panel) */
             int per = (k + T - 1) / T, k0 = tid * per, k1 = k0 + per < k ? k0 + per : k;
-            if (k1 > k0) dm_direct_pack_b(ex->bwhole + (int64_t)k0 * ncp, gm->transB, gm->B, gm->ldb, k0, k1 - k0, 0, n, ncp);
+            if (k1 > k0) dm_direct_pack_b(ex->bwhole + (int64_t)k0 * 64, pstride, gm->transB, gm->B, gm->ldb, k0, k1 - k0, 0, n);
 #pragma omp barrier
         }
         int per = (m + T - 1) / T, lo = tid * per < m ? tid * per : m, hi = lo + per < m ? lo + per : m;
@@ -581,7 +580,7 @@ static dm_status exec_fused_rows(const dm_cpu_exec *ex, const dm_exgroup *eg, ui
         if (tid == 0) ex->rows_ran[eg->rows_next] = 1; /* the row group's turn is done */
         if (hi > lo)
             dm_sgemm_direct_rows(gm->transA, hi - lo, n, k, gm->alpha, gm->A + (int64_t)lo * (gm->transA ? 1 : gm->lda),
-                                 gm->lda, bp, ldbp, gm->C + (int64_t)lo * gm->ldc, gm->ldc, rows_done, &c);
+                                 gm->lda, ex->bwhole, 64, pstride, gm->C + (int64_t)lo * gm->ldc, gm->ldc, rows_done, &c);
 #pragma omp barrier
         reduce_columns(ex, rg, T);
     }
