@@ -7,6 +7,7 @@
 #include <string.h>
 #include <cblas.h>
 
+#include "core/hugealloc.h"
 #include "core/philox.h"
 #include "core/status.h"
 #include "cpu/exec.h"
@@ -187,7 +188,7 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
     if (s == DM_OK && (choices || opt->plan)) s = apply_choices(L, choices);
     if (s == DM_OK) {
         L->arena_bytes = (L->plan.arena_bytes + 63) / 64 * 64;
-        L->arena = aligned_alloc(64, L->arena_bytes ? L->arena_bytes : 64);
+        L->arena = dm_alloc_huge(L->arena_bytes); /* on 2 MiB pages where granted */
         if (!L->arena)
             s = dm_fail(DM_ERR_OOM, "cannot allocate %.2f GiB for the layer's tensors: reduce "
                         "batch or sequence length", (double)L->arena_bytes / (1 << 30));

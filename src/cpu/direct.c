@@ -204,8 +204,9 @@ DIRECT_TARGET void dm_sgemm_direct_rows(int transA, int m, int n, int k, float a
                 col_masks(nr, mk);
                 for (int i0 = ib; i0 < ib + mc; i0 += MR) {
                     const int mr = ib + mc - i0 < MR ? ib + mc - i0 : MR;
-                    tile_rows(mr, kc, A + (int64_t)i0 * ars + (int64_t)k0 * acs, ars, acs, Bp + (int64_t)k0 * ldbp + (jr / NR) * pstride,
-                              ldbp, C + (int64_t)i0 * ldc + jr, ldc, mk, k0 > 0, alpha);
+                    tile_rows(mr, kc, A + (int64_t)i0 * ars + (int64_t)k0 * acs, ars, acs,
+                              Bp + (int64_t)k0 * ldbp + (jr / NR) * pstride, ldbp, C + (int64_t)i0 * ldc + jr, ldc, mk,
+                              k0 > 0, alpha);
                 }
             }
         }

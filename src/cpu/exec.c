@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hugealloc.h"
 #include "core/status.h"
 
 dm_arg_kind dm_arg_in(dm_op_kind k, int slot) {
@@ -397,7 +398,7 @@ dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi) {
     {
         int64_t need = (int64_t)gm->k * ((gm->n + 63) / 64 * 64);
         if (need > ex->bwhole_floats) {
-            float *b = aligned_alloc(64, ((size_t)need * sizeof(float) + 63) / 64 * 64);
+            float *b = dm_alloc_huge((size_t)need * sizeof(float));
             if (!b) return dm_fail(DM_ERR_OOM, "out of memory for contraction %s's packed operand", op->name);
             free(ex->bwhole);
             ex->bwhole = b;
@@ -571,7 +572,8 @@ static dm_status exec_fused_rows(const dm_cpu_exec *ex, const dm_exgroup *eg, ui
         { /* the team packs op(B) once into 64-column panels, k rows each (in place, B's
            * rows ldb apart cost the kernel up to 10%: a page per row of a panel) */
             int per = (k + T - 1) / T, k0 = tid * per, k1 = k0 + per < k ? k0 + per : k;
-            if (k1 > k0) dm_direct_pack_b(ex->bwhole + (int64_t)k0 * 64, pstride, gm->transB, gm->B, gm->ldb, k0, k1 - k0, 0, n);
+            if (k1 > k0)
+                dm_direct_pack_b(ex->bwhole + (int64_t)k0 * 64, pstride, gm->transB, gm->B, gm->ldb, k0, k1 - k0, 0, n);
 #pragma omp barrier
         }
         int per = (m + T - 1) / T, lo = tid * per < m ? tid * per : m, hi = lo + per < m ? lo + per : m;
