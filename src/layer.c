@@ -161,8 +161,20 @@ static dm_status apply_choices(dm_layer *L, const dm_choices *given) {
     return s;
 }
 
+static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
+                           const dm_choices *choices, int lenient, int gpu_grouping);
+
 dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
                             const dm_choices *choices, int lenient) {
+    return layer_new(out, cfg, opt, choices, lenient, opt && opt->device == DM_DEVICE_CUDA);
+}
+
+dm_status dm_layer_new_gpu_grouping(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt) {
+    return layer_new(out, cfg, opt, NULL, 0, 1);
+}
+
+static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
+                           const dm_choices *choices, int lenient, int gpu_grouping) {
     if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_new: out is NULL");
     *out = NULL;
     DM_TRY(dm_layer_config_check(cfg));
@@ -183,8 +195,7 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
     dm_status s = dm_build_encoder(&L->g, cfg, opt->forward_only, &L->enc);
     /* the fused schedule's graph rewrites (graph/rewrite.c) */
     if (s == DM_OK && opt->schedule == DM_SCHED_FUSED) s = dm_rewrite_fused(&L->g);
-    if (s == DM_OK) s = dm_plan_build(&L->g, opt->schedule == DM_SCHED_FUSED, opt->device == DM_DEVICE_CPU,
-                                     opt->no_reuse, &L->plan);
+    if (s == DM_OK) s = dm_plan_build(&L->g, opt->schedule == DM_SCHED_FUSED, !gpu_grouping, opt->no_reuse, &L->plan);
     if (s == DM_OK && (choices || opt->plan)) s = apply_choices(L, choices);
     if (s == DM_OK) {
         L->arena_bytes = (L->plan.arena_bytes + 63) / 64 * 64;

@@ -30,4 +30,9 @@ struct dm_layer {
 dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
                             const dm_choices *choices, int lenient);
 
+/* dm_layer_new, with the plan grouped as for the GPU executor (no sibling merges, see
+ * dm_plan_build) whatever the device: a host layer whose plan the tests hand to the CUDA
+ * executor (emulated, or beside a CPU layer on the GPU). */
+dm_status dm_layer_new_gpu_grouping(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt);
+
 #endif

@@ -5,6 +5,9 @@
  *    host memory, the cuBLAS calls and row programs run on the CPU), which checks the
  *    executor's mapping of the plan; then, with no GPU, "SKIP: no CUDA device (...)";
  *  - on a GPU: the device's Philox words equal the CPU's, then the suite on the GPU.
+ * Layers whose plan goes to the CUDA executor are made by dm_layer_new_gpu_grouping: the
+ * GPU's grouping (the CPU's plans also merge sibling batched contractions, which the
+ * fused attention kernels do not take), on a host layer where emulated.
  * The suite: (1) every group of the fused and the unfused plan, run alone on both
  * backends from the same random arena, the GPU's outputs poisoned with NaN first (every
  * element must be written): relative error per output tensor < 1e-5; (2) the whole
@@ -125,7 +128,7 @@ static void test_groups(const dm_layer_config *cfg, dm_schedule sched, unsigned 
                         const char *label, int dtype) {
     dm_layer *L = NULL;
     dm_layer_options opt = {.schedule = sched, .threads = 2};
-    CHECK_OK(dm_layer_new(&L, cfg, &opt));
+    CHECK_OK(dm_layer_new_gpu_grouping(&L, cfg, &opt));
     if (!L) return;
     dm_cuda_exec *ex = NULL;
     CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, dtype, flags));
@@ -272,7 +275,7 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
                                     : dtype == DM_CUDA_FP16 ? DM_DTYPE_FP16
                                                             : DM_DTYPE_FP32};
     CHECK_OK(dm_layer_new(&C, cfg, &oc));
-    CHECK_OK(dm_layer_new(&G, cfg, &og));
+    CHECK_OK(dm_layer_new_gpu_grouping(&G, cfg, &og));
     if (!C || !G) goto done;
     CHECK_OK(dm_layer_init_params(C, 7));
     CHECK_OK(dm_layer_init_params(G, 7));
@@ -463,7 +466,7 @@ static void test_epilogue_forward_only(dm_schedule sched) {
     dm_layer *L = NULL;
     dm_cuda_exec *ex = NULL;
     float *want = NULL, *got;
-    CHECK_OK(dm_layer_new(&L, &a, &o));
+    CHECK_OK(dm_layer_new_gpu_grouping(&L, &a, &o));
     if (!L) return;
     CHECK_OK(dm_layer_init_params(L, 7));
     float *x;
@@ -504,7 +507,7 @@ static void test_auto(void) {
         else CHECK(unsetenv("DMOVE_TEST_AUTO") == 0);
         dm_layer *L = NULL;
         dm_layer_options o = {.schedule = DM_SCHED_FUSED, .threads = 2};
-        CHECK_OK(dm_layer_new(&L, &a, &o));
+        CHECK_OK(dm_layer_new_gpu_grouping(&L, &a, &o));
         if (!L) continue;
         dm_cuda_exec *ex = NULL;
         CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, DM_CUDA_BF16, DM_CUDA_EMULATE | DM_CUDA_GEN | DM_CUDA_EPILOGUE | DM_CUDA_AUTO));
@@ -531,7 +534,7 @@ static void test_auto(void) {
     CHECK(setenv("DMOVE_CUDA_CACHE", "0", 1) == 0);
     dm_layer *L = NULL;
     dm_layer_options o = {.schedule = DM_SCHED_FUSED, .threads = 2};
-    CHECK_OK(dm_layer_new(&L, &a, &o));
+    CHECK_OK(dm_layer_new_gpu_grouping(&L, &a, &o));
     if (L) {
         const unsigned f = DM_CUDA_EMULATE | DM_CUDA_GEN | DM_CUDA_EPILOGUE;
         dm_cuda_exec *ex = NULL;
@@ -561,7 +564,7 @@ static void test_auto(void) {
 static int fused_count(const dm_layer_config *cfg, int dtype, unsigned flags, int tails) {
     dm_layer *L = NULL;
     dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .threads = 2};
-    CHECK_OK(dm_layer_new(&L, cfg, &opt));
+    CHECK_OK(dm_layer_new_gpu_grouping(&L, cfg, &opt));
     if (!L) return -1;
     dm_cuda_exec *ex = NULL;
     CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, dtype, flags));
@@ -617,7 +620,7 @@ static void test_gen_coverage(int emulate) {
     dm_layer_config a = small_config(2, 16, 64, 4, 256, DM_ACT_GELU);
     dm_layer *L = NULL;
     dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .threads = 2};
-    CHECK_OK(dm_layer_new(&L, &a, &opt));
+    CHECK_OK(dm_layer_new_gpu_grouping(&L, &a, &opt));
     if (!L) return;
     dm_cuda_exec *ex = NULL;
     CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, DM_CUDA_BF16, (emulate ? DM_CUDA_EMULATE : 0) | DM_CUDA_GEN));
