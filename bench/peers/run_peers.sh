@@ -7,7 +7,7 @@
 #
 # Usage: sh bench/peers/run_peers.sh [--large] [--rounds N] [--reps R] [--warmup W]
 #          [--batch B] [--seq J] [--hidden I] [--heads H] [--ffn U] [--threads T]
-#          [--autotune] [--no-dmove] [--no-wait] [--setup] [--out FILE]
+#          [--autotune] [--no-dmove] [--no-wait] [--setup] [--plan FILE] [--out FILE]
 # Defaults: BERT-base (b=8 j=128 i=768 h=12 u=3072), 3 rounds, 10 timed reps after 3
 # warm-up steps per run, 2 threads. --large: BERT-large-shaped b=2 j=512 i=1024 h=16 u=4096.
 # Environment: DMOVE=path/to/dmove (default build/dmove; e.g. a clean clone's build when
@@ -25,7 +25,9 @@
 #                      "--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads=T";
 #                      PRNG "rbg"
 #   dmove              $DMOVE bench --json --schedule both (fused and unfused interleaved rep
-#                      by rep by dmove itself), rows dmove-fused and dmove-unfused
+#                      by rep by dmove itself), rows dmove-fused and dmove-unfused; with
+#                      --plan FILE (a plan from `dmove tune` for these sizes) also the row
+#                      dmove-tuned, that plan run interleaved with the other two
 # Python peers run with glibc malloc kept from mmap/munmap and trimming (MALLOC_* below; no
 # jemalloc/tcmalloc on this machine, which PyTorch's tuning guide would suggest instead),
 # the setting that made Debian's PyTorch 1.13 1.5x faster (run_torch_vs_dmove.sh).
@@ -36,7 +38,7 @@ set -eu
 
 rounds=3; reps=10; warmup=3; threads=2
 batch=8; seq=128; hidden=768; heads=12; ffn=3072
-autotune=0; run_dmove=1; wait_idle=1; setup=0; out=""
+autotune=0; run_dmove=1; wait_idle=1; setup=0; out=""; plan=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --large) batch=2; seq=512; hidden=1024; heads=16; ffn=4096; shift ;;
@@ -54,9 +56,11 @@ while [ $# -gt 0 ]; do
         --no-wait) wait_idle=0; shift ;;
         --setup) setup=1; shift ;;
         --out) out="$2"; shift 2 ;;
+        --plan) plan="$2"; shift 2 ;;
         *) echo "run_peers.sh: unknown option $1 (see the header of this script)" >&2; exit 2 ;;
     esac
 done
+[ -z "$plan" ] || [ -r "$plan" ] || { echo "run_peers.sh: cannot read --plan $plan (a plan file from dmove tune)" >&2; exit 2; }
 [ "$warmup" -ge 2 ] || { echo "run_peers.sh: --warmup must be >= 2 (torch.compile compiles in the first steps)" >&2; exit 2; }
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -110,7 +114,8 @@ while [ "$r" -le "$rounds" ]; do
         case "$name" in
         dmove)
             set -- env -u OMP_PROC_BIND -u LD_LIBRARY_PATH "$DMOVE" bench --json --schedule both $sizes \
-                --threads "$threads" --reps "$reps" --warmup "$warmup" ;;
+                --threads "$threads" --reps "$reps" --warmup "$warmup"
+            [ -z "$plan" ] || set -- "$@" --plan "$plan" ;;
         *)
             # shellcheck disable=SC2086
             xla="PEERS_VARIANT=$name"
@@ -178,7 +183,7 @@ for name in order:
           f"{fmt(col(name, 'page_faults_per_step'), 8, 0)} {fmt(ratio(name, 'dmove-fused'), 7, 2)}")
 print()
 print("jax-jit forward: a separate jit of the forward alone (XLA compiles forward+backward as one program).")
-for name in ("dmove-fused", "dmove-unfused"):
+for name in ("dmove-fused", "dmove-unfused", "dmove-tuned"):
     if name in rows:
         c, s = col(name, "contractions_alone_ms"), col(name, "step_ms")
         if c:
