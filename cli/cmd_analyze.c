@@ -34,7 +34,9 @@ static void usage(FILE *out) {
             "flop vs %% of predicted time; the bytes of the unfused schedule (every operator's\n"
             "own I/O) vs the fused one (per fused group: its materialized external inputs\n"
             "read once and materialized outputs written once), the reduction in %%, and the\n"
-            "roofline floor (sum of predicted times) of each; and the fused groups.\n"
+            "roofline floor (sum of predicted times) of each; and the fused groups, as the\n"
+            "device's executor groups them (the CPU's plans also put attention's dV into\n"
+            "the backward attention group, which reads the same P and dC; GPU plans do not).\n"
             "\n"
             "options:\n");
     cli_config_help(out, CLI_CFG_ALL);
