@@ -54,6 +54,46 @@ static double step_vs_unfused(const dm_layer_config *base, dm_act a) {
     return w;
 }
 
+/* The third pass on a small synthetic graph (batch letter b): a lone batched contraction
+ * o = P.V shares V with the batched contraction q = T2.V; op by op they are independent,
+ * but with `cycle` a row group X both feeds q (T2 = U + U) and reads o's output (T3 =
+ * T2 + C2; a column sum keeps X out of batched groups), so merging o into q's group would
+ * make a cycle between groups: the pass must refuse it and the plan still build. Without
+ * `cycle` (T3 = T2 + T2) o joins q's group. Returns 1 if o ends up beside q. */
+static int sibling_merged(int cycle) {
+    dm_graph g;
+    dm_graph_init(&g);
+    g.dim['b' - 'a'] = 2, g.dim['j' - 'a'] = 4, g.dim['k' - 'a'] = 4, g.dim['p' - 'a'] = 4;
+    int U = dm_graph_tensor(&g, "U", "bjk", DM_ROLE_INPUT), V = dm_graph_tensor(&g, "V", "bkp", DM_ROLE_INPUT),
+        P = dm_graph_tensor(&g, "P", "bjk", DM_ROLE_INPUT), T2 = dm_graph_tensor(&g, "T2", "bjk", DM_ROLE_ACT),
+        C1 = dm_graph_tensor(&g, "C1", "bjp", DM_ROLE_OUTPUT), C2 = dm_graph_tensor(&g, "C2", "bjp", DM_ROLE_OUTPUT),
+        T3 = dm_graph_tensor(&g, "T3", "bjk", DM_ROLE_OUTPUT), S = dm_graph_tensor(&g, "S", "k", DM_ROLE_OUTPUT);
+    CHECK(U >= 0 && V >= 0 && P >= 0 && T2 >= 0 && C1 >= 0 && C2 >= 0 && T3 >= 0 && S >= 0);
+    dm_op x2 = {.kind = DM_OP_ADD, .name = "x2", .nin = 2, .nout = 1, .in = {U, U}, .out = {T2}, .rows = 8, .cols = 4};
+    dm_op q = {.kind = DM_OP_CONTRACT, .name = "q", .nin = 2, .nout = 1, .in = {T2, V}, .out = {C1}, .alpha = 1,
+               .spec = "bjk,bkp->bjp"};
+    dm_op o = {.kind = DM_OP_CONTRACT, .name = "o", .nin = 2, .nout = 1, .in = {P, V}, .out = {C2}, .alpha = 1,
+               .spec = "bjk,bkp->bjp"};
+    dm_op x1 = {.kind = DM_OP_ADD, .name = "x1", .nin = 2, .nout = 1, .in = {T2, cycle ? C2 : T2}, .out = {T3},
+                .rows = 8, .cols = 4};
+    dm_op x3 = {.kind = DM_OP_COLSUM, .name = "x3", .nin = 1, .nout = 1, .in = {T3}, .out = {S}, .rows = 8, .cols = 4};
+    const dm_op *ops[5] = {&x2, &q, &o, &x1, &x3};
+    for (int k = 0; k < 5; k++) CHECK(dm_graph_op(&g, ops[k]) >= 0);
+    dm_plan plan;
+    CHECK_OK(dm_plan_build(&g, 1, 1, 0, &plan));
+    int gq = -1, go = -1;
+    for (int G = 0; G < plan.ngroups; G++)
+        for (int k = 0; k < plan.groups[G].nops; k++) {
+            int op = plan.order[plan.groups[G].first + k];
+            if (op == 1) gq = G;
+            if (op == 2) go = G;
+        }
+    CHECK(gq >= 0 && go >= 0);
+    dm_plan_free(&plan);
+    dm_graph_free(&g);
+    return gq >= 0 && gq == go;
+}
+
 int main(void) {
     dm_layer_config cfg;
     dm_layer_config_default(&cfg);
@@ -104,6 +144,12 @@ int main(void) {
         printf("  without the third pass (GPU plans): attn_context_dB %s\n",
                dv != da && alone ? "alone" : "NOT ALONE");
         dm_plan_free(&gpu);
+    }
+    {
+        int merged = sibling_merged(0), refused = !sibling_merged(1);
+        CHECK(merged && refused);
+        printf("  third pass, synthetic graph: independent sibling merged %s, a merge that would close a "
+               "cycle through a third group refused %s\n", merged ? "yes" : "NO", refused ? "yes" : "NO");
     }
     int nonc = 0, nops = 0;
     for (int G = 0; G < F->plan.ngroups; G++) {

@@ -338,6 +338,10 @@ static void tune_and_files(const dm_layer_config *cfg) {
     snprintf(svg, sizeof svg, "%s/violins.svg", dir);
     dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .threads = 2};
     dm_tuner *T = NULL;
+    /* the tuner times groups with the CPU executor on the CPU's plan: a CUDA layer is refused */
+    dm_layer_options cuda_opt = opt;
+    cuda_opt.device = DM_DEVICE_CUDA;
+    CHECK(dm_tuner_new(&T, cfg, &cuda_opt) == DM_ERR_UNSUPPORTED && T == NULL);
     CHECK_OK(dm_tuner_new(&T, cfg, &opt));
     if (!T) return;
     T->reps = 3;

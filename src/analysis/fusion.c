@@ -53,6 +53,30 @@ static int is_colreduce_out(const dm_op *o, int slot) {
     return o->kind == DM_OP_COLSUM || (o->kind == DM_OP_LAYERNORM_BWD && slot > 0);
 }
 
+/* Do the groups of gid (ids below ng) form a DAG? Group G precedes H when an op of H has
+ * an ancestor in G. seen: ng ints of scratch. */
+static int groups_acyclic(const int *gid, int n, int ng, const word *anc, int nw, int *seen) {
+    /* repeatedly retire a group none of whose ops has an ancestor in a group not retired */
+    for (int G = 0; G < ng; G++) seen[G] = 0;
+    for (int round = 0; round < ng; round++) {
+        int progress = 0;
+        for (int G = 0; G < ng; G++) {
+            if (seen[G]) continue;
+            int ready = 1;
+            for (int o = 0; o < n && ready; o++) {
+                if (gid[o] != G) continue;
+                for (int a = 0; a < n && ready; a++)
+                    if (gid[a] != G && !seen[gid[a]] && bit(anc + (size_t)o * nw, a)) ready = 0;
+            }
+            if (ready) seen[G] = progress = 1;
+        }
+        if (!progress) break;
+    }
+    for (int G = 0; G < ng; G++)
+        if (!seen[G]) return 0;
+    return 1;
+}
+
 dm_status dm_plan_build(const dm_graph *g, int fused, int siblings, int no_reuse, dm_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan->g = g;
@@ -215,9 +239,16 @@ dm_status dm_plan_build(const dm_graph *g, int fused, int siblings, int no_reuse
     }
     /* Third pass (siblings, the CPU executor's plans): a lone batched contraction joins a
      * batched group of the same pass and batch that reads one of its inputs, when neither
-     * depends on the other (no cycle can form, and their order within an item is free).
+     * depends on the other (their order within an item is free) and the groups stay a DAG.
      * Run per item, the shared input's slice is read from cache the second time: the
      * attention's dV = P^T dctx reads P and dctx where the group before read them. */
+    int *seen = siblings && fused ? malloc(sizeof(int) * (size_t)(ng > 0 ? ng : 1)) : NULL;
+    if (siblings && fused && !seen) {
+        free(gbatch);
+        free(gnb);
+        st = dm_fail(DM_ERR_OOM, "out of memory in the fusion pass");
+        goto done;
+    }
     for (int o = 0; o < n && fused && siblings; o++) {
         const dm_op *op = &g->op[o];
         const int H = gid[o];
@@ -244,11 +275,18 @@ dm_status dm_plan_build(const dm_graph *g, int fused, int siblings, int no_reuse
             if (indep) G = Q;
         }
         if (G < 0) continue;
+        /* op by op the two are independent; a cycle through a third group's ops (o before
+         * one of them, another before G) is ruled out on the groups themselves */
         gid[o] = G;
+        if (!groups_acyclic(gid, n, ng, anc, nw, seen)) {
+            gid[o] = H;
+            continue;
+        }
         set(mem + (size_t)G * nw, o);
         memset(mem + (size_t)H * nw, 0, sizeof(word) * (size_t)nw);
         gnb[H] = 0;
     }
+    free(seen);
     /* renumber the groups densely after the merges */
     {
         int *map = malloc(sizeof(int) * (size_t)(ng > 0 ? ng : 1));

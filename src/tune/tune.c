@@ -161,6 +161,8 @@ const char *dm_tuner_layout(const dm_tuner *T, int v, int c) { return T->vars[v]
 dm_status dm_tuner_new(dm_tuner **out, const dm_layer_config *cfg, const dm_layer_options *opt) {
     *out = NULL;
     DM_TRY(dm_layer_config_check(cfg));
+    if (opt->device == DM_DEVICE_CUDA) /* it times groups with the CPU executor, on the CPU's plan */
+        return dm_fail(DM_ERR_UNSUPPORTED, "dmove tune measures on the CPU: tune without --device cuda");
     dm_tuner *T = calloc(1, sizeof *T);
     if (!T) return dm_fail(DM_ERR_OOM, "out of memory");
     T->cfg = *cfg;
