@@ -17,6 +17,7 @@ int cmd_layer(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_example(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 
 /* "dmove <cmd>: <message>" on stderr. */
 void cli_error(const char *cmd, const char *fmt, ...)

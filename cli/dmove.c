@@ -1,5 +1,5 @@
 /* dmove.c: the dmove command: dispatches its subcommands (layer, bench, example, analyze,
- * probe, tune, help, --version). Usage errors exit 2, runtime and input errors 1. */
+ * probe, tune, train, help, --version). Usage errors exit 2, runtime and input errors 1. */
 #include <stdio.h>
 #include <string.h>
 
@@ -17,6 +17,7 @@ static const struct {
     {"analyze", cmd_analyze, "per-operator flop, bytes, roofline bound; unfused vs fused bytes"},
     {"probe", cmd_probe, "measure this CPU (bandwidth, SGEMM, vector rate) for analyze"},
     {"tune", cmd_tune, "choose layouts and algorithms by measurement; write a plan"},
+    {"train", cmd_train, "train a stack of encoder layers with AdamW; checkpoints, loss chart"},
 };
 enum { NUM_CMDS = (int)(sizeof k_cmds / sizeof k_cmds[0]) };
 
@@ -24,7 +25,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: dmove <command> [options]\n"
             "\n"
-            "dmove trains transformer encoder layers while moving as little data as possible.\n"
+            "dmove trains transformer encoders while moving as little data as possible.\n"
             "\n"
             "commands:\n");
     for (int k = 0; k < NUM_CMDS; k++) fprintf(out, "  %-9s %s\n", k_cmds[k].name, k_cmds[k].what);
@@ -36,7 +37,8 @@ static void usage(FILE *out) {
             "Every command explains itself: dmove <command> --help\n"
             "\n"
             "example:\n"
-            "  dmove bench                  (BERT-base, fused vs unfused)\n");
+            "  dmove bench                  (BERT-base, fused vs unfused)\n"
+            "  dmove train                  (2 BERT-base layers learn a teacher, 30 steps)\n");
 }
 
 int main(int argc, char **argv) {

@@ -165,6 +165,66 @@ dm_status dm_layer_describe(const dm_layer *layer, char **text);
 dm_status dm_layer_to_device(dm_layer *layer);
 dm_status dm_layer_to_host(dm_layer *layer);
 
+/* --- Training a stack of layers (`dmove train`) --------------------------------------- */
+
+/* AdamW as torch.optim.AdamW (decoupled weight decay, bias-corrected moments, eps outside
+ * the square root), with a learning rate that rises linearly over `warmup` steps (step s
+ * <= warmup takes lr * s / warmup) and then, if `total` > 0, falls linearly (step s takes
+ * lr * (total - s + 1) / (total - warmup), 0 past total): BERT's schedule. */
+typedef struct {
+    double lr;           /* peak learning rate (default 1e-4) */
+    double beta1, beta2; /* 0.9, 0.999 */
+    double eps;          /* 1e-6 (BERT's) */
+    double weight_decay; /* 0.01, on weights only: biases and LayerNorm parameters take none */
+    int64_t warmup;      /* warm-up steps (default 0) */
+    int64_t total;       /* the step where the rate reaches 0 (default 0: no decay) */
+} dm_adamw_config;
+void dm_adamw_config_default(dm_adamw_config *c);
+dm_status dm_adamw_config_check(const dm_adamw_config *c);
+/* The learning rate of update number `step` (from 1). */
+double dm_adamw_lr(const dm_adamw_config *c, int64_t step);
+
+/* A stack of `layers` encoder layers (Hugging Face BertEncoder without its embeddings),
+ * trained to map hidden_states to target: loss = mean over the tokens the mask keeps and
+ * their features of (output - target)^2. Each layer draws its own dropout masks, new each
+ * step. CPU only for now. Tensors by name (fp32, row-major; the pointer stays valid until
+ * dm_trainer_free): hidden_states (b,j,i) the stack's input, attention_mask (b,j) (default
+ * all ones), target (b,j,i) (default zeros), output (b,j,i) the last layer's, and for layer
+ * l "encoder.layer.<l>.<BertLayer parameter>" with ".grad", ".exp_avg" and ".exp_avg_sq"
+ * (AdamW's moments) after it. The parameters start as the layers make them
+ * (dm_trainer_init_params for BERT's initialisation). */
+typedef struct dm_trainer dm_trainer;
+enum { DM_TRAIN_FORWARD = 0, DM_TRAIN_LOSS, DM_TRAIN_BACKWARD, DM_TRAIN_OPTIMIZER, DM_TRAIN_NUM_PHASES };
+dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layers,
+                         const dm_layer_options *opt, const dm_adamw_config *adam);
+void dm_trainer_free(dm_trainer *t);
+int dm_trainer_layers(const dm_trainer *t);
+int64_t dm_trainer_num_params(const dm_trainer *t);
+int64_t dm_trainer_step_count(const dm_trainer *t); /* updates taken */
+/* BERT initialisation of every layer (each from its own seed derived from `seed`); the
+ * moments and the step count back to 0. */
+dm_status dm_trainer_init_params(dm_trainer *t, uint64_t seed);
+dm_status dm_trainer_tensor(dm_trainer *t, const char *name, float **data, int *ndim, int64_t shape[4]);
+/* Forward and loss only (the masks of the next step; parameters unchanged). */
+dm_status dm_trainer_forward(dm_trainer *t, double *loss);
+/* One training step: forward, loss, backward, AdamW. A loss that is not finite stops it
+ * before the update (DM_ERR_INVALID_ARG, the parameters unchanged). */
+dm_status dm_trainer_step(dm_trainer *t, double *loss);
+dm_status dm_trainer_set_adamw(dm_trainer *t, const dm_adamw_config *adam);
+/* Seconds spent since dm_trainer_new, by phase (DM_TRAIN_FORWARD ...). */
+void dm_trainer_times(const dm_trainer *t, double secs[DM_TRAIN_NUM_PHASES]);
+/* A checkpoint: every parameter, both moments, the step count and the configuration, in
+ * one safetensors file with a checksum, written atomically (temporary file, rename). */
+dm_status dm_trainer_save(const dm_trainer *t, const char *path);
+/* Restores a checkpoint of dm_trainer_save: the file is validated whole (format, the
+ * architecture against this trainer's, shapes, checksum) before anything changes. */
+dm_status dm_trainer_load(dm_trainer *t, const char *path);
+/* Takes the parameters alone from a safetensors file with Hugging Face BertEncoder names
+ * ("encoder.layer.<l>.<parameter>", optionally under "bert."; f32, f16 or bf16), e.g. a
+ * pretrained BERT's model.safetensors; moments and step count back to 0. Validated whole
+ * before anything changes. */
+dm_status dm_trainer_load_params(dm_trainer *t, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

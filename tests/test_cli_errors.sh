@@ -359,6 +359,44 @@ printf '{"format": "dmove-plan", "version": 99}' >"$T/newer.json"
 expect_fail "layer: --plan newer version" 1 "newer dmove" lay --in "$T/ok" --heads 2 --plan "$T/newer.json"
 expect_fail "analyze: --plan missing file" 1 "cannot open plan" "$D" analyze --device v100 --plan "$T/none.json"
 
+# train: a tiny stack; a run in two parts equals the whole run; bad options and files
+trn() { "$D" train --layers 2 --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16 --steps 6 --lr 1e-3 "$@"; }
+expect_ok "dmove train --help" "$D" train --help
+check "dmove train --help has an example" grep -q 'example' "$T/stdout"
+expect_ok "train (tiny): checkpoint, chart" trn --warmup 2 --schedule linear --save "$T/full.ckpt" --svg "$T/loss.svg"
+check "train printed the loss and the time per phase" grep -q "time per step.*AdamW" "$T/stdout"
+check "train drew the loss chart" grep -q "<polyline" "$T/loss.svg"
+expect_ok "train --until 3 (the first part)" trn --warmup 2 --schedule linear --save "$T/part.ckpt" --until 3
+expect_ok "train --resume (the second part)" trn --warmup 2 --schedule linear --save "$T/res.ckpt" --resume "$T/part.ckpt"
+check "the run in two parts equals the whole run, byte for byte" cmp -s "$T/full.ckpt" "$T/res.ckpt"
+expect_ok "train --json" trn --json
+check "train --json printed the losses" grep -q '"loss":\[' "$T/stdout"
+st_write "$T/data" hidden_states:F32:3,4,8:077 target:F32:3,4,8 attention_mask:I64:3,4:001
+expect_ok "train --data (an I64 mask)" "$D" train --data "$T/data" --layers 1 --batch 2 --heads 2 --ffn 16 --steps 2
+expect_fail "train: --steps 0" 2 "--steps" trn --steps 0
+expect_fail "train: negative --lr" 2 "learning rate" trn --lr -1
+expect_fail "train: warm-up as long as the run" 2 "warm-up" trn --warmup 6 --schedule linear
+expect_fail "train: unknown --schedule" 2 "constant or linear" trn --schedule cosine
+expect_fail "train: --until past --steps" 2 "past --steps" trn --until 9
+expect_fail "train: --save-every without --save" 2 "needs --save" trn --save-every 2
+expect_fail "train: --init and --resume" 2 "use one" trn --init "$T/full.ckpt" --resume "$T/full.ckpt"
+expect_fail "train: --layers 0" 2 "--layers" trn --layers 0
+expect_fail "train: --resume at its last step" 2 "already at" trn --resume "$T/full.ckpt" --save "$OUT"
+expect_fail "train: --resume another architecture" 1 "ffn is 16" trn --ffn 24 --resume "$T/full.ckpt" --save "$OUT"
+expect_fail "train: --resume a layer file" 1 "not a dmove checkpoint" trn --resume "$V" --save "$OUT"
+head -c 3000 "$T/full.ckpt" >"$T/trunc.ckpt"
+expect_fail "train: --resume a truncated checkpoint" 1 "truncated" trn --resume "$T/trunc.ckpt" --save "$OUT"
+expect_fail "train: --init a file without layers" 1 "holds 0 layer" trn --init "$V" --save "$OUT"
+expect_fail "train: --data missing" 1 "cannot open" trn --data "$T/none.safetensors" --save "$OUT"
+st_write "$T/notarget" hidden_states:F32:3,4,8
+expect_fail "train: --data without target" 1 "target is missing" trn --data "$T/notarget" --save "$OUT"
+st_write "$T/baddata" hidden_states:F32:3,4,8 target:F32:3,4,6
+expect_fail "train: --data of two shapes" 1 "the same shape" trn --data "$T/baddata" --save "$OUT"
+expect_fail "train: --data and another --seq" 2 "come from the file" "$D" train --data "$T/data" --seq 5 --heads 2
+expect_fail "train: --data smaller than a batch" 2 "fewer than a batch" "$D" train --data "$T/data" --batch 4 --heads 2 --ffn 16
+expect_fail "train: --teacher-scale with --data" 2 "teacher task" "$D" train --data "$T/data" --teacher-scale 2 --heads 2
+expect_fail "train: --save into a missing directory" 1 "does not exist" trn --save "$T/no/dir/x.ckpt"
+
 # a failed run leaves an existing OUT exactly as it was
 printf 'keep me' >"$OUT"
 cases=$((cases + 1))

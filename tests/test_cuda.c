@@ -286,11 +286,15 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
         CHECK(n > 0 && tensor_numel(G, inputs[k], &pg) == n);
         for (size_t e = 0; e < n; e++) pc[e] = pg[e] = frand();
     }
-    /* the CPU computes from the values the GPU stores */
+    /* the CPU computes from the values the GPU stores; biases nonzero (BERT's
+     * initialisation zeroes them), so that every bias path adds something */
     for (int k = 0; k < dm_layer_num_params(C); k++) {
         float *pc, *pg;
         size_t n = tensor_numel(C, dm_layer_param_name(C, k), &pc);
         CHECK(tensor_numel(G, dm_layer_param_name(G, k), &pg) == n);
+        const char *pn = dm_layer_param_name(C, k);
+        if (strstr(pn, ".bias") && !strstr(pn, "LayerNorm"))
+            for (size_t e = 0; e < n; e++) pc[e] = pg[e] = 0.02f * frand();
         dm_cuda_round(dtype, pc, n);
         dm_cuda_round(dtype, pg, n);
     }

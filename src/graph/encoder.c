@@ -196,12 +196,19 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     int rest[10] = {wo, bo, g1, be1, w1, b1, w2, b2, g2, be2};
     for (int k = 0; k < 10; k++) pw_ids[6 + k] = rest[k];
     for (int k = 0; k < DM_NUM_PARAMS; k++) {
-        /* weights are (out, in) as torch.nn.Linear: in = the last letter */
+        /* the shapes of Hugging Face's state dict: weights (out, in) as torch.nn.Linear
+         * (the output projection's (i, i) over letters "ihp"; Q/K/V's over "hpi"),
+         * biases and LayerNorm parameters vectors (Q/K/V's are (h, p) views here) */
         const dm_tensor *t = &g->t[pw_ids[k]];
-        if (t->ndim == 1) export(enc, dm_param_names[k], pw_ids[k], 1, t->numel, 0, 0, 1);
+        const char *nm = dm_param_names[k];
+        if (t->ndim == 1 || !strstr(nm, ".weight") || strstr(nm, "LayerNorm"))
+            export(enc, nm, pw_ids[k], 1, t->numel, 0, 0, 1);
+        else if (!strncmp(nm, "intermediate.", 13))
+            export(enc, nm, pw_ids[k], 2, U, I, 0, 1);
+        else if (!strncmp(nm, "output.", 7))
+            export(enc, nm, pw_ids[k], 2, I, U, 0, 1);
         else
-            export(enc, dm_param_names[k], pw_ids[k], 2, t->numel / t->size[t->ndim - 1],
-                   t->size[t->ndim - 1], 0, 1);
+            export(enc, nm, pw_ids[k], 2, I, I, 0, 1);
     }
     if (forward_only) return DM_OK;
 

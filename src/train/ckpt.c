@@ -1,0 +1,259 @@
+/* ckpt.c: the trainer's checkpoints (safetensors: every parameter and both AdamW moments
+ * under Hugging Face BertEncoder names, the configuration and step count in the metadata,
+ * and a checksum over both), and loading a pretrained encoder's parameters. A file is
+ * validated whole before the trainer changes; writing goes through a temporary file. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/safetensors.h"
+#include "core/status.h"
+#include "graph/encoder.h"
+#include "train/trainer_internal.h"
+
+#define CKPT_FORMAT "dmove-trainer-checkpoint"
+#define CKPT_VERSION "1"
+
+/* FNV-1a over 8-byte words (then the tail bytes): fast enough for gigabytes, and any
+ * changed, swapped or truncated word changes it. */
+static uint64_t hash_bytes(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t w;
+        memcpy(&w, p + k, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+    }
+    for (; k < n; k++) h = (h ^ p[k]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t hash_str(uint64_t h, const char *s) { return hash_bytes(h, s, strlen(s) + 1); }
+
+/* The metadata that must match for a checkpoint to fit (the architecture), and the rest. */
+enum { M_LAYERS, M_HIDDEN, M_HEADS, M_FFN, M_ACT, M_EPS, M_DROPOUT, M_SEED, M_STEP, M_ADAMW, M_N };
+static const char *const k_meta[M_N] = {"layers", "hidden", "heads", "ffn", "act", "eps",
+                                        "dropout", "seed", "step", "adamw"};
+
+static void meta_values(const dm_trainer *T, char v[M_N][160]) {
+    const dm_layer_config *c = &T->cfg;
+    const dm_adamw_config *a = &T->adam;
+    snprintf(v[M_LAYERS], 160, "%d", T->nlayers);
+    snprintf(v[M_HIDDEN], 160, "%" PRId64, c->hidden);
+    snprintf(v[M_HEADS], 160, "%" PRId64, c->heads);
+    snprintf(v[M_FFN], 160, "%" PRId64, c->ffn);
+    snprintf(v[M_ACT], 160, "%s", dm_act_name(c->act));
+    snprintf(v[M_EPS], 160, "%.17g", c->eps);
+    snprintf(v[M_DROPOUT], 160, "%.17g", c->dropout);
+    snprintf(v[M_SEED], 160, "%" PRIu64, c->seed);
+    snprintf(v[M_STEP], 160, "%" PRId64, T->step);
+    snprintf(v[M_ADAMW], 160, "lr=%.17g beta1=%.17g beta2=%.17g eps=%.17g weight_decay=%.17g warmup=%" PRId64
+             " total=%" PRId64, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->warmup, a->total);
+}
+
+/* The checkpoint's tensors in file order: for each layer and parameter, the parameter,
+ * exp_avg, exp_avg_sq. */
+static void tensor_name(char *out, size_t n, int l, int k, int which) {
+    static const char *const suffix[3] = {"", ".exp_avg", ".exp_avg_sq"};
+    snprintf(out, n, "encoder.layer.%d.%s%s", l, dm_param_names[k], suffix[which]);
+}
+
+static const float *tensor_data(const dm_trainer *T, int si, int which) {
+    const dm_train_slot *sl = &T->slot[si];
+    return which == 0 ? sl->p : T->moments + (which == 1 ? 0 : T->nparams) + sl->off;
+}
+
+static uint64_t checksum_of(const char meta[M_N][160], const dm_trainer *T,
+                            const float *(*get)(const void *, int, int), const void *ctx) {
+    uint64_t h = hash_str(14695981039346656037ull, CKPT_FORMAT);
+    for (int m = 0; m < M_N; m++) {
+        h = hash_str(h, k_meta[m]);
+        h = hash_str(h, meta[m]);
+    }
+    char name[160];
+    for (int l = 0; l < T->nlayers; l++)
+        for (int k = 0; k < DM_NUM_PARAMS; k++)
+            for (int w = 0; w < 3; w++) {
+                tensor_name(name, sizeof name, l, k, w);
+                h = hash_str(h, name);
+                h = hash_bytes(h, get(ctx, l * DM_NUM_PARAMS + k, w),
+                               (size_t)T->slot[l * DM_NUM_PARAMS + k].n * sizeof(float));
+            }
+    return h;
+}
+
+static const float *from_trainer(const void *ctx, int si, int w) { return tensor_data(ctx, si, w); }
+
+dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
+    if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_save: NULL argument");
+    if (!T->moments)
+        return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer has no optimizer state to checkpoint");
+    char meta[M_N][160], hex[32], name[160];
+    meta_values(T, meta);
+    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(meta, T, from_trainer, T));
+    dm_st_writer *w = NULL;
+    DM_TRY(dm_st_writer_new(&w));
+    dm_status s = dm_st_writer_set_metadata(w, "format", CKPT_FORMAT);
+    if (s == DM_OK) s = dm_st_writer_set_metadata(w, "version", CKPT_VERSION);
+    for (int m = 0; s == DM_OK && m < M_N; m++) s = dm_st_writer_set_metadata(w, k_meta[m], meta[m]);
+    if (s == DM_OK) s = dm_st_writer_set_metadata(w, "checksum", hex);
+    for (int l = 0; s == DM_OK && l < T->nlayers; l++)
+        for (int k = 0; s == DM_OK && k < DM_NUM_PARAMS; k++)
+            for (int wh = 0; s == DM_OK && wh < 3; wh++) {
+                const dm_train_slot *sl = &T->slot[l * DM_NUM_PARAMS + k];
+                tensor_name(name, sizeof name, l, k, wh);
+                s = dm_st_writer_add(w, name, DM_ST_F32, sl->ndim, sl->shape, tensor_data(T, l * DM_NUM_PARAMS + k, wh));
+            }
+    if (s == DM_OK) s = dm_st_writer_write(w, path);
+    dm_st_writer_free(w);
+    if (s != DM_OK) dm_fail_context(s, "writing checkpoint '%s': ", path);
+    return s;
+}
+
+/* The file's tensor for (l, k, which), checked: f32, the slot's shape. */
+static dm_status find_checked(const dm_st_file *f, const dm_trainer *T, int l, int k, int which,
+                              const dm_st_tensor **out) {
+    char name[160];
+    tensor_name(name, sizeof name, l, k, which);
+    const dm_st_tensor *t = dm_st_find(f, name);
+    if (!t) return dm_fail(DM_ERR_NOT_FOUND, "tensor '%s' is missing: the file is not a whole checkpoint", name);
+    const dm_train_slot *sl = &T->slot[l * DM_NUM_PARAMS + k];
+    int ok = t->dtype == DM_ST_F32 && t->ndim == sl->ndim && t->shape[0] == sl->shape[0] &&
+             (sl->ndim == 1 || t->shape[1] == sl->shape[1]);
+    if (!ok) return dm_fail(DM_ERR_SHAPE, "tensor '%s' is %s with %d dimensions, not F32 of this trainer's shape",
+                            name, dm_st_dtype_name(t->dtype), t->ndim);
+    *out = t;
+    return DM_OK;
+}
+
+typedef struct {
+    const dm_st_file *f;
+    const dm_trainer *T;
+} file_ctx;
+
+/* Tensor data in the file may be unaligned: the checksum reads it as bytes. */
+static const float *from_file(const void *ctx, int si, int w) {
+    const file_ctx *c = ctx;
+    const dm_st_tensor *t = NULL;
+    (void)find_checked(c->f, c->T, si / DM_NUM_PARAMS, si % DM_NUM_PARAMS, w, &t); /* checked before */
+    return t ? (const float *)t->data : NULL;
+}
+
+static dm_status load_checked(dm_trainer *T, const dm_st_file *f) {
+    const char *fmt = dm_st_metadata(f, "format"), *ver = dm_st_metadata(f, "version");
+    if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
+        return dm_fail(DM_ERR_FORMAT, "not a dmove checkpoint (no \"format\": \"" CKPT_FORMAT "\" in its "
+                       "metadata); to start from a pretrained BERT's weights, use --init instead");
+    if (!ver || strcmp(ver, CKPT_VERSION) != 0)
+        return dm_fail(DM_ERR_FORMAT, "checkpoint version '%s': this dmove reads version " CKPT_VERSION,
+                       ver ? ver : "(none)");
+    char mine[M_N][160], theirs[M_N][160];
+    meta_values(T, mine);
+    for (int m = 0; m < M_N; m++) {
+        const char *v = dm_st_metadata(f, k_meta[m]);
+        if (!v) return dm_fail(DM_ERR_FORMAT, "the checkpoint's metadata has no '%s'", k_meta[m]);
+        snprintf(theirs[m], 160, "%s", v);
+        if (m <= M_EPS && strcmp(v, mine[m]) != 0)
+            return dm_fail(DM_ERR_SHAPE, "the checkpoint's %s is %s, this trainer's %s: give the sizes it was "
+                           "saved with (checkpoint: %s layers, hidden %s, heads %s, ffn %s, act %s, eps %s)",
+                           k_meta[m], v, mine[m], theirs[M_LAYERS], dm_st_metadata(f, "hidden"),
+                           dm_st_metadata(f, "heads"), dm_st_metadata(f, "ffn"), dm_st_metadata(f, "act"),
+                           dm_st_metadata(f, "eps"));
+    }
+    char *end;
+    long long step = strtoll(theirs[M_STEP], &end, 10);
+    if (*end || end == theirs[M_STEP] || step < 0)
+        return dm_fail(DM_ERR_FORMAT, "the checkpoint's step '%s' is not a count", theirs[M_STEP]);
+    const dm_st_tensor *t;
+    for (int l = 0; l < T->nlayers; l++)
+        for (int k = 0; k < DM_NUM_PARAMS; k++)
+            for (int w = 0; w < 3; w++) DM_TRY(find_checked(f, T, l, k, w, &t));
+    const char *sum = dm_st_metadata(f, "checksum");
+    file_ctx ctx = {f, T};
+    char hex[32];
+    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(theirs, T, from_file, &ctx));
+    if (!sum || strcmp(sum, hex) != 0)
+        return dm_fail(DM_ERR_FORMAT, "checksum mismatch (file says %s, its contents give %s): the checkpoint "
+                       "is corrupted or was edited; nothing was loaded", sum ? sum : "(none)", hex);
+    /* valid: now change the trainer */
+    for (int l = 0; l < T->nlayers; l++)
+        for (int k = 0; k < DM_NUM_PARAMS; k++)
+            for (int w = 0; w < 3; w++) {
+                const int si = l * DM_NUM_PARAMS + k;
+                DM_TRY(find_checked(f, T, l, k, w, &t));
+                memcpy((float *)tensor_data(T, si, w), t->data, (size_t)T->slot[si].n * sizeof(float));
+            }
+    T->step = step;
+    return DM_OK;
+}
+
+dm_status dm_trainer_load(dm_trainer *T, const char *path) {
+    if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_load: NULL argument");
+    if (!T->moments) return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer cannot resume a checkpoint");
+    dm_st_file *f = NULL;
+    dm_status s = dm_st_read(path, &f);
+    if (s == DM_OK) s = load_checked(T, f);
+    dm_st_free(f);
+    if (s != DM_OK) dm_fail_context(s, "checkpoint '%s': ", path);
+    return s;
+}
+
+/* The file's tensor of layer l's parameter k, with or without the "bert." prefix. */
+static const dm_st_tensor *find_param(const dm_st_file *f, int l, int k, char *name, size_t n) {
+    snprintf(name, n, "encoder.layer.%d.%s", l, dm_param_names[k]);
+    const dm_st_tensor *t = dm_st_find(f, name);
+    if (t) return t;
+    char alt[200];
+    snprintf(alt, sizeof alt, "bert.%s", name);
+    return dm_st_find(f, alt);
+}
+
+static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f) {
+    char name[160];
+    for (int l = 0; l < T->nlayers; l++)
+        for (int k = 0; k < DM_NUM_PARAMS; k++) {
+            const dm_st_tensor *t = find_param(f, l, k, name, sizeof name);
+            if (!t) {
+                int have = 0;
+                while (have < 100000 && find_param(f, have, 0, name, sizeof name)) have++;
+                return dm_fail(DM_ERR_NOT_FOUND, "no tensor 'encoder.layer.%d.%s' (nor under 'bert.'): the file "
+                               "holds %d layer(s) under Hugging Face BertEncoder names, this trainer has %d",
+                               l, dm_param_names[k], have, T->nlayers);
+            }
+            const dm_train_slot *sl = &T->slot[l * DM_NUM_PARAMS + k];
+            int fl = t->dtype == DM_ST_F32 || t->dtype == DM_ST_F16 || t->dtype == DM_ST_BF16 || t->dtype == DM_ST_F64;
+            if (!fl)
+                return dm_fail(DM_ERR_SHAPE, "'%s' is %s: parameters must be floating point", name,
+                               dm_st_dtype_name(t->dtype));
+            if (t->ndim != sl->ndim || t->shape[0] != sl->shape[0] || (sl->ndim == 2 && t->shape[1] != sl->shape[1])) {
+                char got[96] = "(", want[64];
+                for (int d = 0; d < t->ndim && d < 4; d++)
+                    snprintf(got + strlen(got), sizeof got - strlen(got), "%s%" PRId64, d ? ", " : "", t->shape[d]);
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s)", t->ndim > 4 ? ", ..." : "");
+                if (sl->ndim == 1) snprintf(want, sizeof want, "(%" PRId64 ")", sl->shape[0]);
+                else snprintf(want, sizeof want, "(%" PRId64 ", %" PRId64 ")", sl->shape[0], sl->shape[1]);
+                return dm_fail(DM_ERR_SHAPE, "'%s' has shape %s, this trainer needs %s: give the sizes of the model "
+                               "(--hidden, --ffn, --heads)", name, got, want);
+            }
+        }
+    for (int l = 0; l < T->nlayers; l++)
+        for (int k = 0; k < DM_NUM_PARAMS; k++) {
+            const dm_st_tensor *t = find_param(f, l, k, name, sizeof name);
+            const dm_train_slot *sl = &T->slot[l * DM_NUM_PARAMS + k];
+            DM_TRY(dm_st_to_f32(t, sl->p, (size_t)sl->n));
+        }
+    if (T->moments) memset(T->moments, 0, (size_t)T->nparams * 2 * sizeof(float));
+    T->step = 0;
+    return DM_OK;
+}
+
+dm_status dm_trainer_load_params(dm_trainer *T, const char *path) {
+    if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_load_params: NULL argument");
+    dm_st_file *f = NULL;
+    dm_status s = dm_st_read(path, &f);
+    if (s == DM_OK) s = load_params_checked(T, f);
+    dm_st_free(f);
+    if (s != DM_OK) dm_fail_context(s, "parameters from '%s': ", path);
+    return s;
+}

@@ -1,0 +1,288 @@
+/* trainer.c: a stack of BERT encoder layers trained end to end (`dmove train`): the
+ * layers' steps chained (each layer's output is the next one's input, each layer's input
+ * gradient the previous one's output gradient), a mean squared error against a target
+ * over the tokens the mask keeps, and AdamW over every parameter. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "graph/encoder.h"
+#include "train/train.h"
+#include "train/trainer_internal.h"
+
+#define DM_TRAIN_MAX_LAYERS 256
+
+static double now(void) { return omp_get_wtime(); }
+
+dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layers,
+                         const dm_layer_options *opt, const dm_adamw_config *adam) {
+    if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_new: out is NULL");
+    *out = NULL;
+    DM_TRY(dm_layer_config_check(cfg));
+    if (layers < 1 || layers > DM_TRAIN_MAX_LAYERS)
+        return dm_fail(DM_ERR_INVALID_ARG, "%d layers: a stack has 1 to %d layers (BERT-base has 12, "
+                       "BERT-large 24)", layers, DM_TRAIN_MAX_LAYERS);
+    dm_layer_options o = {0};
+    if (opt) o = *opt;
+    if (o.device != DM_DEVICE_CPU)
+        return dm_fail(DM_ERR_UNSUPPORTED, "training a stack runs on the CPU for now; on a GPU, "
+                       "`dmove bench --device cuda` and `dmove layer --device cuda` run one layer's step");
+    dm_adamw_config a;
+    if (adam) a = *adam;
+    else dm_adamw_config_default(&a);
+    if (!o.forward_only) DM_TRY(dm_adamw_config_check(&a));
+
+    dm_trainer *T = calloc(1, sizeof *T);
+    if (!T) return dm_fail(DM_ERR_OOM, "out of memory");
+    T->cfg = *cfg;
+    T->opt = o;
+    T->adam = a;
+    T->nlayers = layers;
+    T->forward_only = o.forward_only;
+    dm_status s = DM_OK;
+    const size_t tokens = (size_t)cfg->batch * (size_t)cfg->seq; /* checked by the config */
+    const size_t acts = tokens * (size_t)cfg->hidden;
+    if (!(T->L = calloc((size_t)layers, sizeof *T->L)) || !(T->mask = malloc(tokens * sizeof(float))) ||
+        !(T->target = calloc(acts, sizeof(float))) || !(T->partial = malloc(tokens * sizeof(double))))
+        s = dm_fail(DM_ERR_OOM, "out of memory for the trainer's buffers");
+    for (size_t k = 0; s == DM_OK && k < tokens; k++) T->mask[k] = 1.0f;
+    for (int l = 0; s == DM_OK && l < layers; l++) {
+        s = dm_layer_new(&T->L[l], cfg, &o);
+        if (s != DM_OK) dm_fail_context(s, "layer %d of %d: ", l, layers);
+    }
+    /* the parameter slots, and one block for both AdamW moments of all of them */
+    const int nslots = layers * DM_NUM_PARAMS;
+    if (s == DM_OK && !(T->slot = calloc((size_t)nslots, sizeof *T->slot)))
+        s = dm_fail(DM_ERR_OOM, "out of memory");
+    int64_t total = 0;
+    for (int l = 0; s == DM_OK && l < layers; l++)
+        for (int k = 0; s == DM_OK && k < DM_NUM_PARAMS; k++) {
+            dm_train_slot *sl = &T->slot[l * DM_NUM_PARAMS + k];
+            int nd;
+            int64_t sh[4];
+            s = dm_layer_tensor(T->L[l], dm_param_names[k], &sl->p, &nd, sh);
+            sl->n = nd == 1 ? sh[0] : sh[0] * sh[1];
+            sl->ndim = nd;
+            sl->shape[0] = sh[0];
+            sl->shape[1] = nd == 2 ? sh[1] : 0;
+            sl->decay = nd == 2; /* weights decay; biases and LayerNorm parameters do not (BERT) */
+            if (s == DM_OK && !o.forward_only) {
+                char g[96];
+                snprintf(g, sizeof g, "%s.grad", dm_param_names[k]);
+                s = dm_layer_tensor(T->L[l], g, &sl->g, NULL, NULL);
+            }
+            sl->off = total;
+            total += sl->n;
+        }
+    T->nparams = total;
+    if (s == DM_OK && !o.forward_only) {
+        size_t bytes;
+        if (!dm_mul_ok((size_t)total, 2 * sizeof(float), &bytes) || !(T->moments = calloc(1, bytes)))
+            s = dm_fail(DM_ERR_OOM, "cannot allocate %.2f GiB for AdamW's moments",
+                        (double)total * 8.0 / (1 << 30));
+    }
+    if (s != DM_OK) {
+        dm_trainer_free(T);
+        return s;
+    }
+    *out = T;
+    return DM_OK;
+}
+
+void dm_trainer_free(dm_trainer *T) {
+    if (!T) return;
+    for (int l = 0; T->L && l < T->nlayers; l++) dm_layer_free(T->L[l]);
+    free(T->L);
+    free(T->slot);
+    free(T->moments);
+    free(T->mask);
+    free(T->target);
+    free(T->partial);
+    free(T);
+}
+
+int dm_trainer_layers(const dm_trainer *T) { return T ? T->nlayers : 0; }
+int64_t dm_trainer_num_params(const dm_trainer *T) { return T ? T->nparams : 0; }
+int64_t dm_trainer_step_count(const dm_trainer *T) { return T ? T->step : 0; }
+
+void dm_trainer_times(const dm_trainer *T, double secs[DM_TRAIN_NUM_PHASES]) {
+    for (int k = 0; k < DM_TRAIN_NUM_PHASES; k++) secs[k] = T ? T->secs[k] : 0.0;
+}
+
+dm_status dm_trainer_init_params(dm_trainer *T, uint64_t seed) {
+    if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_init_params: NULL trainer");
+    for (int l = 0; l < T->nlayers; l++) DM_TRY(dm_layer_init_params(T->L[l], dm_train_layer_seed(seed, l, 0)));
+    if (T->moments) memset(T->moments, 0, (size_t)T->nparams * 2 * sizeof(float));
+    T->step = 0;
+    return DM_OK;
+}
+
+/* "encoder.layer.<l>.<rest>": the layer, and rest; 0 if name is not of that form. */
+static int layer_name(const dm_trainer *T, const char *name, int *l, const char **rest) {
+    static const char pre[] = "encoder.layer.";
+    if (strncmp(name, pre, sizeof pre - 1) != 0) return 0;
+    const char *p = name + sizeof pre - 1;
+    if (*p < '0' || *p > '9') return 0;
+    long v = 0;
+    while (*p >= '0' && *p <= '9' && v <= DM_TRAIN_MAX_LAYERS) v = v * 10 + (*p++ - '0');
+    if (*p != '.' || v >= T->nlayers) return 0;
+    *l = (int)v;
+    *rest = p + 1;
+    return 1;
+}
+
+int dm_train_slot_find(const dm_trainer *T, int l, const char *param) {
+    for (int k = 0; k < DM_NUM_PARAMS; k++)
+        if (strcmp(param, dm_param_names[k]) == 0) return l * DM_NUM_PARAMS + k;
+    return -1;
+}
+
+dm_status dm_trainer_tensor(dm_trainer *T, const char *name, float **data, int *ndim, int64_t shape[4]) {
+    if (!T || !name || !data) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_tensor: NULL argument");
+    int64_t sh[4] = {0, 0, 0, 0};
+    int nd = 0;
+    float *p = NULL;
+    int l;
+    const char *rest;
+    if (strcmp(name, "attention_mask") == 0) {
+        p = T->mask, nd = 2, sh[0] = T->cfg.batch, sh[1] = T->cfg.seq;
+    } else if (strcmp(name, "target") == 0) {
+        p = T->target, nd = 3, sh[0] = T->cfg.batch, sh[1] = T->cfg.seq, sh[2] = T->cfg.hidden;
+    } else if (strcmp(name, "hidden_states") == 0) {
+        return dm_layer_tensor(T->L[0], "hidden_states", data, ndim, shape);
+    } else if (strcmp(name, "output") == 0) {
+        return dm_layer_tensor(T->L[T->nlayers - 1], "output", data, ndim, shape);
+    } else if (layer_name(T, name, &l, &rest)) {
+        size_t n = strlen(rest);
+        int moment = n > 8 && strcmp(rest + n - 8, ".exp_avg") == 0 ? 1
+                     : n > 11 && strcmp(rest + n - 11, ".exp_avg_sq") == 0 ? 2 : 0;
+        if (!moment) return dm_layer_tensor(T->L[l], rest, data, ndim, shape);
+        char param[96];
+        snprintf(param, sizeof param, "%.*s", (int)(n - (moment == 1 ? 8 : 11)), rest);
+        int si = dm_train_slot_find(T, l, param);
+        if (si < 0 || !T->moments) return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the trainer", name);
+        const dm_train_slot *sl = &T->slot[si];
+        p = T->moments + (moment == 1 ? 0 : T->nparams) + sl->off;
+        nd = sl->ndim, sh[0] = sl->shape[0], sh[1] = sl->shape[1];
+    } else {
+        return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the trainer (it has hidden_states, "
+                       "attention_mask, target, output, and encoder.layer.<0..%d>.<parameter>[.grad|"
+                       ".exp_avg|.exp_avg_sq])", name, T->nlayers - 1);
+    }
+    *data = p;
+    if (ndim) *ndim = nd;
+    if (shape) memcpy(shape, sh, sizeof sh);
+    return DM_OK;
+}
+
+static float *layer_ptr(dm_layer *L, const char *name) {
+    float *p = NULL;
+    return dm_layer_tensor(L, name, &p, NULL, NULL) == DM_OK ? p : NULL;
+}
+
+/* Forward through the stack with step `step`'s dropout seeds; the loss against target. */
+static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
+    const dm_layer_config *c = &T->cfg;
+    const size_t tokens = (size_t)c->batch * (size_t)c->seq, acts = tokens * (size_t)c->hidden;
+    double t0 = now();
+    for (int l = 0; l < T->nlayers; l++) {
+        float *m = layer_ptr(T->L[l], "attention_mask");
+        if (!m) return dm_fail(DM_ERR_INTERNAL, "layer %d has no attention_mask", l);
+        memcpy(m, T->mask, tokens * sizeof(float));
+        DM_TRY(dm_layer_set_seed(T->L[l], dm_train_layer_seed(c->seed, l, step)));
+        DM_TRY(dm_layer_forward(T->L[l]));
+        if (l + 1 < T->nlayers) {
+            const float *y = layer_ptr(T->L[l], "output");
+            float *x = layer_ptr(T->L[l + 1], "hidden_states");
+            if (!y || !x) return dm_fail(DM_ERR_INTERNAL, "layer %d: no output or next input", l);
+            memcpy(x, y, acts * sizeof(float));
+        }
+    }
+    double t1 = now();
+    T->secs[DM_TRAIN_FORWARD] += t1 - t0;
+
+    /* mean squared error over the kept tokens' features; its gradient into the last
+     * layer's grad_output (zero on padding). Per-token sums, then summed in token order:
+     * the same loss for any thread count. */
+    dm_layer *last = T->L[T->nlayers - 1];
+    const float *y = layer_ptr(last, "output");
+    float *dy = T->forward_only ? NULL : layer_ptr(last, "grad_output");
+    if (!y || (!T->forward_only && !dy)) return dm_fail(DM_ERR_INTERNAL, "the last layer has no output");
+    int64_t kept = 0;
+    for (size_t t = 0; t < tokens; t++) kept += T->mask[t] != 0.0f;
+    const int64_t I = c->hidden;
+    const float scale = kept ? (float)(2.0 / ((double)kept * (double)I)) : 0.0f;
+    const float *tg = T->target;
+    double *part = T->partial;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < (int64_t)tokens; t++) {
+        const float *yr = y + t * I, *tr = tg + t * I;
+        double s = 0.0;
+        if (T->mask[t] != 0.0f) {
+            for (int64_t e = 0; e < I; e++) {
+                const float d = yr[e] - tr[e];
+                s += (double)d * d;
+                if (dy) dy[t * I + e] = scale * d;
+            }
+        } else if (dy) {
+            memset(dy + t * I, 0, (size_t)I * sizeof(float));
+        }
+        part[t] = s;
+    }
+    double sum = 0.0;
+    for (size_t t = 0; t < tokens; t++) sum += part[t];
+    if (loss) *loss = kept ? sum / ((double)kept * (double)I) : 0.0;
+    T->secs[DM_TRAIN_LOSS] += now() - t1;
+    return DM_OK;
+}
+
+dm_status dm_trainer_forward(dm_trainer *T, double *loss) {
+    if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_forward: NULL trainer");
+    return forward(T, T->step + 1, loss);
+}
+
+dm_status dm_trainer_step(dm_trainer *T, double *loss) {
+    if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_step: NULL trainer");
+    if (T->forward_only)
+        return dm_fail(DM_ERR_INVALID_ARG, "this trainer was made forward-only: it cannot take a step");
+    const int64_t step = T->step + 1;
+    double l = 0.0;
+    DM_TRY(forward(T, step, &l));
+    if (!isfinite(l))
+        return dm_fail(DM_ERR_INVALID_ARG, "step %lld: the loss is %g: the parameters were not updated; "
+                       "lower the learning rate (--lr) or check the inputs and targets for NaN or huge "
+                       "values", (long long)step, l);
+    const size_t acts = (size_t)T->cfg.batch * (size_t)T->cfg.seq * (size_t)T->cfg.hidden;
+    double t0 = now();
+    for (int li = T->nlayers - 1; li >= 0; li--) {
+        DM_TRY(dm_layer_backward(T->L[li]));
+        if (li > 0) {
+            const float *dx = layer_ptr(T->L[li], "grad_hidden_states");
+            float *dy = layer_ptr(T->L[li - 1], "grad_output");
+            if (!dx || !dy) return dm_fail(DM_ERR_INTERNAL, "layer %d: no input gradient", li);
+            memcpy(dy, dx, acts * sizeof(float));
+        }
+    }
+    double t1 = now();
+    T->secs[DM_TRAIN_BACKWARD] += t1 - t0;
+    const double lr = dm_adamw_lr(&T->adam, step);
+    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
+        dm_train_slot *sl = &T->slot[k];
+        dm_adamw_update(sl->p, sl->g, T->moments + sl->off, T->moments + T->nparams + sl->off, sl->n, lr,
+                        sl->decay ? T->adam.weight_decay : 0.0, &T->adam, step);
+    }
+    T->secs[DM_TRAIN_OPTIMIZER] += now() - t1;
+    T->step = step;
+    if (loss) *loss = l;
+    return DM_OK;
+}
+
+dm_status dm_trainer_set_adamw(dm_trainer *T, const dm_adamw_config *adam) {
+    if (!T || !adam) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_adamw: NULL argument");
+    DM_TRY(dm_adamw_config_check(adam));
+    T->adam = *adam;
+    return DM_OK;
+}

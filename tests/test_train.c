@@ -1,0 +1,542 @@
+/* test_train.c: the trainer (a stack of layers, its loss, AdamW, checkpoints):
+ *  - AdamW against torch.optim.AdamW (tests/ref/train_stack.safetensors) and against a
+ *    naive double-precision reference over several steps; the learning rate schedule;
+ *  - one step of a two-layer stack (padding, dropout with each layer's own masks) against
+ *    PyTorch: output, loss and every parameter's gradient;
+ *  - a run interrupted by a checkpoint and resumed equals the uninterrupted run, bit for
+ *    bit; corrupted, truncated and mismatched files are refused and change nothing;
+ *  - the stack learns a teacher's function (the loss falls); a non-finite loss stops a
+ *    step before the update; the loss chart is well-formed SVG with a point per step. */
+#include <expat.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/philox.h"
+#include "core/safetensors.h"
+#include "dmove.h"
+#include "graph/encoder.h"
+#include "testutil.h"
+#include "train/train.h"
+
+#ifndef REF_DIR
+#define REF_DIR "tests/ref"
+#endif
+
+static float *copy_of(const dm_st_file *f, const char *name, size_t *n) {
+    const dm_st_tensor *t = dm_st_find(f, name);
+    if (!t) {
+        fprintf(stderr, "reference tensor %s missing\n", name);
+        return NULL;
+    }
+    size_t k = t->nbytes / 4;
+    float *p = malloc(k * sizeof(float));
+    if (p && dm_st_to_f32(t, p, k) != DM_OK) {
+        free(p);
+        return NULL;
+    }
+    if (n) *n = k;
+    return p;
+}
+
+/* --- AdamW ------------------------------------------------------------------------------ */
+
+static void test_adamw_torch(const dm_st_file *f) {
+    dm_adamw_config c;
+    dm_adamw_config_default(&c);
+    c.lr = 1e-3, c.beta1 = 0.9, c.beta2 = 0.999, c.eps = 1e-6, c.weight_decay = 0.01;
+    const char *tags[2] = {"decay", "nodecay"};
+    for (int k = 0; k < 2; k++) {
+        char nm[7][64];
+        const char *parts[7] = {"p0", "g", "m0", "v0", "p1", "m1", "v1"};
+        float *a[7];
+        size_t n = 0;
+        for (int q = 0; q < 7; q++) {
+            snprintf(nm[q], sizeof nm[q], "adamw.%s.%s", tags[k], parts[q]);
+            a[q] = copy_of(f, nm[q], &n);
+        }
+        CHECK(a[0] && a[1] && a[2] && a[3] && a[4] && a[5] && a[6]);
+        if (a[0] && a[1] && a[2] && a[3] && a[4] && a[5] && a[6]) {
+            dm_adamw_update(a[0], a[1], a[2], a[3], (int64_t)n, c.lr, k == 0 ? c.weight_decay : 0.0, &c, 3);
+            double ep = rel_err(a[0], a[4], n), em = rel_err(a[2], a[5], n), ev = rel_err(a[3], a[6], n);
+            printf("AdamW vs torch.optim.AdamW (%s, step 3): rel.err p %.2e  exp_avg %.2e  exp_avg_sq %.2e\n", tags[k],
+                   ep, em, ev);
+            CHECK(ep < 1e-6);
+            CHECK(em < 1e-6);
+            CHECK(ev < 1e-6);
+        }
+        for (int q = 0; q < 7; q++) free(a[q]);
+    }
+}
+
+/* torch.optim.AdamW's definition in double, step by step. */
+static void adamw_naive(double *p, const double *g, double *m, double *v, int64_t n, double lr, double wd,
+                        const dm_adamw_config *c, int64_t t) {
+    for (int64_t k = 0; k < n; k++) {
+        p[k] *= 1.0 - lr * wd;
+        m[k] = c->beta1 * m[k] + (1.0 - c->beta1) * g[k];
+        v[k] = c->beta2 * v[k] + (1.0 - c->beta2) * g[k] * g[k];
+        const double mh = m[k] / (1.0 - pow(c->beta1, (double)t)), vh = v[k] / (1.0 - pow(c->beta2, (double)t));
+        p[k] -= lr * mh / (sqrt(vh) + c->eps);
+    }
+}
+
+static void test_adamw_naive(void) {
+    enum { N = 4099 }; /* not a multiple of any vector width */
+    dm_adamw_config c;
+    dm_adamw_config_default(&c);
+    c.lr = 3e-3;
+    c.weight_decay = 0.1;
+    float *p = malloc(N * 4), *g = malloc(N * 4), *m = calloc(N, 4), *v = calloc(N, 4), *pf = malloc(N * 4);
+    double *pd = malloc(N * 8), *gd = malloc(N * 8), *md = calloc(N, 8), *vd = calloc(N, 8);
+    CHECK(p && g && m && v && pf && pd && gd && md && vd);
+    if (!(p && g && m && v && pf && pd && gd && md && vd)) goto out;
+    uint32_t w[2 * N];
+    dm_philox_words(99, 1, 0, 2 * N, w);
+    for (int k = 0; k < N; k++) {
+        p[k] = (float)((double)w[k] / 4294967296.0 - 0.5);
+        pd[k] = p[k];
+    }
+    double worst = 0;
+    for (int64_t t = 1; t <= 5; t++) {
+        dm_philox_words(99, 2, (uint64_t)t * 2 * N, 2 * N, w);
+        for (int k = 0; k < N; k++) {
+            /* gradients over six decades, both signs */
+            g[k] = (float)(((double)w[k] / 4294967296.0 - 0.5) * pow(10.0, -6.0 * (double)w[N + k] / 4294967296.0));
+            gd[k] = g[k];
+        }
+        dm_adamw_update(p, g, m, v, N, c.lr, c.weight_decay, &c, t);
+        adamw_naive(pd, gd, md, vd, N, c.lr, c.weight_decay, &c, t);
+        for (int k = 0; k < N; k++) pf[k] = (float)pd[k];
+        double e = rel_err(p, pf, N);
+        worst = e > worst ? e : worst;
+    }
+    printf("AdamW vs naive double reference, 5 steps: worst rel.err %.2e\n", worst);
+    CHECK(worst < 1e-6);
+out:
+    free(p), free(g), free(m), free(v), free(pf), free(pd), free(gd), free(md), free(vd);
+}
+
+static void test_schedule(void) {
+    dm_adamw_config c;
+    dm_adamw_config_default(&c);
+    c.lr = 1.0;
+    CHECK(dm_adamw_lr(&c, 1) == 1.0 && dm_adamw_lr(&c, 1000) == 1.0);
+    c.warmup = 4;
+    c.total = 10;
+    CHECK_OK(dm_adamw_config_check(&c));
+    CHECK(fabs(dm_adamw_lr(&c, 1) - 0.25) < 1e-15 && fabs(dm_adamw_lr(&c, 4) - 1.0) < 1e-15);
+    CHECK(fabs(dm_adamw_lr(&c, 5) - 1.0) < 1e-15);      /* the first step after warm-up: the peak */
+    CHECK(fabs(dm_adamw_lr(&c, 10) - 1.0 / 6) < 1e-15); /* the last step still learns */
+    CHECK(dm_adamw_lr(&c, 11) == 0.0);
+    dm_adamw_config bad = c;
+    bad.warmup = 10;
+    CHECK(dm_adamw_config_check(&bad) == DM_ERR_INVALID_ARG);
+    bad = c, bad.lr = 0;
+    CHECK(dm_adamw_config_check(&bad) == DM_ERR_INVALID_ARG);
+    bad = c, bad.beta2 = 1.0;
+    CHECK(dm_adamw_config_check(&bad) == DM_ERR_INVALID_ARG);
+    bad = c, bad.eps = NAN;
+    CHECK(dm_adamw_config_check(&bad) == DM_ERR_INVALID_ARG);
+    CHECK(dm_train_layer_seed(7, 0, 1) != dm_train_layer_seed(7, 1, 1));
+    CHECK(dm_train_layer_seed(7, 0, 1) != dm_train_layer_seed(7, 0, 2));
+}
+
+/* --- the stack against PyTorch --------------------------------------------------------- */
+
+static int put(dm_trainer *T, const dm_st_file *f, const char *name) {
+    float *p;
+    int64_t sh[4];
+    int nd;
+    if (dm_trainer_tensor(T, name, &p, &nd, sh) != DM_OK) return -1;
+    size_t n = 1;
+    for (int d = 0; d < nd; d++) n *= (size_t)sh[d];
+    const dm_st_tensor *t = dm_st_find(f, name);
+    return t && dm_st_to_f32(t, p, n) == DM_OK ? 0 : -1;
+}
+
+static void test_stack_torch(const dm_st_file *f, const char *path) {
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 2, cfg.seq = 5, cfg.hidden = 8, cfg.heads = 2, cfg.ffn = 12;
+    cfg.dropout = 0.1, cfg.seed = 7, cfg.eps = 1e-12, cfg.act = DM_ACT_GELU;
+    for (int sched = 0; sched < 2; sched++) {
+        dm_layer_options o = {.schedule = sched ? DM_SCHED_UNFUSED : DM_SCHED_FUSED};
+        dm_trainer *T = NULL;
+        CHECK_OK(dm_trainer_new(&T, &cfg, 2, &o, NULL));
+        if (!T) return;
+        CHECK_OK(dm_trainer_load_params(T, path)); /* the references' parameters, by HF names */
+        CHECK(put(T, f, "hidden_states") == 0 && put(T, f, "attention_mask") == 0 && put(T, f, "target") == 0);
+        double loss = 0;
+        CHECK_OK(dm_trainer_forward(T, &loss));
+        float *y, *want = copy_of(f, "expected.output", NULL), *wl = copy_of(f, "expected.loss", NULL);
+        CHECK_OK(dm_trainer_tensor(T, "output", &y, NULL, NULL));
+        double eo = want ? rel_err(y, want, 2 * 5 * 8) : 1, el = wl ? fabs(loss - wl[0]) / fabs(wl[0]) : 1;
+        double worst = 0;
+        const char *worst_name = "";
+        CHECK_OK(dm_trainer_step(T, &loss));
+        CHECK(dm_trainer_step_count(T) == 1);
+        double el2 = wl ? fabs(loss - wl[0]) / fabs(wl[0]) : 1;
+        for (int l = 0; l < 2; l++)
+            for (int k = 0; k < DM_NUM_PARAMS; k++) {
+                char name[128], ref[160];
+                snprintf(name, sizeof name, "encoder.layer.%d.%s.grad", l, dm_param_names[k]);
+                snprintf(ref, sizeof ref, "expected.%s", name);
+                float *g, *r;
+                int nd;
+                int64_t sh[4];
+                size_t n;
+                CHECK_OK(dm_trainer_tensor(T, name, &g, &nd, sh));
+                r = copy_of(f, ref, &n);
+                CHECK(r != NULL);
+                if (!r) continue;
+                double e = rel_err(g, r, n);
+                if (e > worst) worst = e, worst_name = dm_param_names[k];
+                CHECK(e < 1e-4);
+                free(r);
+            }
+        printf("2-layer stack vs PyTorch (%s, dropout 0.1, padding): output %.2e, loss %.2e (after the step's "
+               "forward %.2e), worst gradient %.2e (%s)\n",
+               sched ? "unfused" : "fused", eo, el, el2, worst, worst_name);
+        CHECK(eo < 1e-5);
+        CHECK(el < 1e-5);
+        CHECK(el2 < 1e-5);
+        free(want);
+        free(wl);
+        dm_trainer_free(T);
+    }
+}
+
+/* --- checkpoints ----------------------------------------------------------------------- */
+
+static dm_layer_config tiny(void) {
+    dm_layer_config c;
+    dm_layer_config_default(&c);
+    c.batch = 2, c.seq = 6, c.hidden = 16, c.heads = 2, c.ffn = 32, c.dropout = 0.1, c.seed = 3;
+    return c;
+}
+
+/* Step s's inputs and targets, from s alone (what a data loader at position s gives). */
+static void batch_of(dm_trainer *T, int64_t s) {
+    float *x, *t, *m;
+    int64_t sh[4];
+    dm_trainer_tensor(T, "hidden_states", &x, NULL, sh);
+    dm_trainer_tensor(T, "target", &t, NULL, NULL);
+    dm_trainer_tensor(T, "attention_mask", &m, NULL, NULL);
+    const int64_t n = sh[0] * sh[1] * sh[2];
+    uint32_t w[2];
+    for (int64_t e = 0; e < n; e++) {
+        dm_philox_words(11, 5, (uint64_t)(s * n + e) * 2, 2, w);
+        x[e] = (float)((double)w[0] / 4294967296.0 * 2 - 1);
+        t[e] = (float)((double)w[1] / 4294967296.0 * 2 - 1);
+    }
+    for (int64_t k = 0; k < sh[0] * sh[1]; k++) m[k] = (k % sh[1]) < sh[1] - (s + k / sh[1]) % 3 ? 1.0f : 0.0f;
+}
+
+/* Every parameter and moment of T, concatenated (a snapshot to compare). */
+static float *snapshot(dm_trainer *T, size_t *count) {
+    size_t n = 0, cap = 0;
+    float *all = NULL;
+    const char *suf[3] = {"", ".exp_avg", ".exp_avg_sq"};
+    for (int l = 0; l < dm_trainer_layers(T); l++)
+        for (int k = 0; k < DM_NUM_PARAMS; k++)
+            for (int q = 0; q < 3; q++) {
+                char name[160];
+                snprintf(name, sizeof name, "encoder.layer.%d.%s%s", l, dm_param_names[k], suf[q]);
+                float *p;
+                int nd;
+                int64_t sh[4];
+                if (dm_trainer_tensor(T, name, &p, &nd, sh) != DM_OK) continue;
+                size_t m = (size_t)(nd == 1 ? sh[0] : sh[0] * sh[1]);
+                if (n + m > cap) {
+                    cap = (n + m) * 2;
+                    all = realloc(all, cap * sizeof(float));
+                    if (!all) return NULL;
+                }
+                memcpy(all + n, p, m * sizeof(float));
+                n += m;
+            }
+    *count = n;
+    return all;
+}
+
+static int same_state(dm_trainer *A, dm_trainer *B) {
+    size_t na = 0, nb = 0;
+    float *a = snapshot(A, &na), *b = snapshot(B, &nb);
+    int same = a && b && na == nb && memcmp(a, b, na * sizeof(float)) == 0;
+    free(a);
+    free(b);
+    return same;
+}
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(p, 1, n, f);
+    fclose(f);
+}
+
+static void test_checkpoints(void) {
+    const dm_layer_config cfg = tiny();
+    dm_adamw_config a;
+    dm_adamw_config_default(&a);
+    a.lr = 1e-3, a.warmup = 2, a.total = 6;
+    char path[] = "/tmp/dmove_test_ckpt.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    dm_trainer *A = NULL, *B = NULL, *C = NULL;
+    CHECK_OK(dm_trainer_new(&A, &cfg, 3, NULL, &a));
+    CHECK_OK(dm_trainer_new(&B, &cfg, 3, NULL, &a));
+    if (!A || !B) goto out;
+    CHECK_OK(dm_trainer_init_params(A, 5));
+    for (int64_t s = 1; s <= 6; s++) {
+        batch_of(A, s);
+        CHECK_OK(dm_trainer_step(A, NULL));
+        if (s == 3) CHECK_OK(dm_trainer_save(A, path));
+    }
+    /* B: made afresh (other parameters), resumed from step 3, three more steps */
+    CHECK_OK(dm_trainer_init_params(B, 6));
+    CHECK_OK(dm_trainer_load(B, path));
+    CHECK(dm_trainer_step_count(B) == 3);
+    for (int64_t s = 4; s <= 6; s++) {
+        batch_of(B, s);
+        CHECK_OK(dm_trainer_step(B, NULL));
+    }
+    CHECK(same_state(A, B));
+    printf("checkpoint at step 3 of 6, resumed: %s to the uninterrupted run\n", same_state(A, B) ? "bit-identical" : "DIFFERENT");
+
+    /* corrupted files change nothing */
+    FILE *fp = fopen(path, "rb");
+    CHECK(fp != NULL);
+    if (!fp) goto out;
+    fseek(fp, 0, SEEK_END);
+    long size = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *bytes = malloc((size_t)size);
+    CHECK(bytes && fread(bytes, 1, (size_t)size, fp) == (size_t)size);
+    fclose(fp);
+    if (!bytes) goto out;
+    char bad[sizeof path + 8];
+    snprintf(bad, sizeof bad, "%s.bad", path);
+    size_t n0 = 0;
+    float *before = snapshot(B, &n0);
+    const int64_t steps0 = dm_trainer_step_count(B);
+    bytes[size - 5] ^= 0x10; /* a bit of the last tensor */
+    write_bytes(bad, bytes, (size_t)size);
+    dm_status s = dm_trainer_load(B, bad);
+    CHECK(s == DM_ERR_FORMAT && strstr(dm_last_error(), "checksum"));
+    printf("flipped bit: %s\n", dm_last_error());
+    bytes[size - 5] ^= 0x10;
+    write_bytes(bad, bytes, (size_t)size / 2);
+    s = dm_trainer_load(B, bad);
+    CHECK(s == DM_ERR_FORMAT || s == DM_ERR_IO);
+    printf("truncated: %s\n", dm_last_error());
+    size_t n1 = 0;
+    float *after = snapshot(B, &n1);
+    CHECK(before && after && n0 == n1 && memcmp(before, after, n0 * 4) == 0);
+    CHECK(dm_trainer_step_count(B) == steps0);
+    free(before);
+    free(after);
+    free(bytes);
+    unlink(bad);
+
+    /* another architecture: refused, saying what differs */
+    dm_layer_config other = cfg;
+    other.ffn = 48;
+    CHECK_OK(dm_trainer_new(&C, &other, 3, NULL, &a));
+    if (C) {
+        s = dm_trainer_load(C, path);
+        CHECK(s == DM_ERR_SHAPE && strstr(dm_last_error(), "ffn"));
+        printf("other ffn: %s\n", dm_last_error());
+        dm_trainer_free(C);
+        C = NULL;
+    }
+    CHECK_OK(dm_trainer_new(&C, &cfg, 2, NULL, &a));
+    if (C) {
+        s = dm_trainer_load(C, path);
+        CHECK(s == DM_ERR_SHAPE && strstr(dm_last_error(), "layers"));
+        /* parameters alone from a checkpoint with more layers: its first two */
+        CHECK_OK(dm_trainer_load_params(C, path));
+        float *p;
+        dm_st_file *cf = NULL;
+        CHECK_OK(dm_trainer_tensor(C, "encoder.layer.1.intermediate.dense.weight", &p, NULL, NULL));
+        CHECK_OK(dm_st_read(path, &cf));
+        const dm_st_tensor *t = cf ? dm_st_find(cf, "encoder.layer.1.intermediate.dense.weight") : NULL;
+        CHECK(t && t->nbytes == 32 * 16 * 4 && memcmp(p, t->data, t->nbytes) == 0);
+        dm_st_free(cf);
+        CHECK(dm_trainer_step_count(C) == 0);
+        dm_trainer_free(C);
+        C = NULL;
+    }
+    /* parameters alone: a file with too few layers is refused, naming how many it has */
+    dm_trainer *D = NULL;
+    CHECK_OK(dm_trainer_new(&D, &cfg, 4, NULL, &a));
+    if (D) {
+        s = dm_trainer_load_params(D, path);
+        CHECK(s == DM_ERR_NOT_FOUND && strstr(dm_last_error(), "holds 3 layer"));
+        printf("too few layers: %s\n", dm_last_error());
+        dm_trainer_free(D);
+    }
+out:
+    unlink(path);
+    dm_trainer_free(A);
+    dm_trainer_free(B);
+    dm_trainer_free(C);
+}
+
+/* --- learning, and refusing to learn from NaN ------------------------------------------ */
+
+static void test_learns(void) {
+    dm_layer_config cfg = tiny();
+    cfg.dropout = 0.0;
+    dm_adamw_config a;
+    dm_adamw_config_default(&a);
+    a.lr = 2e-3;
+    dm_layer_options fo = {.forward_only = 1};
+    dm_trainer *S = NULL, *Tc = NULL;
+    CHECK_OK(dm_trainer_new(&S, &cfg, 2, NULL, &a));
+    CHECK_OK(dm_trainer_new(&Tc, &cfg, 2, &fo, NULL));
+    if (!S || !Tc) goto out;
+    CHECK_OK(dm_trainer_init_params(S, 1));
+    CHECK_OK(dm_trainer_init_params(Tc, 2));
+    CHECK(dm_trainer_step(Tc, NULL) == DM_ERR_INVALID_ARG); /* forward-only */
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < DM_NUM_PARAMS; k++) {
+            char name[128];
+            snprintf(name, sizeof name, "encoder.layer.%d.%s", l, dm_param_names[k]);
+            float *p;
+            int nd;
+            int64_t sh[4];
+            CHECK_OK(dm_trainer_tensor(Tc, name, &p, &nd, sh));
+            if (nd == 2)
+                for (int64_t e = 0; e < sh[0] * sh[1]; e++) p[e] *= 5.0f;
+        }
+    float *sx, *st, *sm, *tx, *ty, *tm;
+    CHECK_OK(dm_trainer_tensor(S, "hidden_states", &sx, NULL, NULL));
+    CHECK_OK(dm_trainer_tensor(S, "target", &st, NULL, NULL));
+    CHECK_OK(dm_trainer_tensor(S, "attention_mask", &sm, NULL, NULL));
+    CHECK_OK(dm_trainer_tensor(Tc, "hidden_states", &tx, NULL, NULL));
+    CHECK_OK(dm_trainer_tensor(Tc, "output", &ty, NULL, NULL));
+    CHECK_OK(dm_trainer_tensor(Tc, "attention_mask", &tm, NULL, NULL));
+    const int64_t n = cfg.batch * cfg.seq * cfg.hidden;
+    enum { STEPS = 80 };
+    double loss[STEPS];
+    for (int s = 1; s <= STEPS; s++) {
+        batch_of(S, s); /* random inputs and mask ... */
+        memcpy(tx, sx, (size_t)n * 4);
+        memcpy(tm, sm, (size_t)(cfg.batch * cfg.seq) * 4);
+        CHECK_OK(dm_trainer_forward(Tc, NULL)); /* ... the teacher's outputs as targets */
+        memcpy(st, ty, (size_t)n * 4);
+        CHECK_OK(dm_trainer_step(S, &loss[s - 1]));
+    }
+    double first = 0, last = 0;
+    for (int k = 0; k < 5; k++) first += loss[k] / 5, last += loss[STEPS - 1 - k] / 5;
+    printf("learning a teacher (2 layers, %d steps): loss %.4f -> %.4f\n", STEPS, first, last);
+    CHECK(last < 0.5 * first);
+
+    /* a NaN target: the step stops before updating anything */
+    size_t n0, n1;
+    float *before = snapshot(S, &n0);
+    st[3] = NAN;
+    double l = 0;
+    CHECK(dm_trainer_step(S, &l) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "--lr"));
+    float *after = snapshot(S, &n1);
+    CHECK(before && after && n0 == n1 && memcmp(before, after, n0 * 4) == 0);
+    CHECK(dm_trainer_step_count(S) == STEPS);
+    free(before);
+    free(after);
+out:
+    dm_trainer_free(S);
+    dm_trainer_free(Tc);
+}
+
+static void test_errors(void) {
+    dm_layer_config cfg = tiny();
+    dm_trainer *T = NULL;
+    CHECK(dm_trainer_new(&T, &cfg, 0, NULL, NULL) == DM_ERR_INVALID_ARG && !T);
+    CHECK(dm_trainer_new(&T, &cfg, 257, NULL, NULL) == DM_ERR_INVALID_ARG && !T);
+    dm_layer_options cu = {.device = DM_DEVICE_CUDA};
+    CHECK(dm_trainer_new(&T, &cfg, 1, &cu, NULL) == DM_ERR_UNSUPPORTED && !T);
+    dm_adamw_config a;
+    dm_adamw_config_default(&a);
+    a.lr = -1;
+    CHECK(dm_trainer_new(&T, &cfg, 1, NULL, &a) == DM_ERR_INVALID_ARG && !T);
+    cfg.heads = 3;
+    CHECK(dm_trainer_new(&T, &cfg, 1, NULL, NULL) == DM_ERR_INVALID_ARG && !T);
+    cfg = tiny();
+    CHECK_OK(dm_trainer_new(&T, &cfg, 2, NULL, NULL));
+    float *p;
+    CHECK(dm_trainer_tensor(T, "encoder.layer.2.output.dense.bias", &p, NULL, NULL) == DM_ERR_NOT_FOUND);
+    CHECK(dm_trainer_tensor(T, "encoder.layer.1.output.dense.nothing", &p, NULL, NULL) == DM_ERR_NOT_FOUND);
+    CHECK(dm_trainer_tensor(T, "encoder.layer.x.output.dense.bias", &p, NULL, NULL) == DM_ERR_NOT_FOUND);
+    CHECK_OK(dm_trainer_tensor(T, "encoder.layer.1.output.dense.bias.exp_avg_sq", &p, NULL, NULL));
+    CHECK(dm_trainer_load(T, "/nonexistent/ckpt.safetensors") == DM_ERR_IO);
+    dm_trainer_free(T);
+}
+
+/* --- the loss chart ---------------------------------------------------------------------- */
+
+typedef struct {
+    int circles, polylines, depth_err;
+} svg_count;
+
+static void XMLCALL on_start(void *u, const XML_Char *name, const XML_Char **attr) {
+    svg_count *c = u;
+    (void)attr;
+    if (!strcmp(name, "circle")) c->circles++;
+    if (!strcmp(name, "polyline")) c->polylines++;
+}
+
+static void test_chart(void) {
+    char path[] = "/tmp/dmove_test_loss.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    double loss[40];
+    for (int k = 0; k < 40; k++) loss[k] = 3.0 * exp(-0.2 * k) + 0.01; /* over two decades: log scale */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) for (int k = 0; k < 40; k++) loss[k] = 1.0 + 0.01 * k; /* linear scale */
+        CHECK_OK(dm_loss_svg(loss, 40, 11, "a <title> & \"quotes\"", path));
+        FILE *f = fopen(path, "rb");
+        CHECK(f != NULL);
+        if (!f) return;
+        char buf[1 << 16];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        XML_Parser x = XML_ParserCreate(NULL);
+        svg_count c = {0};
+        XML_SetUserData(x, &c);
+        XML_SetElementHandler(x, on_start, NULL);
+        int ok = XML_Parse(x, buf, (int)n, 1) == XML_STATUS_OK;
+        XML_ParserFree(x);
+        CHECK(ok);
+        CHECK(c.circles == 40 && c.polylines == 1);
+        CHECK(strstr(buf, pass ? "mean squared error)" : "log scale") != NULL);
+    }
+    CHECK(dm_loss_svg(loss, 0, 1, "t", path) == DM_ERR_INVALID_ARG);
+    unlink(path);
+}
+
+int main(void) {
+    const char *ref = REF_DIR "/train_stack.safetensors";
+    dm_st_file *f = NULL;
+    CHECK_OK(dm_st_read(ref, &f));
+    if (f) {
+        test_adamw_torch(f);
+        test_stack_torch(f, ref);
+        dm_st_free(f);
+    }
+    test_adamw_naive();
+    test_schedule();
+    test_checkpoints();
+    test_learns();
+    test_errors();
+    test_chart();
+    TEST_END();
+}
