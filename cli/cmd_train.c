@@ -187,6 +187,11 @@ static void fill_teacher_inputs(uint64_t seed, int64_t step, int64_t b, int64_t 
 
 /* --- the command ----------------------------------------------------------------------- */
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static int fail_dm(const char *what) {
     cli_error(CMD, "%s%s", what, dm_last_error());
     return CLI_FAIL;
@@ -315,7 +320,7 @@ int cmd_train(int argc, char **argv) {
     user_data ud = {0};
     int rc = CLI_FAIL;
     dm_trainer *T = NULL, *teacher = NULL;
-    double *losses = NULL;
+    double *losses = NULL, *step_secs = NULL;
     if (data) {
         int64_t seq, hid;
         if ((rc = open_data(data, &ud, &seq, &hid)) != 0) goto done;
@@ -406,7 +411,7 @@ int cmd_train(int argc, char **argv) {
         goto done;
     }
     const int64_t todo = stop - start;
-    if (!(losses = malloc((size_t)todo * sizeof(double)))) {
+    if (!(losses = malloc((size_t)todo * sizeof(double))) || !(step_secs = malloc((size_t)todo * sizeof(double)))) {
         cli_error(CMD, "out of memory");
         goto done;
     }
@@ -444,13 +449,14 @@ int cmd_train(int argc, char **argv) {
             memcpy(mask, tm, (size_t)(b * j) * sizeof(float));
         }
         t_data += cli_now() - t0;
-        double loss;
+        double loss, ts = cli_now();
         if (dm_trainer_step(T, &loss) != DM_OK) {
             char where[64];
             snprintf(where, sizeof where, "step %" PRId64 ": ", s);
             rc = fail_dm(where);
             goto done;
         }
+        step_secs[s - start - 1] = cli_now() - ts;
         losses[s - start - 1] = loss;
         if (save && save_every && s % save_every == 0 && s < stop) {
             double t1 = cli_now();
@@ -495,6 +501,9 @@ int cmd_train(int argc, char **argv) {
     /* AdamW reads p, g, m, v and writes p, m, v: 28 bytes per parameter per step */
     const double opt_gbs = ph[DM_TRAIN_OPTIMIZER] > 0 ? 28.0 * (double)np * (double)todo / ph[DM_TRAIN_OPTIMIZER] / 1e9 : 0;
     const double n = (double)todo;
+    /* the median training step (forward, loss, backward, AdamW; not the data) */
+    qsort(step_secs, (size_t)todo, sizeof(double), cmp_double);
+    const double med = todo % 2 ? step_secs[todo / 2] : 0.5 * (step_secs[todo / 2 - 1] + step_secs[todo / 2]);
     if (json) {
         printf("{\"layers\":%d,\"params\":%" PRId64 ",\"batch\":%" PRId64 ",\"seq\":%" PRId64 ",\"hidden\":%" PRId64
                ",\"heads\":%" PRId64 ",\"ffn\":%" PRId64 ",\"dropout\":%.17g,\"lr\":%.17g,\"first_step\":%" PRId64
@@ -503,10 +512,10 @@ int cmd_train(int argc, char **argv) {
                data ? "file" : "teacher");
         for (int64_t k = 0; k < todo; k++) printf("%s%.9g", k ? "," : "", losses[k]);
         printf("],\"ms_per_step\":{\"data\":%.4f,\"forward\":%.4f,\"loss\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,"
-               "\"total\":%.4f},\"optimizer_gb_per_s\":%.3f,\"tokens_per_s\":%.1f}\n",
+               "\"total\":%.4f},\"step_ms_median\":%.4f,\"optimizer_gb_per_s\":%.3f,\"tokens_per_s\":%.1f}\n",
                1e3 * t_data / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n,
                1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * (t_total - t_save) / n,
-               opt_gbs, (double)(b * j) * n / (t_total - t_save));
+               1e3 * med, opt_gbs, (double)(b * j) * n / (t_total - t_save));
     } else {
         printf("\nloss %.6f (step %" PRId64 ") -> %.6f (step %" PRId64 ")\n", losses[0], start + 1, losses[todo - 1],
                stop);
@@ -514,6 +523,7 @@ int cmd_train(int argc, char **argv) {
                1e3 * (t_total - t_save) / n, data ? "reading data" : "teacher", 1e3 * t_data / n,
                1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
                1e3 * ph[DM_TRAIN_OPTIMIZER] / n, opt_gbs);
+        printf("median training step (forward, loss, backward, AdamW): %.1f ms\n", 1e3 * med);
         if (save && stop < steps)
             printf("checkpoint: %s (step %" PRId64 " of %" PRId64 "; continue with the same options and --resume %s)\n",
                    save, stop, steps, save);
@@ -524,6 +534,7 @@ int cmd_train(int argc, char **argv) {
     rc = fflush(stdout) == 0 ? CLI_OK : CLI_FAIL;
 done:
     free(losses);
+    free(step_secs);
     dm_trainer_free(T);
     dm_trainer_free(teacher);
     dm_st_free(ud.f);
