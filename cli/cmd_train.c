@@ -43,8 +43,8 @@ static void usage(FILE *out) {
             "                   up to it)\n"
             "  --lr LR          peak learning rate (default %g)\n"
             "  --warmup W       steps of linear warm-up from 0 to LR (default 0)\n"
-            "  --schedule S     constant (default) or linear: after the warm-up, fall\n"
-            "                   linearly to 0 at step N (BERT's schedule)\n"
+            "  --lr-schedule S  constant (default) or linear: after the warm-up, fall\n"
+            "                   linearly towards 0 at step N (BERT's schedule)\n"
             "  --weight-decay D AdamW's decoupled weight decay on the weights, not on biases\n"
             "                   and LayerNorm parameters (default %g)\n"
             "  --beta1 B, --beta2 B, --adam-eps E\n"
@@ -67,7 +67,11 @@ static void usage(FILE *out) {
             "                   each resuming the last one's checkpoint\n"
             "  --log-every K    a progress line every K steps (default: about 15 lines)\n"
             "  --svg FILE       draw the loss curve as an SVG chart\n"
-            "  --json           print one JSON object at the end instead of the summary\n",
+            "  --json           print one JSON object at the end instead of the summary\n"
+            "  --schedule S     each layer's step: fused (default) or unfused (one pass over\n"
+            "                   memory per operator, as a framework's eager mode)\n"
+            "  --plan FILE      run every layer on a plan from `dmove tune` for these sizes\n"
+            "                   (layouts and algorithms chosen by measurement)\n",
             a.lr, a.weight_decay, a.beta1, a.beta2, a.eps);
     cli_config_help(out, CLI_CFG_ALL);
     fprintf(out,
@@ -80,7 +84,7 @@ static void usage(FILE *out) {
             "examples:\n"
             "  dmove train                                 (2 BERT-base layers, 30 steps)\n"
             "  dmove train --layers 4 --batch 4 --seq 64 --steps 200 --lr 3e-4 --warmup 20 \\\n"
-            "              --schedule linear --svg loss.svg --save run.ckpt\n"
+            "              --lr-schedule linear --svg loss.svg --save run.ckpt\n"
             "  dmove train --layers 4 --batch 4 --seq 64 --steps 300 --resume run.ckpt\n");
 }
 
@@ -213,10 +217,10 @@ int cmd_train(int argc, char **argv) {
     cli_config_init(&c, CLI_CFG_ALL);
     dm_adamw_config adam;
     dm_adamw_config_default(&adam);
-    int layers = 2, json = 0, linear = 0;
+    int layers = 2, json = 0, linear = 0, unfused = 0;
     int64_t steps = 30, save_every = 0, log_every = 0, until = 0;
     double teacher_scale = 5.0;
-    const char *data = NULL, *init = NULL, *resume = NULL, *save = NULL, *svg = NULL;
+    const char *data = NULL, *init = NULL, *resume = NULL, *save = NULL, *svg = NULL, *plan = NULL;
     for (int a = 1; a < argc; a++) {
         const char *v = NULL;
         int r;
@@ -233,13 +237,24 @@ int cmd_train(int argc, char **argv) {
             if (r < 0 || cli_parse_double(CMD, "--lr", v, &adam.lr)) return CLI_USAGE;
         } else if (OPT("--warmup")) {
             if (r < 0 || cli_parse_i64(CMD, "--warmup", v, 0, INT64_C(1000000000), &adam.warmup)) return CLI_USAGE;
-        } else if (OPT("--schedule")) {
+        } else if (OPT("--lr-schedule")) {
             if (r < 0) return CLI_USAGE;
             if (strcmp(v, "constant") && strcmp(v, "linear")) {
-                cli_usage_error(CMD, "--schedule: '%s' is not constant or linear", v);
+                cli_usage_error(CMD, "--lr-schedule: '%s' is not constant or linear", v);
                 return CLI_USAGE;
             }
             linear = !strcmp(v, "linear");
+        } else if (OPT("--schedule")) {
+            if (r < 0) return CLI_USAGE;
+            if (strcmp(v, "fused") && strcmp(v, "unfused")) {
+                cli_usage_error(CMD, "--schedule: unknown schedule '%s' (known: fused, unfused; the learning "
+                                "rate's is --lr-schedule)", v);
+                return CLI_USAGE;
+            }
+            unfused = !strcmp(v, "unfused");
+        } else if (OPT("--plan")) {
+            if (r < 0) return CLI_USAGE;
+            plan = v;
         } else if (OPT("--weight-decay")) {
             if (r < 0 || cli_parse_double(CMD, "--weight-decay", v, &adam.weight_decay)) return CLI_USAGE;
         } else if (OPT("--beta1")) {
@@ -353,7 +368,13 @@ int cmd_train(int argc, char **argv) {
         goto done;
     }
     rc = CLI_FAIL;
-    dm_layer_options opt = {.threads = c.threads};
+    dm_layer_options opt = {.threads = c.threads, .schedule = unfused ? DM_SCHED_UNFUSED : DM_SCHED_FUSED,
+                            .plan = plan};
+    if (plan && unfused) {
+        cli_usage_error(CMD, "--plan is a plan of the fused schedule: leave out --schedule unfused");
+        rc = CLI_USAGE;
+        goto done;
+    }
     if (dm_trainer_new(&T, cfg, layers, &opt, &adam) != DM_OK) {
         rc = fail_dm("");
         goto done;

@@ -363,11 +363,11 @@ expect_fail "analyze: --plan missing file" 1 "cannot open plan" "$D" analyze --d
 trn() { "$D" train --layers 2 --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16 --steps 6 --lr 1e-3 "$@"; }
 expect_ok "dmove train --help" "$D" train --help
 check "dmove train --help has an example" grep -q 'example' "$T/stdout"
-expect_ok "train (tiny): checkpoint, chart" trn --warmup 2 --schedule linear --save "$T/full.ckpt" --svg "$T/loss.svg"
+expect_ok "train (tiny): checkpoint, chart" trn --warmup 2 --lr-schedule linear --save "$T/full.ckpt" --svg "$T/loss.svg"
 check "train printed the loss and the time per phase" grep -q "time per step.*AdamW" "$T/stdout"
 check "train drew the loss chart" grep -q "<polyline" "$T/loss.svg"
-expect_ok "train --until 3 (the first part)" trn --warmup 2 --schedule linear --save "$T/part.ckpt" --until 3
-expect_ok "train --resume (the second part)" trn --warmup 2 --schedule linear --save "$T/res.ckpt" --resume "$T/part.ckpt"
+expect_ok "train --until 3 (the first part)" trn --warmup 2 --lr-schedule linear --save "$T/part.ckpt" --until 3
+expect_ok "train --resume (the second part)" trn --warmup 2 --lr-schedule linear --save "$T/res.ckpt" --resume "$T/part.ckpt"
 check "the run in two parts equals the whole run, byte for byte" cmp -s "$T/full.ckpt" "$T/res.ckpt"
 expect_ok "train --json" trn --json
 check "train --json printed the losses" grep -q '"loss":\[' "$T/stdout"
@@ -375,8 +375,11 @@ st_write "$T/data" hidden_states:F32:3,4,8:077 target:F32:3,4,8 attention_mask:I
 expect_ok "train --data (an I64 mask)" "$D" train --data "$T/data" --layers 1 --batch 2 --heads 2 --ffn 16 --steps 2
 expect_fail "train: --steps 0" 2 "--steps" trn --steps 0
 expect_fail "train: negative --lr" 2 "learning rate" trn --lr -1
-expect_fail "train: warm-up as long as the run" 2 "warm-up" trn --warmup 6 --schedule linear
-expect_fail "train: unknown --schedule" 2 "constant or linear" trn --schedule cosine
+expect_fail "train: warm-up as long as the run" 2 "warm-up" trn --warmup 6 --lr-schedule linear
+expect_fail "train: unknown --lr-schedule" 2 "constant or linear" trn --lr-schedule cosine
+expect_fail "train: --schedule linear (the layers' schedule)" 2 "lr-schedule" trn --schedule linear
+expect_fail "train: --plan with --schedule unfused" 2 "fused schedule" trn --plan "$T/p.json" --schedule unfused
+expect_fail "train: --plan missing file" 1 "cannot open plan" trn --plan "$T/none.json" --save "$OUT"
 expect_fail "train: --until past --steps" 2 "past --steps" trn --until 9
 expect_fail "train: --save-every without --save" 2 "needs --save" trn --save-every 2
 expect_fail "train: --init and --resume" 2 "use one" trn --init "$T/full.ckpt" --resume "$T/full.ckpt"

@@ -389,6 +389,80 @@ out:
     dm_trainer_free(C);
 }
 
+/* Thousands of damaged copies of a checkpoint (bytes changed, truncations): loading one
+ * never crashes, and the trainer ends as the intact file left it, whether the damage was
+ * refused or was harmless (the checksum covers every value, so nothing else can load). */
+static void test_ckpt_mutations(void) {
+    const dm_layer_config cfg = tiny();
+    char path[] = "/tmp/dmove_test_mut.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    char bad[sizeof path + 8];
+    snprintf(bad, sizeof bad, "%s.bad", path);
+    dm_trainer *A = NULL, *V = NULL;
+    char *bytes = NULL, *m = NULL;
+    float *want = NULL;
+    CHECK_OK(dm_trainer_new(&A, &cfg, 1, NULL, NULL));
+    CHECK_OK(dm_trainer_new(&V, &cfg, 1, NULL, NULL));
+    if (!A || !V) goto out;
+    CHECK_OK(dm_trainer_init_params(A, 9));
+    batch_of(A, 1);
+    CHECK_OK(dm_trainer_step(A, NULL));
+    CHECK_OK(dm_trainer_save(A, path));
+    CHECK_OK(dm_trainer_load(V, path));
+    size_t nw = 0;
+    want = snapshot(V, &nw);
+    FILE *fp = fopen(path, "rb");
+    CHECK(fp != NULL && want != NULL);
+    if (!fp || !want) goto out;
+    fseek(fp, 0, SEEK_END);
+    const long size = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    bytes = malloc((size_t)size);
+    m = malloc((size_t)size);
+    CHECK(bytes && m && fread(bytes, 1, (size_t)size, fp) == (size_t)size);
+    fclose(fp);
+    if (!bytes || !m) goto out;
+    uint64_t r = 12345;
+    int refused = 0, loaded = 0, kept = 1;
+    for (int it = 0; it < 3000 && kept; it++) {
+        memcpy(m, bytes, (size_t)size);
+        size_t len = (size_t)size;
+        r = dm_train_layer_seed(r, it, 1);
+        if (it % 10 == 0) {
+            len = (size_t)(r % (uint64_t)size); /* a truncation */
+        } else {
+            const int k = 1 + (int)(r >> 60) % 3;
+            for (int q = 0; q < k; q++) {
+                r = dm_train_layer_seed(r, q, 2);
+                /* half the hits in the header, where the parser is */
+                size_t at = (r & 1) ? (size_t)((r >> 8) % 4096 % (uint64_t)size) : (size_t)((r >> 8) % (uint64_t)size);
+                m[at] = (char)(r >> 40);
+            }
+        }
+        write_bytes(bad, m, len);
+        if (dm_trainer_load(V, bad) == DM_OK) loaded++;
+        else refused++;
+        size_t n = 0;
+        float *now = snapshot(V, &n);
+        kept = now && n == nw && memcmp(now, want, n * 4) == 0 && dm_trainer_step_count(V) == 1;
+        free(now);
+    }
+    CHECK(kept);
+    printf("3000 damaged checkpoints: %d refused, %d harmless and loaded; the trainer %s\n", refused, loaded,
+           kept ? "always as the intact file left it" : "CHANGED");
+out:
+    unlink(bad);
+    unlink(path);
+    free(bytes);
+    free(m);
+    free(want);
+    dm_trainer_free(A);
+    dm_trainer_free(V);
+}
+
 /* --- learning, and refusing to learn from NaN ------------------------------------------ */
 
 static void test_learns(void) {
@@ -535,6 +609,7 @@ int main(void) {
     test_adamw_naive();
     test_schedule();
     test_checkpoints();
+    test_ckpt_mutations();
     test_learns();
     test_errors();
     test_chart();
