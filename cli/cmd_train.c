@@ -3,9 +3,11 @@
  * resume, pretrained parameters) and a loss chart. */
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli_common.h"
 #include "core/philox.h"
@@ -60,7 +62,8 @@ static void usage(FILE *out) {
             "                   moments, step): the same options give the same result as\n"
             "                   an uninterrupted run\n"
             "  --save FILE      write a checkpoint at the end (atomically; also every\n"
-            "                   --save-every K steps)\n"
+            "                   --save-every K steps, and on Ctrl-C: the step under way\n"
+            "                   ends, the checkpoint is written, the exit status is 130)\n"
             "  --save-every K   checkpoint every K steps as well (needs --save)\n"
             "  --until K        stop after step K this time, as if interrupted (the\n"
             "                   schedule still runs to --steps): train a long run in parts,\n"
@@ -190,6 +193,29 @@ static void fill_teacher_inputs(uint64_t seed, int64_t step, int64_t b, int64_t 
 }
 
 /* --- the command ----------------------------------------------------------------------- */
+
+/* Ctrl-C (SIGINT) or SIGTERM during a run: the step under way finishes, the checkpoint
+ * (--save) is written, and the run ends with status 130; a second signal ends it at once
+ * (the handler is reset to the default by the first). */
+static volatile sig_atomic_t g_interrupted;
+
+static void on_signal(int sig) {
+    static const char msg[] = "\ndmove train: interrupted: finishing this step, then saving the checkpoint "
+                              "(again to quit at once)\n";
+    g_interrupted = sig;
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
+static void catch_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = (int)SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGINT, &sa, NULL); /* without it, a signal ends the run as before */
+    (void)sigaction(SIGTERM, &sa, NULL);
+}
 
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -432,7 +458,9 @@ int cmd_train(int argc, char **argv) {
         goto done;
     }
     const int64_t todo = stop - start;
-    if (!(losses = malloc((size_t)todo * sizeof(double))) || !(step_secs = malloc((size_t)todo * sizeof(double)))) {
+    /* the per-step history grows as the run goes (a long --steps costs no memory up front) */
+    int64_t cap = todo < 4096 ? todo : 4096;
+    if (!(losses = malloc((size_t)cap * sizeof(double))) || !(step_secs = malloc((size_t)cap * sizeof(double)))) {
         cli_error(CMD, "out of memory");
         goto done;
     }
@@ -453,8 +481,9 @@ int cmd_train(int argc, char **argv) {
     fflush(info);
 
     double t_begin = cli_now(), t_data = 0.0, t_save = 0.0, t_last = t_begin;
-    int64_t last_logged = start;
-    for (int64_t s = start + 1; s <= stop; s++) {
+    int64_t last_logged = start, ran = 0;
+    catch_signals();
+    for (int64_t s = start + 1; s <= stop && !g_interrupted; s++) {
         double t0 = cli_now();
         if (data) {
             fill_from_file(&ud, s, b, j, I, x, y, mask);
@@ -477,8 +506,20 @@ int cmd_train(int argc, char **argv) {
             rc = fail_dm(where);
             goto done;
         }
+        if (s - start > cap) {
+            cap = cap * 2 < todo ? cap * 2 : todo;
+            double *l2 = realloc(losses, (size_t)cap * sizeof(double));
+            if (l2) losses = l2;
+            double *s2 = l2 ? realloc(step_secs, (size_t)cap * sizeof(double)) : NULL;
+            if (s2) step_secs = s2;
+            if (!l2 || !s2) {
+                cli_error(CMD, "out of memory for the loss history at step %" PRId64, s);
+                goto done;
+            }
+        }
         step_secs[s - start - 1] = cli_now() - ts;
         losses[s - start - 1] = loss;
+        ran = s - start;
         if (save && save_every && s % save_every == 0 && s < stop) {
             double t1 = cli_now();
             if (dm_trainer_save(T, save) != DM_OK) {
@@ -487,7 +528,7 @@ int cmd_train(int argc, char **argv) {
             }
             t_save += cli_now() - t1;
         }
-        if ((s - start) % log_every == 0 || s == stop) {
+        if ((s - start) % log_every == 0 || s == stop || s == start + 1 || g_interrupted) {
             double t = cli_now(), per = (t - t_last) / (double)(s - last_logged);
             char eta[32];
             fmt_secs(eta, sizeof eta, per * (double)(stop - s));
@@ -500,7 +541,8 @@ int cmd_train(int argc, char **argv) {
         }
     }
     double t_total = cli_now() - t_begin;
-    if (save) {
+    const int64_t last = start + ran;
+    if (save && ran > 0) {
         double t1 = cli_now();
         if (dm_trainer_save(T, save) != DM_OK) {
             rc = fail_dm("--save: ");
@@ -512,7 +554,7 @@ int cmd_train(int argc, char **argv) {
         char title[160];
         snprintf(title, sizeof title, "dmove train: %d layer%s, i=%" PRId64 ", b=%" PRId64 " j=%" PRId64 ", lr %s",
                  layers, layers > 1 ? "s" : "", I, b, j, lrb);
-        if (dm_loss_svg(losses, todo, start + 1, title, svg) != DM_OK) {
+        if (ran > 0 && dm_loss_svg(losses, ran, start + 1, title, svg) != DM_OK) {
             rc = fail_dm("--svg: ");
             goto done;
         }
@@ -520,39 +562,53 @@ int cmd_train(int argc, char **argv) {
     double ph[DM_TRAIN_NUM_PHASES];
     dm_trainer_times(T, ph);
     /* AdamW reads p, g, m, v and writes p, m, v: 28 bytes per parameter per step */
-    const double opt_gbs = ph[DM_TRAIN_OPTIMIZER] > 0 ? 28.0 * (double)np * (double)todo / ph[DM_TRAIN_OPTIMIZER] / 1e9 : 0;
-    const double n = (double)todo;
+    if (ran == 0) {
+        cli_error(CMD, "interrupted before the first step ended: nothing trained, nothing saved");
+        rc = 130;
+        goto done;
+    }
+    const double opt_gbs = ph[DM_TRAIN_OPTIMIZER] > 0 ? 28.0 * (double)np * (double)ran / ph[DM_TRAIN_OPTIMIZER] / 1e9 : 0;
+    const double n = (double)ran;
     /* the median training step (forward, loss, backward, AdamW; not the data) */
-    qsort(step_secs, (size_t)todo, sizeof(double), cmp_double);
-    const double med = todo % 2 ? step_secs[todo / 2] : 0.5 * (step_secs[todo / 2 - 1] + step_secs[todo / 2]);
+    qsort(step_secs, (size_t)ran, sizeof(double), cmp_double);
+    const double med = ran % 2 ? step_secs[ran / 2] : 0.5 * (step_secs[ran / 2 - 1] + step_secs[ran / 2]);
     if (json) {
         printf("{\"layers\":%d,\"params\":%" PRId64 ",\"batch\":%" PRId64 ",\"seq\":%" PRId64 ",\"hidden\":%" PRId64
                ",\"heads\":%" PRId64 ",\"ffn\":%" PRId64 ",\"dropout\":%.17g,\"lr\":%.17g,\"first_step\":%" PRId64
                ",\"last_step\":%" PRId64 ",\"data\":\"%s\",\"loss\":[",
-               layers, np, b, j, I, cfg->heads, cfg->ffn, cfg->dropout, adam.lr, start + 1, stop,
+               layers, np, b, j, I, cfg->heads, cfg->ffn, cfg->dropout, adam.lr, start + 1, last,
                data ? "file" : "teacher");
-        for (int64_t k = 0; k < todo; k++) printf("%s%.9g", k ? "," : "", losses[k]);
+        for (int64_t k = 0; k < ran; k++) printf("%s%.9g", k ? "," : "", losses[k]);
         printf("],\"ms_per_step\":{\"data\":%.4f,\"forward\":%.4f,\"loss\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,"
                "\"total\":%.4f},\"step_ms_median\":%.4f,\"optimizer_gb_per_s\":%.3f,\"tokens_per_s\":%.1f}\n",
                1e3 * t_data / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n,
                1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * (t_total - t_save) / n,
                1e3 * med, opt_gbs, (double)(b * j) * n / (t_total - t_save));
     } else {
-        printf("\nloss %.6f (step %" PRId64 ") -> %.6f (step %" PRId64 ")\n", losses[0], start + 1, losses[todo - 1],
-               stop);
+        printf("\nloss %.6f (step %" PRId64 ") -> %.6f (step %" PRId64 ")\n", losses[0], start + 1, losses[ran - 1],
+               last);
         printf("time per step %.1f ms: %s %.1f, forward %.1f, loss %.1f, backward %.1f, AdamW %.1f (%.1f GB/s)\n",
                1e3 * (t_total - t_save) / n, data ? "reading data" : "teacher", 1e3 * t_data / n,
                1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
                1e3 * ph[DM_TRAIN_OPTIMIZER] / n, opt_gbs);
         printf("median training step (forward, loss, backward, AdamW): %.1f ms\n", 1e3 * med);
-        if (save && stop < steps)
+        if (save && last < steps)
             printf("checkpoint: %s (step %" PRId64 " of %" PRId64 "; continue with the same options and --resume %s)\n",
-                   save, stop, steps, save);
+                   save, last, steps, save);
         else if (save)
-            printf("checkpoint: %s (step %" PRId64 "; go on with --resume %s and a larger --steps)\n", save, stop, save);
+            printf("checkpoint: %s (step %" PRId64 "; go on with --resume %s and a larger --steps)\n", save, last, save);
         if (svg) printf("loss chart: %s\n", svg);
     }
     rc = fflush(stdout) == 0 ? CLI_OK : CLI_FAIL;
+    if (g_interrupted && last < stop) {
+        if (save)
+            cli_error(CMD, "interrupted after step %" PRId64 " of %" PRId64 ": checkpoint saved to %s; continue with "
+                      "the same options and --resume %s", last, steps, save, save);
+        else
+            cli_error(CMD, "interrupted after step %" PRId64 " of %" PRId64 " (without --save, nothing was kept)", last,
+                      steps);
+        rc = 130;
+    }
 done:
     free(losses);
     free(step_secs);

@@ -373,6 +373,30 @@ expect_ok "train --json" trn --json
 check "train --json printed the losses" grep -q '"loss":\[' "$T/stdout"
 st_write "$T/data" hidden_states:F32:3,4,8:077 target:F32:3,4,8 attention_mask:I64:3,4:001
 expect_ok "train --data (an I64 mask)" "$D" train --data "$T/data" --layers 1 --batch 2 --heads 2 --ffn 16 --steps 2
+# Ctrl-C: the step under way ends, the checkpoint is written, status 130; it resumes
+cases=$((cases + 1))
+# (dmove itself in the background, not the function: $! must be dmove's process)
+"$D" train --layers 2 --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16 --lr 1e-3 --steps 100000000 \
+    --save "$T/int.ckpt" >"$T/int.out" 2>"$T/int.err" &
+tpid=$!
+# signal it once it is training (its first progress line: the handlers are in place), and
+# never wait for it more than a minute
+k=0
+while [ $k -lt 600 ] && ! grep -q '^step' "$T/int.out" 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+kill -INT $tpid
+k=0
+while [ $k -lt 600 ] && kill -0 $tpid 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+kill -KILL $tpid 2>/dev/null
+wait $tpid
+rc=$?
+at=$(sed -n 's/.*interrupted after step \([0-9]*\) of.*/\1/p' "$T/int.err")
+if [ $rc -eq 130 ] && [ -n "$at" ] && trn --steps 100000000 --resume "$T/int.ckpt" --until $((at + 1)) >/dev/null 2>&1; then
+    echo "ok   train: interrupted after step $at (status 130), its checkpoint resumed"
+else
+    fails=$((fails + 1))
+    echo "FAIL train: interrupted (status $rc, step '$at')"
+    sed 's/^/    /' "$T/int.err"
+fi
 expect_fail "train: --steps 0" 2 "--steps" trn --steps 0
 expect_fail "train: negative --lr" 2 "learning rate" trn --lr -1
 expect_fail "train: warm-up as long as the run" 2 "warm-up" trn --warmup 6 --lr-schedule linear
