@@ -188,6 +188,17 @@ done
 expect_ok "dmove example (tiny)" "$D" example --out "$V" --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16
 expect_ok "dmove layer on it" layv
 check "layer wrote its output" test -s "$OUT"
+# the gradients in Hugging Face's shapes (i=8, u=16): weights (out, in), biases vectors
+hf_shapes() {
+    for w in attention.self.query attention.self.key attention.self.value attention.output.dense; do
+        grep -a -q "\"$w.weight.grad\":{\"dtype\":\"F32\",\"shape\":\[8,8\]" "$1" || return 1
+        grep -a -q "\"$w.bias.grad\":{\"dtype\":\"F32\",\"shape\":\[8\]" "$1" || return 1
+    done
+    grep -a -q '"intermediate.dense.weight.grad":{"dtype":"F32","shape":\[16,8\]' "$1" &&
+        grep -a -q '"intermediate.dense.bias.grad":{"dtype":"F32","shape":\[16\]' "$1" &&
+        grep -a -q '"output.dense.weight.grad":{"dtype":"F32","shape":\[8,16\]' "$1"
+}
+check "layer's gradients have Hugging Face's shapes" hf_shapes "$OUT"
 expect_ok "dmove layer --schedule unfused --dropout 0" layv --schedule unfused --dropout 0
 expect_ok "dmove layer --forward-only" layv --forward-only --act relu
 # the options `dmove example` records become layer's defaults: --heads may be left out, and
