@@ -220,7 +220,8 @@ dm_status dm_trainer_save(const dm_trainer *t, const char *path);
  * architecture against this trainer's, shapes, checksum) before anything changes. */
 dm_status dm_trainer_load(dm_trainer *t, const char *path);
 /* Takes the parameters alone from a safetensors file with Hugging Face BertEncoder names
- * ("encoder.layer.<l>.<parameter>", optionally under "bert."; f32, f16 or bf16), e.g. a
+ * ("encoder.layer.<l>.<parameter>", optionally under "bert.", LayerNorm parameters also as
+ * gamma and beta as in the original BERT checkpoints; f32, f64, f16 or bf16), e.g. a
  * pretrained BERT's model.safetensors; moments and step count back to 0. Validated whole
  * before anything changes. */
 dm_status dm_trainer_load_params(dm_trainer *t, const char *path);

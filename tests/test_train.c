@@ -463,6 +463,68 @@ out:
     dm_trainer_free(V);
 }
 
+/* Pretrained parameters as a BERT checkpoint names them: under "bert.", LayerNorm's as
+ * gamma and beta, one tensor in f64. */
+static void test_load_bert_names(void) {
+    const dm_layer_config cfg = tiny();
+    char path[] = "/tmp/dmove_test_bert.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    dm_trainer *T = NULL;
+    dm_st_writer *w = NULL;
+    CHECK_OK(dm_trainer_new(&T, &cfg, 2, NULL, NULL));
+    CHECK_OK(dm_st_writer_new(&w));
+    if (!T || !w) goto out;
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < DM_NUM_PARAMS; k++) {
+            char name[160], fname[200];
+            snprintf(name, sizeof name, "encoder.layer.%d.%s", l, dm_param_names[k]);
+            float *p;
+            int nd;
+            int64_t sh[4];
+            CHECK_OK(dm_trainer_tensor(T, name, &p, &nd, sh));
+            const int64_t n = nd == 1 ? sh[0] : sh[0] * sh[1];
+            double *v = malloc((size_t)n * sizeof(double));
+            float *f = malloc((size_t)n * sizeof(float));
+            if (!v || !f) {
+                free(v), free(f);
+                continue;
+            }
+            for (int64_t e = 0; e < n; e++) v[e] = 0.001 * (double)(e % 97) + l + 0.01 * k;
+            for (int64_t e = 0; e < n; e++) f[e] = (float)v[e];
+            snprintf(fname, sizeof fname, "bert.%s", name);
+            char *ln = strstr(fname, "LayerNorm.");
+            if (ln) snprintf(ln + 10, sizeof fname - (size_t)(ln + 10 - fname), "%s", strstr(name, ".weight") ? "gamma" : "beta");
+            const int f64 = k == 10; /* intermediate.dense.weight */
+            CHECK_OK(dm_st_writer_add(w, fname, f64 ? DM_ST_F64 : DM_ST_F32, nd, sh, f64 ? (void *)v : (void *)f));
+            free(v);
+            free(f);
+        }
+    CHECK_OK(dm_st_writer_write(w, path));
+    CHECK_OK(dm_trainer_load_params(T, path));
+    int same = 1;
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < DM_NUM_PARAMS; k++) {
+            char name[160];
+            snprintf(name, sizeof name, "encoder.layer.%d.%s", l, dm_param_names[k]);
+            float *p;
+            int nd;
+            int64_t sh[4];
+            if (dm_trainer_tensor(T, name, &p, &nd, sh) != DM_OK) continue;
+            const int64_t n = nd == 1 ? sh[0] : sh[0] * sh[1];
+            for (int64_t e = 0; e < n; e++) same &= p[e] == (float)(0.001 * (double)(e % 97) + l + 0.01 * k);
+        }
+    CHECK(same);
+    printf("parameters under bert.encoder.layer.*, LayerNorm gamma/beta, one tensor f64: %s\n",
+           same ? "loaded exactly" : "WRONG");
+out:
+    dm_st_writer_free(w);
+    unlink(path);
+    dm_trainer_free(T);
+}
+
 /* --- learning, and refusing to learn from NaN ------------------------------------------ */
 
 static void test_learns(void) {
@@ -610,6 +672,7 @@ int main(void) {
     test_schedule();
     test_checkpoints();
     test_ckpt_mutations();
+    test_load_bert_names();
     test_learns();
     test_errors();
     test_chart();

@@ -199,14 +199,31 @@ dm_status dm_trainer_load(dm_trainer *T, const char *path) {
     return s;
 }
 
-/* The file's tensor of layer l's parameter k, with or without the "bert." prefix. */
+/* The file's tensor of layer l's parameter k: with or without the "bert." prefix, and a
+ * LayerNorm's weight and bias also under their TensorFlow-era names gamma and beta (as
+ * the original BERT checkpoints store them; Hugging Face renames them when loading). */
 static const dm_st_tensor *find_param(const dm_st_file *f, int l, int k, char *name, size_t n) {
-    snprintf(name, n, "encoder.layer.%d.%s", l, dm_param_names[k]);
-    const dm_st_tensor *t = dm_st_find(f, name);
-    if (t) return t;
-    char alt[200];
-    snprintf(alt, sizeof alt, "bert.%s", name);
-    return dm_st_find(f, alt);
+    const char *pn = dm_param_names[k];
+    const size_t len = strlen(pn);
+    char old[96] = "";
+    if (len > 17 && !strcmp(pn + len - 17, ".LayerNorm.weight"))
+        snprintf(old, sizeof old, "%.*s.LayerNorm.gamma", (int)(len - 17), pn);
+    else if (len > 15 && !strcmp(pn + len - 15, ".LayerNorm.bias"))
+        snprintf(old, sizeof old, "%.*s.LayerNorm.beta", (int)(len - 15), pn);
+    static const char *const prefix[2] = {"", "bert."};
+    for (int v = 0; v < 2; v++)
+        for (int p = 0; p < 2; p++) {
+            if (v && !old[0]) break;
+            char cand[200];
+            snprintf(cand, sizeof cand, "%sencoder.layer.%d.%s", prefix[p], l, v ? old : pn);
+            const dm_st_tensor *t = dm_st_find(f, cand);
+            if (t) {
+                snprintf(name, n, "%s", cand);
+                return t;
+            }
+        }
+    snprintf(name, n, "encoder.layer.%d.%s", l, pn);
+    return NULL;
 }
 
 static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f) {
