@@ -374,6 +374,23 @@ static dm_status build(dmc_gen *gn, const dmc_rowprog *const *progs, int np,
                     s = dm_fail(DM_ERR_BACKEND, "cudaKernelSetAttributeForDevice(%s, %zu bytes of shared "
                                 "memory) failed: %s", sym, gn->k[i].smem, cudaGetErrorString(e));
             }
+            /* A program with column sums: no more blocks than the GPU holds at once, now
+             * counted as the runtime counts them (registers and this GPU's shared memory;
+             * gen.cu's guess knows neither): blocks past one full wave would form a second,
+             * partial one that every row waits for. Where the runtime cannot tell, the
+             * guess stays (the kernel strides over rows by its grid either way). */
+            if (s == DM_OK && gn->k[i].acc_floats > 0) {
+                int per_sm = 0, sms = 0;
+                if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)kern, gn->k[i].threads,
+                                                                  gn->k[i].smem) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+                    per_sm > 0 && sms > 0) {
+                    const long long fit = (long long)per_sm * sms;
+                    if (fit < gn->k[i].blocks) gn->k[i].blocks = (int)fit;
+                } else {
+                    (void)cudaGetLastError(); /* a failed query is not sticky: clear it */
+                }
+            }
         }
     }
     return s;
@@ -414,6 +431,7 @@ dm_status dmc_gen_launch(const dmc_gen *gn, int i, uint64_t seed, float *partial
             return dm_fail(DM_ERR_OOM, "out of memory emulating a generated row kernel");
         return DM_OK;
     }
+    if (k->blocks <= 0) return DM_OK; /* no rows: nothing to launch (a grid of 0 is an error) */
     unsigned long long sd = (unsigned long long)seed;
     void *args[3] = {&P, &sd, &partials};
     DMC_CUDA(cudaLaunchKernel((const void *)k->kernel, dim3((unsigned)k->blocks), dim3((unsigned)k->threads),

@@ -508,15 +508,19 @@ template <typename S> static dm_status allow_smem_one(size_t bytes) {
     return DM_OK;
 }
 
-/* The limit is the kernel's, for the whole process: only ever raised, so an executor made
- * later with smaller needs does not take it away from an earlier one. */
+/* The limit is the kernel's on the current device, for the whole process: only ever
+ * raised, so an executor made later with smaller needs does not take it away from an
+ * earlier one; kept per device, since each device has its own. */
 dm_status dmc_rows_allow_smem(size_t bytes) {
-    static size_t high = 0;
-    if (bytes <= high) return DM_OK;
-    high = bytes;
+    enum { MAXDEV = 64 };
+    static size_t high[MAXDEV];
+    int dev = 0;
+    DMC_CUDA(cudaGetDevice(&dev));
+    if (dev >= 0 && dev < MAXDEV && bytes <= high[dev]) return DM_OK;
     DM_TRY(allow_smem_one<float>(bytes));
     DM_TRY(allow_smem_one<__nv_bfloat16>(bytes));
     DM_TRY(allow_smem_one<__half>(bytes));
+    if (dev >= 0 && dev < MAXDEV) high[dev] = bytes;
     return DM_OK;
 }
 
