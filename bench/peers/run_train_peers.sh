@@ -4,7 +4,8 @@
 # fused AdamW, torch.compile with the fused AdamW; bench/peers/train_stack.py) and in dmove
 # (`dmove train --json`: its median step, the teacher's data excluded as the peers' fixed
 # inputs are), interleaved over rounds in one run; prints medians and ratios against dmove
-# and saves them with machine, date and commit to bench/results/train-peers-<date>.txt.
+# and saves them with machine, date and commit to bench/results/train-peers-<date>.txt
+# (train-peers-<date>-L<layers>.txt for other than 2 layers).
 # Usage: sh bench/peers/run_train_peers.sh [--rounds N] [--layers L] [--reps R]
 # Sizes: BERT-base layers, b=8 j=128, 2 threads, dropout 0.1. Needs bench/.venv-peers
 # (bench/peers/setup_venv.sh) and build/dmove (or DMOVE=...).
@@ -23,7 +24,7 @@ root=$(cd "$here/../.." && pwd)
 DMOVE=${DMOVE:-$root/build/dmove}
 PY=${VENV:-$root/bench/.venv-peers}/bin/python
 [ -x "$PY" ] || { echo "no $PY: run sh bench/peers/setup_venv.sh first" >&2; exit 1; }
-out=$root/bench/results/train-peers-$(date -u +%Y-%m-%d).txt
+out=$root/bench/results/train-peers-$(date -u +%Y-%m-%d)$([ "$layers" = 2 ] || echo "-L$layers").txt
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=17179869184 MALLOC_TOP_PAD_=268435456
