@@ -655,6 +655,26 @@ static void test_chart(void) {
         CHECK(c.circles == 40 && c.polylines == 1);
         CHECK(strstr(buf, pass ? "mean squared error)" : "log scale") != NULL);
     }
+    /* a long run: its running mean as a second line, no per-step markers */
+    enum { LONG = 300 };
+    double many[LONG];
+    for (int k = 0; k < LONG; k++) many[k] = 1.0 / (1 + k) + 0.05 * ((k * 7919) % 13) / 13.0;
+    CHECK_OK(dm_loss_svg(many, LONG, 1, "long", path));
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    if (f) {
+        static char buf[1 << 17];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        XML_Parser x = XML_ParserCreate(NULL);
+        svg_count c = {0};
+        XML_SetUserData(x, &c);
+        XML_SetElementHandler(x, on_start, NULL);
+        CHECK(XML_Parse(x, buf, (int)n, 1) == XML_STATUS_OK);
+        XML_ParserFree(x);
+        CHECK(c.circles == 0 && c.polylines == 2 && strstr(buf, "mean of the last 7 steps"));
+    }
     CHECK(dm_loss_svg(loss, 0, 1, "t", path) == DM_ERR_INVALID_ARG);
     unlink(path);
 }

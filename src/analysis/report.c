@@ -12,68 +12,9 @@
 
 #include "analysis/cost.h"
 #include "core/status.h"
+#include "core/strbuf.h"
 
 static const char *pass_name(int pass) { return pass ? "backward" : "forward"; }
-
-/* --- a growing string ---------------------------------------------------------------- */
-
-typedef struct {
-    char *s;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) DM_PRINTF(2, 3);
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        size_t room = b->cap - b->n;
-        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? room : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->s && (size_t)k < room) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->n + (size_t)k + 1) cap *= 2;
-        char *q = realloc(b->s, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->s = q;
-        b->cap = cap;
-    }
-}
-
-/* XML text: & < > " ' escaped. */
-static void sb_xml(sbuf *b, const char *t) {
-    for (; *t; t++) {
-        switch (*t) {
-        case '&': sb_printf(b, "&amp;"); break;
-        case '<': sb_printf(b, "&lt;"); break;
-        case '>': sb_printf(b, "&gt;"); break;
-        case '"': sb_printf(b, "&quot;"); break;
-        case '\'': sb_printf(b, "&apos;"); break;
-        default:
-            if ((unsigned char)*t >= 0x20 || *t == '\n' || *t == '\t') sb_printf(b, "%c", *t);
-        }
-    }
-}
-
-static char *sb_done(sbuf *b) {
-    if (b->oom || !b->s) {
-        free(b->s);
-        return NULL;
-    }
-    return b->s;
-}
 
 /* --- JSON ------------------------------------------------------------------------------ */
 
@@ -159,29 +100,29 @@ cJSON *dm_cost_json(const dm_graph *g, const dm_cost_report *r, const dm_layer_c
 
 /* --- CSV ------------------------------------------------------------------------------- */
 
-static void sb_csv_field(sbuf *b, const char *s) {
+static void sb_csv_field(dm_sbuf *b, const char *s) {
     if (!strpbrk(s, ",\"\n")) {
-        sb_printf(b, "%s", s);
+        dm_sb_printf(b, "%s", s);
         return;
     }
-    sb_printf(b, "\"");
-    for (; *s; s++) sb_printf(b, *s == '"' ? "\"\"" : "%c", *s);
-    sb_printf(b, "\"");
+    dm_sb_printf(b, "\"");
+    for (; *s; s++) dm_sb_printf(b, *s == '"' ? "\"\"" : "%c", *s);
+    dm_sb_printf(b, "\"");
 }
 
 char *dm_cost_csv(const dm_graph *g, const dm_cost_report *r) {
-    sbuf b = {0};
-    sb_printf(&b, "name,kind,pass,class,flop,bytes_read,bytes_written,bytes,intensity,bound,"
+    dm_sbuf b = {0};
+    dm_sb_printf(&b, "name,kind,pass,class,flop,bytes_read,bytes_written,bytes,intensity,bound,"
                   "predicted_seconds\n");
     for (int k = 0; k < r->nops; k++) {
         const dm_op_cost *c = &r->ops[k];
         sb_csv_field(&b, g->op[c->op].name);
-        sb_printf(&b, ",%s,%s,%s,%.17g,%.17g,%.17g,%.17g,%.9g,%s,%.9g\n",
+        dm_sb_printf(&b, ",%s,%s,%s,%.17g,%.17g,%.17g,%.17g,%.9g,%s,%.9g\n",
                   dm_op_kind_name(g->op[c->op].kind), pass_name(c->pass), dm_class_name(c->cls),
                   c->flop, c->bytes_read, c->bytes_written, c->bytes, c->intensity,
                   c->memory_bound ? "memory" : "compute", c->predicted_s);
     }
-    return sb_done(&b);
+    return dm_sb_done(&b);
 }
 
 /* --- SVG roofline ---------------------------------------------------------------------- */
@@ -204,18 +145,18 @@ static const char *class_color(dm_op_class c) {
 }
 
 /* A roof: y = min(bw * x, peak) across the x range, as a polyline. */
-static void roof(sbuf *b, const axes *a, double bw, double peak, const char *cls, const char *color,
+static void roof(dm_sbuf *b, const axes *a, double bw, double peak, const char *cls, const char *color,
                  const char *label) {
     double x0 = pow(10, a->lx0), x1 = pow(10, a->lx1), ridge = peak / bw;
-    sb_printf(b, "<polyline class=\"roof %s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
+    dm_sb_printf(b, "<polyline class=\"roof %s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
                  "points=\"", cls, color);
-    sb_printf(b, "%.1f,%.1f ", px(a, x0), py(a, fmin(bw * x0, peak)));
-    if (ridge > x0 && ridge < x1) sb_printf(b, "%.1f,%.1f ", px(a, ridge), py(a, peak));
-    sb_printf(b, "%.1f,%.1f\"/>\n", px(a, x1), py(a, fmin(bw * x1, peak)));
-    sb_printf(b, "<text class=\"roof-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" "
+    dm_sb_printf(b, "%.1f,%.1f ", px(a, x0), py(a, fmin(bw * x0, peak)));
+    if (ridge > x0 && ridge < x1) dm_sb_printf(b, "%.1f,%.1f ", px(a, ridge), py(a, peak));
+    dm_sb_printf(b, "%.1f,%.1f\"/>\n", px(a, x1), py(a, fmin(bw * x1, peak)));
+    dm_sb_printf(b, "<text class=\"roof-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" "
                  "font-size=\"12\" fill=\"%s\">", px(a, x1) - 4, py(a, peak) - 5, color);
-    sb_xml(b, label);
-    sb_printf(b, "</text>\n");
+    dm_sb_xml(b, label);
+    dm_sb_printf(b, "</text>\n");
 }
 
 char *dm_cost_svg(const dm_graph *g, const dm_cost_report *r, const char *title) {
@@ -233,75 +174,75 @@ char *dm_cost_svg(const dm_graph *g, const dm_cost_report *r, const char *title)
               ceil(log10(imax)) + 1, 0, 0};
     a.ly0 = floor(log10(fmin_)) - 1;
     a.ly1 = ceil(log10(fmax_ * 1.5));
-    sbuf b = {0};
-    sb_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    dm_sbuf b = {0};
+    dm_sb_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                   "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                   "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n", W, H, W, H);
-    sb_printf(&b, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
-    sb_printf(&b, "<text x=\"%d\" y=\"28\" font-size=\"16\" text-anchor=\"middle\">", W / 2);
-    sb_xml(&b, title ? title : "roofline");
-    sb_printf(&b, "</text>\n<text x=\"%d\" y=\"46\" font-size=\"12\" text-anchor=\"middle\">", W / 2);
-    sb_xml(&b, r->dev.desc);
-    sb_printf(&b, "</text>\n");
-    sb_printf(&b, "<defs><clipPath id=\"plot\"><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>"
+    dm_sb_printf(&b, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
+    dm_sb_printf(&b, "<text x=\"%d\" y=\"28\" font-size=\"16\" text-anchor=\"middle\">", W / 2);
+    dm_sb_xml(&b, title ? title : "roofline");
+    dm_sb_printf(&b, "</text>\n<text x=\"%d\" y=\"46\" font-size=\"12\" text-anchor=\"middle\">", W / 2);
+    dm_sb_xml(&b, r->dev.desc);
+    dm_sb_printf(&b, "</text>\n");
+    dm_sb_printf(&b, "<defs><clipPath id=\"plot\"><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>"
                   "</clipPath></defs>\n", ML, MT, W - ML - MR, H - MT - MB);
     /* grid and ticks at decades */
-    sb_printf(&b, "<g class=\"axes\" stroke=\"#ccc\" font-size=\"11\">\n");
+    dm_sb_printf(&b, "<g class=\"axes\" stroke=\"#ccc\" font-size=\"11\">\n");
     for (int e = (int)a.lx0; e <= (int)a.lx1; e++) {
         double x = ML + (e - a.lx0) / (a.lx1 - a.lx0) * (W - ML - MR);
-        sb_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>"
+        dm_sb_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>"
                       "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" stroke=\"none\">1e%d</text>\n",
                   x, MT, x, H - MB, x, H - MB + 16, e);
     }
     for (int e = (int)a.ly0; e <= (int)a.ly1; e++) {
         double y = H - MB - (e - a.ly0) / (a.ly1 - a.ly0) * (H - MT - MB);
-        sb_printf(&b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>"
+        dm_sb_printf(&b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>"
                       "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" stroke=\"none\">%g</text>\n",
                   ML, y, W - MR, y, ML - 6, y + 4, pow(10, e) / 1e9);
     }
-    sb_printf(&b, "</g>\n<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
+    dm_sb_printf(&b, "</g>\n<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
                   "stroke=\"black\"/>\n", ML, MT, W - ML - MR, H - MT - MB);
-    sb_printf(&b, "<text x=\"%d\" y=\"%d\" font-size=\"13\" text-anchor=\"middle\">operational "
+    dm_sb_printf(&b, "<text x=\"%d\" y=\"%d\" font-size=\"13\" text-anchor=\"middle\">operational "
                   "intensity (flop/byte, %s)</text>\n", (ML + W - MR) / 2, H - 22,
               dm_dtype_bytes_name(r->dtype_bytes));
-    sb_printf(&b, "<text x=\"20\" y=\"%d\" font-size=\"13\" text-anchor=\"middle\" "
+    dm_sb_printf(&b, "<text x=\"20\" y=\"%d\" font-size=\"13\" text-anchor=\"middle\" "
                   "transform=\"rotate(-90 20 %d)\">attainable GFLOP/s</text>\n", (MT + H - MB) / 2,
               (MT + H - MB) / 2);
     char lab[160];
-    sb_printf(&b, "<g clip-path=\"url(#plot)\">\n");
+    dm_sb_printf(&b, "<g clip-path=\"url(#plot)\">\n");
     snprintf(lab, sizeof lab, "contraction peak %.0f GFLOP/s, %.0f GB/s", pc / 1e9, bw / 1e9);
     roof(&b, &a, bw, pc, "contraction", "#1f77b4", lab);
     snprintf(lab, sizeof lab, "vector peak %.0f GFLOP/s", pv / 1e9);
     roof(&b, &a, bw, pv, "vector", "#ff7f0e", lab);
-    sb_printf(&b, "</g>\n<g class=\"points\" font-size=\"8\">\n");
+    dm_sb_printf(&b, "</g>\n<g class=\"points\" font-size=\"8\">\n");
     for (int k = 0; k < r->nops; k++) {
         const dm_op_cost *c = &r->ops[k];
         double x = c->intensity > 0 ? c->intensity : pow(10, a.lx0);
         double y = c->predicted_s > 0 && c->flop > 0 ? c->flop / c->predicted_s : pow(10, a.ly0);
         double cx = px(&a, x), cy = py(&a, y);
         const char *name = g->op[c->op].name;
-        sb_printf(&b, "<circle class=\"op %s %s\" cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\" "
+        dm_sb_printf(&b, "<circle class=\"op %s %s\" cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\" "
                       "fill-opacity=\"0.75\"><title>", dm_class_name(c->cls), pass_name(c->pass), cx,
                   cy, class_color(c->cls));
-        sb_xml(&b, name);
-        sb_printf(&b, " (%s, %s): %.3g GFLOP, %.3g MB, %.3g flop/B, %s-bound, %.3g ms</title>"
+        dm_sb_xml(&b, name);
+        dm_sb_printf(&b, " (%s, %s): %.3g GFLOP, %.3g MB, %.3g flop/B, %s-bound, %.3g ms</title>"
                       "</circle>\n", pass_name(c->pass), dm_class_name(c->cls), c->flop / 1e9,
                   c->bytes / 1e6, c->intensity, c->memory_bound ? "memory" : "compute",
                   c->predicted_s * 1e3);
-        sb_printf(&b, "<text class=\"op-label\" x=\"%.1f\" y=\"%.1f\" fill=\"#444\">", cx + 5,
+        dm_sb_printf(&b, "<text class=\"op-label\" x=\"%.1f\" y=\"%.1f\" fill=\"#444\">", cx + 5,
                   cy - 3 - 8 * (k % 3));
-        sb_xml(&b, name);
-        sb_printf(&b, "</text>\n");
+        dm_sb_xml(&b, name);
+        dm_sb_printf(&b, "</text>\n");
     }
-    sb_printf(&b, "</g>\n<g class=\"legend\" font-size=\"12\">\n");
+    dm_sb_printf(&b, "</g>\n<g class=\"legend\" font-size=\"12\">\n");
     for (int k = 0; k < DM_NUM_CLASSES; k++) {
         int y = MT + 16 + 18 * k;
-        sb_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>"
+        dm_sb_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>"
                       "<text x=\"%d\" y=\"%d\">%s</text>\n", ML + 12, y - 9,
                   class_color((dm_op_class)k), ML + 28, y, dm_class_name((dm_op_class)k));
     }
-    sb_printf(&b, "</g>\n</svg>\n");
-    return sb_done(&b);
+    dm_sb_printf(&b, "</g>\n</svg>\n");
+    return dm_sb_done(&b);
 }
 
 dm_status dm_cost_write_svg(const dm_graph *g, const dm_cost_report *r, const char *title,

@@ -18,8 +18,9 @@ void dm_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, do
 uint64_t dm_train_layer_seed(uint64_t seed, int layer, int64_t step);
 
 /* The loss curve of a training run as an SVG chart (steps first_step ..
- * first_step + n - 1 on x, the loss on y: logarithmic where it spans over a decade), one
- * point per step and a line through them, the title on top; written atomically. */
+ * first_step + n - 1 on x, the loss on y: logarithmic where it spans over a decade), a line
+ * through the steps' losses with a marker on each (up to 200 steps) and, over 50 steps,
+ * their running mean; the title on top; written atomically. */
 dm_status dm_loss_svg(const double *loss, int64_t n, int64_t first_step, const char *title, const char *path);
 
 #endif

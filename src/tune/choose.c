@@ -9,6 +9,7 @@
 
 #include "analysis/device.h"
 #include "core/status.h"
+#include "core/strbuf.h"
 #include "tune/select.h"
 #include "tune/tune.h"
 
@@ -96,39 +97,6 @@ dm_status dm_tuner_select(dm_tuner *T, dm_choices *choices) {
 
 /* ---- violin plot ---------------------------------------------------------------------- */
 
-typedef struct {
-    char *s;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void out(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void out(sbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int w = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (w < 0) { b->oom = 1; return; }
-        if ((size_t)w < b->cap - b->len) { b->len += (size_t)w; return; }
-        size_t nc = (b->cap + (size_t)w + 1) * 2;
-        char *ns = realloc(b->s, nc);
-        if (!ns) { b->oom = 1; return; }
-        b->s = ns;
-        b->cap = nc;
-    }
-}
-
-static void xml_text(sbuf *b, const char *t) {
-    for (; *t; t++) {
-        if (*t == '<') out(b, "&lt;");
-        else if (*t == '>') out(b, "&gt;");
-        else if (*t == '&') out(b, "&amp;");
-        else out(b, "%c", *t);
-    }
-}
-
 /* One violin per group with more than one candidate: the density (Gaussian kernel over
  * log2 of time / the group's best) mirrored about the group's axis, every candidate a
  * dot, the default a grey ring and the chosen one a red dot. y: slowdown vs best, log. */
@@ -149,20 +117,20 @@ dm_status dm_tuner_svg(const dm_tuner *T, const char *path) {
     if (ltop < 0.25) ltop = 0.25;
     const double W0 = 70, H = 420, top = 40, bot = 150, colw = 56;
     double W = W0 + colw * (nc > 0 ? nc : 1) + 20, plot_h = H - top - bot;
-    sbuf b = {0};
-    out(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+    dm_sbuf b = {0};
+    dm_sb_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
         "font-family=\"sans-serif\" font-size=\"11\">\n", W, H);
-    out(&b, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    out(&b, "<text x=\"%.0f\" y=\"20\" font-size=\"14\">dmove tune: time of every candidate per group, "
+    dm_sb_printf(&b, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    dm_sb_printf(&b, "<text x=\"%.0f\" y=\"20\" font-size=\"14\">dmove tune: time of every candidate per group, "
         "relative to the group's best (b=%lld j=%lld i=%lld h=%lld u=%lld)</text>\n", W0,
         (long long)T->cfg.batch, (long long)T->cfg.seq, (long long)T->cfg.hidden, (long long)T->cfg.heads,
         (long long)T->cfg.ffn);
 #define YOF(l) (top + plot_h * (1.0 - (l) / ltop))
     for (double l = 0; l <= ltop + 1e-9; l += 0.25) {
-        out(&b, "<line x1=\"%.0f\" x2=\"%.0f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", W0, W - 20, YOF(l), YOF(l));
-        out(&b, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.2fx</text>\n", W0 - 6, YOF(l) + 4, pow(2, l));
+        dm_sb_printf(&b, "<line x1=\"%.0f\" x2=\"%.0f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", W0, W - 20, YOF(l), YOF(l));
+        dm_sb_printf(&b, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.2fx</text>\n", W0 - 6, YOF(l) + 4, pow(2, l));
     }
-    out(&b, "<text x=\"14\" y=\"%.0f\" transform=\"rotate(-90 14 %.0f)\" text-anchor=\"middle\">time / best "
+    dm_sb_printf(&b, "<text x=\"14\" y=\"%.0f\" transform=\"rotate(-90 14 %.0f)\" text-anchor=\"middle\">time / best "
         "candidate (log scale)</text>\n", top + plot_h / 2, top + plot_h / 2);
     for (int c = 0; c < nc; c++) {
         const dm_tune_group *G = &T->groups[cols[c]];
@@ -181,38 +149,38 @@ dm_status dm_tuner_svg(const dm_tuner *T, const char *path) {
             dens[q] = d;
             if (d > dmax) dmax = d;
         }
-        out(&b, "<path fill=\"#9ecae1\" stroke=\"#3182bd\" d=\"");
+        dm_sb_printf(&b, "<path fill=\"#9ecae1\" stroke=\"#3182bd\" d=\"");
         for (int q = 0; q <= 48; q++)
-            out(&b, "%c%.1f %.1f ", q ? 'L' : 'M', cx - 22 * dens[q] / dmax, YOF(ltop * q / 48));
-        for (int q = 48; q >= 0; q--) out(&b, "L%.1f %.1f ", cx + 22 * dens[q] / dmax, YOF(ltop * q / 48));
-        out(&b, "Z\"/>\n");
+            dm_sb_printf(&b, "%c%.1f %.1f ", q ? 'L' : 'M', cx - 22 * dens[q] / dmax, YOF(ltop * q / 48));
+        for (int q = 48; q >= 0; q--) dm_sb_printf(&b, "L%.1f %.1f ", cx + 22 * dens[q] / dmax, YOF(ltop * q / 48));
+        dm_sb_printf(&b, "Z\"/>\n");
         for (int64_t i = 0; i < m; i++) {
             if (!isfinite(G->secs[i])) continue;
             double y = YOF(log2(G->secs[i] / best));
             int chosen = i == G->chosen_comb * G->nalgo + G->chosen_algo, dflt = i == 0;
-            if (dflt) out(&b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"none\" stroke=\"#555\"/>\n", cx, y);
-            out(&b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\"/>\n", cx, y, chosen ? "3.5" : "2",
+            if (dflt) dm_sb_printf(&b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"none\" stroke=\"#555\"/>\n", cx, y);
+            dm_sb_printf(&b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\"/>\n", cx, y, chosen ? "3.5" : "2",
                 chosen ? "#d62728" : "#08519c");
         }
         const dm_group *gr = &T->plan.groups[G->gi];
         const dm_op *first = &T->g.op[T->plan.order[gr->first]];
-        out(&b, "<text transform=\"translate(%.1f %.0f) rotate(55)\">", cx - 4, H - bot + 12);
-        out(&b, "%d ", G->gi);
-        xml_text(&b, first->name);
-        if (gr->nops > 1) out(&b, " +%d", gr->nops - 1);
-        out(&b, "</text>\n");
+        dm_sb_printf(&b, "<text transform=\"translate(%.1f %.0f) rotate(55)\">", cx - 4, H - bot + 12);
+        dm_sb_printf(&b, "%d ", G->gi);
+        dm_sb_xml(&b, first->name);
+        if (gr->nops > 1) dm_sb_printf(&b, " +%d", gr->nops - 1);
+        dm_sb_printf(&b, "</text>\n");
     }
-    out(&b, "<circle cx=\"%.0f\" cy=\"32\" r=\"3.5\" fill=\"#d62728\"/><text x=\"%.0f\" y=\"36\">chosen</text>\n",
+    dm_sb_printf(&b, "<circle cx=\"%.0f\" cy=\"32\" r=\"3.5\" fill=\"#d62728\"/><text x=\"%.0f\" y=\"36\">chosen</text>\n",
         W - 190, W - 184);
-    out(&b, "<circle cx=\"%.0f\" cy=\"32\" r=\"5\" fill=\"none\" stroke=\"#555\"/><text x=\"%.0f\" y=\"36\">default"
+    dm_sb_printf(&b, "<circle cx=\"%.0f\" cy=\"32\" r=\"5\" fill=\"none\" stroke=\"#555\"/><text x=\"%.0f\" y=\"36\">default"
         "</text>\n", W - 120, W - 112);
-    out(&b, "</svg>\n");
+    dm_sb_printf(&b, "</svg>\n");
 #undef YOF
     if (b.oom) {
         free(b.s);
         return dm_fail(DM_ERR_OOM, "out of memory drawing the plot");
     }
-    dm_status s = dm_write_file_atomic(path, b.s, b.len);
+    dm_status s = dm_write_file_atomic(path, b.s, b.n);
     free(b.s);
     return s;
 }
