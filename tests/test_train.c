@@ -42,6 +42,15 @@ static float *copy_of(const dm_st_file *f, const char *name, size_t *n) {
     return p;
 }
 
+/* Makes the file named by the template path (ending in XXXXXX); 0 if it cannot. */
+static int temp_file(char *path) {
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return 0;
+    close(fd);
+    return 1;
+}
+
 /* --- AdamW ------------------------------------------------------------------------------ */
 
 static void test_adamw_torch(const dm_st_file *f) {
@@ -285,10 +294,7 @@ static void test_checkpoints(void) {
     dm_adamw_config_default(&a);
     a.lr = 1e-3, a.warmup = 2, a.total = 6;
     char path[] = "/tmp/dmove_test_ckpt.XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    if (fd < 0) return;
-    close(fd);
+    if (!temp_file(path)) return;
     dm_trainer *A = NULL, *B = NULL, *C = NULL;
     CHECK_OK(dm_trainer_new(&A, &cfg, 3, NULL, &a));
     CHECK_OK(dm_trainer_new(&B, &cfg, 3, NULL, &a));
@@ -395,10 +401,7 @@ out:
 static void test_ckpt_mutations(void) {
     const dm_layer_config cfg = tiny();
     char path[] = "/tmp/dmove_test_mut.XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    if (fd < 0) return;
-    close(fd);
+    if (!temp_file(path)) return;
     char bad[sizeof path + 8];
     snprintf(bad, sizeof bad, "%s.bad", path);
     dm_trainer *A = NULL, *V = NULL;
@@ -468,10 +471,7 @@ out:
 static void test_load_bert_names(void) {
     const dm_layer_config cfg = tiny();
     char path[] = "/tmp/dmove_test_bert.XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    if (fd < 0) return;
-    close(fd);
+    if (!temp_file(path)) return;
     dm_trainer *T = NULL;
     dm_st_writer *w = NULL;
     CHECK_OK(dm_trainer_new(&T, &cfg, 2, NULL, NULL));
@@ -630,10 +630,7 @@ static void XMLCALL on_start(void *u, const XML_Char *name, const XML_Char **att
 
 static void test_chart(void) {
     char path[] = "/tmp/dmove_test_loss.XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    if (fd < 0) return;
-    close(fd);
+    if (!temp_file(path)) return;
     double loss[40];
     for (int k = 0; k < 40; k++) loss[k] = 3.0 * exp(-0.2 * k) + 0.01; /* over two decades: log scale */
     for (int pass = 0; pass < 2; pass++) {

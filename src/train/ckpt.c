@@ -188,15 +188,21 @@ static dm_status load_checked(dm_trainer *T, const dm_st_file *f) {
     return DM_OK;
 }
 
+/* Reads and validates the file, then `take` checks it against T and, if it fits, copies. */
+static dm_status load_file(dm_trainer *T, const char *path, dm_status (*take)(dm_trainer *, const dm_st_file *),
+                           const char *what) {
+    dm_st_file *f = NULL;
+    dm_status s = dm_st_read(path, &f);
+    if (s == DM_OK) s = take(T, f);
+    dm_st_free(f);
+    if (s != DM_OK) dm_fail_context(s, "%s '%s': ", what, path);
+    return s;
+}
+
 dm_status dm_trainer_load(dm_trainer *T, const char *path) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_load: NULL argument");
     if (!T->moments) return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer cannot resume a checkpoint");
-    dm_st_file *f = NULL;
-    dm_status s = dm_st_read(path, &f);
-    if (s == DM_OK) s = load_checked(T, f);
-    dm_st_free(f);
-    if (s != DM_OK) dm_fail_context(s, "checkpoint '%s': ", path);
-    return s;
+    return load_file(T, path, load_checked, "checkpoint");
 }
 
 /* The file's tensor of layer l's parameter k: with or without the "bert." prefix, and a
@@ -267,10 +273,5 @@ static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f) {
 
 dm_status dm_trainer_load_params(dm_trainer *T, const char *path) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_load_params: NULL argument");
-    dm_st_file *f = NULL;
-    dm_status s = dm_st_read(path, &f);
-    if (s == DM_OK) s = load_params_checked(T, f);
-    dm_st_free(f);
-    if (s != DM_OK) dm_fail_context(s, "parameters from '%s': ", path);
-    return s;
+    return load_file(T, path, load_params_checked, "parameters from");
 }

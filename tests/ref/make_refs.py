@@ -236,16 +236,22 @@ def make_inputs(cfg, rng):
         if npad:
             mask[s, j - npad:] = 0
     gy = rng.standard_normal((b, j, i)).astype(f32)
+    return x, mask, gy, make_params(i, u, rng, 0.2)
+
+
+def make_params(i, u, rng, wscale):
+    """Random BertLayer parameters (float32): weights N(0, wscale^2), biases N(0, 0.01),
+    LayerNorm weights 1 + N(0, 0.01)."""
     prm = {}
     for name, shape in param_shapes(i, u):
         if name.endswith("LayerNorm.weight"):
             v = 1.0 + 0.1 * rng.standard_normal(shape)
         elif name.endswith("weight"):
-            v = 0.2 * rng.standard_normal(shape)
+            v = wscale * rng.standard_normal(shape)
         else:
             v = 0.1 * rng.standard_normal(shape)
-        prm[name] = v.astype(f32)
-    return x, mask, gy, prm
+        prm[name] = v.astype(np.float32)
+    return prm
 
 
 def run_case(x, mask, gy, prm, cfg, p):

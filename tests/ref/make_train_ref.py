@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_refs import bert_layer, param_shapes, write_safetensors  # noqa: E402
+from make_refs import bert_layer, make_params, param_shapes, write_safetensors  # noqa: E402
 
 M64 = (1 << 64) - 1
 
@@ -45,18 +45,7 @@ def stack_case(rng):
     mask = np.zeros((b, j), dtype=f32)
     for s, k in enumerate(CFG["keep"]):
         mask[s, :k] = 1
-    prm = []
-    for _ in range(L):
-        d = {}
-        for name, shape in param_shapes(i, u):
-            if name.endswith("LayerNorm.weight"):
-                v = 1.0 + 0.1 * rng.standard_normal(shape)
-            elif name.endswith("weight"):
-                v = 0.3 * rng.standard_normal(shape)
-            else:
-                v = 0.1 * rng.standard_normal(shape)
-            d[name] = v.astype(f32)
-        prm.append(d)
+    prm = [make_params(i, u, rng, 0.3) for _ in range(L)]
 
     dt = torch.float64
     h = torch.tensor(x, dtype=dt)
