@@ -103,6 +103,10 @@ typedef struct {
                             * (weight and bias gradients) on a second stream, overlapping
                             * the groups after them; 0 (default):
                             * the DMOVE_CUDA_STREAMS environment variable if set, else 1 */
+    int no_input_grad;     /* no gradient for hidden_states (grad_hidden_states does not
+                            * exist): for a layer whose input is data, as the first of a
+                            * stack; backward then skips the contraction and the addition
+                            * that only it needs */
 } dm_layer_options;
 
 typedef struct dm_layer dm_layer;
@@ -187,7 +191,8 @@ double dm_adamw_lr(const dm_adamw_config *c, int64_t step);
 /* A stack of `layers` encoder layers (Hugging Face BertEncoder without its embeddings),
  * trained to map hidden_states to target: loss = mean over the tokens the mask keeps and
  * their features of (output - target)^2. Each layer draws its own dropout masks, new each
- * step. CPU only for now. Tensors by name (fp32, row-major; the pointer stays valid until
+ * step; the first layer computes no input gradient (no_input_grad; unless a plan is given).
+ * CPU only for now. Tensors by name (fp32, row-major; the pointer stays valid until
  * dm_trainer_free): hidden_states (b,j,i) the stack's input, attention_mask (b,j) (default
  * all ones), target (b,j,i) (default zeros), output (b,j,i) the last layer's, and for layer
  * l "encoder.layer.<l>.<BertLayer parameter>" with ".grad", ".exp_avg" and ".exp_avg_sq"

@@ -192,7 +192,7 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
     L->opt = *opt;
     L->nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
     dm_graph_init(&L->g);
-    dm_status s = dm_build_encoder(&L->g, cfg, opt->forward_only, &L->enc);
+    dm_status s = dm_build_encoder(&L->g, cfg, opt->forward_only, !opt->no_input_grad, &L->enc);
     /* the fused schedule's graph rewrites (graph/rewrite.c) */
     if (s == DM_OK && opt->schedule == DM_SCHED_FUSED) s = dm_rewrite_fused(&L->g);
     if (s == DM_OK) s = dm_plan_build(&L->g, opt->schedule == DM_SCHED_FUSED, !gpu_grouping, opt->no_reuse, &L->plan);

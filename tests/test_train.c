@@ -219,6 +219,62 @@ static void test_stack_torch(const dm_st_file *f, const char *path) {
     }
 }
 
+/* A layer without the input gradient (the first of a stack): the same parameter gradients,
+ * no grad_hidden_states, and exactly the input-gradient GEMM's flop less in backward. */
+static void test_no_input_grad(void) {
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 2, cfg.seq = 12, cfg.hidden = 32, cfg.heads = 4, cfg.ffn = 64, cfg.dropout = 0.1, cfg.seed = 5;
+    for (int sched = 0; sched < 2; sched++) {
+        dm_layer_options a = {.schedule = sched ? DM_SCHED_UNFUSED : DM_SCHED_FUSED}, b = a;
+        b.no_input_grad = 1;
+        dm_layer *A = NULL, *B = NULL;
+        CHECK_OK(dm_layer_new(&A, &cfg, &a));
+        CHECK_OK(dm_layer_new(&B, &cfg, &b));
+        if (!A || !B) {
+            dm_layer_free(A);
+            dm_layer_free(B);
+            return;
+        }
+        CHECK_OK(dm_layer_init_params(A, 4));
+        CHECK_OK(dm_layer_init_params(B, 4));
+        float *xa, *xb, *p;
+        CHECK_OK(dm_layer_tensor(A, "hidden_states", &xa, NULL, NULL));
+        CHECK_OK(dm_layer_tensor(B, "hidden_states", &xb, NULL, NULL));
+        uint32_t w[2 * 12 * 32];
+        dm_philox_words(3, 1, 0, 2 * 12 * 32, w);
+        for (int e = 0; e < 2 * 12 * 32; e++) xa[e] = xb[e] = (float)((double)w[e] / 4294967296.0 - 0.5);
+        CHECK_OK(dm_layer_forward(A));
+        CHECK_OK(dm_layer_backward(A));
+        CHECK_OK(dm_layer_forward(B));
+        CHECK_OK(dm_layer_backward(B));
+        CHECK(dm_layer_tensor(B, "grad_hidden_states", &p, NULL, NULL) == DM_ERR_NOT_FOUND);
+        double worst = 0;
+        for (int k = 0; k < DM_NUM_PARAMS; k++) {
+            char name[96];
+            snprintf(name, sizeof name, "%s.grad", dm_param_names[k]);
+            float *ga, *gb;
+            int nd;
+            int64_t sh[4];
+            CHECK_OK(dm_layer_tensor(A, name, &ga, &nd, sh));
+            CHECK_OK(dm_layer_tensor(B, name, &gb, NULL, NULL));
+            double e = rel_err(gb, ga, (size_t)(nd == 1 ? sh[0] : sh[0] * sh[1]));
+            worst = e > worst ? e : worst;
+        }
+        CHECK(worst < 1e-6);
+        double fa[2][DM_NUM_CLASSES], fb[2][DM_NUM_CLASSES];
+        dm_layer_flop(A, fa);
+        dm_layer_flop(B, fb);
+        const double gemm = 2.0 * 2 * 12 * 32 * (3 * 32); /* dX = dQKV . Wqkv: 2 b j i (3 i) */
+        CHECK(fabs((fa[1][DM_CLASS_CONTRACTION] - fb[1][DM_CLASS_CONTRACTION]) - gemm) < 0.5);
+        CHECK(fa[0][DM_CLASS_CONTRACTION] == fb[0][DM_CLASS_CONTRACTION]);
+        printf("no input gradient (%s): parameter gradients within %.1e, backward contraction flop %.0f less\n",
+               sched ? "unfused" : "fused", worst, fa[1][DM_CLASS_CONTRACTION] - fb[1][DM_CLASS_CONTRACTION]);
+        dm_layer_free(A);
+        dm_layer_free(B);
+    }
+}
+
 /* --- checkpoints ----------------------------------------------------------------------- */
 
 static dm_layer_config tiny(void) {
@@ -687,6 +743,7 @@ int main(void) {
     }
     test_adamw_naive();
     test_schedule();
+    test_no_input_grad();
     test_checkpoints();
     test_ckpt_mutations();
     test_load_bert_names();

@@ -155,7 +155,7 @@ dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, dm_graph *g, dm_gra
     dm_graph_init(gf);
     dm_encoder enc;
     dm_status st;
-    if ((st = dm_build_encoder(g, cfg, 0, &enc)) != DM_OK || (st = dm_build_encoder(gf, cfg, 0, &enc)) != DM_OK ||
+    if ((st = dm_build_encoder(g, cfg, 0, 1, &enc)) != DM_OK || (st = dm_build_encoder(gf, cfg, 0, 1, &enc)) != DM_OK ||
         (st = dm_rewrite_fused(gf)) != DM_OK)
         return st;
     if (gf->nop != g->nop)

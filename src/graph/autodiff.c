@@ -221,7 +221,7 @@ static dm_status rule(ad_ctx *c, const dm_op *f) {
 
 dm_status dm_autodiff(dm_graph *g, int y, int dy, int x, int *dx_out) {
     int nfwd_op = g->nop;
-    /* requires_grad flows forward from parameters and the input x */
+    /* requires_grad flows forward from parameters and the input x (if any) */
     for (int i = 0; i < g->nt; i++)
         g->t[i].requires_grad = g->t[i].role == DM_ROLE_PARAM || i == x;
     for (int i = 0; i < g->nt; i++)
@@ -250,8 +250,8 @@ dm_status dm_autodiff(dm_graph *g, int y, int dy, int x, int *dx_out) {
         /* after the consumers of a view's root are done, views inherit nothing more */
     }
     if (s == DM_OK) {
-        *dx_out = c.grad[x];
-        if (*dx_out < 0) s = dm_fail(DM_ERR_INTERNAL, "autodiff: no gradient reaches the input");
+        *dx_out = x >= 0 ? c.grad[x] : -1;
+        if (x >= 0 && *dx_out < 0) s = dm_fail(DM_ERR_INTERNAL, "autodiff: no gradient reaches the input");
     }
     free(c.grad);
     return s;

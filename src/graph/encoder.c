@@ -74,7 +74,7 @@ static void export(dm_encoder *e, const char *name, int tensor, int ndim, int64_
     x->is_param = is_param;
 }
 
-dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_only,
+dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_only, int input_grad,
                            dm_encoder *enc) {
     DM_TRY(dm_layer_config_check(cfg));
     memset(enc, 0, sizeof *enc);
@@ -215,12 +215,12 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     int dy = CK(T(g, "grad_output", "bji", DM_ROLE_INPUT));
     if (!ok) return DM_ERR_OOM;
     int dx = -1;
-    DM_TRY(dm_autodiff(g, y, dy, x, &dx));
-    g->t[dx].role = DM_ROLE_OUTPUT;
+    DM_TRY(dm_autodiff(g, y, dy, input_grad ? x : -1, &dx));
+    if (dx >= 0) g->t[dx].role = DM_ROLE_OUTPUT;
     enc->dy = dy;
     enc->dx = dx;
     export(enc, "grad_output", dy, 3, B, J, I, 0);
-    export(enc, "grad_hidden_states", dx, 3, B, J, I, 0);
+    if (dx >= 0) export(enc, "grad_hidden_states", dx, 3, B, J, I, 0);
     /* parameter gradients: the gradient roots of Wqkv and bqkv get HF-named views */
     int nexp = enc->n;
     for (int k = 0; k < nexp; k++) {

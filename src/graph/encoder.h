@@ -23,7 +23,9 @@ typedef struct {
     int nfwd_ops;           /* ops [0, nfwd_ops) are the forward pass */
 } dm_encoder;
 
-dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_only,
+/* input_grad 0: no gradient for hidden_states (grad_hidden_states does not exist; the
+ * backward pass skips the contraction and the addition only it needs). */
+dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_only, int input_grad,
                            dm_encoder *enc);
 extern const char *const dm_param_names[DM_NUM_PARAMS];
 

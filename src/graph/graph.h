@@ -94,7 +94,8 @@ double dm_op_flop(const dm_graph *g, const dm_op *op);
 double dm_op_bytes(const dm_graph *g, const dm_op *op);
 
 /* autodiff.c: appends the backward ops of every forward op, seeded with the gradient
- * `dy` of tensor `y`. Sets *dx_out to the gradient tensor of x. */
+ * `dy` of tensor `y`. Sets *dx_out to the gradient tensor of x; x < 0: gradients for the
+ * parameters only (no op computes what flows back to the input alone), *dx_out = -1. */
 dm_status dm_autodiff(dm_graph *g, int y, int dy, int x, int *dx_out);
 
 #endif

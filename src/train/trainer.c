@@ -50,7 +50,11 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
         s = dm_fail(DM_ERR_OOM, "out of memory for the trainer's buffers");
     for (size_t k = 0; s == DM_OK && k < tokens; k++) T->mask[k] = 1.0f;
     for (int l = 0; s == DM_OK && l < layers; l++) {
-        s = dm_layer_new(&T->L[l], cfg, &o);
+        /* nothing reads the first layer's input gradient: it is not computed (except with
+         * a plan from `dmove tune`, which is made for the whole step and names its ops) */
+        dm_layer_options ol = o;
+        if (l == 0 && !o.plan) ol.no_input_grad = 1;
+        s = dm_layer_new(&T->L[l], cfg, &ol);
         if (s != DM_OK) dm_fail_context(s, "layer %d of %d: ", l, layers);
     }
     /* the parameter slots, and one block for both AdamW moments of all of them */

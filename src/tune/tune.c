@@ -175,7 +175,7 @@ dm_status dm_tuner_new(dm_tuner **out, const dm_layer_config *cfg, const dm_laye
     dm_cpu_model_name(cpu, sizeof cpu, "unknown CPU");
     snprintf(T->machine, sizeof T->machine, "%s, %d threads", cpu, T->threads);
     dm_graph_init(&T->g);
-    dm_status s = dm_build_encoder(&T->g, cfg, opt->forward_only, &T->enc);
+    dm_status s = dm_build_encoder(&T->g, cfg, opt->forward_only, !opt->no_input_grad, &T->enc);
     /* the graph dm_layer_new runs: the fused schedule's rewrites (graph/rewrite.c) */
     if (s == DM_OK && opt->schedule == DM_SCHED_FUSED) s = dm_rewrite_fused(&T->g);
     if (s == DM_OK) s = dm_plan_build(&T->g, opt->schedule == DM_SCHED_FUSED, 1, 0, &T->plan);
