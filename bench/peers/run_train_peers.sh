@@ -43,12 +43,14 @@ while [ $r -le "$rounds" ]; do
     variants="$(echo "$variants" | cut -d' ' -f2-) $(echo "$variants" | cut -d' ' -f1)"
     r=$((r + 1))
 done
+# the commit before the results file (tracked) is rewritten by tee below
+commit="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo ' (dirty tree)')"
 {
     echo "# peers: training steps of $layers BERT-base encoder layers (b=8 j=128 i=768 h=12 u=3072), fp32, dropout 0.1,"
     echo "# forward + masked MSE + backward + AdamW (weight decay 0.01 on weights), 2 threads, CPU"
     echo "date:    $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') ($(nproc) CPUs)"
-    echo "commit:  $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo ' (dirty tree)')"
+    echo "commit:  $commit"
     echo "rounds:  $rounds, order rotated each round; each run: $reps timed steps after 3 warm-up steps (dmove: the"
     echo "         median of its $((reps + 3)) steps' dm_trainer_step, first included)"
     echo
