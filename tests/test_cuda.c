@@ -233,19 +233,24 @@ static size_t tensor_numel(dm_layer *L, const char *name, float **p) {
 }
 
 /* The layer's results: output, grad_hidden_states and every "<param>.grad". */
-static int result_name(dm_layer *L, int k, char *buf, size_t n) {
-    if (k == 0) snprintf(buf, n, "output");
-    else if (k == 1) snprintf(buf, n, "grad_hidden_states");
-    else if (k - 2 < dm_layer_num_params(L)) snprintf(buf, n, "%s.grad", dm_layer_param_name(L, k - 2));
-    else return 0;
-    return 1;
-}
-
 static int export_id(const dm_layer *L, const char *name) {
     for (int k = 0; k < L->enc.n; k++)
         if (!strcmp(L->enc.e[k].name, name)) return L->enc.e[k].tensor;
     return -1;
 }
+
+/* (grad_hidden_states only where the layer builds it: not with no_input_grad) */
+static int result_name(dm_layer *L, int k, char *buf, size_t n) {
+    const int dx = export_id(L, "grad_hidden_states") >= 0;
+    if (k == 0) snprintf(buf, n, "output");
+    else if (k == 1 && dx) snprintf(buf, n, "grad_hidden_states");
+    else if (k - 1 - dx < dm_layer_num_params(L)) snprintf(buf, n, "%s.grad", dm_layer_param_name(L, k - 1 - dx));
+    else return 0;
+    return 1;
+}
+
+/* test_layer's layers build no input gradient (as the first layer of a trained stack) */
+static int g_no_dx;
 
 /* The layer on the CPU (C) and on the GPU (G), same inputs, padding and dropout. On a GPU,
  * G is a DM_DEVICE_CUDA layer used through the public API. Emulating, G is a CPU layer
@@ -262,7 +267,7 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
     dm_layer *C = NULL, *G = NULL;
     dm_cuda_exec *ex = NULL;
     float *first[64] = {0};
-    dm_layer_options oc = {.schedule = sched, .threads = 2};
+    dm_layer_options oc = {.schedule = sched, .threads = 2, .no_input_grad = g_no_dx};
     dm_layer_options og = {.schedule = sched, .threads = 2,
                            .device = emulate ? DM_DEVICE_CPU : DM_DEVICE_CUDA,
                            .rows = emulate                ? DM_ROWS_DEFAULT /* a CPU layer */
@@ -273,7 +278,8 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
                            .dtype = emulate                 ? DM_DTYPE_FP32 /* a CPU layer */
                                     : dtype == DM_CUDA_BF16 ? DM_DTYPE_BF16
                                     : dtype == DM_CUDA_FP16 ? DM_DTYPE_FP16
-                                                            : DM_DTYPE_FP32};
+                                                            : DM_DTYPE_FP32,
+                           .no_input_grad = g_no_dx};
     CHECK_OK(dm_layer_new(&C, cfg, &oc));
     CHECK_OK(dm_layer_new_gpu_grouping(&G, cfg, &og));
     if (!C || !G) goto done;
@@ -459,6 +465,11 @@ static void run_suite(unsigned emulate, int dtype, unsigned gen) {
      * last moment the hazards allow, so a missed one gives wrong numbers) */
     test_layer(&a, DM_SCHED_FUSED, emulate != 0, dtype, gen | DM_CUDA_OVERLAP);
     if (!gen) test_layer(&b, DM_SCHED_UNFUSED, emulate != 0, dtype, gen | DM_CUDA_OVERLAP);
+    /* a layer that builds no input gradient (the first of a trained stack) */
+    printf("(no input gradient)\n");
+    g_no_dx = 1;
+    test_layer(&b, DM_SCHED_FUSED, emulate != 0, dtype, gen);
+    g_no_dx = 0;
 }
 
 /* The bias epilogue on forward-only plans, where the memory planner gives biased tensors
