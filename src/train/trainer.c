@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hugealloc.h"
 #include "core/status.h"
 #include "graph/encoder.h"
 #include "train/train.h"
@@ -83,10 +84,13 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
         }
     T->nparams = total;
     if (s == DM_OK && !o.forward_only) {
+        /* on 2 MiB pages as the layers' arenas, and touched now, not in the first step */
         size_t bytes;
-        if (!dm_mul_ok((size_t)total, 2 * sizeof(float), &bytes) || !(T->moments = calloc(1, bytes)))
+        if (!dm_mul_ok((size_t)total, 2 * sizeof(float), &bytes) || !(T->moments = dm_alloc_huge(bytes)))
             s = dm_fail(DM_ERR_OOM, "cannot allocate %.2f GiB for AdamW's moments",
                         (double)total * 8.0 / (1 << 30));
+        else
+            memset(T->moments, 0, bytes);
     }
     if (s != DM_OK) {
         dm_trainer_free(T);
