@@ -609,6 +609,13 @@ static void run_sim_suite(void) {
     test_groups(&d, DM_SCHED_FUSED, f, "simulated lanes, bf16 D fused", DM_CUDA_BF16);
     test_groups(&d, DM_SCHED_UNFUSED, f, "simulated lanes, D unfused", DM_CUDA_FP32);
     test_layer(&d, DM_SCHED_FUSED, 1, DM_CUDA_BF16, DM_CUDA_GEN | DM_CUDA_SIM_LANES);
+    /* fewer blocks than rows need (as the occupancy cap on a GPU, or
+     * DMOVE_CUDA_COLSUM_BLOCKS): one block, each team striding over several rows and
+     * summing their columns */
+    printf("(column sums in one block)\n");
+    setenv("DMOVE_CUDA_COLSUM_BLOCKS", "1", 1);
+    test_layer(&a, DM_SCHED_FUSED, 1, DM_CUDA_BF16, DM_CUDA_GEN | DM_CUDA_SIM_LANES);
+    unsetenv("DMOVE_CUDA_COLSUM_BLOCKS");
     /* the fused attention kernel (A above: one tile per item) with two row tiles per
      * item, three column tiles of scores (teams of 8 over 6 chunks: a partial round),
      * head width 32 (two k-steps, two output tiles) */

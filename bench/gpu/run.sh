@@ -10,7 +10,8 @@
 #      u=4096, dropout 0.1, exact GELU) at b=8 j=512 and b=96 j=128, in bf16:
 #      dmove fused and unfused (`dmove bench --device cuda --dtype bf16`), each with the
 #      interpreting row kernel and with row kernels generated per group (--rows gen,
-#      src/cuda/gen.cu; attention's groups then fused whole, on tensor cores), and --rows
+#      src/cuda/gen.cu; attention's groups then fused whole, on tensor cores; once more with
+#      the column-sum kernels in at most 264 blocks, DMOVE_CUDA_COLSUM_BLOCKS), and --rows
 #      auto (per group the faster of the two, measured when the layer is made) with the
 #      weight and bias gradients on a second stream (--streams 2), PyTorch eager with
 #      SDPA attention, PyTorch eager with HF's materialized ("math") attention, and
@@ -99,7 +100,7 @@ for s in $SIZES; do
     j=${s#*x}
     cfg="--batch $b --seq $j --hidden 1024 --heads 16 --ffn 4096"
     tag="b${b}j${j}"
-    rm -f "$OUT/dmove-$tag-gen.json" "$OUT/dmove-$tag-gen2.json" # never an earlier run's
+    rm -f "$OUT/dmove-$tag-gen.json" "$OUT/dmove-$tag-gen2.json" "$OUT/dmove-$tag-gen3.json" # never an earlier run's
     echo
     echo "== b=$b j=$j (BERT-large layer, bf16) ==" >&2
     timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows interp $cfg --reps "$REPS" --warmup 10 --json --groups \
@@ -108,6 +109,11 @@ for s in $SIZES; do
         timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --reps "$REPS" --warmup 10 --json --groups \
             >"$OUT/dmove-$tag-gen.json" 2>"$OUT/dmove-$tag-gen-groups.txt" ||
             { tail -5 "$OUT/dmove-$tag-gen-groups.txt"; rm -f "$OUT/dmove-$tag-gen.json"; }
+        # the kernels with column sums in at most 264 blocks (2 per multiprocessor of an
+        # H100/H200): fewer partial sums to write and add, against less latency hiding
+        DMOVE_CUDA_COLSUM_BLOCKS=264 timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows gen --schedule fused \
+            $cfg --reps "$REPS" --warmup 10 --json >"$OUT/dmove-$tag-gen3.json" 2>"$OUT/dmove-$tag-gen3.txt" ||
+            { tail -5 "$OUT/dmove-$tag-gen3.txt"; rm -f "$OUT/dmove-$tag-gen3.json"; }
         # per group the faster of gen and interp (measured at layer creation), with the weight
         # and bias gradients on a second stream (fused only; no --groups: profiling waits
         # after every group, which would serialize the streams)
@@ -138,6 +144,10 @@ if os.path.exists(f"{out}/dmove-{tag}-gen.json"):
     rows += [("dmove " + s["schedule"] + " (gen" + (f", {s['attention_groups_fused']} attn fused" if s.get("attention_groups_fused") else "")
               + (f", {s['bias_epilogues']} bias epi" if s.get("bias_epilogues") else "") + ")",
               s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
+if os.path.exists(f"{out}/dmove-{tag}-gen3.json"):
+    dg = json.load(open(f"{out}/dmove-{tag}-gen3.json"))
+    rows += [("dmove " + s["schedule"] + " (gen, column sums in <= 264 blocks)", s["step_ms"], s.get("forward_ms"))
+             for s in dg["schedules"]]
 if os.path.exists(f"{out}/dmove-{tag}-gen2.json"):
     dg = json.load(open(f"{out}/dmove-{tag}-gen2.json"))
     rows += [("dmove " + s["schedule"] + f" (auto: {s.get('row_programs_generated', 0)}/{s.get('row_programs', 0)} gen, "

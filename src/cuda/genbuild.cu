@@ -323,6 +323,19 @@ static dm_status build(dmc_gen *gn, const dmc_rowprog *const *progs, int np,
             s = dm_fail(DM_ERR_BACKEND, "cudaDeviceGetAttribute failed: %s", cudaGetErrorString(e));
     }
     if (s == DM_OK) s = dmc_gen_source(progs, np, attns, na, sms, gn->k, gn->src);
+    /* DMOVE_CUDA_COLSUM_BLOCKS=N: kernels with column sums launch at most N blocks (each
+     * then strides over more rows, and fewer partial sums are written and added: a trade
+     * against latency hiding that only a GPU can settle; bench/gpu/run.sh measures 2 per
+     * multiprocessor against the default, and the tests run 1 block lane by lane) */
+    const char *cb = getenv("DMOVE_CUDA_COLSUM_BLOCKS");
+    if (s == DM_OK && cb && *cb) {
+        char *end = NULL;
+        const long v = strtol(cb, &end, 10);
+        if (*end || v < 1 || v > 65535)
+            s = dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_COLSUM_BLOCKS='%s' is not a block count from 1 to 65535", cb);
+        for (int i = 0; s == DM_OK && i < np; i++)
+            if (gn->k[i].acc_floats > 0 && gn->k[i].blocks > v) gn->k[i].blocks = (int)v;
+    }
     /* DMOVE_CUDA_DUMP=FILE: the generated source, before it is compiled (for debugging) */
     const char *dump = getenv("DMOVE_CUDA_DUMP");
     if (s == DM_OK && dump && *dump) s = write_file(dump, gn->src->c_str());
