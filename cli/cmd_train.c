@@ -128,7 +128,7 @@ static int open_data(const char *path, user_data *d, int64_t *seq, int64_t *hidd
     return 0;
 }
 
-/* Element e of a file tensor as float (any float dtype; checked by dm_st_to_f32's rules). */
+/* Element e of a file tensor as float: f32, f64, bf16, f16, or (a mask) i64, i32, u8, bool. */
 static float elem(const dm_st_tensor *t, int64_t e) {
     const unsigned char *p = t->data;
     switch (t->dtype) {
