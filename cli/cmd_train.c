@@ -46,7 +46,8 @@ static void usage(FILE *out) {
             "  --lr LR          peak learning rate (default %g)\n"
             "  --warmup W       steps of linear warm-up from 0 to LR (default 0)\n"
             "  --lr-schedule S  constant (default) or linear: after the warm-up, fall\n"
-            "                   linearly towards 0 at step N (BERT's schedule)\n"
+            "                   linearly towards 0 at step N (BERT's shape; step s of\n"
+            "                   the warm-up takes LR*s/W, so no update has rate 0)\n"
             "  --weight-decay D AdamW's decoupled weight decay on the weights, not on biases\n"
             "                   and LayerNorm parameters (default %g)\n"
             "  --beta1 B, --beta2 B, --adam-eps E\n"
@@ -88,8 +89,10 @@ static void usage(FILE *out) {
             "examples:\n"
             "  dmove train                                 (2 BERT-base layers, 30 steps)\n"
             "  dmove train --layers 4 --batch 4 --seq 64 --steps 200 --lr 3e-4 --warmup 20 \\\n"
-            "              --lr-schedule linear --svg loss.svg --save run.ckpt\n"
-            "  dmove train --layers 4 --batch 4 --seq 64 --steps 300 --resume run.ckpt\n");
+            "              --lr-schedule linear --svg loss.svg --save run.ckpt --until 100\n"
+            "  dmove train --layers 4 --batch 4 --seq 64 --steps 200 --lr 3e-4 --warmup 20 \\\n"
+            "              --lr-schedule linear --svg loss.svg --save run.ckpt --resume run.ckpt\n"
+            "                                              (the same options, continued)\n");
 }
 
 /* --- data ------------------------------------------------------------------------------ */
@@ -153,6 +156,16 @@ static int data_dtype_ok(const dm_st_tensor *t) {
     return t->dtype == DM_ST_F32 || t->dtype == DM_ST_F64 || t->dtype == DM_ST_BF16 || t->dtype == DM_ST_F16;
 }
 
+/* The flat index of t's first NaN or infinity, or -1: found when the file is opened, not
+ * when training reaches that sample. */
+static int64_t first_nonfinite(const dm_st_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d]; /* its bytes are in memory */
+    for (int64_t e = 0; e < n; e++)
+        if (!isfinite(elem(t, e))) return e;
+    return -1;
+}
+
 /* Step s's batch from the file: samples (s-1)*b .. s*b-1 modulo N. */
 static void fill_from_file(const user_data *d, int64_t step, int64_t b, int64_t j, int64_t i, float *x, float *y,
                            float *mask) {
@@ -204,6 +217,13 @@ static void on_signal(int sig) {
     static const char msg[] = "\ndmove train: interrupted: finishing this step, then saving the checkpoint "
                               "(again to quit at once)\n";
     g_interrupted = sig;
+    /* the next SIGINT or SIGTERM, whichever comes, ends the run at once */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    (void)sigaction(SIGINT, &dfl, NULL);
+    (void)sigaction(SIGTERM, &dfl, NULL);
     ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)w;
 }
@@ -334,6 +354,10 @@ int cmd_train(int argc, char **argv) {
                         "already holds them)");
         return CLI_USAGE;
     }
+    if (until && !save) {
+        cli_usage_error(CMD, "--until needs --save FILE (the checkpoint the run resumes from)");
+        return CLI_USAGE;
+    }
     if (save_every && !save) {
         cli_usage_error(CMD, "--save-every needs --save FILE (where to write the checkpoints)");
         return CLI_USAGE;
@@ -380,6 +404,16 @@ int cmd_train(int argc, char **argv) {
             rc = CLI_FAIL;
             goto done;
         }
+        for (int q = 0; q < 2; q++) {
+            const dm_st_tensor *t = q ? ud.y : ud.x;
+            const int64_t at = first_nonfinite(t);
+            if (at >= 0) {
+                cli_error(CMD, "--data %s: %s has a NaN or infinity in sample %" PRId64 " (flat index %" PRId64
+                          "): training on it would stop there", data, t->name, at / (seq * hid), at);
+                rc = CLI_FAIL;
+                goto done;
+            }
+        }
         c.size[1] = seq, c.size_set[1] = 1;
         c.size[2] = hid, c.size_set[2] = 1;
     }
@@ -405,6 +439,17 @@ int cmd_train(int argc, char **argv) {
     if (dm_trainer_new(&T, cfg, layers, &opt, &adam) != DM_OK) {
         rc = fail_dm("");
         goto done;
+    }
+    {
+        /* what this run trains on: a checkpoint of another run is not resumed */
+        char tag[128];
+        const char *base = data ? strrchr(data, '/') : NULL;
+        if (data) snprintf(tag, sizeof tag, "data %.100s", base ? base + 1 : data);
+        else snprintf(tag, sizeof tag, "teacher scale %.17g", teacher_scale);
+        if (dm_trainer_set_run_tag(T, tag) != DM_OK) {
+            rc = fail_dm("");
+            goto done;
+        }
     }
     if (resume) {
         if (dm_trainer_load(T, resume) != DM_OK) {
@@ -505,6 +550,13 @@ int cmd_train(int argc, char **argv) {
             char where[64];
             snprintf(where, sizeof where, "step %" PRId64 ": ", s);
             rc = fail_dm(where);
+            /* the failed step changed nothing: keep what the steps before it learned */
+            if (save && s > start + 1) {
+                if (dm_trainer_save(T, save) == DM_OK)
+                    cli_error(CMD, "the state after step %" PRId64 " is saved to %s", s - 1, save);
+                else
+                    cli_error(CMD, "and the state after step %" PRId64 " could not be saved: %s", s - 1, dm_last_error());
+            }
             goto done;
         }
         if (s - start > cap) {

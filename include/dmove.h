@@ -216,13 +216,18 @@ dm_status dm_trainer_forward(dm_trainer *t, double *loss);
  * before the update (DM_ERR_INVALID_ARG, the parameters unchanged). */
 dm_status dm_trainer_step(dm_trainer *t, double *loss);
 dm_status dm_trainer_set_adamw(dm_trainer *t, const dm_adamw_config *adam);
+/* What the run trains on (e.g. "teacher scale 5" or "data samples.safetensors"; at most
+ * 127 characters): recorded in checkpoints, and a checkpoint of another run is not resumed. */
+dm_status dm_trainer_set_run_tag(dm_trainer *t, const char *tag);
 /* Seconds spent since dm_trainer_new, by phase (DM_TRAIN_FORWARD ...). */
 void dm_trainer_times(const dm_trainer *t, double secs[DM_TRAIN_NUM_PHASES]);
 /* A checkpoint: every parameter, both moments, the step count and the configuration, in
  * one safetensors file with a checksum, written atomically (temporary file, rename). */
 dm_status dm_trainer_save(const dm_trainer *t, const char *path);
 /* Restores a checkpoint of dm_trainer_save: the file is validated whole (format, the
- * architecture against this trainer's, shapes, checksum) before anything changes. */
+ * architecture against this trainer's, shapes, checksum) before anything changes, and
+ * the run's settings must be this trainer's (dropout, seed, batch, seq, run tag, AdamW but
+ * for its last step `total`): DM_ERR_INVALID_ARG names the one that differs. */
 dm_status dm_trainer_load(dm_trainer *t, const char *path);
 /* Takes the parameters alone from a safetensors file with Hugging Face BertEncoder names
  * ("encoder.layer.<l>.<parameter>", optionally under "bert.", LayerNorm parameters also as

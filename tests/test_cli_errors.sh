@@ -401,7 +401,8 @@ kill -KILL $tpid 2>/dev/null
 wait $tpid
 rc=$?
 at=$(sed -n 's/.*interrupted after step \([0-9]*\) of.*/\1/p' "$T/int.err")
-if [ $rc -eq 130 ] && [ -n "$at" ] && trn --steps 100000000 --resume "$T/int.ckpt" --until $((at + 1)) >/dev/null 2>&1; then
+if [ $rc -eq 130 ] && [ -n "$at" ] && trn --steps 100000000 --resume "$T/int.ckpt" --until $((at + 1)) \
+    --save "$T/int2.ckpt" >/dev/null 2>&1; then
     echo "ok   train: interrupted after step $at (status 130), its checkpoint resumed"
 else
     fails=$((fails + 1))
@@ -415,11 +416,14 @@ expect_fail "train: unknown --lr-schedule" 2 "constant or linear" trn --lr-sched
 expect_fail "train: --schedule linear (the layers' schedule)" 2 "lr-schedule" trn --schedule linear
 expect_fail "train: --plan with --schedule unfused" 2 "fused schedule" trn --plan "$T/p.json" --schedule unfused
 expect_fail "train: --plan missing file" 1 "cannot open plan" trn --plan "$T/none.json" --save "$OUT"
-expect_fail "train: --until past --steps" 2 "past --steps" trn --until 9
+expect_fail "train: --until past --steps" 2 "past --steps" trn --until 9 --save "$OUT"
 expect_fail "train: --save-every without --save" 2 "needs --save" trn --save-every 2
 expect_fail "train: --init and --resume" 2 "use one" trn --init "$T/full.ckpt" --resume "$T/full.ckpt"
 expect_fail "train: --layers 0" 2 "--layers" trn --layers 0
-expect_fail "train: --resume at its last step" 2 "already at" trn --resume "$T/full.ckpt" --save "$OUT"
+expect_fail "train: --resume at its last step" 2 "already at" trn --warmup 2 --lr-schedule linear --resume "$T/full.ckpt" --save "$OUT"
+expect_fail "train: --resume with another --seed" 1 "seed is 0, this run's 7" trn --warmup 2 --lr-schedule linear --seed 7 --resume "$T/part.ckpt" --save "$OUT"
+expect_fail "train: --resume with another --lr" 1 "adamw" trn --resume "$T/part.ckpt" --save "$OUT"
+expect_fail "train: --until without --save" 2 "needs --save" trn --until 3
 expect_fail "train: --resume another architecture" 1 "ffn is 16" trn --ffn 24 --resume "$T/full.ckpt" --save "$OUT"
 expect_fail "train: --resume a layer file" 1 "not a dmove checkpoint" trn --resume "$V" --save "$OUT"
 head -c 3000 "$T/full.ckpt" >"$T/trunc.ckpt"
@@ -428,6 +432,8 @@ expect_fail "train: --init a file without layers" 1 "holds 0 layer" trn --init "
 expect_fail "train: --data missing" 1 "cannot open" trn --data "$T/none.safetensors" --save "$OUT"
 st_write "$T/notarget" hidden_states:F32:3,4,8
 expect_fail "train: --data without target" 1 "target is missing" trn --data "$T/notarget" --save "$OUT"
+st_write "$T/nandata" hidden_states:F32:3,4,8 target:F32:3,4,8:377
+expect_fail "train: --data with NaN" 1 "NaN or infinity in sample 0" trn --data "$T/nandata" --save "$OUT"
 st_write "$T/baddata" hidden_states:F32:3,4,8 target:F32:3,4,6
 expect_fail "train: --data of two shapes" 1 "the same shape" trn --data "$T/baddata" --save "$OUT"
 expect_fail "train: --data and another --seq" 2 "come from the file" "$D" train --data "$T/data" --seq 5 --heads 2

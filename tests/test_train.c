@@ -407,6 +407,20 @@ static void test_checkpoints(void) {
     free(bytes);
     unlink(bad);
 
+    /* another run (other dropout seed, other batch): refused, saying what differs */
+    for (int q = 0; q < 2; q++) {
+        dm_layer_config run = cfg;
+        if (q) run.batch = 3;
+        else run.seed = 4;
+        CHECK_OK(dm_trainer_new(&C, &run, 3, NULL, &a));
+        if (!C) continue;
+        s = dm_trainer_load(C, path);
+        CHECK(s == DM_ERR_INVALID_ARG && strstr(dm_last_error(), q ? "batch is 2" : "seed is 3"));
+        printf("another run: %s\n", dm_last_error());
+        CHECK(dm_trainer_step_count(C) == 0);
+        dm_trainer_free(C);
+        C = NULL;
+    }
     /* another architecture: refused, saying what differs */
     dm_layer_config other = cfg;
     other.ffn = 48;

@@ -2,6 +2,7 @@
  * under Hugging Face BertEncoder names, the configuration and step count in the metadata,
  * and a checksum over both), and loading a pretrained encoder's parameters. A file is
  * validated whole before the trainer changes; writing goes through a temporary file. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,10 +32,24 @@ static uint64_t hash_bytes(uint64_t h, const void *data, size_t n) {
 
 static uint64_t hash_str(uint64_t h, const char *s) { return hash_bytes(h, s, strlen(s) + 1); }
 
-/* The metadata that must match for a checkpoint to fit (the architecture), and the rest. */
-enum { M_LAYERS, M_HIDDEN, M_HEADS, M_FFN, M_ACT, M_EPS, M_DROPOUT, M_SEED, M_STEP, M_ADAMW, M_N };
-static const char *const k_meta[M_N] = {"layers", "hidden", "heads", "ffn", "act", "eps",
-                                        "dropout", "seed", "step", "adamw"};
+/* The metadata: up to M_EPS the architecture (the parameters fit only it), up to M_ADAMW
+ * the run (resuming with other values would not continue it: other masks, data or
+ * optimizer), then what may change (the decay's last step, with a longer --steps) and the
+ * step itself. */
+enum { M_LAYERS, M_HIDDEN, M_HEADS, M_FFN, M_ACT, M_EPS, M_DROPOUT, M_SEED, M_BATCH, M_SEQ, M_RUN, M_ADAMW,
+       M_TOTAL, M_STEP, M_N };
+static const char *const k_meta[M_N] = {"layers", "hidden", "heads", "ffn", "act", "eps", "dropout",
+                                        "seed", "batch", "seq", "run", "adamw", "adamw_total", "step"};
+#define META_MAX_STEP INT64_C(1000000000000)
+
+/* v as the shortest "%g" text that reads back as exactly v ("0.1", not
+ * "0.10000000000000001"): exact, and readable in the messages that quote it. */
+static void fmt_exact(char *buf, size_t n, double v) {
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
 
 static void meta_values(const dm_trainer *T, char v[M_N][160]) {
     const dm_layer_config *c = &T->cfg;
@@ -44,12 +59,19 @@ static void meta_values(const dm_trainer *T, char v[M_N][160]) {
     snprintf(v[M_HEADS], 160, "%" PRId64, c->heads);
     snprintf(v[M_FFN], 160, "%" PRId64, c->ffn);
     snprintf(v[M_ACT], 160, "%s", dm_act_name(c->act));
-    snprintf(v[M_EPS], 160, "%.17g", c->eps);
-    snprintf(v[M_DROPOUT], 160, "%.17g", c->dropout);
+    fmt_exact(v[M_EPS], 160, c->eps);
+    fmt_exact(v[M_DROPOUT], 160, c->dropout);
     snprintf(v[M_SEED], 160, "%" PRIu64, c->seed);
+    snprintf(v[M_BATCH], 160, "%" PRId64, c->batch);
+    snprintf(v[M_SEQ], 160, "%" PRId64, c->seq);
+    snprintf(v[M_RUN], 160, "%s", T->run_tag[0] ? T->run_tag : "-");
+    char f[5][32];
+    const double fv[5] = {a->lr, a->beta1, a->beta2, a->eps, a->weight_decay};
+    for (int k = 0; k < 5; k++) fmt_exact(f[k], sizeof f[k], fv[k]);
+    snprintf(v[M_ADAMW], 160, "lr=%s beta1=%s beta2=%s eps=%s weight_decay=%s warmup=%" PRId64, f[0], f[1], f[2], f[3],
+             f[4], a->warmup);
+    snprintf(v[M_TOTAL], 160, "%" PRId64, a->total);
     snprintf(v[M_STEP], 160, "%" PRId64, T->step);
-    snprintf(v[M_ADAMW], 160, "lr=%.17g beta1=%.17g beta2=%.17g eps=%.17g weight_decay=%.17g warmup=%" PRId64
-             " total=%" PRId64, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->warmup, a->total);
 }
 
 /* The checkpoint's tensors in file order: for each layer and parameter, the parameter,
@@ -154,17 +176,24 @@ static dm_status load_checked(dm_trainer *T, const dm_st_file *f) {
         const char *v = dm_st_metadata(f, k_meta[m]);
         if (!v) return dm_fail(DM_ERR_FORMAT, "the checkpoint's metadata has no '%s'", k_meta[m]);
         snprintf(theirs[m], 160, "%s", v);
-        if (m <= M_EPS && strcmp(v, mine[m]) != 0)
+    }
+    for (int m = 0; m <= M_ADAMW; m++) {
+        if (!strcmp(theirs[m], mine[m])) continue;
+        if (m <= M_EPS)
             return dm_fail(DM_ERR_SHAPE, "the checkpoint's %s is %s, this trainer's %s: give the sizes it was "
                            "saved with (checkpoint: %s layers, hidden %s, heads %s, ffn %s, act %s, eps %s)",
-                           k_meta[m], v, mine[m], theirs[M_LAYERS], dm_st_metadata(f, "hidden"),
-                           dm_st_metadata(f, "heads"), dm_st_metadata(f, "ffn"), dm_st_metadata(f, "act"),
-                           dm_st_metadata(f, "eps"));
+                           k_meta[m], theirs[m], mine[m], theirs[M_LAYERS], theirs[M_HIDDEN], theirs[M_HEADS],
+                           theirs[M_FFN], theirs[M_ACT], theirs[M_EPS]);
+        return dm_fail(DM_ERR_INVALID_ARG, "the checkpoint's %s is %s, this run's %s: resuming continues the run "
+                       "only with the options it was trained with (checkpoint: dropout %s, seed %s, batch %s, seq %s, "
+                       "data %s, AdamW %s)", k_meta[m], theirs[m], mine[m], theirs[M_DROPOUT], theirs[M_SEED],
+                       theirs[M_BATCH], theirs[M_SEQ], theirs[M_RUN], theirs[M_ADAMW]);
     }
     char *end;
+    errno = 0;
     long long step = strtoll(theirs[M_STEP], &end, 10);
-    if (*end || end == theirs[M_STEP] || step < 0)
-        return dm_fail(DM_ERR_FORMAT, "the checkpoint's step '%s' is not a count", theirs[M_STEP]);
+    if (*end || end == theirs[M_STEP] || errno == ERANGE || step < 0 || step > META_MAX_STEP)
+        return dm_fail(DM_ERR_FORMAT, "the checkpoint's step '%s' is not a count (0 to 10^12)", theirs[M_STEP]);
     const dm_st_tensor *t;
     for (int l = 0; l < T->nlayers; l++)
         for (int k = 0; k < DM_NUM_PARAMS; k++)

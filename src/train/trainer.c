@@ -54,7 +54,7 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
         /* nothing reads the first layer's input gradient: it is not computed (except with
          * a plan from `dmove tune`, which is made for the whole step and names its ops) */
         dm_layer_options ol = o;
-        if (l == 0 && !o.plan) ol.no_input_grad = 1;
+        ol.no_input_grad = l == 0 && !o.plan; /* the others' feed the layer before */
         s = dm_layer_new(&T->L[l], cfg, &ol);
         if (s != DM_OK) dm_fail_context(s, "layer %d of %d: ", l, layers);
     }
@@ -66,8 +66,8 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
     for (int l = 0; s == DM_OK && l < layers; l++)
         for (int k = 0; s == DM_OK && k < DM_NUM_PARAMS; k++) {
             dm_train_slot *sl = &T->slot[l * DM_NUM_PARAMS + k];
-            int nd;
-            int64_t sh[4];
+            int nd = 0;
+            int64_t sh[4] = {0, 0, 0, 0};
             s = dm_layer_tensor(T->L[l], dm_param_names[k], &sl->p, &nd, sh);
             sl->n = nd == 1 ? sh[0] : sh[0] * sh[1];
             sl->ndim = nd;
@@ -260,9 +260,9 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
     double l = 0.0;
     DM_TRY(forward(T, step, &l));
     if (!isfinite(l))
-        return dm_fail(DM_ERR_INVALID_ARG, "step %lld: the loss is %g: the parameters were not updated; "
+        return dm_fail(DM_ERR_INVALID_ARG, "the loss is %g: the parameters were not updated (update %lld); "
                        "lower the learning rate (--lr) or check the inputs and targets for NaN or huge "
-                       "values", (long long)step, l);
+                       "values", l, (long long)step);
     const size_t acts = (size_t)T->cfg.batch * (size_t)T->cfg.seq * (size_t)T->cfg.hidden;
     double t0 = now();
     for (int li = T->nlayers - 1; li >= 0; li--) {
@@ -285,6 +285,14 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
     T->secs[DM_TRAIN_OPTIMIZER] += now() - t1;
     T->step = step;
     if (loss) *loss = l;
+    return DM_OK;
+}
+
+dm_status dm_trainer_set_run_tag(dm_trainer *T, const char *tag) {
+    if (!T || !tag) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_run_tag: NULL argument");
+    if (strlen(tag) >= sizeof T->run_tag)
+        return dm_fail(DM_ERR_INVALID_ARG, "a run tag has at most %zu characters", sizeof T->run_tag - 1);
+    snprintf(T->run_tag, sizeof T->run_tag, "%s", tag);
     return DM_OK;
 }
 

@@ -29,6 +29,7 @@ struct dm_trainer {
     float *target;       /* (b, j, i) */
     double *partial;     /* (b * j) per-token loss sums */
     int64_t step;        /* updates taken */
+    char run_tag[128];   /* what the run trains on (dm_trainer_set_run_tag), in checkpoints */
     double secs[DM_TRAIN_NUM_PHASES];
 };
 
