@@ -12,6 +12,7 @@
 #include "cli_common.h"
 #include "core/philox.h"
 #include "core/safetensors.h"
+#include "core/status.h"
 #include "graph/encoder.h"
 #include "train/train.h"
 
@@ -131,54 +132,61 @@ static int open_data(const char *path, user_data *d, int64_t *seq, int64_t *hidd
     return 0;
 }
 
-/* Element e of a file tensor as float: f32, f64, bf16, f16, or (a mask) i64, i32, u8, bool. */
-static float elem(const dm_st_tensor *t, int64_t e) {
-    const unsigned char *p = t->data;
-    switch (t->dtype) {
-    case DM_ST_F32: { float v; memcpy(&v, p + e * 4, 4); return v; }
-    case DM_ST_F64: { double v; memcpy(&v, p + e * 8, 8); return (float)v; }
-    case DM_ST_BF16: { uint16_t h; memcpy(&h, p + e * 2, 2); uint32_t w = (uint32_t)h << 16; float v; memcpy(&v, &w, 4); return v; }
-    case DM_ST_F16: {
-        uint16_t h;
-        memcpy(&h, p + e * 2, 2);
-        int ex = (h >> 10) & 31, man = h & 1023;
-        float v = ex == 0 ? ldexpf((float)man, -24) : ex == 31 ? (man ? NAN : INFINITY) : ldexpf((float)(man | 1024), ex - 25);
-        return (h & 0x8000) ? -v : v;
-    }
-    case DM_ST_I64: { int64_t v; memcpy(&v, p + e * 8, 8); return (float)v; }
-    case DM_ST_I32: { int32_t v; memcpy(&v, p + e * 4, 4); return (float)v; }
-    case DM_ST_U8: case DM_ST_BOOL: return (float)p[e];
-    default: return NAN;
-    }
+/* Elements [e0, e0 + n) of a file tensor into out as floats: dm_st_to_f32 on a view of
+ * them (every dtype the data may have). */
+static dm_status slice_f32(const dm_st_tensor *t, int64_t e0, int64_t n, float *out) {
+    const size_t es = dm_st_dtype_size(t->dtype);
+    dm_st_tensor v = *t;
+    v.data = (const unsigned char *)t->data + (size_t)e0 * es;
+    v.nbytes = (size_t)n * es;
+    v.ndim = 1;
+    v.shape[0] = n;
+    return dm_st_to_f32(&v, out, (size_t)n);
 }
 
 static int data_dtype_ok(const dm_st_tensor *t) {
     return t->dtype == DM_ST_F32 || t->dtype == DM_ST_F64 || t->dtype == DM_ST_BF16 || t->dtype == DM_ST_F16;
 }
 
-/* The flat index of t's first NaN or infinity, or -1: found when the file is opened, not
- * when training reaches that sample. */
-static int64_t first_nonfinite(const dm_st_tensor *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) n *= t->shape[d]; /* its bytes are in memory */
-    for (int64_t e = 0; e < n; e++)
-        if (!isfinite(elem(t, e))) return e;
-    return -1;
+/* The flat index of the first NaN or infinity of t, a tensor of `samples` samples of `per`
+ * elements, or -1 (-2: out of memory): found when the file is opened, not when training
+ * reaches that sample. */
+static int64_t first_nonfinite(const dm_st_tensor *t, int64_t samples, int64_t per) {
+    float *buf = malloc((size_t)per * sizeof(float));
+    if (!buf) return -2;
+    int64_t at = -1;
+    for (int64_t q = 0; q < samples && at < 0; q++) {
+        if (slice_f32(t, q * per, per, buf) != DM_OK) {
+            at = q * per; /* not expected: the dtype and size were checked */
+            break;
+        }
+        for (int64_t e = 0; e < per; e++)
+            if (!isfinite(buf[e])) {
+                at = q * per + e;
+                break;
+            }
+    }
+    free(buf);
+    return at;
 }
 
 /* Step s's batch from the file: samples (s-1)*b .. s*b-1 modulo N. */
-static void fill_from_file(const user_data *d, int64_t step, int64_t b, int64_t j, int64_t i, float *x, float *y,
-                           float *mask) {
+static dm_status fill_from_file(const user_data *d, int64_t step, int64_t b, int64_t j, int64_t i, float *x, float *y,
+                                float *mask) {
     const int64_t per = j * i;
     for (int64_t q = 0; q < b; q++) {
         const int64_t smp = ((step - 1) * b + q) % d->n;
-#pragma omp parallel for schedule(static)
-        for (int64_t e = 0; e < per; e++) {
-            x[q * per + e] = elem(d->x, smp * per + e);
-            y[q * per + e] = elem(d->y, smp * per + e);
+        DM_TRY(slice_f32(d->x, smp * per, per, x + q * per));
+        DM_TRY(slice_f32(d->y, smp * per, per, y + q * per));
+        float *m = mask + q * j;
+        if (d->mask) {
+            DM_TRY(slice_f32(d->mask, smp * j, j, m));
+            for (int64_t t = 0; t < j; t++) m[t] = m[t] != 0.0f;
+        } else {
+            for (int64_t t = 0; t < j; t++) m[t] = 1.0f;
         }
-        for (int64_t t = 0; t < j; t++) mask[q * j + t] = d->mask ? (elem(d->mask, smp * j + t) != 0.0f) : 1.0f;
     }
+    return DM_OK;
 }
 
 /* The teacher task's inputs of step s: N(0, 1) from Philox (the seed, stream 2001,
@@ -406,7 +414,12 @@ int cmd_train(int argc, char **argv) {
         }
         for (int q = 0; q < 2; q++) {
             const dm_st_tensor *t = q ? ud.y : ud.x;
-            const int64_t at = first_nonfinite(t);
+            const int64_t at = first_nonfinite(t, ud.n, seq * hid);
+            if (at == -2) {
+                cli_error(CMD, "out of memory checking --data");
+                rc = CLI_FAIL;
+                goto done;
+            }
             if (at >= 0) {
                 cli_error(CMD, "--data %s: %s has a NaN or infinity in sample %" PRId64 " (flat index %" PRId64
                           "): training on it would stop there", data, t->name, at / (seq * hid), at);
@@ -532,7 +545,10 @@ int cmd_train(int argc, char **argv) {
     for (int64_t s = start + 1; s <= stop && !g_interrupted; s++) {
         double t0 = cli_now();
         if (data) {
-            fill_from_file(&ud, s, b, j, I, x, y, mask);
+            if (fill_from_file(&ud, s, b, j, I, x, y, mask) != DM_OK) {
+                rc = fail_dm("--data: ");
+                goto done;
+            }
         } else {
             fill_teacher_inputs(cfg->seed, s, b, j, I, tx, tm);
             double tl;

@@ -115,12 +115,12 @@ dm_status dm_gemm_run_pair(const dm_gemm *a, const dm_gemm *b, int nthreads);
 /* Sets the algorithm (DEFAULT picks as above); DM_ERR_UNSUPPORTED if it does not apply
  * (BATCH without a batch, DIRECT on a CPU without AVX-512). */
 dm_status dm_gemm_set_algo(dm_gemm *gm, dm_gemm_algo algo, int nthreads);
-/* One batch index, single-threaded; a non-NULL tile replaces that operand (original
- * order: the spec's first input, second input, output) for this index, without batch
- * offset. DIRECT needs gm->pack with a buffer for this OpenMP thread number. */
 /* Asks for batch index bi's slices of A and B (those not in tiles: tileA / tileB 0) to be
  * brought into L2, while the caller works on another index. */
 void dm_gemm_prefetch(const dm_gemm *gm, int64_t bi, int tileA, int tileB);
+/* One batch index, single-threaded; a non-NULL tile replaces that operand (original
+ * order: the spec's first input, second input, output) for this index, without batch
+ * offset. DIRECT needs gm->pack with a buffer for this OpenMP thread number. */
 void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, float *tileC);
 /* Reference: the same contraction by loops in double (for the tests). */
 void dm_gemm_ref(const dm_graph *g, const dm_op *op, const float *A, const float *B, float *C);

@@ -86,8 +86,12 @@ static const float *tensor_data(const dm_trainer *T, int si, int which) {
     return which == 0 ? sl->p : T->moments + (which == 1 ? 0 : T->nparams) + sl->off;
 }
 
-static uint64_t checksum_of(const char meta[M_N][160], const dm_trainer *T,
-                            const float *(*get)(const void *, int, int), const void *ctx) {
+/* The tensors in file order, layer by layer, parameter by parameter, then which: */
+static int ntensors(const dm_trainer *T) { return T->nlayers * DM_NUM_PARAMS * 3; }
+
+/* The checksum over the metadata and every tensor's bytes, data[(si * 3) + which] (in the
+ * file, data may be unaligned: it is read as bytes). */
+static uint64_t checksum_of(const char meta[M_N][160], const dm_trainer *T, const void *const *data) {
     uint64_t h = hash_str(14695981039346656037ull, CKPT_FORMAT);
     for (int m = 0; m < M_N; m++) {
         h = hash_str(h, k_meta[m]);
@@ -99,13 +103,11 @@ static uint64_t checksum_of(const char meta[M_N][160], const dm_trainer *T,
             for (int w = 0; w < 3; w++) {
                 tensor_name(name, sizeof name, l, k, w);
                 h = hash_str(h, name);
-                h = hash_bytes(h, get(ctx, l * DM_NUM_PARAMS + k, w),
-                               (size_t)T->slot[l * DM_NUM_PARAMS + k].n * sizeof(float));
+                const int si = l * DM_NUM_PARAMS + k;
+                h = hash_bytes(h, data[si * 3 + w], (size_t)T->slot[si].n * sizeof(float));
             }
     return h;
 }
-
-static const float *from_trainer(const void *ctx, int si, int w) { return tensor_data(ctx, si, w); }
 
 dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_save: NULL argument");
@@ -113,10 +115,13 @@ dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
         return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer has no optimizer state to checkpoint");
     char meta[M_N][160], hex[32], name[160];
     meta_values(T, meta);
-    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(meta, T, from_trainer, T));
+    const void **data = malloc((size_t)ntensors(T) * sizeof *data);
+    if (!data) return dm_fail(DM_ERR_OOM, "out of memory writing checkpoint '%s'", path);
+    for (int i = 0; i < ntensors(T); i++) data[i] = tensor_data(T, i / 3, i % 3);
+    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(meta, T, data));
     dm_st_writer *w = NULL;
-    DM_TRY(dm_st_writer_new(&w));
-    dm_status s = dm_st_writer_set_metadata(w, "format", CKPT_FORMAT);
+    dm_status s = dm_st_writer_new(&w);
+    if (s == DM_OK) s = dm_st_writer_set_metadata(w, "format", CKPT_FORMAT);
     if (s == DM_OK) s = dm_st_writer_set_metadata(w, "version", CKPT_VERSION);
     for (int m = 0; s == DM_OK && m < M_N; m++) s = dm_st_writer_set_metadata(w, k_meta[m], meta[m]);
     if (s == DM_OK) s = dm_st_writer_set_metadata(w, "checksum", hex);
@@ -125,10 +130,11 @@ dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
             for (int wh = 0; s == DM_OK && wh < 3; wh++) {
                 const dm_train_slot *sl = &T->slot[l * DM_NUM_PARAMS + k];
                 tensor_name(name, sizeof name, l, k, wh);
-                s = dm_st_writer_add(w, name, DM_ST_F32, sl->ndim, sl->shape, tensor_data(T, l * DM_NUM_PARAMS + k, wh));
+                s = dm_st_writer_add(w, name, DM_ST_F32, sl->ndim, sl->shape, data[(l * DM_NUM_PARAMS + k) * 3 + wh]);
             }
     if (s == DM_OK) s = dm_st_writer_write(w, path);
     dm_st_writer_free(w);
+    free(data);
     if (s != DM_OK) dm_fail_context(s, "writing checkpoint '%s': ", path);
     return s;
 }
@@ -149,20 +155,9 @@ static dm_status find_checked(const dm_st_file *f, const dm_trainer *T, int l, i
     return DM_OK;
 }
 
-typedef struct {
-    const dm_st_file *f;
-    const dm_trainer *T;
-} file_ctx;
-
-/* Tensor data in the file may be unaligned: the checksum reads it as bytes. */
-static const float *from_file(const void *ctx, int si, int w) {
-    const file_ctx *c = ctx;
-    const dm_st_tensor *t = NULL;
-    (void)find_checked(c->f, c->T, si / DM_NUM_PARAMS, si % DM_NUM_PARAMS, w, &t); /* checked before */
-    return t ? (const float *)t->data : NULL;
-}
-
-static dm_status load_checked(dm_trainer *T, const dm_st_file *f) {
+/* Validates the file against T (format, metadata, every tensor, the checksum), then
+ * copies; data: scratch for ntensors(T) pointers. */
+static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **data) {
     const char *fmt = dm_st_metadata(f, "format"), *ver = dm_st_metadata(f, "version");
     if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
         return dm_fail(DM_ERR_FORMAT, "not a dmove checkpoint (no \"format\": \"" CKPT_FORMAT "\" in its "
@@ -194,25 +189,20 @@ static dm_status load_checked(dm_trainer *T, const dm_st_file *f) {
     long long step = strtoll(theirs[M_STEP], &end, 10);
     if (*end || end == theirs[M_STEP] || errno == ERANGE || step < 0 || step > META_MAX_STEP)
         return dm_fail(DM_ERR_FORMAT, "the checkpoint's step '%s' is not a count (0 to 10^12)", theirs[M_STEP]);
-    const dm_st_tensor *t;
-    for (int l = 0; l < T->nlayers; l++)
-        for (int k = 0; k < DM_NUM_PARAMS; k++)
-            for (int w = 0; w < 3; w++) DM_TRY(find_checked(f, T, l, k, w, &t));
+    for (int i = 0; i < ntensors(T); i++) {
+        const dm_st_tensor *t = NULL;
+        DM_TRY(find_checked(f, T, i / 3 / DM_NUM_PARAMS, i / 3 % DM_NUM_PARAMS, i % 3, &t));
+        data[i] = t->data;
+    }
     const char *sum = dm_st_metadata(f, "checksum");
-    file_ctx ctx = {f, T};
     char hex[32];
-    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(theirs, T, from_file, &ctx));
+    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(theirs, T, data));
     if (!sum || strcmp(sum, hex) != 0)
         return dm_fail(DM_ERR_FORMAT, "checksum mismatch (file says %s, its contents give %s): the checkpoint "
                        "is corrupted or was edited; nothing was loaded", sum ? sum : "(none)", hex);
     /* valid: now change the trainer */
-    for (int l = 0; l < T->nlayers; l++)
-        for (int k = 0; k < DM_NUM_PARAMS; k++)
-            for (int w = 0; w < 3; w++) {
-                const int si = l * DM_NUM_PARAMS + k;
-                DM_TRY(find_checked(f, T, l, k, w, &t));
-                memcpy((float *)tensor_data(T, si, w), t->data, (size_t)T->slot[si].n * sizeof(float));
-            }
+    for (int i = 0; i < ntensors(T); i++)
+        memcpy((float *)tensor_data(T, i / 3, i % 3), data[i], (size_t)T->slot[i / 3].n * sizeof(float));
     T->step = step;
     return DM_OK;
 }
@@ -225,6 +215,14 @@ static dm_status load_file(dm_trainer *T, const char *path, dm_status (*take)(dm
     if (s == DM_OK) s = take(T, f);
     dm_st_free(f);
     if (s != DM_OK) dm_fail_context(s, "%s '%s': ", what, path);
+    return s;
+}
+
+static dm_status load_checked(dm_trainer *T, const dm_st_file *f) {
+    const void **data = malloc((size_t)ntensors(T) * sizeof *data);
+    if (!data) return dm_fail(DM_ERR_OOM, "out of memory reading the checkpoint");
+    dm_status s = load_valid(T, f, data);
+    free(data);
     return s;
 }
 
