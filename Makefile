@@ -88,7 +88,7 @@ all: $(BUILD)/dmove
 $(CONFIG_STAMP):
 	@mkdir -p $(dir $@) && echo "$(BUILD_CONFIG)" > $@
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*/*.h src/*/*.def) $(CONFIG_STAMP)
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*/*.h src/*/*.def cli/*.h) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 

@@ -270,6 +270,24 @@ int cli_config_option(cli_config *c, const char *cmd, int argc, char **argv, int
             return 1;
         }
     }
+    if (c->accept & CLI_CFG_ARCH) {
+        if ((r = cli_opt(cmd, argc, argv, i, "--norm", &v)) != 0) {
+            if (r < 0) return -1;
+            if (dm_norm_parse(v, &c->norm) != DM_OK) {
+                cli_usage_error(cmd, "--norm: unknown LayerNorm placement '%s' (known: post, as BERT; pre, "
+                                "LayerNorm on the inputs of attention and feed-forward)", v);
+                return -1;
+            }
+            c->norm_set = 1;
+            return 1;
+        }
+        if ((r = cli_flag(cmd, argv, *i, "--causal")) != 0) {
+            if (r < 0) return -1;
+            c->causal = 1;
+            c->causal_set = 1;
+            return 1;
+        }
+    }
     if (c->accept & CLI_CFG_THREADS) {
         if ((r = cli_opt(cmd, argc, argv, i, "--threads", &v)) != 0) {
             if (r < 0 || cli_parse_int(cmd, "--threads", v, 0, 4096, &c->threads)) return -1;
@@ -298,11 +316,18 @@ int cli_config_finish(cli_config *c, const char *cmd, int check) {
     if (c->eps_set) cfg->eps = c->eps;
     if (c->act_set) cfg->act = c->act;
     if (c->seed_set) cfg->seed = c->seed;
+    if (c->norm_set) cfg->norm = c->norm;
+    if (c->causal_set) cfg->causal = c->causal;
     if (check && dm_layer_config_check(cfg) != DM_OK) {
         cli_usage_error(cmd, "%s", dm_last_error());
         return -1;
     }
     return 0;
+}
+
+const char *cli_variant(const dm_layer_config *cfg) {
+    if (cfg->norm == DM_NORM_PRE) return cfg->causal ? ", pre-LN, causal" : ", pre-LN";
+    return cfg->causal ? ", causal" : "";
 }
 
 int cli_device_option(const char *cmd, int argc, char **argv, int *i, dm_device_kind *dev,
@@ -400,6 +425,14 @@ void cli_config_help(FILE *out, unsigned accept) {
                 "                   (default %s)\n"
                 "  --eps E          LayerNorm epsilon (default %g)\n",
                 d.dropout, d.seed, dm_act_name(d.act), d.eps);
+    if (accept & CLI_CFG_ARCH)
+        fprintf(out,
+                "  --norm N         where the LayerNorms sit: post (default; BERT: after each\n"
+                "                   residual add) or pre (on the inputs of attention and the\n"
+                "                   feed-forward block, residuals bypassing them: GPT-2,\n"
+                "                   nn.TransformerEncoderLayer(norm_first=True))\n"
+                "  --causal         each token attends to itself and the tokens before it only\n"
+                "                   (a decoder's mask, on top of attention_mask)\n");
     if (accept & CLI_CFG_THREADS)
         fprintf(out, "  --threads N      threads to use (default 0: all cores)\n");
 }

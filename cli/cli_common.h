@@ -57,7 +57,8 @@ enum {
     CLI_CFG_HEADS = 2,   /* --heads */
     CLI_CFG_TRAIN = 4,   /* --dropout --seed --act --eps */
     CLI_CFG_THREADS = 8, /* --threads */
-    CLI_CFG_ALL = 15
+    CLI_CFG_ARCH = 16,   /* --norm --causal */
+    CLI_CFG_ALL = 31
 };
 
 typedef struct {
@@ -66,8 +67,10 @@ typedef struct {
     int64_t size[5];    /* batch seq hidden heads ffn, as given */
     int size_set[5];
     double dropout, eps;
-    int dropout_set, eps_set, act_set, seed_set;
+    int dropout_set, eps_set, act_set, seed_set, norm_set, causal_set;
     dm_act act;
+    dm_norm norm;
+    int causal;
     uint64_t seed;
     int threads; /* 0: all cores */
     dm_layer_config cfg; /* filled by cli_config_finish */
@@ -79,6 +82,9 @@ int cli_config_option(cli_config *c, const char *cmd, int argc, char **argv, int
 /* Builds c->cfg: defaults, then the preset, then each size given, then the rest; checks it
  * with dm_layer_config_check unless check == 0. 0 ok, -1 after printing the error. */
 int cli_config_finish(cli_config *c, const char *cmd, int check);
+/* The layer variant in words for the headers ("", ", pre-LN", ", causal", ", pre-LN,
+ * causal"): BERT's post-LN bidirectional layer says nothing. */
+const char *cli_variant(const dm_layer_config *cfg);
 /* The help lines of the accepted configuration options, with their defaults. */
 void cli_config_help(FILE *out, unsigned accept);
 

@@ -91,8 +91,8 @@ static void print_table(const cli_config *c, const dm_graph *g, const dm_cost_re
                         const double *op_secs) {
     const dm_layer_config *cfg = &c->cfg;
     printf("dmove analyze: b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
-           ", %s, %d ops, %d fused groups\n", cfg->batch, cfg->seq, cfg->hidden, cfg->heads,
-           cfg->ffn, dm_dtype_bytes_name(r->dtype_bytes), r->nops, r->ngroups);
+           "%s, %s, %d ops, %d fused groups\n", cfg->batch, cfg->seq, cfg->hidden, cfg->heads,
+           cfg->ffn, cli_variant(cfg), dm_dtype_bytes_name(r->dtype_bytes), r->nops, r->ngroups);
     printf("device %s: %s\n", r->dev.name, r->dev.desc);
     printf("  roofs: contraction %.1f GFLOP/s, vector %.1f GFLOP/s, memory %.1f GB/s\n\n",
            dm_device_contract_peak(&r->dev, r->dtype_bytes) / 1e9,

@@ -296,9 +296,9 @@ static double class_ms_sum(const result *r) {
 static void print_table(const cli_config *c, const result *res, int nres, int warmup, int reps) {
     const dm_layer_config *cfg = &c->cfg;
     printf("dmove %s bench: b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
-           ", dropout %g, %s, %d threads; medians of %d reps after %d warm-up\n\n",
+           ", dropout %g, %s%s, %d threads; medians of %d reps after %d warm-up\n\n",
            DMOVE_VERSION, cfg->batch, cfg->seq, cfg->hidden, cfg->heads, cfg->ffn, cfg->dropout,
-           dm_act_name(cfg->act), cli_threads(c->threads), reps, warmup);
+           dm_act_name(cfg->act), cli_variant(cfg), cli_threads(c->threads), reps, warmup);
     if (g_device != DM_DEVICE_CPU)
         printf("device: %s (%s storage)\n\n", dm_device_kind_name(g_device), dm_dtype_name(g_dtype));
     printf("%-9s %11s %12s %10s %14s %9s %10s\n", "schedule", "forward ms", "backward ms",
@@ -355,6 +355,8 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
          jnum(conf, "hidden", (double)cfg->hidden) && jnum(conf, "heads", (double)cfg->heads) &&
          jnum(conf, "ffn", (double)cfg->ffn) && jnum(conf, "dropout", cfg->dropout) &&
          cJSON_AddStringToObject(conf, "act", dm_act_name(cfg->act)) &&
+         cJSON_AddStringToObject(conf, "norm", dm_norm_name(cfg->norm)) &&
+         cJSON_AddBoolToObject(conf, "causal", cfg->causal) &&
          jnum(conf, "eps", cfg->eps) && jnum(conf, "seed", (double)cfg->seed) &&
          jnum(conf, "threads", cli_threads(c->threads)) && jnum(conf, "warmup", warmup) &&
          jnum(conf, "reps", reps) &&

@@ -29,7 +29,7 @@ static void usage(FILE *out) {
             "\n"
             "options:\n"
             "  --out FILE       the file to write (required; written atomically)\n");
-    cli_config_help(out, CLI_CFG_SIZES | CLI_CFG_HEADS | CLI_CFG_TRAIN);
+    cli_config_help(out, CLI_CFG_SIZES | CLI_CFG_HEADS | CLI_CFG_TRAIN | CLI_CFG_ARCH);
     fprintf(out,
             "                   (--seed also seeds the random values; --heads, --dropout,\n"
             "                   --seed, --act and --eps are recorded in __metadata__, where\n"
@@ -74,7 +74,7 @@ int cmd_example(int argc, char **argv) {
     const char *out = NULL;
     int no_mask = 0;
     cli_config c;
-    cli_config_init(&c, CLI_CFG_SIZES | CLI_CFG_HEADS | CLI_CFG_TRAIN);
+    cli_config_init(&c, CLI_CFG_SIZES | CLI_CFG_HEADS | CLI_CFG_TRAIN | CLI_CFG_ARCH);
     for (int a = 1; a < argc; a++) {
         int r;
         if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
@@ -172,7 +172,7 @@ int cmd_example(int argc, char **argv) {
         char v[64];
     } meta[] = {{"format", "pt"}, {"dmove_version", DMOVE_VERSION}, {"batch", ""}, {"seq", ""},
                 {"hidden", ""}, {"heads", ""}, {"ffn", ""}, {"dropout", ""}, {"seed", ""},
-                {"act", ""}, {"eps", ""}};
+                {"act", ""}, {"eps", ""}, {"norm", ""}, {"causal", ""}};
     snprintf(meta[2].v, sizeof meta[2].v, "%" PRId64, b);
     snprintf(meta[3].v, sizeof meta[3].v, "%" PRId64, j);
     snprintf(meta[4].v, sizeof meta[4].v, "%" PRId64, i);
@@ -182,6 +182,8 @@ int cmd_example(int argc, char **argv) {
     snprintf(meta[8].v, sizeof meta[8].v, "%" PRIu64, cfg->seed);
     snprintf(meta[9].v, sizeof meta[9].v, "%s", dm_act_name(cfg->act));
     cli_fmt_double(meta[10].v, sizeof meta[10].v, cfg->eps);
+    snprintf(meta[11].v, sizeof meta[11].v, "%s", dm_norm_name(cfg->norm));
+    snprintf(meta[12].v, sizeof meta[12].v, "%d", cfg->causal);
     for (size_t k = 0; k < sizeof meta / sizeof *meta; k++)
         if (dm_st_writer_set_metadata(w, meta[k].k, meta[k].v) != DM_OK) {
             cli_error(CMD, "%s", dm_last_error());

@@ -70,9 +70,9 @@ static void usage(FILE *out) {
             "  --out FILE       output safetensors file (required)\n"
             "  --heads H        attention heads (i must be divisible by H); required unless\n"
             "                   IN's metadata has it (as `dmove example` writes it, with\n"
-            "                   dropout, seed, act and eps: those become the defaults, and\n"
-            "                   a note says so; options given here win)\n");
-    cli_config_help(out, CLI_CFG_TRAIN | CLI_CFG_THREADS);
+            "                   dropout, seed, act, eps, norm and causal: those become\n"
+            "                   the defaults, and a note says so; options given here win)\n");
+    cli_config_help(out, CLI_CFG_TRAIN | CLI_CFG_ARCH | CLI_CFG_THREADS);
     cli_device_help(out);
     fprintf(out,
             "  --schedule S     fused (default) or unfused: the same graph, run with fused\n"
@@ -97,16 +97,29 @@ static int same_file(const char *a, const char *b) {
 }
 
 /* The options `dmove example` records in the file's __metadata__ (heads, dropout, seed,
- * act, eps) become the defaults of those not given on the command line, with a note
- * saying which; the command line wins. 0 ok, -1 after the error (a bad value). */
+ * act, eps, norm, causal) become the defaults of those not given on the command line,
+ * with a note saying which; the command line wins. 0 ok, -1 after the error (a bad
+ * value). */
 static int from_metadata(const dm_st_file *f, const char *in, cli_config *c) {
-    static const char *const keys[] = {"heads", "dropout", "seed", "act", "eps"};
-    int *set[] = {&c->size_set[3], &c->dropout_set, &c->seed_set, &c->act_set, &c->eps_set};
+    static const char *const keys[] = {"heads", "dropout", "seed", "act", "eps", "norm", "causal"};
+    int *set[] = {&c->size_set[3], &c->dropout_set, &c->seed_set, &c->act_set, &c->eps_set, &c->norm_set,
+                  &c->causal_set};
     char used[256] = "";
     size_t len = 0;
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < 7; k++) {
         const char *v = dm_st_metadata(f, keys[k]);
         if (!v || *set[k]) continue;
+        if (!strcmp(keys[k], "causal")) { /* a flag on the command line, 0 or 1 here */
+            if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+                cli_error(CMD, "the \"causal\" in the metadata of '%s' is '%s', not 0 or 1 (give --causal on the "
+                          "command line, or fix the file)", in, v);
+                return -1;
+            }
+            c->causal = v[0] == '1';
+            c->causal_set = 1;
+            if (c->causal && len < sizeof used) len += (size_t)snprintf(used + len, sizeof used - len, " --causal");
+            continue;
+        }
         /* the option parser checks the value exactly as if it had been typed */
         char opt[32], arg[96];
         snprintf(opt, sizeof opt, "--%s", keys[k]);
@@ -371,7 +384,7 @@ int cmd_layer(int argc, char **argv) {
     const char *plan = NULL;
     dm_schedule sched = DM_SCHED_FUSED;
     cli_config c;
-    cli_config_init(&c, CLI_CFG_HEADS | CLI_CFG_TRAIN | CLI_CFG_THREADS);
+    cli_config_init(&c, CLI_CFG_HEADS | CLI_CFG_TRAIN | CLI_CFG_ARCH | CLI_CFG_THREADS);
 
     for (int a = 1; a < argc; a++) {
         const char *v = NULL;
@@ -558,6 +571,7 @@ int cmd_layer(int argc, char **argv) {
     if (add_meta(w, "seed", num)) goto done;
     cli_fmt_double(num, sizeof num, c.cfg.eps);
     if (add_meta(w, "eps", num) || add_meta(w, "act", dm_act_name(c.cfg.act)) ||
+        add_meta(w, "norm", dm_norm_name(c.cfg.norm)) || add_meta(w, "causal", c.cfg.causal ? "1" : "0") ||
         add_meta(w, "schedule", sched == DM_SCHED_FUSED ? "fused" : "unfused") ||
         add_meta(w, "forward_only", forward_only ? "1" : "0") ||
         add_meta(w, "device", dm_device_kind_name(device)) ||

@@ -528,9 +528,10 @@ int cmd_train(int argc, char **argv) {
     FILE *info = json ? stderr : stdout;
     char lrb[32];
     cli_fmt_double(lrb, sizeof lrb, adam.lr);
-    fprintf(info, "dmove train: %d layer%s (i=%" PRId64 " h=%" PRId64 " u=%" PRId64 ", %s; %.2fM parameters), "
+    fprintf(info, "dmove train: %d layer%s (i=%" PRId64 " h=%" PRId64 " u=%" PRId64 ", %s%s; %.2fM parameters), "
                   "batches of b=%" PRId64 " j=%" PRId64 ", dropout %g, %d thread%s\n",
-            layers, layers > 1 ? "s" : "", I, cfg->heads, cfg->ffn, dm_act_name(cfg->act), (double)np / 1e6, b, j,
+            layers, layers > 1 ? "s" : "", I, cfg->heads, cfg->ffn, dm_act_name(cfg->act), cli_variant(cfg),
+            (double)np / 1e6, b, j,
             cfg->dropout, cli_threads(c.threads), cli_threads(c.threads) > 1 ? "s" : "");
     fprintf(info, "  data: %s\n", data ? data : "the teacher task (a random stack to imitate; inputs N(0, 1))");
     fprintf(info, "  AdamW: lr %s%s%s, weight decay %g; %s%s; steps %" PRId64 " to %" PRId64 " of %" PRId64 "\n", lrb,

@@ -50,7 +50,7 @@ static void help(FILE *out) {
             "Use the plan with: dmove bench --plan FILE, dmove layer --plan FILE.\n"
             "\n"
             "options:\n");
-    cli_config_help(out, CLI_CFG_SIZES | CLI_CFG_HEADS | CLI_CFG_THREADS);
+    cli_config_help(out, CLI_CFG_SIZES | CLI_CFG_HEADS | CLI_CFG_ARCH | CLI_CFG_THREADS);
     fprintf(out,
             "  --act A          FFN activation: gelu, gelu_tanh or relu (default gelu)\n"
             "  --schedule S     fused (default) or unfused: which plan to tune\n"
@@ -246,7 +246,7 @@ static void print_floor(const cli_config *c, dm_schedule sched, const double t[2
 
 int cmd_tune(int argc, char **argv) {
     cli_config c;
-    cli_config_init(&c, CLI_CFG_SIZES | CLI_CFG_HEADS | CLI_CFG_THREADS);
+    cli_config_init(&c, CLI_CFG_SIZES | CLI_CFG_HEADS | CLI_CFG_ARCH | CLI_CFG_THREADS);
     const char *out = "dmove-plan.json", *svg = NULL, *cache = NULL;
     int no_cache = 0, reps = 7, vreps = 5;
     dm_schedule sched = DM_SCHED_FUSED;

@@ -30,6 +30,12 @@ const char *dm_last_error(void);
 const char *dm_status_name(dm_status s);
 
 typedef enum { DM_ACT_GELU = 0, DM_ACT_GELU_TANH, DM_ACT_RELU } dm_act;
+/* Where the layer's two LayerNorms sit. Post-LN (BERT, Hugging Face BertLayer; the
+ * default): after each residual add. Pre-LN (torch.nn.TransformerEncoderLayer with
+ * norm_first=True, GPT-2's blocks): on the input of attention and of the feed-forward
+ * block, the residuals bypassing them; attention.output.LayerNorm then normalizes the
+ * attention's input and output.LayerNorm the feed-forward's. */
+typedef enum { DM_NORM_POST = 0, DM_NORM_PRE } dm_norm;
 typedef enum { DM_SCHED_FUSED = 0, DM_SCHED_UNFUSED } dm_schedule;
 
 /* Operator classes of the paper. */
@@ -37,7 +43,7 @@ typedef enum { DM_CLASS_CONTRACTION = 0, DM_CLASS_NORMALIZATION, DM_CLASS_ELEMEN
                DM_NUM_CLASSES } dm_op_class;
 const char *dm_class_name(dm_op_class c);
 
-/* One BERT encoder layer (post-LayerNorm, Hugging Face BertLayer semantics). */
+/* One BERT encoder layer (Hugging Face BertLayer semantics), post-LN by default. */
 typedef struct {
     int64_t batch;   /* b */
     int64_t seq;     /* j (= k) */
@@ -48,6 +54,9 @@ typedef struct {
     double eps;      /* LayerNorm epsilon (default 1e-12) */
     dm_act act;
     uint64_t seed;   /* dropout seed */
+    dm_norm norm;    /* DM_NORM_POST (0, BERT) or DM_NORM_PRE */
+    int causal;      /* 1: a query attends to the keys at or before its own position only
+                      * (on top of attention_mask), as a decoder; 0 (default): all keys */
 } dm_layer_config;
 
 /* BERT-base defaults: b=8 j=128 i=768 h=12 u=3072, p=0.1, eps=1e-12, GELU, seed 0. */
@@ -58,6 +67,8 @@ dm_status dm_layer_config_preset(dm_layer_config *cfg, const char *name);
 dm_status dm_layer_config_check(const dm_layer_config *cfg);
 const char *dm_act_name(dm_act a);
 dm_status dm_act_parse(const char *s, dm_act *out);
+const char *dm_norm_name(dm_norm n);
+dm_status dm_norm_parse(const char *s, dm_norm *out); /* "post", "pre" */
 
 /* Where a layer's steps run. CUDA: the layer's tensors live on the GPU; the pointers of
  * dm_layer_tensor are a host staging copy, moved by dm_layer_to_device / dm_layer_to_host.

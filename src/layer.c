@@ -70,6 +70,23 @@ dm_status dm_act_parse(const char *s, dm_act *out) {
     return DM_OK;
 }
 
+const char *dm_norm_name(dm_norm n) {
+    switch (n) {
+    case DM_NORM_POST: return "post";
+    case DM_NORM_PRE: return "pre";
+    }
+    return "?";
+}
+
+dm_status dm_norm_parse(const char *s, dm_norm *out) {
+    if (s && !strcmp(s, "post")) *out = DM_NORM_POST;
+    else if (s && !strcmp(s, "pre")) *out = DM_NORM_PRE;
+    else
+        return dm_fail(DM_ERR_INVALID_ARG, "unknown LayerNorm placement '%s': use post (BERT) or pre",
+                       s ? s : "(null)");
+    return DM_OK;
+}
+
 static dm_status check_prod(const char *what, const int64_t *v, int n) {
     int64_t p = 1;
     for (int i = 0; i < n; i++)
@@ -99,6 +116,11 @@ dm_status dm_layer_config_check(const dm_layer_config *c) {
         return dm_fail(DM_ERR_INVALID_ARG, "LayerNorm eps must be positive and finite (got %g)", c->eps);
     if (c->act != DM_ACT_GELU && c->act != DM_ACT_GELU_TANH && c->act != DM_ACT_RELU)
         return dm_fail(DM_ERR_INVALID_ARG, "unknown activation %d", (int)c->act);
+    if (c->norm != DM_NORM_POST && c->norm != DM_NORM_PRE)
+        return dm_fail(DM_ERR_INVALID_ARG, "unknown LayerNorm placement %d (use DM_NORM_POST or DM_NORM_PRE)",
+                       (int)c->norm);
+    if (c->causal != 0 && c->causal != 1)
+        return dm_fail(DM_ERR_INVALID_ARG, "causal must be 0 or 1 (got %d)", c->causal);
     DM_TRY(check_prod("attention scores (b,h,j,k)", (int64_t[]){c->batch, c->heads, c->seq, c->seq}, 4));
     DM_TRY(check_prod("feed-forward (b,j,u)", (int64_t[]){c->batch, c->seq, c->ffn}, 3));
     DM_TRY(check_prod("projection (b,j,3i)", (int64_t[]){c->batch, c->seq, 3 * c->hidden}, 3));

@@ -212,6 +212,15 @@ expect_ok "layer with the same options given" "$D" layer --in "$M" --out "$T/m2.
 check "metadata defaults give the same output as the options" cmp -s "$T/m1.st" "$T/m2.st"
 expect_ok "layer with --act gelu over the metadata's relu" "$D" layer --in "$M" --out "$T/m3.st" --act gelu
 check "an option given wins over the metadata" sh -c "! cmp -s '$T/m1.st' '$T/m3.st'"
+# the layer variant travels the same way
+expect_ok "dmove example --norm pre --causal" "$D" example --out "$M" --batch 2 --seq 4 --hidden 8 --heads 2 \
+    --ffn 16 --norm pre --causal
+expect_ok "layer takes --norm and --causal from the metadata" "$D" layer --in "$M" --out "$T/m4.st"
+check "layer says so" grep -q "from the metadata.*--norm pre --causal" "$T/stderr"
+expect_ok "layer with --norm pre --causal given" "$D" layer --in "$M" --out "$T/m5.st" --norm pre --causal
+check "the same output either way" cmp -s "$T/m4.st" "$T/m5.st"
+expect_ok "layer with --norm post over the metadata's pre" "$D" layer --in "$M" --out "$T/m6.st" --norm post
+check "another layer, another output" sh -c "! cmp -s '$T/m4.st' '$T/m6.st'"
 Z=$T/zeros.safetensors
 craft "$Z" 's/:F32:/:F64:/' hidden_states:BF16:1,2,4 attention_mask:BOOL:1,2:001 grad_output:F16:1,2,4
 expect_ok "dmove layer on F64/BF16/F16/BOOL inputs (shell-written)" lay --in "$Z" --heads 2
@@ -259,6 +268,8 @@ expect_fail "layer: --seed 2^64" 2 "--seed" layv --seed 18446744073709551616
 expect_fail "layer: --threads -1" 2 "--threads" layv --threads -1
 expect_fail "bench: unknown option" 2 "unknown option" "$D" bench --bogus
 expect_fail "bench: unknown --act" 2 "unknown activation" "$D" bench --act swish
+expect_fail "bench: unknown --norm" 2 "unknown LayerNorm placement" "$D" bench --norm sideways
+expect_fail "layer: --causal=1" 2 "takes no value" layv --causal=1
 expect_fail "bench: unknown --preset" 2 "unknown preset" "$D" bench --preset bert-huge
 expect_fail "bench: unknown --schedule" 2 "unknown schedule" "$D" bench --schedule sideways
 expect_fail "bench: unknown --dtype" 2 "unknown storage type" "$D" bench --dtype fp8
@@ -369,6 +380,14 @@ expect_fail "bench: --plan truncated" 1 "not valid JSON" "$D" bench --plan "$T/t
 printf '{"format": "dmove-plan", "version": 99}' >"$T/newer.json"
 expect_fail "layer: --plan newer version" 1 "newer dmove" lay --in "$T/ok" --heads 2 --plan "$T/newer.json"
 expect_fail "analyze: --plan missing file" 1 "cannot open plan" "$D" analyze --device v100 --plan "$T/none.json"
+# a plan is for one layer variant: a pre-LN plan refuses a post-LN layer and says how to use it
+expect_ok "tune a pre-LN causal layer" "$D" tune --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8 --no-cache --reps 1 \
+    --norm pre --causal --out "$T/pre.json"
+expect_fail "bench: a pre-LN plan on a post-LN layer" 1 "give --norm pre --causal" "$D" bench --batch 1 --seq 4 \
+    --hidden 8 --heads 2 --ffn 8 --plan "$T/pre.json"
+expect_ok "bench: the pre-LN plan on its layer" "$D" bench --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8 --reps 2 \
+    --warmup 1 --plan "$T/pre.json" --norm pre --causal
+check "bench names the variant" grep -q "pre-LN, causal" "$T/stdout"
 
 # train: a tiny stack; a run in two parts equals the whole run; bad options and files
 trn() { "$D" train --layers 2 --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16 --steps 6 --lr 1e-3 "$@"; }
@@ -425,6 +444,8 @@ expect_fail "train: --resume with another --seed" 1 "seed is 0, this run's 7" tr
 expect_fail "train: --resume with another --lr" 1 "adamw" trn --resume "$T/part.ckpt" --save "$OUT"
 expect_fail "train: --until without --save" 2 "needs --save" trn --until 3
 expect_fail "train: --resume another architecture" 1 "ffn is 16" trn --ffn 24 --resume "$T/full.ckpt" --save "$OUT"
+expect_fail "train: --resume a post-LN run as pre-LN" 1 "norm is post, this trainer's pre" trn --norm pre \
+    --warmup 2 --lr-schedule linear --resume "$T/part.ckpt" --save "$OUT"
 expect_fail "train: --resume a layer file" 1 "not a dmove checkpoint" trn --resume "$V" --save "$OUT"
 head -c 3000 "$T/full.ckpt" >"$T/trunc.ckpt"
 expect_fail "train: --resume a truncated checkpoint" 1 "truncated" trn --resume "$T/trunc.ckpt" --save "$OUT"

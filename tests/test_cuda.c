@@ -257,13 +257,13 @@ static int g_no_dx;
  * whose plan an emulated executor runs group by group (as dm_layer_run does). */
 static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulate, int dtype,
                        unsigned gen) {
-    printf("%s%s%s%slayer b=%lld j=%lld i=%lld h=%lld u=%lld p=%g %s, %s, %s storage:\n",
+    printf("%s%s%s%slayer b=%lld j=%lld i=%lld h=%lld u=%lld p=%g %s%s%s, %s, %s storage:\n",
            emulate ? "emulated " : "", (gen & DM_CUDA_OVERLAP) ? "two-stream " : "",
            (gen & DM_CUDA_AUTO) ? "auto-chosen " : "",
            (gen & DM_CUDA_SIM_LANES) ? "generated-kernel (simulated lanes) " : (gen & DM_CUDA_GEN) ? "generated-kernel " : "", (long long)cfg->batch, (long long)cfg->seq,
            (long long)cfg->hidden, (long long)cfg->heads, (long long)cfg->ffn, cfg->dropout,
-           dm_act_name(cfg->act), sched == DM_SCHED_FUSED ? "fused" : "unfused",
-           dtype_name(dtype));
+           dm_act_name(cfg->act), cfg->norm == DM_NORM_PRE ? " pre-LN" : "", cfg->causal ? " causal" : "",
+           sched == DM_SCHED_FUSED ? "fused" : "unfused", dtype_name(dtype));
     dm_layer *C = NULL, *G = NULL;
     dm_cuda_exec *ex = NULL;
     float *first[64] = {0};
@@ -419,6 +419,12 @@ static void run_suite(unsigned emulate, int dtype, unsigned gen) {
      * rounding. Groups alone run ReLU in every type (same inputs on both sides). */
     dm_layer_config c = small_config(2, 40, 320, 5, 1280, DM_ACT_RELU);
     dm_layer_config c_smooth = small_config(2, 40, 320, 5, 1280, DM_ACT_GELU);
+    /* the layer variants: pre-LN and causal (the fused attention kernels' mask too), and
+     * a causal post-LN layer of odd sizes */
+    dm_layer_config v = small_config(2, 24, 64, 4, 256, DM_ACT_GELU);
+    v.norm = DM_NORM_PRE, v.causal = 1;
+    dm_layer_config w = b;
+    w.causal = 1;
     const unsigned f = emulate | gen | DM_CUDA_SYNC_EACH;
     snprintf(label, sizeof label, "%sA fused", m);
     test_groups(&a, DM_SCHED_FUSED, f, label, dtype);
@@ -428,6 +434,11 @@ static void run_suite(unsigned emulate, int dtype, unsigned gen) {
     test_groups(&b, DM_SCHED_FUSED, f, label, dtype);
     snprintf(label, sizeof label, "%sC fused", m);
     test_groups(&c, DM_SCHED_FUSED, f, label, dtype);
+    snprintf(label, sizeof label, "%sV (pre-LN, causal) fused", m);
+    test_groups(&v, DM_SCHED_FUSED, f, label, dtype);
+    test_layer(&v, DM_SCHED_FUSED, emulate != 0, dtype, gen);
+    test_layer(&w, DM_SCHED_FUSED, emulate != 0, dtype, gen);
+    if (!gen) test_layer(&v, DM_SCHED_UNFUSED, emulate != 0, dtype, gen);
     if (gen && dtype != DM_CUDA_FP32) { /* the fused attention kernels' other shapes: three
                                          * and nine row tiles per item, in one block */
         dm_layer_config e = small_config(2, 48, 64, 2, 128, DM_ACT_GELU);
@@ -609,6 +620,12 @@ static void run_sim_suite(void) {
     test_groups(&d, DM_SCHED_FUSED, f, "simulated lanes, bf16 D fused", DM_CUDA_BF16);
     test_groups(&d, DM_SCHED_UNFUSED, f, "simulated lanes, D unfused", DM_CUDA_FP32);
     test_layer(&d, DM_SCHED_FUSED, 1, DM_CUDA_BF16, DM_CUDA_GEN | DM_CUDA_SIM_LANES);
+    /* pre-LN and causal: the fused attention kernel masks the keys after each query */
+    dm_layer_config v = small_config(2, 48, 64, 2, 128, DM_ACT_GELU);
+    v.norm = DM_NORM_PRE, v.causal = 1;
+    CHECK(fused_groups(&v, DM_CUDA_BF16, f) == (getenv("DMOVE_CUDA_FUSE") && !strcmp(getenv("DMOVE_CUDA_FUSE"), "0") ? 0 : 2));
+    test_groups(&v, DM_SCHED_FUSED, f, "simulated lanes, bf16 V (pre-LN, causal) fused", DM_CUDA_BF16);
+    test_layer(&v, DM_SCHED_FUSED, 1, DM_CUDA_BF16, DM_CUDA_GEN | DM_CUDA_SIM_LANES);
     /* fewer blocks than rows need (as the occupancy cap on a GPU, or
      * DMOVE_CUDA_COLSUM_BLOCKS): one block, each team striding over several rows and
      * summing their columns */

@@ -303,5 +303,33 @@ int main(void) {
     dm_layer_free(F2);
     dm_layer_free(F);
     dm_layer_free(U);
+
+    /* the layer variants: only the forward graph differs; the same pass finds their
+     * groups, and their steps agree with the unfused ones */
+    printf("4. pre-LN (and causal) layers:\n");
+    dm_layer_config pre = cfg;
+    pre.norm = DM_NORM_PRE;
+    pre.causal = 1;
+    F = NULL;
+    CHECK_OK(dm_layer_new(&F, &pre, &of));
+    if (F) {
+        EXPECT("LN", "attn_layernorm");
+        EXPECT("BDRLN", "attn_out_bias", "attn_out_dropout", "attn_residual", "ffn_layernorm");
+        EXPECT("BDR", "ffn_out_bias", "ffn_out_dropout", "ffn_residual");
+        EXPECT("DB", "ffn_out_dropout_bwd", "ffn_out_bias_dbias");
+        EXPECT("LNB+EBSB", "ffn_layernorm_bwd", "grad_acc_h1", "attn_out_dropout_bwd", "attn_out_bias_dbias");
+        EXPECT("LNB+BEI", "attn_layernorm_bwd", "grad_acc_hidden_states");
+        EXPECT("ATTN-F", "attn_scores", "attn_mask", "attn_softmax", "attn_probs_dropout", "attn_context");
+        dm_layer_free(F);
+    }
+    for (int v = 0; v < 3; v++) {
+        dm_layer_config x = cfg;
+        x.norm = v ? DM_NORM_PRE : DM_NORM_POST;
+        x.causal = v != 1;
+        double wv = step_vs_unfused(&x, DM_ACT_GELU);
+        printf("  %s-LN%s fused vs unfused, every output and gradient: max rel.err %.2e\n",
+               dm_norm_name(x.norm), x.causal ? ", causal" : "", wv);
+        CHECK(wv < 1e-6);
+    }
     TEST_END();
 }

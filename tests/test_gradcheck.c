@@ -3,7 +3,8 @@
  * is perturbed by +-h and the central difference compared with dmove's gradient.
  * dmove computes in fp32, so the difference quotient carries ~1e-4 of rounding noise;
  * the check is per tensor: ||fd - grad|| / ||grad|| < 1e-2, where a wrong rule gives O(1).
- * Dropout is on (fixed masks: the function stays smooth), with a padding mask. */
+ * Dropout is on (fixed masks: the function stays smooth), with a padding mask; post-LN,
+ * pre-LN and pre-LN causal layers. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,11 +22,12 @@ static double loss(dm_layer *L, const float *dy, size_t n) {
     return s;
 }
 
-static void run(dm_act act) {
+static void run(dm_act act, dm_norm norm, int causal) {
     dm_layer_config cfg;
     dm_layer_config_default(&cfg);
     cfg.batch = 2, cfg.seq = 3, cfg.hidden = 4, cfg.heads = 2, cfg.ffn = 6;
-    cfg.dropout = 0.2, cfg.seed = 5, cfg.eps = 1e-5, cfg.act = act;
+    cfg.dropout = 0.2, cfg.seed = 5, cfg.eps = 1e-5, cfg.act = act, cfg.norm = norm, cfg.causal = causal;
+    printf("%s, %s-LN%s:\n", dm_act_name(act), dm_norm_name(norm), causal ? ", causal" : "");
     dm_layer *L = NULL;
     dm_layer_options opt = {.threads = 1};
     CHECK_OK(dm_layer_new(&L, &cfg, &opt));
@@ -95,7 +97,10 @@ static void run(dm_act act) {
 }
 
 int main(void) {
-    run(DM_ACT_GELU);
-    run(DM_ACT_GELU_TANH);
+    run(DM_ACT_GELU, DM_NORM_POST, 0);
+    run(DM_ACT_GELU_TANH, DM_NORM_POST, 0);
+    /* the variants: their backward is autodiff's too */
+    run(DM_ACT_GELU, DM_NORM_PRE, 0);
+    run(DM_ACT_GELU, DM_NORM_PRE, 1);
     TEST_END();
 }

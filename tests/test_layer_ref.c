@@ -29,9 +29,13 @@ static int run_case(const char *path) {
     cfg.eps = atof(dm_st_metadata(f, "eps"));
     cfg.seed = strtoull(dm_st_metadata(f, "seed"), NULL, 10);
     CHECK_OK(dm_act_parse(dm_st_metadata(f, "act"), &cfg.act));
-    printf("%s: b=%lld j=%lld i=%lld h=%lld u=%lld p=%g act=%s\n", path, (long long)cfg.batch,
+    /* the layer variants' files say so; the first ones are post-LN and bidirectional */
+    const char *norm = dm_st_metadata(f, "norm"), *causal = dm_st_metadata(f, "causal");
+    if (norm) CHECK_OK(dm_norm_parse(norm, &cfg.norm));
+    if (causal) cfg.causal = atoi(causal);
+    printf("%s: b=%lld j=%lld i=%lld h=%lld u=%lld p=%g act=%s %s-LN%s\n", path, (long long)cfg.batch,
            (long long)cfg.seq, (long long)cfg.hidden, (long long)cfg.heads, (long long)cfg.ffn,
-           cfg.dropout, dm_act_name(cfg.act));
+           cfg.dropout, dm_act_name(cfg.act), dm_norm_name(cfg.norm), cfg.causal ? " causal" : "");
     for (int sched = 0; sched < 2; sched++) {
         dm_layer *L = NULL;
         dm_layer_options opt = {.schedule = sched};
@@ -90,7 +94,7 @@ int main(void) {
             names[n++] = strdup(e->d_name);
     }
     closedir(d);
-    CHECK(n >= 4); /* two configurations, dropout off and on */
+    CHECK(n >= 13); /* A, B, C (post-LN), P (pre-LN), Q (pre-LN, causal), R (causal); dropout off and on */
     for (int i = 0; i < n; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);

@@ -422,15 +422,51 @@ static void test_checkpoints(void) {
         C = NULL;
     }
     /* another architecture: refused, saying what differs */
-    dm_layer_config other = cfg;
-    other.ffn = 48;
-    CHECK_OK(dm_trainer_new(&C, &other, 3, NULL, &a));
-    if (C) {
+    for (int q = 0; q < 3; q++) {
+        dm_layer_config other = cfg;
+        if (q == 0) other.ffn = 48;
+        else if (q == 1) other.norm = DM_NORM_PRE;
+        else other.causal = 1;
+        CHECK_OK(dm_trainer_new(&C, &other, 3, NULL, &a));
+        if (!C) continue;
         s = dm_trainer_load(C, path);
-        CHECK(s == DM_ERR_SHAPE && strstr(dm_last_error(), "ffn"));
-        printf("other ffn: %s\n", dm_last_error());
+        CHECK(s == DM_ERR_SHAPE && strstr(dm_last_error(), q == 0 ? "ffn is 32" : q == 1 ? "norm is post" : "causal is 0"));
+        printf("other %s: %s\n", q == 0 ? "ffn" : q == 1 ? "norm" : "mask", dm_last_error());
+        CHECK(dm_trainer_step_count(C) == 0);
         dm_trainer_free(C);
         C = NULL;
+    }
+    /* a checkpoint of the format before the layer variants (no "norm", no "causal" in its
+     * metadata): a post-LN, bidirectional stack, and its checksum still holds */
+    {
+        dm_st_file *cf = NULL;
+        dm_st_writer *w = NULL;
+        CHECK_OK(dm_st_read(path, &cf));
+        CHECK_OK(dm_st_writer_new(&w));
+        static const char *const keys[] = {"format", "version", "layers", "hidden", "heads", "ffn", "act",
+                                           "eps", "dropout", "seed", "batch", "seq", "run", "adamw",
+                                           "adamw_total", "step", "checksum"};
+        for (size_t k = 0; cf && w && k < sizeof keys / sizeof *keys; k++)
+            CHECK_OK(dm_st_writer_set_metadata(w, keys[k], dm_st_metadata(cf, keys[k])));
+        for (int k = 0; cf && w && k < dm_st_count(cf); k++) {
+            const dm_st_tensor *t = dm_st_get(cf, k);
+            CHECK_OK(dm_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data));
+        }
+        CHECK(cf && dm_st_metadata(cf, "norm") && !strcmp(dm_st_metadata(cf, "norm"), "post"));
+        char old[sizeof path + 8];
+        snprintf(old, sizeof old, "%s.old", path);
+        if (w) CHECK_OK(dm_st_writer_write(w, old));
+        CHECK_OK(dm_trainer_new(&C, &cfg, 3, NULL, &a));
+        if (C) {
+            CHECK_OK(dm_trainer_load(C, old));
+            CHECK(dm_trainer_step_count(C) == 3);
+            printf("a checkpoint without the variant keys: %s\n", dm_trainer_step_count(C) == 3 ? "loads" : "REFUSED");
+            dm_trainer_free(C);
+            C = NULL;
+        }
+        unlink(old);
+        dm_st_writer_free(w);
+        dm_st_free(cf);
     }
     CHECK_OK(dm_trainer_new(&C, &cfg, 2, NULL, &a));
     if (C) {

@@ -31,6 +31,8 @@ cJSON *dm_cost_json(const dm_graph *g, const dm_cost_report *r, const dm_layer_c
              jnum(o, "hidden", (double)cfg->hidden) && jnum(o, "heads", (double)cfg->heads) &&
              jnum(o, "ffn", (double)cfg->ffn) && jnum(o, "dropout", cfg->dropout) &&
              cJSON_AddStringToObject(o, "act", dm_act_name(cfg->act)) &&
+             cJSON_AddStringToObject(o, "norm", dm_norm_name(cfg->norm)) &&
+             cJSON_AddBoolToObject(o, "causal", cfg->causal) &&
              cJSON_AddStringToObject(o, "dtype", r->dtype_bytes == 4 ? "fp32" : "bf16/fp16") &&
              jnum(o, "dtype_bytes", r->dtype_bytes);
     }

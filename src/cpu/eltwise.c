@@ -34,9 +34,14 @@ void dm_cpu_eltwise_row(const dm_row *rw) {
     case DM_OP_ADD:
         for (int64_t c = 0; c < n; c++) y[c] = a[c] + b[c];
         break;
-    case DM_OP_MASK_ADD: /* as Hugging Face: scores + (1 - mask) * finfo.min */
-        for (int64_t c = 0; c < n; c++) y[c] = a[c] + (1.0f - b[c]) * -FLT_MAX;
+    case DM_OP_MASK_ADD: { /* as Hugging Face: scores + (1 - mask) * finfo.min */
+        /* causal: the row's query j = r mod k (rows are (b, h, j), columns k); the keys
+         * after it count as padding */
+        int64_t keep = rw->op->causal ? rw->r % n + 1 : n;
+        for (int64_t c = 0; c < keep; c++) y[c] = a[c] + (1.0f - b[c]) * -FLT_MAX;
+        for (int64_t c = keep; c < n; c++) y[c] = a[c] + -FLT_MAX;
         break;
+    }
     case DM_OP_DROPOUT:
     case DM_OP_DROPOUT_BWD:
         dropout_row(rw, a, y);

@@ -45,7 +45,8 @@ void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float 
         int64_t per = R / mask_groups;
         for (int64_t r = 0; r < R; r++)
             for (int64_t c = 0; c < C; c++)
-                out[0][r * C + c] = a[r * C + c] + (1.0f - b[(r / per) * C + c]) * -FLT_MAX;
+                out[0][r * C + c] = a[r * C + c] +
+                                    (op->causal && c > r % C ? 1.0f : 1.0f - b[(r / per) * C + c]) * -FLT_MAX;
         break;
     }
     case DM_OP_DROPOUT:

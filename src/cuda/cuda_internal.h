@@ -77,6 +77,7 @@ typedef struct {
     int drop_on;         /* p > 0 */
     uint32_t drop_thr;   /* dm_dropout_threshold(p) */
     float drop_scale;    /* (float)(1 / (1 - p)), as the CPU computes it */
+    int causal;          /* MASK_ADD: columns after the row's query (r mod cols) masked too */
     double eps;          /* LayerNorm */
     dmc_operand in[DM_MAX_IN], out[DM_MAX_OUT];
 } dmc_rowop;

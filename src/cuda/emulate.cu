@@ -94,7 +94,8 @@ static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t n, float *scr, uin
         break;
     case DM_OP_MASK_ADD: {
         const float lo = dmc_lowest(out[0].dt);
-        for (int64_t c = 0; c < n; c++) Y(c, fmaxf(A(c) + (1.0f - B(c)) * -FLT_MAX, lo));
+        const int64_t keep = op->causal ? r % n + 1 : n; /* causal: keys <= the query */
+        for (int64_t c = 0; c < n; c++) Y(c, fmaxf(A(c) + (c < keep ? 1.0f - B(c) : 1.0f) * -FLT_MAX, lo));
         break;
     }
     case DM_OP_DROPOUT:

@@ -379,6 +379,7 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
         x->drop_on = op->p > 0;
         x->drop_thr = dm_dropout_threshold(op->p);
         x->drop_scale = op->p > 0 ? (float)(1.0 / (1.0 - op->p)) : 1.0f;
+        x->causal = op->causal;
         x->eps = op->eps;
         for (int io = 0; io < 2; io++) {
             int n = io ? op->nout : op->nin;

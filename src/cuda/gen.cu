@@ -332,6 +332,9 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
         const char *A = a.c_str(), *B = b.c_str(), *Y = y.c_str();
         add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) ");
         if (op->kind == DM_OP_MUL) add(G->body, "%s[e] = %s[e] * %s[e];\n", Y, A, B);
+        else if (op->kind == DM_OP_MASK_ADD && op->causal) /* keys after the query r % COLS */
+            add(G->body, "%s[e] = fmaxf(%s[e] + (c0 + e <= r %% COLS ? 1.0f - %s[e] : 1.0f) * -3.40282347e+38f, %.9ef);\n",
+                Y, A, B, (double)dmc_lowest(G->v[out[0]].dt));
         else if (op->kind == DM_OP_MASK_ADD)
             add(G->body, "%s[e] = fmaxf(%s[e] + (1.0f - %s[e]) * -3.40282347e+38f, %.9ef);\n", Y, A, B,
                 (double)dmc_lowest(G->v[out[0]].dt));

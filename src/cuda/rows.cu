@@ -237,11 +237,13 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
         break;
     case DM_OP_MASK_ADD: { /* as Hugging Face: scores + (1 - mask) * finfo.min */
         const float lo = dmc_lowest(out[0].dt);
+        const int64_t keep = op->causal ? r % cols + 1 : cols; /* causal: keys <= the query */
         FOR_CHUNKS(T, cols) {
             ld8<S>(in[0], c0, n, vec, a);
             ld8<S>(in[1], c0, n, vec, b);
 #pragma unroll
-            for (int e = 0; e < VEC; e++) y[e] = fmaxf(a[e] + (1.0f - b[e]) * -FLT_MAX, lo);
+            for (int e = 0; e < VEC; e++)
+                y[e] = fmaxf(a[e] + (c0 + e < keep ? 1.0f - b[e] : 1.0f) * -FLT_MAX, lo);
             st8<S>(out[0], c0, n, vec, y);
         }
         break;

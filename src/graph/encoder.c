@@ -7,6 +7,13 @@
  *   ctx   (b,j,h,p)   = a . V                    (heads concatenated by the layout)
  *   h1    (b,j,i)     = LN(dropout(ctx . Wo + bo) + X)
  *   y     (b,j,i)     = LN(dropout(act(h1 . W1 + b1) . W2 + b2) + h1)
+ * That is post-LN (BERT). Pre-LN (cfg->norm = DM_NORM_PRE) normalizes the inputs of the
+ * two blocks instead and lets the residuals bypass the LayerNorms:
+ *   qkv = LN1(X) . Wqkv + bqkv;  h1 = dropout(ctx . Wo + bo) + X
+ *   y   = dropout(act(LN2(h1) . W1 + b1) . W2 + b2) + h1
+ * (LN1 = attention.output.LayerNorm, LN2 = output.LayerNorm.) A causal layer
+ * (cfg->causal) adds the lowest value to the scores of keys after the query, as it does
+ * for padded keys. Only the forward graph knows any of this: autodiff derives the rest.
  * Weights keep torch.nn.Linear's (out, in) layout, so Hugging Face checkpoints load as is;
  * the three projection weights are slices of one (q,h,p,i) tensor. */
 #include "graph/encoder.h"
@@ -120,7 +127,10 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     int att_mm = CK(T(g, "attn_mm", "bji", DM_ROLE_ACT));
     int att = CK(T(g, "attn", "bji", DM_ROLE_ACT));
     int attd = CK(T(g, "attn_drop", "bji", DM_ROLE_ACT));
-    int r1 = CK(T(g, "resid1", "bji", DM_ROLE_ACT));
+    const int pre = cfg->norm == DM_NORM_PRE;
+    /* post-LN: resid1 = attn_drop + X, h1 = LN1(resid1); pre-LN: ln1_out = LN1(X),
+     * h1 = attn_drop + X */
+    int r1 = CK(T(g, pre ? "ln1_out" : "resid1", "bji", DM_ROLE_ACT));
     int h1 = CK(T(g, "h1", "bji", DM_ROLE_ACT));
     int mu1 = CK(T(g, "ln1_mean", "bj", DM_ROLE_ACT));
     int rs1 = CK(T(g, "ln1_rstd", "bj", DM_ROLE_ACT));
@@ -131,7 +141,9 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     int f2_mm = CK(T(g, "ffn2_mm", "bji", DM_ROLE_ACT));
     int f2 = CK(T(g, "ffn2", "bji", DM_ROLE_ACT));
     int f2d = CK(T(g, "ffn2_drop", "bji", DM_ROLE_ACT));
-    int r2 = CK(T(g, "resid2", "bji", DM_ROLE_ACT));
+    /* post-LN: resid2 = ffn2_drop + h1, output = LN2(resid2); pre-LN: ln2_out = LN2(h1),
+     * output = ffn2_drop + h1 */
+    int r2 = CK(T(g, pre ? "ln2_out" : "resid2", "bji", DM_ROLE_ACT));
     int y = CK(T(g, "output", "bji", DM_ROLE_OUTPUT));
     int mu2 = CK(T(g, "ln2_mean", "bj", DM_ROLE_ACT));
     int rs2 = CK(T(g, "ln2_rstd", "bj", DM_ROLE_ACT));
@@ -140,10 +152,16 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     float scale = (float)(1.0 / sqrt((double)D('p')));
     int n = g->nop;
 #define IN(...) ((const int[]){__VA_ARGS__})
-    CK(mm(g, "qkv_proj", "bji,qhpi->bjqhp", x, wqkv, qkv_mm, 1.0f));
+    int oln;
+    if (pre) {
+        oln = CK(pw(g, DM_OP_LAYERNORM, "attn_layernorm", x, I, IN(x, g1, be1), 3, IN(r1, mu1, rs1), 3));
+        if (ok) g->op[oln].eps = cfg->eps;
+    }
+    CK(mm(g, "qkv_proj", "bji,qhpi->bjqhp", pre ? r1 : x, wqkv, qkv_mm, 1.0f));
     CK(pw(g, DM_OP_BIAS_ADD, "qkv_bias", qkv, 3 * I, IN(qkv_mm, bqkv), 2, IN(qkv), 1));
     CK(mm(g, "attn_scores", "bjhp,bkhp->bhjk", Q, K, s, scale));
-    CK(pw(g, DM_OP_MASK_ADD, "attn_mask", s, J, IN(s, mask), 2, IN(sm), 1));
+    int om = CK(pw(g, DM_OP_MASK_ADD, "attn_mask", s, J, IN(s, mask), 2, IN(sm), 1));
+    if (ok) g->op[om].causal = cfg->causal != 0;
     CK(pw(g, DM_OP_SOFTMAX, "attn_softmax", s, J, IN(sm), 1, IN(a), 1));
     int od = CK(pw(g, DM_OP_DROPOUT, "attn_probs_dropout", s, J, IN(a), 1, IN(ad), 1));
     if (ok) g->op[od].stream = DM_DROP_ATTN_PROBS;
@@ -152,11 +170,15 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     CK(pw(g, DM_OP_BIAS_ADD, "attn_out_bias", att, I, IN(att_mm, bo), 2, IN(att), 1));
     od = CK(pw(g, DM_OP_DROPOUT, "attn_out_dropout", att, I, IN(att), 1, IN(attd), 1));
     if (ok) g->op[od].stream = DM_DROP_ATTN_OUT;
-    CK(pw(g, DM_OP_ADD, "attn_residual", att, I, IN(attd, x), 2, IN(r1), 1));
-    int oln = CK(pw(g, DM_OP_LAYERNORM, "attn_layernorm", att, I, IN(r1, g1, be1), 3,
-                    IN(h1, mu1, rs1), 3));
+    if (pre) {
+        CK(pw(g, DM_OP_ADD, "attn_residual", att, I, IN(attd, x), 2, IN(h1), 1));
+        oln = CK(pw(g, DM_OP_LAYERNORM, "ffn_layernorm", att, I, IN(h1, g2, be2), 3, IN(r2, mu2, rs2), 3));
+    } else {
+        CK(pw(g, DM_OP_ADD, "attn_residual", att, I, IN(attd, x), 2, IN(r1), 1));
+        oln = CK(pw(g, DM_OP_LAYERNORM, "attn_layernorm", att, I, IN(r1, g1, be1), 3, IN(h1, mu1, rs1), 3));
+    }
     if (ok) g->op[oln].eps = cfg->eps;
-    CK(mm(g, "ffn_in_proj", "bji,ui->bju", h1, w1, f1_mm, 1.0f));
+    CK(mm(g, "ffn_in_proj", "bji,ui->bju", pre ? r2 : h1, w1, f1_mm, 1.0f));
     CK(pw(g, DM_OP_BIAS_ADD, "ffn_in_bias", f1, U, IN(f1_mm, b1), 2, IN(f1), 1));
     int oa = CK(pw(g, DM_OP_ACT, "ffn_act", f1, U, IN(f1), 1, IN(act), 1));
     if (ok) g->op[oa].act = cfg->act;
@@ -164,10 +186,13 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     CK(pw(g, DM_OP_BIAS_ADD, "ffn_out_bias", f2, I, IN(f2_mm, b2), 2, IN(f2), 1));
     od = CK(pw(g, DM_OP_DROPOUT, "ffn_out_dropout", f2, I, IN(f2), 1, IN(f2d), 1));
     if (ok) g->op[od].stream = DM_DROP_FFN_OUT;
-    CK(pw(g, DM_OP_ADD, "ffn_residual", f2, I, IN(f2d, h1), 2, IN(r2), 1));
-    oln = CK(pw(g, DM_OP_LAYERNORM, "ffn_layernorm", f2, I, IN(r2, g2, be2), 3,
-                IN(y, mu2, rs2), 3));
-    if (ok) g->op[oln].eps = cfg->eps;
+    if (pre) {
+        CK(pw(g, DM_OP_ADD, "ffn_residual", f2, I, IN(f2d, h1), 2, IN(y), 1));
+    } else {
+        CK(pw(g, DM_OP_ADD, "ffn_residual", f2, I, IN(f2d, h1), 2, IN(r2), 1));
+        oln = CK(pw(g, DM_OP_LAYERNORM, "ffn_layernorm", f2, I, IN(r2, g2, be2), 3, IN(y, mu2, rs2), 3));
+        if (ok) g->op[oln].eps = cfg->eps;
+    }
     if (!ok) return DM_ERR_OOM;
     for (int o = n; o < g->nop; o++) g->op[o].p = cfg->dropout;
     enc->nfwd_ops = g->nop;

@@ -1,4 +1,5 @@
-/* encoder.h: the BERT encoder layer builder (post-LN, Hugging Face BertLayer semantics)
+/* encoder.h: the BERT encoder layer builder (Hugging Face BertLayer semantics; post-LN,
+ * or pre-LN; optionally causal)
  * and the table of tensors a user can read and write by name. */
 #ifndef DM_ENCODER_H
 #define DM_ENCODER_H

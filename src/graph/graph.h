@@ -59,6 +59,7 @@ typedef struct {
     double p;      /* dropout probability */
     double eps;    /* LayerNorm */
     dm_act act;
+    int causal;    /* MASK_ADD: also mask the keys after the query (column c > row's j) */
 } dm_op;
 
 typedef struct {

@@ -56,10 +56,12 @@ static uint64_t fnv(uint64_t h, const char *s) {
 static uint64_t checksum(const dm_layer_config *cfg, const dm_layer_options *opt, const dm_graph *g,
                          const dm_choices *c) {
     char buf[256];
-    snprintf(buf, sizeof buf, "v%d b%lld j%lld i%lld h%lld u%lld %s %s %d;", DM_PLAN_VERSION,
+    /* the layer variants only where they differ from BERT's: older plans keep their sums */
+    snprintf(buf, sizeof buf, "v%d b%lld j%lld i%lld h%lld u%lld %s%s%s %s %d;", DM_PLAN_VERSION,
              (long long)cfg->batch, (long long)cfg->seq, (long long)cfg->hidden, (long long)cfg->heads,
-             (long long)cfg->ffn, dm_act_name(cfg->act),
-             opt->schedule == DM_SCHED_UNFUSED ? "unfused" : "fused", opt->forward_only);
+             (long long)cfg->ffn, dm_act_name(cfg->act), cfg->norm == DM_NORM_PRE ? " pre" : "",
+             cfg->causal ? " causal" : "", opt->schedule == DM_SCHED_UNFUSED ? "unfused" : "fused",
+             opt->forward_only);
     uint64_t h = fnv(14695981039346656037ull, buf);
     for (int t = 0; t < g->nt; t++)
         if (c->layout[t][0]) {
@@ -104,6 +106,8 @@ dm_status dm_plan_save(const char *path, const dm_layer_config *cfg, const dm_la
              cJSON_AddNumberToObject(conf, "heads", (double)cfg->heads) &&
              cJSON_AddNumberToObject(conf, "ffn", (double)cfg->ffn) &&
              cJSON_AddStringToObject(conf, "act", dm_act_name(cfg->act)) &&
+             cJSON_AddStringToObject(conf, "norm", dm_norm_name(cfg->norm)) &&
+             cJSON_AddBoolToObject(conf, "causal", cfg->causal) &&
              cJSON_AddStringToObject(conf, "schedule", opt->schedule == DM_SCHED_UNFUSED ? "unfused" : "fused") &&
              cJSON_AddBoolToObject(conf, "forward_only", opt->forward_only) &&
              (meas = cJSON_AddObjectToObject(root, "measured")) != NULL &&
@@ -193,6 +197,19 @@ static dm_status parse(const char *path, const cJSON *root, const dm_layer_confi
                  have[0] ? have : "another configuration", (long long)cfg->batch, (long long)cfg->seq,
                  (long long)cfg->hidden, (long long)cfg->heads, (long long)cfg->ffn, dm_act_name(cfg->act), sched);
         return dm_fail(DM_ERR_FORMAT, "plan '%s' is not usable: %s", path, msg);
+    }
+    /* the layer variant: plans of an older dmove have neither key (post-LN, bidirectional) */
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(conf, "norm");
+    const cJSON *ca = cJSON_GetObjectItemCaseSensitive(conf, "causal");
+    if ((nm && !cJSON_IsString(nm)) || (ca && !cJSON_IsBool(ca)))
+        return bad(path, "\"norm\" must be a string and \"causal\" true or false");
+    const char *pn = nm && nm->valuestring ? nm->valuestring : "post";
+    const int pc = ca ? cJSON_IsTrue(ca) : 0;
+    if (strcmp(pn, dm_norm_name(cfg->norm)) != 0 || pc != (cfg->causal != 0)) {
+        snprintf(msg, sizeof msg, "it was tuned for a %.16s-LN%s layer, not a %s-LN%s one: give --norm %.16s%s "
+                 "to use it", pn, pc ? ", causal" : " without --causal", dm_norm_name(cfg->norm),
+                 cfg->causal ? ", causal" : "", pn, pc ? " --causal" : "");
+        return bad(path, msg);
     }
     const cJSON *fo = cJSON_GetObjectItemCaseSensitive(conf, "forward_only");
     if (!cJSON_IsBool(fo) || cJSON_IsTrue(fo) != (opt->forward_only != 0))

@@ -36,10 +36,13 @@ static uint64_t hash_str(uint64_t h, const char *s) { return hash_bytes(h, s, st
  * the run (resuming with other values would not continue it: other masks, data or
  * optimizer), then what may change (the decay's last step, with a longer --steps) and the
  * step itself. */
-enum { M_LAYERS, M_HIDDEN, M_HEADS, M_FFN, M_ACT, M_EPS, M_DROPOUT, M_SEED, M_BATCH, M_SEQ, M_RUN, M_ADAMW,
-       M_TOTAL, M_STEP, M_N };
-static const char *const k_meta[M_N] = {"layers", "hidden", "heads", "ffn", "act", "eps", "dropout",
-                                        "seed", "batch", "seq", "run", "adamw", "adamw_total", "step"};
+enum { M_LAYERS, M_HIDDEN, M_HEADS, M_FFN, M_ACT, M_NORM, M_CAUSAL, M_EPS, M_DROPOUT, M_SEED, M_BATCH, M_SEQ,
+       M_RUN, M_ADAMW, M_TOTAL, M_STEP, M_N };
+static const char *const k_meta[M_N] = {"layers", "hidden", "heads", "ffn", "act", "norm", "causal", "eps",
+                                        "dropout", "seed", "batch", "seq", "run", "adamw", "adamw_total", "step"};
+/* The layer variant's keys came later: a checkpoint without them is of a post-LN,
+ * bidirectional stack, and at those values they are left out of the checksum. */
+static const char *optional_default(int m) { return m == M_NORM ? "post" : m == M_CAUSAL ? "0" : NULL; }
 #define META_MAX_STEP INT64_C(1000000000000)
 
 /* v as the shortest "%g" text that reads back as exactly v ("0.1", not
@@ -59,6 +62,8 @@ static void meta_values(const dm_trainer *T, char v[M_N][160]) {
     snprintf(v[M_HEADS], 160, "%" PRId64, c->heads);
     snprintf(v[M_FFN], 160, "%" PRId64, c->ffn);
     snprintf(v[M_ACT], 160, "%s", dm_act_name(c->act));
+    snprintf(v[M_NORM], 160, "%s", dm_norm_name(c->norm));
+    snprintf(v[M_CAUSAL], 160, "%d", c->causal);
     fmt_exact(v[M_EPS], 160, c->eps);
     fmt_exact(v[M_DROPOUT], 160, c->dropout);
     snprintf(v[M_SEED], 160, "%" PRIu64, c->seed);
@@ -94,6 +99,7 @@ static int ntensors(const dm_trainer *T) { return T->nlayers * DM_NUM_PARAMS * 3
 static uint64_t checksum_of(const char meta[M_N][160], const dm_trainer *T, const void *const *data) {
     uint64_t h = hash_str(14695981039346656037ull, CKPT_FORMAT);
     for (int m = 0; m < M_N; m++) {
+        if (optional_default(m) && !strcmp(meta[m], optional_default(m))) continue;
         h = hash_str(h, k_meta[m]);
         h = hash_str(h, meta[m]);
     }
@@ -169,16 +175,18 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
     meta_values(T, mine);
     for (int m = 0; m < M_N; m++) {
         const char *v = dm_st_metadata(f, k_meta[m]);
+        if (!v) v = optional_default(m);
         if (!v) return dm_fail(DM_ERR_FORMAT, "the checkpoint's metadata has no '%s'", k_meta[m]);
         snprintf(theirs[m], 160, "%s", v);
     }
     for (int m = 0; m <= M_ADAMW; m++) {
         if (!strcmp(theirs[m], mine[m])) continue;
         if (m <= M_EPS)
-            return dm_fail(DM_ERR_SHAPE, "the checkpoint's %s is %s, this trainer's %s: give the sizes it was "
-                           "saved with (checkpoint: %s layers, hidden %s, heads %s, ffn %s, act %s, eps %s)",
+            return dm_fail(DM_ERR_SHAPE, "the checkpoint's %s is %s, this trainer's %s: give the architecture it was "
+                           "saved with (checkpoint: %s layers, hidden %s, heads %s, ffn %s, act %s, norm %s, "
+                           "causal %s, eps %s)",
                            k_meta[m], theirs[m], mine[m], theirs[M_LAYERS], theirs[M_HIDDEN], theirs[M_HEADS],
-                           theirs[M_FFN], theirs[M_ACT], theirs[M_EPS]);
+                           theirs[M_FFN], theirs[M_ACT], theirs[M_NORM], theirs[M_CAUSAL], theirs[M_EPS]);
         return dm_fail(DM_ERR_INVALID_ARG, "the checkpoint's %s is %s, this run's %s: resuming continues the run "
                        "only with the options it was trained with (checkpoint: dropout %s, seed %s, batch %s, seq %s, "
                        "data %s, AdamW %s)", k_meta[m], theirs[m], mine[m], theirs[M_DROPOUT], theirs[M_SEED],

@@ -400,9 +400,10 @@ static void task_key(const dm_tuner *T, const dm_tune_group *G, int a, char *key
     const dm_group *gr = &T->plan.groups[G->gi];
     /* "after": timed after the group before (run_before); keys of times taken alone, by
      * an older dmove, never match */
-    size_t len = (size_t)snprintf(key, n, "after|%s|b%lld j%lld i%lld h%lld u%lld %s %s%s|", T->machine,
+    size_t len = (size_t)snprintf(key, n, "after|%s|b%lld j%lld i%lld h%lld u%lld %s%s%s %s%s|", T->machine,
                                   (long long)T->cfg.batch, (long long)T->cfg.seq, (long long)T->cfg.hidden,
                                   (long long)T->cfg.heads, (long long)T->cfg.ffn, dm_act_name(T->cfg.act),
+                                  T->cfg.norm == DM_NORM_PRE ? " pre" : "", T->cfg.causal ? " causal" : "",
                                   T->opt.schedule == DM_SCHED_UNFUSED ? "unfused" : "fused",
                                   T->opt.forward_only ? " fwd" : "");
     for (int k = 0; k < gr->nops && len < n; k++) {

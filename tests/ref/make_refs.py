@@ -11,7 +11,7 @@ torch.nn.functional, the whole explicit layer against a second composition from 
 modules (nn.MultiheadAttention, nn.LayerNorm, nn.Linear) with dropout off, and the
 explicit layer's gradients with torch.autograd.gradcheck on a tiny case with dropout on.
 
-Usage: python3 tests/ref/make_refs.py [--out DIR] [--check-only]
+Usage: python3 tests/ref/make_refs.py [--out DIR] [--check-only] [--cases P,Q,R]
 (needs PyTorch and NumPy: on Debian, apt-get install python3-torch python3-numpy and run
 /usr/bin/python3; or pip install torch numpy.)
 """
@@ -84,8 +84,10 @@ def dropout_scale(seed, stream, shape, p, dtype):
     return torch.from_numpy(keep.astype(np.float64) / (1.0 - p)).to(dtype)
 
 
-def bert_layer(x, attention_mask, prm, heads, p, seed, eps, act):
-    """Hugging Face BertLayer forward in training mode (post-LN), explicit.
+def bert_layer(x, attention_mask, prm, heads, p, seed, eps, act, norm="post", causal=False):
+    """Hugging Face BertLayer forward in training mode (post-LN), explicit; norm="pre"
+    moves the LayerNorms onto the inputs of attention and FFN (residuals bypass them, as
+    nn.TransformerEncoderLayer(norm_first=True)); causal masks the keys after each query.
 
     x (b, j, i); attention_mask (b, j) with 1 = token, 0 = padding; prm: name -> tensor.
     Dropout masks: site 1 attention probs (b, h, j, k), site 2 attention output (b, j, i),
@@ -98,13 +100,21 @@ def bert_layer(x, attention_mask, prm, heads, p, seed, eps, act):
     def heads_split(t):  # (b, j, i) -> (b, h, j, d), head-major split of i
         return t.view(b, j, h, d).permute(0, 2, 1, 3)
 
-    q = heads_split(linear(x, prm["attention.self.query.weight"], prm["attention.self.query.bias"]))
-    k = heads_split(linear(x, prm["attention.self.key.weight"], prm["attention.self.key.bias"]))
-    v = heads_split(linear(x, prm["attention.self.value.weight"], prm["attention.self.value.bias"]))
+    ln1 = lambda t: layer_norm(t, prm["attention.output.LayerNorm.weight"],  # noqa: E731
+                               prm["attention.output.LayerNorm.bias"], eps)
+    ln2 = lambda t: layer_norm(t, prm["output.LayerNorm.weight"],  # noqa: E731
+                               prm["output.LayerNorm.bias"], eps)
+    xa = ln1(x) if norm == "pre" else x
+    q = heads_split(linear(xa, prm["attention.self.query.weight"], prm["attention.self.query.bias"]))
+    k = heads_split(linear(xa, prm["attention.self.key.weight"], prm["attention.self.key.bias"]))
+    v = heads_split(linear(xa, prm["attention.self.value.weight"], prm["attention.self.value.bias"]))
     # HF get_extended_attention_mask: (1 - mask) * finfo(model dtype).min, the model being
     # float32; in float64 it drives the masked scores to ~-3.4e38, so their probabilities
     # are exactly 0, as they are in float32.
-    ext = (1.0 - attention_mask[:, None, None, :].to(dt)) * torch.finfo(torch.float32).min
+    keep = attention_mask[:, None, None, :].to(dt).expand(b, 1, j, j)
+    if causal:  # key k > query q masked as padding is: (1 - 0) * finfo.min
+        keep = keep * torch.tril(torch.ones(j, j, dtype=dt))
+    ext = (1.0 - keep) * torch.finfo(torch.float32).min
     scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d) + ext
     probs = softmax(scores)
     ds = dropout_scale(seed, DROP_ATTN_PROBS, (b, h, j, j), p, dt)
@@ -116,14 +126,14 @@ def bert_layer(x, attention_mask, prm, heads, p, seed, eps, act):
     ds = dropout_scale(seed, DROP_ATTN_OUT, (b, j, i), p, dt)
     if ds is not None:
         attn = attn * ds
-    h1 = layer_norm(attn + x, prm["attention.output.LayerNorm.weight"],
-                    prm["attention.output.LayerNorm.bias"], eps)
-    inter = activation(linear(h1, prm["intermediate.dense.weight"], prm["intermediate.dense.bias"]), act)
+    h1 = attn + x if norm == "pre" else ln1(attn + x)
+    xf = ln2(h1) if norm == "pre" else h1
+    inter = activation(linear(xf, prm["intermediate.dense.weight"], prm["intermediate.dense.bias"]), act)
     out = linear(inter, prm["output.dense.weight"], prm["output.dense.bias"])
     ds = dropout_scale(seed, DROP_FFN_OUT, (b, j, i), p, dt)
     if ds is not None:
         out = out * ds
-    return layer_norm(out + h1, prm["output.LayerNorm.weight"], prm["output.LayerNorm.bias"], eps)
+    return out + h1 if norm == "pre" else ln2(out + h1)
 
 
 # --- a second composition from torch.nn modules (dropout off) ------------------------
@@ -171,6 +181,37 @@ def bert_layer_modules(x, attention_mask, prm, heads, eps, act):
         "output.dense.weight": fc2.weight, "output.dense.bias": fc2.bias,
         "output.LayerNorm.weight": ln2.weight, "output.LayerNorm.bias": ln2.bias,
     }
+    return y, named
+
+
+def encoder_layer_modules(x, attention_mask, prm, heads, eps, act, norm, causal):
+    """A third composition, for every configuration: nn.TransformerEncoderLayer
+    (norm_first for pre-LN, a causal src_mask), dropout off; gradients by parameter name."""
+    b, j, i = x.shape
+    dt = x.dtype
+    u = prm["intermediate.dense.weight"].shape[0]
+    fn = {"gelu": F.gelu, "relu": F.relu,
+          "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[act]
+    enc = torch.nn.TransformerEncoderLayer(i, heads, dim_feedforward=u, dropout=0.0, activation=fn,
+                                           layer_norm_eps=eps, batch_first=True,
+                                           norm_first=(norm == "pre")).to(dt)
+    mods = {"attention.output.dense": enc.self_attn.out_proj, "attention.output.LayerNorm": enc.norm1,
+            "intermediate.dense": enc.linear1, "output.dense": enc.linear2, "output.LayerNorm": enc.norm2}
+    with torch.no_grad():
+        enc.self_attn.in_proj_weight.copy_(torch.cat([prm["attention.self.%s.weight" % n]
+                                                      for n in ("query", "key", "value")], 0))
+        enc.self_attn.in_proj_bias.copy_(torch.cat([prm["attention.self.%s.bias" % n]
+                                                    for n in ("query", "key", "value")], 0))
+        for name, m in mods.items():
+            m.weight.copy_(prm[name + ".weight"])
+            m.bias.copy_(prm[name + ".bias"])
+    enc.train()
+    src_mask = torch.triu(torch.ones(j, j, dtype=torch.bool), 1) if causal else None
+    y = enc(x, src_mask=src_mask, src_key_padding_mask=(attention_mask == 0))
+    named = {"attention.self.in_proj.weight": enc.self_attn.in_proj_weight,
+             "attention.self.in_proj.bias": enc.self_attn.in_proj_bias}
+    for name, m in mods.items():
+        named[name + ".weight"], named[name + ".bias"] = m.weight, m.bias
     return y, named
 
 
@@ -224,7 +265,15 @@ CONFIGS = {
               seed=0x1234567890ABCDEF, pad=[3, 0, 1]),
     "C": dict(b=2, j=4, i=6, heads=1, u=10, act="relu", eps=1e-6, seed=7, pad=[1, 3]),
 }
-CASES = [("A", 0.0), ("A", 0.1), ("B", 0.0), ("B", 0.1), ("B", 0.3), ("C", 0.0), ("C", 0.1)]
+# Layer variants (a config without "norm" is post-LN, without "causal" bidirectional):
+CONFIGS.update({
+    "P": dict(b=2, j=6, i=8, heads=2, u=12, act="gelu", eps=1e-5, seed=42, pad=[0, 2], norm="pre"),
+    "Q": dict(b=3, j=5, i=12, heads=3, u=16, act="gelu_tanh", eps=1e-6, seed=0xFEDCBA9876543210,
+              pad=[1, 0, 2], norm="pre", causal=True),
+    "R": dict(b=2, j=4, i=6, heads=2, u=8, act="relu", eps=1e-12, seed=3, pad=[0, 1], causal=True),
+})
+CASES = [("A", 0.0), ("A", 0.1), ("B", 0.0), ("B", 0.1), ("B", 0.3), ("C", 0.0), ("C", 0.1),
+         ("P", 0.0), ("P", 0.1), ("Q", 0.0), ("Q", 0.2), ("R", 0.0), ("R", 0.1)]
 
 
 def make_inputs(cfg, rng):
@@ -259,7 +308,7 @@ def run_case(x, mask, gy, prm, cfg, p):
     tx = torch.tensor(x, dtype=dt, requires_grad=True)
     tp = {k: torch.tensor(v, dtype=dt, requires_grad=True) for k, v in prm.items()}
     y = bert_layer(tx, torch.tensor(mask, dtype=dt), tp, cfg["heads"], p, cfg["seed"],
-                   cfg["eps"], cfg["act"])
+                   cfg["eps"], cfg["act"], cfg.get("norm", "post"), cfg.get("causal", False))
     loss = (y * torch.tensor(gy, dtype=dt)).sum()
     loss.backward()
     return y.detach(), tx.grad, {k: v.grad for k, v in tp.items()}
@@ -302,14 +351,20 @@ def check_operators():
     assert (softmax(s + ext)[1, :, 6:] == 0).all()
 
 
-def check_modules(x, mask, gy, prm, cfg):
-    """Whole layer, dropout off: explicit vs nn modules; output and all gradients."""
+def check_modules(x, mask, gy, prm, cfg, which):
+    """Whole layer, dropout off: explicit vs nn modules; output and all gradients.
+    which: "bert" (MultiheadAttention + LayerNorm + Linear, post-LN only) or "encoder"
+    (nn.TransformerEncoderLayer, any configuration)."""
     dt = torch.float64
     y, gx, gp = run_case(x, mask, gy, prm, cfg, 0.0)
     tx = torch.tensor(x, dtype=dt, requires_grad=True)
     tp = {k: torch.tensor(v, dtype=dt) for k, v in prm.items()}
-    y2, named = bert_layer_modules(tx, torch.tensor(mask, dtype=dt), tp, cfg["heads"],
-                                   cfg["eps"], cfg["act"])
+    if which == "bert":
+        y2, named = bert_layer_modules(tx, torch.tensor(mask, dtype=dt), tp, cfg["heads"],
+                                       cfg["eps"], cfg["act"])
+    else:
+        y2, named = encoder_layer_modules(tx, torch.tensor(mask, dtype=dt), tp, cfg["heads"], cfg["eps"],
+                                          cfg["act"], cfg.get("norm", "post"), cfg.get("causal", False))
     (y2 * torch.tensor(gy, dtype=dt)).sum().backward()
     errs = {"output": rel(y, y2), "grad_hidden_states": rel(gx, tx.grad)}
     ipw, ipb = named["attention.self.in_proj.weight"].grad, named["attention.self.in_proj.bias"].grad
@@ -327,9 +382,10 @@ def check_modules(x, mask, gy, prm, cfg):
                 gp["attention.self.key.weight"].norm().item())
     del errs[kb]
     worst = max(errs, key=errs.get)
-    print("  layer vs nn modules (p=0): %d tensors, worst rel err %.2e (%s); key.bias grad "
+    print("  layer vs %s (p=0): %d tensors, worst rel err %.2e (%s); key.bias grad "
           "norms %.1e / %.1e (key.weight grad %.1e)"
-          % (len(errs), errs[worst], worst, kb_norms[0], kb_norms[1], kb_norms[2]))
+          % ("nn modules" if which == "bert" else "nn.TransformerEncoderLayer", len(errs), errs[worst],
+             worst, kb_norms[0], kb_norms[1], kb_norms[2]))
     assert errs[worst] < 1e-12, errs
     assert max(kb_norms[:2]) < 1e-12 * max(kb_norms[2], 1.0)
 
@@ -337,7 +393,8 @@ def check_modules(x, mask, gy, prm, cfg):
 def check_gradcheck():
     """gradcheck of the explicit layer on a tiny case with dropout on, every act."""
     dt = torch.float64
-    for act in ["gelu", "gelu_tanh", "relu"]:
+    for act, norm, causal in [("gelu", "post", False), ("gelu_tanh", "post", False), ("relu", "post", False),
+                              ("gelu", "pre", True)]:
         cfg = dict(b=2, j=3, i=4, heads=2, u=5, act=act, eps=1e-5, seed=99, pad=[1, 0])
         x, mask, _, prm = make_inputs(cfg, np.random.default_rng(5))
         names = list(prm)
@@ -347,9 +404,10 @@ def check_gradcheck():
 
         def f(xx, *ps):
             return bert_layer(xx, tmask, dict(zip(names, ps)), cfg["heads"], 0.25, cfg["seed"],
-                              cfg["eps"], act)
+                              cfg["eps"], act, norm, causal)
         ok = torch.autograd.gradcheck(f, tuple(inputs), eps=1e-6, atol=1e-6, rtol=1e-5)
-        print("  gradcheck (b=2 j=3 i=4 h=2 u=5, p=0.25, %s): %s" % (act, ok))
+        print("  gradcheck (b=2 j=3 i=4 h=2 u=5, p=0.25, %s, %s-LN%s): %s"
+              % (act, norm, ", causal" if causal else "", ok))
         assert ok
 
 
@@ -357,18 +415,27 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--check-only", action="store_true")
+    ap.add_argument("--cases", default="", help="configurations to write, e.g. P,Q,R (default: all)")
     args = ap.parse_args()
+    only = set(c for c in args.cases.split(",") if c)
+    if only - set(CONFIGS):
+        ap.error("--cases: unknown configuration(s) %s (known: %s)" % (",".join(sorted(only - set(CONFIGS))),
+                                                                      ",".join(CONFIGS)))
     torch.manual_seed(0)
     print("torch %s, numpy %s" % (torch.__version__, np.__version__))
     print("self-checks:")
     check_operators()
     for name, cfg in CONFIGS.items():
         x, mask, gy, prm = make_inputs(cfg, np.random.default_rng(ord(name)))
-        check_modules(x, mask, gy, prm, cfg)
+        if not cfg.get("norm") and not cfg.get("causal"):
+            check_modules(x, mask, gy, prm, cfg, "bert")
+        check_modules(x, mask, gy, prm, cfg, "encoder")
     check_gradcheck()
     if args.check_only:
         return
     for name, p in CASES:
+        if only and name not in only:
+            continue
         cfg = CONFIGS[name]
         x, mask, gy, prm = make_inputs(cfg, np.random.default_rng(ord(name)))
         y, gx, gp = run_case(x, mask, gy, prm, cfg, p)
@@ -387,6 +454,12 @@ def main():
                 "source": "tests/ref/make_refs.py: HF BertLayer (post-LN, training mode), "
                           "explicit torch %s in float64; dmove Philox dropout masks"
                           % torch.__version__}
+        if cfg.get("norm") or cfg.get("causal"):  # the first files stay as they were
+            meta["norm"] = cfg.get("norm", "post")
+            meta["causal"] = "1" if cfg.get("causal") else "0"
+            meta["source"] = meta["source"].replace("HF BertLayer (post-LN, training mode)",
+                                                    "HF BertLayer in training mode, %s-LN%s"
+                                                    % (meta["norm"], ", causal" if cfg.get("causal") else ""))
         path = os.path.join(args.out, "layer_%s_p%s.safetensors" % (name, ("%g" % p)))
         write_safetensors(path, tensors, meta)
         back, bmeta = read_safetensors(path)
