@@ -16,6 +16,12 @@ with the input requiring grad; parameter gradients are set to None before each s
                   unless max-autotune picks its own template). Compilation happens in the
                   warm-up steps and is reported apart (compile_s), never in the medians.
 
+--norm pre / --causal (dmove's layer variants): the layer is PyTorch's own
+nn.TransformerEncoderLayer(norm_first=True for pre-LN, exact GELU, eps 1e-12, batch_first)
+called with a causal src_mask and is_causal=True, the module a PyTorch user would take (its
+attention is F.scaled_dot_product_attention, which has fused CPU kernels); without them, the
+BertLayer above.
+
 Threads: torch.set_num_threads(--threads) (PyTorch's CPU tuning guide: one intra-op thread
 per physical core). Allocator: whatever the environment says (run_peers.sh passes the glibc
 malloc settings that helped the 1.13 peer); reported in "settings".
@@ -31,6 +37,23 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 from torch_step import BertLayer, loaded_libraries, time_steps  # noqa: E402
+
+
+class EncoderLayer(torch.nn.Module):
+    """nn.TransformerEncoderLayer in a wrapper with time_steps' call (x, mask): the padding
+    mask (all ones here) is not passed; the causal one is, with the is_causal hint."""
+
+    def __init__(self, hidden, heads, ffn, dropout, norm_first, causal, seq):
+        super().__init__()
+        self.enc = torch.nn.TransformerEncoderLayer(hidden, heads, dim_feedforward=ffn, dropout=dropout,
+                                                    activation="gelu", layer_norm_eps=1e-12,
+                                                    batch_first=True, norm_first=norm_first)
+        self.causal = causal
+        self.register_buffer("src_mask", torch.nn.Transformer.generate_square_subsequent_mask(seq)
+                             if causal else None)
+
+    def forward(self, x, _mask):
+        return self.enc(x, src_mask=self.src_mask, is_causal=self.causal)
 
 
 def main():
@@ -49,6 +72,8 @@ def main():
                     help="torch.compile mode: default, max-autotune-no-cudagraphs, ...")
     ap.add_argument("--variant", default=None, help="label copied into the JSON")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--norm", choices=("post", "pre"), default="post")
+    ap.add_argument("--causal", action="store_true")
     a = ap.parse_args()
     for name in ("batch", "seq", "hidden", "heads", "ffn", "reps"):
         if getattr(a, name) <= 0:
@@ -63,7 +88,9 @@ def main():
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
 
-    layer = BertLayer(a.hidden, a.heads, a.ffn, a.dropout).train()
+    variant = a.norm == "pre" or a.causal
+    layer = (EncoderLayer(a.hidden, a.heads, a.ffn, a.dropout, a.norm == "pre", a.causal, a.seq) if variant
+             else BertLayer(a.hidden, a.heads, a.ffn, a.dropout)).train()
     x = torch.randn(a.batch, a.seq, a.hidden, requires_grad=True)
     grad_output = torch.randn(a.batch, a.seq, a.hidden)
     mask = torch.ones(a.batch, a.seq)
@@ -85,6 +112,8 @@ def main():
                 f"mkl={torch.backends.mkl.is_available()}"]
     if a.mode == "compile":
         settings.append(f'torch.compile(backend="inductor", mode="{a.compile_mode}", fullgraph=True)')
+    if variant:
+        settings.append(f"nn.TransformerEncoderLayer(norm_first={a.norm == 'pre'}), causal={a.causal}")
     settings.append("libs=" + ",".join(os.path.basename(p) for p in loaded_libraries()))
     settings += [f"{k}={v}" for k, v in env.items()]
     print(json.dumps({
@@ -100,7 +129,8 @@ def main():
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
         "config": {"batch": b, "seq": j, "hidden": i, "heads": a.heads, "ffn": u,
-                   "dropout": a.dropout, "reps": a.reps, "warmup": a.warmup},
+                   "dropout": a.dropout, "reps": a.reps, "warmup": a.warmup, "norm": a.norm,
+                   "causal": a.causal},
         "settings": "; ".join(settings),
     }))
 

@@ -8,6 +8,7 @@
 # Usage: sh bench/peers/run_peers.sh [--large] [--rounds N] [--reps R] [--warmup W]
 #          [--batch B] [--seq J] [--hidden I] [--heads H] [--ffn U] [--threads T]
 #          [--autotune] [--no-dmove] [--no-wait] [--setup] [--plan FILE] [--out FILE]
+#          [--norm pre] [--causal]
 # Defaults: BERT-base (b=8 j=128 i=768 h=12 u=3072), 3 rounds, 10 timed reps after 3
 # warm-up steps per run, 2 threads. --large: BERT-large-shaped b=2 j=512 i=1024 h=16 u=4096.
 # Environment: DMOVE=path/to/dmove (default build/dmove; e.g. a clean clone's build when
@@ -28,6 +29,9 @@
 #                      by rep by dmove itself), rows dmove-fused and dmove-unfused; with
 #                      --plan FILE (a plan from `dmove tune` for these sizes) also the row
 #                      dmove-tuned, that plan run interleaved with the other two
+# --norm pre / --causal: dmove's layer variants (pre-LN, causal mask); the torch peers then
+# run PyTorch's own nn.TransformerEncoderLayer (norm_first, is_causal; see compile_step.py),
+# jax-jit (a BertLayer only) is left out, and the file name gets -pre / -causal.
 # Python peers run with glibc malloc kept from mmap/munmap and trimming (MALLOC_* below; no
 # jemalloc/tcmalloc on this machine, which PyTorch's tuning guide would suggest instead),
 # the setting that made Debian's PyTorch 1.13 1.5x faster (run_torch_vs_dmove.sh).
@@ -38,7 +42,7 @@ set -eu
 
 rounds=3; reps=10; warmup=3; threads=2
 batch=8; seq=128; hidden=768; heads=12; ffn=3072
-autotune=0; run_dmove=1; wait_idle=1; setup=0; out=""; plan=""
+autotune=0; run_dmove=1; wait_idle=1; setup=0; out=""; plan=""; norm=post; causal=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --large) batch=2; seq=512; hidden=1024; heads=16; ffn=4096; shift ;;
@@ -57,10 +61,13 @@ while [ $# -gt 0 ]; do
         --setup) setup=1; shift ;;
         --out) out="$2"; shift 2 ;;
         --plan) plan="$2"; shift 2 ;;
+        --norm) norm="$2"; shift 2 ;;
+        --causal) causal=1; shift ;;
         *) echo "run_peers.sh: unknown option $1 (see the header of this script)" >&2; exit 2 ;;
     esac
 done
 [ -z "$plan" ] || [ -r "$plan" ] || { echo "run_peers.sh: cannot read --plan $plan (a plan file from dmove tune)" >&2; exit 2; }
+case $norm in pre | post) ;; *) echo "run_peers.sh: --norm is pre or post, not '$norm'" >&2; exit 2 ;; esac
 [ "$warmup" -ge 2 ] || { echo "run_peers.sh: --warmup must be >= 2 (torch.compile compiles in the first steps)" >&2; exit 2; }
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -69,6 +76,8 @@ mkdir -p bench/results
 if [ -z "$out" ]; then
     out="bench/results/peers-$(date +%Y-%m-%d)"
     [ "$batch $seq $hidden $heads $ffn" = "8 128 768 12 3072" ] || out="$out-b${batch}j${seq}"
+    [ "$norm" = post ] || out="$out-pre"
+    [ "$causal" -eq 0 ] || out="$out-causal"
     out="$out.txt"
 fi
 VENV=${VENV:-$root/bench/.venv-peers}
@@ -85,7 +94,7 @@ variants="torch-eager|compile_step.py --mode eager|$MALLOC_FIX
 torch-compile|compile_step.py --mode compile --compile-mode default|$MALLOC_FIX"
 [ "$autotune" -eq 0 ] || variants="$variants
 torch-compile-max-autotune|compile_step.py --mode compile --compile-mode max-autotune-no-cudagraphs|$MALLOC_FIX"
-variants="$variants
+[ "$norm" != post ] || [ "$causal" -ne 0 ] || variants="$variants
 jax-jit|jax_step.py --prng rbg|$MALLOC_FIX"
 
 if [ "$run_dmove" -eq 1 ]; then
@@ -105,6 +114,8 @@ quiet_name=run_peers.sh; quiet_py=$PY
 
 nvar=$(printf '%s\n' "$variants" | wc -l)
 sizes="--batch $batch --seq $seq --hidden $hidden --heads $heads --ffn $ffn"
+[ "$norm" = post ] || sizes="$sizes --norm pre"
+[ "$causal" -eq 0 ] || sizes="$sizes --causal"
 echo "run_peers.sh: $rounds rounds x $nvar variants, b=$batch j=$seq i=$hidden h=$heads u=$ffn, $threads threads" >&2
 r=1
 while [ "$r" -le "$rounds" ]; do
@@ -138,7 +149,7 @@ done
 [ -s "$raw/all" ] || { echo "run_peers.sh: every run failed" >&2; exit 1; }
 
 {
-    echo "# peers: one BERT encoder layer training step (forward + backward), fp32, dropout 0.1, CPU"
+    echo "# peers: one BERT encoder layer training step (forward + backward), fp32, dropout 0.1, CPU; $norm-LN$([ "$causal" -eq 0 ] || echo ', causal')"
     echo "date:     $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "machine:  $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) CPUs, $(free -g | awk '/Mem:/{print $2}') GiB), kernel $(uname -r)"
     echo "commit:   $(git rev-parse --short HEAD 2>/dev/null || echo none)$(git diff --quiet 2>/dev/null || echo ' (dirty tree)'); dmove binary: $DMOVE"
@@ -182,7 +193,8 @@ for name in order:
     print(f"{name:28s} {fmt(f)} {fmt(b)} {fmt(s)} {fmt(mn)} {fmt(col(name, 'compile_s'), 9, 1)} "
           f"{fmt(col(name, 'page_faults_per_step'), 8, 0)} {fmt(ratio(name, 'dmove-fused'), 7, 2)}")
 print()
-print("jax-jit forward: a separate jit of the forward alone (XLA compiles forward+backward as one program).")
+if "jax-jit" in rows:
+    print("jax-jit forward: a separate jit of the forward alone (XLA compiles forward+backward as one program).")
 for name in ("dmove-fused", "dmove-unfused", "dmove-tuned"):
     if name in rows:
         c, s = col(name, "contractions_alone_ms"), col(name, "step_ms")
