@@ -604,6 +604,12 @@ int main(void) {
     layouts(&cfg, DM_SCHED_UNFUSED);
     cfg.batch = 3, cfg.seq = 5, cfg.hidden = 12, cfg.heads = 3, cfg.ffn = 20;
     layouts(&cfg, DM_SCHED_FUSED);
+    /* the layer variants: a causal mask reads the query position off the row, whatever
+     * the scores' layout; pre-LN has other groups and tensors to lay out */
+    dm_layer_config var = cfg;
+    var.norm = DM_NORM_PRE, var.causal = 1;
+    printf("pre-LN, causal:\n");
+    layouts(&var, DM_SCHED_FUSED);
     tune_and_files(&cfg);
     rows_medium();
     /* the direct algorithms above ran the direct kernel, never BLAS for want of a buffer */
