@@ -65,6 +65,7 @@ typedef struct {
     double class_ms[DM_NUM_CLASSES];
     double flop[2][DM_NUM_CLASSES], flop_total;
     dm_cuda_choices cuda;    /* CUDA: what the executor chose (generated, fused, ...) */
+    dm_layer_memory mem;     /* what the layer holds */
 } result;
 
 static double g_start, g_last_note;
@@ -158,6 +159,7 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
         return -1;
     }
     dm_layer_cuda_choices(s->layer, &res->cuda);
+    dm_layer_memory_info(s->layer, &res->mem);
     if (res->cuda.gen_unavailable[0])
         fprintf(stderr, "dmove bench: note: %s: --rows auto runs the row groups and attention with the "
                 "interpreter and cuBLAS: the generated kernels could not be built: %s\n", res->name, res->cuda.gen_unavailable);
@@ -339,6 +341,15 @@ static void print_table(const cli_config *c, const result *res, int nres, int wa
         printf("%s step / tuned step (speedup):  %.3f\n", base->name, base->step_ms / tu->step_ms);
     if (fu && fu->contr_ms > 0)
         printf("fused step / contractions alone:    %.3f\n", fu->step_ms / fu->contr_ms);
+    /* what fusion saves in memory too: the intermediates kept inside their groups get none */
+    printf("\nmemory (MB): the arena (one allocation: inputs, parameters and gradients, outputs, every\n"
+           "tensor that leaves its group), of it the intermediates planned by liveness, and the\n"
+           "per-thread scratch of the fused groups' rows and tiles:\n");
+    for (int s = 0; s < nres; s++)
+        printf("%-9s arena %9.1f   intermediates %9.1f   scratch %7.1f\n", res[s].name, res[s].mem.arena / 1e6,
+               res[s].mem.activations / 1e6, res[s].mem.scratch / 1e6);
+    if (fu && un && un->mem.activations > 0)
+        printf("fused intermediates / unfused:      %.3f\n", (double)fu->mem.activations / (double)un->mem.activations);
 }
 
 /* Adds a number; returns 0 when cJSON runs out of memory. */
@@ -382,6 +393,9 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
              jnum(o, "attention_groups_fused", r->cuda.attention_fused) &&
              jnum(o, "groups_on_second_stream", r->cuda.second_stream) &&
              jnum(o, "bias_epilogues", r->cuda.bias_epilogues) &&
+             jnum(o, "arena_bytes", (double)r->mem.arena) &&
+             jnum(o, "intermediate_bytes", (double)r->mem.activations) &&
+             jnum(o, "scratch_bytes", (double)r->mem.scratch) &&
              jnum(o, "step_over_contractions",
                   r->contr_ms > 0 ? r->step_ms / r->contr_ms : 0.0) &&
              jnum(o, "flop", r->flop_total) &&

@@ -419,6 +419,14 @@ void dm_layer_profile_reset(dm_layer *L) {
     memset(L->group_secs, 0, sizeof(double) * (size_t)L->plan.ngroups);
 }
 
+void dm_layer_memory_info(const dm_layer *L, dm_layer_memory *out) {
+    memset(out, 0, sizeof *out);
+    if (!L) return;
+    out->arena = L->plan.arena_bytes;
+    out->activations = L->plan.activation_bytes;
+    if (!L->cuda) out->scratch = (size_t)L->ex.nthreads * (size_t)L->ex.per_thread * sizeof(float);
+}
+
 void dm_layer_flop(const dm_layer *L, double flop[2][DM_NUM_CLASSES]) {
     memset(flop, 0, sizeof(double) * 2 * DM_NUM_CLASSES);
     if (!L) return;

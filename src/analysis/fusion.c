@@ -413,6 +413,7 @@ dm_status dm_plan_build(const dm_graph *g, int fused, int siblings, int no_reuse
     free(gbatch);
     free(gnb);
     plan->ngroups = ng;
+    plan->no_reuse = no_reuse;
     st = dm_plan_memory(plan, no_reuse);
 done:
     if (prod)

@@ -12,7 +12,7 @@
 
 /* Random words of this row, then y = keep ? x * scale : 0. Used forward and backward:
  * the same (seed, stream, element index) gives the same mask. */
-static void dropout_row(const dm_row *rw, const float *restrict x, float *restrict y) {
+static void dropout_row(const dm_row *rw, const float *x, float *y) {
     int64_t n = rw->cols;
     if (rw->op->p <= 0) {
         for (int64_t c = 0; c < n; c++) y[c] = x[c];
@@ -27,8 +27,8 @@ static void dropout_row(const dm_row *rw, const float *restrict x, float *restri
 
 void dm_cpu_eltwise_row(const dm_row *rw) {
     int64_t n = rw->cols;
-    const float *restrict a = rw->in[0], *restrict b = rw->in[1];
-    float *restrict y = rw->out[0];
+    const float *a = rw->in[0], *b = rw->in[1];
+    float *y = rw->out[0];
     switch (rw->op->kind) {
     case DM_OP_BIAS_ADD:
     case DM_OP_ADD:
@@ -70,7 +70,7 @@ void dm_cpu_eltwise_row(const dm_row *rw) {
     }
     case DM_OP_ACT_DERIV: { /* in: x; out: act(x), act'(x) from one evaluation */
         dm_act act = rw->op->act;
-        float *restrict d = rw->out[1];
+        float *d = rw->out[1];
         if (act == DM_ACT_RELU) {
 #pragma omp simd
             for (int64_t c = 0; c < n; c++) y[c] = dm_relu2(a[c], &d[c]);

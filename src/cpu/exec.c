@@ -382,9 +382,11 @@ dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi) {
                 const dm_operand *d = io ? &x->out[q] : &x->in[q];
                 int r = dm_tensor_root(g, io ? x->op->out[q] : x->op->in[q]);
                 if (d->scratch || d->kind == DM_ARG_COLACC) continue; /* per thread, or summed after the GEMM */
-                /* the GEMM's output, read (or rewritten in place) row for row as it was written */
-                int as_c = r == croot && d->kind == DM_ARG_FULL && d->nrl == 0 && d->base == gm->C;
-                if (r == croot && !as_c) why = "the next group reads the GEMM's output other than row for row";
+                /* the GEMM's output, read (or rewritten in place) row for row as it was
+                 * written; also under another name (the memory planner's in-place outputs) */
+                int same = r == croot || (plan->offset[r] == plan->offset[croot] && g->t[r].numel == g->t[croot].numel);
+                int as_c = same && d->kind == DM_ARG_FULL && d->nrl == 0 && d->base == gm->C;
+                if (same && !as_c) why = "the next group reads the GEMM's output other than row for row";
                 else if (!as_c && roots_overlap(plan, r, croot))
                     why = "the next group uses memory the GEMM's output shares";
                 else if (io && (roots_overlap(plan, r, ra) || roots_overlap(plan, r, rb)))

@@ -66,6 +66,8 @@ typedef struct {
     int dt;       /* DMC_F32, DMC_BF16, DMC_F16: element type in memory (scratch: F32) */
     void *base;   /* GLOBAL: the tensor's first element on the device */
     int64_t rdiv; /* GROUPED: rows of the iteration space per row of the operand */
+    int tensor;   /* GLOBAL: its root tensor (two roots may share bytes: an output written
+                   * in place over an input, memplan.c) */
     int64_t slot; /* SCRATCH: float offset in the block's scratch */
 } dmc_operand;
 

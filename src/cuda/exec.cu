@@ -430,6 +430,7 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
                                    op->name, g->t[t].name, (long long)g->t[t].numel, (long long)need);
                 if (global) {
                     d->loc = DMC_LOC_GLOBAL;
+                    d->tensor = r;
                     d->base = plan->in_memory[r] ? arena_ptr(ex, t, &d->dt) : tile_ptr(ex, tl, t, &d->dt);
                     if (!d->base)
                         return dm_fail(DM_ERR_INTERNAL, "%s: %s has no device memory", op->name,

@@ -44,6 +44,8 @@ typedef struct {
     int def_seg;      /* segment that computes it; -1: read from memory */
     int first_seg, last_seg; /* segments that use it (reads and the def) */
     int first_read_op, def_op; /* the first op that reads it, the op that writes it; -1 */
+    int last_read_op;          /* the last op that reads it; -1 */
+    int tensor;                /* global: its root tensor */
     int array;        /* 1: a row array (used across segments) */
     int loaded_seg;   /* segment in which its load was emitted, -1 none */
 } gen_val;
@@ -95,7 +97,8 @@ static dm_status value_of(gen_ctx *G, const dmc_operand *d, int *vi) {
         const gen_val *x = &G->v[i];
         if (x->loc != d->loc) continue;
         if (d->loc == DMC_LOC_SCRATCH ? x->slot == d->slot
-                                      : x->base == d->base && x->kind == d->kind && x->rdiv == d->rdiv) {
+                                      : x->base == d->base && x->tensor == d->tensor && x->kind == d->kind &&
+                                            x->rdiv == d->rdiv) {
             *vi = i;
             return DM_OK;
         }
@@ -112,7 +115,8 @@ static dm_status value_of(gen_ctx *G, const dmc_operand *d, int *vi) {
     x->param = -1;
     x->def_seg = -1;
     x->first_seg = x->last_seg = -1;
-    x->first_read_op = x->def_op = -1;
+    x->first_read_op = x->def_op = x->last_read_op = -1;
+    x->tensor = d->loc == DMC_LOC_GLOBAL ? d->tensor : -1;
     x->loaded_seg = -1;
     if (d->loc == DMC_LOC_GLOBAL && d->kind != DM_ARG_COLACC) {
         for (int q = 0; q < G->nparam; q++)
@@ -156,6 +160,7 @@ static dm_status plan_values(gen_ctx *G) {
             use(x, s);
             use(x, last_seg(op->kind, s));
             if (x->first_read_op < 0) x->first_read_op = k;
+            x->last_read_op = k;
         }
         for (int i = 0; i < op->nout; i++) {
             int vi;
@@ -187,11 +192,21 @@ static dm_status plan_values(gen_ctx *G) {
         if (x->def_op >= 0 && x->first_read_op >= 0 && x->first_read_op <= x->def_op)
             return dm_fail(DM_ERR_UNSUPPORTED, "row program reads a tensor before writing it");
         /* one address under two operand kinds, one of them written: lanes would read
-         * what other lanes write */
-        for (int j = 0; j < G->nv; j++)
-            if (j != i && x->loc == DMC_LOC_GLOBAL && G->v[j].loc == DMC_LOC_GLOBAL &&
-                x->base == G->v[j].base && (x->def_seg >= 0 || x->kind == DM_ARG_ROWSCALAR))
-                return dm_fail(DM_ERR_UNSUPPORTED, "row program addresses one tensor two ways");
+         * what other lanes write. But an output written in place over an input (memplan.c):
+         * both whole rows, the input read for the last time before the output is written
+         * (or by the writing op itself, pointwise), so each lane loads its chunk of the
+         * input before it stores its chunk of the output there */
+        for (int j = 0; j < G->nv; j++) {
+            const gen_val *y = &G->v[j];
+            if (j == i || x->loc != DMC_LOC_GLOBAL || y->loc != DMC_LOC_GLOBAL || x->base != y->base ||
+                !(x->def_seg >= 0 || x->kind == DM_ARG_ROWSCALAR))
+                continue;
+            const int in_place = x->kind == DM_ARG_FULL && y->kind == DM_ARG_FULL && x->tensor != y->tensor &&
+                                 y->def_op < 0 && y->last_seg <= x->def_seg &&
+                                 (y->last_read_op < x->def_op ||
+                                  (y->last_read_op == x->def_op && dm_op_pointwise((dm_op_kind)p->ops[x->def_op].kind)));
+            if (!in_place) return dm_fail(DM_ERR_UNSUPPORTED, "row program addresses one tensor two ways");
+        }
     }
     return DM_OK;
 }

@@ -26,6 +26,16 @@ static const double k_op_fpe[] = {
 const char *dm_op_kind_name(dm_op_kind k) { return k < DM_NUM_OPS ? k_op_names[k] : "?"; }
 dm_op_class dm_op_kind_class(dm_op_kind k) { return k_op_class[k]; }
 
+int dm_op_pointwise(dm_op_kind k) {
+    switch (k) {
+    case DM_OP_BIAS_ADD: case DM_OP_ADD: case DM_OP_MASK_ADD: case DM_OP_DROPOUT: case DM_OP_ACT:
+    case DM_OP_DROPOUT_BWD: case DM_OP_ACT_BWD: case DM_OP_ACT_DERIV: case DM_OP_MUL: case DM_OP_DROPOUT_BWD_NZ:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 void dm_graph_init(dm_graph *g) { memset(g, 0, sizeof *g); }
 
 void dm_graph_free(dm_graph *g) {

@@ -90,6 +90,10 @@ int dm_graph_clone(dm_graph *g, int src);
 int dm_tensor_root(const dm_graph *g, int t);
 const char *dm_op_kind_name(dm_op_kind k);
 dm_op_class dm_op_kind_class(dm_op_kind k);
+/* 1 if each output element c of the op depends on input element c alone (bias, adds,
+ * mask, dropout, activation and their backward): its kernels may write an output over
+ * an input (the memory planner's in-place outputs). Not the row reductions. */
+int dm_op_pointwise(dm_op_kind k);
 /* flop of one op, and bytes it reads and writes (fp32, each tensor once). */
 double dm_op_flop(const dm_graph *g, const dm_op *op);
 double dm_op_bytes(const dm_graph *g, const dm_op *op);

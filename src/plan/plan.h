@@ -31,6 +31,7 @@ typedef struct {
     size_t activation_bytes; /* the liveness-planned part */
     int max_cols;        /* widest row of a pointwise group (scratch size) */
     uint8_t *algo;       /* per op: contraction algorithm (dm_gemm_algo), or NULL: defaults */
+    int no_reuse;        /* as built: every tensor its own bytes */
 } dm_plan;
 
 /* fusion.c: groups ops. fused = 0 gives one group per op (the unfused schedule).
@@ -39,7 +40,9 @@ typedef struct {
  * attention kernels take the groups without). */
 dm_status dm_plan_build(const dm_graph *g, int fused, int siblings, int no_reuse, dm_plan *plan);
 void dm_plan_free(dm_plan *plan);
-/* memplan.c: decides in_memory and offsets (called by dm_plan_build). */
+/* memplan.c: decides in_memory and offsets (called by dm_plan_build, and again by
+ * dm_choices_apply: the in-place reuse of a row group's input for its output needs both
+ * laid out alike, so offsets follow the layouts). */
 dm_status dm_plan_memory(dm_plan *plan, int no_reuse);
 /* pairs.c: the contraction that may run beside group g1 (contraction algorithm
  * "concurrent"): the first later group of g1's pass that is a lone contraction

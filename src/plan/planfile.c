@@ -38,8 +38,14 @@ void dm_choices_free(dm_choices *c) {
 dm_status dm_choices_apply(const dm_choices *c, dm_graph *g, dm_plan *plan) {
     if (c->nt != g->nt || c->nop != g->nop)
         return dm_fail(DM_ERR_INTERNAL, "plan choices were made for another graph");
+    int laid = 0;
     for (int t = 0; t < g->nt; t++)
-        if (c->layout[t][0]) DM_TRY(dm_graph_set_layout(g, t, c->layout[t]));
+        if (c->layout[t][0]) {
+            DM_TRY(dm_graph_set_layout(g, t, c->layout[t]));
+            laid = 1;
+        }
+    /* offsets again: which outputs may take their input's bytes depends on the layouts */
+    if (laid) DM_TRY(dm_plan_memory(plan, plan->no_reuse));
     free(plan->algo);
     plan->algo = malloc((size_t)(g->nop > 0 ? g->nop : 1));
     if (!plan->algo) return dm_fail(DM_ERR_OOM, "out of memory");
