@@ -396,6 +396,8 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
              jnum(o, "arena_bytes", (double)r->mem.arena) &&
              jnum(o, "intermediate_bytes", (double)r->mem.activations) &&
              jnum(o, "scratch_bytes", (double)r->mem.scratch) &&
+             jnum(o, "parameter_bytes", (double)r->mem.parameters) &&
+             jnum(o, "input_bytes", (double)r->mem.inputs) &&
              jnum(o, "step_over_contractions",
                   r->contr_ms > 0 ? r->step_ms / r->contr_ms : 0.0) &&
              jnum(o, "flop", r->flop_total) &&

@@ -168,13 +168,15 @@ void dm_layer_profile(dm_layer *layer, int enable);
 /* Seconds accumulated since the last reset, [pass 0 fwd / 1 bwd][class]. */
 void dm_layer_profile_read(const dm_layer *layer, double secs[2][DM_NUM_CLASSES]);
 void dm_layer_profile_reset(dm_layer *layer);
-/* The memory a layer holds (bytes): its arena, one allocation (inputs, parameters, their
- * gradients, outputs and every tensor that leaves its fused group), of which
- * `activations` are the intermediates planned by liveness (what fusion saves: a tensor
- * kept inside its group gets none); and the CPU executor's per-thread scratch (rows and
- * tiles of the fused groups; 0 on the GPU, whose scratch is shared memory). */
+/* The memory a layer holds (bytes, in its storage type): its arena, one allocation
+ * (inputs, parameters, their gradients, outputs and every tensor that leaves its fused
+ * group), of which `activations` are the intermediates planned by liveness (what fusion
+ * saves: a tensor kept inside its group gets none), `parameters` the parameters and
+ * `inputs` hidden_states, attention_mask and grad_output; and the CPU executor's
+ * per-thread scratch (rows and tiles of the fused groups; 0 on the GPU, whose scratch is
+ * shared memory). */
 typedef struct {
-    size_t arena, activations, scratch;
+    size_t arena, activations, parameters, inputs, scratch;
 } dm_layer_memory;
 void dm_layer_memory_info(const dm_layer *layer, dm_layer_memory *out);
 /* flop of the training step by pass and class (from the graph). */

@@ -422,8 +422,17 @@ void dm_layer_profile_reset(dm_layer *L) {
 void dm_layer_memory_info(const dm_layer *L, dm_layer_memory *out) {
     memset(out, 0, sizeof *out);
     if (!L) return;
-    out->arena = L->plan.arena_bytes;
-    out->activations = L->plan.activation_bytes;
+    /* the plan counts fp32; a GPU layer stores every tensor in its type (its fp32 row
+     * statistics, a few KB, aside) */
+    const size_t half = L->cuda && L->opt.dtype != DM_DTYPE_FP32;
+    out->arena = L->plan.arena_bytes >> half;
+    out->activations = L->plan.activation_bytes >> half;
+    for (int t = 0; t < L->g.nt; t++) {
+        if (L->g.t[t].base >= 0) continue;
+        size_t b = ((size_t)L->g.t[t].numel * sizeof(float)) >> half;
+        if (L->g.t[t].role == DM_ROLE_PARAM) out->parameters += b;
+        else if (L->g.t[t].role == DM_ROLE_INPUT) out->inputs += b;
+    }
     if (!L->cuda) out->scratch = (size_t)L->ex.nthreads * (size_t)L->ex.per_thread * sizeof(float);
 }
 

@@ -138,6 +138,8 @@ an = json.load(open(f"{out}/analyze-{tag}.json"))
 floor_ms = an["totals"]["fused_floor_seconds"] * 1e3
 flop = an["totals"]["flop"]
 rows = [("dmove " + s["schedule"], s["step_ms"], s.get("forward_ms")) for s in d["schedules"]]
+mem = {"dmove " + s["schedule"]: (s.get("arena_bytes", 0) - s.get("parameter_bytes", 0) - s.get("input_bytes", 0)) / 1e6
+       for s in d["schedules"]}
 import os
 if os.path.exists(f"{out}/dmove-{tag}-gen.json"):
     dg = json.load(open(f"{out}/dmove-{tag}-gen.json"))
@@ -157,6 +159,8 @@ if os.path.exists(f"{out}/dmove-{tag}-gen2.json"):
 for line in open(f"{out}/torch-{tag}.jsonl"):
     t = json.loads(line)
     rows.append((t["framework"] + (" (" + t["attn"] + ")"), t["step_ms"], t["forward_ms"]))
+    if t.get("peak_mb_above_inputs") is not None:
+        mem[rows[-1][0]] = t["peak_mb_above_inputs"]
 eager = next((r[1] for r in rows if r[0] == "pytorch-eager (sdpa)"), None)
 print(f"\nb={b} j={j} i=1024 h=16 u=4096, bf16, training step (forward + backward), medians")
 print(f"roofline floor of the fused step ({an['device']['name']}): {floor_ms:.3f} ms "
@@ -166,6 +170,11 @@ for name, ms, fwd in rows:
     ratio = f"{eager / ms:8.2f}x" if eager else "       -"
     print(f"{name:72s} {ms:9.3f} {fwd if fwd is not None else float('nan'):8.3f} {ratio} "
           f"{flop / ms / 1e9:8.0f} {floor_ms / ms:10.2f}")
+if mem:
+    print("memory of the step beyond parameters and inputs (MB): "
+          + "; ".join(f"{k} {v:.0f}" for k, v in mem.items())
+          + "  (dmove: its arena less parameters and inputs: intermediates, parameter gradients, output and input"
+          " gradient; PyTorch: peak allocated above what was allocated before the steps, the same things)")
 PY
     echo "(dmove's time per group: $OUT/dmove-$tag-groups.txt, generated kernels: $OUT/dmove-$tag-gen-groups.txt,"
     echo " auto with two streams: $OUT/dmove-$tag-auto-groups.txt; auto's notes are in that file too)"

@@ -72,9 +72,13 @@ def main():
     ext = ((1.0 - mask) * torch.finfo(dt).min).to(dt)[:, None, None, :]
     gy = torch.ones(a.batch, a.seq, a.hidden, device=dev, dtype=dt)
     fn = torch.compile(layer) if a.mode == "compile" else layer
+    base_mem = torch.cuda.memory_allocated()  # parameters, inputs, grad_output
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True),
            torch.cuda.Event(enable_timing=True)) for _ in range(a.reps)]
     for r in range(a.warmup + a.reps):
+        if r == a.warmup:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         for p in layer.parameters():
             p.grad = None
         x.grad = None
@@ -94,6 +98,7 @@ def main():
                       "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
                       "config": {"batch": b, "seq": j, "hidden": i, "heads": a.heads, "ffn": u},
                       "forward_ms": statistics.median(fwd), "step_ms": med,
+                      "peak_mb_above_inputs": (torch.cuda.max_memory_allocated() - base_mem) / 1e6,
                       "step_ms_min": min(stp), "tflops": flop / med / 1e9}))
 
 
