@@ -38,6 +38,11 @@ static void usage(FILE *out) {
             "  --warmup N       untimed steps before timing (default 3)\n"
             "  --reps N         timed repetitions (default 10); medians are reported\n"
             "  --schedule S     fused, unfused or both (default both)\n"
+            "  --recompute      recompute attention's probabilities in the backward pass\n"
+            "                   instead of keeping them from the forward (Q K^T, mask,\n"
+            "                   softmax and dropout again, inside the backward attention\n"
+            "                   group): the same numbers, 2 b h j^2 floats less memory\n"
+            "                   (the fused and tuned runs)\n"
             "  --plan FILE      also run a plan from `dmove tune` (row \"tuned\"), beside\n"
             "                   the default plan of its schedule; prints the speedup\n"
             "  --groups         also list every group of the plan with its time in one\n"
@@ -88,6 +93,7 @@ static int streams_in_effect(void) {
     return dm_streams_resolve(g_streams, &n) == DM_OK ? n : -1;
 }
 static int g_groups;                             /* --groups */
+static int g_recompute;                          /* --recompute (the fused and tuned layers) */
 
 /* Progress on stderr, only once the bench has run a few seconds, at most every second:
  * the phase, its step (0: the untimed one before a phase's timed steps), and the time
@@ -138,7 +144,8 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
     memset(s, 0, sizeof *s);
     s->reps = reps;
     res->name = plan ? "tuned" : sched == DM_SCHED_FUSED ? "fused" : "unfused";
-    dm_layer_options opt = {.schedule = sched, .forward_only = 0, .threads = c->threads, .plan = plan};
+    dm_layer_options opt = {.schedule = sched, .forward_only = 0, .threads = c->threads, .plan = plan,
+                            .recompute = g_recompute && sched == DM_SCHED_FUSED};
     opt.device = g_device;
     opt.dtype = g_dtype;
     opt.rows = g_rows;
@@ -368,6 +375,7 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
          cJSON_AddStringToObject(conf, "act", dm_act_name(cfg->act)) &&
          cJSON_AddStringToObject(conf, "norm", dm_norm_name(cfg->norm)) &&
          cJSON_AddBoolToObject(conf, "causal", cfg->causal) &&
+         cJSON_AddBoolToObject(conf, "recompute", g_recompute) &&
          jnum(conf, "eps", cfg->eps) && jnum(conf, "seed", (double)cfg->seed) &&
          jnum(conf, "threads", cli_threads(c->threads)) && jnum(conf, "warmup", warmup) &&
          jnum(conf, "reps", reps) &&
@@ -493,6 +501,11 @@ int cmd_bench(int argc, char **argv) {
         if ((r = cli_opt(CMD, argc, argv, &a, "--plan", &v)) != 0) {
             if (r < 0) return CLI_USAGE;
             plan = v;
+            continue;
+        }
+        if ((r = cli_flag(CMD, argv, a, "--recompute")) != 0) {
+            if (r < 0) return CLI_USAGE;
+            g_recompute = 1;
             continue;
         }
         if ((r = cli_flag(CMD, argv, a, "--groups")) != 0) {

@@ -78,6 +78,11 @@ static void usage(FILE *out) {
             "  --schedule S     fused (default) or unfused: the same graph, run with fused\n"
             "                   groups or one operator at a time; results agree to rounding\n"
             "  --forward-only   run the forward pass only; OUT then holds only output\n"
+            "  --recompute      recompute attention's probabilities in the backward pass\n"
+            "                   instead of keeping them from the forward (Q K^T, mask,\n"
+            "                   softmax and dropout again, inside the backward attention\n"
+            "                   group): the same numbers, 2 b h j^2 floats less memory\n"
+            "                   (fused schedule)\n"
             "  --plan FILE      run a plan from `dmove tune` (tensor layouts and contraction\n"
             "                   algorithms) for these sizes; results agree to rounding\n"
             "  --help           this text\n"
@@ -376,7 +381,7 @@ static int add_meta(dm_st_writer *w, const char *key, const char *val) {
 
 int cmd_layer(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
-    int forward_only = 0;
+    int forward_only = 0, recompute = 0;
     dm_device_kind device = DM_DEVICE_CPU;
     dm_dtype dtype = DM_DTYPE_FP32;
     dm_rows rows = DM_ROWS_DEFAULT;
@@ -427,6 +432,11 @@ int cmd_layer(int argc, char **argv) {
             forward_only = 1;
             continue;
         }
+        if ((r = cli_flag(CMD, argv, a, "--recompute")) != 0) {
+            if (r < 0) return CLI_USAGE;
+            recompute = 1;
+            continue;
+        }
         if ((r = cli_config_option(&c, CMD, argc, argv, &a)) != 0) {
             if (r < 0) return CLI_USAGE;
             continue;
@@ -456,6 +466,10 @@ int cmd_layer(int argc, char **argv) {
         return CLI_USAGE;
     }
     if (cli_device_finish(CMD, device, dtype, rows, streams)) return CLI_USAGE;
+    if (recompute && sched != DM_SCHED_FUSED) {
+        cli_usage_error(CMD, "--recompute is a rewrite of the fused schedule: leave out --schedule unfused");
+        return CLI_USAGE;
+    }
     if (same_file(in, out)) {
         cli_usage_error(CMD, "--out '%s' is the --in file: writing it would replace your inputs with "
                         "the results; give another name", out);
@@ -500,7 +514,7 @@ int cmd_layer(int argc, char **argv) {
     }
 
     dm_layer_options opt = {.schedule = sched, .forward_only = forward_only,
-                            .threads = c.threads, .plan = plan};
+                            .threads = c.threads, .plan = plan, .recompute = recompute};
     opt.device = device;
     opt.dtype = dtype;
     opt.rows = rows;

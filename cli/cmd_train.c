@@ -77,7 +77,10 @@ static void usage(FILE *out) {
             "  --schedule S     each layer's step: fused (default) or unfused (one pass over\n"
             "                   memory per operator, as a framework's eager mode)\n"
             "  --plan FILE      run every layer on a plan from `dmove tune` for these sizes\n"
-            "                   (layouts and algorithms chosen by measurement)\n",
+            "                   (layouts and algorithms chosen by measurement)\n"
+            "  --recompute      each layer's backward recomputes attention's probabilities\n"
+            "                   instead of keeping them from the forward: the same numbers,\n"
+            "                   2 b h j^2 floats less memory per layer (fused schedule)\n",
             a.lr, a.weight_decay, a.beta1, a.beta2, a.eps);
     cli_config_help(out, CLI_CFG_ALL);
     fprintf(out,
@@ -272,7 +275,7 @@ int cmd_train(int argc, char **argv) {
     cli_config_init(&c, CLI_CFG_ALL);
     dm_adamw_config adam;
     dm_adamw_config_default(&adam);
-    int layers = 2, json = 0, linear = 0, unfused = 0;
+    int layers = 2, json = 0, linear = 0, unfused = 0, recompute = 0;
     int64_t steps = 30, save_every = 0, log_every = 0, until = 0;
     double teacher_scale = 5.0;
     const char *data = NULL, *init = NULL, *resume = NULL, *save = NULL, *svg = NULL, *plan = NULL;
@@ -348,6 +351,9 @@ int cmd_train(int argc, char **argv) {
         } else if ((r = cli_flag(CMD, argv, a, "--json")) != 0) {
             if (r < 0) return CLI_USAGE;
             json = 1;
+        } else if ((r = cli_flag(CMD, argv, a, "--recompute")) != 0) {
+            if (r < 0) return CLI_USAGE;
+            recompute = 1;
         } else if ((r = cli_config_option(&c, CMD, argc, argv, &a)) != 0) {
             if (r < 0) return CLI_USAGE;
         } else {
@@ -443,7 +449,12 @@ int cmd_train(int argc, char **argv) {
     }
     rc = CLI_FAIL;
     dm_layer_options opt = {.threads = c.threads, .schedule = unfused ? DM_SCHED_UNFUSED : DM_SCHED_FUSED,
-                            .plan = plan};
+                            .plan = plan, .recompute = recompute};
+    if (recompute && unfused) {
+        cli_usage_error(CMD, "--recompute is a rewrite of the fused schedule: leave out --schedule unfused");
+        rc = CLI_USAGE;
+        goto done;
+    }
     if (plan && unfused) {
         cli_usage_error(CMD, "--plan is a plan of the fused schedule: leave out --schedule unfused");
         rc = CLI_USAGE;

@@ -62,6 +62,11 @@ static void help(FILE *out) {
             "                   machine and sizes is fast; it reuses what was measured then,\n"
             "                   so if the machine was busy, measure again with --no-cache\n"
             "  --no-cache       measure everything, keep nothing\n"
+            "  --recompute      recompute attention's probabilities in the backward pass\n"
+            "                   instead of keeping them from the forward (Q K^T, mask,\n"
+            "                   softmax and dropout again, inside the backward attention\n"
+            "                   group): the same numbers, 2 b h j^2 floats less memory\n"
+            "                   (fused schedule; the plan is for such layers)\n"
             "  --verify N       time default and tuned step interleaved N times (default 5;\n"
             "                   0 skips)\n"
             "  --help           this text\n"
@@ -157,10 +162,10 @@ static void print_timed(const dm_tuner *T, const char *title, int width, const c
 
 /* Times the default and the tuned plan's steps interleaved; prints medians and ratio and
  * gives the medians in med[2] (default, tuned). */
-static int verify(const cli_config *c, dm_schedule sched, const char *plan, int reps, double med[2]) {
+static int verify(const cli_config *c, dm_schedule sched, int recompute, const char *plan, int reps, double med[2]) {
     dm_layer *L[2] = {NULL, NULL};
-    dm_layer_options o[2] = {{.schedule = sched, .threads = c->threads},
-                             {.schedule = sched, .threads = c->threads, .plan = plan}};
+    dm_layer_options o[2] = {{.schedule = sched, .threads = c->threads, .recompute = recompute},
+                             {.schedule = sched, .threads = c->threads, .plan = plan, .recompute = recompute}};
     double *t = calloc((size_t)reps * 2, sizeof(double));
     int rc = -1;
     if (!t) {
@@ -248,7 +253,7 @@ int cmd_tune(int argc, char **argv) {
     cli_config c;
     cli_config_init(&c, CLI_CFG_SIZES | CLI_CFG_HEADS | CLI_CFG_ARCH | CLI_CFG_THREADS);
     const char *out = "dmove-plan.json", *svg = NULL, *cache = NULL;
-    int no_cache = 0, reps = 7, vreps = 5;
+    int no_cache = 0, reps = 7, vreps = 5, recompute = 0;
     dm_schedule sched = DM_SCHED_FUSED;
     dm_act act = DM_ACT_GELU;
     for (int a = 1; a < argc; a++) {
@@ -289,6 +294,9 @@ int cmd_tune(int argc, char **argv) {
                 cli_usage_error(CMD, "--schedule: unknown schedule '%s' (known: fused, unfused)", v);
                 return CLI_USAGE;
             }
+        } else if ((r = cli_flag(CMD, argv, a, "--recompute")) != 0) {
+            if (r < 0) return CLI_USAGE;
+            recompute = 1;
         } else if ((r = cli_flag(CMD, argv, a, "--no-cache")) != 0) {
             if (r < 0) return CLI_USAGE;
             no_cache = 1;
@@ -315,7 +323,7 @@ int cmd_tune(int argc, char **argv) {
         }
         cache = cache_buf;
     }
-    dm_layer_options opt = {.schedule = sched, .threads = c.threads};
+    dm_layer_options opt = {.schedule = sched, .threads = c.threads, .recompute = recompute};
     dm_tuner *T = NULL;
     double t0 = cli_now();
     if (dm_tuner_new(&T, &c.cfg, &opt) != DM_OK) {
@@ -418,7 +426,7 @@ int cmd_tune(int argc, char **argv) {
     }
     fflush(stdout);
     double med[2] = {T->default_s, T->tuned_s};
-    if (vreps > 0 && verify(&c, sched, out, vreps, med)) goto done;
+    if (vreps > 0 && verify(&c, sched, recompute, out, vreps, med)) goto done;
     print_floor(&c, sched, med, vreps > 0 ? "verified steps" : "sums over groups", direct);
     rc = CLI_OK;
 done:

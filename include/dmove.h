@@ -118,6 +118,10 @@ typedef struct {
                             * exist): for a layer whose input is data, as the first of a
                             * stack; backward then skips the contraction and the addition
                             * that only it needs */
+    int recompute;         /* fused schedule: the backward recomputes attention's
+                            * probabilities (Q K^T, mask, softmax, dropout: the same numbers)
+                            * instead of keeping them from the forward: 2 b h j^2 floats
+                            * less memory between the passes, for one more Q K^T */
 } dm_layer_options;
 
 typedef struct dm_layer dm_layer;

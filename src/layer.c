@@ -145,6 +145,11 @@ dm_status dm_layer_options_check(const dm_layer_options *opt) {
         return dm_fail(DM_ERR_INVALID_ARG, "unknown schedule %d", (int)opt->schedule);
     if (opt->threads < 0 || opt->threads > 4096)
         return dm_fail(DM_ERR_INVALID_ARG, "threads must be between 0 (all cores) and 4096");
+    if (opt->recompute != 0 && opt->recompute != 1)
+        return dm_fail(DM_ERR_INVALID_ARG, "recompute must be 0 or 1 (got %d)", opt->recompute);
+    if (opt->recompute && opt->schedule != DM_SCHED_FUSED)
+        return dm_fail(DM_ERR_INVALID_ARG, "recomputing attention in the backward pass is a rewrite of the fused "
+                       "schedule: use the fused schedule with it");
     if (opt->device != DM_DEVICE_CPU && opt->device != DM_DEVICE_CUDA)
         return dm_fail(DM_ERR_INVALID_ARG, "unknown device %d", (int)opt->device);
     if (opt->dtype != DM_DTYPE_FP32 && opt->dtype != DM_DTYPE_BF16 && opt->dtype != DM_DTYPE_FP16)
@@ -217,6 +222,7 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
     dm_status s = dm_build_encoder(&L->g, cfg, opt->forward_only, !opt->no_input_grad, &L->enc);
     /* the fused schedule's graph rewrites (graph/rewrite.c) */
     if (s == DM_OK && opt->schedule == DM_SCHED_FUSED) s = dm_rewrite_fused(&L->g);
+    if (s == DM_OK && opt->recompute) s = dm_rewrite_recompute_attention(&L->g, NULL);
     if (s == DM_OK) s = dm_plan_build(&L->g, opt->schedule == DM_SCHED_FUSED, !gpu_grouping, opt->no_reuse, &L->plan);
     if (s == DM_OK && (choices || opt->plan)) s = apply_choices(L, choices);
     if (s == DM_OK) {

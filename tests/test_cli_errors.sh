@@ -270,6 +270,10 @@ expect_fail "bench: unknown option" 2 "unknown option" "$D" bench --bogus
 expect_fail "bench: unknown --act" 2 "unknown activation" "$D" bench --act swish
 expect_fail "bench: unknown --norm" 2 "unknown LayerNorm placement" "$D" bench --norm sideways
 expect_fail "layer: --causal=1" 2 "takes no value" layv --causal=1
+expect_fail "layer: --recompute with --schedule unfused" 2 "fused schedule" layv --recompute --schedule unfused
+expect_ok "layer --recompute" "$D" layer --in "$V" --out "$T/rc.st" --heads 2 --recompute
+expect_ok "layer without it" "$D" layer --in "$V" --out "$T/norc.st" --heads 2
+check "--recompute: the same numbers, byte for byte" cmp -s "$T/rc.st" "$T/norc.st"
 expect_fail "bench: unknown --preset" 2 "unknown preset" "$D" bench --preset bert-huge
 expect_fail "bench: unknown --schedule" 2 "unknown schedule" "$D" bench --schedule sideways
 expect_fail "bench: unknown --dtype" 2 "unknown storage type" "$D" bench --dtype fp8
@@ -385,6 +389,14 @@ expect_ok "tune a pre-LN causal layer" "$D" tune --batch 1 --seq 4 --hidden 8 --
     --norm pre --causal --out "$T/pre.json"
 expect_fail "bench: a pre-LN plan on a post-LN layer" 1 "give --norm pre --causal" "$D" bench --batch 1 --seq 4 \
     --hidden 8 --heads 2 --ffn 8 --plan "$T/pre.json"
+expect_fail "bench: a plan without --recompute on a layer with it" 1 "run without --recompute" "$D" bench --batch 1 \
+    --seq 4 --hidden 8 --heads 2 --ffn 8 --plan "$T/pre.json" --norm pre --causal --recompute
+expect_ok "tune --recompute" "$D" tune --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8 --no-cache --reps 1 --recompute \
+    --out "$T/rc.json"
+expect_ok "bench: the --recompute plan with --recompute" "$D" bench --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8 \
+    --reps 2 --warmup 1 --plan "$T/rc.json" --recompute
+expect_fail "train: --recompute with --schedule unfused" 2 "fused schedule" "$D" train --layers 1 --batch 2 --seq 4 \
+    --hidden 8 --heads 2 --ffn 16 --steps 2 --recompute --schedule unfused
 expect_ok "bench: the pre-LN plan on its layer" "$D" bench --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8 --reps 2 \
     --warmup 1 --plan "$T/pre.json" --norm pre --causal
 check "bench names the variant" grep -q "pre-LN, causal" "$T/stdout"
@@ -399,6 +411,8 @@ check "train drew the loss chart" grep -q "<polyline" "$T/loss.svg"
 expect_ok "train --until 3 (the first part)" trn --warmup 2 --lr-schedule linear --save "$T/part.ckpt" --until 3
 expect_ok "train --resume (the second part)" trn --warmup 2 --lr-schedule linear --save "$T/res.ckpt" --resume "$T/part.ckpt"
 check "the run in two parts equals the whole run, byte for byte" cmp -s "$T/full.ckpt" "$T/res.ckpt"
+expect_ok "train --recompute" trn --warmup 2 --lr-schedule linear --recompute --save "$T/rc.ckpt"
+check "train --recompute: the same checkpoint, byte for byte" cmp -s "$T/full.ckpt" "$T/rc.ckpt"
 expect_ok "train --json" trn --json
 check "train --json printed the losses" grep -q '"loss":\[' "$T/stdout"
 st_write "$T/data" hidden_states:F32:3,4,8:077 target:F32:3,4,8 attention_mask:I64:3,4:001

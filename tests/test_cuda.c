@@ -267,6 +267,7 @@ static int result_name(dm_layer *L, int k, char *buf, size_t n) {
 
 /* test_layer's layers build no input gradient (as the first layer of a trained stack) */
 static int g_no_dx;
+static int g_recompute; /* the GPU's layer recomputes attention in the backward pass */
 
 /* The layer on the CPU (C) and on the GPU (G), same inputs, padding and dropout. On a GPU,
  * G is a DM_DEVICE_CUDA layer used through the public API. Emulating, G is a CPU layer
@@ -295,7 +296,8 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
                                     : dtype == DM_CUDA_BF16 ? DM_DTYPE_BF16
                                     : dtype == DM_CUDA_FP16 ? DM_DTYPE_FP16
                                                             : DM_DTYPE_FP32,
-                           .no_input_grad = g_no_dx};
+                           .no_input_grad = g_no_dx,
+                           .recompute = g_recompute};
     CHECK_OK(dm_layer_new(&C, cfg, &oc));
     CHECK_OK(dm_layer_new_gpu_grouping(&G, cfg, &og));
     if (!C || !G) goto done;
@@ -497,6 +499,12 @@ static void run_suite(unsigned emulate, int dtype, unsigned gen) {
     g_no_dx = 1;
     test_layer(&b, DM_SCHED_FUSED, emulate != 0, dtype, gen);
     g_no_dx = 0;
+    /* attention recomputed in the backward pass (against the CPU's plain layer) */
+    printf("(the GPU's layer recomputes attention in the backward pass)\n");
+    g_recompute = 1;
+    test_layer(&a, DM_SCHED_FUSED, emulate != 0, dtype, gen);
+    test_layer(&v, DM_SCHED_FUSED, emulate != 0, dtype, gen);
+    g_recompute = 0;
 }
 
 /* The bias epilogue on forward-only plans, where the memory planner gives biased tensors

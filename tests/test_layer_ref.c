@@ -1,5 +1,6 @@
 /* test_layer_ref.c: the whole layer (output and every gradient) against PyTorch
- * references in tests/ref/ (made by tests/ref/make_refs.py), for both schedules, with
+ * references in tests/ref/ (made by tests/ref/make_refs.py), for both schedules (and the
+ * fused one with attention recomputed in the backward pass), with
  * dropout off and on (the references use dmove's Philox masks). Relative error per
  * tensor must be under 1e-5 (output) and 1e-4 (gradients); every error is printed. */
 #include <dirent.h>
@@ -36,9 +37,11 @@ static int run_case(const char *path) {
     printf("%s: b=%lld j=%lld i=%lld h=%lld u=%lld p=%g act=%s %s-LN%s\n", path, (long long)cfg.batch,
            (long long)cfg.seq, (long long)cfg.hidden, (long long)cfg.heads, (long long)cfg.ffn,
            cfg.dropout, dm_act_name(cfg.act), dm_norm_name(cfg.norm), cfg.causal ? " causal" : "");
-    for (int sched = 0; sched < 2; sched++) {
+    /* fused, unfused, and fused with attention recomputed in the backward pass */
+    for (int run = 0; run < 3; run++) {
+        const int sched = run == 1;
         dm_layer *L = NULL;
-        dm_layer_options opt = {.schedule = sched};
+        dm_layer_options opt = {.schedule = sched, .recompute = run == 2};
         CHECK_OK(dm_layer_new(&L, &cfg, &opt));
         if (!L) continue;
         /* inputs: every tensor in the file without the "expected." prefix */
@@ -70,7 +73,7 @@ static int run_case(const char *path) {
             double tol = strcmp(name, "output") ? 1e-4 : 1e-5;
             int ok = e < tol;
             CHECK(ok);
-            printf("  %-8s %-42s rel.err %.2e %s\n", sched ? "unfused" : "fused", name, e,
+            printf("  %-9s %-42s rel.err %.2e %s\n", run == 2 ? "recompute" : sched ? "unfused" : "fused", name, e,
                    ok ? "ok" : "FAIL");
             free(ref);
         }

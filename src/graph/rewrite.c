@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/philox.h"
 #include "core/status.h"
 
 dm_status dm_rewrite_act_deriv(dm_graph *g, int *count) {
@@ -88,6 +89,74 @@ dm_status dm_rewrite_dropout_bwd_nz(dm_graph *g, int *count) {
         n++;
     }
     if (count) *count = n;
+    return DM_OK;
+}
+
+/* The op that writes root t in pass `pass`, or -1. */
+static int writer(const dm_graph *g, int t, int pass) {
+    for (int o = 0; o < g->nop; o++)
+        if (g->op[o].pass == pass && g->op[o].nout > 0 && g->op[o].out[0] == t) return o;
+    return -1;
+}
+
+dm_status dm_rewrite_recompute_attention(dm_graph *g, int *count) {
+    if (count) *count = 0;
+    /* the chain, walked back from attention's dropout: scores -> mask -> softmax -> dropout */
+    int fd = -1;
+    for (int o = 0; o < g->nop && fd < 0; o++)
+        if (g->op[o].pass == 0 && g->op[o].kind == DM_OP_DROPOUT && g->op[o].stream == DM_DROP_ATTN_PROBS) fd = o;
+    if (fd < 0) return DM_OK;
+    const int a = g->op[fd].in[0], ad = g->op[fd].out[0];
+    const int fs = writer(g, a, 0);
+    const int sm = fs >= 0 ? g->op[fs].in[0] : -1;
+    const int fm = sm >= 0 ? writer(g, sm, 0) : -1;
+    const int s = fm >= 0 ? g->op[fm].in[0] : -1;
+    const int fc = s >= 0 ? writer(g, s, 0) : -1;
+    if (fs < 0 || g->op[fs].kind != DM_OP_SOFTMAX || fm < 0 || g->op[fm].kind != DM_OP_MASK_ADD || fc < 0 ||
+        g->op[fc].kind != DM_OP_CONTRACT)
+        return DM_OK;
+    /* the first backward op that reads the probabilities */
+    int at = -1;
+    for (int o = 0; o < g->nop && at < 0; o++)
+        if (g->op[o].pass == 1)
+            for (int k = 0; k < g->op[o].nin; k++)
+                if (dm_tensor_root(g, g->op[o].in[k]) == a || dm_tensor_root(g, g->op[o].in[k]) == ad) at = o;
+    if (at < 0) return DM_OK;
+    /* the clones' tensors (g->t may move: copy what is needed first) */
+    const int src[4] = {s, sm, a, ad};
+    int re[4];
+    for (int k = 0; k < 4; k++) {
+        char name[DM_NAME_LEN], letters[DM_MAX_DIMS + 1];
+        snprintf(name, sizeof name, "%.40s_re", g->t[src[k]].name);
+        memcpy(letters, g->t[src[k]].letters, sizeof letters);
+        re[k] = dm_graph_tensor(g, name, letters, DM_ROLE_ACT);
+        if (re[k] < 0) return dm_fail(DM_ERR_OOM, "out of memory rewriting attention for recomputation");
+        g->t[re[k]].pass = 1;
+    }
+    /* the clones' ops, appended, then moved to just before `at` */
+    const int fwd[4] = {fc, fm, fs, fd};
+    const int n0 = g->nop;
+    for (int k = 0; k < 4; k++) {
+        dm_op op = g->op[fwd[k]];
+        op.pass = 1;
+        char name[DM_NAME_LEN];
+        snprintf(name, sizeof name, "%.40s_re", op.name);
+        snprintf(op.name, sizeof op.name, "%s", name);
+        if (k > 0) op.in[0] = re[k - 1];
+        op.out[0] = re[k];
+        if (dm_graph_op(g, &op) < 0) return dm_fail(DM_ERR_OOM, "out of memory rewriting attention for recomputation");
+    }
+    dm_op moved[4];
+    memcpy(moved, &g->op[n0], sizeof moved);
+    memmove(&g->op[at + 4], &g->op[at], sizeof(dm_op) * (size_t)(n0 - at));
+    memcpy(&g->op[at], moved, sizeof moved);
+    /* the backward reads the clones */
+    for (int o = at + 4; o < g->nop; o++)
+        for (int k = 0; k < g->op[o].nin; k++) {
+            if (g->op[o].in[k] == a) g->op[o].in[k] = re[2];
+            else if (g->op[o].in[k] == ad) g->op[o].in[k] = re[3];
+        }
+    if (count) *count = 1;
     return DM_OK;
 }
 

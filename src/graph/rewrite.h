@@ -21,4 +21,12 @@ dm_status dm_rewrite_dropout_bwd_nz(dm_graph *g, int *count);
 /* All of the above, for the fused schedule. */
 dm_status dm_rewrite_fused(dm_graph *g);
 
+/* Attention recomputed in the backward pass (dm_layer_options.recompute): the chain
+ * scores = Q K^T, mask, softmax, dropout is cloned into the backward pass right before
+ * its first backward reader, and the backward reads the clones' probabilities instead of
+ * the forward's, which then never leave the forward's group. The same arithmetic and the
+ * same dropout masks (Philox by element index): the same numbers. This one inserts ops
+ * (the backward's op ids shift; names stay). */
+dm_status dm_rewrite_recompute_attention(dm_graph *g, int *count);
+
 #endif

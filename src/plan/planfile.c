@@ -63,11 +63,11 @@ static uint64_t checksum(const dm_layer_config *cfg, const dm_layer_options *opt
                          const dm_choices *c) {
     char buf[256];
     /* the layer variants only where they differ from BERT's: older plans keep their sums */
-    snprintf(buf, sizeof buf, "v%d b%lld j%lld i%lld h%lld u%lld %s%s%s %s %d;", DM_PLAN_VERSION,
+    snprintf(buf, sizeof buf, "v%d b%lld j%lld i%lld h%lld u%lld %s%s%s %s%s %d;", DM_PLAN_VERSION,
              (long long)cfg->batch, (long long)cfg->seq, (long long)cfg->hidden, (long long)cfg->heads,
              (long long)cfg->ffn, dm_act_name(cfg->act), cfg->norm == DM_NORM_PRE ? " pre" : "",
              cfg->causal ? " causal" : "", opt->schedule == DM_SCHED_UNFUSED ? "unfused" : "fused",
-             opt->forward_only);
+             opt->recompute ? " recompute" : "", opt->forward_only);
     uint64_t h = fnv(14695981039346656037ull, buf);
     for (int t = 0; t < g->nt; t++)
         if (c->layout[t][0]) {
@@ -116,6 +116,7 @@ dm_status dm_plan_save(const char *path, const dm_layer_config *cfg, const dm_la
              cJSON_AddBoolToObject(conf, "causal", cfg->causal) &&
              cJSON_AddStringToObject(conf, "schedule", opt->schedule == DM_SCHED_UNFUSED ? "unfused" : "fused") &&
              cJSON_AddBoolToObject(conf, "forward_only", opt->forward_only) &&
+             cJSON_AddBoolToObject(conf, "recompute", opt->recompute) &&
              (meas = cJSON_AddObjectToObject(root, "measured")) != NULL &&
              cJSON_AddStringToObject(meas, "machine", c->machine) &&
              cJSON_AddNumberToObject(meas, "threads", c->threads) &&
@@ -217,6 +218,13 @@ static dm_status parse(const char *path, const cJSON *root, const dm_layer_confi
                  cfg->causal ? ", causal" : "", pn, pc ? " --causal" : "");
         return bad(path, msg);
     }
+    /* recompute: its graph has the clones' ops (older plans: no key, no recompute) */
+    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(conf, "recompute");
+    if (rc && !cJSON_IsBool(rc)) return bad(path, "\"recompute\" must be true or false");
+    if ((rc && cJSON_IsTrue(rc)) != (opt->recompute != 0))
+        return dm_fail(DM_ERR_FORMAT, "plan '%s' is not usable: it was tuned %s attention recomputed in the backward "
+                       "pass: %s --recompute to use it", path, opt->recompute ? "without" : "with",
+                       opt->recompute ? "run without" : "give");
     const cJSON *fo = cJSON_GetObjectItemCaseSensitive(conf, "forward_only");
     if (!cJSON_IsBool(fo) || cJSON_IsTrue(fo) != (opt->forward_only != 0))
         return opt->forward_only

@@ -178,6 +178,7 @@ dm_status dm_tuner_new(dm_tuner **out, const dm_layer_config *cfg, const dm_laye
     dm_status s = dm_build_encoder(&T->g, cfg, opt->forward_only, !opt->no_input_grad, &T->enc);
     /* the graph dm_layer_new runs: the fused schedule's rewrites (graph/rewrite.c) */
     if (s == DM_OK && opt->schedule == DM_SCHED_FUSED) s = dm_rewrite_fused(&T->g);
+    if (s == DM_OK && opt->recompute) s = dm_rewrite_recompute_attention(&T->g, NULL);
     if (s == DM_OK) s = dm_plan_build(&T->g, opt->schedule == DM_SCHED_FUSED, 1, 0, &T->plan);
     int64_t *dcalls = calloc((size_t)T->g.nop + 1, sizeof(int64_t));
     T->vars = calloc((size_t)T->g.nt + 1, sizeof(dm_tune_var));
@@ -404,6 +405,7 @@ static void task_key(const dm_tuner *T, const dm_tune_group *G, int a, char *key
                                   (long long)T->cfg.batch, (long long)T->cfg.seq, (long long)T->cfg.hidden,
                                   (long long)T->cfg.heads, (long long)T->cfg.ffn, dm_act_name(T->cfg.act),
                                   T->cfg.norm == DM_NORM_PRE ? " pre" : "", T->cfg.causal ? " causal" : "",
+                                  /* (recompute: the graph's op names already say so) */
                                   T->opt.schedule == DM_SCHED_UNFUSED ? "unfused" : "fused",
                                   T->opt.forward_only ? " fwd" : "");
     for (int k = 0; k < gr->nops && len < n; k++) {
