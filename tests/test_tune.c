@@ -43,8 +43,8 @@ static dm_layer *build(const dm_layer_config *cfg, const dm_layer_options *opt, 
     return L;
 }
 
-static void layouts(const dm_layer_config *cfg, dm_schedule sched) {
-    dm_layer_options opt = {.schedule = sched, .threads = 2};
+static void layouts(const dm_layer_config *cfg, dm_schedule sched, int recompute) {
+    dm_layer_options opt = {.schedule = sched, .threads = 2, .recompute = recompute};
     dm_tuner *T = NULL;
     CHECK_OK(dm_tuner_new(&T, cfg, &opt));
     if (!T) return;
@@ -600,16 +600,19 @@ int main(void) {
     dm_layer_config cfg;
     dm_layer_config_default(&cfg);
     cfg.batch = 2, cfg.seq = 8, cfg.hidden = 16, cfg.heads = 2, cfg.ffn = 32, cfg.dropout = 0.1;
-    layouts(&cfg, DM_SCHED_FUSED);
-    layouts(&cfg, DM_SCHED_UNFUSED);
+    layouts(&cfg, DM_SCHED_FUSED, 0);
+    layouts(&cfg, DM_SCHED_UNFUSED, 0);
     cfg.batch = 3, cfg.seq = 5, cfg.hidden = 12, cfg.heads = 3, cfg.ffn = 20;
-    layouts(&cfg, DM_SCHED_FUSED);
+    layouts(&cfg, DM_SCHED_FUSED, 0);
     /* the layer variants: a causal mask reads the query position off the row, whatever
      * the scores' layout; pre-LN has other groups and tensors to lay out */
     dm_layer_config var = cfg;
     var.norm = DM_NORM_PRE, var.causal = 1;
     printf("pre-LN, causal:\n");
-    layouts(&var, DM_SCHED_FUSED);
+    layouts(&var, DM_SCHED_FUSED, 0);
+    /* attention recomputed in the backward pass: its clones' tensors take layouts too */
+    printf("recompute:\n");
+    layouts(&cfg, DM_SCHED_FUSED, 1);
     tune_and_files(&cfg);
     rows_medium();
     /* the direct algorithms above ran the direct kernel, never BLAS for want of a buffer */
