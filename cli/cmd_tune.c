@@ -65,7 +65,8 @@ static void help(FILE *out) {
             "  --recompute      recompute attention's probabilities in the backward pass\n"
             "                   instead of keeping them from the forward (Q K^T, mask,\n"
             "                   softmax and dropout again, inside the backward attention\n"
-            "                   group): the same numbers, 2 b h j^2 floats less memory\n"
+            "                   group): the same numbers (to rounding, with a tuned plan),\n"
+            "                   2 b h j^2 floats less memory\n"
             "                   (fused schedule; the plan is for such layers)\n"
             "  --verify N       time default and tuned step interleaved N times (default 5;\n"
             "                   0 skips)\n"
@@ -307,6 +308,10 @@ int cmd_tune(int argc, char **argv) {
     }
     if (no_cache && cache) {
         cli_usage_error(CMD, "--cache and --no-cache contradict each other: give one");
+        return CLI_USAGE;
+    }
+    if (recompute && sched != DM_SCHED_FUSED) {
+        cli_usage_error(CMD, "--recompute is a rewrite of the fused schedule: leave out --schedule unfused");
         return CLI_USAGE;
     }
     if (cli_config_finish(&c, CMD, 1)) return CLI_USAGE;

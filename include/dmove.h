@@ -119,7 +119,9 @@ typedef struct {
                             * stack; backward then skips the contraction and the addition
                             * that only it needs */
     int recompute;         /* fused schedule: the backward recomputes attention's
-                            * probabilities (Q K^T, mask, softmax, dropout: the same numbers)
+                            * probabilities (Q K^T, mask, softmax, dropout: the same numbers
+                            * but for GEMM rounding where a plan gives the two Q K^T other
+                            * kernels)
                             * instead of keeping them from the forward: 2 b h j^2 floats
                             * less memory between the passes, for one more Q K^T */
 } dm_layer_options;

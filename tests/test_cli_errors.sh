@@ -391,6 +391,7 @@ expect_fail "bench: a pre-LN plan on a post-LN layer" 1 "give --norm pre --causa
     --hidden 8 --heads 2 --ffn 8 --plan "$T/pre.json"
 expect_fail "bench: a plan without --recompute on a layer with it" 1 "run without --recompute" "$D" bench --batch 1 \
     --seq 4 --hidden 8 --heads 2 --ffn 8 --plan "$T/pre.json" --norm pre --causal --recompute
+expect_fail "tune: --recompute with --schedule unfused" 2 "fused schedule" "$D" tune --recompute --schedule unfused
 expect_ok "tune --recompute" "$D" tune --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8 --no-cache --reps 1 --recompute \
     --out "$T/rc.json"
 expect_ok "bench: the --recompute plan with --recompute" "$D" bench --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8 \

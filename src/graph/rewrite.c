@@ -122,6 +122,12 @@ dm_status dm_rewrite_recompute_attention(dm_graph *g, int *count) {
             for (int k = 0; k < g->op[o].nin; k++)
                 if (dm_tensor_root(g, g->op[o].in[k]) == a || dm_tensor_root(g, g->op[o].in[k]) == ad) at = o;
     if (at < 0) return DM_OK;
+    /* readers through views would keep the forward's tensors: then leave the graph alone */
+    for (int o = 0; o < g->nop; o++)
+        for (int k = 0; k < g->op[o].nin; k++) {
+            const int r = dm_tensor_root(g, g->op[o].in[k]);
+            if ((r == a || r == ad) && g->op[o].in[k] != r) return DM_OK;
+        }
     /* the clones' tensors (g->t may move: copy what is needed first) */
     const int src[4] = {s, sm, a, ad};
     int re[4];

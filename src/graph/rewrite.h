@@ -25,8 +25,10 @@ dm_status dm_rewrite_fused(dm_graph *g);
  * scores = Q K^T, mask, softmax, dropout is cloned into the backward pass right before
  * its first backward reader, and the backward reads the clones' probabilities instead of
  * the forward's, which then never leave the forward's group. The same arithmetic and the
- * same dropout masks (Philox by element index): the same numbers. This one inserts ops
- * (the backward's op ids shift; names stay). */
+ * same dropout masks (Philox by element index): the same numbers wherever the clone's
+ * Q K^T runs the same GEMM kernel as the forward's (default plans; a tuned plan may give
+ * them different algorithms, and rounding then differs in the last bits). This one
+ * inserts ops (the backward's op ids shift; names stay). */
 dm_status dm_rewrite_recompute_attention(dm_graph *g, int *count);
 
 #endif

@@ -77,6 +77,14 @@ static void plan_in_place(const dm_plan *plan, const int64_t *first, const int64
                             continue;
                         int taken = 0, later = 0;
                         for (int t = 0; t < g->nt && !taken; t++) taken = alias[t] == in;
+                        /* every read up to the write: the tensor itself (no view), whole rows,
+                         * so row r is read only where row r of the output goes */
+                        for (int q = 0; q < k + self && !later; q++) {
+                            const dm_op *op2 = &g->op[plan->order[gr->first + q]];
+                            for (int w = 0; w < op2->nin; w++)
+                                if (dm_tensor_root(g, op2->in[w]) == in && (op2->in[w] != in || !row_operand(g, op2, in)))
+                                    later = 1;
+                        }
                         for (int q = k + self; q < gr->nops && !later; q++) {
                             const dm_op *op2 = &g->op[plan->order[gr->first + q]];
                             for (int w = 0; w < op2->nin; w++) later |= dm_tensor_root(g, op2->in[w]) == in;

@@ -175,7 +175,8 @@ dm_status dm_tuner_new(dm_tuner **out, const dm_layer_config *cfg, const dm_laye
     dm_cpu_model_name(cpu, sizeof cpu, "unknown CPU");
     snprintf(T->machine, sizeof T->machine, "%s, %d threads", cpu, T->threads);
     dm_graph_init(&T->g);
-    dm_status s = dm_build_encoder(&T->g, cfg, opt->forward_only, !opt->no_input_grad, &T->enc);
+    dm_status s = dm_layer_options_check(opt);
+    if (s == DM_OK) s = dm_build_encoder(&T->g, cfg, opt->forward_only, !opt->no_input_grad, &T->enc);
     /* the graph dm_layer_new runs: the fused schedule's rewrites (graph/rewrite.c) */
     if (s == DM_OK && opt->schedule == DM_SCHED_FUSED) s = dm_rewrite_fused(&T->g);
     if (s == DM_OK && opt->recompute) s = dm_rewrite_recompute_attention(&T->g, NULL);
@@ -399,13 +400,16 @@ static dm_status restore_defaults(dm_tuner *T) {
 static void task_key(const dm_tuner *T, const dm_tune_group *G, int a, char *key, size_t n) {
     const dm_graph *g = &T->g;
     const dm_group *gr = &T->plan.groups[G->gi];
-    /* "after": timed after the group before (run_before); keys of times taken alone, by
-     * an older dmove, never match */
-    size_t len = (size_t)snprintf(key, n, "after|%s|b%lld j%lld i%lld h%lld u%lld %s%s%s %s%s|", T->machine,
+    /* "after2": timed after the group before (run_before), with the row groups writing in
+     * place (memplan.c); keys of times taken alone or before that, by an older dmove,
+     * never match */
+    size_t len = (size_t)snprintf(key, n, "after2|%s|b%lld j%lld i%lld h%lld u%lld %s%s%s%s %s%s|", T->machine,
                                   (long long)T->cfg.batch, (long long)T->cfg.seq, (long long)T->cfg.hidden,
                                   (long long)T->cfg.heads, (long long)T->cfg.ffn, dm_act_name(T->cfg.act),
                                   T->cfg.norm == DM_NORM_PRE ? " pre" : "", T->cfg.causal ? " causal" : "",
-                                  /* (recompute: the graph's op names already say so) */
+                                  /* the forward attention group keeps its op names with
+                                   * recompute, but no longer writes the probabilities */
+                                  T->opt.recompute ? " recompute" : "",
                                   T->opt.schedule == DM_SCHED_UNFUSED ? "unfused" : "fused",
                                   T->opt.forward_only ? " fwd" : "");
     for (int k = 0; k < gr->nops && len < n; k++) {
