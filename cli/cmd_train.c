@@ -653,6 +653,9 @@ int cmd_train(int argc, char **argv) {
     /* the median training step (forward, loss, backward, AdamW; not the data) */
     qsort(step_secs, (size_t)ran, sizeof(double), cmp_double);
     const double med = ran % 2 ? step_secs[ran / 2] : 0.5 * (step_secs[ran / 2 - 1] + step_secs[ran / 2]);
+    dm_layer_memory mem;
+    size_t opt_bytes;
+    dm_trainer_memory_info(T, &mem, &opt_bytes);
     if (json) {
         printf("{\"layers\":%d,\"params\":%" PRId64 ",\"batch\":%" PRId64 ",\"seq\":%" PRId64 ",\"hidden\":%" PRId64
                ",\"heads\":%" PRId64 ",\"ffn\":%" PRId64 ",\"dropout\":%.17g,\"lr\":%.17g,\"first_step\":%" PRId64
@@ -661,10 +664,12 @@ int cmd_train(int argc, char **argv) {
                data ? "file" : "teacher");
         for (int64_t k = 0; k < ran; k++) printf("%s%.9g", k ? "," : "", losses[k]);
         printf("],\"ms_per_step\":{\"data\":%.4f,\"forward\":%.4f,\"loss\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,"
-               "\"total\":%.4f},\"step_ms_median\":%.4f,\"optimizer_gb_per_s\":%.3f,\"tokens_per_s\":%.1f}\n",
+               "\"total\":%.4f},\"step_ms_median\":%.4f,\"optimizer_gb_per_s\":%.3f,\"tokens_per_s\":%.1f,"
+               "\"memory_bytes\":{\"arenas\":%zu,\"intermediates\":%zu,\"scratch\":%zu,\"optimizer\":%zu}}\n",
                1e3 * t_data / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n,
                1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * (t_total - t_save) / n,
-               1e3 * med, opt_gbs, (double)(b * j) * n / (t_total - t_save));
+               1e3 * med, opt_gbs, (double)(b * j) * n / (t_total - t_save), mem.arena, mem.activations, mem.scratch,
+               opt_bytes);
     } else {
         printf("\nloss %.6f (step %" PRId64 ") -> %.6f (step %" PRId64 ")\n", losses[0], start + 1, losses[ran - 1],
                last);
@@ -673,6 +678,9 @@ int cmd_train(int argc, char **argv) {
                1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
                1e3 * ph[DM_TRAIN_OPTIMIZER] / n, opt_gbs);
         printf("median training step (forward, loss, backward, AdamW): %.1f ms\n", 1e3 * med);
+        printf("memory: %.1f MB (the layers' arenas %.1f MB, of them intermediates %.1f MB%s; scratch %.1f MB; "
+               "AdamW's moments %.1f MB)\n", (double)(mem.arena + mem.scratch + opt_bytes) / 1e6, mem.arena / 1e6,
+               mem.activations / 1e6, recompute ? ", attention recomputed" : "", mem.scratch / 1e6, opt_bytes / 1e6);
         if (save && last < steps)
             printf("checkpoint: %s (step %" PRId64 " of %" PRId64 "; continue with the same options and --resume %s)\n",
                    save, last, steps, save);

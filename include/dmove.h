@@ -234,6 +234,10 @@ void dm_trainer_free(dm_trainer *t);
 int dm_trainer_layers(const dm_trainer *t);
 int64_t dm_trainer_num_params(const dm_trainer *t);
 int64_t dm_trainer_step_count(const dm_trainer *t); /* updates taken */
+/* The memory the stack holds (bytes): its layers' dm_layer_memory summed (every layer's
+ * arena lives through the step: the backward needs what each forward kept), and the
+ * optimizer's state (AdamW's two moments). */
+void dm_trainer_memory_info(const dm_trainer *t, dm_layer_memory *layers, size_t *optimizer);
 /* BERT initialisation of every layer (each from its own seed derived from `seed`); the
  * moments and the step count back to 0. */
 dm_status dm_trainer_init_params(dm_trainer *t, uint64_t seed);

@@ -408,6 +408,7 @@ expect_ok "dmove train --help" "$D" train --help
 check "dmove train --help has an example" grep -q 'example' "$T/stdout"
 expect_ok "train (tiny): checkpoint, chart" trn --warmup 2 --lr-schedule linear --save "$T/full.ckpt" --svg "$T/loss.svg"
 check "train printed the loss and the time per phase" grep -q "time per step.*AdamW" "$T/stdout"
+check "train printed its memory" grep -q "^memory: .*AdamW's moments" "$T/stdout"
 check "train drew the loss chart" grep -q "<polyline" "$T/loss.svg"
 expect_ok "train --until 3 (the first part)" trn --warmup 2 --lr-schedule linear --save "$T/part.ckpt" --until 3
 expect_ok "train --resume (the second part)" trn --warmup 2 --lr-schedule linear --save "$T/res.ckpt" --resume "$T/part.ckpt"

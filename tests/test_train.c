@@ -692,6 +692,21 @@ static void test_learns(void) {
     CHECK(dm_trainer_step_count(S) == STEPS);
     free(before);
     free(after);
+    /* its memory: the layers' together, and AdamW's two moments per parameter */
+    {
+        dm_layer_memory sum, one;
+        size_t opt_bytes = 0;
+        dm_trainer_memory_info(S, &sum, &opt_bytes);
+        dm_layer *L = NULL;
+        dm_layer_options lo = {.threads = 2};
+        CHECK_OK(dm_layer_new(&L, &cfg, &lo));
+        dm_layer_memory_info(L, &one);
+        dm_layer_free(L);
+        /* the first layer builds no input gradient: its arena is a little smaller */
+        CHECK(opt_bytes == (size_t)dm_trainer_num_params(S) * 8 && sum.arena > one.arena &&
+              sum.arena <= 2 * one.arena && sum.parameters == 2 * one.parameters && sum.activations > 0);
+        printf("memory: arenas %zu bytes (one layer alone %zu), AdamW %zu\n", sum.arena, one.arena, opt_bytes);
+    }
 out:
     dm_trainer_free(S);
     dm_trainer_free(Tc);

@@ -116,6 +116,22 @@ int dm_trainer_layers(const dm_trainer *T) { return T ? T->nlayers : 0; }
 int64_t dm_trainer_num_params(const dm_trainer *T) { return T ? T->nparams : 0; }
 int64_t dm_trainer_step_count(const dm_trainer *T) { return T ? T->step : 0; }
 
+void dm_trainer_memory_info(const dm_trainer *T, dm_layer_memory *sum, size_t *optimizer) {
+    memset(sum, 0, sizeof *sum);
+    *optimizer = 0;
+    if (!T) return;
+    for (int l = 0; l < T->nlayers; l++) {
+        dm_layer_memory m;
+        dm_layer_memory_info(T->L[l], &m);
+        sum->arena += m.arena;
+        sum->activations += m.activations;
+        sum->parameters += m.parameters;
+        sum->inputs += m.inputs;
+        sum->scratch += m.scratch;
+    }
+    if (T->moments) *optimizer = (size_t)T->nparams * 2 * sizeof(float);
+}
+
 void dm_trainer_times(const dm_trainer *T, double secs[DM_TRAIN_NUM_PHASES]) {
     for (int k = 0; k < DM_TRAIN_NUM_PHASES; k++) secs[k] = T ? T->secs[k] : 0.0;
 }
