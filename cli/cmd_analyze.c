@@ -1,6 +1,7 @@
 /* cmd_analyze.c: `dmove analyze`: the dataflow analysis of one encoder layer's training
  * step on a device model: per operator flop, bytes, intensity, roofline bound and
- * predicted time; per class shares; unfused vs fused bytes and floors; the fused groups.
+ * predicted time; per class shares; unfused vs fused bytes and floors; the fused groups;
+ * the memory the step holds (what the forward keeps; intermediates per plan).
  * As a table (default), --json, --csv or an SVG roofline chart; --measure adds achieved
  * rates and MUE from a profiled run on this CPU. Builds only the graph and plans (no
  * tensors) unless --measure, so any size analyses instantly. */
@@ -16,6 +17,8 @@
 #include "analysis/device.h"
 #include "cli_common.h"
 #include "cpu/contract.h"
+#include "graph/encoder.h"
+#include "graph/rewrite.h"
 #include "plan/planfile.h"
 #include "cmd_analysis.h"
 
@@ -37,6 +40,9 @@ static void usage(FILE *out) {
             "roofline floor (sum of predicted times) of each; and the fused groups, as the\n"
             "device's executor groups them (the CPU's plans also put attention's dV into\n"
             "the backward attention group, which reads the same P and dC; GPU plans do not).\n"
+            "Last, memory: the tensors the forward keeps for the backward, and the peak of\n"
+            "the intermediates in the fused plan, the unfused one and the fused one with\n"
+            "attention recomputed in the backward (--recompute of layer, bench, tune, train).\n"
             "\n"
             "options:\n");
     cli_config_help(out, CLI_CFG_ALL);
@@ -85,6 +91,67 @@ static void measured_of(const dm_cost_report *r, int o, const double *op_secs, m
      * counters: see README); B achieved = D / t, B^ the device bandwidth. */
     double Q = c->bytes, D = c->bytes;
     m->mue = 100.0 * (Q / D) * (m->gbs * 1e9 / r->dev.bandwidth);
+}
+
+/* What the step holds in memory: the tensors the forward keeps for the backward (made in
+ * the forward, read in the backward) in the fused plan, and the intermediates of the
+ * fused plan, the unfused one and the fused one with attention recomputed (--recompute)
+ * at their peak (first-fit over live intervals: the arena's intermediate part), in the
+ * storage type. */
+typedef struct {
+    int n;
+    int t[64];             /* saved tensors of the fused graph, largest first */
+    double saved_bytes;
+    double fused, unfused, recompute; /* intermediates, bytes */
+} mem_report;
+
+static dm_status memory_report(const dm_layer_config *cfg, int cpu, const dm_graph *gf, const dm_plan *plan,
+                               int dtype_bytes, mem_report *m) {
+    memset(m, 0, sizeof *m);
+    const double scale = dtype_bytes / 4.0;
+    for (int t = 0; t < gf->nt && m->n < 64; t++) {
+        if (gf->t[t].base >= 0 || gf->t[t].role != DM_ROLE_ACT || gf->t[t].pass != 0 || !plan->in_memory[t]) continue;
+        int read_bwd = 0;
+        for (int o = 0; o < gf->nop && !read_bwd; o++)
+            for (int k = 0; k < gf->op[o].nin; k++)
+                read_bwd |= gf->op[o].pass == 1 && dm_tensor_root(gf, gf->op[o].in[k]) == t;
+        if (!read_bwd) continue;
+        int at = m->n++;
+        while (at > 0 && gf->t[m->t[at - 1]].numel < gf->t[t].numel) {
+            m->t[at] = m->t[at - 1];
+            at--;
+        }
+        m->t[at] = t;
+        m->saved_bytes += (double)gf->t[t].numel * dtype_bytes;
+    }
+    m->fused = (double)plan->activation_bytes * scale;
+    /* the other two plans, built as dm_layer_new builds them */
+    for (int v = 0; v < 2; v++) {
+        dm_graph g2;
+        dm_encoder enc;
+        dm_plan p2;
+        memset(&p2, 0, sizeof p2);
+        dm_graph_init(&g2);
+        dm_status s = dm_build_encoder(&g2, cfg, 0, 1, &enc);
+        if (s == DM_OK && v == 1) s = dm_rewrite_fused(&g2);
+        if (s == DM_OK && v == 1) s = dm_rewrite_recompute_attention(&g2, NULL);
+        if (s == DM_OK) s = dm_plan_build(&g2, v == 1, v == 1 && cpu, 0, &p2);
+        if (s == DM_OK) *(v ? &m->recompute : &m->unfused) = (double)p2.activation_bytes * scale;
+        dm_plan_free(&p2);
+        dm_graph_free(&g2);
+        if (s != DM_OK) return s;
+    }
+    return DM_OK;
+}
+
+static void print_memory(const dm_graph *gf, const mem_report *m, int dtype_bytes) {
+    printf("\nmemory between the passes: the tensors the forward keeps for the backward (fused plan), %.2f MB:\n",
+           m->saved_bytes / 1e6);
+    for (int k = 0; k < m->n; k++)
+        printf("  %-24s %9.3f MB\n", gf->t[m->t[k]].name, (double)gf->t[m->t[k]].numel * dtype_bytes / 1e6);
+    printf("intermediates at their peak (one arena, first fit over live intervals): fused %.2f MB, unfused "
+           "%.2f MB, fused with --recompute %.2f MB (attention's probabilities recomputed in the backward)\n",
+           m->fused / 1e6, m->unfused / 1e6, m->recompute / 1e6);
 }
 
 static void print_table(const cli_config *c, const dm_graph *g, const dm_cost_report *r,
@@ -162,9 +229,24 @@ static int jnum(cJSON *o, const char *k, double v) {
 }
 
 static int print_json(const cli_config *c, const dm_graph *g, const dm_cost_report *r,
-                      const double *op_secs, cJSON *plan_json) {
+                      const double *op_secs, cJSON *plan_json, const dm_graph *gf, const mem_report *m) {
     cJSON *root = dm_cost_json(g, r, &c->cfg);
     int ok = root != NULL;
+    cJSON *mo = ok ? cJSON_AddObjectToObject(root, "memory") : NULL, *sv = NULL;
+    ok = ok && mo && jnum(mo, "saved_for_backward_bytes", m->saved_bytes) &&
+         jnum(mo, "intermediates_fused_bytes", m->fused) && jnum(mo, "intermediates_unfused_bytes", m->unfused) &&
+         jnum(mo, "intermediates_recompute_bytes", m->recompute) &&
+         (sv = cJSON_AddArrayToObject(mo, "saved_for_backward")) != NULL;
+    for (int k = 0; ok && k < m->n; k++) {
+        cJSON *e = cJSON_CreateObject();
+        if (!e || !cJSON_AddItemToArray(sv, e)) {
+            cJSON_Delete(e);
+            ok = 0;
+            break;
+        }
+        ok = cJSON_AddStringToObject(e, "tensor", gf->t[m->t[k]].name) &&
+             jnum(e, "bytes", (double)gf->t[m->t[k]].numel * r->dtype_bytes);
+    }
     if (plan_json && (!ok || !cJSON_AddItemToObject(root, "plan", plan_json))) { /* owned by root if added */
         cJSON_Delete(plan_json);
         ok = 0;
@@ -462,6 +544,11 @@ int cmd_analyze(int argc, char **argv) {
         goto done;
     }
     if (planfile && show_plan(&c, planfile, &gf, &plan, json || csv, json ? &plan_json : NULL)) goto done;
+    mem_report mem;
+    if (memory_report(&c.cfg, dev.is_cpu, &gf, &plan, dtype_bytes, &mem) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        goto done;
+    }
     if (measure) {
         op_secs = calloc((size_t)g.nop, sizeof *op_secs);
         if (!op_secs) {
@@ -490,11 +577,12 @@ int cmd_analyze(int argc, char **argv) {
     if (json) {
         cJSON *pj = plan_json;
         plan_json = NULL; /* print_json owns it now */
-        if (print_json(&c, &g, &rep, op_secs, pj)) goto done;
+        if (print_json(&c, &g, &rep, op_secs, pj, &gf, &mem)) goto done;
     } else if (csv) {
         if (print_csv(&g, &rep, op_secs)) goto done;
     } else if (!svg) {
         print_table(&c, &g, &rep, op_secs);
+        print_memory(&gf, &mem, dtype_bytes);
     } else {
         printf("wrote %s (%d operators)\n", svg, rep.nops);
     }

@@ -58,6 +58,19 @@ bad() {
 good "table" analyze --device h100
 grep -q "reduction" "$T/stdout" || fail "table: no reduction line"
 grep -q "^attn_softmax " "$T/stdout" || fail "table: no attn_softmax row"
+# memory: what the forward keeps (qkv and the attention probabilities among it), and the
+# intermediates per plan, --recompute's fewer (a JSON check of the numbers below)
+grep -q "^memory between the passes" "$T/stdout" || fail "table: no memory section"
+grep -Eq "^  probs_drop +[0-9.]+ MB" "$T/stdout" || fail "table: probs_drop not among what the forward keeps"
+good "memory in JSON" analyze --device cpu --json
+# (no Python in CI: the numbers by sed, compared by awk)
+jv() { sed -n "s/.*\"$1\":[[:space:]]*\([0-9.e+]*\).*/\1/p" "$T/stdout" | head -1; }
+probs=$(grep -A1 '"tensor":[[:space:]]*"probs"' "$T/stdout" | sed -n 's/.*"bytes":[[:space:]]*\([0-9.e+]*\).*/\1/p')
+# BERT-base fp32: probs (b, h, j, k) = 8*12*128*128 floats; --recompute holds fewer intermediates
+awk -v p="$probs" -v f="$(jv intermediates_fused_bytes)" -v u="$(jv intermediates_unfused_bytes)" \
+    -v r="$(jv intermediates_recompute_bytes)" -v s="$(jv saved_for_backward_bytes)" \
+    'BEGIN { exit !(p == 8 * 12 * 128 * 128 * 4 && f > 0 && f <= u && r < f && s > p) }' ||
+    fail "JSON: memory numbers inconsistent (probs $probs, $(jv intermediates_fused_bytes) fused)"
 # a fused plan from `dmove tune` lays out tensors the fused schedule's rewrites add
 # (ffn_act_deriv): analyze builds its fused plan on that graph, so it shows them
 if "$DMOVE" tune --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --reps 1 --no-cache --threads 2 \
