@@ -38,7 +38,12 @@ static void usage(FILE *out) {
             "\n"
             "example:\n"
             "  dmove bench                  (BERT-base, fused vs unfused)\n"
-            "  dmove train                  (2 BERT-base layers learn a teacher, 30 steps)\n");
+            "  dmove train                  (2 BERT-base layers learn a teacher, 30 steps)\n"
+            "  dmove bench --norm pre --causal --recompute\n"
+            "                               (a pre-LN causal block, as GPT-2's, with\n"
+            "                                attention recomputed in the backward)\n"
+            "  dmove analyze --preset bert-large --device h100 --dtype bf16\n"
+            "                               (roofline and memory of a BERT-large layer)\n");
 }
 
 int main(int argc, char **argv) {
