@@ -109,20 +109,21 @@ static dm_status memory_report(const dm_layer_config *cfg, int cpu, const dm_gra
                                int dtype_bytes, mem_report *m) {
     memset(m, 0, sizeof *m);
     const double scale = dtype_bytes / 4.0;
-    for (int t = 0; t < gf->nt && m->n < 64; t++) {
+    for (int t = 0; t < gf->nt; t++) {
         if (gf->t[t].base >= 0 || gf->t[t].role != DM_ROLE_ACT || gf->t[t].pass != 0 || !plan->in_memory[t]) continue;
         int read_bwd = 0;
         for (int o = 0; o < gf->nop && !read_bwd; o++)
             for (int k = 0; k < gf->op[o].nin; k++)
                 read_bwd |= gf->op[o].pass == 1 && dm_tensor_root(gf, gf->op[o].in[k]) == t;
         if (!read_bwd) continue;
+        m->saved_bytes += (double)gf->t[t].numel * dtype_bytes;
+        if (m->n == 64) continue; /* listed: the 64 first (the encoder keeps 13) */
         int at = m->n++;
         while (at > 0 && gf->t[m->t[at - 1]].numel < gf->t[t].numel) {
             m->t[at] = m->t[at - 1];
             at--;
         }
         m->t[at] = t;
-        m->saved_bytes += (double)gf->t[t].numel * dtype_bytes;
     }
     m->fused = (double)plan->activation_bytes * scale;
     /* the other two plans, built as dm_layer_new builds them */
