@@ -213,9 +213,9 @@ static dm_status parse(const char *path, const cJSON *root, const dm_layer_confi
     const char *pn = nm && nm->valuestring ? nm->valuestring : "post";
     const int pc = ca ? cJSON_IsTrue(ca) : 0;
     if (strcmp(pn, dm_norm_name(cfg->norm)) != 0 || pc != (cfg->causal != 0)) {
-        snprintf(msg, sizeof msg, "it was tuned for a %.16s-LN%s layer, not a %s-LN%s one: give --norm %.16s%s "
-                 "to use it", pn, pc ? ", causal" : " without --causal", dm_norm_name(cfg->norm),
-                 cfg->causal ? ", causal" : "", pn, pc ? " --causal" : "");
+        snprintf(msg, sizeof msg, "it was tuned for a %.16s-LN, %s layer, not a %s-LN, %s one: give --norm %.16s%s "
+                 "to use it", pn, pc ? "causal" : "bidirectional", dm_norm_name(cfg->norm),
+                 cfg->causal ? "causal" : "bidirectional", pn, pc ? " --causal" : " without --causal");
         return bad(path, msg);
     }
     /* recompute: its graph has the clones' ops (older plans: no key, no recompute) */
