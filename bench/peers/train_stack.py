@@ -12,6 +12,10 @@ The inputs, mask and target are fixed tensors (dmove's timed step excludes its d
 --mode eager-fused    eager PyTorch, AdamW(fused=True) (one fused kernel per parameter group)
 --mode compile        torch.compile(stack) (Inductor) and AdamW(fused=True); compilation in
                       the warm-up steps, never in the medians
+--norm pre / --causal dmove's layer variants: the stack is then PyTorch's own
+                      nn.TransformerEncoderLayer (norm_first for pre-LN, exact GELU, eps
+                      1e-12), called with the padding mask and, causal, a causal src_mask
+                      with is_causal=True; no weight decay on its LayerNorms (norm1, norm2)
 """
 import argparse
 import json
@@ -26,6 +30,23 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 from torch_step import BertLayer  # noqa: E402
+
+
+class EncoderStack(nn.Module):
+    def __init__(self, layers, hidden, heads, ffn, dropout, norm_first, causal, seq):
+        super().__init__()
+        self.layer = nn.ModuleList([
+            nn.TransformerEncoderLayer(hidden, heads, dim_feedforward=ffn, dropout=dropout, activation="gelu",
+                                       layer_norm_eps=1e-12, batch_first=True, norm_first=norm_first)
+            for _ in range(layers)])
+        self.causal = causal
+        # bool, as the padding mask (True: masked), so PyTorch merges the two as they are
+        self.register_buffer("src_mask", torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1) if causal else None)
+
+    def forward(self, x, pad):
+        for l in self.layer:
+            x = l(x, src_mask=self.src_mask, src_key_padding_mask=pad, is_causal=self.causal)
+        return x
 
 
 class Stack(nn.Module):
@@ -46,14 +67,19 @@ def main():
         ap.add_argument("--" + name, type=int, default=d)
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("--mode", choices=("eager", "eager-fused", "compile"), default="eager")
+    ap.add_argument("--norm", choices=("post", "pre"), default="post")
+    ap.add_argument("--causal", action="store_true")
     a = ap.parse_args()
+    variant = a.norm == "pre" or a.causal
     if a.mode == "compile" and a.warmup < 2:
         sys.exit("train_stack.py: --mode compile needs --warmup >= 2 (the first steps compile)")
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    stack = Stack(a.layers, a.hidden, a.heads, a.ffn, a.dropout).train()
-    decay = [p for n, p in stack.named_parameters() if n.endswith("weight") and "LayerNorm" not in n]
-    rest = [p for n, p in stack.named_parameters() if not (n.endswith("weight") and "LayerNorm" not in n)]
+    stack = (EncoderStack(a.layers, a.hidden, a.heads, a.ffn, a.dropout, a.norm == "pre", a.causal, a.seq)
+             if variant else Stack(a.layers, a.hidden, a.heads, a.ffn, a.dropout)).train()
+    is_norm = lambda n: "LayerNorm" in n or ".norm" in n  # noqa: E731
+    decay = [p for n, p in stack.named_parameters() if n.endswith("weight") and not is_norm(n)]
+    rest = [p for n, p in stack.named_parameters() if not (n.endswith("weight") and not is_norm(n))]
     fused = a.mode in ("eager-fused", "compile")
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
                             lr=1e-4, betas=(0.9, 0.999), eps=1e-6, fused=fused if fused else None)
@@ -62,7 +88,7 @@ def main():
     target = torch.randn(a.batch, a.seq, a.hidden)
     mask = torch.ones(a.batch, a.seq)
     mask[1:, a.seq - a.seq // 8:] = 0
-    ext = (1.0 - mask[:, None, None, :]) * torch.finfo(torch.float32).min
+    ext = (mask == 0) if variant else (1.0 - mask[:, None, None, :]) * torch.finfo(torch.float32).min
     kept = mask[:, :, None]
     denom = float(mask.sum()) * a.hidden
     times, warm = [], []
@@ -79,7 +105,9 @@ def main():
     print(json.dumps({"variant": "torch-" + a.mode, "step_ms": round(statistics.median(times), 3),
                       "step_min_ms": round(min(times), 3), "warmup_s": round(sum(warm) / 1e3, 2),
                       "loss": float(loss.detach()), "torch": torch.__version__, "threads": torch.get_num_threads(),
-                      "adamw": "fused" if fused else "foreach (default)"}))
+                      "adamw": "fused" if fused else "foreach (default)",
+                      "layer": ("nn.TransformerEncoderLayer(norm_first=%s), causal=%s" % (a.norm == "pre", a.causal)
+                                if variant else "BertLayer")}))
 
 
 if __name__ == "__main__":
