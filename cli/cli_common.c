@@ -281,6 +281,18 @@ int cli_config_option(cli_config *c, const char *cmd, int argc, char **argv, int
             c->norm_set = 1;
             return 1;
         }
+        /* --causal, or --causal=0 / --causal=1 (0: bidirectional, over what a file's
+         * metadata says) */
+        if (!strncmp(argv[*i], "--causal=", 9)) {
+            const char *x = argv[*i] + 9;
+            if (strcmp(x, "0") != 0 && strcmp(x, "1") != 0) {
+                cli_usage_error(cmd, "--causal takes no value, or 0 or 1 (got '%s')", argv[*i]);
+                return -1;
+            }
+            c->causal = x[0] == '1';
+            c->causal_set = 1;
+            return 1;
+        }
         if ((r = cli_flag(cmd, argv, *i, "--causal")) != 0) {
             if (r < 0) return -1;
             c->causal = 1;
@@ -432,7 +444,8 @@ void cli_config_help(FILE *out, unsigned accept) {
                 "                   feed-forward block, residuals bypassing them: GPT-2,\n"
                 "                   nn.TransformerEncoderLayer(norm_first=True))\n"
                 "  --causal         each token attends to itself and the tokens before it only\n"
-                "                   (a decoder's mask, on top of attention_mask)\n");
+                "                   (a decoder's mask, on top of attention_mask); --causal=0:\n"
+                "                   all tokens (the default), over a file's metadata\n");
     if (accept & CLI_CFG_THREADS)
         fprintf(out, "  --threads N      threads to use (default 0: all cores)\n");
 }

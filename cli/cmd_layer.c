@@ -117,8 +117,8 @@ static int from_metadata(const dm_st_file *f, const char *in, cli_config *c) {
         if (!v || *set[k]) continue;
         if (!strcmp(keys[k], "causal")) { /* a flag on the command line, 0 or 1 here */
             if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
-                cli_error(CMD, "the \"causal\" in the metadata of '%s' is '%s', not 0 or 1 (give --causal on the "
-                          "command line, or fix the file)", in, v);
+                cli_error(CMD, "the \"causal\" in the metadata of '%s' is '%s', not 0 or 1 (give --causal or "
+                          "--causal=0 on the command line, or fix the file)", in, v);
                 return -1;
             }
             c->causal = v[0] == '1';

@@ -221,6 +221,9 @@ expect_ok "layer with --norm pre --causal given" "$D" layer --in "$M" --out "$T/
 check "the same output either way" cmp -s "$T/m4.st" "$T/m5.st"
 expect_ok "layer with --norm post over the metadata's pre" "$D" layer --in "$M" --out "$T/m6.st" --norm post
 check "another layer, another output" sh -c "! cmp -s '$T/m4.st' '$T/m6.st'"
+expect_ok "layer with --causal=0 over the metadata's causal" "$D" layer --in "$M" --out "$T/m7.st" --causal=0
+expect_ok "layer with --norm pre given, not causal" "$D" layer --in "$M" --out "$T/m8.st" --norm pre --causal=0
+check "--causal=0 wins over the metadata" sh -c "! cmp -s '$T/m4.st' '$T/m7.st' && cmp -s '$T/m7.st' '$T/m8.st'"
 Z=$T/zeros.safetensors
 craft "$Z" 's/:F32:/:F64:/' hidden_states:BF16:1,2,4 attention_mask:BOOL:1,2:001 grad_output:F16:1,2,4
 expect_ok "dmove layer on F64/BF16/F16/BOOL inputs (shell-written)" lay --in "$Z" --heads 2
@@ -269,7 +272,7 @@ expect_fail "layer: --threads -1" 2 "--threads" layv --threads -1
 expect_fail "bench: unknown option" 2 "unknown option" "$D" bench --bogus
 expect_fail "bench: unknown --act" 2 "unknown activation" "$D" bench --act swish
 expect_fail "bench: unknown --norm" 2 "unknown LayerNorm placement" "$D" bench --norm sideways
-expect_fail "layer: --causal=1" 2 "takes no value" layv --causal=1
+expect_fail "layer: --causal=yes" 2 "takes no value, or 0 or 1" layv --causal=yes
 expect_fail "layer: --recompute with --schedule unfused" 2 "fused schedule" layv --recompute --schedule unfused
 expect_ok "layer --recompute" "$D" layer --in "$V" --out "$T/rc.st" --heads 2 --recompute
 expect_ok "layer without it" "$D" layer --in "$V" --out "$T/norc.st" --heads 2
