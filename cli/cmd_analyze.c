@@ -567,8 +567,8 @@ int cmd_analyze(int argc, char **argv) {
         char title[256];
         snprintf(title, sizeof title,
                  "dmove roofline: BERT layer b=%" PRId64 " j=%" PRId64 " i=%" PRId64
-                 " h=%" PRId64 " u=%" PRId64 ", %s, training step (%d ops)",
-                 c.cfg.batch, c.cfg.seq, c.cfg.hidden, c.cfg.heads, c.cfg.ffn,
+                 " h=%" PRId64 " u=%" PRId64 "%s, %s, training step (%d ops)",
+                 c.cfg.batch, c.cfg.seq, c.cfg.hidden, c.cfg.heads, c.cfg.ffn, cli_variant(&c.cfg),
                  dm_dtype_bytes_name(dtype_bytes), rep.nops);
         if (dm_cost_write_svg(&g, &rep, title, svg) != DM_OK) {
             cli_error(CMD, "%s", dm_last_error());
