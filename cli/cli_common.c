@@ -400,6 +400,16 @@ void cli_device_help(FILE *out) {
             "                   (cuda only; DMOVE_CUDA_STREAMS sets the default)\n");
 }
 
+void cli_recompute_help(FILE *out, const char *scope) {
+    fprintf(out,
+            "  --recompute      recompute attention's probabilities in the backward pass\n"
+            "                   instead of keeping them from the forward (Q K^T, mask,\n"
+            "                   softmax and dropout again, inside the backward attention\n"
+            "                   group): the same numbers (to rounding, with a tuned plan),\n"
+            "                   2 b h j^2 floats less memory\n"
+            "                   (%s)\n", scope);
+}
+
 void cli_config_help(FILE *out, unsigned accept) {
     dm_layer_config d, base, large;
     dm_layer_config_default(&d);
@@ -456,13 +466,6 @@ double cli_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void cli_fmt_double(char *buf, size_t n, double v) {
-    for (int prec = 6; prec <= 17; prec++) {
-        snprintf(buf, n, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v) return;
-    }
-}
-
 void cli_rng_seed(cli_rng *r, uint64_t seed) {
     r->s = seed;
     r->have = 0;
@@ -500,9 +503,8 @@ int cli_threads(int threads) {
 #endif
 }
 
-int cli_device_finish(const char *cmd, dm_device_kind dev, dm_dtype dtype, dm_rows rows, int streams) {
-    dm_layer_options o = {.device = dev, .dtype = dtype, .rows = rows, .streams = streams};
-    if (dm_layer_options_check(&o) == DM_OK) return 0;
+int cli_options_check(const char *cmd, const dm_layer_options *o) {
+    if (dm_layer_options_check(o) == DM_OK) return 0;
     cli_usage_error(cmd, "%s", dm_last_error());
     return -1;
 }

@@ -93,14 +93,16 @@ void cli_config_help(FILE *out, unsigned accept);
 int cli_device_option(const char *cmd, int argc, char **argv, int *i, dm_device_kind *dev,
                       dm_dtype *dtype, dm_rows *rows, int *streams);
 void cli_device_help(FILE *out);
-/* The device options together, as the library checks them (bf16/fp16, --rows and --streams
- * need --device cuda): 0 ok, -1 after a usage error. */
-int cli_device_finish(const char *cmd, dm_device_kind dev, dm_dtype dtype, dm_rows rows, int streams);
+/* The help lines of --recompute (layer, bench, tune, train), ending with `scope` in
+ * parentheses: where it applies. */
+void cli_recompute_help(FILE *out, const char *scope);
+/* The layer options together, as the library checks them before any work (bf16/fp16,
+ * --rows and --streams need --device cuda; --recompute the fused schedule): 0 ok, -1
+ * after a usage error. */
+int cli_options_check(const char *cmd, const dm_layer_options *o);
 
 double cli_now(void); /* monotonic seconds */
 int cli_threads(int threads); /* --threads as run: 0 resolves to all cores (OpenMP's count) */
-/* The shortest "%g" text that reads back as exactly v ("0.1", not "0.10000000000000001"). */
-void cli_fmt_double(char *buf, size_t n, double v);
 
 /* Deterministic generator: splitmix64 words, and N(0,1) by Box-Muller. */
 typedef struct {

@@ -37,13 +37,9 @@ static void usage(FILE *out) {
     fprintf(out,
             "  --warmup N       untimed steps before timing (default 3)\n"
             "  --reps N         timed repetitions (default 10); medians are reported\n"
-            "  --schedule S     fused, unfused or both (default both)\n"
-            "  --recompute      recompute attention's probabilities in the backward pass\n"
-            "                   instead of keeping them from the forward (Q K^T, mask,\n"
-            "                   softmax and dropout again, inside the backward attention\n"
-            "                   group): the same numbers (to rounding, with a tuned plan),\n"
-            "                   2 b h j^2 floats less memory\n"
-            "                   (the fused and tuned runs)\n"
+            "  --schedule S     fused, unfused or both (default both)\n");
+    cli_recompute_help(out, "the fused and tuned runs");
+    fprintf(out,
             "  --plan FILE      also run a plan from `dmove tune` (row \"tuned\"), beside\n"
             "                   the default plan of its schedule; prints the speedup\n"
             "  --groups         also list every group of the plan with its time in one\n"
@@ -534,7 +530,8 @@ int cmd_bench(int argc, char **argv) {
         return CLI_USAGE;
     }
     if (cli_config_finish(&c, CMD, 1)) return CLI_USAGE;
-    if (cli_device_finish(CMD, g_device, g_dtype, g_rows, g_streams)) return CLI_USAGE;
+    const dm_layer_options chk = {.device = g_device, .dtype = g_dtype, .rows = g_rows, .streams = g_streams};
+    if (cli_options_check(CMD, &chk)) return CLI_USAGE;
 
     g_start = cli_now();
     g_last_note = 0;

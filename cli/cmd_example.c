@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli_common.h"
+#include "core/strbuf.h"
 #include "core/safetensors.h"
 
 static const char *const CMD = "example";
@@ -178,10 +179,10 @@ int cmd_example(int argc, char **argv) {
     snprintf(meta[4].v, sizeof meta[4].v, "%" PRId64, i);
     snprintf(meta[5].v, sizeof meta[5].v, "%" PRId64, cfg->heads);
     snprintf(meta[6].v, sizeof meta[6].v, "%" PRId64, u);
-    cli_fmt_double(meta[7].v, sizeof meta[7].v, cfg->dropout);
+    dm_fmt_exact(meta[7].v, sizeof meta[7].v, cfg->dropout);
     snprintf(meta[8].v, sizeof meta[8].v, "%" PRIu64, cfg->seed);
     snprintf(meta[9].v, sizeof meta[9].v, "%s", dm_act_name(cfg->act));
-    cli_fmt_double(meta[10].v, sizeof meta[10].v, cfg->eps);
+    dm_fmt_exact(meta[10].v, sizeof meta[10].v, cfg->eps);
     snprintf(meta[11].v, sizeof meta[11].v, "%s", dm_norm_name(cfg->norm));
     snprintf(meta[12].v, sizeof meta[12].v, "%d", cfg->causal);
     for (size_t k = 0; k < sizeof meta / sizeof *meta; k++)

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "cli_common.h"
+#include "core/strbuf.h"
 #include "core/safetensors.h"
 
 static const char *const CMD = "layer";
@@ -77,13 +78,9 @@ static void usage(FILE *out) {
     fprintf(out,
             "  --schedule S     fused (default) or unfused: the same graph, run with fused\n"
             "                   groups or one operator at a time; results agree to rounding\n"
-            "  --forward-only   run the forward pass only; OUT then holds only output\n"
-            "  --recompute      recompute attention's probabilities in the backward pass\n"
-            "                   instead of keeping them from the forward (Q K^T, mask,\n"
-            "                   softmax and dropout again, inside the backward attention\n"
-            "                   group): the same numbers (to rounding, with a tuned plan),\n"
-            "                   2 b h j^2 floats less memory\n"
-            "                   (fused schedule)\n"
+            "  --forward-only   run the forward pass only; OUT then holds only output\n");
+    cli_recompute_help(out, "fused schedule");
+    fprintf(out,
             "  --plan FILE      run a plan from `dmove tune` (tensor layouts and contraction\n"
             "                   algorithms) for these sizes; results agree to rounding\n"
             "  --help           this text\n"
@@ -466,11 +463,9 @@ int cmd_layer(int argc, char **argv) {
         cli_usage_error(CMD, "--out OUT.safetensors is required");
         return CLI_USAGE;
     }
-    if (cli_device_finish(CMD, device, dtype, rows, streams)) return CLI_USAGE;
-    if (recompute && sched != DM_SCHED_FUSED) {
-        cli_usage_error(CMD, "--recompute is a rewrite of the fused schedule: leave out --schedule unfused");
-        return CLI_USAGE;
-    }
+    const dm_layer_options chk = {.device = device, .dtype = dtype, .rows = rows, .streams = streams,
+                                  .schedule = sched, .recompute = recompute};
+    if (cli_options_check(CMD, &chk)) return CLI_USAGE;
     if (same_file(in, out)) {
         cli_usage_error(CMD, "--out '%s' is the --in file: writing it would replace your inputs with "
                         "the results; give another name", out);
@@ -580,11 +575,11 @@ int cmd_layer(int argc, char **argv) {
         goto done;
     snprintf(num, sizeof num, "%" PRId64, c.cfg.heads);
     if (add_meta(w, "heads", num)) goto done;
-    cli_fmt_double(num, sizeof num, c.cfg.dropout);
+    dm_fmt_exact(num, sizeof num, c.cfg.dropout);
     if (add_meta(w, "dropout", num)) goto done;
     snprintf(num, sizeof num, "%" PRIu64, c.cfg.seed);
     if (add_meta(w, "seed", num)) goto done;
-    cli_fmt_double(num, sizeof num, c.cfg.eps);
+    dm_fmt_exact(num, sizeof num, c.cfg.eps);
     if (add_meta(w, "eps", num) || add_meta(w, "act", dm_act_name(c.cfg.act)) ||
         add_meta(w, "norm", dm_norm_name(c.cfg.norm)) || add_meta(w, "causal", c.cfg.causal ? "1" : "0") ||
         add_meta(w, "schedule", sched == DM_SCHED_FUSED ? "fused" : "unfused") ||

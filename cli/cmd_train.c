@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli_common.h"
+#include "core/strbuf.h"
 #include "core/philox.h"
 #include "core/safetensors.h"
 #include "core/status.h"
@@ -77,11 +78,9 @@ static void usage(FILE *out) {
             "  --schedule S     each layer's step: fused (default) or unfused (one pass over\n"
             "                   memory per operator, as a framework's eager mode)\n"
             "  --plan FILE      run every layer on a plan from `dmove tune` for these sizes\n"
-            "                   (layouts and algorithms chosen by measurement)\n"
-            "  --recompute      each layer's backward recomputes attention's probabilities\n"
-            "                   instead of keeping them from the forward: the same numbers,\n"
-            "                   2 b h j^2 floats less memory per layer (fused schedule)\n",
+            "                   (layouts and algorithms chosen by measurement)\n",
             a.lr, a.weight_decay, a.beta1, a.beta2, a.eps);
+    cli_recompute_help(out, "in every layer; fused schedule");
     cli_config_help(out, CLI_CFG_ALL);
     fprintf(out,
             "                   (--seed seeds the dropout masks, the teacher and its data,\n"
@@ -450,8 +449,7 @@ int cmd_train(int argc, char **argv) {
     rc = CLI_FAIL;
     dm_layer_options opt = {.threads = c.threads, .schedule = unfused ? DM_SCHED_UNFUSED : DM_SCHED_FUSED,
                             .plan = plan, .recompute = recompute};
-    if (recompute && unfused) {
-        cli_usage_error(CMD, "--recompute is a rewrite of the fused schedule: leave out --schedule unfused");
+    if (cli_options_check(CMD, &opt)) {
         rc = CLI_USAGE;
         goto done;
     }
@@ -538,7 +536,7 @@ int cmd_train(int argc, char **argv) {
     const int64_t np = dm_trainer_num_params(T);
     FILE *info = json ? stderr : stdout;
     char lrb[32];
-    cli_fmt_double(lrb, sizeof lrb, adam.lr);
+    dm_fmt_exact(lrb, sizeof lrb, adam.lr);
     fprintf(info, "dmove train: %d layer%s (i=%" PRId64 " h=%" PRId64 " u=%" PRId64 ", %s%s; %.2fM parameters), "
                   "batches of b=%" PRId64 " j=%" PRId64 ", dropout %g, %d thread%s\n",
             layers, layers > 1 ? "s" : "", I, cfg->heads, cfg->ffn, dm_act_name(cfg->act), cli_variant(cfg),

@@ -61,13 +61,9 @@ static void help(FILE *out) {
             "                   else ~/.cache/dmove/tune-cache.tsv); a second run on the same\n"
             "                   machine and sizes is fast; it reuses what was measured then,\n"
             "                   so if the machine was busy, measure again with --no-cache\n"
-            "  --no-cache       measure everything, keep nothing\n"
-            "  --recompute      recompute attention's probabilities in the backward pass\n"
-            "                   instead of keeping them from the forward (Q K^T, mask,\n"
-            "                   softmax and dropout again, inside the backward attention\n"
-            "                   group): the same numbers (to rounding, with a tuned plan),\n"
-            "                   2 b h j^2 floats less memory\n"
-            "                   (fused schedule; the plan is for such layers)\n"
+            "  --no-cache       measure everything, keep nothing\n");
+    cli_recompute_help(out, "fused schedule; the plan is for such layers");
+    fprintf(out,
             "  --verify N       time default and tuned step interleaved N times (default 5;\n"
             "                   0 skips)\n"
             "  --help           this text\n"
@@ -310,10 +306,8 @@ int cmd_tune(int argc, char **argv) {
         cli_usage_error(CMD, "--cache and --no-cache contradict each other: give one");
         return CLI_USAGE;
     }
-    if (recompute && sched != DM_SCHED_FUSED) {
-        cli_usage_error(CMD, "--recompute is a rewrite of the fused schedule: leave out --schedule unfused");
-        return CLI_USAGE;
-    }
+    const dm_layer_options chk = {.schedule = sched, .recompute = recompute};
+    if (cli_options_check(CMD, &chk)) return CLI_USAGE;
     if (cli_config_finish(&c, CMD, 1)) return CLI_USAGE;
     /* a bad output path is found now, not after minutes of measuring */
     int bad_out = cli_check_output(CMD, "--out", out);

@@ -148,8 +148,8 @@ dm_status dm_layer_options_check(const dm_layer_options *opt) {
     if (opt->recompute != 0 && opt->recompute != 1)
         return dm_fail(DM_ERR_INVALID_ARG, "recompute must be 0 or 1 (got %d)", opt->recompute);
     if (opt->recompute && opt->schedule != DM_SCHED_FUSED)
-        return dm_fail(DM_ERR_INVALID_ARG, "recomputing attention in the backward pass is a rewrite of the fused "
-                       "schedule: use the fused schedule with it");
+        return dm_fail(DM_ERR_INVALID_ARG, "recomputing attention in the backward pass (--recompute) is a rewrite "
+                       "of the fused schedule: leave out --schedule unfused");
     if (opt->device != DM_DEVICE_CPU && opt->device != DM_DEVICE_CUDA)
         return dm_fail(DM_ERR_INVALID_ARG, "unknown device %d", (int)opt->device);
     if (opt->dtype != DM_DTYPE_FP32 && opt->dtype != DM_DTYPE_BF16 && opt->dtype != DM_DTYPE_FP16)

@@ -47,6 +47,13 @@ void dm_sb_xml(dm_sbuf *b, const char *t) {
     }
 }
 
+void dm_fmt_exact(char *buf, size_t n, double v) {
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
+
 char *dm_sb_done(dm_sbuf *b) {
     if (b->oom || !b->s) {
         free(b->s);

@@ -20,5 +20,8 @@ void dm_sb_printf(dm_sbuf *b, const char *fmt, ...) DM_PRINTF(2, 3);
 void dm_sb_xml(dm_sbuf *b, const char *t);
 /* The string (the caller frees it), or NULL after a failure (the buffer is freed). */
 char *dm_sb_done(dm_sbuf *b);
+/* v as the shortest "%g" text that reads back as exactly v ("0.1", not
+ * "0.10000000000000001"): exact, and readable in messages and file metadata. */
+void dm_fmt_exact(char *buf, size_t n, double v);
 
 #endif

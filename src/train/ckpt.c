@@ -10,6 +10,7 @@
 
 #include "core/safetensors.h"
 #include "core/status.h"
+#include "core/strbuf.h"
 #include "graph/encoder.h"
 #include "train/trainer_internal.h"
 
@@ -45,15 +46,6 @@ static const char *const k_meta[M_N] = {"layers", "hidden", "heads", "ffn", "act
 static const char *optional_default(int m) { return m == M_NORM ? "post" : m == M_CAUSAL ? "0" : NULL; }
 #define META_MAX_STEP INT64_C(1000000000000)
 
-/* v as the shortest "%g" text that reads back as exactly v ("0.1", not
- * "0.10000000000000001"): exact, and readable in the messages that quote it. */
-static void fmt_exact(char *buf, size_t n, double v) {
-    for (int prec = 6; prec <= 17; prec++) {
-        snprintf(buf, n, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v) return;
-    }
-}
-
 static void meta_values(const dm_trainer *T, char v[M_N][160]) {
     const dm_layer_config *c = &T->cfg;
     const dm_adamw_config *a = &T->adam;
@@ -64,15 +56,15 @@ static void meta_values(const dm_trainer *T, char v[M_N][160]) {
     snprintf(v[M_ACT], 160, "%s", dm_act_name(c->act));
     snprintf(v[M_NORM], 160, "%s", dm_norm_name(c->norm));
     snprintf(v[M_CAUSAL], 160, "%d", c->causal);
-    fmt_exact(v[M_EPS], 160, c->eps);
-    fmt_exact(v[M_DROPOUT], 160, c->dropout);
+    dm_fmt_exact(v[M_EPS], 160, c->eps);
+    dm_fmt_exact(v[M_DROPOUT], 160, c->dropout);
     snprintf(v[M_SEED], 160, "%" PRIu64, c->seed);
     snprintf(v[M_BATCH], 160, "%" PRId64, c->batch);
     snprintf(v[M_SEQ], 160, "%" PRId64, c->seq);
     snprintf(v[M_RUN], 160, "%s", T->run_tag[0] ? T->run_tag : "-");
     char f[5][32];
     const double fv[5] = {a->lr, a->beta1, a->beta2, a->eps, a->weight_decay};
-    for (int k = 0; k < 5; k++) fmt_exact(f[k], sizeof f[k], fv[k]);
+    for (int k = 0; k < 5; k++) dm_fmt_exact(f[k], sizeof f[k], fv[k]);
     snprintf(v[M_ADAMW], 160, "lr=%s beta1=%s beta2=%s eps=%s weight_decay=%s warmup=%" PRId64, f[0], f[1], f[2], f[3],
              f[4], a->warmup);
     snprintf(v[M_TOTAL], 160, "%" PRId64, a->total);
