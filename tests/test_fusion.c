@@ -30,25 +30,32 @@ static void expect_fused(const dm_layer *L, const char *kernel, const char *cons
     printf("  %-6s %s\n", kernel, ok ? "fused" : "NOT FUSED");
 }
 
+/* Layers *A (options oa) and *B (ob) of cfg make a training step on the same inputs: the
+ * worst relative error over the output and every gradient (INFINITY if one could not be
+ * made). The caller frees both. */
+static double steps_compared(const dm_layer_config *cfg, const dm_layer_options *oa, const dm_layer_options *ob,
+                             dm_layer **A, dm_layer **B) {
+    *A = *B = NULL;
+    CHECK_OK(dm_layer_new(A, cfg, oa));
+    CHECK_OK(dm_layer_new(B, cfg, ob));
+    if (!*A || !*B) return INFINITY;
+    fill_inputs(*A, 7);
+    fill_inputs(*B, 7);
+    CHECK_OK(dm_layer_forward(*A));
+    CHECK_OK(dm_layer_backward(*A));
+    CHECK_OK(dm_layer_forward(*B));
+    CHECK_OK(dm_layer_backward(*B));
+    return compare_all(*A, *B, 0);
+}
+
 /* The training step with activation a, fused vs unfused: the worst relative error over
  * the output and every gradient. */
 static double step_vs_unfused(const dm_layer_config *base, dm_act a) {
     dm_layer_config cfg = *base;
     cfg.act = a;
     dm_layer_options fo = {.schedule = DM_SCHED_FUSED}, uo = {.schedule = DM_SCHED_UNFUSED};
-    dm_layer *F = NULL, *U = NULL;
-    double w = INFINITY;
-    CHECK_OK(dm_layer_new(&F, &cfg, &fo));
-    CHECK_OK(dm_layer_new(&U, &cfg, &uo));
-    if (F && U) {
-        fill_inputs(F, 7);
-        fill_inputs(U, 7);
-        CHECK_OK(dm_layer_forward(F));
-        CHECK_OK(dm_layer_backward(F));
-        CHECK_OK(dm_layer_forward(U));
-        CHECK_OK(dm_layer_backward(U));
-        w = compare_all(F, U, 0);
-    }
+    dm_layer *F, *U;
+    double w = steps_compared(&cfg, &fo, &uo, &F, &U);
     dm_layer_free(F);
     dm_layer_free(U);
     return w;
@@ -344,9 +351,8 @@ int main(void) {
     printf("4. attention recomputed in the backward pass:\n");
     {
         dm_layer_options orc = {.schedule = DM_SCHED_FUSED, .threads = 2, .recompute = 1};
-        dm_layer *R = NULL, *N = NULL;
-        CHECK_OK(dm_layer_new(&R, &cfg, &orc));
-        CHECK_OK(dm_layer_new(&N, &cfg, &of));
+        dm_layer *R, *N;
+        const double wr = steps_compared(&cfg, &orc, &of, &R, &N);
         if (R && N) {
             F = R;
             EXPECT("ATTN-B+R", "attn_context_dA", "attn_scores_re", "attn_mask_re", "attn_softmax_re",
@@ -362,13 +368,6 @@ int main(void) {
             dm_layer_memory_info(R, &mr);
             dm_layer_memory_info(N, &mn);
             CHECK(mr.activations < mn.activations);
-            fill_inputs(R, 7);
-            fill_inputs(N, 7);
-            CHECK_OK(dm_layer_forward(R));
-            CHECK_OK(dm_layer_backward(R));
-            CHECK_OK(dm_layer_forward(N));
-            CHECK_OK(dm_layer_backward(N));
-            double wr = compare_all(R, N, 0);
             CHECK(wr < 1e-6);
             printf("  probabilities in memory: %d; intermediates %.3f MB (without: %.3f MB); every output and "
                    "gradient vs without: max rel.err %.2e\n", kept, mr.activations / 1e6, mn.activations / 1e6, wr);
