@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
-from torch_step import BertLayer, loaded_libraries, time_steps  # noqa: E402
+from torch_step import BertLayer, encoder_layer, loaded_libraries, time_steps  # noqa: E402
 
 
 class EncoderLayer(torch.nn.Module):
@@ -45,9 +45,7 @@ class EncoderLayer(torch.nn.Module):
 
     def __init__(self, hidden, heads, ffn, dropout, norm_first, causal, seq):
         super().__init__()
-        self.enc = torch.nn.TransformerEncoderLayer(hidden, heads, dim_feedforward=ffn, dropout=dropout,
-                                                    activation="gelu", layer_norm_eps=1e-12,
-                                                    batch_first=True, norm_first=norm_first)
+        self.enc = encoder_layer(hidden, heads, ffn, dropout, norm_first)
         self.causal = causal
         self.register_buffer("src_mask", torch.nn.Transformer.generate_square_subsequent_mask(seq)
                              if causal else None)

@@ -93,6 +93,13 @@ class BertAttention(nn.Module):
         return self.output(self.self(hidden_states, attention_mask), hidden_states)
 
 
+def encoder_layer(hidden, heads, ffn, dropout, norm_first):
+    """PyTorch's own nn.TransformerEncoderLayer with dmove's settings (exact GELU, eps 1e-12,
+    batch first): the peer of dmove's layer variants (--norm pre, --causal)."""
+    return nn.TransformerEncoderLayer(hidden, heads, dim_feedforward=ffn, dropout=dropout, activation="gelu",
+                                      layer_norm_eps=1e-12, batch_first=True, norm_first=norm_first)
+
+
 class BertLayer(nn.Module):
     def __init__(self, hidden, heads, ffn, dropout=0.1, eps=1e-12):
         super().__init__()

@@ -29,16 +29,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
-from torch_step import BertLayer  # noqa: E402
+from torch_step import BertLayer, encoder_layer  # noqa: E402
 
 
 class EncoderStack(nn.Module):
     def __init__(self, layers, hidden, heads, ffn, dropout, norm_first, causal, seq):
         super().__init__()
-        self.layer = nn.ModuleList([
-            nn.TransformerEncoderLayer(hidden, heads, dim_feedforward=ffn, dropout=dropout, activation="gelu",
-                                       layer_norm_eps=1e-12, batch_first=True, norm_first=norm_first)
-            for _ in range(layers)])
+        self.layer = nn.ModuleList([encoder_layer(hidden, heads, ffn, dropout, norm_first) for _ in range(layers)])
         self.causal = causal
         # bool, as the padding mask (True: masked), so PyTorch merges the two as they are
         self.register_buffer("src_mask", torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1) if causal else None)
