@@ -265,12 +265,14 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
         int streams = 1;
         s = dm_rows_resolve(opt->rows, &rows);
         if (s == DM_OK) s = dm_streams_resolve(opt->streams, &streams);
+        int emulate = 0;
+        if (s == DM_OK) s = dm_cuda_emulate_resolve(&emulate);
         if (s == DM_OK)
             s = dm_cuda_exec_init(&L->cuda, &L->plan, dt,
                                   (rows == DM_ROWS_GEN    ? DM_CUDA_GEN | DM_CUDA_EPILOGUE
                                    : rows == DM_ROWS_AUTO ? DM_CUDA_GEN | DM_CUDA_EPILOGUE | DM_CUDA_AUTO
                                                           : 0) |
-                                                          (streams == 2 ? DM_CUDA_OVERLAP : 0));
+                                      (streams == 2 ? DM_CUDA_OVERLAP : 0) | (emulate ? DM_CUDA_EMULATE : 0));
         if (s == DM_OK) s = dm_layer_to_device(L);
         if (s != DM_OK) {
             dm_layer_free(L);
@@ -507,6 +509,22 @@ dm_status dm_streams_resolve(int streams, int *out) {
         return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_STREAMS='%s': use 1 or 2", env);
     *out = env[0] - '0';
     return DM_OK;
+}
+
+dm_status dm_cuda_emulate_resolve(int *on) {
+    const char *env = getenv("DMOVE_CUDA_EMULATE");
+    *on = 0;
+    if (!env || !*env || !strcmp(env, "0")) return DM_OK;
+    if (strcmp(env, "1") != 0)
+        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_EMULATE='%s': use 1 (run --device cuda on the host, "
+                       "emulated, for tests) or 0", env);
+    *on = 1;
+    return DM_OK;
+}
+
+int dm_layer_tensor_id(const dm_layer *L, const char *name) {
+    const dm_export *e = L && name ? find_export(L, name) : NULL;
+    return e ? e->tensor : -1;
 }
 
 dm_status dm_dtype_parse(const char *s, dm_dtype *out) {

@@ -35,4 +35,12 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
  * executor (emulated, or beside a CPU layer on the GPU). */
 dm_status dm_layer_new_gpu_grouping(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt);
 
+/* The graph tensor of a layer's named tensor (dm_layer_tensor's names), or -1. */
+int dm_layer_tensor_id(const dm_layer *L, const char *name);
+
+/* DMOVE_CUDA_EMULATE=1: `--device cuda` layers run the CUDA executor emulated on the host
+ * (DM_CUDA_EMULATE: slow, no GPU needed; for tests of what drives the executor, e.g. the
+ * trainer). Unset or 0: off; anything else is an error. */
+dm_status dm_cuda_emulate_resolve(int *on);
+
 #endif

@@ -167,13 +167,14 @@ static int put(dm_trainer *T, const dm_st_file *f, const char *name) {
     return t && dm_st_to_f32(t, p, n) == DM_OK ? 0 : -1;
 }
 
-static void test_stack_torch(const dm_st_file *f, const char *path) {
+/* device: the CPU, or the CUDA backend (emulated without a GPU: DMOVE_CUDA_EMULATE) in fp32 */
+static void test_stack_torch(const dm_st_file *f, const char *path, dm_device_kind device) {
     dm_layer_config cfg;
     dm_layer_config_default(&cfg);
     cfg.batch = 2, cfg.seq = 5, cfg.hidden = 8, cfg.heads = 2, cfg.ffn = 12;
     cfg.dropout = 0.1, cfg.seed = 7, cfg.eps = 1e-12, cfg.act = DM_ACT_GELU;
     for (int sched = 0; sched < 2; sched++) {
-        dm_layer_options o = {.schedule = sched ? DM_SCHED_UNFUSED : DM_SCHED_FUSED};
+        dm_layer_options o = {.schedule = sched ? DM_SCHED_UNFUSED : DM_SCHED_FUSED, .device = device};
         dm_trainer *T = NULL;
         CHECK_OK(dm_trainer_new(&T, &cfg, 2, &o, NULL));
         if (!T) return;
@@ -207,9 +208,10 @@ static void test_stack_torch(const dm_st_file *f, const char *path) {
                 CHECK(e < 1e-4);
                 free(r);
             }
-        printf("2-layer stack vs PyTorch (%s, dropout 0.1, padding): output %.2e, loss %.2e (after the step's "
+        printf("2-layer stack vs PyTorch (%s%s, dropout 0.1, padding): output %.2e, loss %.2e (after the step's "
                "forward %.2e), worst gradient %.2e (%s)\n",
-               sched ? "unfused" : "fused", eo, el, el2, worst, worst_name);
+               sched ? "unfused" : "fused", device == DM_DEVICE_CUDA ? ", the CUDA backend" : "", eo, el, el2, worst,
+               worst_name);
         CHECK(eo < 1e-5);
         CHECK(el < 1e-5);
         CHECK(el2 < 1e-5);
@@ -718,7 +720,20 @@ static void test_errors(void) {
     CHECK(dm_trainer_new(&T, &cfg, 0, NULL, NULL) == DM_ERR_INVALID_ARG && !T);
     CHECK(dm_trainer_new(&T, &cfg, 257, NULL, NULL) == DM_ERR_INVALID_ARG && !T);
     dm_layer_options cu = {.device = DM_DEVICE_CUDA};
-    CHECK(dm_trainer_new(&T, &cfg, 1, &cu, NULL) == DM_ERR_UNSUPPORTED && !T);
+#ifndef DM_HAVE_CUDA
+    CHECK(dm_trainer_new(&T, &cfg, 1, &cu, NULL) == DM_ERR_UNSUPPORTED && !T && strstr(dm_last_error(), "without CUDA"));
+#else
+    {
+        const char *was = getenv("DMOVE_CUDA_EMULATE");
+        char keep[16];
+        snprintf(keep, sizeof keep, "%s", was ? was : "");
+        setenv("DMOVE_CUDA_EMULATE", "yes", 1);
+        CHECK(dm_trainer_new(&T, &cfg, 1, &cu, NULL) == DM_ERR_INVALID_ARG && !T &&
+              strstr(dm_last_error(), "DMOVE_CUDA_EMULATE='yes'"));
+        if (was) setenv("DMOVE_CUDA_EMULATE", keep, 1);
+        else unsetenv("DMOVE_CUDA_EMULATE");
+    }
+#endif
     dm_adamw_config a;
     dm_adamw_config_default(&a);
     a.lr = -1;
@@ -797,13 +812,186 @@ static void test_chart(void) {
     unlink(path);
 }
 
+#ifdef DM_HAVE_CUDA
+/* --- the stack on the CUDA backend ------------------------------------------------------
+ * Run where main() says: on the emulated executor (DMOVE_CUDA_EMULATE=1, set by main when
+ * no GPU is asked for), which runs the trainer's kernels' per-element code on the host, or
+ * on a GPU. */
+
+/* Steps 1..steps of trainer T on batch_of's data; the losses. */
+static void run_steps(dm_trainer *T, int64_t from, int64_t to, double *loss) {
+    for (int64_t s = from; s <= to; s++) {
+        batch_of(T, s);
+        CHECK_OK(dm_trainer_step(T, &loss[s - from]));
+    }
+}
+
+/* Largest per-tensor relative error between the states of A and B (the parameters from
+ * `from` = 0, only the moments from 1), and which tensor. Not the key bias: softmax does
+ * not change when a row's scores all shift alike, so its gradient is zero but for rounding
+ * (1e-14 here), and its state is that rounding's. */
+static double state_err(dm_trainer *A, dm_trainer *B, int from, char *which, size_t n) {
+    double worst = 0;
+    const char *suf[3] = {"", ".exp_avg", ".exp_avg_sq"};
+    for (int l = 0; l < dm_trainer_layers(A); l++)
+        for (int k = 0; k < DM_NUM_PARAMS; k++)
+            for (int q = from; q < 3 && strcmp(dm_param_names[k], "attention.self.key.bias") != 0; q++) {
+                char name[160];
+                snprintf(name, sizeof name, "encoder.layer.%d.%s%s", l, dm_param_names[k], suf[q]);
+                float *a, *b;
+                int nd;
+                int64_t sh[4];
+                if (dm_trainer_tensor(A, name, &a, &nd, sh) != DM_OK || dm_trainer_tensor(B, name, &b, NULL, NULL) != DM_OK)
+                    return INFINITY;
+                double e = rel_err(a, b, (size_t)(nd == 1 ? sh[0] : sh[0] * sh[1]));
+                if (e > worst) {
+                    worst = e;
+                    snprintf(which, n, "%s", name);
+                }
+            }
+    return worst;
+}
+
+/* One more step of G (its update `s`) redone on the host: AdamW (adamw.c) from G's state
+ * before the step with G's own gradients gives G's state after it. The largest relative
+ * error over every parameter and moment. */
+static double adamw_redone(dm_trainer *G, int64_t s, const dm_adamw_config *a) {
+    size_t n0 = 0, n1 = 0;
+    float *before = snapshot(G, &n0); /* per tensor: the parameter, then its two moments */
+    batch_of(G, s);
+    CHECK_OK(dm_trainer_step(G, NULL));
+    float *after = snapshot(G, &n1);
+    double worst = before && after && n0 == n1 ? 0 : INFINITY;
+    size_t at = 0;
+    for (int l = 0; l < dm_trainer_layers(G) && worst < INFINITY; l++)
+        for (int k = 0; k < DM_NUM_PARAMS; k++) {
+            char name[160];
+            snprintf(name, sizeof name, "encoder.layer.%d.%s.grad", l, dm_param_names[k]);
+            float *g;
+            int nd;
+            int64_t sh[4];
+            if (dm_trainer_tensor(G, name, &g, &nd, sh) != DM_OK) return INFINITY;
+            const size_t m = (size_t)(nd == 1 ? sh[0] : sh[0] * sh[1]);
+            float *p = before + at, *mo = p + m, *v = mo + m;
+            dm_adamw_update(p, g, mo, v, (int64_t)m, dm_adamw_lr(a, s), nd == 2 ? a->weight_decay : 0.0, a, s);
+            for (int w = 0; w < 3; w++) {
+                double e = rel_err(after + at + w * m, before + at + w * m, m);
+                worst = e > worst ? e : worst;
+            }
+            at += 3 * m;
+        }
+    free(before);
+    free(after);
+    return worst;
+}
+
+static void test_gpu_trainer(void) {
+    const dm_layer_config cfg = tiny();
+    dm_adamw_config a;
+    dm_adamw_config_default(&a);
+    a.lr = 1e-3, a.warmup = 1, a.total = 8;
+    enum { STEPS = 4 };
+    const dm_dtype dts[2] = {DM_DTYPE_FP32, DM_DTYPE_BF16};
+    char path[] = "/tmp/dmove_test_gpuckpt.XXXXXX";
+    if (!temp_file(path)) return;
+    for (int q = 0; q < 2; q++) {
+        dm_layer_options go = {.device = DM_DEVICE_CUDA, .dtype = dts[q]};
+        dm_trainer *C = NULL, *G = NULL, *R = NULL, *H = NULL;
+        CHECK_OK(dm_trainer_new(&C, &cfg, 3, NULL, &a));
+        CHECK_OK(dm_trainer_new(&G, &cfg, 3, &go, &a));
+        CHECK_OK(dm_trainer_new(&R, &cfg, 3, &go, &a));
+        if (!C || !G || !R) goto next;
+        CHECK_OK(dm_trainer_init_params(C, 5));
+        CHECK_OK(dm_trainer_init_params(G, 5));
+        /* the same steps on the CPU and on the GPU: the same losses and state, within the
+         * storage type's rounding (fp32 storage: only the summation orders differ) */
+        double lc[STEPS], lg[STEPS], lr[STEPS];
+        run_steps(C, 1, STEPS, lc);
+        run_steps(G, 1, 2, lg);
+        CHECK_OK(dm_trainer_save(G, path)); /* pulls the GPU's state */
+        run_steps(G, 3, STEPS, lg + 2);
+        double worst_loss = 0;
+        for (int s = 0; s < STEPS; s++) {
+            double e = fabs(lg[s] - lc[s]) / lc[s];
+            worst_loss = e > worst_loss ? e : worst_loss;
+        }
+        /* bf16: the moments (the gradients' averages) within bf16's rounding through three
+         * layers; not the parameters: AdamW's first steps move each by about lr times the
+         * sign of its gradient, and the biases start at zero, so a gradient element near
+         * zero whose sign the rounding flips is a large relative change of a small bias */
+        char which[160] = "";
+        const double err = state_err(G, C, q, which, sizeof which), tol = q ? 3e-2 : 1e-5;
+        printf("3-layer stack, %d steps on the CUDA backend (%s) vs the CPU: losses within %.2e, %s within %.2e "
+               "(%s)\n", STEPS, dm_dtype_name(dts[q]), worst_loss, q ? "moments" : "parameters and moments", err,
+               which);
+        CHECK(worst_loss < (q ? 1e-2 : 1e-6));
+        CHECK(err < tol);
+        /* resumed from the checkpoint of step 2: bit-identical to the uninterrupted run */
+        CHECK_OK(dm_trainer_init_params(R, 9));
+        CHECK_OK(dm_trainer_load(R, path));
+        run_steps(R, 3, STEPS, lr);
+        CHECK(same_state(G, R) && lr[0] == lg[2] && lr[1] == lg[3]);
+        printf("  checkpoint at step 2, resumed on the GPU: %s\n", same_state(G, R) ? "bit-identical" : "DIFFERENT");
+        /* a checkpoint of the GPU trainer is the CPU trainer's too: its fp32 master weights */
+        CHECK_OK(dm_trainer_new(&H, &cfg, 3, NULL, &a));
+        if (H) {
+            CHECK_OK(dm_trainer_load(H, path));
+            CHECK(dm_trainer_step_count(H) == 2);
+        }
+        /* a parameter written on the host reaches the GPU at the next step */
+        {
+            float *w, *w2;
+            int64_t sh[4];
+            CHECK_OK(dm_trainer_tensor(G, "encoder.layer.1.output.dense.bias", &w, NULL, sh));
+            for (int64_t e = 0; e < sh[0]; e++) w[e] += 0.5f;
+            CHECK_OK(dm_trainer_tensor(C, "encoder.layer.1.output.dense.bias", &w2, NULL, NULL));
+            for (int64_t e = 0; e < sh[0]; e++) w2[e] += 0.5f;
+            double l1 = 0, l2 = 0;
+            batch_of(G, STEPS + 1);
+            batch_of(C, STEPS + 1);
+            CHECK_OK(dm_trainer_forward(G, &l1));
+            CHECK_OK(dm_trainer_forward(C, &l2));
+            CHECK(fabs(l1 - l2) < (q ? 1e-2 : 1e-6) * l2);
+            printf("  a bias changed on the host: forward loss %.6f on the GPU, %.6f on the CPU\n", l1, l2);
+        }
+        /* the GPU's update is AdamW on the GPU's gradients, its master weights in fp32 */
+        {
+            const double e = adamw_redone(G, STEPS + 1, &a);
+            printf("  update %d redone on the host from the GPU's state and gradients: within %.2e\n", STEPS + 1, e);
+            CHECK(e < 1e-6);
+        }
+        /* memory: the master weights (16-bit storage) beside the two moments */
+        {
+            dm_layer_memory m;
+            size_t opt_bytes = 0;
+            dm_trainer_memory_info(G, &m, &opt_bytes);
+            CHECK(opt_bytes == (size_t)dm_trainer_num_params(G) * (q ? 12 : 8));
+        }
+    next:
+        dm_trainer_free(C);
+        dm_trainer_free(G);
+        dm_trainer_free(R);
+        dm_trainer_free(H);
+    }
+    unlink(path);
+}
+#endif
+
 int main(void) {
+#ifdef DM_HAVE_CUDA
+    /* the GPU trainer's tests run on the emulated CUDA backend unless a GPU is asked for */
+    const char *gpu = getenv("DMOVE_TEST_GPU");
+    if (!gpu || strcmp(gpu, "1") != 0) setenv("DMOVE_CUDA_EMULATE", "1", 1);
+#endif
     const char *ref = REF_DIR "/train_stack.safetensors";
     dm_st_file *f = NULL;
     CHECK_OK(dm_st_read(ref, &f));
     if (f) {
         test_adamw_torch(f);
-        test_stack_torch(f, ref);
+        test_stack_torch(f, ref, DM_DEVICE_CPU);
+#ifdef DM_HAVE_CUDA
+        test_stack_torch(f, ref, DM_DEVICE_CUDA);
+#endif
         dm_st_free(f);
     }
     test_adamw_naive();
@@ -815,5 +1003,8 @@ int main(void) {
     test_learns();
     test_errors();
     test_chart();
+#ifdef DM_HAVE_CUDA
+    test_gpu_trainer();
+#endif
     TEST_END();
 }

@@ -17,6 +17,7 @@ extern "C" {
 #endif
 
 #include "plan/plan.h"
+#include "train/adamw_elem.h"
 
 typedef struct dm_cuda_exec dm_cuda_exec;
 
@@ -117,6 +118,35 @@ void dm_cuda_round(int dtype, float *x, size_t n);
  * (the words dm_philox_words gives on the CPU), for the tests. */
 dm_status dm_cuda_philox_words(uint64_t seed, uint32_t stream, uint64_t start, int64_t n,
                                uint32_t *host_out);
+
+/* --- the trainer's work beside the plan (train/trainer_cuda.c) ---------------------- */
+
+/* A buffer of `bytes` in the executor's memory (the GPU's; emulating, the host's) for
+ * what the plan does not hold (master weights, moments, targets); contents undefined
+ * until written. `what` names it in an out-of-memory message. */
+dm_status dm_cuda_alloc(dm_cuda_exec *ex, size_t bytes, void **dev, const char *what);
+void dm_cuda_free(dm_cuda_exec *ex, void *dev);
+/* A synchronous copy between host memory and such a buffer (to_device: host to buffer),
+ * after all work enqueued before it. */
+dm_status dm_cuda_memcpy(dm_cuda_exec *ex, void *dst, const void *src, size_t bytes, int to_device);
+/* Tensor ts of executor src into tensor td of executor dst (two layers' plans on the same
+ * device): the same shape, layout and storage type, else DM_ERR_INVALID_ARG. Waits for
+ * src's work; the copy is enqueued before dst's later work. */
+dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int ts);
+/* One AdamW update (train/adamw_elem.h) of parameter tensor tp from its gradient tg, both
+ * in the arena's storage type; m, v: its fp32 moments; master: its fp32 master weights in
+ * 16-bit storage (the parameter is then written as them rounded), NULL in fp32 storage
+ * (the parameter is its own master). Buffers of dm_cuda_alloc. Enqueued. */
+dm_status dm_cuda_adamw(dm_cuda_exec *ex, int tp, int tg, float *master, float *m, float *v,
+                        const dm_adamw_coef *k);
+/* The trainer's loss over the `tokens` rows of `width` elements of tensor ty: where
+ * mask[t] != 0, partial[t] = the sum over row t of (y - target)^2 (the difference in
+ * fp32, the sum in double, a fixed order); elsewhere 0. With tdy >= 0, tensor tdy gets
+ * scale * (y - target), zero on rows the mask drops. target (fp32, tokens x width), mask
+ * (fp32, tokens) and partial (tokens doubles) are buffers of dm_cuda_alloc; partial is
+ * then copied to host_partial (synchronous). */
+dm_status dm_cuda_mse(dm_cuda_exec *ex, int ty, int tdy, const float *target, const float *mask,
+                      int64_t tokens, int64_t width, float scale, double *partial, double *host_partial);
 
 #ifdef __cplusplus
 }

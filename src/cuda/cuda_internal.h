@@ -110,6 +110,14 @@ typedef struct {
                          * operand but fp32 ones is of this type) */
 } dmc_launch;
 
+/* exec.cu, for train.cu: whether the executor is emulated, its main stream, a wait for
+ * its side stream's groups, and tensor t's span (tensor_span: device address, element
+ * type, elements from its first to its last). */
+int dmc_emulated(const dm_cuda_exec *ex);
+cudaStream_t dmc_stream(const dm_cuda_exec *ex);
+dm_status dmc_join(dm_cuda_exec *ex);
+dm_status dmc_tensor_span(const dm_cuda_exec *ex, int t, char **dev, int *dt, size_t *n);
+
 /* rows.cu */
 /* The most threads per block the row kernel takes (its launch bounds). */
 int dmc_rows_max_threads(void);

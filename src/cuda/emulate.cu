@@ -28,20 +28,6 @@ extern "C" {
 #include "core/philox.h"
 }
 
-/* Host loads and stores of one element of type dt (DMC_F32, DMC_BF16, DMC_F16), the
- * device's conversions (round to nearest even). */
-static float eld(const char *p, int dt, int64_t i) {
-    if (dt == DMC_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    if (dt == DMC_F16) return __half2float(((const __half *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-static void est(char *p, int dt, int64_t i, float v) {
-    if (dt == DMC_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
-    else if (dt == DMC_F16) ((__half *)p)[i] = __float2half_rn(v);
-    else ((float *)p)[i] = v;
-}
-
 void dmc_emu_gemm(int dt, int transa, int transb, int m, int n, int k, float alpha, const void *A,
                   int lda, long long sA, const void *B, int ldb, long long sB, float beta,
                   void *C, int ldc, long long sC, int batch) {
@@ -54,12 +40,12 @@ void dmc_emu_gemm(int dt, int transa, int transb, int m, int n, int k, float alp
             for (int i = 0; i < m; i++) {
                 double s = 0;
                 for (int l = 0; l < k; l++) {
-                    double x = eld(a, dt, transa ? l + (long long)i * lda : i + (long long)l * lda);
-                    double y = eld(bb, dt, transb ? j + (long long)l * ldb : l + (long long)j * ldb);
+                    double x = dmc_load(a, dt, transa ? l + (long long)i * lda : i + (long long)l * lda);
+                    double y = dmc_load(bb, dt, transb ? j + (long long)l * ldb : l + (long long)j * ldb);
                     s += x * y;
                 }
                 long long at = i + (long long)j * ldc;
-                est(c, dt, at, (float)(alpha * s + (beta != 0.0f ? beta * eld(c, dt, at) : 0.0)));
+                dmc_store(c, dt, at, (float)(alpha * s + (beta != 0.0f ? beta * dmc_load(c, dt, at) : 0.0)));
             }
     }
 }
@@ -79,10 +65,10 @@ static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t n, float *scr, uin
     erow in[DM_MAX_IN] = {}, out[DM_MAX_OUT] = {};
     for (int s = 0; s < op->nin; s++) in[s] = emu_operand(&op->in[s], scr, r, n);
     for (int s = 0; s < op->nout; s++) out[s] = emu_operand(&op->out[s], scr, r, n);
-#define A(c) eld(in[0].p, in[0].dt, (c))
-#define B(c) eld(in[1].p, in[1].dt, (c))
-#define IN(k, c) eld(in[k].p, in[k].dt, (c))
-#define Y(c, v) est(out[0].p, out[0].dt, (c), (v))
+#define A(c) dmc_load(in[0].p, in[0].dt, (c))
+#define B(c) dmc_load(in[1].p, in[1].dt, (c))
+#define IN(k, c) dmc_load(in[k].p, in[k].dt, (c))
+#define Y(c, v) dmc_store(out[0].p, out[0].dt, (c), (v))
     float g;
     switch (op->kind) {
     case DM_OP_BIAS_ADD:
@@ -127,7 +113,7 @@ static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t n, float *scr, uin
     case DM_OP_ACT_DERIV:
         for (int64_t c = 0; c < n; c++) {
             Y(c, dmc_act_both(A(c), op->act, &g));
-            est(out[1].p, out[1].dt, c, g);
+            dmc_store(out[1].p, out[1].dt, c, g);
         }
         break;
     case DM_OP_ACT_BWD:
@@ -157,8 +143,8 @@ static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t n, float *scr, uin
         for (int64_t c = 0; c < n; c++) v += (A(c) - mean) * (A(c) - mean);
         float rstd = (float)(1.0 / sqrt((double)(v / (float)n) + op->eps));
         for (int64_t c = 0; c < n; c++) Y(c, (A(c) - mean) * rstd * IN(1, c) + IN(2, c));
-        est(out[1].p, out[1].dt, 0, mean);
-        est(out[2].p, out[2].dt, 0, rstd);
+        dmc_store(out[1].p, out[1].dt, 0, mean);
+        dmc_store(out[2].p, out[2].dt, 0, rstd);
         break;
     }
     case DM_OP_LAYERNORM_BWD: {
@@ -231,6 +217,6 @@ void dmc_emu_colacc(const dmc_rowprog *p, const float *partials, int nblocks) {
                 lane[b % 16] += partials[(size_t)b * (size_t)p->acc_floats + (p->acc_slot[a] - p->acc_off) + c];
             s = lane[0];
             for (int y = 1; y < 16; y++) s += lane[y];
-            est((char *)p->acc_dst[a], p->acc_dt[a], c, s);
+            dmc_store((char *)p->acc_dst[a], p->acc_dt[a], c, s);
         }
 }

@@ -1752,3 +1752,57 @@ dm_status dm_cuda_download_arena(dm_cuda_exec *ex, void *host) {
     if (!ex || !host) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_download_arena: NULL argument");
     return copy_arena(ex, host, 0);
 }
+
+/* --- buffers and copies beside the arena (the trainer: train.cu, train/trainer_cuda.c) - */
+
+int dmc_emulated(const dm_cuda_exec *ex) { return emulated(ex); }
+cudaStream_t dmc_stream(const dm_cuda_exec *ex) { return ex->stream; }
+dm_status dmc_join(dm_cuda_exec *ex) { return join_all(ex); }
+dm_status dmc_tensor_span(const dm_cuda_exec *ex, int t, char **dev, int *dt, size_t *n) {
+    return tensor_span(ex, t, dev, dt, n);
+}
+
+dm_status dm_cuda_alloc(dm_cuda_exec *ex, size_t bytes, void **dev, const char *what) {
+    if (!ex || !dev) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_alloc: NULL argument");
+    return dev_alloc(ex, dev, bytes, what ? what : "a buffer");
+}
+
+void dm_cuda_free(dm_cuda_exec *ex, void *dev) {
+    if (ex && dev) dev_free(ex, dev);
+}
+
+dm_status dm_cuda_memcpy(dm_cuda_exec *ex, void *dst, const void *src, size_t bytes, int to_device) {
+    if (!ex || (bytes && (!dst || !src))) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_memcpy: NULL argument");
+    DM_TRY(join_all(ex)); /* the copy goes through the main stream, after all work before it */
+    return dev_copy(ex, dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+}
+
+dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int ts) {
+    if (!dst || !src) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_copy_tensor: NULL executor");
+    if (emulated(dst) != emulated(src))
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_copy_tensor: one executor is emulated, the other not");
+    char *pd = NULL, *ps = NULL;
+    int dtd = DMC_F32, dts = DMC_F32;
+    size_t nd = 0, ns = 0;
+    DM_TRY(tensor_span(dst, td, &pd, &dtd, &nd));
+    DM_TRY(tensor_span(src, ts, &ps, &dts, &ns));
+    const dm_tensor *xd = &dst->plan->g->t[td], *xs = &src->plan->g->t[ts];
+    int same = dtd == dts && nd == ns && xd->ndim == xs->ndim;
+    for (int d = 0; same && d < xd->ndim; d++)
+        same = xd->size[d] == xs->size[d] && xd->stride[d] == xs->stride[d];
+    if (!same)
+        return dm_fail(DM_ERR_INVALID_ARG, "cannot copy %s into %s: their shapes, layouts or storage "
+                       "types differ", xs->name, xd->name);
+    if (!nd) return DM_OK;
+    /* src's work that writes the tensor is done, dst's that reads its old bytes too */
+    DM_TRY(dm_cuda_sync(src));
+    DM_TRY(join_all(dst));
+    const size_t bytes = nd * (dtd == DMC_F32 ? 4u : 2u);
+    if (emulated(dst)) {
+        memcpy(pd, ps, bytes);
+        return DM_OK;
+    }
+    /* ordered before dst's later work on its stream: no wait here */
+    DMC_CUDA(cudaMemcpyAsync(pd, ps, bytes, cudaMemcpyDeviceToDevice, dst->stream));
+    return DM_OK;
+}

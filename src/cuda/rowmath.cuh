@@ -7,11 +7,28 @@
 #include <float.h>
 #include <math.h>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "cuda/cuda_internal.h"
 #include "cuda/rowcore.cuh"
 
 /* Bytes per element of a storage type. */
 __host__ __device__ __forceinline__ int dmc_esize(int dt) { return dt == DMC_F32 ? 4 : 2; }
+
+/* Element i of an array of type dt (DMC_F32, DMC_BF16, DMC_F16) as fp32, and v stored
+ * there rounded to nearest even: the device's conversions, on the host too. */
+__host__ __device__ __forceinline__ float dmc_load(const void *p, int dt, int64_t i) {
+    if (dt == DMC_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == DMC_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__host__ __device__ __forceinline__ void dmc_store(void *p, int dt, int64_t i, float v) {
+    if (dt == DMC_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (dt == DMC_F16) ((__half *)p)[i] = __float2half_rn(v);
+    else ((float *)p)[i] = v;
+}
 
 /* The most negative finite value of a type: MASK_ADD's (1 - mask) * -FLT_MAX would round
  * to -inf in bf16/fp16, and a row masked everywhere would then give NaN in softmax. */

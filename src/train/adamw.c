@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "core/status.h"
+#include "train/adamw_elem.h"
 #include "train/train.h"
 
 void dm_adamw_config_default(dm_adamw_config *c) {
@@ -49,25 +50,22 @@ double dm_adamw_lr(const dm_adamw_config *c, int64_t step) {
     return c->lr;
 }
 
+void dm_adamw_coef_make(dm_adamw_coef *k, double lr, double decay, const dm_adamw_config *c, int64_t step) {
+    k->shrink = (float)(1.0 - lr * decay);
+    k->w1 = (float)(1.0 - c->beta1);
+    k->b2 = (float)c->beta2;
+    k->w2 = (float)(1.0 - c->beta2);
+    k->step_size = (float)(lr / (1.0 - pow(c->beta1, (double)step)));
+    k->bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, (double)step));
+    k->eps = (float)c->eps;
+}
+
 void dm_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, double lr, double decay,
                      const dm_adamw_config *c, int64_t step) {
-    /* torch: p *= 1 - lr*wd; m = lerp(m, g, 1-b1); v = b2*v + (1-b2)*g*g;
-     * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
-    const float shrink = (float)(1.0 - lr * decay);
-    const float w1 = (float)(1.0 - c->beta1), b2 = (float)c->beta2, w2 = (float)(1.0 - c->beta2);
-    const float step_size = (float)(lr / (1.0 - pow(c->beta1, (double)step)));
-    const float bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, (double)step));
-    const float eps = (float)c->eps;
+    dm_adamw_coef k;
+    dm_adamw_coef_make(&k, lr, decay, c, step);
 #pragma omp parallel for simd schedule(static)
-    for (int64_t k = 0; k < n; k++) {
-        const float gk = g[k];
-        const float mk = m[k] + w1 * (gk - m[k]);
-        const float vk = b2 * v[k] + w2 * gk * gk;
-        const float denom = sqrtf(vk) / bc2_sqrt + eps;
-        m[k] = mk;
-        v[k] = vk;
-        p[k] = p[k] * shrink - step_size * (mk / denom);
-    }
+    for (int64_t e = 0; e < n; e++) p[e] = dm_adamw_elem(&k, p[e], g[e], &m[e], &v[e]);
 }
 
 uint64_t dm_train_layer_seed(uint64_t seed, int layer, int64_t step) {

@@ -28,9 +28,6 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
                        "BERT-large 24)", layers, DM_TRAIN_MAX_LAYERS);
     dm_layer_options o = {0};
     if (opt) o = *opt;
-    if (o.device != DM_DEVICE_CPU)
-        return dm_fail(DM_ERR_UNSUPPORTED, "training a stack runs on the CPU for now; on a GPU, "
-                       "`dmove bench --device cuda` and `dmove layer --device cuda` run one layer's step");
     dm_adamw_config a;
     if (adam) a = *adam;
     else dm_adamw_config_default(&a);
@@ -92,6 +89,10 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
         else
             memset(T->moments, 0, bytes);
     }
+    if (s == DM_OK && o.device == DM_DEVICE_CUDA) {
+        T->gpu = 1;
+        s = dm_trainer_gpu_init(T);
+    }
     if (s != DM_OK) {
         dm_trainer_free(T);
         return s;
@@ -102,6 +103,7 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
 
 void dm_trainer_free(dm_trainer *T) {
     if (!T) return;
+    if (T->gpu) dm_trainer_gpu_free(T);
     for (int l = 0; T->L && l < T->nlayers; l++) dm_layer_free(T->L[l]);
     free(T->L);
     free(T->slot);
@@ -129,7 +131,8 @@ void dm_trainer_memory_info(const dm_trainer *T, dm_layer_memory *sum, size_t *o
         sum->inputs += m.inputs;
         sum->scratch += m.scratch;
     }
-    if (T->moments) *optimizer = (size_t)T->nparams * 2 * sizeof(float);
+    /* the moments, and on the GPU with 16-bit storage the fp32 master weights */
+    if (T->moments) *optimizer = (size_t)T->nparams * (T->d_master ? 3 : 2) * sizeof(float);
 }
 
 void dm_trainer_times(const dm_trainer *T, double secs[DM_TRAIN_NUM_PHASES]) {
@@ -141,6 +144,8 @@ dm_status dm_trainer_init_params(dm_trainer *T, uint64_t seed) {
     for (int l = 0; l < T->nlayers; l++) DM_TRY(dm_layer_init_params(T->L[l], dm_train_layer_seed(seed, l, 0)));
     if (T->moments) memset(T->moments, 0, (size_t)T->nparams * 2 * sizeof(float));
     T->step = 0;
+    T->device_stale = 1; /* the host's parameters are the newest now */
+    T->state_stale = 0;
     return DM_OK;
 }
 
@@ -178,11 +183,19 @@ dm_status dm_trainer_tensor(dm_trainer *T, const char *name, float **data, int *
     } else if (strcmp(name, "hidden_states") == 0) {
         return dm_layer_tensor(T->L[0], "hidden_states", data, ndim, shape);
     } else if (strcmp(name, "output") == 0) {
+        if (T->gpu) DM_TRY(dm_trainer_gpu_pull(T));
         return dm_layer_tensor(T->L[T->nlayers - 1], "output", data, ndim, shape);
     } else if (layer_name(T, name, &l, &rest)) {
         size_t n = strlen(rest);
         int moment = n > 8 && strcmp(rest + n - 8, ".exp_avg") == 0 ? 1
                      : n > 11 && strcmp(rest + n - 11, ".exp_avg_sq") == 0 ? 2 : 0;
+        if (T->gpu) {
+            /* the GPU's state comes down; the caller may write a parameter or a moment */
+            const int slot = moment ? 0 : dm_train_slot_find(T, l, rest) >= 0;
+            DM_TRY(dm_trainer_gpu_pull(T));
+            if (moment || slot) T->device_stale = 1;
+            else if (n < 5 || strcmp(rest + n - 5, ".grad") != 0) DM_TRY(dm_trainer_gpu_download(T, l, rest));
+        }
         if (!moment) return dm_layer_tensor(T->L[l], rest, data, ndim, shape);
         char param[96];
         snprintf(param, sizeof param, "%.*s", (int)(n - (moment == 1 ? 8 : 11)), rest);
@@ -212,13 +225,21 @@ static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
     const dm_layer_config *c = &T->cfg;
     const size_t tokens = (size_t)c->batch * (size_t)c->seq, acts = tokens * (size_t)c->hidden;
     double t0 = now();
+    if (T->gpu) {
+        DM_TRY(dm_trainer_gpu_push(T));
+        DM_TRY(dm_trainer_gpu_inputs(T)); /* the input batch, the masks, the target */
+    }
     for (int l = 0; l < T->nlayers; l++) {
-        float *m = layer_ptr(T->L[l], "attention_mask");
-        if (!m) return dm_fail(DM_ERR_INTERNAL, "layer %d has no attention_mask", l);
-        memcpy(m, T->mask, tokens * sizeof(float));
+        if (!T->gpu) {
+            float *m = layer_ptr(T->L[l], "attention_mask");
+            if (!m) return dm_fail(DM_ERR_INTERNAL, "layer %d has no attention_mask", l);
+            memcpy(m, T->mask, tokens * sizeof(float));
+        }
         DM_TRY(dm_layer_set_seed(T->L[l], dm_train_layer_seed(c->seed, l, step)));
         DM_TRY(dm_layer_forward(T->L[l]));
-        if (l + 1 < T->nlayers) {
+        if (T->gpu && l + 1 < T->nlayers) {
+            DM_TRY(dm_trainer_gpu_link(T, l, "output", l + 1, "hidden_states"));
+        } else if (l + 1 < T->nlayers) {
             const float *y = layer_ptr(T->L[l], "output");
             float *x = layer_ptr(T->L[l + 1], "hidden_states");
             if (!y || !x) return dm_fail(DM_ERR_INTERNAL, "layer %d: no output or next input", l);
@@ -231,14 +252,21 @@ static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
     /* mean squared error over the kept tokens' features; its gradient into the last
      * layer's grad_output (zero on padding). Per-token sums, then summed in token order:
      * the same loss for any thread count. */
-    dm_layer *last = T->L[T->nlayers - 1];
-    const float *y = layer_ptr(last, "output");
-    float *dy = T->forward_only ? NULL : layer_ptr(last, "grad_output");
-    if (!y || (!T->forward_only && !dy)) return dm_fail(DM_ERR_INTERNAL, "the last layer has no output");
     int64_t kept = 0;
     for (size_t t = 0; t < tokens; t++) kept += T->mask[t] != 0.0f;
     const int64_t I = c->hidden;
     const float scale = kept ? (float)(2.0 / ((double)kept * (double)I)) : 0.0f;
+    if (T->gpu) {
+        double sum = 0.0;
+        DM_TRY(dm_trainer_gpu_loss(T, scale, &sum));
+        if (loss) *loss = kept ? sum / ((double)kept * (double)I) : 0.0;
+        T->secs[DM_TRAIN_LOSS] += now() - t1;
+        return DM_OK;
+    }
+    dm_layer *last = T->L[T->nlayers - 1];
+    const float *y = layer_ptr(last, "output");
+    float *dy = T->forward_only ? NULL : layer_ptr(last, "grad_output");
+    if (!y || (!T->forward_only && !dy)) return dm_fail(DM_ERR_INTERNAL, "the last layer has no output");
     const float *tg = T->target;
     double *part = T->partial;
 #pragma omp parallel for schedule(static)
@@ -265,7 +293,8 @@ static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
 
 dm_status dm_trainer_forward(dm_trainer *T, double *loss) {
     if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_forward: NULL trainer");
-    return forward(T, T->step + 1, loss);
+    DM_TRY(forward(T, T->step + 1, loss));
+    return T->gpu ? dm_trainer_gpu_pull(T) : DM_OK; /* the caller reads the output */
 }
 
 dm_status dm_trainer_step(dm_trainer *T, double *loss) {
@@ -283,7 +312,9 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
     double t0 = now();
     for (int li = T->nlayers - 1; li >= 0; li--) {
         DM_TRY(dm_layer_backward(T->L[li]));
-        if (li > 0) {
+        if (T->gpu && li > 0) {
+            DM_TRY(dm_trainer_gpu_link(T, li, "grad_hidden_states", li - 1, "grad_output"));
+        } else if (li > 0) {
             const float *dx = layer_ptr(T->L[li], "grad_hidden_states");
             float *dy = layer_ptr(T->L[li - 1], "grad_output");
             if (!dx || !dy) return dm_fail(DM_ERR_INTERNAL, "layer %d: no input gradient", li);
@@ -293,7 +324,8 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
     double t1 = now();
     T->secs[DM_TRAIN_BACKWARD] += t1 - t0;
     const double lr = dm_adamw_lr(&T->adam, step);
-    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
+    if (T->gpu) DM_TRY(dm_trainer_gpu_adamw(T, step, lr));
+    for (int k = 0; !T->gpu && k < T->nlayers * DM_NUM_PARAMS; k++) {
         dm_train_slot *sl = &T->slot[k];
         dm_adamw_update(sl->p, sl->g, T->moments + sl->off, T->moments + T->nparams + sl->off, sl->n, lr,
                         sl->decay ? T->adam.weight_decay : 0.0, &T->adam, step);

@@ -13,6 +13,8 @@ typedef struct {
     int ndim;
     int64_t shape[2];
     int decay;        /* AdamW's weight decay applies (weights, not biases or LayerNorm) */
+    int tp, tg;       /* on the GPU: the parameter's and the gradient's tensors in the
+                       * layer's graph (tg -1 forward-only) */
 } dm_train_slot;
 
 struct dm_trainer {
@@ -31,9 +33,35 @@ struct dm_trainer {
     int64_t step;        /* updates taken */
     char run_tag[128];   /* what the run trains on (dm_trainer_set_run_tag), in checkpoints */
     double secs[DM_TRAIN_NUM_PHASES];
+    /* the layers on the GPU (trainer_cuda.c): the host copies above are then a cache */
+    int gpu;
+    int state_stale;  /* the GPU's parameters, gradients and moments are newer (a step) */
+    int output_stale; /* the GPU's output is newer (a forward pass) */
+    int device_stale; /* the host's parameters or moments changed: sent before the next pass */
+    float *d_master;  /* GPU: fp32 master weights of every parameter (16-bit storage), or NULL */
+    float *d_moments; /* GPU: exp_avg, then exp_avg_sq, as `moments` */
+    float *d_target;  /* GPU: (b, j, i) */
+    float *d_mask;    /* GPU: (b, j) */
+    double *d_partial;/* GPU: (b * j) per-token loss sums */
 };
 
 /* The slot of layer l's parameter `param` (a BertLayer name), or -1. */
 int dm_train_slot_find(const dm_trainer *T, int l, const char *param);
+
+/* trainer_cuda.c: the stack on the GPU. init: the buffers and tensor ids (after the
+ * layers); push / pull: the host copies up when device_stale / down when state_stale or
+ * output_stale; download: layer l's tensor `name` to its host copy; inputs: the batch,
+ * masks and target up; link: tensor src of layer `from` into tensor dst of layer `to`;
+ * loss: the loss kernel (with the gradient unless forward-only), *sum its sum of squares
+ * over kept tokens; adamw: update `step` of every parameter. */
+dm_status dm_trainer_gpu_init(dm_trainer *T);
+void dm_trainer_gpu_free(dm_trainer *T);
+dm_status dm_trainer_gpu_push(dm_trainer *T);
+dm_status dm_trainer_gpu_pull(const dm_trainer *T);
+dm_status dm_trainer_gpu_download(dm_trainer *T, int l, const char *name);
+dm_status dm_trainer_gpu_inputs(dm_trainer *T);
+dm_status dm_trainer_gpu_link(dm_trainer *T, int from, const char *src, int to, const char *dst);
+dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale, double *sum);
+dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr);
 
 #endif

@@ -1,0 +1,190 @@
+/* trainer_cuda.c: the trainer's stack on the GPU (dm_layer_options.device = CUDA). The
+ * whole step stays on the device: each layer's output is copied into the next layer's
+ * input there (and each input gradient into the layer before's output gradient), the loss
+ * and its gradient are a kernel, AdamW a kernel per parameter over fp32 master weights and
+ * moments kept beside the arenas. What crosses to the host per step: the input batch, the
+ * target and the mask up, one double per token (the loss) down.
+ *
+ * The host copies (the layers' staging arenas, dm_trainer.moments) of the parameters,
+ * gradients, moments and output are a cache: `state_stale` / `output_stale` say the GPU's
+ * are newer (dm_trainer_gpu_pull brings them down), `device_stale` that the host's
+ * parameters or moments changed (dm_trainer_gpu_push sends them up before the next pass). */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "layer_internal.h"
+#include "train/trainer_internal.h"
+
+#ifdef DM_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+
+static int tensor_id(dm_trainer *T, int l, const char *name, int *id) {
+    *id = dm_layer_tensor_id(T->L[l], name);
+    return *id >= 0;
+}
+
+/* the first layer's executor holds the trainer's buffers */
+static dm_cuda_exec *home(const dm_trainer *T) { return T->L[0]->cuda; }
+
+dm_status dm_trainer_gpu_init(dm_trainer *T) {
+    for (int l = 0; l < T->nlayers; l++)
+        if (!T->L[l]->cuda) return dm_fail(DM_ERR_INTERNAL, "layer %d of the GPU trainer has no GPU executor", l);
+    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
+        dm_train_slot *sl = &T->slot[k];
+        const int l = k / DM_NUM_PARAMS;
+        const char *name = dm_param_names[k % DM_NUM_PARAMS];
+        char g[96];
+        snprintf(g, sizeof g, "%s.grad", name);
+        sl->tg = -1;
+        if (!tensor_id(T, l, name, &sl->tp) || (!T->forward_only && !tensor_id(T, l, g, &sl->tg)))
+            return dm_fail(DM_ERR_INTERNAL, "layer %d: no tensor %s on the GPU", l, name);
+    }
+    dm_cuda_exec *ex = home(T);
+    const size_t tokens = (size_t)T->cfg.batch * (size_t)T->cfg.seq, acts = tokens * (size_t)T->cfg.hidden;
+    const size_t np = (size_t)T->nparams;
+    DM_TRY(dm_cuda_alloc(ex, acts * sizeof(float), (void **)&T->d_target, "the training targets"));
+    DM_TRY(dm_cuda_alloc(ex, tokens * sizeof(float), (void **)&T->d_mask, "the attention mask"));
+    DM_TRY(dm_cuda_alloc(ex, tokens * sizeof(double), (void **)&T->d_partial, "the loss"));
+    if (!T->forward_only) {
+        size_t bytes;
+        if (!dm_mul_ok(np, 2 * sizeof(float), &bytes))
+            return dm_fail(DM_ERR_OOM, "%zu parameters: AdamW's moments do not fit in memory", np);
+        DM_TRY(dm_cuda_alloc(ex, bytes, (void **)&T->d_moments, "AdamW's moments"));
+        if (T->opt.dtype != DM_DTYPE_FP32)
+            DM_TRY(dm_cuda_alloc(ex, np * sizeof(float), (void **)&T->d_master, "the fp32 master weights"));
+    }
+    T->device_stale = 1;
+    return DM_OK;
+}
+
+void dm_trainer_gpu_free(dm_trainer *T) {
+    if (!T->L || !T->L[0] || !T->L[0]->cuda) return;
+    dm_cuda_exec *ex = home(T);
+    dm_cuda_free(ex, T->d_target);
+    dm_cuda_free(ex, T->d_mask);
+    dm_cuda_free(ex, T->d_partial);
+    dm_cuda_free(ex, T->d_moments);
+    dm_cuda_free(ex, T->d_master);
+}
+
+dm_status dm_trainer_gpu_push(dm_trainer *T) {
+    if (!T->device_stale) return DM_OK;
+    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
+        const dm_train_slot *sl = &T->slot[k];
+        dm_cuda_exec *ex = T->L[k / DM_NUM_PARAMS]->cuda;
+        DM_TRY(dm_cuda_upload(ex, sl->tp, sl->p)); /* rounded to the storage type */
+        if (T->d_master) DM_TRY(dm_cuda_memcpy(ex, T->d_master + sl->off, sl->p, (size_t)sl->n * sizeof(float), 1));
+    }
+    if (T->d_moments)
+        DM_TRY(dm_cuda_memcpy(home(T), T->d_moments, T->moments, (size_t)T->nparams * 2 * sizeof(float), 1));
+    T->device_stale = 0;
+    return DM_OK;
+}
+
+dm_status dm_trainer_gpu_pull(const dm_trainer *T) {
+    /* the host copies are a cache of the GPU's state: filling them changes no state */
+    dm_trainer *W = (dm_trainer *)T;
+    if (T->state_stale) {
+        for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
+            const dm_train_slot *sl = &T->slot[k];
+            dm_cuda_exec *ex = T->L[k / DM_NUM_PARAMS]->cuda;
+            if (T->d_master)
+                DM_TRY(dm_cuda_memcpy(ex, sl->p, T->d_master + sl->off, (size_t)sl->n * sizeof(float), 0));
+            else
+                DM_TRY(dm_cuda_download(ex, sl->tp, sl->p));
+            if (sl->tg >= 0) DM_TRY(dm_cuda_download(ex, sl->tg, sl->g));
+        }
+        if (T->d_moments)
+            DM_TRY(dm_cuda_memcpy(home(T), T->moments, T->d_moments, (size_t)T->nparams * 2 * sizeof(float), 0));
+        W->state_stale = 0;
+    }
+    if (T->output_stale) {
+        dm_layer *last = T->L[T->nlayers - 1];
+        float *y = NULL;
+        const int t = dm_layer_tensor_id(last, "output");
+        DM_TRY(dm_layer_tensor(last, "output", &y, NULL, NULL));
+        DM_TRY(dm_cuda_download(last->cuda, t, y));
+        W->output_stale = 0;
+    }
+    return DM_OK;
+}
+
+dm_status dm_trainer_gpu_download(dm_trainer *T, int l, const char *name) {
+    const int t = dm_layer_tensor_id(T->L[l], name);
+    float *p = NULL;
+    DM_TRY(dm_layer_tensor(T->L[l], name, &p, NULL, NULL));
+    return dm_cuda_download(T->L[l]->cuda, t, p);
+}
+
+dm_status dm_trainer_gpu_inputs(dm_trainer *T) {
+    const size_t tokens = (size_t)T->cfg.batch * (size_t)T->cfg.seq, acts = tokens * (size_t)T->cfg.hidden;
+    int t;
+    float *x = NULL;
+    if (!tensor_id(T, 0, "hidden_states", &t)) return dm_fail(DM_ERR_INTERNAL, "the first layer has no input");
+    DM_TRY(dm_layer_tensor(T->L[0], "hidden_states", &x, NULL, NULL));
+    DM_TRY(dm_cuda_upload(T->L[0]->cuda, t, x));
+    for (int l = 0; l < T->nlayers; l++) {
+        float *m = NULL;
+        if (!tensor_id(T, l, "attention_mask", &t)) return dm_fail(DM_ERR_INTERNAL, "layer %d has no attention_mask", l);
+        DM_TRY(dm_layer_tensor(T->L[l], "attention_mask", &m, NULL, NULL));
+        memcpy(m, T->mask, tokens * sizeof(float));
+        DM_TRY(dm_cuda_upload(T->L[l]->cuda, t, m));
+    }
+    DM_TRY(dm_cuda_memcpy(home(T), T->d_mask, T->mask, tokens * sizeof(float), 1));
+    return dm_cuda_memcpy(home(T), T->d_target, T->target, acts * sizeof(float), 1);
+}
+
+dm_status dm_trainer_gpu_link(dm_trainer *T, int from, const char *src, int to, const char *dst) {
+    int ts, td;
+    if (!tensor_id(T, from, src, &ts) || !tensor_id(T, to, dst, &td))
+        return dm_fail(DM_ERR_INTERNAL, "layer %d has no %s, or layer %d no %s", from, src, to, dst);
+    return dm_cuda_copy_tensor(T->L[to]->cuda, td, T->L[from]->cuda, ts);
+}
+
+dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale, double *sum) {
+    dm_layer *last = T->L[T->nlayers - 1];
+    const int64_t tokens = T->cfg.batch * T->cfg.seq;
+    int ty, tdy = -1;
+    if (!tensor_id(T, T->nlayers - 1, "output", &ty) ||
+        (!T->forward_only && !tensor_id(T, T->nlayers - 1, "grad_output", &tdy)))
+        return dm_fail(DM_ERR_INTERNAL, "the last layer has no output");
+    DM_TRY(dm_cuda_mse(last->cuda, ty, tdy, T->d_target, T->d_mask, tokens, T->cfg.hidden, scale, T->d_partial,
+                       T->partial));
+    double s = 0.0;
+    for (int64_t t = 0; t < tokens; t++) s += T->partial[t];
+    *sum = s;
+    T->output_stale = 1;
+    return DM_OK;
+}
+
+dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr) {
+    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
+        const dm_train_slot *sl = &T->slot[k];
+        dm_adamw_coef c;
+        dm_adamw_coef_make(&c, lr, sl->decay ? T->adam.weight_decay : 0.0, &T->adam, step);
+        DM_TRY(dm_cuda_adamw(T->L[k / DM_NUM_PARAMS]->cuda, sl->tp, sl->tg, T->d_master ? T->d_master + sl->off : NULL,
+                             T->d_moments + sl->off, T->d_moments + T->nparams + sl->off, &c));
+    }
+    /* the update is over when the GPU is (its time is the optimizer's; errors surface here) */
+    for (int l = 0; l < T->nlayers; l++) DM_TRY(dm_cuda_sync(T->L[l]->cuda));
+    T->state_stale = 1;
+    return DM_OK;
+}
+
+#else /* without CUDA no layer is on a GPU: dm_trainer_new never sets T->gpu */
+
+static dm_status no_cuda(void) {
+    return dm_fail(DM_ERR_UNSUPPORTED, "dmove was built without CUDA: install the CUDA toolkit (nvcc) and rebuild");
+}
+dm_status dm_trainer_gpu_init(dm_trainer *T) { return no_cuda(); }
+void dm_trainer_gpu_free(dm_trainer *T) { (void)T; }
+dm_status dm_trainer_gpu_push(dm_trainer *T) { return no_cuda(); }
+dm_status dm_trainer_gpu_pull(const dm_trainer *T) { return no_cuda(); }
+dm_status dm_trainer_gpu_download(dm_trainer *T, int l, const char *name) { return no_cuda(); }
+dm_status dm_trainer_gpu_inputs(dm_trainer *T) { return no_cuda(); }
+dm_status dm_trainer_gpu_link(dm_trainer *T, int from, const char *src, int to, const char *dst) { return no_cuda(); }
+dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale, double *sum) { return no_cuda(); }
+dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr) { return no_cuda(); }
+
+#endif
