@@ -400,6 +400,11 @@ void cli_device_help(FILE *out) {
             "                   (cuda only; DMOVE_CUDA_STREAMS sets the default)\n");
 }
 
+const char *cli_emulated_note(dm_device_kind dev) {
+    const char *e = getenv("DMOVE_CUDA_EMULATE");
+    return dev == DM_DEVICE_CUDA && e && !strcmp(e, "1") ? ", emulated on the host by DMOVE_CUDA_EMULATE=1" : "";
+}
+
 void cli_recompute_help(FILE *out, const char *scope) {
     fprintf(out,
             "  --recompute      recompute attention's probabilities in the backward pass\n"

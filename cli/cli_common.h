@@ -93,6 +93,9 @@ void cli_config_help(FILE *out, unsigned accept);
 int cli_device_option(const char *cmd, int argc, char **argv, int *i, dm_device_kind *dev,
                       dm_dtype *dtype, dm_rows *rows, int *streams);
 void cli_device_help(FILE *out);
+/* ", emulated on the host by DMOVE_CUDA_EMULATE=1" when --device cuda runs emulated (the
+ * tests' setting: its times are not a GPU's), else "". */
+const char *cli_emulated_note(dm_device_kind dev);
 /* The help lines of --recompute (layer, bench, tune, train), ending with `scope` in
  * parentheses: where it applies. */
 void cli_recompute_help(FILE *out, const char *scope);

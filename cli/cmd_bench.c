@@ -306,7 +306,8 @@ static void print_table(const cli_config *c, const result *res, int nres, int wa
            DMOVE_VERSION, cfg->batch, cfg->seq, cfg->hidden, cfg->heads, cfg->ffn, cfg->dropout,
            dm_act_name(cfg->act), cli_variant(cfg), cli_threads(c->threads), reps, warmup);
     if (g_device != DM_DEVICE_CPU)
-        printf("device: %s (%s storage)\n\n", dm_device_kind_name(g_device), dm_dtype_name(g_dtype));
+        printf("device: %s (%s storage%s)\n\n", dm_device_kind_name(g_device), dm_dtype_name(g_dtype),
+               cli_emulated_note(g_device));
     printf("%-9s %11s %12s %10s %14s %9s %10s\n", "schedule", "forward ms", "backward ms",
            "step ms", "contractions", "GFLOP/s", "step /");
     printf("%-9s %11s %12s %10s %14s %9s %10s\n", "", "", "", "", "alone ms", "",

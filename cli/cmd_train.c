@@ -26,10 +26,12 @@ static void usage(FILE *out) {
             "usage: dmove train [options]\n"
             "\n"
             "Trains a stack of BERT encoder layers (Hugging Face BertEncoder: post-LayerNorm\n"
-            "layers, no embeddings) on the CPU with AdamW, to map each batch's hidden_states\n"
-            "to its target: the loss is the mean squared error over the tokens the attention\n"
-            "mask keeps. Every layer runs dmove's fused training step; AdamW updates each\n"
-            "parameter in one pass over memory.\n"
+            "layers, no embeddings) with AdamW, on the CPU or a GPU, to map each batch's\n"
+            "hidden_states to its target: the loss is the mean squared error over the tokens\n"
+            "the attention mask keeps. Every layer runs dmove's fused training step; AdamW\n"
+            "updates each parameter in one pass over memory. On a GPU (--device cuda) the\n"
+            "whole step stays there: layer to layer, the loss and AdamW (over fp32 master\n"
+            "weights when --dtype is bf16 or fp16); only the batch goes up, the loss down.\n"
             "\n"
             "What it learns:\n"
             "  by default, a teacher: a second stack with its own random weights (scaled by\n"
@@ -81,6 +83,7 @@ static void usage(FILE *out) {
             "                   (layouts and algorithms chosen by measurement)\n",
             a.lr, a.weight_decay, a.beta1, a.beta2, a.eps);
     cli_recompute_help(out, "in every layer; fused schedule");
+    cli_device_help(out);
     cli_config_help(out, CLI_CFG_ALL);
     fprintf(out,
             "                   (--seed seeds the dropout masks, the teacher and its data,\n"
@@ -95,7 +98,9 @@ static void usage(FILE *out) {
             "              --lr-schedule linear --svg loss.svg --save run.ckpt --until 100\n"
             "  dmove train --layers 4 --batch 4 --seq 64 --steps 200 --lr 3e-4 --warmup 20 \\\n"
             "              --lr-schedule linear --svg loss.svg --save run.ckpt --resume run.ckpt\n"
-            "                                              (the same options, continued)\n");
+            "                                              (the same options, continued)\n"
+            "  dmove train --device cuda --dtype bf16 --preset bert-large --layers 24 \\\n"
+            "              --batch 32 --seq 128 --rows auto     (BERT-large's encoder on a GPU)\n");
 }
 
 /* --- data ------------------------------------------------------------------------------ */
@@ -274,7 +279,10 @@ int cmd_train(int argc, char **argv) {
     cli_config_init(&c, CLI_CFG_ALL);
     dm_adamw_config adam;
     dm_adamw_config_default(&adam);
-    int layers = 2, json = 0, linear = 0, unfused = 0, recompute = 0;
+    int layers = 2, json = 0, linear = 0, unfused = 0, recompute = 0, streams = 0;
+    dm_device_kind device = DM_DEVICE_CPU;
+    dm_dtype dtype = DM_DTYPE_FP32;
+    dm_rows rows = DM_ROWS_DEFAULT;
     int64_t steps = 30, save_every = 0, log_every = 0, until = 0;
     double teacher_scale = 5.0;
     const char *data = NULL, *init = NULL, *resume = NULL, *save = NULL, *svg = NULL, *plan = NULL;
@@ -353,6 +361,8 @@ int cmd_train(int argc, char **argv) {
         } else if ((r = cli_flag(CMD, argv, a, "--recompute")) != 0) {
             if (r < 0) return CLI_USAGE;
             recompute = 1;
+        } else if ((r = cli_device_option(CMD, argc, argv, &a, &device, &dtype, &rows, &streams)) != 0) {
+            if (r < 0) return CLI_USAGE;
         } else if ((r = cli_config_option(&c, CMD, argc, argv, &a)) != 0) {
             if (r < 0) return CLI_USAGE;
         } else {
@@ -448,7 +458,8 @@ int cmd_train(int argc, char **argv) {
     }
     rc = CLI_FAIL;
     dm_layer_options opt = {.threads = c.threads, .schedule = unfused ? DM_SCHED_UNFUSED : DM_SCHED_FUSED,
-                            .plan = plan, .recompute = recompute};
+                            .plan = plan, .recompute = recompute, .device = device, .dtype = dtype,
+                            .rows = rows, .streams = streams};
     if (cli_options_check(CMD, &opt)) {
         rc = CLI_USAGE;
         goto done;
@@ -497,7 +508,9 @@ int cmd_train(int argc, char **argv) {
     if (!data) {
         dm_layer_config tc = *cfg;
         tc.dropout = 0.0;
-        dm_layer_options to = {.threads = c.threads, .forward_only = 1};
+        /* on the trainer's device: its forward pass makes each step's targets */
+        dm_layer_options to = {.threads = c.threads, .forward_only = 1, .device = device, .dtype = dtype,
+                               .rows = rows, .streams = streams};
         if (dm_trainer_new(&teacher, &tc, layers, &to, NULL) != DM_OK ||
             dm_trainer_init_params(teacher, cfg->seed ^ 0x7465616368657200ull /* "teacher" */) != DM_OK) {
             rc = fail_dm("the teacher: ");
@@ -537,11 +550,14 @@ int cmd_train(int argc, char **argv) {
     FILE *info = json ? stderr : stdout;
     char lrb[32];
     dm_fmt_exact(lrb, sizeof lrb, adam.lr);
+    char where[128];
+    if (device == DM_DEVICE_CUDA)
+        snprintf(where, sizeof where, "on the GPU (%s storage%s)", dm_dtype_name(dtype), cli_emulated_note(device));
+    else snprintf(where, sizeof where, "%d thread%s", cli_threads(c.threads), cli_threads(c.threads) > 1 ? "s" : "");
     fprintf(info, "dmove train: %d layer%s (i=%" PRId64 " h=%" PRId64 " u=%" PRId64 ", %s%s; %.2fM parameters), "
-                  "batches of b=%" PRId64 " j=%" PRId64 ", dropout %g, %d thread%s\n",
+                  "batches of b=%" PRId64 " j=%" PRId64 ", dropout %g, %s\n",
             layers, layers > 1 ? "s" : "", I, cfg->heads, cfg->ffn, dm_act_name(cfg->act), cli_variant(cfg),
-            (double)np / 1e6, b, j,
-            cfg->dropout, cli_threads(c.threads), cli_threads(c.threads) > 1 ? "s" : "");
+            (double)np / 1e6, b, j, cfg->dropout, where);
     fprintf(info, "  data: %s\n", data ? data : "the teacher task (a random stack to imitate; inputs N(0, 1))");
     fprintf(info, "  AdamW: lr %s%s%s, weight decay %g; %s%s; steps %" PRId64 " to %" PRId64 " of %" PRId64 "\n", lrb,
             adam.warmup ? ", warm-up" : "", linear ? ", linear decay" : "", adam.weight_decay,
@@ -573,7 +589,7 @@ int cmd_train(int argc, char **argv) {
         t_data += cli_now() - t0;
         double loss, ts = cli_now();
         if (dm_trainer_step(T, &loss) != DM_OK) {
-            char where[64];
+            char where[128];
             snprintf(where, sizeof where, "step %" PRId64 ": ", s);
             rc = fail_dm(where);
             /* the failed step changed nothing: keep what the steps before it learned */
@@ -657,9 +673,9 @@ int cmd_train(int argc, char **argv) {
     if (json) {
         printf("{\"layers\":%d,\"params\":%" PRId64 ",\"batch\":%" PRId64 ",\"seq\":%" PRId64 ",\"hidden\":%" PRId64
                ",\"heads\":%" PRId64 ",\"ffn\":%" PRId64 ",\"dropout\":%.17g,\"lr\":%.17g,\"first_step\":%" PRId64
-               ",\"last_step\":%" PRId64 ",\"data\":\"%s\",\"loss\":[",
+               ",\"last_step\":%" PRId64 ",\"data\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"loss\":[",
                layers, np, b, j, I, cfg->heads, cfg->ffn, cfg->dropout, adam.lr, start + 1, last,
-               data ? "file" : "teacher");
+               data ? "file" : "teacher", dm_device_kind_name(device), dm_dtype_name(dtype));
         for (int64_t k = 0; k < ran; k++) printf("%s%.9g", k ? "," : "", losses[k]);
         printf("],\"ms_per_step\":{\"data\":%.4f,\"forward\":%.4f,\"loss\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,"
                "\"total\":%.4f},\"step_ms_median\":%.4f,\"optimizer_gb_per_s\":%.3f,\"tokens_per_s\":%.1f,"
@@ -676,9 +692,11 @@ int cmd_train(int argc, char **argv) {
                1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
                1e3 * ph[DM_TRAIN_OPTIMIZER] / n, opt_gbs);
         printf("median training step (forward, loss, backward, AdamW): %.1f ms\n", 1e3 * med);
-        printf("memory: %.1f MB (the layers' arenas %.1f MB, of them intermediates %.1f MB%s; scratch %.1f MB; "
-               "AdamW's moments %.1f MB)\n", (double)(mem.arena + mem.scratch + opt_bytes) / 1e6, mem.arena / 1e6,
-               mem.activations / 1e6, recompute ? ", attention recomputed" : "", mem.scratch / 1e6, opt_bytes / 1e6);
+        printf("memory%s: %.1f MB (the layers' arenas %.1f MB, of them intermediates %.1f MB%s; scratch %.1f MB; "
+               "AdamW's moments%s %.1f MB)\n", device == DM_DEVICE_CUDA ? " on the GPU" : "",
+               (double)(mem.arena + mem.scratch + opt_bytes) / 1e6, mem.arena / 1e6, mem.activations / 1e6,
+               recompute ? ", attention recomputed" : "", mem.scratch / 1e6,
+               device == DM_DEVICE_CUDA && dtype != DM_DTYPE_FP32 ? " and fp32 master weights" : "", opt_bytes / 1e6);
         if (save && last < steps)
             printf("checkpoint: %s (step %" PRId64 " of %" PRId64 "; continue with the same options and --resume %s)\n",
                    save, last, steps, save);

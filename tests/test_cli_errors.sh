@@ -420,6 +420,24 @@ expect_ok "train --recompute" trn --warmup 2 --lr-schedule linear --recompute --
 check "train --recompute: the same checkpoint, byte for byte" cmp -s "$T/full.ckpt" "$T/rc.ckpt"
 expect_ok "train --json" trn --json
 check "train --json printed the losses" grep -q '"loss":\[' "$T/stdout"
+# train on the CUDA backend, emulated on the host (DMOVE_CUDA_EMULATE=1) where dmove has it:
+# a run in two parts equals the whole run there too, and its checkpoint goes on on the CPU
+trg() { DMOVE_CUDA_EMULATE=1 trn --device cuda --dtype bf16 --warmup 2 --lr-schedule linear "$@"; }
+if trg --until 3 --save "$T/gpart.ckpt" >"$T/stdout" 2>"$T/stderr"; then
+    expect_ok "train --device cuda --dtype bf16 (emulated)" trg --save "$T/gfull.ckpt"
+    check "train on cuda said where it ran" grep -q "on the GPU (bf16 storage, emulated" "$T/stdout"
+    check "train on cuda printed the GPU's memory" grep -q "^memory on the GPU: .*fp32 master weights" "$T/stdout"
+    expect_ok "train --device cuda --resume (the second part)" trg --resume "$T/gpart.ckpt" --save "$T/gres.ckpt"
+    check "on cuda, the run in two parts equals the whole run, byte for byte" cmp -s "$T/gfull.ckpt" "$T/gres.ckpt"
+    gl=$(sed -n 's/^loss .* -> \([0-9.]*\) (step 6)$/\1/p' "$T/stdout")
+    expect_ok "a cuda checkpoint resumed on the CPU" trn --warmup 2 --lr-schedule linear --resume "$T/gpart.ckpt" \
+        --save "$T/cres.ckpt"
+    cl=$(sed -n 's/^loss .* -> \([0-9.]*\) (step 6)$/\1/p' "$T/stdout")
+    check "...its last loss within 2% of the cuda run's (bf16: $gl, CPU: $cl)" \
+        awk -v g="$gl" -v c="$cl" 'BEGIN { d = g - c; if (d < 0) d = -d; exit !(g != "" && c > 0 && d < 0.02 * c) }'
+else
+    expect_fail "train --device cuda in a dmove without CUDA" 1 "built without CUDA" trg --until 3 --save "$OUT"
+fi
 st_write "$T/data" hidden_states:F32:3,4,8:077 target:F32:3,4,8 attention_mask:I64:3,4:001
 expect_ok "train --data (an I64 mask)" "$D" train --data "$T/data" --layers 1 --batch 2 --heads 2 --ffn 16 --steps 2
 # Ctrl-C: the step under way ends, the checkpoint is written, status 130; it resumes

@@ -1,25 +1,28 @@
 #!/bin/sh
-# bench/gpu/pack.sh: builds dmove and tests/test_cuda on this machine and packs them, with
+# bench/gpu/pack.sh: builds dmove, tests/test_cuda and tests/test_train on this machine and packs them, with
 # the shared libraries a GPU machine of the device tool lacks, into .dev/ (git-ignored):
-#   .dev/bin/dmove, .dev/bin/test_cuda   (stripped)
+#   .dev/bin/dmove, .dev/bin/test_cuda, .dev/bin/test_train   (stripped)
 #   .dev/lib/                            (OpenBLAS, cJSON, gfortran, gomp, libstdc++, ...)
 # The GPU machine has the CUDA toolkit and driver (cuBLAS, NVRTC, the headers NVRTC
 # needs) but nothing can be installed there, and the device tool carries at most 64 MiB
 # (.dev is about 50 MiB, most of it OpenBLAS). There, name .dev in the call's carry and run
 #   LD_LIBRARY_PATH=$PWD/.dev/lib DMOVE=.dev/bin/dmove TEST_CUDA=.dev/bin/test_cuda \
 #       sh bench/gpu/run.sh "$OUT/g"
-# (SIZES=8x512 and SIZES=96x128 as two calls if one would pass the 10-minute limit).
+# (SIZES=8x512 and SIZES=96x128 as two calls if one would pass the 10-minute limit), and
+#   LD_LIBRARY_PATH=$PWD/.dev/lib DMOVE=.dev/bin/dmove TEST_TRAIN=.dev/bin/test_train \
+#       sh bench/gpu/train.sh "$OUT/t"
+# for `dmove train --device cuda`.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
-make -C "$root" -j"$(nproc)" all build/tests/test_cuda >/dev/null
+make -C "$root" -j"$(nproc)" all build/tests/test_cuda build/tests/test_train >/dev/null
 out=$root/.dev
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
-cp "$root/build/dmove" "$root/build/tests/test_cuda" "$out/bin/"
-strip "$out/bin/dmove" "$out/bin/test_cuda"
+cp "$root/build/dmove" "$root/build/tests/test_cuda" "$root/build/tests/test_train" "$out/bin/"
+strip "$out/bin/dmove" "$out/bin/test_cuda" "$out/bin/test_train"
 # every library the two load, but the C runtime and CUDA's own (the GPU machine's
 # toolkit and driver must be the ones used)
-ldd "$root/build/dmove" "$root/build/tests/test_cuda" | awk '/=> \// {print $3}' | sort -u |
+ldd "$root/build/dmove" "$root/build/tests/test_cuda" "$root/build/tests/test_train" | awk '/=> \// {print $3}' | sort -u |
     while read -r lib; do
         case "$(basename "$lib")" in
         libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libcu* | libnvrtc*) ;;
