@@ -220,12 +220,19 @@ double dm_adamw_lr(const dm_adamw_config *c, int64_t step);
  * trained to map hidden_states to target: loss = mean over the tokens the mask keeps and
  * their features of (output - target)^2. Each layer draws its own dropout masks, new each
  * step; the first layer computes no input gradient (no_input_grad; unless a plan is given).
- * CPU only for now. Tensors by name (fp32, row-major; the pointer stays valid until
- * dm_trainer_free): hidden_states (b,j,i) the stack's input, attention_mask (b,j) (default
- * all ones), target (b,j,i) (default zeros), output (b,j,i) the last layer's, and for layer
- * l "encoder.layer.<l>.<BertLayer parameter>" with ".grad", ".exp_avg" and ".exp_avg_sq"
+ * Tensors by name (fp32, row-major; the pointer stays valid until dm_trainer_free):
+ * hidden_states (b,j,i) the stack's input, attention_mask (b,j) (default all ones), target
+ * (b,j,i) (default zeros), output (b,j,i) the last layer's, and for layer l
+ * "encoder.layer.<l>.<BertLayer parameter>" with ".grad", ".exp_avg" and ".exp_avg_sq"
  * (AdamW's moments) after it. The parameters start as the layers make them
- * (dm_trainer_init_params for BERT's initialisation). */
+ * (dm_trainer_init_params for BERT's initialisation).
+ * With opt->device DM_DEVICE_CUDA the whole step runs on the GPU (layer to layer, loss,
+ * AdamW over fp32 master weights in 16-bit storage) and these tensors are host copies:
+ * hidden_states, attention_mask and target are sent up at every step or forward; output
+ * is brought down by dm_trainer_forward and by asking for it; a parameter, gradient or
+ * moment is brought down when asked for by name (after a step, ask again: the pointer is
+ * the same, its contents are refreshed), and a parameter or moment asked for is sent up
+ * again before the next pass (so writes through it count). */
 typedef struct dm_trainer dm_trainer;
 enum { DM_TRAIN_FORWARD = 0, DM_TRAIN_LOSS, DM_TRAIN_BACKWARD, DM_TRAIN_OPTIMIZER, DM_TRAIN_NUM_PHASES };
 dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layers,

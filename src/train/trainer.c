@@ -183,7 +183,7 @@ dm_status dm_trainer_tensor(dm_trainer *T, const char *name, float **data, int *
     } else if (strcmp(name, "hidden_states") == 0) {
         return dm_layer_tensor(T->L[0], "hidden_states", data, ndim, shape);
     } else if (strcmp(name, "output") == 0) {
-        if (T->gpu) DM_TRY(dm_trainer_gpu_pull(T));
+        if (T->gpu) DM_TRY(dm_trainer_gpu_pull(T, DM_PULL_OUTPUT));
         return dm_layer_tensor(T->L[T->nlayers - 1], "output", data, ndim, shape);
     } else if (layer_name(T, name, &l, &rest)) {
         size_t n = strlen(rest);
@@ -192,7 +192,7 @@ dm_status dm_trainer_tensor(dm_trainer *T, const char *name, float **data, int *
         if (T->gpu) {
             /* the GPU's state comes down; the caller may write a parameter or a moment */
             const int slot = moment ? 0 : dm_train_slot_find(T, l, rest) >= 0;
-            DM_TRY(dm_trainer_gpu_pull(T));
+            DM_TRY(dm_trainer_gpu_pull(T, DM_PULL_STATE));
             if (moment || slot) T->device_stale = 1;
             else if (n < 5 || strcmp(rest + n - 5, ".grad") != 0) DM_TRY(dm_trainer_gpu_download(T, l, rest));
         }
@@ -294,7 +294,7 @@ static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
 dm_status dm_trainer_forward(dm_trainer *T, double *loss) {
     if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_forward: NULL trainer");
     DM_TRY(forward(T, T->step + 1, loss));
-    return T->gpu ? dm_trainer_gpu_pull(T) : DM_OK; /* the caller reads the output */
+    return T->gpu ? dm_trainer_gpu_pull(T, DM_PULL_OUTPUT) : DM_OK; /* the caller reads the output */
 }
 
 dm_status dm_trainer_step(dm_trainer *T, double *loss) {

@@ -82,10 +82,10 @@ dm_status dm_trainer_gpu_push(dm_trainer *T) {
     return DM_OK;
 }
 
-dm_status dm_trainer_gpu_pull(const dm_trainer *T) {
+dm_status dm_trainer_gpu_pull(const dm_trainer *T, unsigned what) {
     /* the host copies are a cache of the GPU's state: filling them changes no state */
     dm_trainer *W = (dm_trainer *)T;
-    if (T->state_stale) {
+    if ((what & DM_PULL_STATE) && T->state_stale) {
         for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
             const dm_train_slot *sl = &T->slot[k];
             dm_cuda_exec *ex = T->L[k / DM_NUM_PARAMS]->cuda;
@@ -99,7 +99,7 @@ dm_status dm_trainer_gpu_pull(const dm_trainer *T) {
             DM_TRY(dm_cuda_memcpy(home(T), T->moments, T->d_moments, (size_t)T->nparams * 2 * sizeof(float), 0));
         W->state_stale = 0;
     }
-    if (T->output_stale) {
+    if ((what & DM_PULL_OUTPUT) && T->output_stale) {
         dm_layer *last = T->L[T->nlayers - 1];
         float *y = NULL;
         const int t = dm_layer_tensor_id(last, "output");
@@ -180,7 +180,7 @@ static dm_status no_cuda(void) {
 dm_status dm_trainer_gpu_init(dm_trainer *T) { return no_cuda(); }
 void dm_trainer_gpu_free(dm_trainer *T) { (void)T; }
 dm_status dm_trainer_gpu_push(dm_trainer *T) { return no_cuda(); }
-dm_status dm_trainer_gpu_pull(const dm_trainer *T) { return no_cuda(); }
+dm_status dm_trainer_gpu_pull(const dm_trainer *T, unsigned what) { return no_cuda(); }
 dm_status dm_trainer_gpu_download(dm_trainer *T, int l, const char *name) { return no_cuda(); }
 dm_status dm_trainer_gpu_inputs(dm_trainer *T) { return no_cuda(); }
 dm_status dm_trainer_gpu_link(dm_trainer *T, int from, const char *src, int to, const char *dst) { return no_cuda(); }

@@ -49,15 +49,17 @@ struct dm_trainer {
 int dm_train_slot_find(const dm_trainer *T, int l, const char *param);
 
 /* trainer_cuda.c: the stack on the GPU. init: the buffers and tensor ids (after the
- * layers); push / pull: the host copies up when device_stale / down when state_stale or
- * output_stale; download: layer l's tensor `name` to its host copy; inputs: the batch,
+ * layers); push / pull: the host copies up when device_stale / down, of what `what` names,
+ * when state_stale (DM_PULL_STATE: parameters, gradients, moments) or output_stale
+ * (DM_PULL_OUTPUT: the last layer's output); download: layer l's tensor `name` to its host copy; inputs: the batch,
  * masks and target up; link: tensor src of layer `from` into tensor dst of layer `to`;
  * loss: the loss kernel (with the gradient unless forward-only), *sum its sum of squares
  * over kept tokens; adamw: update `step` of every parameter. */
 dm_status dm_trainer_gpu_init(dm_trainer *T);
 void dm_trainer_gpu_free(dm_trainer *T);
 dm_status dm_trainer_gpu_push(dm_trainer *T);
-dm_status dm_trainer_gpu_pull(const dm_trainer *T);
+enum { DM_PULL_STATE = 1u, DM_PULL_OUTPUT = 2u };
+dm_status dm_trainer_gpu_pull(const dm_trainer *T, unsigned what);
 dm_status dm_trainer_gpu_download(dm_trainer *T, int l, const char *name);
 dm_status dm_trainer_gpu_inputs(dm_trainer *T);
 dm_status dm_trainer_gpu_link(dm_trainer *T, int from, const char *src, int to, const char *dst);
