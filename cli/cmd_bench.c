@@ -348,8 +348,10 @@ static void print_table(const cli_config *c, const result *res, int nres, int wa
         printf("fused step / contractions alone:    %.3f\n", fu->step_ms / fu->contr_ms);
     /* what fusion saves in memory too: the intermediates kept inside their groups get none */
     printf("\nmemory (MB): the arena (one allocation: inputs, parameters and gradients, outputs, every\n"
-           "tensor that leaves its group), of it the intermediates planned by liveness, and the\n"
-           "per-thread scratch of the fused groups' rows and tiles:\n");
+           "tensor that leaves its group), of it the intermediates planned by liveness, and %s:\n",
+           g_device == DM_DEVICE_CUDA ? "the GPU executor's\nworkspace beside the arena (batched groups' "
+                                        "temporaries, partial sums, cuBLASLt's workspace)"
+                                      : "the\nper-thread scratch of the fused groups' rows and tiles");
     for (int s = 0; s < nres; s++)
         printf("%-9s arena %9.1f   intermediates %9.1f   scratch %7.1f\n", res[s].name, res[s].mem.arena / 1e6,
                res[s].mem.activations / 1e6, res[s].mem.scratch / 1e6);

@@ -178,9 +178,10 @@ void dm_layer_profile_reset(dm_layer *layer);
  * (inputs, parameters, their gradients, outputs and every tensor that leaves its fused
  * group), of which `activations` are the intermediates planned by liveness (what fusion
  * saves: a tensor kept inside its group gets none), `parameters` the parameters and
- * `inputs` hidden_states, attention_mask and grad_output; and the CPU executor's
- * per-thread scratch (rows and tiles of the fused groups; 0 on the GPU, whose scratch is
- * shared memory). */
+ * `inputs` hidden_states, attention_mask and grad_output; and `scratch`: the CPU
+ * executor's per-thread scratch (rows and tiles of the fused groups), or on the GPU the
+ * executor's device memory beside the arena (batched groups' temporaries, spilled
+ * scratch, column-sum partials, cuBLASLt's workspace; not cuBLAS's or the runtime's own). */
 typedef struct {
     size_t arena, activations, parameters, inputs, scratch;
 } dm_layer_memory;

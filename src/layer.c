@@ -442,6 +442,9 @@ void dm_layer_memory_info(const dm_layer *L, dm_layer_memory *out) {
         else if (L->g.t[t].role == DM_ROLE_INPUT) out->inputs += b;
     }
     if (!L->cuda) out->scratch = (size_t)L->ex.nthreads * (size_t)L->ex.per_thread * sizeof(float);
+#ifdef DM_HAVE_CUDA
+    else out->scratch = dm_cuda_exec_workspace_bytes(L->cuda);
+#endif
 }
 
 void dm_layer_flop(const dm_layer *L, double flop[2][DM_NUM_CLASSES]) {

@@ -960,12 +960,14 @@ static void test_gpu_trainer(void) {
             printf("  update %d redone on the host from the GPU's state and gradients: within %.2e\n", STEPS + 1, e);
             CHECK(e < 1e-6);
         }
-        /* memory: the master weights (16-bit storage) beside the two moments */
+        /* memory: the master weights (16-bit storage) beside the two moments; the device
+         * workspace */
         {
             dm_layer_memory m;
             size_t opt_bytes = 0;
             dm_trainer_memory_info(G, &m, &opt_bytes);
             CHECK(opt_bytes == (size_t)dm_trainer_num_params(G) * (q ? 12 : 8));
+            CHECK(m.scratch > 0); /* the executors' workspaces beside their arenas */
         }
     next:
         dm_trainer_free(C);

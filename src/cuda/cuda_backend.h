@@ -91,6 +91,10 @@ const char *dm_cuda_exec_gen_note(const dm_cuda_exec *ex);
 int dm_cuda_exec_epilogues(const dm_cuda_exec *ex);
 /* How many groups run on the second stream (DM_CUDA_OVERLAP). */
 int dm_cuda_exec_side_groups(const dm_cuda_exec *ex);
+/* Device memory the executor holds beyond its arena: the tile temporaries of batched
+ * groups, global scratch, column-sum partials, fp32 row statistics, row programs, GEMM
+ * address arrays, cuBLASLt's workspace (not what cuBLAS and the CUDA runtime keep). */
+size_t dm_cuda_exec_workspace_bytes(const dm_cuda_exec *ex);
 
 /* Enqueues group gi (asynchronous: errors of the kernels may surface at dm_cuda_sync).
  * only_contractions: just the GEMMs of a batched group. */

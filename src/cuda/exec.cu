@@ -125,13 +125,15 @@ struct dm_cuda_exec {
     int have_lt, nepi;
     void *lt_ws;              /* cuBLASLt's workspace */
     size_t lt_ws_bytes;
+    size_t dev_bytes;         /* device memory allocated for the plan, the arena included */
 };
 
 /* Emulation (DM_CUDA_EMULATE, emulate.cu): "device" buffers are host memory. */
 static int emulated(const dm_cuda_exec *ex) { return (ex->flags & DM_CUDA_EMULATE) != 0; }
 
-static dm_status dev_alloc(const dm_cuda_exec *ex, void **p, size_t bytes, const char *what) {
+static dm_status dev_alloc(dm_cuda_exec *ex, void **p, size_t bytes, const char *what) {
     if (bytes == 0) bytes = 256;
+    ex->dev_bytes += bytes;
     if (emulated(ex)) { /* 256-byte aligned and zeroed, as cudaMalloc's (plus the memset) */
         size_t n = (bytes + 255) / 256 * 256;
         *p = n >= bytes ? aligned_alloc(256, n) : NULL;
@@ -1764,7 +1766,17 @@ dm_status dmc_tensor_span(const dm_cuda_exec *ex, int t, char **dev, int *dt, si
 
 dm_status dm_cuda_alloc(dm_cuda_exec *ex, size_t bytes, void **dev, const char *what) {
     if (!ex || !dev) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_alloc: NULL argument");
-    return dev_alloc(ex, dev, bytes, what ? what : "a buffer");
+    const size_t before = ex->dev_bytes;
+    dm_status s = dev_alloc(ex, dev, bytes, what ? what : "a buffer");
+    ex->dev_bytes = before; /* its user counts these */
+    return s;
+}
+
+size_t dm_cuda_exec_workspace_bytes(const dm_cuda_exec *ex) {
+    if (!ex) return 0;
+    size_t arena = ex->arena_bytes / 4 * (size_t)ex->esz; /* as allocated by init */
+    if (!arena) arena = 256;
+    return ex->dev_bytes > arena ? ex->dev_bytes - arena : 0;
 }
 
 void dm_cuda_free(dm_cuda_exec *ex, void *dev) {
