@@ -667,6 +667,7 @@ int cmd_train(int argc, char **argv) {
     /* the median training step (forward, loss, backward, AdamW; not the data) */
     qsort(step_secs, (size_t)ran, sizeof(double), cmp_double);
     const double med = ran % 2 ? step_secs[ran / 2] : 0.5 * (step_secs[ran / 2 - 1] + step_secs[ran / 2]);
+    const double step_flop = dm_trainer_step_flop(T);
     dm_layer_memory mem;
     size_t opt_bytes;
     dm_trainer_memory_info(T, &mem, &opt_bytes);
@@ -678,12 +679,13 @@ int cmd_train(int argc, char **argv) {
                data ? "file" : "teacher", dm_device_kind_name(device), dm_dtype_name(dtype));
         for (int64_t k = 0; k < ran; k++) printf("%s%.9g", k ? "," : "", losses[k]);
         printf("],\"ms_per_step\":{\"data\":%.4f,\"forward\":%.4f,\"loss\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,"
-               "\"total\":%.4f},\"step_ms_median\":%.4f,\"optimizer_gb_per_s\":%.3f,\"tokens_per_s\":%.1f,"
+               "\"total\":%.4f},\"step_ms_median\":%.4f,\"step_flop\":%.6g,\"gflop_per_s\":%.2f,"
+               "\"optimizer_gb_per_s\":%.3f,\"tokens_per_s\":%.1f,"
                "\"memory_bytes\":{\"arenas\":%zu,\"intermediates\":%zu,\"scratch\":%zu,\"optimizer\":%zu}}\n",
                1e3 * t_data / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n,
                1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * (t_total - t_save) / n,
-               1e3 * med, opt_gbs, (double)(b * j) * n / (t_total - t_save), mem.arena, mem.activations, mem.scratch,
-               opt_bytes);
+               1e3 * med, step_flop, step_flop / med / 1e9, opt_gbs, (double)(b * j) * n / (t_total - t_save), mem.arena,
+               mem.activations, mem.scratch, opt_bytes);
     } else {
         printf("\nloss %.6f (step %" PRId64 ") -> %.6f (step %" PRId64 ")\n", losses[0], start + 1, losses[ran - 1],
                last);
@@ -691,7 +693,9 @@ int cmd_train(int argc, char **argv) {
                1e3 * (t_total - t_save) / n, data ? "reading data" : "teacher", 1e3 * t_data / n,
                1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
                1e3 * ph[DM_TRAIN_OPTIMIZER] / n, opt_gbs);
-        printf("median training step (forward, loss, backward, AdamW): %.1f ms\n", 1e3 * med);
+        printf("median training step (forward, loss, backward, AdamW): %.1f ms, %.1f GFLOP of the layers: %.1f %s\n",
+               1e3 * med, step_flop / 1e9, step_flop / med / (device == DM_DEVICE_CUDA ? 1e12 : 1e9),
+               device == DM_DEVICE_CUDA ? "TFLOP/s" : "GFLOP/s");
         printf("memory%s: %.1f MB (the layers' arenas %.1f MB, of them intermediates %.1f MB%s; scratch %.1f MB; "
                "AdamW's moments%s %.1f MB)\n", device == DM_DEVICE_CUDA ? " on the GPU" : "",
                (double)(mem.arena + mem.scratch + opt_bytes) / 1e6, mem.arena / 1e6, mem.activations / 1e6,

@@ -259,6 +259,9 @@ dm_status dm_trainer_set_adamw(dm_trainer *t, const dm_adamw_config *adam);
 /* What the run trains on (e.g. "teacher scale 5" or "data samples.safetensors"; at most
  * 127 characters): recorded in checkpoints, and a checkpoint of another run is not resumed. */
 dm_status dm_trainer_set_run_tag(dm_trainer *t, const char *tag);
+/* flop of one training step of the stack, forward and backward (dm_layer_flop summed over
+ * the layers; the loss and AdamW, a few flop per element, not counted). */
+double dm_trainer_step_flop(const dm_trainer *t);
 /* Seconds spent since dm_trainer_new, by phase (DM_TRAIN_FORWARD ...). */
 void dm_trainer_times(const dm_trainer *t, double secs[DM_TRAIN_NUM_PHASES]);
 /* A checkpoint: every parameter, both moments, the step count and the configuration, in

@@ -420,6 +420,7 @@ expect_ok "train --recompute" trn --warmup 2 --lr-schedule linear --recompute --
 check "train --recompute: the same checkpoint, byte for byte" cmp -s "$T/full.ckpt" "$T/rc.ckpt"
 expect_ok "train --json" trn --json
 check "train --json printed the losses" grep -q '"loss":\[' "$T/stdout"
+check "train --json printed the step's flop and rate" grep -q '"step_flop":[0-9.e+]*,"gflop_per_s":[0-9.]*,' "$T/stdout"
 # train on the CUDA backend, emulated on the host (DMOVE_CUDA_EMULATE=1) where dmove has it:
 # a run in two parts equals the whole run there too, and its checkpoint goes on on the CPU
 trg() { DMOVE_CUDA_EMULATE=1 trn --device cuda --dtype bf16 --warmup 2 --lr-schedule linear "$@"; }

@@ -703,6 +703,14 @@ static void test_learns(void) {
         dm_layer_options lo = {.threads = 2};
         CHECK_OK(dm_layer_new(&L, &cfg, &lo));
         dm_layer_memory_info(L, &one);
+        /* its flop: two layers', less the first one's input gradient: its GEMM (2 b j i 3i)
+         * and the add of the residual's gradient into it (b j i) */
+        double f[2][DM_NUM_CLASSES], one_flop = 0;
+        dm_layer_flop(L, f);
+        for (int p = 0; p < 2; p++)
+            for (int c = 0; c < DM_NUM_CLASSES; c++) one_flop += f[p][c];
+        const double bji = (double)cfg.batch * cfg.seq * cfg.hidden, dx = 2.0 * bji * 3 * cfg.hidden + bji;
+        CHECK(fabs(dm_trainer_step_flop(S) - (2 * one_flop - dx)) < 0.5);
         dm_layer_free(L);
         /* the first layer builds no input gradient: its arena is a little smaller */
         CHECK(opt_bytes == (size_t)dm_trainer_num_params(S) * 8 && sum.arena > one.arena &&

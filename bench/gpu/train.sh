@@ -81,8 +81,8 @@ rows = []
 for line in open(sys.argv[1]):
     t = json.loads(line)
     if "step_ms_median" in t:  # dmove train --json
-        rows.append((t["framework"], t["step_ms_median"], t["loss"][-1], t["memory_bytes"]["arenas"] / 1e6
-                     + t["memory_bytes"]["optimizer"] / 1e6))
+        rows.append((t["framework"] + f" ({t['gflop_per_s'] / 1e3:.0f} TFLOP/s)", t["step_ms_median"], t["loss"][-1],
+                     (t["memory_bytes"]["arenas"] + t["memory_bytes"]["scratch"] + t["memory_bytes"]["optimizer"]) / 1e6))
     else:
         rows.append((t["framework"] + " (" + t["recipe"] + ")", t["step_ms"], t["loss"], t.get("peak_mb")))
 eager = next((r[1] for r in rows if r[0].startswith("pytorch-eager")), None)
@@ -90,7 +90,8 @@ print(f"{'':64s} {'step ms':>9s} {'vs eager':>9s} {'last loss':>10s} {'memory MB
 for name, ms, loss, mb in rows:
     ratio = f"{eager / ms:8.2f}x" if eager else "       -"
     print(f"{name:64s} {ms:9.2f} {ratio} {loss:10.4f} {mb if mb is not None else float('nan'):10.0f}")
-print("(dmove: median step without its teacher; memory = arenas + AdamW's moments and master weights. PyTorch:"
+print("(dmove: median step without its teacher, TFLOP/s of the layers' flop; memory = arenas + workspaces + AdamW's"
+      " moments and master weights. PyTorch:"
       " fixed random inputs and targets, so its loss is not comparable; memory = peak allocated)")
 PY
 done

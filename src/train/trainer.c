@@ -135,6 +135,17 @@ void dm_trainer_memory_info(const dm_trainer *T, dm_layer_memory *sum, size_t *o
     if (T->moments) *optimizer = (size_t)T->nparams * (T->d_master ? 3 : 2) * sizeof(float);
 }
 
+double dm_trainer_step_flop(const dm_trainer *T) {
+    double sum = 0.0;
+    for (int l = 0; T && l < T->nlayers; l++) {
+        double f[2][DM_NUM_CLASSES];
+        dm_layer_flop(T->L[l], f);
+        for (int p = 0; p < (T->forward_only ? 1 : 2); p++)
+            for (int c = 0; c < DM_NUM_CLASSES; c++) sum += f[p][c];
+    }
+    return sum;
+}
+
 void dm_trainer_times(const dm_trainer *T, double secs[DM_TRAIN_NUM_PHASES]) {
     for (int k = 0; k < DM_TRAIN_NUM_PHASES; k++) secs[k] = T ? T->secs[k] : 0.0;
 }
