@@ -43,6 +43,8 @@ static void usage(FILE *out) {
             "Last, memory: the tensors the forward keeps for the backward, and the peak of\n"
             "the intermediates in the fused plan, the unfused one and the fused one with\n"
             "attention recomputed in the backward (--recompute of layer, bench, tune, train).\n"
+            "With --recompute the fused plan analysed is that one: its groups, bytes and\n"
+            "floor with the extra flop of the recomputation.\n"
             "\n"
             "options:\n");
     cli_config_help(out, CLI_CFG_ALL);
@@ -64,6 +66,9 @@ static void usage(FILE *out) {
             "                   add per operator achieved ms, GB/s, GFLOP/s, %% of its\n"
             "                   roofline and MUE (see README)\n"
             "  --reps N         profiled steps for --measure (default 5, after 2 warm-up)\n"
+            "  --recompute      the fused plan with attention's probabilities recomputed in\n"
+            "                   the backward (Q K^T, mask, softmax, dropout again, inside the\n"
+            "                   backward attention group) instead of kept from the forward\n"
             "  --help           this text\n"
             "\n"
             "exit status: 0 success, 1 runtime error (e.g. no profile), 2 usage error\n"
@@ -159,8 +164,9 @@ static void print_table(const cli_config *c, const dm_graph *g, const dm_cost_re
                         const double *op_secs) {
     const dm_layer_config *cfg = &c->cfg;
     printf("dmove analyze: b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
-           "%s, %s, %d ops, %d fused groups\n", cfg->batch, cfg->seq, cfg->hidden, cfg->heads,
-           cfg->ffn, cli_variant(cfg), dm_dtype_bytes_name(r->dtype_bytes), r->nops, r->ngroups);
+           "%s, %s, %d ops, %d fused groups%s\n", cfg->batch, cfg->seq, cfg->hidden, cfg->heads,
+           cfg->ffn, cli_variant(cfg), dm_dtype_bytes_name(r->dtype_bytes), r->nops, r->ngroups,
+           r->recomputed_flop > 0 ? " (attention recomputed in the backward)" : "");
     printf("device %s: %s\n", r->dev.name, r->dev.desc);
     printf("  roofs: contraction %.1f GFLOP/s, vector %.1f GFLOP/s, memory %.1f GB/s\n\n",
            dm_device_contract_peak(&r->dev, r->dtype_bytes) / 1e9,
@@ -204,8 +210,11 @@ static void print_table(const cli_config *c, const dm_graph *g, const dm_cost_re
     printf("\ndata movement of the step (%s):\n", dm_dtype_bytes_name(r->dtype_bytes));
     printf("  unfused  %10.2f MB   roofline floor %9.3f ms\n", r->unfused_bytes / 1e6,
            r->unfused_floor_s * 1e3);
-    printf("  fused    %10.2f MB   roofline floor %9.3f ms\n", r->fused_bytes / 1e6,
-           r->fused_floor_s * 1e3);
+    printf("  fused    %10.2f MB   roofline floor %9.3f ms", r->fused_bytes / 1e6, r->fused_floor_s * 1e3);
+    if (r->recomputed_flop > 0)
+        printf("   (attention recomputed: +%.3f GFLOP, %.2f%% of the step's)", r->recomputed_flop / 1e9,
+               100.0 * r->recomputed_flop / r->flop_total);
+    printf("\n");
     printf("  reduction %.2f%% of the bytes; floor fused/unfused %.3f\n", r->reduction_pct,
            r->unfused_floor_s > 0 ? r->fused_floor_s / r->unfused_floor_s : 0);
     if (op_secs)
@@ -220,7 +229,7 @@ static void print_table(const cli_config *c, const dm_graph *g, const dm_cost_re
         printf("%5d %-4s %-13s %9.3f %9.3f %9.4f  ", G, gc->pass ? "bwd" : "fwd",
                dm_class_name(gc->cls), gc->bytes_read / 1e6, gc->bytes_written / 1e6,
                gc->predicted_s * 1e3);
-        for (int k = 0; k < gc->nops; k++) printf("%s%s", k ? " " : "", g->op[gc->ops[k]].name);
+        for (int k = 0; k < gc->nops; k++) printf("%s%s", k ? " " : "", r->fused_graph->op[gc->ops[k]].name);
         printf("\n");
     }
 }
@@ -330,9 +339,9 @@ static cJSON *plan_to_json(const char *path, const dm_graph *g, const dm_choices
 /* --plan: loads the plan and applies it to plan; shows the layouts and algorithms it
  * chooses, beside the builder's, as a table (on stderr when to_stderr: stdout carries
  * CSV), or, given as_json, as a JSON object there instead. */
-static int show_plan(const cli_config *c, const char *path, dm_graph *g, dm_plan *plan, int to_stderr,
-                     cJSON **as_json) {
-    dm_layer_options opt = {.schedule = DM_SCHED_FUSED};
+static int show_plan(const cli_config *c, const char *path, int recompute, dm_graph *g, dm_plan *plan,
+                     int to_stderr, cJSON **as_json) {
+    dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .recompute = recompute};
     dm_choices ch;
     char def[DM_MAX_DIMS + 1];
     if (dm_plan_load(path, &c->cfg, &opt, g, &ch) != DM_OK) {
@@ -409,7 +418,7 @@ static int show_plan(const cli_config *c, const char *path, dm_graph *g, dm_plan
 
 int cmd_analyze(int argc, char **argv) {
     const char *device = "cpu", *profile = NULL, *svg = NULL, *planfile = NULL;
-    int dtype_bytes = 4, json = 0, csv = 0, measure = 0, reps = 5;
+    int dtype_bytes = 4, json = 0, csv = 0, measure = 0, reps = 5, recompute = 0;
     cli_config c;
     cli_config_init(&c, CLI_CFG_ALL);
     for (int a = 1; a < argc; a++) {
@@ -484,6 +493,11 @@ int cmd_analyze(int argc, char **argv) {
             measure = 1;
             continue;
         }
+        if ((r = cli_flag(CMD, argv, a, "--recompute")) != 0) {
+            if (r < 0) return CLI_USAGE;
+            recompute = 1;
+            continue;
+        }
         if ((r = cli_config_option(&c, CMD, argc, argv, &a)) != 0) {
             if (r < 0) return CLI_USAGE;
             continue;
@@ -540,11 +554,12 @@ int cmd_analyze(int argc, char **argv) {
     double *op_secs = NULL;
     cJSON *plan_json = NULL; /* --plan with --json: the plan, for the report */
     memset(&rep, 0, sizeof rep);
-    if (dm_cost_build(&c.cfg, dev.is_cpu, &g, &gf, &plan) != DM_OK || dm_cost_analyze(&g, &plan, &dev, dtype_bytes, &rep) != DM_OK) {
+    if (dm_cost_build(&c.cfg, dev.is_cpu, recompute, &g, &gf, &plan) != DM_OK ||
+        dm_cost_analyze(&g, &plan, &dev, dtype_bytes, &rep) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
         goto done;
     }
-    if (planfile && show_plan(&c, planfile, &gf, &plan, json || csv, json ? &plan_json : NULL)) goto done;
+    if (planfile && show_plan(&c, planfile, recompute, &gf, &plan, json || csv, json ? &plan_json : NULL)) goto done;
     mem_report mem;
     if (memory_report(&c.cfg, dev.is_cpu, &gf, &plan, dtype_bytes, &mem) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());

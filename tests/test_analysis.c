@@ -7,7 +7,10 @@
  *  3. dtype: bf16 bytes are half of fp32; predicted time = max(flop/peak, bytes/bw).
  *  4. JSON has one op entry per graph op with the documented fields.
  *  5. SVG: parsed with expat: well-formed, root <svg>, exactly one point per op.
- *  6. The CPU profile: save/load round trip; missing, malformed, wrong-typed files fail. */
+ *  6. The CPU profile: save/load round trip; missing, malformed, wrong-typed files fail.
+ *  7. --recompute's report: the recomputed flop are the four forward ops' (QK^T 2 b h j^2 p
+ *     by hand, mask, softmax, dropout), the groups' flop the plain fused plan's plus them,
+ *     its groups' bytes recounted as in 2., fewer than the plain fused plan's. */
 #include <expat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,6 +229,50 @@ static int parse_svg(const char *text, size_t len, svg_count *c) {
     return ok ? 0 : -1;
 }
 
+static void test_recompute(void) {
+    const int64_t b = 4, j = 64, i = 128, h = 4, u = 256;
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = b, cfg.seq = j, cfg.hidden = i, cfg.heads = h, cfg.ffn = u;
+    dm_device dev;
+    CHECK_OK(dm_device_preset("h100", &dev));
+    dm_graph g[2], gf[2];
+    dm_plan p[2];
+    dm_cost_report r[2];
+    memset(r, 0, sizeof r);
+    for (int v = 0; v < 2; v++) {
+        CHECK_OK(dm_cost_build(&cfg, 0, v, &g[v], &gf[v], &p[v]));
+        CHECK_OK(dm_cost_analyze(&g[v], &p[v], &dev, 2, &r[v]));
+    }
+    /* the recomputed ops, from the unfused graph: scores, mask, softmax, dropout */
+    double four = 0, scores = 0;
+    const dm_op_kind kinds[4] = {DM_OP_CONTRACT, DM_OP_MASK_ADD, DM_OP_SOFTMAX, DM_OP_DROPOUT};
+    const char *names[4] = {"attn_scores", "attn_mask", "attn_softmax", "attn_probs_dropout"};
+    for (int o = 0; o < g[0].nop; o++)
+        for (int k = 0; k < 4; k++)
+            if (g[0].op[o].kind == kinds[k] && !strcmp(g[0].op[o].name, names[k])) {
+                four += dm_op_flop(&g[0], &g[0].op[o]);
+                if (k == 0) scores = dm_op_flop(&g[0], &g[0].op[o]);
+            }
+    const double qk = 2.0 * b * h * j * j * (i / h);
+    double bytes = 0;
+    int bad = 0;
+    for (int G = 0; G < p[1].ngroups; G++) bytes += recount_group(&p[1], G, 2, &bad);
+    printf("  --recompute: +%.4f GFLOP (QK^T by hand %.4f), fused bytes %.3f MB (recounted %.3f; without %.3f)\n",
+           r[1].recomputed_flop / 1e9, qk / 1e9, r[1].fused_bytes / 1e6, bytes / 1e6, r[0].fused_bytes / 1e6);
+    /* the row ops: a few flop per score against QK^T's 2p */
+    CHECK(r[0].recomputed_flop == 0 && r[1].recomputed_flop == four && scores == qk && four < 1.25 * qk);
+    CHECK(fabs(r[1].fused_flop - (r[0].fused_flop + four)) < 1.0);
+    CHECK(r[1].flop_total == r[0].flop_total); /* the operator table: the plain graph */
+    CHECK(!bad && fabs(bytes - r[1].fused_bytes) < 0.5 && r[1].fused_bytes < r[0].fused_bytes);
+    for (int v = 0; v < 2; v++) {
+        dm_cost_free(&r[v]);
+        dm_plan_free(&p[v]);
+        dm_graph_free(&gf[v]);
+        dm_graph_free(&g[v]);
+    }
+}
+
 static void test_svg(void) {
     setup s;
     if (build(&s, 2, 64, 128, 4, 512)) return;
@@ -335,6 +382,7 @@ int main(void) {
     test_group_bytes(8, 128, 768, 12, 3072, "BERT-base");
     test_group_bytes(8, 512, 1024, 16, 4096, "BERT-large");
     test_group_bytes(3, 17, 40, 5, 72, "odd sizes");
+    test_recompute();
     test_svg();
     test_profile();
     TEST_END();

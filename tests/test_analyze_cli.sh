@@ -71,6 +71,19 @@ awk -v p="$probs" -v f="$(jv intermediates_fused_bytes)" -v u="$(jv intermediate
     -v r="$(jv intermediates_recompute_bytes)" -v s="$(jv saved_for_backward_bytes)" \
     'BEGIN { exit !(p == 8 * 12 * 128 * 128 * 4 && f > 0 && f <= u && r < f && s > p) }' ||
     fail "JSON: memory numbers inconsistent (probs $probs, $(jv intermediates_fused_bytes) fused)"
+# --recompute: the recompute plan's groups (the clones inside the backward attention group),
+# fewer bytes, the recomputed flop (QK^T, mask, softmax, dropout: BERT-base b=8 j=128
+# fp32: 2 b h j^2 p = 0.201 GFLOP for QK^T, 0.215 in all) in the table and the JSON
+good "--recompute" analyze --device h100 --recompute
+grep -q "fused groups (attention recomputed in the backward)" "$T/stdout" &&
+    grep -q "attn_scores_re attn_mask_re attn_softmax_re attn_probs_dropout_re" "$T/stdout" &&
+    grep -q "(attention recomputed: +0.215 GFLOP" "$T/stdout" || fail "--recompute: no recomputed group or flop"
+good "--recompute, JSON" analyze --device h100 --recompute --json
+rb=$(jv fused_bytes) rf=$(jv recomputed_flop)
+good "without --recompute, JSON" analyze --device h100 --json
+awk -v rb="$rb" -v b="$(jv fused_bytes)" -v rf="$rf" -v f="$(jv recomputed_flop)" \
+    'BEGIN { exit !(rb > 0 && rb < b && rf > 2.01e8 && rf < 2.2e8 && f == 0) }' ||
+    fail "--recompute, JSON: fused bytes $rb (without: $(jv fused_bytes)), recomputed flop $rf"
 # a fused plan from `dmove tune` lays out tensors the fused schedule's rewrites add
 # (ffn_act_deriv): analyze builds its fused plan on that graph, so it shows them
 if "$DMOVE" tune --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --reps 1 --no-cache --threads 2 \

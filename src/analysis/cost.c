@@ -88,6 +88,7 @@ dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_devi
     r->dtype_bytes = dtype_bytes;
     r->nops = g->nop;
     r->ngroups = fused->ngroups;
+    r->fused_graph = fused->g;
     r->ops = calloc((size_t)(g->nop > 0 ? g->nop : 1), sizeof *r->ops);
     r->groups = calloc((size_t)(fused->ngroups > 0 ? fused->ngroups : 1), sizeof *r->groups);
     if (!r->ops || !r->groups) {
@@ -126,9 +127,11 @@ dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_devi
         c->nops = gr->nops;
         c->ops = fused->order + gr->first;
         for (int k = 0; k < gr->nops; k++) {
-            const dm_op_cost *oc = &r->ops[c->ops[k]];
-            c->flop += oc->flop;
-            c->t_compute += oc->t_compute;
+            const dm_op *op = &fused->g->op[c->ops[k]];
+            const double f = dm_op_flop(fused->g, op);
+            c->flop += f;
+            c->t_compute += f / (dm_op_kind_class(op->kind) == DM_CLASS_CONTRACTION ? pc : pv);
+            if (op->recomputed) r->recomputed_flop += f;
         }
         dm_cost_group_io(fused, G, dtype_bytes, &c->bytes_read, &c->bytes_written);
         c->bytes = c->bytes_read + c->bytes_written;
@@ -136,6 +139,7 @@ dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_devi
         c->predicted_s = c->t_memory > c->t_compute ? c->t_memory : c->t_compute;
         r->fused_bytes += c->bytes;
         r->fused_floor_s += c->predicted_s;
+        r->fused_flop += c->flop;
     }
     r->reduction_pct = r->unfused_bytes > 0 ? 100.0 * (1.0 - r->fused_bytes / r->unfused_bytes) : 0;
     return DM_OK;
@@ -149,7 +153,8 @@ void dm_cost_free(dm_cost_report *r) {
     r->groups = NULL;
 }
 
-dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, dm_graph *g, dm_graph *gf, dm_plan *plan) {
+dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, int recompute, dm_graph *g, dm_graph *gf,
+                        dm_plan *plan) {
     memset(plan, 0, sizeof *plan);
     dm_graph_init(g);
     dm_graph_init(gf);
@@ -160,6 +165,7 @@ dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, dm_graph *g, dm_gra
         return st;
     if (gf->nop != g->nop)
         return dm_fail(DM_ERR_INTERNAL, "the fused graph has %d operators, the graph %d", gf->nop, g->nop);
+    if (recompute && (st = dm_rewrite_recompute_attention(gf, NULL)) != DM_OK) return st;
     return dm_plan_build(gf, 1, cpu, 0, plan);
 }
 
@@ -169,7 +175,7 @@ dm_status dm_cost_floors(const dm_layer_config *cfg, const dm_device *dev, int d
     dm_plan plan;
     dm_cost_report rep;
     memset(&rep, 0, sizeof rep);
-    dm_status st = dm_cost_build(cfg, dev->is_cpu, &g, &gf, &plan);
+    dm_status st = dm_cost_build(cfg, dev->is_cpu, 0, &g, &gf, &plan);
     if (st == DM_OK) st = dm_cost_analyze(&g, &plan, dev, dtype_bytes, &rep);
     if (st == DM_OK) {
         *unfused_s = rep.unfused_floor_s;

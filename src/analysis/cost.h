@@ -28,7 +28,8 @@ typedef struct {
     int pass;
     dm_op_class cls;
     int nops;
-    const int *ops;         /* graph op ids (points into the plan's order) */
+    const int *ops;         /* op ids of the fused graph (fused_graph; points into the
+                             * plan's order) */
     double flop;
     double bytes_read, bytes_written, bytes;
     double t_compute, t_memory, predicted_s;
@@ -41,6 +42,7 @@ typedef struct {
     dm_op_cost *ops;        /* one per graph op, in graph order */
     int ngroups;
     dm_group_cost *groups;  /* the fused plan's groups, in execution order */
+    const dm_graph *fused_graph; /* the fused plan's graph (its ops name the groups') */
     double flop_total;
     double class_flop[DM_NUM_CLASSES];
     double class_time[DM_NUM_CLASSES];    /* sum of predicted op times (unfused) */
@@ -48,6 +50,8 @@ typedef struct {
     double unfused_bytes, fused_bytes;    /* whole step */
     double reduction_pct;                 /* 100 * (1 - fused / unfused) */
     double unfused_floor_s, fused_floor_s; /* sums of predicted times */
+    double fused_flop;                    /* the groups' (the fused graph's ops) */
+    double recomputed_flop;               /* of it, forward ops the backward runs again */
 } dm_cost_report;
 
 /* Bytes an op reads and writes (each distinct input tensor once, each output once; a
@@ -56,16 +60,20 @@ void dm_cost_op_io(const dm_graph *g, const dm_op *op, int dtype_bytes, double *
 /* Bytes group G of `plan` reads and writes: inputs not produced inside the group (each
  * distinct tensor once) and outputs whose root is materialized (plan->in_memory). */
 void dm_cost_group_io(const dm_plan *plan, int G, int dtype_bytes, double *rd, double *wr);
-/* The whole report. `fused` is the fused plan of g. */
+/* The whole report: the operators of g (unfused), the groups of `fused`, a fused plan of
+ * g or of g rewritten (its own graph: the groups' flop are its ops'). */
 dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_device *dev,
                           int dtype_bytes, dm_cost_report *r);
 void dm_cost_free(dm_cost_report *r);
 
 /* The graphs and plan `dmove analyze` reports on, for cfg: g, the step as the unfused
- * schedule runs it; gf, g after the fused schedule's rewrites (same op ids); plan, gf's
- * fused plan, as the CPU executor (cpu = 1) or the GPU's (0) groups it. The caller frees
- * all three, also on failure (they are initialised first). */
-dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, dm_graph *g, dm_graph *gf, dm_plan *plan);
+ * schedule runs it; gf, g after the fused schedule's rewrites (the same op ids; with
+ * `recompute`, attention's probabilities recomputed in the backward, --recompute: four
+ * clones inserted, the ids after them moved); plan, gf's fused plan, as the CPU executor
+ * (cpu = 1) or the GPU's (0) groups it. The caller frees all three, also on failure (they
+ * are initialised first). */
+dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, int recompute, dm_graph *g, dm_graph *gf,
+                        dm_plan *plan);
 /* The roofline floors (seconds; dm_cost_report's unfused_floor_s and fused_floor_s) of a
  * training step of cfg on dev, in a dtype of dtype_bytes. */
 dm_status dm_cost_floors(const dm_layer_config *cfg, const dm_device *dev, int dtype_bytes,

@@ -68,7 +68,7 @@ cJSON *dm_cost_json(const dm_graph *g, const dm_cost_report *r, const dm_layer_c
              cJSON_AddStringToObject(e, "class", dm_class_name(c->cls)) &&
              (names = cJSON_AddArrayToObject(e, "ops")) != NULL;
         for (int k = 0; ok && k < c->nops; k++) {
-            cJSON *s = cJSON_CreateString(g->op[c->ops[k]].name);
+            cJSON *s = cJSON_CreateString(r->fused_graph->op[c->ops[k]].name);
             ok = s && cJSON_AddItemToArray(names, s);
             if (!ok) cJSON_Delete(s);
         }
@@ -88,6 +88,7 @@ cJSON *dm_cost_json(const dm_graph *g, const dm_cost_report *r, const dm_layer_c
              jnum(e, "time_pct", tsum > 0 ? 100 * r->class_time[k] / tsum : 0);
     }
     ok = ok && (o = cJSON_AddObjectToObject(root, "totals")) != NULL && jnum(o, "flop", r->flop_total) &&
+         jnum(o, "fused_flop", r->fused_flop) && jnum(o, "recomputed_flop", r->recomputed_flop) &&
          jnum(o, "unfused_bytes", r->unfused_bytes) && jnum(o, "fused_bytes", r->fused_bytes) &&
          jnum(o, "reduction_pct", r->reduction_pct) &&
          jnum(o, "unfused_floor_seconds", r->unfused_floor_s) &&

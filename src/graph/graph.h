@@ -60,6 +60,7 @@ typedef struct {
     double eps;    /* LayerNorm */
     dm_act act;
     int causal;    /* MASK_ADD: also mask the keys after the query (column c > row's j) */
+    int recomputed; /* a forward op again in the backward (dm_rewrite_recompute_attention) */
 } dm_op;
 
 typedef struct {

@@ -145,6 +145,7 @@ dm_status dm_rewrite_recompute_attention(dm_graph *g, int *count) {
     for (int k = 0; k < 4; k++) {
         dm_op op = g->op[fwd[k]];
         op.pass = 1;
+        op.recomputed = 1;
         char name[DM_NAME_LEN];
         snprintf(name, sizeof name, "%.40s_re", op.name);
         snprintf(op.name, sizeof op.name, "%s", name);
