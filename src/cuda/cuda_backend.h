@@ -138,10 +138,11 @@ dm_status dm_cuda_memcpy(dm_cuda_exec *ex, void *dst, const void *src, size_t by
  * src's work; the copy is enqueued before dst's later work. */
 dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int ts);
 /* One AdamW update (train/adamw_elem.h) of parameter tensor tp from its gradient tg, both
- * in the arena's storage type; m, v: its fp32 moments; master: its fp32 master weights in
+ * in the arena's storage type, n elements each, dense (else DM_ERR_INTERNAL); m, v: its
+ * fp32 moments; master: its fp32 master weights in
  * 16-bit storage (the parameter is then written as them rounded), NULL in fp32 storage
  * (the parameter is its own master). Buffers of dm_cuda_alloc. Enqueued. */
-dm_status dm_cuda_adamw(dm_cuda_exec *ex, int tp, int tg, float *master, float *m, float *v,
+dm_status dm_cuda_adamw(dm_cuda_exec *ex, int tp, int tg, int64_t n, float *master, float *m, float *v,
                         const dm_adamw_coef *k);
 /* The trainer's loss over the `tokens` rows of `width` elements of tensor ty: where
  * mask[t] != 0, partial[t] = the sum over row t of (y - target)^2 (the difference in

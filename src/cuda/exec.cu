@@ -1272,6 +1272,7 @@ static dm_status auto_select(dm_cuda_exec *ex) {
     if (!ex->nepi && ex->have_lt) { /* no epilogue kept: cuBLASLt's handle and workspace go */
         dev_free(ex, ex->lt_ws);
         ex->lt_ws = NULL;
+        ex->dev_bytes -= ex->lt_ws_bytes ? ex->lt_ws_bytes : 256; /* as dev_alloc counted it */
         (void)cublasLtDestroy(ex->lt);
         ex->have_lt = 0;
     }

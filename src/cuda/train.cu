@@ -30,7 +30,7 @@ __global__ void adamw_kernel(void *p, const void *g, int dt, float *master, floa
         adamw_one(p, g, dt, master, m, v, k, e);
 }
 
-dm_status dm_cuda_adamw(dm_cuda_exec *ex, int tp, int tg, float *master, float *m, float *v,
+dm_status dm_cuda_adamw(dm_cuda_exec *ex, int tp, int tg, int64_t n, float *master, float *m, float *v,
                         const dm_adamw_coef *k) {
     if (!ex || !m || !v || !k) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_adamw: NULL argument");
     char *p = NULL, *g = NULL;
@@ -38,11 +38,12 @@ dm_status dm_cuda_adamw(dm_cuda_exec *ex, int tp, int tg, float *master, float *
     size_t np = 0, ng = 0;
     DM_TRY(dmc_tensor_span(ex, tp, &p, &dtp, &np));
     DM_TRY(dmc_tensor_span(ex, tg, &g, &dtg, &ng));
-    if (np != ng || dtp != dtg)
-        return dm_fail(DM_ERR_INTERNAL, "AdamW: a parameter (%zu elements) and its gradient (%zu) differ", np, ng);
+    /* a strided view would have gaps: the master weights and moments are dense */
+    if (np != ng || dtp != dtg || (int64_t)np != n)
+        return dm_fail(DM_ERR_INTERNAL, "AdamW: a parameter of %lld elements spans %zu in the arena, its "
+                       "gradient %zu: a laid-out (strided) parameter is not supported", (long long)n, np, ng);
     if (!master && dtp != DMC_F32)
         return dm_fail(DM_ERR_INTERNAL, "AdamW: a parameter in 16-bit storage needs fp32 master weights");
-    const int64_t n = (int64_t)np;
     if (!n) return DM_OK;
     DM_TRY(dmc_join(ex)); /* after the side stream's gradients */
     if (dmc_emulated(ex)) {

@@ -111,6 +111,7 @@ dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_save: NULL argument");
     if (!T->moments)
         return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer has no optimizer state to checkpoint");
+    if (T->broken) return dm_trainer_broken(T);
     if (T->gpu) DM_TRY(dm_trainer_gpu_pull(T, DM_PULL_STATE)); /* the GPU's parameters and moments down */
     char meta[M_N][160], hex[32], name[160];
     meta_values(T, meta);
@@ -205,8 +206,7 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
     for (int i = 0; i < ntensors(T); i++)
         memcpy((float *)tensor_data(T, i / 3, i % 3), data[i], (size_t)T->slot[i / 3].n * sizeof(float));
     T->step = step;
-    T->device_stale = 1;
-    T->state_stale = 0;
+    dm_trainer_state_replaced(T);
     return DM_OK;
 }
 
@@ -298,8 +298,7 @@ static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f) {
         }
     if (T->moments) memset(T->moments, 0, (size_t)T->nparams * 2 * sizeof(float));
     T->step = 0;
-    T->device_stale = 1;
-    T->state_stale = 0;
+    dm_trainer_state_replaced(T);
     return DM_OK;
 }
 

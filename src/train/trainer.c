@@ -155,8 +155,7 @@ dm_status dm_trainer_init_params(dm_trainer *T, uint64_t seed) {
     for (int l = 0; l < T->nlayers; l++) DM_TRY(dm_layer_init_params(T->L[l], dm_train_layer_seed(seed, l, 0)));
     if (T->moments) memset(T->moments, 0, (size_t)T->nparams * 2 * sizeof(float));
     T->step = 0;
-    T->device_stale = 1; /* the host's parameters are the newest now */
-    T->state_stale = 0;
+    dm_trainer_state_replaced(T);
     return DM_OK;
 }
 
@@ -200,17 +199,19 @@ dm_status dm_trainer_tensor(dm_trainer *T, const char *name, float **data, int *
         size_t n = strlen(rest);
         int moment = n > 8 && strcmp(rest + n - 8, ".exp_avg") == 0 ? 1
                      : n > 11 && strcmp(rest + n - 11, ".exp_avg_sq") == 0 ? 2 : 0;
-        if (T->gpu) {
-            /* the GPU's state comes down; the caller may write a parameter or a moment */
-            const int slot = moment ? 0 : dm_train_slot_find(T, l, rest) >= 0;
-            DM_TRY(dm_trainer_gpu_pull(T, DM_PULL_STATE));
-            if (moment || slot) T->device_stale = 1;
-            else if (n < 5 || strcmp(rest + n - 5, ".grad") != 0) DM_TRY(dm_trainer_gpu_download(T, l, rest));
+        const int grad = !moment && n > 5 && strcmp(rest + n - 5, ".grad") == 0;
+        char param[96];
+        snprintf(param, sizeof param, "%.*s", (int)(n - (moment == 1 ? 8 : moment == 2 ? 11 : grad ? 5 : 0)), rest);
+        int si = dm_train_slot_find(T, l, param);
+        if (T->gpu && si >= 0) {
+            /* this parameter's state comes down; the caller may write the parameter or a
+             * moment: they go up again before the next pass */
+            DM_TRY(dm_trainer_gpu_pull_slot(T, si));
+            if (!grad) T->slot[si].dirty = 1;
+        } else if (T->gpu && !moment) {
+            DM_TRY(dm_trainer_gpu_download(T, l, rest)); /* another of the layer's tensors */
         }
         if (!moment) return dm_layer_tensor(T->L[l], rest, data, ndim, shape);
-        char param[96];
-        snprintf(param, sizeof param, "%.*s", (int)(n - (moment == 1 ? 8 : 11)), rest);
-        int si = dm_train_slot_find(T, l, param);
         if (si < 0 || !T->moments) return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the trainer", name);
         const dm_train_slot *sl = &T->slot[si];
         p = T->moments + (moment == 1 ? 0 : T->nparams) + sl->off;
@@ -312,6 +313,7 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
     if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_step: NULL trainer");
     if (T->forward_only)
         return dm_fail(DM_ERR_INVALID_ARG, "this trainer was made forward-only: it cannot take a step");
+    if (T->broken) return dm_trainer_broken(T);
     const int64_t step = T->step + 1;
     double l = 0.0;
     DM_TRY(forward(T, step, &l));
@@ -335,7 +337,13 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
     double t1 = now();
     T->secs[DM_TRAIN_BACKWARD] += t1 - t0;
     const double lr = dm_adamw_lr(&T->adam, step);
-    if (T->gpu) DM_TRY(dm_trainer_gpu_adamw(T, step, lr));
+    if (T->gpu) {
+        dm_status s = dm_trainer_gpu_adamw(T, step, lr);
+        if (s != DM_OK) {
+            T->broken = step; /* some parameters may have taken the update, others not */
+            return s;
+        }
+    }
     for (int k = 0; !T->gpu && k < T->nlayers * DM_NUM_PARAMS; k++) {
         dm_train_slot *sl = &T->slot[k];
         dm_adamw_update(sl->p, sl->g, T->moments + sl->off, T->moments + T->nparams + sl->off, sl->n, lr,
@@ -345,6 +353,20 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
     T->step = step;
     if (loss) *loss = l;
     return DM_OK;
+}
+
+void dm_trainer_state_replaced(dm_trainer *T) {
+    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
+        T->slot[k].dirty = 1;
+        T->slot[k].host_stale = 0;
+    }
+    T->broken = 0;
+}
+
+dm_status dm_trainer_broken(const dm_trainer *T) {
+    return dm_fail(DM_ERR_BACKEND, "the GPU failed in the middle of AdamW's update %lld: some parameters took it, "
+                   "others not, so this trainer can neither go on nor be saved; resume from the last "
+                   "checkpoint (--resume)", (long long)T->broken);
 }
 
 dm_status dm_trainer_set_run_tag(dm_trainer *T, const char *tag) {

@@ -6,9 +6,11 @@
  * target and the mask up, one double per token (the loss) down.
  *
  * The host copies (the layers' staging arenas, dm_trainer.moments) of the parameters,
- * gradients, moments and output are a cache: `state_stale` / `output_stale` say the GPU's
- * are newer (dm_trainer_gpu_pull brings them down), `device_stale` that the host's
- * parameters or moments changed (dm_trainer_gpu_push sends them up before the next pass). */
+ * gradients, moments and output are a cache, kept per parameter: a slot's `host_stale`
+ * says the GPU's state of it is newer (a step; dm_trainer_gpu_pull_slot brings it down
+ * when asked for), `dirty` that the host's may be (handed out, loaded: sent up before the
+ * next pass); `output_stale` says the same of the output. So asking for one parameter
+ * moves that one only. */
 #include <stdio.h>
 #include <string.h>
 
@@ -54,7 +56,7 @@ dm_status dm_trainer_gpu_init(dm_trainer *T) {
         if (T->opt.dtype != DM_DTYPE_FP32)
             DM_TRY(dm_cuda_alloc(ex, np * sizeof(float), (void **)&T->d_master, "the fp32 master weights"));
     }
-    T->device_stale = 1;
+    dm_trainer_state_replaced(T); /* the master weights and moments are not up yet */
     return DM_OK;
 }
 
@@ -68,37 +70,47 @@ void dm_trainer_gpu_free(dm_trainer *T) {
     dm_cuda_free(ex, T->d_master);
 }
 
+/* Slot k's moments between the host and the GPU (up: to the GPU). */
+static dm_status moments_copy(const dm_trainer *T, const dm_train_slot *sl, int up) {
+    if (!T->d_moments) return DM_OK;
+    const size_t bytes = (size_t)sl->n * sizeof(float);
+    for (int h = 0; h < 2; h++) {
+        float *host = T->moments + (h ? T->nparams : 0) + sl->off, *dev = T->d_moments + (h ? T->nparams : 0) + sl->off;
+        DM_TRY(dm_cuda_memcpy(home(T), up ? (void *)dev : (void *)host, up ? (void *)host : (void *)dev, bytes, up));
+    }
+    return DM_OK;
+}
+
 dm_status dm_trainer_gpu_push(dm_trainer *T) {
-    if (!T->device_stale) return DM_OK;
     for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
-        const dm_train_slot *sl = &T->slot[k];
+        dm_train_slot *sl = &T->slot[k];
+        if (!sl->dirty) continue;
         dm_cuda_exec *ex = T->L[k / DM_NUM_PARAMS]->cuda;
         DM_TRY(dm_cuda_upload(ex, sl->tp, sl->p)); /* rounded to the storage type */
         if (T->d_master) DM_TRY(dm_cuda_memcpy(ex, T->d_master + sl->off, sl->p, (size_t)sl->n * sizeof(float), 1));
+        DM_TRY(moments_copy(T, sl, 1));
+        sl->dirty = 0;
     }
-    if (T->d_moments)
-        DM_TRY(dm_cuda_memcpy(home(T), T->d_moments, T->moments, (size_t)T->nparams * 2 * sizeof(float), 1));
-    T->device_stale = 0;
+    return DM_OK;
+}
+
+dm_status dm_trainer_gpu_pull_slot(const dm_trainer *T, int k) {
+    /* the host copies are a cache of the GPU's state: filling them changes no state */
+    dm_train_slot *sl = &((dm_trainer *)T)->slot[k];
+    if (!sl->host_stale) return DM_OK;
+    dm_cuda_exec *ex = T->L[k / DM_NUM_PARAMS]->cuda;
+    if (T->d_master) DM_TRY(dm_cuda_memcpy(ex, sl->p, T->d_master + sl->off, (size_t)sl->n * sizeof(float), 0));
+    else DM_TRY(dm_cuda_download(ex, sl->tp, sl->p));
+    if (sl->tg >= 0) DM_TRY(dm_cuda_download(ex, sl->tg, sl->g));
+    DM_TRY(moments_copy(T, sl, 0));
+    sl->host_stale = 0;
     return DM_OK;
 }
 
 dm_status dm_trainer_gpu_pull(const dm_trainer *T, unsigned what) {
-    /* the host copies are a cache of the GPU's state: filling them changes no state */
-    dm_trainer *W = (dm_trainer *)T;
-    if ((what & DM_PULL_STATE) && T->state_stale) {
-        for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
-            const dm_train_slot *sl = &T->slot[k];
-            dm_cuda_exec *ex = T->L[k / DM_NUM_PARAMS]->cuda;
-            if (T->d_master)
-                DM_TRY(dm_cuda_memcpy(ex, sl->p, T->d_master + sl->off, (size_t)sl->n * sizeof(float), 0));
-            else
-                DM_TRY(dm_cuda_download(ex, sl->tp, sl->p));
-            if (sl->tg >= 0) DM_TRY(dm_cuda_download(ex, sl->tg, sl->g));
-        }
-        if (T->d_moments)
-            DM_TRY(dm_cuda_memcpy(home(T), T->moments, T->d_moments, (size_t)T->nparams * 2 * sizeof(float), 0));
-        W->state_stale = 0;
-    }
+    dm_trainer *W = (dm_trainer *)T; /* a cache, as above */
+    for (int k = 0; (what & DM_PULL_STATE) && k < T->nlayers * DM_NUM_PARAMS; k++)
+        DM_TRY(dm_trainer_gpu_pull_slot(T, k));
     if ((what & DM_PULL_OUTPUT) && T->output_stale) {
         dm_layer *last = T->L[T->nlayers - 1];
         float *y = NULL;
@@ -163,12 +175,13 @@ dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr) {
         const dm_train_slot *sl = &T->slot[k];
         dm_adamw_coef c;
         dm_adamw_coef_make(&c, lr, sl->decay ? T->adam.weight_decay : 0.0, &T->adam, step);
-        DM_TRY(dm_cuda_adamw(T->L[k / DM_NUM_PARAMS]->cuda, sl->tp, sl->tg, T->d_master ? T->d_master + sl->off : NULL,
-                             T->d_moments + sl->off, T->d_moments + T->nparams + sl->off, &c));
+        DM_TRY(dm_cuda_adamw(T->L[k / DM_NUM_PARAMS]->cuda, sl->tp, sl->tg, sl->n,
+                             T->d_master ? T->d_master + sl->off : NULL, T->d_moments + sl->off,
+                             T->d_moments + T->nparams + sl->off, &c));
     }
     /* the update is over when the GPU is (its time is the optimizer's; errors surface here) */
     for (int l = 0; l < T->nlayers; l++) DM_TRY(dm_cuda_sync(T->L[l]->cuda));
-    T->state_stale = 1;
+    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) T->slot[k].host_stale = 1;
     return DM_OK;
 }
 
@@ -181,6 +194,7 @@ dm_status dm_trainer_gpu_init(dm_trainer *T) { return no_cuda(); }
 void dm_trainer_gpu_free(dm_trainer *T) { (void)T; }
 dm_status dm_trainer_gpu_push(dm_trainer *T) { return no_cuda(); }
 dm_status dm_trainer_gpu_pull(const dm_trainer *T, unsigned what) { return no_cuda(); }
+dm_status dm_trainer_gpu_pull_slot(const dm_trainer *T, int k) { return no_cuda(); }
 dm_status dm_trainer_gpu_download(dm_trainer *T, int l, const char *name) { return no_cuda(); }
 dm_status dm_trainer_gpu_inputs(dm_trainer *T) { return no_cuda(); }
 dm_status dm_trainer_gpu_link(dm_trainer *T, int from, const char *src, int to, const char *dst) { return no_cuda(); }

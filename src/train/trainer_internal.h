@@ -15,6 +15,10 @@ typedef struct {
     int decay;        /* AdamW's weight decay applies (weights, not biases or LayerNorm) */
     int tp, tg;       /* on the GPU: the parameter's and the gradient's tensors in the
                        * layer's graph (tg -1 forward-only) */
+    int host_stale;   /* on the GPU: its parameter, gradient and moments there are newer
+                       * (a step) than the host copies */
+    int dirty;        /* on the GPU: the host's parameter or moments may be newer (handed
+                       * out, loaded, initialised): sent up before the next pass */
 } dm_train_slot;
 
 struct dm_trainer {
@@ -35,9 +39,8 @@ struct dm_trainer {
     double secs[DM_TRAIN_NUM_PHASES];
     /* the layers on the GPU (trainer_cuda.c): the host copies above are then a cache */
     int gpu;
-    int state_stale;  /* the GPU's parameters, gradients and moments are newer (a step) */
     int output_stale; /* the GPU's output is newer (a forward pass) */
-    int device_stale; /* the host's parameters or moments changed: sent before the next pass */
+    int64_t broken;   /* an update failed on the GPU part way (its step): the state is mixed */
     float *d_master;  /* GPU: fp32 master weights of every parameter (16-bit storage), or NULL */
     float *d_moments; /* GPU: exp_avg, then exp_avg_sq, as `moments` */
     float *d_target;  /* GPU: (b, j, i) */
@@ -45,13 +48,19 @@ struct dm_trainer {
     double *d_partial;/* GPU: (b * j) per-token loss sums */
 };
 
+/* The parameters and moments were replaced on the host (initialised, loaded): every slot
+ * dirty, none stale, the trainer not broken. */
+void dm_trainer_state_replaced(dm_trainer *T);
+/* DM_ERR_BACKEND saying the trainer is broken (T->broken), and what to do. */
+dm_status dm_trainer_broken(const dm_trainer *T);
+
 /* The slot of layer l's parameter `param` (a BertLayer name), or -1. */
 int dm_train_slot_find(const dm_trainer *T, int l, const char *param);
 
 /* trainer_cuda.c: the stack on the GPU. init: the buffers and tensor ids (after the
- * layers); push / pull: the host copies up when device_stale / down, of what `what` names,
- * when state_stale (DM_PULL_STATE: parameters, gradients, moments) or output_stale
- * (DM_PULL_OUTPUT: the last layer's output); download: layer l's tensor `name` to its host copy; inputs: the batch,
+ * layers); push: the dirty slots' host copies up; pull: down, of what `what` names, the
+ * slots whose GPU state is newer (DM_PULL_STATE: parameters, gradients, moments) or the
+ * output if newer (DM_PULL_OUTPUT: the last layer's); pull_slot: one slot's; download: layer l's tensor `name` to its host copy; inputs: the batch,
  * masks and target up; link: tensor src of layer `from` into tensor dst of layer `to`;
  * loss: the loss kernel (with the gradient unless forward-only), *sum its sum of squares
  * over kept tokens; adamw: update `step` of every parameter. */
@@ -60,6 +69,7 @@ void dm_trainer_gpu_free(dm_trainer *T);
 dm_status dm_trainer_gpu_push(dm_trainer *T);
 enum { DM_PULL_STATE = 1u, DM_PULL_OUTPUT = 2u };
 dm_status dm_trainer_gpu_pull(const dm_trainer *T, unsigned what);
+dm_status dm_trainer_gpu_pull_slot(const dm_trainer *T, int k);
 dm_status dm_trainer_gpu_download(dm_trainer *T, int l, const char *name);
 dm_status dm_trainer_gpu_inputs(dm_trainer *T);
 dm_status dm_trainer_gpu_link(dm_trainer *T, int from, const char *src, int to, const char *dst);
