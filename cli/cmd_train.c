@@ -508,9 +508,10 @@ int cmd_train(int argc, char **argv) {
     if (!data) {
         dm_layer_config tc = *cfg;
         tc.dropout = 0.0;
-        /* on the trainer's device: its forward pass makes each step's targets */
+        /* on the trainer's device: its forward pass makes each step's targets (with the
+         * generated kernels rather than auto's per-group timing of both, at creation) */
         dm_layer_options to = {.threads = c.threads, .forward_only = 1, .device = device, .dtype = dtype,
-                               .rows = rows, .streams = streams};
+                               .rows = rows == DM_ROWS_AUTO ? DM_ROWS_GEN : rows, .streams = streams};
         if (dm_trainer_new(&teacher, &tc, layers, &to, NULL) != DM_OK ||
             dm_trainer_init_params(teacher, cfg->seed ^ 0x7465616368657200ull /* "teacher" */) != DM_OK) {
             rc = fail_dm("the teacher: ");
@@ -587,7 +588,8 @@ int cmd_train(int argc, char **argv) {
             memcpy(mask, tm, (size_t)(b * j) * sizeof(float));
         }
         t_data += cli_now() - t0;
-        double loss, ts = cli_now();
+        double loss, ts = cli_now(), up0[DM_TRAIN_NUM_PHASES], up1[DM_TRAIN_NUM_PHASES];
+        dm_trainer_times(T, up0);
         if (dm_trainer_step(T, &loss) != DM_OK) {
             char where[128];
             snprintf(where, sizeof where, "step %" PRId64 ": ", s);
@@ -612,7 +614,9 @@ int cmd_train(int argc, char **argv) {
                 goto done;
             }
         }
-        step_secs[s - start - 1] = cli_now() - ts;
+        /* the step without sending its batch up (on a GPU: the data's cost, as the teacher's) */
+        dm_trainer_times(T, up1);
+        step_secs[s - start - 1] = cli_now() - ts - (up1[DM_TRAIN_INPUT] - up0[DM_TRAIN_INPUT]);
         losses[s - start - 1] = loss;
         ran = s - start;
         if (save && save_every && s % save_every == 0 && s < stop) {
@@ -678,19 +682,21 @@ int cmd_train(int argc, char **argv) {
                layers, np, b, j, I, cfg->heads, cfg->ffn, cfg->dropout, adam.lr, start + 1, last,
                data ? "file" : "teacher", dm_device_kind_name(device), dm_dtype_name(dtype));
         for (int64_t k = 0; k < ran; k++) printf("%s%.9g", k ? "," : "", losses[k]);
-        printf("],\"ms_per_step\":{\"data\":%.4f,\"forward\":%.4f,\"loss\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,"
-               "\"total\":%.4f},\"step_ms_median\":%.4f,\"step_flop\":%.6g,\"gflop_per_s\":%.2f,"
+        printf("],\"ms_per_step\":{\"data\":%.4f,\"input\":%.4f,\"forward\":%.4f,\"loss\":%.4f,\"backward\":%.4f,"
+               "\"optimizer\":%.4f,\"total\":%.4f},\"step_ms_median\":%.4f,\"step_flop\":%.6g,\"gflop_per_s\":%.2f,"
                "\"optimizer_gb_per_s\":%.3f,\"tokens_per_s\":%.1f,"
                "\"memory_bytes\":{\"arenas\":%zu,\"intermediates\":%zu,\"scratch\":%zu,\"optimizer\":%zu}}\n",
-               1e3 * t_data / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n,
+               1e3 * t_data / n, 1e3 * ph[DM_TRAIN_INPUT] / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n,
                1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * (t_total - t_save) / n,
                1e3 * med, step_flop, step_flop / med / 1e9, opt_gbs, (double)(b * j) * n / (t_total - t_save), mem.arena,
                mem.activations, mem.scratch, opt_bytes);
     } else {
         printf("\nloss %.6f (step %" PRId64 ") -> %.6f (step %" PRId64 ")\n", losses[0], start + 1, losses[ran - 1],
                last);
-        printf("time per step %.1f ms: %s %.1f, forward %.1f, loss %.1f, backward %.1f, AdamW %.1f (%.1f GB/s)\n",
-               1e3 * (t_total - t_save) / n, data ? "reading data" : "teacher", 1e3 * t_data / n,
+        char up[64] = "";
+        if (device == DM_DEVICE_CUDA) snprintf(up, sizeof up, ", batch to the GPU %.1f", 1e3 * ph[DM_TRAIN_INPUT] / n);
+        printf("time per step %.1f ms: %s %.1f%s, forward %.1f, loss %.1f, backward %.1f, AdamW %.1f (%.1f GB/s)\n",
+               1e3 * (t_total - t_save) / n, data ? "reading data" : "teacher", 1e3 * t_data / n, up,
                1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
                1e3 * ph[DM_TRAIN_OPTIMIZER] / n, opt_gbs);
         printf("median training step (forward, loss, backward, AdamW): %.1f ms, %.1f GFLOP of the layers: %.1f %s\n",

@@ -235,7 +235,9 @@ double dm_adamw_lr(const dm_adamw_config *c, int64_t step);
  * the same, its contents are refreshed), and a parameter or moment asked for is sent up
  * again before the next pass (so writes through it count). */
 typedef struct dm_trainer dm_trainer;
-enum { DM_TRAIN_FORWARD = 0, DM_TRAIN_LOSS, DM_TRAIN_BACKWARD, DM_TRAIN_OPTIMIZER, DM_TRAIN_NUM_PHASES };
+/* Phases of a step; DM_TRAIN_INPUT: on the GPU, sending the batch, mask and target up (and
+ * parameters changed on the host), 0 on the CPU. */
+enum { DM_TRAIN_FORWARD = 0, DM_TRAIN_LOSS, DM_TRAIN_BACKWARD, DM_TRAIN_OPTIMIZER, DM_TRAIN_INPUT, DM_TRAIN_NUM_PHASES };
 dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layers,
                          const dm_layer_options *opt, const dm_adamw_config *adam);
 void dm_trainer_free(dm_trainer *t);

@@ -1,6 +1,7 @@
 #!/bin/sh
-# bench/gpu/train.sh: `dmove train --device cuda` on a GPU, in one call (about 4 minutes on
-# an H100 with prebuilt binaries):
+# bench/gpu/train.sh: `dmove train --device cuda` on a GPU, in one call (estimated 3-5
+# minutes on an H100 with prebuilt binaries, most of it torch.compile: COMPILE=0 or one size,
+# SIZES=8x512, to be sure of a 10-minute limit; not yet run on a GPU):
 #   1. the trainer's tests on the device (tests/test_train, DMOVE_TEST_GPU=1: the stack
 #      against PyTorch's reference, CPU vs GPU trainer in fp32 and bf16, checkpoints,
 #      AdamW's kernel redone on the host); stops if they fail;
@@ -42,7 +43,7 @@ if [ -n "${TEST_TRAIN:-}" ]; then
     echo
     echo "== the trainer's tests on the GPU ($TEST_TRAIN) =="
     # the references are read from tests/ref (the working tree's)
-    if ! (cd "$root" && DMOVE_TEST_GPU=1 timeout 240 "$TEST_TRAIN") >"$OUT/test_train.txt" 2>&1; then
+    if ! (cd "$root" && DMOVE_TEST_GPU=1 timeout 150 "$TEST_TRAIN") >"$OUT/test_train.txt" 2>&1; then
         grep -E "FAIL|error" "$OUT/test_train.txt" | head -30
         tail -3 "$OUT/test_train.txt"
         echo "the trainer's tests FAILED on the GPU: no benchmark"
@@ -61,7 +62,7 @@ for s in $SIZES; do
     : >"$OUT/train-$tag.jsonl"
     for rows in "interp 1" "auto 2"; do
         set -- $rows
-        if timeout 300 "$DMOVE" train --device cuda --dtype bf16 --rows "$1" --streams "$2" $cfg --steps "$STEPS" \
+        if timeout 120 "$DMOVE" train --device cuda --dtype bf16 --rows "$1" --streams "$2" $cfg --steps "$STEPS" \
             --json >"$OUT/dmove-$tag-$1.json" 2>"$OUT/dmove-$tag-$1.err"; then
             sed "s/^{/{\"framework\":\"dmove train (rows $1, streams $2)\",/" "$OUT/dmove-$tag-$1.json" >>"$OUT/train-$tag.jsonl"
         else
@@ -71,7 +72,7 @@ for s in $SIZES; do
     done
     for mode in eager compile; do
         [ "$mode" = compile ] && [ "$COMPILE" = 0 ] && continue
-        timeout 300 $PYTHON "$here/train_gpu.py" --layers "$LAYERS" --batch "$b" --seq "$j" --mode "$mode" \
+        timeout 150 $PYTHON "$here/train_gpu.py" --layers "$LAYERS" --batch "$b" --seq "$j" --mode "$mode" \
             --reps "$STEPS" >>"$OUT/train-$tag.jsonl" 2>"$OUT/torch-$tag-$mode.err" ||
             { echo "PyTorch $mode failed:"; tail -3 "$OUT/torch-$tag-$mode.err"; }
     done
@@ -90,7 +91,7 @@ print(f"{'':64s} {'step ms':>9s} {'vs eager':>9s} {'last loss':>10s} {'memory MB
 for name, ms, loss, mb in rows:
     ratio = f"{eager / ms:8.2f}x" if eager else "       -"
     print(f"{name:64s} {ms:9.2f} {ratio} {loss:10.4f} {mb if mb is not None else float('nan'):10.0f}")
-print("(dmove: median step without its teacher, TFLOP/s of the layers' flop; memory = arenas + workspaces + AdamW's"
+print("(dmove: median step without its teacher and without sending the batch up, TFLOP/s of the layers' flop; memory = arenas + workspaces + AdamW's"
       " moments and master weights. PyTorch:"
       " fixed random inputs and targets, so its loss is not comparable; memory = peak allocated)")
 PY

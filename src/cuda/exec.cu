@@ -1663,22 +1663,31 @@ static dm_status tensor_span(const dm_cuda_exec *ex, int t, char **dev, int *dt,
 }
 
 /* Host fp32 <-> a 2-byte storage type (copy_tensor converts through a host buffer). */
+/* (on the host's threads: a batch is millions of elements, converted every step) */
 static void narrow(int dt, const float *src, void *dst, size_t n) {
+    const int64_t m = (int64_t)n;
     if (dt == DMC_F32)
         memcpy(dst, src, n * sizeof(float));
-    else if (dt == DMC_BF16)
-        for (size_t e = 0; e < n; e++) ((__nv_bfloat16 *)dst)[e] = __float2bfloat16_rn(src[e]);
-    else
-        for (size_t e = 0; e < n; e++) ((__half *)dst)[e] = __float2half_rn(src[e]);
+    else if (dt == DMC_BF16) {
+#pragma omp parallel for schedule(static) if (m > (1 << 16))
+        for (int64_t e = 0; e < m; e++) ((__nv_bfloat16 *)dst)[e] = __float2bfloat16_rn(src[e]);
+    } else {
+#pragma omp parallel for schedule(static) if (m > (1 << 16))
+        for (int64_t e = 0; e < m; e++) ((__half *)dst)[e] = __float2half_rn(src[e]);
+    }
 }
 
 static void widen(int dt, const void *src, float *dst, size_t n) {
+    const int64_t m = (int64_t)n;
     if (dt == DMC_F32)
         memcpy(dst, src, n * sizeof(float));
-    else if (dt == DMC_BF16)
-        for (size_t e = 0; e < n; e++) dst[e] = __bfloat162float(((const __nv_bfloat16 *)src)[e]);
-    else
-        for (size_t e = 0; e < n; e++) dst[e] = __half2float(((const __half *)src)[e]);
+    else if (dt == DMC_BF16) {
+#pragma omp parallel for schedule(static) if (m > (1 << 16))
+        for (int64_t e = 0; e < m; e++) dst[e] = __bfloat162float(((const __nv_bfloat16 *)src)[e]);
+    } else {
+#pragma omp parallel for schedule(static) if (m > (1 << 16))
+        for (int64_t e = 0; e < m; e++) dst[e] = __half2float(((const __half *)src)[e]);
+    }
 }
 
 void dm_cuda_round(int dtype, float *x, size_t n) {

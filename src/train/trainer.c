@@ -236,11 +236,13 @@ static float *layer_ptr(dm_layer *L, const char *name) {
 static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
     const dm_layer_config *c = &T->cfg;
     const size_t tokens = (size_t)c->batch * (size_t)c->seq, acts = tokens * (size_t)c->hidden;
-    double t0 = now();
     if (T->gpu) {
+        double ti = now();
         DM_TRY(dm_trainer_gpu_push(T));
         DM_TRY(dm_trainer_gpu_inputs(T)); /* the input batch, the masks, the target */
+        T->secs[DM_TRAIN_INPUT] += now() - ti;
     }
+    double t0 = now();
     for (int l = 0; l < T->nlayers; l++) {
         if (!T->gpu) {
             float *m = layer_ptr(T->L[l], "attention_mask");
