@@ -402,8 +402,9 @@ dm_status dm_layer_run(dm_layer *L, int passes, unsigned class_mask) {
         }
     }
 #ifdef DM_HAVE_CUDA
-    /* a pass is over when the GPU is: step timings are true, kernel errors surface here */
-    if (L->cuda) DM_TRY(dm_cuda_sync(L->cuda));
+    /* a pass is over when the GPU is: step timings are true, kernel errors surface here
+     * (unless the trainer waits for a whole stack's pass instead) */
+    if (L->cuda && !L->defer_wait) DM_TRY(dm_cuda_sync(L->cuda));
 #endif
     if (passes & DM_PASS_FORWARD) L->forward_done = 1;
     return DM_OK;

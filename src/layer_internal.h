@@ -19,6 +19,8 @@ struct dm_layer {
     int nthreads;
     int forward_done;
     int profile;
+    int defer_wait;     /* a GPU layer's pass returns without waiting for the GPU (the
+                         * trainer chains layers by events and waits once per pass) */
     double prof[2][DM_NUM_CLASSES];
     double *group_secs; /* per group, accumulated while profiling */
     struct dm_cuda_exec *cuda; /* opt.device == DM_DEVICE_CUDA: the GPU executor; the arena

@@ -126,6 +126,8 @@ struct dm_cuda_exec {
     void *lt_ws;              /* cuBLASLt's workspace */
     size_t lt_ws_bytes;
     size_t dev_bytes;         /* device memory allocated for the plan, the arena included */
+    cudaEvent_t xfer;         /* dm_cuda_copy_tensor: recorded when this executor is a source */
+    int have_xfer;
 };
 
 /* Emulation (DM_CUDA_EMULATE, emulate.cu): "device" buffers are host memory. */
@@ -1414,6 +1416,7 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
     if (ex->have_stream) (void)cudaStreamDestroy(ex->stream);
     if (ex->have_side_stream) (void)cudaStreamDestroy(ex->side_stream);
     if (ex->have_fork) (void)cudaEventDestroy(ex->fork);
+    if (ex->have_xfer) (void)cudaEventDestroy(ex->xfer);
     for (int i = 0; i < ex->ndone; i++)
         if (ex->done[i]) (void)cudaEventDestroy(ex->done[i]);
     free(ex->done);
@@ -1816,15 +1819,22 @@ dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int 
         return dm_fail(DM_ERR_INVALID_ARG, "cannot copy %s into %s: their shapes, layouts or storage "
                        "types differ", xs->name, xd->name);
     if (!nd) return DM_OK;
-    /* src's work that writes the tensor is done, dst's that reads its old bytes too */
-    DM_TRY(dm_cuda_sync(src));
+    /* on dst's stream, after src's work (its side stream's too) and dst's own so far;
+     * no host wait: dst's later work is ordered after the copy, and src's later work
+     * writes the tensor only after waiting for dst's (the trainer's chain of layers) */
+    DM_TRY(join_all(src));
     DM_TRY(join_all(dst));
     const size_t bytes = nd * (dtd == DMC_F32 ? 4u : 2u);
     if (emulated(dst)) {
         memcpy(pd, ps, bytes);
         return DM_OK;
     }
-    /* ordered before dst's later work on its stream: no wait here */
+    if (!src->have_xfer) {
+        DMC_CUDA(cudaEventCreateWithFlags(&src->xfer, cudaEventDisableTiming));
+        src->have_xfer = 1;
+    }
+    DMC_CUDA(cudaEventRecord(src->xfer, src->stream));
+    DMC_CUDA(cudaStreamWaitEvent(dst->stream, src->xfer, 0));
     DMC_CUDA(cudaMemcpyAsync(pd, ps, bytes, cudaMemcpyDeviceToDevice, dst->stream));
     return DM_OK;
 }

@@ -260,6 +260,7 @@ static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
             memcpy(x, y, acts * sizeof(float));
         }
     }
+    if (T->gpu) DM_TRY(dm_trainer_gpu_wait(T)); /* the forward's time is the GPU's */
     double t1 = now();
     T->secs[DM_TRAIN_FORWARD] += t1 - t0;
 
@@ -336,6 +337,7 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
             memcpy(dy, dx, acts * sizeof(float));
         }
     }
+    if (T->gpu) DM_TRY(dm_trainer_gpu_wait(T)); /* the backward's time is the GPU's */
     double t1 = now();
     T->secs[DM_TRAIN_BACKWARD] += t1 - t0;
     const double lr = dm_adamw_lr(&T->adam, step);

@@ -42,6 +42,9 @@ dm_status dm_trainer_gpu_init(dm_trainer *T) {
         if (!tensor_id(T, l, name, &sl->tp) || (!T->forward_only && !tensor_id(T, l, g, &sl->tg)))
             return dm_fail(DM_ERR_INTERNAL, "layer %d: no tensor %s on the GPU", l, name);
     }
+    /* the layers' passes are chained by events (dm_cuda_copy_tensor): the trainer waits for
+     * the GPU once per pass of the stack (dm_trainer_gpu_wait), not after each layer */
+    for (int l = 0; l < T->nlayers; l++) T->L[l]->defer_wait = 1;
     dm_cuda_exec *ex = home(T);
     const size_t tokens = (size_t)T->cfg.batch * (size_t)T->cfg.seq, acts = tokens * (size_t)T->cfg.hidden;
     const size_t np = (size_t)T->nparams;
@@ -170,6 +173,11 @@ dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale, double *sum) {
     return DM_OK;
 }
 
+dm_status dm_trainer_gpu_wait(dm_trainer *T) {
+    for (int l = 0; l < T->nlayers; l++) DM_TRY(dm_cuda_sync(T->L[l]->cuda));
+    return DM_OK;
+}
+
 dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr) {
     for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
         const dm_train_slot *sl = &T->slot[k];
@@ -180,7 +188,7 @@ dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr) {
                              T->d_moments + T->nparams + sl->off, &c));
     }
     /* the update is over when the GPU is (its time is the optimizer's; errors surface here) */
-    for (int l = 0; l < T->nlayers; l++) DM_TRY(dm_cuda_sync(T->L[l]->cuda));
+    DM_TRY(dm_trainer_gpu_wait(T));
     for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) T->slot[k].host_stale = 1;
     return DM_OK;
 }
@@ -200,5 +208,6 @@ dm_status dm_trainer_gpu_inputs(dm_trainer *T) { return no_cuda(); }
 dm_status dm_trainer_gpu_link(dm_trainer *T, int from, const char *src, int to, const char *dst) { return no_cuda(); }
 dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale, double *sum) { return no_cuda(); }
 dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr) { return no_cuda(); }
+dm_status dm_trainer_gpu_wait(dm_trainer *T) { return no_cuda(); }
 
 #endif

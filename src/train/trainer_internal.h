@@ -75,5 +75,7 @@ dm_status dm_trainer_gpu_inputs(dm_trainer *T);
 dm_status dm_trainer_gpu_link(dm_trainer *T, int from, const char *src, int to, const char *dst);
 dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale, double *sum);
 dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr);
+/* Waits for every layer's GPU work (both streams): the end of a pass of the stack. */
+dm_status dm_trainer_gpu_wait(dm_trainer *T);
 
 #endif
