@@ -914,6 +914,27 @@ static dm_status resolve_hazards(dm_cuda_exec *ex, int h) {
     return join_upto(ex, k);
 }
 
+/* Before the main stream reads (writing = 0) or writes tensor t's root: the latest
+ * pending side group that writes those bytes (or, writing, touches them at all), and all
+ * before it, are waited for; the others may go on running. */
+static dm_status join_touching(dm_cuda_exec *ex, int t, int writing) {
+    const dm_plan *plan = ex->plan;
+    const int r = dm_tensor_root(plan->g, t);
+    if (plan->offset[r] < 0) return DM_OK;
+    const int64_t lo = plan->offset[r], hi = lo + plan->g->t[r].numel * (int64_t)sizeof(float);
+    int k = ex->npending - 1;
+    for (; k >= 0; k--) {
+        const int q = ex->pending[k];
+        int hit = 0;
+        for (int b = 0; b < ex->nspans[q] && !hit; b++) {
+            const int64_t *y = ex->spans[q] + 3 * b;
+            hit = (writing || y[2]) && y[0] < hi && lo < y[1];
+        }
+        if (hit) break;
+    }
+    return join_upto(ex, k);
+}
+
 /* Side group gi: after everything enqueued on the main stream so far (emulating: later,
  * at join_upto). */
 static dm_status launch_side(dm_cuda_exec *ex, int gi, uint64_t seed) {
@@ -1819,11 +1840,13 @@ dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int 
         return dm_fail(DM_ERR_INVALID_ARG, "cannot copy %s into %s: their shapes, layouts or storage "
                        "types differ", xs->name, xd->name);
     if (!nd) return DM_OK;
-    /* on dst's stream, after src's work (its side stream's too) and dst's own so far;
-     * no host wait: dst's later work is ordered after the copy, and src's later work
-     * writes the tensor only after waiting for dst's (the trainer's chain of layers) */
-    DM_TRY(join_all(src));
-    DM_TRY(join_all(dst));
+    /* on dst's stream, after src's work so far that writes the tensor (a side-stream group
+     * among it: the input gradient's last sum may run there; the weight gradients there
+     * go on, overlapping dst's work) and dst's own that touches its bytes; no host wait:
+     * dst's later work is ordered after the copy, and src's later work writes the tensor
+     * only after waiting for dst's (the trainer's chain of layers) */
+    if (src->npending) DM_TRY(join_touching(src, ts, 0));
+    if (dst->npending) DM_TRY(join_touching(dst, td, 1));
     const size_t bytes = nd * (dtd == DMC_F32 ? 4u : 2u);
     if (emulated(dst)) {
         memcpy(pd, ps, bytes);
