@@ -304,21 +304,31 @@ static void batch_of(dm_trainer *T, int64_t s) {
     for (int64_t k = 0; k < sh[0] * sh[1]; k++) m[k] = (k % sh[1]) < sh[1] - (s + k / sh[1]) % 3 ? 1.0f : 0.0f;
 }
 
+/* Layer l's parameter k with `suffix` ("", ".grad", ".exp_avg", ".exp_avg_sq"): its data
+ * and elements (*m), its name in `name` (160 bytes); NULL if the trainer has none. */
+static float *param_of(dm_trainer *T, int l, int k, const char *suffix, size_t *m, char *name) {
+    snprintf(name, 160, "encoder.layer.%d.%s%s", l, dm_param_names[k], suffix);
+    float *p;
+    int nd;
+    int64_t sh[4];
+    if (dm_trainer_tensor(T, name, &p, &nd, sh) != DM_OK) return NULL;
+    *m = (size_t)(nd == 1 ? sh[0] : sh[0] * sh[1]);
+    return p;
+}
+
+static const char *const k_state[3] = {"", ".exp_avg", ".exp_avg_sq"};
+
 /* Every parameter and moment of T, concatenated (a snapshot to compare). */
 static float *snapshot(dm_trainer *T, size_t *count) {
     size_t n = 0, cap = 0;
     float *all = NULL;
-    const char *suf[3] = {"", ".exp_avg", ".exp_avg_sq"};
     for (int l = 0; l < dm_trainer_layers(T); l++)
         for (int k = 0; k < DM_NUM_PARAMS; k++)
             for (int q = 0; q < 3; q++) {
                 char name[160];
-                snprintf(name, sizeof name, "encoder.layer.%d.%s%s", l, dm_param_names[k], suf[q]);
-                float *p;
-                int nd;
-                int64_t sh[4];
-                if (dm_trainer_tensor(T, name, &p, &nd, sh) != DM_OK) continue;
-                size_t m = (size_t)(nd == 1 ? sh[0] : sh[0] * sh[1]);
+                size_t m;
+                const float *p = param_of(T, l, k, k_state[q], &m, name);
+                if (!p) continue;
                 if (n + m > cap) {
                     cap = (n + m) * 2;
                     all = realloc(all, cap * sizeof(float));
@@ -841,18 +851,14 @@ static void run_steps(dm_trainer *T, int64_t from, int64_t to, double *loss) {
  * (1e-14 here), and its state is that rounding's. */
 static double state_err(dm_trainer *A, dm_trainer *B, int from, char *which, size_t n) {
     double worst = 0;
-    const char *suf[3] = {"", ".exp_avg", ".exp_avg_sq"};
     for (int l = 0; l < dm_trainer_layers(A); l++)
         for (int k = 0; k < DM_NUM_PARAMS; k++)
             for (int q = from; q < 3 && strcmp(dm_param_names[k], "attention.self.key.bias") != 0; q++) {
                 char name[160];
-                snprintf(name, sizeof name, "encoder.layer.%d.%s%s", l, dm_param_names[k], suf[q]);
-                float *a, *b;
-                int nd;
-                int64_t sh[4];
-                if (dm_trainer_tensor(A, name, &a, &nd, sh) != DM_OK || dm_trainer_tensor(B, name, &b, NULL, NULL) != DM_OK)
-                    return INFINITY;
-                double e = rel_err(a, b, (size_t)(nd == 1 ? sh[0] : sh[0] * sh[1]));
+                size_t m = 0, mb = 0;
+                const float *a = param_of(A, l, k, k_state[q], &m, name), *b = param_of(B, l, k, k_state[q], &mb, name);
+                if (!a || !b || m != mb) return INFINITY;
+                double e = rel_err(a, b, m);
                 if (e > worst) {
                     worst = e;
                     snprintf(which, n, "%s", name);
@@ -875,14 +881,12 @@ static double adamw_redone(dm_trainer *G, int64_t s, const dm_adamw_config *a) {
     for (int l = 0; l < dm_trainer_layers(G) && worst < INFINITY; l++)
         for (int k = 0; k < DM_NUM_PARAMS; k++) {
             char name[160];
-            snprintf(name, sizeof name, "encoder.layer.%d.%s.grad", l, dm_param_names[k]);
-            float *g;
-            int nd;
-            int64_t sh[4];
-            if (dm_trainer_tensor(G, name, &g, &nd, sh) != DM_OK) return INFINITY;
-            const size_t m = (size_t)(nd == 1 ? sh[0] : sh[0] * sh[1]);
+            size_t m;
+            const float *g = param_of(G, l, k, ".grad", &m, name);
+            if (!g) return INFINITY;
             float *p = before + at, *mo = p + m, *v = mo + m;
-            dm_adamw_update(p, g, mo, v, (int64_t)m, dm_adamw_lr(a, s), nd == 2 ? a->weight_decay : 0.0, a, s);
+            const int weight = strstr(dm_param_names[k], "LayerNorm") == NULL && strstr(dm_param_names[k], ".weight");
+            dm_adamw_update(p, g, mo, v, (int64_t)m, dm_adamw_lr(a, s), weight ? a->weight_decay : 0.0, a, s);
             for (int w = 0; w < 3; w++) {
                 double e = rel_err(after + at + w * m, before + at + w * m, m);
                 worst = e > worst ? e : worst;

@@ -34,18 +34,9 @@ SIZES=${SIZES:-"8x512 96x128"}
 COMPILE=${COMPILE:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-if [ -z "${DMOVE:-}" ]; then
-    echo "building dmove (make -C $root)" >&2
-    make -C "$root" -j"$(nproc)" all build/tests/test_cuda >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
-    DMOVE=$root/build/dmove
-    TEST_CUDA=${TEST_CUDA:-$root/build/tests/test_cuda}
-fi
-# the generated kernels compile at run time (NVRTC) against the toolkit's headers: where
-# the binaries were built elsewhere, point them at this machine's toolkit
-if [ -z "${DMOVE_CUDA_INCLUDE:-}" ] && [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null 2>&1; then
-    inc=$(cd "$(dirname "$(readlink -f "$(command -v nvcc)")")/../include" 2>/dev/null && pwd)
-    [ -n "$inc" ] && [ -r "$inc/cuda_bf16.h" ] && export DMOVE_CUDA_INCLUDE="$inc"
-fi
+. "$here/common.sh"
+gpu_setup test_cuda
+[ -n "$BUILT_TEST" ] && TEST_CUDA=${TEST_CUDA:-$BUILT_TEST}
 COMMIT=${COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 case "$gpu" in *H200*) model=h200 ;; *H100*) model=h100 ;; *A100*) model=a100 ;; *) model=h100 ;; esac

@@ -25,16 +25,9 @@ STEPS=${STEPS:-25}
 COMPILE=${COMPILE:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-if [ -z "${DMOVE:-}" ]; then
-    echo "building dmove (make -C $root)" >&2
-    make -C "$root" -j"$(nproc)" all build/tests/test_train >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
-    DMOVE=$root/build/dmove
-    TEST_TRAIN=${TEST_TRAIN:-$root/build/tests/test_train}
-fi
-if [ -z "${DMOVE_CUDA_INCLUDE:-}" ] && [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null 2>&1; then
-    inc=$(cd "$(dirname "$(readlink -f "$(command -v nvcc)")")/../include" 2>/dev/null && pwd)
-    [ -n "$inc" ] && [ -r "$inc/cuda_bf16.h" ] && export DMOVE_CUDA_INCLUDE="$inc"
-fi
+. "$here/common.sh"
+gpu_setup test_train
+[ -n "$BUILT_TEST" ] && TEST_TRAIN=${TEST_TRAIN:-$BUILT_TEST}
 unset DMOVE_CUDA_EMULATE
 echo "dmove train on the GPU: $(date -u +%Y-%m-%dT%H:%MZ), commit ${COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); torch: $($PYTHON -c 'import torch; print(torch.__version__)' 2>/dev/null)"

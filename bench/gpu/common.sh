@@ -1,0 +1,18 @@
+# bench/gpu/common.sh: sourced by run.sh and train.sh. gpu_setup TEST: unless DMOVE names a
+# prebuilt dmove, builds dmove and tests/TEST here (make) and sets DMOVE and BUILT_TEST
+# (else BUILT_TEST is empty); then points NVRTC (the generated kernels, compiled at run
+# time against the toolkit's headers) at this machine's toolkit, where the binaries were
+# built elsewhere. Needs OUT (for build.log) and root.
+gpu_setup() {
+    BUILT_TEST=
+    if [ -z "${DMOVE:-}" ]; then
+        echo "building dmove (make -C $root)" >&2
+        make -C "$root" -j"$(nproc)" all "build/tests/$1" >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+        DMOVE=$root/build/dmove
+        BUILT_TEST=$root/build/tests/$1
+    fi
+    if [ -z "${DMOVE_CUDA_INCLUDE:-}" ] && [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null 2>&1; then
+        inc=$(cd "$(dirname "$(readlink -f "$(command -v nvcc)")")/../include" 2>/dev/null && pwd)
+        [ -n "$inc" ] && [ -r "$inc/cuda_bf16.h" ] && export DMOVE_CUDA_INCLUDE="$inc"
+    fi
+}
