@@ -1686,8 +1686,8 @@ static dm_status tensor_span(const dm_cuda_exec *ex, int t, char **dev, int *dt,
     return DM_OK;
 }
 
-/* Host fp32 <-> a 2-byte storage type (copy_tensor converts through a host buffer). */
-/* (on the host's threads: a batch is millions of elements, converted every step) */
+/* Host fp32 <-> a 2-byte storage type (copy_tensor converts through a host buffer), on
+ * the host's threads: a trainer's batch is millions of elements, converted every step. */
 static void narrow(int dt, const float *src, void *dst, size_t n) {
     const int64_t m = (int64_t)n;
     if (dt == DMC_F32)

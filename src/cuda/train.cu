@@ -5,8 +5,6 @@
  * host in the same order of elements; sums over a row are fixed trees, so a step gives
  * the same numbers every run. */
 #include <limits.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "cuda/cuda_internal.h"
 #include "cuda/rowmath.cuh"
