@@ -43,7 +43,9 @@ static void usage(FILE *out) {
             "                               (a pre-LN causal block, as GPT-2's, with\n"
             "                                attention recomputed in the backward)\n"
             "  dmove analyze --preset bert-large --device h100 --dtype bf16\n"
-            "                               (roofline and memory of a BERT-large layer)\n");
+            "                               (roofline and memory of a BERT-large layer)\n"
+            "  dmove train --device cuda --dtype bf16 --preset bert-large --layers 24\n"
+            "                               (BERT-large's encoder trained on a GPU)\n");
 }
 
 int main(int argc, char **argv) {
