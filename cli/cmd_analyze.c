@@ -99,7 +99,8 @@ static void measured_of(const dm_cost_report *r, int o, const double *op_secs, m
 }
 
 /* What the step holds in memory: the tensors the forward keeps for the backward (made in
- * the forward, read in the backward) in the fused plan, and the intermediates of the
+ * the forward, read in the backward) in the plan analysed (gf, plan: the fused one, or
+ * with --recompute the recomputing one), and the intermediates of the
  * fused plan, the unfused one and the fused one with attention recomputed (--recompute)
  * at their peak (first-fit over live intervals: the arena's intermediate part), in the
  * storage type. */
@@ -130,19 +131,18 @@ static dm_status memory_report(const dm_layer_config *cfg, int cpu, const dm_gra
         }
         m->t[at] = t;
     }
-    m->fused = (double)plan->activation_bytes * scale;
-    /* the other two plans, built as dm_layer_new builds them */
-    for (int v = 0; v < 2; v++) {
+    /* the three plans, built as dm_layer_new builds them (the one analysed among them) */
+    for (int v = 0; v < 3; v++) {
         dm_graph g2;
         dm_encoder enc;
         dm_plan p2;
         memset(&p2, 0, sizeof p2);
         dm_graph_init(&g2);
         dm_status s = dm_build_encoder(&g2, cfg, 0, 1, &enc);
-        if (s == DM_OK && v == 1) s = dm_rewrite_fused(&g2);
-        if (s == DM_OK && v == 1) s = dm_rewrite_recompute_attention(&g2, NULL);
-        if (s == DM_OK) s = dm_plan_build(&g2, v == 1, v == 1 && cpu, 0, &p2);
-        if (s == DM_OK) *(v ? &m->recompute : &m->unfused) = (double)p2.activation_bytes * scale;
+        if (s == DM_OK && v > 0) s = dm_rewrite_fused(&g2);
+        if (s == DM_OK && v == 2) s = dm_rewrite_recompute_attention(&g2, NULL);
+        if (s == DM_OK) s = dm_plan_build(&g2, v > 0, v > 0 && cpu, 0, &p2);
+        if (s == DM_OK) *(v == 0 ? &m->unfused : v == 1 ? &m->fused : &m->recompute) = (double)p2.activation_bytes * scale;
         dm_plan_free(&p2);
         dm_graph_free(&g2);
         if (s != DM_OK) return s;
@@ -150,9 +150,9 @@ static dm_status memory_report(const dm_layer_config *cfg, int cpu, const dm_gra
     return DM_OK;
 }
 
-static void print_memory(const dm_graph *gf, const mem_report *m, int dtype_bytes) {
-    printf("\nmemory between the passes: the tensors the forward keeps for the backward (fused plan), %.2f MB:\n",
-           m->saved_bytes / 1e6);
+static void print_memory(const dm_graph *gf, const mem_report *m, int dtype_bytes, int recompute) {
+    printf("\nmemory between the passes: the tensors the forward keeps for the backward (fused plan%s), %.2f MB:\n",
+           recompute ? ", attention recomputed" : "", m->saved_bytes / 1e6);
     for (int k = 0; k < m->n; k++)
         printf("  %-24s %9.3f MB\n", gf->t[m->t[k]].name, (double)gf->t[m->t[k]].numel * dtype_bytes / 1e6);
     printf("intermediates at their peak (one arena, first fit over live intervals): fused %.2f MB, unfused "
@@ -598,7 +598,7 @@ int cmd_analyze(int argc, char **argv) {
         if (print_csv(&g, &rep, op_secs)) goto done;
     } else if (!svg) {
         print_table(&c, &g, &rep, op_secs);
-        print_memory(&gf, &mem, dtype_bytes);
+        print_memory(&gf, &mem, dtype_bytes, recompute);
     } else {
         printf("wrote %s (%d operators)\n", svg, rep.nops);
     }

@@ -80,6 +80,9 @@ grep -q "fused groups (attention recomputed in the backward)" "$T/stdout" &&
     grep -q "(attention recomputed: +0.215 GFLOP" "$T/stdout" || fail "--recompute: no recomputed group or flop"
 good "--recompute, JSON" analyze --device h100 --recompute --json
 rb=$(jv fused_bytes) rf=$(jv recomputed_flop)
+# its memory section still names the plain fused plan's intermediates as "fused"
+awk -v f="$(jv intermediates_fused_bytes)" -v r="$(jv intermediates_recompute_bytes)" 'BEGIN { exit !(f > r && r > 0) }' ||
+    fail "--recompute, JSON: intermediates fused $(jv intermediates_fused_bytes), recompute $(jv intermediates_recompute_bytes)"
 good "without --recompute, JSON" analyze --device h100 --json
 awk -v rb="$rb" -v b="$(jv fused_bytes)" -v rf="$rf" -v f="$(jv recomputed_flop)" \
     'BEGIN { exit !(rb > 0 && rb < b && rf > 2.01e8 && rf < 2.2e8 && f == 0) }' ||
