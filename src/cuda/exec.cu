@@ -398,8 +398,9 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
                 const int global = plan->in_memory[r] || (tl && !run_private(plan, gr, k0, k1, r));
                 if (global && !dense_rowmajor(&g->t[t]))
                     return dm_fail(DM_ERR_UNSUPPORTED, "%s: operand %s is not in the default "
-                                   "(row-major) layout, which the CUDA row kernel needs so far",
-                                   op->name, g->t[t].name);
+                                   "(row-major) layout, which the CUDA row kernel needs so far (a "
+                                   "plan from `dmove tune` chooses layouts for the CPU: leave out "
+                                   "--plan with --device cuda)", op->name, g->t[t].name);
                 if (kind == DM_ARG_COLACC) {
                     if (tl)
                         return dm_fail(DM_ERR_INTERNAL, "%s: column reduction inside a batched group",
