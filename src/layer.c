@@ -189,19 +189,24 @@ static dm_status apply_choices(dm_layer *L, const dm_choices *given) {
 }
 
 static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
-                           const dm_choices *choices, int lenient, int gpu_grouping);
+                           const dm_choices *choices, int lenient, int gpu_grouping, struct dm_cuda_pool *pool);
 
 dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
                             const dm_choices *choices, int lenient) {
-    return layer_new(out, cfg, opt, choices, lenient, opt && opt->device == DM_DEVICE_CUDA);
+    return layer_new(out, cfg, opt, choices, lenient, opt && opt->device == DM_DEVICE_CUDA, NULL);
+}
+
+dm_status dm_layer_new_pooled(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
+                              struct dm_cuda_pool *pool) {
+    return layer_new(out, cfg, opt, NULL, 0, opt && opt->device == DM_DEVICE_CUDA, pool);
 }
 
 dm_status dm_layer_new_gpu_grouping(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt) {
-    return layer_new(out, cfg, opt, NULL, 0, 1);
+    return layer_new(out, cfg, opt, NULL, 0, 1, NULL);
 }
 
 static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
-                           const dm_choices *choices, int lenient, int gpu_grouping) {
+                           const dm_choices *choices, int lenient, int gpu_grouping, struct dm_cuda_pool *pool) {
     if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_new: out is NULL");
     *out = NULL;
     DM_TRY(dm_layer_config_check(cfg));
@@ -268,11 +273,12 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
         int emulate = 0;
         if (s == DM_OK) s = dm_cuda_emulate_resolve(&emulate);
         if (s == DM_OK)
-            s = dm_cuda_exec_init(&L->cuda, &L->plan, dt,
+            s = dm_cuda_exec_init_pooled(&L->cuda, &L->plan, dt,
                                   (rows == DM_ROWS_GEN    ? DM_CUDA_GEN | DM_CUDA_EPILOGUE
                                    : rows == DM_ROWS_AUTO ? DM_CUDA_GEN | DM_CUDA_EPILOGUE | DM_CUDA_AUTO
                                                           : 0) |
-                                      (streams == 2 ? DM_CUDA_OVERLAP : 0) | (emulate ? DM_CUDA_EMULATE : 0));
+                                      (streams == 2 ? DM_CUDA_OVERLAP : 0) | (emulate ? DM_CUDA_EMULATE : 0),
+                                      pool);
         if (s == DM_OK) s = dm_layer_to_device(L);
         if (s != DM_OK) {
             dm_layer_free(L);

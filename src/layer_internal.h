@@ -37,6 +37,12 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
  * executor (emulated, or beside a CPU layer on the GPU). */
 dm_status dm_layer_new_gpu_grouping(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt);
 
+/* dm_layer_new, a GPU layer's executor taking its main-stream buffers from `pool`
+ * (cuda/cuda_backend.h: layers whose main streams never run at once, a trainer's). */
+struct dm_cuda_pool;
+dm_status dm_layer_new_pooled(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
+                              struct dm_cuda_pool *pool);
+
 /* The graph tensor of a layer's named tensor (dm_layer_tensor's names), or -1. */
 int dm_layer_tensor_id(const dm_layer *L, const char *name);
 

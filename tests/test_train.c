@@ -1007,6 +1007,17 @@ static void test_gpu_trainer(void) {
             dm_trainer_memory_info(G, &m, &opt_bytes);
             CHECK(opt_bytes == (size_t)dm_trainer_num_params(G) * (q ? 12 : 8));
             CHECK(m.scratch > 0); /* the executors' workspaces beside their arenas */
+            /* the three layers share one set of main-stream buffers (the tile temporaries
+             * above all): less than three layers' own workspaces */
+            dm_layer *L = NULL;
+            dm_layer_memory one;
+            CHECK_OK(dm_layer_new(&L, &cfg, &go));
+            dm_layer_memory_info(L, &one);
+            dm_layer_free(L);
+            const size_t pool = dm_trainer_gpu_pool_bytes(G);
+            printf("  GPU workspace of the 3 layers: %zu bytes, of them %zu shared (one layer alone: %zu)\n",
+                   m.scratch, pool, one.scratch);
+            CHECK(pool > 0 && m.scratch < 3 * one.scratch && m.scratch + 2 * pool <= 3 * one.scratch + 3 * 256);
         }
     next:
         dm_trainer_free(C);

@@ -20,6 +20,14 @@ extern "C" {
 #include "train/adamw_elem.h"
 
 typedef struct dm_cuda_exec dm_cuda_exec;
+/* Buffers several executors share when their main streams never run at once (a
+ * trainer's layers, chained one after another): the batched groups' tile temporaries, the
+ * global row scratch and the column-sum partials, each made by the first executor that
+ * needs it, of its size (an executor needing more makes its own). Freed after them. */
+typedef struct dm_cuda_pool dm_cuda_pool;
+dm_status dm_cuda_pool_new(dm_cuda_pool **out, int emulated);
+void dm_cuda_pool_free(dm_cuda_pool *pool);
+size_t dm_cuda_pool_bytes(const dm_cuda_pool *pool); /* device memory it holds */
 
 /* Storage type of the device arena: every tensor in this type (LayerNorm's row
  * statistics aside, kept in fp32), arithmetic and GEMM accumulation in fp32. The host
@@ -76,6 +84,9 @@ dm_status dm_cuda_available(char *why, size_t n);
 /* Prepares the plan on device 0: one device arena of plan->arena_bytes (zeroed), the GEMM
  * calls, the row programs of the fused groups. `plan` must outlive the executor. */
 dm_status dm_cuda_exec_init(dm_cuda_exec **ex, const dm_plan *plan, int dtype, unsigned flags);
+/* The same, its main-stream buffers from `pool` where they fit (NULL: its own). */
+dm_status dm_cuda_exec_init_pooled(dm_cuda_exec **ex, const dm_plan *plan, int dtype, unsigned flags,
+                                   dm_cuda_pool *pool);
 void dm_cuda_exec_free(dm_cuda_exec *ex);
 /* How many of the executor's row programs run as generated kernels (*programs: all). */
 int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs);
@@ -92,8 +103,9 @@ int dm_cuda_exec_epilogues(const dm_cuda_exec *ex);
 /* How many groups run on the second stream (DM_CUDA_OVERLAP). */
 int dm_cuda_exec_side_groups(const dm_cuda_exec *ex);
 /* Device memory the executor holds beyond its arena: the tile temporaries of batched
- * groups, global scratch, column-sum partials, fp32 row statistics, row programs, GEMM
- * address arrays, cuBLASLt's workspace (not what cuBLAS and the CUDA runtime keep). */
+ * groups, global scratch, column-sum partials (those it did not borrow from a pool), fp32
+ * row statistics, row programs, GEMM address arrays, cuBLASLt's workspace (not what
+ * cuBLAS and the CUDA runtime keep). */
 size_t dm_cuda_exec_workspace_bytes(const dm_cuda_exec *ex);
 
 /* Enqueues group gi (asynchronous: errors of the kernels may surface at dm_cuda_sync).

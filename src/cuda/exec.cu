@@ -128,7 +128,62 @@ struct dm_cuda_exec {
     size_t dev_bytes;         /* device memory allocated for the plan, the arena included */
     cudaEvent_t xfer;         /* dm_cuda_copy_tensor: recorded when this executor is a source */
     int have_xfer;
+    dm_cuda_pool *pool;       /* where temp, gscratch and partials come from, or NULL */
+    int pooled[3];            /* temp, gscratch, partials: borrowed from the pool (not freed) */
 };
+
+/* --- a pool of main-stream buffers shared by executors whose main streams never run at
+ * once (a trainer's layers: chained by events, dm_cuda_copy_tensor) ----------------- */
+
+enum { POOL_TEMP = 0, POOL_GSCRATCH = 1, POOL_PARTIALS = 2 };
+
+struct dm_cuda_pool {
+    int emulated;
+    void *buf[3];
+    size_t bytes[3];
+};
+
+dm_status dm_cuda_pool_new(dm_cuda_pool **out, int emulated) {
+    if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_pool_new: NULL argument");
+    *out = (dm_cuda_pool *)calloc(1, sizeof **out);
+    if (!*out) return dm_fail(DM_ERR_OOM, "out of memory");
+    (*out)->emulated = emulated != 0;
+    return DM_OK;
+}
+
+void dm_cuda_pool_free(dm_cuda_pool *p) {
+    if (!p) return;
+    for (int k = 0; k < 3; k++) {
+        if (p->emulated) free(p->buf[k]);
+        else if (p->buf[k]) (void)cudaFree(p->buf[k]);
+    }
+    free(p);
+}
+
+size_t dm_cuda_pool_bytes(const dm_cuda_pool *p) {
+    return p ? p->bytes[0] + p->bytes[1] + p->bytes[2] : 0;
+}
+
+/* Buffer k of at least `bytes` from ex's pool: the pool's (made by the first to ask, of
+ * its size), or NULL when there is no pool or the first asked for less: then ex makes its
+ * own. */
+static void *pool_take(dm_cuda_exec *ex, int k, size_t bytes) {
+    dm_cuda_pool *p = ex->pool;
+    if (!p || bytes == 0 || p->emulated != ((ex->flags & DM_CUDA_EMULATE) != 0)) return NULL;
+    if (!p->buf[k]) {
+        const size_t n = (bytes + 255) / 256 * 256;
+        if (p->emulated) {
+            if ((p->buf[k] = aligned_alloc(256, n))) memset(p->buf[k], 0, n);
+        } else if (cudaMalloc(&p->buf[k], n) != cudaSuccess) {
+            (void)cudaGetLastError();
+            p->buf[k] = NULL; /* ex then tries on its own, and says so if that fails too */
+        }
+        if (p->buf[k]) p->bytes[k] = n;
+    }
+    if (!p->buf[k] || p->bytes[k] < bytes) return NULL;
+    ex->pooled[k] = 1;
+    return p->buf[k];
+}
 
 /* Emulation (DM_CUDA_EMULATE, emulate.cu): "device" buffers are host memory. */
 static int emulated(const dm_cuda_exec *ex) { return (ex->flags & DM_CUDA_EMULATE) != 0; }
@@ -1339,7 +1394,7 @@ static dm_status init_all(dm_cuda_exec *ex) {
         DM_TRY(group_tiles(plan, &plan->groups[gi], &tl));
         if ((size_t)tl.floats > ex->temp_floats) ex->temp_floats = (size_t)tl.floats;
     }
-    if (ex->temp_floats)
+    if (ex->temp_floats && !(ex->temp = (char *)pool_take(ex, POOL_TEMP, ex->temp_floats * (size_t)ex->esz)))
         DM_TRY(dev_alloc(ex, (void **)&ex->temp, ex->temp_floats * (size_t)ex->esz,
                          "the attention score temporaries"));
 
@@ -1371,10 +1426,12 @@ static dm_status init_all(dm_cuda_exec *ex) {
         DM_TRY(dev_alloc(ex, (void **)&ex->dprogs, pb, "the row programs"));
         DM_TRY(dev_copy(ex, ex->dprogs, ex->hprogs, pb, cudaMemcpyHostToDevice));
     }
-    if (ex->gscratch_floats)
+    if (ex->gscratch_floats &&
+        !(ex->gscratch = (float *)pool_take(ex, POOL_GSCRATCH, ex->gscratch_floats * sizeof(float))))
         DM_TRY(dev_alloc(ex, (void **)&ex->gscratch, ex->gscratch_floats * sizeof(float),
                          "row scratch"));
-    if (ex->partial_floats)
+    if (ex->partial_floats &&
+        !(ex->partials = (float *)pool_take(ex, POOL_PARTIALS, ex->partial_floats * sizeof(float))))
         DM_TRY(dev_alloc(ex, (void **)&ex->partials, ex->partial_floats * sizeof(float),
                          "column-sum partials"));
     if ((ex->flags & DM_CUDA_AUTO) && (ex->flags & DM_CUDA_GEN)) DM_TRY(auto_select(ex));
@@ -1384,6 +1441,11 @@ static dm_status init_all(dm_cuda_exec *ex) {
 }
 
 dm_status dm_cuda_exec_init(dm_cuda_exec **out, const dm_plan *plan, int dtype, unsigned flags) {
+    return dm_cuda_exec_init_pooled(out, plan, dtype, flags, NULL);
+}
+
+dm_status dm_cuda_exec_init_pooled(dm_cuda_exec **out, const dm_plan *plan, int dtype, unsigned flags,
+                                   dm_cuda_pool *pool) {
     if (!out || !plan) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_exec_init: NULL argument");
     *out = NULL;
     if (dtype != DM_CUDA_FP32 && dtype != DM_CUDA_BF16 && dtype != DM_CUDA_FP16)
@@ -1395,6 +1457,7 @@ dm_status dm_cuda_exec_init(dm_cuda_exec **out, const dm_plan *plan, int dtype, 
     ex->plan = plan;
     ex->flags = flags;
     ex->dtype = dtype;
+    ex->pool = pool;
     /* threads per block of a block-per-row program, at most rows.cu's launch bounds;
      * DMOVE_CUDA_ROW_THREADS overrides the default, for experiments */
     ex->row_threads = 128; /* H100, bf16, BERT-large: 128 ~ 64 < 32 < 256 < 512 */
@@ -1426,12 +1489,12 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
     if (ex->have_side_stream) (void)cudaStreamSynchronize(ex->side_stream); /* before any free */
     if (ex->have_stream) (void)cudaStreamSynchronize(ex->stream);
     dev_free(ex, ex->arena);
-    dev_free(ex, ex->temp);
+    if (!ex->pooled[POOL_TEMP]) dev_free(ex, ex->temp);
     dev_free(ex, ex->side);
     free(ex->wide);
     free(ex->side_off);
-    dev_free(ex, ex->gscratch);
-    dev_free(ex, ex->partials);
+    if (!ex->pooled[POOL_GSCRATCH]) dev_free(ex, ex->gscratch);
+    if (!ex->pooled[POOL_PARTIALS]) dev_free(ex, ex->partials);
     dev_free(ex, ex->dprogs);
     if (ex->have_blas) (void)cublasDestroy(ex->blas);
     if (ex->have_blas2) (void)cublasDestroy(ex->blas2);

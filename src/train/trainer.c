@@ -11,6 +11,7 @@
 #include "core/hugealloc.h"
 #include "core/status.h"
 #include "graph/encoder.h"
+#include "layer_internal.h"
 #include "train/train.h"
 #include "train/trainer_internal.h"
 
@@ -52,7 +53,8 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
          * a plan from `dmove tune`, which is made for the whole step and names its ops) */
         dm_layer_options ol = o;
         ol.no_input_grad = l == 0 && !o.plan; /* the others' feed the layer before */
-        s = dm_layer_new(&T->L[l], cfg, &ol);
+        if (l == 0 && o.device == DM_DEVICE_CUDA) s = dm_trainer_gpu_pool(T); /* the layers share it */
+        if (s == DM_OK) s = dm_layer_new_pooled(&T->L[l], cfg, &ol, T->pool);
         if (s != DM_OK) dm_fail_context(s, "layer %d of %d: ", l, layers);
     }
     /* the parameter slots, and one block for both AdamW moments of all of them */
@@ -105,6 +107,7 @@ void dm_trainer_free(dm_trainer *T) {
     if (!T) return;
     if (T->gpu) dm_trainer_gpu_free(T);
     for (int l = 0; T->L && l < T->nlayers; l++) dm_layer_free(T->L[l]);
+    dm_trainer_gpu_pool_free(T); /* after the layers that borrow from it */
     free(T->L);
     free(T->slot);
     free(T->moments);
@@ -131,6 +134,7 @@ void dm_trainer_memory_info(const dm_trainer *T, dm_layer_memory *sum, size_t *o
         sum->inputs += m.inputs;
         sum->scratch += m.scratch;
     }
+    sum->scratch += dm_trainer_gpu_pool_bytes(T); /* the layers' shared GPU buffers, once */
     /* the moments, and on the GPU with 16-bit storage the fp32 master weights */
     if (T->moments) *optimizer = (size_t)T->nparams * (T->d_master ? 3 : 2) * sizeof(float);
 }

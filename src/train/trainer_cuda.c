@@ -26,6 +26,19 @@ static int tensor_id(dm_trainer *T, int l, const char *name, int *id) {
     return *id >= 0;
 }
 
+dm_status dm_trainer_gpu_pool(dm_trainer *T) {
+    int emulate = 0;
+    DM_TRY(dm_cuda_emulate_resolve(&emulate));
+    return dm_cuda_pool_new(&T->pool, emulate);
+}
+
+void dm_trainer_gpu_pool_free(dm_trainer *T) {
+    dm_cuda_pool_free(T->pool);
+    T->pool = NULL;
+}
+
+size_t dm_trainer_gpu_pool_bytes(const dm_trainer *T) { return dm_cuda_pool_bytes(T->pool); }
+
 /* the first layer's executor holds the trainer's buffers */
 static dm_cuda_exec *home(const dm_trainer *T) { return T->L[0]->cuda; }
 
@@ -198,6 +211,9 @@ dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr) {
 static dm_status no_cuda(void) {
     return dm_fail(DM_ERR_UNSUPPORTED, "dmove was built without CUDA: install the CUDA toolkit (nvcc) and rebuild");
 }
+dm_status dm_trainer_gpu_pool(dm_trainer *T) { return no_cuda(); }
+void dm_trainer_gpu_pool_free(dm_trainer *T) { (void)T; }
+size_t dm_trainer_gpu_pool_bytes(const dm_trainer *T) { return 0; }
 dm_status dm_trainer_gpu_init(dm_trainer *T) { return no_cuda(); }
 void dm_trainer_gpu_free(dm_trainer *T) { (void)T; }
 dm_status dm_trainer_gpu_push(dm_trainer *T) { return no_cuda(); }

@@ -41,6 +41,7 @@ struct dm_trainer {
     int gpu;
     int output_stale; /* the GPU's output is newer (a forward pass) */
     int64_t broken;   /* an update failed on the GPU part way (its step): the state is mixed */
+    struct dm_cuda_pool *pool; /* GPU: the layers' shared main-stream buffers */
     float *d_master;  /* GPU: fp32 master weights of every parameter (16-bit storage), or NULL */
     float *d_moments; /* GPU: exp_avg, then exp_avg_sq, as `moments` */
     float *d_target;  /* GPU: (b, j, i) */
@@ -64,6 +65,10 @@ int dm_train_slot_find(const dm_trainer *T, int l, const char *param);
  * masks and target up; link: tensor src of layer `from` into tensor dst of layer `to`;
  * loss: the loss kernel (with the gradient unless forward-only), *sum its sum of squares
  * over kept tokens; adamw: update `step` of every parameter. */
+/* pool: before the layers, T->pool; pool_free: after them; pool_bytes: what it holds */
+dm_status dm_trainer_gpu_pool(dm_trainer *T);
+void dm_trainer_gpu_pool_free(dm_trainer *T);
+size_t dm_trainer_gpu_pool_bytes(const dm_trainer *T);
 dm_status dm_trainer_gpu_init(dm_trainer *T);
 void dm_trainer_gpu_free(dm_trainer *T);
 dm_status dm_trainer_gpu_push(dm_trainer *T);
