@@ -1019,6 +1019,21 @@ static void test_gpu_trainer(void) {
                    m.scratch, pool, one.scratch);
             CHECK(pool > 0 && m.scratch < 3 * one.scratch && m.scratch + 2 * pool <= 3 * one.scratch + 3 * 256);
         }
+        /* an update that failed part way (white-box: marked so): nothing goes on but a load */
+        {
+            G->broken = STEPS + 3;
+            float *w;
+            double l = 0;
+            char bad[] = "/tmp/dmove_test_broken.XXXXXX";
+            CHECK(dm_trainer_forward(G, &l) == DM_ERR_BACKEND && strstr(dm_last_error(), "--resume"));
+            CHECK(dm_trainer_step(G, &l) == DM_ERR_BACKEND);
+            CHECK(temp_file(bad) && dm_trainer_save(G, bad) == DM_ERR_BACKEND);
+            unlink(bad);
+            CHECK(dm_trainer_tensor(G, "encoder.layer.0.output.dense.bias", &w, NULL, NULL) == DM_ERR_BACKEND);
+            CHECK_OK(dm_trainer_load(G, path));
+            batch_of(G, 3);
+            CHECK_OK(dm_trainer_step(G, &l));
+        }
     next:
         dm_trainer_free(C);
         dm_trainer_free(G);

@@ -89,6 +89,7 @@ cJSON *dm_cost_json(const dm_graph *g, const dm_cost_report *r, const dm_layer_c
     }
     ok = ok && (o = cJSON_AddObjectToObject(root, "totals")) != NULL && jnum(o, "flop", r->flop_total) &&
          jnum(o, "fused_flop", r->fused_flop) && jnum(o, "recomputed_flop", r->recomputed_flop) &&
+         cJSON_AddBoolToObject(o, "recompute", r->recomputed_flop > 0) &&
          jnum(o, "unfused_bytes", r->unfused_bytes) && jnum(o, "fused_bytes", r->fused_bytes) &&
          jnum(o, "reduction_pct", r->reduction_pct) &&
          jnum(o, "unfused_floor_seconds", r->unfused_floor_s) &&

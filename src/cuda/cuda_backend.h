@@ -147,9 +147,11 @@ void dm_cuda_free(dm_cuda_exec *ex, void *dev);
 dm_status dm_cuda_memcpy(dm_cuda_exec *ex, void *dst, const void *src, size_t bytes, int to_device);
 /* Tensor ts of executor src into tensor td of executor dst (two layers' plans on the same
  * device): the same shape, layout and storage type, else DM_ERR_INVALID_ARG. Enqueued on
- * dst's stream after src's work so far (an event, no host wait) and before dst's later
- * work; src must not write the tensor again before dst's stream has passed the copy. */
+ * dst's stream after src's work so far that writes the tensor (events, no host wait);
+ * dst's later work and src's later work both come after it. */
 dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int ts);
+/* Elements of tensor t's span in the arena (first to last element, gaps included). */
+dm_status dm_cuda_tensor_elems(const dm_cuda_exec *ex, int t, size_t *n);
 /* One AdamW update (train/adamw_elem.h) of parameter tensor tp from its gradient tg, both
  * in the arena's storage type, n elements each, dense (else DM_ERR_INTERNAL); m, v: its
  * fp32 moments; master: its fp32 master weights in

@@ -127,7 +127,8 @@ struct dm_cuda_exec {
     size_t lt_ws_bytes;
     size_t dev_bytes;         /* device memory allocated for the plan, the arena included */
     cudaEvent_t xfer;         /* dm_cuda_copy_tensor: recorded when this executor is a source */
-    int have_xfer;
+    cudaEvent_t copied;       /* ... and when it is the destination, after the copy */
+    int have_xfer, have_copied;
     dm_cuda_pool *pool;       /* where temp, gscratch and partials come from, or NULL */
     int pooled[3];            /* temp, gscratch, partials: borrowed from the pool (not freed) */
 };
@@ -1502,6 +1503,7 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
     if (ex->have_side_stream) (void)cudaStreamDestroy(ex->side_stream);
     if (ex->have_fork) (void)cudaEventDestroy(ex->fork);
     if (ex->have_xfer) (void)cudaEventDestroy(ex->xfer);
+    if (ex->have_copied) (void)cudaEventDestroy(ex->copied);
     for (int i = 0; i < ex->ndone; i++)
         if (ex->done[i]) (void)cudaEventDestroy(ex->done[i]);
     free(ex->done);
@@ -1870,6 +1872,13 @@ dm_status dm_cuda_alloc(dm_cuda_exec *ex, size_t bytes, void **dev, const char *
     return s;
 }
 
+dm_status dm_cuda_tensor_elems(const dm_cuda_exec *ex, int t, size_t *n) {
+    if (!ex || !n) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_tensor_elems: NULL argument");
+    char *dev = NULL;
+    int dt = DMC_F32;
+    return tensor_span(ex, t, &dev, &dt, n);
+}
+
 size_t dm_cuda_exec_workspace_bytes(const dm_cuda_exec *ex) {
     if (!ex) return 0;
     size_t arena = ex->arena_bytes / 4 * (size_t)ex->esz; /* as allocated by init */
@@ -1907,8 +1916,8 @@ dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int 
     /* on dst's stream, after src's work so far that writes the tensor (a side-stream group
      * among it: the input gradient's last sum may run there; the weight gradients there
      * go on, overlapping dst's work) and dst's own that touches its bytes; no host wait:
-     * dst's later work is ordered after the copy, and src's later work writes the tensor
-     * only after waiting for dst's (the trainer's chain of layers) */
+     * dst's later work is ordered after the copy, and src's later main-stream work (and
+     * the side groups it forks) after it too */
     if (src->npending) DM_TRY(join_touching(src, ts, 0));
     if (dst->npending) DM_TRY(join_touching(dst, td, 1));
     const size_t bytes = nd * (dtd == DMC_F32 ? 4u : 2u);
@@ -1920,8 +1929,14 @@ dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int 
         DMC_CUDA(cudaEventCreateWithFlags(&src->xfer, cudaEventDisableTiming));
         src->have_xfer = 1;
     }
+    if (!dst->have_copied) {
+        DMC_CUDA(cudaEventCreateWithFlags(&dst->copied, cudaEventDisableTiming));
+        dst->have_copied = 1;
+    }
     DMC_CUDA(cudaEventRecord(src->xfer, src->stream));
     DMC_CUDA(cudaStreamWaitEvent(dst->stream, src->xfer, 0));
     DMC_CUDA(cudaMemcpyAsync(pd, ps, bytes, cudaMemcpyDeviceToDevice, dst->stream));
+    DMC_CUDA(cudaEventRecord(dst->copied, dst->stream));
+    DMC_CUDA(cudaStreamWaitEvent(src->stream, dst->copied, 0));
     return DM_OK;
 }

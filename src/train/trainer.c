@@ -207,6 +207,7 @@ dm_status dm_trainer_tensor(dm_trainer *T, const char *name, float **data, int *
         char param[96];
         snprintf(param, sizeof param, "%.*s", (int)(n - (moment == 1 ? 8 : moment == 2 ? 11 : grad ? 5 : 0)), rest);
         int si = dm_train_slot_find(T, l, param);
+        if (si >= 0 && T->broken) return dm_trainer_broken(T); /* its value is neither one nor the other */
         if (T->gpu && si >= 0) {
             /* this parameter's state comes down; the caller may write the parameter or a
              * moment: they go up again before the next pass */
@@ -312,6 +313,7 @@ static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
 
 dm_status dm_trainer_forward(dm_trainer *T, double *loss) {
     if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_forward: NULL trainer");
+    if (T->broken) return dm_trainer_broken(T);
     DM_TRY(forward(T, T->step + 1, loss));
     return T->gpu ? dm_trainer_gpu_pull(T, DM_PULL_OUTPUT) : DM_OK; /* the caller reads the output */
 }
@@ -341,7 +343,10 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
             memcpy(dy, dx, acts * sizeof(float));
         }
     }
-    if (T->gpu) DM_TRY(dm_trainer_gpu_wait(T)); /* the backward's time is the GPU's */
+    if (T->gpu) {
+        dm_trainer_gpu_grads_new(T); /* even if the wait below fails */
+        DM_TRY(dm_trainer_gpu_wait(T)); /* the backward's time is the GPU's */
+    }
     double t1 = now();
     T->secs[DM_TRAIN_BACKWARD] += t1 - t0;
     const double lr = dm_adamw_lr(&T->adam, step);

@@ -54,6 +54,13 @@ dm_status dm_trainer_gpu_init(dm_trainer *T) {
         sl->tg = -1;
         if (!tensor_id(T, l, name, &sl->tp) || (!T->forward_only && !tensor_id(T, l, g, &sl->tg)))
             return dm_fail(DM_ERR_INTERNAL, "layer %d: no tensor %s on the GPU", l, name);
+        /* AdamW's moments and master weights are dense: so must the two be in the arena */
+        size_t np = 0, ng = 0;
+        DM_TRY(dm_cuda_tensor_elems(T->L[l]->cuda, sl->tp, &np));
+        if (sl->tg >= 0) DM_TRY(dm_cuda_tensor_elems(T->L[l]->cuda, sl->tg, &ng));
+        if ((int64_t)np != sl->n || (sl->tg >= 0 && (int64_t)ng != sl->n))
+            return dm_fail(DM_ERR_UNSUPPORTED, "layer %d: %s (or its gradient) is laid out with gaps in the "
+                           "arena; the GPU trainer needs dense parameters: leave out --plan", l, name);
     }
     /* the layers' passes are chained by events (dm_cuda_copy_tensor): the trainer waits for
      * the GPU once per pass of the stack (dm_trainer_gpu_wait), not after each layer */
@@ -191,6 +198,10 @@ dm_status dm_trainer_gpu_wait(dm_trainer *T) {
     return DM_OK;
 }
 
+void dm_trainer_gpu_grads_new(dm_trainer *T) {
+    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) T->slot[k].host_stale = 1;
+}
+
 dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr) {
     for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
         const dm_train_slot *sl = &T->slot[k];
@@ -202,7 +213,7 @@ dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr) {
     }
     /* the update is over when the GPU is (its time is the optimizer's; errors surface here) */
     DM_TRY(dm_trainer_gpu_wait(T));
-    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) T->slot[k].host_stale = 1;
+    dm_trainer_gpu_grads_new(T); /* (already, since the backward) */
     return DM_OK;
 }
 
@@ -225,5 +236,6 @@ dm_status dm_trainer_gpu_link(dm_trainer *T, int from, const char *src, int to, 
 dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale, double *sum) { return no_cuda(); }
 dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr) { return no_cuda(); }
 dm_status dm_trainer_gpu_wait(dm_trainer *T) { return no_cuda(); }
+void dm_trainer_gpu_grads_new(dm_trainer *T) { (void)T; }
 
 #endif

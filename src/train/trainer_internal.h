@@ -82,5 +82,8 @@ dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale, double *sum);
 dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr);
 /* Waits for every layer's GPU work (both streams): the end of a pass of the stack. */
 dm_status dm_trainer_gpu_wait(dm_trainer *T);
+/* A backward pass ran: every slot's gradient (and soon parameter, moments) is newer on
+ * the GPU than on the host. */
+void dm_trainer_gpu_grads_new(dm_trainer *T);
 
 #endif
