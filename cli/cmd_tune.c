@@ -209,7 +209,8 @@ done:
 /* The step's roofline floor on this CPU (the profile of `dmove probe`, as `dmove analyze`
  * uses it) against the default and the tuned plan's times: how much room any plan of
  * this schedule has left. Only a hint when there is no profile: tuning does not need one. */
-static void print_floor(const cli_config *c, dm_schedule sched, const double t[2], const char *what, int direct) {
+static void print_floor(const cli_config *c, dm_schedule sched, int recompute, const double t[2], const char *what,
+                        int direct) {
     char path[4096];
     dm_cpu_profile p;
     dm_device dev;
@@ -219,7 +220,7 @@ static void print_floor(const cli_config *c, dm_schedule sched, const double t[2
         return;
     }
     if (dm_device_from_profile(&p, cli_threads(c->threads), &dev) != DM_OK ||
-        dm_cost_floors(&c->cfg, &dev, 4, &unfused_s, &fused_s) != DM_OK) {
+        dm_cost_floors(&c->cfg, &dev, 4, recompute, &unfused_s, &fused_s) != DM_OK) {
         printf("(no roofline floor: %s)\n", dm_last_error());
         return;
     }
@@ -426,7 +427,7 @@ int cmd_tune(int argc, char **argv) {
     fflush(stdout);
     double med[2] = {T->default_s, T->tuned_s};
     if (vreps > 0 && verify(&c, sched, recompute, out, vreps, med)) goto done;
-    print_floor(&c, sched, med, vreps > 0 ? "verified steps" : "sums over groups", direct);
+    print_floor(&c, sched, recompute, med, vreps > 0 ? "verified steps" : "sums over groups", direct);
     rc = CLI_OK;
 done:
     dm_tuner_free(T);

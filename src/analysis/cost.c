@@ -169,13 +169,13 @@ dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, int recompute, dm_g
     return dm_plan_build(gf, 1, cpu, 0, plan);
 }
 
-dm_status dm_cost_floors(const dm_layer_config *cfg, const dm_device *dev, int dtype_bytes,
+dm_status dm_cost_floors(const dm_layer_config *cfg, const dm_device *dev, int dtype_bytes, int recompute,
                          double *unfused_s, double *fused_s) {
     dm_graph g, gf;
     dm_plan plan;
     dm_cost_report rep;
     memset(&rep, 0, sizeof rep);
-    dm_status st = dm_cost_build(cfg, dev->is_cpu, 0, &g, &gf, &plan);
+    dm_status st = dm_cost_build(cfg, dev->is_cpu, recompute, &g, &gf, &plan);
     if (st == DM_OK) st = dm_cost_analyze(&g, &plan, dev, dtype_bytes, &rep);
     if (st == DM_OK) {
         *unfused_s = rep.unfused_floor_s;

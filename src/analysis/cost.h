@@ -75,8 +75,9 @@ void dm_cost_free(dm_cost_report *r);
 dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, int recompute, dm_graph *g, dm_graph *gf,
                         dm_plan *plan);
 /* The roofline floors (seconds; dm_cost_report's unfused_floor_s and fused_floor_s) of a
- * training step of cfg on dev, in a dtype of dtype_bytes. */
-dm_status dm_cost_floors(const dm_layer_config *cfg, const dm_device *dev, int dtype_bytes,
+ * training step of cfg on dev, in a dtype of dtype_bytes; the fused one of the plan that
+ * recomputes attention with `recompute`. */
+dm_status dm_cost_floors(const dm_layer_config *cfg, const dm_device *dev, int dtype_bytes, int recompute,
                          double *unfused_s, double *fused_s);
 
 /* report.c: the report as a cJSON object (ops, groups, classes, totals, device), the ops
