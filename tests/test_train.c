@@ -885,8 +885,8 @@ static double adamw_redone(dm_trainer *G, int64_t s, const dm_adamw_config *a) {
             const float *g = param_of(G, l, k, ".grad", &m, name);
             if (!g) return INFINITY;
             float *p = before + at, *mo = p + m, *v = mo + m;
-            const int weight = strstr(dm_param_names[k], "LayerNorm") == NULL && strstr(dm_param_names[k], ".weight");
-            dm_adamw_update(p, g, mo, v, (int64_t)m, dm_adamw_lr(a, s), weight ? a->weight_decay : 0.0, a, s);
+            const int decay = G->slot[l * DM_NUM_PARAMS + k].decay; /* the trainer's own rule */
+            dm_adamw_update(p, g, mo, v, (int64_t)m, dm_adamw_lr(a, s), decay ? a->weight_decay : 0.0, a, s);
             for (int w = 0; w < 3; w++) {
                 double e = rel_err(after + at + w * m, before + at + w * m, m);
                 worst = e > worst ? e : worst;

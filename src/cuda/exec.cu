@@ -152,42 +152,22 @@ dm_status dm_cuda_pool_new(dm_cuda_pool **out, int emulated) {
     return DM_OK;
 }
 
-void dm_cuda_pool_free(dm_cuda_pool *p) {
-    if (!p) return;
-    for (int k = 0; k < 3; k++) {
-        if (p->emulated) free(p->buf[k]);
-        else if (p->buf[k]) (void)cudaFree(p->buf[k]);
-    }
-    free(p);
-}
-
 size_t dm_cuda_pool_bytes(const dm_cuda_pool *p) {
     return p ? p->bytes[0] + p->bytes[1] + p->bytes[2] : 0;
 }
 
-/* Buffer k of at least `bytes` from ex's pool: the pool's (made by the first to ask, of
- * its size), or NULL when there is no pool or the first asked for less: then ex makes its
- * own. */
-static void *pool_take(dm_cuda_exec *ex, int k, size_t bytes) {
-    dm_cuda_pool *p = ex->pool;
-    if (!p || bytes == 0 || p->emulated != ((ex->flags & DM_CUDA_EMULATE) != 0)) return NULL;
-    if (!p->buf[k]) {
-        const size_t n = (bytes + 255) / 256 * 256;
-        if (p->emulated) {
-            if ((p->buf[k] = aligned_alloc(256, n))) memset(p->buf[k], 0, n);
-        } else if (cudaMalloc(&p->buf[k], n) != cudaSuccess) {
-            (void)cudaGetLastError();
-            p->buf[k] = NULL; /* ex then tries on its own, and says so if that fails too */
-        }
-        if (p->buf[k]) p->bytes[k] = n;
-    }
-    if (!p->buf[k] || p->bytes[k] < bytes) return NULL;
-    ex->pooled[k] = 1;
-    return p->buf[k];
-}
-
 /* Emulation (DM_CUDA_EMULATE, emulate.cu): "device" buffers are host memory. */
 static int emulated(const dm_cuda_exec *ex) { return (ex->flags & DM_CUDA_EMULATE) != 0; }
+static void mem_free(int emulating, void *p) {
+    if (emulating) free(p);
+    else if (p) (void)cudaFree(p);
+}
+
+void dm_cuda_pool_free(dm_cuda_pool *p) {
+    if (!p) return;
+    for (int k = 0; k < 3; k++) mem_free(p->emulated, p->buf[k]);
+    free(p);
+}
 
 static dm_status dev_alloc(dm_cuda_exec *ex, void **p, size_t bytes, const char *what) {
     if (bytes == 0) bytes = 256;
@@ -209,9 +189,27 @@ static dm_status dev_alloc(dm_cuda_exec *ex, void **p, size_t bytes, const char 
     return DM_OK;
 }
 
-static void dev_free(const dm_cuda_exec *ex, void *p) {
-    if (emulated(ex)) free(p);
-    else (void)cudaFree(p);
+static void dev_free(const dm_cuda_exec *ex, void *p) { mem_free(emulated(ex), p); }
+
+/* Main-stream buffer k (POOL_*) of `bytes` for ex: its pool's where there is one of the
+ * same kind of memory (made by the first executor to ask, of its size, and counted by the
+ * pool, not by ex) and it holds that many; else ex's own. */
+static dm_status main_alloc(dm_cuda_exec *ex, int k, void **p, size_t bytes, const char *what) {
+    dm_cuda_pool *pool = ex->pool;
+    if (pool && pool->emulated == emulated(ex)) {
+        if (!pool->buf[k]) {
+            const size_t before = ex->dev_bytes;
+            DM_TRY(dev_alloc(ex, &pool->buf[k], bytes, what));
+            ex->dev_bytes = before;
+            pool->bytes[k] = bytes;
+        }
+        if (pool->bytes[k] >= bytes) {
+            *p = pool->buf[k];
+            ex->pooled[k] = 1;
+            return DM_OK;
+        }
+    }
+    return dev_alloc(ex, p, bytes, what);
 }
 
 /* A synchronous copy between host and device (or host and host, emulating). */
@@ -1395,9 +1393,9 @@ static dm_status init_all(dm_cuda_exec *ex) {
         DM_TRY(group_tiles(plan, &plan->groups[gi], &tl));
         if ((size_t)tl.floats > ex->temp_floats) ex->temp_floats = (size_t)tl.floats;
     }
-    if (ex->temp_floats && !(ex->temp = (char *)pool_take(ex, POOL_TEMP, ex->temp_floats * (size_t)ex->esz)))
-        DM_TRY(dev_alloc(ex, (void **)&ex->temp, ex->temp_floats * (size_t)ex->esz,
-                         "the attention score temporaries"));
+    if (ex->temp_floats)
+        DM_TRY(main_alloc(ex, POOL_TEMP, (void **)&ex->temp, ex->temp_floats * (size_t)ex->esz,
+                          "the attention score temporaries"));
 
     ex->ngroups = plan->ngroups;
     ex->groups = (dmc_group *)calloc((size_t)(plan->ngroups > 0 ? plan->ngroups : 1), sizeof(dmc_group));
@@ -1427,14 +1425,12 @@ static dm_status init_all(dm_cuda_exec *ex) {
         DM_TRY(dev_alloc(ex, (void **)&ex->dprogs, pb, "the row programs"));
         DM_TRY(dev_copy(ex, ex->dprogs, ex->hprogs, pb, cudaMemcpyHostToDevice));
     }
-    if (ex->gscratch_floats &&
-        !(ex->gscratch = (float *)pool_take(ex, POOL_GSCRATCH, ex->gscratch_floats * sizeof(float))))
-        DM_TRY(dev_alloc(ex, (void **)&ex->gscratch, ex->gscratch_floats * sizeof(float),
-                         "row scratch"));
-    if (ex->partial_floats &&
-        !(ex->partials = (float *)pool_take(ex, POOL_PARTIALS, ex->partial_floats * sizeof(float))))
-        DM_TRY(dev_alloc(ex, (void **)&ex->partials, ex->partial_floats * sizeof(float),
-                         "column-sum partials"));
+    if (ex->gscratch_floats)
+        DM_TRY(main_alloc(ex, POOL_GSCRATCH, (void **)&ex->gscratch, ex->gscratch_floats * sizeof(float),
+                          "row scratch"));
+    if (ex->partial_floats)
+        DM_TRY(main_alloc(ex, POOL_PARTIALS, (void **)&ex->partials, ex->partial_floats * sizeof(float),
+                          "column-sum partials"));
     if ((ex->flags & DM_CUDA_AUTO) && (ex->flags & DM_CUDA_GEN)) DM_TRY(auto_select(ex));
     if (ex->flags & DM_CUDA_OVERLAP) DM_TRY(init_overlap(ex)); /* after partial_floats is known */
     if (!emulated(ex)) DMC_CUDA(cudaStreamSynchronize(ex->stream));

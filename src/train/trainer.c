@@ -237,6 +237,8 @@ static float *layer_ptr(dm_layer *L, const char *name) {
     return dm_layer_tensor(L, name, &p, NULL, NULL) == DM_OK ? p : NULL;
 }
 
+static dm_status cpu_loss(dm_trainer *T, float scale);
+
 /* Forward through the stack with step `step`'s dropout seeds; the loss against target. */
 static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
     const dm_layer_config *c = &T->cfg;
@@ -276,13 +278,21 @@ static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
     for (size_t t = 0; t < tokens; t++) kept += T->mask[t] != 0.0f;
     const int64_t I = c->hidden;
     const float scale = kept ? (float)(2.0 / ((double)kept * (double)I)) : 0.0f;
-    if (T->gpu) {
-        double sum = 0.0;
-        DM_TRY(dm_trainer_gpu_loss(T, scale, &sum));
-        if (loss) *loss = kept ? sum / ((double)kept * (double)I) : 0.0;
-        T->secs[DM_TRAIN_LOSS] += now() - t1;
-        return DM_OK;
-    }
+    if (T->gpu) DM_TRY(dm_trainer_gpu_loss(T, scale)); /* the per-token sums into T->partial */
+    else DM_TRY(cpu_loss(T, scale));
+    double sum = 0.0;
+    for (size_t t = 0; t < tokens; t++) sum += T->partial[t];
+    if (loss) *loss = kept ? sum / ((double)kept * (double)I) : 0.0;
+    T->secs[DM_TRAIN_LOSS] += now() - t1;
+    return DM_OK;
+}
+
+/* The loss on the CPU: per token of the last layer's output, the sum of its squared
+ * errors into T->partial (0 on padding), and the gradient scale * (y - target) into
+ * grad_output (0 on padding). */
+static dm_status cpu_loss(dm_trainer *T, float scale) {
+    const size_t tokens = (size_t)T->cfg.batch * (size_t)T->cfg.seq;
+    const int64_t I = T->cfg.hidden;
     dm_layer *last = T->L[T->nlayers - 1];
     const float *y = layer_ptr(last, "output");
     float *dy = T->forward_only ? NULL : layer_ptr(last, "grad_output");
@@ -304,10 +314,6 @@ static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
         }
         part[t] = s;
     }
-    double sum = 0.0;
-    for (size_t t = 0; t < tokens; t++) sum += part[t];
-    if (loss) *loss = kept ? sum / ((double)kept * (double)I) : 0.0;
-    T->secs[DM_TRAIN_LOSS] += now() - t1;
     return DM_OK;
 }
 

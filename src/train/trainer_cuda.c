@@ -135,11 +135,7 @@ dm_status dm_trainer_gpu_pull(const dm_trainer *T, unsigned what) {
     for (int k = 0; (what & DM_PULL_STATE) && k < T->nlayers * DM_NUM_PARAMS; k++)
         DM_TRY(dm_trainer_gpu_pull_slot(T, k));
     if ((what & DM_PULL_OUTPUT) && T->output_stale) {
-        dm_layer *last = T->L[T->nlayers - 1];
-        float *y = NULL;
-        const int t = dm_layer_tensor_id(last, "output");
-        DM_TRY(dm_layer_tensor(last, "output", &y, NULL, NULL));
-        DM_TRY(dm_cuda_download(last->cuda, t, y));
+        DM_TRY(dm_trainer_gpu_download(W, T->nlayers - 1, "output"));
         W->output_stale = 0;
     }
     return DM_OK;
@@ -177,7 +173,7 @@ dm_status dm_trainer_gpu_link(dm_trainer *T, int from, const char *src, int to, 
     return dm_cuda_copy_tensor(T->L[to]->cuda, td, T->L[from]->cuda, ts);
 }
 
-dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale, double *sum) {
+dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale) {
     dm_layer *last = T->L[T->nlayers - 1];
     const int64_t tokens = T->cfg.batch * T->cfg.seq;
     int ty, tdy = -1;
@@ -186,9 +182,6 @@ dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale, double *sum) {
         return dm_fail(DM_ERR_INTERNAL, "the last layer has no output");
     DM_TRY(dm_cuda_mse(last->cuda, ty, tdy, T->d_target, T->d_mask, tokens, T->cfg.hidden, scale, T->d_partial,
                        T->partial));
-    double s = 0.0;
-    for (int64_t t = 0; t < tokens; t++) s += T->partial[t];
-    *sum = s;
     T->output_stale = 1;
     return DM_OK;
 }
@@ -212,9 +205,7 @@ dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr) {
                              T->d_moments + T->nparams + sl->off, &c));
     }
     /* the update is over when the GPU is (its time is the optimizer's; errors surface here) */
-    DM_TRY(dm_trainer_gpu_wait(T));
-    dm_trainer_gpu_grads_new(T); /* (already, since the backward) */
-    return DM_OK;
+    return dm_trainer_gpu_wait(T);
 }
 
 #else /* without CUDA no layer is on a GPU: dm_trainer_new never sets T->gpu */
@@ -233,7 +224,7 @@ dm_status dm_trainer_gpu_pull_slot(const dm_trainer *T, int k) { return no_cuda(
 dm_status dm_trainer_gpu_download(dm_trainer *T, int l, const char *name) { return no_cuda(); }
 dm_status dm_trainer_gpu_inputs(dm_trainer *T) { return no_cuda(); }
 dm_status dm_trainer_gpu_link(dm_trainer *T, int from, const char *src, int to, const char *dst) { return no_cuda(); }
-dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale, double *sum) { return no_cuda(); }
+dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale) { return no_cuda(); }
 dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr) { return no_cuda(); }
 dm_status dm_trainer_gpu_wait(dm_trainer *T) { return no_cuda(); }
 void dm_trainer_gpu_grads_new(dm_trainer *T) { (void)T; }

@@ -61,10 +61,11 @@ int dm_train_slot_find(const dm_trainer *T, int l, const char *param);
 /* trainer_cuda.c: the stack on the GPU. init: the buffers and tensor ids (after the
  * layers); push: the dirty slots' host copies up; pull: down, of what `what` names, the
  * slots whose GPU state is newer (DM_PULL_STATE: parameters, gradients, moments) or the
- * output if newer (DM_PULL_OUTPUT: the last layer's); pull_slot: one slot's; download: layer l's tensor `name` to its host copy; inputs: the batch,
- * masks and target up; link: tensor src of layer `from` into tensor dst of layer `to`;
- * loss: the loss kernel (with the gradient unless forward-only), *sum its sum of squares
- * over kept tokens; adamw: update `step` of every parameter. */
+ * output if newer (DM_PULL_OUTPUT: the last layer's); pull_slot: one slot's; download:
+ * layer l's tensor `name` to its host copy; inputs: the batch, masks and target up; link:
+ * tensor src of layer `from` into tensor dst of layer `to`; loss: the loss kernel (with
+ * the gradient unless forward-only), the per-token sums of squares into T->partial as the
+ * CPU's; adamw: update `step` of every parameter. */
 /* pool: before the layers, T->pool; pool_free: after them; pool_bytes: what it holds */
 dm_status dm_trainer_gpu_pool(dm_trainer *T);
 void dm_trainer_gpu_pool_free(dm_trainer *T);
@@ -78,7 +79,7 @@ dm_status dm_trainer_gpu_pull_slot(const dm_trainer *T, int k);
 dm_status dm_trainer_gpu_download(dm_trainer *T, int l, const char *name);
 dm_status dm_trainer_gpu_inputs(dm_trainer *T);
 dm_status dm_trainer_gpu_link(dm_trainer *T, int from, const char *src, int to, const char *dst);
-dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale, double *sum);
+dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale);
 dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr);
 /* Waits for every layer's GPU work (both streams): the end of a pass of the stack. */
 dm_status dm_trainer_gpu_wait(dm_trainer *T);
