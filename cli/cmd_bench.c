@@ -12,6 +12,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "analysis/cost.h"
+#include "analysis/device.h"
 #include "core/sysinfo.h"
 #include "cli_common.h"
 
@@ -43,7 +45,17 @@ static void usage(FILE *out) {
             "  --plan FILE      also run a plan from `dmove tune` (row \"tuned\"), beside\n"
             "                   the default plan of its schedule; prints the speedup\n"
             "  --groups         also list every group of the plan with its time in one\n"
-            "                   profiled step (on stderr): where the step's time goes\n"
+            "                   profiled step (on stderr): where the step's time goes;\n"
+            "                   beside each its roofline floor (its flop at the peak rate,\n"
+            "                   or its bytes at the memory bandwidth, the larger; as\n"
+            "                   `dmove analyze`) and how far above it the group ran, then\n"
+            "                   per class the time above the floors: what is left to gain.\n"
+            "                   With --json, each schedule's \"groups\" and \"roofline\"\n"
+            "  --roofline D     the device model for --groups' floors: cpu (the profile of\n"
+            "                   `dmove probe`), v100, a100, h100, h200 (SXM datasheets) or\n"
+            "                   none. Default: the GPU's board from its name with --device\n"
+            "                   cuda (none for boards without a preset), else cpu if this\n"
+            "                   machine has a profile\n"
             "  --json           print one JSON object on stdout instead of the table:\n"
             "                   {\"config\": {...}, \"schedules\": [{\"schedule\": \"fused\",\n"
             "                   \"forward_ms\", \"backward_ms\", \"step_ms\",\n"
@@ -68,6 +80,13 @@ typedef struct {
     double flop[2][DM_NUM_CLASSES], flop_total;
     dm_cuda_choices cuda;    /* CUDA: what the executor chose (generated, fused, ...) */
     dm_layer_memory mem;     /* what the layer holds */
+    /* --groups: the plan's groups in one profiled step, and the roofline they are held to */
+    dm_layer_group *groups;
+    int ngroups;
+    double *floor_s;         /* per group (a group timed with another: 0, its floor added
+                              * to that group's); NULL without a model */
+    dm_device model;
+    char model_note[320];    /* without a model: why */
 } result;
 
 static double g_start, g_last_note;
@@ -90,6 +109,7 @@ static int streams_in_effect(void) {
     return dm_streams_resolve(g_streams, &n) == DM_OK ? n : -1;
 }
 static int g_groups;                             /* --groups */
+static const char *g_roofline;                   /* --roofline, or NULL: by the device */
 static int g_recompute;                          /* --recompute (the fused and tuned layers) */
 
 /* Progress on stderr, only once the bench has run a few seconds, at most every second:
@@ -245,6 +265,164 @@ static void sched_result(sched_run *s, int reps, result *res) {
     res->gflops = res->step_ms > 0 ? res->flop_total / (res->step_ms * 1e-3) / 1e9 : 0.0;
 }
 
+/* The device model --groups holds the groups to: --roofline, else the GPU's board by its
+ * name, else this CPU's profile from `dmove probe`. 0 with the reason in r->model_note
+ * when there is none (not an error: the times are listed without floors). */
+static int roofline_model(const cli_config *c, result *r) {
+    const char *name = g_roofline;
+    if (name && !strcmp(name, "none")) {
+        snprintf(r->model_note, sizeof r->model_note, "--roofline none");
+        return 0;
+    }
+    if (!name && g_device == DM_DEVICE_CUDA) {
+        name = dm_device_for_gpu(r->cuda.gpu);
+        if (!name) {
+            if (r->cuda.gpu[0])
+                snprintf(r->model_note, sizeof r->model_note, "no datasheet preset has the rates of the %.200s: "
+                         "pass --roofline v100|a100|h100|h200 for one", r->cuda.gpu);
+            else
+                snprintf(r->model_note, sizeof r->model_note, "no GPU name (emulated): pass --roofline "
+                         "v100|a100|h100|h200 for one");
+            return 0;
+        }
+    }
+    if (name && strcmp(name, "cpu") != 0) {
+        if (dm_device_preset(name, &r->model) == DM_OK) return 1;
+        snprintf(r->model_note, sizeof r->model_note, "%.300s", dm_last_error());
+        return 0;
+    }
+    char path[4096];
+    dm_cpu_profile p;
+    if (dm_profile_default_path(path, sizeof path) != DM_OK || dm_profile_load(path, &p) != DM_OK ||
+        dm_device_from_profile(&p, cli_threads(c->threads), &r->model) != DM_OK) {
+        snprintf(r->model_note, sizeof r->model_note, "no CPU profile (%.200s): run `dmove probe` once",
+                 dm_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+/* --groups: each group's facts from the profiled step and, with a model, its floor (a
+ * group timed with another adds its floor to that one's). */
+static int collect_groups(const cli_config *c, const dm_layer *layer, result *r) {
+    const int n = dm_layer_num_groups(layer);
+    r->groups = calloc((size_t)(n > 0 ? n : 1), sizeof *r->groups);
+    r->floor_s = calloc((size_t)(n > 0 ? n : 1), sizeof *r->floor_s);
+    if (!r->groups || !r->floor_s) {
+        cli_error(CMD, "out of memory");
+        return -1;
+    }
+    r->ngroups = n;
+    for (int G = 0; G < n; G++)
+        if (dm_layer_group_info(layer, G, &r->groups[G]) != DM_OK) {
+            cli_error(CMD, "%s", dm_last_error());
+            return -1;
+        }
+    if (!roofline_model(c, r)) {
+        free(r->floor_s);
+        r->floor_s = NULL;
+        return 0;
+    }
+    const int esz = g_device == DM_DEVICE_CUDA && g_dtype != DM_DTYPE_FP32 ? 2 : 4;
+    for (int G = 0; G < n; G++) {
+        const dm_layer_group *x = &r->groups[G];
+        double f = dm_roofline_seconds(&r->model, esz, x->contraction_flop, x->other_flop,
+                                       x->bytes_read + x->bytes_written);
+        int to = x->timed_with >= 0 && x->timed_with < n ? x->timed_with : G;
+        r->floor_s[to] += f;
+    }
+    return 0;
+}
+
+static int timed_apart(const result *r, int G) {
+    return r->groups[G].timed_with < 0 || r->groups[G].timed_with >= r->ngroups;
+}
+
+/* The group's operators, cut to `w` characters for a table. */
+static void group_label(const dm_layer_group *x, char *buf, int w) {
+    snprintf(buf, (size_t)w + 1, "%s", x->ops);
+    if ((int)strlen(x->ops) > w && w > 3) memcpy(buf + w - 3, "...", 4);
+}
+
+/* The groups (stderr), each against its floor, then where the time above the floors goes. */
+static void print_groups(const result *r) {
+    const int esz = g_device == DM_DEVICE_CUDA && g_dtype != DM_DTYPE_FP32 ? 2 : 4;
+    fprintf(stderr, "\n%s: groups of one profiled step (each waited for)", r->name);
+    if (r->floor_s)
+        fprintf(stderr, ", against the roofline of %s: %s at %.3g TFLOP/s, the rest at %.3g, %.4g GB/s\n"
+                "(%s)\n", r->model.name, esz == 2 ? "bf16/fp16 contractions" : "fp32 contractions",
+                dm_device_contract_peak(&r->model, esz) / 1e12, dm_device_vector_peak(&r->model, esz) / 1e12,
+                r->model.bandwidth / 1e9, r->model.desc);
+    else
+        fprintf(stderr, " (no roofline floors: %s)\n", r->model_note);
+    fprintf(stderr, "%-8s %-13s %9s %9s %8s  %s\n", "pass", "class", "ms", "floor ms", "x floor", "operators");
+    double cls_ms[DM_NUM_CLASSES] = {0}, cls_floor[DM_NUM_CLASSES] = {0};
+    for (int G = 0; G < r->ngroups; G++) {
+        const dm_layer_group *x = &r->groups[G];
+        const double ms = x->seconds * 1e3;
+        fprintf(stderr, "%-8s %-13s ", x->pass ? "backward" : "forward", dm_class_name(x->cls));
+        if (!timed_apart(r, G)) {
+            fprintf(stderr, "%9s %9s %8s  %s  (timed with %s, its floor counted there)\n", "-", "-", "-", x->ops,
+                    r->groups[x->timed_with].ops);
+            continue;
+        }
+        cls_ms[x->cls] += ms;
+        if (r->floor_s) {
+            const double f = r->floor_s[G] * 1e3;
+            cls_floor[x->cls] += f;
+            fprintf(stderr, "%9.4f %9.4f %8.3g  %s\n", ms, f, f > 0 ? ms / f : 0.0, x->ops);
+        } else {
+            fprintf(stderr, "%9.4f %9s %8s  %s\n", ms, "-", "-", x->ops);
+        }
+    }
+    if (!r->floor_s) return;
+    /* where the time above the floors goes: by class, then the largest gaps */
+    double tot_ms = 0, tot_floor = 0, gap = 0;
+    for (int k = 0; k < DM_NUM_CLASSES; k++) {
+        tot_ms += cls_ms[k];
+        tot_floor += cls_floor[k];
+        gap += cls_ms[k] > cls_floor[k] ? cls_ms[k] - cls_floor[k] : 0;
+    }
+    fprintf(stderr, "\n%s against the roofline (%s): the groups took %.3f ms, their floors %.3f ms (%.3gx)\n",
+            r->name, r->model.name, tot_ms, tot_floor, tot_floor > 0 ? tot_ms / tot_floor : 0.0);
+    fprintf(stderr, "%-14s %9s %9s %8s %12s %11s\n", "class", "ms", "floor ms", "x floor", "above floor", "% of above");
+    for (int k = 0; k < DM_NUM_CLASSES; k++) {
+        const double above = cls_ms[k] > cls_floor[k] ? cls_ms[k] - cls_floor[k] : 0;
+        fprintf(stderr, "%-14s %9.3f %9.3f %8.3g %12.3f %11.1f\n", dm_class_name((dm_op_class)k), cls_ms[k],
+                cls_floor[k], cls_floor[k] > 0 ? cls_ms[k] / cls_floor[k] : 0.0, above,
+                gap > 0 ? 100.0 * above / gap : 0.0);
+    }
+    fprintf(stderr, "largest gaps to the floor:\n");
+    int shown[5] = {-1, -1, -1, -1, -1};
+    for (int t = 0; t < 5; t++) {
+        int best = -1;
+        double bg = 0;
+        for (int G = 0; G < r->ngroups; G++) {
+            int taken = 0;
+            for (int q = 0; q < t; q++) taken |= shown[q] == G;
+            if (taken || !timed_apart(r, G)) continue;
+            const double g = r->groups[G].seconds - r->floor_s[G];
+            if (g > bg) {
+                bg = g;
+                best = G;
+            }
+        }
+        if (best < 0) break;
+        shown[t] = best;
+        char label[61];
+        group_label(&r->groups[best], label, 60);
+        fprintf(stderr, "  %-8s %-60s %8.3f ms above its floor (%.3gx)\n", r->groups[best].pass ? "backward" : "forward",
+                label, bg * 1e3, r->floor_s[best] > 0 ? r->groups[best].seconds / r->floor_s[best] : 0.0);
+    }
+}
+
+static void result_free(result *r) {
+    free(r->groups);
+    free(r->floor_s);
+    r->groups = NULL;
+    r->floor_s = NULL;
+}
+
 /* Runs the schedules interleaved, repetition by repetition, so that both see the same
  * machine state (frequency, other load) and their ratio is taken in one run. */
 static int run_schedules(const cli_config *c, const dm_schedule *which, const char *const *plans,
@@ -275,13 +453,8 @@ static int run_schedules(const cli_config *c, const dm_schedule *which, const ch
         dm_layer_profile_reset(s[k].layer);
         int bad = step(s[k].layer);
         dm_layer_profile(s[k].layer, 0);
-        char *text = NULL;
-        if (bad || dm_layer_describe(s[k].layer, &text) != DM_OK) {
-            if (!bad) cli_error(CMD, "%s", dm_last_error());
-            goto done;
-        }
-        fprintf(stderr, "\n%s: groups of one profiled step (each waited for)\n%s", res[k].name, text);
-        free(text);
+        if (bad || collect_groups(c, s[k].layer, &res[k])) goto done;
+        print_groups(&res[k]);
     }
     rc = 0;
 done:
@@ -364,6 +537,44 @@ static int jnum(cJSON *o, const char *k, double v) {
     return cJSON_AddNumberToObject(o, k, isfinite(v) ? v : 0.0) != NULL;
 }
 
+/* --groups with --json: "roofline" (the model, or null and why not) and "groups" (each
+ * with its time, flop, bytes and floor; floor_ms null without a model, 0 for a group timed
+ * with another, "timed_with" naming that group's index, else -1). */
+static int json_groups(cJSON *o, const result *r) {
+    cJSON *rf = NULL, *arr = NULL;
+    int ok = 1;
+    if (r->floor_s) {
+        double tot = 0;
+        for (int G = 0; G < r->ngroups; G++) tot += r->floor_s[G];
+        const int esz = g_device == DM_DEVICE_CUDA && g_dtype != DM_DTYPE_FP32 ? 2 : 4;
+        ok = (rf = cJSON_AddObjectToObject(o, "roofline")) != NULL &&
+             cJSON_AddStringToObject(rf, "device", r->model.name) &&
+             cJSON_AddStringToObject(rf, "desc", r->model.desc) &&
+             jnum(rf, "contraction_flops", dm_device_contract_peak(&r->model, esz)) &&
+             jnum(rf, "vector_flops", dm_device_vector_peak(&r->model, esz)) &&
+             jnum(rf, "bandwidth", r->model.bandwidth) && jnum(rf, "floor_ms", tot * 1e3);
+    } else {
+        ok = cJSON_AddNullToObject(o, "roofline") && cJSON_AddStringToObject(o, "roofline_note", r->model_note);
+    }
+    ok = ok && (arr = cJSON_AddArrayToObject(o, "groups")) != NULL;
+    for (int G = 0; ok && G < r->ngroups; G++) {
+        const dm_layer_group *x = &r->groups[G];
+        cJSON *g = cJSON_CreateObject();
+        if (!g || !cJSON_AddItemToArray(arr, g)) {
+            cJSON_Delete(g);
+            return 0;
+        }
+        ok = cJSON_AddStringToObject(g, "pass", x->pass ? "backward" : "forward") &&
+             cJSON_AddStringToObject(g, "class", dm_class_name(x->cls)) &&
+             cJSON_AddStringToObject(g, "ops", x->ops) && jnum(g, "ms", x->seconds * 1e3) &&
+             jnum(g, "contraction_flop", x->contraction_flop) && jnum(g, "other_flop", x->other_flop) &&
+             jnum(g, "bytes_read", x->bytes_read) && jnum(g, "bytes_written", x->bytes_written) &&
+             jnum(g, "timed_with", x->timed_with) &&
+             (r->floor_s ? jnum(g, "floor_ms", r->floor_s[G] * 1e3) : cJSON_AddNullToObject(g, "floor_ms") != NULL);
+    }
+    return ok;
+}
+
 static int print_json(const cli_config *c, const result *res, int nres, int warmup, int reps) {
     const dm_layer_config *cfg = &c->cfg;
     cJSON *root = cJSON_CreateObject(), *conf = NULL, *arr = NULL, *mach = NULL;
@@ -418,6 +629,7 @@ static int print_json(const cli_config *c, const result *res, int nres, int warm
                  jnum(pf, cn, r->flop_total > 0 ? 100.0 * class_flop(r, k) / r->flop_total : 0) &&
                  jnum(pt, cn, tsum > 0 ? 100.0 * r->class_ms[k] / tsum : 0);
         }
+        if (ok && r->groups) ok = json_groups(o, r);
     }
     char model[256], date[32];
     cpu_model(model, sizeof model);
@@ -467,6 +679,7 @@ int cmd_bench(int argc, char **argv) {
     g_rows = DM_ROWS_DEFAULT;
     g_streams = 0;
     g_groups = 0;
+    g_roofline = NULL;
     cli_config_init(&c, CLI_CFG_ALL);
     for (int a = 1; a < argc; a++) {
         const char *v = NULL;
@@ -513,6 +726,17 @@ int cmd_bench(int argc, char **argv) {
             g_groups = 1;
             continue;
         }
+        if ((r = cli_opt(CMD, argc, argv, &a, "--roofline", &v)) != 0) {
+            dm_device probe;
+            if (r < 0) return CLI_USAGE;
+            if (strcmp(v, "cpu") != 0 && strcmp(v, "none") != 0 && dm_device_preset(v, &probe) != DM_OK) {
+                cli_usage_error(CMD, "--roofline: unknown device model '%s' (known: %s, none)", v,
+                                dm_device_names());
+                return CLI_USAGE;
+            }
+            g_roofline = v;
+            continue;
+        }
         if ((r = cli_flag(CMD, argv, a, "--json")) != 0) {
             if (r < 0) return CLI_USAGE;
             json = 1;
@@ -550,12 +774,16 @@ int cmd_bench(int argc, char **argv) {
         plans[nres] = plan;
         order[nres++] = which == 2 ? DM_SCHED_UNFUSED : DM_SCHED_FUSED;
     }
-    if (run_schedules(&c, order, plans, nres, warmup, reps, res)) return CLI_FAIL;
-    if (json) return print_json(&c, res, nres, warmup, reps) ? CLI_FAIL : CLI_OK;
-    print_table(&c, res, nres, warmup, reps);
-    if (fflush(stdout) != 0) {
-        cli_error(CMD, "cannot write the report to stdout");
-        return CLI_FAIL;
+    int rc = CLI_OK;
+    if (run_schedules(&c, order, plans, nres, warmup, reps, res)) rc = CLI_FAIL;
+    else if (json) rc = print_json(&c, res, nres, warmup, reps) ? CLI_FAIL : CLI_OK;
+    else {
+        print_table(&c, res, nres, warmup, reps);
+        if (fflush(stdout) != 0) {
+            cli_error(CMD, "cannot write the report to stdout");
+            rc = CLI_FAIL;
+        }
     }
-    return CLI_OK;
+    for (int k = 0; k < nres; k++) result_free(&res[k]);
+    return rc;
 }

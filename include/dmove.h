@@ -146,6 +146,7 @@ typedef struct {
     char gen_unavailable[512];  /* rows auto: why the generated kernels could not be built
                                  * (the layer then runs the interpreter and cuBLAS); "" if
                                  * they were built or not asked for */
+    char gpu[128];              /* the GPU's name as the driver gives it ("" when emulated) */
 } dm_cuda_choices;
 void dm_layer_cuda_choices(const dm_layer *layer, dm_cuda_choices *out);
 void dm_layer_free(dm_layer *layer);
@@ -190,6 +191,26 @@ void dm_layer_memory_info(const dm_layer *layer, dm_layer_memory *out);
 void dm_layer_flop(const dm_layer *layer, double flop[2][DM_NUM_CLASSES]);
 /* A human-readable listing of the plan: groups, their ops and tensors. Caller frees. */
 dm_status dm_layer_describe(const dm_layer *layer, char **text);
+/* The groups of the layer's plan, in the order a step runs them (dm_layer_describe's
+ * lines), each with what the roofline needs: its flop (contractions apart from the rest),
+ * the bytes it reads (each input from outside the group once) and writes (each output
+ * kept in memory once) in the layer's storage type, and its time in the profiled steps
+ * since the last dm_layer_profile_reset. A group that runs inside or beside another (a
+ * bias in a cuBLASLt epilogue on the GPU; on the CPU a row group in a GEMM's epilogue, a
+ * GEMM beside another: `timed_with`) shows no time of its own: it is in that group's. */
+typedef struct {
+    int pass;                /* 0 forward, 1 backward */
+    dm_op_class cls;         /* contraction if it holds one, else normalization if it
+                              * holds a reduction, else element-wise */
+    int nops;
+    char ops[320];           /* its operators' names joined by " + " ("..." if cut) */
+    double seconds;
+    double contraction_flop, other_flop;
+    double bytes_read, bytes_written;
+    int timed_with;          /* the group whose time holds this one's, or -1 */
+} dm_layer_group;
+int dm_layer_num_groups(const dm_layer *layer);
+dm_status dm_layer_group_info(const dm_layer *layer, int index, dm_layer_group *out);
 /* Device layers (DM_DEVICE_CUDA): to_device copies the inputs (hidden_states,
  * attention_mask, grad_output) and parameters the user wrote through dm_layer_tensor to
  * the GPU (call it after writing them and before a step; dm_layer_new uploads the

@@ -9,6 +9,7 @@
 
 #include "core/hugealloc.h"
 #include "core/philox.h"
+#include "analysis/cost.h"
 #include "core/status.h"
 #include "cpu/exec.h"
 #include "graph/encoder.h"
@@ -299,6 +300,7 @@ void dm_layer_cuda_choices(const dm_layer *L, dm_cuda_choices *out) {
     out->bias_epilogues = dm_cuda_exec_epilogues(L->cuda);
     out->second_stream = dm_cuda_exec_side_groups(L->cuda);
     snprintf(out->gen_unavailable, sizeof out->gen_unavailable, "%s", dm_cuda_exec_gen_note(L->cuda));
+    snprintf(out->gpu, sizeof out->gpu, "%s", dm_cuda_exec_gpu_name(L->cuda));
 #else
     (void)L;
 #endif
@@ -471,6 +473,47 @@ dm_status dm_layer_describe(const dm_layer *L, char **text) {
 #endif
     *text = dm_plan_describe(&L->plan, L->group_secs, cpu);
     return *text ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
+}
+
+int dm_layer_num_groups(const dm_layer *L) { return L ? L->plan.ngroups : 0; }
+
+dm_status dm_layer_group_info(const dm_layer *L, int G, dm_layer_group *out) {
+    if (!L || !out) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_group_info: NULL argument");
+    if (G < 0 || G >= L->plan.ngroups)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_group_info: no group %d (the plan has %d)", G,
+                       L->plan.ngroups);
+    const dm_group *gr = &L->plan.groups[G];
+    const dm_graph *g = L->plan.g;
+    memset(out, 0, sizeof *out);
+    out->pass = gr->pass;
+    out->cls = gr->cls;
+    out->nops = gr->nops;
+    out->seconds = L->group_secs[G];
+    dm_cost_group_flop(&L->plan, G, &out->contraction_flop, &out->other_flop);
+    /* the storage type: fp32 on the CPU, the device's on the GPU */
+    const int esz = L->cuda && L->opt.dtype != DM_DTYPE_FP32 ? 2 : 4;
+    dm_cost_group_io(&L->plan, G, esz, &out->bytes_read, &out->bytes_written);
+    size_t len = 0;
+    for (int k = 0; k < gr->nops; k++) {
+        const char *name = g->op[L->plan.order[gr->first + k]].name;
+        const size_t need = strlen(name) + (k ? 3 : 0);
+        if (len + need + 4 > sizeof out->ops) { /* room for "..." and the terminator */
+            memcpy(out->ops + len, "...", 4);
+            len += 3;
+            break;
+        }
+        len += (size_t)snprintf(out->ops + len, sizeof out->ops - len, "%s%s", k ? " + " : "", name);
+    }
+    out->timed_with = -1;
+#ifdef DM_HAVE_CUDA
+    if (L->cuda) {
+        if (dm_cuda_exec_group_absorbed(L->cuda, G)) out->timed_with = G - 1;
+        return DM_OK;
+    }
+#endif
+    if (G < L->ex.ngroups && L->ex.groups[G].rows_of >= 0) out->timed_with = L->ex.groups[G].rows_of;
+    if (G < L->ex.ngroups && L->ex.groups[G].beside >= 0) out->timed_with = L->ex.groups[G].beside;
+    return DM_OK;
 }
 
 const char *dm_device_kind_name(dm_device_kind d) {

@@ -10,8 +10,13 @@
  *  6. The CPU profile: save/load round trip; missing, malformed, wrong-typed files fail.
  *  7. --recompute's report: the recomputed flop are the four forward ops' (QK^T 2 b h j^2 p
  *     by hand, mask, softmax, dropout), the groups' flop the plain fused plan's plus them,
- *     its groups' bytes recounted as in 2., fewer than the plain fused plan's. */
+ *     its groups' bytes recounted as in 2., fewer than the plain fused plan's.
+ *  8. A layer's groups (dm_layer_group_info, what `bench --groups` holds to the roofline):
+ *     their flop sum to dm_layer_flop's, their floors (dm_roofline_seconds) to the cost
+ *     model's fused floor for the same sizes, their profiled times to the class times;
+ *     bad indices fail; GPU names map to the presets of their boards only. */
 #include <expat.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,6 +382,83 @@ static void test_profile(void) {
     rmdir(dir);
 }
 
+static void test_layer_groups(void) {
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 2;
+    cfg.seq = 16;
+    cfg.hidden = 32;
+    cfg.heads = 4;
+    cfg.ffn = 64;
+    dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .threads = 1};
+    dm_layer *L = NULL;
+    CHECK_OK(dm_layer_new(&L, &cfg, &opt));
+    if (!L) return;
+    CHECK_OK(dm_layer_init_params(L, 1));
+    dm_layer_profile(L, 1);
+    dm_layer_profile_reset(L);
+    CHECK_OK(dm_layer_forward(L));
+    CHECK_OK(dm_layer_backward(L));
+    dm_layer_profile(L, 0);
+    double flop[2][DM_NUM_CLASSES], secs[2][DM_NUM_CLASSES];
+    dm_layer_flop(L, flop);
+    dm_layer_profile_read(L, secs);
+    dm_device dev;
+    CHECK_OK(dm_device_preset("h100", &dev));
+    const int n = dm_layer_num_groups(L);
+    CHECK(n > 10);
+    double want_flop = 0, want_s = 0, got_flop = 0, got_s = 0, floor_s = 0;
+    for (int p = 0; p < 2; p++)
+        for (int k = 0; k < DM_NUM_CLASSES; k++) {
+            want_flop += flop[p][k];
+            want_s += secs[p][k];
+        }
+    int timed = 0, first_ok = 0;
+    for (int G = 0; G < n; G++) {
+        dm_layer_group x;
+        CHECK_OK(dm_layer_group_info(L, G, &x));
+        got_flop += x.contraction_flop + x.other_flop;
+        got_s += x.seconds;
+        timed += x.seconds > 0;
+        CHECK(x.timed_with == -1); /* the default plan runs no group inside another */
+        CHECK(x.nops >= 1 && x.ops[0] && x.bytes_read > 0 && x.bytes_written >= 0);
+        CHECK((x.cls == DM_CLASS_CONTRACTION) == (x.contraction_flop > 0));
+        if (G == 0) first_ok = !strcmp(x.ops, "qkv_proj") && x.pass == 0;
+        floor_s += dm_roofline_seconds(&dev, 4, x.contraction_flop, x.other_flop, x.bytes_read + x.bytes_written);
+    }
+    CHECK(first_ok);
+    CHECK(timed == n);
+    CHECK(fabs(got_flop - want_flop) <= 1e-9 * want_flop);
+    CHECK(fabs(got_s - want_s) <= 1e-9 + 1e-9 * want_s);
+    double unfused_s = 0, fused_s = 0;
+    dm_device as_cpu = dev; /* the H100's rates, the CPU executor's grouping (the layer's) */
+    as_cpu.is_cpu = 1;
+    CHECK_OK(dm_cost_floors(&cfg, &as_cpu, 4, 0, &unfused_s, &fused_s));
+    printf("  layer groups: %d, %.0f flop (dm_layer_flop %.0f), floors %.6g s (cost model %.6g s)\n", n, got_flop,
+           want_flop, floor_s, fused_s);
+    CHECK(fused_s > 0 && fabs(floor_s - fused_s) <= 1e-12 * fused_s);
+    dm_layer_group x;
+    CHECK(dm_layer_group_info(L, n, &x) == DM_ERR_INVALID_ARG);
+    CHECK(dm_layer_group_info(L, -1, &x) == DM_ERR_INVALID_ARG);
+    CHECK(dm_layer_group_info(NULL, 0, &x) == DM_ERR_INVALID_ARG);
+    CHECK(dm_layer_num_groups(NULL) == 0);
+    dm_layer_free(L);
+    /* a roofline time is the larger of compute and memory time */
+    CHECK(dm_roofline_seconds(&dev, 2, 989.5e12, 0, 0) == 1.0);
+    CHECK(fabs(dm_roofline_seconds(&dev, 2, 0, 67e12, 3350e9 * 0.5) - 1.0) < 1e-12);
+    CHECK(fabs(dm_roofline_seconds(&dev, 4, 0, 0, 3350e9 * 2) - 2.0) < 1e-12);
+    /* the driver's board names */
+    static const struct { const char *gpu, *want; } names[] = {
+        {"NVIDIA H100 80GB HBM3", "h100"}, {"NVIDIA H200", "h200"}, {"NVIDIA A100-SXM4-80GB", "a100"},
+        {"Tesla V100-SXM2-32GB", "v100"}, {"NVIDIA H100 PCIe", NULL}, {"NVIDIA H100 NVL", NULL},
+        {"NVIDIA A100-SXM4-40GB", NULL}, {"NVIDIA GeForce RTX 4090", NULL}, {"", NULL}, {NULL, NULL},
+    };
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        const char *got = dm_device_for_gpu(names[k].gpu);
+        CHECK(got == names[k].want || (got && names[k].want && !strcmp(got, names[k].want)));
+    }
+}
+
 int main(void) {
     test_bert_large_flop();
     test_group_bytes(8, 128, 768, 12, 3072, "BERT-base");
@@ -385,5 +467,6 @@ int main(void) {
     test_recompute();
     test_svg();
     test_profile();
+    test_layer_groups();
     TEST_END();
 }

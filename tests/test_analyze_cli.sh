@@ -117,7 +117,8 @@ if "$DMOVE" tune --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --reps 1 --no-ca
             fail "plan with pairs, JSON: no side_by_side list"
         good "bench a plan with pairs" bench --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8 --threads 2 \
             --schedule fused --reps 2 --warmup 1 --groups --plan "$T/pairs-plan.json"
-        grep -q "qkv_proj_dB  (ran beside qkv_proj_dA)" "$T/stderr" || fail "bench a plan with pairs: no pair in --groups"
+        grep -q "qkv_proj_dB  (timed with qkv_proj_dA, its floor counted there)" "$T/stderr" ||
+            fail "bench a plan with pairs: no pair in --groups"
     else
         cases=$((cases + 1))
         fail "plan with pairs: dmove tune with DMOVE_TEST_PAIRS=keep wrote no concurrent pair"
@@ -153,6 +154,37 @@ XDG_CACHE_HOME=$T/prof-xdg "$DMOVE" probe --threads 1 >/dev/null 2>&1 || fail "p
 [ -s "$T/prof-xdg/dmove/cpu-profile.json" ] || fail "probe: not in XDG_CACHE_HOME"
 XDG_CACHE_HOME=$T/prof-xdg "$DMOVE" analyze --batch 1 --seq 8 --hidden 16 --heads 2 --ffn 32 \
     >/dev/null 2>&1 || fail "analyze with the XDG default profile"
+
+# bench --groups holds each group to a roofline: one line per group with its floor and
+# ratio, then the time above the floors by class and the largest gaps; in JSON, every
+# group with its floor; the CPU's model from the default profile; none: no floors
+tiny="--batch 2 --seq 8 --hidden 16 --heads 2 --ffn 32 --schedule fused --reps 1 --warmup 0 --threads 1 --groups"
+# shellcheck disable=SC2086 # $tiny is a list of options
+good "bench groups h100" bench $tiny --roofline h100
+grep -q "^fused: groups of one profiled step (each waited for), against the roofline of h100" "$T/stderr" &&
+    grep -Eq "^forward  contraction +[0-9.]+ +[0-9.]+ +[0-9.]+  qkv_proj$" "$T/stderr" &&
+    grep -Eq "^backward contraction +[0-9.]+ +[0-9.]+ +[0-9.]+  qkv_proj_dB$" "$T/stderr" &&
+    grep -q "^fused against the roofline (h100): the groups took" "$T/stderr" &&
+    grep -Eq "^normalization +[0-9.]+ +[0-9.]+ " "$T/stderr" && grep -q "^largest gaps to the floor:" "$T/stderr" ||
+    fail "bench groups h100: no group table against the roofline"
+[ "$(grep -cE "^(forward|backward) " "$T/stderr")" -eq 23 ] || fail "bench groups h100: not 23 groups"
+# shellcheck disable=SC2086
+good "bench groups json" bench $tiny --roofline a100 --json
+tr -d ' \t\n' <"$T/stdout" | grep -q '"roofline":{"device":"a100",' || fail "bench groups json: no roofline object"
+[ "$(grep -c '"floor_ms":' "$T/stdout")" -eq 24 ] || fail "bench groups json: not 23 groups with floors (+ the total)"
+tr -d ' \t\n' <"$T/stdout" | grep -q '"floor_ms":0[,}]' && fail "bench groups json: a group with a zero floor"
+# shellcheck disable=SC2086
+XDG_CACHE_HOME=$T/prof-xdg "$DMOVE" bench $tiny >"$T/stdout" 2>"$T/stderr" &&
+    grep -q "against the roofline of cpu" "$T/stderr" || fail "bench groups: not the CPU's model from the profile"
+# shellcheck disable=SC2086
+XDG_CACHE_HOME=$T/no-prof "$DMOVE" bench $tiny >"$T/stdout" 2>"$T/stderr" &&
+    grep -q "no roofline floors: no CPU profile .*dmove probe" "$T/stderr" ||
+    fail "bench groups: without a profile, no note on dmove probe"
+# shellcheck disable=SC2086
+good "bench groups none" bench $tiny --roofline none --json
+tr -d ' \t\n' <"$T/stdout" >"$T/flat"
+grep -q '"roofline":null,"roofline_note":"--rooflinenone"' "$T/flat" && grep -q '"floor_ms":null' "$T/flat" &&
+    ! grep -q '"floor_ms":[0-9]' "$T/flat" || fail "bench groups none: floors in the JSON"
 cases=$((cases + 3))
 # tune sets its verified steps against the same fused floor analyze reports (the profile
 # at the default path), and without a profile says how to get one
@@ -219,6 +251,8 @@ bad "reps zero" 2 "reps" analyze --reps 0
 bad "unknown option" 2 "unknown option '--frob'" analyze --frob
 bad "stray argument" 2 "unexpected argument" analyze extra
 bad "flag with value" 2 "json" analyze --json=yes
+bad "bench roofline unknown" 2 "unknown device model 'tpu'.*none" bench --roofline tpu
+bad "bench roofline missing" 2 "roofline" bench --roofline
 bad "probe threads" 2 "threads" probe --threads 0
 bad "probe unknown" 2 "unknown option" probe --fast
 ls "$T"/no >/dev/null 2>&1 && fail "svg no dir: created a directory"

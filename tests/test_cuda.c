@@ -700,6 +700,15 @@ static void test_gen_coverage(int emulate) {
     CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, DM_CUDA_BF16, (emulate ? DM_CUDA_EMULATE : 0) | DM_CUDA_EPILOGUE));
     CHECK(dm_cuda_exec_epilogues(ex) == 1);
     printf("bias epilogues: %d\n", dm_cuda_exec_epilogues(ex));
+    /* ... and the bias group is the one marked absorbed: qkv_bias, after qkv_proj */
+    int absorbed = 0, at = -1;
+    for (int G = 0; G < L->plan.ngroups; G++)
+        if (dm_cuda_exec_group_absorbed(ex, G)) absorbed++, at = G;
+    CHECK(absorbed == 1 && at >= 1 &&
+          !strcmp(L->plan.g->op[L->plan.order[L->plan.groups[at].first]].name, "qkv_bias") &&
+          !strcmp(L->plan.g->op[L->plan.order[L->plan.groups[at - 1].first]].name, "qkv_proj"));
+    CHECK(!dm_cuda_exec_group_absorbed(ex, -1) && !dm_cuda_exec_group_absorbed(ex, L->plan.ngroups));
+    CHECK(emulate ? dm_cuda_exec_gpu_name(ex)[0] == 0 : dm_cuda_exec_gpu_name(ex)[0] != 0); /* the GPU's name */
     dm_cuda_exec_free(ex);
     ex = NULL;
     /* the second stream takes what no later group reads: the four weight-gradient GEMMs

@@ -94,10 +94,10 @@ for s in $SIZES; do
     rm -f "$OUT/dmove-$tag-gen.json" "$OUT/dmove-$tag-gen2.json" "$OUT/dmove-$tag-gen3.json" # never an earlier run's
     echo
     echo "== b=$b j=$j (BERT-large layer, bf16) ==" >&2
-    timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows interp $cfg --reps "$REPS" --warmup 10 --json --groups \
+    timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows interp $cfg --reps "$REPS" --warmup 10 --json --groups --roofline $model \
         >"$OUT/dmove-$tag.json" 2>"$OUT/dmove-$tag-groups.txt" || { tail -5 "$OUT/dmove-$tag-groups.txt"; exit 1; }
     if [ "$GEN" = 1 ]; then
-        timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --reps "$REPS" --warmup 10 --json --groups \
+        timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --reps "$REPS" --warmup 10 --json --groups --roofline $model \
             >"$OUT/dmove-$tag-gen.json" 2>"$OUT/dmove-$tag-gen-groups.txt" ||
             { tail -5 "$OUT/dmove-$tag-gen-groups.txt"; rm -f "$OUT/dmove-$tag-gen.json"; }
         # the kernels with column sums in at most 264 blocks (2 per multiprocessor of an
@@ -109,7 +109,7 @@ for s in $SIZES; do
         # and bias gradients on a second stream (fused only; no --groups: profiling waits
         # after every group, which would serialize the streams)
         timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows auto --streams 2 --schedule fused $cfg --reps "$REPS" \
-            --warmup 10 --json --groups >"$OUT/dmove-$tag-gen2.json" 2>"$OUT/dmove-$tag-auto-groups.txt" ||
+            --warmup 10 --json --groups --roofline $model >"$OUT/dmove-$tag-gen2.json" 2>"$OUT/dmove-$tag-auto-groups.txt" ||
             { tail -5 "$OUT/dmove-$tag-auto-groups.txt"; rm -f "$OUT/dmove-$tag-gen2.json"; }
     fi
     "$DMOVE" analyze --preset bert-large $cfg --device $model --dtype bf16 --json >"$OUT/analyze-$tag.json" || exit 1
@@ -161,6 +161,32 @@ for name, ms, fwd in rows:
     ratio = f"{eager / ms:8.2f}x" if eager else "       -"
     print(f"{name:72s} {ms:9.3f} {fwd if fwd is not None else float('nan'):8.3f} {ratio} "
           f"{flop / ms / 1e9:8.0f} {floor_ms / ms:10.2f}")
+# where the time goes: each dmove variant's fused step, group by group against its floor
+# (bench --groups: one profiled step, each group waited for, so the sum is above the step)
+acct = []
+for label, suffix in (("interp", ""), ("gen", "-gen"), ("auto, 2 streams", "-gen2")):
+    if not os.path.exists(f"{out}/dmove-{tag}{suffix}.json"):
+        continue
+    for s in json.load(open(f"{out}/dmove-{tag}{suffix}.json"))["schedules"]:
+        if s["schedule"] == "fused" and s.get("groups") and s.get("roofline"):
+            acct.append((label, s))
+if acct:
+    print(f"\nwhere dmove's fused step goes against the roofline ({acct[0][1]['roofline']['device']}; "
+          "a profiled step, each group waited for; 'above': group time less its floor):")
+    for label, s in acct:
+        gs = [g for g in s["groups"] if g["timed_with"] < 0]
+        tot = sum(g["ms"] for g in gs)
+        fl = sum(g["floor_ms"] for g in gs)
+        by = {}
+        for g in gs:
+            by[g["class"]] = by.get(g["class"], 0.0) + max(g["ms"] - g["floor_ms"], 0.0)
+        top = sorted(gs, key=lambda g: g["floor_ms"] - g["ms"])[:4]
+        print(f"  {label:16s} groups {tot:.3f} ms, floors {fl:.3f} ms ({tot / fl if fl else 0:.2f}x); above: "
+              + ", ".join(f"{k} {v:.3f}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])))
+        for g in top:
+            ops = g["ops"] if len(g["ops"]) <= 60 else g["ops"][:57] + "..."
+            print(f"      {g['pass']:8s} {ops:60s} {g['ms']:7.3f} ms, floor {g['floor_ms']:.3f} "
+                  f"({g['ms'] / g['floor_ms'] if g['floor_ms'] else 0:.1f}x)")
 if mem:
     print("memory of the step beyond parameters and inputs (MB): "
           + "; ".join(f"{k} {v:.0f}" for k, v in mem.items())

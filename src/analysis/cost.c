@@ -76,6 +76,27 @@ void dm_cost_group_io(const dm_plan *plan, int G, int dtype_bytes, double *rd, d
 
 static double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
 
+void dm_cost_group_flop(const dm_plan *plan, int G, double *contract, double *other) {
+    const dm_group *gr = &plan->groups[G];
+    double fc = 0, fo = 0;
+    for (int k = 0; k < gr->nops; k++) {
+        const dm_op *op = &plan->g->op[plan->order[gr->first + k]];
+        const double f = dm_op_flop(plan->g, op);
+        if (dm_op_kind_class(op->kind) == DM_CLASS_CONTRACTION) fc += f;
+        else fo += f;
+    }
+    *contract = fc;
+    *other = fo;
+}
+
+double dm_roofline_seconds(const dm_device *dev, int dtype_bytes, double contract_flop, double other_flop,
+                           double bytes) {
+    const double tc = safe_div(contract_flop, dm_device_contract_peak(dev, dtype_bytes)) +
+                      safe_div(other_flop, dm_device_vector_peak(dev, dtype_bytes));
+    const double tm = safe_div(bytes, dev->bandwidth);
+    return tc > tm ? tc : tm;
+}
+
 dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_device *dev,
                           int dtype_bytes, dm_cost_report *r) {
     if (!g || !fused || !dev || !r) return dm_fail(DM_ERR_INVALID_ARG, "dm_cost_analyze: NULL");
@@ -126,17 +147,18 @@ dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_devi
         c->cls = gr->cls;
         c->nops = gr->nops;
         c->ops = fused->order + gr->first;
+        double fc = 0, fo = 0;
+        dm_cost_group_flop(fused, G, &fc, &fo);
+        c->flop = fc + fo;
+        c->t_compute = fc / pc + fo / pv;
         for (int k = 0; k < gr->nops; k++) {
             const dm_op *op = &fused->g->op[c->ops[k]];
-            const double f = dm_op_flop(fused->g, op);
-            c->flop += f;
-            c->t_compute += f / (dm_op_kind_class(op->kind) == DM_CLASS_CONTRACTION ? pc : pv);
-            if (op->recomputed) r->recomputed_flop += f;
+            if (op->recomputed) r->recomputed_flop += dm_op_flop(fused->g, op);
         }
         dm_cost_group_io(fused, G, dtype_bytes, &c->bytes_read, &c->bytes_written);
         c->bytes = c->bytes_read + c->bytes_written;
         c->t_memory = c->bytes / dev->bandwidth;
-        c->predicted_s = c->t_memory > c->t_compute ? c->t_memory : c->t_compute;
+        c->predicted_s = dm_roofline_seconds(dev, dtype_bytes, fc, fo, c->bytes);
         r->fused_bytes += c->bytes;
         r->fused_floor_s += c->predicted_s;
         r->fused_flop += c->flop;

@@ -60,6 +60,13 @@ void dm_cost_op_io(const dm_graph *g, const dm_op *op, int dtype_bytes, double *
 /* Bytes group G of `plan` reads and writes: inputs not produced inside the group (each
  * distinct tensor once) and outputs whose root is materialized (plan->in_memory). */
 void dm_cost_group_io(const dm_plan *plan, int G, int dtype_bytes, double *rd, double *wr);
+/* The flop of group G of `plan`: its contractions' and the rest (its graph's ops). */
+void dm_cost_group_flop(const dm_plan *plan, int G, double *contract, double *other);
+/* The roofline time of work on dev in a dtype of dtype_bytes: the larger of its compute
+ * time (contraction flop at the contraction peak plus the rest at the vector peak) and
+ * its memory time (bytes at the device's bandwidth); 0 for a rate that is not positive. */
+double dm_roofline_seconds(const dm_device *dev, int dtype_bytes, double contract_flop, double other_flop,
+                           double bytes);
 /* The whole report: the operators of g (unfused), the groups of `fused`, a fused plan of
  * g or of g rewritten (its own graph: the groups' flop are its ops'). */
 dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_device *dev,

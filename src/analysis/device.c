@@ -62,6 +62,17 @@ dm_status dm_device_preset(const char *name, dm_device *dev) {
     return dm_fail(DM_ERR_NOT_FOUND, "unknown device '%s' (known: %s)", name, dm_device_names());
 }
 
+const char *dm_device_for_gpu(const char *gpu) {
+    if (!gpu) return NULL;
+    /* other boards of a name (PCIe, NVL, A100 40GB) have other clocks or bandwidths */
+    if (strstr(gpu, "PCIe") || strstr(gpu, "NVL")) return NULL;
+    if (strstr(gpu, "H200")) return "h200";
+    if (strstr(gpu, "H100")) return "h100";
+    if (strstr(gpu, "A100") && strstr(gpu, "80GB")) return "a100";
+    if (strstr(gpu, "V100") && strstr(gpu, "SXM2")) return "v100";
+    return NULL;
+}
+
 dm_status dm_device_from_profile(const dm_cpu_profile *p, int threads, dm_device *dev) {
     if (!p || !dev || p->nsgemm < 1)
         return dm_fail(DM_ERR_INVALID_ARG, "dm_device_from_profile: empty profile");

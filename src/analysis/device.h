@@ -41,6 +41,9 @@ typedef struct {
 
 /* A datasheet preset: "v100", "a100", "h100", "h200". DM_ERR_NOT_FOUND names the known. */
 dm_status dm_device_preset(const char *name, dm_device *dev);
+/* The preset for a GPU of this name as the driver gives it ("NVIDIA H100 80GB HBM3"), or
+ * NULL when no preset has its board's rates (a PCIe or NVL board, an A100 40GB). */
+const char *dm_device_for_gpu(const char *gpu);
 /* The CPU model from a profile, at `threads` (0: the most measured). */
 dm_status dm_device_from_profile(const dm_cpu_profile *p, int threads, dm_device *dev);
 /* Contraction and vector peaks for a dtype of `dtype_bytes` (4: fp32, 2: bf16/fp16). The

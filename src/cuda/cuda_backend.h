@@ -100,6 +100,11 @@ int dm_cuda_exec_fused_tails(const dm_cuda_exec *ex);
 const char *dm_cuda_exec_gen_note(const dm_cuda_exec *ex);
 /* How many contractions take the next group's bias into a cuBLASLt epilogue. */
 int dm_cuda_exec_epilogues(const dm_cuda_exec *ex);
+/* 1 if group gi runs nothing of its own: its bias is added in the epilogue of the
+ * contraction before it. */
+int dm_cuda_exec_group_absorbed(const dm_cuda_exec *ex, int gi);
+/* The GPU's name as the driver gives it ("" when emulated or unknown). */
+const char *dm_cuda_exec_gpu_name(const dm_cuda_exec *ex);
 /* How many groups run on the second stream (DM_CUDA_OVERLAP). */
 int dm_cuda_exec_side_groups(const dm_cuda_exec *ex);
 /* Device memory the executor holds beyond its arena: the tile temporaries of batched

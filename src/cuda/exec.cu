@@ -126,6 +126,7 @@ struct dm_cuda_exec {
     void *lt_ws;              /* cuBLASLt's workspace */
     size_t lt_ws_bytes;
     size_t dev_bytes;         /* device memory allocated for the plan, the arena included */
+    char gpu[128];            /* the GPU's name ("" emulated, or if the driver would not say) */
     cudaEvent_t xfer;         /* dm_cuda_copy_tensor: recorded when this executor is a source */
     cudaEvent_t copied;       /* ... and when it is the destination, after the copy */
     int have_xfer, have_copied;
@@ -1164,6 +1165,12 @@ static dm_status run_epi(const dm_cuda_exec *ex, const dmc_group *eg) {
 
 int dm_cuda_exec_epilogues(const dm_cuda_exec *ex) { return ex ? ex->nepi : 0; }
 
+int dm_cuda_exec_group_absorbed(const dm_cuda_exec *ex, int gi) {
+    return ex && ex->groups && gi >= 0 && gi < ex->ngroups && ex->groups[gi].skip;
+}
+
+const char *dm_cuda_exec_gpu_name(const dm_cuda_exec *ex) { return ex ? ex->gpu : ""; }
+
 /* --- per-group choice by measurement (DM_CUDA_AUTO) ---------------------------------- */
 
 static double host_now(void) {
@@ -1451,6 +1458,14 @@ dm_status dm_cuda_exec_init_pooled(dm_cuda_exec **out, const dm_plan *plan, int 
     if (!(flags & DM_CUDA_EMULATE)) DM_TRY(dm_cuda_available(why, sizeof why));
     dm_cuda_exec *ex = (dm_cuda_exec *)calloc(1, sizeof *ex);
     if (!ex) return dm_fail(DM_ERR_OOM, "out of memory");
+    if (!(flags & DM_CUDA_EMULATE)) { /* its name, for the roofline model (no name: no model) */
+        int dev = 0;
+        cudaDeviceProp prop;
+        if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+            snprintf(ex->gpu, sizeof ex->gpu, "%.127s", prop.name);
+        else
+            (void)cudaGetLastError(); /* dm_cuda_available just read the same: not expected */
+    }
     ex->plan = plan;
     ex->flags = flags;
     ex->dtype = dtype;
