@@ -51,6 +51,8 @@ static void usage(FILE *out) {
             "                   `dmove analyze`) and how far above it the group ran, then\n"
             "                   per class the time above the floors: what is left to gain.\n"
             "                   With --json, each schedule's \"groups\" and \"roofline\"\n"
+            "  --svg FILE       with --groups (implied): draw every group as a bar of its\n"
+            "                   time with its floor inside, one section per schedule\n"
             "  --roofline D     the device model for --groups' floors: cpu (the profile of\n"
             "                   `dmove probe`), v100, a100, h100, h200 (SXM datasheets) or\n"
             "                   none. Default: the GPU's board from its name with --device\n"
@@ -110,6 +112,7 @@ static int streams_in_effect(void) {
 }
 static int g_groups;                             /* --groups */
 static const char *g_roofline;                   /* --roofline, or NULL: by the device */
+static const char *g_svg;                        /* --svg: the groups chart */
 static int g_recompute;                          /* --recompute (the fused and tuned layers) */
 
 /* Progress on stderr, only once the bench has run a few seconds, at most every second:
@@ -416,6 +419,64 @@ static void print_groups(const result *r) {
     }
 }
 
+/* --svg: the groups of every schedule as bars against their floors (one file). */
+static int write_chart(const cli_config *c, const result *res, int nres) {
+    const dm_layer_config *cfg = &c->cfg;
+    dm_chart_section sec[3];
+    dm_chart_bar *bars[3] = {NULL, NULL, NULL};
+    char summary[3][200], notes[3][8][120], title[256], sub[400];
+    int ns = 0, rc = -1;
+    const char *model = NULL;
+    for (int s = 0; s < nres; s++) {
+        const result *r = &res[s];
+        if (!r->groups) continue;
+        if (!(bars[ns] = calloc((size_t)(r->ngroups > 0 ? r->ngroups : 1), sizeof *bars[ns]))) {
+            cli_error(CMD, "out of memory");
+            goto done;
+        }
+        double tot = 0, fl = 0;
+        int nnote = 0;
+        for (int G = 0; G < r->ngroups; G++) {
+            const dm_layer_group *x = &r->groups[G];
+            dm_chart_bar *b = &bars[ns][G];
+            b->label = x->ops;
+            b->pass = x->pass;
+            b->cls = x->cls;
+            b->floor_ms = r->floor_s ? r->floor_s[G] * 1e3 : -1;
+            b->ms = timed_apart(r, G) ? x->seconds * 1e3 : -1;
+            if (b->ms < 0 && nnote < 8) {
+                snprintf(notes[ns][nnote], sizeof notes[ns][nnote], "timed with %.100s",
+                         r->groups[x->timed_with].ops);
+                b->note = notes[ns][nnote++];
+            }
+            if (b->ms >= 0) tot += b->ms;
+            if (b->floor_ms > 0) fl += b->floor_ms;
+        }
+        if (r->floor_s) {
+            model = r->model.desc;
+            snprintf(summary[ns], sizeof summary[ns], "groups %.3f ms, their roofline floors %.3f ms (%.3gx); "
+                     "median step %.3f ms", tot, fl, fl > 0 ? tot / fl : 0.0, r->step_ms);
+        } else {
+            snprintf(summary[ns], sizeof summary[ns], "groups %.3f ms, median step %.3f ms (no floors: %.100s)", tot,
+                     r->step_ms, r->model_note);
+        }
+        sec[ns] = (dm_chart_section){r->name, summary[ns], bars[ns], r->ngroups};
+        ns++;
+    }
+    snprintf(title, sizeof title, "dmove bench: time per group of one profiled step, b=%" PRId64 " j=%" PRId64
+             " i=%" PRId64 " h=%" PRId64 " u=%" PRId64 ", %s %s", cfg->batch, cfg->seq, cfg->hidden, cfg->heads,
+             cfg->ffn, dm_device_kind_name(g_device), dm_dtype_name(g_dtype));
+    snprintf(sub, sizeof sub, "each group waited for; floor: %.300s", model ? model : "none");
+    if (ns > 0 && dm_groups_write_svg(title, sub, sec, ns, g_svg) != DM_OK) {
+        cli_error(CMD, "--svg: %s", dm_last_error());
+        goto done;
+    }
+    rc = 0;
+done:
+    for (int k = 0; k < 3; k++) free(bars[k]);
+    return rc;
+}
+
 static void result_free(result *r) {
     free(r->groups);
     free(r->floor_s);
@@ -680,6 +741,7 @@ int cmd_bench(int argc, char **argv) {
     g_streams = 0;
     g_groups = 0;
     g_roofline = NULL;
+    g_svg = NULL;
     cli_config_init(&c, CLI_CFG_ALL);
     for (int a = 1; a < argc; a++) {
         const char *v = NULL;
@@ -726,6 +788,12 @@ int cmd_bench(int argc, char **argv) {
             g_groups = 1;
             continue;
         }
+        if ((r = cli_opt(CMD, argc, argv, &a, "--svg", &v)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            g_svg = v;
+            g_groups = 1;
+            continue;
+        }
         if ((r = cli_opt(CMD, argc, argv, &a, "--roofline", &v)) != 0) {
             dm_device probe;
             if (r < 0) return CLI_USAGE;
@@ -759,6 +827,8 @@ int cmd_bench(int argc, char **argv) {
     if (cli_config_finish(&c, CMD, 1)) return CLI_USAGE;
     const dm_layer_options chk = {.device = g_device, .dtype = g_dtype, .rows = g_rows, .streams = g_streams};
     if (cli_options_check(CMD, &chk)) return CLI_USAGE;
+    int bad_out = g_svg ? cli_check_output(CMD, "--svg", g_svg) : 0;
+    if (bad_out) return bad_out;
 
     g_start = cli_now();
     g_last_note = 0;
@@ -776,6 +846,7 @@ int cmd_bench(int argc, char **argv) {
     }
     int rc = CLI_OK;
     if (run_schedules(&c, order, plans, nres, warmup, reps, res)) rc = CLI_FAIL;
+    else if (g_svg && write_chart(&c, res, nres)) rc = CLI_FAIL;
     else if (json) rc = print_json(&c, res, nres, warmup, reps) ? CLI_FAIL : CLI_OK;
     else {
         print_table(&c, res, nres, warmup, reps);

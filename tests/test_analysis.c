@@ -14,7 +14,9 @@
  *  8. A layer's groups (dm_layer_group_info, what `bench --groups` holds to the roofline):
  *     their flop sum to dm_layer_flop's, their floors (dm_roofline_seconds) to the cost
  *     model's fused floor for the same sizes, their profiled times to the class times;
- *     bad indices fail; GPU names map to the presets of their boards only. */
+ *     bad indices fail; GPU names map to the presets of their boards only.
+ *  9. The groups chart (bench --svg): well-formed, one bar per timed group, one floor
+ *     band per floor, widths in proportion to milliseconds. */
 #include <expat.h>
 #include <math.h>
 #include <stdio.h>
@@ -202,6 +204,8 @@ static void test_group_bytes(int64_t b, int64_t j, int64_t i, int64_t h, int64_t
 
 typedef struct {
     int depth, points, root_svg, elements;
+    int bars, floors;     /* groups chart: rect class "group <class>", rect class "floor" */
+    double bar_w[64], floor_w[64];
 } svg_count;
 
 static void XMLCALL on_start(void *ud, const XML_Char *name, const XML_Char **attr) {
@@ -209,6 +213,16 @@ static void XMLCALL on_start(void *ud, const XML_Char *name, const XML_Char **at
     if (c->depth == 0) c->root_svg = !strcmp(name, "svg");
     c->depth++;
     c->elements++;
+    if (!strcmp(name, "rect")) {
+        const char *cls = NULL, *w = NULL;
+        for (int k = 0; attr[k]; k += 2) {
+            if (!strcmp(attr[k], "class")) cls = attr[k + 1];
+            if (!strcmp(attr[k], "width")) w = attr[k + 1];
+        }
+        if (cls && w && !strncmp(cls, "group ", 6) && c->bars < 64) c->bar_w[c->bars++] = atof(w);
+        if (cls && w && !strcmp(cls, "floor") && c->floors < 64) c->floor_w[c->floors++] = atof(w);
+        return;
+    }
     if (strcmp(name, "circle") != 0) return;
     for (int k = 0; attr[k]; k += 2)
         if (!strcmp(attr[k], "class") && !strncmp(attr[k + 1], "op ", 3)) c->points++;
@@ -311,6 +325,35 @@ static void test_svg(void) {
         dm_cost_free(&r);
     }
     teardown(&s);
+}
+
+/* The groups chart (bench --svg): well-formed, a bar per group timed apart, a floor band
+ * per group with a floor, every width in proportion to its milliseconds on one axis. */
+static void test_groups_chart(void) {
+    const dm_chart_bar a[] = {
+        {"qkv_proj", 0, DM_CLASS_CONTRACTION, 2.0, 1.0, NULL},
+        {"qkv_bias", 0, DM_CLASS_ELEMENTWISE, -1, -1, "timed with qkv_proj"},
+        {"a <&> \"quoted\" group", 1, DM_CLASS_NORMALIZATION, 0.5, 0.125, NULL},
+    };
+    const dm_chart_bar b[] = {{"ffn_in_proj", 0, DM_CLASS_CONTRACTION, 4.0, -1, NULL}};
+    const dm_chart_section sec[2] = {{"fused", "sum <1>", a, 3}, {"unfused", NULL, b, 1}};
+    char *text = dm_groups_svg("title & more", NULL, sec, 2);
+    CHECK(text != NULL);
+    if (!text) return;
+    svg_count c;
+    CHECK(parse_svg(text, strlen(text), &c) == 0);
+    CHECK(c.root_svg && c.bars == 3 && c.floors == 2);
+    if (c.bars == 3 && c.floors == 2) {
+        const double px_per_ms = c.bar_w[0] / 2.0;
+        CHECK(px_per_ms > 10);
+        CHECK(fabs(c.bar_w[1] - 0.5 * px_per_ms) < 0.11 && fabs(c.bar_w[2] - 4.0 * px_per_ms) < 0.11);
+        CHECK(fabs(c.floor_w[0] - 1.0 * px_per_ms) < 0.11 && fabs(c.floor_w[1] - 0.125 * px_per_ms) < 0.11);
+    }
+    CHECK(strstr(text, "timed with qkv_proj") != NULL && strstr(text, "(2x floor)") != NULL);
+    printf("  groups chart: well-formed, %d bars, %d floors, widths in proportion\n", c.bars, c.floors);
+    free(text);
+    CHECK(dm_groups_svg("t", "s", sec, 0) == NULL);
+    CHECK(dm_groups_write_svg("t", "s", sec, 2, "/nonexistent-dir/x.svg") != DM_OK);
 }
 
 /* --- the CPU profile -------------------------------------------------------------------- */
@@ -468,5 +511,6 @@ int main(void) {
     test_svg();
     test_profile();
     test_layer_groups();
+    test_groups_chart();
     TEST_END();
 }

@@ -180,6 +180,12 @@ XDG_CACHE_HOME=$T/prof-xdg "$DMOVE" bench $tiny >"$T/stdout" 2>"$T/stderr" &&
 XDG_CACHE_HOME=$T/no-prof "$DMOVE" bench $tiny >"$T/stdout" 2>"$T/stderr" &&
     grep -q "no roofline floors: no CPU profile .*dmove probe" "$T/stderr" ||
     fail "bench groups: without a profile, no note on dmove probe"
+# --svg (implies --groups): the chart, a bar per group of each schedule
+good "bench groups svg" bench --batch 2 --seq 8 --hidden 16 --heads 2 --ffn 32 --reps 1 --warmup 0 --threads 1 \
+    --roofline h100 --svg "$T/groups.svg"
+head -c 200 "$T/groups.svg" | grep -q "<svg" && [ "$(grep -c '<rect class="group ' "$T/groups.svg")" -eq 68 ] &&
+    grep -q "^fused against the roofline (h100)" "$T/stderr" ||
+    fail "bench groups svg: not 23 + 45 bars (fused, unfused), or no table"
 # shellcheck disable=SC2086
 good "bench groups none" bench $tiny --roofline none --json
 tr -d ' \t\n' <"$T/stdout" >"$T/flat"
@@ -253,6 +259,7 @@ bad "stray argument" 2 "unexpected argument" analyze extra
 bad "flag with value" 2 "json" analyze --json=yes
 bad "bench roofline unknown" 2 "unknown device model 'tpu'.*none" bench --roofline tpu
 bad "bench roofline missing" 2 "roofline" bench --roofline
+bad "bench svg into a missing directory" 1 "svg" bench --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8 --svg "$T/no/dir/g.svg"
 bad "probe threads" 2 "threads" probe --threads 0
 bad "probe unknown" 2 "unknown option" probe --fast
 ls "$T"/no >/dev/null 2>&1 && fail "svg no dir: created a directory"

@@ -95,9 +95,11 @@ for s in $SIZES; do
     echo
     echo "== b=$b j=$j (BERT-large layer, bf16) ==" >&2
     timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows interp $cfg --reps "$REPS" --warmup 10 --json --groups --roofline $model \
+        --svg "$OUT/dmove-$tag-groups.svg" \
         >"$OUT/dmove-$tag.json" 2>"$OUT/dmove-$tag-groups.txt" || { tail -5 "$OUT/dmove-$tag-groups.txt"; exit 1; }
     if [ "$GEN" = 1 ]; then
         timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --reps "$REPS" --warmup 10 --json --groups --roofline $model \
+            --svg "$OUT/dmove-$tag-gen-groups.svg" \
             >"$OUT/dmove-$tag-gen.json" 2>"$OUT/dmove-$tag-gen-groups.txt" ||
             { tail -5 "$OUT/dmove-$tag-gen-groups.txt"; rm -f "$OUT/dmove-$tag-gen.json"; }
         # the kernels with column sums in at most 264 blocks (2 per multiprocessor of an
@@ -109,7 +111,7 @@ for s in $SIZES; do
         # and bias gradients on a second stream (fused only; no --groups: profiling waits
         # after every group, which would serialize the streams)
         timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows auto --streams 2 --schedule fused $cfg --reps "$REPS" \
-            --warmup 10 --json --groups --roofline $model >"$OUT/dmove-$tag-gen2.json" 2>"$OUT/dmove-$tag-auto-groups.txt" ||
+            --warmup 10 --json --groups --roofline $model --svg "$OUT/dmove-$tag-auto-groups.svg" >"$OUT/dmove-$tag-gen2.json" 2>"$OUT/dmove-$tag-auto-groups.txt" ||
             { tail -5 "$OUT/dmove-$tag-auto-groups.txt"; rm -f "$OUT/dmove-$tag-gen2.json"; }
     fi
     "$DMOVE" analyze --preset bert-large $cfg --device $model --dtype bf16 --json >"$OUT/analyze-$tag.json" || exit 1
@@ -194,7 +196,8 @@ if mem:
           " gradient; PyTorch: peak allocated above what was allocated before the steps, the same things)")
 PY
     echo "(dmove's time per group: $OUT/dmove-$tag-groups.txt, generated kernels: $OUT/dmove-$tag-gen-groups.txt,"
-    echo " auto with two streams: $OUT/dmove-$tag-auto-groups.txt; auto's notes are in that file too)"
+    echo " auto with two streams: $OUT/dmove-$tag-auto-groups.txt; auto's notes are in that file too;"
+    echo " each as a chart against the roofline: the same names with .svg)"
 done
 
 if [ "${NCU:-0}" = 1 ] && [ "$GEN" = 1 ] && command -v ncu >/dev/null 2>&1; then

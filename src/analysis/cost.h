@@ -97,6 +97,28 @@ dm_status dm_cost_write_svg(const dm_graph *g, const dm_cost_report *r, const ch
                             const char *path);
 const char *dm_dtype_bytes_name(int dtype_bytes);
 
+/* groupchart.c: a step's groups as horizontal bars of their measured time (execution
+ * order, coloured by class) with each one's roofline floor drawn inside as a dark band;
+ * one section per schedule, one time axis. A bar with ms < 0 is a group timed with
+ * another (its note is shown instead); floor_ms < 0: no floor drawn. */
+typedef struct {
+    const char *label; /* the group's operators */
+    int pass;
+    dm_op_class cls;
+    double ms, floor_ms;
+    const char *note;
+} dm_chart_bar;
+typedef struct {
+    const char *name;    /* the schedule */
+    const char *summary; /* a line under it */
+    const dm_chart_bar *bars;
+    int nbars;
+} dm_chart_section;
+char *dm_groups_svg(const char *title, const char *subtitle, const dm_chart_section *sec, int nsec);
+/* Written atomically (temporary file + rename). */
+dm_status dm_groups_write_svg(const char *title, const char *subtitle, const dm_chart_section *sec, int nsec,
+                              const char *path);
+
 /* measure.c: runs the layer on the CPU backend with the unfused schedule (one group per
  * graph op) for `reps` profiled steps after `warmup` untimed ones, and gives each graph
  * op's mean seconds per step in op_secs[nop] (nop: the graph's op count, checked). */
