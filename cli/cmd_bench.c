@@ -45,7 +45,8 @@ static void usage(FILE *out) {
             "  --plan FILE      also run a plan from `dmove tune` (row \"tuned\"), beside\n"
             "                   the default plan of its schedule; prints the speedup\n"
             "  --groups         also list every group of the plan with its time in one\n"
-            "                   profiled step (on stderr): where the step's time goes;\n"
+            "                   profiled steps (medians of --reps; on stderr): where\n"
+            "                   the step's time goes;\n"
             "                   beside each its roofline floor (its flop at the peak rate,\n"
             "                   or its bytes at the memory bandwidth, the larger; as\n"
             "                   `dmove analyze`) and how far above it the group ran, then\n"
@@ -82,13 +83,15 @@ typedef struct {
     double flop[2][DM_NUM_CLASSES], flop_total;
     dm_cuda_choices cuda;    /* CUDA: what the executor chose (generated, fused, ...) */
     dm_layer_memory mem;     /* what the layer holds */
-    /* --groups: the plan's groups in one profiled step, and the roofline they are held to */
+    /* --groups: the plan's groups (their times the medians over the profiled steps), and
+     * the roofline they are held to */
     dm_layer_group *groups;
     int ngroups;
     double *floor_s;         /* per group (a group timed with another: 0, its floor added
                               * to that group's); NULL without a model */
     dm_device model;
     char model_note[320];    /* without a model: why */
+    int group_reps;          /* the profiled steps the groups' medians are over */
 } result;
 
 static double g_start, g_last_note;
@@ -150,11 +153,14 @@ typedef struct {
     dm_layer *layer;
     int reps;
     double *buf, *fwd, *bwd, *stp, *con, *cls; /* cls[c * reps + r] */
+    double *gsec;                              /* --groups: gsec[G * reps + r], seconds */
+    int ngroups;
 } sched_run;
 
 static void sched_free(sched_run *s) {
     dm_layer_free(s->layer);
     free(s->buf);
+    free(s->gsec);
     memset(s, 0, sizeof *s);
 }
 
@@ -184,6 +190,13 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
         dm_layer_init_params(s->layer, cfg->seed) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
         return -1;
+    }
+    if (g_groups) {
+        s->ngroups = dm_layer_num_groups(s->layer);
+        if (!(s->gsec = calloc((size_t)(s->ngroups > 0 ? s->ngroups : 1) * (size_t)reps, sizeof *s->gsec))) {
+            cli_error(CMD, "out of memory");
+            return -1;
+        }
     }
     dm_layer_cuda_choices(s->layer, &res->cuda);
     dm_layer_memory_info(s->layer, &res->mem);
@@ -243,6 +256,11 @@ static int sched_rep(sched_run *s, int phase, int r) {
         dm_layer_profile_read(layer, t);
         if (r >= 0)
             for (int k = 0; k < DM_NUM_CLASSES; k++) s->cls[k * s->reps + r] = 1e3 * (t[0][k] + t[1][k]);
+        for (int G = 0; r >= 0 && G < s->ngroups; G++) { /* --groups */
+            dm_layer_group x;
+            if (dm_layer_group_info(layer, G, &x) != DM_OK) goto fail;
+            s->gsec[(size_t)G * (size_t)s->reps + (size_t)r] = x.seconds;
+        }
         return 0;
     }
     double t0 = cli_now();
@@ -305,10 +323,11 @@ static int roofline_model(const cli_config *c, result *r) {
     return 1;
 }
 
-/* --groups: each group's facts from the profiled step and, with a model, its floor (a
- * group timed with another adds its floor to that one's). */
-static int collect_groups(const cli_config *c, const dm_layer *layer, result *r) {
-    const int n = dm_layer_num_groups(layer);
+/* --groups: each group's facts, its time the median over the profiled steps and, with a
+ * model, its floor (a group timed with another adds its floor to that one's). */
+static int collect_groups(const cli_config *c, sched_run *s, result *r) {
+    const dm_layer *layer = s->layer;
+    const int n = s->ngroups;
     r->groups = calloc((size_t)(n > 0 ? n : 1), sizeof *r->groups);
     r->floor_s = calloc((size_t)(n > 0 ? n : 1), sizeof *r->floor_s);
     if (!r->groups || !r->floor_s) {
@@ -316,11 +335,14 @@ static int collect_groups(const cli_config *c, const dm_layer *layer, result *r)
         return -1;
     }
     r->ngroups = n;
-    for (int G = 0; G < n; G++)
+    r->group_reps = s->reps;
+    for (int G = 0; G < n; G++) {
         if (dm_layer_group_info(layer, G, &r->groups[G]) != DM_OK) {
             cli_error(CMD, "%s", dm_last_error());
             return -1;
         }
+        r->groups[G].seconds = median(s->gsec + (size_t)G * (size_t)s->reps, s->reps);
+    }
     if (!roofline_model(c, r)) {
         free(r->floor_s);
         r->floor_s = NULL;
@@ -350,7 +372,8 @@ static void group_label(const dm_layer_group *x, char *buf, int w) {
 /* The groups (stderr), each against its floor, then where the time above the floors goes. */
 static void print_groups(const result *r) {
     const int esz = g_device == DM_DEVICE_CUDA && g_dtype != DM_DTYPE_FP32 ? 2 : 4;
-    fprintf(stderr, "\n%s: groups of one profiled step (each waited for)", r->name);
+    fprintf(stderr, "\n%s: groups, %s of %d profiled step%s (each group waited for)", r->name,
+            r->group_reps > 1 ? "medians" : "times", r->group_reps, r->group_reps > 1 ? "s" : "");
     if (r->floor_s)
         fprintf(stderr, ", against the roofline of %s: %s at %.3g TFLOP/s, the rest at %.3g, %.4g GB/s\n"
                 "(%s)\n", r->model.name, esz == 2 ? "bf16/fp16 contractions" : "fp32 contractions",
@@ -359,7 +382,8 @@ static void print_groups(const result *r) {
     else
         fprintf(stderr, " (no roofline floors: %s)\n", r->model_note);
     fprintf(stderr, "%-8s %-13s %9s %9s %8s  %s\n", "pass", "class", "ms", "floor ms", "x floor", "operators");
-    double cls_ms[DM_NUM_CLASSES] = {0}, cls_floor[DM_NUM_CLASSES] = {0};
+    /* per class: time, floors, and the time above its floor of each group above it */
+    double cls_ms[DM_NUM_CLASSES] = {0}, cls_floor[DM_NUM_CLASSES] = {0}, cls_above[DM_NUM_CLASSES] = {0};
     for (int G = 0; G < r->ngroups; G++) {
         const dm_layer_group *x = &r->groups[G];
         const double ms = x->seconds * 1e3;
@@ -373,6 +397,7 @@ static void print_groups(const result *r) {
         if (r->floor_s) {
             const double f = r->floor_s[G] * 1e3;
             cls_floor[x->cls] += f;
+            cls_above[x->cls] += ms > f ? ms - f : 0;
             fprintf(stderr, "%9.4f %9.4f %8.3g  %s\n", ms, f, f > 0 ? ms / f : 0.0, x->ops);
         } else {
             fprintf(stderr, "%9.4f %9s %8s  %s\n", ms, "-", "-", x->ops);
@@ -384,13 +409,13 @@ static void print_groups(const result *r) {
     for (int k = 0; k < DM_NUM_CLASSES; k++) {
         tot_ms += cls_ms[k];
         tot_floor += cls_floor[k];
-        gap += cls_ms[k] > cls_floor[k] ? cls_ms[k] - cls_floor[k] : 0;
+        gap += cls_above[k];
     }
     fprintf(stderr, "\n%s against the roofline (%s): the groups took %.3f ms, their floors %.3f ms (%.3gx)\n",
             r->name, r->model.name, tot_ms, tot_floor, tot_floor > 0 ? tot_ms / tot_floor : 0.0);
     fprintf(stderr, "%-14s %9s %9s %8s %12s %11s\n", "class", "ms", "floor ms", "x floor", "above floor", "% of above");
     for (int k = 0; k < DM_NUM_CLASSES; k++) {
-        const double above = cls_ms[k] > cls_floor[k] ? cls_ms[k] - cls_floor[k] : 0;
+        const double above = cls_above[k];
         fprintf(stderr, "%-14s %9.3f %9.3f %8.3g %12.3f %11.1f\n", dm_class_name((dm_op_class)k), cls_ms[k],
                 cls_floor[k], cls_floor[k] > 0 ? cls_ms[k] / cls_floor[k] : 0.0, above,
                 gap > 0 ? 100.0 * above / gap : 0.0);
@@ -463,7 +488,7 @@ static int write_chart(const cli_config *c, const result *res, int nres) {
         sec[ns] = (dm_chart_section){r->name, summary[ns], bars[ns], r->ngroups};
         ns++;
     }
-    snprintf(title, sizeof title, "dmove bench: time per group of one profiled step, b=%" PRId64 " j=%" PRId64
+    snprintf(title, sizeof title, "dmove bench: time per group (medians of profiled steps), b=%" PRId64 " j=%" PRId64
              " i=%" PRId64 " h=%" PRId64 " u=%" PRId64 ", %s %s", cfg->batch, cfg->seq, cfg->hidden, cfg->heads,
              cfg->ffn, dm_device_kind_name(g_device), dm_dtype_name(g_dtype));
     snprintf(sub, sizeof sub, "each group waited for; floor: %.300s", model ? model : "none");
@@ -507,14 +532,10 @@ static int run_schedules(const cli_config *c, const dm_schedule *which, const ch
             }
     }
     for (int k = 0; k < n; k++) sched_result(&s[k], reps, &res[k]);
-    /* --groups: one more profiled step per schedule, listed group by group (stderr, so
-     * that --json stays one object on stdout) */
+    /* --groups: the profiled steps' medians, listed group by group (stderr, so that
+     * --json stays one object on stdout) */
     for (int k = 0; k < n && g_groups; k++) {
-        dm_layer_profile(s[k].layer, 1);
-        dm_layer_profile_reset(s[k].layer);
-        int bad = step(s[k].layer);
-        dm_layer_profile(s[k].layer, 0);
-        if (bad || collect_groups(c, s[k].layer, &res[k])) goto done;
+        if (collect_groups(c, &s[k], &res[k])) goto done;
         print_groups(&res[k]);
     }
     rc = 0;

@@ -161,7 +161,7 @@ XDG_CACHE_HOME=$T/prof-xdg "$DMOVE" analyze --batch 1 --seq 8 --hidden 16 --head
 tiny="--batch 2 --seq 8 --hidden 16 --heads 2 --ffn 32 --schedule fused --reps 1 --warmup 0 --threads 1 --groups"
 # shellcheck disable=SC2086 # $tiny is a list of options
 good "bench groups h100" bench $tiny --roofline h100
-grep -q "^fused: groups of one profiled step (each waited for), against the roofline of h100" "$T/stderr" &&
+grep -q "^fused: groups, times of 1 profiled step (each group waited for), against the roofline of h100" "$T/stderr" &&
     grep -Eq "^forward  contraction +[0-9.]+ +[0-9.]+ +[0-9.]+  qkv_proj$" "$T/stderr" &&
     grep -Eq "^backward contraction +[0-9.]+ +[0-9.]+ +[0-9.]+  qkv_proj_dB$" "$T/stderr" &&
     grep -q "^fused against the roofline (h100): the groups took" "$T/stderr" &&

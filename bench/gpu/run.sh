@@ -164,7 +164,7 @@ for name, ms, fwd in rows:
     print(f"{name:72s} {ms:9.3f} {fwd if fwd is not None else float('nan'):8.3f} {ratio} "
           f"{flop / ms / 1e9:8.0f} {floor_ms / ms:10.2f}")
 # where the time goes: each dmove variant's fused step, group by group against its floor
-# (bench --groups: one profiled step, each group waited for, so the sum is above the step)
+# (bench --groups: medians of the profiled steps, each group waited for, so the sum is above the step)
 acct = []
 for label, suffix in (("interp", ""), ("gen", "-gen"), ("auto, 2 streams", "-gen2")):
     if not os.path.exists(f"{out}/dmove-{tag}{suffix}.json"):
@@ -174,7 +174,7 @@ for label, suffix in (("interp", ""), ("gen", "-gen"), ("auto, 2 streams", "-gen
             acct.append((label, s))
 if acct:
     print(f"\nwhere dmove's fused step goes against the roofline ({acct[0][1]['roofline']['device']}; "
-          "a profiled step, each group waited for; 'above': group time less its floor):")
+          "medians of profiled steps, each group waited for; 'above': group time less its floor):")
     for label, s in acct:
         gs = [g for g in s["groups"] if g["timed_with"] < 0]
         tot = sum(g["ms"] for g in gs)
