@@ -363,6 +363,14 @@ static int timed_apart(const result *r, int G) {
     return r->groups[G].timed_with < 0 || r->groups[G].timed_with >= r->ngroups;
 }
 
+/* How a profiled step times its groups: on a GPU by CUDA events (the GPU not waited for
+ * in between, the streams overlapping as in a plain step), else by the host's clock. */
+static const char *timing_note(void) {
+    return g_device == DM_DEVICE_CUDA && !cli_emulated_note(g_device)[0]
+               ? "timed by CUDA events, not waited for"
+               : "each group waited for";
+}
+
 /* The group's operators, cut to `w` characters for a table. */
 static void group_label(const dm_layer_group *x, char *buf, int w) {
     snprintf(buf, (size_t)w + 1, "%s", x->ops);
@@ -372,8 +380,8 @@ static void group_label(const dm_layer_group *x, char *buf, int w) {
 /* The groups (stderr), each against its floor, then where the time above the floors goes. */
 static void print_groups(const result *r) {
     const int esz = g_device == DM_DEVICE_CUDA && g_dtype != DM_DTYPE_FP32 ? 2 : 4;
-    fprintf(stderr, "\n%s: groups, %s of %d profiled step%s (each group waited for)", r->name,
-            r->group_reps > 1 ? "medians" : "times", r->group_reps, r->group_reps > 1 ? "s" : "");
+    fprintf(stderr, "\n%s: groups, %s of %d profiled step%s (%s)", r->name,
+            r->group_reps > 1 ? "medians" : "times", r->group_reps, r->group_reps > 1 ? "s" : "", timing_note());
     if (r->floor_s)
         fprintf(stderr, ", against the roofline of %s: %s at %.3g TFLOP/s, the rest at %.3g, %.4g GB/s\n"
                 "(%s)\n", r->model.name, esz == 2 ? "bf16/fp16 contractions" : "fp32 contractions",
@@ -491,7 +499,7 @@ static int write_chart(const cli_config *c, const result *res, int nres) {
     snprintf(title, sizeof title, "dmove bench: time per group (medians of profiled steps), b=%" PRId64 " j=%" PRId64
              " i=%" PRId64 " h=%" PRId64 " u=%" PRId64 ", %s %s", cfg->batch, cfg->seq, cfg->hidden, cfg->heads,
              cfg->ffn, dm_device_kind_name(g_device), dm_dtype_name(g_dtype));
-    snprintf(sub, sizeof sub, "each group waited for; floor: %.300s", model ? model : "none");
+    snprintf(sub, sizeof sub, "%s; floor: %.300s", timing_note(), model ? model : "none");
     if (ns > 0 && dm_groups_write_svg(title, sub, sec, ns, g_svg) != DM_OK) {
         cli_error(CMD, "--svg: %s", dm_last_error());
         goto done;

@@ -169,7 +169,9 @@ enum { DM_RUN_ALL = 7 }; /* class mask: bit c runs groups of class c */
 dm_status dm_layer_forward(dm_layer *layer);
 dm_status dm_layer_backward(dm_layer *layer);
 /* Runs the groups of the given passes whose class is in class_mask (1u << dm_op_class);
- * with profiling on, adds each group's time to its pass and class. */
+ * with profiling on, adds each group's time to its pass and class: on the CPU (and the
+ * emulated GPU) by the host's clock around each group, on a GPU by CUDA events recorded
+ * around each group's own work (no wait after each; the pass waits once at its end). */
 dm_status dm_layer_run(dm_layer *layer, int passes, unsigned class_mask);
 void dm_layer_profile(dm_layer *layer, int enable);
 /* Seconds accumulated since the last reset, [pass 0 fwd / 1 bwd][class]. */

@@ -23,6 +23,7 @@ struct dm_layer {
                          * trainer chains layers by events and waits once per pass) */
     double prof[2][DM_NUM_CLASSES];
     double *group_secs; /* per group, accumulated while profiling */
+    double *gpu_secs;   /* GPU layers: per group, one pass's times from CUDA events */
     struct dm_cuda_exec *cuda; /* opt.device == DM_DEVICE_CUDA: the GPU executor; the arena
                                 * above is then its host staging copy (else NULL) */
 };

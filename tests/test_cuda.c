@@ -761,6 +761,80 @@ static void test_gen_cache(const char *xdg) {
     }
 }
 
+/* Profiling by CUDA events (dm_cuda_exec_profile): on a GPU every group that ran (also
+ * on the second stream) has a time above 0 and a take clears them; emulating there are
+ * no events (the layer times on the host). On a GPU also through a layer: profiled
+ * steps give every group a time, and the class times are the groups' sums. */
+static void test_profile_events(int emulate) {
+    dm_layer_config a = small_config(2, 16, 64, 4, 256, DM_ACT_GELU);
+    dm_layer *L = NULL;
+    dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .threads = 2};
+    CHECK_OK(dm_layer_new_gpu_grouping(&L, &a, &opt));
+    if (!L) return;
+    dm_cuda_exec *ex = NULL;
+    CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, DM_CUDA_BF16,
+                               (emulate ? DM_CUDA_EMULATE : 0) | DM_CUDA_OVERLAP | DM_CUDA_EPILOGUE));
+    if (!ex) {
+        dm_layer_free(L);
+        return;
+    }
+    const int n = L->plan.ngroups;
+    double *secs = calloc((size_t)n, sizeof *secs);
+    int ev = -1, ran = 0, timed = 0, cleared = 1;
+    CHECK_OK(dm_cuda_exec_profile(ex, 1, &ev));
+    CHECK(ev == !emulate);
+    for (int gi = 0; gi < n; gi++) CHECK_OK(dm_cuda_exec_group(ex, gi, 7, 0));
+    CHECK_OK(dm_cuda_exec_profile_take(ex, secs));
+    for (int gi = 0; gi < n; gi++) {
+        ran += !dm_cuda_exec_group_absorbed(ex, gi);
+        timed += secs[gi] > 0;
+        if (dm_cuda_exec_group_absorbed(ex, gi)) CHECK(secs[gi] == 0);
+    }
+    CHECK(timed == (emulate ? 0 : ran));
+    CHECK_OK(dm_cuda_exec_profile_take(ex, secs)); /* taken: nothing left */
+    for (int gi = 0; gi < n; gi++) cleared &= secs[gi] == 0;
+    CHECK(cleared);
+    CHECK_OK(dm_cuda_exec_profile(ex, 0, &ev)); /* off: nothing recorded */
+    CHECK(ev == 0);
+    for (int gi = 0; gi < n; gi++) CHECK_OK(dm_cuda_exec_group(ex, gi, 7, 0));
+    CHECK_OK(dm_cuda_exec_profile_take(ex, secs));
+    for (int gi = 0; gi < n; gi++) cleared &= secs[gi] == 0;
+    CHECK(cleared);
+    printf("profiling by events (%s): %d of %d groups timed (%d run, %d on the second stream)\n",
+           emulate ? "emulated: none" : "GPU", timed, n, ran, dm_cuda_exec_side_groups(ex));
+    dm_cuda_exec_free(ex);
+    dm_layer_free(L);
+    free(secs);
+    if (emulate) return;
+    /* the layer: its profiled steps by events, every group timed, the classes their sums */
+    dm_layer_options o = {.schedule = DM_SCHED_FUSED, .threads = 2, .device = DM_DEVICE_CUDA,
+                          .dtype = DM_DTYPE_BF16, .streams = 2};
+    CHECK_OK(dm_layer_new(&L, &a, &o));
+    if (!L) return;
+    CHECK_OK(dm_layer_init_params(L, 3));
+    CHECK_OK(dm_layer_to_device(L));
+    dm_layer_profile(L, 1);
+    dm_layer_profile_reset(L);
+    CHECK_OK(dm_layer_forward(L));
+    CHECK_OK(dm_layer_backward(L));
+    dm_layer_profile(L, 0);
+    double cls[2][DM_NUM_CLASSES], csum = 0, gsum = 0;
+    dm_layer_profile_read(L, cls);
+    for (int p = 0; p < 2; p++)
+        for (int k = 0; k < DM_NUM_CLASSES; k++) csum += cls[p][k];
+    int untimed = 0;
+    for (int G = 0; G < dm_layer_num_groups(L); G++) {
+        dm_layer_group x;
+        CHECK_OK(dm_layer_group_info(L, G, &x));
+        gsum += x.seconds;
+        untimed += x.timed_with < 0 && !(x.seconds > 0);
+    }
+    CHECK(untimed == 0 && gsum > 0 && fabs(gsum - csum) <= 1e-12 + 1e-9 * gsum);
+    printf("layer profiled by events: %d groups, %.3f ms in all, every group timed\n", dm_layer_num_groups(L),
+           gsum * 1e3);
+    dm_layer_free(L);
+}
+
 #endif /* DM_HAVE_CUDA */
 
 /* --streams and DMOVE_CUDA_STREAMS (dm_streams_resolve). */
@@ -812,6 +886,7 @@ int main(void) {
     const int emu = !te || strcmp(te, "0") != 0;
     /* without a GPU: the executor's mapping, emulated on the host */
     for (int dt = DM_CUDA_FP32; dt <= DM_CUDA_FP16 && interp && emu; dt++) run_suite(DM_CUDA_EMULATE, dt, 0);
+    if (emu) test_profile_events(1);
     if (gen && emu) {
         test_gen_coverage(1);
         for (int dt = DM_CUDA_FP32; dt <= DM_CUDA_FP16; dt++) run_suite(DM_CUDA_EMULATE, dt, DM_CUDA_GEN);
@@ -831,6 +906,7 @@ int main(void) {
     printf("CUDA: %s\n", why);
     test_philox();
     for (int dt = DM_CUDA_FP32; dt <= DM_CUDA_FP16 && interp; dt++) run_suite(0, dt, 0);
+    if (interp) test_profile_events(0);
     if (gen) {
         test_gen_coverage(0);
         for (int dt = DM_CUDA_FP32; dt <= DM_CUDA_FP16; dt++) run_suite(0, dt, DM_CUDA_GEN);

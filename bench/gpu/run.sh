@@ -108,8 +108,8 @@ for s in $SIZES; do
             $cfg --reps "$REPS" --warmup 10 --json >"$OUT/dmove-$tag-gen3.json" 2>"$OUT/dmove-$tag-gen3.txt" ||
             { tail -5 "$OUT/dmove-$tag-gen3.txt"; rm -f "$OUT/dmove-$tag-gen3.json"; }
         # per group the faster of gen and interp (measured at layer creation), with the weight
-        # and bias gradients on a second stream (fused only; no --groups: profiling waits
-        # after every group, which would serialize the streams)
+        # and bias gradients on a second stream (fused only; --groups times each group by
+        # CUDA events, which leaves the streams overlapping as in a plain step)
         timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows auto --streams 2 --schedule fused $cfg --reps "$REPS" \
             --warmup 10 --json --groups --roofline $model --svg "$OUT/dmove-$tag-auto-groups.svg" >"$OUT/dmove-$tag-gen2.json" 2>"$OUT/dmove-$tag-auto-groups.txt" ||
             { tail -5 "$OUT/dmove-$tag-auto-groups.txt"; rm -f "$OUT/dmove-$tag-gen2.json"; }
@@ -164,7 +164,8 @@ for name, ms, fwd in rows:
     print(f"{name:72s} {ms:9.3f} {fwd if fwd is not None else float('nan'):8.3f} {ratio} "
           f"{flop / ms / 1e9:8.0f} {floor_ms / ms:10.2f}")
 # where the time goes: each dmove variant's fused step, group by group against its floor
-# (bench --groups: medians of the profiled steps, each group waited for, so the sum is above the step)
+# (bench --groups: medians of the profiled steps, each group timed by CUDA events; with two streams
+# the side stream's groups overlap the others, so their sum can be above the step)
 acct = []
 for label, suffix in (("interp", ""), ("gen", "-gen"), ("auto, 2 streams", "-gen2")):
     if not os.path.exists(f"{out}/dmove-{tag}{suffix}.json"):
@@ -174,7 +175,7 @@ for label, suffix in (("interp", ""), ("gen", "-gen"), ("auto, 2 streams", "-gen
             acct.append((label, s))
 if acct:
     print(f"\nwhere dmove's fused step goes against the roofline ({acct[0][1]['roofline']['device']}; "
-          "medians of profiled steps, each group waited for; 'above': group time less its floor):")
+          "medians of profiled steps, timed by CUDA events; 'above': group time less its floor):")
     for label, s in acct:
         gs = [g for g in s["groups"] if g["timed_with"] < 0]
         tot = sum(g["ms"] for g in gs)

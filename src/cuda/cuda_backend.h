@@ -117,6 +117,14 @@ size_t dm_cuda_exec_workspace_bytes(const dm_cuda_exec *ex);
  * only_contractions: just the GEMMs of a batched group. */
 dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_contractions);
 dm_status dm_cuda_sync(dm_cuda_exec *ex);
+/* Profiling by CUDA events (on a GPU; emulating, *by_events = 0 and the caller times
+ * on the host): with `on`, every group enqueued records an event on its stream before
+ * and after its own work (after waiting for the groups it depends on), so each group's
+ * GPU time is known without waiting after it and the streams keep overlapping. */
+dm_status dm_cuda_exec_profile(dm_cuda_exec *ex, int on, int *by_events);
+/* Waits for the GPU, then secs[gi] (one per group) = group gi's time (seconds) since the
+ * last take, 0 for a group not run; the recorded marks are cleared. */
+dm_status dm_cuda_exec_profile_take(dm_cuda_exec *ex, double *secs);
 
 /* Copies tensor t (a materialized root or a view of one) between the device arena and
  * `host`, which holds the tensor in the same layout as the arena (the span from its first

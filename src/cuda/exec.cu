@@ -132,6 +132,11 @@ struct dm_cuda_exec {
     int have_xfer, have_copied;
     dm_cuda_pool *pool;       /* where temp, gscratch and partials come from, or NULL */
     int pooled[3];            /* temp, gscratch, partials: borrowed from the pool (not freed) */
+    /* dm_cuda_exec_profile: per group a start and an end event on its stream */
+    cudaEvent_t *prof_ev;     /* 2 per group (made on first use), NULL until then */
+    int nprof_ev;             /* events made (a failure part way leaves fewer) */
+    char *prof_rec;           /* per group: both events recorded since the last take */
+    int prof_on;
 };
 
 /* --- a pool of main-stream buffers shared by executors whose main streams never run at
@@ -993,12 +998,23 @@ static dm_status join_touching(dm_cuda_exec *ex, int t, int writing) {
 
 /* Side group gi: after everything enqueued on the main stream so far (emulating: later,
  * at join_upto). */
+/* Profiling by events (dm_cuda_exec_profile): group gi's start (end = 0) or end event on
+ * the stream its work goes to; the end marks both recorded. */
+static dm_status prof_mark(dm_cuda_exec *ex, int gi, int end, cudaStream_t st) {
+    if (!ex->prof_on || emulated(ex) || !ex->prof_ev) return DM_OK;
+    DMC_CUDA(cudaEventRecord(ex->prof_ev[2 * gi + end], st));
+    if (end) ex->prof_rec[gi] = 1;
+    return DM_OK;
+}
+
 static dm_status launch_side(dm_cuda_exec *ex, int gi, uint64_t seed) {
     if (ex->npending >= ex->ngroups) DM_TRY(join_all(ex)); /* a pass cut short by an error */
     if (!emulated(ex)) {
         DMC_CUDA(cudaEventRecord(ex->fork, ex->stream));
         DMC_CUDA(cudaStreamWaitEvent(ex->side_stream, ex->fork, 0));
+        DM_TRY(prof_mark(ex, gi, 0, ex->side_stream));
         DM_TRY(run_steps(ex, gi, seed, 0, 1));
+        DM_TRY(prof_mark(ex, gi, 1, ex->side_stream));
         DMC_CUDA(cudaEventRecord(ex->done[gi], ex->side_stream));
     }
     ex->pending_seed[ex->npending] = seed;
@@ -1518,6 +1534,9 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
     for (int i = 0; i < ex->ndone; i++)
         if (ex->done[i]) (void)cudaEventDestroy(ex->done[i]);
     free(ex->done);
+    for (int i = 0; i < ex->nprof_ev; i++) (void)cudaEventDestroy(ex->prof_ev[i]);
+    free(ex->prof_ev);
+    free(ex->prof_rec);
     free(ex->on_side);
     free(ex->pending);
     free(ex->pending_seed);
@@ -1703,6 +1722,58 @@ static dm_status run_steps(dm_cuda_exec *ex, int gi, uint64_t seed, int skip_row
     return DM_OK;
 }
 
+static dm_status group_work(dm_cuda_exec *ex, int gi, uint64_t seed, int skip_rows);
+
+dm_status dm_cuda_exec_profile(dm_cuda_exec *ex, int on, int *by_events) {
+    if (!ex || !by_events) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_exec_profile: NULL argument");
+    *by_events = 0;
+    ex->prof_on = 0;
+    if (!on || emulated(ex)) return DM_OK;
+    if (!ex->prof_ev) {
+        const int n = 2 * (ex->ngroups > 0 ? ex->ngroups : 1);
+        ex->prof_ev = (cudaEvent_t *)calloc((size_t)n, sizeof *ex->prof_ev);
+        ex->prof_rec = (char *)calloc((size_t)n / 2, 1);
+        if (!ex->prof_ev || !ex->prof_rec) {
+            free(ex->prof_ev);
+            free(ex->prof_rec);
+            ex->prof_ev = NULL;
+            ex->prof_rec = NULL;
+            return dm_fail(DM_ERR_OOM, "out of memory for the profiling events");
+        }
+        for (; ex->nprof_ev < n; ex->nprof_ev++) {
+            cudaError_t e = cudaEventCreate(&ex->prof_ev[ex->nprof_ev]);
+            if (e != cudaSuccess) {
+                for (int i = 0; i < ex->nprof_ev; i++) (void)cudaEventDestroy(ex->prof_ev[i]);
+                free(ex->prof_ev);
+                free(ex->prof_rec);
+                ex->prof_ev = NULL;
+                ex->prof_rec = NULL;
+                ex->nprof_ev = 0;
+                return dm_fail(DM_ERR_BACKEND, "cudaEventCreate for profiling: %s (%s)", cudaGetErrorString(e),
+                               cudaGetErrorName(e));
+            }
+        }
+    }
+    ex->prof_on = 1;
+    *by_events = 1;
+    return DM_OK;
+}
+
+dm_status dm_cuda_exec_profile_take(dm_cuda_exec *ex, double *secs) {
+    if (!ex || !secs) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_exec_profile_take: NULL argument");
+    for (int gi = 0; gi < ex->ngroups; gi++) secs[gi] = 0;
+    if (!ex->prof_ev) return DM_OK;
+    DM_TRY(dm_cuda_sync(ex)); /* every recorded event has happened */
+    for (int gi = 0; gi < ex->ngroups; gi++) {
+        if (!ex->prof_rec[gi]) continue;
+        float ms = 0;
+        ex->prof_rec[gi] = 0;
+        DMC_CUDA(cudaEventElapsedTime(&ms, ex->prof_ev[2 * gi], ex->prof_ev[2 * gi + 1]));
+        secs[gi] = 1e-3 * (double)ms;
+    }
+    return DM_OK;
+}
+
 dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_contractions) {
     if (!ex || gi < 0 || gi >= ex->ngroups)
         return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_exec_group: no group %d", gi);
@@ -1712,8 +1783,17 @@ dm_status dm_cuda_exec_group(dm_cuda_exec *ex, int gi, uint64_t seed, int only_c
     if (eg->skip) return DM_OK; /* its bias went into the contraction before it */
     if (ex->on_side && ex->on_side[gi] && !only_contractions) return launch_side(ex, gi, seed);
     DM_TRY(resolve_hazards(ex, gi));
+    if (eg->epi) DM_TRY(resolve_hazards(ex, gi + 1)); /* it writes the bias group's output */
+    /* the start event after the waits: a group's time is its own work */
+    DM_TRY(prof_mark(ex, gi, 0, ex->stream));
+    DM_TRY(group_work(ex, gi, seed, skip_rows));
+    return prof_mark(ex, gi, 1, ex->stream);
+}
+
+/* The work of group gi on the main stream, its hazards resolved. */
+static dm_status group_work(dm_cuda_exec *ex, int gi, uint64_t seed, int skip_rows) {
+    const dmc_group *eg = &ex->groups[gi];
     if (eg->epi) {
-        DM_TRY(resolve_hazards(ex, gi + 1)); /* it writes the bias group's output */
         DM_TRY(run_epi(ex, eg));
         if ((ex->flags & DM_CUDA_SYNC_EACH) && !emulated(ex)) DMC_CUDA(cudaStreamSynchronize(ex->stream));
         return DM_OK;
