@@ -44,21 +44,21 @@ static void usage(FILE *out) {
     fprintf(out,
             "  --plan FILE      also run a plan from `dmove tune` (row \"tuned\"), beside\n"
             "                   the default plan of its schedule; prints the speedup\n"
-            "  --groups         also list every group of the plan with its time in one\n"
-            "                   profiled steps (medians of --reps; on stderr): where\n"
-            "                   the step's time goes;\n"
-            "                   beside each its roofline floor (its flop at the peak rate,\n"
-            "                   or its bytes at the memory bandwidth, the larger; as\n"
-            "                   `dmove analyze`) and how far above it the group ran, then\n"
-            "                   per class the time above the floors: what is left to gain.\n"
-            "                   With --json, each schedule's \"groups\" and \"roofline\"\n"
-            "  --svg FILE       with --groups (implied): draw every group as a bar of its\n"
-            "                   time with its floor inside, one section per schedule\n"
-            "  --roofline D     the device model for --groups' floors: cpu (the profile of\n"
-            "                   `dmove probe`), v100, a100, h100, h200 (SXM datasheets) or\n"
-            "                   none. Default: the GPU's board from its name with --device\n"
-            "                   cuda (none for boards without a preset), else cpu if this\n"
-            "                   machine has a profile\n"
+            "  --groups         also list every group of the plan with its time in the\n"
+            "                   profiled steps (the median over --reps; on stderr): where\n"
+            "                   the step's time goes; beside each its roofline floor (its\n"
+            "                   flop at the peak rate, or its bytes at the memory\n"
+            "                   bandwidth, the larger; as `dmove analyze`) and how far\n"
+            "                   above it the group ran, then per class the time above the\n"
+            "                   floors: what is left to gain. With --json, each\n"
+            "                   schedule's \"groups\" and \"roofline\"\n"
+            "  --svg FILE       draw every group (--groups, implied) as a bar of its time\n"
+            "                   with its floor inside, one section per schedule\n"
+            "  --roofline D     the device model of the floors (implies --groups): cpu (the\n"
+            "                   profile of `dmove probe`), v100, a100, h100, h200 (SXM\n"
+            "                   datasheets) or none. Default: the GPU's board from its name\n"
+            "                   with --device cuda (none for boards without a preset), else\n"
+            "                   cpu if this machine has a profile\n"
             "  --json           print one JSON object on stdout instead of the table:\n"
             "                   {\"config\": {...}, \"schedules\": [{\"schedule\": \"fused\",\n"
             "                   \"forward_ms\", \"backward_ms\", \"step_ms\",\n"
@@ -256,11 +256,8 @@ static int sched_rep(sched_run *s, int phase, int r) {
         dm_layer_profile_read(layer, t);
         if (r >= 0)
             for (int k = 0; k < DM_NUM_CLASSES; k++) s->cls[k * s->reps + r] = 1e3 * (t[0][k] + t[1][k]);
-        for (int G = 0; r >= 0 && G < s->ngroups; G++) { /* --groups */
-            dm_layer_group x;
-            if (dm_layer_group_info(layer, G, &x) != DM_OK) goto fail;
-            s->gsec[(size_t)G * (size_t)s->reps + (size_t)r] = x.seconds;
-        }
+        for (int G = 0; r >= 0 && G < s->ngroups; G++) /* --groups */
+            s->gsec[(size_t)G * (size_t)s->reps + (size_t)r] = dm_layer_group_seconds(layer, G);
         return 0;
     }
     double t0 = cli_now();
@@ -351,10 +348,19 @@ static int collect_groups(const cli_config *c, sched_run *s, result *r) {
     const int esz = g_device == DM_DEVICE_CUDA && g_dtype != DM_DTYPE_FP32 ? 2 : 4;
     for (int G = 0; G < n; G++) {
         const dm_layer_group *x = &r->groups[G];
-        double f = dm_roofline_seconds(&r->model, esz, x->contraction_flop, x->other_flop,
-                                       x->bytes_read + x->bytes_written);
-        int to = x->timed_with >= 0 && x->timed_with < n ? x->timed_with : G;
-        r->floor_s[to] += f;
+        const int to = x->timed_with >= 0 && x->timed_with < n ? x->timed_with : G;
+        const dm_layer_group *y = &r->groups[to];
+        if (to == G - 1 && y->cls == DM_CLASS_CONTRACTION && x->contraction_flop == 0) {
+            /* a row group in its contraction's epilogue: the two as one, the contraction's
+             * output (all it writes, all the row group reads of it) never going to memory */
+            const double rd = y->bytes_read + (x->bytes_read > y->bytes_written ? x->bytes_read - y->bytes_written : 0);
+            r->floor_s[to] = dm_roofline_seconds(&r->model, esz, y->contraction_flop, y->other_flop + x->other_flop,
+                                                 rd + x->bytes_written);
+            continue;
+        }
+        /* its own work (a group timed beside another adds its floor to that one's) */
+        r->floor_s[to] += dm_roofline_seconds(&r->model, esz, x->contraction_flop, x->other_flop,
+                                              x->bytes_read + x->bytes_written);
     }
     return 0;
 }
@@ -364,11 +370,13 @@ static int timed_apart(const result *r, int G) {
 }
 
 /* How a profiled step times its groups: on a GPU by CUDA events (the GPU not waited for
- * in between, the streams overlapping as in a plain step), else by the host's clock. */
+ * in between, the streams overlapping as in a plain step: a main-stream group's time then
+ * includes the second stream's work beside it), else by the host's clock. */
 static const char *timing_note(void) {
-    return g_device == DM_DEVICE_CUDA && !cli_emulated_note(g_device)[0]
-               ? "timed by CUDA events, not waited for"
-               : "each group waited for";
+    if (g_device != DM_DEVICE_CUDA || cli_emulated_note(g_device)[0]) return "each group waited for";
+    return streams_in_effect() == 2 ? "timed by CUDA events, not waited for; groups on the two streams overlap, "
+                                      "so their sum exceeds the step"
+                                    : "timed by CUDA events, not waited for";
 }
 
 /* The group's operators, cut to `w` characters for a table. */
@@ -406,7 +414,8 @@ static void print_groups(const result *r) {
             const double f = r->floor_s[G] * 1e3;
             cls_floor[x->cls] += f;
             cls_above[x->cls] += ms > f ? ms - f : 0;
-            fprintf(stderr, "%9.4f %9.4f %8.3g  %s\n", ms, f, f > 0 ? ms / f : 0.0, x->ops);
+            if (f > 0) fprintf(stderr, "%9.4f %9.4f %8.3g  %s\n", ms, f, ms / f, x->ops);
+            else fprintf(stderr, "%9.4f %9.4f %8s  %s\n", ms, f, "-", x->ops);
         } else {
             fprintf(stderr, "%9.4f %9s %8s  %s\n", ms, "-", "-", x->ops);
         }
@@ -419,7 +428,7 @@ static void print_groups(const result *r) {
         tot_floor += cls_floor[k];
         gap += cls_above[k];
     }
-    fprintf(stderr, "\n%s against the roofline (%s): the groups took %.3f ms, their floors %.3f ms (%.3gx)\n",
+    fprintf(stderr, "\n%s against the roofline (%s): the groups took %.4g ms, their floors %.4g ms (%.3gx)\n",
             r->name, r->model.name, tot_ms, tot_floor, tot_floor > 0 ? tot_ms / tot_floor : 0.0);
     fprintf(stderr, "%-14s %9s %9s %8s %12s %11s\n", "class", "ms", "floor ms", "x floor", "above floor", "% of above");
     for (int k = 0; k < DM_NUM_CLASSES; k++) {
@@ -826,6 +835,7 @@ int cmd_bench(int argc, char **argv) {
         if ((r = cli_opt(CMD, argc, argv, &a, "--roofline", &v)) != 0) {
             dm_device probe;
             if (r < 0) return CLI_USAGE;
+            g_groups = 1; /* the floors are --groups' */
             if (strcmp(v, "cpu") != 0 && strcmp(v, "none") != 0 && dm_device_preset(v, &probe) != DM_OK) {
                 cli_usage_error(CMD, "--roofline: unknown device model '%s' (known: %s, none)", v,
                                 dm_device_names());
@@ -875,7 +885,6 @@ int cmd_bench(int argc, char **argv) {
     }
     int rc = CLI_OK;
     if (run_schedules(&c, order, plans, nres, warmup, reps, res)) rc = CLI_FAIL;
-    else if (g_svg && write_chart(&c, res, nres)) rc = CLI_FAIL;
     else if (json) rc = print_json(&c, res, nres, warmup, reps) ? CLI_FAIL : CLI_OK;
     else {
         print_table(&c, res, nres, warmup, reps);
@@ -884,6 +893,8 @@ int cmd_bench(int argc, char **argv) {
             rc = CLI_FAIL;
         }
     }
+    /* the chart last: a chart that cannot be written loses no measurement */
+    if (rc == CLI_OK && g_svg && write_chart(&c, res, nres)) rc = CLI_FAIL;
     for (int k = 0; k < nres; k++) result_free(&res[k]);
     return rc;
 }

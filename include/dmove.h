@@ -213,6 +213,8 @@ typedef struct {
 } dm_layer_group;
 int dm_layer_num_groups(const dm_layer *layer);
 dm_status dm_layer_group_info(const dm_layer *layer, int index, dm_layer_group *out);
+/* Its `seconds` alone (0 for an index out of range): cheap, for every profiled step. */
+double dm_layer_group_seconds(const dm_layer *layer, int index);
 /* Device layers (DM_DEVICE_CUDA): to_device copies the inputs (hidden_states,
  * attention_mask, grad_output) and parameters the user wrote through dm_layer_tensor to
  * the GPU (call it after writing them and before a step; dm_layer_new uploads the

@@ -375,8 +375,9 @@ dm_status dm_layer_set_seed(dm_layer *L, uint64_t seed) {
     return DM_OK;
 }
 
-/* One group on the layer's device. While profiling, a GPU group is waited for, so that
- * the time taken around it is its own. only_c: a batched group runs just its GEMMs;
+/* One group on the layer's device. While profiling on the host's clock (an emulated GPU:
+ * by_events 0), a GPU group is waited for, so that the time taken around it is its own;
+ * on a GPU its CUDA events time it. only_c: a batched group runs just its GEMMs;
  * contractions_only: only contraction groups run (on the CPU, a "direct_rows" GEMM then
  * leaves out the row group of its epilogue). */
 static dm_status run_group(dm_layer *L, int gi, int only_c, int contractions_only, int by_events) {
@@ -423,7 +424,7 @@ dm_status dm_layer_run(dm_layer *L, int passes, unsigned class_mask) {
     /* a pass is over when the GPU is: step timings are true, kernel errors surface here
      * (unless the trainer waits for a whole stack's pass instead) */
     if (L->cuda && !L->defer_wait) DM_TRY(dm_cuda_sync(L->cuda));
-    if (by_events) { /* waits for the GPU, then each group's time */
+    if (by_events) { /* waits for the GPU (even for a trainer's deferred wait), then each group's time */
         DM_TRY(dm_cuda_exec_profile_take(L->cuda, L->gpu_secs));
         for (int gi = 0; gi < L->plan.ngroups; gi++) {
             const dm_group *gr = &L->plan.groups[gi];
@@ -494,6 +495,10 @@ dm_status dm_layer_describe(const dm_layer *L, char **text) {
 }
 
 int dm_layer_num_groups(const dm_layer *L) { return L ? L->plan.ngroups : 0; }
+
+double dm_layer_group_seconds(const dm_layer *L, int G) {
+    return L && G >= 0 && G < L->plan.ngroups ? L->group_secs[G] : 0.0;
+}
 
 dm_status dm_layer_group_info(const dm_layer *L, int G, dm_layer_group *out) {
     if (!L || !out) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_group_info: NULL argument");

@@ -495,6 +495,8 @@ static void test_layer_groups(void) {
         {"NVIDIA H100 80GB HBM3", "h100"}, {"NVIDIA H200", "h200"}, {"NVIDIA A100-SXM4-80GB", "a100"},
         {"Tesla V100-SXM2-32GB", "v100"}, {"NVIDIA H100 PCIe", NULL}, {"NVIDIA H100 NVL", NULL},
         {"NVIDIA A100-SXM4-40GB", NULL}, {"NVIDIA GeForce RTX 4090", NULL}, {"", NULL}, {NULL, NULL},
+        {"NVIDIA H100 80GB HBM3 MIG 1g.10gb", NULL}, {"NVIDIA GH200 480GB", NULL}, {"NVIDIA A100-PCIE-40GB", NULL},
+        {"NVIDIA H200 NVL", NULL},
     };
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         const char *got = dm_device_for_gpu(names[k].gpu);

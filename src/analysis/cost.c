@@ -150,7 +150,7 @@ dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_devi
         double fc = 0, fo = 0;
         dm_cost_group_flop(fused, G, &fc, &fo);
         c->flop = fc + fo;
-        c->t_compute = fc / pc + fo / pv;
+        c->t_compute = safe_div(fc, pc) + safe_div(fo, pv);
         for (int k = 0; k < gr->nops; k++) {
             const dm_op *op = &fused->g->op[c->ops[k]];
             if (op->recomputed) r->recomputed_flop += dm_op_flop(fused->g, op);

@@ -1,5 +1,6 @@
 /* device.c: device models (datasheet presets and the CPU profile from `dmove probe`), the
  * profile file (JSON via cJSON: load with validation, atomic save) and its default path. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -62,10 +63,23 @@ dm_status dm_device_preset(const char *name, dm_device *dev) {
     return dm_fail(DM_ERR_NOT_FOUND, "unknown device '%s' (known: %s)", name, dm_device_names());
 }
 
+/* Does s contain w, ignoring ASCII case? */
+static int has_word(const char *s, const char *w) {
+    const size_t n = strlen(w);
+    for (; *s; s++) {
+        size_t k = 0;
+        while (k < n && s[k] && tolower((unsigned char)s[k]) == tolower((unsigned char)w[k])) k++;
+        if (k == n) return 1;
+    }
+    return 0;
+}
+
 const char *dm_device_for_gpu(const char *gpu) {
     if (!gpu) return NULL;
-    /* other boards of a name (PCIe, NVL, A100 40GB) have other clocks or bandwidths */
-    if (strstr(gpu, "PCIe") || strstr(gpu, "NVL")) return NULL;
+    /* other boards of a name (PCIe, NVL, A100 40GB, Grace Hopper's GH200) and MIG slices
+     * of a board have other clocks, bandwidths or shares of them */
+    if (has_word(gpu, "PCIe") || has_word(gpu, "NVL") || has_word(gpu, "MIG") || has_word(gpu, "GH200"))
+        return NULL;
     if (strstr(gpu, "H200")) return "h200";
     if (strstr(gpu, "H100")) return "h100";
     if (strstr(gpu, "A100") && strstr(gpu, "80GB")) return "a100";

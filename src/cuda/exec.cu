@@ -1754,6 +1754,8 @@ dm_status dm_cuda_exec_profile(dm_cuda_exec *ex, int on, int *by_events) {
             }
         }
     }
+    /* marks of a pass an error cut short are stale: start afresh */
+    memset(ex->prof_rec, 0, (size_t)(ex->ngroups > 0 ? ex->ngroups : 1));
     ex->prof_on = 1;
     *by_events = 1;
     return DM_OK;
@@ -1768,6 +1770,9 @@ dm_status dm_cuda_exec_profile_take(dm_cuda_exec *ex, double *secs) {
         if (!ex->prof_rec[gi]) continue;
         float ms = 0;
         ex->prof_rec[gi] = 0;
+        /* the end event itself (a side group's is covered by the sync above only when its
+         * own done event was recorded after it) */
+        DMC_CUDA(cudaEventSynchronize(ex->prof_ev[2 * gi + 1]));
         DMC_CUDA(cudaEventElapsedTime(&ms, ex->prof_ev[2 * gi], ex->prof_ev[2 * gi + 1]));
         secs[gi] = 1e-3 * (double)ms;
     }
