@@ -11,7 +11,9 @@
 # (SIZES=8x512 and SIZES=96x128 as two calls if one would pass the 10-minute limit), and
 #   LD_LIBRARY_PATH=$PWD/.dev/lib DMOVE=.dev/bin/dmove TEST_TRAIN=.dev/bin/test_train \
 #       sh bench/gpu/train.sh "$OUT/t"
-# for `dmove train --device cuda`.
+# for `dmove train --device cuda`, and
+#   LD_LIBRARY_PATH=$PWD/.dev/lib DMOVE=.dev/bin/dmove sh bench/gpu/sanitize.sh "$OUT/s"
+# for compute-sanitizer over the kernels.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 make -C "$root" -j"$(nproc)" all build/tests/test_cuda build/tests/test_train >/dev/null

@@ -394,7 +394,12 @@ static dm_status build(dmc_gen *gn, const dmc_rowprog *const *progs, int np,
              * guess stays (the kernel strides over rows by its grid either way). */
             if (s == DM_OK && gn->k[i].acc_floats > 0) {
                 int per_sm = 0, sms = 0;
-                if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)kern, gn->k[i].threads,
+                /* an error already pending is not the query's: report it, not clear it below */
+                e = cudaPeekAtLastError();
+                if (e != cudaSuccess)
+                    s = dm_fail(DM_ERR_BACKEND, "a CUDA error was pending before loading %s: %s (%s)", sym,
+                                cudaGetErrorString(e), cudaGetErrorName(e));
+                else if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)kern, gn->k[i].threads,
                                                                   gn->k[i].smem) == cudaSuccess &&
                     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
                     per_sm > 0 && sms > 0) {

@@ -45,6 +45,7 @@ struct dmg_simblock {
     pthread_barrier_t block, warp[32];
     float xchg[1024];
     float *smem;
+    long long smem_n; /* floats, NaN again before each block */
 };
 static dmg_simblock *dmg_sim;
 static thread_local int dmg_tid, dmg_nthr, dmg_bid, dmg_nblk;
@@ -87,6 +88,11 @@ static void *dmg_sim_thread(void *a) {
         dmg_bid = b;
         (*x->fn)();
         pthread_barrier_wait(&dmg_sim->block); /* the block is done before the next starts */
+        if (b + 1 < x->blocks) { /* a new block's shared memory holds nothing it wrote */
+            if (x->tid == 0)
+                for (long long i = 0; i < dmg_sim->smem_n; i++) dmg_sim->smem[i] = __builtin_nanf("");
+            pthread_barrier_wait(&dmg_sim->block);
+        }
     }
     return 0;
 }
@@ -103,6 +109,7 @@ static void dmg_sim_run(int threads, int blocks, long long smem, const std::func
     const size_t bytes = ((size_t)(smem > 0 ? smem : 1) * sizeof(float) + 127) / 128 * 128;
     B->smem = (float *)aligned_alloc(128, bytes);
     if (!B->smem) abort();
+    B->smem_n = smem;
     for (long long i = 0; i < smem; i++) B->smem[i] = __builtin_nanf("");
     std::vector<pthread_t> th((size_t)threads);
     std::vector<dmg_simarg> arg((size_t)threads);
@@ -350,8 +357,15 @@ static inline void dmg_scale(dmg_fc &c, float s) {
 }
 static inline void dmg_store_c(float *p, const dmg_fc &c, int ld) {
     dmg_tile_aligned(p, ld, 4);
+#ifdef DMG_SIM
+    /* as with wmma, each lane of the warp stores its part of the tile (here every 32nd
+     * element): a lane that reads the tile before the warp's barrier, or a next store
+     * before every lane has read it, gets other values, and the results show it */
+    for (int e = dmg_tid % 32; e < 256; e += 32) p[(long long)(e / 16) * ld + e % 16] = c.x[e];
+#else
     for (int r = 0; r < 16; r++)
         for (int n = 0; n < 16; n++) p[(long long)r * ld + n] = c.x[r * 16 + n];
+#endif
 }
 #endif
 
