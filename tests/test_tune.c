@@ -136,6 +136,11 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched, int recompute
                 continue;
             }
             CHECK(L->ex.groups[G->gi].rows_next == G->gi + 1 && L->ex.groups[G->gi + 1].rows_of == G->gi);
+            /* bench --groups: the row group's time is its contraction's */
+            dm_layer_group gx, rx;
+            CHECK_OK(dm_layer_group_info(L, G->gi, &gx));
+            CHECK_OK(dm_layer_group_info(L, G->gi + 1, &rx));
+            CHECK(gx.timed_with == -1 && rx.timed_with == G->gi);
             double e = compare_all_ex(L, ref, 0, 1);
             printf("  %-18s direct_rows, with %s in its epilogue: max rel.err %.2e\n", T->g.op[G->op].name,
                    T->g.op[T->plan.order[T->plan.groups[G->gi + 1].first]].name, e);
@@ -227,6 +232,19 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched, int recompute
                 CHECK(text && strstr(text, "ffn_out_proj_dA  (and ffn_out_proj_dB beside it)") &&
                       strstr(text, "qkv_proj_dB  (ran beside qkv_proj_dA)"));
                 free(text);
+                /* bench --groups: a partner's time is the group it runs beside */
+                int pairs_seen = 0;
+                for (int G = 0; G < dm_layer_num_groups(L); G++) {
+                    dm_layer_group x;
+                    CHECK_OK(dm_layer_group_info(L, G, &x));
+                    if (x.timed_with < 0) continue;
+                    dm_layer_group y;
+                    CHECK_OK(dm_layer_group_info(L, x.timed_with, &y));
+                    CHECK(x.timed_with < G && y.timed_with == -1 && y.cls == DM_CLASS_CONTRACTION &&
+                          x.cls == DM_CLASS_CONTRACTION);
+                    pairs_seen++;
+                }
+                CHECK(pairs_seen >= 2);
             }
             pair_runs++;
             runs++;
