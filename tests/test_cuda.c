@@ -679,11 +679,17 @@ static void run_sim_suite(void) {
 
 /* How many row programs of a layer's fused plan the generator takes: all of the small
  * layers' (so the gen suites above test generated code, not the interpreter). */
-static void test_gen_coverage(int emulate) {
+/* A small layer's fused plan grouped for the GPU executor (NULL after a failed check). */
+static dm_layer *small_gpu_plan(void) {
     dm_layer_config a = small_config(2, 16, 64, 4, 256, DM_ACT_GELU);
     dm_layer *L = NULL;
     dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .threads = 2};
     CHECK_OK(dm_layer_new_gpu_grouping(&L, &a, &opt));
+    return L;
+}
+
+static void test_gen_coverage(int emulate) {
+    dm_layer *L = small_gpu_plan();
     if (!L) return;
     dm_cuda_exec *ex = NULL;
     CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, DM_CUDA_BF16, (emulate ? DM_CUDA_EMULATE : 0) | DM_CUDA_GEN));
@@ -766,10 +772,7 @@ static void test_gen_cache(const char *xdg) {
  * no events (the layer times on the host). On a GPU also through a layer: profiled
  * steps give every group a time, and the class times are the groups' sums. */
 static void test_profile_events(int emulate) {
-    dm_layer_config a = small_config(2, 16, 64, 4, 256, DM_ACT_GELU);
-    dm_layer *L = NULL;
-    dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .threads = 2};
-    CHECK_OK(dm_layer_new_gpu_grouping(&L, &a, &opt));
+    dm_layer *L = small_gpu_plan();
     if (!L) return;
     dm_cuda_exec *ex = NULL;
     CHECK_OK(dm_cuda_exec_init(&ex, &L->plan, DM_CUDA_BF16,
@@ -807,6 +810,7 @@ static void test_profile_events(int emulate) {
     free(secs);
     if (emulate) return;
     /* the layer: its profiled steps by events, every group timed, the classes their sums */
+    dm_layer_config a = small_config(2, 16, 64, 4, 256, DM_ACT_GELU);
     dm_layer_options o = {.schedule = DM_SCHED_FUSED, .threads = 2, .device = DM_DEVICE_CUDA,
                           .dtype = DM_DTYPE_BF16, .streams = 2};
     CHECK_OK(dm_layer_new(&L, &a, &o));

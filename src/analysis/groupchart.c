@@ -40,10 +40,7 @@ char *dm_groups_svg(const char *title, const char *subtitle, const dm_chart_sect
     const int height = TOP + nsec * HEAD + rows * ROW + 40;
 #define XS(v) (x0 + (v) / top * (x1 - x0))
     dm_sbuf b = {0};
-    dm_sb_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-                 "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-                 "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n", CW, height, CW, height);
-    dm_sb_printf(&b, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", CW, height);
+    dm_sb_svg_open(&b, CW, height, 0);
     dm_sb_printf(&b, "<text x=\"%d\" y=\"24\" font-size=\"16\" text-anchor=\"middle\">", CW / 2);
     dm_sb_xml(&b, title ? title : "time per group");
     dm_sb_printf(&b, "</text>\n<text x=\"%d\" y=\"42\" font-size=\"11\" text-anchor=\"middle\">", CW / 2);

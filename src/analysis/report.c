@@ -179,10 +179,7 @@ char *dm_cost_svg(const dm_graph *g, const dm_cost_report *r, const char *title)
     a.ly0 = floor(log10(fmin_)) - 1;
     a.ly1 = ceil(log10(fmax_ * 1.5));
     dm_sbuf b = {0};
-    dm_sb_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-                  "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-                  "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n", W, H, W, H);
-    dm_sb_printf(&b, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
+    dm_sb_svg_open(&b, W, H, 0);
     dm_sb_printf(&b, "<text x=\"%d\" y=\"28\" font-size=\"16\" text-anchor=\"middle\">", W / 2);
     dm_sb_xml(&b, title ? title : "roofline");
     dm_sb_printf(&b, "</text>\n<text x=\"%d\" y=\"46\" font-size=\"12\" text-anchor=\"middle\">", W / 2);

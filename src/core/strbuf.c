@@ -62,3 +62,11 @@ char *dm_sb_done(dm_sbuf *b) {
     }
     return b->s;
 }
+
+void dm_sb_svg_open(dm_sbuf *b, int w, int h, int font_size) {
+    dm_sb_printf(b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                 "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+                 "font-family=\"sans-serif\"", w, h, w, h);
+    if (font_size > 0) dm_sb_printf(b, " font-size=\"%d\"", font_size);
+    dm_sb_printf(b, ">\n<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", w, h);
+}

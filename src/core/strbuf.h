@@ -18,6 +18,9 @@ typedef struct {
 void dm_sb_printf(dm_sbuf *b, const char *fmt, ...) DM_PRINTF(2, 3);
 /* t as XML text: & < > " ' escaped, control characters other than \n and \t dropped. */
 void dm_sb_xml(dm_sbuf *b, const char *t);
+/* The start of an SVG document w x h: the XML declaration, the <svg> element (sans-serif,
+ * font_size if > 0) and a white background; the caller closes it with "</svg>". */
+void dm_sb_svg_open(dm_sbuf *b, int w, int h, int font_size);
 /* The string (the caller frees it), or NULL after a failure (the buffer is freed). */
 char *dm_sb_done(dm_sbuf *b);
 /* v as the shortest "%g" text that reads back as exactly v ("0.1", not

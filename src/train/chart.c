@@ -37,10 +37,7 @@ dm_status dm_loss_svg(const double *loss, int64_t n, int64_t first_step, const c
 #define PX(x) (ML + ((x) - x0) / (x1 - x0) * pw)
 #define PY(v) (MT + ph - (((logy ? log10(v) : (v)) - y0) / (y1 - y0)) * ph)
     dm_sbuf t = {0};
-    dm_sb_printf(&t, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-            "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n",
-        W, H, W, H, W, H);
+    dm_sb_svg_open(&t, W, H, 12);
     dm_sb_printf(&t, "<text x=\"%d\" y=\"24\" font-size=\"15\">", ML);
     dm_sb_xml(&t, title ? title : "training loss");
     dm_sb_printf(&t, "</text>\n<g class=\"axes\" stroke=\"#444\">\n<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n"
