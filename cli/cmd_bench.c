@@ -283,6 +283,9 @@ static void sched_result(sched_run *s, int reps, result *res) {
     res->gflops = res->step_ms > 0 ? res->flop_total / (res->step_ms * 1e-3) / 1e9 : 0.0;
 }
 
+/* Bytes per element of the layer's storage: the roofline's bytes and peaks. */
+static int storage_bytes(void) { return g_device == DM_DEVICE_CUDA && g_dtype != DM_DTYPE_FP32 ? 2 : 4; }
+
 /* The device model --groups holds the groups to: --roofline, else the GPU's board by its
  * name, else this CPU's profile from `dmove probe`. 0 with the reason in r->model_note
  * when there is none (not an error: the times are listed without floors). */
@@ -345,7 +348,7 @@ static int collect_groups(const cli_config *c, sched_run *s, result *r) {
         r->floor_s = NULL;
         return 0;
     }
-    const int esz = g_device == DM_DEVICE_CUDA && g_dtype != DM_DTYPE_FP32 ? 2 : 4;
+    const int esz = storage_bytes();
     for (int G = 0; G < n; G++) {
         const dm_layer_group *x = &r->groups[G];
         const int to = x->timed_with >= 0 && x->timed_with < n ? x->timed_with : G;
@@ -387,7 +390,7 @@ static void group_label(const dm_layer_group *x, char *buf, int w) {
 
 /* The groups (stderr), each against its floor, then where the time above the floors goes. */
 static void print_groups(const result *r) {
-    const int esz = g_device == DM_DEVICE_CUDA && g_dtype != DM_DTYPE_FP32 ? 2 : 4;
+    const int esz = storage_bytes();
     fprintf(stderr, "\n%s: groups, %s of %d profiled step%s (%s)", r->name,
             r->group_reps > 1 ? "medians" : "times", r->group_reps, r->group_reps > 1 ? "s" : "", timing_note());
     if (r->floor_s)
@@ -645,7 +648,7 @@ static int json_groups(cJSON *o, const result *r) {
     if (r->floor_s) {
         double tot = 0;
         for (int G = 0; G < r->ngroups; G++) tot += r->floor_s[G];
-        const int esz = g_device == DM_DEVICE_CUDA && g_dtype != DM_DTYPE_FP32 ? 2 : 4;
+        const int esz = storage_bytes();
         ok = (rf = cJSON_AddObjectToObject(o, "roofline")) != NULL &&
              cJSON_AddStringToObject(rf, "device", r->model.name) &&
              cJSON_AddStringToObject(rf, "desc", r->model.desc) &&

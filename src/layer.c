@@ -7,9 +7,9 @@
 #include <string.h>
 #include <cblas.h>
 
+#include "analysis/cost.h"
 #include "core/hugealloc.h"
 #include "core/philox.h"
-#include "analysis/cost.h"
 #include "core/status.h"
 #include "cpu/exec.h"
 #include "graph/encoder.h"

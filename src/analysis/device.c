@@ -64,7 +64,7 @@ dm_status dm_device_preset(const char *name, dm_device *dev) {
 }
 
 /* Does s contain w, ignoring ASCII case? */
-static int has_word(const char *s, const char *w) {
+static int contains_nocase(const char *s, const char *w) {
     const size_t n = strlen(w);
     for (; *s; s++) {
         size_t k = 0;
@@ -78,7 +78,7 @@ const char *dm_device_for_gpu(const char *gpu) {
     if (!gpu) return NULL;
     /* other boards of a name (PCIe, NVL, A100 40GB, Grace Hopper's GH200) and MIG slices
      * of a board have other clocks, bandwidths or shares of them */
-    if (has_word(gpu, "PCIe") || has_word(gpu, "NVL") || has_word(gpu, "MIG") || has_word(gpu, "GH200"))
+    if (contains_nocase(gpu, "PCIe") || contains_nocase(gpu, "NVL") || contains_nocase(gpu, "MIG") || contains_nocase(gpu, "GH200"))
         return NULL;
     if (strstr(gpu, "H200")) return "h200";
     if (strstr(gpu, "H100")) return "h100";

@@ -996,8 +996,6 @@ static dm_status join_touching(dm_cuda_exec *ex, int t, int writing) {
     return join_upto(ex, k);
 }
 
-/* Side group gi: after everything enqueued on the main stream so far (emulating: later,
- * at join_upto). */
 /* Profiling by events (dm_cuda_exec_profile): group gi's start (end = 0) or end event on
  * the stream its work goes to; the end marks both recorded. */
 static dm_status prof_mark(dm_cuda_exec *ex, int gi, int end, cudaStream_t st) {
@@ -1007,6 +1005,8 @@ static dm_status prof_mark(dm_cuda_exec *ex, int gi, int end, cudaStream_t st) {
     return DM_OK;
 }
 
+/* Side group gi: after everything enqueued on the main stream so far (emulating: later,
+ * at join_upto). */
 static dm_status launch_side(dm_cuda_exec *ex, int gi, uint64_t seed) {
     if (ex->npending >= ex->ngroups) DM_TRY(join_all(ex)); /* a pass cut short by an error */
     if (!emulated(ex)) {
