@@ -9,8 +9,9 @@
 # over one `dmove bench` (warm-up 0, one rep: a handful of steps) with
 #   - the generated row kernels and fused attention (bf16; j=128: the block-per-item backward;
 #     j=512 with head width 64: the 16-row backward and its cuBLAS tail), two streams, the
-#     bias epilogue, --rows auto's timing;
-#   - the interpreting row kernel (fp32 and fp16);
+#     bias epilogue;
+#   - --rows auto in fp16 (each way of each group timed, then the faster kept);
+#   - the interpreting row kernel in fp32, two streams;
 # and a two-step `dmove train --device cuda` (layer-to-layer copies, loss, AdamW).
 # Usage: sh bench/gpu/sanitize.sh [OUTDIR]   Env: DMOVE (default build/dmove), TOOLS (default
 # "memcheck racecheck synccheck"). Exit status 1 if any run reports an error.
