@@ -155,12 +155,20 @@ dm_status dm_trainer_gpu_inputs(dm_trainer *T) {
     if (!tensor_id(T, 0, "hidden_states", &t)) return dm_fail(DM_ERR_INTERNAL, "the first layer has no input");
     DM_TRY(dm_layer_tensor(T->L[0], "hidden_states", &x, NULL, NULL));
     DM_TRY(dm_cuda_upload(T->L[0]->cuda, t, x));
+    /* the mask goes up once, to the first layer; the others copy it on the device (ordered
+     * by events: no host wait per layer) */
+    int t0 = -1;
     for (int l = 0; l < T->nlayers; l++) {
         float *m = NULL;
         if (!tensor_id(T, l, "attention_mask", &t)) return dm_fail(DM_ERR_INTERNAL, "layer %d has no attention_mask", l);
         DM_TRY(dm_layer_tensor(T->L[l], "attention_mask", &m, NULL, NULL));
-        memcpy(m, T->mask, tokens * sizeof(float));
-        DM_TRY(dm_cuda_upload(T->L[l]->cuda, t, m));
+        memcpy(m, T->mask, tokens * sizeof(float)); /* the host copies stay what the GPU holds */
+        if (l == 0) {
+            t0 = t;
+            DM_TRY(dm_cuda_upload(T->L[0]->cuda, t, m));
+        } else {
+            DM_TRY(dm_cuda_copy_tensor(T->L[l]->cuda, t, T->L[0]->cuda, t0));
+        }
     }
     DM_TRY(dm_cuda_memcpy(home(T), T->d_mask, T->mask, tokens * sizeof(float), 1));
     return dm_cuda_memcpy(home(T), T->d_target, T->target, acts * sizeof(float), 1);
