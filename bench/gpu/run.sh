@@ -37,11 +37,9 @@ root=$(cd "$here/../.." && pwd)
 . "$here/common.sh"
 gpu_setup test_cuda
 [ -n "$BUILT_TEST" ] && TEST_CUDA=${TEST_CUDA:-$BUILT_TEST}
-COMMIT=${COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
-gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
-case "$gpu" in *H200*) model=h200 ;; *H100*) model=h100 ;; *A100*) model=a100 ;; *) model=h100 ;; esac
+case "$GPU" in *H200*) model=h200 ;; *H100*) model=h100 ;; *A100*) model=a100 ;; *) model=h100 ;; esac
 echo "dmove GPU benchmark: $(date -u +%Y-%m-%dT%H:%MZ), commit $COMMIT"
-echo "GPU: ${gpu:-unknown}; torch: $($PYTHON -c 'import torch; print(torch.__version__)' 2>/dev/null); toolkit headers for NVRTC: ${DMOVE_CUDA_INCLUDE:-${CUDA_HOME:-as built}}"
+echo "GPU: ${GPU:-unknown}; torch: $($PYTHON -c 'import torch; print(torch.__version__)' 2>/dev/null); toolkit headers for NVRTC: ${DMOVE_CUDA_INCLUDE:-${CUDA_HOME:-as built}}"
 
 GEN=1
 if [ -n "${TEST_CUDA:-}" ]; then

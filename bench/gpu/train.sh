@@ -29,8 +29,8 @@ root=$(cd "$here/../.." && pwd)
 gpu_setup test_train
 [ -n "$BUILT_TEST" ] && TEST_TRAIN=${TEST_TRAIN:-$BUILT_TEST}
 unset DMOVE_CUDA_EMULATE
-echo "dmove train on the GPU: $(date -u +%Y-%m-%dT%H:%MZ), commit ${COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); torch: $($PYTHON -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+echo "dmove train on the GPU: $(date -u +%Y-%m-%dT%H:%MZ), commit $COMMIT"
+echo "GPU: ${GPU:-unknown}; torch: $($PYTHON -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 
 if [ -n "${TEST_TRAIN:-}" ]; then
     echo
