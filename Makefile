@@ -76,7 +76,7 @@ LIB_SRC := $(wildcard src/core/*.c src/graph/*.c src/analysis/*.c src/plan/*.c s
 CLI_SRC := $(wildcard cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ifneq ($(HAVE_CUDA),)
-CUDA_SRC := $(wildcard src/cuda/*.cu)
+CUDA_SRC := $(wildcard src/cuda/*.cu src/cudaexec/*.cu)
 LIB_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o) $(BUILD)/src/cuda/gen_text.o
 endif
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)

@@ -1,0 +1,599 @@
+/* build.cu: the plan's groups as executor steps, once, when the executor is made: a
+ * contraction as one cuBLAS call's operands (batch address arrays where its batch does not
+ * merge into one stride), a run of row ops as one row program (operands in the arena, in a
+ * tile temporary, or in the block's scratch), LayerNorm's statistics kept in fp32, and
+ * which programs and attention groups the generator (cuda/gen.cu) turns into kernels. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudaexec/exec.h"
+
+extern "C" {
+#include "core/philox.h"
+}
+
+/* 1 if x is dense and row-major in its logical letter order (size-1 letters aside): the
+ * row kernel addresses rows as base + r * cols. Other layouts (the tuner's) are not run
+ * by the CUDA row kernel yet; contractions take any layout through their strides. */
+static int dense_rowmajor(const dm_tensor *x) {
+    int64_t want = 1;
+    for (int d = x->ndim - 1; d >= 0; d--) {
+        if (x->size[d] == 1) continue;
+        if (x->stride[d] != want) return 0;
+        want *= x->size[d];
+    }
+    return 1;
+}
+
+/* The op kinds the row kernel (rows.cu) implements: anything else fails at init rather
+ * than leaving its outputs unwritten. */
+static int row_kind_supported(dm_op_kind k) {
+    switch (k) {
+    case DM_OP_BIAS_ADD: case DM_OP_ADD: case DM_OP_MASK_ADD: case DM_OP_SOFTMAX:
+    case DM_OP_DROPOUT: case DM_OP_ACT: case DM_OP_LAYERNORM: case DM_OP_DROPOUT_BWD:
+    case DM_OP_ACT_BWD: case DM_OP_SOFTMAX_BWD: case DM_OP_LAYERNORM_BWD: case DM_OP_COLSUM:
+    case DM_OP_ACT_DERIV: case DM_OP_MUL: case DM_OP_DROPOUT_BWD_NZ:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+
+/* Device address of tensor t's first element (views included) and its element type;
+ * NULL if not materialized. The plan's byte offsets are for fp32: in a 2-byte storage
+ * type the arena keeps the same element offsets in half the bytes. */
+void *dmx_arena_ptr(const dm_cuda_exec *ex, int t, int *dt) {
+    const dm_graph *g = ex->plan->g;
+    int r = dm_tensor_root(g, t);
+    if (ex->plan->offset[r] < 0) return NULL;
+    if (ex->wide && ex->wide[r]) {
+        *dt = DMC_F32;
+        return ex->side + ex->side_off[r] + g->t[t].offset;
+    }
+    *dt = ex->dtype;
+    return ex->arena + (ex->plan->offset[r] / 4 + g->t[t].offset) * ex->esz;
+}
+
+static void *tile_ptr(const dm_cuda_exec *ex, const dmc_tiles *tl, int t, int *dt) {
+    const dm_graph *g = ex->plan->g;
+    int r = dm_tensor_root(g, t);
+    *dt = ex->dtype;
+    for (int q = 0; q < tl->n; q++)
+        if (tl->root[q] == r) return ex->temp + (tl->off[q] + g->t[t].offset) * ex->esz;
+    return NULL;
+}
+
+/* The row run op k of a batched group belongs to (as build_group splits the group: a
+ * contraction alone, or consecutive row ops over one iteration space); contractions -1. */
+static int run_of(const dm_plan *plan, const dm_group *gr, int k) {
+    int run = 0;
+    for (int q = 1; q <= k; q++) {
+        const dm_op *a = dmx_op_at(plan, gr, q - 1), *b = dmx_op_at(plan, gr, q);
+        if (a->kind == DM_OP_CONTRACT || b->kind == DM_OP_CONTRACT || a->rows != b->rows ||
+            a->cols != b->cols)
+            run++;
+    }
+    return dmx_op_at(plan, gr, k)->kind == DM_OP_CONTRACT ? -1 : run;
+}
+
+/* The tiles of a batched group: every root not in memory that a contraction of the group
+ * touches, or that row ops of two runs share. A root only one run touches lives in that
+ * run's scratch (build_prog, run_private) and needs none. */
+dm_status dmx_group_tiles(const dm_plan *plan, const dm_group *gr, dmc_tiles *tl) {
+    const dm_graph *g = plan->g;
+    memset(tl, 0, sizeof *tl);
+    for (int k = 0; k < gr->nops; k++) {
+        const dm_op *op = dmx_op_at(plan, gr, k);
+        for (int s = 0; s < op->nin + op->nout; s++) {
+            int r = dm_tensor_root(g, s < op->nin ? op->in[s] : op->out[s - op->nin]);
+            if (plan->in_memory[r]) continue;
+            int known = 0, rk = run_of(plan, gr, k), shared = rk < 0;
+            for (int q = 0; q < tl->n; q++) known |= tl->root[q] == r;
+            if (known) continue;
+            for (int k2 = 0; k2 < gr->nops && !shared; k2++) {
+                if (k2 == k || run_of(plan, gr, k2) == rk) continue;
+                const dm_op *o2 = dmx_op_at(plan, gr, k2);
+                for (int s2 = 0; s2 < o2->nin + o2->nout; s2++)
+                    shared |= dm_tensor_root(g, s2 < o2->nin ? o2->in[s2] : o2->out[s2 - o2->nin]) == r;
+            }
+            if (!shared) continue;
+            if (tl->n >= DMC_MAX_TILES)
+                return dm_fail(DM_ERR_INTERNAL, "batched group of %s: more than %d tile tensors",
+                               dmx_op_at(plan, gr, 0)->name, DMC_MAX_TILES);
+            tl->root[tl->n] = r;
+            tl->off[tl->n] = tl->floats;
+            tl->floats += (g->t[r].numel + 63) / 64 * 64; /* 128-byte aligned or more */
+            tl->n++;
+        }
+    }
+    return DM_OK;
+}
+
+static dm_status new_prog(dm_cuda_exec *ex, int *pi) {
+    if (ex->nprogs == ex->cap_progs) {
+        int cap = ex->cap_progs ? 2 * ex->cap_progs : 32;
+        dmc_rowprog *p = (dmc_rowprog *)realloc(ex->hprogs, sizeof(dmc_rowprog) * (size_t)cap);
+        if (!p) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+        ex->hprogs = p;
+        dmc_launch *l = (dmc_launch *)realloc(ex->launch, sizeof(dmc_launch) * (size_t)cap);
+        if (!l) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+        ex->launch = l;
+        ex->cap_progs = cap;
+    }
+    *pi = ex->nprogs++;
+    memset(&ex->hprogs[*pi], 0, sizeof(dmc_rowprog));
+    memset(&ex->launch[*pi], 0, sizeof(dmc_launch));
+    return DM_OK;
+}
+
+/* 1 if root r is touched by no op of group gr outside ops [k0, k1) (a batched group's
+ * row run): it can then live in the block's scratch rather than in a tile. */
+static int run_private(const dm_plan *plan, const dm_group *gr, int k0, int k1, int r) {
+    const dm_graph *g = plan->g;
+    for (int k = 0; k < gr->nops; k++) {
+        if (k >= k0 && k < k1) continue;
+        const dm_op *op = dmx_op_at(plan, gr, k);
+        for (int s = 0; s < op->nin + op->nout; s++)
+            if (dm_tensor_root(g, s < op->nin ? op->in[s] : op->out[s - op->nin]) == r) return 0;
+    }
+    return 1;
+}
+
+/* The row program of ops [k0, k1) of group gr (same rows x cols). tl: the group's tiles
+ * (batched groups: every tensor not in memory is a full temporary), or NULL (row groups:
+ * such tensors are rows of the block's scratch). Mirrors init_group in cpu/exec.c. */
+static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1,
+                            const dmc_tiles *tl, int *pi) {
+    const dm_plan *plan = ex->plan;
+    const dm_graph *g = plan->g;
+    const dm_op *op0 = dmx_op_at(plan, gr, k0);
+    if (k1 - k0 > DMC_MAX_ROWOPS)
+        return dm_fail(DM_ERR_UNSUPPORTED, "group of %s: %d fused row ops; the CUDA backend runs "
+                       "at most %d in one kernel", op0->name, k1 - k0, DMC_MAX_ROWOPS);
+    DM_TRY(new_prog(ex, pi));
+    dmc_rowprog *p = &ex->hprogs[*pi];
+    const int64_t rows = op0->rows, cols = op0->cols;
+    const int64_t cols_pad = (cols + 31) / 32 * 32; /* 128-byte aligned scratch rows */
+    if (rows < 1 || cols < 1)
+        return dm_fail(DM_ERR_INTERNAL, "%s: empty iteration space", op0->name);
+    int slot_root[DM_MAX_IN * DMC_MAX_ROWOPS];
+    int nsl = 0;
+    for (int k = k0; k < k1; k++) {
+        const dm_op *op = dmx_op_at(plan, gr, k);
+        dmc_rowop *x = &p->ops[k - k0];
+        if (op->kind == DM_OP_CONTRACT || op->rows != rows || op->cols != cols)
+            return dm_fail(DM_ERR_INTERNAL, "%s: not a row op of %s's iteration space", op->name,
+                           op0->name);
+        if (!row_kind_supported(op->kind))
+            return dm_fail(DM_ERR_UNSUPPORTED, "%s: the CUDA backend has no kernel for op kind '%s' yet",
+                           op->name, dm_op_kind_name(op->kind));
+        x->kind = op->kind;
+        x->nin = op->nin;
+        x->nout = op->nout;
+        x->act = op->act;
+        x->stream = (uint32_t)op->stream;
+        x->drop_on = op->p > 0;
+        x->drop_thr = dm_dropout_threshold(op->p);
+        x->drop_scale = op->p > 0 ? (float)(1.0 / (1.0 - op->p)) : 1.0f;
+        x->causal = op->causal;
+        x->eps = op->eps;
+        for (int io = 0; io < 2; io++) {
+            int n = io ? op->nout : op->nin;
+            for (int s = 0; s < n; s++) {
+                int t = io ? op->out[s] : op->in[s];
+                dmc_operand *d = io ? &x->out[s] : &x->in[s];
+                dm_arg_kind kind = io ? dm_arg_out(op->kind, s) : dm_arg_in(op->kind, s);
+                d->kind = kind;
+                int r = dm_tensor_root(g, t);
+                /* in a batched group, a tensor only these row ops touch stays in scratch;
+                 * one a GEMM or another run of the group touches is a tile */
+                const int global = plan->in_memory[r] || (tl && !run_private(plan, gr, k0, k1, r));
+                if (global && !dense_rowmajor(&g->t[t]))
+                    return dm_fail(DM_ERR_UNSUPPORTED, "%s: operand %s is not in the default "
+                                   "(row-major) layout, which the CUDA row kernel needs so far (a "
+                                   "plan from `dmove tune` chooses layouts for the CPU: leave out "
+                                   "--plan with --device cuda)", op->name, g->t[t].name);
+                if (kind == DM_ARG_COLACC) {
+                    if (tl)
+                        return dm_fail(DM_ERR_INTERNAL, "%s: column reduction inside a batched group",
+                                       op->name);
+                    if (p->nacc >= DMC_MAX_ACC)
+                        return dm_fail(DM_ERR_UNSUPPORTED, "%s: more than %d column reductions in "
+                                       "one group", op->name, DMC_MAX_ACC);
+                    int dt = DMC_F32;
+                    void *dst = dmx_arena_ptr(ex, t, &dt);
+                    if (!dst || g->t[t].numel != cols)
+                        return dm_fail(DM_ERR_INTERNAL, "%s: bad column reduction output", op->name);
+                    d->loc = DMC_LOC_SCRATCH;
+                    d->slot = p->nacc * cols_pad; /* shifted past the rows below */
+                    p->acc_dst[p->nacc] = dst;
+                    p->acc_dt[p->nacc] = dt;
+                    p->acc_slot[p->nacc] = d->slot;
+                    p->nacc++;
+                    continue;
+                }
+                int64_t need = kind == DM_ARG_ROWSCALAR ? rows : kind == DM_ARG_COLVEC ? cols
+                                                                                       : rows * cols;
+                if (kind == DM_ARG_GROUPED) {
+                    int64_t G = g->t[t].numel / cols;
+                    if (G < 1 || g->t[t].numel % cols || rows % G)
+                        return dm_fail(DM_ERR_INTERNAL, "%s: operand %s does not tile the rows",
+                                       op->name, g->t[t].name);
+                    d->rdiv = rows / G;
+                    need = g->t[t].numel;
+                }
+                if (g->t[t].numel != need)
+                    return dm_fail(DM_ERR_INTERNAL, "%s: operand %s has %lld elements, expected %lld",
+                                   op->name, g->t[t].name, (long long)g->t[t].numel, (long long)need);
+                if (global) {
+                    d->loc = DMC_LOC_GLOBAL;
+                    d->tensor = r;
+                    d->base = plan->in_memory[r] ? dmx_arena_ptr(ex, t, &d->dt) : tile_ptr(ex, tl, t, &d->dt);
+                    if (!d->base)
+                        return dm_fail(DM_ERR_INTERNAL, "%s: %s has no device memory", op->name,
+                                       g->t[t].name);
+                    continue;
+                }
+                /* internal to the group: a row of the block's scratch, one per root */
+                int q = 0;
+                while (q < nsl && slot_root[q] != r) q++;
+                if (q == nsl) {
+                    if (nsl >= (int)(sizeof slot_root / sizeof slot_root[0]))
+                        return dm_fail(DM_ERR_INTERNAL, "too many scratch rows");
+                    slot_root[nsl++] = r;
+                }
+                d->loc = DMC_LOC_SCRATCH;
+                d->slot = q * cols_pad;
+            }
+        }
+    }
+    p->nops = k1 - k0;
+    p->rows = rows;
+    p->cols = cols;
+    p->acc_off = nsl * cols_pad;
+    p->acc_floats = p->nacc * cols_pad;
+    for (int k = 0; k < p->nops; k++)
+        for (int s = 0; s < p->ops[k].nout; s++)
+            if (p->ops[k].out[s].kind == DM_ARG_COLACC) p->ops[k].out[s].slot += p->acc_off;
+    for (int a = 0; a < p->nacc; a++) p->acc_slot[a] += p->acc_off;
+    p->scratch_floats = p->acc_off + p->acc_floats;
+
+    /* vec: 16-byte chunks are possible when every global row starts 16-byte aligned */
+    p->vec = 1;
+    for (int k = 0; k < p->nops; k++)
+        for (int io = 0; io < 2; io++) {
+            const dmc_rowop *x = &p->ops[k];
+            for (int s = 0; s < (io ? x->nout : x->nin); s++) {
+                const dmc_operand *d = io ? &x->out[s] : &x->in[s];
+                if (d->loc != DMC_LOC_GLOBAL || d->kind == DM_ARG_ROWSCALAR) continue;
+                int es = d->dt == DMC_F32 ? 4 : 2;
+                if ((uintptr_t)d->base % 16 || (cols * es) % 16) p->vec = 0;
+                if (d->dt != DMC_F32 && d->dt != ex->dtype)
+                    return dm_fail(DM_ERR_INTERNAL, "a row operand in neither fp32 nor the "
+                                   "storage type");
+            }
+        }
+    /* Launch shape. Chunks of 8 columns per thread. Rows of at most 64 chunks without
+     * column sums: a row per team of 8, 16 or 32 lanes (a lane per chunk, two at most),
+     * 256 threads per block. Otherwise a row per block with a thread per chunk (32 up to
+     * row_threads). The grid is a fixed function of the plan (and DMOVE_CUDA_ROW_THREADS),
+     * so column sums add their per-block partials in the same order on every run. */
+    dmc_launch *lc = &ex->launch[*pi];
+    const int64_t chunks = (cols + 7) / 8;
+    p->warp_rows = chunks > 64 || p->nacc ? 0 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
+    if (p->warp_rows) {
+        const int teams = 256 / p->warp_rows; /* rows a block runs at once */
+        lc->threads = 256;
+        p->scratch_floats = teams * p->acc_off; /* acc_off: one row's scratch */
+        int64_t nb = (rows + teams - 1) / teams;
+        lc->blocks = (int)(nb < 16384 ? nb : 16384);
+    } else {
+        int64_t t = (chunks + 31) / 32 * 32;
+        lc->threads = (int)(t < ex->row_threads ? t : ex->row_threads);
+        int64_t maxb = p->nacc ? 2048 : 16384;
+        lc->blocks = (int)(rows < maxb ? rows : maxb);
+    }
+    lc->dt = ex->dtype;
+    size_t bytes = (size_t)p->scratch_floats * sizeof(float);
+    lc->global_scratch = (ex->flags & DM_CUDA_GLOBAL_SCRATCH) || bytes > (size_t)ex->smem_optin;
+    lc->smem_bytes = lc->global_scratch ? 0 : bytes;
+    /* global scratch is blocks x scratch bytes: fewer blocks, still a function of the plan */
+    if (lc->global_scratch && lc->blocks > 1024) lc->blocks = 1024;
+    return DM_OK;
+}
+
+
+static dm_status gemm_pointer_arrays(dm_cuda_exec *ex, dmc_step *st);
+
+dm_status dmx_build_group(dm_cuda_exec *ex, int gi, dmc_tiles *tl) {
+    const dm_plan *plan = ex->plan;
+    const dm_graph *g = plan->g;
+    const dm_group *gr = &plan->groups[gi];
+    dmc_group *eg = &ex->groups[gi];
+    eg->steps = (dmc_step *)calloc((size_t)(gr->nops > 0 ? gr->nops : 1), sizeof(dmc_step));
+    if (!eg->steps) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+    const int batched = gr->nbatch > 1;
+    if (batched) DM_TRY(dmx_group_tiles(plan, gr, tl));
+    int k = 0;
+    while (k < gr->nops) {
+        const dm_op *op = dmx_op_at(plan, gr, k);
+        dmc_step *st = &eg->steps[eg->nsteps];
+        if (op->kind == DM_OP_CONTRACT) {
+            if (!batched && gr->nops != 1)
+                return dm_fail(DM_ERR_INTERNAL, "%s: a contraction fused with other ops outside a "
+                               "batched group", op->name);
+            void *p[3];
+            int ts[3] = {op->in[0], op->in[1], op->out[0]};
+            for (int s = 0; s < 3; s++) {
+                int r = dm_tensor_root(g, ts[s]), dt = DMC_F32;
+                p[s] = plan->in_memory[r] ? dmx_arena_ptr(ex, ts[s], &dt)
+                       : batched           ? tile_ptr(ex, tl, ts[s], &dt)
+                                           : NULL;
+                if (!p[s])
+                    return dm_fail(DM_ERR_INTERNAL, "%s: operand %s has no device memory", op->name,
+                                   g->t[ts[s]].name);
+                if (dt != ex->dtype)
+                    return dm_fail(DM_ERR_INTERNAL, "%s: operand %s is not in the storage type",
+                                   op->name, g->t[ts[s]].name);
+            }
+            /* dm_gemm_prepare does float pointer arithmetic from the operands' first
+             * elements: its results are turned back into element offsets, and those into
+             * device addresses of the storage type */
+            DM_TRY(dm_gemm_prepare(&st->gm, g, op, (float *)p[0], (float *)p[1], (float *)p[2]));
+            {
+                /* swapped: gm's A is the op's second input, its B the first */
+                char *pa = (char *)p[st->gm.swapped ? 1 : 0], *pb = (char *)p[st->gm.swapped ? 0 : 1];
+                st->gm.A = (float *)(pa + (st->gm.A - (float *)pa) * ex->esz);
+                st->gm.B = (float *)(pb + (st->gm.B - (float *)pb) * ex->esz);
+                st->gm.C = (float *)((char *)p[2] + (st->gm.C - (float *)p[2]) * ex->esz);
+            }
+            st->gemm = 1;
+            eg->nsteps++; /* first: dm_cuda_exec_free frees ptrs of counted steps */
+            DM_TRY(gemm_pointer_arrays(ex, st));
+            k++;
+            continue;
+        }
+        /* a run of row ops over one iteration space */
+        int k1 = k + 1;
+        while (k1 < gr->nops) {
+            const dm_op *o2 = dmx_op_at(plan, gr, k1);
+            if (o2->kind == DM_OP_CONTRACT || o2->rows != op->rows || o2->cols != op->cols) break;
+            k1++;
+        }
+        /* outside batched groups, scratch rows cannot cross kernels: the run must be the
+         * whole group, over the group's iteration space */
+        if (!batched && (k != 0 || k1 != gr->nops || op->rows != gr->rows || op->cols != gr->cols))
+            return dm_fail(DM_ERR_INTERNAL, "group of %s: ops over different iteration spaces",
+                           op->name);
+        DM_TRY(build_prog(ex, gr, k, k1, batched ? tl : NULL, &st->prog));
+        st->gemm = 0;
+        eg->nsteps++;
+        k = k1;
+    }
+    return DM_OK;
+}
+
+/* Non-fp32 storage: the tensors that only row ops touch as row scalars (LayerNorm's mean
+ * and rstd, saved for backward) stay fp32, in the side buffer: statistics in fp32. */
+dm_status dmx_init_wide(dm_cuda_exec *ex) {
+    const dm_plan *plan = ex->plan;
+    const dm_graph *g = plan->g;
+    ex->wide = (char *)calloc((size_t)g->nt, 1);
+    ex->side_off = (int64_t *)calloc((size_t)g->nt, sizeof(int64_t));
+    char *no = (char *)calloc((size_t)g->nt, 1);
+    if (!ex->wide || !ex->side_off || !no) {
+        free(no);
+        return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+    }
+    for (int o = 0; o < g->nop; o++) {
+        const dm_op *op = &g->op[o];
+        for (int s = 0; s < op->nin + op->nout; s++) {
+            int t = s < op->nin ? op->in[s] : op->out[s - op->nin];
+            int r = dm_tensor_root(g, t);
+            dm_arg_kind k = op->kind == DM_OP_CONTRACT ? DM_ARG_FULL
+                            : s < op->nin              ? dm_arg_in(op->kind, s)
+                                                       : dm_arg_out(op->kind, s - op->nin);
+            if (k == DM_ARG_ROWSCALAR) ex->wide[r] = 1;
+            else no[r] = 1;
+        }
+    }
+    ex->side_floats = 0;
+    for (int r = 0; r < g->nt; r++) {
+        ex->wide[r] = ex->wide[r] && !no[r] && g->t[r].base < 0 && plan->offset[r] >= 0;
+        if (!ex->wide[r]) continue;
+        ex->side_off[r] = (int64_t)ex->side_floats;
+        ex->side_floats += (size_t)(g->t[r].numel + 63) / 64 * 64;
+    }
+    free(no);
+    if (!ex->side_floats) return DM_OK;
+    DM_TRY(dmx_dev_alloc(ex, (void **)&ex->side, ex->side_floats * sizeof(float), "row statistics"));
+    if (!dmx_emulated(ex)) /* emulated memory comes zeroed from dev_alloc */
+        DMC_CUDA(cudaMemsetAsync(ex->side, 0, ex->side_floats * sizeof(float), ex->stream));
+    return DM_OK;
+}
+
+/* Group gi as one fused kernel (dmc_attn): steps GEMM, row program, GEMM (and a GEMM
+ * more), the first GEMM's output a tile the row ops read, the others' A operand one they
+ * write (the second's plain, the third's transposed: P^T), row r of both being row r % m
+ * of batch item r / m of the GEMMs. 0 if not (or not 16-bit storage). */
+static int attn_pattern(const dm_cuda_exec *ex, int gi, dmc_attn *a) {
+    const dmc_group *eg = &ex->groups[gi];
+    if (ex->dtype == DM_CUDA_FP32 || ex->plan->groups[gi].nbatch <= 1) return 0;
+    if (eg->nsteps != 3 && eg->nsteps != 4) return 0;
+    const dmc_step *s0 = &eg->steps[0], *s1 = &eg->steps[1], *s2 = &eg->steps[2];
+    if (!s0->gemm || s1->gemm || !s2->gemm || (eg->nsteps == 4 && !eg->steps[3].gemm)) return 0;
+    memset(a, 0, sizeof *a);
+    a->prog = &ex->hprogs[s1->prog];
+    a->g1 = s0->gm;
+    a->g2 = s2->gm;
+    a->has3 = eg->nsteps == 4;
+    if (a->has3) { /* the plain one is GEMM 2, the transposed one GEMM 3 */
+        a->g3 = eg->steps[3].gm;
+        a->tail_step = 3;
+        if (a->g2.transA) {
+            a->tail_step = 2;
+            dm_gemm t = a->g2;
+            a->g2 = a->g3;
+            a->g3 = t;
+        }
+    }
+    a->dt = ex->dtype;
+    a->smem_max = (size_t)ex->smem_optin;
+    const dm_gemm *g1 = &a->g1, *g2 = &a->g2, *g3 = &a->g3;
+    const char *temp_end = ex->temp + ex->temp_floats * (size_t)ex->esz;
+    const int s_tile = (const char *)g1->C >= ex->temp && (const char *)g1->C < temp_end;
+    a->p_in_memory = !((const char *)g2->A >= ex->temp && (const char *)g2->A < temp_end);
+    if (!s_tile || g1->beta != 0.0f || g2->beta != 0.0f || g2->transA) return 0;
+    const int64_t cols = a->prog->cols;
+    if (g1->n != cols || g1->ldc != cols || g2->k != cols || g2->lda != cols || g2->m != g1->m) return 0;
+    if (a->has3 && (g3->A != g2->A || !g3->transA || g3->beta != 0.0f || g3->lda != cols || g3->k != g1->m))
+        return 0;
+    dmc_gemm_batches(g1, &a->b1);
+    dmc_gemm_batches(g2, &a->b2);
+    if (a->has3) dmc_gemm_batches(g3, &a->b3);
+    if (a->b1.count != a->b2.count || a->prog->rows != a->b1.count * g1->m) return 0;
+    if (a->has3 && a->b3.count != a->b1.count) return 0;
+    for (int64_t q = 0; q < a->b1.count; q++) {
+        int64_t oa, ob, oc;
+        dmc_batch_offsets(&a->b1, q, &oa, &ob, &oc);
+        if (oc != q * g1->m * cols) return 0;
+        dmc_batch_offsets(&a->b2, q, &oa, &ob, &oc);
+        if (oa != q * g1->m * cols) return 0;
+        if (!a->has3) continue;
+        dmc_batch_offsets(&a->b3, q, &oa, &ob, &oc);
+        if (oa != q * g1->m * cols) return 0;
+    }
+    return 1;
+}
+
+/* DM_CUDA_GEN: every program the generator takes (gen.cu: row reductions over at most
+ * 2048 columns, ...) runs as a kernel of its own, and every batched group of attention's
+ * shapes (forward; backward when an item's rows fit a block) as one fused kernel (unless
+ * DMOVE_CUDA_FUSE=0), compiled here in one NVRTC program; the rest stay with the
+ * interpreter and cuBLAS (DMOVE_CUDA_DUMP=FILE writes the generated source). */
+dm_status dmx_init_gen(dm_cuda_exec *ex) {
+    const size_t np = (size_t)(ex->nprogs > 0 ? ex->nprogs : 1), ng = (size_t)(ex->ngroups > 0 ? ex->ngroups : 1);
+    ex->gen_of = (int *)malloc(sizeof(int) * np);
+    const dmc_rowprog **list = (const dmc_rowprog **)malloc(sizeof(void *) * np);
+    dmc_attn *attns = (dmc_attn *)malloc(sizeof(dmc_attn) * ng);
+    int *attn_group = (int *)malloc(sizeof(int) * ng);
+    char *in_attn = (char *)calloc(np, 1);
+    if (!ex->gen_of || !list || !attns || !attn_group || !in_attn) {
+        free(list);
+        free(attns);
+        free(attn_group);
+        free(in_attn);
+        return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+    }
+    int na = 0;
+    const char *fz = getenv("DMOVE_CUDA_FUSE"); /* =0: no fused attention kernels */
+    for (int gi = 0; gi < ex->ngroups && !(fz && !strcmp(fz, "0")); gi++) {
+        if (!attn_pattern(ex, gi, &attns[na])) continue;
+        int tail = 0;
+        if (dmc_gen_attn_eligible(&attns[na]) != DM_OK) {
+            /* an item's rows too many for one block: the kernel stores P (attention's
+             * d scores) to its tile, and GEMM 3 runs after it, by cuBLAS */
+            if (!attns[na].has3) continue;
+            attns[na].has3 = 0;
+            attns[na].p_in_memory = 1;
+            if (dmc_gen_attn_eligible(&attns[na]) != DM_OK) continue;
+            tail = attns[na].tail_step;
+        }
+        in_attn[ex->groups[gi].steps[1].prog] = 1;
+        ex->groups[gi].tail = tail;
+        attn_group[na++] = gi;
+    }
+    ex->ngen = 0;
+    for (int i = 0; i < ex->nprogs; i++) {
+        ex->gen_of[i] = -1;
+        /* a program inside a fused kernel gets a kernel of its own only for auto, which
+         * may find cuBLAS around it faster than the fused kernel */
+        if ((in_attn[i] && !(ex->flags & DM_CUDA_AUTO)) || dmc_gen_eligible(&ex->hprogs[i]) != DM_OK)
+            continue; /* fused, or interpreted */
+        ex->gen_of[i] = ex->ngen;
+        list[ex->ngen++] = &ex->hprogs[i];
+    }
+    dm_clear_error(); /* a program the generator does not take is no error */
+    for (int q = 0; q < na; q++) ex->groups[attn_group[q]].fused = 1 + ex->ngen + q;
+    ex->nfused = na;
+    const int mode = !dmx_emulated(ex) ? 0 : (ex->flags & DM_CUDA_SIM_LANES) ? 2 : 1;
+    dm_status s = ex->ngen + na ? dmc_gen_build(&ex->gen, list, ex->ngen, attns, na, mode, ex->device) : DM_OK;
+    if ((s == DM_ERR_NOT_FOUND || s == DM_ERR_BACKEND) && (ex->flags & DM_CUDA_AUTO)) {
+        /* auto chooses whatever runs fastest, and kernels NVRTC or the driver cannot build
+         * or load do not run (no toolkit headers, an architecture NVRTC does not know):
+         * the row groups and attention keep the interpreter and cuBLAS (bias epilogues,
+         * cuBLASLt's, are still weighed); the reason is kept for the user */
+        snprintf(ex->gen_note, sizeof ex->gen_note, "%s", dm_last_error());
+        for (int i = 0; i < ex->nprogs; i++) ex->gen_of[i] = -1;
+        for (int q = 0; q < na; q++) {
+            ex->groups[attn_group[q]].fused = 0;
+            ex->groups[attn_group[q]].tail = 0;
+        }
+        ex->ngen = ex->nfused = 0;
+        ex->gen = NULL;
+        dm_clear_error();
+        s = DM_OK;
+    }
+    free(list);
+    free(attns);
+    free(attn_group);
+    free(in_attn);
+    DM_TRY(s);
+    return DM_OK;
+}
+
+const char *dm_cuda_exec_gen_note(const dm_cuda_exec *ex) { return ex ? ex->gen_note : ""; }
+
+/* The row programs of the plan that run generated code: inside a fused kernel, or as a
+ * kernel of their own (a bias group a cuBLASLt epilogue absorbed runs nothing: not
+ * counted). */
+int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs) {
+    if (programs) *programs = ex ? ex->nprogs : 0;
+    int n = 0;
+    for (int gi = 0; ex && gi < ex->ngroups; gi++) {
+        const dmc_group *eg = &ex->groups[gi];
+        for (int k = 0; k < eg->nsteps && !eg->skip; k++)
+            n += !eg->steps[k].gemm && (eg->fused || (ex->gen_of && ex->gen_of[eg->steps[k].prog] >= 0));
+    }
+    return n;
+}
+
+int dm_cuda_exec_fused(const dm_cuda_exec *ex) { return ex ? ex->nfused : 0; }
+
+int dm_cuda_exec_fused_tails(const dm_cuda_exec *ex) {
+    int n = 0;
+    for (int gi = 0; ex && gi < ex->ngroups; gi++) n += ex->groups[gi].fused && ex->groups[gi].tail;
+    return n;
+}
+
+
+/* A contraction whose batch does not merge into one stride (attention's (b, h) over
+ * head-interleaved activations) runs as one cublasGemmBatchedEx over arrays of matrix
+ * addresses, made here once (the arena does not move): B's, A's, C's, `count` each. */
+static dm_status gemm_pointer_arrays(dm_cuda_exec *ex, dmc_step *st) {
+    dmc_batches bt;
+    dmc_gemm_batches(&st->gm, &bt);
+    if (bt.nd <= 1 || dmx_emulated(ex)) return DM_OK; /* one strided-batched call, or emulating */
+    if (bt.count > INT_MAX)
+        return dm_fail(DM_ERR_UNSUPPORTED, "a batched contraction of %lld matrices exceeds cuBLAS's "
+                       "batch count range", (long long)bt.count);
+    size_t n = (size_t)bt.count;
+    const void **h = (const void **)malloc(3 * n * sizeof(void *));
+    if (!h) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
+    const int64_t es = ex->esz;
+    for (size_t q = 0; q < n; q++) {
+        int64_t oa, ob, oc;
+        dmc_batch_offsets(&bt, (int64_t)q, &oa, &ob, &oc);
+        h[q] = (const char *)st->gm.B + ob * es;
+        h[n + q] = (const char *)st->gm.A + oa * es;
+        h[2 * n + q] = (const char *)st->gm.C + oc * es;
+    }
+    dm_status s = dmx_dev_alloc(ex, (void **)&st->ptrs, 3 * n * sizeof(void *), "GEMM batch addresses");
+    if (s == DM_OK) s = dmx_dev_copy(ex, st->ptrs, h, 3 * n * sizeof(void *), cudaMemcpyHostToDevice);
+    free(h);
+    st->nptrs = (int)n;
+    return s;
+}
