@@ -515,7 +515,7 @@ dm_status dm_layer_group_info(const dm_layer *L, int G, dm_layer_group *out) {
     dm_cost_group_flop(&L->plan, G, &out->contraction_flop, &out->other_flop);
     /* the storage type: fp32 on the CPU, the device's on the GPU */
     const int esz = L->cuda && L->opt.dtype != DM_DTYPE_FP32 ? 2 : 4;
-    dm_cost_group_io(&L->plan, G, esz, &out->bytes_read, &out->bytes_written);
+    DM_TRY(dm_cost_group_io(&L->plan, G, esz, &out->bytes_read, &out->bytes_written));
     size_t len = 0;
     for (int k = 0; k < gr->nops; k++) {
         const char *name = g->op[L->plan.order[gr->first + k]].name;

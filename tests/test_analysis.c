@@ -136,7 +136,7 @@ static void test_group_bytes(int64_t b, int64_t j, int64_t i, int64_t h, int64_t
     int umis = 0;
     for (int G = 0; G < s.unfused.ngroups; G++) {
         double rd, wr;
-        dm_cost_group_io(&s.unfused, G, 4, &rd, &wr);
+        CHECK(dm_cost_group_io(&s.unfused, G, 4, &rd, &wr) == DM_OK);
         int o = s.unfused.order[s.unfused.groups[G].first];
         umis += s.unfused.groups[G].nops != 1 || fabs(rd + wr - r.ops[o].bytes) > 0.5;
         usum += rd + wr;

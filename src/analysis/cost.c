@@ -38,18 +38,18 @@ static int listed(const int *v, int n, int x) {
     return 0;
 }
 
-void dm_cost_group_io(const dm_plan *plan, int G, int dtype_bytes, double *rd, double *wr) {
+dm_status dm_cost_group_io(const dm_plan *plan, int G, int dtype_bytes, double *rd, double *wr) {
     const dm_graph *g = plan->g;
     const dm_group *gr = &plan->groups[G];
     int cap = gr->nops * (DM_MAX_IN + DM_MAX_OUT);
     int *wt = malloc(sizeof(int) * (size_t)(cap > 0 ? cap : 1)); /* written tensors */
     int *seen = malloc(sizeof(int) * (size_t)(cap > 0 ? cap : 1));
     double r = 0, w = 0;
-    if (!wt || !seen) { /* a few ints: report nothing rather than crash */
+    *rd = *wr = 0;
+    if (!wt || !seen) {
         free(wt);
         free(seen);
-        *rd = *wr = 0;
-        return;
+        return dm_fail(DM_ERR_OOM, "out of memory counting the bytes of a group");
     }
     int nw = 0, ns = 0;
     for (int k = 0; k < gr->nops; k++) {
@@ -72,6 +72,7 @@ void dm_cost_group_io(const dm_plan *plan, int G, int dtype_bytes, double *rd, d
     free(seen);
     *rd = r;
     *wr = w;
+    return DM_OK;
 }
 
 static double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
@@ -155,7 +156,11 @@ dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_devi
             const dm_op *op = &fused->g->op[c->ops[k]];
             if (op->recomputed) r->recomputed_flop += dm_op_flop(fused->g, op);
         }
-        dm_cost_group_io(fused, G, dtype_bytes, &c->bytes_read, &c->bytes_written);
+        dm_status st = dm_cost_group_io(fused, G, dtype_bytes, &c->bytes_read, &c->bytes_written);
+        if (st != DM_OK) {
+            dm_cost_free(r);
+            return st;
+        }
         c->bytes = c->bytes_read + c->bytes_written;
         c->t_memory = c->bytes / dev->bandwidth;
         c->predicted_s = dm_roofline_seconds(dev, dtype_bytes, fc, fo, c->bytes);

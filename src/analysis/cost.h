@@ -58,8 +58,9 @@ typedef struct {
  * view counts its own elements). */
 void dm_cost_op_io(const dm_graph *g, const dm_op *op, int dtype_bytes, double *rd, double *wr);
 /* Bytes group G of `plan` reads and writes: inputs not produced inside the group (each
- * distinct tensor once) and outputs whose root is materialized (plan->in_memory). */
-void dm_cost_group_io(const dm_plan *plan, int G, int dtype_bytes, double *rd, double *wr);
+ * distinct tensor once) and outputs whose root is materialized (plan->in_memory).
+ * DM_ERR_OOM (and zeros) if its scratch lists cannot be allocated. */
+dm_status dm_cost_group_io(const dm_plan *plan, int G, int dtype_bytes, double *rd, double *wr);
 /* The flop of group G of `plan`: its contractions' and the rest (its graph's ops). */
 void dm_cost_group_flop(const dm_plan *plan, int G, double *contract, double *other);
 /* The roofline time of work on dev in a dtype of dtype_bytes: the larger of its compute
