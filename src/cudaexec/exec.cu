@@ -31,6 +31,8 @@
 
 #include "cudaexec/exec.h"
 
+/* --- the pool of main-stream buffers a trainer's layers share (exec.h) --------------- */
+
 dm_status dm_cuda_pool_new(dm_cuda_pool **out, int emulated) {
     if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_pool_new: NULL argument");
     *out = (dm_cuda_pool *)calloc(1, sizeof **out);
@@ -43,7 +45,7 @@ size_t dm_cuda_pool_bytes(const dm_cuda_pool *p) {
     return p ? p->bytes[0] + p->bytes[1] + p->bytes[2] : 0;
 }
 
-/* Emulation (DM_CUDA_EMULATE, emulate.cu): "device" buffers are host memory. */
+/* Device memory: cudaMalloc'd, or host memory when emulating (DM_CUDA_EMULATE, emulate.cu). */
 static void mem_free(int emulating, void *p) {
     if (emulating) free(p);
     else if (p) (void)cudaFree(p);
