@@ -110,9 +110,9 @@ typedef struct {
                          * operand but fp32 ones is of this type) */
 } dmc_launch;
 
-/* cudaexec/transfer.cu, for train.cu: whether the executor is emulated, its main stream, a wait for
- * its side stream's groups, and tensor t's span (tensor_span: device address, element
- * type, elements from its first to its last). */
+/* cudaexec/transfer.cu, for train.cu: whether the executor is emulated, its main
+ * stream, a wait for its side stream's groups, and tensor t's span (device address,
+ * element type, elements from its first to its last). */
 int dmc_emulated(const dm_cuda_exec *ex);
 cudaStream_t dmc_stream(const dm_cuda_exec *ex);
 dm_status dmc_join(dm_cuda_exec *ex);
@@ -146,8 +146,8 @@ void dmc_batch_offsets(const dmc_batches *bt, int64_t q, int64_t *oa, int64_t *o
  * per batch item and 16 rows, a warp computes C1 = alpha1 op(A1) op(B1) on tensor cores
  * into shared memory (fp32), runs the row program over those rows (reading C1 there; the
  * operand GEMM 2 reads is written there too), and C2 = alpha2 P op(B2) to memory. The
- * scores never leave the SM. cudaexec/build.cu checks that the rows of prog are C1's and P's rows
- * item by item. */
+ * scores never leave the SM. cudaexec/build.cu checks that the rows of prog are C1's
+ * and P's rows item by item. */
 typedef struct {
     const dmc_rowprog *prog; /* the row ops (host copy; device addresses) */
     dm_gemm g1, g2;          /* device addresses of the storage type */
