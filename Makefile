@@ -24,8 +24,8 @@ ifeq ($(wildcard /usr/include/expat.h),)
 $(error expat not found: apt-get install libexpat1-dev)
 endif
 LDLIBS += -lexpat
-# CUDA backend (src/cuda): built when nvcc is found, on PATH or as /usr/local/cuda/bin/nvcc,
-# with cuBLAS beside it. `make NVCC= BUILD=build-nocuda` builds the CPU backend alone (a
+# CUDA backend (src/cuda, src/cudagen, src/cudaexec): built when nvcc is found, on PATH or
+# as /usr/local/cuda/bin/nvcc, with cuBLAS beside it. `make NVCC= BUILD=build-nocuda` builds the CPU backend alone (a
 # build folder remembers its CUDA setting in config.stamp and rebuilds when it changes).
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 HAVE_CUDA :=
@@ -48,7 +48,7 @@ NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=s
 NVCCFLAGS ?= -O3 -lineinfo
 NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Xcompiler -fopenmp,-Wall,-Wextra,-Wno-unused-parameter -Iinclude -Isrc -DDM_HAVE_CUDA
 CFLAGS += -DDM_HAVE_CUDA
-# NVRTC compiles the row kernels generated per fused group (src/cuda/gen.cu) at run time,
+# NVRTC compiles the row kernels generated per fused group (src/cudagen/) at run time,
 # with the toolkit's headers; the tests build the same code for the host with $(CXX)
 CXX ?= c++
 NVCCFLAGS += -DDM_CUDA_INCLUDE='"$(CUDA_HOME)/include"' -DDM_HOST_CXX='"$(CXX)"'
@@ -76,7 +76,7 @@ LIB_SRC := $(wildcard src/core/*.c src/graph/*.c src/analysis/*.c src/plan/*.c s
 CLI_SRC := $(wildcard cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ifneq ($(HAVE_CUDA),)
-CUDA_SRC := $(wildcard src/cuda/*.cu src/cudaexec/*.cu)
+CUDA_SRC := $(wildcard src/cuda/*.cu src/cudaexec/*.cu src/cudagen/*.cu)
 LIB_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o) $(BUILD)/src/cuda/gen_text.o
 endif
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -96,7 +96,7 @@ $(BUILD)/%.o: %.cu $(wildcard include/*.h src/*/*.h src/*/*.def src/cuda/*.cuh) 
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-# The headers the generated row kernels include, as C strings for NVRTC (gen.cu).
+# The headers the generated row kernels include, as C strings for NVRTC (src/cudagen/genbuild.cu).
 GEN_HEADERS := src/cuda/philox.cuh src/cuda/rowcore.cuh src/cuda/genrt.cuh
 $(BUILD)/src/cuda/gen_text.c: $(GEN_HEADERS) Makefile
 	@mkdir -p $(dir $@)

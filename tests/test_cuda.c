@@ -727,7 +727,7 @@ static void test_gen_coverage(int emulate) {
     dm_layer_free(L);
 }
 
-/* The compiled-kernel cache (gen.cu) under $XDG_CACHE_HOME/dmove/cuda: the gen suites
+/* The compiled-kernel cache (cudagen/genbuild.cu) under $XDG_CACHE_HOME/dmove/cuda: the gen suites
  * filled it (emulating: with the PTX of NVRTC's check; on a GPU, the GPU suites then read
  * their cubins back from it); every file corrupted (a payload byte flipped, or truncated)
  * must be ignored and rewritten whole, and the kernels still built and run. */

@@ -10,7 +10,7 @@
 #      u=4096, dropout 0.1, exact GELU) at b=8 j=512 and b=96 j=128, in bf16:
 #      dmove fused and unfused (`dmove bench --device cuda --dtype bf16`), each with the
 #      interpreting row kernel and with row kernels generated per group (--rows gen,
-#      src/cuda/gen.cu; attention's groups then fused whole, on tensor cores; once more with
+#      src/cudagen/; attention's groups then fused whole, on tensor cores; once more with
 #      the column-sum kernels in at most 264 blocks, DMOVE_CUDA_COLSUM_BLOCKS), and --rows
 #      auto (per group the faster of the two, measured when the layer is made) with the
 #      weight and bias gradients on a second stream (--streams 2), PyTorch eager with

@@ -49,7 +49,7 @@ enum {
     DM_CUDA_SYNC_EACH = 8u,      /* debugging: wait after every GEMM and kernel, so a
                                   * device fault is reported with its group and op */
     DM_CUDA_GEN = 16u,           /* run row groups as kernels generated per group and
-                                  * compiled at init by NVRTC (gen.cu) where they qualify;
+                                  * compiled at init by NVRTC (cudagen/) where they qualify;
                                   * emulating, the same generated code built for the host
                                   * (dm_layer_options.rows chooses it for a layer) */
     DM_CUDA_SIM_LANES = 32u,     /* with DM_CUDA_EMULATE | DM_CUDA_GEN: the host runs the

@@ -142,7 +142,8 @@ void dmc_batch_offsets(const dmc_batches *bt, int64_t q, int64_t *oa, int64_t *o
 
 /* A batched group of the shape GEMM, row ops, GEMM (attention's forward: scores, mask,
  * softmax, dropout, context), or GEMM, row ops, GEMM, GEMM (its backward: d probs,
- * dropout and softmax backward, d queries, d keys) as one fused kernel (gen.cu, DM_CUDA_GEN, 16-bit storage):
+ * dropout and softmax backward, d queries, d keys) as one fused kernel (cudagen/attn.cu,
+ * DM_CUDA_GEN, 16-bit storage):
  * per batch item and 16 rows, a warp computes C1 = alpha1 op(A1) op(B1) on tensor cores
  * into shared memory (fp32), runs the row program over those rows (reading C1 there; the
  * operand GEMM 2 reads is written there too), and C2 = alpha2 P op(B2) to memory. The
@@ -162,7 +163,7 @@ typedef struct {
     size_t smem_max;         /* the most dynamic shared memory a block may use */
 } dmc_attn;
 
-/* gen.cu: row kernels generated per program (DM_CUDA_GEN). */
+/* cudagen/ (gen.cu, genbuild.cu): row kernels generated per program (DM_CUDA_GEN). */
 enum { DMC_GEN_MAXP = 48 }; /* global operands of one program (genrt.cuh: DMG_MAXP) */
 typedef struct {
     int threads, teams, blocks; /* launch: teams of lanes per block, one row per team */
@@ -180,7 +181,7 @@ dm_status dmc_gen_eligible(const dmc_rowprog *p);
 dm_status dmc_gen_attn_eligible(const dmc_attn *a);
 /* The CUDA C++ of progs[0..n) then attns[0..na) (kernels dmg_k<i>, host entries
  * dmg_h<i>, i < n + na) into *src, and their launch shapes into k[0..n+na); sms: the
- * GPU's multiprocessors. Element types come from each operand. gen.cu. */
+ * GPU's multiprocessors. Element types come from each operand. cudagen/gen.cu. */
 dm_status dmc_gen_source(const dmc_rowprog *const *progs, int n, const dmc_attn *attns, int na,
                          int sms, dmc_genk *k, std::string *src);
 /* Generates and compiles the kernels of progs[0..n) (host copies, device addresses) and

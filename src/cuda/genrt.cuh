@@ -1,4 +1,4 @@
-/* genrt.cuh: what the row kernels generated per fused group (gen.cu) are written against:
+/* genrt.cuh: what the kernels generated per fused group (src/cudagen/) are written against:
  * element conversions, 8-wide loads and stores, Philox dropout of a chunk, and sums and
  * maxima over a team of lanes. The generated text includes it; NVRTC compiles the two
  * for the GPU. For the tests, the host compiler builds them into the generated kernels'
@@ -281,7 +281,7 @@ DMG_HD void dmg_acc_out(const float *acc, int teams, long long tstride, int nacc
 #define DMG_WSYNC() ((void)0)
 #endif
 
-/* --- tensor-core tiles (the fused attention kernels, gen.cu) ------------------------- *
+/* --- tensor-core tiles (the fused attention kernels, cudagen/attn.cu) ----------------- *
  * A warp's 16 x 16 x 16 product of 16-bit operands into fp32 accumulators. On the GPU,
  * nvcuda::wmma's fragments (operands in global or shared memory, 32-byte aligned, ld a
  * multiple of 8 elements); on the host every lane holds and computes the whole tile. The

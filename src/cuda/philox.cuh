@@ -2,7 +2,7 @@
  * a dropout mask is the same on the GPU as on the CPU (the definition is in
  * core/philox.h: key = seed halves, counter = (block index halves, stream, 0), word
  * n & 3 of block n >> 2). CUDA C++: nvcc (device and host code), and NVRTC, which
- * compiles the generated row kernels (gen.cu) with this text; the host versions serve
+ * compiles the generated kernels (src/cudagen/) with this text; the host versions serve
  * the generated kernels' host emulation. */
 #ifndef DM_CUDA_PHILOX_CUH
 #define DM_CUDA_PHILOX_CUH

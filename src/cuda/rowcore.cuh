@@ -1,6 +1,6 @@
 /* rowcore.cuh: the activation math every row kernel shares, as __host__ __device__
  * functions of fp32: the interpreting row kernel (rows.cu, through rowmath.cuh), its host
- * emulation (emulate.cu), and the kernels generated per fused group (gen.cu), which NVRTC
+ * emulation (emulate.cu), and the kernels generated per fused group (src/cudagen/), which NVRTC
  * compiles with this text. No includes under NVRTC (its math functions are built in).
  *
  * act(x) is returned, act'(x) goes to *grad; forms that do not cancel for x << 0, as the

@@ -2,7 +2,7 @@
  * contraction as one cuBLAS call's operands (batch address arrays where its batch does not
  * merge into one stride), a run of row ops as one row program (operands in the arena, in a
  * tile temporary, or in the block's scratch), LayerNorm's statistics kept in fp32, and
- * which programs and attention groups the generator (cuda/gen.cu) turns into kernels. */
+ * which programs and attention groups the generator (src/cudagen/) turns into kernels. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -469,7 +469,7 @@ static int attn_pattern(const dm_cuda_exec *ex, int gi, dmc_attn *a) {
     return 1;
 }
 
-/* DM_CUDA_GEN: every program the generator takes (gen.cu: row reductions over at most
+/* DM_CUDA_GEN: every program the generator takes (cudagen/gen.cu: row reductions over at most
  * 2048 columns, ...) runs as a kernel of its own, and every batched group of attention's
  * shapes (forward; backward when an item's rows fit a block) as one fused kernel (unless
  * DMOVE_CUDA_FUSE=0), compiled here in one NVRTC program; the rest stay with the

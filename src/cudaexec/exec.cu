@@ -21,7 +21,7 @@
  * library's words). DM_CUDA_EMULATE runs the same executor on host memory (emulate.cu),
  * so tests check this file's mapping of the plan on machines without a GPU.
  * With --rows gen (DM_CUDA_GEN) row programs and attention's groups run as kernels
- * generated for the plan (cuda/gen.cu) instead: see build.cu.
+ * generated for the plan (cudagen/) instead: see build.cu.
  * This file: device memory, set-up and tear-down, running a group, profiling by events;
  * the rest of the executor beside it (exec.h lists the files). */
 #include <limits.h>

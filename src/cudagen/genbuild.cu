@@ -1,4 +1,4 @@
-/* genbuild.cu: the kernels gen.cu generates, compiled and run. On the GPU: NVRTC
+/* genbuild.cu: the kernels gen.cu and attn.cu generate, compiled and run. On the GPU: NVRTC
  * compiles the plan's kernels as one program for the device's architecture (its output
  * cached on disk), the runtime's library API loads the cubin (no driver API link), and
  * kernels are launched by handle. Emulating (tests): NVRTC still compiles the device text
