@@ -389,6 +389,14 @@ static void group_label(const dm_layer_group *x, char *buf, int w) {
 }
 
 /* The groups (stderr), each against its floor, then where the time above the floors goes. */
+/* A time-to-floor ratio for the tables: 3 significant digits, without an exponent (a tiny
+ * layer's groups can be thousands of times their floors: "14500", not "1.45e+04"). */
+static const char *ratio_text(double x, char *buf, size_t n) {
+    if (x < 1000) snprintf(buf, n, "%.3g", x);
+    else snprintf(buf, n, "%.0f", x);
+    return buf;
+}
+
 static void print_groups(const result *r) {
     const int esz = storage_bytes();
     fprintf(stderr, "\n%s: groups, %s of %d profiled step%s (%s)", r->name,
@@ -417,7 +425,8 @@ static void print_groups(const result *r) {
             const double f = r->floor_s[G] * 1e3;
             cls_floor[x->cls] += f;
             cls_above[x->cls] += ms > f ? ms - f : 0;
-            if (f > 0) fprintf(stderr, "%9.4f %9.4f %8.3g  %s\n", ms, f, ms / f, x->ops);
+            char rt[32];
+            if (f > 0) fprintf(stderr, "%9.4f %9.4f %8s  %s\n", ms, f, ratio_text(ms / f, rt, sizeof rt), x->ops);
             else fprintf(stderr, "%9.4f %9.4f %8s  %s\n", ms, f, "-", x->ops);
         } else {
             fprintf(stderr, "%9.4f %9s %8s  %s\n", ms, "-", "-", x->ops);
@@ -431,13 +440,14 @@ static void print_groups(const result *r) {
         tot_floor += cls_floor[k];
         gap += cls_above[k];
     }
-    fprintf(stderr, "\n%s against the roofline (%s): the groups took %.4g ms, their floors %.4g ms (%.3gx)\n",
-            r->name, r->model.name, tot_ms, tot_floor, tot_floor > 0 ? tot_ms / tot_floor : 0.0);
+    char rt[32];
+    fprintf(stderr, "\n%s against the roofline (%s): the groups took %.4g ms, their floors %.4g ms (%sx)\n",
+            r->name, r->model.name, tot_ms, tot_floor, ratio_text(tot_floor > 0 ? tot_ms / tot_floor : 0.0, rt, sizeof rt));
     fprintf(stderr, "%-14s %9s %9s %8s %12s %11s\n", "class", "ms", "floor ms", "x floor", "above floor", "% of above");
     for (int k = 0; k < DM_NUM_CLASSES; k++) {
         const double above = cls_above[k];
-        fprintf(stderr, "%-14s %9.3f %9.3f %8.3g %12.3f %11.1f\n", dm_class_name((dm_op_class)k), cls_ms[k],
-                cls_floor[k], cls_floor[k] > 0 ? cls_ms[k] / cls_floor[k] : 0.0, above,
+        fprintf(stderr, "%-14s %9.3f %9.3f %8s %12.3f %11.1f\n", dm_class_name((dm_op_class)k), cls_ms[k],
+                cls_floor[k], ratio_text(cls_floor[k] > 0 ? cls_ms[k] / cls_floor[k] : 0.0, rt, sizeof rt), above,
                 gap > 0 ? 100.0 * above / gap : 0.0);
     }
     fprintf(stderr, "largest gaps to the floor:\n");
@@ -459,8 +469,9 @@ static void print_groups(const result *r) {
         shown[t] = best;
         char label[61];
         group_label(&r->groups[best], label, 60);
-        fprintf(stderr, "  %-8s %-60s %8.3f ms above its floor (%.3gx)\n", r->groups[best].pass ? "backward" : "forward",
-                label, bg * 1e3, r->floor_s[best] > 0 ? r->groups[best].seconds / r->floor_s[best] : 0.0);
+        fprintf(stderr, "  %-8s %-60s %8.3f ms above its floor (%sx)\n", r->groups[best].pass ? "backward" : "forward",
+                label, bg * 1e3,
+                ratio_text(r->floor_s[best] > 0 ? r->groups[best].seconds / r->floor_s[best] : 0.0, rt, sizeof rt));
     }
 }
 
@@ -499,8 +510,9 @@ static int write_chart(const cli_config *c, const result *res, int nres) {
         }
         if (r->floor_s) {
             model = r->model.desc;
-            snprintf(summary[ns], sizeof summary[ns], "groups %.3f ms, their roofline floors %.3f ms (%.3gx); "
-                     "median step %.3f ms", tot, fl, fl > 0 ? tot / fl : 0.0, r->step_ms);
+            char rt[32];
+            snprintf(summary[ns], sizeof summary[ns], "groups %.3f ms, their roofline floors %.3f ms (%sx); "
+                     "median step %.3f ms", tot, fl, ratio_text(fl > 0 ? tot / fl : 0.0, rt, sizeof rt), r->step_ms);
         } else {
             snprintf(summary[ns], sizeof summary[ns], "groups %.3f ms, median step %.3f ms (no floors: %.100s)", tot,
                      r->step_ms, r->model_note);
