@@ -109,6 +109,12 @@ int cli_flag(const char *cmd, char **argv, int i, const char *name) {
     return 0;
 }
 
+int cli_unknown(const char *cmd, const char *arg, const char *hint) {
+    if (arg[0] == '-') cli_usage_error(cmd, "unknown option '%s'", arg);
+    else cli_usage_error(cmd, "unexpected argument '%s'%s", arg, hint ? hint : "");
+    return CLI_USAGE;
+}
+
 /* strto* skip leading spaces and accept signs where we do not want them: the value must
  * start with a digit (or '-' where negatives make sense) and be consumed whole. */
 static int starts_ok(const char *s, int allow_minus) {

@@ -42,6 +42,10 @@ int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *name, co
 int cli_check_output(const char *cmd, const char *opt, const char *path);
 /* Matches a flag (no value); "--json=x" is a usage error (-1). */
 int cli_flag(const char *cmd, char **argv, int i, const char *name);
+/* The end of an option loop, where `arg` matched nothing: "unknown option" (it starts
+ * with '-') or "unexpected argument" with `hint` after it (e.g. where files go; "" for
+ * none) as a usage error. Returns CLI_USAGE. */
+int cli_unknown(const char *cmd, const char *arg, const char *hint);
 
 /* Strict parsers: the whole string, no spaces, range checked. 0 ok, -1 after a usage error
  * naming the option and the value. */

@@ -502,11 +502,7 @@ int cmd_analyze(int argc, char **argv) {
             if (r < 0) return CLI_USAGE;
             continue;
         }
-        if (argv[a][0] == '-')
-            cli_usage_error(CMD, "unknown option '%s'", argv[a]);
-        else
-            cli_usage_error(CMD, "unexpected argument '%s'", argv[a]);
-        return CLI_USAGE;
+        return cli_unknown(CMD, argv[a], "");
     }
     if (json && csv) {
         cli_usage_error(CMD, "--json and --csv: choose one output format");

@@ -872,11 +872,7 @@ int cmd_bench(int argc, char **argv) {
             if (r < 0) return CLI_USAGE;
             continue;
         }
-        if (argv[a][0] == '-')
-            cli_usage_error(CMD, "unknown option '%s'", argv[a]);
-        else
-            cli_usage_error(CMD, "unexpected argument '%s'", argv[a]);
-        return CLI_USAGE;
+        return cli_unknown(CMD, argv[a], "");
     }
     if (cli_config_finish(&c, CMD, 1)) return CLI_USAGE;
     const dm_layer_options chk = {.device = g_device, .dtype = g_dtype, .rows = g_rows, .streams = g_streams};

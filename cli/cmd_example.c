@@ -95,12 +95,7 @@ int cmd_example(int argc, char **argv) {
             if (r < 0) return CLI_USAGE;
             continue;
         }
-        if (argv[a][0] == '-')
-            cli_usage_error(CMD, "unknown option '%s'", argv[a]);
-        else
-            cli_usage_error(CMD, "unexpected argument '%s' (the file is given with --out)",
-                            argv[a]);
-        return CLI_USAGE;
+        return cli_unknown(CMD, argv[a], " (the file is given with --out)");
     }
     if (!out || !*out) {
         cli_usage_error(CMD, "--out FILE is required");

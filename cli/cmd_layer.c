@@ -448,12 +448,7 @@ int cmd_layer(int argc, char **argv) {
                 return CLI_USAGE;
             }
         }
-        if (argv[a][0] == '-')
-            cli_usage_error(CMD, "unknown option '%s'", argv[a]);
-        else
-            cli_usage_error(CMD, "unexpected argument '%s' (files are given with --in and --out)",
-                            argv[a]);
-        return CLI_USAGE;
+        return cli_unknown(CMD, argv[a], " (files are given with --in and --out)");
     }
     if (!in || !*in) {
         cli_usage_error(CMD, "--in IN.safetensors is required");

@@ -69,11 +69,7 @@ int cmd_probe(int argc, char **argv) {
             save = 0;
             continue;
         }
-        if (argv[a][0] == '-')
-            cli_usage_error(CMD, "unknown option '%s'", argv[a]);
-        else
-            cli_usage_error(CMD, "unexpected argument '%s'", argv[a]);
-        return CLI_USAGE;
+        return cli_unknown(CMD, argv[a], "");
     }
     char defpath[4096];
     if (save && !path) {

@@ -366,9 +366,7 @@ int cmd_train(int argc, char **argv) {
         } else if ((r = cli_config_option(&c, CMD, argc, argv, &a)) != 0) {
             if (r < 0) return CLI_USAGE;
         } else {
-            if (argv[a][0] == '-') cli_usage_error(CMD, "unknown option '%s'", argv[a]);
-            else cli_usage_error(CMD, "unexpected argument '%s'", argv[a]);
-            return CLI_USAGE;
+            return cli_unknown(CMD, argv[a], "");
         }
 #undef OPT
     }

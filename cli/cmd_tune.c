@@ -299,8 +299,7 @@ int cmd_tune(int argc, char **argv) {
             if (r < 0) return CLI_USAGE;
             no_cache = 1;
         } else {
-            cli_usage_error(CMD, "unknown option '%s'", argv[a]);
-            return CLI_USAGE;
+            return cli_unknown(CMD, argv[a], "");
         }
     }
     if (no_cache && cache) {

@@ -379,6 +379,8 @@ check "nothing created for the missing directory" test ! -e "$T/no"
 # tune and plan files
 expect_fail "tune: --reps 0" 2 "--reps" "$D" tune --reps 0
 expect_fail "tune: --cache with --no-cache" 2 "contradict" "$D" tune --cache "$T/c.tsv" --no-cache
+expect_fail "tune: stray argument" 2 "unexpected argument 'plan.json'" "$D" tune plan.json
+expect_fail "train: stray argument" 2 "unexpected argument" "$D" train data.safetensors
 expect_fail "tune: unknown --schedule" 2 "unknown schedule" "$D" tune --schedule sideways
 expect_fail "tune: i not divisible by h" 2 "divisible" "$D" tune --hidden 10 --heads 3
 expect_fail "bench: --plan missing file" 1 "cannot open plan" "$D" bench --plan "$T/none.json" --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8
