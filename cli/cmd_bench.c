@@ -541,6 +541,18 @@ static void result_free(result *r) {
     r->floor_s = NULL;
 }
 
+/* Repetition r of `phase` (sched_rep) for each of the n schedules in turn, with progress. */
+static int each_schedule(sched_run *s, const result *res, int n, int phase, int r, int count, long *done,
+                         long total) {
+    static const char *const phase_name[4] = {"warm-up", "rep", "profiled rep", "contractions-alone rep"};
+    for (int k = 0; k < n; k++) {
+        progress(res[k].name, phase_name[phase], r + 1, count, *done, total);
+        if (sched_rep(&s[k], phase, r)) return -1;
+        (*done)++;
+    }
+    return 0;
+}
+
 /* Runs the schedules interleaved, repetition by repetition, so that both see the same
  * machine state (frequency, other load) and their ratio is taken in one run. */
 static int run_schedules(const cli_config *c, const dm_schedule *which, const char *const *plans,
@@ -550,19 +562,21 @@ static int run_schedules(const cli_config *c, const dm_schedule *which, const ch
     int rc = -1;
     for (int k = 0; k < n; k++)
         if (sched_setup(c, which[k], plans[k], reps, &s[k], &res[k])) goto done;
-    static const char *const phase_name[4] = {"warm-up", "rep", "profiled rep",
-                                              "contractions-alone rep"};
     const long total = (long)n * (warmup + reps + 2L * (reps + 1));
     long done_steps = 0;
-    for (int phase = 0; phase < 4; phase++) {
-        int count = phase == 0 ? warmup : reps;
-        for (int r = (phase >= 2 ? -1 : 0); r < count; r++) /* phases 2, 3: one untimed first */
-            for (int k = 0; k < n; k++) {
-                progress(res[k].name, phase_name[phase], r + 1, count, done_steps, total);
-                if (sched_rep(&s[k], phase, r)) goto done;
-                done_steps++;
-            }
-    }
+    /* the warm-up; one untimed contractions-alone run; then, repetition by repetition, the
+     * timed step and the contractions alone (interleaved as well: their ratio is the
+     * table's "step / contr.", so both see the same machine state); last the profiled
+     * steps, one untimed first */
+    for (int r = 0; r < warmup; r++)
+        if (each_schedule(s, res, n, 0, r, warmup, &done_steps, total)) goto done;
+    if (each_schedule(s, res, n, 3, -1, reps, &done_steps, total)) goto done;
+    for (int r = 0; r < reps; r++)
+        if (each_schedule(s, res, n, 1, r, reps, &done_steps, total) ||
+            each_schedule(s, res, n, 3, r, reps, &done_steps, total))
+            goto done;
+    for (int r = -1; r < reps; r++)
+        if (each_schedule(s, res, n, 2, r, reps, &done_steps, total)) goto done;
     for (int k = 0; k < n; k++) sched_result(&s[k], reps, &res[k]);
     /* --groups: the profiled steps' medians, listed group by group (stderr, so that
      * --json stays one object on stdout) */
