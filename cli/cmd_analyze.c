@@ -20,7 +20,6 @@
 #include "graph/encoder.h"
 #include "graph/rewrite.h"
 #include "plan/planfile.h"
-#include "cmd_analysis.h"
 
 static const char *const CMD = "analyze";
 

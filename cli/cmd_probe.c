@@ -6,7 +6,6 @@
 
 #include "analysis/device.h"
 #include "cli_common.h"
-#include "cmd_analysis.h"
 
 static const char *const CMD = "probe";
 

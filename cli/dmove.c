@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "cli_common.h"
-#include "cmd_analysis.h"
 
 static const struct {
     const char *name;
