@@ -295,6 +295,16 @@ dm_status dm_cuda_exec_init_pooled(dm_cuda_exec **out, const dm_plan *plan, int 
     return DM_OK;
 }
 
+/* The profiling events made so far and their marks, released (made again on next use). */
+static void prof_release(dm_cuda_exec *ex) {
+    for (int i = 0; i < ex->nprof_ev; i++) (void)cudaEventDestroy(ex->prof_ev[i]);
+    free(ex->prof_ev);
+    free(ex->prof_rec);
+    ex->prof_ev = NULL;
+    ex->prof_rec = NULL;
+    ex->nprof_ev = 0;
+}
+
 void dm_cuda_exec_free(dm_cuda_exec *ex) {
     if (!ex) return;
     if (ex->have_side_stream) (void)cudaStreamSynchronize(ex->side_stream); /* before any free */
@@ -317,9 +327,7 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
     for (int i = 0; i < ex->ndone; i++)
         if (ex->done[i]) (void)cudaEventDestroy(ex->done[i]);
     free(ex->done);
-    for (int i = 0; i < ex->nprof_ev; i++) (void)cudaEventDestroy(ex->prof_ev[i]);
-    free(ex->prof_ev);
-    free(ex->prof_rec);
+    prof_release(ex);
     free(ex->on_side);
     free(ex->pending);
     free(ex->pending_seed);
@@ -489,21 +497,13 @@ dm_status dm_cuda_exec_profile(dm_cuda_exec *ex, int on, int *by_events) {
         ex->prof_ev = (cudaEvent_t *)calloc((size_t)n, sizeof *ex->prof_ev);
         ex->prof_rec = (char *)calloc((size_t)n / 2, 1);
         if (!ex->prof_ev || !ex->prof_rec) {
-            free(ex->prof_ev);
-            free(ex->prof_rec);
-            ex->prof_ev = NULL;
-            ex->prof_rec = NULL;
+            prof_release(ex);
             return dm_fail(DM_ERR_OOM, "out of memory for the profiling events");
         }
         for (; ex->nprof_ev < n; ex->nprof_ev++) {
             cudaError_t e = cudaEventCreate(&ex->prof_ev[ex->nprof_ev]);
             if (e != cudaSuccess) {
-                for (int i = 0; i < ex->nprof_ev; i++) (void)cudaEventDestroy(ex->prof_ev[i]);
-                free(ex->prof_ev);
-                free(ex->prof_rec);
-                ex->prof_ev = NULL;
-                ex->prof_rec = NULL;
-                ex->nprof_ev = 0;
+                prof_release(ex);
                 return dm_fail(DM_ERR_BACKEND, "cudaEventCreate for profiling: %s (%s)", cudaGetErrorString(e),
                                cudaGetErrorName(e));
             }
