@@ -126,14 +126,6 @@ static void group_label(const dm_layer_group *x, char *buf, int w) {
     if ((int)strlen(x->ops) > w && w > 3) memcpy(buf + w - 3, "...", 4);
 }
 
-/* A time-to-floor ratio for the tables: 3 significant digits, without an exponent (a tiny
- * layer's groups can be thousands of times their floors: "14500", not "1.45e+04"). */
-static const char *ratio_text(double x, char *buf, size_t n) {
-    if (x < 1000) snprintf(buf, n, "%.3g", x);
-    else snprintf(buf, n, "%.0f", x);
-    return buf;
-}
-
 /* The groups (stderr), each against its floor, then where the time above the floors goes. */
 void bench_groups_print(const bench_env *env, const bench_result *r) {
     const int esz = storage_bytes(env);
@@ -164,7 +156,7 @@ void bench_groups_print(const bench_env *env, const bench_result *r) {
             cls_floor[x->cls] += f;
             cls_above[x->cls] += ms > f ? ms - f : 0;
             char rt[32];
-            if (f > 0) fprintf(stderr, "%9.4f %9.4f %8s  %s\n", ms, f, ratio_text(ms / f, rt, sizeof rt), x->ops);
+            if (f > 0) fprintf(stderr, "%9.4f %9.4f %8s  %s\n", ms, f, dm_ratio_text(ms / f, rt, sizeof rt), x->ops);
             else fprintf(stderr, "%9.4f %9.4f %8s  %s\n", ms, f, "-", x->ops);
         } else {
             fprintf(stderr, "%9.4f %9s %8s  %s\n", ms, "-", "-", x->ops);
@@ -180,12 +172,12 @@ void bench_groups_print(const bench_env *env, const bench_result *r) {
     }
     char rt[32];
     fprintf(stderr, "\n%s against the roofline (%s): the groups took %.4g ms, their floors %.4g ms (%sx)\n",
-            r->name, r->model.name, tot_ms, tot_floor, ratio_text(tot_floor > 0 ? tot_ms / tot_floor : 0.0, rt, sizeof rt));
+            r->name, r->model.name, tot_ms, tot_floor, dm_ratio_text(tot_floor > 0 ? tot_ms / tot_floor : 0.0, rt, sizeof rt));
     fprintf(stderr, "%-14s %9s %9s %8s %12s %11s\n", "class", "ms", "floor ms", "x floor", "above floor", "% of above");
     for (int k = 0; k < DM_NUM_CLASSES; k++) {
         const double above = cls_above[k];
         fprintf(stderr, "%-14s %9.3f %9.3f %8s %12.3f %11.1f\n", dm_class_name((dm_op_class)k), cls_ms[k],
-                cls_floor[k], ratio_text(cls_floor[k] > 0 ? cls_ms[k] / cls_floor[k] : 0.0, rt, sizeof rt), above,
+                cls_floor[k], dm_ratio_text(cls_floor[k] > 0 ? cls_ms[k] / cls_floor[k] : 0.0, rt, sizeof rt), above,
                 gap > 0 ? 100.0 * above / gap : 0.0);
     }
     fprintf(stderr, "largest gaps to the floor:\n");
@@ -209,7 +201,7 @@ void bench_groups_print(const bench_env *env, const bench_result *r) {
         group_label(&r->groups[best], label, 60);
         fprintf(stderr, "  %-8s %-60s %8.3f ms above its floor (%sx)\n", r->groups[best].pass ? "backward" : "forward",
                 label, bg * 1e3,
-                ratio_text(r->floor_s[best] > 0 ? r->groups[best].seconds / r->floor_s[best] : 0.0, rt, sizeof rt));
+                dm_ratio_text(r->floor_s[best] > 0 ? r->groups[best].seconds / r->floor_s[best] : 0.0, rt, sizeof rt));
     }
 }
 
@@ -251,7 +243,7 @@ int bench_groups_chart(const cli_config *c, const bench_env *env, const bench_re
             model = r->model.desc;
             char rt[32];
             snprintf(summary[ns], sizeof summary[ns], "groups %.3f ms, their roofline floors %.3f ms (%sx); "
-                     "median step %.3f ms", tot, fl, ratio_text(fl > 0 ? tot / fl : 0.0, rt, sizeof rt), r->step_ms);
+                     "median step %.3f ms", tot, fl, dm_ratio_text(fl > 0 ? tot / fl : 0.0, rt, sizeof rt), r->step_ms);
         } else {
             snprintf(summary[ns], sizeof summary[ns], "groups %.3f ms, median step %.3f ms (no floors: %.100s)", tot,
                      r->step_ms, r->model_note);

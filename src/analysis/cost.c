@@ -2,6 +2,7 @@
  * roofline bound and predicted time of each on a device model, per-class shares and the
  * unfused vs fused bytes of the whole step. Nothing here allocates tensors, so a
  * BERT-large analysis is instant. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +97,12 @@ double dm_roofline_seconds(const dm_device *dev, int dtype_bytes, double contrac
                       safe_div(other_flop, dm_device_vector_peak(dev, dtype_bytes));
     const double tm = safe_div(bytes, dev->bandwidth);
     return tc > tm ? tc : tm;
+}
+
+const char *dm_ratio_text(double x, char *buf, size_t n) {
+    if (x < 1000) snprintf(buf, n, "%.3g", x);
+    else snprintf(buf, n, "%.0f", x);
+    return buf;
 }
 
 dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_device *dev,

@@ -68,6 +68,10 @@ void dm_cost_group_flop(const dm_plan *plan, int G, double *contract, double *ot
  * its memory time (bytes at the device's bandwidth); 0 for a rate that is not positive. */
 double dm_roofline_seconds(const dm_device *dev, int dtype_bytes, double contract_flop, double other_flop,
                            double bytes);
+/* A time-to-floor ratio as text for tables and charts: 3 significant digits, without an
+ * exponent (a tiny layer's groups can be thousands of times their floors: "14500", not
+ * "1.45e+04"). Returns buf. */
+const char *dm_ratio_text(double x, char *buf, size_t n);
 /* The whole report: the operators of g (unfused), the groups of `fused`, a fused plan of
  * g or of g rewritten (its own graph: the groups' flop are its ops'). */
 dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_device *dev,

@@ -92,14 +92,16 @@ char *dm_groups_svg(const char *title, const char *subtitle, const dm_chart_sect
                          bar_color(x->cls));
             dm_sb_xml(&b, x->label ? x->label : "?");
             dm_sb_printf(&b, ": %.4f ms", x->ms);
-            if (x->floor_ms > 0) dm_sb_printf(&b, ", floor %.4f ms (%.3gx)", x->floor_ms, x->ms / x->floor_ms);
+            char rt[32];
+            if (x->floor_ms > 0)
+                dm_sb_printf(&b, ", floor %.4f ms (%sx)", x->floor_ms, dm_ratio_text(x->ms / x->floor_ms, rt, sizeof rt));
             dm_sb_printf(&b, "</title></rect>\n");
             if (x->floor_ms >= 0)
                 dm_sb_printf(&b, "<rect class=\"floor\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"4\" fill=\"#222\"/>\n",
                              x0, y + (BAR - 4) / 2, XS(x->floor_ms) - x0);
             dm_sb_printf(&b, "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" fill=\"#444\">%.3f ms", XS(x->ms) + 4,
                          y + BAR - 2, x->ms);
-            if (x->floor_ms > 0) dm_sb_printf(&b, " (%.3gx floor)", x->ms / x->floor_ms);
+            if (x->floor_ms > 0) dm_sb_printf(&b, " (%sx floor)", dm_ratio_text(x->ms / x->floor_ms, rt, sizeof rt));
             dm_sb_printf(&b, "</text>\n");
         }
         dm_sb_printf(&b, "</g>\n");
