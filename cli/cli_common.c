@@ -395,15 +395,17 @@ void cli_device_help(FILE *out) {
             "  --dtype T        how the GPU stores tensors: fp32 (default), bf16 or fp16;\n"
             "                   arithmetic and accumulation stay fp32 (cuda only)\n"
             "  --rows K         how the GPU runs the fused element-wise and normalization\n"
-            "                   groups: interp (default: one kernel interprets every group)\n"
-            "                   or gen (a kernel generated per group, compiled by NVRTC\n"
-            "                   when the layer is made; cuda only; DMOVE_CUDA_ROWS sets the\n"
-            "                   default); with bf16/fp16 storage, gen also fuses attention's\n"
-            "                   groups into one tensor-core kernel each; auto measures both\n"
-            "                   per group when the layer is made and keeps the faster\n"
-            "  --streams N      1 (default) or 2: run the weight and bias gradients on a\n"
+            "                   groups: interp (one kernel interprets every group), gen (a\n"
+            "                   kernel generated per group, compiled by NVRTC when the\n"
+            "                   layer is made; with bf16/fp16 storage, attention's groups\n"
+            "                   also fused into one tensor-core kernel each) or auto (the\n"
+            "                   default: both measured per group when the layer is made,\n"
+            "                   the faster kept); cuda only; DMOVE_CUDA_ROWS sets the\n"
+            "                   default (interp when emulated, DMOVE_CUDA_EMULATE=1)\n"
+            "  --streams N      2 (default) or 1: run the weight and bias gradients on a\n"
             "                   second CUDA stream, overlapping the groups after them\n"
-            "                   (cuda only; DMOVE_CUDA_STREAMS sets the default)\n");
+            "                   (cuda only; DMOVE_CUDA_STREAMS sets the default; 1 when\n"
+            "                   emulated)\n");
 }
 
 const char *cli_emulated_note(dm_device_kind dev) {

@@ -85,20 +85,24 @@ const char *dm_dtype_name(dm_dtype d);
 dm_status dm_dtype_parse(const char *s, dm_dtype *out); /* "fp32", "bf16", "fp16" */
 
 /* How the CUDA backend runs the fused element-wise and normalization groups: one generic
- * kernel that interprets each group's ops (DM_ROWS_INTERP, the default for now), or a
+ * kernel that interprets each group's ops (DM_ROWS_INTERP), or a
  * kernel generated for each group and compiled at layer creation by NVRTC, every value
  * of a row in registers (DM_ROWS_GEN; with it, attention's groups as fused tensor-core
  * kernels in bf16/fp16, and the qkv bias in the projection's cuBLASLt epilogue), or per
- * group whichever of the two measures faster when the layer is made (DM_ROWS_AUTO). DM_ROWS_DEFAULT: the DMOVE_CUDA_ROWS environment
- * variable (gen or interp) if set, else interp. */
+ * group whichever of the two measures faster when the layer is made (DM_ROWS_AUTO).
+ * DM_ROWS_DEFAULT: the DMOVE_CUDA_ROWS environment variable (interp, gen or auto) if set,
+ * else auto (the fastest on an H100), or interp where the backend is emulated on the host
+ * (DMOVE_CUDA_EMULATE=1: auto's timings there say nothing about a GPU). */
 typedef enum { DM_ROWS_DEFAULT = 0, DM_ROWS_INTERP, DM_ROWS_GEN, DM_ROWS_AUTO } dm_rows;
 const char *dm_rows_name(dm_rows r);
 dm_status dm_rows_parse(const char *s, dm_rows *out); /* "interp", "gen", "auto" */
 /* The choice a layer with option r makes: r, or for DM_ROWS_DEFAULT the DMOVE_CUDA_ROWS
- * environment variable, else DM_ROWS_INTERP. DM_ERR_INVALID_ARG for a bad variable. */
+ * environment variable, else DM_ROWS_AUTO (DM_ROWS_INTERP emulated). DM_ERR_INVALID_ARG
+ * for a bad variable. */
 dm_status dm_rows_resolve(dm_rows r, dm_rows *out);
 /* The streams a layer with option `streams` uses (1 or 2): it, or for 0 the
- * DMOVE_CUDA_STREAMS environment variable, else 1. DM_ERR_INVALID_ARG for other values. */
+ * DMOVE_CUDA_STREAMS environment variable, else 2 (1 emulated). DM_ERR_INVALID_ARG for
+ * other values. */
 dm_status dm_streams_resolve(int streams, int *out);
 
 typedef struct {

@@ -563,9 +563,24 @@ dm_status dm_rows_parse(const char *s, dm_rows *out) {
     return DM_OK;
 }
 
+/* Is the CUDA backend emulated on the host (DMOVE_CUDA_EMULATE=1)? A bad variable counts
+ * as no: layer creation reports it. */
+static int emulating(void) {
+    int on = 0;
+    if (dm_cuda_emulate_resolve(&on) != DM_OK) {
+        dm_clear_error();
+        on = 0;
+    }
+    return on;
+}
+
+/* The defaults are what measured fastest on an H100 (bench/results/gpu-h100-2026-11-24.txt:
+ * auto with two streams, 1.94x PyTorch eager at b=8 j=512 and 1.05x at b=96 j=128, against
+ * 1.20x and 0.68x interpreting on one stream); emulating on the host, where auto's timings
+ * say nothing about a GPU and every generated kernel is a host compile, interp on one. */
 dm_status dm_rows_resolve(dm_rows r, dm_rows *out) {
     const char *env = getenv("DMOVE_CUDA_ROWS");
-    *out = r == DM_ROWS_DEFAULT ? DM_ROWS_INTERP : r;
+    *out = r != DM_ROWS_DEFAULT ? r : emulating() ? DM_ROWS_INTERP : DM_ROWS_AUTO;
     if (r != DM_ROWS_DEFAULT || !env || !*env) return DM_OK;
     if (dm_rows_parse(env, out) != DM_OK)
         return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_ROWS='%s': use interp, gen or auto", env);
@@ -574,7 +589,7 @@ dm_status dm_rows_resolve(dm_rows r, dm_rows *out) {
 
 dm_status dm_streams_resolve(int streams, int *out) {
     const char *env = getenv("DMOVE_CUDA_STREAMS");
-    *out = 1;
+    *out = emulating() ? 1 : 2;
     if (streams == 1 || streams == 2) {
         *out = streams;
         return DM_OK;

@@ -841,10 +841,32 @@ static void test_profile_events(int emulate) {
 
 #endif /* DM_HAVE_CUDA */
 
-/* --streams and DMOVE_CUDA_STREAMS (dm_streams_resolve). */
+/* --streams and DMOVE_CUDA_STREAMS (dm_streams_resolve), the default row kernels
+ * (dm_rows_resolve): on a GPU auto on two streams, emulating interp on one. */
 static void test_streams_option(void) {
     int n = 0;
-    CHECK(unsetenv("DMOVE_CUDA_STREAMS") == 0);
+    dm_rows r = DM_ROWS_DEFAULT;
+    const char *emu_env = getenv("DMOVE_CUDA_EMULATE");
+    char *emu = emu_env ? strdup(emu_env) : NULL;
+    CHECK(unsetenv("DMOVE_CUDA_STREAMS") == 0 && unsetenv("DMOVE_CUDA_ROWS") == 0);
+    CHECK(unsetenv("DMOVE_CUDA_EMULATE") == 0);
+    CHECK(dm_streams_resolve(0, &n) == DM_OK && n == 2);
+    CHECK(dm_rows_resolve(DM_ROWS_DEFAULT, &r) == DM_OK && r == DM_ROWS_AUTO);
+    CHECK(dm_rows_resolve(DM_ROWS_INTERP, &r) == DM_OK && r == DM_ROWS_INTERP);
+    CHECK(setenv("DMOVE_CUDA_ROWS", "gen", 1) == 0);
+    CHECK(dm_rows_resolve(DM_ROWS_DEFAULT, &r) == DM_OK && r == DM_ROWS_GEN);
+    CHECK(dm_rows_resolve(DM_ROWS_AUTO, &r) == DM_OK && r == DM_ROWS_AUTO); /* the option wins */
+    CHECK(setenv("DMOVE_CUDA_ROWS", "x", 1) == 0);
+    CHECK(dm_rows_resolve(DM_ROWS_DEFAULT, &r) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "DMOVE_CUDA_ROWS='x'"));
+    CHECK(unsetenv("DMOVE_CUDA_ROWS") == 0);
+    CHECK(setenv("DMOVE_CUDA_EMULATE", "1", 1) == 0);
+    CHECK(dm_rows_resolve(DM_ROWS_DEFAULT, &r) == DM_OK && r == DM_ROWS_INTERP);
+    CHECK(dm_streams_resolve(0, &n) == DM_OK && n == 1);
+    CHECK(dm_streams_resolve(2, &n) == DM_OK && n == 2);
+    if (emu) CHECK(setenv("DMOVE_CUDA_EMULATE", emu, 1) == 0);
+    else CHECK(unsetenv("DMOVE_CUDA_EMULATE") == 0);
+    free(emu);
+    CHECK(setenv("DMOVE_CUDA_STREAMS", "1", 1) == 0);
     CHECK(dm_streams_resolve(0, &n) == DM_OK && n == 1);
     CHECK(dm_streams_resolve(2, &n) == DM_OK && n == 2);
     CHECK(dm_streams_resolve(3, &n) == DM_ERR_INVALID_ARG);

@@ -8,11 +8,11 @@
 #      the interpreting kernel is benchmarked);
 #   3. times the training step (forward + backward) of one BERT-large layer (i=1024, h=16,
 #      u=4096, dropout 0.1, exact GELU) at b=8 j=512 and b=96 j=128, in bf16:
-#      dmove fused and unfused (`dmove bench --device cuda --dtype bf16`), each with the
+#      dmove fused and unfused (`dmove bench --device cuda --dtype bf16 --streams 1`), each with the
 #      interpreting row kernel and with row kernels generated per group (--rows gen,
 #      src/cudagen/; attention's groups then fused whole, on tensor cores; once more with
 #      the column-sum kernels in at most 264 blocks, DMOVE_CUDA_COLSUM_BLOCKS), and --rows
-#      auto (per group the faster of the two, measured when the layer is made) with the
+#      auto, the default (per group the faster of the two, measured when the layer is made) with the
 #      weight and bias gradients on a second stream (--streams 2), PyTorch eager with
 #      SDPA attention, PyTorch eager with HF's materialized ("math") attention, and
 #      torch.compile (bench/gpu/torch_gpu.py), all on this GPU in this run;
@@ -92,23 +92,24 @@ for s in $SIZES; do
     rm -f "$OUT/dmove-$tag-gen.json" "$OUT/dmove-$tag-gen2.json" "$OUT/dmove-$tag-gen3.json" # never an earlier run's
     echo
     echo "== b=$b j=$j (BERT-large layer, bf16) ==" >&2
-    timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows interp $cfg --reps "$REPS" --warmup 10 --json --groups --roofline $model \
+    timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows interp --streams 1 $cfg --reps "$REPS" --warmup 10 --json --groups --roofline $model \
         --svg "$OUT/dmove-$tag-groups.svg" \
         >"$OUT/dmove-$tag.json" 2>"$OUT/dmove-$tag-groups.txt" || { tail -5 "$OUT/dmove-$tag-groups.txt"; exit 1; }
     if [ "$GEN" = 1 ]; then
-        timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows gen $cfg --reps "$REPS" --warmup 10 --json --groups --roofline $model \
+        timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows gen --streams 1 $cfg --reps "$REPS" --warmup 10 --json --groups --roofline $model \
             --svg "$OUT/dmove-$tag-gen-groups.svg" \
             >"$OUT/dmove-$tag-gen.json" 2>"$OUT/dmove-$tag-gen-groups.txt" ||
             { tail -5 "$OUT/dmove-$tag-gen-groups.txt"; rm -f "$OUT/dmove-$tag-gen.json"; }
         # the kernels with column sums in at most 264 blocks (2 per multiprocessor of an
         # H100/H200): fewer partial sums to write and add, against less latency hiding
-        DMOVE_CUDA_COLSUM_BLOCKS=264 timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows gen --schedule fused \
+        DMOVE_CUDA_COLSUM_BLOCKS=264 timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows gen --streams 1 --schedule fused \
             $cfg --reps "$REPS" --warmup 10 --json >"$OUT/dmove-$tag-gen3.json" 2>"$OUT/dmove-$tag-gen3.txt" ||
             { tail -5 "$OUT/dmove-$tag-gen3.txt"; rm -f "$OUT/dmove-$tag-gen3.json"; }
-        # per group the faster of gen and interp (measured at layer creation), with the weight
-        # and bias gradients on a second stream (fused only; --groups times each group by
-        # CUDA events, which leaves the streams overlapping as in a plain step)
-        timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows auto --streams 2 --schedule fused $cfg --reps "$REPS" \
+        # the default (--rows auto --streams 2): per group the faster of gen and interp
+        # (measured at layer creation), with the weight and bias gradients on a second
+        # stream (fused only; --groups times each group by CUDA events, which leaves the
+        # streams overlapping as in a plain step); no options, so the default is what runs
+        timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --schedule fused $cfg --reps "$REPS" \
             --warmup 10 --json --groups --roofline $model --svg "$OUT/dmove-$tag-auto-groups.svg" >"$OUT/dmove-$tag-gen2.json" 2>"$OUT/dmove-$tag-auto-groups.txt" ||
             { tail -5 "$OUT/dmove-$tag-auto-groups.txt"; rm -f "$OUT/dmove-$tag-gen2.json"; }
     fi
@@ -128,8 +129,8 @@ d = json.load(open(f"{out}/dmove-{tag}.json"))
 an = json.load(open(f"{out}/analyze-{tag}.json"))
 floor_ms = an["totals"]["fused_floor_seconds"] * 1e3
 flop = an["totals"]["flop"]
-rows = [("dmove " + s["schedule"], s["step_ms"], s.get("forward_ms")) for s in d["schedules"]]
-mem = {"dmove " + s["schedule"]: (s.get("arena_bytes", 0) - s.get("parameter_bytes", 0) - s.get("input_bytes", 0)) / 1e6
+rows = [("dmove " + s["schedule"] + " (interp)", s["step_ms"], s.get("forward_ms")) for s in d["schedules"]]
+mem = {"dmove " + s["schedule"] + " (interp)": (s.get("arena_bytes", 0) - s.get("parameter_bytes", 0) - s.get("input_bytes", 0)) / 1e6
        for s in d["schedules"]}
 import os
 if os.path.exists(f"{out}/dmove-{tag}-gen.json"):
@@ -143,9 +144,10 @@ if os.path.exists(f"{out}/dmove-{tag}-gen3.json"):
              for s in dg["schedules"]]
 if os.path.exists(f"{out}/dmove-{tag}-gen2.json"):
     dg = json.load(open(f"{out}/dmove-{tag}-gen2.json"))
-    rows += [("dmove " + s["schedule"] + f" (auto: {s.get('row_programs_generated', 0)}/{s.get('row_programs', 0)} gen, "
+    dc = dg.get("config", {})
+    rows += [("dmove " + s["schedule"] + f", default ({dc.get('rows', '?')}: {s.get('row_programs_generated', 0)}/{s.get('row_programs', 0)} gen, "
               f"{s.get('attention_groups_fused', 0)} attn fused, {s.get('bias_epilogues', 0)} epi; "
-              f"{s.get('groups_on_second_stream', 0)} on stream 2)",
+              f"{s.get('groups_on_second_stream', 0)} on stream 2 of {dc.get('streams', '?')})",
               s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
 for line in open(f"{out}/torch-{tag}.jsonl"):
     t = json.loads(line)
@@ -165,7 +167,7 @@ for name, ms, fwd in rows:
 # (bench --groups: medians of the profiled steps, each group timed by CUDA events; with two streams
 # the side stream's groups overlap the others, so their sum can be above the step)
 acct = []
-for label, suffix in (("interp", ""), ("gen", "-gen"), ("auto, 2 streams", "-gen2")):
+for label, suffix in (("interp", ""), ("gen", "-gen"), ("default", "-gen2")):
     if not os.path.exists(f"{out}/dmove-{tag}{suffix}.json"):
         continue
     for s in json.load(open(f"{out}/dmove-{tag}{suffix}.json"))["schedules"]:
@@ -195,7 +197,7 @@ if mem:
           " gradient; PyTorch: peak allocated above what was allocated before the steps, the same things)")
 PY
     echo "(dmove's time per group: $OUT/dmove-$tag-groups.txt, generated kernels: $OUT/dmove-$tag-gen-groups.txt,"
-    echo " auto with two streams: $OUT/dmove-$tag-auto-groups.txt; auto's notes are in that file too;"
+    echo " the default (auto, two streams): $OUT/dmove-$tag-auto-groups.txt; auto's notes are in that file too;"
     echo " each as a chart against the roofline: the same names with .svg)"
 done
 
