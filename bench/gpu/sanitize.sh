@@ -10,7 +10,8 @@
 #   - the generated row kernels and fused attention (bf16; j=128: the block-per-item backward;
 #     j=512 with head width 64: the 16-row backward and its cuBLAS tail), two streams, the
 #     bias epilogue;
-#   - --rows auto in fp16 (each way of each group timed, then the faster kept);
+#   - --rows auto in fp16 (each way of each group timed, then the faster kept; memcheck and
+#     synccheck only: under racecheck it runs out of host memory);
 #   - the interpreting row kernel in fp32, two streams;
 # and a two-step `dmove train --device cuda` (layer-to-layer copies, loss, AdamW).
 # Usage: sh bench/gpu/sanitize.sh [OUTDIR]   Env: DMOVE (default build/dmove), TOOLS (default
@@ -47,8 +48,15 @@ for tool in $TOOLS; do
         --batch 2 --seq 128 --hidden 256 --heads 4 --ffn 1024
     run gen-j512 "$tool" bench --device cuda --dtype bf16 --rows gen $small \
         --batch 1 --seq 512 --hidden 128 --heads 2 --ffn 256
-    run auto-j128 "$tool" bench --device cuda --dtype fp16 --rows auto $small \
-        --batch 2 --seq 128 --hidden 256 --heads 4 --ffn 1024
+    # racecheck keeps a record per launch in host memory, and auto's measuring runs each
+    # group hundreds of times: on the H100 machine (128 GiB) it was killed for memory
+    # (2026-11-24). Its kernels are gen-j128's and interp-fp32's, racechecked here.
+    if [ "$tool" = racecheck ]; then
+        echo "skip  racecheck  auto-j128  (racecheck runs out of host memory on auto's timing runs; its kernels are checked in gen-j128 and interp-fp32)"
+    else
+        run auto-j128 "$tool" bench --device cuda --dtype fp16 --rows auto $small \
+            --batch 2 --seq 128 --hidden 256 --heads 4 --ffn 1024
+    fi
     run interp-fp32 "$tool" bench --device cuda --dtype fp32 --rows interp --streams 2 --reps 1 --warmup 0 \
         --batch 2 --seq 64 --hidden 128 --heads 4 --ffn 512
     run train "$tool" train --device cuda --dtype bf16 --rows gen --streams 2 --steps 2 --layers 2 \
