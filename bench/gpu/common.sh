@@ -2,7 +2,8 @@
 # prebuilt dmove, builds dmove and tests/TEST here (make) and sets DMOVE and BUILT_TEST
 # (else BUILT_TEST is empty); then points NVRTC (the generated kernels, compiled at run
 # time against the toolkit's headers) at this machine's toolkit, where the binaries were
-# built elsewhere; and sets COMMIT (unless given: for a tree without .git) and GPU (the
+# built elsewhere; and sets COMMIT (unless given: pack.sh's record beside prebuilt binaries,
+# else git's HEAD) and GPU (the
 # board's name and driver, for the report). Needs OUT (for build.log) and root.
 gpu_setup() {
     BUILT_TEST=
@@ -16,6 +17,10 @@ gpu_setup() {
         inc=$(cd "$(dirname "$(readlink -f "$(command -v nvcc)")")/../include" 2>/dev/null && pwd)
         [ -n "$inc" ] && [ -r "$inc/cuda_bf16.h" ] && export DMOVE_CUDA_INCLUDE="$inc"
     fi
+    # prebuilt binaries: the commit pack.sh wrote beside them (the tree carried to a GPU
+    # machine may hold an older .git than the one the binaries were built from)
+    packed=$(dirname "$DMOVE")/../COMMIT
+    [ -z "${COMMIT:-}" ] && [ -r "$packed" ] && COMMIT="$(cat "$packed") (pack.sh's build)"
     COMMIT=${COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
     GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 }

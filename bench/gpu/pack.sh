@@ -3,6 +3,7 @@
 # the shared libraries a GPU machine of the device tool lacks, into .dev/ (git-ignored):
 #   .dev/bin/dmove, .dev/bin/test_cuda, .dev/bin/test_train   (stripped)
 #   .dev/lib/                            (OpenBLAS, cJSON, gfortran, gomp, libstdc++, ...)
+#   .dev/COMMIT                          (the commit built, for the reports)
 # The GPU machine has the CUDA toolkit and driver (cuBLAS, NVRTC, the headers NVRTC
 # needs) but nothing can be installed there, and the device tool carries at most 64 MiB
 # (.dev is about 50 MiB, most of it OpenBLAS). There, name .dev in the call's carry and run
@@ -21,6 +22,10 @@ out=$root/.dev
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 cp "$root/build/dmove" "$root/build/tests/test_cuda" "$root/build/tests/test_train" "$out/bin/"
+# the commit built, "+changes" if the tree differed from it (run.sh and train.sh print it)
+c=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$root" diff --quiet HEAD -- src include cli tests Makefile 2>/dev/null || c="$c+changes"
+echo "$c" >"$out/COMMIT"
 strip "$out/bin/dmove" "$out/bin/test_cuda" "$out/bin/test_train"
 # every library the two load, but the C runtime and CUDA's own (the GPU machine's
 # toolkit and driver must be the ones used)
