@@ -229,8 +229,15 @@ static void print_table(const cli_config *c, const dm_graph *g, const dm_cost_re
                dm_class_name(gc->cls), gc->bytes_read / 1e6, gc->bytes_written / 1e6,
                gc->predicted_s * 1e3);
         for (int k = 0; k < gc->nops; k++) printf("%s%s", k ? " " : "", r->fused_graph->op[gc->ops[k]].name);
+        if (gc->in_epilogue)
+            printf("  (in the epilogue of %s: its floor counted there)",
+                   r->fused_graph->op[r->groups[G - 1].ops[0]].name);
         printf("\n");
     }
+    if (r->bias_epilogues > 0)
+        printf("(%d bias add%s in the GEMM's cuBLASLt epilogue, as the CUDA executor runs %s: the "
+               "pre-bias tensor never reaches memory)\n",
+               r->bias_epilogues, r->bias_epilogues > 1 ? "s" : "", r->bias_epilogues > 1 ? "them" : "it");
 }
 
 static int jnum(cJSON *o, const char *k, double v) {

@@ -78,6 +78,24 @@ dm_status dm_cost_group_io(const dm_plan *plan, int G, int dtype_bytes, double *
 
 static double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
 
+double dm_cost_epilogue_bias(const dm_plan *plan, int G, int dtype_bytes) {
+    if (G < 1 || G >= plan->ngroups) return 0;
+    const dm_graph *g = plan->g;
+    const dm_group *pc = &plan->groups[G - 1], *pb = &plan->groups[G];
+    if (pc->nops != 1 || pb->nops != 1 || pc->nbatch > 1 || pb->nbatch > 1 || pc->pass != pb->pass) return 0;
+    const dm_op *c = &g->op[plan->order[pc->first]], *b = &g->op[plan->order[pb->first]];
+    if (c->kind != DM_OP_CONTRACT || b->kind != DM_OP_BIAS_ADD) return 0;
+    const int pre = dm_tensor_root(g, c->out[0]);
+    if (dm_tensor_root(g, b->in[0]) != pre || dm_tensor_root(g, b->out[0]) == pre) return 0;
+    if (g->t[pre].numel != b->rows * b->cols) return 0;
+    for (int o = 0; o < g->nop; o++) {
+        if (&g->op[o] == b) continue;
+        for (int s = 0; s < g->op[o].nin; s++)
+            if (dm_tensor_root(g, g->op[o].in[s]) == pre) return 0;
+    }
+    return (double)g->t[pre].numel * dtype_bytes;
+}
+
 void dm_cost_group_flop(const dm_plan *plan, int G, double *contract, double *other) {
     const dm_group *gr = &plan->groups[G];
     double fc = 0, fo = 0;
@@ -168,13 +186,37 @@ dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_devi
             dm_cost_free(r);
             return st;
         }
+        /* the GPU runs a lone bias add in its GEMM's epilogue: the pre-bias tensor is
+         * neither written by the GEMM nor read by the bias group */
+        const double epi = dev->is_cpu ? 0 : dm_cost_epilogue_bias(fused, G, dtype_bytes);
+        if (epi > 0) {
+            c->bytes_read -= epi;
+            r->groups[G - 1].bytes_written -= epi;
+            c->in_epilogue = 1;
+            r->bias_epilogues++;
+        }
+        r->fused_flop += c->flop;
+    }
+    for (int G = 0; G < fused->ngroups; G++) {
+        dm_group_cost *c = &r->groups[G];
+        double fc = 0, fo = 0;
+        dm_cost_group_flop(fused, G, &fc, &fo);
         c->bytes = c->bytes_read + c->bytes_written;
         c->t_memory = c->bytes / dev->bandwidth;
         c->predicted_s = dm_roofline_seconds(dev, dtype_bytes, fc, fo, c->bytes);
         r->fused_bytes += c->bytes;
-        r->fused_floor_s += c->predicted_s;
-        r->fused_flop += c->flop;
     }
+    /* a GEMM and the bias in its epilogue: one roofline over both */
+    for (int G = fused->ngroups - 1; G >= 1; G--) {
+        dm_group_cost *c = &r->groups[G], *p = &r->groups[G - 1];
+        if (!c->in_epilogue) continue;
+        double fc = 0, fo = 0, pfc = 0, pfo = 0;
+        dm_cost_group_flop(fused, G, &fc, &fo);
+        dm_cost_group_flop(fused, G - 1, &pfc, &pfo);
+        p->predicted_s = dm_roofline_seconds(dev, dtype_bytes, fc + pfc, fo + pfo, c->bytes + p->bytes);
+        c->predicted_s = 0;
+    }
+    for (int G = 0; G < fused->ngroups; G++) r->fused_floor_s += r->groups[G].predicted_s;
     r->reduction_pct = r->unfused_bytes > 0 ? 100.0 * (1.0 - r->fused_bytes / r->unfused_bytes) : 0;
     return DM_OK;
 }

@@ -33,6 +33,8 @@ typedef struct {
     double flop;
     double bytes_read, bytes_written, bytes;
     double t_compute, t_memory, predicted_s;
+    int in_epilogue;        /* GPU: runs in the previous group's GEMM epilogue; the pair's
+                             * floor is one roofline, counted at the GEMM (predicted_s 0 here) */
 } dm_group_cost;
 
 typedef struct {
@@ -52,6 +54,8 @@ typedef struct {
     double unfused_floor_s, fused_floor_s; /* sums of predicted times */
     double fused_flop;                    /* the groups' (the fused graph's ops) */
     double recomputed_flop;               /* of it, forward ops the backward runs again */
+    int bias_epilogues;                   /* GPU: lone bias groups counted in their GEMM's
+                                           * epilogue (dm_cost_epilogue_bias) */
 } dm_cost_report;
 
 /* Bytes an op reads and writes (each distinct input tensor once, each output once; a
@@ -61,6 +65,13 @@ void dm_cost_op_io(const dm_graph *g, const dm_op *op, int dtype_bytes, double *
  * distinct tensor once) and outputs whose root is materialized (plan->in_memory).
  * DM_ERR_OOM (and zeros) if its scratch lists cannot be allocated. */
 dm_status dm_cost_group_io(const dm_plan *plan, int G, int dtype_bytes, double *rd, double *wr);
+/* The bytes of the tensor between group G - 1 and group G when the CUDA executor runs G
+ * in G - 1's cuBLASLt epilogue (cudaexec/epilogue.cu): G - 1 a lone unbatched contraction,
+ * G a lone bias add of its output in the same pass, that output read by nothing else. The
+ * contraction then writes the biased tensor, and the pre-bias one never reaches memory.
+ * 0 otherwise. (Where cuBLASLt has no algorithm, or the planner gave the biased tensor the
+ * bytes of an operand, the executor keeps the two apart: a floor the GPU may miss.) */
+double dm_cost_epilogue_bias(const dm_plan *plan, int G, int dtype_bytes);
 /* The flop of group G of `plan`: its contractions' and the rest (its graph's ops). */
 void dm_cost_group_flop(const dm_plan *plan, int G, double *contract, double *other);
 /* The roofline time of work on dev in a dtype of dtype_bytes: the larger of its compute
@@ -73,7 +84,10 @@ double dm_roofline_seconds(const dm_device *dev, int dtype_bytes, double contrac
  * "1.45e+04"). Returns buf. */
 const char *dm_ratio_text(double x, char *buf, size_t n);
 /* The whole report: the operators of g (unfused), the groups of `fused`, a fused plan of
- * g or of g rewritten (its own graph: the groups' flop are its ops'). */
+ * g or of g rewritten (its own graph: the groups' flop are its ops'). On a GPU device
+ * (not dev->is_cpu) a bias group in its GEMM's epilogue (dm_cost_epilogue_bias) counts
+ * neither the pre-bias tensor's write nor its read, and the two groups' floor is one
+ * roofline (the bias's bytes under the GEMM's compute), as bench --groups counts them. */
 dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_device *dev,
                           int dtype_bytes, dm_cost_report *r);
 void dm_cost_free(dm_cost_report *r);

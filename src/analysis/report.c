@@ -74,7 +74,8 @@ cJSON *dm_cost_json(const dm_graph *g, const dm_cost_report *r, const dm_layer_c
         }
         ok = ok && jnum(e, "flop", c->flop) && jnum(e, "bytes_read", c->bytes_read) &&
              jnum(e, "bytes_written", c->bytes_written) && jnum(e, "bytes", c->bytes) &&
-             jnum(e, "predicted_seconds", c->predicted_s);
+             jnum(e, "predicted_seconds", c->predicted_s) &&
+             cJSON_AddBoolToObject(e, "in_epilogue", c->in_epilogue) != NULL;
     }
     ok = ok && (o = cJSON_AddObjectToObject(root, "classes")) != NULL;
     double tsum = r->class_time[0] + r->class_time[1] + r->class_time[2];
@@ -94,7 +95,7 @@ cJSON *dm_cost_json(const dm_graph *g, const dm_cost_report *r, const dm_layer_c
          jnum(o, "reduction_pct", r->reduction_pct) &&
          jnum(o, "unfused_floor_seconds", r->unfused_floor_s) &&
          jnum(o, "fused_floor_seconds", r->fused_floor_s) && jnum(o, "num_ops", r->nops) &&
-         jnum(o, "num_fused_groups", r->ngroups);
+         jnum(o, "num_fused_groups", r->ngroups) && jnum(o, "bias_epilogues", r->bias_epilogues);
     if (!ok) {
         cJSON_Delete(root);
         return NULL;
