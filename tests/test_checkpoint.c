@@ -295,13 +295,10 @@ static void test_load_bert_names(void) {
     for (int l = 0; l < 2; l++)
         for (int k = 0; k < DM_NUM_PARAMS; k++) {
             char name[160];
-            snprintf(name, sizeof name, "encoder.layer.%d.%s", l, dm_param_names[k]);
-            float *p;
-            int nd;
-            int64_t sh[4];
-            if (dm_trainer_tensor(T, name, &p, &nd, sh) != DM_OK) continue;
-            const int64_t n = nd == 1 ? sh[0] : sh[0] * sh[1];
-            for (int64_t e = 0; e < n; e++) same &= p[e] == (float)(0.001 * (double)(e % 97) + l + 0.01 * k);
+            size_t n = 0;
+            const float *p = param_of(T, l, k, "", &n, name);
+            same &= p != NULL;
+            for (size_t e = 0; p && e < n; e++) same &= p[e] == (float)(0.001 * (double)(e % 97) + l + 0.01 * k);
         }
     CHECK(same);
     printf("parameters under bert.encoder.layer.*, LayerNorm gamma/beta, one tensor f64: %s\n",
