@@ -95,21 +95,14 @@ int main(void) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
+    void (*const kernels[NKIND])(const uint4 *, const uint4 *, uint4 *, uint4 *, long long) = {
+        probe<COPY>, probe<FWD_CDF>, probe<FWD_ERF>, probe<BWD_CDF>, probe<BWD_ERF>, probe<BOTH_CDF>, probe<BOTH_ERF>};
     printf("GELU probe: %lld bf16 elements (96 x 128 x 4096), %d SMs, blocks of 256\n", n, sms);
     for (int k = 0; k < NKIND; k++) {
         float t[21];
         for (int r = -3; r < 21; r++) {
             CK(cudaEventRecord(e0));
-            const int blocks = sms * 8;
-            switch (k) {
-            case COPY: probe<COPY><<<blocks, 256>>>(x, dy, y, y2, n8); break;
-            case FWD_CDF: probe<FWD_CDF><<<blocks, 256>>>(x, dy, y, y2, n8); break;
-            case FWD_ERF: probe<FWD_ERF><<<blocks, 256>>>(x, dy, y, y2, n8); break;
-            case BWD_CDF: probe<BWD_CDF><<<blocks, 256>>>(x, dy, y, y2, n8); break;
-            case BWD_ERF: probe<BWD_ERF><<<blocks, 256>>>(x, dy, y, y2, n8); break;
-            case BOTH_CDF: probe<BOTH_CDF><<<blocks, 256>>>(x, dy, y, y2, n8); break;
-            default: probe<BOTH_ERF><<<blocks, 256>>>(x, dy, y, y2, n8); break;
-            }
+            kernels[k]<<<sms * 8, 256>>>(x, dy, y, y2, n8);
             CK(cudaGetLastError());
             CK(cudaEventRecord(e1));
             CK(cudaEventSynchronize(e1));

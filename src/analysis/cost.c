@@ -197,26 +197,24 @@ dm_status dm_cost_analyze(const dm_graph *g, const dm_plan *fused, const dm_devi
         }
         r->fused_flop += c->flop;
     }
+    /* the roofline of each group (t_compute as dm_roofline_seconds counts it), a GEMM and
+     * the bias in its epilogue as one */
     for (int G = 0; G < fused->ngroups; G++) {
         dm_group_cost *c = &r->groups[G];
-        double fc = 0, fo = 0;
-        dm_cost_group_flop(fused, G, &fc, &fo);
         c->bytes = c->bytes_read + c->bytes_written;
         c->t_memory = c->bytes / dev->bandwidth;
-        c->predicted_s = dm_roofline_seconds(dev, dtype_bytes, fc, fo, c->bytes);
+        c->predicted_s = c->t_compute > c->t_memory ? c->t_compute : c->t_memory;
         r->fused_bytes += c->bytes;
+        if (c->in_epilogue) {
+            dm_group_cost *p = &r->groups[G - 1];
+            const double tc = p->t_compute + c->t_compute, tm = p->t_memory + c->t_memory;
+            r->fused_floor_s -= p->predicted_s;
+            p->predicted_s = tc > tm ? tc : tm;
+            r->fused_floor_s += p->predicted_s;
+            c->predicted_s = 0;
+        }
+        r->fused_floor_s += c->predicted_s;
     }
-    /* a GEMM and the bias in its epilogue: one roofline over both */
-    for (int G = fused->ngroups - 1; G >= 1; G--) {
-        dm_group_cost *c = &r->groups[G], *p = &r->groups[G - 1];
-        if (!c->in_epilogue) continue;
-        double fc = 0, fo = 0, pfc = 0, pfo = 0;
-        dm_cost_group_flop(fused, G, &fc, &fo);
-        dm_cost_group_flop(fused, G - 1, &pfc, &pfo);
-        p->predicted_s = dm_roofline_seconds(dev, dtype_bytes, fc + pfc, fo + pfo, c->bytes + p->bytes);
-        c->predicted_s = 0;
-    }
-    for (int G = 0; G < fused->ngroups; G++) r->fused_floor_s += r->groups[G].predicted_s;
     r->reduction_pct = r->unfused_bytes > 0 ? 100.0 * (1.0 - r->fused_bytes / r->unfused_bytes) : 0;
     return DM_OK;
 }
