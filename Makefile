@@ -2,33 +2,106 @@
 # Probes print what they found (BLAS, OpenMP, cJSON, nvcc).
 
 CC      ?= cc
-CFLAGS  ?= -O3 -march=native -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -fno-trapping-math -fno-math-errno -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -Iinclude -Isrc
-LDLIBS  += -lm
 BUILD   ?= build
+# CUDA=0: the CPU backend alone; CUDA=1: the CUDA backend too, an error when nvcc or cuBLAS
+# is not found; CUDA=auto (the default): the CUDA backend when they are found. `NVCC=`
+# (empty) is the same as CUDA=0.
+CUDA    ?= auto
+comma   := ,
 
 # --- probes ---------------------------------------------------------------------------
-BLAS_INC := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/openblas))
-BLAS_LIB := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so /usr/lib/x86_64-linux-gnu/libopenblas.so))
-ifeq ($(BLAS_LIB),)
-$(error BLAS not found: install the OpenMP build of OpenBLAS: apt-get install libopenblas-openmp-dev)
+# The compiler's Debian multiarch triplet (x86_64-linux-gnu, aarch64-linux-gnu,
+# powerpc64le-linux-gnu, ...): where Debian puts the libraries for that architecture.
+MULTIARCH := $(or $(shell $(CC) -print-multiarch 2>/dev/null),$(shell $(CC) -dumpmachine 2>/dev/null))
+# -march=native where the compiler takes it (x86, arm64), else -mcpu=native (ppc64el, ...),
+# else neither; only when CFLAGS is not given.
+ifeq ($(origin CFLAGS),undefined)
+NATIVE_FLAG := $(firstword $(foreach f,-march=native -mcpu=native,$(shell $(CC) $(f) -Werror -S -x c /dev/null -o /dev/null >/dev/null 2>&1 && echo $(f))))
+CFLAGS  := -O3 $(NATIVE_FLAG) -g
+NATIVE_WHY := $(or $(NATIVE_FLAG),neither -march=native nor -mcpu=native taken by $(CC))
+else
+NATIVE_WHY := CFLAGS given
 endif
-CFLAGS += -I$(BLAS_INC)
-LDLIBS += -L$(dir $(BLAS_LIB)) -Wl,-rpath,$(dir $(BLAS_LIB)) -lopenblas
-ifeq ($(wildcard /usr/include/cjson/cJSON.h),)
+CFLAGS  += -std=c11 -D_GNU_SOURCE -fno-trapping-math -fno-math-errno -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -Iinclude -Isrc
+LDLIBS  += -lm
+PKG_CONFIG ?= pkg-config
+HAVE_PKG_CONFIG := $(shell command -v $(PKG_CONFIG) 2>/dev/null)
+# $(call pc,ARGS): pkg-config's answer, empty when there is no pkg-config or no such package.
+# The OpenMP build's own .pc directory comes first, so `openblas` is that build even when
+# Debian's alternatives point openblas.pc at another one.
+BLAS_PC_DIR := $(wildcard /usr/lib/$(MULTIARCH)/openblas-openmp/pkgconfig)
+pc = $(if $(HAVE_PKG_CONFIG),$(shell PKG_CONFIG_PATH=$(BLAS_PC_DIR)$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH} $(PKG_CONFIG) $(1) 2>/dev/null))
+
+# BLAS: OpenBLAS (dmove calls openblas_set_num_threads), its OpenMP build preferred: it shares
+# dmove's OpenMP threads. Through pkg-config (openblas, openblas-openmp; not blas-openblas,
+# whose -lblas lacks the openblas_* calls), else the usual paths; or give BLAS_CFLAGS and
+# BLAS_LIBS.
+ifeq ($(origin BLAS_LIBS),undefined)
+BLAS_PKG := $(firstword $(foreach p,openblas openblas-openmp,$(if $(call pc,--exists $(p) && echo y),$(p))))
+ifneq ($(BLAS_PKG),)
+BLAS_CFLAGS := $(call pc,--cflags $(BLAS_PKG))
+BLAS_LIBDIR := $(call pc,--variable=libdir $(BLAS_PKG))
+BLAS_LIBS   := $(call pc,--libs $(BLAS_PKG)) $(if $(BLAS_LIBDIR),-Wl$(comma)-rpath$(comma)$(BLAS_LIBDIR))
+BLAS_WHERE  := pkg-config $(BLAS_PKG): $(or $(BLAS_LIBDIR),$(BLAS_LIBS))
+else
+BLAS_INC := $(dir $(firstword $(wildcard $(foreach d,/usr/include/$(MULTIARCH)/openblas-openmp /usr/include/openblas /usr/include/$(MULTIARCH) /usr/include /usr/local/include,$(d)/cblas.h))))
+BLAS_LIB := $(firstword $(wildcard $(foreach d,/usr/lib/$(MULTIARCH)/openblas-openmp /usr/lib/$(MULTIARCH) /usr/lib64 /usr/lib /usr/local/lib,$(d)/libopenblas.so)))
+ifeq ($(BLAS_LIB),)
+$(error BLAS not found (no pkg-config openblas, no libopenblas.so under /usr/lib/$(MULTIARCH), /usr/lib64, /usr/lib, /usr/local/lib): install the OpenMP build of OpenBLAS: apt-get install libopenblas-openmp-dev pkg-config)
+endif
+BLAS_LIBDIR := $(dir $(BLAS_LIB))
+BLAS_CFLAGS := $(if $(BLAS_INC),-I$(BLAS_INC))
+BLAS_LIBS   := -L$(BLAS_LIBDIR) -Wl,-rpath,$(BLAS_LIBDIR) -lopenblas
+BLAS_WHERE  := $(BLAS_LIB)
+endif
+else
+BLAS_WHERE  := BLAS_LIBS=$(BLAS_LIBS)
+endif
+BLAS_KIND := $(if $(findstring openmp,$(BLAS_LIBS)),OpenBLAS$(comma) OpenMP build,OpenBLAS; the OpenMP build is preferred: apt-get install libopenblas-openmp-dev)
+CFLAGS += $(BLAS_CFLAGS)
+LDLIBS += $(BLAS_LIBS)
+
+# cJSON: pkg-config libcjson, else /usr/include/cjson or /usr/local/include/cjson.
+ifneq ($(call pc,--exists libcjson && echo y),)
+CJSON_CFLAGS := $(call pc,--cflags libcjson)
+CJSON_LIBS   := $(call pc,--libs libcjson)
+CJSON_WHERE  := pkg-config libcjson: $(strip $(CJSON_CFLAGS) $(CJSON_LIBS))
+else
+CJSON_H := $(firstword $(wildcard /usr/include/cjson/cJSON.h /usr/local/include/cjson/cJSON.h))
+ifeq ($(CJSON_H),)
 $(error cJSON not found: apt-get install libcjson-dev)
 endif
-LDLIBS += -lcjson
-# expat: the SVG test parses the roofline chart (tests/test_analysis.c)
-ifeq ($(wildcard /usr/include/expat.h),)
-$(error expat not found: apt-get install libexpat1-dev)
+CJSON_CFLAGS := $(if $(filter /usr/local/%,$(CJSON_H)),-I/usr/local/include)
+CJSON_LIBS   := $(if $(filter /usr/local/%,$(CJSON_H)),-L/usr/local/lib -Wl$(comma)-rpath$(comma)/usr/local/lib) -lcjson
+CJSON_WHERE  := $(dir $(CJSON_H))
 endif
-LDLIBS += -lexpat
+CFLAGS += $(CJSON_CFLAGS)
+LDLIBS += $(CJSON_LIBS)
+
+# expat: only the tests use it (they parse the SVG charts: tests/test_analysis.c,
+# tests/test_train.c), so only the test binaries link it and only they stop without it.
+EXPAT_H ?= /usr/include/expat.h
+ifneq ($(call pc,--exists expat && echo y),)
+TEST_CFLAGS := $(call pc,--cflags expat)
+TEST_LDLIBS := $(call pc,--libs expat)
+EXPAT_WHERE := pkg-config expat (tests only)
+else ifneq ($(wildcard $(EXPAT_H)),)
+TEST_LDLIBS := -lexpat
+EXPAT_WHERE := $(EXPAT_H) (tests only)
+else
+EXPAT_MISSING := expat not found: the tests need it (apt-get install libexpat1-dev); make builds dmove without it
+EXPAT_WHERE := not found (tests only: apt-get install libexpat1-dev)
+endif
+
 # CUDA backend (src/cuda, src/cudagen, src/cudaexec): built when nvcc is found, on PATH or
-# as /usr/local/cuda/bin/nvcc, with cuBLAS beside it. `make NVCC= BUILD=build-nocuda` builds the CPU backend alone (a
-# build folder remembers its CUDA setting in config.stamp and rebuilds when it changes).
-NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+# as /usr/local/cuda/bin/nvcc, with cuBLAS beside it. `make CUDA=0 BUILD=build-cpu` (or
+# `make NVCC= BUILD=build-nocuda`) builds the CPU backend alone (a build folder remembers
+# its CUDA setting in config.stamp and rebuilds when it changes).
 HAVE_CUDA :=
+ifeq ($(CUDA),0)
+CUDA_WHY := CUDA=0 given: CPU backend only
+else
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 ifeq ($(NVCC),)
 ifeq ($(origin NVCC),command line)
 CUDA_WHY := NVCC= given: CPU backend only
@@ -37,7 +110,10 @@ CUDA_WHY := nvcc not found (not on PATH, no /usr/local/cuda/bin/nvcc): CPU backe
 endif
 else
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
-CUDA_LIBDIR := $(dir $(firstword $(wildcard $(CUDA_HOME)/lib64/libcublas.so $(CUDA_HOME)/targets/x86_64-linux/lib/libcublas.so)))
+# the toolkit's library folder for this architecture: lib64, targets/<arch>-linux/lib (the
+# toolkit's names: x86_64, sbsa or aarch64 for arm64, ppc64le), or Debian's lib/<multiarch>
+CUDA_TARGET_ARCH := $(patsubst aarch64,sbsa aarch64,$(patsubst powerpc64le,ppc64le,$(firstword $(subst -, ,$(MULTIARCH)))))
+CUDA_LIBDIR := $(dir $(firstword $(wildcard $(CUDA_HOME)/lib64/libcublas.so $(CUDA_TARGET_ARCH:%=$(CUDA_HOME)/targets/%-linux/lib/libcublas.so) $(CUDA_HOME)/lib/$(MULTIARCH)/libcublas.so)))
 ifeq ($(CUDA_LIBDIR),)
 CUDA_WHY := $(NVCC) found, but no libcublas.so under $(CUDA_HOME): CPU backend only
 else
@@ -56,17 +132,21 @@ LDLIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcublas -lnvrtc
 CUDA_WHY := $(NVCC) (release $(NVCC_VERSION)), cuBLAS in $(CUDA_LIBDIR): CUDA backend built (sm_80, sm_90)
 endif
 endif
+endif
+ifeq ($(CUDA)$(HAVE_CUDA),1)
+$(error CUDA=1 given, but: $(CUDA_WHY))
+endif
 
-$(info dmove build: BLAS  $(BLAS_LIB) (OpenBLAS, OpenMP build))
-$(info dmove build: cJSON /usr/include/cjson)
-$(info dmove build: expat /usr/include/expat.h (SVG test))
-$(info dmove build: OpenMP via -fopenmp ($(CC)))
+$(info dmove build: BLAS  $(BLAS_WHERE) ($(BLAS_KIND)))
+$(info dmove build: cJSON $(CJSON_WHERE))
+$(info dmove build: expat $(EXPAT_WHERE))
+$(info dmove build: OpenMP via -fopenmp ($(CC)); target $(MULTIARCH), $(NATIVE_WHY))
 $(info dmove build: CUDA  $(CUDA_WHY))
 
 # Objects differ with and without CUDA (DM_HAVE_CUDA): a change of setting rebuilds.
 # (Not touched by a dry run, make -n.)
 CONFIG_STAMP := $(BUILD)/config.stamp
-BUILD_CONFIG := cuda=$(HAVE_CUDA) nvcc=$(NVCC)
+BUILD_CONFIG := cuda=$(HAVE_CUDA) nvcc=$(if $(HAVE_CUDA),$(NVCC))
 ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
 $(shell mkdir -p $(BUILD) && { [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = "$(BUILD_CONFIG)" ] || echo "$(BUILD_CONFIG)" > $(CONFIG_STAMP); })
 endif
@@ -118,8 +198,11 @@ $(BUILD)/dmove: $(CLI_OBJ) $(BUILD)/libdmove.a
 	$(CC) $(CFLAGS) $(CLI_OBJ) $(BUILD)/libdmove.a -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libdmove.a tests/testutil.h tests/layerutil.h tests/trainutil.h $(CONFIG_STAMP)
+ifneq ($(EXPAT_MISSING),)
+	$(error $(EXPAT_MISSING))
+endif
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libdmove.a -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(TEST_CFLAGS) -Itests $< $(BUILD)/libdmove.a -o $@ $(LDLIBS) $(TEST_LDLIBS)
 
 # The main job on the embedded default (BERT-base): build and benchmark.
 run: $(BUILD)/dmove
@@ -137,11 +220,11 @@ test: $(BUILD)/dmove $(TEST_BIN)
 # memory and the CUDA driver do not mix).
 ASAN_TESTS := test_safetensors test_analysis test_contract test_tune test_train test_checkpoint
 test-asan:
-	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory NVCC= BUILD=build-asan build-asan/dmove $(ASAN_TESTS:%=build-asan/tests/%)
+	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory CUDA=0 BUILD=build-asan build-asan/dmove $(ASAN_TESTS:%=build-asan/tests/%)
 	@set -e; for t in $(ASAN_TESTS); do echo "== $$t (asan)"; ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} build-asan/tests/$$t; done
 	@set -e; for s in tests/test_cli_errors.sh tests/test_analyze_cli.sh; do [ -e "$$s" ] || continue; echo "== $$s (asan)"; DMOVE=build-asan/dmove ASAN_OPTIONS=detect_leaks=1 sh $$s; done
 
 clean:
-	rm -rf build build-asan build-nocuda
+	rm -rf build build-asan build-nocuda build-cpu
 
 .PHONY: all run test test-asan clean
