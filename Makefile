@@ -224,7 +224,15 @@ test-asan:
 	@set -e; for t in $(ASAN_TESTS); do echo "== $$t (asan)"; ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} build-asan/tests/$$t; done
 	@set -e; for s in tests/test_cli_errors.sh tests/test_analyze_cli.sh; do [ -e "$$s" ] || continue; echo "== $$s (asan)"; DMOVE=build-asan/dmove ASAN_OPTIONS=detect_leaks=1 sh $$s; done
 
+# Source checks (tests/): folders include one way (the level table in check_layers.sh),
+# no function in src/ or cli/ over 150 lines.
+check-layers:
+	@sh tests/check_layers.sh
+
+check-funcs:
+	@sh tests/check_funcs.sh
+
 clean:
 	rm -rf build build-asan build-nocuda build-cpu
 
-.PHONY: all run test test-asan clean
+.PHONY: all run test test-asan check-layers check-funcs clean
