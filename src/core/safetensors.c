@@ -273,41 +273,145 @@ static dm_status parse_entry(const cJSON *e, size_t data_size, dm_st_tensor *t, 
     return DM_OK;
 }
 
-/* Takes ownership of buf (freed on failure too). */
-static dm_status parse_owned(unsigned char *buf, size_t size, dm_st_file **out) {
-    *out = NULL;
-    char pn[96], pm[96];
-    if (size == 0) {
-        free(buf);
+/* The header length that starts the file (u64 little-endian), checked against the file's
+ * size and the format's limit; the header must open a JSON object. */
+static dm_status header_length(const unsigned char *buf, size_t size, uint64_t *hlen_out) {
+    if (size == 0)
         return dm_fail(DM_ERR_FORMAT, "the file is empty (0 bytes): not a safetensors file");
-    }
-    if (size < 8) {
-        free(buf);
+    if (size < 8)
         return dm_fail(DM_ERR_FORMAT, "the file is only %zu bytes, shorter than the 8-byte "
                        "header length that starts a safetensors file: truncated?", size);
-    }
     uint64_t hlen = 0;
     for (int k = 7; k >= 0; k--) hlen = (hlen << 8) | buf[k];
-    if (hlen > DM_ST_MAX_HEADER_BYTES) {
-        free(buf);
+    if (hlen > DM_ST_MAX_HEADER_BYTES)
         return dm_fail(DM_ERR_FORMAT, "the header length field says %" PRIu64 " bytes, above the "
                        "format's 100 MB limit: not a safetensors file, or corrupted", hlen);
-    }
-    if (hlen > size - 8) {
-        free(buf);
+    if (hlen > size - 8)
         return dm_fail(DM_ERR_FORMAT, "the header length field says %" PRIu64 " bytes but only "
                        "%zu bytes follow it: the file is truncated or not a safetensors file",
                        hlen, size - 8);
-    }
-    if (hlen < 2) {
-        free(buf);
+    if (hlen < 2)
         return dm_fail(DM_ERR_FORMAT, "the header length field says %" PRIu64 " bytes, too short "
                        "for a JSON header: not a safetensors file, or corrupted", hlen);
-    }
-    if (buf[8] != '{') {
-        free(buf);
+    if (buf[8] != '{')
         return dm_fail(DM_ERR_FORMAT, "the header does not start with a JSON object ('{'): "
                        "not a safetensors file, or corrupted");
+    *hlen_out = hlen;
+    return DM_OK;
+}
+
+/* Parses the header (hdr: hlen bytes and a NUL) into *root, which the caller deletes, also
+ * on failure: one JSON object, then only whitespace. */
+static dm_status parse_header_json(const char *hdr, uint64_t hlen, cJSON **root) {
+    const char *end = NULL;
+    *root = cJSON_ParseWithLengthOpts(hdr, (size_t)hlen, &end, 0);
+    if (!*root) {
+        size_t at = end && end >= hdr ? (size_t)(end - hdr) : 0;
+        return dm_fail(DM_ERR_FORMAT, "the header is not valid JSON (error near byte %zu of the "
+                       "%" PRIu64 "-byte header): corrupted file", at, hlen);
+    }
+    /* Only whitespace (the format pads with spaces) may follow the object. */
+    for (size_t k = end ? (size_t)(end - hdr) : (size_t)hlen; k < (size_t)hlen; k++) {
+        char c = hdr[k];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
+            return dm_fail(DM_ERR_FORMAT, "the header has unexpected bytes after its JSON object "
+                           "(at byte %zu): corrupted file", k);
+    }
+    if (!cJSON_IsObject(*root))
+        return dm_fail(DM_ERR_FORMAT, "the header is %s, not a JSON object: not a safetensors "
+                       "file", json_type_name(*root));
+    return DM_OK;
+}
+
+/* Reads the header's entries into f (tensors in header order, their names copied; the
+ * metadata), each tensor's byte span into sp and its name into ix (room for every entry). */
+static dm_status parse_entries(dm_st_file *f, const cJSON *root, size_t data_size, span *sp,
+                               name_ix *ix) {
+    int nmeta_entries = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, root) {
+        if (!e->string) /* cannot happen for a parsed object; never trust it anyway */
+            return dm_fail(DM_ERR_FORMAT, "a header entry has no name");
+        if (strcmp(e->string, "__metadata__") == 0) {
+            if (nmeta_entries++)
+                return dm_fail(DM_ERR_FORMAT, "\"__metadata__\" appears twice in the header");
+            dm_status st = parse_metadata(f, e);
+            if (st) return st;
+            continue;
+        }
+        dm_st_tensor *t = &f->tensors[f->count];
+        dm_status st = parse_entry(e, data_size, t, &sp[f->count]);
+        if (st) return st;
+        t->name = dup_str(e->string);
+        if (!t->name) return dm_fail(DM_ERR_OOM, "out of memory copying tensor names");
+        ix[f->count].name = t->name;
+        ix[f->count].index = f->count;
+        f->count++;
+    }
+    return DM_OK;
+}
+
+/* Sorts the names (ix) and refuses one that appears twice. */
+static dm_status check_unique_names(name_ix *ix, int count) {
+    char pn[96];
+    qsort(ix, (size_t)count, sizeof *ix, cmp_name_ix);
+    for (int i = 1; i < count; i++)
+        if (strcmp(ix[i - 1].name, ix[i].name) == 0)
+            return dm_fail(DM_ERR_FORMAT, "tensor \"%s\" appears twice in the header",
+                           printable(ix[i].name, pn));
+    return DM_OK;
+}
+
+/* Tensors must tile the data section: sorted by offset (sp is sorted) each begins where the
+ * previous one ended (empty tensors may share an offset). */
+static dm_status check_tiling(span *sp, int count, size_t data_size) {
+    char pn[96], pm[96];
+    dm_status st = DM_OK;
+    qsort(sp, (size_t)count, sizeof *sp, cmp_span);
+    uint64_t at = 0;
+    const dm_st_tensor *prev = NULL;
+    for (int i = 0; i < count && !st; i++) {
+        if (sp[i].begin < at)
+            st = dm_fail(DM_ERR_FORMAT, "tensors \"%s\" and \"%s\" overlap in the data "
+                         "section (offset %" PRIu64 " < %" PRIu64 "): corrupted header",
+                         printable(prev ? prev->name : "?", pn), printable(sp[i].t->name, pm),
+                         sp[i].begin, at);
+        else if (sp[i].begin > at)
+            st = dm_fail(DM_ERR_FORMAT, "bytes %" PRIu64 "..%" PRIu64 " of the data section "
+                         "belong to no tensor (before \"%s\"); the format forbids holes: "
+                         "corrupted header", at, sp[i].begin, printable(sp[i].t->name, pn));
+        if (sp[i].end > at) {
+            at = sp[i].end;
+            prev = sp[i].t;
+        } else if (!prev) {
+            prev = sp[i].t;
+        }
+    }
+    if (!st && at != data_size)
+        st = dm_fail(DM_ERR_FORMAT, "the data section has %zu bytes but the tensors in the "
+                     "header cover only %" PRIu64 ": extra bytes at the end, or a corrupted "
+                     "header", data_size, at);
+    return st;
+}
+
+/* Points each tensor at its bytes in the data section and keeps the by-name order of ix. */
+static dm_status index_tensors(dm_st_file *f, const span *sp, const name_ix *ix,
+                               const unsigned char *data) {
+    for (int i = 0; i < f->count; i++) ((dm_st_tensor *)sp[i].t)->data = data + sp[i].begin;
+    f->by_name = malloc(((size_t)f->count + 1) * sizeof *f->by_name);
+    if (!f->by_name) return dm_fail(DM_ERR_OOM, "out of memory for the tensor index");
+    for (int i = 0; i < f->count; i++) f->by_name[i] = ix[i].index;
+    return DM_OK;
+}
+
+/* Takes ownership of buf (freed on failure too). */
+static dm_status parse_owned(unsigned char *buf, size_t size, dm_st_file **out) {
+    *out = NULL;
+    uint64_t hlen = 0;
+    dm_status st = header_length(buf, size, &hlen);
+    if (st) {
+        free(buf);
+        return st;
     }
 
     dm_st_file *f = calloc(1, sizeof *f);
@@ -323,33 +427,13 @@ static dm_status parse_owned(unsigned char *buf, size_t size, dm_st_file **out) 
     memcpy(hdr, buf + 8, (size_t)hlen);
     hdr[hlen] = 0;
 
-    dm_status st = DM_OK;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)hlen, &end, 0);
-    if (!root) {
-        size_t at = end && end >= hdr ? (size_t)(end - hdr) : 0;
-        st = dm_fail(DM_ERR_FORMAT, "the header is not valid JSON (error near byte %zu of the "
-                     "%" PRIu64 "-byte header): corrupted file", at, hlen);
-        goto done;
-    }
-    /* Only whitespace (the format pads with spaces) may follow the object. */
-    for (size_t k = end ? (size_t)(end - hdr) : (size_t)hlen; k < (size_t)hlen; k++) {
-        char c = hdr[k];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
-            st = dm_fail(DM_ERR_FORMAT, "the header has unexpected bytes after its JSON object "
-                         "(at byte %zu): corrupted file", k);
-            goto done;
-        }
-    }
-    if (!cJSON_IsObject(root)) {
-        st = dm_fail(DM_ERR_FORMAT, "the header is %s, not a JSON object: not a safetensors "
-                     "file", json_type_name(root));
-        goto done;
-    }
+    cJSON *root = NULL;
+    st = parse_header_json(hdr, hlen, &root);
+    if (st) goto done;
 
     size_t data_size = size - 8 - (size_t)hlen;
     const unsigned char *data = buf + 8 + hlen;
-    int n = cJSON_GetArraySize(root), nmeta_entries = 0;
+    int n = cJSON_GetArraySize(root);
     f->tensors = calloc((size_t)n + 1, sizeof *f->tensors);
     span *sp = calloc((size_t)n + 1, sizeof *sp);
     name_ix *ix = calloc((size_t)n + 1, sizeof *ix);
@@ -359,80 +443,10 @@ static dm_status parse_owned(unsigned char *buf, size_t size, dm_st_file **out) 
         st = dm_fail(DM_ERR_OOM, "out of memory for %d header entries", n);
         goto done;
     }
-
-    const cJSON *e;
-    cJSON_ArrayForEach(e, root) {
-        if (!e->string) { /* cannot happen for a parsed object; never trust it anyway */
-            st = dm_fail(DM_ERR_FORMAT, "a header entry has no name");
-            break;
-        }
-        if (strcmp(e->string, "__metadata__") == 0) {
-            if (nmeta_entries++) {
-                st = dm_fail(DM_ERR_FORMAT, "\"__metadata__\" appears twice in the header");
-                break;
-            }
-            st = parse_metadata(f, e);
-            if (st) break;
-            continue;
-        }
-        dm_st_tensor *t = &f->tensors[f->count];
-        st = parse_entry(e, data_size, t, &sp[f->count]);
-        if (st) break;
-        t->name = dup_str(e->string);
-        if (!t->name) {
-            st = dm_fail(DM_ERR_OOM, "out of memory copying tensor names");
-            break;
-        }
-        ix[f->count].name = t->name;
-        ix[f->count].index = f->count;
-        f->count++;
-    }
-
-    if (!st) {
-        qsort(ix, (size_t)f->count, sizeof *ix, cmp_name_ix);
-        for (int i = 1; i < f->count; i++)
-            if (strcmp(ix[i - 1].name, ix[i].name) == 0) {
-                st = dm_fail(DM_ERR_FORMAT, "tensor \"%s\" appears twice in the header",
-                             printable(ix[i].name, pn));
-                break;
-            }
-    }
-    if (!st) {
-        /* Tensors must tile the data section: sorted by offset each begins where the
-         * previous one ended (empty tensors may share an offset). */
-        qsort(sp, (size_t)f->count, sizeof *sp, cmp_span);
-        uint64_t at = 0;
-        const dm_st_tensor *prev = NULL;
-        for (int i = 0; i < f->count && !st; i++) {
-            if (sp[i].begin < at)
-                st = dm_fail(DM_ERR_FORMAT, "tensors \"%s\" and \"%s\" overlap in the data "
-                             "section (offset %" PRIu64 " < %" PRIu64 "): corrupted header",
-                             printable(prev ? prev->name : "?", pn), printable(sp[i].t->name, pm),
-                             sp[i].begin, at);
-            else if (sp[i].begin > at)
-                st = dm_fail(DM_ERR_FORMAT, "bytes %" PRIu64 "..%" PRIu64 " of the data section "
-                             "belong to no tensor (before \"%s\"); the format forbids holes: "
-                             "corrupted header", at, sp[i].begin, printable(sp[i].t->name, pn));
-            if (sp[i].end > at) {
-                at = sp[i].end;
-                prev = sp[i].t;
-            } else if (!prev) {
-                prev = sp[i].t;
-            }
-        }
-        if (!st && at != data_size)
-            st = dm_fail(DM_ERR_FORMAT, "the data section has %zu bytes but the tensors in the "
-                         "header cover only %" PRIu64 ": extra bytes at the end, or a corrupted "
-                         "header", data_size, at);
-    }
-    if (!st) {
-        for (int i = 0; i < f->count; i++) ((dm_st_tensor *)sp[i].t)->data = data + sp[i].begin;
-        f->by_name = malloc(((size_t)f->count + 1) * sizeof *f->by_name);
-        if (!f->by_name)
-            st = dm_fail(DM_ERR_OOM, "out of memory for the tensor index");
-        else
-            for (int i = 0; i < f->count; i++) f->by_name[i] = ix[i].index;
-    }
+    st = parse_entries(f, root, data_size, sp, ix);
+    if (!st) st = check_unique_names(ix, f->count);
+    if (!st) st = check_tiling(sp, f->count, data_size);
+    if (!st) st = index_tensors(f, sp, ix, data);
     free(sp);
     free(ix);
 
