@@ -152,7 +152,7 @@ $(shell mkdir -p $(BUILD) && { [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = "$(BUIL
 endif
 
 # --- sources ----------------------------------------------------------------------------
-LIB_SRC := $(wildcard src/core/*.c src/graph/*.c src/analysis/*.c src/plan/*.c src/tune/*.c src/train/*.c src/cpu/*.c src/*.c)
+LIB_SRC := $(wildcard src/core/*.c src/graph/*.c src/analysis/*.c src/plan/*.c src/tune/*.c src/train/*.c src/cpu/*.c src/layer/*.c src/*.c)
 CLI_SRC := $(wildcard cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ifneq ($(HAVE_CUDA),)
@@ -168,7 +168,7 @@ all: $(BUILD)/dmove
 $(CONFIG_STAMP):
 	@mkdir -p $(dir $@) && echo "$(BUILD_CONFIG)" > $@
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*/*.h src/*/*.def cli/*.h) $(CONFIG_STAMP)
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/*/*.h src/*/*.def cli/*.h) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
