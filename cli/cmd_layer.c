@@ -260,12 +260,15 @@ static int validate(const dm_tensor_file *f, int64_t *b, int64_t *j, int64_t *i,
     snprintf(sizes, sizeof sizes, " (b = %" PRId64 ", j = %" PRId64 ", i = %" PRId64
              " from hidden_states%s)", *b, *j, *i,
              *u > 0 ? ", u from intermediate.dense.weight" : "");
-    for (int p = 0; p < dm_param_spec_count(); p++) {
-        dm_param_spec ps;
-        if (dm_param_spec_get(p, &ps) != DM_OK) {
+    dm_param_spec spec[32];
+    const int nspec = dm_param_spec_count() < 32 ? dm_param_spec_count() : 32;
+    for (int p = 0; p < nspec; p++)
+        if (dm_param_spec_get(p, &spec[p]) != DM_OK) {
             cli_error(CMD, "%s", dm_last_error());
             return -1;
         }
+    for (int p = 0; p < nspec; p++) {
+        const dm_param_spec ps = spec[p];
         const dm_tensor_info *t = find(f, ps.name, &t_) ? &t_ : NULL;
         if (!t) {
             missing(f, ps.name, "dmove layer needs all 16 BertLayer parameters "
@@ -296,9 +299,7 @@ static int validate(const dm_tensor_file *f, int64_t *b, int64_t *j, int64_t *i,
         const char *n = name_of(f, k);
         int known = !strcmp(n, "hidden_states") || !strcmp(n, "attention_mask") ||
                     !strcmp(n, "grad_output");
-        dm_param_spec ps;
-        for (int p = 0; !known && p < dm_param_spec_count(); p++)
-            known = dm_param_spec_get(p, &ps) == DM_OK && !strcmp(n, ps.name);
+        for (int p = 0; !known && p < nspec; p++) known = !strcmp(n, spec[p].name);
         if (!known && unused++ < 5 && !g_hinted)
             fprintf(stderr, "dmove layer: note: ignoring tensor '%s' (not an input of the "
                             "layer)\n", n);

@@ -1,7 +1,9 @@
 /* textreport.c: the reports of the public analysis API (dmove_tools.h) as `dmove analyze`
  * prints them: the tables (operators, classes, data movement, fused groups, memory), one
  * JSON object, the operator table as CSV (each with the measured columns after
- * dm_analysis_measure), and a tuned plan's layouts, algorithms and side-by-side pairs. */
+ * dm_analysis_measure), and the JSON of a tuned plan's layouts, algorithms and
+ * side-by-side pairs (their table is tune/api.c's: the algorithms are named by the backend
+ * that runs them). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -12,7 +14,6 @@
 #include "analysis/analysis_api.h"
 #include "core/status.h"
 #include "core/strbuf.h"
-#include "cpu/contract.h"
 
 typedef struct {
     double secs, gbs, gflops, roof_pct, mue;
@@ -184,47 +185,8 @@ dm_status dm_analysis_csv(const dm_analysis *a, char **text) {
     return *text ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory building the CSV");
 }
 
-/* --- the plan file --------------------------------------------------------------------- */
-
-/* The group whose first op is o, or -1 (pairs are lone contractions). */
-static int group_of(const dm_plan *plan, int o) {
-    for (int H = 0; H < plan->ngroups; H++)
-        if (plan->order[plan->groups[H].first] == o) return H;
-    return -1;
-}
-
 static const char *first_op_name(const dm_analysis *a, int G) {
     return a->gf.op[a->plan.order[a->plan.groups[G].first]].name;
-}
-
-dm_status dm_analysis_plan_text(const dm_analysis *a, char **text) {
-    if (!a || !text) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_plan_text: NULL argument");
-    if (!a->have_choices) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_plan_text: no plan applied");
-    const dm_graph *g = &a->gf;
-    const dm_choices *ch = &a->ch;
-    char def[DM_MAX_DIMS + 1];
-    dm_sbuf b = {0};
-    dm_sb_printf(&b, "plan %s (tuned on %s; sum over groups: default %.2f ms, tuned %.2f ms)\n", a->plan_path,
-                 ch->machine[0] ? ch->machine : "unknown machine", ch->default_ms, ch->tuned_ms);
-    dm_sb_printf(&b, "  %-22s %-9s %-9s\n", "tensor", "default", "layout");
-    for (int t = 0; t < g->nt; t++) {
-        if (!ch->layout[t][0]) continue;
-        dm_tensor_layout(g, t, def);
-        dm_sb_printf(&b, "  %-22s %-9s %-9s%s\n", g->t[t].name, def, ch->layout[t],
-                     strcmp(def, ch->layout[t]) ? "  changed" : "");
-    }
-    dm_sb_printf(&b, "  %-22s %-9s\n", "contraction", "algorithm");
-    for (int o = 0; o < g->nop; o++) {
-        int G = group_of(&a->plan, o);
-        int pa = G >= 0 ? a->partner[G] : -1, be = G >= 0 ? a->beside[G] : -1;
-        if (!ch->algo[o] && be < 0) continue;
-        dm_sb_printf(&b, "  %-22s %-9s", g->op[o].name, dm_gemm_algo_name((dm_gemm_algo)ch->algo[o]));
-        if (pa >= 0) dm_sb_printf(&b, "  (%s runs beside it)", first_op_name(a, pa));
-        if (be >= 0) dm_sb_printf(&b, "  (runs beside %s; its own algorithm applies alone)", first_op_name(a, be));
-        dm_sb_printf(&b, "\n");
-    }
-    dm_sb_printf(&b, "\n");
-    return text_done(&b, text);
 }
 
 /* --- JSON ------------------------------------------------------------------------------ */
