@@ -12,7 +12,11 @@ typedef struct {
     double fwd_ms, bwd_ms, step_ms, contr_ms, gflops;
     double class_ms[DM_NUM_CLASSES];
     double flop[2][DM_NUM_CLASSES], flop_total;
-    dm_cuda_choices cuda;    /* CUDA: what the executor chose (generated, fused, ...) */
+    /* what the backend chose (dm_layer_choice_count: the GPU executor's row programs,
+     * generated ones, fused attention groups, bias epilogues, groups on the second
+     * stream; all 0 on the CPU), and the GPU's name ("" emulated or on the CPU) */
+    int64_t row_programs, row_programs_generated, attention_fused, bias_epilogues, second_stream;
+    char gpu[128];
     dm_layer_memory mem;     /* what the layer holds */
     /* --groups: the plan's groups (their times the medians over the profiled steps), and
      * the roofline they are held to */
@@ -20,7 +24,7 @@ typedef struct {
     int ngroups;
     double *floor_s;         /* per group (a group timed with another: 0, its floor added
                               * to that group's); NULL without a model */
-    dm_device model;
+    dm_device_model *model;  /* NULL without a model */
     char model_note[320];    /* without a model: why */
     int group_reps;          /* the profiled steps the groups' medians are over */
 } bench_result;

@@ -10,8 +10,6 @@
 
 #include <cjson/cJSON.h>
 
-#include "analysis/cost.h"
-#include "analysis/device.h"
 #include "bench.h"
 
 static const char *const CMD = "bench";
@@ -35,11 +33,11 @@ static int roofline_model(const cli_config *c, const bench_env *env, bench_resul
         return 0;
     }
     if (!name && env->device == DM_DEVICE_CUDA) {
-        name = dm_device_for_gpu(r->cuda.gpu);
+        name = dm_device_for_gpu(r->gpu);
         if (!name) {
-            if (r->cuda.gpu[0])
+            if (r->gpu[0])
                 snprintf(r->model_note, sizeof r->model_note, "no datasheet preset has the rates of the %.200s: "
-                         "pass --roofline v100|a100|h100|h200 for one", r->cuda.gpu);
+                         "pass --roofline v100|a100|h100|h200 for one", r->gpu);
             else
                 snprintf(r->model_note, sizeof r->model_note, "no GPU name (emulated): pass --roofline "
                          "v100|a100|h100|h200 for one");
@@ -47,14 +45,16 @@ static int roofline_model(const cli_config *c, const bench_env *env, bench_resul
         }
     }
     if (name && strcmp(name, "cpu") != 0) {
-        if (dm_device_preset(name, &r->model) == DM_OK) return 1;
+        if (dm_device_model_preset(&r->model, name) == DM_OK) return 1;
         snprintf(r->model_note, sizeof r->model_note, "%.300s", dm_last_error());
         return 0;
     }
     char path[4096];
-    dm_cpu_profile p;
-    if (dm_profile_default_path(path, sizeof path) != DM_OK || dm_profile_load(path, &p) != DM_OK ||
-        dm_device_from_profile(&p, cli_threads(c->threads), &r->model) != DM_OK) {
+    dm_profile *p = NULL;
+    int ok = dm_profile_default_path(path, sizeof path) == DM_OK && dm_profile_open(&p, path) == DM_OK &&
+             dm_device_model_cpu(&r->model, p, cli_threads(c->threads)) == DM_OK;
+    dm_profile_free(p);
+    if (!ok) {
         snprintf(r->model_note, sizeof r->model_note, "no CPU profile (%.200s): run `dmove probe` once",
                  dm_last_error());
         return 0;
@@ -95,12 +95,12 @@ int bench_groups_collect(const cli_config *c, const bench_env *env, const dm_lay
             /* a row group in its contraction's epilogue: the two as one, the contraction's
              * output (all it writes, all the row group reads of it) never going to memory */
             const double rd = y->bytes_read + (x->bytes_read > y->bytes_written ? x->bytes_read - y->bytes_written : 0);
-            r->floor_s[to] = dm_roofline_seconds(&r->model, esz, y->contraction_flop, y->other_flop + x->other_flop,
+            r->floor_s[to] = dm_device_model_roofline(r->model, esz, y->contraction_flop, y->other_flop + x->other_flop,
                                                  rd + x->bytes_written);
             continue;
         }
         /* its own work (a group timed beside another adds its floor to that one's) */
-        r->floor_s[to] += dm_roofline_seconds(&r->model, esz, x->contraction_flop, x->other_flop,
+        r->floor_s[to] += dm_device_model_roofline(r->model, esz, x->contraction_flop, x->other_flop,
                                               x->bytes_read + x->bytes_written);
     }
     return 0;
@@ -133,9 +133,9 @@ void bench_groups_print(const bench_env *env, const bench_result *r) {
             r->group_reps > 1 ? "medians" : "times", r->group_reps, r->group_reps > 1 ? "s" : "", timing_note(env));
     if (r->floor_s)
         fprintf(stderr, ", against the roofline of %s: %s at %.3g TFLOP/s, the rest at %.3g, %.4g GB/s\n"
-                "(%s)\n", r->model.name, esz == 2 ? "bf16/fp16 contractions" : "fp32 contractions",
-                dm_device_contract_peak(&r->model, esz) / 1e12, dm_device_vector_peak(&r->model, esz) / 1e12,
-                r->model.bandwidth / 1e9, r->model.desc);
+                "(%s)\n", dm_device_model_name(r->model), esz == 2 ? "bf16/fp16 contractions" : "fp32 contractions",
+                dm_device_model_contract_peak(r->model, esz) / 1e12, dm_device_model_vector_peak(r->model, esz) / 1e12,
+                dm_device_model_bandwidth(r->model) / 1e9, dm_device_model_desc(r->model));
     else
         fprintf(stderr, " (no roofline floors: %s)\n", r->model_note);
     fprintf(stderr, "%-8s %-13s %9s %9s %8s  %s\n", "pass", "class", "ms", "floor ms", "x floor", "operators");
@@ -172,7 +172,7 @@ void bench_groups_print(const bench_env *env, const bench_result *r) {
     }
     char rt[32];
     fprintf(stderr, "\n%s against the roofline (%s): the groups took %.4g ms, their floors %.4g ms (%sx)\n",
-            r->name, r->model.name, tot_ms, tot_floor, dm_ratio_text(tot_floor > 0 ? tot_ms / tot_floor : 0.0, rt, sizeof rt));
+            r->name, dm_device_model_name(r->model), tot_ms, tot_floor, dm_ratio_text(tot_floor > 0 ? tot_ms / tot_floor : 0.0, rt, sizeof rt));
     fprintf(stderr, "%-14s %9s %9s %8s %12s %11s\n", "class", "ms", "floor ms", "x floor", "above floor", "% of above");
     for (int k = 0; k < DM_NUM_CLASSES; k++) {
         const double above = cls_above[k];
@@ -209,8 +209,8 @@ void bench_groups_print(const bench_env *env, const bench_result *r) {
 int bench_groups_chart(const cli_config *c, const bench_env *env, const bench_result *res, int nres,
                        const char *svg) {
     const dm_layer_config *cfg = &c->cfg;
-    dm_chart_section sec[3];
-    dm_chart_bar *bars[3] = {NULL, NULL, NULL};
+    dm_group_chart sec[3];
+    dm_group_bar *bars[3] = {NULL, NULL, NULL};
     char summary[3][200], notes[3][8][120], title[256], sub[400];
     int ns = 0, rc = -1;
     const char *model = NULL;
@@ -225,7 +225,7 @@ int bench_groups_chart(const cli_config *c, const bench_env *env, const bench_re
         int nnote = 0;
         for (int G = 0; G < r->ngroups; G++) {
             const dm_layer_group *x = &r->groups[G];
-            dm_chart_bar *b = &bars[ns][G];
+            dm_group_bar *b = &bars[ns][G];
             b->label = x->ops;
             b->pass = x->pass;
             b->cls = x->cls;
@@ -240,7 +240,7 @@ int bench_groups_chart(const cli_config *c, const bench_env *env, const bench_re
             if (b->floor_ms > 0) fl += b->floor_ms;
         }
         if (r->floor_s) {
-            model = r->model.desc;
+            model = dm_device_model_desc(r->model);
             char rt[32];
             snprintf(summary[ns], sizeof summary[ns], "groups %.3f ms, their roofline floors %.3f ms (%sx); "
                      "median step %.3f ms", tot, fl, dm_ratio_text(fl > 0 ? tot / fl : 0.0, rt, sizeof rt), r->step_ms);
@@ -248,14 +248,14 @@ int bench_groups_chart(const cli_config *c, const bench_env *env, const bench_re
             snprintf(summary[ns], sizeof summary[ns], "groups %.3f ms, median step %.3f ms (no floors: %.100s)", tot,
                      r->step_ms, r->model_note);
         }
-        sec[ns] = (dm_chart_section){r->name, summary[ns], bars[ns], r->ngroups};
+        sec[ns] = (dm_group_chart){r->name, summary[ns], bars[ns], r->ngroups};
         ns++;
     }
     snprintf(title, sizeof title, "dmove bench: time per group (medians of profiled steps), b=%" PRId64 " j=%" PRId64
              " i=%" PRId64 " h=%" PRId64 " u=%" PRId64 ", %s %s", cfg->batch, cfg->seq, cfg->hidden, cfg->heads,
              cfg->ffn, dm_device_kind_name(env->device), dm_dtype_name(env->dtype));
     snprintf(sub, sizeof sub, "%s; floor: %.300s", timing_note(env), model ? model : "none");
-    if (ns > 0 && dm_groups_write_svg(title, sub, sec, ns, svg) != DM_OK) {
+    if (ns > 0 && dm_group_chart_write_svg(title, sub, sec, ns, svg) != DM_OK) {
         cli_error(CMD, "--svg: %s", dm_last_error());
         goto done;
     }
@@ -268,8 +268,10 @@ done:
 void bench_result_free(bench_result *r) {
     free(r->groups);
     free(r->floor_s);
+    dm_device_model_free(r->model);
     r->groups = NULL;
     r->floor_s = NULL;
+    r->model = NULL;
 }
 
 /* --groups with --json: "roofline" (the model, or null and why not) and "groups" (each
@@ -283,11 +285,11 @@ int bench_groups_json(cJSON *o, const bench_env *env, const bench_result *r) {
         for (int G = 0; G < r->ngroups; G++) tot += r->floor_s[G];
         const int esz = storage_bytes(env);
         ok = (rf = cJSON_AddObjectToObject(o, "roofline")) != NULL &&
-             cJSON_AddStringToObject(rf, "device", r->model.name) &&
-             cJSON_AddStringToObject(rf, "desc", r->model.desc) &&
-             bench_jnum(rf, "contraction_flops", dm_device_contract_peak(&r->model, esz)) &&
-             bench_jnum(rf, "vector_flops", dm_device_vector_peak(&r->model, esz)) &&
-             bench_jnum(rf, "bandwidth", r->model.bandwidth) && bench_jnum(rf, "floor_ms", tot * 1e3);
+             cJSON_AddStringToObject(rf, "device", dm_device_model_name(r->model)) &&
+             cJSON_AddStringToObject(rf, "desc", dm_device_model_desc(r->model)) &&
+             bench_jnum(rf, "contraction_flops", dm_device_model_contract_peak(r->model, esz)) &&
+             bench_jnum(rf, "vector_flops", dm_device_model_vector_peak(r->model, esz)) &&
+             bench_jnum(rf, "bandwidth", dm_device_model_bandwidth(r->model)) && bench_jnum(rf, "floor_ms", tot * 1e3);
     } else {
         ok = cJSON_AddNullToObject(o, "roofline") && cJSON_AddStringToObject(o, "roofline_note", r->model_note);
     }

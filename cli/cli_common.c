@@ -1,5 +1,6 @@
-/* cli_common.c: strict option parsing, the shared layer configuration options and their
- * help, a monotonic clock and a deterministic normal RNG for the dmove subcommands. */
+/* cli_common.c: strict option parsing, the option tables' parser and help printer, the
+ * shared layer configuration and device options, a monotonic clock and a deterministic
+ * normal RNG for the dmove subcommands. */
 #include "cli_common.h"
 
 #include <ctype.h>
@@ -200,124 +201,337 @@ int cli_parse_double(const char *cmd, const char *opt, const char *s, double *ou
     return 0;
 }
 
-/* ------------------------------------------------------------------------------------- */
+/* --- option tables ------------------------------------------------------------------- */
 
-static const char *const k_size_opt[5] = {"--batch", "--seq", "--hidden", "--heads", "--ffn"};
+/* "name" or "name=...": the option, whatever follows the '='. */
+static int named(const char *a, const char *name) {
+    size_t n = strlen(name);
+    return !strncmp(a, name, n) && (a[n] == 0 || a[n] == '=');
+}
+
+/* Stores the value v of option e into the struct at b (the kinds with a value). 0 ok, -1
+ * after a usage error. */
+static int store(const cli_option *e, char *b, const char *cmd, const char *v, const char *raw) {
+    void *t = b + e->off;
+    switch (e->kind) {
+    case CLI_PATH:
+        if (!*v) {
+            cli_usage_error(cmd, "%s: empty file name", e->name);
+            return -1;
+        }
+        /* fall through */
+    case CLI_STR: *(const char **)t = v; return 0;
+    case CLI_INT: return cli_parse_int(cmd, e->name, v, (int)e->lo, (int)e->hi, (int *)t);
+    case CLI_I64: return cli_parse_i64(cmd, e->name, v, e->lo, e->hi, (int64_t *)t);
+    case CLI_U64: return cli_parse_u64(cmd, e->name, v, (uint64_t *)t);
+    case CLI_DOUBLE: return cli_parse_double(cmd, e->name, v, (double *)t);
+    case CLI_CHOICE:
+        for (const cli_choice *c = e->choices; c->word; c++)
+            if (!strcmp(v, c->word)) {
+                *(int *)t = c->value;
+                return 0;
+            }
+        cli_usage_error(cmd, e->msg, v);
+        return -1;
+    case CLI_CALL: return e->fn(b, cmd, v, raw);
+    default: return -1;
+    }
+}
+
+/* Tries argv[*i] against option e (targets in the struct at b): 1 consumed, 0 not it, -1
+ * after a usage error. */
+static int match(const cli_option *e, char *b, const char *cmd, int argc, char **argv, int *i) {
+    const char *raw = argv[*i], *v = NULL;
+    int r;
+    if (e->kind == CLI_FLAG) {
+        if ((r = cli_flag(cmd, argv, *i, e->name)) <= 0) return r;
+        *(int *)(b + e->off) = (int)e->lo;
+    } else if (e->kind == CLI_REJECT) {
+        if (!named(raw, e->name)) return 0;
+        cli_usage_error(cmd, e->msg, e->name);
+        return -1;
+    } else if (e->kind == CLI_CALL && !e->arg) { /* a flag that reads its own "=..." */
+        if (!named(raw, e->name)) return 0;
+        if (e->fn(b, cmd, NULL, raw)) return -1;
+    } else {
+        if ((r = cli_opt(cmd, argc, argv, i, e->name, &v)) <= 0) return r;
+        if (store(e, b, cmd, v, raw)) return -1;
+    }
+    if (e->set) *(int *)(b + e->set - 1) = 1;
+    if (e->fn && e->kind != CLI_CALL && e->fn(b, cmd, v, raw)) return -1;
+    return 1;
+}
+
+int cli_parse_one(const cli_option *table, unsigned mask, void *opts, const char *cmd, int argc, char **argv,
+                  int *i) {
+    for (const cli_option *e = table; e->kind != CLI_END; e++) {
+        if (e->mask && e->kind != CLI_GROUP && !(e->mask & mask)) continue;
+        int r = 0;
+        if (e->kind == CLI_GROUP) r = cli_parse_one(e->group, e->mask, (char *)opts + e->off, cmd, argc, argv, i);
+        else if (e->name && e->kind != CLI_TEXT && e->kind != CLI_HELP) r = match(e, opts, cmd, argc, argv, i);
+        if (r) return r;
+    }
+    return 0;
+}
+
+int cli_parse(const cli_command *c, void *opts, int argc, char **argv) {
+    memset(opts, 0, c->size);
+    c->init(opts);
+    for (int a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
+            cli_help(c, stdout);
+            return CLI_OK;
+        }
+        int r = cli_parse_one(c->options, ~0u, opts, c->name, argc, argv, &a);
+        if (r < 0) return CLI_USAGE;
+        if (r == 0) return cli_unknown(c->name, argv[a], c->hint ? c->hint : "");
+    }
+    return CLI_GO;
+}
+
+/* Text as help: "%%" is "%". */
+static void put_text(FILE *out, const char *s) {
+    for (; s && *s; s++) {
+        if (s[0] == '%' && s[1] == '%') s++;
+        fputc(*s, out);
+    }
+}
+
+/* Option e's value in the struct at b as its default in the help. */
+static void show(const cli_option *e, const char *b, char *buf, size_t n) {
+    const void *t = b + e->off;
+    buf[0] = 0;
+    switch (e->kind) {
+    case CLI_FLAG:
+    case CLI_INT: snprintf(buf, n, "%d", *(const int *)t); break;
+    case CLI_I64: snprintf(buf, n, "%" PRId64, *(const int64_t *)t); break;
+    case CLI_U64: snprintf(buf, n, "%" PRIu64, *(const uint64_t *)t); break;
+    case CLI_DOUBLE: snprintf(buf, n, "%g", *(const double *)t); break;
+    case CLI_STR:
+    case CLI_PATH: snprintf(buf, n, "%s", *(const char *const *)t ? *(const char *const *)t : ""); break;
+    case CLI_CHOICE:
+        for (const cli_choice *c = e->choices; c->word; c++)
+            if (c->value == *(const int *)t) {
+                snprintf(buf, n, "%s", c->word);
+                break;
+            }
+        break;
+    case CLI_CALL:
+        if (e->show) snprintf(buf, n, "%s", e->show(t, (char[64]){0}, 64));
+        break;
+    default: break;
+    }
+}
+
+/* The help of option e: its left column, then its text, the lines after the first under
+ * it; "{}" the defaults of e and of the entries after it without help of their own. */
+static void help_option(FILE *out, const cli_option *e, const char *b, unsigned mask) {
+    char left[128], text[2048], val[128];
+    if (e->left) snprintf(left, sizeof left, "%s", e->left);
+    else snprintf(left, sizeof left, "%s%s%s", e->name, e->arg ? " " : "", e->arg ? e->arg : "");
+    size_t len = 0;
+    const cli_option *next = e;
+    for (const char *h = e->help; *h && len + 1 < sizeof text; h++) {
+        if (h[0] == '{' && h[1] == '}') {
+            while (next->kind != CLI_END && next != e && (next->help || (next->mask && !(next->mask & mask))))
+                next++; /* the next entry documented by this one */
+            show(next, b, val, sizeof val);
+            len += (size_t)snprintf(text + len, sizeof text - len, "%s", val);
+            next++;
+            h++;
+            continue;
+        }
+        if (h[0] == '%' && h[1] == '%') h++;
+        text[len++] = *h;
+    }
+    text[len < sizeof text ? len : sizeof text - 1] = 0;
+    if (strlen(left) <= 16) fprintf(out, "  %-16s ", left);
+    else fprintf(out, "  %s\n%19s", left, "");
+    for (const char *l = text; *l; l++) {
+        fputc(*l, out);
+        if (*l == '\n' && l[1]) fprintf(out, "%19s", "");
+    }
+    fputc('\n', out);
+}
+
+static void help_table(FILE *out, const cli_option *table, unsigned mask, const char *b) {
+    for (const cli_option *e = table; e->kind != CLI_END; e++) {
+        if (e->mask && e->kind != CLI_GROUP && !(e->mask & mask)) continue;
+        if (e->kind == CLI_GROUP) help_table(out, e->group, e->mask, b + e->off);
+        else if (e->help_fn) e->help_fn(out, b);
+        else if (e->kind == CLI_TEXT) put_text(out, e->help);
+        else if (e->help) help_option(out, e, b, mask);
+    }
+}
+
+void cli_help(const cli_command *c, FILE *out) {
+    void *d = calloc(1, c->size);
+    if (!d) return;
+    c->init(d);
+    put_text(out, c->head);
+    help_table(out, c->options, ~0u, d);
+    put_text(out, c->foot);
+    free(d);
+}
+
+/* --- the configuration options --------------------------------------------------------- */
+
+static int cfg_preset(void *base, const char *cmd, const char *v, const char *raw) {
+    dm_layer_config scratch;
+    dm_layer_config_default(&scratch);
+    if (dm_layer_config_preset(&scratch, v) != DM_OK) {
+        cli_usage_error(cmd, "--preset: unknown preset '%s' (known: bert-base, "
+                        "bert-large)", v);
+        return -1;
+    }
+    ((cli_config *)base)->preset = v;
+    return 0;
+}
+
+static void cfg_preset_help(FILE *out, const void *base) {
+    dm_layer_config d, base_, large;
+    dm_layer_config_default(&d);
+    base_ = d;
+    large = d;
+    int have_base = dm_layer_config_preset(&base_, "bert-base") == DM_OK;
+    int have_large = dm_layer_config_preset(&large, "bert-large") == DM_OK;
+    fprintf(out, "  --preset NAME    sizes of a known model (default bert-base):\n");
+    if (have_base)
+        fprintf(out, "                     bert-base:  b=%" PRId64 " j=%" PRId64 " i=%" PRId64
+                     " h=%" PRId64 " u=%" PRId64 "\n",
+                base_.batch, base_.seq, base_.hidden, base_.heads, base_.ffn);
+    if (have_large)
+        fprintf(out, "                     bert-large: b=%" PRId64 " j=%" PRId64 " i=%" PRId64
+                     " h=%" PRId64 " u=%" PRId64 "\n",
+                large.batch, large.seq, large.hidden, large.heads, large.ffn);
+}
+
+static int cfg_dropout(void *base, const char *cmd, const char *v, const char *raw) {
+    const cli_config *c = base;
+    if (!(c->dropout >= 0.0 && c->dropout < 1.0)) {
+        cli_usage_error(cmd, "--dropout: %s is outside [0, 1): p is the probability of "
+                        "dropping an element (0 turns dropout off)", v);
+        return -1;
+    }
+    return 0;
+}
+
+static int cfg_eps(void *base, const char *cmd, const char *v, const char *raw) {
+    if (!(((const cli_config *)base)->eps > 0.0)) {
+        cli_usage_error(cmd, "--eps: %s must be positive (LayerNorm adds it to the "
+                        "variance)", v);
+        return -1;
+    }
+    return 0;
+}
+
+static int cfg_act(void *base, const char *cmd, const char *v, const char *raw) {
+    if (dm_act_parse(v, &((cli_config *)base)->act) != DM_OK) {
+        cli_usage_error(cmd, "--act: unknown activation '%s' (known: gelu, gelu_tanh, "
+                        "relu)", v);
+        return -1;
+    }
+    ((cli_config *)base)->act_set = 1;
+    return 0;
+}
+
+static const char *show_act(const void *t, char *buf, size_t n) { return dm_act_name(*(const dm_act *)t); }
+
+static int cfg_norm(void *base, const char *cmd, const char *v, const char *raw) {
+    if (dm_norm_parse(v, &((cli_config *)base)->norm) != DM_OK) {
+        cli_usage_error(cmd, "--norm: unknown LayerNorm placement '%s' (known: post, as BERT; pre, "
+                        "LayerNorm on the inputs of attention and feed-forward)", v);
+        return -1;
+    }
+    ((cli_config *)base)->norm_set = 1;
+    return 0;
+}
+
+/* --causal, or --causal=0 / --causal=1 (0: bidirectional, over what a file's metadata
+ * says) */
+static int cfg_causal(void *base, const char *cmd, const char *v, const char *raw) {
+    cli_config *c = base;
+    if (!strncmp(raw, "--causal=", 9)) {
+        const char *x = raw + 9;
+        if (strcmp(x, "0") != 0 && strcmp(x, "1") != 0) {
+            cli_usage_error(cmd, "--causal takes no value, or 0 or 1 (got '%s')", raw);
+            return -1;
+        }
+        c->causal = x[0] == '1';
+    } else {
+        c->causal = 1;
+    }
+    c->causal_set = 1;
+    return 0;
+}
+
+static int cfg_threads(void *base, const char *cmd, const char *v, const char *raw) {
+    const cli_config *c = base;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 0 && c->threads > cores)
+        fprintf(stderr, "dmove %s: note: --threads %d is more than the %ld cores online: threads "
+                "will take turns on the cores, which slows every parallel part\n", cmd, c->threads,
+                cores);
+    return 0;
+}
+
+/* Only the lower bound of a size here: dm_layer_config_check judges what is too large
+ * (overflow, memory) with a message that says why. */
+#define CFG_SIZE(nm, a, k, m, h)                                                                               \
+    {.kind = CLI_I64, .name = nm, .arg = a, .off = offsetof(cli_config, size[k]),                              \
+     .set = offsetof(cli_config, size_set[k]) + 1, .lo = 1, .hi = INT64_MAX, .mask = m, .help = h}
+
+const cli_option cli_config_options[] = {
+    {.kind = CLI_CALL, .name = "--preset", .arg = "NAME", .fn = cfg_preset, .mask = CLI_CFG_SIZES,
+     .help_fn = cfg_preset_help},
+    CFG_SIZE("--batch", "B", 0, CLI_CFG_SIZES, "sequences per batch, b (overrides the preset)"),
+    CFG_SIZE("--seq", "J", 1, CLI_CFG_SIZES, "tokens per sequence, j"),
+    CFG_SIZE("--hidden", "I", 2, CLI_CFG_SIZES, "embedding width, i (divisible by the heads)"),
+    CFG_SIZE("--heads", "H", 3, CLI_CFG_HEADS, "attention heads, h (i %% h must be 0)"),
+    CFG_SIZE("--ffn", "U", 4, CLI_CFG_SIZES, "feed-forward width, u"),
+    {.kind = CLI_DOUBLE, .name = "--dropout", .arg = "P", .off = offsetof(cli_config, dropout),
+     .set = offsetof(cli_config, dropout_set) + 1, .fn = cfg_dropout, .mask = CLI_CFG_TRAIN,
+     .help = "dropout probability of all three dropouts, in [0, 1)\n"
+             "(default {}; 0 turns dropout off)"},
+    {.kind = CLI_U64, .name = "--seed", .arg = "S", .off = offsetof(cli_config, seed),
+     .set = offsetof(cli_config, seed_set) + 1, .mask = CLI_CFG_TRAIN,
+     .help = "dropout seed, an unsigned 64-bit integer (default {});\n"
+             "the same seed gives the same masks on every run"},
+    {.kind = CLI_CALL, .name = "--act", .arg = "A", .off = offsetof(cli_config, act), .fn = cfg_act,
+     .show = show_act, .mask = CLI_CFG_TRAIN,
+     .help = "FFN activation: gelu (exact erf), gelu_tanh or relu\n"
+             "(default {})"},
+    {.kind = CLI_DOUBLE, .name = "--eps", .arg = "E", .off = offsetof(cli_config, eps),
+     .set = offsetof(cli_config, eps_set) + 1, .fn = cfg_eps, .mask = CLI_CFG_TRAIN,
+     .help = "LayerNorm epsilon (default {})"},
+    {.kind = CLI_CALL, .name = "--norm", .arg = "N", .fn = cfg_norm, .mask = CLI_CFG_ARCH,
+     .help = "where the LayerNorms sit: post (default; BERT: after each\n"
+             "residual add) or pre (on the inputs of attention and the\n"
+             "feed-forward block, residuals bypassing them: GPT-2,\n"
+             "nn.TransformerEncoderLayer(norm_first=True))"},
+    {.kind = CLI_CALL, .name = "--causal", .fn = cfg_causal, .mask = CLI_CFG_ARCH,
+     .help = "each token attends to itself and the tokens before it only\n"
+             "(a decoder's mask, on top of attention_mask); --causal=0:\n"
+             "all tokens (the default), over a file's metadata"},
+    {.kind = CLI_INT, .name = "--threads", .arg = "N", .off = offsetof(cli_config, threads), .lo = 0, .hi = 4096,
+     .fn = cfg_threads, .mask = CLI_CFG_THREADS, .help = "threads to use (default {}: all cores)"},
+    {.kind = CLI_END},
+};
 
 void cli_config_init(cli_config *c, unsigned accept) {
     memset(c, 0, sizeof *c);
     c->accept = accept;
     dm_layer_config_default(&c->cfg);
+    /* the defaults, for the help (cli_config_finish takes only what was given) */
+    c->dropout = c->cfg.dropout;
+    c->eps = c->cfg.eps;
+    c->act = c->cfg.act;
+    c->seed = c->cfg.seed;
+    c->norm = c->cfg.norm;
 }
 
 int cli_config_option(cli_config *c, const char *cmd, int argc, char **argv, int *i) {
-    const char *v = NULL;
-    int r;
-    if (c->accept & CLI_CFG_SIZES) {
-        if ((r = cli_opt(cmd, argc, argv, i, "--preset", &v)) != 0) {
-            if (r < 0) return -1;
-            dm_layer_config scratch;
-            dm_layer_config_default(&scratch);
-            if (dm_layer_config_preset(&scratch, v) != DM_OK) {
-                cli_usage_error(cmd, "--preset: unknown preset '%s' (known: bert-base, "
-                                "bert-large)", v);
-                return -1;
-            }
-            c->preset = v;
-            return 1;
-        }
-    }
-    for (int k = 0; k < 5; k++) {
-        unsigned need = k == 3 ? CLI_CFG_HEADS : CLI_CFG_SIZES;
-        if (!(c->accept & need)) continue;
-        if ((r = cli_opt(cmd, argc, argv, i, k_size_opt[k], &v)) != 0) {
-            if (r < 0) return -1;
-            /* Only the lower bound here: dm_layer_config_check judges what is too large
-             * (overflow, memory) with a message that says why. */
-            if (cli_parse_i64(cmd, k_size_opt[k], v, 1, INT64_MAX, &c->size[k])) return -1;
-            c->size_set[k] = 1;
-            return 1;
-        }
-    }
-    if (c->accept & CLI_CFG_TRAIN) {
-        if ((r = cli_opt(cmd, argc, argv, i, "--dropout", &v)) != 0) {
-            if (r < 0 || cli_parse_double(cmd, "--dropout", v, &c->dropout)) return -1;
-            if (!(c->dropout >= 0.0 && c->dropout < 1.0)) {
-                cli_usage_error(cmd, "--dropout: %s is outside [0, 1): p is the probability of "
-                                "dropping an element (0 turns dropout off)", v);
-                return -1;
-            }
-            c->dropout_set = 1;
-            return 1;
-        }
-        if ((r = cli_opt(cmd, argc, argv, i, "--eps", &v)) != 0) {
-            if (r < 0 || cli_parse_double(cmd, "--eps", v, &c->eps)) return -1;
-            if (!(c->eps > 0.0)) {
-                cli_usage_error(cmd, "--eps: %s must be positive (LayerNorm adds it to the "
-                                "variance)", v);
-                return -1;
-            }
-            c->eps_set = 1;
-            return 1;
-        }
-        if ((r = cli_opt(cmd, argc, argv, i, "--seed", &v)) != 0) {
-            if (r < 0 || cli_parse_u64(cmd, "--seed", v, &c->seed)) return -1;
-            c->seed_set = 1;
-            return 1;
-        }
-        if ((r = cli_opt(cmd, argc, argv, i, "--act", &v)) != 0) {
-            if (r < 0) return -1;
-            if (dm_act_parse(v, &c->act) != DM_OK) {
-                cli_usage_error(cmd, "--act: unknown activation '%s' (known: gelu, gelu_tanh, "
-                                "relu)", v);
-                return -1;
-            }
-            c->act_set = 1;
-            return 1;
-        }
-    }
-    if (c->accept & CLI_CFG_ARCH) {
-        if ((r = cli_opt(cmd, argc, argv, i, "--norm", &v)) != 0) {
-            if (r < 0) return -1;
-            if (dm_norm_parse(v, &c->norm) != DM_OK) {
-                cli_usage_error(cmd, "--norm: unknown LayerNorm placement '%s' (known: post, as BERT; pre, "
-                                "LayerNorm on the inputs of attention and feed-forward)", v);
-                return -1;
-            }
-            c->norm_set = 1;
-            return 1;
-        }
-        /* --causal, or --causal=0 / --causal=1 (0: bidirectional, over what a file's
-         * metadata says) */
-        if (!strncmp(argv[*i], "--causal=", 9)) {
-            const char *x = argv[*i] + 9;
-            if (strcmp(x, "0") != 0 && strcmp(x, "1") != 0) {
-                cli_usage_error(cmd, "--causal takes no value, or 0 or 1 (got '%s')", argv[*i]);
-                return -1;
-            }
-            c->causal = x[0] == '1';
-            c->causal_set = 1;
-            return 1;
-        }
-        if ((r = cli_flag(cmd, argv, *i, "--causal")) != 0) {
-            if (r < 0) return -1;
-            c->causal = 1;
-            c->causal_set = 1;
-            return 1;
-        }
-    }
-    if (c->accept & CLI_CFG_THREADS) {
-        if ((r = cli_opt(cmd, argc, argv, i, "--threads", &v)) != 0) {
-            if (r < 0 || cli_parse_int(cmd, "--threads", v, 0, 4096, &c->threads)) return -1;
-            long cores = sysconf(_SC_NPROCESSORS_ONLN);
-            if (cores > 0 && c->threads > cores)
-                fprintf(stderr, "dmove %s: note: --threads %d is more than the %ld cores online: threads "
-                        "will take turns on the cores, which slows every parallel part\n", cmd, c->threads,
-                        cores);
-            return 1;
-        }
-    }
-    return 0;
+    return cli_parse_one(cli_config_options, c->accept, c, cmd, argc, argv, i);
 }
 
 int cli_config_finish(cli_config *c, const char *cmd, int check) {
@@ -348,129 +562,68 @@ const char *cli_variant(const dm_layer_config *cfg) {
     return cfg->causal ? ", causal" : "";
 }
 
-int cli_device_option(const char *cmd, int argc, char **argv, int *i, dm_device_kind *dev,
-                      dm_dtype *dtype, dm_rows *rows, int *streams) {
-    const char *v = NULL;
-    int r;
-    if ((r = cli_opt(cmd, argc, argv, i, "--streams", &v)) != 0) {
-        if (r < 0) return -1;
-        if (strcmp(v, "1") != 0 && strcmp(v, "2") != 0) {
-            cli_usage_error(cmd, "--streams: '%s' is not 1 or 2", v);
-            return -1;
-        }
-        *streams = v[0] - '0';
-        return 1;
+/* --- the device options ---------------------------------------------------------------- */
+
+static int dev_streams(void *base, const char *cmd, const char *v, const char *raw) {
+    if (strcmp(v, "1") != 0 && strcmp(v, "2") != 0) {
+        cli_usage_error(cmd, "--streams: '%s' is not 1 or 2", v);
+        return -1;
     }
-    if ((r = cli_opt(cmd, argc, argv, i, "--rows", &v)) != 0) {
-        if (r < 0) return -1;
-        if (dm_rows_parse(v, rows) != DM_OK) {
-            cli_usage_error(cmd, "--rows: unknown row kernels '%s' (known: interp, gen, auto)", v);
-            return -1;
-        }
-        return 1;
-    }
-    if ((r = cli_opt(cmd, argc, argv, i, "--device", &v)) != 0) {
-        if (r < 0) return -1;
-        if (dm_device_kind_parse(v, dev) != DM_OK) {
-            cli_usage_error(cmd, "--device: unknown device '%s' (known: cpu, cuda)", v);
-            return -1;
-        }
-        return 1;
-    }
-    if ((r = cli_opt(cmd, argc, argv, i, "--dtype", &v)) != 0) {
-        if (r < 0) return -1;
-        if (dm_dtype_parse(v, dtype) != DM_OK) {
-            cli_usage_error(cmd, "--dtype: unknown storage type '%s' (known: fp32, bf16, fp16)", v);
-            return -1;
-        }
-        return 1;
+    ((cli_device *)base)->streams = v[0] - '0';
+    return 0;
+}
+
+static int dev_rows(void *base, const char *cmd, const char *v, const char *raw) {
+    if (dm_rows_parse(v, &((cli_device *)base)->rows) != DM_OK) {
+        cli_usage_error(cmd, "--rows: unknown row kernels '%s' (known: interp, gen, auto)", v);
+        return -1;
     }
     return 0;
 }
 
-void cli_device_help(FILE *out) {
-    fprintf(out,
-            "  --device D       cpu (default) or cuda: where the steps run (cuda needs a\n"
-            "                   dmove built with nvcc, and a GPU)\n"
-            "  --dtype T        how the GPU stores tensors: fp32 (default), bf16 or fp16;\n"
-            "                   arithmetic and accumulation stay fp32 (cuda only)\n"
-            "  --rows K         how the GPU runs the fused element-wise and normalization\n"
-            "                   groups: interp (one kernel interprets every group), gen (a\n"
-            "                   kernel generated per group, compiled by NVRTC when the\n"
-            "                   layer is made; with bf16/fp16 storage, attention's groups\n"
-            "                   also fused into one tensor-core kernel each) or auto (the\n"
-            "                   default: both measured per group when the layer is made,\n"
-            "                   the faster kept); cuda only; DMOVE_CUDA_ROWS sets the\n"
-            "                   default (interp when emulated, DMOVE_CUDA_EMULATE=1)\n"
-            "  --streams N      2 (default) or 1: run the weight and bias gradients on a\n"
-            "                   second CUDA stream, overlapping the groups after them\n"
-            "                   (cuda only; DMOVE_CUDA_STREAMS sets the default; 1 when\n"
-            "                   emulated)\n");
+static int dev_device(void *base, const char *cmd, const char *v, const char *raw) {
+    if (dm_device_kind_parse(v, &((cli_device *)base)->device) != DM_OK) {
+        cli_usage_error(cmd, "--device: unknown device '%s' (known: cpu, cuda)", v);
+        return -1;
+    }
+    return 0;
 }
+
+static int dev_dtype(void *base, const char *cmd, const char *v, const char *raw) {
+    if (dm_dtype_parse(v, &((cli_device *)base)->dtype) != DM_OK) {
+        cli_usage_error(cmd, "--dtype: unknown storage type '%s' (known: fp32, bf16, fp16)", v);
+        return -1;
+    }
+    return 0;
+}
+
+const cli_option cli_device_options[] = {
+    {.kind = CLI_CALL, .name = "--device", .arg = "D", .fn = dev_device,
+     .help = "cpu (default) or cuda: where the steps run (cuda needs a\n"
+             "dmove built with nvcc, and a GPU)"},
+    {.kind = CLI_CALL, .name = "--dtype", .arg = "T", .fn = dev_dtype,
+     .help = "how the GPU stores tensors: fp32 (default), bf16 or fp16;\n"
+             "arithmetic and accumulation stay fp32 (cuda only)"},
+    {.kind = CLI_CALL, .name = "--rows", .arg = "K", .fn = dev_rows,
+     .help = "how the GPU runs the fused element-wise and normalization\n"
+             "groups: interp (one kernel interprets every group), gen (a\n"
+             "kernel generated per group, compiled by NVRTC when the\n"
+             "layer is made; with bf16/fp16 storage, attention's groups\n"
+             "also fused into one tensor-core kernel each) or auto (the\n"
+             "default: both measured per group when the layer is made,\n"
+             "the faster kept); cuda only; DMOVE_CUDA_ROWS sets the\n"
+             "default (interp when emulated, DMOVE_CUDA_EMULATE=1)"},
+    {.kind = CLI_CALL, .name = "--streams", .arg = "N", .fn = dev_streams,
+     .help = "2 (default) or 1: run the weight and bias gradients on a\n"
+             "second CUDA stream, overlapping the groups after them\n"
+             "(cuda only; DMOVE_CUDA_STREAMS sets the default; 1 when\n"
+             "emulated)"},
+    {.kind = CLI_END},
+};
 
 const char *cli_emulated_note(dm_device_kind dev) {
     const char *e = getenv("DMOVE_CUDA_EMULATE");
     return dev == DM_DEVICE_CUDA && e && !strcmp(e, "1") ? ", emulated on the host by DMOVE_CUDA_EMULATE=1" : "";
-}
-
-void cli_recompute_help(FILE *out, const char *scope) {
-    fprintf(out,
-            "  --recompute      recompute attention's probabilities in the backward pass\n"
-            "                   instead of keeping them from the forward (Q K^T, mask,\n"
-            "                   softmax and dropout again, inside the backward attention\n"
-            "                   group): the same numbers (to rounding, with a tuned plan),\n"
-            "                   2 b h j^2 floats less memory\n"
-            "                   (%s)\n", scope);
-}
-
-void cli_config_help(FILE *out, unsigned accept) {
-    dm_layer_config d, base, large;
-    dm_layer_config_default(&d);
-    base = d;
-    large = d;
-    int have_base = dm_layer_config_preset(&base, "bert-base") == DM_OK;
-    int have_large = dm_layer_config_preset(&large, "bert-large") == DM_OK;
-    if (accept & CLI_CFG_SIZES) {
-        fprintf(out, "  --preset NAME    sizes of a known model (default bert-base):\n");
-        if (have_base)
-            fprintf(out, "                     bert-base:  b=%" PRId64 " j=%" PRId64 " i=%" PRId64
-                         " h=%" PRId64 " u=%" PRId64 "\n",
-                    base.batch, base.seq, base.hidden, base.heads, base.ffn);
-        if (have_large)
-            fprintf(out, "                     bert-large: b=%" PRId64 " j=%" PRId64 " i=%" PRId64
-                         " h=%" PRId64 " u=%" PRId64 "\n",
-                    large.batch, large.seq, large.hidden, large.heads, large.ffn);
-        fprintf(out,
-                "  --batch B        sequences per batch, b (overrides the preset)\n"
-                "  --seq J          tokens per sequence, j\n"
-                "  --hidden I       embedding width, i (divisible by the heads)\n");
-    }
-    if (accept & CLI_CFG_HEADS)
-        fprintf(out, "  --heads H        attention heads, h (i %% h must be 0)\n");
-    if (accept & CLI_CFG_SIZES)
-        fprintf(out, "  --ffn U          feed-forward width, u\n");
-    if (accept & CLI_CFG_TRAIN)
-        fprintf(out,
-                "  --dropout P      dropout probability of all three dropouts, in [0, 1)\n"
-                "                   (default %g; 0 turns dropout off)\n"
-                "  --seed S         dropout seed, an unsigned 64-bit integer (default %" PRIu64
-                ");\n"
-                "                   the same seed gives the same masks on every run\n"
-                "  --act A          FFN activation: gelu (exact erf), gelu_tanh or relu\n"
-                "                   (default %s)\n"
-                "  --eps E          LayerNorm epsilon (default %g)\n",
-                d.dropout, d.seed, dm_act_name(d.act), d.eps);
-    if (accept & CLI_CFG_ARCH)
-        fprintf(out,
-                "  --norm N         where the LayerNorms sit: post (default; BERT: after each\n"
-                "                   residual add) or pre (on the inputs of attention and the\n"
-                "                   feed-forward block, residuals bypassing them: GPT-2,\n"
-                "                   nn.TransformerEncoderLayer(norm_first=True))\n"
-                "  --causal         each token attends to itself and the tokens before it only\n"
-                "                   (a decoder's mask, on top of attention_mask); --causal=0:\n"
-                "                   all tokens (the default), over a file's metadata\n");
-    if (accept & CLI_CFG_THREADS)
-        fprintf(out, "  --threads N      threads to use (default 0: all cores)\n");
 }
 
 double cli_now(void) {

@@ -1,13 +1,16 @@
-/* cli_common.h: what the dmove subcommands share: strict option parsing (every error names
- * the option and the bad value), the layer configuration options (--preset, sizes, dropout,
- * seed, activation, eps, threads) with their help text, a clock and a small RNG. */
+/* cli_common.h: what the dmove subcommands share: option tables from which both the
+ * parsing (strict: every error names the option and the bad value) and the help are made,
+ * the layer configuration and device options, a clock and a small RNG. The CLI includes
+ * only the public headers (dmove.h, dmove_tools.h). */
 #ifndef DM_CLI_COMMON_H
 #define DM_CLI_COMMON_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "dmove.h"
+#include "dmove_tools.h"
 
 /* Exit codes of every subcommand. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
@@ -57,6 +60,80 @@ int cli_parse_int(const char *cmd, const char *opt, const char *s, int lo, int h
 int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
 int cli_parse_double(const char *cmd, const char *opt, const char *s, double *out);
 
+/* --- Option tables ---------------------------------------------------------------------
+ * A command declares its options once, in a table: each option's name, the kind of its
+ * argument, where the value goes (an offset into the command's options struct), its
+ * checks and its help text. cli_parse parses argv with it and cli_help prints the help
+ * from it, in the table's order. A help text's lines after the first are indented under
+ * it; "{}" in it is the option's default (its target's value in a freshly initialised
+ * options struct), "{}" after the first the defaults of the entries after it that have no
+ * help of their own (options documented together); "%%" is "%". */
+typedef enum {
+    CLI_END = 0, /* ends a table */
+    CLI_FLAG,    /* no value: the int target takes `lo` */
+    CLI_STR,     /* const char *target */
+    CLI_PATH,    /* const char *target, not empty ("--x: empty file name") */
+    CLI_INT,     /* int target in [lo, hi] */
+    CLI_I64,     /* int64_t target in [lo, hi] */
+    CLI_U64,     /* uint64_t target */
+    CLI_DOUBLE,  /* double target */
+    CLI_CHOICE,  /* int target: the value of the word given, else the usage error `msg` */
+    CLI_CALL,    /* fn parses the value itself; with no `arg` it takes "name" and "name=..." */
+    CLI_GROUP,   /* the options of table `group` selected by `mask`, their targets in the
+                  * struct at offset `off` */
+    CLI_TEXT,    /* help lines only, printed as they are */
+    CLI_HELP,    /* --help and -h: the help on stdout, exit status 0 */
+    CLI_REJECT   /* the usage error `msg` ('%s': the name), for "name" and "name=..." */
+} cli_kind;
+
+typedef struct {
+    const char *word;
+    int value;
+} cli_choice;
+
+typedef struct cli_option {
+    cli_kind kind;
+    const char *name;
+    const char *arg;           /* the value's name in the help ("L"); NULL for a flag */
+    size_t off;                /* the target: its offset in the options struct */
+    size_t set;                /* 1 + the offset of an int set to 1 when the option is given; 0 none */
+    int64_t lo, hi;            /* CLI_INT, CLI_I64: the range; CLI_FLAG: the value */
+    const cli_choice *choices; /* CLI_CHOICE: ends with a NULL word */
+    const char *msg;           /* CLI_CHOICE, CLI_REJECT: the usage error */
+    /* CLI_CALL: parses val (NULL for a flag; raw: the argument as given) into the struct at
+     * base; other kinds: a check after the value is stored. 0 ok, -1 after a usage error. */
+    int (*fn)(void *base, const char *cmd, const char *val, const char *raw);
+    /* CLI_CALL: the default for "{}" as text */
+    const char *(*show)(const void *target, char *buf, size_t n);
+    const struct cli_option *group; /* CLI_GROUP */
+    unsigned mask;             /* CLI_GROUP: the options to take; an option: its bits (0: always) */
+    const char *left;          /* the help's left column instead of "name arg" */
+    const char *help;          /* NULL: documented by the entry before it */
+    void (*help_fn)(FILE *out, const void *base); /* the help lines instead of `help` */
+} cli_option;
+
+/* A command: its help before and after the options, its table, and the hint after
+ * "unexpected argument 'x'". init fills the options struct (size bytes) with the
+ * defaults before parsing, and for the help. */
+typedef struct {
+    const char *name;
+    const char *head, *foot;
+    const cli_option *options;
+    const char *hint;
+    size_t size;
+    void (*init)(void *opts);
+} cli_command;
+
+enum { CLI_GO = -1 };
+/* Parses argv[1 .. argc) into opts (initialised here): CLI_GO when the command goes on,
+ * else its exit status (CLI_OK after --help, CLI_USAGE after a usage error). */
+int cli_parse(const cli_command *c, void *opts, int argc, char **argv);
+/* Tries argv[*i] against a table (the options of `mask`): 1 consumed, 0 not one, -1 usage
+ * error. */
+int cli_parse_one(const cli_option *table, unsigned mask, void *opts, const char *cmd, int argc, char **argv,
+                  int *i);
+void cli_help(const cli_command *c, FILE *out);
+
 /* The layer configuration options. `accept` says which a subcommand takes. */
 enum {
     CLI_CFG_SIZES = 1,   /* --preset --batch --seq --hidden --ffn */
@@ -72,7 +149,7 @@ typedef struct {
     const char *preset; /* NULL: the default (bert-base) */
     int64_t size[5];    /* batch seq hidden heads ffn, as given */
     int size_set[5];
-    double dropout, eps;
+    double dropout, eps; /* as given, else the defaults */
     int dropout_set, eps_set, act_set, seed_set, norm_set, causal_set;
     dm_act act;
     dm_norm norm;
@@ -82,8 +159,15 @@ typedef struct {
     dm_layer_config cfg; /* filled by cli_config_finish */
 } cli_config;
 
+/* The configuration options' table (the struct: a cli_config), for a CLI_GROUP entry. */
+extern const cli_option cli_config_options[];
+/* The configuration options' group entry: the cli_config at `field` of `type`, the
+ * options of mask. */
+#define CLI_CONFIG(type, field, m) {.kind = CLI_GROUP, .off = offsetof(type, field), .group = cli_config_options, .mask = (m)}
+
 void cli_config_init(cli_config *c, unsigned accept);
-/* Tries argv[*i] as a configuration option: 1 consumed, 0 not one, -1 usage error. */
+/* Tries argv[*i] as a configuration option of c->accept: 1 consumed, 0 not one, -1 usage
+ * error. */
 int cli_config_option(cli_config *c, const char *cmd, int argc, char **argv, int *i);
 /* Builds c->cfg: defaults, then the preset, then each size given, then the rest; checks it
  * with dm_layer_config_check unless check == 0. 0 ok, -1 after printing the error. */
@@ -91,20 +175,29 @@ int cli_config_finish(cli_config *c, const char *cmd, int check);
 /* The layer variant in words for the headers ("", ", pre-LN", ", causal", ", pre-LN,
  * causal"): BERT's post-LN bidirectional layer says nothing. */
 const char *cli_variant(const dm_layer_config *cfg);
-/* The help lines of the accepted configuration options, with their defaults. */
-void cli_config_help(FILE *out, unsigned accept);
 
-/* --device D, --dtype T, --rows K and --streams N, shared by the commands that run steps: 1 consumed, 0 not one,
- * -1 usage error (printed). cli_device_help prints their help lines. */
-int cli_device_option(const char *cmd, int argc, char **argv, int *i, dm_device_kind *dev,
-                      dm_dtype *dtype, dm_rows *rows, int *streams);
-void cli_device_help(FILE *out);
+/* --device D, --dtype T, --rows K and --streams N, shared by the commands that run steps. */
+typedef struct {
+    dm_device_kind device;
+    dm_dtype dtype;
+    dm_rows rows;
+    int streams;
+} cli_device;
+extern const cli_option cli_device_options[];
+#define CLI_DEVICE(type, field) {.kind = CLI_GROUP, .off = offsetof(type, field), .group = cli_device_options}
+
 /* ", emulated on the host by DMOVE_CUDA_EMULATE=1" when --device cuda runs emulated (the
  * tests' setting: its times are not a GPU's), else "". */
 const char *cli_emulated_note(dm_device_kind dev);
-/* The help lines of --recompute (layer, bench, tune, train), ending with `scope` in
- * parentheses: where it applies. */
-void cli_recompute_help(FILE *out, const char *scope);
+/* The help of --recompute (layer, bench, tune, train), ending with `scope` in parentheses:
+ * where it applies. */
+#define CLI_RECOMPUTE_HELP(scope)                                                          \
+    "recompute attention's probabilities in the backward pass\n"                           \
+    "instead of keeping them from the forward (Q K^T, mask,\n"                              \
+    "softmax and dropout again, inside the backward attention\n"                           \
+    "group): the same numbers (to rounding, with a tuned plan),\n"                         \
+    "2 b h j^2 floats less memory\n"                                                       \
+    "(" scope ")"
 /* The layer options together, as the library checks them before any work (bf16/fp16,
  * --rows and --streams need --device cuda; --recompute the fused schedule): 0 ok, -1
  * after a usage error. */

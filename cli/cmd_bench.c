@@ -12,17 +12,91 @@
 
 #include <cjson/cJSON.h>
 
-#include "analysis/cost.h"
-#include "analysis/device.h"
-#include "core/sysinfo.h"
 #include "bench.h"
 #include "cli_common.h"
 
 static const char *const CMD = "bench";
 
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: dmove bench [options]\n"
+typedef struct {
+    int warmup, reps, json, which; /* which: bit 0 fused, bit 1 unfused */
+    int groups, recompute;
+    const char *plan, *roofline, *svg;
+    cli_device dev;
+    cli_config c;
+} bench_opts;
+
+static void init(void *p) {
+    bench_opts *o = p;
+    o->warmup = 3;
+    o->reps = 10;
+    o->which = 3;
+    cli_config_init(&o->c, CLI_CFG_ALL);
+}
+
+static int opt_roofline(void *base, const char *cmd, const char *v, const char *raw) {
+    bench_opts *o = base;
+    dm_device_model *m = NULL;
+    o->groups = 1; /* the floors are --groups' */
+    if (strcmp(v, "cpu") != 0 && strcmp(v, "none") != 0 && dm_device_model_preset(&m, v) != DM_OK) {
+        cli_usage_error(cmd, "--roofline: unknown device model '%s' (known: %s, none)", v,
+                        dm_device_names());
+        return -1;
+    }
+    dm_device_model_free(m);
+    o->roofline = v;
+    return 0;
+}
+
+static const cli_choice k_schedules[] = {{"fused", 1}, {"unfused", 2}, {"both", 3}, {NULL, 0}};
+
+static const cli_option k_options[] = {
+    CLI_CONFIG(bench_opts, c, CLI_CFG_ALL),
+    CLI_DEVICE(bench_opts, dev),
+    {.kind = CLI_INT, .name = "--warmup", .arg = "N", .off = offsetof(bench_opts, warmup), .lo = 0, .hi = 1000000,
+     .help = "untimed steps before timing (default {})"},
+    {.kind = CLI_INT, .name = "--reps", .arg = "N", .off = offsetof(bench_opts, reps), .lo = 1, .hi = 1000000,
+     .help = "timed repetitions (default {}); medians are reported"},
+    {.kind = CLI_CHOICE, .name = "--schedule", .arg = "S", .off = offsetof(bench_opts, which), .choices = k_schedules,
+     .msg = "--schedule: unknown schedule '%s' (known: fused, unfused, both)",
+     .help = "fused, unfused or both (default {})"},
+    {.kind = CLI_FLAG, .name = "--recompute", .off = offsetof(bench_opts, recompute), .lo = 1,
+     .help = CLI_RECOMPUTE_HELP("the fused and tuned runs")},
+    {.kind = CLI_STR, .name = "--plan", .arg = "FILE", .off = offsetof(bench_opts, plan),
+     .help = "also run a plan from `dmove tune` (row \"tuned\"), beside\n"
+             "the default plan of its schedule; prints the speedup"},
+    {.kind = CLI_FLAG, .name = "--groups", .off = offsetof(bench_opts, groups), .lo = 1,
+     .help = "also list every group of the plan with its time in the\n"
+             "profiled steps (the median over --reps; on stderr): where\n"
+             "the step's time goes; beside each its roofline floor (its\n"
+             "flop at the peak rate, or its bytes at the memory\n"
+             "bandwidth, the larger; as `dmove analyze`) and how far\n"
+             "above it the group ran, then per class the time above the\n"
+             "floors: what is left to gain. With --json, each\n"
+             "schedule's \"groups\" and \"roofline\""},
+    {.kind = CLI_STR, .name = "--svg", .arg = "FILE", .off = offsetof(bench_opts, svg),
+     .set = offsetof(bench_opts, groups) + 1,
+     .help = "draw every group (--groups, implied) as a bar of its time\n"
+             "with its floor inside, one section per schedule"},
+    {.kind = CLI_CALL, .name = "--roofline", .arg = "D", .fn = opt_roofline,
+     .help = "the device model of the floors (implies --groups): cpu (the\n"
+             "profile of `dmove probe`), v100, a100, h100, h200 (SXM\n"
+             "datasheets) or none. Default: the GPU's board from its name\n"
+             "with --device cuda (none for boards without a preset), else\n"
+             "cpu if this machine has a profile"},
+    {.kind = CLI_FLAG, .name = "--json", .off = offsetof(bench_opts, json), .lo = 1,
+     .help = "print one JSON object on stdout instead of the table:\n"
+             "{\"config\": {...}, \"schedules\": [{\"schedule\": \"fused\",\n"
+             "\"forward_ms\", \"backward_ms\", \"step_ms\",\n"
+             "\"contractions_alone_ms\", \"gflops\", \"class_ms\": {...},\n"
+             "...}],\n"
+             "\"machine\": {...}, \"dmove_version\": ...}"},
+    {.kind = CLI_HELP, .name = "--help", .help = "this text"},
+    {.kind = CLI_END},
+};
+
+static const cli_command k_bench = {
+    .name = "bench",
+    .head = "usage: dmove bench [options]\n"
             "\n"
             "Times one training step (forward + backward) of a BERT encoder layer on random\n"
             "inputs, for the fused and the unfused schedule of the same graph. For each it\n"
@@ -34,49 +108,19 @@ static void usage(FILE *out) {
             "  step (timers around each group, so their sum is a little above the step).\n"
             "Then the ratios fused/unfused and fused/contractions alone.\n"
             "\n"
-            "options:\n");
-    cli_config_help(out, CLI_CFG_ALL);
-    cli_device_help(out);
-    fprintf(out,
-            "  --warmup N       untimed steps before timing (default 3)\n"
-            "  --reps N         timed repetitions (default 10); medians are reported\n"
-            "  --schedule S     fused, unfused or both (default both)\n");
-    cli_recompute_help(out, "the fused and tuned runs");
-    fprintf(out,
-            "  --plan FILE      also run a plan from `dmove tune` (row \"tuned\"), beside\n"
-            "                   the default plan of its schedule; prints the speedup\n"
-            "  --groups         also list every group of the plan with its time in the\n"
-            "                   profiled steps (the median over --reps; on stderr): where\n"
-            "                   the step's time goes; beside each its roofline floor (its\n"
-            "                   flop at the peak rate, or its bytes at the memory\n"
-            "                   bandwidth, the larger; as `dmove analyze`) and how far\n"
-            "                   above it the group ran, then per class the time above the\n"
-            "                   floors: what is left to gain. With --json, each\n"
-            "                   schedule's \"groups\" and \"roofline\"\n"
-            "  --svg FILE       draw every group (--groups, implied) as a bar of its time\n"
-            "                   with its floor inside, one section per schedule\n"
-            "  --roofline D     the device model of the floors (implies --groups): cpu (the\n"
-            "                   profile of `dmove probe`), v100, a100, h100, h200 (SXM\n"
-            "                   datasheets) or none. Default: the GPU's board from its name\n"
-            "                   with --device cuda (none for boards without a preset), else\n"
-            "                   cpu if this machine has a profile\n"
-            "  --json           print one JSON object on stdout instead of the table:\n"
-            "                   {\"config\": {...}, \"schedules\": [{\"schedule\": \"fused\",\n"
-            "                   \"forward_ms\", \"backward_ms\", \"step_ms\",\n"
-            "                   \"contractions_alone_ms\", \"gflops\", \"class_ms\": {...},\n"
-            "                   ...}],\n"
-            "                   \"machine\": {...}, \"dmove_version\": ...}\n"
-            "  --help           this text\n"
-            "Progress goes to stderr once a run takes more than a few seconds.\n"
+            "options:\n",
+    .foot = "Progress goes to stderr once a run takes more than a few seconds.\n"
             "\n"
             "exit status: 0 success, 1 runtime error, 2 usage error\n"
             "\n"
             "examples:\n"
             "  dmove bench                                  (BERT-base, both schedules)\n"
             "  dmove bench --preset bert-large --reps 5 --json > large.json\n"
-            "  dmove bench --batch 2 --seq 64 --schedule fused --dropout 0\n");
-}
-
+            "  dmove bench --batch 2 --seq 64 --schedule fused --dropout 0\n",
+    .options = k_options,
+    .size = sizeof(bench_opts),
+    .init = init,
+};
 
 static double g_start, g_last_note;
 static dm_device_kind g_device = DM_DEVICE_CPU; /* --device */
@@ -84,18 +128,24 @@ static dm_dtype g_dtype = DM_DTYPE_FP32;         /* --dtype */
 static dm_rows g_rows = DM_ROWS_DEFAULT;         /* --rows */
 static int g_streams = 0;                        /* --streams */
 
-/* The CUDA row kernels a layer gets (dm_rows_resolve), for the JSON record; "-" on the
- * CPU. */
-static const char *rows_in_effect(void) {
-    dm_rows r;
-    if (g_device != DM_DEVICE_CUDA) return "-";
-    return dm_rows_resolve(g_rows, &r) == DM_OK ? dm_rows_name(r) : "?";
+/* The options a layer of this run resolves (rows and streams from the environment). */
+static dm_layer_options effective(void) {
+    const dm_layer_options o = {.device = g_device, .dtype = g_dtype, .rows = g_rows, .streams = g_streams};
+    dm_layer_options e;
+    (void)dm_layer_options_effective(&o, &e);
+    return e;
 }
-/* The CUDA streams a layer gets (dm_streams_resolve), for the JSON record; 0 on the CPU. */
+/* The CUDA row kernels a layer gets, for the JSON record; "-" on the CPU. */
+static const char *rows_in_effect(void) {
+    if (g_device != DM_DEVICE_CUDA) return "-";
+    dm_layer_options e = effective();
+    return e.rows != DM_ROWS_DEFAULT ? dm_rows_name(e.rows) : "?";
+}
+/* The CUDA streams a layer gets, for the JSON record; 0 on the CPU. */
 static int streams_in_effect(void) {
-    int n = 0;
     if (g_device != DM_DEVICE_CUDA) return 0;
-    return dm_streams_resolve(g_streams, &n) == DM_OK ? n : -1;
+    dm_layer_options e = effective();
+    return e.streams ? e.streams : -1;
 }
 static int g_groups;                             /* --groups */
 static const char *g_roofline;                   /* --roofline, or NULL: by the device */
@@ -187,18 +237,26 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
             return -1;
         }
     }
-    dm_layer_cuda_choices(s->layer, &res->cuda);
+    const dm_layer *L = s->layer;
+    res->row_programs = dm_layer_choice_count(L, "row_programs");
+    res->row_programs_generated = dm_layer_choice_count(L, "row_programs_generated");
+    res->attention_fused = dm_layer_choice_count(L, "attention_fused");
+    res->bias_epilogues = dm_layer_choice_count(L, "bias_epilogues");
+    res->second_stream = dm_layer_choice_count(L, "second_stream");
+    dm_layer_note(L, "device_name", res->gpu, sizeof res->gpu);
     dm_layer_memory_info(s->layer, &res->mem);
-    if (res->cuda.gen_unavailable[0])
+    char note[512];
+    dm_layer_note(L, "gen_unavailable", note, sizeof note);
+    if (note[0])
         fprintf(stderr, "dmove bench: note: %s: --rows auto runs the row groups and attention with the "
-                "interpreter and cuBLAS: the generated kernels could not be built: %s\n", res->name, res->cuda.gen_unavailable);
+                "interpreter and cuBLAS: the generated kernels could not be built: %s\n", res->name, note);
     /* a bias group a cuBLASLt epilogue absorbed runs nothing, generated or not */
     if (g_device == DM_DEVICE_CUDA &&
-        res->cuda.row_programs_generated < res->cuda.row_programs - res->cuda.bias_epilogues &&
+        res->row_programs_generated < res->row_programs - res->bias_epilogues &&
         !strcmp(rows_in_effect(), "gen"))
         fprintf(stderr, "dmove bench: note: %s: %d of %d row groups run generated kernels (%d absorbed by bias "
                 "epilogues), the rest the interpreter (the generator does not take them)\n", res->name,
-                res->cuda.row_programs_generated, res->cuda.row_programs, res->cuda.bias_epilogues);
+                (int)res->row_programs_generated, (int)res->row_programs, (int)res->bias_epilogues);
     float *x = NULL;
     int nd = 0;
     int64_t sh[4] = {0};
@@ -426,11 +484,11 @@ static int print_json(const cli_config *c, const bench_result *res, int nres, in
         ok = cJSON_AddStringToObject(o, "schedule", r->name) && bench_jnum(o, "forward_ms", r->fwd_ms) &&
              bench_jnum(o, "backward_ms", r->bwd_ms) && bench_jnum(o, "step_ms", r->step_ms) &&
              bench_jnum(o, "contractions_alone_ms", r->contr_ms) && bench_jnum(o, "gflops", r->gflops) &&
-             bench_jnum(o, "row_programs", r->cuda.row_programs) &&
-             bench_jnum(o, "row_programs_generated", r->cuda.row_programs_generated) &&
-             bench_jnum(o, "attention_groups_fused", r->cuda.attention_fused) &&
-             bench_jnum(o, "groups_on_second_stream", r->cuda.second_stream) &&
-             bench_jnum(o, "bias_epilogues", r->cuda.bias_epilogues) &&
+             bench_jnum(o, "row_programs", (double)r->row_programs) &&
+             bench_jnum(o, "row_programs_generated", (double)r->row_programs_generated) &&
+             bench_jnum(o, "attention_groups_fused", (double)r->attention_fused) &&
+             bench_jnum(o, "groups_on_second_stream", (double)r->second_stream) &&
+             bench_jnum(o, "bias_epilogues", (double)r->bias_epilogues) &&
              bench_jnum(o, "arena_bytes", (double)r->mem.arena) &&
              bench_jnum(o, "intermediate_bytes", (double)r->mem.activations) &&
              bench_jnum(o, "scratch_bytes", (double)r->mem.scratch) &&
@@ -490,96 +548,19 @@ static int print_json(const cli_config *c, const bench_result *res, int nres, in
 }
 
 int cmd_bench(int argc, char **argv) {
-    int warmup = 3, reps = 10, json = 0, which = 3; /* bit 0 fused, bit 1 unfused */
-    const char *plan = NULL;
-    cli_config c;
-    g_device = DM_DEVICE_CPU;
-    g_dtype = DM_DTYPE_FP32;
-    g_rows = DM_ROWS_DEFAULT;
-    g_streams = 0;
-    g_groups = 0;
-    g_roofline = NULL;
-    g_svg = NULL;
-    cli_config_init(&c, CLI_CFG_ALL);
-    for (int a = 1; a < argc; a++) {
-        const char *v = NULL;
-        int r;
-        if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
-            usage(stdout);
-            return CLI_OK;
-        }
-        if ((r = cli_opt(CMD, argc, argv, &a, "--warmup", &v)) != 0) {
-            if (r < 0 || cli_parse_int(CMD, "--warmup", v, 0, 1000000, &warmup)) return CLI_USAGE;
-            continue;
-        }
-        if ((r = cli_opt(CMD, argc, argv, &a, "--reps", &v)) != 0) {
-            if (r < 0 || cli_parse_int(CMD, "--reps", v, 1, 1000000, &reps)) return CLI_USAGE;
-            continue;
-        }
-        if ((r = cli_opt(CMD, argc, argv, &a, "--schedule", &v)) != 0) {
-            if (r < 0) return CLI_USAGE;
-            if (!strcmp(v, "fused"))
-                which = 1;
-            else if (!strcmp(v, "unfused"))
-                which = 2;
-            else if (!strcmp(v, "both"))
-                which = 3;
-            else {
-                cli_usage_error(CMD, "--schedule: unknown schedule '%s' (known: fused, unfused, "
-                                "both)", v);
-                return CLI_USAGE;
-            }
-            continue;
-        }
-        if ((r = cli_opt(CMD, argc, argv, &a, "--plan", &v)) != 0) {
-            if (r < 0) return CLI_USAGE;
-            plan = v;
-            continue;
-        }
-        if ((r = cli_flag(CMD, argv, a, "--recompute")) != 0) {
-            if (r < 0) return CLI_USAGE;
-            g_recompute = 1;
-            continue;
-        }
-        if ((r = cli_flag(CMD, argv, a, "--groups")) != 0) {
-            if (r < 0) return CLI_USAGE;
-            g_groups = 1;
-            continue;
-        }
-        if ((r = cli_opt(CMD, argc, argv, &a, "--svg", &v)) != 0) {
-            if (r < 0) return CLI_USAGE;
-            g_svg = v;
-            g_groups = 1;
-            continue;
-        }
-        if ((r = cli_opt(CMD, argc, argv, &a, "--roofline", &v)) != 0) {
-            dm_device probe;
-            if (r < 0) return CLI_USAGE;
-            g_groups = 1; /* the floors are --groups' */
-            if (strcmp(v, "cpu") != 0 && strcmp(v, "none") != 0 && dm_device_preset(v, &probe) != DM_OK) {
-                cli_usage_error(CMD, "--roofline: unknown device model '%s' (known: %s, none)", v,
-                                dm_device_names());
-                return CLI_USAGE;
-            }
-            g_roofline = v;
-            continue;
-        }
-        if ((r = cli_flag(CMD, argv, a, "--json")) != 0) {
-            if (r < 0) return CLI_USAGE;
-            json = 1;
-            continue;
-        }
-        if ((r = cli_device_option(CMD, argc, argv, &a, &g_device, &g_dtype, &g_rows, &g_streams)) != 0) {
-            if (r < 0) return CLI_USAGE;
-            continue;
-        }
-        if ((r = cli_config_option(&c, CMD, argc, argv, &a)) != 0) {
-            if (r < 0) return CLI_USAGE;
-            continue;
-        }
-        return cli_unknown(CMD, argv[a], "");
-    }
-    if (cli_config_finish(&c, CMD, 1)) return CLI_USAGE;
+    bench_opts o;
+    int rc = cli_parse(&k_bench, &o, argc, argv);
+    if (rc != CLI_GO) return rc;
+    g_device = o.dev.device;
+    g_dtype = o.dev.dtype;
+    g_rows = o.dev.rows;
+    g_streams = o.dev.streams;
+    g_groups = o.groups;
+    g_roofline = o.roofline;
+    g_svg = o.svg;
+    g_recompute = o.recompute;
+    cli_config *c = &o.c;
+    if (cli_config_finish(c, CMD, 1)) return CLI_USAGE;
     const dm_layer_options chk = {.device = g_device, .dtype = g_dtype, .rows = g_rows, .streams = g_streams};
     if (cli_options_check(CMD, &chk)) return CLI_USAGE;
     int bad_out = g_svg ? cli_check_output(CMD, "--svg", g_svg) : 0;
@@ -592,18 +573,18 @@ int cmd_bench(int argc, char **argv) {
     memset(res, 0, sizeof res);
     dm_schedule order[3];
     const char *plans[3] = {NULL, NULL, NULL};
-    if (which & 1) order[nres++] = DM_SCHED_FUSED;
-    if (which & 2) order[nres++] = DM_SCHED_UNFUSED;
-    if (plan) {
+    if (o.which & 1) order[nres++] = DM_SCHED_FUSED;
+    if (o.which & 2) order[nres++] = DM_SCHED_UNFUSED;
+    if (o.plan) {
         /* the tuned plan beside the default plan of its schedule */
-        plans[nres] = plan;
-        order[nres++] = which == 2 ? DM_SCHED_UNFUSED : DM_SCHED_FUSED;
+        plans[nres] = o.plan;
+        order[nres++] = o.which == 2 ? DM_SCHED_UNFUSED : DM_SCHED_FUSED;
     }
-    int rc = CLI_OK;
-    if (run_schedules(&c, order, plans, nres, warmup, reps, res)) rc = CLI_FAIL;
-    else if (json) rc = print_json(&c, res, nres, warmup, reps) ? CLI_FAIL : CLI_OK;
+    rc = CLI_OK;
+    if (run_schedules(c, order, plans, nres, o.warmup, o.reps, res)) rc = CLI_FAIL;
+    else if (o.json) rc = print_json(c, res, nres, o.warmup, o.reps) ? CLI_FAIL : CLI_OK;
     else {
-        print_table(&c, res, nres, warmup, reps);
+        print_table(c, res, nres, o.warmup, o.reps);
         if (fflush(stdout) != 0) {
             cli_error(CMD, "cannot write the report to stdout");
             rc = CLI_FAIL;
@@ -611,7 +592,7 @@ int cmd_bench(int argc, char **argv) {
     }
     /* the chart last: a chart that cannot be written loses no measurement */
     const bench_env env = run_env();
-    if (rc == CLI_OK && g_svg && bench_groups_chart(&c, &env, res, nres, g_svg)) rc = CLI_FAIL;
+    if (rc == CLI_OK && g_svg && bench_groups_chart(c, &env, res, nres, g_svg)) rc = CLI_FAIL;
     for (int k = 0; k < nres; k++) bench_result_free(&res[k]);
     return rc;
 }

@@ -10,39 +10,60 @@
 #include <sys/stat.h>
 
 #include "cli_common.h"
-#include "core/strbuf.h"
-#include "core/safetensors.h"
 
 static const char *const CMD = "layer";
 
-/* The parameters of Hugging Face's BertLayer, shapes by dimension letter (0: none);
- * weights are (out, in) as torch.nn.Linear stores them. */
-static const struct {
-    const char *name;
-    char d0, d1;
-} k_params[] = {
-    {"attention.self.query.weight", 'i', 'i'},
-    {"attention.self.query.bias", 'i', 0},
-    {"attention.self.key.weight", 'i', 'i'},
-    {"attention.self.key.bias", 'i', 0},
-    {"attention.self.value.weight", 'i', 'i'},
-    {"attention.self.value.bias", 'i', 0},
-    {"attention.output.dense.weight", 'i', 'i'},
-    {"attention.output.dense.bias", 'i', 0},
-    {"attention.output.LayerNorm.weight", 'i', 0},
-    {"attention.output.LayerNorm.bias", 'i', 0},
-    {"intermediate.dense.weight", 'u', 'i'},
-    {"intermediate.dense.bias", 'u', 0},
-    {"output.dense.weight", 'i', 'u'},
-    {"output.dense.bias", 'i', 0},
-    {"output.LayerNorm.weight", 'i', 0},
-    {"output.LayerNorm.bias", 'i', 0},
-};
-enum { NUM_PARAMS = (int)(sizeof k_params / sizeof k_params[0]) };
+typedef struct {
+    const char *in, *out, *plan;
+    int forward_only, recompute, schedule;
+    cli_device dev;
+    cli_config c;
+} layer_opts;
 
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: dmove layer --in IN.safetensors --out OUT.safetensors --heads H [options]\n"
+static void init(void *p) {
+    layer_opts *o = p;
+    cli_config_init(&o->c, CLI_CFG_HEADS | CLI_CFG_TRAIN | CLI_CFG_ARCH | CLI_CFG_THREADS);
+}
+
+static const cli_choice k_schedules[] = {{"fused", DM_SCHED_FUSED}, {"unfused", DM_SCHED_UNFUSED}, {NULL, 0}};
+
+#define SIZE_REJECT(nm)                                                                                        \
+    {.kind = CLI_REJECT, .name = nm,                                                                           \
+     .msg = "%s: dmove layer takes the sizes from the tensors in --in; only --heads is needed"}
+
+static const cli_option k_options[] = {
+    {.kind = CLI_STR, .name = "--in", .arg = "FILE", .off = offsetof(layer_opts, in),
+     .help = "input safetensors file (required)"},
+    {.kind = CLI_STR, .name = "--out", .arg = "FILE", .off = offsetof(layer_opts, out),
+     .help = "output safetensors file (required)"},
+    {.kind = CLI_I64, .name = "--heads", .arg = "H", .off = offsetof(layer_opts, c.size[3]),
+     .set = offsetof(layer_opts, c.size_set[3]) + 1, .lo = 1, .hi = INT64_MAX,
+     .help = "attention heads (i must be divisible by H); required unless\n"
+             "IN's metadata has it (as `dmove example` writes it, with\n"
+             "dropout, seed, act, eps, norm and causal: those become\n"
+             "the defaults, and a note says so; options given here win)"},
+    CLI_CONFIG(layer_opts, c, CLI_CFG_TRAIN | CLI_CFG_ARCH | CLI_CFG_THREADS),
+    CLI_DEVICE(layer_opts, dev),
+    {.kind = CLI_CHOICE, .name = "--schedule", .arg = "S", .off = offsetof(layer_opts, schedule),
+     .choices = k_schedules, .msg = "--schedule: unknown schedule '%s' (known: fused, unfused)",
+     .help = "fused (default) or unfused: the same graph, run with fused\n"
+             "groups or one operator at a time; results agree to rounding"},
+    {.kind = CLI_FLAG, .name = "--forward-only", .off = offsetof(layer_opts, forward_only), .lo = 1,
+     .help = "run the forward pass only; OUT then holds only output"},
+    {.kind = CLI_FLAG, .name = "--recompute", .off = offsetof(layer_opts, recompute), .lo = 1,
+     .help = CLI_RECOMPUTE_HELP("fused schedule")},
+    {.kind = CLI_STR, .name = "--plan", .arg = "FILE", .off = offsetof(layer_opts, plan),
+     .help = "run a plan from `dmove tune` (tensor layouts and contraction\n"
+             "algorithms) for these sizes; results agree to rounding"},
+    {.kind = CLI_HELP, .name = "--help", .help = "this text"},
+    SIZE_REJECT("--preset"), SIZE_REJECT("--batch"), SIZE_REJECT("--seq"), SIZE_REJECT("--hidden"),
+    SIZE_REJECT("--ffn"),
+    {.kind = CLI_END},
+};
+
+static const cli_command k_layer = {
+    .name = "layer",
+    .head = "usage: dmove layer --in IN.safetensors --out OUT.safetensors --heads H [options]\n"
             "\n"
             "Runs one training step (forward and backward) of a BERT encoder layer\n"
             "(post-LayerNorm, the semantics of Hugging Face BertLayer in training mode) on\n"
@@ -66,32 +87,19 @@ static void usage(FILE *out) {
             "version and the options used. OUT is written atomically: on any error nothing\n"
             "is written and an existing OUT is left as it was.\n"
             "\n"
-            "options:\n"
-            "  --in FILE        input safetensors file (required)\n"
-            "  --out FILE       output safetensors file (required)\n"
-            "  --heads H        attention heads (i must be divisible by H); required unless\n"
-            "                   IN's metadata has it (as `dmove example` writes it, with\n"
-            "                   dropout, seed, act, eps, norm and causal: those become\n"
-            "                   the defaults, and a note says so; options given here win)\n");
-    cli_config_help(out, CLI_CFG_TRAIN | CLI_CFG_ARCH | CLI_CFG_THREADS);
-    cli_device_help(out);
-    fprintf(out,
-            "  --schedule S     fused (default) or unfused: the same graph, run with fused\n"
-            "                   groups or one operator at a time; results agree to rounding\n"
-            "  --forward-only   run the forward pass only; OUT then holds only output\n");
-    cli_recompute_help(out, "fused schedule");
-    fprintf(out,
-            "  --plan FILE      run a plan from `dmove tune` (tensor layouts and contraction\n"
-            "                   algorithms) for these sizes; results agree to rounding\n"
-            "  --help           this text\n"
-            "\n"
+            "options:\n",
+    .foot = "\n"
             "exit status: 0 success, 1 bad input or runtime error, 2 usage error\n"
             "\n"
             "example:\n"
             "  dmove example --out in.safetensors --batch 2 --seq 16 --hidden 64 --heads 4 "
             "--ffn 256\n"
-            "  dmove layer --in in.safetensors --out out.safetensors --heads 4 --dropout 0\n");
-}
+            "  dmove layer --in in.safetensors --out out.safetensors --heads 4 --dropout 0\n",
+    .options = k_options,
+    .hint = " (files are given with --in and --out)",
+    .size = sizeof(layer_opts),
+    .init = init,
+};
 
 /* 1 if a and b name the same existing file (device and inode). */
 static int same_file(const char *a, const char *b) {
@@ -103,14 +111,14 @@ static int same_file(const char *a, const char *b) {
  * act, eps, norm, causal) become the defaults of those not given on the command line,
  * with a note saying which; the command line wins. 0 ok, -1 after the error (a bad
  * value). */
-static int from_metadata(const dm_st_file *f, const char *in, cli_config *c) {
+static int from_metadata(const dm_tensor_file *f, const char *in, cli_config *c) {
     static const char *const keys[] = {"heads", "dropout", "seed", "act", "eps", "norm", "causal"};
     int *set[] = {&c->size_set[3], &c->dropout_set, &c->seed_set, &c->act_set, &c->eps_set, &c->norm_set,
                   &c->causal_set};
     char used[256] = "";
     size_t len = 0;
     for (int k = 0; k < 7; k++) {
-        const char *v = dm_st_metadata(f, keys[k]);
+        const char *v = dm_tensor_file_metadata(f, keys[k]);
         if (!v || *set[k]) continue;
         if (!strcmp(keys[k], "causal")) { /* a flag on the command line, 0 or 1 here */
             if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
@@ -141,8 +149,20 @@ static int from_metadata(const dm_st_file *f, const char *in, cli_config *c) {
     return 0;
 }
 
-static int is_float_dtype(dm_st_dtype d) {
-    return d == DM_ST_F32 || d == DM_ST_F64 || d == DM_ST_F16 || d == DM_ST_BF16;
+static int is_float_dtype(dm_file_dtype d) {
+    return d == DM_FILE_F32 || d == DM_FILE_F64 || d == DM_FILE_F16 || d == DM_FILE_BF16;
+}
+
+/* The tensor called `name` in f: 1 and its facts in t, or 0. */
+static int find(const dm_tensor_file *f, const char *name, dm_tensor_info *t) {
+    int k = dm_tensor_file_find(f, name);
+    return k >= 0 && dm_tensor_file_info(f, k, t) == DM_OK;
+}
+
+/* The name of tensor k of f. */
+static const char *name_of(const dm_tensor_file *f, int k) {
+    dm_tensor_info t;
+    return dm_tensor_file_info(f, k, &t) == DM_OK ? t.name : "";
 }
 
 static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
@@ -157,15 +177,15 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
 static int g_hinted;       /* the prefix hint was given */
 static int g_missing_more; /* missing tensors not listed after it */
 
-static void missing(const dm_st_file *f, const char *name, const char *what) {
+static void missing(const dm_tensor_file *f, const char *name, const char *what) {
     if (g_hinted) { /* one hint is enough: all names usually share the prefix */
         g_missing_more++;
         return;
     }
     cli_error(CMD, "tensor '%s' is missing from --in: %s", name, what);
     size_t n = strlen(name);
-    for (int k = 0; k < dm_st_count(f); k++) {
-        const char *t = dm_st_get(f, k)->name;
+    for (int k = 0; k < dm_tensor_file_count(f); k++) {
+        const char *t = name_of(f, k);
         size_t m = strlen(t);
         if (m > n + 1 && t[m - n - 1] == '.' && strcmp(t + m - n, name) == 0) {
             fprintf(stderr, "  (the file has '%s': rename the tensors without the prefix "
@@ -177,12 +197,12 @@ static void missing(const dm_st_file *f, const char *name, const char *what) {
 }
 
 /* Checks a tensor's dtype (float) and shape; prints what is wrong; 0 ok, -1 bad. */
-static int check_tensor(const dm_st_tensor *t, int ndim, const int64_t *want, const char *letters,
+static int check_tensor(const dm_tensor_info *t, int ndim, const int64_t *want, const char *letters,
                         const char *sizes, int need_float) {
     char got[160], exp[160];
     if (need_float && !is_float_dtype(t->dtype)) {
         cli_error(CMD, "tensor '%s' has dtype %s; it must be a float dtype (F32, F64, F16 or "
-                  "BF16)", t->name, dm_st_dtype_name(t->dtype));
+                  "BF16)", t->name, dm_file_dtype_name(t->dtype));
         return -1;
     }
     int ok = t->ndim == ndim;
@@ -196,17 +216,18 @@ static int check_tensor(const dm_st_tensor *t, int ndim, const int64_t *want, co
 }
 
 /* Reads and checks every input tensor; fills the sizes. Reports every problem. */
-static int validate(const dm_st_file *f, int64_t *b, int64_t *j, int64_t *i, int64_t *u,
+static int validate(const dm_tensor_file *f, int64_t *b, int64_t *j, int64_t *i, int64_t *u,
                     int forward_only) {
     int bad = 0;
-    const dm_st_tensor *hs = dm_st_find(f, "hidden_states");
+    dm_tensor_info hs_, iw_, t_;
+    const dm_tensor_info *hs = find(f, "hidden_states", &hs_) ? &hs_ : NULL;
     if (!hs) {
         missing(f, "hidden_states", "it must hold the layer input, shape (b, j, i)");
         return -1;
     }
     if (!is_float_dtype(hs->dtype)) {
         cli_error(CMD, "tensor 'hidden_states' has dtype %s; it must be a float dtype (F32, F64, "
-                  "F16 or BF16)", dm_st_dtype_name(hs->dtype));
+                  "F16 or BF16)", dm_file_dtype_name(hs->dtype));
         return -1;
     }
     if (hs->ndim != 3) {
@@ -225,7 +246,7 @@ static int validate(const dm_st_file *f, int64_t *b, int64_t *j, int64_t *i, int
         return -1;
     }
     *u = -1;
-    const dm_st_tensor *iw = dm_st_find(f, "intermediate.dense.weight");
+    const dm_tensor_info *iw = find(f, "intermediate.dense.weight", &iw_) ? &iw_ : NULL;
     if (iw && iw->ndim == 2) {
         if (iw->shape[0] < 1) {
             cli_error(CMD, "tensor 'intermediate.dense.weight' has %" PRId64 " rows; its rows "
@@ -239,41 +260,46 @@ static int validate(const dm_st_file *f, int64_t *b, int64_t *j, int64_t *i, int
     snprintf(sizes, sizeof sizes, " (b = %" PRId64 ", j = %" PRId64 ", i = %" PRId64
              " from hidden_states%s)", *b, *j, *i,
              *u > 0 ? ", u from intermediate.dense.weight" : "");
-    for (int p = 0; p < NUM_PARAMS; p++) {
-        const dm_st_tensor *t = dm_st_find(f, k_params[p].name);
+    dm_param_spec spec[32];
+    const int nspec = dm_param_spec_count() < 32 ? dm_param_spec_count() : 32;
+    for (int p = 0; p < nspec; p++)
+        if (dm_param_spec_get(p, &spec[p]) != DM_OK) {
+            cli_error(CMD, "%s", dm_last_error());
+            return -1;
+        }
+    for (int p = 0; p < nspec; p++) {
+        const dm_param_spec ps = spec[p];
+        const dm_tensor_info *t = find(f, ps.name, &t_) ? &t_ : NULL;
         if (!t) {
-            missing(f, k_params[p].name, "dmove layer needs all 16 BertLayer parameters "
+            missing(f, ps.name, "dmove layer needs all 16 BertLayer parameters "
                     "(see 'dmove layer --help')");
             bad = 1;
             continue;
         }
         int64_t want[2];
         char letters[16];
-        int nd = k_params[p].d1 ? 2 : 1;
-        for (int k = 0; k < nd; k++) {
-            char c = k ? k_params[p].d1 : k_params[p].d0;
-            want[k] = c == 'i' ? *i : *u; /* u unknown: -1 matches anything */
-        }
+        int nd = ps.ndim;
+        for (int k = 0; k < nd; k++) want[k] = ps.dims[k] == 'i' ? *i : *u; /* u unknown: -1 matches anything */
         if (nd == 2)
-            snprintf(letters, sizeof letters, "(%c, %c)", k_params[p].d0, k_params[p].d1);
+            snprintf(letters, sizeof letters, "(%c, %c)", ps.dims[0], ps.dims[1]);
         else
-            snprintf(letters, sizeof letters, "(%c)", k_params[p].d0);
+            snprintf(letters, sizeof letters, "(%c)", ps.dims[0]);
         if (check_tensor(t, nd, want, letters, sizes, 1)) bad = 1;
     }
-    const dm_st_tensor *m = dm_st_find(f, "attention_mask");
+    const dm_tensor_info *m = find(f, "attention_mask", &t_) ? &t_ : NULL;
     if (m && check_tensor(m, 2, (int64_t[]){*b, *j}, "(b, j)", sizes, 0)) bad = 1;
-    const dm_st_tensor *g = dm_st_find(f, "grad_output");
-    if (g && check_tensor(g, 3, (int64_t[]){*b, *j, *i}, "(b, j, i)", sizes, 1)) bad = 1;
+    const int g = find(f, "grad_output", &t_);
+    if (g && check_tensor(&t_, 3, (int64_t[]){*b, *j, *i}, "(b, j, i)", sizes, 1)) bad = 1;
     if (g && forward_only)
         fprintf(stderr, "dmove layer: note: --forward-only: grad_output is not used\n");
 
     /* Tensors we do not use are probably a naming mistake: say so, but go on. */
     int unused = 0;
-    for (int k = 0; k < dm_st_count(f); k++) {
-        const char *n = dm_st_get(f, k)->name;
+    for (int k = 0; k < dm_tensor_file_count(f); k++) {
+        const char *n = name_of(f, k);
         int known = !strcmp(n, "hidden_states") || !strcmp(n, "attention_mask") ||
                     !strcmp(n, "grad_output");
-        for (int p = 0; !known && p < NUM_PARAMS; p++) known = !strcmp(n, k_params[p].name);
+        for (int p = 0; !known && p < nspec; p++) known = !strcmp(n, spec[p].name);
         if (!known && unused++ < 5 && !g_hinted)
             fprintf(stderr, "dmove layer: note: ignoring tensor '%s' (not an input of the "
                             "layer)\n", n);
@@ -288,8 +314,8 @@ static int validate(const dm_st_file *f, int64_t *b, int64_t *j, int64_t *i, int
 }
 
 /* Copies file tensor `name` into the layer's tensor of the same name. */
-static int load(dm_layer *layer, const dm_st_file *f, const char *name, const char *lname) {
-    const dm_st_tensor *t = dm_st_find(f, name);
+static int load(dm_layer *layer, const dm_tensor_file *f, const char *name, const char *lname) {
+    const int t = dm_tensor_file_find(f, name);
     float *dst = NULL;
     int nd = 0;
     int64_t shape[4] = {0};
@@ -299,8 +325,8 @@ static int load(dm_layer *layer, const dm_st_file *f, const char *name, const ch
     }
     size_t n = 1;
     for (int k = 0; k < nd; k++) n *= (size_t)shape[k]; /* sizes checked by the layer */
-    if (!t) return 0;
-    if (dm_st_to_f32(t, dst, n) != DM_OK) {
+    if (t < 0) return 0;
+    if (dm_tensor_file_read_f32(f, t, dst, n) != DM_OK) {
         cli_error(CMD, "tensor '%s': %s (dmove's layer tensor has %zu elements)", name,
                   dm_last_error(), n);
         return -1;
@@ -357,234 +383,122 @@ static int check_mask(dm_layer *layer, int64_t b, int64_t j) {
 }
 
 /* Adds layer tensor `lname` to the writer as `oname`. */
-static int save(dm_st_writer *w, dm_layer *layer, const char *lname, const char *oname) {
+static int save(dm_tensor_writer *w, dm_layer *layer, const char *lname, const char *oname) {
     float *src = NULL;
     int nd = 0;
     int64_t shape[4] = {0};
     if (dm_layer_tensor(layer, lname, &src, &nd, shape) != DM_OK ||
-        dm_st_writer_add(w, oname, DM_ST_F32, nd, shape, src) != DM_OK) {
+        dm_tensor_writer_add_f32(w, oname, nd, shape, src) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
         return -1;
     }
     return 0;
 }
 
-static int add_meta(dm_st_writer *w, const char *key, const char *val) {
-    if (dm_st_writer_set_metadata(w, key, val) != DM_OK) {
+static int add_meta(dm_tensor_writer *w, const char *key, const char *val) {
+    if (dm_tensor_writer_set_metadata(w, key, val) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
         return -1;
     }
     return 0;
 }
 
-int cmd_layer(int argc, char **argv) {
-    const char *in = NULL, *out = NULL;
-    int forward_only = 0, recompute = 0;
-    dm_device_kind device = DM_DEVICE_CPU;
-    dm_dtype dtype = DM_DTYPE_FP32;
-    dm_rows rows = DM_ROWS_DEFAULT;
-    int streams = 0;
-    const char *plan = NULL;
-    dm_schedule sched = DM_SCHED_FUSED;
-    cli_config c;
-    cli_config_init(&c, CLI_CFG_HEADS | CLI_CFG_TRAIN | CLI_CFG_ARCH | CLI_CFG_THREADS);
-
-    for (int a = 1; a < argc; a++) {
-        const char *v = NULL;
-        int r;
-        if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
-            usage(stdout);
-            return CLI_OK;
-        }
-        if ((r = cli_opt(CMD, argc, argv, &a, "--in", &in)) != 0) {
-            if (r < 0) return CLI_USAGE;
-            continue;
-        }
-        if ((r = cli_opt(CMD, argc, argv, &a, "--out", &out)) != 0) {
-            if (r < 0) return CLI_USAGE;
-            continue;
-        }
-        if ((r = cli_opt(CMD, argc, argv, &a, "--schedule", &v)) != 0) {
-            if (r < 0) return CLI_USAGE;
-            if (!strcmp(v, "fused"))
-                sched = DM_SCHED_FUSED;
-            else if (!strcmp(v, "unfused"))
-                sched = DM_SCHED_UNFUSED;
-            else {
-                cli_usage_error(CMD, "--schedule: unknown schedule '%s' (known: fused, unfused)",
-                                v);
-                return CLI_USAGE;
-            }
-            continue;
-        }
-        if ((r = cli_opt(CMD, argc, argv, &a, "--plan", &plan)) != 0) {
-            if (r < 0) return CLI_USAGE;
-            continue;
-        }
-        if ((r = cli_device_option(CMD, argc, argv, &a, &device, &dtype, &rows, &streams)) != 0) {
-            if (r < 0) return CLI_USAGE;
-            continue;
-        }
-        if ((r = cli_flag(CMD, argv, a, "--forward-only")) != 0) {
-            if (r < 0) return CLI_USAGE;
-            forward_only = 1;
-            continue;
-        }
-        if ((r = cli_flag(CMD, argv, a, "--recompute")) != 0) {
-            if (r < 0) return CLI_USAGE;
-            recompute = 1;
-            continue;
-        }
-        if ((r = cli_config_option(&c, CMD, argc, argv, &a)) != 0) {
-            if (r < 0) return CLI_USAGE;
-            continue;
-        }
-        static const char *const sizes[] = {"--preset", "--batch", "--seq", "--hidden", "--ffn"};
-        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
-            size_t n = strlen(sizes[k]);
-            if (!strncmp(argv[a], sizes[k], n) && (argv[a][n] == 0 || argv[a][n] == '=')) {
-                cli_usage_error(CMD, "%s: dmove layer takes the sizes from the tensors in --in; "
-                                "only --heads is needed", sizes[k]);
-                return CLI_USAGE;
-            }
-        }
-        return cli_unknown(CMD, argv[a], " (files are given with --in and --out)");
-    }
-    if (!in || !*in) {
-        cli_usage_error(CMD, "--in IN.safetensors is required");
-        return CLI_USAGE;
-    }
-    if (!out || !*out) {
-        cli_usage_error(CMD, "--out OUT.safetensors is required");
-        return CLI_USAGE;
-    }
-    const dm_layer_options chk = {.device = device, .dtype = dtype, .rows = rows, .streams = streams,
-                                  .schedule = sched, .recompute = recompute};
-    if (cli_options_check(CMD, &chk)) return CLI_USAGE;
-    if (same_file(in, out)) {
-        cli_usage_error(CMD, "--out '%s' is the --in file: writing it would replace your inputs with "
-                        "the results; give another name", out);
-        return CLI_USAGE;
-    }
-    int bad_out = cli_check_output(CMD, "--out", out);
-    if (bad_out) return bad_out;
-
-    dm_st_file *f = NULL;
-    if (dm_st_read(in, &f) != DM_OK) {
+/* Reads --in, takes the defaults its metadata records, checks every tensor and the
+ * configuration they make (o->c.cfg; sz: b, j, i, u). 0 ok, else the exit status after
+ * the error. */
+static int read_input(layer_opts *o, dm_tensor_file **fp, int64_t sz[4]) {
+    cli_config *c = &o->c;
+    if (dm_tensor_file_open(fp, o->in) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
         return CLI_FAIL;
     }
-    const int heads_given = c.size_set[3];
-    if (from_metadata(f, in, &c)) { /* a bad value in the file: bad input */
-        dm_st_free(f);
-        return CLI_FAIL;
-    }
-    if (!c.size_set[3]) {
+    const dm_tensor_file *f = *fp;
+    const int heads_given = c->size_set[3];
+    if (from_metadata(f, o->in, c)) return CLI_FAIL; /* a bad value in the file: bad input */
+    if (!c->size_set[3]) {
         cli_usage_error(CMD, "--heads H is required (the number of attention heads is not "
-                        "stored in the tensors, and '%s' has no \"heads\" in its metadata)", in);
-        dm_st_free(f);
+                        "stored in the tensors, and '%s' has no \"heads\" in its metadata)", o->in);
         return CLI_USAGE;
     }
     int64_t b, j, i, u;
-    if (validate(f, &b, &j, &i, &u, forward_only)) {
-        dm_st_free(f);
-        return CLI_FAIL;
-    }
-    c.size[0] = b, c.size[1] = j, c.size[2] = i, c.size[4] = u;
-    c.size_set[0] = c.size_set[1] = c.size_set[2] = c.size_set[4] = 1;
-    if (cli_config_finish(&c, CMD, 0)) {
-        dm_st_free(f);
-        return CLI_FAIL;
-    }
-    if (dm_layer_config_check(&c.cfg) != DM_OK) {
+    if (validate(f, &b, &j, &i, &u, o->forward_only)) return CLI_FAIL;
+    c->size[0] = b, c->size[1] = j, c->size[2] = i, c->size[4] = u;
+    c->size_set[0] = c->size_set[1] = c->size_set[2] = c->size_set[4] = 1;
+    if (cli_config_finish(c, CMD, 0)) return CLI_FAIL;
+    if (dm_layer_config_check(&c->cfg) != DM_OK) {
         cli_error(CMD, "%s (b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " u=%" PRId64
                   " from --in, h=%" PRId64 " from %s)",
-                  dm_last_error(), b, j, i, u, c.cfg.heads, heads_given ? "--heads" : "its metadata");
-        dm_st_free(f);
+                  dm_last_error(), b, j, i, u, c->cfg.heads, heads_given ? "--heads" : "its metadata");
         return CLI_FAIL;
     }
+    sz[0] = b, sz[1] = j, sz[2] = i, sz[3] = u;
+    return 0;
+}
 
-    dm_layer_options opt = {.schedule = sched, .forward_only = forward_only,
-                            .threads = c.threads, .plan = plan, .recompute = recompute};
-    opt.device = device;
-    opt.dtype = dtype;
-    opt.rows = rows;
-    opt.streams = streams;
-    dm_layer *layer = NULL;
-    dm_st_writer *w = NULL;
-    int rc = CLI_FAIL;
-    if (dm_layer_new(&layer, &c.cfg, &opt) != DM_OK) {
-        cli_error(CMD, "%s", dm_last_error());
-        goto done;
-    }
-    dm_cuda_choices cc;
-    dm_layer_cuda_choices(layer, &cc);
-    if (cc.gen_unavailable[0])
-        fprintf(stderr, "dmove layer: note: --rows auto runs the row groups and attention with the "
-                "interpreter and cuBLAS: the generated kernels could not be built: %s\n", cc.gen_unavailable);
+/* The layer's parameters and inputs from the file (mask and grad_output all ones where
+ * the file has none). 0 ok, -1 after the error. */
+static int load_inputs(dm_layer *layer, const dm_tensor_file *f, int64_t b, int64_t j, int forward_only) {
     /* The layer's parameter list must be exactly BertLayer's. */
-    if (dm_layer_num_params(layer) != NUM_PARAMS) {
+    if (dm_layer_num_params(layer) != dm_param_spec_count()) {
         cli_error(CMD, "internal error: the layer has %d parameters, BertLayer has %d (please "
-                  "report this)", dm_layer_num_params(layer), NUM_PARAMS);
-        goto done;
+                  "report this)", dm_layer_num_params(layer), dm_param_spec_count());
+        return -1;
     }
-    for (int p = 0; p < NUM_PARAMS; p++) {
+    for (int p = 0; p < dm_param_spec_count(); p++) {
         const char *pn = dm_layer_param_name(layer, p);
-        if (!pn || !dm_st_find(f, pn)) {
+        if (!pn || dm_tensor_file_find(f, pn) < 0) {
             cli_error(CMD, "internal error: layer parameter '%s' is not a BertLayer parameter "
                       "(please report this)", pn ? pn : "(null)");
-            goto done;
+            return -1;
         }
-        if (load(layer, f, pn, pn)) goto done;
+        if (load(layer, f, pn, pn)) return -1;
     }
-    if (load(layer, f, "hidden_states", "hidden_states")) goto done;
-    if (dm_st_find(f, "attention_mask")) {
-        if (load(layer, f, "attention_mask", "attention_mask") || check_mask(layer, b, j))
-            goto done;
+    if (load(layer, f, "hidden_states", "hidden_states")) return -1;
+    if (dm_tensor_file_find(f, "attention_mask") >= 0) {
+        if (load(layer, f, "attention_mask", "attention_mask") || check_mask(layer, b, j)) return -1;
     } else if (fill(layer, "attention_mask", 1.0f)) {
-        goto done;
+        return -1;
     }
     if (!forward_only) {
-        if (dm_st_find(f, "grad_output")) {
-            if (load(layer, f, "grad_output", "grad_output")) goto done;
+        if (dm_tensor_file_find(f, "grad_output") >= 0) {
+            if (load(layer, f, "grad_output", "grad_output")) return -1;
         } else if (fill(layer, "grad_output", 1.0f)) {
-            goto done;
+            return -1;
         }
     }
-    dm_st_free(f); /* the input copy is no longer needed: free it before the step */
-    f = NULL;
+    return 0;
+}
 
-    /* to_device / to_host: the tensors to and from the GPU (no-ops on the CPU) */
-    if (dm_layer_to_device(layer) != DM_OK || dm_layer_forward(layer) != DM_OK ||
-        (!forward_only && dm_layer_backward(layer) != DM_OK) || dm_layer_to_host(layer) != DM_OK) {
+/* The results and the options used, written atomically to --out. 0 ok, -1 after the
+ * error. */
+static int write_output(const layer_opts *o, dm_layer *layer) {
+    const dm_layer_config *cfg = &o->c.cfg;
+    dm_tensor_writer *w = NULL;
+    int rc = -1;
+    if (dm_tensor_writer_new(&w) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
-        goto done;
-    }
-
-    if (dm_st_writer_new(&w) != DM_OK) {
-        cli_error(CMD, "%s", dm_last_error());
-        goto done;
+        return -1;
     }
     char num[64];
     if (add_meta(w, "format", "pt") || add_meta(w, "dmove_version", DMOVE_VERSION))
         goto done;
-    snprintf(num, sizeof num, "%" PRId64, c.cfg.heads);
+    snprintf(num, sizeof num, "%" PRId64, cfg->heads);
     if (add_meta(w, "heads", num)) goto done;
-    dm_fmt_exact(num, sizeof num, c.cfg.dropout);
+    dm_fmt_exact(num, sizeof num, cfg->dropout);
     if (add_meta(w, "dropout", num)) goto done;
-    snprintf(num, sizeof num, "%" PRIu64, c.cfg.seed);
+    snprintf(num, sizeof num, "%" PRIu64, cfg->seed);
     if (add_meta(w, "seed", num)) goto done;
-    dm_fmt_exact(num, sizeof num, c.cfg.eps);
-    if (add_meta(w, "eps", num) || add_meta(w, "act", dm_act_name(c.cfg.act)) ||
-        add_meta(w, "norm", dm_norm_name(c.cfg.norm)) || add_meta(w, "causal", c.cfg.causal ? "1" : "0") ||
-        add_meta(w, "schedule", sched == DM_SCHED_FUSED ? "fused" : "unfused") ||
-        add_meta(w, "forward_only", forward_only ? "1" : "0") ||
-        add_meta(w, "device", dm_device_kind_name(device)) ||
-        add_meta(w, "dtype", dm_dtype_name(dtype)))
+    dm_fmt_exact(num, sizeof num, cfg->eps);
+    if (add_meta(w, "eps", num) || add_meta(w, "act", dm_act_name(cfg->act)) ||
+        add_meta(w, "norm", dm_norm_name(cfg->norm)) || add_meta(w, "causal", cfg->causal ? "1" : "0") ||
+        add_meta(w, "schedule", o->schedule == DM_SCHED_FUSED ? "fused" : "unfused") ||
+        add_meta(w, "forward_only", o->forward_only ? "1" : "0") ||
+        add_meta(w, "device", dm_device_kind_name(o->dev.device)) ||
+        add_meta(w, "dtype", dm_dtype_name(o->dev.dtype)))
         goto done;
 
     if (save(w, layer, "output", "output")) goto done;
-    if (!forward_only) {
+    if (!o->forward_only) {
         if (save(w, layer, "grad_hidden_states", "grad_hidden_states")) goto done;
         for (int p = 0; p < dm_layer_num_params(layer); p++) {
             char gname[256];
@@ -593,17 +507,77 @@ int cmd_layer(int argc, char **argv) {
             if (save(w, layer, gname, gname)) goto done;
         }
     }
-    if (dm_st_writer_write(w, out) != DM_OK) {
+    if (dm_tensor_writer_write(w, o->out) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
         goto done;
     }
+    rc = 0;
+done:
+    dm_tensor_writer_free(w);
+    return rc;
+}
+
+int cmd_layer(int argc, char **argv) {
+    layer_opts o;
+    int rc = cli_parse(&k_layer, &o, argc, argv);
+    if (rc != CLI_GO) return rc;
+    if (!o.in || !*o.in) {
+        cli_usage_error(CMD, "--in IN.safetensors is required");
+        return CLI_USAGE;
+    }
+    if (!o.out || !*o.out) {
+        cli_usage_error(CMD, "--out OUT.safetensors is required");
+        return CLI_USAGE;
+    }
+    const dm_layer_options chk = {.device = o.dev.device, .dtype = o.dev.dtype, .rows = o.dev.rows,
+                                  .streams = o.dev.streams, .schedule = o.schedule, .recompute = o.recompute};
+    if (cli_options_check(CMD, &chk)) return CLI_USAGE;
+    if (same_file(o.in, o.out)) {
+        cli_usage_error(CMD, "--out '%s' is the --in file: writing it would replace your inputs with "
+                        "the results; give another name", o.out);
+        return CLI_USAGE;
+    }
+    int bad_out = cli_check_output(CMD, "--out", o.out);
+    if (bad_out) return bad_out;
+
+    dm_tensor_file *f = NULL;
+    int64_t sz[4];
+    if ((rc = read_input(&o, &f, sz)) != 0) {
+        dm_tensor_file_free(f);
+        return rc;
+    }
+    dm_layer_options opt = chk;
+    opt.forward_only = o.forward_only;
+    opt.threads = o.c.threads;
+    opt.plan = o.plan;
+    dm_layer *layer = NULL;
+    rc = CLI_FAIL;
+    if (dm_layer_new(&layer, &o.c.cfg, &opt) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        goto done;
+    }
+    char note[512];
+    dm_layer_note(layer, "gen_unavailable", note, sizeof note);
+    if (note[0])
+        fprintf(stderr, "dmove layer: note: --rows auto runs the row groups and attention with the "
+                "interpreter and cuBLAS: the generated kernels could not be built: %s\n", note);
+    if (load_inputs(layer, f, sz[0], sz[1], o.forward_only)) goto done;
+    dm_tensor_file_free(f); /* the input copy is no longer needed: free it before the step */
+    f = NULL;
+
+    /* to_device / to_host: the tensors to and from the GPU (no-ops on the CPU) */
+    if (dm_layer_to_device(layer) != DM_OK || dm_layer_forward(layer) != DM_OK ||
+        (!o.forward_only && dm_layer_backward(layer) != DM_OK) || dm_layer_to_host(layer) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        goto done;
+    }
+    if (write_output(&o, layer)) goto done;
     printf("dmove layer: wrote %s: %s (b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
-           ", %s)\n", out, forward_only ? "output" : "output, grad_hidden_states and the 16 parameter gradients",
-           b, j, i, c.cfg.heads, u, device == DM_DEVICE_CUDA ? "cuda" : "cpu");
+           ", %s)\n", o.out, o.forward_only ? "output" : "output, grad_hidden_states and the 16 parameter gradients",
+           sz[0], sz[1], sz[2], o.c.cfg.heads, sz[3], o.dev.device == DM_DEVICE_CUDA ? "cuda" : "cpu");
     rc = CLI_OK;
 done:
-    dm_st_writer_free(w);
     dm_layer_free(layer);
-    dm_st_free(f);
+    dm_tensor_file_free(f);
     return rc;
 }

@@ -4,14 +4,31 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "analysis/device.h"
 #include "cli_common.h"
 
 static const char *const CMD = "probe";
 
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: dmove probe [--threads N] [--profile FILE] [--no-save]\n"
+typedef struct {
+    const char *path;
+    int threads, save;
+} probe_opts;
+
+static void init(void *p) { *(probe_opts *)p = (probe_opts){.save = 1}; }
+
+static const cli_option k_options[] = {
+    {.kind = CLI_INT, .name = "--threads", .arg = "N", .off = offsetof(probe_opts, threads), .lo = 1,
+     .hi = DM_PROBE_MAX_THREADS, .help = "most threads to measure (default: OMP_NUM_THREADS or all cores)"},
+    {.kind = CLI_PATH, .name = "--profile", .arg = "FILE", .off = offsetof(probe_opts, path),
+     .help = "where to save the profile"},
+    {.kind = CLI_FLAG, .name = "--no-save", .off = offsetof(probe_opts, save), .lo = 0,
+     .help = "measure and print only"},
+    {.kind = CLI_HELP, .name = "--help", .help = "this text"},
+    {.kind = CLI_END},
+};
+
+static const cli_command k_probe = {
+    .name = "probe",
+    .head = "usage: dmove probe [--threads N] [--profile FILE] [--no-save]\n"
             "\n"
             "Measures the CPU model that `dmove analyze --device cpu` uses, in well under a\n"
             "minute, with progress on stderr:\n"
@@ -25,66 +42,23 @@ static void usage(FILE *out) {
             "--profile FILE, default $XDG_CACHE_HOME/dmove/cpu-profile.json or\n"
             "~/.cache/dmove/cpu-profile.json.\n"
             "\n"
-            "options:\n"
-            "  --threads N      most threads to measure (default: OMP_NUM_THREADS or all cores)\n"
-            "  --profile FILE   where to save the profile\n"
-            "  --no-save        measure and print only\n"
-            "  --help           this text\n"
-            "\n"
-            "exit status: 0 success, 1 runtime error, 2 usage error\n");
-}
+            "options:\n",
+    .foot = "\n"
+            "exit status: 0 success, 1 runtime error, 2 usage error\n",
+    .options = k_options,
+    .size = sizeof(probe_opts),
+    .init = init,
+};
 
 static void progress(const char *line) {
     fprintf(stderr, "probe: %s\n", line);
     fflush(stderr);
 }
 
-int cmd_probe(int argc, char **argv) {
-    const char *path = NULL;
-    int threads = 0, save = 1;
-    for (int a = 1; a < argc; a++) {
-        const char *v = NULL;
-        int r;
-        if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
-            usage(stdout);
-            return CLI_OK;
-        }
-        if ((r = cli_opt(CMD, argc, argv, &a, "--threads", &v)) != 0) {
-            if (r < 0 || cli_parse_int(CMD, "--threads", v, 1, DM_PROFILE_MAX_THREADS, &threads))
-                return CLI_USAGE;
-            continue;
-        }
-        if ((r = cli_opt(CMD, argc, argv, &a, "--profile", &v)) != 0) {
-            if (r < 0) return CLI_USAGE;
-            if (!*v) {
-                cli_usage_error(CMD, "--profile: empty file name");
-                return CLI_USAGE;
-            }
-            path = v;
-            continue;
-        }
-        if ((r = cli_flag(CMD, argv, a, "--no-save")) != 0) {
-            if (r < 0) return CLI_USAGE;
-            save = 0;
-            continue;
-        }
-        return cli_unknown(CMD, argv[a], "");
-    }
-    char defpath[4096];
-    if (save && !path) {
-        if (dm_profile_default_path(defpath, sizeof defpath) != DM_OK) {
-            cli_error(CMD, "%s", dm_last_error());
-            return CLI_FAIL;
-        }
-        path = defpath;
-    }
-    dm_cpu_profile p;
-    double t0 = cli_now();
-    if (dm_cpu_probe(&p, threads, progress) != DM_OK) {
-        cli_error(CMD, "%s", dm_last_error());
-        return CLI_FAIL;
-    }
-    printf("dmove probe: %s (%s), %s, %.1f s\n", p.machine, p.host, p.date, cli_now() - t0);
+static void print_profile(const dm_profile *prof, double secs) {
+    dm_profile_info p;
+    dm_profile_get_info(prof, &p);
+    printf("dmove probe: %s (%s), %s, %.1f s\n", p.machine, p.host, p.date, secs);
     printf("  memory bandwidth   triad %8.1f GB/s   read %8.1f GB/s\n", p.triad_bw / 1e9,
            p.read_bw / 1e9);
     printf("  vector FMA rate    %8.1f GFLOP/s on %d threads\n", p.vector_flops / 1e9, p.threads);
@@ -92,13 +66,36 @@ int cmd_probe(int argc, char **argv) {
     for (int k = 0; k < p.nsgemm; k++)
         printf("    %3d thread%s %8.1f GFLOP/s\n", p.sgemm_threads[k],
                p.sgemm_threads[k] > 1 ? "s" : " ", p.sgemm_flops[k] / 1e9);
-    if (save) {
-        if (dm_profile_save(path, &p) != DM_OK) {
+}
+
+int cmd_probe(int argc, char **argv) {
+    probe_opts o;
+    int r = cli_parse(&k_probe, &o, argc, argv);
+    if (r != CLI_GO) return r;
+    char defpath[4096];
+    if (o.save && !o.path) {
+        if (dm_profile_default_path(defpath, sizeof defpath) != DM_OK) {
             cli_error(CMD, "%s", dm_last_error());
             return CLI_FAIL;
         }
-        printf("saved to %s\n", path);
+        o.path = defpath;
     }
+    dm_profile *p = NULL;
+    double t0 = cli_now();
+    if (dm_profile_measure(&p, o.threads, progress) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        return CLI_FAIL;
+    }
+    print_profile(p, cli_now() - t0);
+    if (o.save) {
+        if (dm_profile_write(p, o.path) != DM_OK) {
+            cli_error(CMD, "%s", dm_last_error());
+            dm_profile_free(p);
+            return CLI_FAIL;
+        }
+        printf("saved to %s\n", o.path);
+    }
+    dm_profile_free(p);
     if (fflush(stdout) != 0) {
         cli_error(CMD, "cannot write to stdout");
         return CLI_FAIL;

@@ -1,6 +1,7 @@
 /* cmd_train.c: `dmove train`: trains a stack of BERT encoder layers with AdamW on a teacher
  * task (default) or on the user's inputs and targets, with progress, checkpoints (save,
- * resume, pretrained parameters) and a loss chart. */
+ * resume, pretrained parameters) and a loss chart. The data and the teacher are the
+ * library's (dm_train_data, dm_teacher). */
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -10,19 +11,110 @@
 #include <unistd.h>
 
 #include "cli_common.h"
-#include "core/strbuf.h"
-#include "core/philox.h"
-#include "core/safetensors.h"
-#include "core/status.h"
-#include "graph/encoder.h"
-#include "train/train.h"
 
 static const char *const CMD = "train";
 
-static void usage(FILE *out) {
-    dm_adamw_config a;
-    dm_adamw_config_default(&a);
-    fprintf(out,
+typedef struct {
+    int layers, json, linear, unfused, recompute;
+    int64_t steps, save_every, log_every, until;
+    double teacher_scale;
+    const char *data, *init, *resume, *save, *svg, *plan;
+    dm_adamw_config adam;
+    cli_device dev;
+    cli_config c;
+} train_opts;
+
+static void init(void *p) {
+    train_opts *o = p;
+    o->layers = 2;
+    o->steps = 30;
+    o->teacher_scale = 5.0;
+    dm_adamw_config_default(&o->adam);
+    cli_config_init(&o->c, CLI_CFG_ALL);
+}
+
+static int check_teacher_scale(void *base, const char *cmd, const char *v, const char *raw) {
+    const double s = ((const train_opts *)base)->teacher_scale;
+    if (!(s > 0 && s <= 100)) {
+        cli_usage_error(cmd, "--teacher-scale: %s is outside (0, 100]", v);
+        return -1;
+    }
+    return 0;
+}
+
+static const cli_choice k_lr_schedules[] = {{"constant", 0}, {"linear", 1}, {NULL, 0}};
+static const cli_choice k_schedules[] = {{"fused", 0}, {"unfused", 1}, {NULL, 0}};
+
+#define O(field) .off = offsetof(train_opts, field)
+#define STEPS(nm, a, field, min, h) {.kind = CLI_I64, .name = nm, .arg = a, O(field), .lo = min, .hi = INT64_C(1000000000), .help = h}
+
+static const cli_option k_options[] = {
+    {.kind = CLI_INT, .name = "--layers", .arg = "L", O(layers), .lo = 1, .hi = 256,
+     .help = "layers in the stack (default {}; BERT-base has 12,\n"
+             "BERT-large 24)"},
+    STEPS("--steps", "N", steps, 1, "train until update N (default {}; a resumed run continues\n"
+                                    "up to it)"),
+    {.kind = CLI_DOUBLE, .name = "--lr", .arg = "LR", O(adam.lr), .help = "peak learning rate (default {})"},
+    STEPS("--warmup", "W", adam.warmup, 0, "steps of linear warm-up from 0 to LR (default {})"),
+    {.kind = CLI_CHOICE, .name = "--lr-schedule", .arg = "S", O(linear), .choices = k_lr_schedules,
+     .msg = "--lr-schedule: '%s' is not constant or linear",
+     .help = "constant (default) or linear: after the warm-up, fall\n"
+             "linearly towards 0 at step N (BERT's shape; step s of\n"
+             "the warm-up takes LR*s/W, so no update has rate 0)"},
+    {.kind = CLI_DOUBLE, .name = "--weight-decay", .arg = "D", O(adam.weight_decay),
+     .help = "AdamW's decoupled weight decay on the weights, not on biases\n"
+             "and LayerNorm parameters (default {})"},
+    {.kind = CLI_DOUBLE, .name = "--beta1", .arg = "B", O(adam.beta1), .left = "--beta1 B, --beta2 B, --adam-eps E",
+     .help = "AdamW's moment decays and epsilon (default {}, {}, {})"},
+    {.kind = CLI_DOUBLE, .name = "--beta2", .arg = "B", O(adam.beta2)},
+    {.kind = CLI_DOUBLE, .name = "--adam-eps", .arg = "E", O(adam.eps)},
+    {.kind = CLI_STR, .name = "--data", .arg = "FILE", O(data),
+     .help = "train on your samples (above) instead of the teacher"},
+    {.kind = CLI_DOUBLE, .name = "--teacher-scale", .arg = "S", O(teacher_scale), .fn = check_teacher_scale,
+     .help = "the teacher's weights are BERT's initialisation times S\n"
+             "(default {}: N(0, 0.1)); larger makes its function harder"},
+    {.kind = CLI_STR, .name = "--init", .arg = "FILE", O(init),
+     .help = "start from these parameters: Hugging Face BertEncoder names\n"
+             "(encoder.layer.<l>.*, or under bert.; LayerNorm gamma/beta\n"
+             "too), e.g. a pretrained BERT's model.safetensors (its\n"
+             "first L layers)"},
+    {.kind = CLI_STR, .name = "--resume", .arg = "FILE", O(resume),
+     .help = "continue a run from its checkpoint (parameters, AdamW's\n"
+             "moments, step): the same options give the same result as\n"
+             "an uninterrupted run"},
+    {.kind = CLI_STR, .name = "--save", .arg = "FILE", O(save),
+     .help = "write a checkpoint at the end (atomically; also every\n"
+             "--save-every K steps, and on Ctrl-C: the step under way\n"
+             "ends, the checkpoint is written, the exit status is 130)"},
+    STEPS("--save-every", "K", save_every, 1, "checkpoint every K steps as well (needs --save)"),
+    STEPS("--until", "K", until, 1, "stop after step K this time, as if interrupted (the\n"
+                                    "schedule still runs to --steps): train a long run in parts,\n"
+                                    "each resuming the last one's checkpoint"),
+    STEPS("--log-every", "K", log_every, 1, "a progress line every K steps (default: about 15 lines)"),
+    {.kind = CLI_STR, .name = "--svg", .arg = "FILE", O(svg), .help = "draw the loss curve as an SVG chart"},
+    {.kind = CLI_FLAG, .name = "--json", O(json), .lo = 1,
+     .help = "print one JSON object at the end instead of the summary"},
+    {.kind = CLI_CHOICE, .name = "--schedule", .arg = "S", O(unfused), .choices = k_schedules,
+     .msg = "--schedule: unknown schedule '%s' (known: fused, unfused; the learning rate's is --lr-schedule)",
+     .help = "each layer's step: fused (default) or unfused (one pass over\n"
+             "memory per operator, as a framework's eager mode)"},
+    {.kind = CLI_STR, .name = "--plan", .arg = "FILE", O(plan),
+     .help = "run every layer on a plan from `dmove tune` for these sizes\n"
+             "(layouts and algorithms chosen by measurement)"},
+    {.kind = CLI_FLAG, .name = "--recompute", O(recompute), .lo = 1,
+     .help = CLI_RECOMPUTE_HELP("in every layer; fused schedule")},
+    CLI_DEVICE(train_opts, dev),
+    CLI_CONFIG(train_opts, c, CLI_CFG_ALL),
+    {.kind = CLI_TEXT,
+     .help = "                   (--seed seeds the dropout masks, the teacher and its data,\n"
+             "                   and the initial parameters)\n"},
+    {.kind = CLI_HELP, .name = "--help", .help = "this text"},
+    {.kind = CLI_END},
+};
+
+static const cli_command k_train = {
+    .name = "train",
+    .head =
             "usage: dmove train [options]\n"
             "\n"
             "Trains a stack of BERT encoder layers (Hugging Face BertEncoder: post-LayerNorm\n"
@@ -42,53 +134,8 @@ static void usage(FILE *out) {
             "  any float dtype; step s trains on samples (s-1)*b .. s*b-1, wrapping around;\n"
             "  j and i come from the file.\n"
             "\n"
-            "options:\n"
-            "  --layers L       layers in the stack (default 2; BERT-base has 12,\n"
-            "                   BERT-large 24)\n"
-            "  --steps N        train until update N (default 30; a resumed run continues\n"
-            "                   up to it)\n"
-            "  --lr LR          peak learning rate (default %g)\n"
-            "  --warmup W       steps of linear warm-up from 0 to LR (default 0)\n"
-            "  --lr-schedule S  constant (default) or linear: after the warm-up, fall\n"
-            "                   linearly towards 0 at step N (BERT's shape; step s of\n"
-            "                   the warm-up takes LR*s/W, so no update has rate 0)\n"
-            "  --weight-decay D AdamW's decoupled weight decay on the weights, not on biases\n"
-            "                   and LayerNorm parameters (default %g)\n"
-            "  --beta1 B, --beta2 B, --adam-eps E\n"
-            "                   AdamW's moment decays and epsilon (default %g, %g, %g)\n"
-            "  --data FILE      train on your samples (above) instead of the teacher\n"
-            "  --teacher-scale S\n"
-            "                   the teacher's weights are BERT's initialisation times S\n"
-            "                   (default 5: N(0, 0.1)); larger makes its function harder\n"
-            "  --init FILE      start from these parameters: Hugging Face BertEncoder names\n"
-            "                   (encoder.layer.<l>.*, or under bert.; LayerNorm gamma/beta\n"
-            "                   too), e.g. a pretrained BERT's model.safetensors (its\n"
-            "                   first L layers)\n"
-            "  --resume FILE    continue a run from its checkpoint (parameters, AdamW's\n"
-            "                   moments, step): the same options give the same result as\n"
-            "                   an uninterrupted run\n"
-            "  --save FILE      write a checkpoint at the end (atomically; also every\n"
-            "                   --save-every K steps, and on Ctrl-C: the step under way\n"
-            "                   ends, the checkpoint is written, the exit status is 130)\n"
-            "  --save-every K   checkpoint every K steps as well (needs --save)\n"
-            "  --until K        stop after step K this time, as if interrupted (the\n"
-            "                   schedule still runs to --steps): train a long run in parts,\n"
-            "                   each resuming the last one's checkpoint\n"
-            "  --log-every K    a progress line every K steps (default: about 15 lines)\n"
-            "  --svg FILE       draw the loss curve as an SVG chart\n"
-            "  --json           print one JSON object at the end instead of the summary\n"
-            "  --schedule S     each layer's step: fused (default) or unfused (one pass over\n"
-            "                   memory per operator, as a framework's eager mode)\n"
-            "  --plan FILE      run every layer on a plan from `dmove tune` for these sizes\n"
-            "                   (layouts and algorithms chosen by measurement)\n",
-            a.lr, a.weight_decay, a.beta1, a.beta2, a.eps);
-    cli_recompute_help(out, "in every layer; fused schedule");
-    cli_device_help(out);
-    cli_config_help(out, CLI_CFG_ALL);
-    fprintf(out,
-            "                   (--seed seeds the dropout masks, the teacher and its data,\n"
-            "                   and the initial parameters)\n"
-            "  --help           this text\n"
+            "options:\n",
+    .foot =
             "\n"
             "exit status: 0 success, 1 runtime error, 2 usage error\n"
             "\n"
@@ -100,128 +147,11 @@ static void usage(FILE *out) {
             "              --lr-schedule linear --svg loss.svg --save run.ckpt --resume run.ckpt\n"
             "                                              (the same options, continued)\n"
             "  dmove train --device cuda --dtype bf16 --preset bert-large --layers 24 \\\n"
-            "              --batch 32 --seq 128 --rows auto     (BERT-large's encoder on a GPU)\n");
-}
-
-/* --- data ------------------------------------------------------------------------------ */
-
-typedef struct {
-    dm_st_file *f;
-    const dm_st_tensor *x, *y, *mask;
-    int64_t n; /* samples */
-} user_data;
-
-static int open_data(const char *path, user_data *d, int64_t *seq, int64_t *hidden) {
-    if (dm_st_read(path, &d->f) != DM_OK) {
-        cli_error(CMD, "--data: %s", dm_last_error());
-        return CLI_FAIL;
-    }
-    d->x = dm_st_find(d->f, "hidden_states");
-    d->y = dm_st_find(d->f, "target");
-    d->mask = dm_st_find(d->f, "attention_mask");
-    if (!d->x || !d->y) {
-        cli_error(CMD, "--data %s: needs tensors 'hidden_states' (N, j, i) and 'target' (N, j, i)%s%s", path,
-                  d->x ? "" : "; hidden_states is missing", d->y ? "" : "; target is missing");
-        return CLI_FAIL;
-    }
-    if (d->x->ndim != 3 || d->y->ndim != 3 || memcmp(d->x->shape, d->y->shape, 3 * sizeof(int64_t)) != 0) {
-        cli_error(CMD, "--data %s: hidden_states and target must both be (N, j, i), the same shape", path);
-        return CLI_FAIL;
-    }
-    if (d->mask && (d->mask->ndim != 2 || d->mask->shape[0] != d->x->shape[0] || d->mask->shape[1] != d->x->shape[1])) {
-        cli_error(CMD, "--data %s: attention_mask must be (N, j) = (%" PRId64 ", %" PRId64 ")", path, d->x->shape[0],
-                  d->x->shape[1]);
-        return CLI_FAIL;
-    }
-    d->n = d->x->shape[0];
-    *seq = d->x->shape[1];
-    *hidden = d->x->shape[2];
-    return 0;
-}
-
-/* Elements [e0, e0 + n) of a file tensor into out as floats: dm_st_to_f32 on a view of
- * them (every dtype the data may have). */
-static dm_status slice_f32(const dm_st_tensor *t, int64_t e0, int64_t n, float *out) {
-    const size_t es = dm_st_dtype_size(t->dtype);
-    dm_st_tensor v = *t;
-    v.data = (const unsigned char *)t->data + (size_t)e0 * es;
-    v.nbytes = (size_t)n * es;
-    v.ndim = 1;
-    v.shape[0] = n;
-    return dm_st_to_f32(&v, out, (size_t)n);
-}
-
-static int data_dtype_ok(const dm_st_tensor *t) {
-    return t->dtype == DM_ST_F32 || t->dtype == DM_ST_F64 || t->dtype == DM_ST_BF16 || t->dtype == DM_ST_F16;
-}
-
-/* The flat index of the first NaN or infinity of t, a tensor of `samples` samples of `per`
- * elements, or -1 (-2: out of memory): found when the file is opened, not when training
- * reaches that sample. */
-static int64_t first_nonfinite(const dm_st_tensor *t, int64_t samples, int64_t per) {
-    float *buf = malloc((size_t)per * sizeof(float));
-    if (!buf) return -2;
-    int64_t at = -1;
-    for (int64_t q = 0; q < samples && at < 0; q++) {
-        if (slice_f32(t, q * per, per, buf) != DM_OK) {
-            at = q * per; /* not expected: the dtype and size were checked */
-            break;
-        }
-        for (int64_t e = 0; e < per; e++)
-            if (!isfinite(buf[e])) {
-                at = q * per + e;
-                break;
-            }
-    }
-    free(buf);
-    return at;
-}
-
-/* Step s's batch from the file: samples (s-1)*b .. s*b-1 modulo N. */
-static dm_status fill_from_file(const user_data *d, int64_t step, int64_t b, int64_t j, int64_t i, float *x, float *y,
-                                float *mask) {
-    const int64_t per = j * i;
-    for (int64_t q = 0; q < b; q++) {
-        const int64_t smp = ((step - 1) * b + q) % d->n;
-        DM_TRY(slice_f32(d->x, smp * per, per, x + q * per));
-        DM_TRY(slice_f32(d->y, smp * per, per, y + q * per));
-        float *m = mask + q * j;
-        if (d->mask) {
-            DM_TRY(slice_f32(d->mask, smp * j, j, m));
-            for (int64_t t = 0; t < j; t++) m[t] = m[t] != 0.0f;
-        } else {
-            for (int64_t t = 0; t < j; t++) m[t] = 1.0f;
-        }
-    }
-    return DM_OK;
-}
-
-/* The teacher task's inputs of step s: N(0, 1) from Philox (the seed, stream 2001,
- * counter s * b*j*i + element), and a padding mask keeping j - (w mod (j/4 + 1)) tokens of
- * each sequence but the first (whole). */
-static void fill_teacher_inputs(uint64_t seed, int64_t step, int64_t b, int64_t j, int64_t i, float *x, float *mask) {
-    const int64_t n = b * j * i;
-#pragma omp parallel for schedule(static)
-    for (int64_t e0 = 0; e0 < n; e0 += 2048) {
-        uint32_t w[2048];
-        const int64_t m = n - e0 < 2048 ? n - e0 : 2048;
-        dm_philox_words(seed, 2001u, (uint64_t)(step * n + e0), (m + 1) & ~(int64_t)1, w);
-        for (int64_t k = 0; k < m; k += 2) {
-            double u1 = ((double)w[k] + 1.0) / 4294967297.0, u2 = (double)w[k + 1] / 4294967296.0;
-            double r = sqrt(-2.0 * log(u1));
-            x[e0 + k] = (float)(r * cos(6.283185307179586 * u2));
-            if (k + 1 < m) x[e0 + k + 1] = (float)(r * sin(6.283185307179586 * u2));
-        }
-    }
-    for (int64_t q = 0; q < b; q++) {
-        uint32_t w;
-        dm_philox_words(seed, 2002u, (uint64_t)(step * b + q), 1, &w);
-        int64_t keep = q == 0 ? j : j - (int64_t)(w % (uint32_t)(j / 4 + 1));
-        for (int64_t t = 0; t < j; t++) mask[q * j + t] = t < keep ? 1.0f : 0.0f;
-    }
-}
-
-/* --- the command ----------------------------------------------------------------------- */
+            "              --batch 32 --seq 128 --rows auto     (BERT-large's encoder on a GPU)\n",
+    .options = k_options,
+    .size = sizeof(train_opts),
+    .init = init,
+};
 
 /* Ctrl-C (SIGINT) or SIGTERM during a run: the step under way finishes, the checkpoint
  * (--save) is written, and the run ends with status 130; a second signal ends it at once
@@ -274,459 +204,387 @@ static void fmt_secs(char *buf, size_t n, double s) {
     else snprintf(buf, n, "%.1f h", s / 3600);
 }
 
-int cmd_train(int argc, char **argv) {
-    cli_config c;
-    cli_config_init(&c, CLI_CFG_ALL);
-    dm_adamw_config adam;
-    dm_adamw_config_default(&adam);
-    int layers = 2, json = 0, linear = 0, unfused = 0, recompute = 0, streams = 0;
-    dm_device_kind device = DM_DEVICE_CPU;
-    dm_dtype dtype = DM_DTYPE_FP32;
-    dm_rows rows = DM_ROWS_DEFAULT;
-    int64_t steps = 30, save_every = 0, log_every = 0, until = 0;
-    double teacher_scale = 5.0;
-    const char *data = NULL, *init = NULL, *resume = NULL, *save = NULL, *svg = NULL, *plan = NULL;
-    for (int a = 1; a < argc; a++) {
-        const char *v = NULL;
-        int r;
-        if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
-            usage(stdout);
-            return CLI_OK;
-        }
-#define OPT(name) ((r = cli_opt(CMD, argc, argv, &a, name, &v)) != 0)
-        if (OPT("--layers")) {
-            if (r < 0 || cli_parse_int(CMD, "--layers", v, 1, 256, &layers)) return CLI_USAGE;
-        } else if (OPT("--steps")) {
-            if (r < 0 || cli_parse_i64(CMD, "--steps", v, 1, INT64_C(1000000000), &steps)) return CLI_USAGE;
-        } else if (OPT("--lr")) {
-            if (r < 0 || cli_parse_double(CMD, "--lr", v, &adam.lr)) return CLI_USAGE;
-        } else if (OPT("--warmup")) {
-            if (r < 0 || cli_parse_i64(CMD, "--warmup", v, 0, INT64_C(1000000000), &adam.warmup)) return CLI_USAGE;
-        } else if (OPT("--lr-schedule")) {
-            if (r < 0) return CLI_USAGE;
-            if (strcmp(v, "constant") && strcmp(v, "linear")) {
-                cli_usage_error(CMD, "--lr-schedule: '%s' is not constant or linear", v);
-                return CLI_USAGE;
-            }
-            linear = !strcmp(v, "linear");
-        } else if (OPT("--schedule")) {
-            if (r < 0) return CLI_USAGE;
-            if (strcmp(v, "fused") && strcmp(v, "unfused")) {
-                cli_usage_error(CMD, "--schedule: unknown schedule '%s' (known: fused, unfused; the learning "
-                                "rate's is --lr-schedule)", v);
-                return CLI_USAGE;
-            }
-            unfused = !strcmp(v, "unfused");
-        } else if (OPT("--plan")) {
-            if (r < 0) return CLI_USAGE;
-            plan = v;
-        } else if (OPT("--weight-decay")) {
-            if (r < 0 || cli_parse_double(CMD, "--weight-decay", v, &adam.weight_decay)) return CLI_USAGE;
-        } else if (OPT("--beta1")) {
-            if (r < 0 || cli_parse_double(CMD, "--beta1", v, &adam.beta1)) return CLI_USAGE;
-        } else if (OPT("--beta2")) {
-            if (r < 0 || cli_parse_double(CMD, "--beta2", v, &adam.beta2)) return CLI_USAGE;
-        } else if (OPT("--adam-eps")) {
-            if (r < 0 || cli_parse_double(CMD, "--adam-eps", v, &adam.eps)) return CLI_USAGE;
-        } else if (OPT("--teacher-scale")) {
-            if (r < 0 || cli_parse_double(CMD, "--teacher-scale", v, &teacher_scale)) return CLI_USAGE;
-            if (!(teacher_scale > 0 && teacher_scale <= 100)) {
-                cli_usage_error(CMD, "--teacher-scale: %s is outside (0, 100]", v);
-                return CLI_USAGE;
-            }
-        } else if (OPT("--data")) {
-            if (r < 0) return CLI_USAGE;
-            data = v;
-        } else if (OPT("--init")) {
-            if (r < 0) return CLI_USAGE;
-            init = v;
-        } else if (OPT("--resume")) {
-            if (r < 0) return CLI_USAGE;
-            resume = v;
-        } else if (OPT("--save")) {
-            if (r < 0) return CLI_USAGE;
-            save = v;
-        } else if (OPT("--save-every")) {
-            if (r < 0 || cli_parse_i64(CMD, "--save-every", v, 1, INT64_C(1000000000), &save_every)) return CLI_USAGE;
-        } else if (OPT("--until")) {
-            if (r < 0 || cli_parse_i64(CMD, "--until", v, 1, INT64_C(1000000000), &until)) return CLI_USAGE;
-        } else if (OPT("--log-every")) {
-            if (r < 0 || cli_parse_i64(CMD, "--log-every", v, 1, INT64_C(1000000000), &log_every)) return CLI_USAGE;
-        } else if (OPT("--svg")) {
-            if (r < 0) return CLI_USAGE;
-            svg = v;
-        } else if ((r = cli_flag(CMD, argv, a, "--json")) != 0) {
-            if (r < 0) return CLI_USAGE;
-            json = 1;
-        } else if ((r = cli_flag(CMD, argv, a, "--recompute")) != 0) {
-            if (r < 0) return CLI_USAGE;
-            recompute = 1;
-        } else if ((r = cli_device_option(CMD, argc, argv, &a, &device, &dtype, &rows, &streams)) != 0) {
-            if (r < 0) return CLI_USAGE;
-        } else if ((r = cli_config_option(&c, CMD, argc, argv, &a)) != 0) {
-            if (r < 0) return CLI_USAGE;
-        } else {
-            return cli_unknown(CMD, argv[a], "");
-        }
-#undef OPT
-    }
-    if (init && resume) {
+
+/* One run: its options, the data or the teacher, the trainer and the history. */
+typedef struct {
+    train_opts o;
+    dm_tensor_file *file;  /* --data */
+    dm_train_data *data;
+    dm_teacher *teacher;   /* without --data */
+    dm_trainer *T;
+    float *x, *y, *mask;   /* the trainer's batch */
+    double *losses, *step_secs; /* per step run, growing */
+    int64_t cap, start, stop, ran;
+    double t_data, t_save, t_total;
+} train_run;
+
+static void run_free(train_run *r) {
+    free(r->losses);
+    free(r->step_secs);
+    dm_trainer_free(r->T);
+    dm_teacher_free(r->teacher);
+    dm_train_data_free(r->data);
+    dm_tensor_file_free(r->file);
+}
+
+/* The options together, before any work. 0 ok, else the exit status after the error. */
+static int check_options(train_opts *o) {
+    if (o->init && o->resume) {
         cli_usage_error(CMD, "--init and --resume both give the starting parameters: use one (a checkpoint "
                         "already holds them)");
         return CLI_USAGE;
     }
-    if (until && !save) {
+    if (o->until && !o->save) {
         cli_usage_error(CMD, "--until needs --save FILE (the checkpoint the run resumes from)");
         return CLI_USAGE;
     }
-    if (save_every && !save) {
+    if (o->save_every && !o->save) {
         cli_usage_error(CMD, "--save-every needs --save FILE (where to write the checkpoints)");
         return CLI_USAGE;
     }
-    if (data && teacher_scale != 5.0) {
+    if (o->data && o->teacher_scale != 5.0) {
         cli_usage_error(CMD, "--teacher-scale applies to the teacher task, not to --data");
         return CLI_USAGE;
     }
-    if (until > steps) {
-        cli_usage_error(CMD, "--until %" PRId64 " is past --steps %" PRId64 " (the run's last step)", until, steps);
+    if (o->until > o->steps) {
+        cli_usage_error(CMD, "--until %" PRId64 " is past --steps %" PRId64 " (the run's last step)", o->until,
+                        o->steps);
         return CLI_USAGE;
     }
-    const int64_t stop = until ? until : steps;
-    if (linear) adam.total = steps;
-    if (dm_adamw_config_check(&adam) != DM_OK) {
+    if (o->linear) o->adam.total = o->steps;
+    if (dm_adamw_config_check(&o->adam) != DM_OK) {
         cli_usage_error(CMD, "%s", dm_last_error());
         return CLI_USAGE;
     }
-    const char *outs[2] = {save, svg}, *outn[2] = {"--save", "--svg"};
+    const char *outs[2] = {o->save, o->svg}, *outn[2] = {"--save", "--svg"};
     for (int k = 0; k < 2; k++)
         if (outs[k]) {
             int bad = cli_check_output(CMD, outn[k], outs[k]);
             if (bad) return bad;
         }
+    return 0;
+}
 
-    user_data ud = {0};
-    int rc = CLI_FAIL;
-    dm_trainer *T = NULL, *teacher = NULL;
-    double *losses = NULL, *step_secs = NULL;
-    if (data) {
-        int64_t seq, hid;
-        if ((rc = open_data(data, &ud, &seq, &hid)) != 0) goto done;
-        rc = CLI_USAGE;
-        if ((c.size_set[1] && c.size[1] != seq) || (c.size_set[2] && c.size[2] != hid)) {
-            cli_usage_error(CMD, "--data holds sequences of %" PRId64 " tokens of width %" PRId64
-                            ": leave --seq and --hidden out (they come from the file)", seq, hid);
-            goto done;
+/* --data: the file opened and checked whole; its j and i become the sizes. 0 ok, else the
+ * exit status after the error. */
+static int open_data(train_run *r) {
+    train_opts *o = &r->o;
+    if (dm_tensor_file_open(&r->file, o->data) != DM_OK) return fail_dm("--data: ");
+    if (dm_train_data_new(&r->data, r->file) != DM_OK) return fail_dm("--data ");
+    int64_t seq, hid;
+    dm_train_data_sizes(r->data, NULL, &seq, &hid);
+    cli_config *c = &o->c;
+    if ((c->size_set[1] && c->size[1] != seq) || (c->size_set[2] && c->size[2] != hid)) {
+        cli_usage_error(CMD, "--data holds sequences of %" PRId64 " tokens of width %" PRId64
+                        ": leave --seq and --hidden out (they come from the file)", seq, hid);
+        return CLI_USAGE;
+    }
+    if (dm_train_data_check_dtypes(r->data) != DM_OK) return fail_dm("--data: ");
+    dm_status st = dm_train_data_check_finite(r->data);
+    if (st != DM_OK) {
+        if (st == DM_ERR_OOM) {
+            cli_error(CMD, "out of memory checking --data");
+            return CLI_FAIL;
         }
-        if (!data_dtype_ok(ud.x) || !data_dtype_ok(ud.y) || (ud.mask && !data_dtype_ok(ud.mask) &&
-                                                             ud.mask->dtype != DM_ST_I64 && ud.mask->dtype != DM_ST_I32 &&
-                                                             ud.mask->dtype != DM_ST_U8 && ud.mask->dtype != DM_ST_BOOL)) {
-            cli_error(CMD, "--data: hidden_states and target must be f32, f64, bf16 or f16 (attention_mask may also "
-                      "be i64, i32, u8 or bool)");
-            rc = CLI_FAIL;
-            goto done;
-        }
-        for (int q = 0; q < 2; q++) {
-            const dm_st_tensor *t = q ? ud.y : ud.x;
-            const int64_t at = first_nonfinite(t, ud.n, seq * hid);
-            if (at == -2) {
-                cli_error(CMD, "out of memory checking --data");
-                rc = CLI_FAIL;
-                goto done;
-            }
-            if (at >= 0) {
-                cli_error(CMD, "--data %s: %s has a NaN or infinity in sample %" PRId64 " (flat index %" PRId64
-                          "): training on it would stop there", data, t->name, at / (seq * hid), at);
-                rc = CLI_FAIL;
-                goto done;
-            }
-        }
-        c.size[1] = seq, c.size_set[1] = 1;
-        c.size[2] = hid, c.size_set[2] = 1;
+        return fail_dm("--data ");
     }
-    if (cli_config_finish(&c, CMD, 1)) {
-        rc = CLI_USAGE;
-        goto done;
+    c->size[1] = seq, c->size_set[1] = 1;
+    c->size[2] = hid, c->size_set[2] = 1;
+    return 0;
+}
+
+/* The trainer, on the parameters it starts from (a checkpoint, a pretrained file or
+ * BERT's initialisation), and the data or the teacher. 0 ok, else the exit status after
+ * the error. */
+static int setup(train_run *r) {
+    train_opts *o = &r->o;
+    if (cli_config_finish(&o->c, CMD, 1)) return CLI_USAGE;
+    const dm_layer_config *cfg = &o->c.cfg;
+    int64_t n = 0;
+    if (r->data) dm_train_data_sizes(r->data, &n, NULL, NULL);
+    if (r->data && n < cfg->batch) {
+        cli_usage_error(CMD, "--data holds %" PRId64 " samples, fewer than a batch (--batch %" PRId64 ")", n,
+                        cfg->batch);
+        return CLI_USAGE;
     }
-    const dm_layer_config *cfg = &c.cfg;
-    const int64_t b = cfg->batch, j = cfg->seq, I = cfg->hidden;
-    if (data && ud.n < b) {
-        cli_usage_error(CMD, "--data holds %" PRId64 " samples, fewer than a batch (--batch %" PRId64 ")", ud.n, b);
-        rc = CLI_USAGE;
-        goto done;
-    }
-    rc = CLI_FAIL;
-    dm_layer_options opt = {.threads = c.threads, .schedule = unfused ? DM_SCHED_UNFUSED : DM_SCHED_FUSED,
-                            .plan = plan, .recompute = recompute, .device = device, .dtype = dtype,
-                            .rows = rows, .streams = streams};
-    if (cli_options_check(CMD, &opt)) {
-        rc = CLI_USAGE;
-        goto done;
-    }
-    if (plan && unfused) {
+    dm_layer_options opt = {.threads = o->c.threads, .schedule = o->unfused ? DM_SCHED_UNFUSED : DM_SCHED_FUSED,
+                            .plan = o->plan, .recompute = o->recompute, .device = o->dev.device,
+                            .dtype = o->dev.dtype, .rows = o->dev.rows, .streams = o->dev.streams};
+    if (cli_options_check(CMD, &opt)) return CLI_USAGE;
+    if (o->plan && o->unfused) {
         cli_usage_error(CMD, "--plan is a plan of the fused schedule: leave out --schedule unfused");
-        rc = CLI_USAGE;
-        goto done;
+        return CLI_USAGE;
     }
-    if (dm_trainer_new(&T, cfg, layers, &opt, &adam) != DM_OK) {
-        rc = fail_dm("");
-        goto done;
+    if (dm_trainer_new(&r->T, cfg, o->layers, &opt, &o->adam) != DM_OK) return fail_dm("");
+    /* what this run trains on: a checkpoint of another run is not resumed */
+    char tag[128];
+    const char *base = o->data ? strrchr(o->data, '/') : NULL;
+    if (o->data) snprintf(tag, sizeof tag, "data %.100s", base ? base + 1 : o->data);
+    else snprintf(tag, sizeof tag, "teacher scale %.17g", o->teacher_scale);
+    if (dm_trainer_set_run_tag(r->T, tag) != DM_OK) return fail_dm("");
+    if (o->resume) {
+        if (dm_trainer_load(r->T, o->resume) != DM_OK) return fail_dm("--resume: ");
+    } else if (o->init) {
+        if (dm_trainer_load_params(r->T, o->init) != DM_OK) return fail_dm("--init: ");
+    } else if (dm_trainer_init_params(r->T, cfg->seed) != DM_OK) {
+        return fail_dm("");
     }
-    {
-        /* what this run trains on: a checkpoint of another run is not resumed */
-        char tag[128];
-        const char *base = data ? strrchr(data, '/') : NULL;
-        if (data) snprintf(tag, sizeof tag, "data %.100s", base ? base + 1 : data);
-        else snprintf(tag, sizeof tag, "teacher scale %.17g", teacher_scale);
-        if (dm_trainer_set_run_tag(T, tag) != DM_OK) {
-            rc = fail_dm("");
-            goto done;
-        }
-    }
-    if (resume) {
-        if (dm_trainer_load(T, resume) != DM_OK) {
-            rc = fail_dm("--resume: ");
-            goto done;
-        }
-    } else if (init) {
-        if (dm_trainer_load_params(T, init) != DM_OK) {
-            rc = fail_dm("--init: ");
-            goto done;
-        }
-    } else if (dm_trainer_init_params(T, cfg->seed) != DM_OK) {
-        rc = fail_dm("");
-        goto done;
-    }
-    const int64_t start = dm_trainer_step_count(T);
-    if (start >= stop) {
+    r->start = dm_trainer_step_count(r->T);
+    r->stop = o->until ? o->until : o->steps;
+    if (r->start >= r->stop) {
         cli_usage_error(CMD, "the checkpoint is at step %" PRId64 ", already at %s %" PRId64
-                        ": give a larger one to go on", start, until ? "--until" : "--steps", stop);
-        rc = CLI_USAGE;
-        goto done;
+                        ": give a larger one to go on", r->start, o->until ? "--until" : "--steps", r->stop);
+        return CLI_USAGE;
     }
-    if (!data) {
-        dm_layer_config tc = *cfg;
-        tc.dropout = 0.0;
-        /* on the trainer's device: its forward pass makes each step's targets (with the
-         * generated kernels rather than auto's per-group timing of both, at creation) */
-        dm_layer_options to = {.threads = c.threads, .forward_only = 1, .device = device, .dtype = dtype,
-                               .rows = rows == DM_ROWS_AUTO ? DM_ROWS_GEN : rows, .streams = streams};
-        if (dm_trainer_new(&teacher, &tc, layers, &to, NULL) != DM_OK ||
-            dm_trainer_init_params(teacher, cfg->seed ^ 0x7465616368657200ull /* "teacher" */) != DM_OK) {
-            rc = fail_dm("the teacher: ");
-            goto done;
-        }
-        char name[160];
-        for (int l = 0; l < layers; l++)
-            for (int k = 0; k < DM_NUM_PARAMS; k++) {
-                float *p;
-                int nd;
-                int64_t sh[4];
-                snprintf(name, sizeof name, "encoder.layer.%d.%s", l, dm_param_names[k]);
-                if (dm_trainer_tensor(teacher, name, &p, &nd, sh) != DM_OK) {
-                    rc = fail_dm("the teacher: ");
-                    goto done;
-                }
-                if (nd == 2)
-                    for (int64_t e = 0; e < sh[0] * sh[1]; e++) p[e] *= (float)teacher_scale;
-            }
-    }
-    float *x = tensor(T, "hidden_states"), *y = tensor(T, "target"), *mask = tensor(T, "attention_mask");
-    float *tx = teacher ? tensor(teacher, "hidden_states") : NULL, *tm = teacher ? tensor(teacher, "attention_mask") : NULL;
-    float *ty = teacher ? tensor(teacher, "output") : NULL;
-    if (!x || !y || !mask || (teacher && (!tx || !tm || !ty))) {
-        rc = fail_dm("internal: ");
-        goto done;
-    }
-    const int64_t todo = stop - start;
+    /* the teacher, on the trainer's device: its forward pass makes each step's targets */
+    dm_status st = r->data ? DM_OK : dm_teacher_new(&r->teacher, cfg, o->layers, &opt, o->teacher_scale);
+    if (st != DM_OK) return fail_dm(st == DM_ERR_INTERNAL ? "internal: " : "the teacher: ");
+    r->x = tensor(r->T, "hidden_states"), r->y = tensor(r->T, "target"), r->mask = tensor(r->T, "attention_mask");
+    if (!r->x || !r->y || !r->mask) return fail_dm("internal: ");
     /* the per-step history grows as the run goes (a long --steps costs no memory up front) */
-    int64_t cap = todo < 4096 ? todo : 4096;
-    if (!(losses = malloc((size_t)cap * sizeof(double))) || !(step_secs = malloc((size_t)cap * sizeof(double)))) {
+    const int64_t todo = r->stop - r->start;
+    r->cap = todo < 4096 ? todo : 4096;
+    if (!(r->losses = malloc((size_t)r->cap * sizeof(double))) ||
+        !(r->step_secs = malloc((size_t)r->cap * sizeof(double)))) {
         cli_error(CMD, "out of memory");
-        goto done;
+        return CLI_FAIL;
     }
-    if (!log_every) log_every = todo <= 15 ? 1 : (todo + 14) / 15;
-    const int64_t np = dm_trainer_num_params(T);
-    FILE *info = json ? stderr : stdout;
-    char lrb[32];
-    dm_fmt_exact(lrb, sizeof lrb, adam.lr);
-    char where[128];
-    if (device == DM_DEVICE_CUDA)
-        snprintf(where, sizeof where, "on the GPU (%s storage%s)", dm_dtype_name(dtype), cli_emulated_note(device));
-    else snprintf(where, sizeof where, "%d thread%s", cli_threads(c.threads), cli_threads(c.threads) > 1 ? "s" : "");
+    if (!o->log_every) o->log_every = todo <= 15 ? 1 : (todo + 14) / 15;
+    return 0;
+}
+
+/* What the run is: the stack, the data, AdamW and the steps (stderr with --json). */
+static void print_header(const train_run *r, FILE *info) {
+    const train_opts *o = &r->o;
+    const dm_layer_config *cfg = &o->c.cfg;
+    const int threads = cli_threads(o->c.threads), layers = o->layers;
+    char lrb[32], where[128];
+    dm_fmt_exact(lrb, sizeof lrb, o->adam.lr);
+    if (o->dev.device == DM_DEVICE_CUDA)
+        snprintf(where, sizeof where, "on the GPU (%s storage%s)", dm_dtype_name(o->dev.dtype),
+                 cli_emulated_note(o->dev.device));
+    else snprintf(where, sizeof where, "%d thread%s", threads, threads > 1 ? "s" : "");
     fprintf(info, "dmove train: %d layer%s (i=%" PRId64 " h=%" PRId64 " u=%" PRId64 ", %s%s; %.2fM parameters), "
                   "batches of b=%" PRId64 " j=%" PRId64 ", dropout %g, %s\n",
-            layers, layers > 1 ? "s" : "", I, cfg->heads, cfg->ffn, dm_act_name(cfg->act), cli_variant(cfg),
-            (double)np / 1e6, b, j, cfg->dropout, where);
-    fprintf(info, "  data: %s\n", data ? data : "the teacher task (a random stack to imitate; inputs N(0, 1))");
+            layers, layers > 1 ? "s" : "", cfg->hidden, cfg->heads, cfg->ffn, dm_act_name(cfg->act), cli_variant(cfg),
+            (double)dm_trainer_num_params(r->T) / 1e6, cfg->batch, cfg->seq, cfg->dropout, where);
+    fprintf(info, "  data: %s\n", o->data ? o->data : "the teacher task (a random stack to imitate; inputs N(0, 1))");
     fprintf(info, "  AdamW: lr %s%s%s, weight decay %g; %s%s; steps %" PRId64 " to %" PRId64 " of %" PRId64 "\n", lrb,
-            adam.warmup ? ", warm-up" : "", linear ? ", linear decay" : "", adam.weight_decay,
-            resume ? "resumed from " : init ? "parameters from " : "BERT initialisation", resume ? resume : init ? init : "",
-            start + 1, stop, steps);
+            o->adam.warmup ? ", warm-up" : "", o->linear ? ", linear decay" : "", o->adam.weight_decay,
+            o->resume ? "resumed from " : o->init ? "parameters from " : "BERT initialisation",
+            o->resume ? o->resume : o->init ? o->init : "", r->start + 1, r->stop, o->steps);
     fflush(info);
+}
 
-    double t_begin = cli_now(), t_data = 0.0, t_save = 0.0, t_last = t_begin;
-    int64_t last_logged = start, ran = 0;
+/* Step s's batch into the trainer: from the file or from the teacher. */
+static int fill_batch(train_run *r, int64_t s) {
+    if (r->data) {
+        if (dm_train_data_batch(r->data, s, r->o.c.cfg.batch, r->x, r->y, r->mask) != DM_OK)
+            return fail_dm("--data: ");
+    } else if (dm_teacher_batch(r->teacher, s, r->x, r->y, r->mask) != DM_OK) {
+        return fail_dm("the teacher: ");
+    }
+    return 0;
+}
+
+/* Step s: the batch, the update, its time without sending the batch up (on a GPU: the
+ * data's cost, as the teacher's), the history grown as needed. */
+static int one_step(train_run *r, int64_t s) {
+    double t0 = cli_now();
+    int rc = fill_batch(r, s);
+    if (rc) return rc;
+    r->t_data += cli_now() - t0;
+    double loss, ts = cli_now(), up0[DM_TRAIN_NUM_PHASES], up1[DM_TRAIN_NUM_PHASES];
+    dm_trainer_times(r->T, up0);
+    if (dm_trainer_step(r->T, &loss) != DM_OK) {
+        char where[128];
+        snprintf(where, sizeof where, "step %" PRId64 ": ", s);
+        rc = fail_dm(where);
+        /* the failed step changed nothing: keep what the steps before it learned */
+        if (r->o.save && s > r->start + 1) {
+            if (dm_trainer_save(r->T, r->o.save) == DM_OK)
+                cli_error(CMD, "the state after step %" PRId64 " is saved to %s", s - 1, r->o.save);
+            else
+                cli_error(CMD, "and the state after step %" PRId64 " could not be saved: %s", s - 1, dm_last_error());
+        }
+        return rc;
+    }
+    const int64_t todo = r->stop - r->start;
+    if (s - r->start > r->cap) {
+        r->cap = r->cap * 2 < todo ? r->cap * 2 : todo;
+        double *l2 = realloc(r->losses, (size_t)r->cap * sizeof(double));
+        if (l2) r->losses = l2;
+        double *s2 = l2 ? realloc(r->step_secs, (size_t)r->cap * sizeof(double)) : NULL;
+        if (s2) r->step_secs = s2;
+        if (!l2 || !s2) {
+            cli_error(CMD, "out of memory for the loss history at step %" PRId64, s);
+            return CLI_FAIL;
+        }
+    }
+    dm_trainer_times(r->T, up1);
+    r->step_secs[s - r->start - 1] = cli_now() - ts - (up1[DM_TRAIN_INPUT] - up0[DM_TRAIN_INPUT]);
+    r->losses[s - r->start - 1] = loss;
+    r->ran = s - r->start;
+    return 0;
+}
+
+/* The steps from start + 1 to stop, or to a signal: progress lines, checkpoints every
+ * --save-every steps and at the end, the loss chart. 0 ok, else the exit status. */
+static int train_loop(train_run *r, FILE *info) {
+    const train_opts *o = &r->o;
+    const int64_t b = o->c.cfg.batch, j = o->c.cfg.seq;
+    double t_begin = cli_now(), t_last = t_begin;
+    int64_t last_logged = r->start;
+    int rc;
     catch_signals();
-    for (int64_t s = start + 1; s <= stop && !g_interrupted; s++) {
-        double t0 = cli_now();
-        if (data) {
-            if (fill_from_file(&ud, s, b, j, I, x, y, mask) != DM_OK) {
-                rc = fail_dm("--data: ");
-                goto done;
-            }
-        } else {
-            fill_teacher_inputs(cfg->seed, s, b, j, I, tx, tm);
-            double tl;
-            if (dm_trainer_forward(teacher, &tl) != DM_OK) {
-                rc = fail_dm("the teacher: ");
-                goto done;
-            }
-            memcpy(x, tx, (size_t)(b * j * I) * sizeof(float));
-            memcpy(y, ty, (size_t)(b * j * I) * sizeof(float));
-            memcpy(mask, tm, (size_t)(b * j) * sizeof(float));
-        }
-        t_data += cli_now() - t0;
-        double loss, ts = cli_now(), up0[DM_TRAIN_NUM_PHASES], up1[DM_TRAIN_NUM_PHASES];
-        dm_trainer_times(T, up0);
-        if (dm_trainer_step(T, &loss) != DM_OK) {
-            char where[128];
-            snprintf(where, sizeof where, "step %" PRId64 ": ", s);
-            rc = fail_dm(where);
-            /* the failed step changed nothing: keep what the steps before it learned */
-            if (save && s > start + 1) {
-                if (dm_trainer_save(T, save) == DM_OK)
-                    cli_error(CMD, "the state after step %" PRId64 " is saved to %s", s - 1, save);
-                else
-                    cli_error(CMD, "and the state after step %" PRId64 " could not be saved: %s", s - 1, dm_last_error());
-            }
-            goto done;
-        }
-        if (s - start > cap) {
-            cap = cap * 2 < todo ? cap * 2 : todo;
-            double *l2 = realloc(losses, (size_t)cap * sizeof(double));
-            if (l2) losses = l2;
-            double *s2 = l2 ? realloc(step_secs, (size_t)cap * sizeof(double)) : NULL;
-            if (s2) step_secs = s2;
-            if (!l2 || !s2) {
-                cli_error(CMD, "out of memory for the loss history at step %" PRId64, s);
-                goto done;
-            }
-        }
-        /* the step without sending its batch up (on a GPU: the data's cost, as the teacher's) */
-        dm_trainer_times(T, up1);
-        step_secs[s - start - 1] = cli_now() - ts - (up1[DM_TRAIN_INPUT] - up0[DM_TRAIN_INPUT]);
-        losses[s - start - 1] = loss;
-        ran = s - start;
-        if (save && save_every && s % save_every == 0 && s < stop) {
+    for (int64_t s = r->start + 1; s <= r->stop && !g_interrupted; s++) {
+        if ((rc = one_step(r, s)) != 0) return rc;
+        if (o->save && o->save_every && s % o->save_every == 0 && s < r->stop) {
             double t1 = cli_now();
-            if (dm_trainer_save(T, save) != DM_OK) {
-                rc = fail_dm("--save: ");
-                goto done;
-            }
-            t_save += cli_now() - t1;
+            if (dm_trainer_save(r->T, o->save) != DM_OK) return fail_dm("--save: ");
+            r->t_save += cli_now() - t1;
         }
-        if ((s - start) % log_every == 0 || s == stop || s == start + 1 || g_interrupted) {
+        if ((s - r->start) % o->log_every == 0 || s == r->stop || s == r->start + 1 || g_interrupted) {
             double t = cli_now(), per = (t - t_last) / (double)(s - last_logged);
             char eta[32];
-            fmt_secs(eta, sizeof eta, per * (double)(stop - s));
+            fmt_secs(eta, sizeof eta, per * (double)(r->stop - s));
             fprintf(info, "step %*" PRId64 "/%" PRId64 "  loss %.6f  lr %.2e  %.3f s/step  %.0f tokens/s  eta %s\n",
-                    (int)snprintf(NULL, 0, "%" PRId64, steps), s, steps, loss, dm_adamw_lr(&adam, s), per,
-                    (double)(b * j) / per, eta);
+                    (int)snprintf(NULL, 0, "%" PRId64, o->steps), s, o->steps, r->losses[s - r->start - 1],
+                    dm_adamw_lr(&o->adam, s), per, (double)(b * j) / per, eta);
             fflush(info);
             t_last = t;
             last_logged = s;
         }
     }
-    double t_total = cli_now() - t_begin;
-    const int64_t last = start + ran;
-    if (save && ran > 0) {
+    r->t_total = cli_now() - t_begin;
+    if (o->save && r->ran > 0) {
         double t1 = cli_now();
-        if (dm_trainer_save(T, save) != DM_OK) {
-            rc = fail_dm("--save: ");
-            goto done;
-        }
-        t_save += cli_now() - t1;
+        if (dm_trainer_save(r->T, o->save) != DM_OK) return fail_dm("--save: ");
+        r->t_save += cli_now() - t1;
     }
-    if (svg) {
-        char title[160];
+    if (o->svg) {
+        char title[160], lrb[32];
+        dm_fmt_exact(lrb, sizeof lrb, o->adam.lr);
         snprintf(title, sizeof title, "dmove train: %d layer%s, i=%" PRId64 ", b=%" PRId64 " j=%" PRId64 ", lr %s",
-                 layers, layers > 1 ? "s" : "", I, b, j, lrb);
-        if (ran > 0 && dm_loss_svg(losses, ran, start + 1, title, svg) != DM_OK) {
-            rc = fail_dm("--svg: ");
-            goto done;
-        }
+                 o->layers, o->layers > 1 ? "s" : "", o->c.cfg.hidden, b, j, lrb);
+        if (r->ran > 0 && dm_loss_svg(r->losses, r->ran, r->start + 1, title, o->svg) != DM_OK)
+            return fail_dm("--svg: ");
     }
-    double ph[DM_TRAIN_NUM_PHASES];
-    dm_trainer_times(T, ph);
-    /* AdamW reads p, g, m, v and writes p, m, v: 28 bytes per parameter per step */
-    if (ran == 0) {
-        cli_error(CMD, "interrupted before the first step ended: nothing trained, nothing saved");
-        rc = 130;
-        goto done;
-    }
-    const double opt_gbs = ph[DM_TRAIN_OPTIMIZER] > 0 ? 28.0 * (double)np * (double)ran / ph[DM_TRAIN_OPTIMIZER] / 1e9 : 0;
-    const double n = (double)ran;
-    /* the median training step (forward, loss, backward, AdamW; not the data) */
-    qsort(step_secs, (size_t)ran, sizeof(double), cmp_double);
-    const double med = ran % 2 ? step_secs[ran / 2] : 0.5 * (step_secs[ran / 2 - 1] + step_secs[ran / 2]);
-    const double step_flop = dm_trainer_step_flop(T);
+    return 0;
+}
+
+/* What the report shows: times per phase, the median step, its flop, the memory. */
+typedef struct {
+    double ph[DM_TRAIN_NUM_PHASES], n, med, opt_gbs, step_flop;
+    int64_t np;
     dm_layer_memory mem;
     size_t opt_bytes;
-    dm_trainer_memory_info(T, &mem, &opt_bytes);
-    if (json) {
-        printf("{\"layers\":%d,\"params\":%" PRId64 ",\"batch\":%" PRId64 ",\"seq\":%" PRId64 ",\"hidden\":%" PRId64
-               ",\"heads\":%" PRId64 ",\"ffn\":%" PRId64 ",\"dropout\":%.17g,\"lr\":%.17g,\"first_step\":%" PRId64
-               ",\"last_step\":%" PRId64 ",\"data\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"loss\":[",
-               layers, np, b, j, I, cfg->heads, cfg->ffn, cfg->dropout, adam.lr, start + 1, last,
-               data ? "file" : "teacher", dm_device_kind_name(device), dm_dtype_name(dtype));
-        for (int64_t k = 0; k < ran; k++) printf("%s%.9g", k ? "," : "", losses[k]);
-        printf("],\"ms_per_step\":{\"data\":%.4f,\"input\":%.4f,\"forward\":%.4f,\"loss\":%.4f,\"backward\":%.4f,"
-               "\"optimizer\":%.4f,\"total\":%.4f},\"step_ms_median\":%.4f,\"step_flop\":%.6g,\"gflop_per_s\":%.2f,"
-               "\"optimizer_gb_per_s\":%.3f,\"tokens_per_s\":%.1f,"
-               "\"memory_bytes\":{\"arenas\":%zu,\"intermediates\":%zu,\"scratch\":%zu,\"optimizer\":%zu}}\n",
-               1e3 * t_data / n, 1e3 * ph[DM_TRAIN_INPUT] / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n,
-               1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * (t_total - t_save) / n,
-               1e3 * med, step_flop, step_flop / med / 1e9, opt_gbs, (double)(b * j) * n / (t_total - t_save), mem.arena,
-               mem.activations, mem.scratch, opt_bytes);
-    } else {
-        printf("\nloss %.6f (step %" PRId64 ") -> %.6f (step %" PRId64 ")\n", losses[0], start + 1, losses[ran - 1],
-               last);
-        char up[64] = "";
-        if (device == DM_DEVICE_CUDA) snprintf(up, sizeof up, ", batch to the GPU %.1f", 1e3 * ph[DM_TRAIN_INPUT] / n);
-        printf("time per step %.1f ms: %s %.1f%s, forward %.1f, loss %.1f, backward %.1f, AdamW %.1f (%.1f GB/s)\n",
-               1e3 * (t_total - t_save) / n, data ? "reading data" : "teacher", 1e3 * t_data / n, up,
-               1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
-               1e3 * ph[DM_TRAIN_OPTIMIZER] / n, opt_gbs);
-        printf("median training step (forward, loss, backward, AdamW): %.1f ms, %.1f GFLOP of the layers: %.1f %s\n",
-               1e3 * med, step_flop / 1e9, step_flop / med / (device == DM_DEVICE_CUDA ? 1e12 : 1e9),
-               device == DM_DEVICE_CUDA ? "TFLOP/s" : "GFLOP/s");
-        printf("memory%s: %.1f MB (the layers' arenas %.1f MB, of them intermediates %.1f MB%s; scratch %.1f MB; "
-               "AdamW's moments%s %.1f MB)\n", device == DM_DEVICE_CUDA ? " on the GPU" : "",
-               (double)(mem.arena + mem.scratch + opt_bytes) / 1e6, mem.arena / 1e6, mem.activations / 1e6,
-               recompute ? ", attention recomputed" : "", mem.scratch / 1e6,
-               device == DM_DEVICE_CUDA && dtype != DM_DTYPE_FP32 ? " and fp32 master weights" : "", opt_bytes / 1e6);
-        if (save && last < steps)
-            printf("checkpoint: %s (step %" PRId64 " of %" PRId64 "; continue with the same options and --resume %s)\n",
-                   save, last, steps, save);
-        else if (save)
-            printf("checkpoint: %s (step %" PRId64 "; go on with --resume %s and a larger --steps)\n", save, last, save);
-        if (svg) printf("loss chart: %s\n", svg);
+} train_summary;
+
+static void summarize(train_run *r, train_summary *m) {
+    dm_trainer_times(r->T, m->ph);
+    m->np = dm_trainer_num_params(r->T);
+    /* AdamW reads p, g, m, v and writes p, m, v: 28 bytes per parameter per step */
+    m->opt_gbs = m->ph[DM_TRAIN_OPTIMIZER] > 0
+                     ? 28.0 * (double)m->np * (double)r->ran / m->ph[DM_TRAIN_OPTIMIZER] / 1e9 : 0;
+    m->n = (double)r->ran;
+    /* the median training step (forward, loss, backward, AdamW; not the data) */
+    qsort(r->step_secs, (size_t)r->ran, sizeof(double), cmp_double);
+    const int64_t ran = r->ran;
+    m->med = ran % 2 ? r->step_secs[ran / 2] : 0.5 * (r->step_secs[ran / 2 - 1] + r->step_secs[ran / 2]);
+    m->step_flop = dm_trainer_step_flop(r->T);
+    dm_trainer_memory_info(r->T, &m->mem, &m->opt_bytes);
+}
+
+static void print_json(const train_run *r, const train_summary *m) {
+    const train_opts *o = &r->o;
+    const dm_layer_config *cfg = &o->c.cfg;
+    const int64_t b = cfg->batch, j = cfg->seq;
+    const double n = m->n, *ph = m->ph;
+    printf("{\"layers\":%d,\"params\":%" PRId64 ",\"batch\":%" PRId64 ",\"seq\":%" PRId64 ",\"hidden\":%" PRId64
+           ",\"heads\":%" PRId64 ",\"ffn\":%" PRId64 ",\"dropout\":%.17g,\"lr\":%.17g,\"first_step\":%" PRId64
+           ",\"last_step\":%" PRId64 ",\"data\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"loss\":[",
+           o->layers, m->np, b, j, cfg->hidden, cfg->heads, cfg->ffn, cfg->dropout, o->adam.lr, r->start + 1,
+           r->start + r->ran, o->data ? "file" : "teacher", dm_device_kind_name(o->dev.device),
+           dm_dtype_name(o->dev.dtype));
+    for (int64_t k = 0; k < r->ran; k++) printf("%s%.9g", k ? "," : "", r->losses[k]);
+    printf("],\"ms_per_step\":{\"data\":%.4f,\"input\":%.4f,\"forward\":%.4f,\"loss\":%.4f,\"backward\":%.4f,"
+           "\"optimizer\":%.4f,\"total\":%.4f},\"step_ms_median\":%.4f,\"step_flop\":%.6g,\"gflop_per_s\":%.2f,"
+           "\"optimizer_gb_per_s\":%.3f,\"tokens_per_s\":%.1f,"
+           "\"memory_bytes\":{\"arenas\":%zu,\"intermediates\":%zu,\"scratch\":%zu,\"optimizer\":%zu}}\n",
+           1e3 * r->t_data / n, 1e3 * ph[DM_TRAIN_INPUT] / n, 1e3 * ph[DM_TRAIN_FORWARD] / n,
+           1e3 * ph[DM_TRAIN_LOSS] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n,
+           1e3 * (r->t_total - r->t_save) / n, 1e3 * m->med, m->step_flop, m->step_flop / m->med / 1e9, m->opt_gbs,
+           (double)(b * j) * n / (r->t_total - r->t_save), m->mem.arena, m->mem.activations, m->mem.scratch,
+           m->opt_bytes);
+}
+
+static void print_summary(const train_run *r, const train_summary *m) {
+    const train_opts *o = &r->o;
+    const int cuda = o->dev.device == DM_DEVICE_CUDA;
+    const double n = m->n, *ph = m->ph;
+    const int64_t last = r->start + r->ran;
+    printf("\nloss %.6f (step %" PRId64 ") -> %.6f (step %" PRId64 ")\n", r->losses[0], r->start + 1,
+           r->losses[r->ran - 1], last);
+    char up[64] = "";
+    if (cuda) snprintf(up, sizeof up, ", batch to the GPU %.1f", 1e3 * ph[DM_TRAIN_INPUT] / n);
+    printf("time per step %.1f ms: %s %.1f%s, forward %.1f, loss %.1f, backward %.1f, AdamW %.1f (%.1f GB/s)\n",
+           1e3 * (r->t_total - r->t_save) / n, o->data ? "reading data" : "teacher", 1e3 * r->t_data / n, up,
+           1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
+           1e3 * ph[DM_TRAIN_OPTIMIZER] / n, m->opt_gbs);
+    printf("median training step (forward, loss, backward, AdamW): %.1f ms, %.1f GFLOP of the layers: %.1f %s\n",
+           1e3 * m->med, m->step_flop / 1e9, m->step_flop / m->med / (cuda ? 1e12 : 1e9),
+           cuda ? "TFLOP/s" : "GFLOP/s");
+    printf("memory%s: %.1f MB (the layers' arenas %.1f MB, of them intermediates %.1f MB%s; scratch %.1f MB; "
+           "AdamW's moments%s %.1f MB)\n", cuda ? " on the GPU" : "",
+           (double)(m->mem.arena + m->mem.scratch + m->opt_bytes) / 1e6, m->mem.arena / 1e6,
+           m->mem.activations / 1e6, o->recompute ? ", attention recomputed" : "", m->mem.scratch / 1e6,
+           cuda && o->dev.dtype != DM_DTYPE_FP32 ? " and fp32 master weights" : "", m->opt_bytes / 1e6);
+    if (o->save && last < o->steps)
+        printf("checkpoint: %s (step %" PRId64 " of %" PRId64 "; continue with the same options and --resume %s)\n",
+               o->save, last, o->steps, o->save);
+    else if (o->save)
+        printf("checkpoint: %s (step %" PRId64 "; go on with --resume %s and a larger --steps)\n", o->save, last,
+               o->save);
+    if (o->svg) printf("loss chart: %s\n", o->svg);
+}
+
+/* The end: the report, and the exit status (130 when a signal cut the run short). */
+static int finish(train_run *r) {
+    const train_opts *o = &r->o;
+    if (r->ran == 0) {
+        cli_error(CMD, "interrupted before the first step ended: nothing trained, nothing saved");
+        return 130;
     }
-    rc = fflush(stdout) == 0 ? CLI_OK : CLI_FAIL;
-    if (g_interrupted && last < stop) {
-        if (save)
+    train_summary m;
+    summarize(r, &m);
+    if (o->json) print_json(r, &m);
+    else print_summary(r, &m);
+    int rc = fflush(stdout) == 0 ? CLI_OK : CLI_FAIL;
+    const int64_t last = r->start + r->ran;
+    if (g_interrupted && last < r->stop) {
+        if (o->save)
             cli_error(CMD, "interrupted after step %" PRId64 " of %" PRId64 ": checkpoint saved to %s; continue with "
-                      "the same options and --resume %s", last, steps, save, save);
+                      "the same options and --resume %s", last, o->steps, o->save, o->save);
         else
-            cli_error(CMD, "interrupted after step %" PRId64 " of %" PRId64 " (without --save, nothing was kept)", last,
-                      steps);
+            cli_error(CMD, "interrupted after step %" PRId64 " of %" PRId64 " (without --save, nothing was kept)",
+                      last, o->steps);
         rc = 130;
     }
+    return rc;
+}
+
+int cmd_train(int argc, char **argv) {
+    train_run r;
+    memset(&r, 0, sizeof r);
+    int rc = cli_parse(&k_train, &r.o, argc, argv);
+    if (rc != CLI_GO) return rc;
+    if ((rc = check_options(&r.o)) != 0) return rc;
+    if ((r.o.data && (rc = open_data(&r)) != 0) || (rc = setup(&r)) != 0) goto done;
+    FILE *info = r.o.json ? stderr : stdout;
+    print_header(&r, info);
+    if ((rc = train_loop(&r, info)) == 0) rc = finish(&r);
 done:
-    free(losses);
-    free(step_secs);
-    dm_trainer_free(T);
-    dm_trainer_free(teacher);
-    dm_st_free(ud.f);
+    run_free(&r);
     return rc;
 }

@@ -1,0 +1,285 @@
+/* dmove_tools.h: the public C API of dmove's tools beside the layer and the trainer
+ * (dmove.h): tensor files (safetensors), the roofline analysis of a training step on a
+ * device model, CPU profiles, the tuner, the data and the teacher of a training run, and
+ * the charts. What the `dmove` command does, any program (or a Python binding) can do
+ * through it: opaque handles, every fallible function returns dm_status and leaves its
+ * message in dm_last_error(), nothing ever exits. Text a function gives (char **text) is
+ * the caller's to free(). */
+#ifndef DMOVE_TOOLS_H
+#define DMOVE_TOOLS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dmove.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- Small helpers ---------------------------------------------------------------------- */
+
+/* v as the shortest "%g" text that reads back as exactly v ("0.1"): for messages and
+ * file metadata. */
+void dm_fmt_exact(char *buf, size_t n, double v);
+/* The CPU's model name (/proc/cpuinfo), or `fallback` when it cannot be read. */
+void dm_cpu_model_name(char *out, size_t n, const char *fallback);
+/* A time-to-floor ratio as text (3 significant digits, no exponent). Returns buf. */
+const char *dm_ratio_text(double x, char *buf, size_t n);
+/* "fp32" for 4 bytes per element, "bf16/fp16" for 2. */
+const char *dm_dtype_bytes_name(int dtype_bytes);
+
+/* The parameters of an encoder layer (Hugging Face BertLayer's), known before any layer
+ * exists: the name, and the shape by dimension letter ('i' the hidden width, 'u' the
+ * feed-forward width; weights (out, in) as torch.nn.Linear stores them). */
+typedef struct {
+    const char *name;
+    int ndim;      /* 1 or 2 */
+    char dims[2];  /* dims[0 .. ndim) */
+} dm_param_spec;
+int dm_param_spec_count(void);
+dm_status dm_param_spec_get(int index, dm_param_spec *out);
+
+/* --- What a layer's backend chose ------------------------------------------------------- */
+
+/* A count a layer's backend reports by name, for reports ("row_programs",
+ * "row_programs_generated", "attention_fused", "bias_epilogues", "second_stream": what
+ * the GPU executor chose); 0 for a name its backend does not report (the CPU: all). */
+int64_t dm_layer_choice_count(const dm_layer *layer, const char *name);
+/* A note a layer's backend gives by name into buf ("" when none): "gen_unavailable" (why
+ * the generated kernels could not be built), "device_name" (the GPU as its driver names
+ * it; "" emulated or on the CPU). */
+void dm_layer_note(const dm_layer *layer, const char *name, char *buf, size_t n);
+/* The options as a layer made with them runs: `out` is `opt` with its defaults resolved
+ * (rows and streams from the environment, as dm_layer_new resolves them). On an error (a
+ * bad environment variable) the field stays as given (DM_ROWS_DEFAULT, 0) and the first
+ * error is returned. */
+dm_status dm_layer_options_effective(const dm_layer_options *opt, dm_layer_options *out);
+
+/* --- Tensor files (safetensors) --------------------------------------------------------- */
+
+/* The element types of a tensor file. */
+typedef enum {
+    DM_FILE_F32 = 0, DM_FILE_F64, DM_FILE_F16, DM_FILE_BF16, DM_FILE_I64, DM_FILE_I32, DM_FILE_I16,
+    DM_FILE_I8, DM_FILE_U8, DM_FILE_BOOL
+} dm_file_dtype;
+const char *dm_file_dtype_name(dm_file_dtype d); /* "F32", ... as the file has it */
+
+typedef struct {
+    const char *name;      /* lives as long as the file */
+    dm_file_dtype dtype;
+    int ndim;
+    int64_t shape[8];
+} dm_tensor_info;
+
+/* A safetensors file, read and validated whole (header, every entry's dtype, shape and
+ * offsets). */
+typedef struct dm_tensor_file dm_tensor_file;
+dm_status dm_tensor_file_open(dm_tensor_file **out, const char *path);
+void dm_tensor_file_free(dm_tensor_file *f);
+const char *dm_tensor_file_path(const dm_tensor_file *f);
+int dm_tensor_file_count(const dm_tensor_file *f);
+/* The index of the tensor called `name`, or -1. */
+int dm_tensor_file_find(const dm_tensor_file *f, const char *name);
+dm_status dm_tensor_file_info(const dm_tensor_file *f, int index, dm_tensor_info *out);
+/* Tensor `index` as n floats (converted from any dtype; n must be its element count). */
+dm_status dm_tensor_file_read_f32(const dm_tensor_file *f, int index, float *out, size_t n);
+/* The value of `key` in the file's __metadata__, or NULL; lives as long as the file. */
+const char *dm_tensor_file_metadata(const dm_tensor_file *f, const char *key);
+
+/* A safetensors file being made: tensors and metadata, written atomically. */
+typedef struct dm_tensor_writer dm_tensor_writer;
+dm_status dm_tensor_writer_new(dm_tensor_writer **out);
+void dm_tensor_writer_free(dm_tensor_writer *w);
+/* Adds a float32 tensor (name, shape and data copied). */
+dm_status dm_tensor_writer_add_f32(dm_tensor_writer *w, const char *name, int ndim, const int64_t *shape,
+                                   const float *data);
+dm_status dm_tensor_writer_set_metadata(dm_tensor_writer *w, const char *key, const char *value);
+/* Writes to a temporary file beside path and renames it: on failure path is unchanged. */
+dm_status dm_tensor_writer_write(dm_tensor_writer *w, const char *path);
+
+/* --- CPU profiles (`dmove probe`) ------------------------------------------------------- */
+
+#define DM_PROBE_MAX_THREADS 64
+
+/* What was measured on a CPU. */
+typedef struct {
+    char machine[256];        /* CPU model name */
+    char host[128];
+    char date[32];            /* UTC, ISO 8601 */
+    int threads;              /* most threads measured */
+    double triad_bw, read_bw; /* bytes/s: STREAM triad, read-only sum */
+    double vector_flops;      /* flop/s of an in-cache FMA loop on all threads */
+    int sgemm_n;              /* square SGEMM size */
+    int nsgemm;
+    int sgemm_threads[DM_PROBE_MAX_THREADS];
+    double sgemm_flops[DM_PROBE_MAX_THREADS];
+} dm_profile_info;
+
+typedef struct dm_profile dm_profile;
+/* $XDG_CACHE_HOME/dmove/cpu-profile.json, else ~/.cache/dmove/cpu-profile.json. */
+dm_status dm_profile_default_path(char *buf, size_t n);
+/* Measures this CPU (threads 1 .. max_threads, 0: all); progress (may be NULL) gets a
+ * line per step. Well under a minute. */
+dm_status dm_profile_measure(dm_profile **out, int max_threads, void (*progress)(const char *line));
+/* Loads and validates a profile file. */
+dm_status dm_profile_open(dm_profile **out, const char *path);
+/* Writes it atomically, making the parent directory if needed. */
+dm_status dm_profile_write(const dm_profile *p, const char *path);
+void dm_profile_get_info(const dm_profile *p, dm_profile_info *out);
+void dm_profile_free(dm_profile *p);
+
+/* --- Device models of the roofline ------------------------------------------------------ */
+
+typedef struct dm_device_model dm_device_model;
+/* A datasheet preset ("v100", "a100", "h100", "h200"); DM_ERR_NOT_FOUND names the known. */
+dm_status dm_device_model_preset(dm_device_model **out, const char *name);
+/* This CPU from a profile, at `threads` (0: the most measured). */
+dm_status dm_device_model_cpu(dm_device_model **out, const dm_profile *p, int threads);
+void dm_device_model_free(dm_device_model *m);
+/* The known preset names, comma-separated, for messages. */
+const char *dm_device_names(void);
+/* The preset for a GPU of this name as its driver gives it, or NULL. */
+const char *dm_device_for_gpu(const char *gpu);
+const char *dm_device_model_name(const dm_device_model *m);
+const char *dm_device_model_desc(const dm_device_model *m);
+int dm_device_model_is_cpu(const dm_device_model *m);
+double dm_device_model_bandwidth(const dm_device_model *m); /* bytes/s */
+/* Contraction and vector peaks (flop/s) for a dtype of dtype_bytes (4 fp32, 2 bf16/fp16). */
+double dm_device_model_contract_peak(const dm_device_model *m, int dtype_bytes);
+double dm_device_model_vector_peak(const dm_device_model *m, int dtype_bytes);
+/* The roofline time of work on m: max(compute time, bytes / bandwidth). */
+double dm_device_model_roofline(const dm_device_model *m, int dtype_bytes, double contract_flop,
+                                double other_flop, double bytes);
+
+/* --- The analysis of a training step (`dmove analyze`) ---------------------------------- */
+
+/* One encoder layer's training step analysed on a device model without running it: per
+ * operator flop, bytes, intensity, bound and predicted time; per class shares; unfused vs
+ * fused bytes and floors; the fused groups; the memory between the passes. With
+ * `recompute`, the fused plan recomputes attention in the backward. */
+typedef struct dm_analysis dm_analysis;
+dm_status dm_analysis_new(dm_analysis **out, const dm_layer_config *cfg, const dm_device_model *dev,
+                          int dtype_bytes, int recompute);
+void dm_analysis_free(dm_analysis *a);
+int dm_analysis_num_ops(const dm_analysis *a);
+/* Applies a plan file from the tuner (for the same sizes) to the fused plan; its layouts,
+ * algorithms and side-by-side pairs then appear in dm_analysis_plan_text and in the JSON
+ * report's "plan" object. */
+dm_status dm_analysis_load_plan(dm_analysis *a, const char *path);
+dm_status dm_analysis_plan_text(const dm_analysis *a, char **text);
+/* Runs the unfused step on this CPU (warmup untimed steps, reps profiled ones): the
+ * reports then add each operator's achieved time, rates, roofline % and MUE. */
+dm_status dm_analysis_measure(dm_analysis *a, int threads, int warmup, int reps);
+/* The reports: the tables (operators, classes, data movement, groups, memory), one JSON
+ * object, the operator table as CSV, and the roofline chart (SVG, written atomically). */
+dm_status dm_analysis_table(const dm_analysis *a, char **text);
+dm_status dm_analysis_json(const dm_analysis *a, char **text);
+dm_status dm_analysis_csv(const dm_analysis *a, char **text);
+dm_status dm_analysis_write_svg(const dm_analysis *a, const char *title, const char *path);
+/* The roofline floors (seconds) of the unfused and the fused step of cfg on m. */
+dm_status dm_analysis_floors(const dm_layer_config *cfg, const dm_device_model *m, int dtype_bytes,
+                             int recompute, double *unfused_s, double *fused_s);
+
+/* --- Charts ----------------------------------------------------------------------------- */
+
+/* A step's groups as bars of their time, each with its roofline floor inside; one section
+ * per schedule. ms < 0: a group timed with another (its note shown); floor_ms < 0: none. */
+typedef struct {
+    const char *label;
+    int pass;
+    dm_op_class cls;
+    double ms, floor_ms;
+    const char *note;
+} dm_group_bar;
+typedef struct {
+    const char *name;
+    const char *summary;
+    const dm_group_bar *bars;
+    int nbars;
+} dm_group_chart;
+dm_status dm_group_chart_write_svg(const char *title, const char *subtitle, const dm_group_chart *sec, int nsec,
+                                   const char *path);
+/* The loss curve of a training run (steps first_step .. first_step + n - 1), written
+ * atomically. */
+dm_status dm_loss_svg(const double *loss, int64_t n, int64_t first_step, const char *title, const char *path);
+
+/* --- Tuning (`dmove tune`) -------------------------------------------------------------- */
+
+/* The candidates (layouts per tensor, algorithms per contraction) of every fused group of
+ * a layer's step, measured on this CPU, the fastest configuration of the whole step by
+ * shortest path, refined by alternate re-timing, pairs of contractions side by side and
+ * row groups in GEMM epilogues; written as a plan file. */
+typedef struct dm_tuning dm_tuning;
+typedef struct {
+    const char *machine;
+    int groups, tensors;          /* fused groups; tensors with a layout choice */
+    int64_t candidates;           /* candidate layouts over those tensors */
+    int64_t tasks, from_cache;    /* measurements, and of them from the cache */
+    int threads, reps;
+    int retime_runs;              /* runs per candidate when two are re-timed alternately */
+    int refined;                  /* re-timings so far (dm_tuning_refine) */
+    double default_s, tuned_s;    /* sums over groups: the default plan, the tuned one */
+} dm_tuning_info;
+/* The $XDG_CACHE_HOME (else ~/.cache) dmove/tune-cache.tsv. */
+dm_status dm_tune_cache_default_path(char *buf, size_t n);
+dm_status dm_tuning_new(dm_tuning **out, const dm_layer_config *cfg, const dm_layer_options *opt, int reps);
+void dm_tuning_free(dm_tuning *t);
+void dm_tuning_get_info(const dm_tuning *t, dm_tuning_info *out);
+/* The tensors with a layout choice and their candidates: "; name {bji jbi}" each. */
+dm_status dm_tuning_candidates(const dm_tuning *t, char **text);
+/* Measures every candidate not in the cache (NULL: none); progress after each. */
+dm_status dm_tuning_measure(dm_tuning *t, const char *cache,
+                            void (*progress)(int64_t done, int64_t total, int64_t cached, double secs, void *arg),
+                            void *arg);
+/* The shortest-path selection over the measured times. */
+dm_status dm_tuning_select(dm_tuning *t);
+/* Re-times each changed group's default and choice alternately, then selects again;
+ * nchanged: the groups re-timed (0: the selection is final). */
+dm_status dm_tuning_refine(dm_tuning *t, const char *cache, int *nchanged);
+/* Input- and weight-gradient contractions one after the other against side by side. */
+dm_status dm_tuning_pairs(dm_tuning *t);
+/* Row groups in their GEMM's epilogue against apart. */
+dm_status dm_tuning_rows(dm_tuning *t);
+/* The groups' candidates and choices, and what the pairs and epilogues timed. */
+dm_status dm_tuning_report(const dm_tuning *t, char **text);
+dm_status dm_tuning_save(const dm_tuning *t, const char *path);
+/* 1 if the selection runs dmove's own GEMM kernel ("direct") anywhere. */
+int dm_tuning_uses_direct(const dm_tuning *t);
+/* Violin plot of each group's spread of candidate times. */
+dm_status dm_tuning_write_svg(const dm_tuning *t, const char *path);
+
+/* --- What a training run learns (`dmove train`) ----------------------------------------- */
+
+/* Samples from a tensor file: hidden_states (N, j, i), target (N, j, i), optionally
+ * attention_mask (N, j). Batch s takes samples (s-1)*b .. s*b-1, wrapping around. */
+typedef struct dm_train_data dm_train_data;
+/* Takes the tensors of an open file (which must outlive the data) and checks their names
+ * and shapes; the message starts with the file's path. */
+dm_status dm_train_data_new(dm_train_data **out, const dm_tensor_file *f);
+void dm_train_data_free(dm_train_data *d);
+void dm_train_data_sizes(const dm_train_data *d, int64_t *samples, int64_t *seq, int64_t *hidden);
+/* hidden_states and target must be floats (f32, f64, bf16, f16), the mask any number. */
+dm_status dm_train_data_check_dtypes(const dm_train_data *d);
+/* Every value of hidden_states and target finite (found now, not when training reaches
+ * it); the message starts with the file's path. DM_ERR_OOM without memory to check. */
+dm_status dm_train_data_check_finite(const dm_train_data *d);
+/* Batch `step` (from 1) of b samples: x, y (b, j, i) and mask (b, j), 1 token 0 padding. */
+dm_status dm_train_data_batch(const dm_train_data *d, int64_t step, int64_t b, float *x, float *y, float *mask);
+
+/* The teacher task: a second stack of `layers` layers of cfg (dropout off, BERT's
+ * initialisation from cfg->seed, weights times `scale`) maps fresh inputs N(0, 1) with
+ * random padding to the targets, forward only, on the device of opt. */
+typedef struct dm_teacher dm_teacher;
+/* DM_ERR_INTERNAL when the stack lacks a tensor the batches need. */
+dm_status dm_teacher_new(dm_teacher **out, const dm_layer_config *cfg, int layers, const dm_layer_options *opt,
+                         double scale);
+void dm_teacher_free(dm_teacher *t);
+/* Batch `step` (from 1): inputs x (b, j, i) and mask (b, j) from Philox (cfg->seed), the
+ * teacher's outputs as targets y (b, j, i). */
+dm_status dm_teacher_batch(dm_teacher *t, int64_t step, float *x, float *y, float *mask);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,49 @@
+/* analysis_api.h: inside the public analysis API of dmove_tools.h (api.c, textreport.c,
+ * and tune/api.c's measurement): what a dm_analysis holds. */
+#ifndef DM_ANALYSIS_API_H
+#define DM_ANALYSIS_API_H
+
+#include "analysis/cost.h"
+#include "dmove_tools.h"
+#include "plan/planfile.h"
+
+struct dm_profile {
+    dm_cpu_profile p;
+};
+
+struct dm_device_model {
+    dm_device d;
+};
+
+/* What the step holds in memory: the tensors the forward keeps for the backward (made in
+ * the forward, read in the backward) in the plan analysed (the fused one, or with
+ * recompute the recomputing one), and the intermediates of the fused plan, the unfused
+ * one and the fused one with attention recomputed at their peak (first-fit over live
+ * intervals: the arena's intermediate part), in the storage type. */
+typedef struct {
+    int n;
+    int t[64];             /* saved tensors of the fused graph, largest first */
+    double saved_bytes;
+    double fused, unfused, recompute; /* intermediates, bytes */
+} dm_analysis_memory;
+
+struct dm_analysis {
+    dm_layer_config cfg;
+    dm_device dev;
+    int dtype_bytes, recompute;
+    /* g: the step's graph, as the unfused schedule runs it (the operator table); gf: the
+     * fused schedule's graph, g after its rewrites (graph/rewrite.c keeps op ids, so the
+     * fused plan's groups index g's operators too); plan: gf's fused plan */
+    dm_graph g, gf;
+    dm_plan plan;
+    dm_cost_report rep;
+    dm_analysis_memory mem;
+    double *op_secs;       /* measured seconds per op of g, or NULL */
+    /* a plan file applied (dm_analysis_load_plan) */
+    char *plan_path;
+    int have_choices;
+    dm_choices ch;
+    int *partner, *beside; /* per group of plan: the group run beside it, the group it runs beside */
+};
+
+#endif

@@ -1,0 +1,126 @@
+/* data.c: the samples a training run reads from a tensor file (dm_train_data of
+ * dmove_tools.h): hidden_states (N, j, i), target (N, j, i) and optionally attention_mask
+ * (N, j), checked when opened (names, shapes, dtypes, every value finite), and step s's
+ * batch: samples (s-1)*b .. s*b-1 modulo N, converted to floats. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "core/tensorfile.h"
+
+struct dm_train_data {
+    const char *path;
+    const dm_st_tensor *x, *y, *mask;
+    int64_t n; /* samples */
+};
+
+dm_status dm_train_data_new(dm_train_data **out, const dm_tensor_file *file) {
+    if (!out || !file) return dm_fail(DM_ERR_INVALID_ARG, "dm_train_data_new: NULL argument");
+    *out = NULL;
+    const dm_st_file *f = dm_tensor_file_st(file);
+    const char *path = dm_tensor_file_path(file);
+    const dm_st_tensor *x = dm_st_find(f, "hidden_states"), *y = dm_st_find(f, "target");
+    const dm_st_tensor *mask = dm_st_find(f, "attention_mask");
+    if (!x || !y)
+        return dm_fail(DM_ERR_NOT_FOUND, "%s: needs tensors 'hidden_states' (N, j, i) and 'target' (N, j, i)%s%s",
+                       path, x ? "" : "; hidden_states is missing", y ? "" : "; target is missing");
+    if (x->ndim != 3 || y->ndim != 3 || memcmp(x->shape, y->shape, 3 * sizeof(int64_t)) != 0)
+        return dm_fail(DM_ERR_SHAPE, "%s: hidden_states and target must both be (N, j, i), the same shape", path);
+    if (mask && (mask->ndim != 2 || mask->shape[0] != x->shape[0] || mask->shape[1] != x->shape[1]))
+        return dm_fail(DM_ERR_SHAPE, "%s: attention_mask must be (N, j) = (%" PRId64 ", %" PRId64 ")", path,
+                       x->shape[0], x->shape[1]);
+    dm_train_data *d = calloc(1, sizeof *d);
+    if (!d) return dm_fail(DM_ERR_OOM, "out of memory");
+    *d = (dm_train_data){path, x, y, mask, x->shape[0]};
+    *out = d;
+    return DM_OK;
+}
+
+void dm_train_data_free(dm_train_data *d) { free(d); }
+
+void dm_train_data_sizes(const dm_train_data *d, int64_t *samples, int64_t *seq, int64_t *hidden) {
+    if (samples) *samples = d->n;
+    if (seq) *seq = d->x->shape[1];
+    if (hidden) *hidden = d->x->shape[2];
+}
+
+/* Elements [e0, e0 + n) of a file tensor into out as floats: dm_st_to_f32 on a view of
+ * them (every dtype the data may have). */
+static dm_status slice_f32(const dm_st_tensor *t, int64_t e0, int64_t n, float *out) {
+    const size_t es = dm_st_dtype_size(t->dtype);
+    dm_st_tensor v = *t;
+    v.data = (const unsigned char *)t->data + (size_t)e0 * es;
+    v.nbytes = (size_t)n * es;
+    v.ndim = 1;
+    v.shape[0] = n;
+    return dm_st_to_f32(&v, out, (size_t)n);
+}
+
+static int data_dtype_ok(const dm_st_tensor *t) {
+    return t->dtype == DM_ST_F32 || t->dtype == DM_ST_F64 || t->dtype == DM_ST_BF16 || t->dtype == DM_ST_F16;
+}
+
+dm_status dm_train_data_check_dtypes(const dm_train_data *d) {
+    if (!data_dtype_ok(d->x) || !data_dtype_ok(d->y) || (d->mask && !data_dtype_ok(d->mask) &&
+                                                         d->mask->dtype != DM_ST_I64 && d->mask->dtype != DM_ST_I32 &&
+                                                         d->mask->dtype != DM_ST_U8 && d->mask->dtype != DM_ST_BOOL))
+        return dm_fail(DM_ERR_FORMAT, "hidden_states and target must be f32, f64, bf16 or f16 (attention_mask may "
+                       "also be i64, i32, u8 or bool)");
+    return DM_OK;
+}
+
+/* The flat index of the first NaN or infinity of t, a tensor of `samples` samples of `per`
+ * elements, or -1 (-2: out of memory): found when the file is opened, not when training
+ * reaches that sample. */
+static int64_t first_nonfinite(const dm_st_tensor *t, int64_t samples, int64_t per) {
+    float *buf = malloc((size_t)per * sizeof(float));
+    if (!buf) return -2;
+    int64_t at = -1;
+    for (int64_t q = 0; q < samples && at < 0; q++) {
+        if (slice_f32(t, q * per, per, buf) != DM_OK) {
+            at = q * per; /* not expected: the dtype and size were checked */
+            break;
+        }
+        for (int64_t e = 0; e < per; e++)
+            if (!isfinite(buf[e])) {
+                at = q * per + e;
+                break;
+            }
+    }
+    free(buf);
+    return at;
+}
+
+dm_status dm_train_data_check_finite(const dm_train_data *d) {
+    const int64_t seq = d->x->shape[1], hid = d->x->shape[2];
+    for (int q = 0; q < 2; q++) {
+        const dm_st_tensor *t = q ? d->y : d->x;
+        const int64_t at = first_nonfinite(t, d->n, seq * hid);
+        if (at == -2) return dm_fail(DM_ERR_OOM, "out of memory checking the data");
+        if (at >= 0)
+            return dm_fail(DM_ERR_INVALID_ARG, "%s: %s has a NaN or infinity in sample %" PRId64 " (flat index %" PRId64
+                           "): training on it would stop there", d->path, t->name, at / (seq * hid), at);
+    }
+    return DM_OK;
+}
+
+/* Step s's batch from the file: samples (s-1)*b .. s*b-1 modulo N. */
+dm_status dm_train_data_batch(const dm_train_data *d, int64_t step, int64_t b, float *x, float *y, float *mask) {
+    const int64_t j = d->x->shape[1], i = d->x->shape[2];
+    const int64_t per = j * i;
+    for (int64_t q = 0; q < b; q++) {
+        const int64_t smp = ((step - 1) * b + q) % d->n;
+        DM_TRY(slice_f32(d->x, smp * per, per, x + q * per));
+        DM_TRY(slice_f32(d->y, smp * per, per, y + q * per));
+        float *m = mask + q * j;
+        if (d->mask) {
+            DM_TRY(slice_f32(d->mask, smp * j, j, m));
+            for (int64_t t = 0; t < j; t++) m[t] = m[t] != 0.0f;
+        } else {
+            for (int64_t t = 0; t < j; t++) m[t] = 1.0f;
+        }
+    }
+    return DM_OK;
+}

@@ -1,0 +1,226 @@
+/* test_tools.c: the public API of dmove_tools.h used as a program outside dmove would
+ * use it (only include/ headers): tensor files written and read back, the parameter
+ * table, device models and the roofline, the analysis and its reports, a training run's
+ * data (batches, wrapping, checks) and teacher (deterministic batches), and a CPU layer's
+ * backend report. The CLI tests (the tests/ shell scripts) run the same functions through `dmove`. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dmove.h"
+#include "dmove_tools.h"
+#include "testutil.h"
+
+static char g_dir[] = "/tmp/dmove_tools.XXXXXX";
+
+static void path_of(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", g_dir, name); }
+
+static void test_tensor_file(void) {
+    char path[256];
+    path_of(path, sizeof path, "t.safetensors");
+    const float a[6] = {1, 2, 3, 4, 5, 6}, b[2] = {-1.5f, 0.25f};
+    dm_tensor_writer *w = NULL;
+    CHECK_OK(dm_tensor_writer_new(&w));
+    CHECK_OK(dm_tensor_writer_add_f32(w, "a", 2, (int64_t[]){2, 3}, a));
+    CHECK_OK(dm_tensor_writer_add_f32(w, "b", 1, (int64_t[]){2}, b));
+    CHECK_OK(dm_tensor_writer_set_metadata(w, "heads", "4"));
+    CHECK_OK(dm_tensor_writer_write(w, path));
+    dm_tensor_writer_free(w);
+
+    dm_tensor_file *f = NULL;
+    CHECK_OK(dm_tensor_file_open(&f, path));
+    if (!f) return;
+    CHECK(dm_tensor_file_count(f) == 2);
+    CHECK(!strcmp(dm_tensor_file_path(f), path));
+    CHECK(dm_tensor_file_find(f, "c") == -1);
+    const int ka = dm_tensor_file_find(f, "a");
+    CHECK(ka >= 0);
+    dm_tensor_info t;
+    CHECK_OK(dm_tensor_file_info(f, ka, &t));
+    CHECK(!strcmp(t.name, "a") && t.dtype == DM_FILE_F32 && t.ndim == 2 && t.shape[0] == 2 && t.shape[1] == 3);
+    CHECK(!strcmp(dm_file_dtype_name(t.dtype), "F32"));
+    float got[6] = {0};
+    CHECK_OK(dm_tensor_file_read_f32(f, ka, got, 6));
+    CHECK(!memcmp(got, a, sizeof a));
+    CHECK(dm_tensor_file_read_f32(f, ka, got, 5) != DM_OK); /* the element count must match */
+    CHECK(dm_tensor_file_info(f, 2, &t) != DM_OK);
+    CHECK(dm_tensor_file_metadata(f, "heads") && !strcmp(dm_tensor_file_metadata(f, "heads"), "4"));
+    CHECK(dm_tensor_file_metadata(f, "seed") == NULL);
+    dm_tensor_file_free(f);
+    path_of(path, sizeof path, "missing.safetensors");
+    f = (dm_tensor_file *)1;
+    CHECK(dm_tensor_file_open(&f, path) != DM_OK && f == NULL);
+}
+
+static void test_param_specs(void) {
+    CHECK(dm_param_spec_count() == 16);
+    int weights = 0;
+    for (int k = 0; k < dm_param_spec_count(); k++) {
+        dm_param_spec p;
+        CHECK_OK(dm_param_spec_get(k, &p));
+        weights += p.ndim == 2;
+        if (!strcmp(p.name, "intermediate.dense.weight")) CHECK(p.ndim == 2 && p.dims[0] == 'u' && p.dims[1] == 'i');
+        if (!strcmp(p.name, "output.dense.weight")) CHECK(p.ndim == 2 && p.dims[0] == 'i' && p.dims[1] == 'u');
+        if (!strcmp(p.name, "intermediate.dense.bias")) CHECK(p.ndim == 1 && p.dims[0] == 'u');
+        if (!strcmp(p.name, "attention.self.query.weight")) CHECK(p.ndim == 2 && p.dims[0] == 'i' && p.dims[1] == 'i');
+    }
+    CHECK(weights == 6);
+    dm_param_spec p;
+    CHECK(dm_param_spec_get(16, &p) != DM_OK);
+}
+
+static void test_device_and_analysis(void) {
+    dm_device_model *m = NULL;
+    CHECK(dm_device_model_preset(&m, "h99") != DM_OK && m == NULL);
+    CHECK_OK(dm_device_model_preset(&m, "h100"));
+    if (!m) return;
+    CHECK(!strcmp(dm_device_model_name(m), "h100") && !dm_device_model_is_cpu(m));
+    CHECK(dm_device_model_contract_peak(m, 2) > dm_device_model_contract_peak(m, 4));
+    const double bw = dm_device_model_bandwidth(m);
+    CHECK(bw > 0 && dm_device_model_vector_peak(m, 4) > 0);
+    /* one flop and a gigabyte: memory-bound, the bytes at the bandwidth */
+    CHECK(fabs(dm_device_model_roofline(m, 4, 0, 1, 1e9) - 1e9 / bw) < 1e-12);
+
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 2, cfg.seq = 8, cfg.hidden = 16, cfg.heads = 2, cfg.ffn = 32;
+    dm_analysis *a = NULL;
+    CHECK(dm_analysis_new(&a, &cfg, m, 3, 0) != DM_OK && a == NULL);
+    CHECK_OK(dm_analysis_new(&a, &cfg, m, 2, 0));
+    if (a) {
+        const int nops = dm_analysis_num_ops(a);
+        CHECK(nops > 20);
+        char *text = NULL;
+        CHECK_OK(dm_analysis_table(a, &text));
+        CHECK(text && !strncmp(text, "dmove analyze: b=2 j=8 i=16 h=2 u=32, bf16/fp16,", 48) &&
+              strstr(text, "memory between the passes"));
+        free(text);
+        text = NULL;
+        CHECK_OK(dm_analysis_json(a, &text));
+        CHECK(text && text[0] == '{' && strstr(text, "\"memory\"") && !strstr(text, "\"plan\""));
+        free(text);
+        text = NULL;
+        CHECK_OK(dm_analysis_csv(a, &text));
+        int lines = 0;
+        for (const char *c = text; c && *c; c++) lines += *c == '\n';
+        CHECK(lines == nops + 1); /* a header and one line per operator */
+        free(text);
+        text = NULL;
+        CHECK(dm_analysis_plan_text(a, &text) != DM_OK && !text); /* no plan applied */
+        dm_analysis_free(a);
+    }
+    double un = 0, fu = 0;
+    CHECK_OK(dm_analysis_floors(&cfg, m, 2, 0, &un, &fu));
+    CHECK(un > 0 && fu > 0 && fu < un);
+    dm_device_model_free(m);
+}
+
+/* A data file of n samples of (j, i) whose values say where they come from. */
+static void write_data(const char *path, int n, int j, int i, int nan_at, int with_target) {
+    float *x = malloc(sizeof(float) * (size_t)(n * j * i)), *y = malloc(sizeof(float) * (size_t)(n * j * i));
+    float *m = malloc(sizeof(float) * (size_t)(n * j));
+    for (int e = 0; e < n * j * i; e++) x[e] = (float)e, y[e] = -(float)e;
+    for (int e = 0; e < n * j; e++) m[e] = e % j < j - 1 ? 2.0f : 0.0f; /* any non-zero keeps a token */
+    if (nan_at >= 0) y[nan_at] = NAN;
+    dm_tensor_writer *w = NULL;
+    CHECK_OK(dm_tensor_writer_new(&w));
+    CHECK_OK(dm_tensor_writer_add_f32(w, "hidden_states", 3, (int64_t[]){n, j, i}, x));
+    if (with_target) CHECK_OK(dm_tensor_writer_add_f32(w, "target", 3, (int64_t[]){n, j, i}, y));
+    CHECK_OK(dm_tensor_writer_add_f32(w, "attention_mask", 2, (int64_t[]){n, j}, m));
+    CHECK_OK(dm_tensor_writer_write(w, path));
+    dm_tensor_writer_free(w);
+    free(x);
+    free(y);
+    free(m);
+}
+
+static void test_train_data(void) {
+    enum { N = 3, J = 4, I = 8 };
+    char path[256];
+    path_of(path, sizeof path, "data.safetensors");
+    write_data(path, N, J, I, -1, 1);
+    dm_tensor_file *f = NULL;
+    dm_train_data *d = NULL;
+    CHECK_OK(dm_tensor_file_open(&f, path));
+    CHECK_OK(dm_train_data_new(&d, f));
+    if (d) {
+        int64_t n, j, i;
+        dm_train_data_sizes(d, &n, &j, &i);
+        CHECK(n == N && j == J && i == I);
+        CHECK_OK(dm_train_data_check_dtypes(d));
+        CHECK_OK(dm_train_data_check_finite(d));
+        float x[2 * J * I], y[2 * J * I], m[2 * J];
+        /* step 2 of batches of 2: samples 2 and 0 (wrapping around) */
+        CHECK_OK(dm_train_data_batch(d, 2, 2, x, y, m));
+        CHECK(x[0] == (float)(2 * J * I) && y[1] == -(float)(2 * J * I + 1) && x[J * I] == 0.0f);
+        CHECK(m[0] == 1.0f && m[J - 1] == 0.0f && m[J] == 1.0f);
+        dm_train_data_free(d);
+    }
+    dm_tensor_file_free(f);
+    /* a NaN in the targets is found when the data is checked, with its sample */
+    write_data(path, N, J, I, J * I + 5, 1);
+    f = NULL, d = NULL;
+    CHECK_OK(dm_tensor_file_open(&f, path));
+    CHECK_OK(dm_train_data_new(&d, f));
+    CHECK(d && dm_train_data_check_finite(d) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "sample 1 "));
+    dm_train_data_free(d);
+    dm_tensor_file_free(f);
+    /* no target: refused, naming what is missing */
+    write_data(path, N, J, I, -1, 0);
+    f = NULL, d = NULL;
+    CHECK_OK(dm_tensor_file_open(&f, path));
+    CHECK(dm_train_data_new(&d, f) != DM_OK && !d && strstr(dm_last_error(), "target is missing"));
+    dm_tensor_file_free(f);
+}
+
+static void test_teacher_and_layer(void) {
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 2, cfg.seq = 8, cfg.hidden = 16, cfg.heads = 2, cfg.ffn = 32, cfg.seed = 7;
+    const dm_layer_options opt = {.threads = 1};
+    enum { N = 2 * 8 * 16 };
+    dm_teacher *t = NULL;
+    CHECK_OK(dm_teacher_new(&t, &cfg, 1, &opt, 5.0));
+    if (t) {
+        static float x1[N], y1[N], m1[16], x2[N], y2[N], m2[16];
+        CHECK_OK(dm_teacher_batch(t, 3, x1, y1, m1));
+        CHECK_OK(dm_teacher_batch(t, 4, x2, y2, m2));
+        CHECK(memcmp(x1, x2, sizeof x1) != 0);
+        CHECK_OK(dm_teacher_batch(t, 3, x2, y2, m2)); /* the same step, the same batch */
+        CHECK(!memcmp(x1, x2, sizeof x1) && !memcmp(y1, y2, sizeof y1) && !memcmp(m1, m2, sizeof m1));
+        int finite = 1, whole = 1;
+        for (int e = 0; e < N; e++) finite &= isfinite(y1[e]) && y1[e] != x1[e];
+        for (int e = 0; e < 8; e++) whole &= m1[e] == 1.0f; /* the first sequence has no padding */
+        CHECK(finite && whole);
+        dm_teacher_free(t);
+    }
+    dm_layer *L = NULL;
+    CHECK_OK(dm_layer_new(&L, &cfg, &opt));
+    if (L) {
+        char note[64] = "x";
+        CHECK(dm_layer_choice_count(L, "row_programs") == 0 && dm_layer_choice_count(L, "no such") == 0);
+        dm_layer_note(L, "gen_unavailable", note, sizeof note);
+        CHECK(note[0] == 0);
+        dm_layer_free(L);
+    }
+    dm_layer_options e;
+    CHECK_OK(dm_layer_options_effective(&opt, &e));
+    CHECK(e.threads == 1 && e.device == DM_DEVICE_CPU);
+}
+
+int main(void) {
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_tensor_file();
+    test_param_specs();
+    test_device_and_analysis();
+    test_train_data();
+    test_teacher_and_layer();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "test_tools: could not remove %s\n", g_dir);
+    TEST_END();
+}
