@@ -10,14 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analysis/device.h"
+#include "core/file.h"
 #include "core/status.h"
-#include "cpu/contract.h"
 
 #define MAX_PLAN_BYTES (4 << 20)
 
-dm_status dm_choices_init(dm_choices *c, const dm_graph *g) {
+dm_status dm_choices_init(dm_choices *c, const dm_graph *g, const dm_algo_table *algos) {
     memset(c, 0, sizeof *c);
+    c->algos = algos;
     c->nt = g->nt;
     c->nop = g->nop;
     c->layout = calloc((size_t)(g->nt > 0 ? g->nt : 1), sizeof *c->layout);
