@@ -350,7 +350,7 @@ static int show_plan(const cli_config *c, const char *path, int recompute, dm_gr
     dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .recompute = recompute};
     dm_choices ch;
     char def[DM_MAX_DIMS + 1];
-    if (dm_plan_load(path, &c->cfg, &opt, g, &ch) != DM_OK) {
+    if (dm_plan_load(path, &c->cfg, &opt, g, &dm_cpu_gemm_algos, &ch) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
         return -1;
     }

@@ -72,7 +72,7 @@ static dm_status apply_choices(dm_layer *L, const dm_choices *given) {
     dm_choices loaded;
     const dm_choices *c = given;
     if (!c) {
-        DM_TRY(dm_plan_load(L->opt.plan, &L->cfg, &L->opt, &L->g, &loaded));
+        DM_TRY(dm_plan_load(L->opt.plan, &L->cfg, &L->opt, &L->g, &dm_cpu_gemm_algos, &loaded));
         c = &loaded;
     }
     dm_status s = dm_choices_apply(c, &L->g, &L->plan);

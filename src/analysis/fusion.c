@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "core/status.h"
-#include "cpu/contract.h"
 #include "plan/plan.h"
 
 typedef uint64_t word;
@@ -468,12 +467,13 @@ char *dm_plan_describe(const dm_plan *plan, const double *group_secs, int pairs)
         if (beside[G] >= 0 && l < (int)sizeof line - 80)
             l += snprintf(line + l, sizeof line - (size_t)l, "  (ran beside %s)",
                           g->op[plan->order[plan->groups[beside[G]].first]].name);
-        /* algorithm "direct_rows": the next group runs in this one's epilogue (the CPU
-         * executor refuses a plan where it cannot) */
+        /* an algorithm with DM_ALGO_ROWS_EPILOGUE (the CPU's "direct_rows"): the next group
+         * runs in this one's epilogue (the CPU executor refuses a plan where it cannot) */
         int rows_in = pairs && plan->algo && G + 1 < plan->ngroups &&
-                      plan->algo[plan->order[gr->first]] == DM_GEMM_DIRECT_ROWS;
+                      (dm_algo_flags(plan->algos, plan->algo[plan->order[gr->first]]) & DM_ALGO_ROWS_EPILOGUE);
         int rows_of = pairs && plan->algo && G > 0 &&
-                      plan->algo[plan->order[plan->groups[G - 1].first]] == DM_GEMM_DIRECT_ROWS;
+                      (dm_algo_flags(plan->algos, plan->algo[plan->order[plan->groups[G - 1].first]]) &
+                       DM_ALGO_ROWS_EPILOGUE);
         if (rows_in && l < (int)sizeof line - 80)
             l += snprintf(line + l, sizeof line - (size_t)l, "  (and %s in its epilogue)",
                           g->op[plan->order[plan->groups[G + 1].first]].name);

@@ -159,6 +159,12 @@ static const char *const k_algo_names[DM_GEMM_NUM_ALGOS] = {"default", "blas", "
                                                                    "concurrent", "direct", "direct_rows",
                                                                    "concurrent_direct"};
 
+static const unsigned k_algo_flags[DM_GEMM_NUM_ALGOS] = {[DM_GEMM_CONCURRENT] = DM_ALGO_BESIDE,
+                                                          [DM_GEMM_DIRECT_ROWS] = DM_ALGO_ROWS_EPILOGUE,
+                                                          [DM_GEMM_CONCURRENT_DIRECT] = DM_ALGO_BESIDE};
+
+const dm_algo_table dm_cpu_gemm_algos = {"cpu", DM_GEMM_NUM_ALGOS, k_algo_names, k_algo_flags};
+
 const char *dm_gemm_algo_name(dm_gemm_algo a) {
     return (unsigned)a < DM_GEMM_NUM_ALGOS ? k_algo_names[a] : "?";
 }

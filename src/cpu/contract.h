@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "graph/graph.h"
+#include "plan/algo.h"
 
 /* How the threads share one contraction (the tuner's implementation choice):
  *   BLAS   one sgemm per batch index, the BLAS's own threads inside each call
@@ -45,6 +46,11 @@ static inline int dm_gemm_algo_direct(int a) {
 }
 /* the algorithms that run a partner contraction beside this one */
 static inline int dm_gemm_algo_concurrent(int a) { return a == DM_GEMM_CONCURRENT || a == DM_GEMM_CONCURRENT_DIRECT; }
+
+/* The table that names them for the planner and plan files (plan/algo.h): backend "cpu",
+ * ids the dm_gemm_algo values; CONCURRENT and CONCURRENT_DIRECT are DM_ALGO_BESIDE,
+ * DIRECT_ROWS is DM_ALGO_ROWS_EPILOGUE. */
+extern const dm_algo_table dm_cpu_gemm_algos;
 
 const char *dm_gemm_algo_name(dm_gemm_algo a);
 /* -1 if unknown */

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 
 #include "core/status.h"
-#include "cpu/contract.h"
 #include "plan/plan.h"
 
 static int lone_contraction(const dm_plan *plan, int gi) {
@@ -61,7 +60,7 @@ dm_status dm_plan_pairs(const dm_plan *plan, int *partner, int *beside) {
         if (beside) beside[G] = -1;
     }
     for (int G = 0; plan->algo && G < plan->ngroups; G++) {
-        if (!dm_gemm_algo_concurrent(plan->algo[plan->order[plan->groups[G].first]])) continue;
+        if (!(dm_algo_flags(plan->algos, plan->algo[plan->order[plan->groups[G].first]]) & DM_ALGO_BESIDE)) continue;
         int p = dm_plan_partner(plan, G, claimed);
         if (p < 0) continue;
         claimed[G] = claimed[p] = 1;

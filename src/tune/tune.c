@@ -561,7 +561,7 @@ dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined) {
     char *key = malloc(4096);
     if (!key) return dm_fail(DM_ERR_OOM, "out of memory");
     dm_status s = cache_path ? cache_open_append(&kc, cache_path) : DM_OK;
-    if (s != DM_OK || (s = dm_choices_init(&ch, &T->g)) != DM_OK) {
+    if (s != DM_OK || (s = dm_choices_init(&ch, &T->g, &dm_cpu_gemm_algos)) != DM_OK) {
         cache_free(&kc);
         free(key);
         return s;
@@ -760,7 +760,7 @@ dm_status dm_tuner_measure(dm_tuner *T, const char *cache_path,
     int have_ch = 0;
     if (s == DM_OK && !key) s = dm_fail(DM_ERR_OOM, "out of memory");
     if (s == DM_OK) {
-        s = dm_choices_init(&ch, &T->g);
+        s = dm_choices_init(&ch, &T->g, &dm_cpu_gemm_algos);
         have_ch = s == DM_OK;
     }
     double t0 = omp_get_wtime();
