@@ -18,7 +18,7 @@
 #include "cli_common.h"
 #include "cpu/contract.h"
 #include "graph/encoder.h"
-#include "graph/rewrite.h"
+#include "plan/compile.h"
 #include "plan/planfile.h"
 
 static const char *const CMD = "analyze";
@@ -133,14 +133,10 @@ static dm_status memory_report(const dm_layer_config *cfg, int cpu, const dm_gra
     /* the three plans, built as dm_layer_new builds them (the one analysed among them) */
     for (int v = 0; v < 3; v++) {
         dm_graph g2;
-        dm_encoder enc;
         dm_plan p2;
-        memset(&p2, 0, sizeof p2);
-        dm_graph_init(&g2);
-        dm_status s = dm_build_encoder(&g2, cfg, 0, 1, &enc);
-        if (s == DM_OK && v > 0) s = dm_rewrite_fused(&g2);
-        if (s == DM_OK && v == 2) s = dm_rewrite_recompute_attention(&g2, NULL);
-        if (s == DM_OK) s = dm_plan_build(&g2, v > 0, v > 0 && cpu, 0, &p2);
+        const dm_compile_opts co = {.cfg = cfg, .schedule = v > 0 ? DM_SCHED_FUSED : DM_SCHED_UNFUSED,
+                                    .recompute = v == 2, .gpu_grouping = !cpu};
+        dm_status s = dm_compile(&co, &g2, NULL, &p2);
         if (s == DM_OK) *(v == 0 ? &m->unfused : v == 1 ? &m->fused : &m->recompute) = (double)p2.activation_bytes * scale;
         dm_plan_free(&p2);
         dm_graph_free(&g2);
@@ -409,7 +405,7 @@ static int show_plan(const cli_config *c, const char *path, int recompute, dm_gr
             if (plan->order[plan->groups[H].first] == o) G = H;
         int pa = G >= 0 ? partner[G] : -1, be = G >= 0 ? beside[G] : -1;
         if (!ch.algo[o] && be < 0) continue;
-        fprintf(out, "  %-22s %-9s", g->op[o].name, dm_gemm_algo_name((dm_gemm_algo)ch.algo[o]));
+        fprintf(out, "  %-22s %-9s", g->op[o].name, dm_algo_name(ch.algos, ch.algo[o]));
         if (pa >= 0) fprintf(out, "  (%s runs beside it)", g->op[plan->order[plan->groups[pa].first]].name);
         if (be >= 0)
             fprintf(out, "  (runs beside %s; its own algorithm applies alone)",

@@ -13,9 +13,8 @@
 #include "core/status.h"
 #include "cpu/exec.h"
 #include "graph/encoder.h"
-#include "graph/rewrite.h"
 #include "layer_internal.h"
-#include "plan/plan.h"
+#include "plan/compile.h"
 #ifdef DM_HAVE_CUDA
 #include "cuda/cuda_backend.h"
 #endif
@@ -67,19 +66,6 @@ dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_laye
     return dm_layer_new_with(out, cfg, opt, NULL, 0);
 }
 
-/* Loads opt->plan (or takes `given`) and applies it to the planned graph. */
-static dm_status apply_choices(dm_layer *L, const dm_choices *given) {
-    dm_choices loaded;
-    const dm_choices *c = given;
-    if (!c) {
-        DM_TRY(dm_plan_load(L->opt.plan, &L->cfg, &L->opt, &L->g, &dm_cpu_gemm_algos, &loaded));
-        c = &loaded;
-    }
-    dm_status s = dm_choices_apply(c, &L->g, &L->plan);
-    if (!given) dm_choices_free(&loaded);
-    return s;
-}
-
 static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
                            const dm_choices *choices, int lenient, int gpu_grouping, struct dm_cuda_pool *pool);
 
@@ -115,13 +101,13 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
     L->cfg = *cfg;
     L->opt = *opt;
     L->nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
-    dm_graph_init(&L->g);
-    dm_status s = dm_build_encoder(&L->g, cfg, opt->forward_only, !opt->no_input_grad, &L->enc);
-    /* the fused schedule's graph rewrites (graph/rewrite.c) */
-    if (s == DM_OK && opt->schedule == DM_SCHED_FUSED) s = dm_rewrite_fused(&L->g);
-    if (s == DM_OK && opt->recompute) s = dm_rewrite_recompute_attention(&L->g, NULL);
-    if (s == DM_OK) s = dm_plan_build(&L->g, opt->schedule == DM_SCHED_FUSED, !gpu_grouping, opt->no_reuse, &L->plan);
-    if (s == DM_OK && (choices || opt->plan)) s = apply_choices(L, choices);
+    /* the graph and its plan; a tuned plan's algorithms are the CPU's (dmove tune measures
+     * on the CPU) */
+    dm_compile_opts co = {.cfg = cfg, .schedule = opt->schedule, .recompute = opt->recompute,
+                          .forward_only = opt->forward_only, .no_input_grad = opt->no_input_grad,
+                          .gpu_grouping = gpu_grouping, .no_reuse = opt->no_reuse, .choices = choices,
+                          .plan_file = opt->plan, .algos = &dm_cpu_gemm_algos};
+    dm_status s = dm_compile(&co, &L->g, &L->enc, &L->plan);
     if (s == DM_OK) {
         L->arena_bytes = (L->plan.arena_bytes + 63) / 64 * 64;
         L->arena = dm_alloc_huge(L->arena_bytes); /* on 2 MiB pages where granted */
