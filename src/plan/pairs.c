@@ -2,7 +2,11 @@
  * weight gradient (dW = X^T dY) needs only dY and a saved activation, so it can start
  * as soon as the input gradient's GEMM (dX = dY W^T) does, and nothing before its own
  * turn reads what it writes. Running the two at once, each on half the threads, keeps
- * both GEMMs on a thread count where they are efficient instead of splitting each. */
+ * both GEMMs on a thread count where they are efficient instead of splitting each.
+ * Which contractions ask for a partner is the backend's choice, read from its algorithm
+ * table (DM_ALGO_BESIDE: the CPU's "concurrent" algorithms); the pairing itself is a
+ * question of the plan's dependencies, answered here for the executor, the tuner and the
+ * reports alike. */
 #include <stdlib.h>
 
 #include "core/status.h"
