@@ -38,8 +38,9 @@ int dm_choices_add_json(struct cJSON *obj, const dm_graph *g, const dm_choices *
 dm_status dm_plan_save(const char *path, const dm_layer_config *cfg, const dm_layer_options *opt,
                        const dm_graph *g, const dm_choices *c);
 /* Reads and validates a plan file for this configuration and graph, its algorithms by
- * their names in `algos` (c: initialised by this call; free with dm_choices_free). A file for another configuration, of another
- * format version, malformed or edited (checksum) gives DM_ERR_FORMAT and a message. */
+ * their names in `algos` (c: initialised by this call; free with dm_choices_free). A file
+ * for another configuration, of another format version, malformed or edited (checksum)
+ * gives DM_ERR_FORMAT and a message. */
 dm_status dm_plan_load(const char *path, const dm_layer_config *cfg, const dm_layer_options *opt,
                        const dm_graph *g, const dm_algo_table *algos, dm_choices *c);
 
