@@ -55,8 +55,9 @@ dm_status dm_plan_memory(dm_plan *plan, int no_reuse);
 int dm_plan_partner(const dm_plan *plan, int g1, const uint8_t *claimed);
 /* The pairs the plan's contractions with a DM_ALGO_BESIDE algorithm (plan->algo: the
  * CPU's "concurrent") form, in group order as the CPU executor forms them: partner[g]
- * (ngroups entries) is the group run beside g, or -1; beside (ngroups entries, or NULL) the inverse: the group g runs beside, or -1. A mark
- * with no partner is left out here (the executor refuses it). DM_ERR_OOM. */
+ * (ngroups entries) is the group run beside g, or -1; beside (ngroups entries, or NULL)
+ * the inverse: the group g runs beside, or -1. A mark with no partner is left out here
+ * (the executor refuses it). DM_ERR_OOM. */
 dm_status dm_plan_pairs(const dm_plan *plan, int *partner, int *beside);
 /* Text listing of the groups, with accumulated seconds per group if given (caller frees);
  * pairs: also name the contractions run side by side and the row groups run in a GEMM's
