@@ -54,7 +54,7 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched, int recompute
     dm_layer *ref = build(cfg, &opt, NULL, &st);
     CHECK_OK(st);
     dm_choices ch;
-    CHECK_OK(dm_choices_init(&ch, &T->g));
+    CHECK_OK(dm_choices_init(&ch, &T->g, &dm_cpu_gemm_algos));
     double worst = 0;
     int runs = 0, refused = 0;
     /* each candidate of each variable alone */
@@ -328,7 +328,7 @@ static void add_member(const char *text, const char *key, const char *entry, cha
 static void expect_bad(const char *path, const dm_layer_config *cfg, const dm_layer_options *opt,
                        const dm_graph *g, const char *why) {
     dm_choices c;
-    dm_status s = dm_plan_load(path, cfg, opt, g, &c);
+    dm_status s = dm_plan_load(path, cfg, opt, g, &dm_cpu_gemm_algos, &c);
     printf("  %-34s -> %s: %s\n", why, dm_status_name(s), dm_last_error());
     CHECK(s == DM_ERR_FORMAT || s == DM_ERR_NOT_FOUND);
     if (s == DM_OK) dm_choices_free(&c);
@@ -565,7 +565,7 @@ static void rows_medium(void) {
         dm_layer *ref = NULL;
         CHECK_OK(dm_layer_new(&ref, &cfg, &opt));
         dm_choices ch;
-        CHECK_OK(dm_choices_init(&ch, &T->g));
+        CHECK_OK(dm_choices_init(&ch, &T->g, &dm_cpu_gemm_algos));
         if (ref) {
             fill_inputs(ref, 7);
             CHECK_OK(dm_layer_forward(ref));

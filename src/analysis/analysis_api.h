@@ -46,4 +46,10 @@ struct dm_analysis {
     int *partner, *beside; /* per group of plan: the group run beside it, the group it runs beside */
 };
 
+/* Fills m for the plan analysed (gf, plan) and recounts the three plans' intermediates
+ * (api.c); dm_analysis_load_plan (tune/api.c: it reads the plan with the CPU's algorithm
+ * names) calls it again after the layouts change. */
+dm_status dm_analysis_memory_report(const dm_layer_config *cfg, int cpu, const dm_graph *gf, const dm_plan *plan,
+                                    int dtype_bytes, dm_analysis_memory *m);
+
 #endif

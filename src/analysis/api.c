@@ -8,8 +8,7 @@
 
 #include "analysis/analysis_api.h"
 #include "core/status.h"
-#include "graph/encoder.h"
-#include "graph/rewrite.h"
+#include "plan/compile.h"
 
 /* --- CPU profiles ---------------------------------------------------------------------- */
 
@@ -138,8 +137,8 @@ dm_status dm_group_chart_write_svg(const char *title, const char *subtitle, cons
 
 /* --- The analysis ---------------------------------------------------------------------- */
 
-static dm_status memory_report(const dm_layer_config *cfg, int cpu, const dm_graph *gf, const dm_plan *plan,
-                               int dtype_bytes, dm_analysis_memory *m) {
+dm_status dm_analysis_memory_report(const dm_layer_config *cfg, int cpu, const dm_graph *gf, const dm_plan *plan,
+                                    int dtype_bytes, dm_analysis_memory *m) {
     memset(m, 0, sizeof *m);
     const double scale = dtype_bytes / 4.0;
     for (int t = 0; t < gf->nt; t++) {
@@ -161,14 +160,10 @@ static dm_status memory_report(const dm_layer_config *cfg, int cpu, const dm_gra
     /* the three plans, built as dm_layer_new builds them (the one analysed among them) */
     for (int v = 0; v < 3; v++) {
         dm_graph g2;
-        dm_encoder enc;
         dm_plan p2;
-        memset(&p2, 0, sizeof p2);
-        dm_graph_init(&g2);
-        dm_status s = dm_build_encoder(&g2, cfg, 0, 1, &enc);
-        if (s == DM_OK && v > 0) s = dm_rewrite_fused(&g2);
-        if (s == DM_OK && v == 2) s = dm_rewrite_recompute_attention(&g2, NULL);
-        if (s == DM_OK) s = dm_plan_build(&g2, v > 0, v > 0 && cpu, 0, &p2);
+        const dm_compile_opts co = {.cfg = cfg, .schedule = v > 0 ? DM_SCHED_FUSED : DM_SCHED_UNFUSED,
+                                    .recompute = v == 2, .gpu_grouping = !cpu};
+        dm_status s = dm_compile(&co, &g2, NULL, &p2);
         if (s == DM_OK) *(v == 0 ? &m->unfused : v == 1 ? &m->fused : &m->recompute) = (double)p2.activation_bytes * scale;
         dm_plan_free(&p2);
         dm_graph_free(&g2);
@@ -191,7 +186,7 @@ dm_status dm_analysis_new(dm_analysis **out, const dm_layer_config *cfg, const d
     a->recompute = recompute;
     dm_status s = dm_cost_build(&a->cfg, a->dev.is_cpu, recompute, &a->g, &a->gf, &a->plan);
     if (s == DM_OK) s = dm_cost_analyze(&a->g, &a->plan, &a->dev, dtype_bytes, &a->rep);
-    if (s == DM_OK) s = memory_report(&a->cfg, a->dev.is_cpu, &a->gf, &a->plan, dtype_bytes, &a->mem);
+    if (s == DM_OK) s = dm_analysis_memory_report(&a->cfg, a->dev.is_cpu, &a->gf, &a->plan, dtype_bytes, &a->mem);
     if (s != DM_OK) {
         dm_analysis_free(a);
         return s;
@@ -214,23 +209,6 @@ void dm_analysis_free(dm_analysis *a) {
 }
 
 int dm_analysis_num_ops(const dm_analysis *a) { return a ? a->rep.nops : 0; }
-
-dm_status dm_analysis_load_plan(dm_analysis *a, const char *path) {
-    if (!a || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_load_plan: NULL argument");
-    if (a->have_choices) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_load_plan: a plan is applied already");
-    dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .recompute = a->recompute};
-    DM_TRY(dm_plan_load(path, &a->cfg, &opt, &a->gf, &a->ch));
-    a->have_choices = 1;
-    if (!(a->plan_path = strdup(path))) return dm_fail(DM_ERR_OOM, "out of memory");
-    /* partner[G]: the group run beside G; beside[G]: the group G runs beside */
-    DM_TRY(dm_choices_apply(&a->ch, &a->gf, &a->plan));
-    a->partner = malloc(sizeof(int) * 2 * (size_t)(a->plan.ngroups + 1));
-    if (!a->partner) return dm_fail(DM_ERR_OOM, "out of memory");
-    a->beside = a->partner + a->plan.ngroups + 1;
-    DM_TRY(dm_plan_pairs(&a->plan, a->partner, a->beside));
-    /* the layouts change the memory plan: the memory report follows it */
-    return memory_report(&a->cfg, a->dev.is_cpu, &a->gf, &a->plan, a->dtype_bytes, &a->mem);
-}
 
 dm_status dm_analysis_write_svg(const dm_analysis *a, const char *title, const char *path) {
     if (!a) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_write_svg: NULL analysis");

@@ -8,8 +8,7 @@
 
 #include "analysis/cost.h"
 #include "core/status.h"
-#include "graph/encoder.h"
-#include "graph/rewrite.h"
+#include "plan/compile.h"
 
 const char *dm_dtype_bytes_name(int dtype_bytes) { return dtype_bytes >= 4 ? "fp32" : "bf16/fp16"; }
 
@@ -230,17 +229,11 @@ void dm_cost_free(dm_cost_report *r) {
 dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, int recompute, dm_graph *g, dm_graph *gf,
                         dm_plan *plan) {
     memset(plan, 0, sizeof *plan);
-    dm_graph_init(g);
     dm_graph_init(gf);
-    dm_encoder enc;
-    dm_status st;
-    if ((st = dm_build_encoder(g, cfg, 0, 1, &enc)) != DM_OK || (st = dm_build_encoder(gf, cfg, 0, 1, &enc)) != DM_OK ||
-        (st = dm_rewrite_fused(gf)) != DM_OK)
-        return st;
-    if (gf->nop != g->nop)
-        return dm_fail(DM_ERR_INTERNAL, "the fused graph has %d operators, the graph %d", gf->nop, g->nop);
-    if (recompute && (st = dm_rewrite_recompute_attention(gf, NULL)) != DM_OK) return st;
-    return dm_plan_build(gf, 1, cpu, 0, plan);
+    const dm_compile_opts unfused = {.cfg = cfg, .schedule = DM_SCHED_UNFUSED};
+    const dm_compile_opts fused = {.cfg = cfg, .schedule = DM_SCHED_FUSED, .recompute = recompute, .gpu_grouping = !cpu};
+    dm_status st = dm_compile(&unfused, g, NULL, NULL);
+    return st == DM_OK ? dm_compile(&fused, gf, NULL, plan) : st;
 }
 
 dm_status dm_cost_floors(const dm_layer_config *cfg, const dm_device *dev, int dtype_bytes, int recompute,

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "core/file.h" /* dm_write_file_atomic, dm_make_parent (declared here before) */
 #include "dmove.h"
 
 #define DM_PROFILE_MAX_THREADS 64
@@ -65,11 +66,5 @@ dm_status dm_profile_save(const char *path, const dm_cpu_profile *p);
 /* probe.c: measures the profile. progress (may be NULL) gets one line per step. Threads
  * 1..max_threads (0: all). Takes well under a minute. */
 dm_status dm_cpu_probe(dm_cpu_profile *p, int max_threads, void (*progress)(const char *line));
-
-/* mkdir -p of the directory part of path. */
-dm_status dm_make_parent(const char *path);
-/* Writes len bytes to path atomically: a temporary file in the same directory, then
- * rename; on failure nothing is left behind and the target is unchanged. */
-dm_status dm_write_file_atomic(const char *path, const void *data, size_t len);
 
 #endif

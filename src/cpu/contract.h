@@ -1,10 +1,13 @@
-/* contract.h: a contraction (einsum of two operands) mapped to BLAS sgemm calls. */
+/* contract.h: a contraction (einsum of two operands) run on the CPU: its GEMM mapping
+ * (plan/gemm.h) as BLAS sgemm calls or dmove's own kernel, and how threads share them. */
 #ifndef DM_CPU_CONTRACT_H
 #define DM_CPU_CONTRACT_H
 
 #include <stdint.h>
 
 #include "graph/graph.h"
+#include "plan/algo.h"
+#include "plan/gemm.h"
 
 /* How the threads share one contraction (the tuner's implementation choice):
  *   BLAS   one sgemm per batch index, the BLAS's own threads inside each call
@@ -46,21 +49,26 @@ static inline int dm_gemm_algo_direct(int a) {
 /* the algorithms that run a partner contraction beside this one */
 static inline int dm_gemm_algo_concurrent(int a) { return a == DM_GEMM_CONCURRENT || a == DM_GEMM_CONCURRENT_DIRECT; }
 
+/* The table that names them for the planner and plan files (plan/algo.h): backend "cpu",
+ * ids the dm_gemm_algo values; CONCURRENT and CONCURRENT_DIRECT are DM_ALGO_BESIDE,
+ * DIRECT_ROWS is DM_ALGO_ROWS_EPILOGUE. */
+extern const dm_algo_table dm_cpu_gemm_algos;
+
 const char *dm_gemm_algo_name(dm_gemm_algo a);
 /* -1 if unknown */
 int dm_gemm_algo_parse(const char *s);
 
+/* A contraction as the CPU runs it: its GEMM mapping (plan/gemm.h; the fields also by
+ * name, gm->m, gm->lda, ...) and how the threads share it. */
 typedef struct {
-    float *A, *B, *C;   /* after any swap: C = alpha * op(A) op(B) + beta * C */
-    int transA, transB; /* 0 NoTrans, 1 Trans (row-major) */
-    int m, n, k, lda, ldb, ldc;
-    float alpha, beta;
-    int nbd;            /* batch dimensions looped over */
-    int64_t bsize[DM_MAX_DIMS], bsA[DM_MAX_DIMS], bsB[DM_MAX_DIMS], bsC[DM_MAX_DIMS];
-    int64_t nbatch;
+    union {
+        dm_gemm_map map;
+        struct {
+            DM_GEMM_MAP_FIELDS
+        };
+    };
     dm_gemm_algo algo;  /* never DEFAULT after prepare */
     int nthreads;       /* threads for BATCH / SPLIT_* (0: OpenMP's default) */
-    int swapped;        /* A and B were exchanged (C^T = B^T A^T) */
     float *pack;        /* DIRECT: pack_threads buffers of DM_GEMM_DIRECT_PACK_FLOATS, one per
                          * OpenMP thread number (NULL: dm_gemm_run and dm_gemm_run_pair
                          * allocate them per call) */
@@ -103,7 +111,8 @@ void dm_sgemm_direct(int transA, int transB, int m, int n, int k, float alpha, c
                      const float *B, int ldb, float *C, int ldc, float *buf);
 
 /* Maps op (a DM_OP_CONTRACT) with operands at A, B, C (laid out as their tensors say)
- * to BLAS calls. DM_ERR_UNSUPPORTED if a layout needs a copy. */
+ * to BLAS calls (dm_gemm_map_prepare), algorithm DEFAULT. DM_ERR_UNSUPPORTED if a layout
+ * needs a copy. */
 dm_status dm_gemm_prepare(dm_gemm *gm, const dm_graph *g, const dm_op *op, float *A, float *B,
                           float *C);
 dm_status dm_gemm_run(const dm_gemm *gm);
@@ -122,7 +131,5 @@ void dm_gemm_prefetch(const dm_gemm *gm, int64_t bi, int tileA, int tileB);
  * order: the spec's first input, second input, output) for this index, without batch
  * offset. DIRECT needs gm->pack with a buffer for this OpenMP thread number. */
 void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, float *tileC);
-/* Reference: the same contraction by loops in double (for the tests). */
-void dm_gemm_ref(const dm_graph *g, const dm_op *op, const float *A, const float *B, float *C);
 
 #endif

@@ -276,6 +276,10 @@ static dm_status pair_groups(dm_cpu_exec *ex, const dm_plan *plan, int lenient) 
 
 static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads, int lenient) {
     memset(ex, 0, sizeof *ex);
+    /* plan->algo's ids are dm_gemm_algo values only in the CPU's own table */
+    if (plan->algo && plan->algos != &dm_cpu_gemm_algos)
+        return dm_fail(DM_ERR_INVALID_ARG, "the plan's algorithms are the %s backend's, not the CPU's",
+                       plan->algos ? plan->algos->backend : "(unnamed)");
     ex->nthreads = nthreads;
     ex->max_cols = plan->max_cols > 0 ? plan->max_cols : 1;
     ex->ngroups = plan->ngroups;

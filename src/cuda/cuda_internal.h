@@ -15,7 +15,7 @@
 
 extern "C" {
 #include "core/status.h"
-#include "cpu/contract.h"
+#include "plan/gemm.h"
 #include "cpu/kernels.h"
 #include "plan/plan.h"
 }
@@ -136,7 +136,7 @@ typedef struct {
     int64_t sz[DM_MAX_DIMS], sa[DM_MAX_DIMS], sb[DM_MAX_DIMS], sc[DM_MAX_DIMS];
     int64_t count; /* all matrices: the product of sz */
 } dmc_batches;
-void dmc_gemm_batches(const dm_gemm *gm, dmc_batches *bt);
+void dmc_gemm_batches(const dm_gemm_map *gm, dmc_batches *bt);
 /* Element offsets in A, B, C of matrix number q (row-major over the merged dims). */
 void dmc_batch_offsets(const dmc_batches *bt, int64_t q, int64_t *oa, int64_t *ob, int64_t *oc);
 
@@ -151,12 +151,12 @@ void dmc_batch_offsets(const dmc_batches *bt, int64_t q, int64_t *oa, int64_t *o
  * and P's rows item by item. */
 typedef struct {
     const dmc_rowprog *prog; /* the row ops (host copy; device addresses) */
-    dm_gemm g1, g2;          /* device addresses of the storage type */
+    dm_gemm_map g1, g2;      /* device addresses of the storage type */
     dmc_batches b1, b2;
     int has3;                /* attention's backward: also C3 = alpha3 P^T op(B3) over all
                               * rows of an item (a block per item) */
     int tail_step;           /* the group's step of GEMM 3 (2 or 3), when it has one */
-    dm_gemm g3;
+    dm_gemm_map g3;
     dmc_batches b3;
     int dt;                  /* the storage type (DMC_BF16 or DMC_F16) */
     int p_in_memory;         /* P (g2.A) is kept for later groups: written to memory too */

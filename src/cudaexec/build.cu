@@ -339,10 +339,10 @@ dm_status dmx_build_group(dm_cuda_exec *ex, int gi, dmc_tiles *tl) {
                     return dm_fail(DM_ERR_INTERNAL, "%s: operand %s is not in the storage type",
                                    op->name, g->t[ts[s]].name);
             }
-            /* dm_gemm_prepare does float pointer arithmetic from the operands' first
+            /* dm_gemm_map_prepare does float pointer arithmetic from the operands' first
              * elements: its results are turned back into element offsets, and those into
              * device addresses of the storage type */
-            DM_TRY(dm_gemm_prepare(&st->gm, g, op, (float *)p[0], (float *)p[1], (float *)p[2]));
+            DM_TRY(dm_gemm_map_prepare(&st->gm, g, op, (float *)p[0], (float *)p[1], (float *)p[2]));
             {
                 /* swapped: gm's A is the op's second input, its B the first */
                 char *pa = (char *)p[st->gm.swapped ? 1 : 0], *pb = (char *)p[st->gm.swapped ? 0 : 1];
@@ -435,14 +435,14 @@ static int attn_pattern(const dm_cuda_exec *ex, int gi, dmc_attn *a) {
         a->tail_step = 3;
         if (a->g2.transA) {
             a->tail_step = 2;
-            dm_gemm t = a->g2;
+            dm_gemm_map t = a->g2;
             a->g2 = a->g3;
             a->g3 = t;
         }
     }
     a->dt = ex->dtype;
     a->smem_max = (size_t)ex->smem_optin;
-    const dm_gemm *g1 = &a->g1, *g2 = &a->g2, *g3 = &a->g3;
+    const dm_gemm_map *g1 = &a->g1, *g2 = &a->g2, *g3 = &a->g3;
     const char *temp_end = ex->temp + ex->temp_floats * (size_t)ex->esz;
     const int s_tile = (const char *)g1->C >= ex->temp && (const char *)g1->C < temp_end;
     a->p_in_memory = !((const char *)g2->A >= ex->temp && (const char *)g2->A < temp_end);

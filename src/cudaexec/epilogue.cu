@@ -19,7 +19,7 @@ static uint32_t align_of(const void *p) {
 
 /* The descriptors and algorithm of e for gm: D (n x m column-major) = alpha op(B)^T op(A)^T
  * + bias. DM_ERR_UNSUPPORTED if cuBLASLt has no algorithm for it. */
-static dm_status epi_prepare(dm_cuda_exec *ex, const dm_gemm *gm, dmc_epi *e) {
+static dm_status epi_prepare(dm_cuda_exec *ex, const dm_gemm_map *gm, dmc_epi *e) {
     const cudaDataType_t ty = blas_type(ex->dtype);
     const cublasComputeType_t ct = (ex->flags & DM_CUDA_TF32) && ex->dtype == DM_CUDA_FP32
                                        ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -81,7 +81,7 @@ dm_status dmx_init_epilogues(dm_cuda_exec *ex) {
         if (eg->nsteps != 1 || !eg->steps[0].gemm || eg->steps[0].ptrs || pg->nbatch > 1 || pn->nops != 1 ||
             pn->nbatch > 1 || nx->nsteps != 1 || nx->fused)
             continue;
-        const dm_gemm *gm = &eg->steps[0].gm;
+        const dm_gemm_map *gm = &eg->steps[0].gm;
         const dm_op *c = dmx_op_at(plan, pg, 0), *b = dmx_op_at(plan, pn, 0);
         if (b->kind != DM_OP_BIAS_ADD || gm->nbd != 0 || gm->beta != 0.0f || b->rows != gm->m || b->cols != gm->n ||
             gm->ldc != gm->n)
@@ -135,7 +135,7 @@ dm_status dmx_init_epilogues(dm_cuda_exec *ex) {
 /* The contraction of group eg with its bias epilogue. Emulating: the GEMM into D, then
  * the bias added (and rounded to the storage type again: the GPU rounds once). */
 dm_status dmx_run_epi(const dm_cuda_exec *ex, const dmc_group *eg) {
-    const dm_gemm *gm = &eg->steps[0].gm;
+    const dm_gemm_map *gm = &eg->steps[0].gm;
     const dmc_epi *e = eg->epi;
     const float alpha = gm->alpha, beta = 0.0f;
     if (!dmx_emulated(ex)) {

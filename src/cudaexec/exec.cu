@@ -2,8 +2,8 @@
  * the same dm_plan: the same groups in the same order, every materialized tensor at its
  * memplan offset in one device arena (fp32).
  *
- * - A lone contraction is one dm_gemm (cpu/contract.c: dm_gemm_prepare only does pointer
- *   arithmetic, so it is given device pointers) run by cuBLAS: the row-major call
+ * - A lone contraction is one dm_gemm_map (plan/gemm.c: dm_gemm_map_prepare only does
+ *   pointer arithmetic, so it is given device pointers) run by cuBLAS: the row-major call
  *   C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so the operands are
  *   swapped; batch dimensions whose strides merge become one strided-batched call, any
  *   others are looped over on the host. fp32 compute (CUBLAS_COMPUTE_32F); TF32 only when
@@ -352,7 +352,7 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
     free(ex);
 }
 
-void dmc_gemm_batches(const dm_gemm *gm, dmc_batches *bt) {
+void dmc_gemm_batches(const dm_gemm_map *gm, dmc_batches *bt) {
     int nd = 0;
     bt->count = 1;
     for (int d = 0; d < gm->nbd; d++) {
@@ -389,7 +389,7 @@ void dmc_batch_offsets(const dmc_batches *bt, int64_t q, int64_t *oa, int64_t *o
  * or batched over the address arrays of gemm_pointer_arrays. Emulating, the dimensions
  * that do not merge are looped over here. */
 dm_status dmx_run_gemm(const dm_cuda_exec *ex, const dmc_step *st, cublasHandle_t blas) {
-    const dm_gemm *gm = &st->gm;
+    const dm_gemm_map *gm = &st->gm;
     dmc_batches bt;
     dmc_gemm_batches(gm, &bt);
     const int nd = bt.nd;

@@ -16,7 +16,7 @@
 
 typedef struct {
     int gemm;    /* 1: a contraction (gm); 0: a row program (prog) */
-    dm_gemm gm;  /* device pointers */
+    dm_gemm_map gm; /* device pointers */
     void **ptrs; /* device: B, A, C matrix addresses when the batch needs them, or NULL */
     int nptrs;   /* matrices in ptrs */
     int prog;    /* index into the executor's programs */

@@ -43,7 +43,7 @@ typedef struct {
 } attn_shape;
 
 static dm_status attn_check(const dmc_attn *a, attn_shape *sh) {
-    const dm_gemm *g1 = &a->g1, *g2 = &a->g2, *g3 = &a->g3;
+    const dm_gemm_map *g1 = &a->g1, *g2 = &a->g2, *g3 = &a->g3;
     const int esz = 2;
     if (a->dt != DMC_BF16 && a->dt != DMC_F16)
         return dm_fail(DM_ERR_UNSUPPORTED, "fused attention: tensor cores need bf16 or fp16 storage");
@@ -163,7 +163,7 @@ dm_status gen_attn(const dmc_attn *a, int idx, dmc_genk *k, std::string &src) {
     const int vec2 = batch_aligned(a->g2.C, a->b2, 2, 2, 16) && (a->g2.ldc * 2) % 16 == 0;
     const int vec3 = a->has3 && batch_aligned(a->g3.C, a->b3, 2, 2, 16) && (a->g3.ldc * 2) % 16 == 0;
     const char *ST = gen_type_name(a->dt);
-    const dm_gemm *g1 = &a->g1, *g2 = &a->g2, *g3 = &a->g3;
+    const dm_gemm_map *g1 = &a->g1, *g2 = &a->g2, *g3 = &a->g3;
 
     src += rows;
     gen_add(src, "/* fused kernel %d: per batch item (%lld) and 16 of its %d rows: [%d x %d] = %.9g op(A1) op(B1) "

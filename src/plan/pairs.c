@@ -2,11 +2,14 @@
  * weight gradient (dW = X^T dY) needs only dY and a saved activation, so it can start
  * as soon as the input gradient's GEMM (dX = dY W^T) does, and nothing before its own
  * turn reads what it writes. Running the two at once, each on half the threads, keeps
- * both GEMMs on a thread count where they are efficient instead of splitting each. */
+ * both GEMMs on a thread count where they are efficient instead of splitting each.
+ * Which contractions ask for a partner is the backend's choice, read from its algorithm
+ * table (DM_ALGO_BESIDE: the CPU's "concurrent" algorithms); the pairing itself is a
+ * question of the plan's dependencies, answered here for the executor, the tuner and the
+ * reports alike. */
 #include <stdlib.h>
 
 #include "core/status.h"
-#include "cpu/contract.h"
 #include "plan/plan.h"
 
 static int lone_contraction(const dm_plan *plan, int gi) {
@@ -61,7 +64,7 @@ dm_status dm_plan_pairs(const dm_plan *plan, int *partner, int *beside) {
         if (beside) beside[G] = -1;
     }
     for (int G = 0; plan->algo && G < plan->ngroups; G++) {
-        if (!dm_gemm_algo_concurrent(plan->algo[plan->order[plan->groups[G].first]])) continue;
+        if (!(dm_algo_flags(plan->algos, plan->algo[plan->order[plan->groups[G].first]]) & DM_ALGO_BESIDE)) continue;
         int p = dm_plan_partner(plan, G, claimed);
         if (p < 0) continue;
         claimed[G] = claimed[p] = 1;

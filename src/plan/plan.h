@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "graph/graph.h"
+#include "plan/algo.h"
 
 typedef struct {
     int first;        /* index into plan->order */
@@ -30,7 +31,8 @@ typedef struct {
     size_t arena_bytes;
     size_t activation_bytes; /* the liveness-planned part */
     int max_cols;        /* widest row of a pointwise group (scratch size) */
-    uint8_t *algo;       /* per op: contraction algorithm (dm_gemm_algo), or NULL: defaults */
+    uint8_t *algo;       /* per op: contraction algorithm, an id of `algos`, or NULL: defaults */
+    const dm_algo_table *algos; /* the backend's table that names algo's ids */
     int no_reuse;        /* as built: every tensor its own bytes */
 } dm_plan;
 
@@ -51,10 +53,11 @@ dm_status dm_plan_memory(dm_plan *plan, int no_reuse);
  * between reads or writes. It can then run at g1's turn. -1 if none, or if g1 is not a
  * lone contraction or is claimed. */
 int dm_plan_partner(const dm_plan *plan, int g1, const uint8_t *claimed);
-/* The pairs the plan's "concurrent" contractions (plan->algo) form, in group order as the
- * CPU executor forms them: partner[g] (ngroups entries) is the group run beside g, or -1;
- * beside (ngroups entries, or NULL) the inverse: the group g runs beside, or -1. A mark
- * with no partner is left out here (the executor refuses it). DM_ERR_OOM. */
+/* The pairs the plan's contractions with a DM_ALGO_BESIDE algorithm (plan->algo: the
+ * CPU's "concurrent") form, in group order as the CPU executor forms them: partner[g]
+ * (ngroups entries) is the group run beside g, or -1; beside (ngroups entries, or NULL)
+ * the inverse: the group g runs beside, or -1. A mark with no partner is left out here
+ * (the executor refuses it). DM_ERR_OOM. */
 dm_status dm_plan_pairs(const dm_plan *plan, int *partner, int *beside);
 /* Text listing of the groups, with accumulated seconds per group if given (caller frees);
  * pairs: also name the contractions run side by side and the row groups run in a GEMM's

@@ -10,14 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analysis/device.h"
+#include "core/file.h"
 #include "core/status.h"
-#include "cpu/contract.h"
 
 #define MAX_PLAN_BYTES (4 << 20)
 
-dm_status dm_choices_init(dm_choices *c, const dm_graph *g) {
+dm_status dm_choices_init(dm_choices *c, const dm_graph *g, const dm_algo_table *algos) {
     memset(c, 0, sizeof *c);
+    c->algos = algos;
     c->nt = g->nt;
     c->nop = g->nop;
     c->layout = calloc((size_t)(g->nt > 0 ? g->nt : 1), sizeof *c->layout);
@@ -50,6 +50,7 @@ dm_status dm_choices_apply(const dm_choices *c, dm_graph *g, dm_plan *plan) {
     plan->algo = malloc((size_t)(g->nop > 0 ? g->nop : 1));
     if (!plan->algo) return dm_fail(DM_ERR_OOM, "out of memory");
     memcpy(plan->algo, c->algo, (size_t)g->nop);
+    plan->algos = c->algos;
     return DM_OK;
 }
 
@@ -80,7 +81,7 @@ static uint64_t checksum(const dm_layer_config *cfg, const dm_layer_options *opt
         if (c->algo[o]) {
             h = fnv(h, g->op[o].name);
             h = fnv(h, "=");
-            h = fnv(h, dm_gemm_algo_name((dm_gemm_algo)c->algo[o]));
+            h = fnv(h, dm_algo_name(c->algos, c->algo[o]));
             h = fnv(h, ";");
         }
     return h;
@@ -93,7 +94,7 @@ int dm_choices_add_json(struct cJSON *obj, const dm_graph *g, const dm_choices *
         if (c->layout[t][0]) ok = cJSON_AddStringToObject(lay, g->t[t].name, c->layout[t]) != NULL;
     for (int o = 0; ok && o < g->nop; o++)
         if (c->algo[o])
-            ok = cJSON_AddStringToObject(alg, g->op[o].name, dm_gemm_algo_name((dm_gemm_algo)c->algo[o])) != NULL;
+            ok = cJSON_AddStringToObject(alg, g->op[o].name, dm_algo_name(c->algos, c->algo[o])) != NULL;
     return ok;
 }
 
@@ -274,12 +275,13 @@ static dm_status parse(const char *path, const cJSON *root, const dm_layer_confi
                      e->string ? e->string : "");
             return bad(path, msg);
         }
-        int a = cJSON_IsString(e) ? dm_gemm_algo_parse(e->valuestring) : -1;
+        int a = cJSON_IsString(e) ? dm_algo_parse(c->algos, e->valuestring) : -1;
         if (a < 0) {
             int l = snprintf(msg, sizeof msg, "unknown algorithm for %s (known:", g->op[o].name);
-            for (int k = DM_GEMM_BLAS; k < DM_GEMM_NUM_ALGOS && l > 0 && l < (int)sizeof msg; k++)
-                l += snprintf(msg + l, sizeof msg - (size_t)l, "%s %s", k > DM_GEMM_BLAS ? "," : "",
-                              dm_gemm_algo_name((dm_gemm_algo)k));
+            /* the table's names but its default's (id 0) */
+            for (int k = 1; c->algos && k < c->algos->count && l > 0 && l < (int)sizeof msg; k++)
+                l += snprintf(msg + l, sizeof msg - (size_t)l, "%s %s", k > 1 ? "," : "",
+                              dm_algo_name(c->algos, k));
             if (l > 0 && l < (int)sizeof msg) snprintf(msg + l, sizeof msg - (size_t)l, ")");
             return bad(path, msg);
         }
@@ -294,9 +296,9 @@ static dm_status parse(const char *path, const cJSON *root, const dm_layer_confi
 }
 
 dm_status dm_plan_load(const char *path, const dm_layer_config *cfg, const dm_layer_options *opt,
-                       const dm_graph *g, dm_choices *c) {
+                       const dm_graph *g, const dm_algo_table *algos, dm_choices *c) {
     if (!path || !*path) return dm_fail(DM_ERR_INVALID_ARG, "no plan file given");
-    DM_TRY(dm_choices_init(c, g));
+    DM_TRY(dm_choices_init(c, g, algos));
     FILE *f = fopen(path, "rb");
     if (!f) {
         dm_choices_free(c);

@@ -28,6 +28,25 @@ dm_status dm_analysis_measure(dm_analysis *a, int threads, int warmup, int reps)
     return DM_OK;
 }
 
+/* A plan file applied to the analysis: `dmove tune` writes plans in the CPU's algorithm
+ * names, so it is read with the CPU backend's table. */
+dm_status dm_analysis_load_plan(dm_analysis *a, const char *path) {
+    if (!a || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_load_plan: NULL argument");
+    if (a->have_choices) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_load_plan: a plan is applied already");
+    dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .recompute = a->recompute};
+    DM_TRY(dm_plan_load(path, &a->cfg, &opt, &a->gf, &dm_cpu_gemm_algos, &a->ch));
+    a->have_choices = 1;
+    if (!(a->plan_path = strdup(path))) return dm_fail(DM_ERR_OOM, "out of memory");
+    /* partner[G]: the group run beside G; beside[G]: the group G runs beside */
+    DM_TRY(dm_choices_apply(&a->ch, &a->gf, &a->plan));
+    a->partner = malloc(sizeof(int) * 2 * (size_t)(a->plan.ngroups + 1));
+    if (!a->partner) return dm_fail(DM_ERR_OOM, "out of memory");
+    a->beside = a->partner + a->plan.ngroups + 1;
+    DM_TRY(dm_plan_pairs(&a->plan, a->partner, a->beside));
+    /* the layouts change the memory plan: the memory report follows it */
+    return dm_analysis_memory_report(&a->cfg, a->dev.is_cpu, &a->gf, &a->plan, a->dtype_bytes, &a->mem);
+}
+
 /* The plan view of the public analysis: a tuned plan's layouts and algorithms beside the
  * builder's, and its side-by-side pairs. */
 
@@ -63,7 +82,7 @@ dm_status dm_analysis_plan_text(const dm_analysis *a, char **text) {
         int G = group_of(&a->plan, o);
         int pa = G >= 0 ? a->partner[G] : -1, be = G >= 0 ? a->beside[G] : -1;
         if (!ch->algo[o] && be < 0) continue;
-        dm_sb_printf(&b, "  %-22s %-9s", g->op[o].name, dm_gemm_algo_name((dm_gemm_algo)ch->algo[o]));
+        dm_sb_printf(&b, "  %-22s %-9s", g->op[o].name, dm_algo_name(ch->algos, ch->algo[o]));
         if (pa >= 0) dm_sb_printf(&b, "  (%s runs beside it)", plan_op_name(a, pa));
         if (be >= 0) dm_sb_printf(&b, "  (runs beside %s; its own algorithm applies alone)", plan_op_name(a, be));
         dm_sb_printf(&b, "\n");

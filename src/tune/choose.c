@@ -14,7 +14,7 @@
 #include "tune/tune.h"
 
 dm_status dm_tuner_select(dm_tuner *T, dm_choices *choices) {
-    DM_TRY(dm_choices_init(choices, &T->g));
+    DM_TRY(dm_choices_init(choices, &T->g, &dm_cpu_gemm_algos));
     int n = T->ngroups;
     int *ndom = malloc(sizeof(int) * (size_t)(T->nvars + 1));
     int *nscope = malloc(sizeof(int) * (size_t)(n + 1));

@@ -48,7 +48,7 @@
 
 #include "analysis/device.h"
 #include "core/status.h"
-#include "graph/rewrite.h"
+#include "plan/compile.h"
 #include "core/sysinfo.h"
 #include "cpu/exec.h"
 #include "layer_internal.h"
@@ -174,13 +174,11 @@ dm_status dm_tuner_new(dm_tuner **out, const dm_layer_config *cfg, const dm_laye
     char cpu[128];
     dm_cpu_model_name(cpu, sizeof cpu, "unknown CPU");
     snprintf(T->machine, sizeof T->machine, "%s, %d threads", cpu, T->threads);
-    dm_graph_init(&T->g);
     dm_status s = dm_layer_options_check(opt);
-    if (s == DM_OK) s = dm_build_encoder(&T->g, cfg, opt->forward_only, !opt->no_input_grad, &T->enc);
-    /* the graph dm_layer_new runs: the fused schedule's rewrites (graph/rewrite.c) */
-    if (s == DM_OK && opt->schedule == DM_SCHED_FUSED) s = dm_rewrite_fused(&T->g);
-    if (s == DM_OK && opt->recompute) s = dm_rewrite_recompute_attention(&T->g, NULL);
-    if (s == DM_OK) s = dm_plan_build(&T->g, opt->schedule == DM_SCHED_FUSED, 1, 0, &T->plan);
+    /* the graph and plan dm_layer_new makes (the CPU's groups) */
+    dm_compile_opts co = {.cfg = cfg, .schedule = opt->schedule, .recompute = opt->recompute,
+                          .forward_only = opt->forward_only, .no_input_grad = opt->no_input_grad};
+    if (s == DM_OK) s = dm_compile(&co, &T->g, &T->enc, &T->plan);
     int64_t *dcalls = calloc((size_t)T->g.nop + 1, sizeof(int64_t));
     T->vars = calloc((size_t)T->g.nt + 1, sizeof(dm_tune_var));
     T->groups = calloc((size_t)T->plan.ngroups + 1, sizeof(dm_tune_group));
@@ -561,7 +559,7 @@ dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined) {
     char *key = malloc(4096);
     if (!key) return dm_fail(DM_ERR_OOM, "out of memory");
     dm_status s = cache_path ? cache_open_append(&kc, cache_path) : DM_OK;
-    if (s != DM_OK || (s = dm_choices_init(&ch, &T->g)) != DM_OK) {
+    if (s != DM_OK || (s = dm_choices_init(&ch, &T->g, &dm_cpu_gemm_algos)) != DM_OK) {
         cache_free(&kc);
         free(key);
         return s;
@@ -760,7 +758,7 @@ dm_status dm_tuner_measure(dm_tuner *T, const char *cache_path,
     int have_ch = 0;
     if (s == DM_OK && !key) s = dm_fail(DM_ERR_OOM, "out of memory");
     if (s == DM_OK) {
-        s = dm_choices_init(&ch, &T->g);
+        s = dm_choices_init(&ch, &T->g, &dm_cpu_gemm_algos);
         have_ch = s == DM_OK;
     }
     double t0 = omp_get_wtime();

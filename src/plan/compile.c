@@ -1,0 +1,49 @@
+/* compile.c: the one compiler (compile.h): build, autodiff, rewrites, fusion, memory plan,
+ * tuned choices, in that order. */
+#include "plan/compile.h"
+
+#include <string.h>
+
+#include "core/status.h"
+#include "graph/rewrite.h"
+
+/* The fused schedule's rewrites keep every operator's id (graph/rewrite.c): the fused
+ * plan's groups name the same operators as the unfused graph (dmove analyze reads one
+ * through the other). */
+static dm_status rewrite_fused(dm_graph *g) {
+    const int nop = g->nop;
+    DM_TRY(dm_rewrite_fused(g));
+    if (g->nop != nop)
+        return dm_fail(DM_ERR_INTERNAL, "the fused graph has %d operators, the graph %d", g->nop, nop);
+    return DM_OK;
+}
+
+/* The tuned plan's layouts and algorithms, on the planned graph. */
+static dm_status apply_choices(const dm_compile_opts *o, dm_graph *g, dm_plan *plan) {
+    if (o->choices) return dm_choices_apply(o->choices, g, plan);
+    /* what a plan file is checked against besides the sizes */
+    const dm_layer_options lo = {.schedule = o->schedule, .recompute = o->recompute, .forward_only = o->forward_only};
+    dm_choices loaded;
+    DM_TRY(dm_plan_load(o->plan_file, o->cfg, &lo, g, o->algos, &loaded));
+    dm_status s = dm_choices_apply(&loaded, g, plan);
+    dm_choices_free(&loaded);
+    return s;
+}
+
+dm_status dm_compile(const dm_compile_opts *o, dm_graph *g, dm_encoder *enc, dm_plan *plan) {
+    dm_encoder own;
+    dm_graph_init(g);
+    if (plan) memset(plan, 0, sizeof *plan);
+    if (!o || !o->cfg) return dm_fail(DM_ERR_INVALID_ARG, "dm_compile: no configuration given");
+    const int fused = o->schedule == DM_SCHED_FUSED;
+    dm_status s = dm_build_encoder(g, o->cfg, o->forward_only, !o->no_input_grad, enc ? enc : &own);
+    if (s == DM_OK && fused) s = rewrite_fused(g);
+    if (s == DM_OK && o->recompute) s = dm_rewrite_recompute_attention(g, NULL);
+    if (s == DM_OK && plan) s = dm_plan_build(g, fused, !o->gpu_grouping, o->no_reuse, plan);
+    if (s == DM_OK && plan && (o->choices || o->plan_file)) s = apply_choices(o, g, plan);
+    if (s != DM_OK) {
+        if (plan) dm_plan_free(plan);
+        dm_graph_free(g);
+    }
+    return s;
+}

@@ -1,0 +1,39 @@
+/* compile.h: the one compiler. A layer configuration and the schedule's options go to the
+ * step's graph (the forward pass and, by autodiff, the backward: graph/encoder.c), the
+ * fused schedule's rewrites (graph/rewrite.c), the groups (fusion.c) and the memory plan
+ * (memplan.c), with a tuned plan's layouts and algorithms applied last if one is given.
+ * dm_layer_new, the tuner, the cost model and `dmove analyze` all compile through it. */
+#ifndef DM_COMPILE_H
+#define DM_COMPILE_H
+
+#include "graph/encoder.h"
+#include "plan/plan.h"
+#include "plan/planfile.h"
+
+/* Zero is the default of every field but cfg: the fused schedule of a training step with
+ * the input's gradient, grouped for the CPU executor, buffers reused, no tuned plan. */
+typedef struct {
+    const dm_layer_config *cfg; /* the layer (checked here) */
+    dm_schedule schedule;       /* fused: the rewrites and the fusion pass; unfused: the
+                                 * builder's graph, one group per operator */
+    int recompute;              /* attention's probabilities recomputed in the backward (a
+                                 * rewrite of the fused schedule) */
+    int forward_only;           /* no backward graph */
+    int no_input_grad;          /* no gradient for hidden_states */
+    int gpu_grouping;           /* fused: the GPU executor's groups, without the sibling
+                                 * merges (dm_plan_build's siblings = 0) */
+    int no_reuse;               /* every tensor its own bytes */
+    /* a tuned plan: the choices in memory (the tuner's), or else the plan file at
+     * plan_file, its algorithms read by their names in `algos` (the table of the backend
+     * that runs the plan) */
+    const dm_choices *choices;
+    const char *plan_file;
+    const dm_algo_table *algos;
+} dm_compile_opts;
+
+/* Builds g (enc: its named tensors; NULL if not wanted) and, unless plan is NULL, plans
+ * it. g and plan are initialised first; on failure they hold nothing (freeing them again
+ * is harmless). */
+dm_status dm_compile(const dm_compile_opts *o, dm_graph *g, dm_encoder *enc, dm_plan *plan);
+
+#endif
