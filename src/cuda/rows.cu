@@ -208,6 +208,133 @@ __device__ __forceinline__ void dropout_chunk(const dmc_rowop *op, int64_t r, in
     for (int64_t c0 = (int64_t)(T).lt * VEC; c0 < (cols); c0 += (int64_t)(T).n * VEC)   \
         for (int n = (int)((cols) - c0 < VEC ? (cols) - c0 : VEC), once_ = 1; once_; once_ = 0)
 
+/* Softmax of the row, its max subtracted: three passes (max, sum, write). */
+template <typename S>
+__device__ __forceinline__ void rowop_softmax(const dptr *in, const dptr *out, int64_t cols,
+                                              const rowteam &T, int vec) {
+    float a[VEC], y[VEC];
+    float m = -INFINITY, s = 0.0f;
+    FOR_CHUNKS(T, cols) {
+        ld8<S>(in[0], c0, n, vec, a);
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            if (e < n) m = fmaxf(m, a[e]);
+    }
+    m = T.max(m);
+    FOR_CHUNKS(T, cols) {
+        ld8<S>(in[0], c0, n, vec, a);
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            if (e < n) s += expf(a[e] - m);
+    }
+    const float inv = 1.0f / T.sum(s);
+    FOR_CHUNKS(T, cols) {
+        ld8<S>(in[0], c0, n, vec, a);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) y[e] = expf(a[e] - m) * inv;
+        st8<S>(out[0], c0, n, vec, y);
+    }
+}
+
+/* Softmax backward of the row; in: dy, y; dx = y * (dy - sum(dy * y)). */
+template <typename S>
+__device__ __forceinline__ void rowop_softmax_bwd(const dptr *in, const dptr *out, int64_t cols,
+                                                  const rowteam &T, int vec) {
+    float a[VEC], b[VEC], y[VEC];
+    float s = 0.0f;
+    FOR_CHUNKS(T, cols) {
+        ld8<S>(in[0], c0, n, vec, a);
+        ld8<S>(in[1], c0, n, vec, b);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) s += a[e] * b[e]; /* zero past n */
+    }
+    s = T.sum(s);
+    FOR_CHUNKS(T, cols) {
+        ld8<S>(in[0], c0, n, vec, a);
+        ld8<S>(in[1], c0, n, vec, b);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) y[e] = b[e] * (a[e] - s);
+        st8<S>(out[0], c0, n, vec, y);
+    }
+}
+
+/* LayerNorm of the row (mean, then the variance about it); in: x, gamma, beta; out: y,
+ * mean, rstd. */
+template <typename S>
+__device__ __forceinline__ void rowop_layernorm(const dmc_rowop *op, const dptr *in,
+                                                const dptr *out, int64_t cols, const rowteam &T,
+                                                int vec) {
+    float a[VEC], y[VEC];
+    float s = 0.0f, v = 0.0f;
+    FOR_CHUNKS(T, cols) {
+        ld8<S>(in[0], c0, n, vec, a);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) s += a[e];
+    }
+    const float mean = T.sum(s) / (float)cols;
+    FOR_CHUNKS(T, cols) {
+        ld8<S>(in[0], c0, n, vec, a);
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            if (e < n) v += (a[e] - mean) * (a[e] - mean);
+    }
+    v = T.sum(v);
+    const float rstd = (float)(1.0 / sqrt((double)(v / (float)cols) + op->eps));
+    FOR_CHUNKS(T, cols) {
+        float gm[VEC], bt[VEC];
+        ld8<S>(in[0], c0, n, vec, a);
+        ld8<S>(in[1], c0, n, vec, gm);
+        ld8<S>(in[2], c0, n, vec, bt);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) y[e] = (a[e] - mean) * rstd * gm[e] + bt[e];
+        st8<S>(out[0], c0, n, vec, y);
+    }
+    if (T.lt == 0) {
+        st<S>(out[1], 0, mean);
+        st<S>(out[2], 0, rstd);
+    }
+}
+
+/* LayerNorm backward of the row, its parameter gradients summed over the rows in the
+ * scratch accumulators. */
+template <typename S>
+__device__ __forceinline__ void rowop_layernorm_bwd(const dptr *in, const dptr *out, int64_t cols,
+                                                    const rowteam &T, int vec) {
+    /* in: dy, x, mean, rstd, gamma; out: dx, dgamma (acc), dbeta (acc).
+     * xh = (x - mean) rstd; g = dy gamma; dx = rstd (g - mean(g) - xh mean(g xh)) */
+    float a[VEC], b[VEC], y[VEC];
+    const float mean = ld<S>(in[2], 0), rstd = ld<S>(in[3], 0);
+    float *dg = (float *)out[1].p, *db = (float *)out[2].p; /* scratch accumulators */
+    float sg = 0.0f, sgx = 0.0f;
+    FOR_CHUNKS(T, cols) {
+        float gm[VEC];
+        ld8<S>(in[0], c0, n, vec, a);
+        ld8<S>(in[1], c0, n, vec, b);
+        ld8<S>(in[4], c0, n, vec, gm);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) {
+            if (e >= n) break;
+            float xh = (b[e] - mean) * rstd, g = a[e] * gm[e];
+            sg += g;
+            sgx += g * xh;
+            dg[c0 + e] += a[e] * xh;
+            db[c0 + e] += a[e];
+        }
+    }
+    const float inv_n = 1.0f / (float)cols;
+    sg = T.sum(sg) * inv_n;
+    sgx = T.sum(sgx) * inv_n;
+    FOR_CHUNKS(T, cols) {
+        float gm[VEC];
+        ld8<S>(in[0], c0, n, vec, a);
+        ld8<S>(in[1], c0, n, vec, b);
+        ld8<S>(in[4], c0, n, vec, gm);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) y[e] = rstd * (a[e] * gm[e] - sg - (b[e] - mean) * rstd * sgx);
+        st8<S>(out[0], c0, n, vec, y);
+    }
+}
+
 /* One op on row r. Every thread of the team takes the same branch (the op is uniform),
  * so the team reductions inside are legal. Arithmetic in fp32; loads and stores in each
  * operand's element type. */
@@ -288,114 +415,18 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
             st8<S>(out[0], c0, n, vec, y);
         }
         break;
-    case DM_OP_SOFTMAX: {
-        float m = -INFINITY, s = 0.0f;
-        FOR_CHUNKS(T, cols) {
-            ld8<S>(in[0], c0, n, vec, a);
-#pragma unroll
-            for (int e = 0; e < VEC; e++)
-                if (e < n) m = fmaxf(m, a[e]);
-        }
-        m = T.max(m);
-        FOR_CHUNKS(T, cols) {
-            ld8<S>(in[0], c0, n, vec, a);
-#pragma unroll
-            for (int e = 0; e < VEC; e++)
-                if (e < n) s += expf(a[e] - m);
-        }
-        const float inv = 1.0f / T.sum(s);
-        FOR_CHUNKS(T, cols) {
-            ld8<S>(in[0], c0, n, vec, a);
-#pragma unroll
-            for (int e = 0; e < VEC; e++) y[e] = expf(a[e] - m) * inv;
-            st8<S>(out[0], c0, n, vec, y);
-        }
+    case DM_OP_SOFTMAX:
+        rowop_softmax<S>(in, out, cols, T, vec);
         break;
-    }
-    case DM_OP_SOFTMAX_BWD: { /* in: dy, y; dx = y * (dy - sum(dy * y)) */
-        float s = 0.0f;
-        FOR_CHUNKS(T, cols) {
-            ld8<S>(in[0], c0, n, vec, a);
-            ld8<S>(in[1], c0, n, vec, b);
-#pragma unroll
-            for (int e = 0; e < VEC; e++) s += a[e] * b[e]; /* zero past n */
-        }
-        s = T.sum(s);
-        FOR_CHUNKS(T, cols) {
-            ld8<S>(in[0], c0, n, vec, a);
-            ld8<S>(in[1], c0, n, vec, b);
-#pragma unroll
-            for (int e = 0; e < VEC; e++) y[e] = b[e] * (a[e] - s);
-            st8<S>(out[0], c0, n, vec, y);
-        }
+    case DM_OP_SOFTMAX_BWD: /* in: dy, y; dx = y * (dy - sum(dy * y)) */
+        rowop_softmax_bwd<S>(in, out, cols, T, vec);
         break;
-    }
-    case DM_OP_LAYERNORM: { /* in: x, gamma, beta; out: y, mean, rstd */
-        float s = 0.0f, v = 0.0f;
-        FOR_CHUNKS(T, cols) {
-            ld8<S>(in[0], c0, n, vec, a);
-#pragma unroll
-            for (int e = 0; e < VEC; e++) s += a[e];
-        }
-        const float mean = T.sum(s) / (float)cols;
-        FOR_CHUNKS(T, cols) {
-            ld8<S>(in[0], c0, n, vec, a);
-#pragma unroll
-            for (int e = 0; e < VEC; e++)
-                if (e < n) v += (a[e] - mean) * (a[e] - mean);
-        }
-        v = T.sum(v);
-        const float rstd = (float)(1.0 / sqrt((double)(v / (float)cols) + op->eps));
-        FOR_CHUNKS(T, cols) {
-            float gm[VEC], bt[VEC];
-            ld8<S>(in[0], c0, n, vec, a);
-            ld8<S>(in[1], c0, n, vec, gm);
-            ld8<S>(in[2], c0, n, vec, bt);
-#pragma unroll
-            for (int e = 0; e < VEC; e++) y[e] = (a[e] - mean) * rstd * gm[e] + bt[e];
-            st8<S>(out[0], c0, n, vec, y);
-        }
-        if (T.lt == 0) {
-            st<S>(out[1], 0, mean);
-            st<S>(out[2], 0, rstd);
-        }
+    case DM_OP_LAYERNORM: /* in: x, gamma, beta; out: y, mean, rstd */
+        rowop_layernorm<S>(op, in, out, cols, T, vec);
         break;
-    }
-    case DM_OP_LAYERNORM_BWD: {
-        /* in: dy, x, mean, rstd, gamma; out: dx, dgamma (acc), dbeta (acc).
-         * xh = (x - mean) rstd; g = dy gamma; dx = rstd (g - mean(g) - xh mean(g xh)) */
-        const float mean = ld<S>(in[2], 0), rstd = ld<S>(in[3], 0);
-        float *dg = (float *)out[1].p, *db = (float *)out[2].p; /* scratch accumulators */
-        float sg = 0.0f, sgx = 0.0f;
-        FOR_CHUNKS(T, cols) {
-            float gm[VEC];
-            ld8<S>(in[0], c0, n, vec, a);
-            ld8<S>(in[1], c0, n, vec, b);
-            ld8<S>(in[4], c0, n, vec, gm);
-#pragma unroll
-            for (int e = 0; e < VEC; e++) {
-                if (e >= n) break;
-                float xh = (b[e] - mean) * rstd, g = a[e] * gm[e];
-                sg += g;
-                sgx += g * xh;
-                dg[c0 + e] += a[e] * xh;
-                db[c0 + e] += a[e];
-            }
-        }
-        const float inv_n = 1.0f / (float)cols;
-        sg = T.sum(sg) * inv_n;
-        sgx = T.sum(sgx) * inv_n;
-        FOR_CHUNKS(T, cols) {
-            float gm[VEC];
-            ld8<S>(in[0], c0, n, vec, a);
-            ld8<S>(in[1], c0, n, vec, b);
-            ld8<S>(in[4], c0, n, vec, gm);
-#pragma unroll
-            for (int e = 0; e < VEC; e++) y[e] = rstd * (a[e] * gm[e] - sg - (b[e] - mean) * rstd * sgx);
-            st8<S>(out[0], c0, n, vec, y);
-        }
+    case DM_OP_LAYERNORM_BWD:
+        rowop_layernorm_bwd<S>(in, out, cols, T, vec);
         break;
-    }
     case DM_OP_COLSUM: {
         float *acc = (float *)out[0].p; /* a scratch accumulator */
         FOR_CHUNKS(T, cols) {

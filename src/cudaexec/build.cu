@@ -142,6 +142,59 @@ static int run_private(const dm_plan *plan, const dm_group *gr, int k0, int k1, 
     return 1;
 }
 
+/* p->vec: 16-byte chunks are possible when every global row starts 16-byte aligned. Also
+ * checks each global row operand is fp32 or the storage type. */
+static dm_status choose_vec(const dm_cuda_exec *ex, dmc_rowprog *p) {
+    const int64_t cols = p->cols;
+    p->vec = 1;
+    for (int k = 0; k < p->nops; k++)
+        for (int io = 0; io < 2; io++) {
+            const dmc_rowop *x = &p->ops[k];
+            for (int s = 0; s < (io ? x->nout : x->nin); s++) {
+                const dmc_operand *d = io ? &x->out[s] : &x->in[s];
+                if (d->loc != DMC_LOC_GLOBAL || d->kind == DM_ARG_ROWSCALAR) continue;
+                int es = d->dt == DMC_F32 ? 4 : 2;
+                if ((uintptr_t)d->base % 16 || (cols * es) % 16) p->vec = 0;
+                if (d->dt != DMC_F32 && d->dt != ex->dtype)
+                    return dm_fail(DM_ERR_INTERNAL, "a row operand in neither fp32 nor the "
+                                   "storage type");
+            }
+        }
+    return DM_OK;
+}
+
+/* Launch shape of row program pi. Chunks of 8 columns per thread. Rows of at most 64
+ * chunks without column sums: a row per team of 8, 16 or 32 lanes (a lane per chunk, two
+ * at most), 256 threads per block. Otherwise a row per block with a thread per chunk (32
+ * up to row_threads). The grid is a fixed function of the plan (and
+ * DMOVE_CUDA_ROW_THREADS), so column sums add their per-block partials in the same order
+ * on every run. Sets p->warp_rows, and p->scratch_floats for teams. */
+static void choose_launch(dm_cuda_exec *ex, int pi) {
+    dmc_rowprog *p = &ex->hprogs[pi];
+    const int64_t rows = p->rows, cols = p->cols;
+    dmc_launch *lc = &ex->launch[pi];
+    const int64_t chunks = (cols + 7) / 8;
+    p->warp_rows = chunks > 64 || p->nacc ? 0 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
+    if (p->warp_rows) {
+        const int teams = 256 / p->warp_rows; /* rows a block runs at once */
+        lc->threads = 256;
+        p->scratch_floats = teams * p->acc_off; /* acc_off: one row's scratch */
+        int64_t nb = (rows + teams - 1) / teams;
+        lc->blocks = (int)(nb < 16384 ? nb : 16384);
+    } else {
+        int64_t t = (chunks + 31) / 32 * 32;
+        lc->threads = (int)(t < ex->row_threads ? t : ex->row_threads);
+        int64_t maxb = p->nacc ? 2048 : 16384;
+        lc->blocks = (int)(rows < maxb ? rows : maxb);
+    }
+    lc->dt = ex->dtype;
+    size_t bytes = (size_t)p->scratch_floats * sizeof(float);
+    lc->global_scratch = (ex->flags & DM_CUDA_GLOBAL_SCRATCH) || bytes > (size_t)ex->smem_optin;
+    lc->smem_bytes = lc->global_scratch ? 0 : bytes;
+    /* global scratch is blocks x scratch bytes: fewer blocks, still a function of the plan */
+    if (lc->global_scratch && lc->blocks > 1024) lc->blocks = 1024;
+}
+
 /* The row program of ops [k0, k1) of group gr (same rows x cols). tl: the group's tiles
  * (batched groups: every tensor not in memory is a full temporary), or NULL (row groups:
  * such tensors are rows of the block's scratch). Mirrors init_group in cpu/exec.c. */
@@ -261,47 +314,8 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
     for (int a = 0; a < p->nacc; a++) p->acc_slot[a] += p->acc_off;
     p->scratch_floats = p->acc_off + p->acc_floats;
 
-    /* vec: 16-byte chunks are possible when every global row starts 16-byte aligned */
-    p->vec = 1;
-    for (int k = 0; k < p->nops; k++)
-        for (int io = 0; io < 2; io++) {
-            const dmc_rowop *x = &p->ops[k];
-            for (int s = 0; s < (io ? x->nout : x->nin); s++) {
-                const dmc_operand *d = io ? &x->out[s] : &x->in[s];
-                if (d->loc != DMC_LOC_GLOBAL || d->kind == DM_ARG_ROWSCALAR) continue;
-                int es = d->dt == DMC_F32 ? 4 : 2;
-                if ((uintptr_t)d->base % 16 || (cols * es) % 16) p->vec = 0;
-                if (d->dt != DMC_F32 && d->dt != ex->dtype)
-                    return dm_fail(DM_ERR_INTERNAL, "a row operand in neither fp32 nor the "
-                                   "storage type");
-            }
-        }
-    /* Launch shape. Chunks of 8 columns per thread. Rows of at most 64 chunks without
-     * column sums: a row per team of 8, 16 or 32 lanes (a lane per chunk, two at most),
-     * 256 threads per block. Otherwise a row per block with a thread per chunk (32 up to
-     * row_threads). The grid is a fixed function of the plan (and DMOVE_CUDA_ROW_THREADS),
-     * so column sums add their per-block partials in the same order on every run. */
-    dmc_launch *lc = &ex->launch[*pi];
-    const int64_t chunks = (cols + 7) / 8;
-    p->warp_rows = chunks > 64 || p->nacc ? 0 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
-    if (p->warp_rows) {
-        const int teams = 256 / p->warp_rows; /* rows a block runs at once */
-        lc->threads = 256;
-        p->scratch_floats = teams * p->acc_off; /* acc_off: one row's scratch */
-        int64_t nb = (rows + teams - 1) / teams;
-        lc->blocks = (int)(nb < 16384 ? nb : 16384);
-    } else {
-        int64_t t = (chunks + 31) / 32 * 32;
-        lc->threads = (int)(t < ex->row_threads ? t : ex->row_threads);
-        int64_t maxb = p->nacc ? 2048 : 16384;
-        lc->blocks = (int)(rows < maxb ? rows : maxb);
-    }
-    lc->dt = ex->dtype;
-    size_t bytes = (size_t)p->scratch_floats * sizeof(float);
-    lc->global_scratch = (ex->flags & DM_CUDA_GLOBAL_SCRATCH) || bytes > (size_t)ex->smem_optin;
-    lc->smem_bytes = lc->global_scratch ? 0 : bytes;
-    /* global scratch is blocks x scratch bytes: fewer blocks, still a function of the plan */
-    if (lc->global_scratch && lc->blocks > 1024) lc->blocks = 1024;
+    DM_TRY(choose_vec(ex, p));
+    choose_launch(ex, *pi);
     return DM_OK;
 }
 

@@ -81,95 +81,104 @@ static void export(dm_encoder *e, const char *name, int tensor, int ndim, int64_
     x->is_param = is_param;
 }
 
-dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_only, int input_grad,
-                           dm_encoder *enc) {
-    DM_TRY(dm_layer_config_check(cfg));
-    memset(enc, 0, sizeof *enc);
-    int64_t B = cfg->batch, J = cfg->seq, I = cfg->hidden, H = cfg->heads, U = cfg->ffn;
-    D('b') = B;
-    D('j') = J;
-    D('k') = J;
-    D('h') = H;
-    D('p') = I / H;
-    D('i') = I;
-    D('u') = U;
-    D('q') = 3;
-    int ok = 1;
-#define CK(x) ck_(x, &ok)
+/* The tensor ids of one layer's forward graph, made in this order. */
+typedef struct {
     /* inputs and parameters */
-    int x = CK(T(g, "hidden_states", "bji", DM_ROLE_INPUT));
-    int mask = CK(T(g, "attention_mask", "bk", DM_ROLE_INPUT));
-    int wqkv = CK(T(g, "Wqkv", "qhpi", DM_ROLE_PARAM));
-    int bqkv = CK(T(g, "bqkv", "qhp", DM_ROLE_PARAM));
-    int wo = CK(T(g, "Wo", "ihp", DM_ROLE_PARAM));
-    int bo = CK(T(g, "bo", "i", DM_ROLE_PARAM));
-    int g1 = CK(T(g, "ln1_gamma", "i", DM_ROLE_PARAM));
-    int be1 = CK(T(g, "ln1_beta", "i", DM_ROLE_PARAM));
-    int w1 = CK(T(g, "W1", "ui", DM_ROLE_PARAM));
-    int b1 = CK(T(g, "b1", "u", DM_ROLE_PARAM));
-    int w2 = CK(T(g, "W2", "iu", DM_ROLE_PARAM));
-    int b2 = CK(T(g, "b2", "i", DM_ROLE_PARAM));
-    int g2 = CK(T(g, "ln2_gamma", "i", DM_ROLE_PARAM));
-    int be2 = CK(T(g, "ln2_beta", "i", DM_ROLE_PARAM));
-    if (!ok) return DM_ERR_OOM;
-
+    int x, mask, wqkv, bqkv, wo, bo, g1, be1, w1, b1, w2, b2, g2, be2;
     /* attention */
-    int qkv_mm = CK(T(g, "qkv_mm", "bjqhp", DM_ROLE_ACT));
-    int qkv = CK(T(g, "qkv", "bjqhp", DM_ROLE_ACT));
-    int Q = CK(dm_graph_view(g, qkv, "Q", "bj0hp"));
-    int K = CK(dm_graph_view(g, qkv, "K", "bk1hp"));
-    int V = CK(dm_graph_view(g, qkv, "V", "bk2hp"));
-    int s = CK(T(g, "scores", "bhjk", DM_ROLE_ACT));
-    int sm = CK(T(g, "scores_masked", "bhjk", DM_ROLE_ACT));
-    int a = CK(T(g, "probs", "bhjk", DM_ROLE_ACT));
-    int ad = CK(T(g, "probs_drop", "bhjk", DM_ROLE_ACT));
-    int ctx = CK(T(g, "ctx", "bjhp", DM_ROLE_ACT));
-    int att_mm = CK(T(g, "attn_mm", "bji", DM_ROLE_ACT));
-    int att = CK(T(g, "attn", "bji", DM_ROLE_ACT));
-    int attd = CK(T(g, "attn_drop", "bji", DM_ROLE_ACT));
-    const int pre = cfg->norm == DM_NORM_PRE;
+    int qkv_mm, qkv, Q, K, V, s, sm, a, ad, ctx, att_mm, att, attd, r1, h1, mu1, rs1;
+    /* feed-forward */
+    int f1_mm, f1, act, f2_mm, f2, f2d, r2, y, mu2, rs2;
+} enc_tensors;
+
+/* *ok becomes 0 (and stays 0) when a tensor or an op cannot be made. */
+#define CK(x) ck_(x, ok)
+#define IN(...) ((const int[]){__VA_ARGS__})
+
+static void add_inputs_and_params(dm_graph *g, enc_tensors *ts, int *ok) {
+    ts->x = CK(T(g, "hidden_states", "bji", DM_ROLE_INPUT));
+    ts->mask = CK(T(g, "attention_mask", "bk", DM_ROLE_INPUT));
+    ts->wqkv = CK(T(g, "Wqkv", "qhpi", DM_ROLE_PARAM));
+    ts->bqkv = CK(T(g, "bqkv", "qhp", DM_ROLE_PARAM));
+    ts->wo = CK(T(g, "Wo", "ihp", DM_ROLE_PARAM));
+    ts->bo = CK(T(g, "bo", "i", DM_ROLE_PARAM));
+    ts->g1 = CK(T(g, "ln1_gamma", "i", DM_ROLE_PARAM));
+    ts->be1 = CK(T(g, "ln1_beta", "i", DM_ROLE_PARAM));
+    ts->w1 = CK(T(g, "W1", "ui", DM_ROLE_PARAM));
+    ts->b1 = CK(T(g, "b1", "u", DM_ROLE_PARAM));
+    ts->w2 = CK(T(g, "W2", "iu", DM_ROLE_PARAM));
+    ts->b2 = CK(T(g, "b2", "i", DM_ROLE_PARAM));
+    ts->g2 = CK(T(g, "ln2_gamma", "i", DM_ROLE_PARAM));
+    ts->be2 = CK(T(g, "ln2_beta", "i", DM_ROLE_PARAM));
+}
+
+static void add_activations(dm_graph *g, int pre, enc_tensors *ts, int *ok) {
+    /* attention */
+    ts->qkv_mm = CK(T(g, "qkv_mm", "bjqhp", DM_ROLE_ACT));
+    ts->qkv = CK(T(g, "qkv", "bjqhp", DM_ROLE_ACT));
+    ts->Q = CK(dm_graph_view(g, ts->qkv, "Q", "bj0hp"));
+    ts->K = CK(dm_graph_view(g, ts->qkv, "K", "bk1hp"));
+    ts->V = CK(dm_graph_view(g, ts->qkv, "V", "bk2hp"));
+    ts->s = CK(T(g, "scores", "bhjk", DM_ROLE_ACT));
+    ts->sm = CK(T(g, "scores_masked", "bhjk", DM_ROLE_ACT));
+    ts->a = CK(T(g, "probs", "bhjk", DM_ROLE_ACT));
+    ts->ad = CK(T(g, "probs_drop", "bhjk", DM_ROLE_ACT));
+    ts->ctx = CK(T(g, "ctx", "bjhp", DM_ROLE_ACT));
+    ts->att_mm = CK(T(g, "attn_mm", "bji", DM_ROLE_ACT));
+    ts->att = CK(T(g, "attn", "bji", DM_ROLE_ACT));
+    ts->attd = CK(T(g, "attn_drop", "bji", DM_ROLE_ACT));
     /* post-LN: resid1 = attn_drop + X, h1 = LN1(resid1); pre-LN: ln1_out = LN1(X),
      * h1 = attn_drop + X */
-    int r1 = CK(T(g, pre ? "ln1_out" : "resid1", "bji", DM_ROLE_ACT));
-    int h1 = CK(T(g, "h1", "bji", DM_ROLE_ACT));
-    int mu1 = CK(T(g, "ln1_mean", "bj", DM_ROLE_ACT));
-    int rs1 = CK(T(g, "ln1_rstd", "bj", DM_ROLE_ACT));
+    ts->r1 = CK(T(g, pre ? "ln1_out" : "resid1", "bji", DM_ROLE_ACT));
+    ts->h1 = CK(T(g, "h1", "bji", DM_ROLE_ACT));
+    ts->mu1 = CK(T(g, "ln1_mean", "bj", DM_ROLE_ACT));
+    ts->rs1 = CK(T(g, "ln1_rstd", "bj", DM_ROLE_ACT));
     /* feed-forward */
-    int f1_mm = CK(T(g, "ffn1_mm", "bju", DM_ROLE_ACT));
-    int f1 = CK(T(g, "ffn1", "bju", DM_ROLE_ACT));
-    int act = CK(T(g, "ffn_act", "bju", DM_ROLE_ACT));
-    int f2_mm = CK(T(g, "ffn2_mm", "bji", DM_ROLE_ACT));
-    int f2 = CK(T(g, "ffn2", "bji", DM_ROLE_ACT));
-    int f2d = CK(T(g, "ffn2_drop", "bji", DM_ROLE_ACT));
+    ts->f1_mm = CK(T(g, "ffn1_mm", "bju", DM_ROLE_ACT));
+    ts->f1 = CK(T(g, "ffn1", "bju", DM_ROLE_ACT));
+    ts->act = CK(T(g, "ffn_act", "bju", DM_ROLE_ACT));
+    ts->f2_mm = CK(T(g, "ffn2_mm", "bji", DM_ROLE_ACT));
+    ts->f2 = CK(T(g, "ffn2", "bji", DM_ROLE_ACT));
+    ts->f2d = CK(T(g, "ffn2_drop", "bji", DM_ROLE_ACT));
     /* post-LN: resid2 = ffn2_drop + h1, output = LN2(resid2); pre-LN: ln2_out = LN2(h1),
      * output = ffn2_drop + h1 */
-    int r2 = CK(T(g, pre ? "ln2_out" : "resid2", "bji", DM_ROLE_ACT));
-    int y = CK(T(g, "output", "bji", DM_ROLE_OUTPUT));
-    int mu2 = CK(T(g, "ln2_mean", "bj", DM_ROLE_ACT));
-    int rs2 = CK(T(g, "ln2_rstd", "bj", DM_ROLE_ACT));
-    if (!ok) return DM_ERR_OOM;
+    ts->r2 = CK(T(g, pre ? "ln2_out" : "resid2", "bji", DM_ROLE_ACT));
+    ts->y = CK(T(g, "output", "bji", DM_ROLE_OUTPUT));
+    ts->mu2 = CK(T(g, "ln2_mean", "bj", DM_ROLE_ACT));
+    ts->rs2 = CK(T(g, "ln2_rstd", "bj", DM_ROLE_ACT));
+}
 
+/* The attention block's ops up to its residual add, and the LayerNorm after that add:
+ * post-LN, LN1 of the sum; pre-LN, LN2 of the feed-forward block's input (pre-LN also
+ * starts with LN1 of X). */
+static void add_attention_ops(dm_graph *g, const dm_layer_config *cfg, int pre,
+                              const enc_tensors *ts, int *ok) {
+    const int64_t J = cfg->seq, I = cfg->hidden;
+    const int x = ts->x, mask = ts->mask, wqkv = ts->wqkv, bqkv = ts->bqkv, wo = ts->wo,
+              bo = ts->bo, g1 = ts->g1, be1 = ts->be1, g2 = ts->g2, be2 = ts->be2;
+    const int qkv_mm = ts->qkv_mm, qkv = ts->qkv, Q = ts->Q, K = ts->K, V = ts->V, s = ts->s,
+              sm = ts->sm, a = ts->a, ad = ts->ad, ctx = ts->ctx, att_mm = ts->att_mm,
+              att = ts->att, attd = ts->attd, r1 = ts->r1, h1 = ts->h1, mu1 = ts->mu1,
+              rs1 = ts->rs1, r2 = ts->r2, mu2 = ts->mu2, rs2 = ts->rs2;
     float scale = (float)(1.0 / sqrt((double)D('p')));
-    int n = g->nop;
-#define IN(...) ((const int[]){__VA_ARGS__})
     int oln;
     if (pre) {
         oln = CK(pw(g, DM_OP_LAYERNORM, "attn_layernorm", x, I, IN(x, g1, be1), 3, IN(r1, mu1, rs1), 3));
-        if (ok) g->op[oln].eps = cfg->eps;
+        if (*ok) g->op[oln].eps = cfg->eps;
     }
     CK(mm(g, "qkv_proj", "bji,qhpi->bjqhp", pre ? r1 : x, wqkv, qkv_mm, 1.0f));
     CK(pw(g, DM_OP_BIAS_ADD, "qkv_bias", qkv, 3 * I, IN(qkv_mm, bqkv), 2, IN(qkv), 1));
     CK(mm(g, "attn_scores", "bjhp,bkhp->bhjk", Q, K, s, scale));
     int om = CK(pw(g, DM_OP_MASK_ADD, "attn_mask", s, J, IN(s, mask), 2, IN(sm), 1));
-    if (ok) g->op[om].causal = cfg->causal != 0;
+    if (*ok) g->op[om].causal = cfg->causal != 0;
     CK(pw(g, DM_OP_SOFTMAX, "attn_softmax", s, J, IN(sm), 1, IN(a), 1));
     int od = CK(pw(g, DM_OP_DROPOUT, "attn_probs_dropout", s, J, IN(a), 1, IN(ad), 1));
-    if (ok) g->op[od].stream = DM_DROP_ATTN_PROBS;
+    if (*ok) g->op[od].stream = DM_DROP_ATTN_PROBS;
     CK(mm(g, "attn_context", "bhjk,bkhp->bjhp", ad, V, ctx, 1.0f));
     CK(mm(g, "attn_out_proj", "bjhp,ihp->bji", ctx, wo, att_mm, 1.0f));
     CK(pw(g, DM_OP_BIAS_ADD, "attn_out_bias", att, I, IN(att_mm, bo), 2, IN(att), 1));
     od = CK(pw(g, DM_OP_DROPOUT, "attn_out_dropout", att, I, IN(att), 1, IN(attd), 1));
-    if (ok) g->op[od].stream = DM_DROP_ATTN_OUT;
+    if (*ok) g->op[od].stream = DM_DROP_ATTN_OUT;
     if (pre) {
         CK(pw(g, DM_OP_ADD, "attn_residual", att, I, IN(attd, x), 2, IN(h1), 1));
         oln = CK(pw(g, DM_OP_LAYERNORM, "ffn_layernorm", att, I, IN(h1, g2, be2), 3, IN(r2, mu2, rs2), 3));
@@ -177,48 +186,53 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
         CK(pw(g, DM_OP_ADD, "attn_residual", att, I, IN(attd, x), 2, IN(r1), 1));
         oln = CK(pw(g, DM_OP_LAYERNORM, "attn_layernorm", att, I, IN(r1, g1, be1), 3, IN(h1, mu1, rs1), 3));
     }
-    if (ok) g->op[oln].eps = cfg->eps;
+    if (*ok) g->op[oln].eps = cfg->eps;
+}
+
+/* The feed-forward block's ops up to its residual add, and LN2 after that add (post-LN
+ * only: pre-LN's LN2 came with the attention block). */
+static void add_ffn_ops(dm_graph *g, const dm_layer_config *cfg, int pre, const enc_tensors *ts,
+                        int *ok) {
+    const int64_t I = cfg->hidden, U = cfg->ffn;
+    const int w1 = ts->w1, b1 = ts->b1, w2 = ts->w2, b2 = ts->b2, g2 = ts->g2, be2 = ts->be2;
+    const int h1 = ts->h1, f1_mm = ts->f1_mm, f1 = ts->f1, act = ts->act, f2_mm = ts->f2_mm,
+              f2 = ts->f2, f2d = ts->f2d, r2 = ts->r2, y = ts->y, mu2 = ts->mu2, rs2 = ts->rs2;
     CK(mm(g, "ffn_in_proj", "bji,ui->bju", pre ? r2 : h1, w1, f1_mm, 1.0f));
     CK(pw(g, DM_OP_BIAS_ADD, "ffn_in_bias", f1, U, IN(f1_mm, b1), 2, IN(f1), 1));
     int oa = CK(pw(g, DM_OP_ACT, "ffn_act", f1, U, IN(f1), 1, IN(act), 1));
-    if (ok) g->op[oa].act = cfg->act;
+    if (*ok) g->op[oa].act = cfg->act;
     CK(mm(g, "ffn_out_proj", "bju,iu->bji", act, w2, f2_mm, 1.0f));
     CK(pw(g, DM_OP_BIAS_ADD, "ffn_out_bias", f2, I, IN(f2_mm, b2), 2, IN(f2), 1));
-    od = CK(pw(g, DM_OP_DROPOUT, "ffn_out_dropout", f2, I, IN(f2), 1, IN(f2d), 1));
-    if (ok) g->op[od].stream = DM_DROP_FFN_OUT;
+    int od = CK(pw(g, DM_OP_DROPOUT, "ffn_out_dropout", f2, I, IN(f2), 1, IN(f2d), 1));
+    if (*ok) g->op[od].stream = DM_DROP_FFN_OUT;
     if (pre) {
         CK(pw(g, DM_OP_ADD, "ffn_residual", f2, I, IN(f2d, h1), 2, IN(y), 1));
     } else {
         CK(pw(g, DM_OP_ADD, "ffn_residual", f2, I, IN(f2d, h1), 2, IN(r2), 1));
-        oln = CK(pw(g, DM_OP_LAYERNORM, "ffn_layernorm", f2, I, IN(r2, g2, be2), 3, IN(y, mu2, rs2), 3));
-        if (ok) g->op[oln].eps = cfg->eps;
+        int oln = CK(pw(g, DM_OP_LAYERNORM, "ffn_layernorm", f2, I, IN(r2, g2, be2), 3, IN(y, mu2, rs2), 3));
+        if (*ok) g->op[oln].eps = cfg->eps;
     }
-    if (!ok) return DM_ERR_OOM;
-    for (int o = n; o < g->nop; o++) g->op[o].p = cfg->dropout;
-    enc->nfwd_ops = g->nop;
+}
 
-    enc->x = x;
-    enc->mask = mask;
-    enc->y = y;
-    enc->dy = enc->dx = -1;
-    export(enc, "hidden_states", x, 3, B, J, I, 0);
-    export(enc, "attention_mask", mask, 2, B, J, 0, 0);
-    export(enc, "output", y, 3, B, J, I, 0);
-
-    /* parameters under Hugging Face names: slices of the stacked tensors */
+/* Exports the 16 parameters under Hugging Face names: Q/K/V's weights and biases as views
+ * (made here) of the stacked tensors, the others as they are. */
+static dm_status export_params(dm_graph *g, const dm_layer_config *cfg, const enc_tensors *ts,
+                               dm_encoder *enc, int *ok) {
+    const int64_t I = cfg->hidden, U = cfg->ffn;
     const char *qkvn[3] = {"query", "key", "value"};
     int pw_ids[DM_NUM_PARAMS];
     for (int q = 0; q < 3; q++) {
         char map[8], name[64];
         snprintf(map, sizeof map, "%dhpi", q);
         snprintf(name, sizeof name, "attention.self.%s.weight", qkvn[q]);
-        pw_ids[2 * q] = CK(dm_graph_view(g, wqkv, name, map));
+        pw_ids[2 * q] = CK(dm_graph_view(g, ts->wqkv, name, map));
         snprintf(map, sizeof map, "%dhp", q);
         snprintf(name, sizeof name, "attention.self.%s.bias", qkvn[q]);
-        pw_ids[2 * q + 1] = CK(dm_graph_view(g, bqkv, name, map));
+        pw_ids[2 * q + 1] = CK(dm_graph_view(g, ts->bqkv, name, map));
     }
-    if (!ok) return DM_ERR_OOM;
-    int rest[10] = {wo, bo, g1, be1, w1, b1, w2, b2, g2, be2};
+    if (!*ok) return DM_ERR_OOM;
+    int rest[10] = {ts->wo, ts->bo, ts->g1, ts->be1, ts->w1,
+                    ts->b1, ts->w2, ts->b2, ts->g2, ts->be2};
     for (int k = 0; k < 10; k++) pw_ids[6 + k] = rest[k];
     for (int k = 0; k < DM_NUM_PARAMS; k++) {
         /* the shapes of Hugging Face's state dict: weights (out, in) as torch.nn.Linear
@@ -235,10 +249,17 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
         else
             export(enc, nm, pw_ids[k], 2, I, I, 0, 1);
     }
-    if (forward_only) return DM_OK;
+    return DM_OK;
+}
 
+/* The backward: grad_output, autodiff from it (grad_hidden_states too with input_grad),
+ * and their exports. */
+static dm_status add_backward(dm_graph *g, const dm_layer_config *cfg, int input_grad,
+                              dm_encoder *enc, int *ok) {
+    const int64_t B = cfg->batch, J = cfg->seq, I = cfg->hidden;
+    const int x = enc->x, y = enc->y;
     int dy = CK(T(g, "grad_output", "bji", DM_ROLE_INPUT));
-    if (!ok) return DM_ERR_OOM;
+    if (!*ok) return DM_ERR_OOM;
     int dx = -1;
     DM_TRY(dm_autodiff(g, y, dy, input_grad ? x : -1, &dx));
     if (dx >= 0) g->t[dx].role = DM_ROLE_OUTPUT;
@@ -246,7 +267,11 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     enc->dx = dx;
     export(enc, "grad_output", dy, 3, B, J, I, 0);
     if (dx >= 0) export(enc, "grad_hidden_states", dx, 3, B, J, I, 0);
-    /* parameter gradients: the gradient roots of Wqkv and bqkv get HF-named views */
+    return DM_OK;
+}
+
+/* Exports the parameter gradients: the gradient roots of Wqkv and bqkv get HF-named views. */
+static dm_status export_param_grads(dm_graph *g, dm_encoder *enc) {
     int nexp = enc->n;
     for (int k = 0; k < nexp; k++) {
         if (!enc->e[k].is_param) continue;
@@ -272,4 +297,47 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
         export(enc, name, gt, enc->e[k].ndim, enc->e[k].shape[0], enc->e[k].shape[1], 0, 0);
     }
     return DM_OK;
+}
+
+dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_only, int input_grad,
+                           dm_encoder *enc) {
+    DM_TRY(dm_layer_config_check(cfg));
+    memset(enc, 0, sizeof *enc);
+    int64_t B = cfg->batch, J = cfg->seq, I = cfg->hidden, H = cfg->heads, U = cfg->ffn;
+    D('b') = B;
+    D('j') = J;
+    D('k') = J;
+    D('h') = H;
+    D('p') = I / H;
+    D('i') = I;
+    D('u') = U;
+    D('q') = 3;
+    int ok = 1;
+    enc_tensors ts;
+    /* inputs and parameters */
+    add_inputs_and_params(g, &ts, &ok);
+    if (!ok) return DM_ERR_OOM;
+    const int pre = cfg->norm == DM_NORM_PRE;
+    add_activations(g, pre, &ts, &ok);
+    if (!ok) return DM_ERR_OOM;
+
+    int n = g->nop;
+    add_attention_ops(g, cfg, pre, &ts, &ok);
+    add_ffn_ops(g, cfg, pre, &ts, &ok);
+    if (!ok) return DM_ERR_OOM;
+    for (int o = n; o < g->nop; o++) g->op[o].p = cfg->dropout;
+    enc->nfwd_ops = g->nop;
+
+    enc->x = ts.x;
+    enc->mask = ts.mask;
+    enc->y = ts.y;
+    enc->dy = enc->dx = -1;
+    export(enc, "hidden_states", ts.x, 3, B, J, I, 0);
+    export(enc, "attention_mask", ts.mask, 2, B, J, 0, 0);
+    export(enc, "output", ts.y, 3, B, J, I, 0);
+    DM_TRY(export_params(g, cfg, &ts, enc, &ok));
+    if (forward_only) return DM_OK;
+
+    DM_TRY(add_backward(g, cfg, input_grad, enc, &ok));
+    return export_param_grads(g, enc);
 }
