@@ -95,10 +95,8 @@ static dm_status value_of(gen_ctx *G, const dmc_operand *d, int *vi) {
     return DM_OK;
 }
 
-/* How many segments op kind k opens after the one it starts in. */
-static int segs_opened(int k) {
-    return k == DM_OP_SOFTMAX || k == DM_OP_LAYERNORM ? 2 : k == DM_OP_SOFTMAX_BWD || k == DM_OP_LAYERNORM_BWD ? 1 : 0;
-}
+/* How many segments op kind k opens after the one it starts in: one per row reduction. */
+static int segs_opened(int k) { return dm_op_row_reductions((dm_op_kind)k); }
 
 /* An op that starts in segment s reads its inputs for the last time, and writes its
  * outputs, in its last segment (softmax: x for the max, then for exp; LayerNorm: x in
