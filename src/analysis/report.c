@@ -56,7 +56,7 @@ cJSON *dm_cost_json(const dm_graph *g, const dm_cost_report *r, const dm_layer_c
              jnum(e, "intensity", c->intensity) &&
              cJSON_AddStringToObject(e, "bound", c->memory_bound ? "memory" : "compute") &&
              jnum(e, "predicted_seconds", c->predicted_s);
-        if (ok && g->op[c->op].kind == DM_OP_CONTRACT)
+        if (ok && (dm_op_params(g->op[c->op].kind) & DM_OPP_SPEC))
             ok = cJSON_AddStringToObject(e, "spec", g->op[c->op].spec) != NULL;
     }
     ok = ok && (arr = cJSON_AddArrayToObject(root, "groups")) != NULL;

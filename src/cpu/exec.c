@@ -13,26 +13,6 @@
 #include "core/hugealloc.h"
 #include "core/status.h"
 
-dm_arg_kind dm_arg_in(dm_op_kind k, int slot) {
-    switch (k) {
-    case DM_OP_BIAS_ADD: return slot == 1 ? DM_ARG_COLVEC : DM_ARG_FULL;
-    case DM_OP_MASK_ADD: return slot == 1 ? DM_ARG_GROUPED : DM_ARG_FULL;
-    case DM_OP_LAYERNORM: return slot == 0 ? DM_ARG_FULL : DM_ARG_COLVEC;
-    case DM_OP_LAYERNORM_BWD:
-        return slot <= 1 ? DM_ARG_FULL : slot <= 3 ? DM_ARG_ROWSCALAR : DM_ARG_COLVEC;
-    default: return DM_ARG_FULL;
-    }
-}
-
-dm_arg_kind dm_arg_out(dm_op_kind k, int slot) {
-    switch (k) {
-    case DM_OP_LAYERNORM: return slot == 0 ? DM_ARG_FULL : DM_ARG_ROWSCALAR;
-    case DM_OP_LAYERNORM_BWD: return slot == 0 ? DM_ARG_FULL : DM_ARG_COLACC;
-    case DM_OP_COLSUM: return DM_ARG_COLACC;
-    default: return DM_ARG_FULL;
-    }
-}
-
 float *dm_cpu_tensor_ptr(const dm_plan *plan, char *arena, int t) {
     const dm_graph *g = plan->g;
     int r = dm_tensor_root(g, t);

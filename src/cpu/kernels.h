@@ -9,17 +9,8 @@
 
 #include "graph/graph.h"
 
-/* How an operand of a row kernel is addressed, per op kind and operand slot. */
-typedef enum {
-    DM_ARG_FULL = 0, /* (rows, cols): this row */
-    DM_ARG_COLVEC,   /* (cols): broadcast over rows */
-    DM_ARG_GROUPED,  /* (G, cols): row r uses row r / (rows / G) (the attention mask) */
-    DM_ARG_ROWSCALAR,/* (rows): one value per row (LayerNorm statistics) */
-    DM_ARG_COLACC    /* (cols): accumulated over rows (bias / LayerNorm parameter grads) */
-} dm_arg_kind;
-
-dm_arg_kind dm_arg_in(dm_op_kind k, int slot);
-dm_arg_kind dm_arg_out(dm_op_kind k, int slot);
+/* How a row kernel's operands are addressed (dm_arg_kind, dm_arg_in / dm_arg_out): the
+ * operator table's, graph/ops.h. */
 
 typedef struct {
     const dm_op *op;
@@ -36,5 +27,10 @@ void dm_cpu_row(const dm_row *rw);
  * mask_groups: rows of the GROUPED operand of MASK_ADD. */
 void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float *const *in,
                float *const *out);
+/* A contraction's naive reference from its einsum spec "a,b->c" (the letters of A, B ->
+ * C): every tensor dense and row-major in its letters' order, letter l of size
+ * dim[l - 'a']; C = alpha * the sum over the letters C lacks, in double. */
+void dm_ref_contract(const char *spec, const int64_t dim[26], float alpha, const float *A, const float *B,
+                     float *C);
 
 #endif

@@ -1,9 +1,11 @@
 /* ref.c: naive references of the element-wise and normalization kernels, over whole
  * tensors in double, written straight from the definitions (no fusion, no
  * vectorization tricks), for the kernel tests. Operands follow the same conventions as
- * the row kernels (kernels.h: dm_arg_in / dm_arg_out). */
+ * the row kernels (graph/ops.h: dm_arg_in / dm_arg_out). And the contractions', from the
+ * einsum by loops over every letter. */
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,4 +145,46 @@ void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float 
     default:
         break;
     }
+}
+
+void dm_ref_contract(const char *spec, const int64_t dim[26], float alpha, const float *A, const float *B,
+                     float *C) {
+    char t[3][16] = {"", "", ""};
+    if (sscanf(spec, "%15[a-z],%15[a-z]->%15[a-z]", t[0], t[1], t[2]) != 3) return;
+    /* the letters of the iteration space, and each operand's stride per letter */
+    char let[26];
+    int nl = 0;
+    int64_t stride[3][26] = {{0}}, size[26], cn = 1;
+    for (int o = 0; o < 3; o++)
+        for (const char *c = t[o]; *c; c++)
+            if (!memchr(let, *c, (size_t)nl)) let[nl++] = *c;
+    for (int l = 0; l < nl; l++) size[l] = dim[let[l] - 'a'];
+    for (int o = 0; o < 3; o++) {
+        int64_t s = 1;
+        for (int d = (int)strlen(t[o]) - 1; d >= 0; d--) {
+            int l = (int)((const char *)memchr(let, t[o][d], (size_t)nl) - let);
+            stride[o][l] = s;
+            s *= size[l];
+        }
+        if (o == 2) cn = s;
+    }
+    double *acc = calloc((size_t)cn, sizeof(double));
+    if (!acc) return;
+    int64_t idx[26] = {0}, total = 1;
+    for (int l = 0; l < nl; l++) total *= size[l];
+    for (int64_t e = 0; e < total; e++) {
+        int64_t oa = 0, ob = 0, oc = 0;
+        for (int l = 0; l < nl; l++) {
+            oa += idx[l] * stride[0][l];
+            ob += idx[l] * stride[1][l];
+            oc += idx[l] * stride[2][l];
+        }
+        acc[oc] += (double)A[oa] * B[ob];
+        for (int l = nl - 1; l >= 0; l--) {
+            if (++idx[l] < size[l]) break;
+            idx[l] = 0;
+        }
+    }
+    for (int64_t e = 0; e < cn; e++) C[e] = (float)(alpha * acc[e]);
+    free(acc);
 }

@@ -16,7 +16,6 @@
 extern "C" {
 #include "core/status.h"
 #include "plan/gemm.h"
-#include "cpu/kernels.h"
 #include "plan/plan.h"
 }
 #include "cuda/cuda_backend.h"

@@ -3,7 +3,7 @@
  * math of src/cpu/eltwise.c and src/cpu/norm.c (inverted dropout on Philox words, softmax
  * with the row max subtracted, two-pass LayerNorm in fp32 with rstd in double, as the
  * CPU), and the second kernel of the column reductions. A kind added to ops.def needs
- * a case here and in row_kind_supported (cudaexec/build.cu).
+ * a case here (and in emulate.cu and cudagen/gen.cu); tests/test_ops.c runs every kind.
  *
  * A thread block runs one row at a time (grid-stride over rows). Thread t always handles
  * the 8-column chunks t, t + blockDim, ... in every op, so a column accumulator is only

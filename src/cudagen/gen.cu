@@ -95,10 +95,8 @@ static dm_status value_of(gen_ctx *G, const dmc_operand *d, int *vi) {
     return DM_OK;
 }
 
-/* How many segments op kind k opens after the one it starts in. */
-static int segs_opened(int k) {
-    return k == DM_OP_SOFTMAX || k == DM_OP_LAYERNORM ? 2 : k == DM_OP_SOFTMAX_BWD || k == DM_OP_LAYERNORM_BWD ? 1 : 0;
-}
+/* How many segments op kind k opens after the one it starts in: one per row reduction. */
+static int segs_opened(int k) { return dm_op_row_reductions((dm_op_kind)k); }
 
 /* An op that starts in segment s reads its inputs for the last time, and writes its
  * outputs, in its last segment (softmax: x for the max, then for exp; LayerNorm: x in
@@ -291,13 +289,10 @@ static int acc_index(const gen_ctx *G, const dmc_operand *d) {
     return -1;
 }
 
-static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
-    int in[DM_MAX_IN] = {0}, out[DM_MAX_OUT] = {0};
-    for (int i = 0; i < op->nin; i++) DM_TRY(value_of(G, &op->in[i], &in[i]));
-    for (int i = 0; i < op->nout; i++)
-        if (op->out[i].kind != DM_ARG_COLACC) DM_TRY(value_of(G, &op->out[i], &out[i]));
-    const int K = G->red++;
-    std::string a, b, y, after;
+/* The kinds without a row reduction: every output chunk from the same chunks of the
+ * inputs (or, COLSUM, added into the column accumulators). */
+static dm_status emit_eltwise(gen_ctx *G, const dmc_rowop *op, const int *in, const int *out) {
+    std::string a, b, y;
     switch (op->kind) {
     case DM_OP_BIAS_ADD:
     case DM_OP_ADD:
@@ -360,6 +355,18 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
             a.c_str());
         break;
     }
+    default:
+        return dm_fail(DM_ERR_UNSUPPORTED, "no generated kernel for op kind '%s'",
+                       dm_op_kind_name((dm_op_kind)op->kind));
+    }
+    return DM_OK;
+}
+
+/* The kinds with row reductions (ops.def's rowred): each reduction closes a segment.
+ * K: the op's number in the program, which names its row-scope values. */
+static dm_status emit_rowred(gen_ctx *G, const dmc_rowop *op, const int *in, const int *out, int K) {
+    std::string a, b, y, after;
+    switch (op->kind) {
     case DM_OP_SOFTMAX: {
         a = chunk(G, in[0]);
         gen_add(G->rowscope, "        float m%d = -dmg_inf();\n", K);
@@ -459,6 +466,16 @@ static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
                        dm_op_kind_name((dm_op_kind)op->kind));
     }
     return DM_OK;
+}
+
+static dm_status emit_op(gen_ctx *G, const dmc_rowop *op) {
+    int in[DM_MAX_IN] = {0}, out[DM_MAX_OUT] = {0};
+    for (int i = 0; i < op->nin; i++) DM_TRY(value_of(G, &op->in[i], &in[i]));
+    for (int i = 0; i < op->nout; i++)
+        if (op->out[i].kind != DM_ARG_COLACC) DM_TRY(value_of(G, &op->out[i], &out[i]));
+    const int K = G->red++;
+    return dm_op_reduces_rows((dm_op_kind)op->kind) ? emit_rowred(G, op, in, out, K)
+                                                     : emit_eltwise(G, op, in, out);
 }
 
 /* Can program p run as a generated kernel? The shape rules: at most GEN_MAX_NCH chunks per

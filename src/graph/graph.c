@@ -7,35 +7,6 @@
 
 #include "core/status.h"
 
-static const char *const k_op_names[] = {
-#define DM_OP(kind, name, cls, fpe) name,
-#include "graph/ops.def"
-#undef DM_OP
-};
-static const dm_op_class k_op_class[] = {
-#define DM_OP(kind, name, cls, fpe) cls,
-#include "graph/ops.def"
-#undef DM_OP
-};
-static const double k_op_fpe[] = {
-#define DM_OP(kind, name, cls, fpe) fpe,
-#include "graph/ops.def"
-#undef DM_OP
-};
-
-const char *dm_op_kind_name(dm_op_kind k) { return k < DM_NUM_OPS ? k_op_names[k] : "?"; }
-dm_op_class dm_op_kind_class(dm_op_kind k) { return k_op_class[k]; }
-
-int dm_op_pointwise(dm_op_kind k) {
-    switch (k) {
-    case DM_OP_BIAS_ADD: case DM_OP_ADD: case DM_OP_MASK_ADD: case DM_OP_DROPOUT: case DM_OP_ACT:
-    case DM_OP_DROPOUT_BWD: case DM_OP_ACT_BWD: case DM_OP_ACT_DERIV: case DM_OP_MUL: case DM_OP_DROPOUT_BWD_NZ:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 void dm_graph_init(dm_graph *g) { memset(g, 0, sizeof *g); }
 
 void dm_graph_free(dm_graph *g) {
@@ -187,6 +158,11 @@ int dm_graph_clone(dm_graph *g, int src) {
 int dm_tensor_root(const dm_graph *g, int t) { return g->t[t].base >= 0 ? g->t[t].base : t; }
 
 int dm_graph_op(dm_graph *g, const dm_op *op) {
+    if (op->nin != dm_op_nin(op->kind) || op->nout != dm_op_nout(op->kind)) {
+        dm_fail(DM_ERR_INTERNAL, "op %s: a %s takes %d inputs and %d outputs (ops.def), not %d and %d", op->name,
+                dm_op_kind_name(op->kind), dm_op_nin(op->kind), dm_op_nout(op->kind), op->nin, op->nout);
+        return -1;
+    }
     if (!grow((void **)&g->op, &g->cap_op, g->nop + 1, sizeof(dm_op))) {
         dm_fail(DM_ERR_OOM, "out of memory building the graph");
         return -1;
@@ -209,8 +185,8 @@ static double spec_volume(const dm_graph *g, const char *spec) {
 }
 
 double dm_op_flop(const dm_graph *g, const dm_op *op) {
-    if (op->kind == DM_OP_CONTRACT) return 2.0 * spec_volume(g, op->spec);
-    return k_op_fpe[op->kind] * (double)op->rows * (double)op->cols;
+    if (dm_op_kind_class(op->kind) == DM_CLASS_CONTRACTION) return dm_op_kind_flop(op->kind) * spec_volume(g, op->spec);
+    return dm_op_kind_flop(op->kind) * (double)op->rows * (double)op->cols;
 }
 
 double dm_op_bytes(const dm_graph *g, const dm_op *op) {

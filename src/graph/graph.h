@@ -1,5 +1,6 @@
 /* graph.h: the dataflow graph of a training step. Tensors have named dimensions (one
- * letter each, design.md) and strides; operators come from ops.def in three classes.
+ * letter each, design.md) and strides; operators come from ops.def in three classes
+ * (their facts: ops.h).
  * A view tensor aliases part of a root tensor (a slice, with renamed letters). */
 #ifndef DM_GRAPH_H
 #define DM_GRAPH_H
@@ -7,18 +8,12 @@
 #include <stdint.h>
 
 #include "dmove.h"
+#include "graph/ops.h"
 
 #define DM_MAX_DIMS 6
 #define DM_MAX_IN 6
 #define DM_MAX_OUT 3
 #define DM_NAME_LEN 48
-
-typedef enum {
-#define DM_OP(kind, name, cls, fpe) DM_OP_##kind,
-#include "graph/ops.def"
-#undef DM_OP
-    DM_NUM_OPS
-} dm_op_kind;
 
 typedef enum {
     DM_ROLE_ACT = 0,    /* intermediate: planned in the arena by liveness */
@@ -89,12 +84,6 @@ int dm_graph_op(dm_graph *g, const dm_op *op);
 /* Appends a copy of tensor src's descriptor; returns the new id or -1. */
 int dm_graph_clone(dm_graph *g, int src);
 int dm_tensor_root(const dm_graph *g, int t);
-const char *dm_op_kind_name(dm_op_kind k);
-dm_op_class dm_op_kind_class(dm_op_kind k);
-/* 1 if each output element c of the op depends on input element c alone (bias, adds,
- * mask, dropout, activation and their backward): its kernels may write an output over
- * an input (the memory planner's in-place outputs). Not the row reductions. */
-int dm_op_pointwise(dm_op_kind k);
 /* flop of one op, and bytes it reads and writes (fp32, each tensor once). */
 double dm_op_flop(const dm_graph *g, const dm_op *op);
 double dm_op_bytes(const dm_graph *g, const dm_op *op);

@@ -60,7 +60,7 @@ static int batch_prefixed(const dm_graph *g, int t, const char *batch) {
 
 /* Is op o's output `t` a column reduction (a vector accumulated over all rows)? */
 static int is_colreduce_out(const dm_op *o, int slot) {
-    return o->kind == DM_OP_COLSUM || (o->kind == DM_OP_LAYERNORM_BWD && slot > 0);
+    return dm_arg_out(o->kind, slot) == DM_ARG_COLACC;
 }
 
 /* Do the groups of gid (ids below ng) form a DAG? Group G precedes H when an op of H has
@@ -262,7 +262,7 @@ static int batch_members_ok(const fuse_ctx *c, int G, int H, const char *bl, int
             char qb[4];
             okm = batch_letters(c->g, qo, qb, &qnb) && qnb == nb && !strcmp(qb, bl);
         } else {
-            okm = qo->rows % nb == 0 && qo->kind != DM_OP_COLSUM && qo->kind != DM_OP_LAYERNORM_BWD;
+            okm = qo->rows % nb == 0 && !dm_op_reduces_cols(qo->kind);
         }
     }
     return okm;

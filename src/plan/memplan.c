@@ -152,8 +152,7 @@ dm_status dm_plan_memory(dm_plan *plan, int no_reuse) {
                     /* contraction results, column reductions and per-row statistics that
                      * leave the group are materialized; per-row stats used only inside
                      * stay in scratch (decided below by readers) */
-                    if (contr || op->kind == DM_OP_COLSUM ||
-                        (op->kind == DM_OP_LAYERNORM_BWD && s > 0))
+                    if (contr || dm_arg_out(op->kind, s) == DM_ARG_COLACC)
                         plan->in_memory[r] = 1;
                 }
             }
