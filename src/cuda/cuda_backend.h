@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 #include "plan/plan.h"
-#include "train/adamw_elem.h"
+#include "graph/adamw_elem.h"
 
 typedef struct dm_cuda_exec dm_cuda_exec;
 /* Buffers several executors share when their main streams never run at once (a
@@ -165,7 +165,7 @@ dm_status dm_cuda_memcpy(dm_cuda_exec *ex, void *dst, const void *src, size_t by
 dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int ts);
 /* Elements of tensor t's span in the arena (first to last element, gaps included). */
 dm_status dm_cuda_tensor_elems(const dm_cuda_exec *ex, int t, size_t *n);
-/* One AdamW update (train/adamw_elem.h) of parameter tensor tp from its gradient tg, both
+/* One AdamW update (graph/adamw_elem.h) of parameter tensor tp from its gradient tg, both
  * in the arena's storage type, n elements each, dense (else DM_ERR_INTERNAL); m, v: its
  * fp32 moments; master: its fp32 master weights in
  * 16-bit storage (the parameter is then written as them rounded), NULL in fp32 storage
