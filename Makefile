@@ -29,6 +29,9 @@ LDLIBS += -lexpat
 # build folder remembers its CUDA setting in config.stamp and rebuilds when it changes).
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 HAVE_CUDA :=
+# The backends built (src/plan/backend.h), registered by src/layer/backends.c: a backend is
+# its folder and a line here.
+BACKENDS := cpu
 ifeq ($(NVCC),)
 ifeq ($(origin NVCC),command line)
 CUDA_WHY := NVCC= given: CPU backend only
@@ -42,6 +45,7 @@ ifeq ($(CUDA_LIBDIR),)
 CUDA_WHY := $(NVCC) found, but no libcublas.so under $(CUDA_HOME): CPU backend only
 else
 HAVE_CUDA := 1
+BACKENDS += cuda
 NVCC_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 # sm_80 (A100), sm_90 (H100/H200), and compute_90 PTX that newer GPUs compile at load time
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
@@ -72,7 +76,7 @@ $(shell mkdir -p $(BUILD) && { [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = "$(BUIL
 endif
 
 # --- sources ----------------------------------------------------------------------------
-LIB_SRC := $(wildcard src/core/*.c src/graph/*.c src/analysis/*.c src/plan/*.c src/tune/*.c src/train/*.c src/cpu/*.c src/*.c)
+LIB_SRC := $(wildcard src/core/*.c src/graph/*.c src/analysis/*.c src/plan/*.c src/tune/*.c src/train/*.c src/cpu/*.c src/layer/*.c src/*.c)
 CLI_SRC := $(wildcard cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ifneq ($(HAVE_CUDA),)
@@ -80,6 +84,7 @@ CUDA_SRC := $(wildcard src/cuda/*.cu src/cudaexec/*.cu src/cudagen/*.cu)
 LIB_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o) $(BUILD)/src/cuda/gen_text.o
 endif
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+$(BUILD)/src/layer/backends.o: CFLAGS += -DDM_BACKEND_LIST='$(foreach b,$(BACKENDS),X($(b)))'
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 

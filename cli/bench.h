@@ -7,12 +7,19 @@
 
 #include "cli_common.h"
 
+/* What a CUDA layer's executor chose (its notes, dm_layer_notes; all 0 on the CPU). */
+typedef struct {
+    int row_programs, row_programs_generated, attention_fused, bias_epilogues, second_stream;
+    char gen_unavailable[512];
+    char gpu[128];
+} bench_choices;
+
 typedef struct {
     const char *name;
     double fwd_ms, bwd_ms, step_ms, contr_ms, gflops;
     double class_ms[DM_NUM_CLASSES];
     double flop[2][DM_NUM_CLASSES], flop_total;
-    dm_cuda_choices cuda;    /* CUDA: what the executor chose (generated, fused, ...) */
+    bench_choices cuda;      /* CUDA: what the executor chose (generated, fused, ...) */
     dm_layer_memory mem;     /* what the layer holds */
     /* --groups: the plan's groups (their times the medians over the profiled steps), and
      * the roofline they are held to */

@@ -84,18 +84,31 @@ static dm_dtype g_dtype = DM_DTYPE_FP32;         /* --dtype */
 static dm_rows g_rows = DM_ROWS_DEFAULT;         /* --rows */
 static int g_streams = 0;                        /* --streams */
 
-/* The CUDA row kernels a layer gets (dm_rows_resolve), for the JSON record; "-" on the
- * CPU. */
+/* The CUDA row kernels a layer gets (dm_layer_options_resolve), for the JSON record; "-"
+ * on the CPU. */
 static const char *rows_in_effect(void) {
-    dm_rows r;
+    const dm_layer_options o = {.device = g_device, .rows = g_rows, .streams = g_streams};
+    dm_layer_options r;
     if (g_device != DM_DEVICE_CUDA) return "-";
-    return dm_rows_resolve(g_rows, &r) == DM_OK ? dm_rows_name(r) : "?";
+    return dm_layer_options_resolve(&o, &r) == DM_OK ? dm_rows_name(r.rows) : "?";
 }
-/* The CUDA streams a layer gets (dm_streams_resolve), for the JSON record; 0 on the CPU. */
+/* The CUDA streams a layer gets (dm_layer_options_resolve), for the JSON record; 0 on the
+ * CPU. */
 static int streams_in_effect(void) {
-    int n = 0;
+    const dm_layer_options o = {.device = g_device, .rows = g_rows, .streams = g_streams};
+    dm_layer_options r;
     if (g_device != DM_DEVICE_CUDA) return 0;
-    return dm_streams_resolve(g_streams, &n) == DM_OK ? n : -1;
+    return dm_layer_options_resolve(&o, &r) == DM_OK ? r.streams : -1;
+}
+/* The layer's notes as bench_choices. */
+static void choices_of(const dm_layer *L, bench_choices *c) {
+    c->row_programs = (int)dm_layer_note_value(L, "row_programs", 0);
+    c->row_programs_generated = (int)dm_layer_note_value(L, "row_programs_generated", 0);
+    c->attention_fused = (int)dm_layer_note_value(L, "attention_fused", 0);
+    c->bias_epilogues = (int)dm_layer_note_value(L, "bias_epilogues", 0);
+    c->second_stream = (int)dm_layer_note_value(L, "second_stream", 0);
+    snprintf(c->gen_unavailable, sizeof c->gen_unavailable, "%s", dm_layer_note_text(L, "gen_unavailable"));
+    snprintf(c->gpu, sizeof c->gpu, "%s", dm_layer_note_text(L, "gpu"));
 }
 static int g_groups;                             /* --groups */
 static const char *g_roofline;                   /* --roofline, or NULL: by the device */
@@ -187,7 +200,7 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
             return -1;
         }
     }
-    dm_layer_cuda_choices(s->layer, &res->cuda);
+    choices_of(s->layer, &res->cuda);
     dm_layer_memory_info(s->layer, &res->mem);
     if (res->cuda.gen_unavailable[0])
         fprintf(stderr, "dmove bench: note: %s: --rows auto runs the row groups and attention with the "

@@ -517,11 +517,10 @@ int cmd_layer(int argc, char **argv) {
         cli_error(CMD, "%s", dm_last_error());
         goto done;
     }
-    dm_cuda_choices cc;
-    dm_layer_cuda_choices(layer, &cc);
-    if (cc.gen_unavailable[0])
+    const char *gen_unavailable = dm_layer_note_text(layer, "gen_unavailable");
+    if (gen_unavailable[0])
         fprintf(stderr, "dmove layer: note: --rows auto runs the row groups and attention with the "
-                "interpreter and cuBLAS: the generated kernels could not be built: %s\n", cc.gen_unavailable);
+                "interpreter and cuBLAS: the generated kernels could not be built: %s\n", gen_unavailable);
     /* The layer's parameter list must be exactly BertLayer's. */
     if (dm_layer_num_params(layer) != NUM_PARAMS) {
         cli_error(CMD, "internal error: the layer has %d parameters, BertLayer has %d (please "

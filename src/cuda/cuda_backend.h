@@ -76,6 +76,18 @@ enum {
                                   * allows (so a missed hazard shows). */
 };
 
+/* The environment (cudaexec/backend.cu). DMOVE_CUDA_EMULATE=1: `--device cuda` layers run
+ * the executor emulated on the host (DM_CUDA_EMULATE: slow, no GPU needed; for tests of
+ * what drives the executor, e.g. the trainer); unset or 0: off; anything else is
+ * DM_ERR_INVALID_ARG. rows: the choice a layer with option r makes: r, or for
+ * DM_ROWS_DEFAULT the DMOVE_CUDA_ROWS environment variable, else DM_ROWS_AUTO
+ * (DM_ROWS_INTERP emulated). streams: the streams a layer with option `streams` uses (1 or
+ * 2): it, or for 0 the DMOVE_CUDA_STREAMS environment variable, else 2 (1 emulated).
+ * DM_ERR_INVALID_ARG for a bad variable or value. */
+dm_status dm_cuda_emulate_resolve(int *on);
+dm_status dm_cuda_rows_resolve(dm_rows r, dm_rows *out);
+dm_status dm_cuda_streams_resolve(int streams, int *out);
+
 /* DM_OK if a usable CUDA device is present; `why` (n bytes) then names it. Otherwise
  * DM_ERR_BACKEND (also recorded for dm_last_error), with the reason in `why`, e.g. the
  * error of cudaGetDeviceCount. */
@@ -148,7 +160,7 @@ void dm_cuda_round(int dtype, float *x, size_t n);
 dm_status dm_cuda_philox_words(uint64_t seed, uint32_t stream, uint64_t start, int64_t n,
                                uint32_t *host_out);
 
-/* --- the trainer's work beside the plan (train/trainer_cuda.c) ---------------------- */
+/* --- the trainer's work beside the plan (through cudaexec/backend.cu) ---------------- */
 
 /* A buffer of `bytes` in the executor's memory (the GPU's; emulating, the host's) for
  * what the plan does not hold (master weights, moments, targets); contents undefined
