@@ -20,6 +20,7 @@
 #include "graph/encoder.h"
 #include "graph/rewrite.h"
 #include "plan/planfile.h"
+#include "tune/tune.h"
 
 static const char *const CMD = "analyze";
 
