@@ -28,7 +28,7 @@
 #include "core/philox.h"
 #include "cpu/backend.h"
 #include "cuda/cuda_backend.h"
-#include "layer_internal.h"
+#include "layer/layer_internal.h"
 #endif
 
 /* A small layer; p = 0.1 so the dropout paths run. */

@@ -12,7 +12,7 @@
 
 #include "dmove.h"
 #include "cpu/backend.h"
-#include "layer_internal.h"
+#include "layer/layer_internal.h"
 #include "layerutil.h"
 #include "testutil.h"
 

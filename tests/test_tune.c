@@ -20,7 +20,7 @@
 
 #include "core/status.h"
 #include "cpu/backend.h"
-#include "layer_internal.h"
+#include "layer/layer_internal.h"
 #include "layerutil.h"
 #include "testutil.h"
 #include "tune/tune.h"

@@ -12,7 +12,7 @@
 #include "core/hugealloc.h"
 #include "core/status.h"
 #include "graph/encoder.h"
-#include "layer_internal.h"
+#include "layer/layer_internal.h"
 #include "train/train.h"
 #include "train/trainer_internal.h"
 

@@ -17,7 +17,7 @@
 
 #include "core/status.h"
 #include "layer/backends.h"
-#include "layer_internal.h"
+#include "layer/layer_internal.h"
 #include "train/train.h"
 #include "train/trainer_internal.h"
 

@@ -52,7 +52,7 @@
 #include "core/sysinfo.h"
 #include "cpu/backend.h"
 #include "cpu/exec.h"
-#include "layer_internal.h"
+#include "layer/layer_internal.h"
 
 #define CACHE_HEADER "# dmove tune cache v1: key<TAB>median seconds\n"
 
