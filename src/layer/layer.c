@@ -275,6 +275,7 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
 }
 
 int dm_layer_notes(const dm_layer *L, const dm_layer_note **notes) {
+    if (!notes) return 0;
     *notes = NULL;
     return L && L->st ? L->bk->notes(L->st, notes) : 0;
 }
