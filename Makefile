@@ -98,6 +98,9 @@ endif
 # `make NVCC= BUILD=build-nocuda`) builds the CPU backend alone (a build folder remembers
 # its CUDA setting in config.stamp and rebuilds when it changes).
 HAVE_CUDA :=
+# The backends built (src/plan/backend.h), registered by src/layer/backends.c: a backend is
+# its folder and a line here.
+BACKENDS := cpu
 ifeq ($(CUDA),0)
 CUDA_WHY := CUDA=0 given: CPU backend only
 else
@@ -118,6 +121,7 @@ ifeq ($(CUDA_LIBDIR),)
 CUDA_WHY := $(NVCC) found, but no libcublas.so under $(CUDA_HOME): CPU backend only
 else
 HAVE_CUDA := 1
+BACKENDS += cuda
 NVCC_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 # sm_80 (A100), sm_90 (H100/H200), and compute_90 PTX that newer GPUs compile at load time
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
@@ -152,7 +156,7 @@ $(shell mkdir -p $(BUILD) && { [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = "$(BUIL
 endif
 
 # --- sources ----------------------------------------------------------------------------
-LIB_SRC := $(wildcard src/core/*.c src/graph/*.c src/analysis/*.c src/plan/*.c src/tune/*.c src/train/*.c src/cpu/*.c src/layer/*.c src/*.c)
+LIB_SRC := $(wildcard src/core/*.c src/graph/*.c src/analysis/*.c src/plan/*.c src/tune/*.c src/train/*.c src/cpu/*.c src/layer/*.c)
 CLI_SRC := $(wildcard cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ifneq ($(HAVE_CUDA),)
@@ -160,6 +164,7 @@ CUDA_SRC := $(wildcard src/cuda/*.cu src/cudaexec/*.cu src/cudagen/*.cu)
 LIB_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o) $(BUILD)/src/cuda/gen_text.o
 endif
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+$(BUILD)/src/layer/backends.o: CFLAGS += -DDM_BACKEND_LIST='$(foreach b,$(BACKENDS),X($(b)))'
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
@@ -209,6 +214,7 @@ run: $(BUILD)/dmove
 	$(BUILD)/dmove bench
 
 test: $(BUILD)/dmove $(TEST_BIN)
+	@sh tests/check_layers.sh && sh tests/check_funcs.sh
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $$t; done
 	@set -e; for s in tests/test_*.sh; do [ -e "$$s" ] || continue; echo "== $$s"; DMOVE=$(BUILD)/dmove sh $$s; done
 	@$(MAKE) --no-print-directory test-asan
@@ -218,7 +224,7 @@ test: $(BUILD)/dmove $(TEST_BIN)
 # see its masked vector loads and stores, which test_contract checks by poisoned columns)
 # the tuner's plans (epilogue fusion included) and the trainer (its checkpoint loader) under AddressSanitizer and UBSan (CPU build: they do not touch the GPU, and ASan's shadow
 # memory and the CUDA driver do not mix).
-ASAN_TESTS := test_safetensors test_analysis test_contract test_tune test_train test_checkpoint
+ASAN_TESTS := test_safetensors test_analysis test_contract test_tune test_train test_checkpoint test_tools
 test-asan:
 	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory CUDA=0 BUILD=build-asan build-asan/dmove $(ASAN_TESTS:%=build-asan/tests/%)
 	@set -e; for t in $(ASAN_TESTS); do echo "== $$t (asan)"; ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} build-asan/tests/$$t; done

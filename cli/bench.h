@@ -12,7 +12,7 @@ typedef struct {
     double fwd_ms, bwd_ms, step_ms, contr_ms, gflops;
     double class_ms[DM_NUM_CLASSES];
     double flop[2][DM_NUM_CLASSES], flop_total;
-    /* what the backend chose (dm_layer_choice_count: the GPU executor's row programs,
+    /* what the backend chose (dm_layer_note_value: the GPU executor's row programs,
      * generated ones, fused attention groups, bias epilogues, groups on the second
      * stream; all 0 on the CPU), and the GPU's name ("" emulated or on the CPU) */
     int64_t row_programs, row_programs_generated, attention_fused, bias_epilogues, second_stream;

@@ -132,7 +132,7 @@ static int g_streams = 0;                        /* --streams */
 static dm_layer_options effective(void) {
     const dm_layer_options o = {.device = g_device, .dtype = g_dtype, .rows = g_rows, .streams = g_streams};
     dm_layer_options e;
-    (void)dm_layer_options_effective(&o, &e);
+    (void)dm_layer_options_resolve(&o, &e);
     return e;
 }
 /* The CUDA row kernels a layer gets, for the JSON record; "-" on the CPU. */
@@ -238,15 +238,15 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
         }
     }
     const dm_layer *L = s->layer;
-    res->row_programs = dm_layer_choice_count(L, "row_programs");
-    res->row_programs_generated = dm_layer_choice_count(L, "row_programs_generated");
-    res->attention_fused = dm_layer_choice_count(L, "attention_fused");
-    res->bias_epilogues = dm_layer_choice_count(L, "bias_epilogues");
-    res->second_stream = dm_layer_choice_count(L, "second_stream");
-    dm_layer_note(L, "device_name", res->gpu, sizeof res->gpu);
+    res->row_programs = (int64_t)dm_layer_note_value(L, "row_programs", 0);
+    res->row_programs_generated = (int64_t)dm_layer_note_value(L, "row_programs_generated", 0);
+    res->attention_fused = (int64_t)dm_layer_note_value(L, "attention_fused", 0);
+    res->bias_epilogues = (int64_t)dm_layer_note_value(L, "bias_epilogues", 0);
+    res->second_stream = (int64_t)dm_layer_note_value(L, "second_stream", 0);
+    snprintf(res->gpu, sizeof res->gpu, "%s", dm_layer_note_text(L, "gpu"));
     dm_layer_memory_info(s->layer, &res->mem);
     char note[512];
-    dm_layer_note(L, "gen_unavailable", note, sizeof note);
+    snprintf(note, sizeof note, "%s", dm_layer_note_text(L, "gen_unavailable"));
     if (note[0])
         fprintf(stderr, "dmove bench: note: %s: --rows auto runs the row groups and attention with the "
                 "interpreter and cuBLAS: the generated kernels could not be built: %s\n", res->name, note);

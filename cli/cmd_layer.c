@@ -557,7 +557,7 @@ int cmd_layer(int argc, char **argv) {
         goto done;
     }
     char note[512];
-    dm_layer_note(layer, "gen_unavailable", note, sizeof note);
+    snprintf(note, sizeof note, "%s", dm_layer_note_text(layer, "gen_unavailable"));
     if (note[0])
         fprintf(stderr, "dmove layer: note: --rows auto runs the row groups and attention with the "
                 "interpreter and cuBLAS: the generated kernels could not be built: %s\n", note);

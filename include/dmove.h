@@ -96,14 +96,6 @@ dm_status dm_dtype_parse(const char *s, dm_dtype *out); /* "fp32", "bf16", "fp16
 typedef enum { DM_ROWS_DEFAULT = 0, DM_ROWS_INTERP, DM_ROWS_GEN, DM_ROWS_AUTO } dm_rows;
 const char *dm_rows_name(dm_rows r);
 dm_status dm_rows_parse(const char *s, dm_rows *out); /* "interp", "gen", "auto" */
-/* The choice a layer with option r makes: r, or for DM_ROWS_DEFAULT the DMOVE_CUDA_ROWS
- * environment variable, else DM_ROWS_AUTO (DM_ROWS_INTERP emulated). DM_ERR_INVALID_ARG
- * for a bad variable. */
-dm_status dm_rows_resolve(dm_rows r, dm_rows *out);
-/* The streams a layer with option `streams` uses (1 or 2): it, or for 0 the
- * DMOVE_CUDA_STREAMS environment variable, else 2 (1 emulated). DM_ERR_INVALID_ARG for
- * other values. */
-dm_status dm_streams_resolve(int streams, int *out);
 
 typedef struct {
     dm_schedule schedule;  /* fused (default) or unfused */
@@ -136,23 +128,33 @@ typedef struct dm_layer dm_layer;
  * --streams only with the CUDA device): DM_OK, or the error with its message. */
 dm_status dm_layer_options_check(const dm_layer_options *opt);
 dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt);
-/* What a CUDA layer's executor chose (all 0 on the CPU). */
+/* The options a layer made with *opt runs with (*out): the defaults its device's backend
+ * takes from the environment filled in (CUDA: rows from DMOVE_CUDA_ROWS, else auto, or
+ * interp where emulated; streams from DMOVE_CUDA_STREAMS, else 2, or 1 emulated).
+ * DM_ERR_INVALID_ARG for a bad variable, DM_ERR_UNSUPPORTED for a device this dmove was
+ * built without. */
+dm_status dm_layer_options_resolve(const dm_layer_options *opt, dm_layer_options *out);
+/* What a layer's backend chose for it, one named value per note: a number (`text` NULL)
+ * or a text. The CPU backend has none; the CUDA backend's: row_programs (the plan's row
+ * programs), row_programs_generated (of those, run as generated code, rows gen/auto: alone
+ * or inside a fused kernel; a bias group a cuBLASLt epilogue absorbed runs nothing and is
+ * not counted), attention_fused (attention groups run as one fused tensor-core kernel
+ * each, bf16/fp16), bias_epilogues (contractions adding the next group's bias in a
+ * cuBLASLt epilogue), second_stream (groups on the second stream), and the texts
+ * gen_unavailable (rows auto: why the generated kernels could not be built, the layer then
+ * running the interpreter and cuBLAS; "" if they were built or not asked for) and gpu (the
+ * GPU's name as the driver gives it, "" when emulated). */
 typedef struct {
-    int row_programs;           /* the plan's row programs */
-    int row_programs_generated; /* of those, run as generated code (rows gen/auto): alone or
-                                 * inside a fused kernel; a bias group a cuBLASLt epilogue
-                                 * absorbed runs nothing and is not counted */
-    int attention_fused;        /* attention groups (batched: GEMMs with row ops between) run
-                                 * as one fused tensor-core kernel each (bf16/fp16) */
-    int bias_epilogues;         /* contractions adding the next group's bias in a cuBLASLt
-                                 * epilogue (that group then does nothing) */
-    int second_stream;          /* groups (weight and bias gradients) on the second stream */
-    char gen_unavailable[512];  /* rows auto: why the generated kernels could not be built
-                                 * (the layer then runs the interpreter and cuBLAS); "" if
-                                 * they were built or not asked for */
-    char gpu[128];              /* the GPU's name as the driver gives it ("" when emulated) */
-} dm_cuda_choices;
-void dm_layer_cuda_choices(const dm_layer *layer, dm_cuda_choices *out);
+    const char *key;
+    double value;
+    const char *text;
+} dm_layer_note;
+/* The layer's notes (*notes valid until dm_layer_free); returns how many. */
+int dm_layer_notes(const dm_layer *layer, const dm_layer_note **notes);
+/* The number of note `key`, or `otherwise` if the layer has no such note. */
+double dm_layer_note_value(const dm_layer *layer, const char *key, double otherwise);
+/* The text of note `key`, or "" if the layer has no such text. */
+const char *dm_layer_note_text(const dm_layer *layer, const char *key);
 void dm_layer_free(dm_layer *layer);
 
 /* Named tensors of the layer, fp32, row-major in the shapes given:

@@ -40,22 +40,6 @@ typedef struct {
 int dm_param_spec_count(void);
 dm_status dm_param_spec_get(int index, dm_param_spec *out);
 
-/* --- What a layer's backend chose ------------------------------------------------------- */
-
-/* A count a layer's backend reports by name, for reports ("row_programs",
- * "row_programs_generated", "attention_fused", "bias_epilogues", "second_stream": what
- * the GPU executor chose); 0 for a name its backend does not report (the CPU: all). */
-int64_t dm_layer_choice_count(const dm_layer *layer, const char *name);
-/* A note a layer's backend gives by name into buf ("" when none): "gen_unavailable" (why
- * the generated kernels could not be built), "device_name" (the GPU as its driver names
- * it; "" emulated or on the CPU). */
-void dm_layer_note(const dm_layer *layer, const char *name, char *buf, size_t n);
-/* The options as a layer made with them runs: `out` is `opt` with its defaults resolved
- * (rows and streams from the environment, as dm_layer_new resolves them). On an error (a
- * bad environment variable) the field stays as given (DM_ROWS_DEFAULT, 0) and the first
- * error is returned. */
-dm_status dm_layer_options_effective(const dm_layer_options *opt, dm_layer_options *out);
-
 /* --- Tensor files (safetensors) --------------------------------------------------------- */
 
 /* The element types of a tensor file. */

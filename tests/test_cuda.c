@@ -26,8 +26,9 @@
 
 #ifdef DM_HAVE_CUDA
 #include "core/philox.h"
+#include "cpu/backend.h"
 #include "cuda/cuda_backend.h"
-#include "layer_internal.h"
+#include "layer/layer_internal.h"
 #endif
 
 /* A small layer; p = 0.1 so the dropout paths run. */
@@ -184,7 +185,7 @@ static void test_groups(const dm_layer_config *cfg, dm_schedule sched, unsigned 
             }
         }
         CHECK_OK(dm_cuda_upload_arena(ex, gpu));
-        CHECK_OK(dm_cpu_exec_group(&L->ex, gi, seed, 0));
+        CHECK_OK(dm_cpu_exec_group(dm_cpu_backend_exec(L->bk, L->st), gi, seed, 0));
         CHECK_OK(dm_cuda_exec_group(ex, gi, seed, 0));
         CHECK_OK(dm_cuda_sync(ex));
         CHECK_OK(dm_cuda_download_arena(ex, gpu));
@@ -841,41 +842,44 @@ static void test_profile_events(int emulate) {
 
 #endif /* DM_HAVE_CUDA */
 
-/* --streams and DMOVE_CUDA_STREAMS (dm_streams_resolve), the default row kernels
- * (dm_rows_resolve): on a GPU auto on two streams, emulating interp on one. */
+/* --streams and DMOVE_CUDA_STREAMS (dm_cuda_streams_resolve), the default row kernels
+ * (dm_cuda_rows_resolve): on a GPU auto on two streams, emulating interp on one (the CUDA
+ * backend's: with it built). */
 static void test_streams_option(void) {
+#ifdef DM_HAVE_CUDA
     int n = 0;
     dm_rows r = DM_ROWS_DEFAULT;
     const char *emu_env = getenv("DMOVE_CUDA_EMULATE");
     char *emu = emu_env ? strdup(emu_env) : NULL;
     CHECK(unsetenv("DMOVE_CUDA_STREAMS") == 0 && unsetenv("DMOVE_CUDA_ROWS") == 0);
     CHECK(unsetenv("DMOVE_CUDA_EMULATE") == 0);
-    CHECK(dm_streams_resolve(0, &n) == DM_OK && n == 2);
-    CHECK(dm_rows_resolve(DM_ROWS_DEFAULT, &r) == DM_OK && r == DM_ROWS_AUTO);
-    CHECK(dm_rows_resolve(DM_ROWS_INTERP, &r) == DM_OK && r == DM_ROWS_INTERP);
+    CHECK(dm_cuda_streams_resolve(0, &n) == DM_OK && n == 2);
+    CHECK(dm_cuda_rows_resolve(DM_ROWS_DEFAULT, &r) == DM_OK && r == DM_ROWS_AUTO);
+    CHECK(dm_cuda_rows_resolve(DM_ROWS_INTERP, &r) == DM_OK && r == DM_ROWS_INTERP);
     CHECK(setenv("DMOVE_CUDA_ROWS", "gen", 1) == 0);
-    CHECK(dm_rows_resolve(DM_ROWS_DEFAULT, &r) == DM_OK && r == DM_ROWS_GEN);
-    CHECK(dm_rows_resolve(DM_ROWS_AUTO, &r) == DM_OK && r == DM_ROWS_AUTO); /* the option wins */
+    CHECK(dm_cuda_rows_resolve(DM_ROWS_DEFAULT, &r) == DM_OK && r == DM_ROWS_GEN);
+    CHECK(dm_cuda_rows_resolve(DM_ROWS_AUTO, &r) == DM_OK && r == DM_ROWS_AUTO); /* the option wins */
     CHECK(setenv("DMOVE_CUDA_ROWS", "x", 1) == 0);
-    CHECK(dm_rows_resolve(DM_ROWS_DEFAULT, &r) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "DMOVE_CUDA_ROWS='x'"));
+    CHECK(dm_cuda_rows_resolve(DM_ROWS_DEFAULT, &r) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "DMOVE_CUDA_ROWS='x'"));
     CHECK(unsetenv("DMOVE_CUDA_ROWS") == 0);
     CHECK(setenv("DMOVE_CUDA_EMULATE", "1", 1) == 0);
-    CHECK(dm_rows_resolve(DM_ROWS_DEFAULT, &r) == DM_OK && r == DM_ROWS_INTERP);
-    CHECK(dm_streams_resolve(0, &n) == DM_OK && n == 1);
-    CHECK(dm_streams_resolve(2, &n) == DM_OK && n == 2);
+    CHECK(dm_cuda_rows_resolve(DM_ROWS_DEFAULT, &r) == DM_OK && r == DM_ROWS_INTERP);
+    CHECK(dm_cuda_streams_resolve(0, &n) == DM_OK && n == 1);
+    CHECK(dm_cuda_streams_resolve(2, &n) == DM_OK && n == 2);
     if (emu) CHECK(setenv("DMOVE_CUDA_EMULATE", emu, 1) == 0);
     else CHECK(unsetenv("DMOVE_CUDA_EMULATE") == 0);
     free(emu);
     CHECK(setenv("DMOVE_CUDA_STREAMS", "1", 1) == 0);
-    CHECK(dm_streams_resolve(0, &n) == DM_OK && n == 1);
-    CHECK(dm_streams_resolve(2, &n) == DM_OK && n == 2);
-    CHECK(dm_streams_resolve(3, &n) == DM_ERR_INVALID_ARG);
+    CHECK(dm_cuda_streams_resolve(0, &n) == DM_OK && n == 1);
+    CHECK(dm_cuda_streams_resolve(2, &n) == DM_OK && n == 2);
+    CHECK(dm_cuda_streams_resolve(3, &n) == DM_ERR_INVALID_ARG);
     CHECK(setenv("DMOVE_CUDA_STREAMS", "2", 1) == 0);
-    CHECK(dm_streams_resolve(0, &n) == DM_OK && n == 2);
-    CHECK(dm_streams_resolve(1, &n) == DM_OK && n == 1); /* the option wins */
+    CHECK(dm_cuda_streams_resolve(0, &n) == DM_OK && n == 2);
+    CHECK(dm_cuda_streams_resolve(1, &n) == DM_OK && n == 1); /* the option wins */
     CHECK(setenv("DMOVE_CUDA_STREAMS", "x", 1) == 0);
-    CHECK(dm_streams_resolve(0, &n) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "DMOVE_CUDA_STREAMS='x'"));
+    CHECK(dm_cuda_streams_resolve(0, &n) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "DMOVE_CUDA_STREAMS='x'"));
     CHECK(unsetenv("DMOVE_CUDA_STREAMS") == 0);
+#endif
     /* on the CPU the option is refused, saying why */
     dm_layer_config tiny = small_config(2, 8, 16, 2, 32, DM_ACT_GELU);
     dm_layer_options o = {.streams = 2};

@@ -11,7 +11,8 @@
 #include <string.h>
 
 #include "dmove.h"
-#include "layer_internal.h"
+#include "cpu/backend.h"
+#include "layer/layer_internal.h"
 #include "layerutil.h"
 #include "testutil.h"
 
@@ -275,7 +276,7 @@ int main(void) {
                 }
             }
         }
-        CHECK_OK(dm_cpu_exec_group(&F->ex, G, cfg.seed, 0));
+        CHECK_OK(dm_cpu_exec_group(dm_cpu_backend_exec(F->bk, F->st), G, cfg.seed, 0));
         double worst = 0;
         int nout = 0;
         for (int r = 0; r < g->nt; r++) {

@@ -199,13 +199,13 @@ static void test_teacher_and_layer(void) {
     CHECK_OK(dm_layer_new(&L, &cfg, &opt));
     if (L) {
         char note[64] = "x";
-        CHECK(dm_layer_choice_count(L, "row_programs") == 0 && dm_layer_choice_count(L, "no such") == 0);
-        dm_layer_note(L, "gen_unavailable", note, sizeof note);
+        CHECK(dm_layer_note_value(L, "row_programs", 0) == 0 && dm_layer_note_value(L, "no such", 0) == 0);
+        snprintf(note, sizeof note, "%s", dm_layer_note_text(L, "gen_unavailable"));
         CHECK(note[0] == 0);
         dm_layer_free(L);
     }
     dm_layer_options e;
-    CHECK_OK(dm_layer_options_effective(&opt, &e));
+    CHECK_OK(dm_layer_options_resolve(&opt, &e));
     CHECK(e.threads == 1 && e.device == DM_DEVICE_CPU);
 }
 

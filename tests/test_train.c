@@ -547,9 +547,7 @@ static void test_gpu_trainer(void) {
         CHECK_OK(dm_trainer_init_params(C, 5));
         CHECK_OK(dm_trainer_init_params(G, 5));
         if (v == 2) { /* the weight gradients do run on the second stream */
-            dm_cuda_choices ch;
-            dm_layer_cuda_choices(G->L[1], &ch);
-            CHECK(ch.second_stream > 0);
+            CHECK(dm_layer_note_value(G->L[1], "second_stream", 0) > 0);
         }
         /* the same steps on the CPU and on the GPU: the same losses and state, within the
          * storage type's rounding (fp32 storage: only the summation orders differ) */
@@ -640,7 +638,7 @@ static void test_gpu_trainer(void) {
             CHECK_OK(dm_layer_new(&L, &cfg, &go));
             dm_layer_memory_info(L, &one);
             dm_layer_free(L);
-            const size_t pool = dm_trainer_gpu_pool_bytes(G);
+            const size_t pool = dm_trainer_pool_bytes(G);
             printf("  GPU workspace of the 3 layers: %zu bytes, of them %zu shared (one layer alone: %zu)\n",
                    m.scratch, pool, one.scratch);
             CHECK(pool > 0 && m.scratch < 3 * one.scratch && m.scratch + 2 * pool <= 3 * one.scratch + 3 * 256);

@@ -19,7 +19,8 @@
 #include <unistd.h>
 
 #include "core/status.h"
-#include "layer_internal.h"
+#include "cpu/backend.h"
+#include "layer/layer_internal.h"
 #include "layerutil.h"
 #include "testutil.h"
 #include "tune/tune.h"
@@ -135,7 +136,7 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched, int recompute
                 nrefused++;
                 continue;
             }
-            CHECK(L->ex.groups[G->gi].rows_next == G->gi + 1 && L->ex.groups[G->gi + 1].rows_of == G->gi);
+            CHECK(dm_cpu_backend_exec(L->bk, L->st)->groups[G->gi].rows_next == G->gi + 1 && dm_cpu_backend_exec(L->bk, L->st)->groups[G->gi + 1].rows_of == G->gi);
             /* bench --groups: the row group's time is its contraction's */
             dm_layer_group gx, rx;
             CHECK_OK(dm_layer_group_info(L, G->gi, &gx));
@@ -164,7 +165,7 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched, int recompute
             CHECK_OK(st);
             if (!L) continue;
             int unusable = 0;
-            for (int gi = 0; gi < L->plan.ngroups; gi++) unusable += L->ex.groups[gi].unusable != DM_OK;
+            for (int gi = 0; gi < L->plan.ngroups; gi++) unusable += dm_cpu_backend_exec(L->bk, L->st)->groups[gi].unusable != DM_OK;
             dm_layer_free(L);
             if (unusable) continue; /* measured as infeasible by the tuner; layouts are tested above */
             L = build(cfg, &opt, &ch, &st);

@@ -162,7 +162,7 @@ dm_status dm_analysis_memory_report(const dm_layer_config *cfg, int cpu, const d
         dm_graph g2;
         dm_plan p2;
         const dm_compile_opts co = {.cfg = cfg, .schedule = v > 0 ? DM_SCHED_FUSED : DM_SCHED_UNFUSED,
-                                    .recompute = v == 2, .gpu_grouping = !cpu};
+                                    .recompute = v == 2, .no_siblings = !cpu};
         dm_status s = dm_compile(&co, &g2, NULL, &p2);
         if (s == DM_OK) *(v == 0 ? &m->unfused : v == 1 ? &m->fused : &m->recompute) = (double)p2.activation_bytes * scale;
         dm_plan_free(&p2);

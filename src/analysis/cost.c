@@ -231,7 +231,7 @@ dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, int recompute, dm_g
     memset(plan, 0, sizeof *plan);
     dm_graph_init(gf);
     const dm_compile_opts unfused = {.cfg = cfg, .schedule = DM_SCHED_UNFUSED};
-    const dm_compile_opts fused = {.cfg = cfg, .schedule = DM_SCHED_FUSED, .recompute = recompute, .gpu_grouping = !cpu};
+    const dm_compile_opts fused = {.cfg = cfg, .schedule = DM_SCHED_FUSED, .recompute = recompute, .no_siblings = !cpu};
     dm_status st = dm_compile(&unfused, g, NULL, NULL);
     return st == DM_OK ? dm_compile(&fused, gf, NULL, plan) : st;
 }

@@ -138,10 +138,4 @@ char *dm_groups_svg(const char *title, const char *subtitle, const dm_chart_sect
 dm_status dm_groups_write_svg(const char *title, const char *subtitle, const dm_chart_section *sec, int nsec,
                               const char *path);
 
-/* measure.c: runs the layer on the CPU backend with the unfused schedule (one group per
- * graph op) for `reps` profiled steps after `warmup` untimed ones, and gives each graph
- * op's mean seconds per step in op_secs[nop] (nop: the graph's op count, checked). */
-dm_status dm_cost_measure(const dm_layer_config *cfg, int threads, int warmup, int reps,
-                          const dm_graph *g, double *op_secs);
-
 #endif

@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 #include "plan/plan.h"
-#include "train/adamw_elem.h"
+#include "graph/adamw_elem.h"
 
 typedef struct dm_cuda_exec dm_cuda_exec;
 /* Buffers several executors share when their main streams never run at once (a
@@ -75,6 +75,18 @@ enum {
                                   * group is deferred to the last moment that order
                                   * allows (so a missed hazard shows). */
 };
+
+/* The environment (cudaexec/backend.cu). DMOVE_CUDA_EMULATE=1: `--device cuda` layers run
+ * the executor emulated on the host (DM_CUDA_EMULATE: slow, no GPU needed; for tests of
+ * what drives the executor, e.g. the trainer); unset or 0: off; anything else is
+ * DM_ERR_INVALID_ARG. rows: the choice a layer with option r makes: r, or for
+ * DM_ROWS_DEFAULT the DMOVE_CUDA_ROWS environment variable, else DM_ROWS_AUTO
+ * (DM_ROWS_INTERP emulated). streams: the streams a layer with option `streams` uses (1 or
+ * 2): it, or for 0 the DMOVE_CUDA_STREAMS environment variable, else 2 (1 emulated).
+ * DM_ERR_INVALID_ARG for a bad variable or value. */
+dm_status dm_cuda_emulate_resolve(int *on);
+dm_status dm_cuda_rows_resolve(dm_rows r, dm_rows *out);
+dm_status dm_cuda_streams_resolve(int streams, int *out);
 
 /* DM_OK if a usable CUDA device is present; `why` (n bytes) then names it. Otherwise
  * DM_ERR_BACKEND (also recorded for dm_last_error), with the reason in `why`, e.g. the
@@ -148,7 +160,7 @@ void dm_cuda_round(int dtype, float *x, size_t n);
 dm_status dm_cuda_philox_words(uint64_t seed, uint32_t stream, uint64_t start, int64_t n,
                                uint32_t *host_out);
 
-/* --- the trainer's work beside the plan (train/trainer_cuda.c) ---------------------- */
+/* --- the trainer's work beside the plan (through cudaexec/backend.cu) ---------------- */
 
 /* A buffer of `bytes` in the executor's memory (the GPU's; emulating, the host's) for
  * what the plan does not hold (master weights, moments, targets); contents undefined
@@ -165,7 +177,7 @@ dm_status dm_cuda_memcpy(dm_cuda_exec *ex, void *dst, const void *src, size_t by
 dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int ts);
 /* Elements of tensor t's span in the arena (first to last element, gaps included). */
 dm_status dm_cuda_tensor_elems(const dm_cuda_exec *ex, int t, size_t *n);
-/* One AdamW update (train/adamw_elem.h) of parameter tensor tp from its gradient tg, both
+/* One AdamW update (graph/adamw_elem.h) of parameter tensor tp from its gradient tg, both
  * in the arena's storage type, n elements each, dense (else DM_ERR_INTERNAL); m, v: its
  * fp32 moments; master: its fp32 master weights in
  * 16-bit storage (the parameter is then written as them rounded), NULL in fp32 storage

@@ -1,4 +1,4 @@
-/* train.cu: the trainer's own device work beside the layers' plans (train/trainer_cuda.c):
+/* train.cu: the trainer's own device work beside the layers' plans (cudaexec/backend.cu):
  * AdamW over one parameter tensor of an arena (fp32 master weights and moments beside a
  * 2-byte storage), and the mean squared error with its gradient. Each element's arithmetic
  * is one __host__ __device__ function, which the emulation (DM_CUDA_EMULATE) runs on the

@@ -1,6 +1,6 @@
 /* transfer.cu: tensors and the whole arena between host (fp32) and device (the storage
  * type, converted on the host's threads), and the buffers and copies a trainer keeps beside
- * a layer's arena (train.cu, train/trainer_cuda.c). */
+ * a layer's arena (train.cu, through backend.cu). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,7 +135,7 @@ dm_status dm_cuda_download_arena(dm_cuda_exec *ex, void *host) {
     return copy_arena(ex, host, 0);
 }
 
-/* --- buffers and copies beside the arena (the trainer: train.cu, train/trainer_cuda.c) - */
+/* --- buffers and copies beside the arena (the trainer: train.cu, through backend.cu) -- */
 
 int dmc_emulated(const dm_cuda_exec *ex) { return dmx_emulated(ex); }
 cudaStream_t dmc_stream(const dm_cuda_exec *ex) { return ex->stream; }

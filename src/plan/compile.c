@@ -39,7 +39,7 @@ dm_status dm_compile(const dm_compile_opts *o, dm_graph *g, dm_encoder *enc, dm_
     dm_status s = dm_build_encoder(g, o->cfg, o->forward_only, !o->no_input_grad, enc ? enc : &own);
     if (s == DM_OK && fused) s = rewrite_fused(g);
     if (s == DM_OK && o->recompute) s = dm_rewrite_recompute_attention(g, NULL);
-    if (s == DM_OK && plan) s = dm_plan_build(g, fused, !o->gpu_grouping, o->no_reuse, plan);
+    if (s == DM_OK && plan) s = dm_plan_build(g, fused, !o->no_siblings, o->no_reuse, plan);
     if (s == DM_OK && plan && (o->choices || o->plan_file)) s = apply_choices(o, g, plan);
     if (s != DM_OK) {
         if (plan) dm_plan_free(plan);

@@ -20,8 +20,8 @@ typedef struct {
                                  * rewrite of the fused schedule) */
     int forward_only;           /* no backward graph */
     int no_input_grad;          /* no gradient for hidden_states */
-    int gpu_grouping;           /* fused: the GPU executor's groups, without the sibling
-                                 * merges (dm_plan_build's siblings = 0) */
+    int no_siblings;            /* fused: no sibling merges (dm_plan_build's siblings = 0),
+                                 * for a backend that runs siblings side by side itself */
     int no_reuse;               /* every tensor its own bytes */
     /* a tuned plan: the choices in memory (the tuner's), or else the plan file at
      * plan_file, its algorithms read by their names in `algos` (the table of the backend

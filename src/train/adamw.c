@@ -4,7 +4,7 @@
 #include <math.h>
 
 #include "core/status.h"
-#include "train/adamw_elem.h"
+#include "graph/adamw_elem.h"
 #include "train/train.h"
 
 void dm_adamw_config_default(dm_adamw_config *c) {

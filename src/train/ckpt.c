@@ -112,7 +112,7 @@ dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
     if (!T->moments)
         return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer has no optimizer state to checkpoint");
     if (T->broken) return dm_trainer_broken(T);
-    if (T->gpu) DM_TRY(dm_trainer_gpu_pull(T, DM_PULL_STATE)); /* the GPU's parameters and moments down */
+    DM_TRY(dm_trainer_pull(T, DM_PULL_STATE)); /* the backend's parameters and moments to the host */
     char meta[M_N][160], hex[32], name[160];
     meta_values(T, meta);
     const void **data = malloc((size_t)ntensors(T) * sizeof *data);

@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "dmove.h"
+#include "graph/adamw_elem.h"
 
 /* One AdamW update of n elements, torch.optim.AdamW's arithmetic (decoupled decay,
  * bias-corrected moments, eps outside the square root), in one pass over memory: p, g, m,
@@ -12,6 +13,10 @@
  * weight decay this tensor takes (0 for biases and LayerNorm parameters). */
 void dm_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, double lr, double decay,
                      const dm_adamw_config *c, int64_t step);
+
+/* The constants of update number `step` (from 1) with learning rate lr and weight decay
+ * `decay` (0 for biases and LayerNorm parameters), for dm_adamw_elem. */
+void dm_adamw_coef_make(dm_adamw_coef *k, double lr, double decay, const dm_adamw_config *c, int64_t step);
 
 /* The dropout seed of layer `layer` in the training step `step` (from 1): a SplitMix64
  * mix of the three, so that no two layers or steps share masks. */

@@ -1,7 +1,8 @@
 /* trainer.c: a stack of BERT encoder layers trained end to end (`dmove train`): the
  * layers' steps chained (each layer's output is the next one's input, each layer's input
  * gradient the previous one's output gradient), a mean squared error against a target
- * over the tokens the mask keeps, and AdamW over every parameter. */
+ * over the tokens the mask keeps, and AdamW over every parameter; all of it on the
+ * layers' backend (trainer_state.c), the host holding copies. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -11,7 +12,7 @@
 #include "core/hugealloc.h"
 #include "core/status.h"
 #include "graph/encoder.h"
-#include "layer_internal.h"
+#include "layer/layer_internal.h"
 #include "train/train.h"
 #include "train/trainer_internal.h"
 
@@ -53,7 +54,7 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
          * a plan from `dmove tune`, which is made for the whole step and names its ops) */
         dm_layer_options ol = o;
         ol.no_input_grad = l == 0 && !o.plan; /* the others' feed the layer before */
-        if (l == 0 && o.device == DM_DEVICE_CUDA) s = dm_trainer_gpu_pool(T); /* the layers share it */
+        if (l == 0) s = dm_trainer_pool(T); /* the backend, and what the layers share */
         if (s == DM_OK) s = dm_layer_new_pooled(&T->L[l], cfg, &ol, T->pool);
         if (s != DM_OK) dm_fail_context(s, "layer %d of %d: ", l, layers);
     }
@@ -91,10 +92,7 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
         else
             memset(T->moments, 0, bytes);
     }
-    if (s == DM_OK && o.device == DM_DEVICE_CUDA) {
-        T->gpu = 1;
-        s = dm_trainer_gpu_init(T);
-    }
+    if (s == DM_OK) s = dm_trainer_state_init(T);
     if (s != DM_OK) {
         dm_trainer_free(T);
         return s;
@@ -105,9 +103,9 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
 
 void dm_trainer_free(dm_trainer *T) {
     if (!T) return;
-    if (T->gpu) dm_trainer_gpu_free(T);
+    dm_trainer_state_free(T);
     for (int l = 0; T->L && l < T->nlayers; l++) dm_layer_free(T->L[l]);
-    dm_trainer_gpu_pool_free(T); /* after the layers that borrow from it */
+    dm_trainer_pool_free(T); /* after the layers that borrow from it */
     free(T->L);
     free(T->slot);
     free(T->moments);
@@ -134,7 +132,7 @@ void dm_trainer_memory_info(const dm_trainer *T, dm_layer_memory *sum, size_t *o
         sum->inputs += m.inputs;
         sum->scratch += m.scratch;
     }
-    sum->scratch += dm_trainer_gpu_pool_bytes(T); /* the layers' shared GPU buffers, once */
+    sum->scratch += dm_trainer_pool_bytes(T); /* the layers' shared buffers, once */
     /* the moments, and on the GPU with 16-bit storage the fp32 master weights */
     if (T->moments) *optimizer = (size_t)T->nparams * (T->d_master ? 3 : 2) * sizeof(float);
 }
@@ -197,7 +195,7 @@ dm_status dm_trainer_tensor(dm_trainer *T, const char *name, float **data, int *
     } else if (strcmp(name, "hidden_states") == 0) {
         return dm_layer_tensor(T->L[0], "hidden_states", data, ndim, shape);
     } else if (strcmp(name, "output") == 0) {
-        if (T->gpu) DM_TRY(dm_trainer_gpu_pull(T, DM_PULL_OUTPUT));
+        DM_TRY(dm_trainer_pull(T, DM_PULL_OUTPUT));
         return dm_layer_tensor(T->L[T->nlayers - 1], "output", data, ndim, shape);
     } else if (layer_name(T, name, &l, &rest)) {
         size_t n = strlen(rest);
@@ -208,13 +206,13 @@ dm_status dm_trainer_tensor(dm_trainer *T, const char *name, float **data, int *
         snprintf(param, sizeof param, "%.*s", (int)(n - (moment == 1 ? 8 : moment == 2 ? 11 : grad ? 5 : 0)), rest);
         int si = dm_train_slot_find(T, l, param);
         if (si >= 0 && T->broken) return dm_trainer_broken(T); /* its value is neither one nor the other */
-        if (T->gpu && si >= 0) {
+        if (si >= 0) {
             /* this parameter's state comes down; the caller may write the parameter or a
              * moment: they go up again before the next pass */
-            DM_TRY(dm_trainer_gpu_pull_slot(T, si));
+            DM_TRY(dm_trainer_pull_slot(T, si));
             if (!grad) T->slot[si].dirty = 1;
-        } else if (T->gpu && !moment) {
-            DM_TRY(dm_trainer_gpu_download(T, l, rest)); /* another of the layer's tensors */
+        } else if (!moment) {
+            DM_TRY(dm_trainer_download(T, l, rest)); /* another of the layer's tensors */
         }
         if (!moment) return dm_layer_tensor(T->L[l], rest, data, ndim, shape);
         if (si < 0 || !T->moments) return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the trainer", name);
@@ -232,42 +230,21 @@ dm_status dm_trainer_tensor(dm_trainer *T, const char *name, float **data, int *
     return DM_OK;
 }
 
-static float *layer_ptr(dm_layer *L, const char *name) {
-    float *p = NULL;
-    return dm_layer_tensor(L, name, &p, NULL, NULL) == DM_OK ? p : NULL;
-}
-
-static dm_status cpu_loss(dm_trainer *T, float scale);
-
 /* Forward through the stack with step `step`'s dropout seeds; the loss against target. */
 static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
     const dm_layer_config *c = &T->cfg;
-    const size_t tokens = (size_t)c->batch * (size_t)c->seq, acts = tokens * (size_t)c->hidden;
-    if (T->gpu) {
-        double ti = now();
-        DM_TRY(dm_trainer_gpu_push(T));
-        DM_TRY(dm_trainer_gpu_inputs(T)); /* the input batch, the masks, the target */
-        T->secs[DM_TRAIN_INPUT] += now() - ti;
-    }
+    const size_t tokens = (size_t)c->batch * (size_t)c->seq;
+    double ti = now();
+    DM_TRY(dm_trainer_push(T));
+    DM_TRY(dm_trainer_inputs(T)); /* the input batch, the masks, the target */
+    T->secs[DM_TRAIN_INPUT] += now() - ti;
     double t0 = now();
     for (int l = 0; l < T->nlayers; l++) {
-        if (!T->gpu) {
-            float *m = layer_ptr(T->L[l], "attention_mask");
-            if (!m) return dm_fail(DM_ERR_INTERNAL, "layer %d has no attention_mask", l);
-            memcpy(m, T->mask, tokens * sizeof(float));
-        }
         DM_TRY(dm_layer_set_seed(T->L[l], dm_train_layer_seed(c->seed, l, step)));
         DM_TRY(dm_layer_forward(T->L[l]));
-        if (T->gpu && l + 1 < T->nlayers) {
-            DM_TRY(dm_trainer_gpu_link(T, l, "output", l + 1, "hidden_states"));
-        } else if (l + 1 < T->nlayers) {
-            const float *y = layer_ptr(T->L[l], "output");
-            float *x = layer_ptr(T->L[l + 1], "hidden_states");
-            if (!y || !x) return dm_fail(DM_ERR_INTERNAL, "layer %d: no output or next input", l);
-            memcpy(x, y, acts * sizeof(float));
-        }
+        if (l + 1 < T->nlayers) DM_TRY(dm_trainer_link(T, l, "output", l + 1, "hidden_states"));
     }
-    if (T->gpu) DM_TRY(dm_trainer_gpu_wait(T)); /* the forward's time is the GPU's */
+    DM_TRY(dm_trainer_wait(T)); /* the forward's time is the backend's */
     double t1 = now();
     T->secs[DM_TRAIN_FORWARD] += t1 - t0;
 
@@ -278,8 +255,7 @@ static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
     for (size_t t = 0; t < tokens; t++) kept += T->mask[t] != 0.0f;
     const int64_t I = c->hidden;
     const float scale = kept ? (float)(2.0 / ((double)kept * (double)I)) : 0.0f;
-    if (T->gpu) DM_TRY(dm_trainer_gpu_loss(T, scale)); /* the per-token sums into T->partial */
-    else DM_TRY(cpu_loss(T, scale));
+    DM_TRY(dm_trainer_loss(T, scale)); /* the per-token sums into T->partial */
     double sum = 0.0;
     for (size_t t = 0; t < tokens; t++) sum += T->partial[t];
     if (loss) *loss = kept ? sum / ((double)kept * (double)I) : 0.0;
@@ -287,41 +263,11 @@ static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
     return DM_OK;
 }
 
-/* The loss on the CPU: per token of the last layer's output, the sum of its squared
- * errors into T->partial (0 on padding), and the gradient scale * (y - target) into
- * grad_output (0 on padding). */
-static dm_status cpu_loss(dm_trainer *T, float scale) {
-    const size_t tokens = (size_t)T->cfg.batch * (size_t)T->cfg.seq;
-    const int64_t I = T->cfg.hidden;
-    dm_layer *last = T->L[T->nlayers - 1];
-    const float *y = layer_ptr(last, "output");
-    float *dy = T->forward_only ? NULL : layer_ptr(last, "grad_output");
-    if (!y || (!T->forward_only && !dy)) return dm_fail(DM_ERR_INTERNAL, "the last layer has no output");
-    const float *tg = T->target;
-    double *part = T->partial;
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < (int64_t)tokens; t++) {
-        const float *yr = y + t * I, *tr = tg + t * I;
-        double s = 0.0;
-        if (T->mask[t] != 0.0f) {
-            for (int64_t e = 0; e < I; e++) {
-                const float d = yr[e] - tr[e];
-                s += (double)d * d;
-                if (dy) dy[t * I + e] = scale * d;
-            }
-        } else if (dy) {
-            memset(dy + t * I, 0, (size_t)I * sizeof(float));
-        }
-        part[t] = s;
-    }
-    return DM_OK;
-}
-
 dm_status dm_trainer_forward(dm_trainer *T, double *loss) {
     if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_forward: NULL trainer");
     if (T->broken) return dm_trainer_broken(T);
     DM_TRY(forward(T, T->step + 1, loss));
-    return T->gpu ? dm_trainer_gpu_pull(T, DM_PULL_OUTPUT) : DM_OK; /* the caller reads the output */
+    return dm_trainer_pull(T, DM_PULL_OUTPUT); /* the caller reads the output */
 }
 
 dm_status dm_trainer_step(dm_trainer *T, double *loss) {
@@ -336,56 +282,20 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
         return dm_fail(DM_ERR_INVALID_ARG, "the loss is %g: the parameters were not updated (update %lld); "
                        "lower the learning rate (--lr) or check the inputs and targets for NaN or huge "
                        "values", l, (long long)step);
-    const size_t acts = (size_t)T->cfg.batch * (size_t)T->cfg.seq * (size_t)T->cfg.hidden;
     double t0 = now();
     for (int li = T->nlayers - 1; li >= 0; li--) {
         DM_TRY(dm_layer_backward(T->L[li]));
-        if (T->gpu && li > 0) {
-            DM_TRY(dm_trainer_gpu_link(T, li, "grad_hidden_states", li - 1, "grad_output"));
-        } else if (li > 0) {
-            const float *dx = layer_ptr(T->L[li], "grad_hidden_states");
-            float *dy = layer_ptr(T->L[li - 1], "grad_output");
-            if (!dx || !dy) return dm_fail(DM_ERR_INTERNAL, "layer %d: no input gradient", li);
-            memcpy(dy, dx, acts * sizeof(float));
-        }
+        if (li > 0) DM_TRY(dm_trainer_link(T, li, "grad_hidden_states", li - 1, "grad_output"));
     }
-    if (T->gpu) {
-        dm_trainer_gpu_grads_new(T); /* even if the wait below fails */
-        DM_TRY(dm_trainer_gpu_wait(T)); /* the backward's time is the GPU's */
-    }
+    dm_trainer_grads_new(T); /* even if the wait below fails */
+    DM_TRY(dm_trainer_wait(T)); /* the backward's time is the backend's */
     double t1 = now();
     T->secs[DM_TRAIN_BACKWARD] += t1 - t0;
-    const double lr = dm_adamw_lr(&T->adam, step);
-    if (T->gpu) {
-        dm_status s = dm_trainer_gpu_adamw(T, step, lr);
-        if (s != DM_OK) {
-            T->broken = step; /* some parameters may have taken the update, others not */
-            return s;
-        }
-    }
-    for (int k = 0; !T->gpu && k < T->nlayers * DM_NUM_PARAMS; k++) {
-        dm_train_slot *sl = &T->slot[k];
-        dm_adamw_update(sl->p, sl->g, T->moments + sl->off, T->moments + T->nparams + sl->off, sl->n, lr,
-                        sl->decay ? T->adam.weight_decay : 0.0, &T->adam, step);
-    }
+    DM_TRY(dm_trainer_adamw(T, step, dm_adamw_lr(&T->adam, step)));
     T->secs[DM_TRAIN_OPTIMIZER] += now() - t1;
     T->step = step;
     if (loss) *loss = l;
     return DM_OK;
-}
-
-void dm_trainer_state_replaced(dm_trainer *T) {
-    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
-        T->slot[k].dirty = 1;
-        T->slot[k].host_stale = 0;
-    }
-    T->broken = 0;
-}
-
-dm_status dm_trainer_broken(const dm_trainer *T) {
-    return dm_fail(DM_ERR_BACKEND, "the GPU failed in the middle of AdamW's update %lld: some parameters took it, "
-                   "others not, so this trainer can neither go on nor be saved; resume from the last "
-                   "checkpoint (--resume)", (long long)T->broken);
 }
 
 dm_status dm_trainer_set_run_tag(dm_trainer *T, const char *tag) {

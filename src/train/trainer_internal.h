@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "dmove.h"
+#include "plan/backend.h"
 
 typedef struct {
     float *p, *g;     /* the parameter and its gradient, in the layer's arena */
@@ -13,12 +14,12 @@ typedef struct {
     int ndim;
     int64_t shape[2];
     int decay;        /* AdamW's weight decay applies (weights, not biases or LayerNorm) */
-    int tp, tg;       /* on the GPU: the parameter's and the gradient's tensors in the
-                       * layer's graph (tg -1 forward-only) */
-    int host_stale;   /* on the GPU: its parameter, gradient and moments there are newer
-                       * (a step) than the host copies */
-    int dirty;        /* on the GPU: the host's parameter or moments may be newer (handed
-                       * out, loaded, initialised): sent up before the next pass */
+    int tp, tg;       /* the parameter's and the gradient's tensors in the layer's graph
+                       * (tg -1 forward-only) */
+    int host_stale;   /* its parameter, gradient and moments in the backend are newer (a
+                       * step) than the host copies */
+    int dirty;        /* the host's parameter or moments may be newer (handed out, loaded,
+                       * initialised): sent to the backend before the next pass */
 } dm_train_slot;
 
 struct dm_trainer {
@@ -37,54 +38,58 @@ struct dm_trainer {
     int64_t step;        /* updates taken */
     char run_tag[128];   /* what the run trains on (dm_trainer_set_run_tag), in checkpoints */
     double secs[DM_TRAIN_NUM_PHASES];
-    /* the layers on the GPU (trainer_cuda.c): the host copies above are then a cache */
-    int gpu;
-    int output_stale; /* the GPU's output is newer (a forward pass) */
-    int64_t broken;   /* an update failed on the GPU part way (its step): the state is mixed */
-    struct dm_cuda_pool *pool; /* GPU: the layers' shared main-stream buffers */
-    float *d_master;  /* GPU: fp32 master weights of every parameter (16-bit storage), or NULL */
-    float *d_moments; /* GPU: exp_avg, then exp_avg_sq, as `moments` */
-    float *d_target;  /* GPU: (b, j, i) */
-    float *d_mask;    /* GPU: (b, j) */
-    double *d_partial;/* GPU: (b * j) per-token loss sums */
+    /* the stack on its layers' backend (trainer_state.c): the host copies above are a
+     * cache of its state (on the CPU, whose memory is the host's, the state itself) */
+    const dm_backend *bk;
+    int output_stale; /* the backend's output is newer (a forward pass) */
+    int64_t broken;   /* an update failed part way (its step): the state is mixed */
+    dm_backend_pool *pool; /* the layers' shared buffers (the backend's pool_new), or NULL */
+    float *d_master;  /* fp32 master weights of every parameter (16-bit storage), or NULL */
+    float *d_moments; /* the backend's exp_avg, then exp_avg_sq, as `moments` */
+    float *d_target;  /* the backend's (b, j, i) */
+    float *d_mask;    /* the backend's (b, j) */
+    double *d_partial;/* the backend's (b * j) per-token loss sums */
 };
 
+/* The slot of layer l's parameter `param` (a BertLayer name), or -1. */
+int dm_train_slot_find(const dm_trainer *T, int l, const char *param);
+
+/* trainer_state.c: the stack's state on its layers' backend (buffers beside the plans,
+ * kept by the first layer's state; on the CPU backend the host's buffers themselves),
+ * and the host copies as a cache of it.
+ * pool: the backend (dm_backend_find of opt.device) and its pool, before the layers;
+ * pool_free: after them; pool_bytes: what it holds.
+ * init: the buffers and tensor ids (after the layers); push: the dirty slots' host copies
+ * to the backend; pull: to the host, of what `what` names, the slots whose backend state
+ * is newer (DM_PULL_STATE: parameters, gradients, moments) or the output if newer
+ * (DM_PULL_OUTPUT: the last layer's); pull_slot: one slot's; download: layer l's tensor
+ * `name` to its host copy; inputs: the batch, masks and target to the backend; link:
+ * tensor src of layer `from` into tensor dst of layer `to`; loss: the loss (with the
+ * gradient unless forward-only), the per-token sums of squares into T->partial; adamw:
+ * update `step` of every parameter (a failure part way marks the trainer broken). */
+dm_status dm_trainer_pool(dm_trainer *T);
+void dm_trainer_pool_free(dm_trainer *T);
+size_t dm_trainer_pool_bytes(const dm_trainer *T);
+dm_status dm_trainer_state_init(dm_trainer *T);
+void dm_trainer_state_free(dm_trainer *T);
+dm_status dm_trainer_push(dm_trainer *T);
+enum { DM_PULL_STATE = 1u, DM_PULL_OUTPUT = 2u };
+dm_status dm_trainer_pull(const dm_trainer *T, unsigned what);
+dm_status dm_trainer_pull_slot(const dm_trainer *T, int k);
+dm_status dm_trainer_download(dm_trainer *T, int l, const char *name);
+dm_status dm_trainer_inputs(dm_trainer *T);
+dm_status dm_trainer_link(dm_trainer *T, int from, const char *src, int to, const char *dst);
+dm_status dm_trainer_loss(dm_trainer *T, float scale);
+dm_status dm_trainer_adamw(dm_trainer *T, int64_t step, double lr);
+/* Waits for every layer's work (a GPU's streams): the end of a pass of the stack. */
+dm_status dm_trainer_wait(dm_trainer *T);
+/* A backward pass ran: every slot's gradient (and soon parameter, moments) is newer in
+ * the backend than on the host. */
+void dm_trainer_grads_new(dm_trainer *T);
 /* The parameters and moments were replaced on the host (initialised, loaded): every slot
  * dirty, none stale, the trainer not broken. */
 void dm_trainer_state_replaced(dm_trainer *T);
 /* DM_ERR_BACKEND saying the trainer is broken (T->broken), and what to do. */
 dm_status dm_trainer_broken(const dm_trainer *T);
-
-/* The slot of layer l's parameter `param` (a BertLayer name), or -1. */
-int dm_train_slot_find(const dm_trainer *T, int l, const char *param);
-
-/* trainer_cuda.c: the stack on the GPU. init: the buffers and tensor ids (after the
- * layers); push: the dirty slots' host copies up; pull: down, of what `what` names, the
- * slots whose GPU state is newer (DM_PULL_STATE: parameters, gradients, moments) or the
- * output if newer (DM_PULL_OUTPUT: the last layer's); pull_slot: one slot's; download:
- * layer l's tensor `name` to its host copy; inputs: the batch, masks and target up; link:
- * tensor src of layer `from` into tensor dst of layer `to`; loss: the loss kernel (with
- * the gradient unless forward-only), the per-token sums of squares into T->partial as the
- * CPU's; adamw: update `step` of every parameter. */
-/* pool: before the layers, T->pool; pool_free: after them; pool_bytes: what it holds */
-dm_status dm_trainer_gpu_pool(dm_trainer *T);
-void dm_trainer_gpu_pool_free(dm_trainer *T);
-size_t dm_trainer_gpu_pool_bytes(const dm_trainer *T);
-dm_status dm_trainer_gpu_init(dm_trainer *T);
-void dm_trainer_gpu_free(dm_trainer *T);
-dm_status dm_trainer_gpu_push(dm_trainer *T);
-enum { DM_PULL_STATE = 1u, DM_PULL_OUTPUT = 2u };
-dm_status dm_trainer_gpu_pull(const dm_trainer *T, unsigned what);
-dm_status dm_trainer_gpu_pull_slot(const dm_trainer *T, int k);
-dm_status dm_trainer_gpu_download(dm_trainer *T, int l, const char *name);
-dm_status dm_trainer_gpu_inputs(dm_trainer *T);
-dm_status dm_trainer_gpu_link(dm_trainer *T, int from, const char *src, int to, const char *dst);
-dm_status dm_trainer_gpu_loss(dm_trainer *T, float scale);
-dm_status dm_trainer_gpu_adamw(dm_trainer *T, int64_t step, double lr);
-/* Waits for every layer's GPU work (both streams): the end of a pass of the stack. */
-dm_status dm_trainer_gpu_wait(dm_trainer *T);
-/* A backward pass ran: every slot's gradient (and soon parameter, moments) is newer on
- * the GPU than on the host. */
-void dm_trainer_gpu_grads_new(dm_trainer *T);
 
 #endif

@@ -50,8 +50,9 @@
 #include "core/status.h"
 #include "plan/compile.h"
 #include "core/sysinfo.h"
+#include "cpu/backend.h"
 #include "cpu/exec.h"
-#include "layer_internal.h"
+#include "layer/layer_internal.h"
 
 #define CACHE_HEADER "# dmove tune cache v1: key<TAB>median seconds\n"
 
@@ -439,6 +440,9 @@ static dm_status apply_algo(const dm_tuner *T, const dm_tune_group *G, dm_exgrou
     return DM_OK;
 }
 
+/* The CPU executor of a layer the tuner made (on the CPU: its options' device). */
+static dm_cpu_exec *cpu_ex(const dm_layer *L) { return dm_cpu_backend_exec(L->bk, L->st); }
+
 /* The group before gi in the step, untimed, before each timed run of gi: gi then finds
  * the caches nearer to how it does in a step (the data the step just touched, not only
  * its own operands from the run before, which a group timed over and over finds there).
@@ -454,11 +458,11 @@ static dm_status run_before(const dm_cpu_exec *ex, int gi) {
 static dm_status time_group(dm_tuner *T, dm_layer *L, int gi, double *out) {
     double t[64];
     int reps = T->reps < 64 ? T->reps : 64;
-    for (int w = 0; w < T->warmup; w++) DM_TRY(dm_cpu_exec_group(&L->ex, gi, 1, 0));
+    for (int w = 0; w < T->warmup; w++) DM_TRY(dm_cpu_exec_group(cpu_ex(L), gi, 1, 0));
     for (int r = 0; r < reps; r++) {
-        DM_TRY(run_before(&L->ex, gi));
+        DM_TRY(run_before(cpu_ex(L), gi));
         double t0 = omp_get_wtime();
-        DM_TRY(dm_cpu_exec_group(&L->ex, gi, 1, 0));
+        DM_TRY(dm_cpu_exec_group(cpu_ex(L), gi, 1, 0));
         t[r] = omp_get_wtime() - t0;
     }
     qsort(t, (size_t)reps, sizeof(double), cmp_double);
@@ -545,12 +549,12 @@ typedef struct {
 
 static dm_status run_refine(void *arg, int q) {
     const refine_run *a = arg;
-    return dm_cpu_exec_group(&a->L[q]->ex, a->gi, 1, 0);
+    return dm_cpu_exec_group(cpu_ex(a->L[q]), a->gi, 1, 0);
 }
 
 static dm_status before_refine(void *arg, int q) {
     const refine_run *a = arg;
-    return run_before(&a->L[q]->ex, a->gi);
+    return run_before(cpu_ex(a->L[q]), a->gi);
 }
 
 dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined) {
@@ -577,8 +581,8 @@ dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined) {
         refine_run rr = {.L = {NULL, NULL}, .gi = G->gi};
         for (int q = 0; q < 2 && s == DM_OK; q++) {
             s = layer_for(T, G, c[q], &ch, &rr.L[q]);
-            if (s == DM_OK) s = apply_algo(T, G, &rr.L[q]->ex.groups[G->gi], a[q]);
-            for (int w = 0; w < T->warmup && s == DM_OK; w++) s = dm_cpu_exec_group(&rr.L[q]->ex, G->gi, 1, 0);
+            if (s == DM_OK) s = apply_algo(T, G, &cpu_ex(rr.L[q])->groups[G->gi], a[q]);
+            for (int w = 0; w < T->warmup && s == DM_OK; w++) s = dm_cpu_exec_group(cpu_ex(rr.L[q]), G->gi, 1, 0);
         }
         double med[2]; /* default, chosen */
         if (s == DM_OK) s = time_alternating(T->reps, before_refine, run_refine, &rr, med);
@@ -647,7 +651,7 @@ dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int ma
     for (int g1 = 0; s == DM_OK && g1 < plan->ngroups; g1++) {
         int g2 = dm_plan_partner(plan, g1, claimed);
         if (g2 < 0) continue;
-        const dm_exgroup *e1 = &L->ex.groups[g1], *e2 = &L->ex.groups[g2];
+        const dm_exgroup *e1 = &cpu_ex(L)->groups[g1], *e2 = &cpu_ex(L)->groups[g2];
         if (!e1->contract || !e2->contract || e1->unusable || e2->unusable) continue;
         /* on half the threads each, the pair lasts as long as its larger GEMM: one more
          * than twice the other's work leaves half the machine idle most of the time */
@@ -659,7 +663,7 @@ dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int ma
         const dm_gemm_algo side = dm_gemm_algo_direct(e1->gemm.algo) ? DM_GEMM_CONCURRENT_DIRECT : DM_GEMM_CONCURRENT;
         fill_group(L, g1);
         fill_group(L, g2);
-        pair_run pr = {.ex = &L->ex, .g1 = g1, .g2 = g2};
+        pair_run pr = {.ex = cpu_ex(L), .g1 = g1, .g2 = g2};
         for (int w = 0; w < T->warmup && s == DM_OK; w++)
             for (int q = 0; q < 2 && s == DM_OK; q++) s = run_pair(&pr, q);
         double med[2]; /* one then the other, both at once */
@@ -708,8 +712,8 @@ dm_status dm_tuner_rows(dm_tuner *T, dm_choices *ch, dm_tune_pair *res, int max,
     dm_status s = DM_OK;
     int n = 0;
     for (int g = 0; s == DM_OK && g + 1 < plan->ngroups; g++) {
-        const dm_exgroup *e = &L->ex.groups[g];
-        if (!e->contract || e->unusable || e->partner >= 0 || e->beside >= 0 || L->ex.groups[g + 1].unusable)
+        const dm_exgroup *e = &cpu_ex(L)->groups[g];
+        if (!e->contract || e->unusable || e->partner >= 0 || e->beside >= 0 || cpu_ex(L)->groups[g + 1].unusable)
             continue;
         const int op = plan->order[plan->groups[g].first];
         const uint8_t was = ch->algo[op];
@@ -718,7 +722,7 @@ dm_status dm_tuner_rows(dm_tuner *T, dm_choices *ch, dm_tune_pair *res, int max,
         s = dm_layer_new_with(&F, &T->cfg, &T->opt, ch, 1); /* lenient: not fusable = unusable */
         ch->algo[op] = was;
         if (s != DM_OK) break;
-        if (F->ex.groups[g].rows_next != g + 1) {
+        if (cpu_ex(F)->groups[g].rows_next != g + 1) {
             dm_layer_free(F);
             dm_clear_error();
             continue;
@@ -727,7 +731,7 @@ dm_status dm_tuner_rows(dm_tuner *T, dm_choices *ch, dm_tune_pair *res, int max,
         fill_group(L, g + 1);
         fill_group(F, g);
         fill_group(F, g + 1);
-        rows_run rr = {.apart = &L->ex, .fused = &F->ex, .g = g};
+        rows_run rr = {.apart = cpu_ex(L), .fused = cpu_ex(F), .g = g};
         for (int w = 0; w < T->warmup && s == DM_OK; w++)
             for (int q = 0; q < 2 && s == DM_OK; q++) s = run_rows(&rr, q);
         double med[2]; /* apart, in the epilogue */
@@ -792,7 +796,7 @@ dm_status dm_tuner_measure(dm_tuner *T, const char *cache_path,
             s = layer_for(T, G, comb, &ch, &L);
             if (s != DM_OK) break;
             s = set_comb(T, G, comb);
-            dm_exgroup *eg = &L->ex.groups[G->gi];
+            dm_exgroup *eg = &cpu_ex(L)->groups[G->gi];
             for (int a = 0; s == DM_OK && a < G->nalgo; a++) {
                 double *dst = &G->secs[comb * G->nalgo + a];
                 if (!isnan(*dst)) continue;

@@ -115,4 +115,10 @@ dm_status dm_tune_cache_default_path(char *buf, size_t n);
 /* Violin plot of each group's spread of candidate times (relative to its best). */
 dm_status dm_tuner_svg(const dm_tuner *T, const char *path);
 
+/* measure.c: runs the layer on the CPU backend with the unfused schedule (one group per
+ * graph op) for `reps` profiled steps after `warmup` untimed ones, and gives each graph
+ * op's mean seconds per step in op_secs[nop] (nop: the graph's op count, checked). */
+dm_status dm_cost_measure(const dm_layer_config *cfg, int threads, int warmup, int reps,
+                          const dm_graph *g, double *op_secs);
+
 #endif

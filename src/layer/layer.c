@@ -1,29 +1,34 @@
 /* layer.c: the public dm_layer API: builds the encoder graph, plans it (fused or
- * unfused), lays every tensor out in one arena and runs steps on the CPU backend. */
+ * unfused), lays every tensor out in one host arena and runs steps on the backend of the
+ * layer's device (plan/backend.h), which keeps its own copy where its memory is not the
+ * host's. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cblas.h>
 
 #include "analysis/cost.h"
 #include "core/hugealloc.h"
 #include "core/philox.h"
 #include "core/status.h"
-#include "cpu/exec.h"
 #include "graph/encoder.h"
+#include "layer/backends.h"
 #include "layer_internal.h"
 #include "plan/compile.h"
-#ifdef DM_HAVE_CUDA
-#include "cuda/cuda_backend.h"
-#endif
 
 
 static const dm_export *find_export(const dm_layer *L, const char *name) {
     for (int k = 0; k < L->enc.n; k++)
         if (!strcmp(L->enc.e[k].name, name)) return &L->enc.e[k];
     return NULL;
+}
+
+/* The address of tensor t in the host arena (views included), or NULL if not materialized. */
+static float *host_ptr(const dm_layer *L, int t) {
+    const int r = dm_tensor_root(&L->g, t);
+    if (L->plan.offset[r] < 0) return NULL;
+    return (float *)(L->arena + L->plan.offset[r]) + L->g.t[t].offset;
 }
 
 static void fill(float *p, int64_t n, float v) {
@@ -45,38 +50,41 @@ dm_status dm_layer_options_check(const dm_layer_options *opt) {
         return dm_fail(DM_ERR_INVALID_ARG, "unknown device %d", (int)opt->device);
     if (opt->dtype != DM_DTYPE_FP32 && opt->dtype != DM_DTYPE_BF16 && opt->dtype != DM_DTYPE_FP16)
         return dm_fail(DM_ERR_INVALID_ARG, "unknown storage type %d", (int)opt->dtype);
-    if (opt->dtype != DM_DTYPE_FP32 && opt->device != DM_DEVICE_CUDA)
-        return dm_fail(DM_ERR_UNSUPPORTED, "%s storage needs the CUDA device (--device cuda): "
-                       "the CPU backend computes and stores fp32", dm_dtype_name(opt->dtype));
     if (opt->rows != DM_ROWS_DEFAULT && opt->rows != DM_ROWS_INTERP && opt->rows != DM_ROWS_GEN &&
         opt->rows != DM_ROWS_AUTO)
         return dm_fail(DM_ERR_INVALID_ARG, "unknown row kernel choice %d", (int)opt->rows);
     if (opt->streams < 0 || opt->streams > 2)
         return dm_fail(DM_ERR_INVALID_ARG, "streams %d: use 1 or 2", opt->streams);
-    if (opt->streams != 0 && opt->device != DM_DEVICE_CUDA)
-        return dm_fail(DM_ERR_UNSUPPORTED, "--streams %d chooses the CUDA backend's streams: it "
-                       "needs --device cuda", opt->streams);
-    if (opt->rows != DM_ROWS_DEFAULT && opt->device != DM_DEVICE_CUDA)
-        return dm_fail(DM_ERR_UNSUPPORTED, "--rows %s chooses the CUDA backend's row kernels: it "
-                       "needs --device cuda", dm_rows_name(opt->rows));
-    return DM_OK;
+    /* what the device's backend does not take (a backend not built: dm_layer_new says so) */
+    const dm_backend *B = dm_backend_get(opt->device);
+    return B ? B->check_options(opt) : DM_OK;
+}
+
+dm_status dm_layer_options_resolve(const dm_layer_options *opt, dm_layer_options *out) {
+    if (!opt || !out) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_options_resolve: NULL argument");
+    const dm_backend *B;
+    *out = *opt; /* on an error, the options as given */
+    DM_TRY(dm_backend_find(opt->device, &B));
+    return B->resolve_options(out);
 }
 
 dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt) {
     return dm_layer_new_with(out, cfg, opt, NULL, 0);
 }
 
+/* no_siblings: the plan merges no sibling batched contractions, whatever the backend
+ * (dm_layer_new_gpu_grouping) */
 static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
-                           const dm_choices *choices, int lenient, int gpu_grouping, struct dm_cuda_pool *pool);
+                           const dm_choices *choices, int lenient, int no_siblings, dm_backend_pool *pool);
 
 dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
                             const dm_choices *choices, int lenient) {
-    return layer_new(out, cfg, opt, choices, lenient, opt && opt->device == DM_DEVICE_CUDA, NULL);
+    return layer_new(out, cfg, opt, choices, lenient, 0, NULL);
 }
 
 dm_status dm_layer_new_pooled(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
-                              struct dm_cuda_pool *pool) {
-    return layer_new(out, cfg, opt, NULL, 0, opt && opt->device == DM_DEVICE_CUDA, pool);
+                              dm_backend_pool *pool) {
+    return layer_new(out, cfg, opt, NULL, 0, 0, pool);
 }
 
 dm_status dm_layer_new_gpu_grouping(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt) {
@@ -84,30 +92,30 @@ dm_status dm_layer_new_gpu_grouping(dm_layer **out, const dm_layer_config *cfg, 
 }
 
 static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
-                           const dm_choices *choices, int lenient, int gpu_grouping, struct dm_cuda_pool *pool) {
+                           const dm_choices *choices, int lenient, int no_siblings, dm_backend_pool *pool) {
     if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_new: out is NULL");
     *out = NULL;
     DM_TRY(dm_layer_config_check(cfg));
     dm_layer_options defopt = {0};
     if (!opt) opt = &defopt;
     DM_TRY(dm_layer_options_check(opt));
-#ifndef DM_HAVE_CUDA
-    if (opt->device == DM_DEVICE_CUDA)
-        return dm_fail(DM_ERR_UNSUPPORTED,
-                       "dmove was built without CUDA: install the CUDA toolkit (nvcc) and rebuild");
-#endif
+    const dm_backend *B;
+    DM_TRY(dm_backend_find(opt->device, &B));
+    const int siblings = B->merge_siblings && !no_siblings;
     dm_layer *L = calloc(1, sizeof *L);
     if (!L) return dm_fail(DM_ERR_OOM, "out of memory");
     L->cfg = *cfg;
     L->opt = *opt;
-    L->nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
-    /* the graph and its plan; a tuned plan's algorithms are the CPU's (dmove tune measures
-     * on the CPU) */
+    L->bk = B;
+    /* the graph and its plan; a plan file names the algorithms of the backend that runs it,
+     * else those of the CPU backend, where `dmove tune` measures */
+    const dm_backend *C = B;
+    dm_status s = B->algos ? DM_OK : dm_backend_find(DM_DEVICE_CPU, &C);
     dm_compile_opts co = {.cfg = cfg, .schedule = opt->schedule, .recompute = opt->recompute,
                           .forward_only = opt->forward_only, .no_input_grad = opt->no_input_grad,
-                          .gpu_grouping = gpu_grouping, .no_reuse = opt->no_reuse, .choices = choices,
-                          .plan_file = opt->plan, .algos = &dm_cpu_gemm_algos};
-    dm_status s = dm_compile(&co, &L->g, &L->enc, &L->plan);
+                          .no_siblings = !siblings, .no_reuse = opt->no_reuse, .choices = choices,
+                          .plan_file = opt->plan, .algos = C->algos};
+    if (s == DM_OK) s = dm_compile(&co, &L->g, &L->enc, &L->plan);
     if (s == DM_OK) {
         L->arena_bytes = (L->plan.arena_bytes + 63) / 64 * 64;
         L->arena = dm_alloc_huge(L->arena_bytes); /* on 2 MiB pages where granted */
@@ -116,20 +124,16 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
                         "batch or sequence length", (double)L->arena_bytes / (1 << 30));
     }
     if (s == DM_OK && (!(L->group_secs = calloc((size_t)L->plan.ngroups + 1, sizeof(double))) ||
-                       !(L->gpu_secs = calloc((size_t)L->plan.ngroups + 1, sizeof(double)))))
+                       !(L->pass_secs = calloc((size_t)L->plan.ngroups + 1, sizeof(double)))))
         s = dm_fail(DM_ERR_OOM, "out of memory");
     if (s == DM_OK) {
         memset(L->arena, 0, L->arena_bytes); /* touch every page now, not during a step */
-        s = lenient ? dm_cpu_exec_init_lenient(&L->ex, &L->plan, L->arena, L->nthreads)
-                    : dm_cpu_exec_init(&L->ex, &L->plan, L->arena, L->nthreads);
-        if (s != DM_OK && opt->plan)
-            dm_fail_context(s, "plan '%s' does not fit this layer: ", opt->plan);
+        s = B->create(&L->st, &L->plan, L->arena, opt, lenient ? DM_BACKEND_LENIENT : 0, pool);
     }
     if (s != DM_OK) {
         dm_layer_free(L);
         return s;
     }
-    openblas_set_num_threads(L->nthreads);
     float *p;
     int nd;
     int64_t sh[4];
@@ -139,62 +143,48 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
     const char *ones[2] = {"attention.output.LayerNorm.weight", "output.LayerNorm.weight"};
     for (int k = 0; k < 2; k++)
         if (dm_layer_tensor(L, ones[k], &p, &nd, sh) == DM_OK) fill(p, sh[0], 1.0f);
-#ifdef DM_HAVE_CUDA
-    if (opt->device == DM_DEVICE_CUDA) {
-        /* the same plan on the GPU, and the defaults just written sent up */
-        int dt = opt->dtype == DM_DTYPE_BF16   ? DM_CUDA_BF16
-                 : opt->dtype == DM_DTYPE_FP16 ? DM_CUDA_FP16
-                                               : DM_CUDA_FP32;
-        dm_rows rows = DM_ROWS_INTERP;
-        int streams = 1;
-        s = dm_rows_resolve(opt->rows, &rows);
-        if (s == DM_OK) s = dm_streams_resolve(opt->streams, &streams);
-        int emulate = 0;
-        if (s == DM_OK) s = dm_cuda_emulate_resolve(&emulate);
-        if (s == DM_OK)
-            s = dm_cuda_exec_init_pooled(&L->cuda, &L->plan, dt,
-                                  (rows == DM_ROWS_GEN    ? DM_CUDA_GEN | DM_CUDA_EPILOGUE
-                                   : rows == DM_ROWS_AUTO ? DM_CUDA_GEN | DM_CUDA_EPILOGUE | DM_CUDA_AUTO
-                                                          : 0) |
-                                      (streams == 2 ? DM_CUDA_OVERLAP : 0) | (emulate ? DM_CUDA_EMULATE : 0),
-                                      pool);
-        if (s == DM_OK) s = dm_layer_to_device(L);
-        if (s != DM_OK) {
-            dm_layer_free(L);
-            return s;
-        }
+    /* the defaults just written to the backend's memory (where it is not the host's) */
+    s = dm_layer_to_device(L);
+    if (s != DM_OK) {
+        dm_layer_free(L);
+        return s;
     }
-#endif
     *out = L;
     return DM_OK;
 }
 
-void dm_layer_cuda_choices(const dm_layer *L, dm_cuda_choices *out) {
-    memset(out, 0, sizeof *out);
-#ifdef DM_HAVE_CUDA
-    if (!L || !L->cuda) return;
-    out->row_programs_generated = dm_cuda_exec_generated(L->cuda, &out->row_programs);
-    out->attention_fused = dm_cuda_exec_fused(L->cuda);
-    out->bias_epilogues = dm_cuda_exec_epilogues(L->cuda);
-    out->second_stream = dm_cuda_exec_side_groups(L->cuda);
-    snprintf(out->gen_unavailable, sizeof out->gen_unavailable, "%s", dm_cuda_exec_gen_note(L->cuda));
-    snprintf(out->gpu, sizeof out->gpu, "%s", dm_cuda_exec_gpu_name(L->cuda));
-#else
-    (void)L;
-#endif
+int dm_layer_notes(const dm_layer *L, const dm_layer_note **notes) {
+    if (!notes) return 0;
+    *notes = NULL;
+    return L && L->st ? L->bk->notes(L->st, notes) : 0;
+}
+
+static const dm_layer_note *find_note(const dm_layer *L, const char *key) {
+    const dm_layer_note *n = NULL;
+    const int k = key ? dm_layer_notes(L, &n) : 0;
+    for (int i = 0; i < k; i++)
+        if (!strcmp(n[i].key, key)) return &n[i];
+    return NULL;
+}
+
+double dm_layer_note_value(const dm_layer *L, const char *key, double otherwise) {
+    const dm_layer_note *n = find_note(L, key);
+    return n && !n->text ? n->value : otherwise;
+}
+
+const char *dm_layer_note_text(const dm_layer *L, const char *key) {
+    const dm_layer_note *n = find_note(L, key);
+    return n && n->text ? n->text : "";
 }
 
 void dm_layer_free(dm_layer *L) {
     if (!L) return;
-    dm_cpu_exec_free(&L->ex);
-#ifdef DM_HAVE_CUDA
-    dm_cuda_exec_free(L->cuda);
-#endif
+    if (L->st) L->bk->destroy(L->st);
     dm_plan_free(&L->plan);
     dm_graph_free(&L->g);
     free(L->arena);
     free(L->group_secs);
-    free(L->gpu_secs);
+    free(L->pass_secs);
     free(L);
 }
 
@@ -206,7 +196,7 @@ dm_status dm_layer_tensor(dm_layer *L, const char *name, float **data, int *ndim
             return dm_fail(DM_ERR_NOT_FOUND, "tensor '%s' does not exist in a forward-only layer", name);
         return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the layer", name);
     }
-    float *p = dm_cpu_tensor_ptr(&L->plan, L->arena, e->tensor);
+    float *p = host_ptr(L, e->tensor);
     if (!p) return dm_fail(DM_ERR_INTERNAL, "tensor '%s' has no memory", name);
     *data = p;
     if (ndim) *ndim = e->ndim;
@@ -252,64 +242,45 @@ dm_status dm_layer_set_seed(dm_layer *L, uint64_t seed) {
     return DM_OK;
 }
 
-/* One group on the layer's device. While profiling on the host's clock (an emulated GPU:
- * by_events 0), a GPU group is waited for, so that the time taken around it is its own;
- * on a GPU its CUDA events time it. only_c: a batched group runs just its GEMMs;
- * contractions_only: only contraction groups run (on the CPU, a "direct_rows" GEMM then
- * leaves out the row group of its epilogue). */
-static dm_status run_group(dm_layer *L, int gi, int only_c, int contractions_only, int by_events) {
-#ifdef DM_HAVE_CUDA
-    if (L->cuda) { /* profiled on the host (emulating): wait for each group */
-        DM_TRY(dm_cuda_exec_group(L->cuda, gi, L->cfg.seed, only_c));
-        return L->profile && !by_events ? dm_cuda_sync(L->cuda) : DM_OK;
-    }
-#else
-    (void)by_events;
-#endif
-    return dm_cpu_exec_group(&L->ex, gi, L->cfg.seed, only_c || contractions_only);
-}
-
 dm_status dm_layer_run(dm_layer *L, int passes, unsigned class_mask) {
     if (!L) return dm_fail(DM_ERR_INVALID_ARG, "NULL layer");
     if ((passes & DM_PASS_BACKWARD) && L->opt.forward_only)
         return dm_fail(DM_ERR_INVALID_ARG, "this layer was built forward-only: it has no backward pass");
     if ((passes & DM_PASS_BACKWARD) && !(passes & DM_PASS_FORWARD) && !L->forward_done)
         return dm_fail(DM_ERR_INVALID_ARG, "run the forward pass before the backward pass");
-    /* on a GPU a profiled pass times its groups by CUDA events, without waiting after
-     * each (so the GPU runs as in an unprofiled pass, the two streams overlapping) */
+    /* a backend with device timers (a GPU's CUDA events) times a profiled pass's groups
+     * itself, without waiting after each (so the device runs as in an unprofiled pass, its
+     * streams overlapping); otherwise each group is timed here on the host's clock, the
+     * backend returning when it is done */
+    const dm_backend *B = L->bk;
     int by_events = 0;
-#ifdef DM_HAVE_CUDA
-    if (L->cuda) DM_TRY(dm_cuda_exec_profile(L->cuda, L->profile, &by_events));
-#endif
+    DM_TRY(B->profile(L->st, L->profile, &by_events));
+    /* with only contractions asked for, a batched group (contractions and row ops) runs
+     * just its GEMMs, and a "direct_rows" GEMM leaves out the row group of its epilogue */
+    const int contractions_only = class_mask == (1u << DM_CLASS_CONTRACTION);
     for (int gi = 0; gi < L->plan.ngroups; gi++) {
         const dm_group *gr = &L->plan.groups[gi];
         if (!(passes & (gr->pass ? DM_PASS_BACKWARD : DM_PASS_FORWARD))) continue;
-        /* a batched group holds contractions and row ops: with only contractions asked
-         * for, it runs just its GEMMs */
-        const int contractions_only = class_mask == (1u << DM_CLASS_CONTRACTION);
-        int only_c = gr->nbatch > 1 && contractions_only;
         if (!(class_mask & (1u << gr->cls))) continue;
         double t0 = L->profile ? omp_get_wtime() : 0;
-        DM_TRY(run_group(L, gi, only_c, contractions_only, by_events));
+        DM_TRY(B->run_group(L->st, gi, L->cfg.seed, contractions_only));
         if (L->profile && !by_events) {
             double dt = omp_get_wtime() - t0;
             L->prof[gr->pass][gr->cls] += dt;
             L->group_secs[gi] += dt;
         }
     }
-#ifdef DM_HAVE_CUDA
-    /* a pass is over when the GPU is: step timings are true, kernel errors surface here
-     * (unless the trainer waits for a whole stack's pass instead) */
-    if (L->cuda && !L->defer_wait) DM_TRY(dm_cuda_sync(L->cuda));
-    if (by_events) { /* waits for the GPU (even for a trainer's deferred wait), then each group's time */
-        DM_TRY(dm_cuda_exec_profile_take(L->cuda, L->gpu_secs));
+    /* a pass is over when the device is: step timings are true, kernel errors surface
+     * here (unless the trainer waits for a whole stack's pass instead) */
+    if (!L->defer_wait) DM_TRY(B->sync(L->st));
+    if (by_events) { /* waits for the device (even for a trainer's deferred wait), then each group's time */
+        DM_TRY(B->profile_take(L->st, L->pass_secs));
         for (int gi = 0; gi < L->plan.ngroups; gi++) {
             const dm_group *gr = &L->plan.groups[gi];
-            L->prof[gr->pass][gr->cls] += L->gpu_secs[gi];
-            L->group_secs[gi] += L->gpu_secs[gi];
+            L->prof[gr->pass][gr->cls] += L->pass_secs[gi];
+            L->group_secs[gi] += L->pass_secs[gi];
         }
     }
-#endif
     if (passes & DM_PASS_FORWARD) L->forward_done = 1;
     return DM_OK;
 }
@@ -335,9 +306,9 @@ void dm_layer_profile_reset(dm_layer *L) {
 void dm_layer_memory_info(const dm_layer *L, dm_layer_memory *out) {
     memset(out, 0, sizeof *out);
     if (!L) return;
-    /* the plan counts fp32; a GPU layer stores every tensor in its type (its fp32 row
-     * statistics, a few KB, aside) */
-    const size_t half = L->cuda && L->opt.dtype != DM_DTYPE_FP32;
+    /* the plan counts fp32; a layer stores every tensor in its storage type (a GPU's fp32
+     * row statistics, a few KB, aside): the CPU's is always fp32 */
+    const size_t half = L->opt.dtype != DM_DTYPE_FP32;
     out->arena = L->plan.arena_bytes >> half;
     out->activations = L->plan.activation_bytes >> half;
     for (int t = 0; t < L->g.nt; t++) {
@@ -346,10 +317,7 @@ void dm_layer_memory_info(const dm_layer *L, dm_layer_memory *out) {
         if (L->g.t[t].role == DM_ROLE_PARAM) out->parameters += b;
         else if (L->g.t[t].role == DM_ROLE_INPUT) out->inputs += b;
     }
-    if (!L->cuda) out->scratch = (size_t)L->ex.nthreads * (size_t)L->ex.per_thread * sizeof(float);
-#ifdef DM_HAVE_CUDA
-    else out->scratch = dm_cuda_exec_workspace_bytes(L->cuda);
-#endif
+    out->scratch = L->bk->workspace_bytes(L->st);
 }
 
 void dm_layer_flop(const dm_layer *L, double flop[2][DM_NUM_CLASSES]) {
@@ -363,11 +331,7 @@ void dm_layer_flop(const dm_layer *L, double flop[2][DM_NUM_CLASSES]) {
 
 dm_status dm_layer_describe(const dm_layer *L, char **text) {
     if (!L || !text) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_describe: NULL argument");
-    int cpu = 1; /* the GPU executor runs no pairs (it has its second stream) */
-#ifdef DM_HAVE_CUDA
-    cpu = L->cuda == NULL;
-#endif
-    *text = dm_plan_describe(&L->plan, L->group_secs, cpu);
+    *text = dm_plan_describe(&L->plan, L->group_secs, L->bk->runs_pairs);
     return *text ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
 }
 
@@ -391,7 +355,7 @@ dm_status dm_layer_group_info(const dm_layer *L, int G, dm_layer_group *out) {
     out->seconds = L->group_secs[G];
     dm_cost_group_flop(&L->plan, G, &out->contraction_flop, &out->other_flop);
     /* the storage type: fp32 on the CPU, the device's on the GPU */
-    const int esz = L->cuda && L->opt.dtype != DM_DTYPE_FP32 ? 2 : 4;
+    const int esz = L->opt.dtype != DM_DTYPE_FP32 ? 2 : 4;
     DM_TRY(dm_cost_group_io(&L->plan, G, esz, &out->bytes_read, &out->bytes_written));
     size_t len = 0;
     for (int k = 0; k < gr->nops; k++) {
@@ -404,15 +368,7 @@ dm_status dm_layer_group_info(const dm_layer *L, int G, dm_layer_group *out) {
         }
         len += (size_t)snprintf(out->ops + len, sizeof out->ops - len, "%s%s", k ? " + " : "", name);
     }
-    out->timed_with = -1;
-#ifdef DM_HAVE_CUDA
-    if (L->cuda) {
-        if (dm_cuda_exec_group_absorbed(L->cuda, G)) out->timed_with = G - 1;
-        return DM_OK;
-    }
-#endif
-    if (G < L->ex.ngroups && L->ex.groups[G].rows_of >= 0) out->timed_with = L->ex.groups[G].rows_of;
-    if (G < L->ex.ngroups && L->ex.groups[G].beside >= 0) out->timed_with = L->ex.groups[G].beside;
+    out->timed_with = L->bk->timed_with(L->st, G);
     return DM_OK;
 }
 
@@ -440,56 +396,6 @@ dm_status dm_rows_parse(const char *s, dm_rows *out) {
     return DM_OK;
 }
 
-/* Is the CUDA backend emulated on the host (DMOVE_CUDA_EMULATE=1)? A bad variable counts
- * as no: layer creation reports it. */
-static int emulating(void) {
-    int on = 0;
-    if (dm_cuda_emulate_resolve(&on) != DM_OK) {
-        dm_clear_error();
-        on = 0;
-    }
-    return on;
-}
-
-/* The defaults are what measured fastest on an H100 (bench/results/gpu-h100-2026-11-24.txt:
- * auto with two streams, 1.94x PyTorch eager at b=8 j=512 and 1.05x at b=96 j=128, against
- * 1.20x and 0.68x interpreting on one stream); emulating on the host, where auto's timings
- * say nothing about a GPU and every generated kernel is a host compile, interp on one. */
-dm_status dm_rows_resolve(dm_rows r, dm_rows *out) {
-    const char *env = getenv("DMOVE_CUDA_ROWS");
-    *out = r != DM_ROWS_DEFAULT ? r : emulating() ? DM_ROWS_INTERP : DM_ROWS_AUTO;
-    if (r != DM_ROWS_DEFAULT || !env || !*env) return DM_OK;
-    if (dm_rows_parse(env, out) != DM_OK)
-        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_ROWS='%s': use interp, gen or auto", env);
-    return DM_OK;
-}
-
-dm_status dm_streams_resolve(int streams, int *out) {
-    const char *env = getenv("DMOVE_CUDA_STREAMS");
-    *out = emulating() ? 1 : 2;
-    if (streams == 1 || streams == 2) {
-        *out = streams;
-        return DM_OK;
-    }
-    if (streams != 0) return dm_fail(DM_ERR_INVALID_ARG, "streams %d: use 1 or 2", streams);
-    if (!env || !*env) return DM_OK;
-    if (strcmp(env, "1") != 0 && strcmp(env, "2") != 0)
-        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_STREAMS='%s': use 1 or 2", env);
-    *out = env[0] - '0';
-    return DM_OK;
-}
-
-dm_status dm_cuda_emulate_resolve(int *on) {
-    const char *env = getenv("DMOVE_CUDA_EMULATE");
-    *on = 0;
-    if (!env || !*env || !strcmp(env, "0")) return DM_OK;
-    if (strcmp(env, "1") != 0)
-        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_EMULATE='%s': use 1 (run --device cuda on the host, "
-                       "emulated, for tests) or 0", env);
-    *on = 1;
-    return DM_OK;
-}
-
 int dm_layer_tensor_id(const dm_layer *L, const char *name) {
     const dm_export *e = L && name ? find_export(L, name) : NULL;
     return e ? e->tensor : -1;
@@ -511,25 +417,20 @@ dm_status dm_device_kind_parse(const char *s, dm_device_kind *out) {
     return DM_OK;
 }
 
-/* Copies the user-visible root tensors between the host staging arena and the GPU: up,
- * the inputs and parameters; down, the outputs and parameter gradients. */
+/* Copies the user-visible root tensors between the host arena and the backend's memory
+ * (nothing moves where that is the host arena): up, the inputs and parameters; down, the
+ * outputs and parameter gradients. */
 static dm_status layer_copy(dm_layer *L, int up) {
-#ifdef DM_HAVE_CUDA
-    if (!L->cuda) return DM_OK;
     const dm_graph *g = &L->g;
     for (int t = 0; t < g->nt; t++) {
         const dm_tensor *x = &g->t[t];
         if (x->base >= 0 || L->plan.offset[t] < 0) continue;
         int is_in = x->role == DM_ROLE_INPUT || x->role == DM_ROLE_PARAM;
         int is_out = x->role == DM_ROLE_OUTPUT || x->role == DM_ROLE_PARAM_GRAD;
-        float *h = dm_cpu_tensor_ptr(&L->plan, L->arena, t);
-        if (up && is_in) DM_TRY(dm_cuda_upload(L->cuda, t, h));
-        if (!up && is_out) DM_TRY(dm_cuda_download(L->cuda, t, h));
+        float *h = host_ptr(L, t);
+        if (up && is_in) DM_TRY(L->bk->upload(L->st, t, h));
+        if (!up && is_out) DM_TRY(L->bk->download(L->st, t, h));
     }
-#else
-    (void)L;
-    (void)up;
-#endif
     return DM_OK;
 }
 

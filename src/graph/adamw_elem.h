@@ -1,5 +1,6 @@
-/* adamw_elem.h: AdamW's update of one element, shared by the CPU (adamw.c) and the GPU
- * (cuda/train.cu) so that both run the very same formula; C and CUDA C++. */
+/* adamw_elem.h: AdamW's update of one element, shared by the CPU (train/adamw.c and the
+ * CPU backend's cpu/backend.c) and the GPU (cuda/train.cu) so that all run the very same
+ * formula; C and CUDA C++. */
 #ifndef DM_ADAMW_ELEM_H
 #define DM_ADAMW_ELEM_H
 
@@ -14,7 +15,7 @@
 #define DM_HOST_DEVICE static inline
 #endif
 
-/* The constants of one update of one tensor (dm_adamw_coef_make). */
+/* The constants of one update of one tensor (dm_adamw_coef_make, train/train.h). */
 typedef struct {
     float shrink;    /* 1 - lr * decay */
     float w1;        /* 1 - beta1 */
@@ -23,16 +24,6 @@ typedef struct {
     float bc2_sqrt;  /* sqrt(1 - beta2^step) */
     float eps;
 } dm_adamw_coef;
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-/* The constants of update number `step` (from 1) with learning rate lr and weight decay
- * `decay` (0 for biases and LayerNorm parameters). */
-void dm_adamw_coef_make(dm_adamw_coef *k, double lr, double decay, const dm_adamw_config *c, int64_t step);
-#ifdef __cplusplus
-}
-#endif
 
 /* torch: p *= 1 - lr*wd; m = lerp(m, g, 1-b1); v = b2*v + (1-b2)*g*g;
  * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). Returns the new p. */

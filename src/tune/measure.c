@@ -7,7 +7,8 @@
 
 #include "analysis/cost.h"
 #include "core/status.h"
-#include "layer_internal.h"
+#include "layer/layer_internal.h"
+#include "tune/tune.h"
 
 dm_status dm_cost_measure(const dm_layer_config *cfg, int threads, int warmup, int reps,
                           const dm_graph *g, double *op_secs) {

@@ -1,0 +1,273 @@
+/* backend.c: the CPU backend behind the backend interface (plan/backend.h): the group
+ * executor of exec.c over the layer's host arena, which is its memory (upload and
+ * download move nothing; the trainer's buffers are its host buffers), the BLAS threads,
+ * and the trainer's work beside the plans: copies between layers, AdamW and the mean
+ * squared error, in the arithmetic and order the trainer always had on the CPU. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cblas.h>
+
+#include "core/status.h"
+#include "cpu/backend.h"
+#include "cpu/exec.h"
+
+typedef struct {
+    dm_cpu_exec ex;
+    const dm_plan *plan;
+    char *arena; /* the layer's host arena */
+} cpu_state;
+
+static cpu_state *S(dm_backend_state *st) { return (cpu_state *)st; }
+static const cpu_state *CS(const dm_backend_state *st) { return (const cpu_state *)st; }
+
+dm_cpu_exec *dm_cpu_backend_exec(const dm_backend *bk, dm_backend_state *st) {
+    return bk == &dm_backend_cpu && st ? &S(st)->ex : NULL;
+}
+
+static dm_status check_options(const dm_layer_options *opt) {
+    if (opt->dtype != DM_DTYPE_FP32)
+        return dm_fail(DM_ERR_UNSUPPORTED, "%s storage needs the CUDA device (--device cuda): "
+                       "the CPU backend computes and stores fp32", dm_dtype_name(opt->dtype));
+    if (opt->streams != 0)
+        return dm_fail(DM_ERR_UNSUPPORTED, "--streams %d chooses the CUDA backend's streams: it "
+                       "needs --device cuda", opt->streams);
+    if (opt->rows != DM_ROWS_DEFAULT)
+        return dm_fail(DM_ERR_UNSUPPORTED, "--rows %s chooses the CUDA backend's row kernels: it "
+                       "needs --device cuda", dm_rows_name(opt->rows));
+    return DM_OK;
+}
+
+static dm_status resolve_options(dm_layer_options *opt) {
+    (void)opt;
+    return DM_OK;
+}
+
+static dm_status create(dm_backend_state **out, const dm_plan *plan, char *host, const dm_layer_options *opt,
+                        unsigned flags, dm_backend_pool *pool) {
+    (void)pool;
+    *out = NULL;
+    cpu_state *c = calloc(1, sizeof *c);
+    if (!c) return dm_fail(DM_ERR_OOM, "out of memory");
+    c->plan = plan;
+    c->arena = host;
+    const int nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
+    dm_status s = (flags & DM_BACKEND_LENIENT) ? dm_cpu_exec_init_lenient(&c->ex, plan, host, nthreads)
+                                               : dm_cpu_exec_init(&c->ex, plan, host, nthreads);
+    if (s != DM_OK) {
+        if (opt->plan) dm_fail_context(s, "plan '%s' does not fit this layer: ", opt->plan);
+        free(c);
+        return s;
+    }
+    openblas_set_num_threads(nthreads);
+    *out = (dm_backend_state *)c;
+    return DM_OK;
+}
+
+static void destroy(dm_backend_state *st) {
+    if (!st) return;
+    dm_cpu_exec_free(&S(st)->ex);
+    free(st);
+}
+
+static int notes(const dm_backend_state *st, const dm_layer_note **out) {
+    (void)st;
+    *out = NULL;
+    return 0;
+}
+
+static size_t workspace_bytes(const dm_backend_state *st) {
+    return (size_t)CS(st)->ex.nthreads * (size_t)CS(st)->ex.per_thread * sizeof(float);
+}
+
+static int timed_with(const dm_backend_state *st, int gi) {
+    const dm_cpu_exec *ex = &CS(st)->ex;
+    int w = -1;
+    if (gi < ex->ngroups && ex->groups[gi].rows_of >= 0) w = ex->groups[gi].rows_of;
+    if (gi < ex->ngroups && ex->groups[gi].beside >= 0) w = ex->groups[gi].beside;
+    return w;
+}
+
+/* Elements of tensor t's span in the arena (its first to its last element), and where it
+ * starts; DM_ERR_INVALID_ARG if it has no memory. */
+static dm_status span(cpu_state *c, int t, float **at, size_t *n) {
+    const dm_graph *g = c->plan->g;
+    if (t < 0 || t >= g->nt) return dm_fail(DM_ERR_INVALID_ARG, "no tensor %d in the plan", t);
+    *at = dm_cpu_tensor_ptr(c->plan, c->arena, t);
+    if (!*at) return dm_fail(DM_ERR_INVALID_ARG, "tensor %s is not materialized in the arena", g->t[t].name);
+    const dm_tensor *x = &g->t[t];
+    int64_t last = 0;
+    *n = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (x->size[d] < 1) return DM_OK;
+        last += (x->size[d] - 1) * x->stride[d];
+    }
+    *n = (size_t)(last + 1);
+    return DM_OK;
+}
+
+/* The host arena is the backend's memory: a tensor handed in at its own address moves
+ * nothing; elsewhere it is copied. */
+static dm_status upload(dm_backend_state *st, int t, const float *host) {
+    float *at;
+    size_t n;
+    DM_TRY(span(S(st), t, &at, &n));
+    if (at != host) memmove(at, host, n * sizeof(float));
+    return DM_OK;
+}
+
+static dm_status download(dm_backend_state *st, int t, float *host) {
+    float *at;
+    size_t n;
+    DM_TRY(span(S(st), t, &at, &n));
+    if (at != host) memmove(host, at, n * sizeof(float));
+    return DM_OK;
+}
+
+static dm_status run_group(dm_backend_state *st, int gi, uint64_t seed, int contractions_only) {
+    return dm_cpu_exec_group(&S(st)->ex, gi, seed, contractions_only);
+}
+
+static dm_status sync(dm_backend_state *st) {
+    (void)st;
+    return DM_OK;
+}
+
+static dm_status profile(dm_backend_state *st, int on, int *by_events) {
+    (void)st, (void)on;
+    *by_events = 0; /* the layer times each group on the host's clock */
+    return DM_OK;
+}
+
+static dm_status profile_take(dm_backend_state *st, double *secs) {
+    for (int gi = 0; gi < S(st)->plan->ngroups; gi++) secs[gi] = 0;
+    return DM_OK;
+}
+
+static dm_status pool_new(dm_backend_pool **pool) {
+    *pool = NULL; /* nothing to share: each executor's scratch is its threads' */
+    return DM_OK;
+}
+
+static void pool_free(dm_backend_pool *pool) { (void)pool; }
+
+static size_t pool_bytes(const dm_backend_pool *pool) {
+    (void)pool;
+    return 0;
+}
+
+static dm_status buf_new(dm_backend_state *st, size_t bytes, void *host, void **buf, const char *what) {
+    (void)st;
+    *buf = host ? host : malloc(bytes ? bytes : 1);
+    if (!*buf) return dm_fail(DM_ERR_OOM, "out of memory for %s (%.2f GiB)", what, (double)bytes / (1 << 30));
+    return DM_OK;
+}
+
+static void buf_free(dm_backend_state *st, void *buf, void *host) {
+    (void)st;
+    if (buf != host) free(buf);
+}
+
+static dm_status buf_copy(dm_backend_state *st, void *dst, const void *src, size_t bytes, int to_backend) {
+    (void)st, (void)to_backend;
+    if (dst != src && bytes) memmove(dst, src, bytes);
+    return DM_OK;
+}
+
+static dm_status copy_tensor(dm_backend_state *dst, int td, dm_backend_state *src, int ts) {
+    const dm_graph *gd = S(dst)->plan->g, *gs = S(src)->plan->g;
+    if (td < 0 || td >= gd->nt || ts < 0 || ts >= gs->nt)
+        return dm_fail(DM_ERR_INVALID_ARG, "copy_tensor: no tensor %d or %d", td, ts);
+    const dm_tensor *xd = &gd->t[td], *xs = &gs->t[ts];
+    int same = xd->ndim == xs->ndim;
+    for (int d = 0; same && d < xd->ndim; d++) same = xd->size[d] == xs->size[d] && xd->stride[d] == xs->stride[d];
+    if (!same)
+        return dm_fail(DM_ERR_INVALID_ARG, "copy_tensor: %s and %s differ in shape or layout", xs->name, xd->name);
+    float *a, *b;
+    size_t n, m;
+    DM_TRY(span(S(dst), td, &a, &n));
+    DM_TRY(span(S(src), ts, &b, &m));
+    if (a != b) memcpy(a, b, n * sizeof(float));
+    return DM_OK;
+}
+
+static dm_status adamw(dm_backend_state *st, int tp, int tg, int64_t n, float *master, float *m, float *v,
+                       const dm_adamw_coef *k) {
+    float *p, *g;
+    size_t np, ng;
+    DM_TRY(span(S(st), tp, &p, &np));
+    DM_TRY(span(S(st), tg, &g, &ng));
+    if ((int64_t)np != n || (int64_t)ng != n)
+        return dm_fail(DM_ERR_INTERNAL, "AdamW: a parameter of %lld elements spans %zu in the arena, its "
+                       "gradient %zu: a laid-out (strided) parameter is not supported", (long long)n, np, ng);
+    const dm_adamw_coef c = *k;
+    if (master) {
+#pragma omp parallel for simd schedule(static)
+        for (int64_t e = 0; e < n; e++) p[e] = master[e] = dm_adamw_elem(&c, master[e], g[e], &m[e], &v[e]);
+        return DM_OK;
+    }
+    /* dm_adamw_update's loop (train/adamw.c): the same numbers */
+#pragma omp parallel for simd schedule(static)
+    for (int64_t e = 0; e < n; e++) p[e] = dm_adamw_elem(&c, p[e], g[e], &m[e], &v[e]);
+    return DM_OK;
+}
+
+static dm_status mse(dm_backend_state *st, int ty, int tdy, const float *target, const float *mask, int64_t tokens,
+                     int64_t width, float scale, double *partial, double *host_partial) {
+    float *y, *dy = NULL;
+    size_t ny, ndy = 0;
+    DM_TRY(span(S(st), ty, &y, &ny));
+    if (tdy >= 0) DM_TRY(span(S(st), tdy, &dy, &ndy));
+    if ((int64_t)ny != tokens * width || (dy && (int64_t)ndy != tokens * width))
+        return dm_fail(DM_ERR_INTERNAL, "the loss: the output is not %lld x %lld dense", (long long)tokens,
+                       (long long)width);
+    /* per token the sum of its squared errors in double (0 on padding), the gradient
+     * scale * (y - target) (0 on padding): the caller sums the tokens in order */
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *yr = y + t * width, *tr = target + t * width;
+        double s = 0.0;
+        if (mask[t] != 0.0f) {
+            for (int64_t e = 0; e < width; e++) {
+                const float d = yr[e] - tr[e];
+                s += (double)d * d;
+                if (dy) dy[t * width + e] = scale * d;
+            }
+        } else if (dy) {
+            memset(dy + t * width, 0, (size_t)width * sizeof(float));
+        }
+        partial[t] = s;
+    }
+    if (host_partial != partial) memcpy(host_partial, partial, (size_t)tokens * sizeof(double));
+    return DM_OK;
+}
+
+const dm_backend dm_backend_cpu = {
+    .name = "cpu",
+    .device = DM_DEVICE_CPU,
+    .merge_siblings = 1,
+    .runs_pairs = 1,
+    .algos = &dm_cpu_gemm_algos,
+    .check_options = check_options,
+    .resolve_options = resolve_options,
+    .create = create,
+    .destroy = destroy,
+    .notes = notes,
+    .workspace_bytes = workspace_bytes,
+    .timed_with = timed_with,
+    .upload = upload,
+    .download = download,
+    .run_group = run_group,
+    .sync = sync,
+    .profile = profile,
+    .profile_take = profile_take,
+    .pool_new = pool_new,
+    .pool_free = pool_free,
+    .pool_bytes = pool_bytes,
+    .buf_new = buf_new,
+    .buf_free = buf_free,
+    .buf_copy = buf_copy,
+    .copy_tensor = copy_tensor,
+    .adamw = adamw,
+    .mse = mse,
+};

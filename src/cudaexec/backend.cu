@@ -1,0 +1,227 @@
+/* backend.cu: the CUDA backend behind the backend interface (plan/backend.h): the
+ * executor of cuda_backend.h for a layer's plan (its storage type, row kernels and
+ * streams resolved here from the options and the environment: DMOVE_CUDA_ROWS,
+ * DMOVE_CUDA_STREAMS, DMOVE_CUDA_EMULATE), what it chose as the layer's notes, and the
+ * trainer's buffers, copies, AdamW and loss on the device (cuda/train.cu). */
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "core/status.h"
+}
+#include "cuda/cuda_backend.h"
+#include "plan/backend.h"
+
+typedef struct {
+    dm_cuda_exec *ex;
+    const dm_plan *plan;
+    int profile, by_events;
+    dm_layer_note notes[7];
+    int nnotes;
+} cuda_state;
+
+static cuda_state *S(dm_backend_state *st) { return (cuda_state *)st; }
+static const cuda_state *CS(const dm_backend_state *st) { return (const cuda_state *)st; }
+static dm_cuda_exec *EX(dm_backend_state *st) { return S(st)->ex; }
+
+/* --- the environment ------------------------------------------------------------------- */
+
+/* Is the CUDA backend emulated on the host (DMOVE_CUDA_EMULATE=1)? A bad variable counts
+ * as no: layer creation reports it. */
+static int emulating(void) {
+    int on = 0;
+    if (dm_cuda_emulate_resolve(&on) != DM_OK) {
+        dm_clear_error();
+        on = 0;
+    }
+    return on;
+}
+
+/* The defaults are what measured fastest on an H100 (bench/results/gpu-h100-2026-11-24.txt:
+ * auto with two streams, 1.94x PyTorch eager at b=8 j=512 and 1.05x at b=96 j=128, against
+ * 1.20x and 0.68x interpreting on one stream); emulating on the host, where auto's timings
+ * say nothing about a GPU and every generated kernel is a host compile, interp on one. */
+dm_status dm_cuda_rows_resolve(dm_rows r, dm_rows *out) {
+    const char *env = getenv("DMOVE_CUDA_ROWS");
+    *out = r != DM_ROWS_DEFAULT ? r : emulating() ? DM_ROWS_INTERP : DM_ROWS_AUTO;
+    if (r != DM_ROWS_DEFAULT || !env || !*env) return DM_OK;
+    if (dm_rows_parse(env, out) != DM_OK)
+        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_ROWS='%s': use interp, gen or auto", env);
+    return DM_OK;
+}
+
+dm_status dm_cuda_streams_resolve(int streams, int *out) {
+    const char *env = getenv("DMOVE_CUDA_STREAMS");
+    *out = emulating() ? 1 : 2;
+    if (streams == 1 || streams == 2) {
+        *out = streams;
+        return DM_OK;
+    }
+    if (streams != 0) return dm_fail(DM_ERR_INVALID_ARG, "streams %d: use 1 or 2", streams);
+    if (!env || !*env) return DM_OK;
+    if (strcmp(env, "1") != 0 && strcmp(env, "2") != 0)
+        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_STREAMS='%s': use 1 or 2", env);
+    *out = env[0] - '0';
+    return DM_OK;
+}
+
+dm_status dm_cuda_emulate_resolve(int *on) {
+    const char *env = getenv("DMOVE_CUDA_EMULATE");
+    *on = 0;
+    if (!env || !*env || !strcmp(env, "0")) return DM_OK;
+    if (strcmp(env, "1") != 0)
+        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_EMULATE='%s': use 1 (run --device cuda on the host, "
+                       "emulated, for tests) or 0", env);
+    *on = 1;
+    return DM_OK;
+}
+
+/* --- the interface ----------------------------------------------------------------------- */
+
+static dm_status check_options(const dm_layer_options *opt) {
+    (void)opt;
+    return DM_OK; /* every storage type, row kernel and stream count */
+}
+
+static dm_status resolve_options(dm_layer_options *opt) {
+    DM_TRY(dm_cuda_rows_resolve(opt->rows, &opt->rows));
+    return dm_cuda_streams_resolve(opt->streams, &opt->streams);
+}
+
+static void note(cuda_state *c, const char *key, double value, const char *text) {
+    dm_layer_note *n = &c->notes[c->nnotes++];
+    n->key = key;
+    n->value = value;
+    n->text = text;
+}
+
+static dm_status create(dm_backend_state **out, const dm_plan *plan, char *host, const dm_layer_options *opt,
+                        unsigned flags, dm_backend_pool *pool) {
+    (void)host, (void)flags; /* the host arena is the staging copy; nothing here is lenient */
+    *out = NULL;
+    const int dt = opt->dtype == DM_DTYPE_BF16   ? DM_CUDA_BF16
+                   : opt->dtype == DM_DTYPE_FP16 ? DM_CUDA_FP16
+                                                 : DM_CUDA_FP32;
+    dm_rows rows = DM_ROWS_INTERP;
+    int streams = 1, emulate = 0;
+    DM_TRY(dm_cuda_rows_resolve(opt->rows, &rows));
+    DM_TRY(dm_cuda_streams_resolve(opt->streams, &streams));
+    DM_TRY(dm_cuda_emulate_resolve(&emulate));
+    cuda_state *c = (cuda_state *)calloc(1, sizeof *c);
+    if (!c) return dm_fail(DM_ERR_OOM, "out of memory");
+    c->plan = plan;
+    const unsigned f = (rows == DM_ROWS_GEN    ? DM_CUDA_GEN | DM_CUDA_EPILOGUE
+                        : rows == DM_ROWS_AUTO ? DM_CUDA_GEN | DM_CUDA_EPILOGUE | DM_CUDA_AUTO
+                                               : 0) |
+                       (streams == 2 ? DM_CUDA_OVERLAP : 0) | (emulate ? DM_CUDA_EMULATE : 0);
+    dm_status s = dm_cuda_exec_init_pooled(&c->ex, plan, dt, f, (dm_cuda_pool *)pool);
+    if (s != DM_OK) {
+        free(c);
+        return s;
+    }
+    int programs = 0;
+    const int generated = dm_cuda_exec_generated(c->ex, &programs);
+    note(c, "row_programs", programs, NULL);
+    note(c, "row_programs_generated", generated, NULL);
+    note(c, "attention_fused", dm_cuda_exec_fused(c->ex), NULL);
+    note(c, "bias_epilogues", dm_cuda_exec_epilogues(c->ex), NULL);
+    note(c, "second_stream", dm_cuda_exec_side_groups(c->ex), NULL);
+    note(c, "gen_unavailable", 0, dm_cuda_exec_gen_note(c->ex));
+    note(c, "gpu", 0, dm_cuda_exec_gpu_name(c->ex));
+    *out = (dm_backend_state *)c;
+    return DM_OK;
+}
+
+static void destroy(dm_backend_state *st) {
+    if (!st) return;
+    dm_cuda_exec_free(EX(st));
+    free(st);
+}
+
+static int notes(const dm_backend_state *st, const dm_layer_note **out) {
+    *out = CS(st)->notes;
+    return CS(st)->nnotes;
+}
+
+static size_t workspace_bytes(const dm_backend_state *st) { return dm_cuda_exec_workspace_bytes(CS(st)->ex); }
+
+static int timed_with(const dm_backend_state *st, int gi) {
+    return dm_cuda_exec_group_absorbed(CS(st)->ex, gi) ? gi - 1 : -1;
+}
+
+static dm_status upload(dm_backend_state *st, int t, const float *host) { return dm_cuda_upload(EX(st), t, host); }
+static dm_status download(dm_backend_state *st, int t, float *host) { return dm_cuda_download(EX(st), t, host); }
+
+/* Profiled on the host's clock (emulating), a group is waited for, so that the time taken
+ * around it is its own; on a GPU its CUDA events time it. */
+static dm_status run_group(dm_backend_state *st, int gi, uint64_t seed, int contractions_only) {
+    const dm_plan *plan = S(st)->plan;
+    /* only a batched group runs just its GEMMs when the pass runs contractions alone */
+    const int only_c = contractions_only && gi >= 0 && gi < plan->ngroups && plan->groups[gi].nbatch > 1;
+    DM_TRY(dm_cuda_exec_group(EX(st), gi, seed, only_c));
+    return S(st)->profile && !S(st)->by_events ? dm_cuda_sync(EX(st)) : DM_OK;
+}
+
+static dm_status sync(dm_backend_state *st) { return dm_cuda_sync(EX(st)); }
+
+static dm_status profile(dm_backend_state *st, int on, int *by_events) {
+    DM_TRY(dm_cuda_exec_profile(EX(st), on, by_events));
+    S(st)->profile = on;
+    S(st)->by_events = *by_events;
+    return DM_OK;
+}
+
+static dm_status profile_take(dm_backend_state *st, double *secs) { return dm_cuda_exec_profile_take(EX(st), secs); }
+
+static dm_status pool_new(dm_backend_pool **pool) {
+    int emulate = 0;
+    *pool = NULL;
+    DM_TRY(dm_cuda_emulate_resolve(&emulate));
+    dm_cuda_pool *p = NULL;
+    DM_TRY(dm_cuda_pool_new(&p, emulate));
+    *pool = (dm_backend_pool *)p;
+    return DM_OK;
+}
+
+static void pool_free(dm_backend_pool *pool) { dm_cuda_pool_free((dm_cuda_pool *)pool); }
+static size_t pool_bytes(const dm_backend_pool *pool) { return dm_cuda_pool_bytes((const dm_cuda_pool *)pool); }
+
+static dm_status buf_new(dm_backend_state *st, size_t bytes, void *host, void **buf, const char *what) {
+    (void)host; /* the device buffer is apart from it */
+    return dm_cuda_alloc(EX(st), bytes, buf, what);
+}
+
+static void buf_free(dm_backend_state *st, void *buf, void *host) {
+    (void)host;
+    dm_cuda_free(EX(st), buf);
+}
+
+static dm_status buf_copy(dm_backend_state *st, void *dst, const void *src, size_t bytes, int to_backend) {
+    return dm_cuda_memcpy(EX(st), dst, src, bytes, to_backend);
+}
+
+static dm_status copy_tensor(dm_backend_state *dst, int td, dm_backend_state *src, int ts) {
+    return dm_cuda_copy_tensor(EX(dst), td, EX(src), ts);
+}
+
+static dm_status adamw(dm_backend_state *st, int tp, int tg, int64_t n, float *master, float *m, float *v,
+                       const dm_adamw_coef *k) {
+    return dm_cuda_adamw(EX(st), tp, tg, n, master, m, v, k);
+}
+
+static dm_status mse(dm_backend_state *st, int ty, int tdy, const float *target, const float *mask, int64_t tokens,
+                     int64_t width, float scale, double *partial, double *host_partial) {
+    return dm_cuda_mse(EX(st), ty, tdy, target, mask, tokens, width, scale, partial, host_partial);
+}
+
+/* in the order of dm_backend's fields (C++17 has no designated initializers) */
+extern "C" const dm_backend dm_backend_cuda = {
+    "cuda", DM_DEVICE_CUDA,
+    0, /* merge_siblings: the fused attention kernels take the groups without */
+    0, /* runs_pairs: its second stream instead */
+    NULL, /* algos: none of its own; a plan file's are the CPU's */
+    check_options, resolve_options,
+    create, destroy, notes, workspace_bytes, timed_with,
+    upload, download, run_group, sync, profile, profile_take,
+    pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy, copy_tensor, adamw, mse,
+};

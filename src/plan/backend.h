@@ -1,0 +1,136 @@
+/* backend.h: the backend interface: the table of functions every backend (src/cpu,
+ * src/cuda + cudaexec + cudagen, ...) implements, through which the layer (src/layer/) runs
+ * a plan and the trainer (src/train/) keeps its state beside the plans. Each backend
+ * defines one `const dm_backend dm_backend_<name>`; the registry (src/layer/backends.c)
+ * lists the backends the Makefile built. C and CUDA C++.
+ *
+ * A backend's state for one plan (one layer) runs the plan's groups on the backend's
+ * memory. Beside it the layer keeps a host arena laid out by the same plan (fp32, every
+ * tensor at its plan offset): the tensors the user reads and writes. `upload` and
+ * `download` move a tensor between the two; a backend whose memory is the host arena
+ * (the CPU's) makes them no-ops, and its trainer buffers are the host buffers themselves
+ * (buf_new returns `host`), so that a caller that keeps the host copies as a cache of the
+ * backend's state, as the trainer does, moves nothing on it. */
+#ifndef DM_PLAN_BACKEND_H
+#define DM_PLAN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dmove.h"
+#include "graph/adamw_elem.h"
+#include "plan/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dm_backend_state dm_backend_state; /* a backend's state for one plan */
+typedef struct dm_backend_pool dm_backend_pool;   /* buffers states of one backend share */
+
+/* create's flags */
+enum {
+    DM_BACKEND_LENIENT = 1u /* a group the backend cannot run (its operands' layouts) is
+                             * marked unusable, and fails if run, instead of failing
+                             * create: the tuner measures the others */
+};
+
+typedef struct dm_backend {
+    const char *name;      /* "cpu", "cuda": as dm_device_kind_name of its device */
+    dm_device_kind device; /* the device it runs layers on */
+    int merge_siblings;    /* its plans merge sibling batched contractions (dm_plan_build's
+                            * `siblings`) */
+    int runs_pairs;        /* it runs a plan's contraction pairs ("concurrent") and row
+                            * groups in a GEMM's epilogue ("direct_rows"), which
+                            * dm_plan_describe then names */
+    const dm_algo_table *algos; /* the names of its algorithm choices (plan/algo.h), as
+                            * plan files give them; NULL: it has none of its own, and a
+                            * plan file's are the CPU backend's (`dmove tune` measures
+                            * there) */
+
+    /* --- options -------------------------------------------------------------------- */
+    /* Refuses the options this backend does not take (DM_ERR_UNSUPPORTED, saying which
+     * and why), after dm_layer_options_check's own checks of their values. */
+    dm_status (*check_options)(const dm_layer_options *opt);
+    /* Fills in the defaults of *opt that the backend takes from its environment (rows,
+     * streams, ...): what a layer made with *opt runs with. DM_ERR_INVALID_ARG for a bad
+     * variable. */
+    dm_status (*resolve_options)(dm_layer_options *opt);
+
+    /* --- a plan's state ---------------------------------------------------------------- */
+    /* The state that runs `plan` (which must outlive it) for a layer whose host arena is
+     * `host` (plan->arena_bytes, zeroed, 64-byte aligned): options (storage type, threads,
+     * row kernels, streams, the plan file's name for messages), flags DM_BACKEND_*, and
+     * the pool of pool_new whose buffers it may share (NULL: its own). */
+    dm_status (*create)(dm_backend_state **out, const dm_plan *plan, char *host, const dm_layer_options *opt,
+                        unsigned flags, dm_backend_pool *pool);
+    void (*destroy)(dm_backend_state *st);
+    /* What the backend chose for the plan, as named values (dm_layer_note): *notes points
+     * into the state (valid until destroy); the count is returned (0: nothing to say). */
+    int (*notes)(const dm_backend_state *st, const dm_layer_note **notes);
+    /* Memory it holds beside the arena, in bytes (dm_layer_memory.scratch). */
+    size_t (*workspace_bytes)(const dm_backend_state *st);
+    /* The group whose time holds group gi's (gi runs inside or beside it), or -1. */
+    int (*timed_with)(const dm_backend_state *st, int gi);
+
+    /* --- tensors and groups ------------------------------------------------------------ */
+    /* Tensor t (a materialized root or a view of one) between the backend's memory and
+     * `host`, which holds it as the host arena does (host arena + its offset). Synchronous
+     * (after the work enqueued before). */
+    dm_status (*upload)(dm_backend_state *st, int t, const float *host);
+    dm_status (*download)(dm_backend_state *st, int t, float *host);
+    /* Runs (or enqueues) group gi with dropout seed `seed`. contractions_only: the pass
+     * runs only the contraction groups (the "contractions alone" floor): a batched group
+     * runs just its GEMMs, a GEMM with a row group in its epilogue runs without it. */
+    dm_status (*run_group)(dm_backend_state *st, int gi, uint64_t seed, int contractions_only);
+    /* Waits for the work enqueued so far; errors of asynchronous work surface here. */
+    dm_status (*sync)(dm_backend_state *st);
+    /* Profiling on or off for the next groups. *by_events = 1: the backend times each
+     * group itself (device events, without waiting after each), and profile_take gives the
+     * times; 0: the caller times each group on the host's clock around run_group, which
+     * then returns when the group is done. */
+    dm_status (*profile)(dm_backend_state *st, int on, int *by_events);
+    /* Waits, then secs[gi] (one per group) = group gi's time since the last take, 0 for a
+     * group not run. */
+    dm_status (*profile_take)(dm_backend_state *st, double *secs);
+
+    /* --- what the trainer keeps beside the plans ------------------------------------- */
+    /* A pool for the states of layers whose work never runs at once (a trainer's stack),
+     * made before them and freed after them; *pool may be NULL (nothing shared). */
+    dm_status (*pool_new)(dm_backend_pool **pool);
+    void (*pool_free)(dm_backend_pool *pool);
+    size_t (*pool_bytes)(const dm_backend_pool *pool); /* its memory, bytes */
+    /* A buffer of `bytes` in the backend's memory for what the plan does not hold, the
+     * twin of host buffer `host` (or NULL: none); `what` names it in an out-of-memory
+     * message. A backend whose memory is the host's returns `host` itself. buf_free
+     * takes the same `host`. */
+    dm_status (*buf_new)(dm_backend_state *st, size_t bytes, void *host, void **buf, const char *what);
+    void (*buf_free)(dm_backend_state *st, void *buf, void *host);
+    /* A synchronous copy between host memory and such a buffer (to_backend: host to
+     * buffer), after the work enqueued before; nothing when dst == src. */
+    dm_status (*buf_copy)(dm_backend_state *st, void *dst, const void *src, size_t bytes, int to_backend);
+    /* Tensor ts of state src into tensor td of state dst (two plans of this backend): the
+     * same shape, layout and storage, else DM_ERR_INVALID_ARG. Ordered after src's work so
+     * far and before both states' later work (it may be enqueued). */
+    dm_status (*copy_tensor)(dm_backend_state *dst, int td, dm_backend_state *src, int ts);
+    /* One AdamW update (graph/adamw_elem.h, constants k) of parameter tensor tp from its
+     * gradient tg, n elements each, dense; m, v: its fp32 moments; master: its fp32
+     * master weights in 16-bit storage (the parameter is then written as them rounded),
+     * else NULL. Buffers of buf_new. May be enqueued. */
+    dm_status (*adamw)(dm_backend_state *st, int tp, int tg, int64_t n, float *master, float *m, float *v,
+                       const dm_adamw_coef *k);
+    /* The trainer's mean squared error over the `tokens` rows of `width` elements of
+     * tensor ty: where mask[t] != 0, partial[t] = the sum over row t of (y - target)^2
+     * (the difference in fp32, the sum in double, in an order the backend fixes),
+     * elsewhere 0; with
+     * tdy >= 0, tensor tdy = scale * (y - target), 0 on the rows the mask drops. target,
+     * mask and partial are buffers of buf_new; partial is then copied to host_partial
+     * (synchronous). */
+    dm_status (*mse)(dm_backend_state *st, int ty, int tdy, const float *target, const float *mask, int64_t tokens,
+                     int64_t width, float scale, double *partial, double *host_partial);
+} dm_backend;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
