@@ -207,6 +207,8 @@ typedef struct {
 } dm_tuning_info;
 /* The $XDG_CACHE_HOME (else ~/.cache) dmove/tune-cache.tsv. */
 dm_status dm_tune_cache_default_path(char *buf, size_t n);
+/* reps: timed repetitions per candidate (their median counts), 1 to 63; DM_ERR_INVALID_ARG
+ * otherwise. */
 dm_status dm_tuning_new(dm_tuning **out, const dm_layer_config *cfg, const dm_layer_options *opt, int reps);
 void dm_tuning_free(dm_tuning *t);
 void dm_tuning_get_info(const dm_tuning *t, dm_tuning_info *out);

@@ -209,6 +209,34 @@ static void test_teacher_and_layer(void) {
     CHECK(e.threads == 1 && e.device == DM_DEVICE_CPU);
 }
 
+/* The tuner's repetitions: 1 to 63, as `dmove tune --reps` takes them (0 left the median
+ * unset, a negative count crashed the sort, more than 64 were cut silently). */
+static void test_tuning_reps(void) {
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 1, cfg.seq = 4, cfg.hidden = 8, cfg.heads = 2, cfg.ffn = 16;
+    const dm_layer_options opt = {.threads = 1};
+    const int bad[] = {0, -1, 64, 1000};
+    for (int k = 0; k < 4; k++) {
+        dm_tuning *t = (dm_tuning *)1;
+        CHECK(dm_tuning_new(&t, &cfg, &opt, bad[k]) == DM_ERR_INVALID_ARG && t == NULL &&
+              strstr(dm_last_error(), "reps") && strstr(dm_last_error(), "1 to 63"));
+    }
+    dm_tuning *t = NULL;
+    CHECK_OK(dm_tuning_new(&t, &cfg, &opt, 63));
+    dm_tuning_free(t);
+    t = NULL;
+    CHECK_OK(dm_tuning_new(&t, &cfg, &opt, 1));
+    if (t) {
+        CHECK_OK(dm_tuning_measure(t, NULL, NULL, NULL)); /* one timed run per candidate */
+        CHECK_OK(dm_tuning_select(t));
+        dm_tuning_info info;
+        dm_tuning_get_info(t, &info);
+        CHECK(info.reps == 1 && info.retime_runs == 1 && info.tuned_s > 0 && info.default_s > 0);
+        dm_tuning_free(t);
+    }
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
@@ -219,6 +247,7 @@ int main(void) {
     test_device_and_analysis();
     test_train_data();
     test_teacher_and_layer();
+    test_tuning_reps();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0) fprintf(stderr, "test_tools: could not remove %s\n", g_dir);

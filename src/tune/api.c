@@ -95,6 +95,7 @@ dm_status dm_analysis_plan_text(const dm_analysis *a, char **text) {
 /* --- tuning ---------------------------------------------------------------------------- */
 
 #define MAX_TIMED 64
+#define MAX_REPS 63 /* as `dmove tune --reps` takes them: time_group holds 64 times */
 
 struct dm_tuning {
     dm_tuner *T;
@@ -108,6 +109,9 @@ struct dm_tuning {
 dm_status dm_tuning_new(dm_tuning **out, const dm_layer_config *cfg, const dm_layer_options *opt, int reps) {
     if (!out || !cfg || !opt) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_new: NULL argument");
     *out = NULL;
+    if (reps < 1 || reps > MAX_REPS)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_new: reps %d is out of range (1 to %d timed repetitions per "
+                       "candidate)", reps, MAX_REPS);
     dm_tuning *t = calloc(1, sizeof *t);
     if (!t) return dm_fail(DM_ERR_OOM, "out of memory");
     dm_status s = dm_tuner_new(&t->T, cfg, opt);
