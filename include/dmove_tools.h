@@ -244,13 +244,15 @@ typedef struct dm_train_data dm_train_data;
  * and shapes; the message starts with the file's path. */
 dm_status dm_train_data_new(dm_train_data **out, const dm_tensor_file *f);
 void dm_train_data_free(dm_train_data *d);
+/* Any of the three may be NULL (not wanted); a NULL d gives 0 for each. */
 void dm_train_data_sizes(const dm_train_data *d, int64_t *samples, int64_t *seq, int64_t *hidden);
 /* hidden_states and target must be floats (f32, f64, bf16, f16), the mask any number. */
 dm_status dm_train_data_check_dtypes(const dm_train_data *d);
 /* Every value of hidden_states and target finite (found now, not when training reaches
  * it); the message starts with the file's path. DM_ERR_OOM without memory to check. */
 dm_status dm_train_data_check_finite(const dm_train_data *d);
-/* Batch `step` (from 1) of b samples: x, y (b, j, i) and mask (b, j), 1 token 0 padding. */
+/* Batch `step` (from 1) of b samples (b >= 1): x, y (b, j, i) and mask (b, j), 1 token 0
+ * padding. DM_ERR_INVALID_ARG for a step below 1, b below 1 or a NULL pointer. */
 dm_status dm_train_data_batch(const dm_train_data *d, int64_t step, int64_t b, float *x, float *y, float *mask);
 
 /* The teacher task: a second stack of `layers` layers of cfg (dropout off, BERT's
@@ -262,7 +264,8 @@ dm_status dm_teacher_new(dm_teacher **out, const dm_layer_config *cfg, int layer
                          double scale);
 void dm_teacher_free(dm_teacher *t);
 /* Batch `step` (from 1): inputs x (b, j, i) and mask (b, j) from Philox (cfg->seed), the
- * teacher's outputs as targets y (b, j, i). */
+ * teacher's outputs as targets y (b, j, i). DM_ERR_INVALID_ARG for a step below 1 or a NULL
+ * pointer. */
 dm_status dm_teacher_batch(dm_teacher *t, int64_t step, float *x, float *y, float *mask);
 
 #ifdef __cplusplus

@@ -3,6 +3,7 @@
  * table, device models and the roofline, the analysis and its reports, a training run's
  * data (batches, wrapping, checks) and teacher (deterministic batches), and a CPU layer's
  * backend report. The CLI tests (the tests/ shell scripts) run the same functions through `dmove`. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,34 @@ static void test_train_data(void) {
         CHECK_OK(dm_train_data_batch(d, 2, 2, x, y, m));
         CHECK(x[0] == (float)(2 * J * I) && y[1] == -(float)(2 * J * I + 1) && x[J * I] == 0.0f);
         CHECK(m[0] == 1.0f && m[J - 1] == 0.0f && m[J] == 1.0f);
+        /* steps from 1, batches of 1 sample or more, every buffer given: anything else is
+         * refused before a byte is read (step 0 read before the data, b 0 or below too) */
+        const int64_t bad[][2] = {{0, 2}, {-5, 2}, {INT64_MIN, 1}, {1, 0}, {1, -1}, {2, INT64_MIN}};
+        for (int k = 0; k < 6; k++)
+            CHECK(dm_train_data_batch(d, bad[k][0], bad[k][1], x, y, m) == DM_ERR_INVALID_ARG &&
+                  strstr(dm_last_error(), "dm_train_data_batch: step"));
+        CHECK(dm_train_data_batch(d, 1, INT64_MAX, x, y, m) == DM_ERR_INVALID_ARG &&
+              strstr(dm_last_error(), "overflows"));
+        CHECK(dm_train_data_batch(NULL, 1, 1, x, y, m) == DM_ERR_INVALID_ARG &&
+              strstr(dm_last_error(), "dm_train_data_batch: NULL argument"));
+        CHECK(dm_train_data_batch(d, 1, 1, NULL, y, m) == DM_ERR_INVALID_ARG);
+        CHECK(dm_train_data_batch(d, 1, 1, x, NULL, m) == DM_ERR_INVALID_ARG);
+        CHECK(dm_train_data_batch(d, 1, 1, x, y, NULL) == DM_ERR_INVALID_ARG);
+        /* a step far on wraps around as a near one does: step s of 2 takes samples
+         * 2(s-1) mod 3 and 2(s-1)+1 mod 3 (INT64_MAX - 1 = 3 * 3074457345618258602) */
+        CHECK_OK(dm_train_data_batch(d, INT64_MAX, 2, x, y, m));
+        CHECK(x[0] == 0.0f && x[J * I] == (float)(J * I));
+        CHECK_OK(dm_train_data_batch(d, INT64_MAX - 1, 2, x, y, m));
+        CHECK(x[0] == (float)(J * I) && x[J * I] == (float)(2 * J * I));
+        /* the sizes of nothing are 0; NULL outputs are not wanted */
+        dm_train_data_sizes(d, NULL, NULL, NULL);
+        n = j = i = 9;
+        dm_train_data_sizes(NULL, &n, &j, &i);
+        CHECK(n == 0 && j == 0 && i == 0);
+        CHECK(dm_train_data_check_dtypes(NULL) == DM_ERR_INVALID_ARG &&
+              strstr(dm_last_error(), "dm_train_data_check_dtypes: NULL argument"));
+        CHECK(dm_train_data_check_finite(NULL) == DM_ERR_INVALID_ARG &&
+              strstr(dm_last_error(), "dm_train_data_check_finite: NULL argument"));
         dm_train_data_free(d);
     }
     dm_tensor_file_free(f);
@@ -172,6 +201,16 @@ static void test_train_data(void) {
     CHECK_OK(dm_tensor_file_open(&f, path));
     CHECK(dm_train_data_new(&d, f) != DM_OK && !d && strstr(dm_last_error(), "target is missing"));
     dm_tensor_file_free(f);
+    /* no samples: refused when opened (a batch would take them modulo 0) */
+    write_data(path, 0, J, I, -1, 1);
+    f = NULL, d = NULL;
+    CHECK_OK(dm_tensor_file_open(&f, path));
+    CHECK(f && dm_train_data_new(&d, f) == DM_ERR_SHAPE && !d && strstr(dm_last_error(), "need a sample"));
+    dm_tensor_file_free(f);
+    d = (dm_train_data *)1;
+    CHECK(dm_train_data_new(&d, NULL) == DM_ERR_INVALID_ARG && d == NULL);
+    CHECK(dm_train_data_new(NULL, NULL) == DM_ERR_INVALID_ARG);
+    dm_train_data_free(NULL);
 }
 
 static void test_teacher_and_layer(void) {
@@ -193,6 +232,14 @@ static void test_teacher_and_layer(void) {
         for (int e = 0; e < N; e++) finite &= isfinite(y1[e]) && y1[e] != x1[e];
         for (int e = 0; e < 8; e++) whole &= m1[e] == 1.0f; /* the first sequence has no padding */
         CHECK(finite && whole);
+        CHECK(dm_teacher_batch(t, 0, x2, y2, m2) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "from 1"));
+        CHECK(dm_teacher_batch(t, -1, x2, y2, m2) == DM_ERR_INVALID_ARG);
+        CHECK(dm_teacher_batch(NULL, 1, x2, y2, m2) == DM_ERR_INVALID_ARG &&
+              strstr(dm_last_error(), "dm_teacher_batch: NULL argument"));
+        CHECK(dm_teacher_batch(t, 1, NULL, y2, m2) == DM_ERR_INVALID_ARG);
+        CHECK(dm_teacher_batch(t, 1, x2, NULL, m2) == DM_ERR_INVALID_ARG);
+        CHECK(dm_teacher_batch(t, 1, x2, y2, NULL) == DM_ERR_INVALID_ARG);
+        CHECK_OK(dm_teacher_batch(t, INT64_MAX, x2, y2, m2)); /* far steps too (counters wrap) */
         dm_teacher_free(t);
     }
     dm_layer *L = NULL;
