@@ -15,6 +15,24 @@
 
 static char g_dir[] = "/tmp/dmove_tools.XXXXXX";
 
+/* Allocation failures on demand: the Makefile links this test with the C library's malloc,
+ * calloc, realloc and strdup wrapped (-Wl,--wrap), dmove's calls to them included.
+ * fail_alloc(n): the allocation n from now (0: the next one) fails, once; -1: none. */
+static long g_alloc_left = -1;
+static void fail_alloc(long n) { __atomic_store_n(&g_alloc_left, n, __ATOMIC_SEQ_CST); }
+static int alloc_fails(void) {
+    return __atomic_load_n(&g_alloc_left, __ATOMIC_SEQ_CST) >= 0 &&
+           __atomic_fetch_sub(&g_alloc_left, 1, __ATOMIC_SEQ_CST) == 0;
+}
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t n);
+char *__real_strdup(const char *s);
+void *__wrap_malloc(size_t n) { return alloc_fails() ? NULL : __real_malloc(n); }
+void *__wrap_calloc(size_t n, size_t size) { return alloc_fails() ? NULL : __real_calloc(n, size); }
+void *__wrap_realloc(void *p, size_t n) { return alloc_fails() ? NULL : __real_realloc(p, n); }
+char *__wrap_strdup(const char *s) { return alloc_fails() ? NULL : __real_strdup(s); }
+
 static void path_of(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", g_dir, name); }
 
 static void test_tensor_file(void) {
@@ -284,6 +302,84 @@ static void test_tuning_reps(void) {
     }
 }
 
+/* A tuned plan applied to an analysis: a failure at any step (here: each allocation of
+ * dm_analysis_load_plan in turn) leaves the analysis as it was, its reports the same and
+ * no plan applied, and a later try applies it (it was marked applied before the plan was
+ * complete: the reports then read a missing path and missing pairs). */
+static void test_analysis_load_plan(void) {
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 2, cfg.seq = 4, cfg.hidden = 8, cfg.heads = 2, cfg.ffn = 8;
+    char plan[256], missing[256];
+    path_of(plan, sizeof plan, "plan.json");
+    path_of(missing, sizeof missing, "no-plan.json");
+    /* a plan with side-by-side pairs (the tuner's test hook keeps them) */
+    const dm_layer_options opt = {.threads = 2};
+    dm_tuning *t = NULL;
+    CHECK_OK(dm_tuning_new(&t, &cfg, &opt, 1));
+    if (!t) return;
+    setenv("DMOVE_TEST_PAIRS", "keep", 1);
+    CHECK_OK(dm_tuning_measure(t, NULL, NULL, NULL));
+    CHECK_OK(dm_tuning_select(t));
+    CHECK_OK(dm_tuning_pairs(t));
+    unsetenv("DMOVE_TEST_PAIRS");
+    CHECK_OK(dm_tuning_save(t, plan));
+    dm_tuning_free(t);
+
+    dm_device_model *m = NULL;
+    CHECK_OK(dm_device_model_preset(&m, "v100"));
+    dm_analysis *a = NULL, *b = NULL;
+    if (m) CHECK_OK(dm_analysis_new(&a, &cfg, m, 4, 0));
+    if (m) CHECK_OK(dm_analysis_new(&b, &cfg, m, 4, 0));
+    if (a && b) {
+        char *json0 = NULL, *table0 = NULL, *text = NULL;
+        CHECK_OK(dm_analysis_json(a, &json0));
+        CHECK_OK(dm_analysis_table(a, &table0));
+        CHECK(dm_analysis_load_plan(a, missing) == DM_ERR_NOT_FOUND && strstr(dm_last_error(), "cannot open plan"));
+        int failures = 0, same = 1;
+        dm_status s = DM_ERR_OOM;
+        for (long k = 0; k < 100000 && s != DM_OK; k++) {
+            fail_alloc(k);
+            s = dm_analysis_load_plan(a, plan);
+            fail_alloc(-1);
+            if (s == DM_OK) break;
+            failures++;
+            CHECK(s == DM_ERR_OOM);
+            /* as it was: the same reports, no plan */
+            char *j = NULL, *tb = NULL;
+            CHECK_OK(dm_analysis_json(a, &j));
+            CHECK_OK(dm_analysis_table(a, &tb));
+            same &= j && tb && json0 && table0 && !strcmp(j, json0) && !strcmp(tb, table0);
+            free(j);
+            free(tb);
+            text = NULL;
+            CHECK(dm_analysis_plan_text(a, &text) == DM_ERR_INVALID_ARG && !text &&
+                  strstr(dm_last_error(), "no plan applied"));
+        }
+        CHECK(s == DM_OK && failures >= 5 && same);
+        /* applied after all those failures as on an analysis that never failed */
+        CHECK_OK(dm_analysis_load_plan(b, plan));
+        char *ja = NULL, *jb = NULL, *ta = NULL, *tb = NULL;
+        CHECK_OK(dm_analysis_json(a, &ja));
+        CHECK_OK(dm_analysis_json(b, &jb));
+        CHECK(ja && jb && !strcmp(ja, jb) && strstr(ja, "\"plan\"") && strstr(ja, "\"side_by_side\"") &&
+              strstr(ja, plan));
+        CHECK_OK(dm_analysis_plan_text(a, &ta));
+        CHECK_OK(dm_analysis_plan_text(b, &tb));
+        CHECK(ta && tb && !strcmp(ta, tb) && strstr(ta, plan) && strstr(ta, "runs beside"));
+        free(ja), free(jb), free(ta), free(tb);
+        /* once applied, a second plan is refused and the first stays */
+        CHECK(dm_analysis_load_plan(a, plan) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "applied already"));
+        CHECK(dm_analysis_load_plan(NULL, plan) == DM_ERR_INVALID_ARG);
+        CHECK(dm_analysis_load_plan(a, NULL) == DM_ERR_INVALID_ARG);
+        free(json0);
+        free(table0);
+    }
+    dm_analysis_free(a);
+    dm_analysis_free(b);
+    dm_device_model_free(m);
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
@@ -295,6 +391,7 @@ int main(void) {
     test_train_data();
     test_teacher_and_layer();
     test_tuning_reps();
+    test_analysis_load_plan();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0) fprintf(stderr, "test_tools: could not remove %s\n", g_dir);

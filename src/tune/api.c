@@ -29,22 +29,68 @@ dm_status dm_analysis_measure(dm_analysis *a, int threads, int warmup, int reps)
 }
 
 /* A plan file applied to the analysis: `dmove tune` writes plans in the CPU's algorithm
- * names, so it is read with the CPU backend's table. */
+ * names, so it is read with the CPU backend's table. Everything is made on the side (the
+ * fused graph's tensors and the fused plan's memory as copies, the choices, the pairs, the
+ * memory report) and becomes the analysis's only when all of it is: on an error the
+ * analysis is as it was, and a plan may be applied again. */
 dm_status dm_analysis_load_plan(dm_analysis *a, const char *path) {
     if (!a || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_load_plan: NULL argument");
     if (a->have_choices) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_load_plan: a plan is applied already");
     dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .recompute = a->recompute};
-    DM_TRY(dm_plan_load(path, &a->cfg, &opt, &a->gf, &dm_cpu_gemm_algos, &a->ch));
-    a->have_choices = 1;
-    if (!(a->plan_path = strdup(path))) return dm_fail(DM_ERR_OOM, "out of memory");
+    dm_choices ch;
+    DM_TRY(dm_plan_load(path, &a->cfg, &opt, &a->gf, &dm_cpu_gemm_algos, &ch));
+    const int nt = a->gf.nt, ng = a->plan.ngroups;
+    /* gf with its own tensors (layouts change their strides; its ops are only read), its
+     * plan with its own memory (planned again for the layouts) and algorithms */
+    dm_graph g = a->gf;
+    dm_plan plan = a->plan;
+    g.t = malloc(sizeof(dm_tensor) * (size_t)(nt > 0 ? nt : 1));
+    g.cap_t = nt;
+    plan.g = &g;
+    plan.in_memory = malloc((size_t)(nt > 0 ? nt : 1));
+    plan.offset = malloc(sizeof(int64_t) * (size_t)(nt > 0 ? nt : 1));
+    plan.algo = NULL; /* dm_choices_apply makes it */
     /* partner[G]: the group run beside G; beside[G]: the group G runs beside */
-    DM_TRY(dm_choices_apply(&a->ch, &a->gf, &a->plan));
-    a->partner = malloc(sizeof(int) * 2 * (size_t)(a->plan.ngroups + 1));
-    if (!a->partner) return dm_fail(DM_ERR_OOM, "out of memory");
-    a->beside = a->partner + a->plan.ngroups + 1;
-    DM_TRY(dm_plan_pairs(&a->plan, a->partner, a->beside));
+    int *partner = malloc(sizeof(int) * 2 * (size_t)(ng + 1));
+    char *plan_path = strdup(path);
+    dm_analysis_memory mem;
+    dm_status s = DM_OK;
+    if (!g.t || !plan.in_memory || !plan.offset || !partner || !plan_path) s = dm_fail(DM_ERR_OOM, "out of memory");
+    if (s == DM_OK) {
+        memcpy(g.t, a->gf.t, sizeof(dm_tensor) * (size_t)nt);
+        memcpy(plan.in_memory, a->plan.in_memory, (size_t)nt);
+        memcpy(plan.offset, a->plan.offset, sizeof(int64_t) * (size_t)nt);
+        s = dm_choices_apply(&ch, &g, &plan);
+    }
+    if (s == DM_OK) s = dm_plan_pairs(&plan, partner, partner + ng + 1);
     /* the layouts change the memory plan: the memory report follows it */
-    return dm_analysis_memory_report(&a->cfg, a->dev.is_cpu, &a->gf, &a->plan, a->dtype_bytes, &a->mem);
+    if (s == DM_OK) s = dm_analysis_memory_report(&a->cfg, a->dev.is_cpu, &g, &plan, a->dtype_bytes, &mem);
+    if (s != DM_OK) {
+        free(g.t);
+        free(plan.in_memory);
+        free(plan.offset);
+        free(plan.algo);
+        free(partner);
+        free(plan_path);
+        dm_choices_free(&ch);
+        return s;
+    }
+    /* all made: the analysis takes it (the plan's order and groups are its own still) */
+    free(a->gf.t);
+    a->gf.t = g.t;
+    a->gf.cap_t = g.cap_t;
+    free(a->plan.in_memory);
+    free(a->plan.offset);
+    free(a->plan.algo);
+    plan.g = &a->gf;
+    a->plan = plan;
+    a->mem = mem;
+    a->ch = ch;
+    a->plan_path = plan_path;
+    a->partner = partner;
+    a->beside = partner + ng + 1;
+    a->have_choices = 1;
+    return DM_OK;
 }
 
 /* The plan view of the public analysis: a tuned plan's layouts and algorithms beside the
