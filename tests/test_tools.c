@@ -380,6 +380,175 @@ static void test_analysis_load_plan(void) {
     dm_device_model_free(m);
 }
 
+/* A NULL handle, out-pointer or required string: DM_ERR_INVALID_ARG naming the function
+ * (constructors leave *out NULL); the value functions give their neutral values. */
+#define CHECK_NULL_ARG(call, fn) CHECK((call) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), fn ": NULL argument"))
+
+static void test_null_arguments_files_devices(void) {
+    char path[256], buf[64];
+    path_of(path, sizeof path, "null.safetensors");
+    /* helpers */
+    dm_fmt_exact(NULL, 8, 0.1);
+    dm_fmt_exact(buf, 0, 0.1);
+    dm_cpu_model_name(NULL, 8, "x");
+    dm_cpu_model_name(buf, sizeof buf, NULL);
+    CHECK(!strcmp(dm_ratio_text(2.0, NULL, 8), "") && !strcmp(dm_ratio_text(2.0, buf, 0), ""));
+    CHECK_NULL_ARG(dm_param_spec_get(0, NULL), "dm_param_spec_get");
+    /* tensor files */
+    dm_tensor_writer *w = (dm_tensor_writer *)1;
+    CHECK_NULL_ARG(dm_tensor_writer_new(NULL), "dm_tensor_writer_new");
+    CHECK_OK(dm_tensor_writer_new(&w));
+    const float one = 1;
+    CHECK_NULL_ARG(dm_tensor_writer_add_f32(NULL, "a", 1, (int64_t[]){1}, &one), "dm_tensor_writer_add_f32");
+    CHECK_NULL_ARG(dm_tensor_writer_add_f32(w, NULL, 1, (int64_t[]){1}, &one), "dm_tensor_writer_add_f32");
+    CHECK(dm_tensor_writer_add_f32(w, "a", 1, NULL, &one) == DM_ERR_INVALID_ARG);
+    CHECK(dm_tensor_writer_add_f32(w, "a", 1, (int64_t[]){1}, NULL) == DM_ERR_INVALID_ARG);
+    CHECK_NULL_ARG(dm_tensor_writer_set_metadata(NULL, "k", "v"), "dm_tensor_writer_set_metadata");
+    CHECK_NULL_ARG(dm_tensor_writer_set_metadata(w, NULL, "v"), "dm_tensor_writer_set_metadata");
+    CHECK_NULL_ARG(dm_tensor_writer_set_metadata(w, "k", NULL), "dm_tensor_writer_set_metadata");
+    CHECK_OK(dm_tensor_writer_add_f32(w, "a", 1, (int64_t[]){1}, &one));
+    CHECK_NULL_ARG(dm_tensor_writer_write(NULL, path), "dm_tensor_writer_write");
+    CHECK_NULL_ARG(dm_tensor_writer_write(w, NULL), "dm_tensor_writer_write");
+    CHECK_OK(dm_tensor_writer_write(w, path));
+    dm_tensor_writer_free(w);
+    dm_tensor_writer_free(NULL);
+    dm_tensor_file *f = (dm_tensor_file *)1;
+    CHECK_NULL_ARG(dm_tensor_file_open(&f, NULL), "dm_tensor_file_open");
+    CHECK(f == NULL);
+    CHECK_NULL_ARG(dm_tensor_file_open(NULL, path), "dm_tensor_file_open");
+    CHECK_OK(dm_tensor_file_open(&f, path));
+    dm_tensor_info ti;
+    float got = 0;
+    CHECK(dm_tensor_file_find(f, NULL) == -1 && dm_tensor_file_find(NULL, "a") == -1 && dm_tensor_file_find(f, "a") == 0);
+    CHECK(dm_tensor_file_count(NULL) == 0 && dm_tensor_file_path(NULL) == NULL);
+    CHECK(dm_tensor_file_metadata(NULL, "k") == NULL && dm_tensor_file_metadata(f, NULL) == NULL);
+    CHECK_NULL_ARG(dm_tensor_file_info(NULL, 0, &ti), "dm_tensor_file_info");
+    CHECK_NULL_ARG(dm_tensor_file_info(f, 0, NULL), "dm_tensor_file_info");
+    CHECK_NULL_ARG(dm_tensor_file_read_f32(NULL, 0, &got, 1), "dm_tensor_file_read_f32");
+    CHECK_NULL_ARG(dm_tensor_file_read_f32(f, 0, NULL, 1), "dm_tensor_file_read_f32");
+    CHECK(dm_tensor_file_read_f32(f, 0, &got, 1) == DM_OK && got == 1.0f);
+    dm_tensor_file_free(f);
+    dm_tensor_file_free(NULL);
+    /* profiles and device models */
+    dm_profile *p = (dm_profile *)1;
+    CHECK_NULL_ARG(dm_profile_default_path(NULL, 64), "dm_profile_default_path");
+    CHECK_NULL_ARG(dm_profile_measure(NULL, 1, NULL), "dm_profile_measure");
+    CHECK_NULL_ARG(dm_profile_open(&p, NULL), "dm_profile_open");
+    CHECK(p == NULL);
+    CHECK_NULL_ARG(dm_profile_open(NULL, path), "dm_profile_open");
+    CHECK_NULL_ARG(dm_profile_write(NULL, path), "dm_profile_write");
+    dm_profile_info info;
+    memset(&info, 0x55, sizeof info);
+    dm_profile_get_info(NULL, &info);
+    CHECK(info.threads == 0 && info.machine[0] == 0 && info.triad_bw == 0);
+    dm_profile_get_info(NULL, NULL);
+    dm_profile_free(NULL);
+    dm_device_model *m = (dm_device_model *)1;
+    CHECK_NULL_ARG(dm_device_model_preset(&m, NULL), "dm_device_model_preset");
+    CHECK(m == NULL);
+    CHECK_NULL_ARG(dm_device_model_preset(NULL, "h100"), "dm_device_model_preset");
+    m = (dm_device_model *)1;
+    CHECK_NULL_ARG(dm_device_model_cpu(&m, NULL, 0), "dm_device_model_cpu");
+    CHECK(m == NULL);
+    CHECK(!strcmp(dm_device_model_name(NULL), "") && !strcmp(dm_device_model_desc(NULL), "") &&
+          dm_device_model_is_cpu(NULL) == 0 && dm_device_model_bandwidth(NULL) == 0 &&
+          dm_device_model_contract_peak(NULL, 4) == 0 && dm_device_model_vector_peak(NULL, 4) == 0 &&
+          dm_device_model_roofline(NULL, 4, 1, 1, 1) == 0);
+    CHECK(dm_device_for_gpu(NULL) == NULL);
+    dm_device_model_free(NULL);
+}
+
+static void test_null_arguments_analysis_tuning(void) {
+    char path[256];
+    path_of(path, sizeof path, "null.safetensors");
+    dm_device_model *m = NULL;
+    /* the analysis */
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 1, cfg.seq = 4, cfg.hidden = 8, cfg.heads = 2, cfg.ffn = 16;
+    CHECK_OK(dm_device_model_preset(&m, "h100"));
+    dm_analysis *a = (dm_analysis *)1;
+    char *text = NULL;
+    double un, fu;
+    CHECK_NULL_ARG(dm_analysis_new(&a, NULL, m, 4, 0), "dm_analysis_new");
+    CHECK(a == NULL);
+    CHECK_NULL_ARG(dm_analysis_new(&a, &cfg, NULL, 4, 0), "dm_analysis_new");
+    CHECK_OK(dm_analysis_new(&a, &cfg, m, 4, 0));
+    CHECK(dm_analysis_num_ops(NULL) == 0);
+    CHECK_NULL_ARG(dm_analysis_measure(NULL, 1, 0, 1), "dm_analysis_measure");
+    CHECK_NULL_ARG(dm_analysis_table(a, NULL), "dm_analysis_table");
+    CHECK_NULL_ARG(dm_analysis_table(NULL, &text), "dm_analysis_table");
+    CHECK_NULL_ARG(dm_analysis_json(a, NULL), "dm_analysis_json");
+    CHECK_NULL_ARG(dm_analysis_csv(a, NULL), "dm_analysis_csv");
+    CHECK_NULL_ARG(dm_analysis_plan_text(a, NULL), "dm_analysis_plan_text");
+    CHECK_NULL_ARG(dm_analysis_write_svg(NULL, "t", path), "dm_analysis_write_svg");
+    CHECK_NULL_ARG(dm_analysis_write_svg(a, "t", NULL), "dm_analysis_write_svg");
+    CHECK_NULL_ARG(dm_analysis_floors(&cfg, m, 4, 0, NULL, &fu), "dm_analysis_floors");
+    CHECK_NULL_ARG(dm_analysis_floors(&cfg, NULL, 4, 0, &un, &fu), "dm_analysis_floors");
+    CHECK(!text);
+    dm_analysis_free(a);
+    dm_analysis_free(NULL);
+    dm_device_model_free(m);
+    /* charts */
+    const double loss[2] = {2, 1};
+    CHECK_NULL_ARG(dm_loss_svg(NULL, 2, 1, NULL, path), "dm_loss_svg");
+    CHECK_NULL_ARG(dm_loss_svg(loss, 2, 1, NULL, NULL), "dm_loss_svg");
+    CHECK(dm_loss_svg(loss, 2, INT64_MAX, NULL, path) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "overflow"));
+    const dm_group_bar bar = {NULL, 0, DM_CLASS_ELEMENTWISE, 1.0, 0.5, NULL};
+    dm_group_chart sec = {NULL, NULL, NULL, 1};
+    CHECK_NULL_ARG(dm_group_chart_write_svg(NULL, NULL, &sec, 1, NULL), "dm_group_chart_write_svg");
+    CHECK(dm_group_chart_write_svg(NULL, NULL, &sec, 1, path) == DM_ERR_INVALID_ARG &&
+          strstr(dm_last_error(), "section 0 has 1 bars and NULL"));
+    sec.nbars = -1;
+    CHECK(dm_group_chart_write_svg(NULL, NULL, &sec, 1, path) == DM_ERR_INVALID_ARG);
+    sec.bars = &bar, sec.nbars = 1;
+    path_of(path, sizeof path, "null.svg");
+    CHECK_OK(dm_group_chart_write_svg(NULL, NULL, &sec, 1, path)); /* every text NULL */
+    CHECK_OK(dm_loss_svg(loss, 2, 1, NULL, path));
+    /* tuning */
+    dm_tuning *t = (dm_tuning *)1;
+    const dm_layer_options opt = {.threads = 1};
+    int nchanged = 0;
+    CHECK_NULL_ARG(dm_tune_cache_default_path(NULL, 64), "dm_tune_cache_default_path");
+    CHECK_NULL_ARG(dm_tuning_new(&t, NULL, &opt, 1), "dm_tuning_new");
+    CHECK(t == NULL);
+    CHECK_NULL_ARG(dm_tuning_new(&t, &cfg, NULL, 1), "dm_tuning_new");
+    CHECK_NULL_ARG(dm_tuning_candidates(NULL, &text), "dm_tuning_candidates");
+    CHECK_NULL_ARG(dm_tuning_measure(NULL, NULL, NULL, NULL), "dm_tuning_measure");
+    CHECK_NULL_ARG(dm_tuning_select(NULL), "dm_tuning_select");
+    CHECK_NULL_ARG(dm_tuning_refine(NULL, NULL, &nchanged), "dm_tuning_refine");
+    CHECK_NULL_ARG(dm_tuning_pairs(NULL), "dm_tuning_pairs");
+    CHECK_NULL_ARG(dm_tuning_rows(NULL), "dm_tuning_rows");
+    CHECK_NULL_ARG(dm_tuning_report(NULL, &text), "dm_tuning_report");
+    CHECK_NULL_ARG(dm_tuning_save(NULL, path), "dm_tuning_save");
+    CHECK_NULL_ARG(dm_tuning_write_svg(NULL, path), "dm_tuning_write_svg");
+    CHECK(dm_tuning_uses_direct(NULL) == 0);
+    dm_tuning_info ti2;
+    memset(&ti2, 0x55, sizeof ti2);
+    dm_tuning_get_info(NULL, &ti2);
+    CHECK(ti2.machine && !strcmp(ti2.machine, "") && ti2.groups == 0 && ti2.reps == 0 && ti2.tuned_s == 0);
+    dm_tuning_get_info(NULL, NULL);
+    dm_tuning_free(NULL);
+    CHECK_OK(dm_tuning_new(&t, &cfg, &opt, 1));
+    if (t) {
+        dm_tuning_get_info(t, NULL);
+        CHECK_NULL_ARG(dm_tuning_candidates(t, NULL), "dm_tuning_candidates");
+        CHECK_NULL_ARG(dm_tuning_report(t, NULL), "dm_tuning_report");
+        CHECK_NULL_ARG(dm_tuning_refine(t, NULL, NULL), "dm_tuning_refine");
+        CHECK_NULL_ARG(dm_tuning_save(t, NULL), "dm_tuning_save");
+        CHECK_NULL_ARG(dm_tuning_write_svg(t, NULL), "dm_tuning_write_svg");
+        CHECK(dm_tuning_save(t, path) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "no selection yet"));
+        dm_tuning_free(t);
+    }
+    /* the teacher (the data's NULLs: test_train_data) */
+    dm_teacher *te = (dm_teacher *)1;
+    CHECK_NULL_ARG(dm_teacher_new(&te, NULL, 1, &opt, 1.0), "dm_teacher_new");
+    CHECK(te == NULL);
+    CHECK_NULL_ARG(dm_teacher_new(NULL, &cfg, 1, &opt, 1.0), "dm_teacher_new");
+    dm_teacher_free(NULL);
+    CHECK(!text);
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
@@ -392,6 +561,8 @@ int main(void) {
     test_teacher_and_layer();
     test_tuning_reps();
     test_analysis_load_plan();
+    test_null_arguments_files_devices();
+    test_null_arguments_analysis_tuning();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0) fprintf(stderr, "test_tools: could not remove %s\n", g_dir);

@@ -66,8 +66,8 @@ static float *tensor(dm_trainer *t, const char *name) {
 
 dm_status dm_teacher_new(dm_teacher **out, const dm_layer_config *cfg, int layers, const dm_layer_options *opt,
                          double scale) {
+    if (out) *out = NULL;
     if (!out || !cfg || !opt) return dm_fail(DM_ERR_INVALID_ARG, "dm_teacher_new: NULL argument");
-    *out = NULL;
     dm_teacher *t = calloc(1, sizeof *t);
     if (!t) return dm_fail(DM_ERR_OOM, "out of memory");
     t->cfg = *cfg;

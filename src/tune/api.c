@@ -15,7 +15,7 @@
 #include "tune/tune.h"
 
 dm_status dm_analysis_measure(dm_analysis *a, int threads, int warmup, int reps) {
-    if (!a) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_measure: NULL analysis");
+    if (!a) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_measure: NULL argument");
     double *secs = calloc((size_t)(a->g.nop > 0 ? a->g.nop : 1), sizeof *secs);
     if (!secs) return dm_fail(DM_ERR_OOM, "out of memory");
     dm_status s = dm_cost_measure(&a->cfg, threads, warmup, reps, &a->g, secs);
@@ -153,8 +153,8 @@ struct dm_tuning {
 };
 
 dm_status dm_tuning_new(dm_tuning **out, const dm_layer_config *cfg, const dm_layer_options *opt, int reps) {
+    if (out) *out = NULL;
     if (!out || !cfg || !opt) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_new: NULL argument");
-    *out = NULL;
     if (reps < 1 || reps > MAX_REPS)
         return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_new: reps %d is out of range (1 to %d timed repetitions per "
                        "candidate)", reps, MAX_REPS);
@@ -178,8 +178,11 @@ void dm_tuning_free(dm_tuning *t) {
 }
 
 void dm_tuning_get_info(const dm_tuning *t, dm_tuning_info *out) {
-    const dm_tuner *T = t->T;
+    if (!out) return;
     memset(out, 0, sizeof *out);
+    out->machine = "";
+    if (!t) return;
+    const dm_tuner *T = t->T;
     out->machine = T->machine;
     out->groups = T->ngroups;
     out->tensors = T->nvars;
@@ -195,6 +198,7 @@ void dm_tuning_get_info(const dm_tuning *t, dm_tuning_info *out) {
 }
 
 dm_status dm_tuning_candidates(const dm_tuning *t, char **text) {
+    if (!t || !text) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_candidates: NULL argument");
     const dm_tuner *T = t->T;
     dm_sbuf b = {0};
     for (int v = 0; v < T->nvars; v++) {
@@ -210,10 +214,12 @@ dm_status dm_tuning_candidates(const dm_tuning *t, char **text) {
 dm_status dm_tuning_measure(dm_tuning *t, const char *cache,
                             void (*progress)(int64_t done, int64_t total, int64_t cached, double secs, void *arg),
                             void *arg) {
+    if (!t) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_measure: NULL argument");
     return dm_tuner_measure(t->T, cache, progress, arg);
 }
 
 dm_status dm_tuning_select(dm_tuning *t) {
+    if (!t) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_select: NULL argument");
     if (t->have_ch) dm_choices_free(&t->ch);
     t->have_ch = 0;
     DM_TRY(dm_tuner_select(t->T, &t->ch));
@@ -222,6 +228,7 @@ dm_status dm_tuning_select(dm_tuning *t) {
 }
 
 dm_status dm_tuning_refine(dm_tuning *t, const char *cache, int *nchanged) {
+    if (!t || !nchanged) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_refine: NULL argument");
     int n = 0;
     *nchanged = 0;
     DM_TRY(dm_tuner_refine(t->T, cache, &n));
@@ -235,11 +242,13 @@ static dm_status need_selection(const dm_tuning *t) {
 }
 
 dm_status dm_tuning_pairs(dm_tuning *t) {
+    if (!t) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_pairs: NULL argument");
     DM_TRY(need_selection(t));
     return dm_tuner_pair(t->T, &t->ch, t->pairs, MAX_TIMED, &t->npairs);
 }
 
 dm_status dm_tuning_rows(dm_tuning *t) {
+    if (!t) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_rows: NULL argument");
     DM_TRY(need_selection(t));
     return dm_tuner_rows(t->T, &t->ch, t->rows, MAX_TIMED, &t->nrows);
 }
@@ -304,6 +313,7 @@ static void report_timed(dm_sbuf *b, const dm_tuner *T, const char *title, int w
 }
 
 dm_status dm_tuning_report(const dm_tuning *t, char **text) {
+    if (!t || !text) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_report: NULL argument");
     const dm_tuner *T = t->T;
     dm_sbuf b = {0};
     report_groups(&b, T);
@@ -318,14 +328,19 @@ dm_status dm_tuning_report(const dm_tuning *t, char **text) {
 }
 
 dm_status dm_tuning_save(const dm_tuning *t, const char *path) {
+    if (!t || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_save: NULL argument");
     DM_TRY(need_selection(t));
     return dm_plan_save(path, &t->T->cfg, &t->T->opt, &t->T->g, &t->ch);
 }
 
 int dm_tuning_uses_direct(const dm_tuning *t) {
+    if (!t) return 0;
     int direct = 0; /* does the plan use dmove's own GEMM kernel anywhere? */
     for (int o = 0; t->have_ch && o < t->ch.nop; o++) direct |= dm_gemm_algo_direct(t->ch.algo[o]);
     return direct;
 }
 
-dm_status dm_tuning_write_svg(const dm_tuning *t, const char *path) { return dm_tuner_svg(t->T, path); }
+dm_status dm_tuning_write_svg(const dm_tuning *t, const char *path) {
+    if (!t || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_write_svg: NULL argument");
+    return dm_tuner_svg(t->T, path);
+}

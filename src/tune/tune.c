@@ -264,6 +264,7 @@ int64_t dm_tuner_tasks(const dm_tuner *T) { return T->ntasks; }
 /* ---- the cache ---------------------------------------------------------------------- */
 
 dm_status dm_tune_cache_default_path(char *buf, size_t n) {
+    if (!buf) return dm_fail(DM_ERR_INVALID_ARG, "dm_tune_cache_default_path: NULL argument");
     char prof[4096];
     DM_TRY(dm_profile_default_path(prof, sizeof prof));
     char *slash = strrchr(prof, '/');
