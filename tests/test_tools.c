@@ -549,6 +549,40 @@ static void test_null_arguments_analysis_tuning(void) {
     CHECK(!text);
 }
 
+/* Resolving options fills in all of them or none: a bad DMOVE_CUDA_STREAMS after a
+ * good row kernel choice leaves *out as given (the CUDA resolver wrote rows first). A
+ * build without CUDA refuses the device, *out as given too. */
+static int same_options(const dm_layer_options *a, const dm_layer_options *b) {
+    return a->schedule == b->schedule && a->forward_only == b->forward_only && a->threads == b->threads &&
+           a->no_reuse == b->no_reuse && a->plan == b->plan && a->device == b->device && a->dtype == b->dtype &&
+           a->rows == b->rows && a->streams == b->streams && a->no_input_grad == b->no_input_grad &&
+           a->recompute == b->recompute;
+}
+
+static void test_options_resolve(void) {
+    const dm_layer_options opt = {.threads = 1, .device = DM_DEVICE_CUDA}; /* rows and streams: defaults */
+    dm_layer_options out = {.threads = 7, .rows = DM_ROWS_GEN, .streams = 2};
+    setenv("DMOVE_CUDA_STREAMS", "3", 1);
+    dm_status s = dm_layer_options_resolve(&opt, &out);
+    CHECK((s == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "DMOVE_CUDA_STREAMS='3'")) || s == DM_ERR_UNSUPPORTED);
+    CHECK(same_options(&out, &opt) && out.rows == DM_ROWS_DEFAULT && out.streams == 0);
+    unsetenv("DMOVE_CUDA_STREAMS");
+    setenv("DMOVE_CUDA_ROWS", "fast", 1);
+    out = (dm_layer_options){.rows = DM_ROWS_GEN};
+    s = dm_layer_options_resolve(&opt, &out);
+    CHECK((s == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "DMOVE_CUDA_ROWS='fast'")) || s == DM_ERR_UNSUPPORTED);
+    CHECK(same_options(&out, &opt));
+    unsetenv("DMOVE_CUDA_ROWS");
+    /* resolved in place (out = opt): everything, or on an error nothing */
+    dm_layer_options io = opt;
+    s = dm_layer_options_resolve(&io, &io);
+    CHECK(s == DM_OK || s == DM_ERR_UNSUPPORTED);
+    if (s == DM_OK) CHECK(io.rows != DM_ROWS_DEFAULT && (io.streams == 1 || io.streams == 2) && io.threads == 1);
+    else CHECK(same_options(&io, &opt));
+    CHECK_NULL_ARG(dm_layer_options_resolve(NULL, &out), "dm_layer_options_resolve");
+    CHECK_NULL_ARG(dm_layer_options_resolve(&opt, NULL), "dm_layer_options_resolve");
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
@@ -563,6 +597,7 @@ int main(void) {
     test_analysis_load_plan();
     test_null_arguments_files_devices();
     test_null_arguments_analysis_tuning();
+    test_options_resolve();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0) fprintf(stderr, "test_tools: could not remove %s\n", g_dir);
