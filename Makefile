@@ -209,6 +209,10 @@ endif
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(TEST_CFLAGS) -Itests $< $(BUILD)/libdmove.a -o $@ $(LDLIBS) $(TEST_LDLIBS)
 
+# test_tools makes allocations fail on demand (the API's error paths): the C library's
+# allocators wrapped, the library's calls to them included.
+$(BUILD)/tests/test_tools: TEST_LDLIBS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup
+
 # The main job on the embedded default (BERT-base): build and benchmark.
 run: $(BUILD)/dmove
 	$(BUILD)/dmove bench

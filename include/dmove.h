@@ -132,7 +132,7 @@ dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_laye
  * takes from the environment filled in (CUDA: rows from DMOVE_CUDA_ROWS, else auto, or
  * interp where emulated; streams from DMOVE_CUDA_STREAMS, else 2, or 1 emulated).
  * DM_ERR_INVALID_ARG for a bad variable, DM_ERR_UNSUPPORTED for a device this dmove was
- * built without. */
+ * built without; on any error *out is *opt as given, nothing resolved. out may be opt. */
 dm_status dm_layer_options_resolve(const dm_layer_options *opt, dm_layer_options *out);
 /* What a layer's backend chose for it, one named value per note: a number (`text` NULL)
  * or a text. The CPU backend has none; the CUDA backend's: row_programs (the plan's row

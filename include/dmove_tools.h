@@ -4,7 +4,12 @@
  * the charts. What the `dmove` command does, any program (or a Python binding) can do
  * through it: opaque handles, every fallible function returns dm_status and leaves its
  * message in dm_last_error(), nothing ever exits. Text a function gives (char **text) is
- * the caller's to free(). */
+ * the caller's to free().
+ * NULL: a function returning dm_status refuses a NULL handle, out-pointer or required
+ * string with DM_ERR_INVALID_ARG ("<function>: NULL argument"), and a constructor then
+ * leaves *out NULL; a function returning a value gives the neutral value written beside
+ * it (0, "", NULL or -1); a void one does nothing (a getter clears what it fills); every
+ * *_free takes NULL. */
 #ifndef DMOVE_TOOLS_H
 #define DMOVE_TOOLS_H
 
@@ -20,11 +25,13 @@ extern "C" {
 /* --- Small helpers ---------------------------------------------------------------------- */
 
 /* v as the shortest "%g" text that reads back as exactly v ("0.1"): for messages and
- * file metadata. */
+ * file metadata. buf NULL or n 0: nothing written. */
 void dm_fmt_exact(char *buf, size_t n, double v);
-/* The CPU's model name (/proc/cpuinfo), or `fallback` when it cannot be read. */
+/* The CPU's model name (/proc/cpuinfo), or `fallback` ("" if NULL) when it cannot be read.
+ * out NULL or n 0: nothing written. */
 void dm_cpu_model_name(char *out, size_t n, const char *fallback);
-/* A time-to-floor ratio as text (3 significant digits, no exponent). Returns buf. */
+/* A time-to-floor ratio as text (3 significant digits, no exponent). Returns buf ("" when
+ * buf is NULL or n 0). */
 const char *dm_ratio_text(double x, char *buf, size_t n);
 /* "fp32" for 4 bytes per element, "bf16/fp16" for 2. */
 const char *dm_dtype_bytes_name(int dtype_bytes);
@@ -61,14 +68,15 @@ typedef struct {
 typedef struct dm_tensor_file dm_tensor_file;
 dm_status dm_tensor_file_open(dm_tensor_file **out, const char *path);
 void dm_tensor_file_free(dm_tensor_file *f);
-const char *dm_tensor_file_path(const dm_tensor_file *f);
-int dm_tensor_file_count(const dm_tensor_file *f);
-/* The index of the tensor called `name`, or -1. */
+const char *dm_tensor_file_path(const dm_tensor_file *f);  /* NULL f: NULL */
+int dm_tensor_file_count(const dm_tensor_file *f);          /* NULL f: 0 */
+/* The index of the tensor called `name`, or -1 (also for a NULL f or name). */
 int dm_tensor_file_find(const dm_tensor_file *f, const char *name);
 dm_status dm_tensor_file_info(const dm_tensor_file *f, int index, dm_tensor_info *out);
 /* Tensor `index` as n floats (converted from any dtype; n must be its element count). */
 dm_status dm_tensor_file_read_f32(const dm_tensor_file *f, int index, float *out, size_t n);
-/* The value of `key` in the file's __metadata__, or NULL; lives as long as the file. */
+/* The value of `key` in the file's __metadata__, or NULL (also for a NULL f or key); lives
+ * as long as the file. */
 const char *dm_tensor_file_metadata(const dm_tensor_file *f, const char *key);
 
 /* A safetensors file being made: tensors and metadata, written atomically. */
@@ -110,6 +118,7 @@ dm_status dm_profile_measure(dm_profile **out, int max_threads, void (*progress)
 dm_status dm_profile_open(dm_profile **out, const char *path);
 /* Writes it atomically, making the parent directory if needed. */
 dm_status dm_profile_write(const dm_profile *p, const char *path);
+/* out NULL: nothing; p NULL: *out all zero. */
 void dm_profile_get_info(const dm_profile *p, dm_profile_info *out);
 void dm_profile_free(dm_profile *p);
 
@@ -125,6 +134,7 @@ void dm_device_model_free(dm_device_model *m);
 const char *dm_device_names(void);
 /* The preset for a GPU of this name as its driver gives it, or NULL. */
 const char *dm_device_for_gpu(const char *gpu);
+/* The getters below give "" (texts) and 0 (numbers) for a NULL m. */
 const char *dm_device_model_name(const dm_device_model *m);
 const char *dm_device_model_desc(const dm_device_model *m);
 int dm_device_model_is_cpu(const dm_device_model *m);
@@ -146,7 +156,7 @@ typedef struct dm_analysis dm_analysis;
 dm_status dm_analysis_new(dm_analysis **out, const dm_layer_config *cfg, const dm_device_model *dev,
                           int dtype_bytes, int recompute);
 void dm_analysis_free(dm_analysis *a);
-int dm_analysis_num_ops(const dm_analysis *a);
+int dm_analysis_num_ops(const dm_analysis *a); /* NULL a: 0 */
 /* Applies a plan file from the tuner (for the same sizes) to the fused plan; its layouts,
  * algorithms and side-by-side pairs then appear in dm_analysis_plan_text and in the JSON
  * report's "plan" object. */
@@ -156,7 +166,8 @@ dm_status dm_analysis_plan_text(const dm_analysis *a, char **text);
  * reports then add each operator's achieved time, rates, roofline % and MUE. */
 dm_status dm_analysis_measure(dm_analysis *a, int threads, int warmup, int reps);
 /* The reports: the tables (operators, classes, data movement, groups, memory), one JSON
- * object, the operator table as CSV, and the roofline chart (SVG, written atomically). */
+ * object, the operator table as CSV, and the roofline chart (SVG, written atomically;
+ * title NULL: a default). */
 dm_status dm_analysis_table(const dm_analysis *a, char **text);
 dm_status dm_analysis_json(const dm_analysis *a, char **text);
 dm_status dm_analysis_csv(const dm_analysis *a, char **text);
@@ -168,7 +179,9 @@ dm_status dm_analysis_floors(const dm_layer_config *cfg, const dm_device_model *
 /* --- Charts ----------------------------------------------------------------------------- */
 
 /* A step's groups as bars of their time, each with its roofline floor inside; one section
- * per schedule. ms < 0: a group timed with another (its note shown); floor_ms < 0: none. */
+ * per schedule. ms < 0: a group timed with another (its note shown); floor_ms < 0: none.
+ * Texts may be NULL (titles, names, summaries, labels, notes); bars only where nbars is 0,
+ * and nbars is never negative. */
 typedef struct {
     const char *label;
     int pass;
@@ -185,7 +198,7 @@ typedef struct {
 dm_status dm_group_chart_write_svg(const char *title, const char *subtitle, const dm_group_chart *sec, int nsec,
                                    const char *path);
 /* The loss curve of a training run (steps first_step .. first_step + n - 1), written
- * atomically. */
+ * atomically; title NULL: a default. */
 dm_status dm_loss_svg(const double *loss, int64_t n, int64_t first_step, const char *title, const char *path);
 
 /* --- Tuning (`dmove tune`) -------------------------------------------------------------- */
@@ -207,12 +220,16 @@ typedef struct {
 } dm_tuning_info;
 /* The $XDG_CACHE_HOME (else ~/.cache) dmove/tune-cache.tsv. */
 dm_status dm_tune_cache_default_path(char *buf, size_t n);
+/* reps: timed repetitions per candidate (their median counts), 1 to 63; DM_ERR_INVALID_ARG
+ * otherwise. */
 dm_status dm_tuning_new(dm_tuning **out, const dm_layer_config *cfg, const dm_layer_options *opt, int reps);
 void dm_tuning_free(dm_tuning *t);
+/* out NULL: nothing; t NULL: *out all zero, machine "". */
 void dm_tuning_get_info(const dm_tuning *t, dm_tuning_info *out);
 /* The tensors with a layout choice and their candidates: "; name {bji jbi}" each. */
 dm_status dm_tuning_candidates(const dm_tuning *t, char **text);
-/* Measures every candidate not in the cache (NULL: none); progress after each. */
+/* Measures every candidate not in the cache (NULL: none); progress (may be NULL) after
+ * each. */
 dm_status dm_tuning_measure(dm_tuning *t, const char *cache,
                             void (*progress)(int64_t done, int64_t total, int64_t cached, double secs, void *arg),
                             void *arg);
@@ -228,7 +245,7 @@ dm_status dm_tuning_rows(dm_tuning *t);
 /* The groups' candidates and choices, and what the pairs and epilogues timed. */
 dm_status dm_tuning_report(const dm_tuning *t, char **text);
 dm_status dm_tuning_save(const dm_tuning *t, const char *path);
-/* 1 if the selection runs dmove's own GEMM kernel ("direct") anywhere. */
+/* 1 if the selection runs dmove's own GEMM kernel ("direct") anywhere (0 for a NULL t). */
 int dm_tuning_uses_direct(const dm_tuning *t);
 /* Violin plot of each group's spread of candidate times. */
 dm_status dm_tuning_write_svg(const dm_tuning *t, const char *path);
@@ -242,13 +259,15 @@ typedef struct dm_train_data dm_train_data;
  * and shapes; the message starts with the file's path. */
 dm_status dm_train_data_new(dm_train_data **out, const dm_tensor_file *f);
 void dm_train_data_free(dm_train_data *d);
+/* Any of the three may be NULL (not wanted); a NULL d gives 0 for each. */
 void dm_train_data_sizes(const dm_train_data *d, int64_t *samples, int64_t *seq, int64_t *hidden);
 /* hidden_states and target must be floats (f32, f64, bf16, f16), the mask any number. */
 dm_status dm_train_data_check_dtypes(const dm_train_data *d);
 /* Every value of hidden_states and target finite (found now, not when training reaches
  * it); the message starts with the file's path. DM_ERR_OOM without memory to check. */
 dm_status dm_train_data_check_finite(const dm_train_data *d);
-/* Batch `step` (from 1) of b samples: x, y (b, j, i) and mask (b, j), 1 token 0 padding. */
+/* Batch `step` (from 1) of b samples (b >= 1): x, y (b, j, i) and mask (b, j), 1 token 0
+ * padding. DM_ERR_INVALID_ARG for a step below 1, b below 1 or a NULL pointer. */
 dm_status dm_train_data_batch(const dm_train_data *d, int64_t step, int64_t b, float *x, float *y, float *mask);
 
 /* The teacher task: a second stack of `layers` layers of cfg (dropout off, BERT's
@@ -260,7 +279,8 @@ dm_status dm_teacher_new(dm_teacher **out, const dm_layer_config *cfg, int layer
                          double scale);
 void dm_teacher_free(dm_teacher *t);
 /* Batch `step` (from 1): inputs x (b, j, i) and mask (b, j) from Philox (cfg->seed), the
- * teacher's outputs as targets y (b, j, i). */
+ * teacher's outputs as targets y (b, j, i). DM_ERR_INVALID_ARG for a step below 1 or a NULL
+ * pointer. */
 dm_status dm_teacher_batch(dm_teacher *t, int64_t step, float *x, float *y, float *mask);
 
 #ifdef __cplusplus

@@ -11,7 +11,11 @@
 #include <string.h>
 
 #include "dmove.h"
+#include "core/status.h"
 #include "cpu/backend.h"
+#include "graph/encoder.h"
+#include "graph/graph.h"
+#include "graph/rewrite.h"
 #include "layer/layer_internal.h"
 #include "layerutil.h"
 #include "testutil.h"
@@ -102,7 +106,65 @@ static int sibling_merged(int cycle) {
     return gq >= 0 && gq == go;
 }
 
+/* An op whose operand counts disagree with its ops.def row (or whose kind has none) is
+ * refused as an internal error naming it, and the builders that append ops return that
+ * status and message, not "out of memory". */
+static void test_graph_op_status(void) {
+    printf("0. an operator that ops.def refuses: DM_ERR_INTERNAL, named:\n");
+    dm_graph g;
+    dm_graph_init(&g);
+    g.dim['b' - 'a'] = 2, g.dim['i' - 'a'] = 4, g.dim['u' - 'a'] = 3;
+    const int x = dm_graph_tensor(&g, "x", "bi", DM_ROLE_INPUT), w = dm_graph_tensor(&g, "w", "ui", DM_ROLE_PARAM);
+    const int y = dm_graph_tensor(&g, "y", "bu", DM_ROLE_ACT), dy = dm_graph_tensor(&g, "dy", "bu", DM_ROLE_INPUT);
+    CHECK(x >= 0 && w >= 0 && y >= 0 && dy >= 0);
+    dm_op add = {.kind = DM_OP_ADD, .nin = 1, .nout = 1, .in = {x}, .out = {y}, .rows = 2, .cols = 3};
+    snprintf(add.name, sizeof add.name, "lonely_add");
+    dm_clear_error();
+    CHECK(dm_graph_op(&g, &add) == -1 && g.nop == 0 && dm_last_status() == DM_ERR_INTERNAL &&
+          strstr(dm_last_error(), "op lonely_add: a ") && strstr(dm_last_error(), "(ops.def), not 1 and 1"));
+    dm_op bad = add;
+    bad.kind = DM_NUM_OPS;
+    CHECK(dm_graph_op(&g, &bad) == -1 && dm_last_status() == DM_ERR_INTERNAL &&
+          strstr(dm_last_error(), "is not a row of ops.def"));
+    /* a failure always has a status, even with none recorded */
+    dm_clear_error();
+    CHECK(dm_last_status() == DM_ERR_INTERNAL);
+    /* autodiff returns what its graph calls recorded: here the weight's gradient cannot be
+     * made (its dimension u lost its size), an internal error, not out of memory */
+    dm_op mm = {.kind = DM_OP_CONTRACT, .nin = 2, .nout = 1, .in = {x, w}, .out = {y}, .alpha = 1.0f};
+    snprintf(mm.name, sizeof mm.name, "proj");
+    snprintf(mm.spec, sizeof mm.spec, "bi,ui->bu");
+    CHECK(dm_graph_op(&g, &mm) == 0);
+    g.dim['u' - 'a'] = 0;
+    int dx = 0;
+    CHECK(dm_autodiff(&g, y, dy, -1, &dx) == DM_ERR_INTERNAL && strstr(dm_last_error(), "d_w: dimension u has no size"));
+    dm_graph_free(&g);
+    /* the attention-recompute rewrite copies the forward's ops: a softmax given two inputs
+     * fails there as what it is (it said "out of memory rewriting attention") */
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 1, cfg.seq = 4, cfg.hidden = 8, cfg.heads = 2, cfg.ffn = 16;
+    dm_encoder enc;
+    dm_graph_init(&g);
+    CHECK_OK(dm_build_encoder(&g, &cfg, 0, 1, &enc));
+    int sm = -1;
+    for (int o = 0; o < g.nop; o++)
+        if (!strcmp(g.op[o].name, "attn_softmax")) sm = o;
+    CHECK(sm >= 0);
+    if (sm >= 0) {
+        g.op[sm].nin = 2;
+        g.op[sm].in[1] = g.op[sm].in[0];
+        int n = 0;
+        const dm_status st = dm_rewrite_recompute_attention(&g, &n);
+        printf("   %s: %s\n", dm_status_name(st), dm_last_error());
+        CHECK(st == DM_ERR_INTERNAL && strstr(dm_last_error(), "op attn_softmax_re: a ") &&
+              strstr(dm_last_error(), "not 2 and 1") && !strstr(dm_last_error(), "out of memory"));
+    }
+    dm_graph_free(&g);
+}
+
 int main(void) {
+    test_graph_op_status();
     dm_layer_config cfg;
     dm_layer_config_default(&cfg);
     cfg.batch = 3, cfg.seq = 9, cfg.hidden = 24, cfg.heads = 4, cfg.ffn = 40;

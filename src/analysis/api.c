@@ -15,12 +15,12 @@
 _Static_assert(DM_PROBE_MAX_THREADS == DM_PROFILE_MAX_THREADS, "the public profile holds every thread count");
 
 static dm_status profile_alloc(dm_profile **out) {
-    if (!out) return dm_fail(DM_ERR_INVALID_ARG, "NULL profile argument");
     *out = calloc(1, sizeof **out);
     return *out ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
 }
 
 dm_status dm_profile_measure(dm_profile **out, int max_threads, void (*progress)(const char *line)) {
+    if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_profile_measure: NULL argument");
     DM_TRY(profile_alloc(out));
     dm_status s = dm_cpu_probe(&(*out)->p, max_threads, progress);
     if (s != DM_OK) {
@@ -31,6 +31,8 @@ dm_status dm_profile_measure(dm_profile **out, int max_threads, void (*progress)
 }
 
 dm_status dm_profile_open(dm_profile **out, const char *path) {
+    if (out) *out = NULL;
+    if (!out || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_profile_open: NULL argument");
     DM_TRY(profile_alloc(out));
     dm_status s = dm_profile_load(path, &(*out)->p);
     if (s != DM_OK) {
@@ -41,11 +43,12 @@ dm_status dm_profile_open(dm_profile **out, const char *path) {
 }
 
 dm_status dm_profile_write(const dm_profile *p, const char *path) {
-    if (!p) return dm_fail(DM_ERR_INVALID_ARG, "dm_profile_write: NULL profile");
+    if (!p || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_profile_write: NULL argument");
     return dm_profile_save(path, &p->p);
 }
 
 void dm_profile_get_info(const dm_profile *p, dm_profile_info *out) {
+    if (!out) return;
     memset(out, 0, sizeof *out);
     if (!p) return;
     const dm_cpu_profile *q = &p->p;
@@ -69,9 +72,9 @@ void dm_profile_free(dm_profile *p) { free(p); }
 /* --- Device models --------------------------------------------------------------------- */
 
 dm_status dm_device_model_preset(dm_device_model **out, const char *name) {
-    if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_device_model_preset: NULL argument");
+    if (out) *out = NULL;
+    if (!out || !name) return dm_fail(DM_ERR_INVALID_ARG, "dm_device_model_preset: NULL argument");
     dm_device d;
-    *out = NULL;
     DM_TRY(dm_device_preset(name, &d));
     if (!(*out = malloc(sizeof **out))) return dm_fail(DM_ERR_OOM, "out of memory");
     (*out)->d = d;
@@ -79,9 +82,9 @@ dm_status dm_device_model_preset(dm_device_model **out, const char *name) {
 }
 
 dm_status dm_device_model_cpu(dm_device_model **out, const dm_profile *p, int threads) {
+    if (out) *out = NULL;
     if (!out || !p) return dm_fail(DM_ERR_INVALID_ARG, "dm_device_model_cpu: NULL argument");
     dm_device d;
-    *out = NULL;
     DM_TRY(dm_device_from_profile(&p->p, threads, &d));
     if (!(*out = malloc(sizeof **out))) return dm_fail(DM_ERR_OOM, "out of memory");
     (*out)->d = d;
@@ -89,33 +92,41 @@ dm_status dm_device_model_cpu(dm_device_model **out, const dm_profile *p, int th
 }
 
 void dm_device_model_free(dm_device_model *m) { free(m); }
-const char *dm_device_model_name(const dm_device_model *m) { return m->d.name; }
-const char *dm_device_model_desc(const dm_device_model *m) { return m->d.desc; }
-int dm_device_model_is_cpu(const dm_device_model *m) { return m->d.is_cpu; }
-double dm_device_model_bandwidth(const dm_device_model *m) { return m->d.bandwidth; }
+/* The getters of no model: "" and 0 (dmove_tools.h). */
+const char *dm_device_model_name(const dm_device_model *m) { return m ? m->d.name : ""; }
+const char *dm_device_model_desc(const dm_device_model *m) { return m ? m->d.desc : ""; }
+int dm_device_model_is_cpu(const dm_device_model *m) { return m ? m->d.is_cpu : 0; }
+double dm_device_model_bandwidth(const dm_device_model *m) { return m ? m->d.bandwidth : 0.0; }
 
 double dm_device_model_contract_peak(const dm_device_model *m, int dtype_bytes) {
-    return dm_device_contract_peak(&m->d, dtype_bytes);
+    return m ? dm_device_contract_peak(&m->d, dtype_bytes) : 0.0;
 }
 
 double dm_device_model_vector_peak(const dm_device_model *m, int dtype_bytes) {
-    return dm_device_vector_peak(&m->d, dtype_bytes);
+    return m ? dm_device_vector_peak(&m->d, dtype_bytes) : 0.0;
 }
 
 double dm_device_model_roofline(const dm_device_model *m, int dtype_bytes, double contract_flop, double other_flop,
                                 double bytes) {
-    return dm_roofline_seconds(&m->d, dtype_bytes, contract_flop, other_flop, bytes);
+    return m ? dm_roofline_seconds(&m->d, dtype_bytes, contract_flop, other_flop, bytes) : 0.0;
 }
 
 /* --- The group chart ------------------------------------------------------------------- */
 
 dm_status dm_group_chart_write_svg(const char *title, const char *subtitle, const dm_group_chart *sec, int nsec,
                                    const char *path) {
+    if (!path) return dm_fail(DM_ERR_INVALID_ARG, "dm_group_chart_write_svg: NULL argument");
     if (nsec < 0 || (nsec > 0 && !sec)) return dm_fail(DM_ERR_INVALID_ARG, "dm_group_chart_write_svg: no sections");
+    size_t nbars = 0;
+    for (int k = 0; k < nsec; k++) {
+        if (sec[k].nbars < 0 || (sec[k].nbars > 0 && !sec[k].bars))
+            return dm_fail(DM_ERR_INVALID_ARG, "dm_group_chart_write_svg: section %d has %d bars%s", k, sec[k].nbars,
+                           sec[k].nbars > 0 ? " and NULL for them" : "");
+        if (!dm_add_ok(nbars, (size_t)sec[k].nbars, &nbars))
+            return dm_fail(DM_ERR_OOM, "dm_group_chart_write_svg: too many bars");
+    }
     dm_chart_section *s = calloc((size_t)(nsec > 0 ? nsec : 1), sizeof *s);
-    int nbars = 0;
-    for (int k = 0; k < nsec; k++) nbars += sec[k].nbars > 0 ? sec[k].nbars : 0;
-    dm_chart_bar *bars = calloc((size_t)(nbars > 0 ? nbars : 1), sizeof *bars);
+    dm_chart_bar *bars = calloc(nbars > 0 ? nbars : 1, sizeof *bars);
     if (!s || !bars) {
         free(s);
         free(bars);
@@ -174,10 +185,10 @@ dm_status dm_analysis_memory_report(const dm_layer_config *cfg, int cpu, const d
 
 dm_status dm_analysis_new(dm_analysis **out, const dm_layer_config *cfg, const dm_device_model *dev,
                           int dtype_bytes, int recompute) {
+    if (out) *out = NULL;
     if (!out || !cfg || !dev) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_new: NULL argument");
     if (dtype_bytes != 4 && dtype_bytes != 2)
         return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_new: %d bytes per element (4 or 2)", dtype_bytes);
-    *out = NULL;
     dm_analysis *a = calloc(1, sizeof *a);
     if (!a) return dm_fail(DM_ERR_OOM, "out of memory");
     a->cfg = *cfg;
@@ -211,7 +222,7 @@ void dm_analysis_free(dm_analysis *a) {
 int dm_analysis_num_ops(const dm_analysis *a) { return a ? a->rep.nops : 0; }
 
 dm_status dm_analysis_write_svg(const dm_analysis *a, const char *title, const char *path) {
-    if (!a) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_write_svg: NULL analysis");
+    if (!a || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_write_svg: NULL argument");
     return dm_cost_write_svg(&a->g, &a->rep, title, path);
 }
 

@@ -117,6 +117,7 @@ double dm_roofline_seconds(const dm_device *dev, int dtype_bytes, double contrac
 }
 
 const char *dm_ratio_text(double x, char *buf, size_t n) {
+    if (!buf || !n) return "";
     if (x < 1000) snprintf(buf, n, "%.3g", x);
     else snprintf(buf, n, "%.0f", x);
     return buf;

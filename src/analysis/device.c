@@ -124,6 +124,7 @@ double dm_device_vector_peak(const dm_device *dev, int dtype_bytes) {
 }
 
 dm_status dm_profile_default_path(char *buf, size_t n) {
+    if (!buf) return dm_fail(DM_ERR_INVALID_ARG, "dm_profile_default_path: NULL argument");
     const char *x = getenv("XDG_CACHE_HOME");
     int len;
     if (x && x[0] == '/') {

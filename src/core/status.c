@@ -6,8 +6,10 @@
 #include <string.h>
 
 static _Thread_local char g_msg[1024];
+static _Thread_local dm_status g_status;
 
 dm_status dm_fail(dm_status s, const char *fmt, ...) {
+    g_status = s;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(g_msg, sizeof g_msg, fmt, ap);
@@ -22,11 +24,17 @@ dm_status dm_fail_context(dm_status s, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, g_msg, sizeof old);
+    g_status = s;
     snprintf(g_msg, sizeof g_msg, "%s%s", prefix, old);
     return s;
 }
 
-void dm_clear_error(void) { g_msg[0] = 0; }
+void dm_clear_error(void) {
+    g_msg[0] = 0;
+    g_status = DM_OK;
+}
+
+dm_status dm_last_status(void) { return g_status != DM_OK ? g_status : DM_ERR_INTERNAL; }
 
 const char *dm_last_error(void) { return g_msg[0] ? g_msg : "no error"; }
 

@@ -15,6 +15,11 @@ dm_status dm_fail(dm_status s, const char *fmt, ...) DM_PRINTF(2, 3);
 /* Prepends context ("reading model.safetensors: ") to the current message. */
 dm_status dm_fail_context(dm_status s, const char *fmt, ...) DM_PRINTF(2, 3);
 void dm_clear_error(void);
+/* The status the last dm_fail / dm_fail_context of this thread recorded: for a function
+ * that fails with -1 after dm_fail (dm_graph_op, dm_graph_tensor, ...), what its caller
+ * returns. DM_ERR_INTERNAL when none was recorded since dm_clear_error (a failure always
+ * has a status). */
+dm_status dm_last_status(void);
 
 #define DM_TRY(expr)                                                                   \
     do {                                                                               \

@@ -48,6 +48,7 @@ void dm_sb_xml(dm_sbuf *b, const char *t) {
 }
 
 void dm_fmt_exact(char *buf, size_t n, double v) {
+    if (!buf || !n) return;
     for (int prec = 6; prec <= 17; prec++) {
         snprintf(buf, n, "%.*g", prec, v);
         if (strtod(buf, NULL) == v) return;

@@ -5,7 +5,8 @@
 #include <string.h>
 
 void dm_cpu_model_name(char *out, size_t n, const char *fallback) {
-    snprintf(out, n, "%s", fallback);
+    if (!out || !n) return;
+    snprintf(out, n, "%s", fallback ? fallback : "");
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return;
     char line[512];

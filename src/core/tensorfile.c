@@ -18,8 +18,8 @@ struct dm_tensor_file {
 const char *dm_file_dtype_name(dm_file_dtype d) { return dm_st_dtype_name((dm_st_dtype)d); }
 
 dm_status dm_tensor_file_open(dm_tensor_file **out, const char *path) {
+    if (out) *out = NULL;
     if (!out || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_tensor_file_open: NULL argument");
-    *out = NULL;
     dm_tensor_file *t = calloc(1, sizeof *t);
     if (!t || !(t->path = strdup(path))) {
         free(t);
@@ -48,6 +48,7 @@ const char *dm_tensor_file_path(const dm_tensor_file *f) { return f ? f->path : 
 int dm_tensor_file_count(const dm_tensor_file *f) { return f ? dm_st_count(f->f) : 0; }
 
 int dm_tensor_file_find(const dm_tensor_file *f, const char *name) {
+    if (!name) return -1;
     const int n = dm_tensor_file_count(f);
     for (int k = 0; k < n; k++)
         if (!strcmp(dm_st_get(f->f, k)->name, name)) return k;
@@ -55,7 +56,8 @@ int dm_tensor_file_find(const dm_tensor_file *f, const char *name) {
 }
 
 dm_status dm_tensor_file_info(const dm_tensor_file *f, int index, dm_tensor_info *out) {
-    if (!f || !out || index < 0 || index >= dm_st_count(f->f))
+    if (!f || !out) return dm_fail(DM_ERR_INVALID_ARG, "dm_tensor_file_info: NULL argument");
+    if (index < 0 || index >= dm_st_count(f->f))
         return dm_fail(DM_ERR_INVALID_ARG, "dm_tensor_file_info: no tensor %d", index);
     const dm_st_tensor *t = dm_st_get(f->f, index);
     memset(out, 0, sizeof *out);
@@ -67,7 +69,8 @@ dm_status dm_tensor_file_info(const dm_tensor_file *f, int index, dm_tensor_info
 }
 
 dm_status dm_tensor_file_read_f32(const dm_tensor_file *f, int index, float *out, size_t n) {
-    if (!f || index < 0 || index >= dm_st_count(f->f))
+    if (!f || !out) return dm_fail(DM_ERR_INVALID_ARG, "dm_tensor_file_read_f32: NULL argument");
+    if (index < 0 || index >= dm_st_count(f->f))
         return dm_fail(DM_ERR_INVALID_ARG, "dm_tensor_file_read_f32: no tensor %d", index);
     return dm_st_to_f32(dm_st_get(f->f, index), out, n);
 }
@@ -82,8 +85,8 @@ struct dm_tensor_writer {
 };
 
 dm_status dm_tensor_writer_new(dm_tensor_writer **out) {
+    if (out) *out = NULL;
     if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_tensor_writer_new: NULL argument");
-    *out = NULL;
     dm_tensor_writer *w = calloc(1, sizeof *w);
     if (!w) return dm_fail(DM_ERR_OOM, "out of memory");
     dm_status s = dm_st_writer_new(&w->w);
@@ -103,16 +106,16 @@ void dm_tensor_writer_free(dm_tensor_writer *w) {
 
 dm_status dm_tensor_writer_add_f32(dm_tensor_writer *w, const char *name, int ndim, const int64_t *shape,
                                    const float *data) {
-    if (!w) return dm_fail(DM_ERR_INVALID_ARG, "dm_tensor_writer_add_f32: NULL writer");
+    if (!w || !name) return dm_fail(DM_ERR_INVALID_ARG, "dm_tensor_writer_add_f32: NULL argument");
     return dm_st_writer_add(w->w, name, DM_ST_F32, ndim, shape, data);
 }
 
 dm_status dm_tensor_writer_set_metadata(dm_tensor_writer *w, const char *key, const char *value) {
-    if (!w) return dm_fail(DM_ERR_INVALID_ARG, "dm_tensor_writer_set_metadata: NULL writer");
+    if (!w || !key || !value) return dm_fail(DM_ERR_INVALID_ARG, "dm_tensor_writer_set_metadata: NULL argument");
     return dm_st_writer_set_metadata(w->w, key, value);
 }
 
 dm_status dm_tensor_writer_write(dm_tensor_writer *w, const char *path) {
-    if (!w) return dm_fail(DM_ERR_INVALID_ARG, "dm_tensor_writer_write: NULL writer");
+    if (!w || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_tensor_writer_write: NULL argument");
     return dm_st_writer_write(w->w, path);
 }

@@ -83,9 +83,15 @@ static dm_status check_options(const dm_layer_options *opt) {
     return DM_OK; /* every storage type, row kernel and stream count */
 }
 
+/* *opt changes only when both resolve. */
 static dm_status resolve_options(dm_layer_options *opt) {
-    DM_TRY(dm_cuda_rows_resolve(opt->rows, &opt->rows));
-    return dm_cuda_streams_resolve(opt->streams, &opt->streams);
+    dm_rows rows = opt->rows;
+    int streams = opt->streams;
+    DM_TRY(dm_cuda_rows_resolve(opt->rows, &rows));
+    DM_TRY(dm_cuda_streams_resolve(opt->streams, &streams));
+    opt->rows = rows;
+    opt->streams = streams;
+    return DM_OK;
 }
 
 static void note(cuda_state *c, const char *key, double value, const char *text) {

@@ -10,7 +10,8 @@
 int dm_param_spec_count(void) { return DM_NUM_PARAMS; }
 
 dm_status dm_param_spec_get(int index, dm_param_spec *out) {
-    if (!out || index < 0 || index >= DM_NUM_PARAMS)
+    if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_param_spec_get: NULL argument");
+    if (index < 0 || index >= DM_NUM_PARAMS)
         return dm_fail(DM_ERR_INVALID_ARG, "dm_param_spec_get: no parameter %d", index);
     enum { I = 2, U = 3 }; /* the hidden and the feed-forward width, told apart by size */
     dm_layer_config cfg;

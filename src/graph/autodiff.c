@@ -78,7 +78,7 @@ static dm_status grad_add(ad_ctx *c, int t, int gt) {
     char letters[DM_MAX_DIMS + 1];
     memcpy(letters, g->t[t].letters, sizeof letters); /* g->t may move */
     int sum = dm_graph_tensor(g, name, letters, DM_ROLE_ACT);
-    if (sum < 0) return DM_ERR_OOM;
+    if (sum < 0) return dm_last_status();
     g->t[sum].pass = 1;
     dm_op op = {.kind = DM_OP_ADD, .pass = 1, .nin = 2, .nout = 1};
     snprintf(op.name, sizeof op.name, "grad_acc_%s", g->t[t].name);
@@ -87,7 +87,7 @@ static dm_status grad_add(ad_ctx *c, int t, int gt) {
     op.out[0] = sum;
     op.cols = g->t[t].size[g->t[t].ndim - 1];
     op.rows = g->t[t].numel / op.cols;
-    if (dm_graph_op(g, &op) < 0) return DM_ERR_OOM;
+    if (dm_graph_op(g, &op) < 0) return dm_last_status();
     c->grad[t] = sum;
     return DM_OK;
 }
@@ -98,7 +98,7 @@ static void split_spec(const char *spec, char a[16], char b[16], char o[16]) {
 }
 
 static dm_status emit(ad_ctx *c, const dm_op *op) {
-    return dm_graph_op(c->g, op) < 0 ? DM_ERR_OOM : DM_OK;
+    return dm_graph_op(c->g, op) < 0 ? dm_last_status() : DM_OK;
 }
 
 static dm_status rule(ad_ctx *c, const dm_op *f) {
@@ -115,7 +115,7 @@ static dm_status rule(ad_ctx *c, const dm_op *f) {
             int x = f->in[side];
             if (!g->t[x].requires_grad) continue;
             int slot = grad_slot(c, x);
-            if (slot < 0) return DM_ERR_OOM;
+            if (slot < 0) return dm_last_status();
             dm_op m = b;
             m.kind = DM_OP_CONTRACT;
             m.alpha = f->alpha;
@@ -142,7 +142,7 @@ static dm_status rule(ad_ctx *c, const dm_op *f) {
         int bias = f->in[1];
         if (g->t[bias].requires_grad) {
             int slot = grad_slot(c, bias);
-            if (slot < 0) return DM_ERR_OOM;
+            if (slot < 0) return dm_last_status();
             dm_op m = b;
             m.kind = DM_OP_COLSUM;
             m.nin = 1;
@@ -169,7 +169,7 @@ static dm_status rule(ad_ctx *c, const dm_op *f) {
         int x = f->in[0];
         if (!g->t[x].requires_grad) return DM_OK;
         int slot = grad_slot(c, x);
-        if (slot < 0) return DM_ERR_OOM;
+        if (slot < 0) return dm_last_status();
         dm_op m = b;
         m.nout = 1;
         m.out[0] = slot;
@@ -194,7 +194,7 @@ static dm_status rule(ad_ctx *c, const dm_op *f) {
         /* in: x, gamma, beta; out: y, mean, rstd */
         int x = f->in[0], gm = f->in[1], bt = f->in[2];
         int dx = grad_slot(c, x), dg = grad_slot(c, gm), db = grad_slot(c, bt);
-        if (dx < 0 || dg < 0 || db < 0) return DM_ERR_OOM;
+        if (dx < 0 || dg < 0 || db < 0) return dm_last_status();
         dm_op m = b;
         m.kind = DM_OP_LAYERNORM_BWD;
         m.nin = 5;

@@ -91,7 +91,9 @@ typedef struct {
     int f1_mm, f1, act, f2_mm, f2, f2d, r2, y, mu2, rs2;
 } enc_tensors;
 
-/* *ok becomes 0 (and stays 0) when a tensor or an op cannot be made. */
+/* *ok becomes 0 (and stays 0) when a tensor or an op cannot be made; the builder then
+ * returns the status that failure recorded (dm_last_status: out of memory, or an op
+ * that ops.def refuses). */
 #define CK(x) ck_(x, ok)
 #define IN(...) ((const int[]){__VA_ARGS__})
 
@@ -230,7 +232,7 @@ static dm_status export_params(dm_graph *g, const dm_layer_config *cfg, const en
         snprintf(name, sizeof name, "attention.self.%s.bias", qkvn[q]);
         pw_ids[2 * q + 1] = CK(dm_graph_view(g, ts->bqkv, name, map));
     }
-    if (!*ok) return DM_ERR_OOM;
+    if (!*ok) return dm_last_status();
     int rest[10] = {ts->wo, ts->bo, ts->g1, ts->be1, ts->w1,
                     ts->b1, ts->w2, ts->b2, ts->g2, ts->be2};
     for (int k = 0; k < 10; k++) pw_ids[6 + k] = rest[k];
@@ -259,7 +261,7 @@ static dm_status add_backward(dm_graph *g, const dm_layer_config *cfg, int input
     const int64_t B = cfg->batch, J = cfg->seq, I = cfg->hidden;
     const int x = enc->x, y = enc->y;
     int dy = CK(T(g, "grad_output", "bji", DM_ROLE_INPUT));
-    if (!*ok) return DM_ERR_OOM;
+    if (!*ok) return dm_last_status();
     int dx = -1;
     DM_TRY(dm_autodiff(g, y, dy, input_grad ? x : -1, &dx));
     if (dx >= 0) g->t[dx].role = DM_ROLE_OUTPUT;
@@ -287,7 +289,7 @@ static dm_status export_param_grads(dm_graph *g, dm_encoder *enc) {
         int gt = groot;
         if (pt->base >= 0) {
             gt = dm_graph_clone(g, enc->e[k].tensor);
-            if (gt < 0) return DM_ERR_OOM;
+            if (gt < 0) return dm_last_status();
             g->t[gt].base = groot;
             g->t[gt].role = DM_ROLE_PARAM_GRAD;
         }
@@ -316,15 +318,15 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     enc_tensors ts;
     /* inputs and parameters */
     add_inputs_and_params(g, &ts, &ok);
-    if (!ok) return DM_ERR_OOM;
+    if (!ok) return dm_last_status();
     const int pre = cfg->norm == DM_NORM_PRE;
     add_activations(g, pre, &ts, &ok);
-    if (!ok) return DM_ERR_OOM;
+    if (!ok) return dm_last_status();
 
     int n = g->nop;
     add_attention_ops(g, cfg, pre, &ts, &ok);
     add_ffn_ops(g, cfg, pre, &ts, &ok);
-    if (!ok) return DM_ERR_OOM;
+    if (!ok) return dm_last_status();
     for (int o = n; o < g->nop; o++) g->op[o].p = cfg->dropout;
     enc->nfwd_ops = g->nop;
 

@@ -158,6 +158,10 @@ int dm_graph_clone(dm_graph *g, int src) {
 int dm_tensor_root(const dm_graph *g, int t) { return g->t[t].base >= 0 ? g->t[t].base : t; }
 
 int dm_graph_op(dm_graph *g, const dm_op *op) {
+    if ((unsigned)op->kind >= DM_NUM_OPS) {
+        dm_fail(DM_ERR_INTERNAL, "op %s: kind %d is not a row of ops.def", op->name, (int)op->kind);
+        return -1;
+    }
     if (op->nin != dm_op_nin(op->kind) || op->nout != dm_op_nout(op->kind)) {
         dm_fail(DM_ERR_INTERNAL, "op %s: a %s takes %d inputs and %d outputs (ops.def), not %d and %d", op->name,
                 dm_op_kind_name(op->kind), dm_op_nin(op->kind), dm_op_nout(op->kind), op->nin, op->nout);

@@ -68,8 +68,10 @@ typedef struct {
 
 void dm_graph_init(dm_graph *g);
 void dm_graph_free(dm_graph *g);
-/* A root tensor with the given letters (sizes from g->dim), row-major. Returns id >= 0 or
- * a negative value after recording an error. */
+/* The functions below that return an id give -1 on failure, after dm_fail: their callers
+ * return dm_last_status() (DM_ERR_OOM, or DM_ERR_INTERNAL for what the graph refuses).
+ * A root tensor with the given letters (sizes from g->dim), row-major. Returns id >= 0 or
+ * -1. */
 int dm_graph_tensor(dm_graph *g, const char *name, const char *letters, dm_role role);
 /* A view of root `base`: `map` has one char per root dimension: a letter names the view's
  * dimension (it may rename the root's), a digit fixes that dimension at that index. */
@@ -80,6 +82,8 @@ dm_status dm_graph_set_layout(dm_graph *g, int t, const char *layout);
 /* The memory order of tensor t's letters, outermost first (size-1 letters in logical
  * order). out: DM_MAX_DIMS + 1 chars. */
 void dm_tensor_layout(const dm_graph *g, int t, char *out);
+/* Appends op; -1 with DM_ERR_INTERNAL (naming the op) for a kind ops.def lacks or operand
+ * counts other than its row's, DM_ERR_OOM without memory. */
 int dm_graph_op(dm_graph *g, const dm_op *op);
 /* Appends a copy of tensor src's descriptor; returns the new id or -1. */
 int dm_graph_clone(dm_graph *g, int src);

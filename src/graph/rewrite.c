@@ -25,6 +25,13 @@
 #include "core/philox.h"
 #include "core/status.h"
 
+/* A graph call of a rewrite failed (-1 after dm_fail): out of memory said as rewriting
+ * `what`, any other failure (an op that ops.def refuses) as it was recorded. */
+static dm_status rewrite_failed(const char *what) {
+    const dm_status s = dm_last_status();
+    return s == DM_ERR_OOM ? dm_fail(DM_ERR_OOM, "out of memory rewriting %s", what) : s;
+}
+
 dm_status dm_rewrite_act_deriv(dm_graph *g, int *count) {
     int n = 0, nop = g->nop;
     for (int f = 0; f < nop; f++) {
@@ -44,7 +51,7 @@ dm_status dm_rewrite_act_deriv(dm_graph *g, int *count) {
         snprintf(name, sizeof name, "%s_deriv", g->t[g->op[f].out[0]].name);
         memcpy(letters, g->t[x].letters, sizeof letters); /* g->t may move */
         int d = dm_graph_tensor(g, name, letters, DM_ROLE_ACT);
-        if (d < 0) return dm_fail(DM_ERR_OOM, "out of memory rewriting %s", g->op[f].name);
+        if (d < 0) return rewrite_failed(g->op[f].name);
         g->t[d].pass = 0;
         g->op[f].kind = DM_OP_ACT_DERIV;
         g->op[f].nout = 2;
@@ -136,7 +143,7 @@ dm_status dm_rewrite_recompute_attention(dm_graph *g, int *count) {
         snprintf(name, sizeof name, "%.40s_re", g->t[src[k]].name);
         memcpy(letters, g->t[src[k]].letters, sizeof letters);
         re[k] = dm_graph_tensor(g, name, letters, DM_ROLE_ACT);
-        if (re[k] < 0) return dm_fail(DM_ERR_OOM, "out of memory rewriting attention for recomputation");
+        if (re[k] < 0) return rewrite_failed("attention for recomputation");
         g->t[re[k]].pass = 1;
     }
     /* the clones' ops, appended, then moved to just before `at` */
@@ -151,7 +158,7 @@ dm_status dm_rewrite_recompute_attention(dm_graph *g, int *count) {
         snprintf(op.name, sizeof op.name, "%s", name);
         if (k > 0) op.in[0] = re[k - 1];
         op.out[0] = re[k];
-        if (dm_graph_op(g, &op) < 0) return dm_fail(DM_ERR_OOM, "out of memory rewriting attention for recomputation");
+        if (dm_graph_op(g, &op) < 0) return rewrite_failed("attention for recomputation");
     }
     dm_op moved[4];
     memcpy(moved, &g->op[n0], sizeof moved);

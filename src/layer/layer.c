@@ -63,9 +63,12 @@ dm_status dm_layer_options_check(const dm_layer_options *opt) {
 dm_status dm_layer_options_resolve(const dm_layer_options *opt, dm_layer_options *out) {
     if (!opt || !out) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_options_resolve: NULL argument");
     const dm_backend *B;
-    *out = *opt; /* on an error, the options as given */
-    DM_TRY(dm_backend_find(opt->device, &B));
-    return B->resolve_options(out);
+    dm_layer_options r = *opt; /* resolved on the side: on an error, *out is the options as given */
+    *out = r;
+    DM_TRY(dm_backend_find(r.device, &B));
+    DM_TRY(B->resolve_options(&r));
+    *out = r;
+    return DM_OK;
 }
 
 dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt) {

@@ -54,7 +54,7 @@ typedef struct dm_backend {
     dm_status (*check_options)(const dm_layer_options *opt);
     /* Fills in the defaults of *opt that the backend takes from its environment (rows,
      * streams, ...): what a layer made with *opt runs with. DM_ERR_INVALID_ARG for a bad
-     * variable. */
+     * variable (*opt then as it was). */
     dm_status (*resolve_options)(dm_layer_options *opt);
 
     /* --- a plan's state ---------------------------------------------------------------- */

@@ -1,6 +1,7 @@
 /* chart.c: the loss curve of `dmove train --svg` (a standalone SVG: axes with ticks, one
  * marker per step up to 200, a polyline through them, and their running mean over 50). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,11 @@
 enum { W = 720, H = 420, ML = 80, MR = 24, MT = 48, MB = 56 };
 
 dm_status dm_loss_svg(const double *loss, int64_t n, int64_t first_step, const char *title, const char *path) {
-    if (!loss || n < 1 || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_loss_svg: no losses to draw");
+    if (!loss || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_loss_svg: NULL argument");
+    if (n < 1) return dm_fail(DM_ERR_INVALID_ARG, "dm_loss_svg: no losses to draw");
+    if (first_step > INT64_MAX - n)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_loss_svg: steps %lld and %lld more overflow", (long long)first_step,
+                       (long long)n);
     double lo = INFINITY, hi = -INFINITY;
     for (int64_t k = 0; k < n; k++)
         if (isfinite(loss[k])) {

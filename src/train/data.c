@@ -4,6 +4,7 @@
  * batch: samples (s-1)*b .. s*b-1 modulo N, converted to floats. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,8 +18,8 @@ struct dm_train_data {
 };
 
 dm_status dm_train_data_new(dm_train_data **out, const dm_tensor_file *file) {
+    if (out) *out = NULL;
     if (!out || !file) return dm_fail(DM_ERR_INVALID_ARG, "dm_train_data_new: NULL argument");
-    *out = NULL;
     const dm_st_file *f = dm_tensor_file_st(file);
     const char *path = dm_tensor_file_path(file);
     const dm_st_tensor *x = dm_st_find(f, "hidden_states"), *y = dm_st_find(f, "target");
@@ -28,6 +29,9 @@ dm_status dm_train_data_new(dm_train_data **out, const dm_tensor_file *file) {
                        path, x ? "" : "; hidden_states is missing", y ? "" : "; target is missing");
     if (x->ndim != 3 || y->ndim != 3 || memcmp(x->shape, y->shape, 3 * sizeof(int64_t)) != 0)
         return dm_fail(DM_ERR_SHAPE, "%s: hidden_states and target must both be (N, j, i), the same shape", path);
+    if (x->shape[0] < 1 || x->shape[1] < 1 || x->shape[2] < 1)
+        return dm_fail(DM_ERR_SHAPE, "%s: hidden_states and target are (%" PRId64 ", %" PRId64 ", %" PRId64 "): they "
+                       "need a sample, a token and a feature at least", path, x->shape[0], x->shape[1], x->shape[2]);
     if (mask && (mask->ndim != 2 || mask->shape[0] != x->shape[0] || mask->shape[1] != x->shape[1]))
         return dm_fail(DM_ERR_SHAPE, "%s: attention_mask must be (N, j) = (%" PRId64 ", %" PRId64 ")", path,
                        x->shape[0], x->shape[1]);
@@ -41,9 +45,9 @@ dm_status dm_train_data_new(dm_train_data **out, const dm_tensor_file *file) {
 void dm_train_data_free(dm_train_data *d) { free(d); }
 
 void dm_train_data_sizes(const dm_train_data *d, int64_t *samples, int64_t *seq, int64_t *hidden) {
-    if (samples) *samples = d->n;
-    if (seq) *seq = d->x->shape[1];
-    if (hidden) *hidden = d->x->shape[2];
+    if (samples) *samples = d ? d->n : 0;
+    if (seq) *seq = d ? d->x->shape[1] : 0;
+    if (hidden) *hidden = d ? d->x->shape[2] : 0;
 }
 
 /* Elements [e0, e0 + n) of a file tensor into out as floats: dm_st_to_f32 on a view of
@@ -63,6 +67,7 @@ static int data_dtype_ok(const dm_st_tensor *t) {
 }
 
 dm_status dm_train_data_check_dtypes(const dm_train_data *d) {
+    if (!d) return dm_fail(DM_ERR_INVALID_ARG, "dm_train_data_check_dtypes: NULL argument");
     if (!data_dtype_ok(d->x) || !data_dtype_ok(d->y) || (d->mask && !data_dtype_ok(d->mask) &&
                                                          d->mask->dtype != DM_ST_I64 && d->mask->dtype != DM_ST_I32 &&
                                                          d->mask->dtype != DM_ST_U8 && d->mask->dtype != DM_ST_BOOL))
@@ -94,6 +99,7 @@ static int64_t first_nonfinite(const dm_st_tensor *t, int64_t samples, int64_t p
 }
 
 dm_status dm_train_data_check_finite(const dm_train_data *d) {
+    if (!d) return dm_fail(DM_ERR_INVALID_ARG, "dm_train_data_check_finite: NULL argument");
     const int64_t seq = d->x->shape[1], hid = d->x->shape[2];
     for (int q = 0; q < 2; q++) {
         const dm_st_tensor *t = q ? d->y : d->x;
@@ -106,12 +112,25 @@ dm_status dm_train_data_check_finite(const dm_train_data *d) {
     return DM_OK;
 }
 
-/* Step s's batch from the file: samples (s-1)*b .. s*b-1 modulo N. */
+/* Step s's batch from the file: samples (s-1)*b .. s*b-1 modulo N (the first of them
+ * taken modulo N factor by factor, so that no step overflows). */
 dm_status dm_train_data_batch(const dm_train_data *d, int64_t step, int64_t b, float *x, float *y, float *mask) {
+    if (!d || !x || !y || !mask) return dm_fail(DM_ERR_INVALID_ARG, "dm_train_data_batch: NULL argument");
+    if (step < 1 || b < 1)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_train_data_batch: step %" PRId64 " of %" PRId64 " samples: steps "
+                       "count from 1, batches hold 1 sample or more", step, b);
     const int64_t j = d->x->shape[1], i = d->x->shape[2];
     const int64_t per = j * i;
+    if ((uint64_t)b > (uint64_t)SIZE_MAX / sizeof(float) / (uint64_t)per)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_train_data_batch: a batch of %" PRId64 " samples of (%" PRId64
+                       ", %" PRId64 ") overflows the address space", b, j, i);
+    int64_t first;
+    if (__builtin_mul_overflow((step - 1) % d->n, b % d->n, &first))
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_train_data_batch: step %" PRId64 " of %" PRId64 " samples overflows",
+                       step, b);
+    first %= d->n;
     for (int64_t q = 0; q < b; q++) {
-        const int64_t smp = ((step - 1) * b + q) % d->n;
+        const int64_t smp = (first + q % d->n) % d->n;
         DM_TRY(slice_f32(d->x, smp * per, per, x + q * per));
         DM_TRY(slice_f32(d->y, smp * per, per, y + q * per));
         float *m = mask + q * j;

@@ -27,7 +27,7 @@ static void fill_teacher_inputs(uint64_t seed, int64_t step, int64_t b, int64_t 
     for (int64_t e0 = 0; e0 < n; e0 += 2048) {
         uint32_t w[2048];
         const int64_t m = n - e0 < 2048 ? n - e0 : 2048;
-        dm_philox_words(seed, 2001u, (uint64_t)(step * n + e0), (m + 1) & ~(int64_t)1, w);
+        dm_philox_words(seed, 2001u, (uint64_t)step * (uint64_t)n + (uint64_t)e0, (m + 1) & ~(int64_t)1, w);
         for (int64_t k = 0; k < m; k += 2) {
             double u1 = ((double)w[k] + 1.0) / 4294967297.0, u2 = (double)w[k + 1] / 4294967296.0;
             double r = sqrt(-2.0 * log(u1));
@@ -37,7 +37,7 @@ static void fill_teacher_inputs(uint64_t seed, int64_t step, int64_t b, int64_t 
     }
     for (int64_t q = 0; q < b; q++) {
         uint32_t w;
-        dm_philox_words(seed, 2002u, (uint64_t)(step * b + q), 1, &w);
+        dm_philox_words(seed, 2002u, (uint64_t)step * (uint64_t)b + (uint64_t)q, 1, &w);
         int64_t keep = q == 0 ? j : j - (int64_t)(w % (uint32_t)(j / 4 + 1));
         for (int64_t t = 0; t < j; t++) mask[q * j + t] = t < keep ? 1.0f : 0.0f;
     }
@@ -66,8 +66,8 @@ static float *tensor(dm_trainer *t, const char *name) {
 
 dm_status dm_teacher_new(dm_teacher **out, const dm_layer_config *cfg, int layers, const dm_layer_options *opt,
                          double scale) {
+    if (out) *out = NULL;
     if (!out || !cfg || !opt) return dm_fail(DM_ERR_INVALID_ARG, "dm_teacher_new: NULL argument");
-    *out = NULL;
     dm_teacher *t = calloc(1, sizeof *t);
     if (!t) return dm_fail(DM_ERR_OOM, "out of memory");
     t->cfg = *cfg;
@@ -98,6 +98,8 @@ void dm_teacher_free(dm_teacher *t) {
 }
 
 dm_status dm_teacher_batch(dm_teacher *t, int64_t step, float *x, float *y, float *mask) {
+    if (!t || !x || !y || !mask) return dm_fail(DM_ERR_INVALID_ARG, "dm_teacher_batch: NULL argument");
+    if (step < 1) return dm_fail(DM_ERR_INVALID_ARG, "dm_teacher_batch: step %lld: steps count from 1", (long long)step);
     const int64_t b = t->cfg.batch, j = t->cfg.seq, I = t->cfg.hidden;
     fill_teacher_inputs(t->cfg.seed, step, b, j, I, t->x, t->mask);
     double tl;

@@ -15,7 +15,7 @@
 #include "tune/tune.h"
 
 dm_status dm_analysis_measure(dm_analysis *a, int threads, int warmup, int reps) {
-    if (!a) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_measure: NULL analysis");
+    if (!a) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_measure: NULL argument");
     double *secs = calloc((size_t)(a->g.nop > 0 ? a->g.nop : 1), sizeof *secs);
     if (!secs) return dm_fail(DM_ERR_OOM, "out of memory");
     dm_status s = dm_cost_measure(&a->cfg, threads, warmup, reps, &a->g, secs);
@@ -29,22 +29,68 @@ dm_status dm_analysis_measure(dm_analysis *a, int threads, int warmup, int reps)
 }
 
 /* A plan file applied to the analysis: `dmove tune` writes plans in the CPU's algorithm
- * names, so it is read with the CPU backend's table. */
+ * names, so it is read with the CPU backend's table. Everything is made on the side (the
+ * fused graph's tensors and the fused plan's memory as copies, the choices, the pairs, the
+ * memory report) and becomes the analysis's only when all of it is: on an error the
+ * analysis is as it was, and a plan may be applied again. */
 dm_status dm_analysis_load_plan(dm_analysis *a, const char *path) {
     if (!a || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_load_plan: NULL argument");
     if (a->have_choices) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_load_plan: a plan is applied already");
     dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .recompute = a->recompute};
-    DM_TRY(dm_plan_load(path, &a->cfg, &opt, &a->gf, &dm_cpu_gemm_algos, &a->ch));
-    a->have_choices = 1;
-    if (!(a->plan_path = strdup(path))) return dm_fail(DM_ERR_OOM, "out of memory");
+    dm_choices ch;
+    DM_TRY(dm_plan_load(path, &a->cfg, &opt, &a->gf, &dm_cpu_gemm_algos, &ch));
+    const int nt = a->gf.nt, ng = a->plan.ngroups;
+    /* gf with its own tensors (layouts change their strides; its ops are only read), its
+     * plan with its own memory (planned again for the layouts) and algorithms */
+    dm_graph g = a->gf;
+    dm_plan plan = a->plan;
+    g.t = malloc(sizeof(dm_tensor) * (size_t)(nt > 0 ? nt : 1));
+    g.cap_t = nt;
+    plan.g = &g;
+    plan.in_memory = malloc((size_t)(nt > 0 ? nt : 1));
+    plan.offset = malloc(sizeof(int64_t) * (size_t)(nt > 0 ? nt : 1));
+    plan.algo = NULL; /* dm_choices_apply makes it */
     /* partner[G]: the group run beside G; beside[G]: the group G runs beside */
-    DM_TRY(dm_choices_apply(&a->ch, &a->gf, &a->plan));
-    a->partner = malloc(sizeof(int) * 2 * (size_t)(a->plan.ngroups + 1));
-    if (!a->partner) return dm_fail(DM_ERR_OOM, "out of memory");
-    a->beside = a->partner + a->plan.ngroups + 1;
-    DM_TRY(dm_plan_pairs(&a->plan, a->partner, a->beside));
+    int *partner = malloc(sizeof(int) * 2 * (size_t)(ng + 1));
+    char *plan_path = strdup(path);
+    dm_analysis_memory mem;
+    dm_status s = DM_OK;
+    if (!g.t || !plan.in_memory || !plan.offset || !partner || !plan_path) s = dm_fail(DM_ERR_OOM, "out of memory");
+    if (s == DM_OK) {
+        memcpy(g.t, a->gf.t, sizeof(dm_tensor) * (size_t)nt);
+        memcpy(plan.in_memory, a->plan.in_memory, (size_t)nt);
+        memcpy(plan.offset, a->plan.offset, sizeof(int64_t) * (size_t)nt);
+        s = dm_choices_apply(&ch, &g, &plan);
+    }
+    if (s == DM_OK) s = dm_plan_pairs(&plan, partner, partner + ng + 1);
     /* the layouts change the memory plan: the memory report follows it */
-    return dm_analysis_memory_report(&a->cfg, a->dev.is_cpu, &a->gf, &a->plan, a->dtype_bytes, &a->mem);
+    if (s == DM_OK) s = dm_analysis_memory_report(&a->cfg, a->dev.is_cpu, &g, &plan, a->dtype_bytes, &mem);
+    if (s != DM_OK) {
+        free(g.t);
+        free(plan.in_memory);
+        free(plan.offset);
+        free(plan.algo);
+        free(partner);
+        free(plan_path);
+        dm_choices_free(&ch);
+        return s;
+    }
+    /* all made: the analysis takes it (the plan's order and groups are its own still) */
+    free(a->gf.t);
+    a->gf.t = g.t;
+    a->gf.cap_t = g.cap_t;
+    free(a->plan.in_memory);
+    free(a->plan.offset);
+    free(a->plan.algo);
+    plan.g = &a->gf;
+    a->plan = plan;
+    a->mem = mem;
+    a->ch = ch;
+    a->plan_path = plan_path;
+    a->partner = partner;
+    a->beside = partner + ng + 1;
+    a->have_choices = 1;
+    return DM_OK;
 }
 
 /* The plan view of the public analysis: a tuned plan's layouts and algorithms beside the
@@ -95,6 +141,7 @@ dm_status dm_analysis_plan_text(const dm_analysis *a, char **text) {
 /* --- tuning ---------------------------------------------------------------------------- */
 
 #define MAX_TIMED 64
+#define MAX_REPS 63 /* as `dmove tune --reps` takes them: time_group holds 64 times */
 
 struct dm_tuning {
     dm_tuner *T;
@@ -106,8 +153,11 @@ struct dm_tuning {
 };
 
 dm_status dm_tuning_new(dm_tuning **out, const dm_layer_config *cfg, const dm_layer_options *opt, int reps) {
+    if (out) *out = NULL;
     if (!out || !cfg || !opt) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_new: NULL argument");
-    *out = NULL;
+    if (reps < 1 || reps > MAX_REPS)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_new: reps %d is out of range (1 to %d timed repetitions per "
+                       "candidate)", reps, MAX_REPS);
     dm_tuning *t = calloc(1, sizeof *t);
     if (!t) return dm_fail(DM_ERR_OOM, "out of memory");
     dm_status s = dm_tuner_new(&t->T, cfg, opt);
@@ -128,8 +178,11 @@ void dm_tuning_free(dm_tuning *t) {
 }
 
 void dm_tuning_get_info(const dm_tuning *t, dm_tuning_info *out) {
-    const dm_tuner *T = t->T;
+    if (!out) return;
     memset(out, 0, sizeof *out);
+    out->machine = "";
+    if (!t) return;
+    const dm_tuner *T = t->T;
     out->machine = T->machine;
     out->groups = T->ngroups;
     out->tensors = T->nvars;
@@ -145,6 +198,7 @@ void dm_tuning_get_info(const dm_tuning *t, dm_tuning_info *out) {
 }
 
 dm_status dm_tuning_candidates(const dm_tuning *t, char **text) {
+    if (!t || !text) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_candidates: NULL argument");
     const dm_tuner *T = t->T;
     dm_sbuf b = {0};
     for (int v = 0; v < T->nvars; v++) {
@@ -160,10 +214,12 @@ dm_status dm_tuning_candidates(const dm_tuning *t, char **text) {
 dm_status dm_tuning_measure(dm_tuning *t, const char *cache,
                             void (*progress)(int64_t done, int64_t total, int64_t cached, double secs, void *arg),
                             void *arg) {
+    if (!t) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_measure: NULL argument");
     return dm_tuner_measure(t->T, cache, progress, arg);
 }
 
 dm_status dm_tuning_select(dm_tuning *t) {
+    if (!t) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_select: NULL argument");
     if (t->have_ch) dm_choices_free(&t->ch);
     t->have_ch = 0;
     DM_TRY(dm_tuner_select(t->T, &t->ch));
@@ -172,6 +228,7 @@ dm_status dm_tuning_select(dm_tuning *t) {
 }
 
 dm_status dm_tuning_refine(dm_tuning *t, const char *cache, int *nchanged) {
+    if (!t || !nchanged) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_refine: NULL argument");
     int n = 0;
     *nchanged = 0;
     DM_TRY(dm_tuner_refine(t->T, cache, &n));
@@ -185,11 +242,13 @@ static dm_status need_selection(const dm_tuning *t) {
 }
 
 dm_status dm_tuning_pairs(dm_tuning *t) {
+    if (!t) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_pairs: NULL argument");
     DM_TRY(need_selection(t));
     return dm_tuner_pair(t->T, &t->ch, t->pairs, MAX_TIMED, &t->npairs);
 }
 
 dm_status dm_tuning_rows(dm_tuning *t) {
+    if (!t) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_rows: NULL argument");
     DM_TRY(need_selection(t));
     return dm_tuner_rows(t->T, &t->ch, t->rows, MAX_TIMED, &t->nrows);
 }
@@ -254,6 +313,7 @@ static void report_timed(dm_sbuf *b, const dm_tuner *T, const char *title, int w
 }
 
 dm_status dm_tuning_report(const dm_tuning *t, char **text) {
+    if (!t || !text) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_report: NULL argument");
     const dm_tuner *T = t->T;
     dm_sbuf b = {0};
     report_groups(&b, T);
@@ -268,14 +328,19 @@ dm_status dm_tuning_report(const dm_tuning *t, char **text) {
 }
 
 dm_status dm_tuning_save(const dm_tuning *t, const char *path) {
+    if (!t || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_save: NULL argument");
     DM_TRY(need_selection(t));
     return dm_plan_save(path, &t->T->cfg, &t->T->opt, &t->T->g, &t->ch);
 }
 
 int dm_tuning_uses_direct(const dm_tuning *t) {
+    if (!t) return 0;
     int direct = 0; /* does the plan use dmove's own GEMM kernel anywhere? */
     for (int o = 0; t->have_ch && o < t->ch.nop; o++) direct |= dm_gemm_algo_direct(t->ch.algo[o]);
     return direct;
 }
 
-dm_status dm_tuning_write_svg(const dm_tuning *t, const char *path) { return dm_tuner_svg(t->T, path); }
+dm_status dm_tuning_write_svg(const dm_tuning *t, const char *path) {
+    if (!t || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_tuning_write_svg: NULL argument");
+    return dm_tuner_svg(t->T, path);
+}

@@ -264,6 +264,7 @@ int64_t dm_tuner_tasks(const dm_tuner *T) { return T->ntasks; }
 /* ---- the cache ---------------------------------------------------------------------- */
 
 dm_status dm_tune_cache_default_path(char *buf, size_t n) {
+    if (!buf) return dm_fail(DM_ERR_INVALID_ARG, "dm_tune_cache_default_path: NULL argument");
     char prof[4096];
     DM_TRY(dm_profile_default_path(prof, sizeof prof));
     char *slash = strrchr(prof, '/');
@@ -457,7 +458,9 @@ static dm_status run_before(const dm_cpu_exec *ex, int gi) {
 /* Median seconds of group gi of L, run after the group before it (run_before). */
 static dm_status time_group(dm_tuner *T, dm_layer *L, int gi, double *out) {
     double t[64];
-    int reps = T->reps < 64 ? T->reps : 64;
+    if (T->reps < 1 || T->reps > 64) /* dm_tuning_new takes 1 .. 63 */
+        return dm_fail(DM_ERR_INVALID_ARG, "timing a group: %d repetitions (1 to 64)", T->reps);
+    const int reps = T->reps;
     for (int w = 0; w < T->warmup; w++) DM_TRY(dm_cpu_exec_group(cpu_ex(L), gi, 1, 0));
     for (int r = 0; r < reps; r++) {
         DM_TRY(run_before(cpu_ex(L), gi));
