@@ -27,8 +27,8 @@ static dm_cuda_exec *EX(dm_backend_state *st) { return S(st)->ex; }
 
 /* --- the environment ------------------------------------------------------------------- */
 
-/* Is the CUDA backend emulated on the host (DMOVE_CUDA_EMULATE=1)? A bad variable counts
- * as no: layer creation reports it. */
+/* Is the CUDA backend emulated on the host (DMOVE_CUDA_EMULATE=1 or lanes)? A bad variable
+ * counts as no: layer creation reports it. */
 static int emulating(void) {
     int on = 0;
     if (dm_cuda_emulate_resolve(&on) != DM_OK) {
@@ -70,10 +70,10 @@ dm_status dm_cuda_emulate_resolve(int *on) {
     const char *env = getenv("DMOVE_CUDA_EMULATE");
     *on = 0;
     if (!env || !*env || !strcmp(env, "0")) return DM_OK;
-    if (strcmp(env, "1") != 0)
+    if (strcmp(env, "1") != 0 && strcmp(env, "lanes") != 0)
         return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_EMULATE='%s': use 1 (run --device cuda on the host, "
-                       "emulated, for tests) or 0", env);
-    *on = 1;
+                       "emulated, for tests), lanes (the same, the generated kernels run lane by lane) or 0", env);
+    *on = env[0] == 'l' ? 2 : 1;
     return DM_OK;
 }
 
@@ -114,7 +114,8 @@ static dm_status create(dm_backend_state **out, const dm_plan *plan, char *host,
     const unsigned f = (rows == DM_ROWS_GEN    ? DM_CUDA_GEN | DM_CUDA_EPILOGUE
                         : rows == DM_ROWS_AUTO ? DM_CUDA_GEN | DM_CUDA_EPILOGUE | DM_CUDA_AUTO
                                                : 0) |
-                       (streams == 2 ? DM_CUDA_OVERLAP : 0) | (emulate ? DM_CUDA_EMULATE : 0);
+                       (streams == 2 ? DM_CUDA_OVERLAP : 0) | (emulate ? DM_CUDA_EMULATE : 0) |
+                       (emulate == 2 ? DM_CUDA_SIM_LANES : 0);
     dm_status s = dm_cuda_exec_init_pooled(&c->ex, plan, dt, f, (dm_cuda_pool *)pool);
     if (s != DM_OK) {
         free(c);
