@@ -225,10 +225,11 @@ static dm_status mse(dm_backend_state *st, int ty, int tdy, const float *target,
 #define DM_BACKEND_AFTER(a) (offsetof(dm_backend, a) + sizeof(((dm_backend *)0)->a))
 #define DM_BACKEND_ALIGN(n, b) (((n) + alignof(decltype(((dm_backend *)0)->b)) - 1) / \
                                 alignof(decltype(((dm_backend *)0)->b)) * alignof(decltype(((dm_backend *)0)->b)))
-#define DM_BACKEND_NEXT(a, b)                                                                                   \
-    static_assert(offsetof(dm_backend, b) == DM_BACKEND_ALIGN(DM_BACKEND_AFTER(a), b),                         \
+#define DM_BACKEND_NEXT(a, b)                                                                \
+    static_assert(offsetof(dm_backend, b) == DM_BACKEND_ALIGN(DM_BACKEND_AFTER(a), b),      \
                   "dm_backend's fields changed at " #a ", " #b ": initialise dm_backend_cuda in field order")
-static_assert(offsetof(dm_backend, name) == 0, "dm_backend has a field before name: initialise dm_backend_cuda in field order");
+static_assert(offsetof(dm_backend, name) == 0,
+              "dm_backend has a field before name: initialise dm_backend_cuda in field order");
 DM_BACKEND_NEXT(name, device); DM_BACKEND_NEXT(device, merge_siblings); DM_BACKEND_NEXT(merge_siblings, runs_pairs);
 DM_BACKEND_NEXT(runs_pairs, algos); DM_BACKEND_NEXT(algos, check_options);
 DM_BACKEND_NEXT(check_options, resolve_options); DM_BACKEND_NEXT(resolve_options, create);
@@ -239,7 +240,8 @@ DM_BACKEND_NEXT(profile, profile_take); DM_BACKEND_NEXT(profile_take, pool_new);
 DM_BACKEND_NEXT(pool_free, pool_bytes); DM_BACKEND_NEXT(pool_bytes, buf_new); DM_BACKEND_NEXT(buf_new, buf_free);
 DM_BACKEND_NEXT(buf_free, buf_copy); DM_BACKEND_NEXT(buf_copy, copy_tensor); DM_BACKEND_NEXT(copy_tensor, adamw);
 DM_BACKEND_NEXT(adamw, mse);
-static_assert(sizeof(dm_backend) == (DM_BACKEND_AFTER(mse) + alignof(dm_backend) - 1) / alignof(dm_backend) * alignof(dm_backend),
+static_assert(sizeof(dm_backend) ==
+                  (DM_BACKEND_AFTER(mse) + alignof(dm_backend) - 1) / alignof(dm_backend) * alignof(dm_backend),
               "dm_backend has a field after mse: initialise dm_backend_cuda in field order");
 /* and none hides in the padding between two of them: a structured binding takes exactly
  * as many names as the struct has fields */
