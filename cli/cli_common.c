@@ -623,7 +623,9 @@ const cli_option cli_device_options[] = {
 
 const char *cli_emulated_note(dm_device_kind dev) {
     const char *e = getenv("DMOVE_CUDA_EMULATE");
-    return dev == DM_DEVICE_CUDA && e && !strcmp(e, "1") ? ", emulated on the host by DMOVE_CUDA_EMULATE=1" : "";
+    if (dev != DM_DEVICE_CUDA || !e) return "";
+    return !strcmp(e, "1") ? ", emulated on the host by DMOVE_CUDA_EMULATE=1"
+           : !strcmp(e, "lanes") ? ", emulated on the host by DMOVE_CUDA_EMULATE=lanes" : "";
 }
 
 double cli_now(void) {

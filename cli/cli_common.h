@@ -186,8 +186,8 @@ typedef struct {
 extern const cli_option cli_device_options[];
 #define CLI_DEVICE(type, field) {.kind = CLI_GROUP, .off = offsetof(type, field), .group = cli_device_options}
 
-/* ", emulated on the host by DMOVE_CUDA_EMULATE=1" when --device cuda runs emulated (the
- * tests' setting: its times are not a GPU's), else "". */
+/* ", emulated on the host by DMOVE_CUDA_EMULATE=1" (or =lanes) when --device cuda runs
+ * emulated (the tests' setting: its times are not a GPU's), else "". */
 const char *cli_emulated_note(dm_device_kind dev);
 /* The help of --recompute (layer, bench, tune, train), ending with `scope` in parentheses:
  * where it applies. */

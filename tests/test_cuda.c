@@ -866,6 +866,18 @@ static void test_streams_option(void) {
     CHECK(dm_cuda_rows_resolve(DM_ROWS_DEFAULT, &r) == DM_OK && r == DM_ROWS_INTERP);
     CHECK(dm_cuda_streams_resolve(0, &n) == DM_OK && n == 1);
     CHECK(dm_cuda_streams_resolve(2, &n) == DM_OK && n == 2);
+    /* DMOVE_CUDA_EMULATE: 1 emulates, lanes emulates with the generated kernels lane by lane
+     * (tests/test_ops.c), as the interp default and one stream say */
+    int on = -1;
+    CHECK(dm_cuda_emulate_resolve(&on) == DM_OK && on == 1);
+    CHECK(setenv("DMOVE_CUDA_EMULATE", "lanes", 1) == 0);
+    CHECK(dm_cuda_emulate_resolve(&on) == DM_OK && on == 2);
+    CHECK(dm_cuda_rows_resolve(DM_ROWS_DEFAULT, &r) == DM_OK && r == DM_ROWS_INTERP);
+    CHECK(dm_cuda_streams_resolve(0, &n) == DM_OK && n == 1);
+    CHECK(setenv("DMOVE_CUDA_EMULATE", "0", 1) == 0);
+    CHECK(dm_cuda_emulate_resolve(&on) == DM_OK && on == 0);
+    CHECK(setenv("DMOVE_CUDA_EMULATE", "yes", 1) == 0);
+    CHECK(dm_cuda_emulate_resolve(&on) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "lanes"));
     if (emu) CHECK(setenv("DMOVE_CUDA_EMULATE", emu, 1) == 0);
     else CHECK(unsetenv("DMOVE_CUDA_EMULATE") == 0);
     free(emu);

@@ -15,50 +15,89 @@
  *    of one included, two random), the contractions on every einsum spec the encoder
  *    builder and autodiff make (pre-LN and post-LN, with and without the input gradient),
  *    on two random sizings of their letters;
- *  - on every backend built: the CPU backend (fp32: rel.err < 1e-5), and with CUDA
- *    compiled in, the CUDA backend emulated on the host (DM_CUDA_EMULATE: the executor's
- *    row programs and cuBLAS calls run on the CPU) in fp32 (< 1e-5), bf16 and fp16
- *    storage (< 1e-2, the reference fed the same rounded inputs and its outputs rounded as
- *    the device stores them) with the interpreting row kernel, with the generated row
- *    kernels built for the host (every row program must be generated), and with the
- *    generated device kernels run lane by lane (simulated lanes: two small row shapes,
- *    the small einsum sizing); row statistics (LayerNorm's mean and rstd) stay fp32;
- *    on a GPU, also the device itself, interpreted and generated. Without CUDA compiled
- *    in: "SKIP" for the CUDA backend, said plainly.
+ *  - on every backend the registry lists (src/layer/backends.c: the Makefile's BACKENDS),
+ *    driven through its dm_backend table alone (plan/backend.h: create over a host arena,
+ *    upload, run_group, sync, download, destroy), in every variant it accepts: the option
+ *    sets of dm_layer_options (storage fp32, bf16, fp16 x row kernels default, interp, gen
+ *    x streams default, 1) that its check_options takes, one run per distinct set its
+ *    resolve_options makes of them; and in each environment listed for it below (the CUDA
+ *    backend: emulated on the host, DMOVE_CUDA_EMULATE=1; emulated with the generated
+ *    device kernels run lane by lane, DMOVE_CUDA_EMULATE=lanes, rows gen, on two small row
+ *    shapes and the small einsum sizing; on the device itself, =0, "SKIP" said plainly where
+ *    there is none); a backend with none listed runs once, in the environment as it is.
+ *    So today: the CPU backend (fp32: rel.err < 1e-5) and the CUDA backend emulated in fp32
+ *    (< 1e-5), bf16 and fp16 storage (< 1e-2, the reference fed the same rounded inputs and
+ *    its outputs rounded as the storage type keeps them) with the interpreting row kernel,
+ *    with the generated row kernels built for the host (every row program must be
+ *    generated: the backend's notes row_programs and row_programs_generated), and with
+ *    simulated lanes; row statistics (LayerNorm's mean and rstd) stay fp32; on a GPU also
+ *    the device, auto, interpreted and generated, on one stream and two. A device this
+ *    dmove was built without: "SKIP" with the registry's reason.
  * Outputs are poisoned with NaN first: every element must be written. Masked scores
  * (a reference beyond 1e30 in magnitude) must match exactly; the norm-wise relative error
- * is taken over the other elements. A kind counts as run on a backend when at least one
- * instance matched there; at the end every kind must have run on every backend run: the
- * count must equal DM_NUM_OPS x backends. */
+ * is taken over the other elements. A kind counts as run on a variant (backend,
+ * environment, resolved row kernels and streams) when at least one instance matched there;
+ * at the end every kind must have run on every variant run (the count must equal
+ * DM_NUM_OPS x variants), and every backend built must have run in some variant. */
 #include <float.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/exec.h"
 #include "cpu/kernels.h"
 #include "dmove.h"
 #include "graph/encoder.h"
 #include "graph/graph.h"
+#include "layer/backends.h"
+#include "plan/backend.h"
 #include "plan/plan.h"
 #include "testutil.h"
 
-#ifdef DM_HAVE_CUDA
-#include "cuda/cuda_backend.h"
-#endif
+/* An environment a backend runs in here: its own variables, by its name. A backend with
+ * none listed runs once, in the environment as it is. */
+typedef struct {
+    const char *backend;     /* dm_backend.name */
+    const char *label, *tag; /* in the report, and in the summary's columns */
+    const char *var, *value; /* set while it runs (var NULL: nothing) */
+    int slow;                /* only on the suites marked sim */
+    dm_rows rows;            /* only the option sets resolved to these row kernels (DEFAULT: any) */
+    int device;              /* on the device itself: DM_ERR_BACKEND at its first create means
+                              * there is none here (SKIP, said once) */
+} mode;
+static const mode k_modes[] = {
+    {"cuda", "emulated", "emu", "DMOVE_CUDA_EMULATE", "1", 0, DM_ROWS_DEFAULT, 0},
+    {"cuda", "emulated, simulated lanes", "sim", "DMOVE_CUDA_EMULATE", "lanes", 1, DM_ROWS_GEN, 0},
+    {"cuda", "device", "gpu", "DMOVE_CUDA_EMULATE", "0", 0, DM_ROWS_DEFAULT, 1},
+};
+enum { NMODES = sizeof k_modes / sizeof k_modes[0] };
+static const mode k_plain = {"", "", NULL, NULL, NULL, 0, DM_ROWS_DEFAULT, 0};
+static int g_mode_state[NMODES]; /* device modes: 0 not yet known, 1 present, -1 absent */
 
-enum { B_CPU, B_EMU, B_EMU_GEN, B_EMU_SIM, B_GPU, B_GPU_GEN, NB };
-static const char *const k_backend[NB] = {"cpu", "cuda emulated", "cuda emulated, generated kernels",
-                                          "cuda emulated, generated kernels, simulated lanes", "cuda device",
-                                          "cuda device, generated kernels"};
-static const char *const k_short[NB] = {"cpu", "emu", "emu-gen", "emu-sim", "gpu", "gpu-gen"};
+/* The option sets tried on every backend: their product, each as check_options takes it. */
+static const dm_dtype k_dtypes[3] = {DM_DTYPE_FP32, DM_DTYPE_BF16, DM_DTYPE_FP16};
+static const dm_rows k_rows[3] = {DM_ROWS_DEFAULT, DM_ROWS_INTERP, DM_ROWS_GEN};
+static const int k_streams[2] = {0, 1};
 static const char *const k_dtype[3] = {"fp32", "bf16", "fp16"};
 
-static int g_used[NB];                  /* the backend ran */
-static int g_ran[DM_NUM_OPS][NB];       /* instances of the kind that matched there */
-static double g_worst[DM_NUM_OPS][NB][3]; /* worst error per kind, backend and storage type */
-static int g_seen[NB][3];               /* (backend, storage type) pairs that ran */
+/* A variant: a backend in an environment with its options resolved (the storage type
+ * aside: a column of the summary each). */
+enum { MAXV = 32 };
+typedef struct {
+    const dm_backend *B;
+    const mode *m;
+    dm_rows rows; /* as resolve_options made them */
+    int streams;
+    int tried;    /* a state was made, or its making failed (not a device found absent) */
+    int done[3];  /* per storage type, the suite that last ran it */
+    char label[96], tag[24];
+} variant;
+static variant g_var[MAXV];
+static int g_nvar;
+
+static int g_ran[DM_NUM_OPS][MAXV];         /* instances of the kind that matched there */
+static double g_worst[DM_NUM_OPS][MAXV][3]; /* worst error per kind, variant and storage type */
+static int g_seen[MAXV][3];                 /* (variant, storage type) pairs that ran */
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
 static uint64_t next_u64(void) {
@@ -282,9 +321,9 @@ static void reference(const suite *S, float *in, float *ref) {
 static double tolerance(int dtype) { return dtype == 0 ? 1e-5 : 1e-2; }
 
 /* Every op's outputs in `got` against `ref`; counts the kinds that match. count: whether
- * a match counts as the kind run on backend b (the generated backends: only when every
- * row program was generated). */
-static void compare(const suite *S, const float *got, const float *ref, int b, int dtype, int count) {
+ * a match counts as the kind run on variant v (generated row kernels: only when every row
+ * program was generated). */
+static void compare(const suite *S, const float *got, const float *ref, int v, int dtype, int count) {
     const dm_graph *g = &S->g;
     int nbad = 0;
     double worst = 0;
@@ -312,7 +351,7 @@ static void compare(const suite *S, const float *got, const float *ref, int b, i
             if (!ok) {
                 good = 0;
                 fprintf(stderr, "  FAIL %s %s %s: %s (act %s p %g causal %d) output %d: rel.err %.2e, %lld of %lld "
-                        "not written, %lld masked wrong\n", S->label, k_backend[b], k_dtype[dtype], op->name,
+                        "not written, %lld masked wrong\n", S->label, g_var[v].label, k_dtype[dtype], op->name,
                         dm_act_name(op->act), op->p, op->causal, s, err, (long long)nan,
                         (long long)g->t[t].numel, (long long)masked_bad);
             }
@@ -320,100 +359,177 @@ static void compare(const suite *S, const float *got, const float *ref, int b, i
                 worst = err;
                 worst_op = op->name;
             }
-            if (!(err <= g_worst[op->kind][b][dtype])) g_worst[op->kind][b][dtype] = err;
+            if (!(err <= g_worst[op->kind][v][dtype])) g_worst[op->kind][v][dtype] = err;
         }
         nbad += !good;
-        if (good && count) g_ran[op->kind][b]++;
+        if (good && count) g_ran[op->kind][v]++;
     }
-    g_used[b] = 1;
-    g_seen[b][dtype] = 1;
-    printf("  %-22s %-50s %s: %3d ops, worst rel.err %.2e (%s)%s\n", S->label, k_backend[b], k_dtype[dtype],
+    g_seen[v][dtype] = 1;
+    printf("  %-22s %-50s %s: %3d ops, worst rel.err %.2e (%s)%s\n", S->label, g_var[v].label, k_dtype[dtype],
            g->nop, worst, worst_op, nbad ? " FAIL" : "");
 }
 
-static void run_cpu(const suite *S) {
-    float *a = malloc(sizeof(float) * (S->nf ? S->nf : 1)), *ref = malloc(sizeof(float) * (S->nf ? S->nf : 1));
-    dm_cpu_exec ex;
-    if (!a || !ref) goto done;
-    memcpy(a, S->init, sizeof(float) * S->nf);
-    memcpy(ref, S->init, sizeof(float) * S->nf);
-    reference(S, S->init, ref);
-    dm_status st = dm_cpu_exec_init(&ex, &S->plan, (char *)a, 2);
-    CHECK_OK(st);
-    if (st != DM_OK) goto done;
-    for (int gi = 0; gi < S->plan.ngroups; gi++) CHECK_OK(dm_cpu_exec_group(&ex, gi, S->seed, 0));
-    dm_cpu_exec_free(&ex);
-    compare(S, a, ref, B_CPU, 0, 1);
-done:
-    free(a);
-    free(ref);
+/* x as storage type dt keeps it (dm_dtype): rounded to the nearest, ties to even, a value
+ * beyond the type's largest finite one first brought back to it. */
+static float stored(dm_dtype dt, float x) {
+    if (dt == DM_DTYPE_FP32 || !isfinite(x) || x == 0.0f) return x;
+    const int mant = dt == DM_DTYPE_BF16 ? 7 : 10, emin = dt == DM_DTYPE_BF16 ? -126 : -14;
+    const double big = dt == DM_DTYPE_BF16 ? 3.38953139e38 : 65504.0, v = fmin(fmax((double)x, -big), big);
+    int e;
+    (void)frexp(v, &e); /* |v| in [2^(e-1), 2^e) */
+    const double q = ldexp(1.0, (e - 1 < emin ? emin : e - 1) - mant); /* its unit in the last place */
+    return (float)(nearbyint(v / q) * q);
 }
 
-#ifdef DM_HAVE_CUDA
-/* The CUDA backend (flags: DM_CUDA_EMULATE and the row kernels) in storage type dtype. */
-static void run_cuda(const suite *S, int b, unsigned flags, int dtype) {
+static void store(dm_dtype dt, float *x, int64_t n) {
+    for (int64_t e = 0; e < n; e++) x[e] = stored(dt, x[e]);
+}
+
+/* The number of note `key` of a backend's notes, or `otherwise`. */
+static double note_value(const dm_layer_note *notes, int n, const char *key, double otherwise) {
+    for (int k = 0; k < n; k++)
+        if (!strcmp(notes[k].key, key) && !notes[k].text) return notes[k].value;
+    return otherwise;
+}
+
+static int *mode_state(const mode *m) {
+    return m >= k_modes && m < k_modes + NMODES ? &g_mode_state[m - k_modes] : NULL;
+}
+
+/* The variant of backend B in environment m with options resolved to rows and streams
+ * (made on first use), or -1 if there are too many. */
+static int variant_of(const dm_backend *B, const mode *m, dm_rows rows, int streams) {
+    for (int v = 0; v < g_nvar; v++)
+        if (g_var[v].B == B && g_var[v].m == m && g_var[v].rows == rows && g_var[v].streams == streams) return v;
+    if (g_nvar == MAXV) return -1;
+    variant *V = &g_var[g_nvar];
+    *V = (variant){.B = B, .m = m, .rows = rows, .streams = streams};
+    snprintf(V->label, sizeof V->label, "%s%s%s%s%s", B->name, m->label[0] ? " " : "", m->label,
+             rows != DM_ROWS_DEFAULT ? ", rows " : "", rows != DM_ROWS_DEFAULT ? dm_rows_name(rows) : "");
+    if (streams > 0)
+        snprintf(V->label + strlen(V->label), sizeof V->label - strlen(V->label), ", %d stream%s", streams,
+                 streams > 1 ? "s" : "");
+    snprintf(V->tag, sizeof V->tag, "%s%s%s%s", m->tag ? m->tag : B->name, rows != DM_ROWS_DEFAULT ? "-" : "",
+             rows != DM_ROWS_DEFAULT ? dm_rows_name(rows) : "", streams > 1 ? "/2" : "");
+    return g_nvar++;
+}
+
+/* Runs the suite on variant v through its backend's table, with options opt (as a layer
+ * passes them to create: unresolved). */
+static void run_backend(const suite *S, int v, const dm_layer_options *opt) {
+    variant *V = &g_var[v];
+    const dm_backend *B = V->B;
     const dm_graph *g = &S->g;
-    const size_t nf = S->nf ? S->nf : 1;
+    const size_t nf = S->nf ? S->nf : 1, bytes = (S->plan.arena_bytes + 127) / 64 * 64;
     float *in = malloc(sizeof(float) * nf), *ref = malloc(sizeof(float) * nf), *got = malloc(sizeof(float) * nf);
-    dm_cuda_exec *ex = NULL;
-    if (!in || !ref || !got) goto done;
-    /* the reference computes from what the device stores, and is stored as it would be */
+    float *host = aligned_alloc(64, bytes); /* the layer's host arena, as dm_layer_new makes it */
+    dm_backend_state *st = NULL;
+    if (!in || !ref || !got || !host) {
+        CHECK(!"out of memory");
+        goto done;
+    }
+    /* the reference computes from what the backend stores, and is stored as it would be */
     memcpy(in, S->init, sizeof(float) * S->nf);
     for (int t = 0; t < g->nt; t++)
-        if (g->t[t].role != DM_ROLE_OUTPUT && g->t[t].base < 0) dm_cuda_round(dtype, at(S, in, t), (size_t)g->t[t].numel);
+        if (g->t[t].role != DM_ROLE_OUTPUT && g->t[t].base < 0) store(opt->dtype, at(S, in, t), g->t[t].numel);
     memcpy(ref, in, sizeof(float) * S->nf);
     reference(S, in, ref);
-    /* (but row statistics: the device keeps them in fp32, cuda_backend.h) */
+    /* (but row statistics: fp32 whatever the storage type, dm_dtype) */
     for (int o = 0; o < g->nop; o++)
         for (int s = 0; s < g->op[o].nout; s++)
             if (dm_arg_out(g->op[o].kind, s) != DM_ARG_ROWSCALAR)
-                dm_cuda_round(dtype, at(S, ref, g->op[o].out[s]), (size_t)g->t[g->op[o].out[s]].numel);
-    dm_status st = dm_cuda_exec_init(&ex, &S->plan, dtype, flags);
-    CHECK_OK(st);
-    if (st != DM_OK) goto done;
-    int progs = 0, gen = dm_cuda_exec_generated(ex, &progs), all_gen = 1;
-    if (flags & DM_CUDA_GEN) {
-        all_gen = gen == progs;
+                store(opt->dtype, at(S, ref, g->op[o].out[s]), g->t[g->op[o].out[s]].numel);
+    memset(host, 0, bytes);
+    dm_status s = B->create(&st, &S->plan, (char *)host, opt, 0, NULL);
+    int *known = mode_state(V->m);
+    if (V->m->device && known && *known == 0) {
+        *known = s == DM_ERR_BACKEND ? -1 : 1;
+        if (*known < 0) {
+            printf("SKIP: %s %s: none here (%s)\n", B->name, V->m->label, dm_last_error());
+            goto done;
+        }
+    }
+    V->tried = 1;
+    CHECK_OK(s);
+    if (s != DM_OK) goto done;
+    /* generated row kernels asked for: every row program generated, as the notes say */
+    int all_gen = 1;
+    if (V->rows == DM_ROWS_GEN) {
+        const dm_layer_note *notes = NULL;
+        const int nn = B->notes(st, &notes);
+        const double progs = note_value(notes, nn, "row_programs", -1);
+        const double gen = note_value(notes, nn, "row_programs_generated", -2);
+        all_gen = progs >= 0 && gen == progs;
         CHECK(all_gen);
         if (!all_gen)
-            fprintf(stderr, "  FAIL %s %s: %d of %d row programs generated\n", S->label, k_backend[b], gen, progs);
+            fprintf(stderr, "  FAIL %s %s: %g of %g row programs generated (notes row_programs_generated, "
+                    "row_programs)\n", S->label, V->label, gen, progs);
     }
-    CHECK_OK(dm_cuda_upload_arena(ex, in)); /* the outputs NaN */
-    for (int gi = 0; gi < S->plan.ngroups; gi++) CHECK_OK(dm_cuda_exec_group(ex, gi, S->seed, 0));
-    CHECK_OK(dm_cuda_sync(ex));
+    /* every tensor in: the inputs as stored, the outputs NaN */
+    memcpy(host, in, sizeof(float) * S->nf);
+    for (int t = 0; t < g->nt; t++)
+        if (g->t[t].base < 0 && S->plan.offset[t] >= 0) CHECK_OK(B->upload(st, t, at(S, host, t)));
+    for (int gi = 0; gi < S->plan.ngroups; gi++) CHECK_OK(B->run_group(st, gi, S->seed, 0));
+    CHECK_OK(B->sync(st));
     for (size_t e = 0; e < S->nf; e++) got[e] = NAN;
     for (int t = 0; t < g->nt; t++)
-        if (g->t[t].role == DM_ROLE_OUTPUT) CHECK_OK(dm_cuda_download(ex, t, at(S, got, t)));
-    compare(S, got, ref, b, dtype, all_gen);
+        if (g->t[t].role == DM_ROLE_OUTPUT) CHECK_OK(B->download(st, t, at(S, got, t)));
+    compare(S, got, ref, v, (int)opt->dtype, all_gen);
 done:
-    dm_cuda_exec_free(ex);
+    if (st) B->destroy(st);
+    free(host);
     free(in);
     free(ref);
     free(got);
 }
-#endif
 
-#ifdef DM_HAVE_CUDA
-static int g_gpu; /* a CUDA device is usable */
-#endif
+/* The suite on backend B in environment m: every option set of the product above that B
+ * takes, once per distinct resolved set (and storage type). */
+static void run_mode(const suite *S, const dm_backend *B, const mode *m, int serial) {
+    const int *known = mode_state(m);
+    if ((m->slow && !S->sim) || (known && *known < 0)) return;
+    char was[256] = "";
+    const char *w = m->var ? getenv(m->var) : NULL;
+    if (w) snprintf(was, sizeof was, "%s", w);
+    if (m->var) CHECK(setenv(m->var, m->value, 1) == 0);
+    for (int d = 0; d < 3; d++)
+        for (int r = 0; r < 3; r++)
+            for (int k = 0; k < 2; k++) {
+                dm_layer_options o = {.threads = 2, .device = B->device, .dtype = k_dtypes[d], .rows = k_rows[r],
+                                      .streams = k_streams[k]};
+                if (B->check_options(&o) != DM_OK) continue; /* not a set this backend takes */
+                dm_layer_options res = o;
+                const dm_status st = B->resolve_options(&res);
+                CHECK_OK(st);
+                if (st != DM_OK || (m->rows != DM_ROWS_DEFAULT && res.rows != m->rows)) continue;
+                const int v = variant_of(B, m, res.rows, res.streams);
+                CHECK(v >= 0);
+                if (v < 0 || g_var[v].done[d] == serial) continue; /* the same as a set run before */
+                g_var[v].done[d] = serial;
+                run_backend(S, v, &o);
+                if (known && *known < 0) goto out; /* no device */
+            }
+out:
+    if (m->var) CHECK((w ? setenv(m->var, was, 1) : unsetenv(m->var)) == 0);
+}
 
 static void run_suite(suite *S) {
+    static int serial;
     if (!suite_plan(S)) {
         CHECK(!"suite not planned");
         return;
     }
-    run_cpu(S);
-#ifdef DM_HAVE_CUDA
-    for (int dt = 0; dt < 3; dt++) {
-        run_cuda(S, B_EMU, DM_CUDA_EMULATE, dt);
-        run_cuda(S, B_EMU_GEN, DM_CUDA_EMULATE | DM_CUDA_GEN, dt);
-        if (S->sim) run_cuda(S, B_EMU_SIM, DM_CUDA_EMULATE | DM_CUDA_GEN | DM_CUDA_SIM_LANES, dt);
-        if (g_gpu) {
-            run_cuda(S, B_GPU, DM_CUDA_SYNC_EACH, dt);
-            run_cuda(S, B_GPU_GEN, DM_CUDA_SYNC_EACH | DM_CUDA_GEN, dt);
-        }
+    serial++;
+    const dm_backend *B;
+    for (int b = 0; (B = dm_backend_at(b)); b++) {
+        int listed = 0;
+        for (int m = 0; m < NMODES; m++)
+            if (!strcmp(k_modes[m].backend, B->name)) {
+                run_mode(S, B, &k_modes[m], serial);
+                listed = 1;
+            }
+        if (!listed) run_mode(S, B, &k_plain, serial);
     }
-#endif
     suite_free(S);
 }
 
@@ -491,37 +607,50 @@ static void contract_suite(const einsum *es, int n, int lo, int hi, int sim) {
 }
 
 static void summary(void) {
-    int cols[NB * 3][2], nc = 0;
-    for (int b = 0; b < NB; b++)
+    int cols[MAXV * 3][2], nc = 0;
+    for (int v = 0; v < g_nvar; v++)
         for (int d = 0; d < 3; d++)
-            if (g_seen[b][d]) cols[nc][0] = b, cols[nc++][1] = d;
-    printf("\nworst rel.err per kind (column: backend, storage type):\n%-15s", "");
+            if (g_seen[v][d]) cols[nc][0] = v, cols[nc++][1] = d;
+    printf("\nworst rel.err per kind (column: variant, storage type):\n%-15s", "");
     for (int c = 0; c < nc; c++) {
-        char h[24];
-        snprintf(h, sizeof h, "%s %s", k_short[cols[c][0]], k_dtype[cols[c][1]]);
-        printf(" %12s", h);
+        char h[40];
+        snprintf(h, sizeof h, "%s %s", g_var[cols[c][0]].tag, k_dtype[cols[c][1]]);
+        printf(" %15s", h);
     }
     printf("\n");
     for (int k = 0; k < DM_NUM_OPS; k++) {
         printf("%-15s", dm_op_kind_name((dm_op_kind)k));
-        for (int c = 0; c < nc; c++) printf(" %12.1e", g_worst[k][cols[c][0]][cols[c][1]]);
+        for (int c = 0; c < nc; c++) printf(" %15.1e", g_worst[k][cols[c][0]][cols[c][1]]);
         printf("\n");
     }
-    int backends = 0, pairs = 0;
-    for (int b = 0; b < NB; b++) {
-        if (!g_used[b]) continue;
-        backends++;
+    int variants = 0, pairs = 0;
+    for (int v = 0; v < g_nvar; v++) {
+        if (!g_var[v].tried) continue;
+        variants++;
         for (int k = 0; k < DM_NUM_OPS; k++) {
-            pairs += g_ran[k][b] > 0;
-            if (!g_ran[k][b]) fprintf(stderr, "FAIL: %s never ran on the backend %s\n", dm_op_kind_name((dm_op_kind)k), k_backend[b]);
+            pairs += g_ran[k][v] > 0;
+            if (!g_ran[k][v])
+                fprintf(stderr, "FAIL: %s never ran on %s\n", dm_op_kind_name((dm_op_kind)k), g_var[v].label);
         }
-        printf("%-50s:", k_backend[b]);
-        for (int k = 0; k < DM_NUM_OPS; k++) printf(" %d", g_ran[k][b]);
+        printf("%-50s:", g_var[v].label);
+        for (int k = 0; k < DM_NUM_OPS; k++) printf(" %d", g_ran[k][v]);
         printf(" instances per kind\n");
     }
-    CHECK(pairs == DM_NUM_OPS * backends);
-    printf("every kind on every backend: %d (kind, backend) pairs ran = %d kinds x %d backends %s\n", pairs,
-           DM_NUM_OPS, backends, pairs == DM_NUM_OPS * backends ? "ok" : "FAIL");
+    CHECK(pairs == DM_NUM_OPS * variants);
+    printf("every kind on every backend variant: %d (kind, variant) pairs ran = %d kinds x %d variants %s\n", pairs,
+           DM_NUM_OPS, variants, pairs == DM_NUM_OPS * variants ? "ok" : "FAIL");
+    /* and every backend built ran, in some variant */
+    const dm_backend *B;
+    int backends = 0, ran = 0;
+    for (int b = 0; (B = dm_backend_at(b)); b++) {
+        int n = 0;
+        for (int v = 0; v < g_nvar; v++) n += g_var[v].B == B && g_var[v].tried;
+        backends++;
+        ran += n > 0;
+        CHECK(n > 0);
+        if (!n) fprintf(stderr, "FAIL: the backend %s ran in no variant (it took none of the option sets)\n", B->name);
+    }
+    printf("every backend built ran: %d of %d %s\n", ran, backends, ran == backends ? "ok" : "FAIL");
 }
 
 int main(void) {
@@ -533,14 +662,13 @@ int main(void) {
         shapes[s][1] = 2 + (int64_t)(next_u64() % 299);
     }
     check_table();
-#ifdef DM_HAVE_CUDA
-    char why[256] = "";
-    g_gpu = dm_cuda_available(why, sizeof why) == DM_OK;
-    if (g_gpu) printf("CUDA backend: emulated on the host, and on the device %s\n", why);
-    else printf("CUDA backend: emulated on the host (no device: %s)\n", why);
-#else
-    printf("SKIP: the CUDA backend is not built (dmove without DM_HAVE_CUDA): the CPU backend only\n");
-#endif
+    const dm_backend *B;
+    printf("backends built:");
+    for (int b = 0; (B = dm_backend_at(b)); b++) printf(" %s", B->name);
+    printf("\n");
+    for (int d = 0; strcmp(dm_device_kind_name((dm_device_kind)d), "?"); d++)
+        if (dm_backend_find((dm_device_kind)d, &B) != DM_OK)
+            printf("SKIP: the %s backend: %s\n", dm_device_kind_name((dm_device_kind)d), dm_last_error());
     for (int s = 0; s < 8; s++) row_suite(shapes[s][0], shapes[s][1], s == 1 || s == 2);
     einsum es[64];
     const int n = builder_specs(es, 64);

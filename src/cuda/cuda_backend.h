@@ -78,8 +78,10 @@ enum {
 
 /* The environment (cudaexec/backend.cu). DMOVE_CUDA_EMULATE=1: `--device cuda` layers run
  * the executor emulated on the host (DM_CUDA_EMULATE: slow, no GPU needed; for tests of
- * what drives the executor, e.g. the trainer); unset or 0: off; anything else is
- * DM_ERR_INVALID_ARG. rows: the choice a layer with option r makes: r, or for
+ * what drives the executor, e.g. the trainer; *on = 1); lanes: the same, and the generated
+ * kernels (rows gen or auto) run as the device kernels themselves, lane by lane
+ * (DM_CUDA_SIM_LANES: slower still; tests/test_ops.c; *on = 2); unset or 0: off (*on = 0);
+ * anything else is DM_ERR_INVALID_ARG. rows: the choice a layer with option r makes: r, or for
  * DM_ROWS_DEFAULT the DMOVE_CUDA_ROWS environment variable, else DM_ROWS_AUTO
  * (DM_ROWS_INTERP emulated). streams: the streams a layer with option `streams` uses (1 or
  * 2): it, or for 0 the DMOVE_CUDA_STREAMS environment variable, else 2 (1 emulated).

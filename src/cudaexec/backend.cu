@@ -3,6 +3,7 @@
  * streams resolved here from the options and the environment: DMOVE_CUDA_ROWS,
  * DMOVE_CUDA_STREAMS, DMOVE_CUDA_EMULATE), what it chose as the layer's notes, and the
  * trainer's buffers, copies, AdamW and loss on the device (cuda/train.cu). */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,8 +27,8 @@ static dm_cuda_exec *EX(dm_backend_state *st) { return S(st)->ex; }
 
 /* --- the environment ------------------------------------------------------------------- */
 
-/* Is the CUDA backend emulated on the host (DMOVE_CUDA_EMULATE=1)? A bad variable counts
- * as no: layer creation reports it. */
+/* Is the CUDA backend emulated on the host (DMOVE_CUDA_EMULATE=1 or lanes)? A bad variable
+ * counts as no: layer creation reports it. */
 static int emulating(void) {
     int on = 0;
     if (dm_cuda_emulate_resolve(&on) != DM_OK) {
@@ -69,10 +70,10 @@ dm_status dm_cuda_emulate_resolve(int *on) {
     const char *env = getenv("DMOVE_CUDA_EMULATE");
     *on = 0;
     if (!env || !*env || !strcmp(env, "0")) return DM_OK;
-    if (strcmp(env, "1") != 0)
+    if (strcmp(env, "1") != 0 && strcmp(env, "lanes") != 0)
         return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_EMULATE='%s': use 1 (run --device cuda on the host, "
-                       "emulated, for tests) or 0", env);
-    *on = 1;
+                       "emulated, for tests), lanes (the same, the generated kernels run lane by lane) or 0", env);
+    *on = env[0] == 'l' ? 2 : 1;
     return DM_OK;
 }
 
@@ -119,7 +120,8 @@ static dm_status create(dm_backend_state **out, const dm_plan *plan, char *host,
     const unsigned f = (rows == DM_ROWS_GEN    ? DM_CUDA_GEN | DM_CUDA_EPILOGUE
                         : rows == DM_ROWS_AUTO ? DM_CUDA_GEN | DM_CUDA_EPILOGUE | DM_CUDA_AUTO
                                                : 0) |
-                       (streams == 2 ? DM_CUDA_OVERLAP : 0) | (emulate ? DM_CUDA_EMULATE : 0);
+                       (streams == 2 ? DM_CUDA_OVERLAP : 0) | (emulate ? DM_CUDA_EMULATE : 0) |
+                       (emulate == 2 ? DM_CUDA_SIM_LANES : 0);
     dm_status s = dm_cuda_exec_init_pooled(&c->ex, plan, dt, f, (dm_cuda_pool *)pool);
     if (s != DM_OK) {
         free(c);
@@ -220,7 +222,46 @@ static dm_status mse(dm_backend_state *st, int ty, int tdy, const float *target,
     return dm_cuda_mse(EX(st), ty, tdy, target, mask, tokens, width, scale, partial, host_partial);
 }
 
-/* in the order of dm_backend's fields (C++17 has no designated initializers) */
+/* dm_backend_cuda is initialised by position, in the order of dm_backend's fields (C++17 has
+ * no designated initializers). So that a field added to dm_backend (plan/backend.h) cannot
+ * shift the entries below, or be left zero at the end, unnoticed, the fields listed here
+ * must follow each other with nothing between them, name first and mse last, and there must
+ * be no others: a field added fails one of these checks until it is named here and
+ * initialised at its place below. */
+#define DM_BACKEND_AFTER(a) (offsetof(dm_backend, a) + sizeof(((dm_backend *)0)->a))
+#define DM_BACKEND_ALIGN(n, b) (((n) + alignof(decltype(((dm_backend *)0)->b)) - 1) / \
+                                alignof(decltype(((dm_backend *)0)->b)) * alignof(decltype(((dm_backend *)0)->b)))
+#define DM_BACKEND_NEXT(a, b)                                                                \
+    static_assert(offsetof(dm_backend, b) == DM_BACKEND_ALIGN(DM_BACKEND_AFTER(a), b),      \
+                  "dm_backend's fields changed at " #a ", " #b ": initialise dm_backend_cuda in field order")
+static_assert(offsetof(dm_backend, name) == 0,
+              "dm_backend has a field before name: initialise dm_backend_cuda in field order");
+DM_BACKEND_NEXT(name, device); DM_BACKEND_NEXT(device, merge_siblings); DM_BACKEND_NEXT(merge_siblings, runs_pairs);
+DM_BACKEND_NEXT(runs_pairs, algos); DM_BACKEND_NEXT(algos, check_options);
+DM_BACKEND_NEXT(check_options, resolve_options); DM_BACKEND_NEXT(resolve_options, create);
+DM_BACKEND_NEXT(create, destroy); DM_BACKEND_NEXT(destroy, notes); DM_BACKEND_NEXT(notes, workspace_bytes);
+DM_BACKEND_NEXT(workspace_bytes, timed_with); DM_BACKEND_NEXT(timed_with, upload); DM_BACKEND_NEXT(upload, download);
+DM_BACKEND_NEXT(download, run_group); DM_BACKEND_NEXT(run_group, sync); DM_BACKEND_NEXT(sync, profile);
+DM_BACKEND_NEXT(profile, profile_take); DM_BACKEND_NEXT(profile_take, pool_new); DM_BACKEND_NEXT(pool_new, pool_free);
+DM_BACKEND_NEXT(pool_free, pool_bytes); DM_BACKEND_NEXT(pool_bytes, buf_new); DM_BACKEND_NEXT(buf_new, buf_free);
+DM_BACKEND_NEXT(buf_free, buf_copy); DM_BACKEND_NEXT(buf_copy, copy_tensor); DM_BACKEND_NEXT(copy_tensor, adamw);
+DM_BACKEND_NEXT(adamw, mse);
+static_assert(sizeof(dm_backend) ==
+                  (DM_BACKEND_AFTER(mse) + alignof(dm_backend) - 1) / alignof(dm_backend) * alignof(dm_backend),
+              "dm_backend has a field after mse: initialise dm_backend_cuda in field order");
+/* and none hides in the padding between two of them: a structured binding takes exactly
+ * as many names as the struct has fields */
+[[maybe_unused]] static void dm_backend_fields_all_named(const dm_backend &b) {
+    [[maybe_unused]] const auto &[name, device, merge_siblings, runs_pairs, algos, check_options, resolve_options,
+                                  create, destroy, notes, workspace_bytes, timed_with, upload, download, run_group, sync,
+                                  profile, profile_take, pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy,
+                                  copy_tensor, adamw, mse] = b;
+}
+#undef DM_BACKEND_NEXT
+#undef DM_BACKEND_ALIGN
+#undef DM_BACKEND_AFTER
+
+/* in the order of dm_backend's fields, which the asserts above check */
 extern "C" const dm_backend dm_backend_cuda = {
     "cuda", DM_DEVICE_CUDA,
     0, /* merge_siblings: the fused attention kernels take the groups without */

@@ -34,6 +34,10 @@ const dm_backend *dm_backend_get(dm_device_kind d) {
     return NULL;
 }
 
+const dm_backend *dm_backend_at(int k) {
+    return k >= 0 && (size_t)k < sizeof built / sizeof built[0] ? built[k] : NULL;
+}
+
 dm_status dm_backend_find(dm_device_kind d, const dm_backend **out) {
     *out = dm_backend_get(d);
     if (*out) return DM_OK;

@@ -35,6 +35,10 @@ enum {
                              * create: the tuner measures the others */
 };
 
+/* The CUDA backend's entry (src/cudaexec/backend.cu: C++17, which has no designated
+ * initializers) initialises this struct by position, in field order: a field added here
+ * goes into that list at its place too. Its compile-time checks (each field right after
+ * the one before it, mse the last, no field unnamed) fail the build until it does. */
 typedef struct dm_backend {
     const char *name;      /* "cpu", "cuda": as dm_device_kind_name of its device */
     dm_device_kind device; /* the device it runs layers on */
