@@ -6,8 +6,8 @@
  *    and its keeps column against the gradient rules: autodiff of a one-op graph reads
  *    exactly the forward operands the table says it keeps (none for the kinds without a
  *    rule: the backward ones);
- *  - every kind on random inputs against its naive reference (src/cpu/ref.c: dm_ref_op,
- *    dm_ref_contract for the einsums), each row kind in every variant its params column
+ *  - every kind on random inputs against its naive reference (src/cpu/ref.c: dm_ref_op;
+ *    src/plan/gemm.c: dm_gemm_ref for the einsums), each row kind in every variant its params column
  *    names (activation gelu, gelu_tanh, relu; dropout p 0, 0.1, 0.5 on the same Philox
  *    seed and stream as the reference; the mask plain and causal; LayerNorm's backward
  *    fed statistics consistent with its input, softmax masked scores (whole rows too),
@@ -51,6 +51,7 @@
 #include "graph/graph.h"
 #include "layer/backends.h"
 #include "plan/backend.h"
+#include "plan/gemm.h"
 #include "plan/plan.h"
 #include "testutil.h"
 
@@ -313,7 +314,7 @@ static void reference(const suite *S, float *in, float *ref) {
         }
         for (int s = 0; s < op->nout; s++) op_out[s] = at(S, ref, op->out[s]);
         if (dm_op_kind_class(op->kind) == DM_CLASS_CONTRACTION)
-            dm_ref_contract(op->spec, g->dim, op->alpha, ip[0], ip[1], op_out[0]);
+            dm_gemm_ref(g, op, ip[0], ip[1], op_out[0]);
         else dm_ref_op(op, S->seed, groups, ip, op_out);
     }
 }

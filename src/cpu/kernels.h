@@ -27,10 +27,5 @@ void dm_cpu_row(const dm_row *rw);
  * mask_groups: rows of the GROUPED operand of MASK_ADD. */
 void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float *const *in,
                float *const *out);
-/* A contraction's naive reference from its einsum spec "a,b->c" (the letters of A, B ->
- * C): every tensor dense and row-major in its letters' order, letter l of size
- * dim[l - 'a']; C = alpha * the sum over the letters C lacks, in double. */
-void dm_ref_contract(const char *spec, const int64_t dim[26], float alpha, const float *A, const float *B,
-                     float *C);
 
 #endif
