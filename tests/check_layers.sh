@@ -21,6 +21,7 @@ cd "$(dirname "$0")/.."
 LEVELS='
 include    -1
 core        0
+text        1
 graph       1
 plan        2
 analysis    3

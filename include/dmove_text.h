@@ -1,0 +1,92 @@
+/* dmove_text.h: text in. A WordPiece tokenizer that gives the ids Hugging Face's
+ * BertTokenizerFast gives (from a tokenizer.json or a vocab.txt), the token shards
+ * `dmove prepare` writes, and the loader that makes masked-language-model batches of them.
+ * The conventions of dmove_tools.h hold: opaque handles, every fallible function returns
+ * dm_status and leaves its message in dm_last_error(), nothing exits, NULL arguments are
+ * refused (DM_ERR_INVALID_ARG), every *_free takes NULL. */
+#ifndef DMOVE_TEXT_H
+#define DMOVE_TEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dmove.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- The tokenizer ---------------------------------------------------------------------- */
+
+typedef struct dm_tokenizer dm_tokenizer;
+
+/* How a vocab.txt is normalized (a tokenizer.json says so itself and takes DM_CASE_FILE). */
+typedef enum {
+    DM_CASE_FILE = 0,  /* tokenizer.json: as the file configures; vocab.txt: refused */
+    DM_CASE_LOWER,     /* vocab.txt: BertTokenizerFast(do_lower_case=True) */
+    DM_CASE_CASED      /* vocab.txt: BertTokenizerFast(do_lower_case=False) */
+} dm_case;
+
+/* Loads `path`: a Hugging Face tokenizer.json whose model is WordPiece (another model type
+ * is refused, naming what is supported), or a vocab.txt (one token per line, its line
+ * number the id). The file is validated whole (JSON, duplicate tokens and ids, ids in
+ * 0 .. size-1 without holes, special tokens present). */
+dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing);
+void dm_tokenizer_free(dm_tokenizer *t);
+
+int32_t dm_tokenizer_vocab_size(const dm_tokenizer *t);           /* NULL t: 0 */
+/* A 64-bit hash of what decides the ids: the vocabulary (tokens in id order) and the
+ * normalization settings. Shards record it; the loader refuses another one. */
+uint64_t dm_tokenizer_hash(const dm_tokenizer *t);                  /* NULL t: 0 */
+/* The id of `token` (exactly, no normalization), or -1. */
+int32_t dm_tokenizer_token_id(const dm_tokenizer *t, const char *token);
+/* The text of id `id` (e.g. "##ing"), or NULL when out of range; lives as long as t. */
+const char *dm_tokenizer_token(const dm_tokenizer *t, int32_t id);
+/* One line on the configuration, e.g. "WordPiece, 30522 tokens, lowercase, strip accents,
+ * Chinese characters split, control characters cleaned, max 100 chars a word". */
+const char *dm_tokenizer_describe(const dm_tokenizer *t);          /* NULL t: "" */
+
+/* The special tokens' ids. dm_tokenizer_specials fails (DM_ERR_NOT_FOUND) naming the ones
+ * the vocabulary lacks of [PAD] [UNK] [CLS] [SEP] [MASK] (the names a tokenizer.json
+ * configures, else these). */
+typedef struct {
+    int32_t pad, unk, cls, sep, mask;
+} dm_special_ids;
+dm_status dm_tokenizer_specials(const dm_tokenizer *t, dm_special_ids *out);
+
+/* A growable list of ids; zero-initialise it, dm_ids_free it. */
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} dm_ids;
+void dm_ids_free(dm_ids *ids);
+
+/* Encodes `len` bytes of UTF-8 text as BertTokenizerFast does (added tokens matched
+ * first, then normalizer, pre-tokenizer, WordPiece) and APPENDS the ids to *out (add_special
+ * 1: "[CLS] ... [SEP]" around them, as the tokenizer's post-processor does). Invalid UTF-8
+ * is refused with DM_ERR_FORMAT, naming the byte offset in `text`; *bad_offset (may be
+ * NULL) gets it, else (size_t)-1. Thread-safe on one tokenizer. */
+dm_status dm_tokenizer_encode(const dm_tokenizer *t, const char *text, size_t len,
+                              int add_special, dm_ids *out, size_t *bad_offset);
+/* Encodes `count` texts on `threads` threads (0: all cores); out[k] gets text k's ids
+ * (appended, as above). On invalid UTF-8: DM_ERR_FORMAT naming the first text and offset;
+ * *bad_index and *bad_offset (may be NULL) get them. */
+dm_status dm_tokenizer_encode_batch(const dm_tokenizer *t, const char *const *texts,
+                                    const size_t *lens, size_t count, int add_special,
+                                    int threads, dm_ids *out, size_t *bad_index,
+                                    size_t *bad_offset);
+/* The ids as text, WordPiece's way: tokens joined by spaces, "##" continuations glued to
+ * the token before (BertTokenizerFast.decode with clean_up_tokenization_spaces=False);
+ * specials kept. The caller free()s *text. */
+dm_status dm_tokenizer_decode(const dm_tokenizer *t, const int32_t *ids, size_t n,
+                              char **text);
+
+/* The first byte offset at which `s` is not valid UTF-8 (overlong forms, surrogates and
+ * code points past U+10FFFF are invalid), or len when it is all valid. */
+size_t dm_utf8_invalid_at(const char *s, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
