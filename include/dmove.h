@@ -231,22 +231,40 @@ dm_status dm_layer_to_host(dm_layer *layer);
 
 /* --- Training a stack of layers (`dmove train`) --------------------------------------- */
 
-/* AdamW as torch.optim.AdamW (decoupled weight decay, bias-corrected moments, eps outside
- * the square root), with a learning rate that rises linearly over `warmup` steps (step s
- * <= warmup takes lr * s / warmup) and then, if `total` > 0, falls linearly (step s takes
- * lr * (total - s + 1) / (total - warmup), 0 past total): BERT's schedule. */
+/* The optimizer and its learning-rate schedule.
+ * AdamW as torch.optim.AdamW (decoupled weight decay, bias-corrected moments, eps outside
+ * the square root). LAMB as BERT is pretrained with at scale (You et al. 2019; NVIDIA's
+ * FusedLAMB, its defaults): the AdamW direction u = m^ / (sqrt(v^) + eps) + decay * w,
+ * scaled per tensor by the trust ratio ||w|| / ||u|| (1 where either norm is 0, and for the
+ * tensors that take no weight decay: biases and LayerNorm parameters), w -= lr * ratio * u.
+ * Gradients are the mean over `accumulate` micro-batches (one update per `accumulate`
+ * dm_trainer_step calls) and, with clip_norm > 0, scaled by min(1, clip_norm / (||g|| +
+ * 1e-6)) over all of them together, as torch.nn.utils.clip_grad_norm_ does, before the
+ * optimizer sees them.
+ * The learning rate rises linearly over `warmup` updates (update s <= warmup takes
+ * lr * s / warmup) and then, if `total` > 0, decays to lr_end at update total + 1:
+ * update s takes lr_end + (lr - lr_end) * ((total - s + 1) / (total - warmup))^power
+ * (power 1: linear, BERT's schedule; Hugging Face's polynomial schedule otherwise), lr_end
+ * past total. */
+typedef enum { DM_OPT_ADAMW = 0, DM_OPT_LAMB } dm_optimizer;
+const char *dm_optimizer_name(dm_optimizer o); /* "adamw", "lamb" */
 typedef struct {
+    dm_optimizer kind;   /* DM_OPT_ADAMW (default) or DM_OPT_LAMB */
     double lr;           /* peak learning rate (default 1e-4) */
     double beta1, beta2; /* 0.9, 0.999 */
     double eps;          /* 1e-6 (BERT's) */
     double weight_decay; /* 0.01, on weights only: biases and LayerNorm parameters take none */
-    int64_t warmup;      /* warm-up steps (default 0) */
-    int64_t total;       /* the step where the rate reaches 0 (default 0: no decay) */
-} dm_adamw_config;
-void dm_adamw_config_default(dm_adamw_config *c);
-dm_status dm_adamw_config_check(const dm_adamw_config *c);
+    int64_t warmup;      /* warm-up updates (default 0) */
+    int64_t total;       /* the last update of the decay (default 0: no decay) */
+    double power;        /* the decay's power (default 1: linear) */
+    double lr_end;       /* the rate the decay ends at (default 0) */
+    double clip_norm;    /* global gradient-norm clipping (default 0: none; BERT: 1) */
+    int accumulate;      /* micro-batches per update (default 1) */
+} dm_optim_config;
+void dm_optim_config_default(dm_optim_config *c);
+dm_status dm_optim_config_check(const dm_optim_config *c);
 /* The learning rate of update number `step` (from 1). */
-double dm_adamw_lr(const dm_adamw_config *c, int64_t step);
+double dm_optim_lr(const dm_optim_config *c, int64_t step);
 
 /* A stack of `layers` encoder layers (Hugging Face BertEncoder without its embeddings),
  * trained to map hidden_states to target: loss = mean over the tokens the mask keeps and
@@ -256,7 +274,7 @@ double dm_adamw_lr(const dm_adamw_config *c, int64_t step);
  * hidden_states (b,j,i) the stack's input, attention_mask (b,j) (default all ones), target
  * (b,j,i) (default zeros), output (b,j,i) the last layer's, and for layer l
  * "encoder.layer.<l>.<BertLayer parameter>" with ".grad", ".exp_avg" and ".exp_avg_sq"
- * (AdamW's moments) after it. The parameters start as the layers make them
+ * (the optimizer's moments, AdamW's and LAMB's) after it. The parameters start as the layers make them
  * (dm_trainer_init_params for BERT's initialisation).
  * With opt->device DM_DEVICE_CUDA the whole step runs on the GPU (layer to layer, loss,
  * AdamW over fp32 master weights in 16-bit storage) and these tensors are host copies:
@@ -270,14 +288,19 @@ typedef struct dm_trainer dm_trainer;
  * parameters changed on the host), 0 on the CPU. */
 enum { DM_TRAIN_FORWARD = 0, DM_TRAIN_LOSS, DM_TRAIN_BACKWARD, DM_TRAIN_OPTIMIZER, DM_TRAIN_INPUT, DM_TRAIN_NUM_PHASES };
 dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layers,
-                         const dm_layer_options *opt, const dm_adamw_config *adam);
+                         const dm_layer_options *opt, const dm_optim_config *optim);
 void dm_trainer_free(dm_trainer *t);
 int dm_trainer_layers(const dm_trainer *t);
 int64_t dm_trainer_num_params(const dm_trainer *t);
 int64_t dm_trainer_step_count(const dm_trainer *t); /* updates taken */
+/* Micro-batches taken since the last update (0 .. accumulate - 1; 0 when accumulate is 1). */
+int dm_trainer_micro(const dm_trainer *t);
+/* The global gradient norm of the last update (before clipping; the mean over its
+ * micro-batches), or -1 before the first. */
+double dm_trainer_grad_norm(const dm_trainer *t);
 /* The memory the stack holds (bytes): its layers' dm_layer_memory summed (every layer's
  * arena lives through the step: the backward needs what each forward kept), and the
- * optimizer's state (AdamW's two moments). */
+ * optimizer's state (its two moments, and the gradient sums with accumulate > 1). */
 void dm_trainer_memory_info(const dm_trainer *t, dm_layer_memory *layers, size_t *optimizer);
 /* BERT initialisation of every layer (each from its own seed derived from `seed`); the
  * moments and the step count back to 0. */
@@ -285,25 +308,29 @@ dm_status dm_trainer_init_params(dm_trainer *t, uint64_t seed);
 dm_status dm_trainer_tensor(dm_trainer *t, const char *name, float **data, int *ndim, int64_t shape[4]);
 /* Forward and loss only (the masks of the next step; parameters unchanged). */
 dm_status dm_trainer_forward(dm_trainer *t, double *loss);
-/* One training step: forward, loss, backward, AdamW. A loss that is not finite stops it
+/* One training step on the batch written: forward, loss, backward, and the update (with
+ * accumulate k > 1: the gradient added up, the update after every k-th call; the dropout
+ * masks are new each call). A loss that is not finite stops it
  * before the update (DM_ERR_INVALID_ARG, the parameters unchanged). */
 dm_status dm_trainer_step(dm_trainer *t, double *loss);
-dm_status dm_trainer_set_adamw(dm_trainer *t, const dm_adamw_config *adam);
+dm_status dm_trainer_set_optim(dm_trainer *t, const dm_optim_config *optim);
 /* What the run trains on (e.g. "teacher scale 5" or "data samples.safetensors"; at most
  * 127 characters): recorded in checkpoints, and a checkpoint of another run is not resumed. */
 dm_status dm_trainer_set_run_tag(dm_trainer *t, const char *tag);
 /* flop of one training step of the stack, forward and backward (dm_layer_flop summed over
- * the layers; the loss and AdamW, a few flop per element, not counted). */
+ * the layers; the loss and the optimizer, a few flop per element, not counted). */
 double dm_trainer_step_flop(const dm_trainer *t);
 /* Seconds spent since dm_trainer_new, by phase (DM_TRAIN_FORWARD ...). */
 void dm_trainer_times(const dm_trainer *t, double secs[DM_TRAIN_NUM_PHASES]);
 /* A checkpoint: every parameter, both moments, the step count and the configuration, in
- * one safetensors file with a checksum, written atomically (temporary file, rename). */
+ * one safetensors file with a checksum, written atomically (temporary file, rename).
+ * Between updates (dm_trainer_micro > 0) it is the state after the last update: the
+ * gradient sums of the micro-batches since are not in it. */
 dm_status dm_trainer_save(const dm_trainer *t, const char *path);
 /* Restores a checkpoint of dm_trainer_save: the file is validated whole (format, the
  * architecture against this trainer's, shapes, checksum) before anything changes, and
- * the run's settings must be this trainer's (dropout, seed, batch, seq, run tag, AdamW but
- * for its last step `total`): DM_ERR_INVALID_ARG names the one that differs. */
+ * the run's settings must be this trainer's (dropout, seed, batch, seq, run tag, the optimizer
+ * but for its last step `total`): DM_ERR_INVALID_ARG names the one that differs. */
 dm_status dm_trainer_load(dm_trainer *t, const char *path);
 /* Takes the parameters alone from a safetensors file with Hugging Face BertEncoder names
  * ("encoder.layer.<l>.<parameter>", optionally under "bert.", LayerNorm parameters also as

@@ -27,8 +27,8 @@ static void write_bytes(const char *path, const void *p, size_t n) {
 
 static void test_checkpoints(void) {
     const dm_layer_config cfg = tiny();
-    dm_adamw_config a;
-    dm_adamw_config_default(&a);
+    dm_optim_config a;
+    dm_optim_config_default(&a);
     a.lr = 1e-3, a.warmup = 2, a.total = 6;
     char path[] = "/tmp/dmove_test_ckpt.XXXXXX";
     if (!temp_file(path)) return;

@@ -413,11 +413,21 @@ expect_ok "dmove train --help" "$D" train --help
 check "dmove train --help has an example" grep -q 'example' "$T/stdout"
 expect_ok "train (tiny): checkpoint, chart" trn --warmup 2 --lr-schedule linear --save "$T/full.ckpt" --svg "$T/loss.svg"
 check "train printed the loss and the time per phase" grep -q "time per step.*AdamW" "$T/stdout"
-check "train printed its memory" grep -q "^memory: .*AdamW's moments" "$T/stdout"
+check "train printed its memory" grep -q "^memory: .*the optimizer's moments" "$T/stdout"
 check "train drew the loss chart" grep -q "<polyline" "$T/loss.svg"
 expect_ok "train --until 3 (the first part)" trn --warmup 2 --lr-schedule linear --save "$T/part.ckpt" --until 3
 expect_ok "train --resume (the second part)" trn --warmup 2 --lr-schedule linear --save "$T/res.ckpt" --resume "$T/part.ckpt"
 check "the run in two parts equals the whole run, byte for byte" cmp -s "$T/full.ckpt" "$T/res.ckpt"
+# LAMB, clipped, 3 micro-batches a step, polynomial decay: in two parts too
+trl() { trn --optimizer lamb --clip-norm 0.5 --accumulate 3 --lr-schedule poly --power 2 --warmup 1 "$@"; }
+expect_ok "train --optimizer lamb --accumulate 3 --clip-norm" trl --save "$T/lfull.ckpt"
+check "train named LAMB, the clipping and the micro-batches" grep -q "LAMB: .*clipped to 0.5, 3 micro-batches a step" "$T/stdout"
+check "train printed the gradient norm" grep -q "|g| " "$T/stdout"
+expect_ok "train lamb --until 3" trl --save "$T/lpart.ckpt" --until 3
+expect_ok "train lamb --resume" trl --save "$T/lpart.ckpt" --resume "$T/lpart.ckpt"
+check "lamb with accumulation: two parts equal the whole run, byte for byte" cmp -s "$T/lfull.ckpt" "$T/lpart.ckpt"
+expect_fail "train: --resume with another --accumulate" 1 "accumulate=3" trn --optimizer lamb --clip-norm 0.5 \
+    --accumulate 2 --lr-schedule poly --power 2 --warmup 1 --resume "$T/lpart.ckpt" --steps 8
 expect_ok "train --recompute" trn --warmup 2 --lr-schedule linear --recompute --save "$T/rc.ckpt"
 check "train --recompute: the same checkpoint, byte for byte" cmp -s "$T/full.ckpt" "$T/rc.ckpt"
 expect_ok "train --json" trn --json
@@ -481,7 +491,13 @@ fi
 expect_fail "train: --steps 0" 2 "--steps" trn --steps 0
 expect_fail "train: negative --lr" 2 "learning rate" trn --lr -1
 expect_fail "train: warm-up as long as the run" 2 "warm-up" trn --warmup 6 --lr-schedule linear
-expect_fail "train: unknown --lr-schedule" 2 "constant or linear" trn --lr-schedule cosine
+expect_fail "train: unknown --lr-schedule" 2 "constant, linear or poly" trn --lr-schedule cosine
+expect_fail "train: unknown --optimizer" 2 "adamw or lamb" trn --optimizer sgd
+expect_fail "train: --power without poly" 2 "--lr-schedule poly" trn --lr-schedule linear --power 2
+expect_fail "train: --lr-end without decay" 2 "linear and poly" trn --lr-end 1e-6
+expect_fail "train: --lr-end above --lr" 2 "final learning rate" trn --lr-schedule poly --lr-end 1
+expect_fail "train: negative --clip-norm" 2 "clip" trn --clip-norm -1
+expect_fail "train: --accumulate 0" 2 "--accumulate" trn --accumulate 0
 expect_fail "train: --schedule linear (the layers' schedule)" 2 "lr-schedule" trn --schedule linear
 expect_fail "train: --plan with --schedule unfused" 2 "fused schedule" trn --plan "$T/p.json" --schedule unfused
 expect_fail "train: --plan missing file" 1 "cannot open plan" trn --plan "$T/none.json" --save "$OUT"
@@ -491,7 +507,7 @@ expect_fail "train: --init and --resume" 2 "use one" trn --init "$T/full.ckpt" -
 expect_fail "train: --layers 0" 2 "--layers" trn --layers 0
 expect_fail "train: --resume at its last step" 2 "already at" trn --warmup 2 --lr-schedule linear --resume "$T/full.ckpt" --save "$OUT"
 expect_fail "train: --resume with another --seed" 1 "seed is 0, this run's 7" trn --warmup 2 --lr-schedule linear --seed 7 --resume "$T/part.ckpt" --save "$OUT"
-expect_fail "train: --resume with another --lr" 1 "adamw" trn --resume "$T/part.ckpt" --save "$OUT"
+expect_fail "train: --resume with another --lr" 1 "optimizer lr=" trn --resume "$T/part.ckpt" --save "$OUT"
 expect_fail "train: --until without --save" 2 "needs --save" trn --until 3
 expect_fail "train: --resume another architecture" 1 "ffn is 16" trn --ffn 24 --resume "$T/full.ckpt" --save "$OUT"
 expect_fail "train: --resume a post-LN run as pre-LN" 1 "norm is post, this trainer's pre" trn --norm pre \

@@ -47,8 +47,8 @@ static float *copy_of(const dm_st_file *f, const char *name, size_t *n) {
 /* --- AdamW ------------------------------------------------------------------------------ */
 
 static void test_adamw_torch(const dm_st_file *f) {
-    dm_adamw_config c;
-    dm_adamw_config_default(&c);
+    dm_optim_config c;
+    dm_optim_config_default(&c);
     c.lr = 1e-3, c.beta1 = 0.9, c.beta2 = 0.999, c.eps = 1e-6, c.weight_decay = 0.01;
     const char *tags[2] = {"decay", "nodecay"};
     for (int k = 0; k < 2; k++) {
@@ -76,7 +76,7 @@ static void test_adamw_torch(const dm_st_file *f) {
 
 /* torch.optim.AdamW's definition in double, step by step. */
 static void adamw_naive(double *p, const double *g, double *m, double *v, int64_t n, double lr, double wd,
-                        const dm_adamw_config *c, int64_t t) {
+                        const dm_optim_config *c, int64_t t) {
     for (int64_t k = 0; k < n; k++) {
         p[k] *= 1.0 - lr * wd;
         m[k] = c->beta1 * m[k] + (1.0 - c->beta1) * g[k];
@@ -88,8 +88,8 @@ static void adamw_naive(double *p, const double *g, double *m, double *v, int64_
 
 static void test_adamw_naive(void) {
     enum { N = 4099 }; /* not a multiple of any vector width */
-    dm_adamw_config c;
-    dm_adamw_config_default(&c);
+    dm_optim_config c;
+    dm_optim_config_default(&c);
     c.lr = 3e-3;
     c.weight_decay = 0.1;
     float *p = malloc(N * 4), *g = malloc(N * 4), *m = calloc(N, 4), *v = calloc(N, 4), *pf = malloc(N * 4);
@@ -123,26 +123,26 @@ out:
 }
 
 static void test_schedule(void) {
-    dm_adamw_config c;
-    dm_adamw_config_default(&c);
+    dm_optim_config c;
+    dm_optim_config_default(&c);
     c.lr = 1.0;
-    CHECK(dm_adamw_lr(&c, 1) == 1.0 && dm_adamw_lr(&c, 1000) == 1.0);
+    CHECK(dm_optim_lr(&c, 1) == 1.0 && dm_optim_lr(&c, 1000) == 1.0);
     c.warmup = 4;
     c.total = 10;
-    CHECK_OK(dm_adamw_config_check(&c));
-    CHECK(fabs(dm_adamw_lr(&c, 1) - 0.25) < 1e-15 && fabs(dm_adamw_lr(&c, 4) - 1.0) < 1e-15);
-    CHECK(fabs(dm_adamw_lr(&c, 5) - 1.0) < 1e-15);      /* the first step after warm-up: the peak */
-    CHECK(fabs(dm_adamw_lr(&c, 10) - 1.0 / 6) < 1e-15); /* the last step still learns */
-    CHECK(dm_adamw_lr(&c, 11) == 0.0);
-    dm_adamw_config bad = c;
+    CHECK_OK(dm_optim_config_check(&c));
+    CHECK(fabs(dm_optim_lr(&c, 1) - 0.25) < 1e-15 && fabs(dm_optim_lr(&c, 4) - 1.0) < 1e-15);
+    CHECK(fabs(dm_optim_lr(&c, 5) - 1.0) < 1e-15);      /* the first step after warm-up: the peak */
+    CHECK(fabs(dm_optim_lr(&c, 10) - 1.0 / 6) < 1e-15); /* the last step still learns */
+    CHECK(dm_optim_lr(&c, 11) == 0.0);
+    dm_optim_config bad = c;
     bad.warmup = 10;
-    CHECK(dm_adamw_config_check(&bad) == DM_ERR_INVALID_ARG);
+    CHECK(dm_optim_config_check(&bad) == DM_ERR_INVALID_ARG);
     bad = c, bad.lr = 0;
-    CHECK(dm_adamw_config_check(&bad) == DM_ERR_INVALID_ARG);
+    CHECK(dm_optim_config_check(&bad) == DM_ERR_INVALID_ARG);
     bad = c, bad.beta2 = 1.0;
-    CHECK(dm_adamw_config_check(&bad) == DM_ERR_INVALID_ARG);
+    CHECK(dm_optim_config_check(&bad) == DM_ERR_INVALID_ARG);
     bad = c, bad.eps = NAN;
-    CHECK(dm_adamw_config_check(&bad) == DM_ERR_INVALID_ARG);
+    CHECK(dm_optim_config_check(&bad) == DM_ERR_INVALID_ARG);
     CHECK(dm_train_layer_seed(7, 0, 1) != dm_train_layer_seed(7, 1, 1));
     CHECK(dm_train_layer_seed(7, 0, 1) != dm_train_layer_seed(7, 0, 2));
 }
@@ -275,8 +275,8 @@ static void test_no_input_grad(void) {
 static void test_learns(void) {
     dm_layer_config cfg = tiny();
     cfg.dropout = 0.0;
-    dm_adamw_config a;
-    dm_adamw_config_default(&a);
+    dm_optim_config a;
+    dm_optim_config_default(&a);
     a.lr = 2e-3;
     dm_layer_options fo = {.forward_only = 1};
     dm_trainer *S = NULL, *Tc = NULL;
@@ -379,8 +379,8 @@ static void test_errors(void) {
         else unsetenv("DMOVE_CUDA_EMULATE");
     }
 #endif
-    dm_adamw_config a;
-    dm_adamw_config_default(&a);
+    dm_optim_config a;
+    dm_optim_config_default(&a);
     a.lr = -1;
     CHECK(dm_trainer_new(&T, &cfg, 1, NULL, &a) == DM_ERR_INVALID_ARG && !T);
     cfg.heads = 3;
@@ -496,7 +496,7 @@ static double state_err(dm_trainer *A, dm_trainer *B, int from, char *which, siz
 /* One more step of G (its update `s`) redone on the host: AdamW (adamw.c) from G's state
  * before the step with G's own gradients gives G's state after it. The largest relative
  * error over every parameter and moment. */
-static double adamw_redone(dm_trainer *G, int64_t s, const dm_adamw_config *a) {
+static double adamw_redone(dm_trainer *G, int64_t s, const dm_optim_config *a) {
     size_t n0 = 0, n1 = 0;
     float *before = snapshot(G, &n0); /* per tensor: the parameter, then its two moments */
     batch_of(G, s);
@@ -512,7 +512,7 @@ static double adamw_redone(dm_trainer *G, int64_t s, const dm_adamw_config *a) {
             if (!g) return INFINITY;
             float *p = before + at, *mo = p + m, *v = mo + m;
             const int decay = G->slot[l * DM_NUM_PARAMS + k].decay; /* the trainer's own rule */
-            dm_adamw_update(p, g, mo, v, (int64_t)m, dm_adamw_lr(a, s), decay ? a->weight_decay : 0.0, a, s);
+            dm_adamw_update(p, g, mo, v, (int64_t)m, dm_optim_lr(a, s), decay ? a->weight_decay : 0.0, a, s);
             for (int w = 0; w < 3; w++) {
                 double e = rel_err(after + at + w * m, before + at + w * m, m);
                 worst = e > worst ? e : worst;
@@ -526,8 +526,8 @@ static double adamw_redone(dm_trainer *G, int64_t s, const dm_adamw_config *a) {
 
 static void test_gpu_trainer(void) {
     const dm_layer_config cfg = tiny();
-    dm_adamw_config a;
-    dm_adamw_config_default(&a);
+    dm_optim_config a;
+    dm_optim_config_default(&a);
     a.lr = 1e-3, a.warmup = 1, a.total = 8;
     enum { STEPS = 4 };
     /* fp32, bf16, and fp32 with the weight gradients on a second stream (emulated: each

@@ -191,25 +191,90 @@ static dm_status copy_tensor(dm_backend_state *dst, int td, dm_backend_state *sr
     return DM_OK;
 }
 
-static dm_status adamw(dm_backend_state *st, int tp, int tg, int64_t n, float *master, float *m, float *v,
-                       const dm_adamw_coef *k) {
-    float *p, *g;
-    size_t np, ng;
-    DM_TRY(span(S(st), tp, &p, &np));
-    DM_TRY(span(S(st), tg, &g, &ng));
-    if ((int64_t)np != n || (int64_t)ng != n)
-        return dm_fail(DM_ERR_INTERNAL, "AdamW: a parameter of %lld elements spans %zu in the arena, its "
-                       "gradient %zu: a laid-out (strided) parameter is not supported", (long long)n, np, ng);
-    const dm_adamw_coef c = *k;
-    if (master) {
-#pragma omp parallel for simd schedule(static)
-        for (int64_t e = 0; e < n; e++) p[e] = master[e] = dm_adamw_elem(&c, master[e], g[e], &m[e], &v[e]);
+/* Tensor t of n dense fp32 elements (the trainer's parameters and gradients). */
+static dm_status dense(dm_backend_state *st, int t, int64_t n, float **p, const char *what) {
+    size_t np;
+    DM_TRY(span(S(st), t, p, &np));
+    if ((int64_t)np != n)
+        return dm_fail(DM_ERR_INTERNAL, "%s: a tensor of %lld elements spans %zu in the arena: a laid-out "
+                       "(strided) parameter is not supported", what, (long long)n, np);
+    return DM_OK;
+}
+
+/* Part k's share of n elements (graph/optim_elem.h): [*lo, *hi). */
+static void part_range(int64_t n, int k, int64_t *lo, int64_t *hi) {
+    const int64_t per = (n + DM_NORM_PARTS - 1) / DM_NORM_PARTS;
+    *lo = per * k < n ? per * k : n;
+    *hi = per * (k + 1) < n ? per * (k + 1) : n;
+}
+
+static dm_status sumsq(dm_backend_state *st, int tg, const float *src, int64_t n, double *out) {
+    float *g = (float *)src;
+    if (!g) DM_TRY(dense(st, tg, n, &g, "the gradient norm"));
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < DM_NORM_PARTS; k++) {
+        int64_t lo, hi;
+        part_range(n, k, &lo, &hi);
+        double s = 0.0;
+        for (int64_t e = lo; e < hi; e++) s += (double)g[e] * (double)g[e];
+        out[k] = s;
+    }
+    return DM_OK;
+}
+
+static dm_status accumulate(dm_backend_state *st, int tg, int64_t n, float *acc, int first) {
+    float *g;
+    DM_TRY(dense(st, tg, n, &g, "gradient accumulation"));
+    if (first) {
+        memcpy(acc, g, (size_t)n * sizeof(float));
         return DM_OK;
     }
-    /* dm_adamw_update's loop (train/adamw.c): the same numbers */
 #pragma omp parallel for simd schedule(static)
-    for (int64_t e = 0; e < n; e++) p[e] = dm_adamw_elem(&c, p[e], g[e], &m[e], &v[e]);
+    for (int64_t e = 0; e < n; e++) acc[e] += g[e];
     return DM_OK;
+}
+
+/* LAMB's first pass: the moments, and the partial sums of w^2 and u^2 into norms. */
+static void lamb_moments(const dm_optim_coef *k, const float *w, const float *g, float *m, float *v, int64_t n,
+                         double *norms) {
+#pragma omp parallel for schedule(static)
+    for (int q = 0; q < DM_NORM_PARTS; q++) {
+        int64_t lo, hi;
+        part_range(n, q, &lo, &hi);
+        double sw = 0.0, su = 0.0;
+        for (int64_t e = lo; e < hi; e++) {
+            const float u = dm_lamb_moments_elem(k, w[e], g[e], &m[e], &v[e]);
+            sw += (double)w[e] * (double)w[e];
+            su += (double)u * (double)u;
+        }
+        norms[q] = sw;
+        norms[DM_NORM_PARTS + q] = su;
+    }
+}
+
+static dm_status optimize(dm_backend_state *st, dm_optim_pass_kind kind, int tp, int tg, int64_t n, float *master,
+                          float *m, float *v, const float *acc, const dm_optim_coef *k, double *norms) {
+    float *p, *g = (float *)acc;
+    DM_TRY(dense(st, tp, n, &p, "the optimizer"));
+    if (!g && kind != DM_PASS_LAMB_APPLY) DM_TRY(dense(st, tg, n, &g, "the optimizer"));
+    const dm_optim_coef c = *k;
+    /* fp32 storage: the master weights, when given, are the parameter's twin */
+    float *w = master ? master : p;
+    switch (kind) {
+    case DM_PASS_ADAMW:
+#pragma omp parallel for simd schedule(static)
+        for (int64_t e = 0; e < n; e++) p[e] = w[e] = dm_adamw_elem(&c, w[e], g[e], &m[e], &v[e]);
+        return DM_OK;
+    case DM_PASS_LAMB_MOMENTS:
+        if (!norms) return dm_fail(DM_ERR_INTERNAL, "LAMB: no buffer for the norms");
+        lamb_moments(&c, w, g, m, v, n, norms);
+        return DM_OK;
+    case DM_PASS_LAMB_APPLY:
+#pragma omp parallel for simd schedule(static)
+        for (int64_t e = 0; e < n; e++) p[e] = w[e] = dm_lamb_apply_elem(&c, w[e], m[e], v[e]);
+        return DM_OK;
+    }
+    return dm_fail(DM_ERR_INTERNAL, "optimizer pass %d unknown", (int)kind);
 }
 
 static dm_status mse(dm_backend_state *st, int ty, int tdy, const float *target, const float *mask, int64_t tokens,
@@ -268,6 +333,8 @@ const dm_backend dm_backend_cpu = {
     .buf_free = buf_free,
     .buf_copy = buf_copy,
     .copy_tensor = copy_tensor,
-    .adamw = adamw,
+    .sumsq = sumsq,
+    .accumulate = accumulate,
+    .optimize = optimize,
     .mse = mse,
 };

@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 #include "plan/plan.h"
-#include "graph/adamw_elem.h"
+#include "graph/optim_elem.h"
 
 typedef struct dm_cuda_exec dm_cuda_exec;
 /* Buffers several executors share when their main streams never run at once (a
@@ -179,13 +179,16 @@ dm_status dm_cuda_memcpy(dm_cuda_exec *ex, void *dst, const void *src, size_t by
 dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int ts);
 /* Elements of tensor t's span in the arena (first to last element, gaps included). */
 dm_status dm_cuda_tensor_elems(const dm_cuda_exec *ex, int t, size_t *n);
-/* One AdamW update (graph/adamw_elem.h) of parameter tensor tp from its gradient tg, both
- * in the arena's storage type, n elements each, dense (else DM_ERR_INTERNAL); m, v: its
- * fp32 moments; master: its fp32 master weights in
- * 16-bit storage (the parameter is then written as them rounded), NULL in fp32 storage
- * (the parameter is its own master). Buffers of dm_cuda_alloc. Enqueued. */
-dm_status dm_cuda_adamw(dm_cuda_exec *ex, int tp, int tg, int64_t n, float *master, float *m, float *v,
-                        const dm_adamw_coef *k);
+/* The optimizer's work (plan/backend.h's sumsq, accumulate, optimize; graph/optim_elem.h)
+ * on parameter tensor tp and its gradient tg, both in the arena's storage type, n elements
+ * each, dense (else DM_ERR_INTERNAL); m, v: its fp32 moments; master: its fp32 master
+ * weights in 16-bit storage (the parameter is then written as them rounded), NULL in fp32
+ * storage (the parameter is its own master); acc: the gradient in fp32 instead of tg, or
+ * NULL. Buffers of dm_cuda_alloc. Enqueued. */
+dm_status dm_cuda_sumsq(dm_cuda_exec *ex, int tg, const float *src, int64_t n, double *out);
+dm_status dm_cuda_accumulate(dm_cuda_exec *ex, int tg, int64_t n, float *acc, int first);
+dm_status dm_cuda_optimize(dm_cuda_exec *ex, int kind, int tp, int tg, int64_t n, float *master, float *m, float *v,
+                           const float *acc, const dm_optim_coef *k, double *norms);
 /* The trainer's loss over the `tokens` rows of `width` elements of tensor ty: where
  * mask[t] != 0, partial[t] = the sum over row t of (y - target)^2 (the difference in
  * fp32, the sum in double, a fixed order); elsewhere 0. With tdy >= 0, tensor tdy gets

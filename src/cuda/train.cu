@@ -1,6 +1,7 @@
 /* train.cu: the trainer's own device work beside the layers' plans (cudaexec/backend.cu):
- * AdamW over one parameter tensor of an arena (fp32 master weights and moments beside a
- * 2-byte storage), and the mean squared error with its gradient. Each element's arithmetic
+ * the optimizers over one parameter tensor of an arena (AdamW, LAMB's two passes; fp32
+ * master weights and moments beside a 2-byte storage), gradient norms and accumulation,
+ * and the mean squared error with its gradient. Each element's arithmetic
  * is one __host__ __device__ function, which the emulation (DM_CUDA_EMULATE) runs on the
  * host in the same order of elements; sums over a row are fixed trees, so a step gives
  * the same numbers every run. */
@@ -9,50 +10,220 @@
 #include "cuda/cuda_internal.h"
 #include "cuda/rowmath.cuh"
 
-/* --- AdamW ------------------------------------------------------------------------- */
+/* --- the optimizers ------------------------------------------------------------------ */
 
-/* Element e of the update: the master weight (or, without one, the parameter itself in
- * fp32 storage) steps, the parameter is written as it rounds to the storage type. */
-__host__ __device__ __forceinline__ void adamw_one(void *p, const void *g, int dt, float *master,
-                                                   float *m, float *v, dm_adamw_coef k, int64_t e) {
+/* Part q's share of n elements (graph/optim_elem.h): [*lo, *hi). */
+__host__ __device__ __forceinline__ void part_range(int64_t n, int q, int64_t *lo, int64_t *hi) {
+    const int64_t per = (n + DM_NORM_PARTS - 1) / DM_NORM_PARTS;
+    *lo = per * q < n ? per * q : n;
+    *hi = per * (q + 1) < n ? per * (q + 1) : n;
+}
+
+/* The gradient's element e in fp32: from acc when given, else tensor g in storage dt. */
+__host__ __device__ __forceinline__ float grad_at(const void *g, int dt, const float *acc, int64_t e) {
+    return acc ? acc[e] : dmc_load(g, dt, e);
+}
+
+/* Element e of an AdamW or LAMB-apply pass, or of LAMB's moments pass (returning w^2 and
+ * u^2 through sw, su): the master weight (or, without one, the parameter itself in fp32
+ * storage) steps; the parameter is written as it rounds to the storage type. */
+__host__ __device__ __forceinline__ void optim_one(int kind, void *p, const void *g, int dt, const float *acc,
+                                                   float *master, float *m, float *v, const dm_optim_coef &k,
+                                                   int64_t e, double *sw, double *su) {
     const float w = master ? master[e] : dmc_load(p, dt, e);
-    const float nw = dm_adamw_elem(&k, w, dmc_load(g, dt, e), &m[e], &v[e]);
+    if (kind == DM_PASS_LAMB_MOMENTS) {
+        const float u = dm_lamb_moments_elem(&k, w, grad_at(g, dt, acc, e), &m[e], &v[e]);
+        *sw += (double)w * (double)w;
+        *su += (double)u * (double)u;
+        return;
+    }
+    const float nw = kind == DM_PASS_ADAMW ? dm_adamw_elem(&k, w, grad_at(g, dt, acc, e), &m[e], &v[e])
+                                           : dm_lamb_apply_elem(&k, w, m[e], v[e]);
     if (master) master[e] = nw;
     dmc_store(p, dt, e, nw);
 }
 
-__global__ void adamw_kernel(void *p, const void *g, int dt, float *master, float *m, float *v,
-                             dm_adamw_coef k, int64_t n) {
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride)
-        adamw_one(p, g, dt, master, m, v, k, e);
+enum { OPT_THREADS = 256 };
+
+/* Block q of DM_NORM_PARTS sums its part's squares in a fixed tree. */
+__device__ __forceinline__ double block_sum(double x, double *red) {
+    red[threadIdx.x] = x;
+    __syncthreads();
+    for (int w = OPT_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+        __syncthreads();
+    }
+    const double r = red[0];
+    __syncthreads();
+    return r;
 }
 
-dm_status dm_cuda_adamw(dm_cuda_exec *ex, int tp, int tg, int64_t n, float *master, float *m, float *v,
-                        const dm_adamw_coef *k) {
-    if (!ex || !m || !v || !k) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_adamw: NULL argument");
-    char *p = NULL, *g = NULL;
-    int dtp = DMC_F32, dtg = DMC_F32;
-    size_t np = 0, ng = 0;
-    DM_TRY(dmc_tensor_span(ex, tp, &p, &dtp, &np));
-    DM_TRY(dmc_tensor_span(ex, tg, &g, &dtg, &ng));
-    /* a strided view would have gaps: the master weights and moments are dense */
-    if (np != ng || dtp != dtg || (int64_t)np != n)
-        return dm_fail(DM_ERR_INTERNAL, "AdamW: a parameter of %lld elements spans %zu in the arena, its "
-                       "gradient %zu: a laid-out (strided) parameter is not supported", (long long)n, np, ng);
-    if (!master && dtp != DMC_F32)
-        return dm_fail(DM_ERR_INTERNAL, "AdamW: a parameter in 16-bit storage needs fp32 master weights");
-    if (!n) return DM_OK;
+__global__ void __launch_bounds__(OPT_THREADS) sumsq_kernel(const void *g, int dt, const float *src, int64_t n,
+                                                            double *out) {
+    __shared__ double red[OPT_THREADS];
+    int64_t lo, hi;
+    part_range(n, blockIdx.x, &lo, &hi);
+    double s = 0.0;
+    for (int64_t e = lo + threadIdx.x; e < hi; e += OPT_THREADS) {
+        const double x = grad_at(g, dt, src, e);
+        s += x * x;
+    }
+    s = block_sum(s, red);
+    if (threadIdx.x == 0) out[blockIdx.x] = s;
+}
+
+__global__ void accumulate_kernel(const void *g, int dt, int64_t n, float *acc, int first) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride)
+        acc[e] = (first ? 0.0f : acc[e]) + dmc_load(g, dt, e);
+}
+
+__global__ void optim_kernel(int kind, void *p, const void *g, int dt, const float *acc, float *master, float *m,
+                             float *v, dm_optim_coef k, int64_t n) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    double sw = 0.0, su = 0.0;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride)
+        optim_one(kind, p, g, dt, acc, master, m, v, k, e, &sw, &su);
+}
+
+/* LAMB's moments pass: block q walks part q, so its norms' partial sums are fixed trees. */
+__global__ void __launch_bounds__(OPT_THREADS) lamb_moments_kernel(void *p, const void *g, int dt, const float *acc,
+                                                                   float *master, float *m, float *v, dm_optim_coef k,
+                                                                   int64_t n, double *norms) {
+    __shared__ double red[OPT_THREADS];
+    int64_t lo, hi;
+    part_range(n, blockIdx.x, &lo, &hi);
+    double sw = 0.0, su = 0.0;
+    for (int64_t e = lo + threadIdx.x; e < hi; e += OPT_THREADS)
+        optim_one(DM_PASS_LAMB_MOMENTS, p, g, dt, acc, master, m, v, k, e, &sw, &su);
+    sw = block_sum(sw, red);
+    su = block_sum(su, red);
+    if (threadIdx.x == 0) {
+        norms[blockIdx.x] = sw;
+        norms[DM_NORM_PARTS + blockIdx.x] = su;
+    }
+}
+
+/* The dense span of tensor t, n elements (the trainer's parameters and gradients). */
+static dm_status dense(dm_cuda_exec *ex, int t, int64_t n, char **at, int *dt, const char *what) {
+    size_t np = 0;
+    DM_TRY(dmc_tensor_span(ex, t, at, dt, &np));
+    if ((int64_t)np != n)
+        return dm_fail(DM_ERR_INTERNAL, "%s: a tensor of %lld elements spans %zu in the arena: a laid-out "
+                       "(strided) parameter is not supported", what, (long long)n, np);
+    return DM_OK;
+}
+
+static int grid_for(int64_t n) {
+    const int64_t want = (n + OPT_THREADS - 1) / OPT_THREADS;
+    return (int)(want < 4096 ? want : want > 0 ? 4096 : 1);
+}
+
+/* The emulation's order within a part: each of OPT_THREADS lanes sums its strided
+ * elements, then the lanes add up in the kernel's tree. */
+static double emulated_part(int64_t lo, int64_t hi, double (*term)(void *, int64_t), void *arg) {
+    double lane[OPT_THREADS];
+    for (int t = 0; t < OPT_THREADS; t++) {
+        double s = 0.0;
+        for (int64_t e = lo + t; e < hi; e += OPT_THREADS) s += term(arg, e);
+        lane[t] = s;
+    }
+    for (int w = OPT_THREADS / 2; w > 0; w >>= 1)
+        for (int t = 0; t < w; t++) lane[t] += lane[t + w];
+    return lane[0];
+}
+
+typedef struct {
+    const void *g;
+    int dt;
+    const float *src;
+} sq_arg;
+
+static double sq_term(void *a, int64_t e) {
+    const sq_arg *s = (const sq_arg *)a;
+    const double x = grad_at(s->g, s->dt, s->src, e);
+    return x * x;
+}
+
+dm_status dm_cuda_sumsq(dm_cuda_exec *ex, int tg, const float *src, int64_t n, double *out) {
+    if (!ex || !out) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_sumsq: NULL argument");
+    char *g = NULL;
+    int dt = DMC_F32;
+    if (!src) DM_TRY(dense(ex, tg, n, &g, &dt, "the gradient norm"));
     DM_TRY(dmc_join(ex)); /* after the side stream's gradients */
     if (dmc_emulated(ex)) {
-        for (int64_t e = 0; e < n; e++) adamw_one(p, g, dtp, master, m, v, *k, e);
+        sq_arg a = {g, dt, src};
+        for (int q = 0; q < DM_NORM_PARTS; q++) {
+            int64_t lo, hi;
+            part_range(n, q, &lo, &hi);
+            out[q] = emulated_part(lo, hi, sq_term, &a);
+        }
         return DM_OK;
     }
-    const int threads = 256;
-    const int64_t want = (n + threads - 1) / threads;
-    const int blocks = (int)(want < 4096 ? want : 4096);
-    adamw_kernel<<<blocks, threads, 0, dmc_stream(ex)>>>(p, g, dtp, master, m, v, *k, n);
-    DMC_LAUNCHED("the AdamW kernel");
+    sumsq_kernel<<<DM_NORM_PARTS, OPT_THREADS, 0, dmc_stream(ex)>>>(g, dt, src, n, out);
+    DMC_LAUNCHED("the gradient-norm kernel");
+    return DM_OK;
+}
+
+dm_status dm_cuda_accumulate(dm_cuda_exec *ex, int tg, int64_t n, float *acc, int first) {
+    if (!ex || !acc) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_accumulate: NULL argument");
+    char *g = NULL;
+    int dt = DMC_F32;
+    DM_TRY(dense(ex, tg, n, &g, &dt, "gradient accumulation"));
+    if (!n) return DM_OK;
+    DM_TRY(dmc_join(ex));
+    if (dmc_emulated(ex)) {
+        for (int64_t e = 0; e < n; e++) acc[e] = (first ? 0.0f : acc[e]) + dmc_load(g, dt, e);
+        return DM_OK;
+    }
+    accumulate_kernel<<<grid_for(n), OPT_THREADS, 0, dmc_stream(ex)>>>(g, dt, n, acc, first);
+    DMC_LAUNCHED("the gradient-accumulation kernel");
+    return DM_OK;
+}
+
+dm_status dm_cuda_optimize(dm_cuda_exec *ex, int kind, int tp, int tg, int64_t n, float *master, float *m, float *v,
+                           const float *acc, const dm_optim_coef *k, double *norms) {
+    if (!ex || !m || !v || !k) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_optimize: NULL argument");
+    if (kind == DM_PASS_LAMB_MOMENTS && !norms) return dm_fail(DM_ERR_INTERNAL, "LAMB: no buffer for the norms");
+    char *p = NULL, *g = NULL;
+    int dtp = DMC_F32, dtg = DMC_F32;
+    DM_TRY(dense(ex, tp, n, &p, &dtp, "the optimizer"));
+    if (!acc) {
+        DM_TRY(dense(ex, tg, n, &g, &dtg, "the optimizer"));
+        if (dtg != dtp) return dm_fail(DM_ERR_INTERNAL, "the optimizer: a parameter and its gradient differ in type");
+    }
+    if (!master && dtp != DMC_F32)
+        return dm_fail(DM_ERR_INTERNAL, "the optimizer: a parameter in 16-bit storage needs fp32 master weights");
+    DM_TRY(dmc_join(ex)); /* after the side stream's gradients */
+    if (dmc_emulated(ex)) {
+        if (kind != DM_PASS_LAMB_MOMENTS) {
+            double sw = 0.0, su = 0.0;
+            for (int64_t e = 0; e < n; e++) optim_one(kind, p, g, dtp, acc, master, m, v, *k, e, &sw, &su);
+            return DM_OK;
+        }
+        /* the kernel's order: per part, lanes strided, then the tree */
+        for (int q = 0; q < DM_NORM_PARTS; q++) {
+            int64_t lo, hi;
+            part_range(n, q, &lo, &hi);
+            double lw[OPT_THREADS], lu[OPT_THREADS];
+            for (int t = 0; t < OPT_THREADS; t++) {
+                lw[t] = lu[t] = 0.0;
+                for (int64_t e = lo + t; e < hi; e += OPT_THREADS)
+                    optim_one(kind, p, g, dtp, acc, master, m, v, *k, e, &lw[t], &lu[t]);
+            }
+            for (int w = OPT_THREADS / 2; w > 0; w >>= 1)
+                for (int t = 0; t < w; t++) lw[t] += lw[t + w], lu[t] += lu[t + w];
+            norms[q] = lw[0];
+            norms[DM_NORM_PARTS + q] = lu[0];
+        }
+        return DM_OK;
+    }
+    if (kind == DM_PASS_LAMB_MOMENTS)
+        lamb_moments_kernel<<<DM_NORM_PARTS, OPT_THREADS, 0, dmc_stream(ex)>>>(p, g, dtp, acc, master, m, v, *k, n,
+                                                                              norms);
+    else if (n)
+        optim_kernel<<<grid_for(n), OPT_THREADS, 0, dmc_stream(ex)>>>(kind, p, g, dtp, acc, master, m, v, *k, n);
+    DMC_LAUNCHED("the optimizer's kernel");
     return DM_OK;
 }
 

@@ -212,9 +212,17 @@ static dm_status copy_tensor(dm_backend_state *dst, int td, dm_backend_state *sr
     return dm_cuda_copy_tensor(EX(dst), td, EX(src), ts);
 }
 
-static dm_status adamw(dm_backend_state *st, int tp, int tg, int64_t n, float *master, float *m, float *v,
-                       const dm_adamw_coef *k) {
-    return dm_cuda_adamw(EX(st), tp, tg, n, master, m, v, k);
+static dm_status sumsq(dm_backend_state *st, int tg, const float *src, int64_t n, double *out) {
+    return dm_cuda_sumsq(EX(st), tg, src, n, out);
+}
+
+static dm_status accumulate(dm_backend_state *st, int tg, int64_t n, float *acc, int first) {
+    return dm_cuda_accumulate(EX(st), tg, n, acc, first);
+}
+
+static dm_status optimize(dm_backend_state *st, dm_optim_pass_kind kind, int tp, int tg, int64_t n, float *master,
+                          float *m, float *v, const float *acc, const dm_optim_coef *k, double *norms) {
+    return dm_cuda_optimize(EX(st), (int)kind, tp, tg, n, master, m, v, acc, k, norms);
 }
 
 static dm_status mse(dm_backend_state *st, int ty, int tdy, const float *target, const float *mask, int64_t tokens,
@@ -244,8 +252,8 @@ DM_BACKEND_NEXT(workspace_bytes, timed_with); DM_BACKEND_NEXT(timed_with, upload
 DM_BACKEND_NEXT(download, run_group); DM_BACKEND_NEXT(run_group, sync); DM_BACKEND_NEXT(sync, profile);
 DM_BACKEND_NEXT(profile, profile_take); DM_BACKEND_NEXT(profile_take, pool_new); DM_BACKEND_NEXT(pool_new, pool_free);
 DM_BACKEND_NEXT(pool_free, pool_bytes); DM_BACKEND_NEXT(pool_bytes, buf_new); DM_BACKEND_NEXT(buf_new, buf_free);
-DM_BACKEND_NEXT(buf_free, buf_copy); DM_BACKEND_NEXT(buf_copy, copy_tensor); DM_BACKEND_NEXT(copy_tensor, adamw);
-DM_BACKEND_NEXT(adamw, mse);
+DM_BACKEND_NEXT(buf_free, buf_copy); DM_BACKEND_NEXT(buf_copy, copy_tensor); DM_BACKEND_NEXT(copy_tensor, sumsq);
+DM_BACKEND_NEXT(sumsq, accumulate); DM_BACKEND_NEXT(accumulate, optimize); DM_BACKEND_NEXT(optimize, mse);
 static_assert(sizeof(dm_backend) ==
                   (DM_BACKEND_AFTER(mse) + alignof(dm_backend) - 1) / alignof(dm_backend) * alignof(dm_backend),
               "dm_backend has a field after mse: initialise dm_backend_cuda in field order");
@@ -255,7 +263,7 @@ static_assert(sizeof(dm_backend) ==
     [[maybe_unused]] const auto &[name, device, merge_siblings, runs_pairs, algos, check_options, resolve_options,
                                   create, destroy, notes, workspace_bytes, timed_with, upload, download, run_group, sync,
                                   profile, profile_take, pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy,
-                                  copy_tensor, adamw, mse] = b;
+                                  copy_tensor, sumsq, accumulate, optimize, mse] = b;
 }
 #undef DM_BACKEND_NEXT
 #undef DM_BACKEND_ALIGN
@@ -270,5 +278,5 @@ extern "C" const dm_backend dm_backend_cuda = {
     check_options, resolve_options,
     create, destroy, notes, workspace_bytes, timed_with,
     upload, download, run_group, sync, profile, profile_take,
-    pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy, copy_tensor, adamw, mse,
+    pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy, copy_tensor, sumsq, accumulate, optimize, mse,
 };

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "dmove.h"
-#include "graph/adamw_elem.h"
+#include "graph/optim_elem.h"
 #include "plan/plan.h"
 
 #ifdef __cplusplus
@@ -117,12 +117,19 @@ typedef struct dm_backend {
      * same shape, layout and storage, else DM_ERR_INVALID_ARG. Ordered after src's work so
      * far and before both states' later work (it may be enqueued). */
     dm_status (*copy_tensor)(dm_backend_state *dst, int td, dm_backend_state *src, int ts);
-    /* One AdamW update (graph/adamw_elem.h, constants k) of parameter tensor tp from its
-     * gradient tg, n elements each, dense; m, v: its fp32 moments; master: its fp32
-     * master weights in 16-bit storage (the parameter is then written as them rounded),
-     * else NULL. Buffers of buf_new. May be enqueued. */
-    dm_status (*adamw)(dm_backend_state *st, int tp, int tg, int64_t n, float *master, float *m, float *v,
-                       const dm_adamw_coef *k);
+    /* The optimizer's work on parameter tensor tp (gradient tg, n elements each, dense),
+     * graph/optim_elem.h's arithmetic; buffers of buf_new; may be enqueued.
+     * sumsq: the sum of squares of the gradient (tensor tg, or buffer `src` when not NULL)
+     * as DM_NORM_PARTS partial sums into out[0 .. DM_NORM_PARTS).
+     * accumulate: acc = g (first) or acc + g, the gradient of tensor tg in fp32.
+     * optimize: pass `kind` with constants k; m, v its fp32 moments; master its fp32 master
+     * weights in 16-bit storage (the parameter is then written as them rounded), else
+     * NULL; acc: the gradient is read from there instead of tg, else NULL; norms: for
+     * DM_PASS_LAMB_MOMENTS, the partial sums of w^2 then of u^2 (2 * DM_NORM_PARTS). */
+    dm_status (*sumsq)(dm_backend_state *st, int tg, const float *src, int64_t n, double *out);
+    dm_status (*accumulate)(dm_backend_state *st, int tg, int64_t n, float *acc, int first);
+    dm_status (*optimize)(dm_backend_state *st, dm_optim_pass_kind kind, int tp, int tg, int64_t n, float *master,
+                          float *m, float *v, const float *acc, const dm_optim_coef *k, double *norms);
     /* The trainer's mean squared error over the `tokens` rows of `width` elements of
      * tensor ty: where mask[t] != 0, partial[t] = the sum over row t of (y - target)^2
      * (the difference in fp32, the sum in double, in an order the backend fixes),

@@ -45,30 +45,41 @@ static const char *const k_meta[M_N] = {"layers", "hidden", "heads", "ffn", "act
  * bidirectional stack, and at those values they are left out of the checksum. */
 static const char *optional_default(int m) { return m == M_NORM ? "post" : m == M_CAUSAL ? "0" : NULL; }
 #define META_MAX_STEP INT64_C(1000000000000)
+#define META_LEN 400 /* a value's text, its 0 included */
 
-static void meta_values(const dm_trainer *T, char v[M_N][160]) {
+static void meta_values(const dm_trainer *T, char v[M_N][META_LEN]) {
     const dm_layer_config *c = &T->cfg;
-    const dm_adamw_config *a = &T->adam;
-    snprintf(v[M_LAYERS], 160, "%d", T->nlayers);
-    snprintf(v[M_HIDDEN], 160, "%" PRId64, c->hidden);
-    snprintf(v[M_HEADS], 160, "%" PRId64, c->heads);
-    snprintf(v[M_FFN], 160, "%" PRId64, c->ffn);
-    snprintf(v[M_ACT], 160, "%s", dm_act_name(c->act));
-    snprintf(v[M_NORM], 160, "%s", dm_norm_name(c->norm));
-    snprintf(v[M_CAUSAL], 160, "%d", c->causal);
-    dm_fmt_exact(v[M_EPS], 160, c->eps);
-    dm_fmt_exact(v[M_DROPOUT], 160, c->dropout);
-    snprintf(v[M_SEED], 160, "%" PRIu64, c->seed);
-    snprintf(v[M_BATCH], 160, "%" PRId64, c->batch);
-    snprintf(v[M_SEQ], 160, "%" PRId64, c->seq);
-    snprintf(v[M_RUN], 160, "%s", T->run_tag[0] ? T->run_tag : "-");
+    const dm_optim_config *a = &T->optim;
+    snprintf(v[M_LAYERS], META_LEN, "%d", T->nlayers);
+    snprintf(v[M_HIDDEN], META_LEN, "%" PRId64, c->hidden);
+    snprintf(v[M_HEADS], META_LEN, "%" PRId64, c->heads);
+    snprintf(v[M_FFN], META_LEN, "%" PRId64, c->ffn);
+    snprintf(v[M_ACT], META_LEN, "%s", dm_act_name(c->act));
+    snprintf(v[M_NORM], META_LEN, "%s", dm_norm_name(c->norm));
+    snprintf(v[M_CAUSAL], META_LEN, "%d", c->causal);
+    dm_fmt_exact(v[M_EPS], META_LEN, c->eps);
+    dm_fmt_exact(v[M_DROPOUT], META_LEN, c->dropout);
+    snprintf(v[M_SEED], META_LEN, "%" PRIu64, c->seed);
+    snprintf(v[M_BATCH], META_LEN, "%" PRId64, c->batch);
+    snprintf(v[M_SEQ], META_LEN, "%" PRId64, c->seq);
+    snprintf(v[M_RUN], META_LEN, "%s", T->run_tag[0] ? T->run_tag : "-");
     char f[5][32];
     const double fv[5] = {a->lr, a->beta1, a->beta2, a->eps, a->weight_decay};
     for (int k = 0; k < 5; k++) dm_fmt_exact(f[k], sizeof f[k], fv[k]);
-    snprintf(v[M_ADAMW], 160, "lr=%s beta1=%s beta2=%s eps=%s weight_decay=%s warmup=%" PRId64, f[0], f[1], f[2], f[3],
-             f[4], a->warmup);
-    snprintf(v[M_TOTAL], 160, "%" PRId64, a->total);
-    snprintf(v[M_STEP], 160, "%" PRId64, T->step);
+    int n = snprintf(v[M_ADAMW], META_LEN, "lr=%s beta1=%s beta2=%s eps=%s weight_decay=%s warmup=%" PRId64, f[0],
+                     f[1], f[2], f[3], f[4], a->warmup);
+    /* what came after AdamW alone, named only off its default: the older files' text */
+    char x[3][32];
+    dm_fmt_exact(x[0], sizeof x[0], a->power);
+    dm_fmt_exact(x[1], sizeof x[1], a->lr_end);
+    dm_fmt_exact(x[2], sizeof x[2], a->clip_norm);
+    if (a->kind != DM_OPT_ADAMW) n += snprintf(v[M_ADAMW] + n, (size_t)(META_LEN - n), " optimizer=%s", dm_optimizer_name(a->kind));
+    if (a->power != 1.0) n += snprintf(v[M_ADAMW] + n, (size_t)(META_LEN - n), " power=%s", x[0]);
+    if (a->lr_end != 0.0) n += snprintf(v[M_ADAMW] + n, (size_t)(META_LEN - n), " lr_end=%s", x[1]);
+    if (a->clip_norm != 0.0) n += snprintf(v[M_ADAMW] + n, (size_t)(META_LEN - n), " clip_norm=%s", x[2]);
+    if (a->accumulate != 1) snprintf(v[M_ADAMW] + n, (size_t)(META_LEN - n), " accumulate=%d", a->accumulate);
+    snprintf(v[M_TOTAL], META_LEN, "%" PRId64, a->total);
+    snprintf(v[M_STEP], META_LEN, "%" PRId64, T->step);
 }
 
 /* The checkpoint's tensors in file order: for each layer and parameter, the parameter,
@@ -88,7 +99,7 @@ static int ntensors(const dm_trainer *T) { return T->nlayers * DM_NUM_PARAMS * 3
 
 /* The checksum over the metadata and every tensor's bytes, data[(si * 3) + which] (in the
  * file, data may be unaligned: it is read as bytes). */
-static uint64_t checksum_of(const char meta[M_N][160], const dm_trainer *T, const void *const *data) {
+static uint64_t checksum_of(const char meta[M_N][META_LEN], const dm_trainer *T, const void *const *data) {
     uint64_t h = hash_str(14695981039346656037ull, CKPT_FORMAT);
     for (int m = 0; m < M_N; m++) {
         if (optional_default(m) && !strcmp(meta[m], optional_default(m))) continue;
@@ -113,7 +124,7 @@ dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
         return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer has no optimizer state to checkpoint");
     if (T->broken) return dm_trainer_broken(T);
     DM_TRY(dm_trainer_pull(T, DM_PULL_STATE)); /* the backend's parameters and moments to the host */
-    char meta[M_N][160], hex[32], name[160];
+    char meta[M_N][META_LEN], hex[32], name[160];
     meta_values(T, meta);
     const void **data = malloc((size_t)ntensors(T) * sizeof *data);
     if (!data) return dm_fail(DM_ERR_OOM, "out of memory writing checkpoint '%s'", path);
@@ -165,13 +176,13 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
     if (!ver || strcmp(ver, CKPT_VERSION) != 0)
         return dm_fail(DM_ERR_FORMAT, "checkpoint version '%s': this dmove reads version " CKPT_VERSION,
                        ver ? ver : "(none)");
-    char mine[M_N][160], theirs[M_N][160];
+    char mine[M_N][META_LEN], theirs[M_N][META_LEN];
     meta_values(T, mine);
     for (int m = 0; m < M_N; m++) {
         const char *v = dm_st_metadata(f, k_meta[m]);
         if (!v) v = optional_default(m);
         if (!v) return dm_fail(DM_ERR_FORMAT, "the checkpoint's metadata has no '%s'", k_meta[m]);
-        snprintf(theirs[m], 160, "%s", v);
+        snprintf(theirs[m], META_LEN, "%s", v);
     }
     for (int m = 0; m <= M_ADAMW; m++) {
         if (!strcmp(theirs[m], mine[m])) continue;
@@ -183,7 +194,7 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
                            theirs[M_FFN], theirs[M_ACT], theirs[M_NORM], theirs[M_CAUSAL], theirs[M_EPS]);
         return dm_fail(DM_ERR_INVALID_ARG, "the checkpoint's %s is %s, this run's %s: resuming continues the run "
                        "only with the options it was trained with (checkpoint: dropout %s, seed %s, batch %s, seq %s, "
-                       "data %s, AdamW %s)", k_meta[m], theirs[m], mine[m], theirs[M_DROPOUT], theirs[M_SEED],
+                       "data %s, optimizer %s)", m == M_ADAMW ? "optimizer" : k_meta[m], theirs[m], mine[m], theirs[M_DROPOUT], theirs[M_SEED],
                        theirs[M_BATCH], theirs[M_SEQ], theirs[M_RUN], theirs[M_ADAMW]);
     }
     char *end;
@@ -206,6 +217,7 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
     for (int i = 0; i < ntensors(T); i++)
         memcpy((float *)tensor_data(T, i / 3, i % 3), data[i], (size_t)T->slot[i / 3].n * sizeof(float));
     T->step = step;
+    T->micro = 0;
     dm_trainer_state_replaced(T);
     return DM_OK;
 }
@@ -298,6 +310,7 @@ static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f) {
         }
     if (T->moments) memset(T->moments, 0, (size_t)T->nparams * 2 * sizeof(float));
     T->step = 0;
+    T->micro = 0;
     dm_trainer_state_replaced(T);
     return DM_OK;
 }

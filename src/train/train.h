@@ -5,18 +5,21 @@
 #include <stdint.h>
 
 #include "dmove.h"
-#include "graph/adamw_elem.h"
+#include "graph/optim_elem.h"
 
 /* One AdamW update of n elements, torch.optim.AdamW's arithmetic (decoupled decay,
  * bias-corrected moments, eps outside the square root), in one pass over memory: p, g, m,
  * v read once, p, m, v written once. `step` is the update's number, from 1; `decay` is the
  * weight decay this tensor takes (0 for biases and LayerNorm parameters). */
 void dm_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, double lr, double decay,
-                     const dm_adamw_config *c, int64_t step);
+                     const dm_optim_config *c, int64_t step);
 
-/* The constants of update number `step` (from 1) with learning rate lr and weight decay
- * `decay` (0 for biases and LayerNorm parameters), for dm_adamw_elem. */
-void dm_adamw_coef_make(dm_adamw_coef *k, double lr, double decay, const dm_adamw_config *c, int64_t step);
+/* The constants of update number `step` (from 1) with learning rate lr, weight decay
+ * `decay` (0 for biases and LayerNorm parameters) and gradient factor gscale, for the
+ * passes of graph/optim_elem.h (LAMB's apply pass then sets lr_ratio to lr times the
+ * tensor's trust ratio). */
+void dm_optim_coef_make(dm_optim_coef *k, double lr, double decay, double gscale, const dm_optim_config *c,
+                        int64_t step);
 
 /* The dropout seed of layer `layer` in the training step `step` (from 1): a SplitMix64
  * mix of the three, so that no two layers or steps share masks. */

@@ -21,7 +21,7 @@
 static double now(void) { return omp_get_wtime(); }
 
 dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layers,
-                         const dm_layer_options *opt, const dm_adamw_config *adam) {
+                         const dm_layer_options *opt, const dm_optim_config *optim) {
     if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_new: out is NULL");
     *out = NULL;
     DM_TRY(dm_layer_config_check(cfg));
@@ -30,16 +30,17 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
                        "BERT-large 24)", layers, DM_TRAIN_MAX_LAYERS);
     dm_layer_options o = {0};
     if (opt) o = *opt;
-    dm_adamw_config a;
-    if (adam) a = *adam;
-    else dm_adamw_config_default(&a);
-    if (!o.forward_only) DM_TRY(dm_adamw_config_check(&a));
+    dm_optim_config a;
+    if (optim) a = *optim;
+    else dm_optim_config_default(&a);
+    if (!o.forward_only) DM_TRY(dm_optim_config_check(&a));
 
     dm_trainer *T = calloc(1, sizeof *T);
     if (!T) return dm_fail(DM_ERR_OOM, "out of memory");
     T->cfg = *cfg;
     T->opt = o;
-    T->adam = a;
+    T->optim = a;
+    T->grad_norm = -1.0;
     T->nlayers = layers;
     T->forward_only = o.forward_only;
     dm_status s = DM_OK;
@@ -118,6 +119,8 @@ void dm_trainer_free(dm_trainer *T) {
 int dm_trainer_layers(const dm_trainer *T) { return T ? T->nlayers : 0; }
 int64_t dm_trainer_num_params(const dm_trainer *T) { return T ? T->nparams : 0; }
 int64_t dm_trainer_step_count(const dm_trainer *T) { return T ? T->step : 0; }
+int dm_trainer_micro(const dm_trainer *T) { return T ? T->micro : 0; }
+double dm_trainer_grad_norm(const dm_trainer *T) { return T ? T->grad_norm : -1.0; }
 
 void dm_trainer_memory_info(const dm_trainer *T, dm_layer_memory *sum, size_t *optimizer) {
     memset(sum, 0, sizeof *sum);
@@ -134,7 +137,8 @@ void dm_trainer_memory_info(const dm_trainer *T, dm_layer_memory *sum, size_t *o
     }
     sum->scratch += dm_trainer_pool_bytes(T); /* the layers' shared buffers, once */
     /* the moments, and on the GPU with 16-bit storage the fp32 master weights */
-    if (T->moments) *optimizer = (size_t)T->nparams * (T->d_master ? 3 : 2) * sizeof(float);
+    if (T->moments)
+        *optimizer = (size_t)T->nparams * ((T->d_master ? 3 : 2) + (T->optim.accumulate > 1)) * sizeof(float);
 }
 
 double dm_trainer_step_flop(const dm_trainer *T) {
@@ -157,6 +161,8 @@ dm_status dm_trainer_init_params(dm_trainer *T, uint64_t seed) {
     for (int l = 0; l < T->nlayers; l++) DM_TRY(dm_layer_init_params(T->L[l], dm_train_layer_seed(seed, l, 0)));
     if (T->moments) memset(T->moments, 0, (size_t)T->nparams * 2 * sizeof(float));
     T->step = 0;
+    T->micro = 0;
+    T->grad_norm = -1.0;
     dm_trainer_state_replaced(T);
     return DM_OK;
 }
@@ -230,7 +236,14 @@ dm_status dm_trainer_tensor(dm_trainer *T, const char *name, float **data, int *
     return DM_OK;
 }
 
-/* Forward through the stack with step `step`'s dropout seeds; the loss against target. */
+/* The number (from 1) of the micro-batch after those taken: the dropout masks' step (with
+ * accumulate 1, the update's number). */
+static int64_t next_micro(const dm_trainer *T) {
+    return T->step * (int64_t)T->optim.accumulate + T->micro + 1;
+}
+
+/* Forward through the stack with micro-batch `step`'s dropout seeds; the loss against
+ * target. */
 static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
     const dm_layer_config *c = &T->cfg;
     const size_t tokens = (size_t)c->batch * (size_t)c->seq;
@@ -266,7 +279,7 @@ static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
 dm_status dm_trainer_forward(dm_trainer *T, double *loss) {
     if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_forward: NULL trainer");
     if (T->broken) return dm_trainer_broken(T);
-    DM_TRY(forward(T, T->step + 1, loss));
+    DM_TRY(forward(T, next_micro(T), loss));
     return dm_trainer_pull(T, DM_PULL_OUTPUT); /* the caller reads the output */
 }
 
@@ -276,8 +289,9 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
         return dm_fail(DM_ERR_INVALID_ARG, "this trainer was made forward-only: it cannot take a step");
     if (T->broken) return dm_trainer_broken(T);
     const int64_t step = T->step + 1;
+    const int acc = T->optim.accumulate;
     double l = 0.0;
-    DM_TRY(forward(T, step, &l));
+    DM_TRY(forward(T, next_micro(T), &l));
     if (!isfinite(l))
         return dm_fail(DM_ERR_INVALID_ARG, "the loss is %g: the parameters were not updated (update %lld); "
                        "lower the learning rate (--lr) or check the inputs and targets for NaN or huge "
@@ -288,13 +302,18 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
         if (li > 0) DM_TRY(dm_trainer_link(T, li, "grad_hidden_states", li - 1, "grad_output"));
     }
     dm_trainer_grads_new(T); /* even if the wait below fails */
+    /* with accumulation, every micro-batch's gradient into the sums */
+    if (acc > 1) DM_TRY(dm_trainer_accumulate(T, T->micro == 0));
     DM_TRY(dm_trainer_wait(T)); /* the backward's time is the backend's */
     double t1 = now();
     T->secs[DM_TRAIN_BACKWARD] += t1 - t0;
-    DM_TRY(dm_trainer_adamw(T, step, dm_adamw_lr(&T->adam, step)));
-    T->secs[DM_TRAIN_OPTIMIZER] += now() - t1;
-    T->step = step;
     if (loss) *loss = l;
+    if (++T->micro < acc) return DM_OK;
+    T->micro = 0; /* the next window starts over, whether the update goes through or not */
+    dm_status s = dm_trainer_update(T, step, acc > 1);
+    T->secs[DM_TRAIN_OPTIMIZER] += now() - t1;
+    if (s != DM_OK) return s;
+    T->step = step;
     return DM_OK;
 }
 
@@ -306,9 +325,12 @@ dm_status dm_trainer_set_run_tag(dm_trainer *T, const char *tag) {
     return DM_OK;
 }
 
-dm_status dm_trainer_set_adamw(dm_trainer *T, const dm_adamw_config *adam) {
-    if (!T || !adam) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_adamw: NULL argument");
-    DM_TRY(dm_adamw_config_check(adam));
-    T->adam = *adam;
+dm_status dm_trainer_set_optim(dm_trainer *T, const dm_optim_config *optim) {
+    if (!T || !optim) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_optim: NULL argument");
+    DM_TRY(dm_optim_config_check(optim));
+    if (T->micro && optim->accumulate != T->optim.accumulate)
+        return dm_fail(DM_ERR_INVALID_ARG, "the number of micro-batches per update cannot change in the middle of "
+                       "an update (%d of %d taken)", T->micro, T->optim.accumulate);
+    T->optim = *optim;
     return DM_OK;
 }

@@ -25,7 +25,7 @@ typedef struct {
 struct dm_trainer {
     dm_layer_config cfg;
     dm_layer_options opt;
-    dm_adamw_config adam;
+    dm_optim_config optim;
     int nlayers;
     int forward_only;
     dm_layer **L;
@@ -36,6 +36,9 @@ struct dm_trainer {
     float *target;       /* (b, j, i) */
     double *partial;     /* (b * j) per-token loss sums */
     int64_t step;        /* updates taken */
+    int micro;           /* micro-batches since the last update (accumulate > 1) */
+    double grad_norm;    /* the last update's global gradient norm, or -1 */
+    double *norms;       /* the host copy of d_norms */
     char run_tag[128];   /* what the run trains on (dm_trainer_set_run_tag), in checkpoints */
     double secs[DM_TRAIN_NUM_PHASES];
     /* the stack on its layers' backend (trainer_state.c): the host copies above are a
@@ -49,6 +52,8 @@ struct dm_trainer {
     float *d_target;  /* the backend's (b, j, i) */
     float *d_mask;    /* the backend's (b, j) */
     double *d_partial;/* the backend's (b * j) per-token loss sums */
+    double *d_norms;  /* partial sums of norms, 2 * DM_NORM_PARTS per slot (plan/backend.h) */
+    float *d_acc;     /* the gradient sums over micro-batches (accumulate > 1), or NULL */
 };
 
 /* The slot of layer l's parameter `param` (a BertLayer name), or -1. */
@@ -65,8 +70,11 @@ int dm_train_slot_find(const dm_trainer *T, int l, const char *param);
  * (DM_PULL_OUTPUT: the last layer's); pull_slot: one slot's; download: layer l's tensor
  * `name` to its host copy; inputs: the batch, masks and target to the backend; link:
  * tensor src of layer `from` into tensor dst of layer `to`; loss: the loss (with the
- * gradient unless forward-only), the per-token sums of squares into T->partial; adamw:
- * update `step` of every parameter (a failure part way marks the trainer broken). */
+ * gradient unless forward-only), the per-token sums of squares into T->partial;
+ * accumulate: every gradient into the sums (first: they start over); update: update `step`
+ * of every parameter from the gradients (summed: from the sums), clipped and by the
+ * configured optimizer (a failure part way marks the trainer broken; a gradient norm that
+ * is not finite fails before any change). */
 dm_status dm_trainer_pool(dm_trainer *T);
 void dm_trainer_pool_free(dm_trainer *T);
 size_t dm_trainer_pool_bytes(const dm_trainer *T);
@@ -80,7 +88,8 @@ dm_status dm_trainer_download(dm_trainer *T, int l, const char *name);
 dm_status dm_trainer_inputs(dm_trainer *T);
 dm_status dm_trainer_link(dm_trainer *T, int from, const char *src, int to, const char *dst);
 dm_status dm_trainer_loss(dm_trainer *T, float scale);
-dm_status dm_trainer_adamw(dm_trainer *T, int64_t step, double lr);
+dm_status dm_trainer_accumulate(dm_trainer *T, int first);
+dm_status dm_trainer_update(dm_trainer *T, int64_t step, int summed);
 /* Waits for every layer's work (a GPU's streams): the end of a pass of the stack. */
 dm_status dm_trainer_wait(dm_trainer *T);
 /* A backward pass ran: every slot's gradient (and soon parameter, moments) is newer in

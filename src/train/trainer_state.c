@@ -12,7 +12,9 @@
  * when asked for), `dirty` that the host's may be (handed out, loaded: sent up before the
  * next pass); `output_stale` says the same of the output. So asking for one parameter
  * moves that one only. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/status.h"
@@ -85,9 +87,14 @@ dm_status dm_trainer_state_init(dm_trainer *T) {
         size_t bytes;
         if (!dm_mul_ok(np, 2 * sizeof(float), &bytes))
             return dm_fail(DM_ERR_OOM, "%zu parameters: AdamW's moments do not fit in memory", np);
-        DM_TRY(B->buf_new(h, bytes, T->moments, (void **)&T->d_moments, "AdamW's moments"));
+        DM_TRY(B->buf_new(h, bytes, T->moments, (void **)&T->d_moments, "the optimizer's moments"));
         if (T->opt.dtype != DM_DTYPE_FP32)
             DM_TRY(B->buf_new(h, np * sizeof(float), NULL, (void **)&T->d_master, "the fp32 master weights"));
+        /* the partial sums of the gradient norms and LAMB's tensor norms, 2 x DM_NORM_PARTS
+         * per slot (a few KiB a tensor) */
+        const size_t nn = (size_t)T->nlayers * DM_NUM_PARAMS * 2 * DM_NORM_PARTS;
+        if (!(T->norms = malloc(nn * sizeof(double)))) return dm_fail(DM_ERR_OOM, "out of memory for the norms");
+        DM_TRY(B->buf_new(h, nn * sizeof(double), T->norms, (void **)&T->d_norms, "the gradient norms"));
     }
     dm_trainer_state_replaced(T); /* the master weights and moments are not up yet */
     return DM_OK;
@@ -102,6 +109,12 @@ void dm_trainer_state_free(dm_trainer *T) {
     if (T->d_partial) B->buf_free(h, T->d_partial, T->partial);
     if (T->d_moments) B->buf_free(h, T->d_moments, T->moments);
     if (T->d_master) B->buf_free(h, T->d_master, NULL);
+    if (T->d_norms) B->buf_free(h, T->d_norms, T->norms);
+    if (T->d_acc) B->buf_free(h, T->d_acc, NULL);
+    free(T->norms);
+    T->d_norms = NULL;
+    T->d_acc = NULL;
+    T->norms = NULL;
 }
 
 /* Slot k's moments between the host and the backend (up: to the backend). */
@@ -213,21 +226,124 @@ void dm_trainer_grads_new(dm_trainer *T) {
     for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) T->slot[k].host_stale = 1;
 }
 
-static dm_status adamw(dm_trainer *T, int64_t step, double lr) {
+dm_status dm_trainer_accumulate(dm_trainer *T, int first) {
+    if (!T->d_acc) {
+        size_t bytes;
+        if (!dm_mul_ok((size_t)T->nparams, sizeof(float), &bytes))
+            return dm_fail(DM_ERR_OOM, "the gradient sums do not fit in memory");
+        DM_TRY(T->bk->buf_new(home(T), bytes, NULL, (void **)&T->d_acc, "the gradient sums (--accumulate)"));
+    }
     for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
         const dm_train_slot *sl = &T->slot[k];
-        dm_adamw_coef c;
-        dm_adamw_coef_make(&c, lr, sl->decay ? T->adam.weight_decay : 0.0, &T->adam, step);
-        DM_TRY(T->bk->adamw(st(T, k / DM_NUM_PARAMS), sl->tp, sl->tg, sl->n,
-                            T->d_master ? T->d_master + sl->off : NULL, T->d_moments + sl->off,
-                            T->d_moments + T->nparams + sl->off, &c));
+        DM_TRY(T->bk->accumulate(st(T, k / DM_NUM_PARAMS), sl->tg, sl->n, T->d_acc + sl->off, first));
     }
-    /* the update is over when the backend is (its time is the optimizer's; errors surface here) */
-    return dm_trainer_wait(T);
+    return DM_OK;
 }
 
-dm_status dm_trainer_adamw(dm_trainer *T, int64_t step, double lr) {
-    dm_status s = adamw(T, step, lr);
+/* The gradient each slot's update reads: the sums (accumulation), else its tensor. */
+static const float *grad_buf(const dm_trainer *T, const dm_train_slot *sl, int summed) {
+    return summed ? T->d_acc + sl->off : NULL;
+}
+
+/* The partial sums of `parts` per slot (T->d_norms, slot k's at k * stride) to the host,
+ * each slot's added in order into sums[k * per + i] for i < parts / DM_NORM_PARTS. */
+static dm_status fetch_norms(dm_trainer *T, size_t stride, int groups, double *sums) {
+    const int ns = T->nlayers * DM_NUM_PARAMS;
+    const size_t n = (size_t)ns * stride;
+    DM_TRY(T->bk->buf_copy(home(T), T->norms, T->d_norms, n * sizeof(double), 0));
+    for (int k = 0; k < ns; k++)
+        for (int i = 0; i < groups; i++) {
+            double s = 0.0;
+            for (int q = 0; q < DM_NORM_PARTS; q++) s += T->norms[(size_t)k * stride + (size_t)i * DM_NORM_PARTS + q];
+            sums[k * groups + i] = s;
+        }
+    return DM_OK;
+}
+
+/* The global norm of the (mean) gradient, into T->grad_norm; the factor the update applies
+ * to the gradients as stored into *gscale. Fails, before any change, on a norm that is not
+ * finite. */
+static dm_status grad_scale(dm_trainer *T, int64_t step, int summed, double *gscale) {
+    const int ns = T->nlayers * DM_NUM_PARAMS, acc = T->optim.accumulate;
+    *gscale = 1.0 / (double)acc;
+    if (!(T->optim.clip_norm > 0.0) && T->optim.kind != DM_OPT_LAMB) return DM_OK;
+    for (int k = 0; k < ns; k++) {
+        const dm_train_slot *sl = &T->slot[k];
+        DM_TRY(T->bk->sumsq(st(T, k / DM_NUM_PARAMS), sl->tg, grad_buf(T, sl, summed), sl->n,
+                            T->d_norms + (size_t)k * DM_NORM_PARTS));
+    }
+    double *per = malloc((size_t)ns * sizeof(double));
+    if (!per) return dm_fail(DM_ERR_OOM, "out of memory");
+    dm_status s = fetch_norms(T, DM_NORM_PARTS, 1, per);
+    double total = 0.0;
+    for (int k = 0; k < ns; k++) total += per[k];
+    free(per);
+    DM_TRY(s);
+    const double norm = sqrt(total) / (double)acc;
+    if (!isfinite(norm))
+        return dm_fail(DM_ERR_INVALID_ARG, "the gradient norm is %g: the parameters were not updated (update "
+                       "%lld); lower the learning rate (--lr), clip the gradients (--clip-norm) or check the "
+                       "inputs", norm, (long long)step);
+    T->grad_norm = norm;
+    /* torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1 */
+    if (T->optim.clip_norm > 0.0) {
+        const double c = T->optim.clip_norm / (norm + 1e-6);
+        if (c < 1.0) *gscale *= c;
+    }
+    return DM_OK;
+}
+
+/* LAMB: the moments and norms of every tensor, then each one's step scaled by its trust
+ * ratio ||w|| / ||u|| (tensors that take weight decay; NVIDIA's FusedLAMB's default). */
+static dm_status lamb(dm_trainer *T, int64_t step, double lr, double gscale, int summed) {
+    const int ns = T->nlayers * DM_NUM_PARAMS;
+    for (int k = 0; k < ns; k++) {
+        const dm_train_slot *sl = &T->slot[k];
+        dm_optim_coef c;
+        dm_optim_coef_make(&c, lr, sl->decay ? T->optim.weight_decay : 0.0, gscale, &T->optim, step);
+        DM_TRY(T->bk->optimize(st(T, k / DM_NUM_PARAMS), DM_PASS_LAMB_MOMENTS, sl->tp, sl->tg, sl->n,
+                               T->d_master ? T->d_master + sl->off : NULL, T->d_moments + sl->off,
+                               T->d_moments + T->nparams + sl->off, grad_buf(T, sl, summed), &c,
+                               T->d_norms + (size_t)k * 2 * DM_NORM_PARTS));
+    }
+    double *norm = malloc((size_t)ns * 2 * sizeof(double));
+    if (!norm) return dm_fail(DM_ERR_OOM, "out of memory");
+    dm_status s = fetch_norms(T, 2 * DM_NORM_PARTS, 2, norm);
+    for (int k = 0; s == DM_OK && k < ns; k++) {
+        const dm_train_slot *sl = &T->slot[k];
+        const double wn = sqrt(norm[2 * k]), un = sqrt(norm[2 * k + 1]);
+        double ratio = sl->decay && T->optim.weight_decay > 0.0 && wn > 0.0 && un > 0.0 ? wn / un : 1.0;
+        if (!isfinite(ratio)) ratio = 1.0; /* cannot be: the gradient norm was finite */
+        dm_optim_coef c;
+        dm_optim_coef_make(&c, lr, sl->decay ? T->optim.weight_decay : 0.0, gscale, &T->optim, step);
+        c.lr_ratio = (float)(lr * ratio);
+        s = T->bk->optimize(st(T, k / DM_NUM_PARAMS), DM_PASS_LAMB_APPLY, sl->tp, sl->tg, sl->n,
+                            T->d_master ? T->d_master + sl->off : NULL, T->d_moments + sl->off,
+                            T->d_moments + T->nparams + sl->off, NULL, &c, NULL);
+    }
+    free(norm);
+    return s;
+}
+
+static dm_status adamw(dm_trainer *T, int64_t step, double lr, double gscale, int summed) {
+    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
+        const dm_train_slot *sl = &T->slot[k];
+        dm_optim_coef c;
+        dm_optim_coef_make(&c, lr, sl->decay ? T->optim.weight_decay : 0.0, gscale, &T->optim, step);
+        DM_TRY(T->bk->optimize(st(T, k / DM_NUM_PARAMS), DM_PASS_ADAMW, sl->tp, sl->tg, sl->n,
+                               T->d_master ? T->d_master + sl->off : NULL, T->d_moments + sl->off,
+                               T->d_moments + T->nparams + sl->off, grad_buf(T, sl, summed), &c, NULL));
+    }
+    return DM_OK;
+}
+
+dm_status dm_trainer_update(dm_trainer *T, int64_t step, int summed) {
+    double gscale;
+    DM_TRY(grad_scale(T, step, summed, &gscale)); /* nothing changed yet when it fails */
+    const double lr = dm_optim_lr(&T->optim, step);
+    dm_status s = T->optim.kind == DM_OPT_LAMB ? lamb(T, step, lr, gscale, summed) : adamw(T, step, lr, gscale, summed);
+    /* the update is over when the backend is (its time is the optimizer's; errors surface here) */
+    if (s == DM_OK) s = dm_trainer_wait(T);
     if (s != DM_OK) T->broken = step; /* some parameters may have taken the update, others not */
     return s;
 }
@@ -241,7 +357,7 @@ void dm_trainer_state_replaced(dm_trainer *T) {
 }
 
 dm_status dm_trainer_broken(const dm_trainer *T) {
-    return dm_fail(DM_ERR_BACKEND, "the GPU failed in the middle of AdamW's update %lld: some parameters took it, "
+    return dm_fail(DM_ERR_BACKEND, "the backend failed in the middle of the optimizer's update %lld: some parameters took it, "
                    "others not, so this trainer can neither go on nor be saved; resume from the last "
                    "checkpoint (--resume)", (long long)T->broken);
 }
