@@ -170,9 +170,42 @@ static dm_status parse_vocab_txt(tok_src *src, char *buf, size_t len, const char
     return DM_OK;
 }
 
-/* vocab.txt: as BertTokenizerFast(vocab=..., do_lower_case=...) builds it: the five special
- * tokens are added tokens (not normalized); those the file lacks get the next ids, in the
- * order unk, sep, pad, cls, mask. */
+/* As BertTokenizerFast (transformers 5) sets up any file: the five special tokens are
+ * added tokens (not normalized; an entry of the file's own added_tokens for the same text
+ * stays as it is); those the vocabulary lacks get new ids, in the order unk, sep, pad, cls,
+ * mask (tokenizers' rule: the vocabulary's size, or one past the largest added id when
+ * that is beyond it); the post-processor is "[CLS] $A [SEP]" with their ids, whatever
+ * the file's says. */
+static dm_status add_bert_specials(dm_tokenizer *t, tok_src *src) {
+    static const int order[5] = {1, 3, 0, 2, 4};
+    tok_added *a = realloc(src->added, (src->na + 5) * sizeof *a);
+    if (!a) return dm_fail(DM_ERR_OOM, "out of memory");
+    src->added = a;
+    for (int o = 0; o < 5; o++) {
+        const char *name = src->names[order[o]];
+        size_t len = strlen(name);
+        int32_t id = -1;
+        for (size_t i = 0; i < src->na && id < 0; i++)
+            if (a[i].len == len && !memcmp(a[i].s, name, len)) id = a[i].id;
+        if (id >= 0 || !len) continue;
+        for (size_t i = 0; i < src->nv && id < 0; i++)
+            if (src->vocab[i].len == len && !memcmp(src->vocab[i].s, name, len)) id = src->vocab[i].id;
+        if (id < 0) {
+            int32_t max = -1;
+            for (size_t i = 0; i < src->na; i++) max = a[i].id > max ? a[i].id : max;
+            id = (max >= (int32_t)src->nv) ? max + 1 : (int32_t)src->nv;
+        }
+        a[src->na++] = (tok_added){.s = name, .len = len, .id = id, .special = 1};
+    }
+    for (size_t i = 0; i < src->na; i++) {
+        if (a[i].len == strlen(src->names[2]) && !memcmp(a[i].s, src->names[2], a[i].len)) t->pre_ids[0] = a[i].id;
+        if (a[i].len == strlen(src->names[3]) && !memcmp(a[i].s, src->names[3], a[i].len)) t->post_ids[0] = a[i].id;
+    }
+    t->n_pre = t->n_post = 1;
+    return DM_OK;
+}
+
+/* vocab.txt: as BertTokenizerFast(vocab=..., do_lower_case=...) builds it. */
 static dm_status setup_vocab_txt(dm_tokenizer *t, tok_src *src, dm_case casing, const char *path) {
     t->has_norm = t->clean = t->chinese = 1;
     t->lower = t->strip = casing == DM_CASE_LOWER;
@@ -181,30 +214,11 @@ static dm_status setup_vocab_txt(dm_tokenizer *t, tok_src *src, dm_case casing, 
     strcpy(t->prefix, "##");
     for (int k = 0; k < 5; k++) src->names[k] = k_default_names[k];
     src->unk = "[UNK]";
-    static const int order[5] = {1, 3, 0, 2, 4};
-    int32_t next = (int32_t)src->nv;
-    src->added = calloc(5, sizeof *src->added);
-    if (!src->added) return dm_fail(DM_ERR_OOM, "out of memory");
     int found_unk = 0;
-    for (int o = 0; o < 5; o++) {
-        int k = order[o];
-        const char *name = k_default_names[k];
-        int32_t id = -1;
-        for (size_t i = 0; i < src->nv; i++)
-            if (src->vocab[i].len == strlen(name) && !memcmp(src->vocab[i].s, name, src->vocab[i].len)) id = src->vocab[i].id;
-        if (k == 1) found_unk = id >= 0;
-        if (id < 0) id = next++;
-        src->added[src->na++] = (tok_added){.s = name, .len = strlen(name), .id = id, .special = 1};
-    }
+    for (size_t i = 0; i < src->nv; i++) found_unk |= src->vocab[i].len == 5 && !memcmp(src->vocab[i].s, "[UNK]", 5);
     if (!found_unk)
         return dm_fail(DM_ERR_FORMAT, "%s: no [UNK] line: WordPiece needs the unknown token in the vocabulary", path);
-    /* the post-processor: [CLS] $A [SEP] with the ids the added tokens got */
-    for (size_t a = 0; a < src->na; a++) {
-        if (!strcmp(src->added[a].s, "[CLS]")) t->pre_ids[0] = src->added[a].id;
-        if (!strcmp(src->added[a].s, "[SEP]")) t->post_ids[0] = src->added[a].id;
-    }
-    t->n_pre = t->n_post = 1;
-    return DM_OK;
+    return add_bert_specials(t, src);
 }
 
 /* --- tokenizer.json ----------------------------------------------------------------------- */
@@ -343,8 +357,8 @@ static dm_status parse_pretok(dm_tokenizer *t, const cJSON *p) {
     return DM_OK;
 }
 
-/* TemplateProcessing's "single": the special tokens before and after $A. */
-static dm_status parse_template(dm_tokenizer *t, tok_src *src, const cJSON *p) {
+/* TemplateProcessing's "single", checked (the ids come from BertTokenizerFast's rule). */
+static dm_status parse_template(const cJSON *p) {
     const cJSON *single = cJSON_GetObjectItemCaseSensitive(p, "single");
     const cJSON *specials = cJSON_GetObjectItemCaseSensitive(p, "special_tokens");
     if (!cJSON_IsArray(single)) return dm_fail(DM_ERR_FORMAT, "post_processor.single is %s, not an array", jtype(single));
@@ -372,26 +386,21 @@ static dm_status parse_template(dm_tokenizer *t, tok_src *src, const cJSON *p) {
         cJSON_ArrayForEach(v, ids) {
             int64_t x;
             DM_TRY(jint_val(v, 0, TOK_MAX_VOCAB - 1, &x, "a post_processor special token id"));
-            int *n = seen_a ? &t->n_post : &t->n_pre;
-            int32_t *dst = seen_a ? t->post_ids : t->pre_ids;
-            if (*n >= 8) return dm_fail(DM_ERR_UNSUPPORTED, "post_processor.single has more than 8 special ids on a side");
-            dst[(*n)++] = (int32_t)x;
         }
-        src->names[seen_a ? 3 : 2] = id;
     }
     if (!seen_a) return dm_fail(DM_ERR_FORMAT, "post_processor.single has no Sequence \"A\"");
     return DM_OK;
 }
 
-static dm_status parse_post(dm_tokenizer *t, tok_src *src, const cJSON *p) {
+/* The file's post-processor is checked when it is one of BERT's, else ignored:
+ * BertTokenizerFast replaces it by "[CLS] $A [SEP]" (add_bert_specials). */
+static dm_status parse_post(const cJSON *p) {
     if (!p || cJSON_IsNull(p)) return DM_OK;
     const char *type = NULL;
     if (!cJSON_IsObject(p) || jstr(p, "type", &type, "post_processor") != DM_OK)
         return dm_fail(DM_ERR_FORMAT, "\"post_processor\" is not an object with a \"type\"");
-    if (!strcmp(type, "TemplateProcessing")) return parse_template(t, src, p);
-    if (strcmp(type, "BertProcessing") && strcmp(type, "RobertaProcessing"))
-        return dm_fail(DM_ERR_UNSUPPORTED, "the post_processor is %s: dmove supports TemplateProcessing, "
-                       "BertProcessing or none", type);
+    if (!strcmp(type, "TemplateProcessing")) return parse_template(p);
+    if (strcmp(type, "BertProcessing") && strcmp(type, "RobertaProcessing")) return DM_OK;
     static const char *const keys[2] = {"cls", "sep"};
     for (int k = 0; k < 2; k++) {
         const cJSON *pair = cJSON_GetObjectItemCaseSensitive(p, keys[k]);
@@ -400,9 +409,6 @@ static dm_status parse_post(dm_tokenizer *t, tok_src *src, const cJSON *p) {
         if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2 || !cJSON_IsString(name))
             return dm_fail(DM_ERR_FORMAT, "post_processor.%s is not a [token, id] pair", keys[k]);
         DM_TRY(jint_val(cJSON_GetArrayItem(pair, 1), 0, TOK_MAX_VOCAB - 1, &id, "the post_processor's id"));
-        if (k == 0) t->pre_ids[t->n_pre++] = (int32_t)id;
-        else t->post_ids[t->n_post++] = (int32_t)id;
-        src->names[2 + k] = name->valuestring;
     }
     return DM_OK;
 }
@@ -448,14 +454,14 @@ static dm_status parse_json(dm_tokenizer *t, tok_src *src, const cJSON *root) {
     if (!cJSON_IsObject(root)) return dm_fail(DM_ERR_FORMAT, "the JSON is %s, not a tokenizer object", jtype(root));
     for (int k = 0; k < 5; k++) src->names[k] = k_default_names[k];
     DM_TRY(parse_model(t, src, cJSON_GetObjectItemCaseSensitive(root, "model")));
-    src->names[1] = src->unk;
     DM_TRY(parse_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer")));
     DM_TRY(parse_pretok(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer")));
-    DM_TRY(parse_post(t, src, cJSON_GetObjectItemCaseSensitive(root, "post_processor")));
+    DM_TRY(parse_post(cJSON_GetObjectItemCaseSensitive(root, "post_processor")));
     const cJSON *pad = cJSON_GetObjectItemCaseSensitive(root, "padding");
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(pad, "pad_token");
     if (cJSON_IsString(pt)) src->names[0] = pt->valuestring;
-    return parse_added(src, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"));
+    DM_TRY(parse_added(src, cJSON_GetObjectItemCaseSensitive(root, "added_tokens")));
+    return add_bert_specials(t, src);
 }
 
 /* --- building ----------------------------------------------------------------------------- */
