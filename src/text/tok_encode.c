@@ -361,23 +361,33 @@ int32_t tok_map_get(const tok_map *m, const char *p, size_t n) {
     }
 }
 
-/* The word w[0..n) (nch characters) cut into pieces; ids appended (room reserved). */
+/* The word w[0..n) (nch characters) cut into pieces; ids appended (room reserved). Each
+ * piece is the longest vocabulary token that the rest of the word starts with (a "##"
+ * continuation after the first): one walk down the trie. */
 static void wordpiece(const dm_tokenizer *t, const uint8_t *w, size_t n, size_t nch, dm_ids *o) {
     if (nch > (size_t)t->max_chars) {
         o->v[o->n++] = t->unk;
         return;
     }
+    int32_t whole = tok_map_get(&t->full, (const char *)w, n);
+    if (whole >= 0) {
+        o->v[o->n++] = whole;
+        return;
+    }
     size_t mark = o->n, start = 0;
     while (start < n) {
-        const tok_map *m = start ? &t->cont : &t->full;
-        size_t end = n - start > m->maxlen ? start + m->maxlen : n;
-        while (end < n && (w[end] & 0xC0) == 0x80) end--;
+        const tok_trie *tr = start ? &t->tcont : &t->tfull;
+        uint32_t node = 0;
+        size_t end = 0;
         int32_t id = -1;
-        while (end > start) {
-            id = tok_map_get(m, (const char *)w + start, end - start);
-            if (id >= 0) break;
-            end--;
-            while (end > start && (w[end] & 0xC0) == 0x80) end--;
+        for (size_t k = start; k < n; k++) {
+            const tok_edge *e = tok_trie_step(tr, node, w[k]);
+            if (!e) break;
+            node = (uint32_t)e->node;
+            if (e->id >= 0) {
+                id = e->id;
+                end = k + 1;
+            }
         }
         if (id < 0) {
             o->n = mark;

@@ -22,6 +22,31 @@ typedef struct {
     size_t maxlen; /* the longest key, bytes */
 } tok_map;
 
+/* The vocabulary as a trie of bytes, its edges in one open-addressing hash: the key of the
+ * edge from node p on byte b is p << 8 | b (plus one: 0 marks an empty slot); the root is
+ * node 0. WordPiece's longest match is one walk down it. */
+typedef struct {
+    uint32_t key;
+    int32_t node; /* the child */
+    int32_t id;   /* the token that ends there, or -1 */
+} tok_edge;
+
+typedef struct {
+    tok_edge *e;
+    uint32_t bits; /* capacity 1 << bits */
+    uint32_t nodes;
+} tok_trie;
+
+static inline const tok_edge *tok_trie_step(const tok_trie *t, uint32_t node, uint8_t b) {
+    uint32_t key = (node << 8 | b) + 1;
+    size_t mask = ((size_t)1 << t->bits) - 1;
+    for (size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> (64 - t->bits));; i = (i + 1) & mask) {
+        const tok_edge *e = &t->e[i];
+        if (e->key == key) return e;
+        if (!e->key) return NULL;
+    }
+}
+
 /* An added token (tokenizer.json's added_tokens, or the specials of a vocab.txt). */
 typedef struct {
     const char *s; /* the content (normalized ones: as the normalizer makes it) */
@@ -46,6 +71,7 @@ struct dm_tokenizer {
     char *pool;          /* the token strings */
     tok_map full;        /* the model's vocabulary */
     tok_map cont;        /* the tokens that begin with the continuation prefix, less it */
+    tok_trie tfull, tcont; /* the same as tries */
     int32_t unk;
     char prefix[64];
     int max_chars;

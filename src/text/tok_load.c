@@ -553,11 +553,54 @@ static dm_status build_ids(dm_tokenizer *t, const tok_src *src) {
     return st;
 }
 
+static dm_status trie_init(tok_trie *t, size_t bytes) {
+    uint32_t bits = 4;
+    while (((size_t)1 << bits) < bytes + bytes / 3 + 2) bits++; /* load at most 3/4 */
+    if (bits > 30) return dm_fail(DM_ERR_OOM, "the vocabulary is too large for the trie");
+    t->e = calloc((size_t)1 << bits, sizeof *t->e);
+    if (!t->e) return dm_fail(DM_ERR_OOM, "out of memory for the vocabulary's trie");
+    t->bits = bits;
+    t->nodes = 1;
+    return DM_OK;
+}
+
+static void trie_put(tok_trie *t, const char *s, size_t n, int32_t id) {
+    uint32_t node = 0;
+    size_t mask = ((size_t)1 << t->bits) - 1;
+    for (size_t k = 0; k < n; k++) {
+        uint32_t key = (node << 8 | (uint8_t)s[k]) + 1;
+        size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> (64 - t->bits));
+        while (t->e[i].key && t->e[i].key != key) i = (i + 1) & mask;
+        tok_edge *e = &t->e[i];
+        if (!e->key) *e = (tok_edge){key, (int32_t)t->nodes++, -1};
+        node = (uint32_t)e->node;
+        if (k + 1 == n && e->id < 0) e->id = id;
+    }
+}
+
 /* The model's vocabulary into t->full and, less the prefix, the continuations into t->cont. */
 static dm_status build_maps(dm_tokenizer *t, const tok_src *src) {
     DM_TRY(map_init(&t->full, src->nv));
     DM_TRY(map_init(&t->cont, src->nv));
-    size_t pl = strlen(t->prefix);
+    size_t pl = strlen(t->prefix), bytes = 0;
+    for (size_t i = 0; i < src->nv; i++) bytes += src->vocab[i].len;
+    if (bytes > ((size_t)1 << 23))
+        return dm_fail(DM_ERR_FORMAT, "the vocabulary's tokens have %zu bytes together; dmove takes up to 8 MiB", bytes);
+    /* sized twice: by the bytes (a bound on the nodes), then by the nodes counted */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t nf = t->tfull.nodes, nc = t->tcont.nodes;
+        free(t->tfull.e);
+        free(t->tcont.e);
+        DM_TRY(trie_init(&t->tfull, pass ? nf : bytes));
+        DM_TRY(trie_init(&t->tcont, pass ? nc : bytes));
+        for (size_t i = 0; i < src->nv; i++) {
+            int32_t id = src->vocab[i].id;
+            const char *s = t->tok[id];
+            size_t n = t->tok_len[id];
+            trie_put(&t->tfull, s, n, id);
+            if (n >= pl && !memcmp(s, t->prefix, pl)) trie_put(&t->tcont, s + pl, n - pl, id);
+        }
+    }
     char b[64];
     for (size_t i = 0; i < src->nv; i++) {
         int32_t id = src->vocab[i].id;
@@ -678,6 +721,8 @@ void dm_tokenizer_free(dm_tokenizer *t) {
     free(t->added);
     free(t->full.slots);
     free(t->cont.slots);
+    free(t->tfull.e);
+    free(t->tcont.e);
     free(t->tok);
     free(t->tok_len);
     free(t->pool);
