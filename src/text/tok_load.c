@@ -234,9 +234,12 @@ static const char *jtype(const cJSON *j) {
     return "invalid";
 }
 
-/* obj.key as a boolean (missing or null: def). */
+/* obj.key as a boolean (def < 0: required, as tokenizers requires it; else missing or
+ * null: def). */
 static dm_status jbool(const cJSON *obj, const char *key, int def, int *out, const char *ctx) {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (def < 0 && !cJSON_IsBool(j))
+        return dm_fail(DM_ERR_FORMAT, "%s.%s is %s, not true or false (tokenizers requires it)", ctx, key, jtype(j));
     if (!j || cJSON_IsNull(j)) {
         *out = def;
         return DM_OK;
@@ -275,16 +278,15 @@ static dm_status parse_model(dm_tokenizer *t, tok_src *src, const cJSON *model) 
         return dm_fail(DM_ERR_UNSUPPORTED, "the model is %s: dmove supports only WordPiece (BERT) tokenizers "
                        "(a tokenizer.json whose model.type is \"WordPiece\", or a BERT vocab.txt)", type);
     DM_TRY(jstr(model, "unk_token", &src->unk, "model"));
-    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(model, "continuing_subword_prefix");
     const char *prefix = "##";
-    if (pre && !cJSON_IsNull(pre)) DM_TRY(jstr(model, "continuing_subword_prefix", &prefix, "model"));
+    DM_TRY(jstr(model, "continuing_subword_prefix", &prefix, "model"));
     if (strlen(prefix) >= sizeof t->prefix)
         return dm_fail(DM_ERR_FORMAT, "model.continuing_subword_prefix is %zu bytes long; at most %zu",
                        strlen(prefix), sizeof t->prefix - 1);
     strcpy(t->prefix, prefix);
     const cJSON *mx = cJSON_GetObjectItemCaseSensitive(model, "max_input_chars_per_word");
     int64_t m = 100;
-    if (mx && !cJSON_IsNull(mx)) DM_TRY(jint_val(mx, 0, 2147483647.0, &m, "model.max_input_chars_per_word"));
+    DM_TRY(jint_val(mx, 0, 2147483647.0, &m, "model.max_input_chars_per_word"));
     t->max_chars = (int)m;
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     if (!cJSON_IsObject(vocab))
@@ -303,9 +305,9 @@ static dm_status parse_model(dm_tokenizer *t, tok_src *src, const cJSON *model) 
 
 static dm_status parse_bert_normalizer(dm_tokenizer *t, const cJSON *n) {
     t->has_norm = 1;
-    DM_TRY(jbool(n, "clean_text", 1, &t->clean, "normalizer"));
-    DM_TRY(jbool(n, "handle_chinese_chars", 1, &t->chinese, "normalizer"));
-    DM_TRY(jbool(n, "lowercase", 1, &t->lower, "normalizer"));
+    DM_TRY(jbool(n, "clean_text", -1, &t->clean, "normalizer"));
+    DM_TRY(jbool(n, "handle_chinese_chars", -1, &t->chinese, "normalizer"));
+    DM_TRY(jbool(n, "lowercase", -1, &t->lower, "normalizer"));
     DM_TRY(jbool(n, "strip_accents", t->lower, &t->strip, "normalizer")); /* null: as lowercase */
     return DM_OK;
 }
@@ -432,11 +434,11 @@ static dm_status parse_added(tok_src *src, const cJSON *a) {
         char what[64];
         snprintf(what, sizeof what, "%s.id", ctx);
         DM_TRY(jint_val(cJSON_GetObjectItemCaseSensitive(e, "id"), 0, TOK_MAX_VOCAB - 1, &id, what));
-        DM_TRY(jbool(e, "single_word", 0, &f[0], ctx));
-        DM_TRY(jbool(e, "lstrip", 0, &f[1], ctx));
-        DM_TRY(jbool(e, "rstrip", 0, &f[2], ctx));
-        DM_TRY(jbool(e, "special", 0, &f[4], ctx));
-        DM_TRY(jbool(e, "normalized", !f[4], &f[3], ctx));
+        DM_TRY(jbool(e, "single_word", -1, &f[0], ctx));
+        DM_TRY(jbool(e, "lstrip", -1, &f[1], ctx));
+        DM_TRY(jbool(e, "rstrip", -1, &f[2], ctx));
+        DM_TRY(jbool(e, "special", -1, &f[4], ctx));
+        DM_TRY(jbool(e, "normalized", -1, &f[3], ctx));
         x->len = strlen(x->s);
         x->id = (int32_t)id;
         x->single_word = (uint8_t)f[0];
@@ -682,6 +684,11 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
+static int by_id(const void *a, const void *b) {
+    const tok_added *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
 static void finish_describe(dm_tokenizer *t) {
     uint64_t h = fnv(0xcbf29ce484222325ull, "dmove-wordpiece-1", 17);
     for (int32_t i = 0; i < t->size; i++) {
@@ -695,12 +702,19 @@ static void finish_describe(dm_tokenizer *t) {
     h = fnv(h, t->pre_ids, sizeof t->pre_ids);
     h = fnv(h, t->post_ids, sizeof t->post_ids);
     h = fnv(h, t->prefix, strlen(t->prefix));
-    for (size_t i = 0; i < t->n_added; i++) {
-        const tok_added *a = &t->added[i];
-        uint8_t f[5] = {a->lstrip, a->rstrip, a->single_word, a->normalized, a->special};
-        h = fnv(h, &a->id, 4);
-        h = fnv(h, f, 5);
+    /* the added tokens in id order (the file's order does not change the ids) */
+    tok_added *sorted = malloc((t->n_added + 1) * sizeof *sorted);
+    if (sorted) {
+        memcpy(sorted, t->added, t->n_added * sizeof *sorted);
+        qsort(sorted, t->n_added, sizeof *sorted, by_id);
     }
+    for (size_t i = 0; i < t->n_added; i++) {
+        const tok_added *a = sorted ? &sorted[i] : &t->added[i];
+        uint8_t f[4] = {a->lstrip, a->rstrip, a->single_word, a->normalized};
+        h = fnv(h, &a->id, 4);
+        h = fnv(h, f, 4);
+    }
+    free(sorted);
     t->hash = h;
     char norm[160];
     if (!t->has_norm) snprintf(norm, sizeof norm, "no normalizer");
