@@ -224,7 +224,8 @@ static void test_added(void) {
     IDS(t, "a<W> <W> a", 0, 1, 5, 0, 0, 6, 1);      /* <W> only as a single word ("a<w>": a < w >) */
     IDS(t, "aZZa zz", 0, 1, 7, 1, 7);               /* normalized: matched after lowercasing */
     dm_special_ids sp;
-    CHECK_OK(dm_tokenizer_specials(t, &sp));
+    CHECK(dm_tokenizer_specials(t, &sp) == DM_ERR_NOT_FOUND); /* [PAD] and [CLS] are not in the file */
+    CHECK(strstr(dm_last_error(), "lacks [PAD] [CLS] (") != NULL);
     CHECK(sp.pad == 8 && sp.cls == 9 && sp.sep == 3 && sp.mask == 4 && sp.unk == 0);
     dm_tokenizer_free(t);
 }
@@ -304,6 +305,8 @@ static void test_hostile(void) {
         CHECK(dm_tokenizer_token_id(v, "b") == 1 && dm_tokenizer_token_id(v, "##b") == 2);
         CHECK(dm_tokenizer_vocab_size(v) == 7); /* + [SEP] [PAD] [CLS] [MASK] as BertTokenizerFast adds them */
         IDS(v, "bb", 1, 5, 1, 2, 3);
+        dm_special_ids sp;
+        CHECK(dm_tokenizer_specials(v, &sp) == DM_ERR_NOT_FOUND && strstr(dm_last_error(), "[PAD] [CLS] [SEP] [MASK]"));
         dm_tokenizer_free(v);
     }
     dm_tokenizer_free(NULL);

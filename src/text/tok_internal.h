@@ -53,6 +53,7 @@ typedef struct {
     size_t len;
     int32_t id;
     uint8_t lstrip, rstrip, single_word, normalized, special;
+    uint8_t implied; /* a special token the file lacks, given a new id as BertTokenizerFast does */
 } tok_added;
 
 /* The added tokens of one kind (normalized or not), sorted longest first, with the bytes

@@ -190,12 +190,13 @@ static dm_status add_bert_specials(dm_tokenizer *t, tok_src *src) {
         if (id >= 0 || !len) continue;
         for (size_t i = 0; i < src->nv && id < 0; i++)
             if (src->vocab[i].len == len && !memcmp(src->vocab[i].s, name, len)) id = src->vocab[i].id;
-        if (id < 0) {
+        int implied = id < 0;
+        if (implied) {
             int32_t max = -1;
             for (size_t i = 0; i < src->na; i++) max = a[i].id > max ? a[i].id : max;
             id = (max >= (int32_t)src->nv) ? max + 1 : (int32_t)src->nv;
         }
-        a[src->na++] = (tok_added){.s = name, .len = len, .id = id, .special = 1};
+        a[src->na++] = (tok_added){.s = name, .len = len, .id = id, .special = 1, .implied = (uint8_t)implied};
     }
     for (size_t i = 0; i < src->na; i++) {
         if (a[i].len == strlen(src->names[2]) && !memcmp(a[i].s, src->names[2], a[i].len)) t->pre_ids[0] = a[i].id;

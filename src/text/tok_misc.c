@@ -33,7 +33,9 @@ dm_status dm_tokenizer_specials(const dm_tokenizer *t, dm_special_ids *out) {
     size_t o = 0;
     for (int k = 0; k < 5; k++) {
         v[k] = dm_tokenizer_token_id(t, t->special_names[k]);
-        if (v[k] < 0 && o < sizeof missing - 80)
+        int implied = 0; /* not in the file: BertTokenizerFast gave it a new id */
+        for (size_t i = 0; i < t->n_added; i++) implied |= t->added[i].id == v[k] && t->added[i].implied;
+        if ((v[k] < 0 || implied) && o < sizeof missing - 80)
             o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%s", o ? " " : "", t->special_names[k]);
     }
     out->pad = v[0];
