@@ -105,10 +105,9 @@ static int ob_room(obuf *b, size_t extra) {
     return 0;
 }
 
-static size_t put_i32(char *o, int32_t v) {
-    char tmp[12];
+static size_t put_u64(char *o, uint64_t u) {
+    char tmp[24];
     size_t n = 0;
-    uint32_t u = (uint32_t)v;
     do {
         tmp[n++] = (char)('0' + u % 10);
         u /= 10;
@@ -130,12 +129,18 @@ static uint64_t digest(const int32_t *v, size_t n) {
 static int format_line(obuf *b, const dm_tokenizer *t, const dm_ids *ids, int mode) {
     if (mode == OUT_DIGEST) {
         if (ob_room(b, 48)) return -1;
-        b->n += (size_t)snprintf(b->v + b->n, 48, "%zu %016" PRIx64 "\n", ids->n, digest(ids->v, ids->n));
+        char *o = b->v + b->n;
+        o += put_u64(o, ids->n);
+        *o++ = ' ';
+        uint64_t h = digest(ids->v, ids->n);
+        for (int k = 15; k >= 0; k--) *o++ = "0123456789abcdef"[(h >> (4 * k)) & 15];
+        *o++ = '\n';
+        b->n = (size_t)(o - b->v);
         return 0;
     }
     for (size_t k = 0; k < ids->n; k++) {
         if (mode == OUT_IDS) {
-            if (ob_room(b, 13)) return -1;
+            if (ob_room(b, 24)) return -1;
         } else {
             const char *s = dm_tokenizer_token(t, ids->v[k]);
             size_t n = strlen(s);
@@ -146,7 +151,7 @@ static int format_line(obuf *b, const dm_tokenizer *t, const dm_ids *ids, int mo
             continue;
         }
         if (k) b->v[b->n++] = ' ';
-        b->n += put_i32(b->v + b->n, ids->v[k]);
+        b->n += put_u64(b->v + b->n, (uint32_t)ids->v[k]); /* ids are >= 0 */
     }
     if (ob_room(b, 1)) return -1;
     b->v[b->n++] = '\n';
