@@ -18,6 +18,7 @@ static const char *const CMD = "tokenize";
 
 #define BLOCK_BYTES ((size_t)8 << 20) /* read this much at a time */
 #define BLOCK_LINES 65536
+#define MAX_PARTS 64 /* output formatted in up to this many pieces on the threads */
 
 enum { OUT_IDS = 0, OUT_TOKENS, OUT_DIGEST };
 
@@ -33,15 +34,17 @@ static void init(void *p) {
 
 static const cli_option k_options[] = {
     {.kind = CLI_PATH, .name = "--tokenizer", .arg = "FILE", .off = offsetof(tok_opts, tokenizer),
-     .help = "the tokenizer (required): a Hugging Face tokenizer.json of a WordPiece\n"
-             "model (BERT's), or a vocab.txt (one token a line) with --lowercase or --cased"},
+     .help = "the tokenizer (required): a Hugging Face tokenizer.json\n"
+             "of a WordPiece model (BERT's), or a vocab.txt (one token\n"
+             "a line) with --lowercase or --cased"},
     {.kind = CLI_FLAG, .name = "--lowercase", .off = offsetof(tok_opts, lowercase), .lo = 1,
      .help = "vocab.txt of an uncased model: lowercase and strip accents\n"
              "(BertTokenizerFast's do_lower_case=True)"},
     {.kind = CLI_FLAG, .name = "--cased", .off = offsetof(tok_opts, cased), .lo = 1,
      .help = "vocab.txt of a cased model (do_lower_case=False)"},
     {.kind = CLI_FLAG, .name = "--tokens", .off = offsetof(tok_opts, out), .lo = OUT_TOKENS,
-     .help = "print the tokens (\"[CLS] hello world ! [SEP]\") instead of the ids"},
+     .help = "print the tokens (\"[CLS] hello world ! [SEP]\") instead\n"
+             "of the ids"},
     {.kind = CLI_FLAG, .name = "--digest", .off = offsetof(tok_opts, out), .lo = OUT_DIGEST,
      .help = "print \"COUNT HASH\" a line: the number of ids and the FNV-1a 64 hash\n"
              "of the ids as little-endian int32 (16 hex digits), to compare\n"
@@ -49,7 +52,8 @@ static const cli_option k_options[] = {
     {.kind = CLI_FLAG, .name = "--no-special", .off = offsetof(tok_opts, no_special), .lo = 1,
      .help = "leave out the special tokens around each input ([CLS] ... [SEP])"},
     {.kind = CLI_INT, .name = "--threads", .arg = "N", .off = offsetof(tok_opts, threads), .lo = 0, .hi = 4096,
-     .help = "encode on N threads (0: all cores; default {}); the output is the same"},
+     .help = "encode on N threads (0: all cores; default {}); the\n"
+             "output is the same"},
     {.kind = CLI_FLAG, .name = "--describe", .off = offsetof(tok_opts, describe), .lo = 1,
      .help = "print what the tokenizer does (model, size, normalization, special\n"
              "tokens, hash) and exit"},
@@ -167,7 +171,7 @@ typedef struct {
     const char **lines;
     size_t *lens;
     dm_ids *ids;
-    obuf out;
+    obuf out[MAX_PARTS];
     double t0, last_progress;
     int progress;
 } run_state;
@@ -180,16 +184,28 @@ static int encode_block(run_state *r, const char *name, size_t n, uint64_t line_
     dm_status st = dm_tokenizer_encode_batch(r->t, r->lines, r->lens, n, !r->o->no_special, r->threads,
                                              r->ids, &bad_i, &bad_off);
     size_t upto = st == DM_OK ? n : (st == DM_ERR_FORMAT && bad_i < n ? bad_i : 0);
-    r->out.n = 0;
-    for (size_t k = 0; k < upto; k++)
-        if (format_line(&r->out, r->t, &r->ids[k], r->o->out)) {
-            cli_error(CMD, "out of memory formatting the output");
-            return CLI_FAIL;
-        }
-    if (r->out.n && fwrite(r->out.v, 1, r->out.n, stdout) != r->out.n) {
-        cli_error(CMD, "writing the output: %s", strerror(errno));
+    /* formatted on the threads too, a contiguous range of lines each, written in order */
+    int parts = upto < 4096 ? 1 : r->threads < MAX_PARTS ? r->threads : MAX_PARTS, oom = 0;
+#pragma omp parallel for num_threads(parts) schedule(static, 1) if (parts > 1)
+    for (int p = 0; p < parts; p++) {
+        obuf *b = &r->out[p];
+        b->n = 0;
+        for (size_t k = upto * (size_t)p / (size_t)parts; k < upto * (size_t)(p + 1) / (size_t)parts; k++)
+            if (format_line(b, r->t, &r->ids[k], r->o->out)) {
+#pragma omp atomic write
+                oom = 1;
+                break;
+            }
+    }
+    if (oom) {
+        cli_error(CMD, "out of memory formatting the output");
         return CLI_FAIL;
     }
+    for (int p = 0; p < parts; p++)
+        if (r->out[p].n && fwrite(r->out[p].v, 1, r->out[p].n, stdout) != r->out[p].n) {
+            cli_error(CMD, "writing the output: %s", strerror(errno));
+            return CLI_FAIL;
+        }
     if (st == DM_ERR_FORMAT && bad_i < n) {
         fflush(stdout);
         cli_error(CMD, "%s: invalid UTF-8 at byte offset %" PRIu64 " (line %" PRIu64 ")", name,
@@ -381,7 +397,7 @@ int cmd_tokenize(int argc, char **argv) {
             free(r.lines);
             free(r.lens);
             free(r.ids);
-            free(r.out.v);
+            for (int p = 0; p < MAX_PARTS; p++) free(r.out[p].v);
         }
     }
     dm_tokenizer_free(t);
