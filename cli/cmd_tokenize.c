@@ -272,11 +272,13 @@ static int run_file(run_state *r, const char *name, int fd, uint64_t total) {
             pos = nl ? end + 1 : have;
         }
         if (n == 0 && !eof) { /* a line longer than the buffer: grow it */
-            if (cap > ((size_t)1 << 40) || !(buf = realloc(buf, cap * 2))) {
+            char *bigger = cap > ((size_t)1 << 40) ? NULL : realloc(buf, cap * 2);
+            if (!bigger) {
                 cli_error(CMD, "%s: out of memory for a line of over %zu bytes", name, cap);
                 rc = CLI_FAIL;
                 break;
             }
+            buf = bigger;
             cap *= 2;
             continue;
         }

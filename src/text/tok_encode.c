@@ -400,14 +400,18 @@ static void wordpiece(const dm_tokenizer *t, const uint8_t *w, size_t n, size_t 
 }
 
 /* BertPreTokenizer: words between whitespace, each punctuation character a word. */
+/* Room for the ids of a word of n bytes (at most one a byte). */
+static inline int room(dm_ids *o, size_t n) { return o->cap - o->n > n ? 0 : ids_reserve(o, n + 1); }
+
 static int pretok(const dm_tokenizer *t, const uint8_t *s, size_t n, dm_ids *o) {
-    if (ids_reserve(o, n + 1)) return -1;
     if (!t->pretok) {
         size_t nch = 0;
         for (size_t i = 0; i < n; i++) nch += (s[i] & 0xC0) != 0x80;
+        if (n && room(o, nch > (size_t)t->max_chars ? 1 : n)) return -1;
         if (n) wordpiece(t, s, n, nch, o);
         return 0;
     }
+    if (room(o, 64)) return -1;
     size_t i = 0, ws = 0, nch = 0;
     while (i < n) {
         uint8_t b = s[i];
@@ -426,12 +430,14 @@ static int pretok(const dm_tokenizer *t, const uint8_t *s, size_t n, dm_ids *o) 
             nch++;
             continue;
         }
+        if (room(o, i - ws + 1)) return -1; /* the word's ids and the punctuation's */
         if (i > ws) wordpiece(t, s + ws, i - ws, nch, o);
         if (cls == 2) wordpiece(t, s + i, len, 1, o);
         i += len;
         ws = i;
         nch = 0;
     }
+    if (room(o, i - ws)) return -1;
     if (i > ws) wordpiece(t, s + ws, i - ws, nch, o);
     return 0;
 }

@@ -752,6 +752,8 @@ static dm_status load_from(dm_tokenizer *t, tok_src *src, char *buf, size_t len,
         if (casing != DM_CASE_FILE)
             return dm_fail(DM_ERR_INVALID_ARG, "%s is a tokenizer.json, which says its own casing: give no "
                            "lowercase/cased choice (those are for a vocab.txt)", path);
+        if (memmem(buf, len, "\\u0000", 6))
+            return dm_fail(DM_ERR_UNSUPPORTED, "%s: a string holds \\u0000 (NUL); dmove takes tokens without it", path);
         *json = cJSON_ParseWithLength(buf, len);
         if (!*json) {
             const char *e = cJSON_GetErrorPtr();
