@@ -78,8 +78,9 @@ dm_status dm_tokenizer_encode_batch(const dm_tokenizer *t, const char *const *te
                                     int threads, dm_ids *out, size_t *bad_index,
                                     size_t *bad_offset);
 /* The ids as text, WordPiece's way: tokens joined by spaces, "##" continuations glued to
- * the token before (BertTokenizerFast.decode with clean_up_tokenization_spaces=False);
- * specials kept. The caller free()s *text. */
+ * the token before, each token cleaned as the WordPiece decoder does (" ," -> ",", " ." ->
+ * ".", ...): BertTokenizerFast.decode with clean_up_tokenization_spaces=False; specials
+ * kept. The caller free()s *text. */
 dm_status dm_tokenizer_decode(const dm_tokenizer *t, const int32_t *ids, size_t n,
                               char **text);
 
