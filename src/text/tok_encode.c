@@ -369,23 +369,27 @@ static void wordpiece(const dm_tokenizer *t, const uint8_t *w, size_t n, size_t 
         o->v[o->n++] = t->unk;
         return;
     }
-    int32_t whole = tok_map_get(&t->full, (const char *)w, n);
-    if (whole >= 0) {
-        o->v[o->n++] = whole;
-        return;
-    }
     size_t mark = o->n, start = 0;
     while (start < n) {
         const tok_trie *tr = start ? &t->tcont : &t->tfull;
+        size_t stop = n - start > tr->maxlen ? start + tr->maxlen : n, lead = start, end = 0;
+        uint64_t h = TOK_TRIE_SEED, hl = TOK_TRIE_SEED;
         uint32_t node = 0;
-        size_t end = 0;
         int32_t id = -1;
-        for (size_t k = start; k < n; k++) {
-            const tok_edge *e = tok_trie_step(tr, node, w[k]);
-            if (!e) break;
-            node = (uint32_t)e->node;
-            if (e->id >= 0) {
-                id = e->id;
+        for (; lead < stop && lead < start + 6; lead++) {
+            hl = tok_trie_next(hl, w[lead]);
+            __builtin_prefetch(tok_trie_slot(tr, hl));
+        }
+        for (size_t k = start; k < stop; k++) {
+            if (lead < stop) { /* fetch the slot of a prefix a few bytes ahead */
+                hl = tok_trie_next(hl, w[lead++]);
+                __builtin_prefetch(tok_trie_slot(tr, hl));
+            }
+            h = tok_trie_next(h, w[k]);
+            node = tok_trie_find(tr, h, node, w[k]);
+            if (!node) break;
+            if (tr->s[node - 1].id >= 0) {
+                id = tr->s[node - 1].id;
                 end = k + 1;
             }
         }

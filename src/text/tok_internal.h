@@ -22,29 +22,46 @@ typedef struct {
     size_t maxlen; /* the longest key, bytes */
 } tok_map;
 
-/* The vocabulary as a trie of bytes, its edges in one open-addressing hash: the key of the
- * edge from node p on byte b is p << 8 | b (plus one: 0 marks an empty slot); the root is
- * node 0. WordPiece's longest match is one walk down it. */
+/* The vocabulary as a trie of bytes whose nodes are the tokens' prefixes, held in one
+ * open-addressing hash keyed by the prefix's rolling hash (so the slots of a word's next
+ * prefixes are known before the walk gets there, and are fetched ahead). A slot is exact
+ * by induction: its parent slot (the prefix one byte shorter) and its last byte. */
 typedef struct {
-    uint32_t key;
-    int32_t node; /* the child */
-    int32_t id;   /* the token that ends there, or -1 */
-} tok_edge;
+    uint32_t tag;    /* the hash's low bits */
+    uint32_t parent; /* 1 + the parent's slot; 0: the root (the empty prefix) */
+    int32_t id;      /* the token that ends here, or -1 */
+    uint32_t byte;   /* 1 + the prefix's last byte; 0: an empty slot */
+} tok_node;
 
 typedef struct {
-    tok_edge *e;
+    tok_node *s;
     uint32_t bits; /* capacity 1 << bits */
     uint32_t nodes;
+    size_t maxlen; /* the longest key */
 } tok_trie;
 
-static inline const tok_edge *tok_trie_step(const tok_trie *t, uint32_t node, uint8_t b) {
-    uint32_t key = (node << 8 | b) + 1;
+static inline uint64_t tok_trie_next(uint64_t h, uint8_t b) { return (h ^ b) * 0x100000001b3ull; }
+#define TOK_TRIE_SEED 0xcbf29ce484222325ull
+static inline uint64_t tok_trie_mix(uint64_t h) {
+    h ^= h >> 31;
+    h *= 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 29);
+}
+
+/* The slot (1 + index) of the prefix with hash h, parent slot `parent` and last byte b, or 0. */
+static inline uint32_t tok_trie_find(const tok_trie *t, uint64_t h, uint32_t parent, uint8_t b) {
+    uint64_t m = tok_trie_mix(h);
     size_t mask = ((size_t)1 << t->bits) - 1;
-    for (size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> (64 - t->bits));; i = (i + 1) & mask) {
-        const tok_edge *e = &t->e[i];
-        if (e->key == key) return e;
-        if (!e->key) return NULL;
+    uint32_t tag = (uint32_t)m;
+    for (size_t i = (size_t)(m >> (64 - t->bits));; i = (i + 1) & mask) {
+        const tok_node *e = &t->s[i];
+        if (!e->byte) return 0;
+        if (e->tag == tag && e->parent == parent && e->byte == (uint32_t)b + 1) return (uint32_t)i + 1;
     }
+}
+
+static inline const tok_node *tok_trie_slot(const tok_trie *t, uint64_t h) {
+    return &t->s[tok_trie_mix(h) >> (64 - t->bits)];
 }
 
 /* An added token (tokenizer.json's added_tokens, or the specials of a vocab.txt). */

@@ -556,29 +556,38 @@ static dm_status build_ids(dm_tokenizer *t, const tok_src *src) {
     return st;
 }
 
-static dm_status trie_init(tok_trie *t, size_t bytes) {
+static dm_status trie_init(tok_trie *t, size_t nodes) {
     uint32_t bits = 4;
-    while (((size_t)1 << bits) < bytes + bytes / 3 + 2) bits++; /* load at most 3/4 */
+    while (((size_t)1 << bits) < nodes + nodes / 3 + 2) bits++; /* load at most 3/4 */
     if (bits > 30) return dm_fail(DM_ERR_OOM, "the vocabulary is too large for the trie");
-    t->e = calloc((size_t)1 << bits, sizeof *t->e);
-    if (!t->e) return dm_fail(DM_ERR_OOM, "out of memory for the vocabulary's trie");
+    t->s = calloc((size_t)1 << bits, sizeof *t->s);
+    if (!t->s) return dm_fail(DM_ERR_OOM, "out of memory for the vocabulary's trie");
     t->bits = bits;
-    t->nodes = 1;
+    t->nodes = 0;
+    t->maxlen = 0;
     return DM_OK;
 }
 
 static void trie_put(tok_trie *t, const char *s, size_t n, int32_t id) {
-    uint32_t node = 0;
+    uint64_t h = TOK_TRIE_SEED;
+    uint32_t parent = 0;
     size_t mask = ((size_t)1 << t->bits) - 1;
     for (size_t k = 0; k < n; k++) {
-        uint32_t key = (node << 8 | (uint8_t)s[k]) + 1;
-        size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> (64 - t->bits));
-        while (t->e[i].key && t->e[i].key != key) i = (i + 1) & mask;
-        tok_edge *e = &t->e[i];
-        if (!e->key) *e = (tok_edge){key, (int32_t)t->nodes++, -1};
-        node = (uint32_t)e->node;
-        if (k + 1 == n && e->id < 0) e->id = id;
+        uint8_t b = (uint8_t)s[k];
+        h = tok_trie_next(h, b);
+        uint32_t found = tok_trie_find(t, h, parent, b);
+        if (!found) {
+            uint64_t m = tok_trie_mix(h);
+            size_t i = (size_t)(m >> (64 - t->bits));
+            while (t->s[i].byte) i = (i + 1) & mask;
+            t->s[i] = (tok_node){(uint32_t)m, parent, -1, (uint32_t)b + 1};
+            t->nodes++;
+            found = (uint32_t)i + 1;
+        }
+        parent = found;
+        if (k + 1 == n && t->s[found - 1].id < 0) t->s[found - 1].id = id;
     }
+    if (n > t->maxlen) t->maxlen = n;
 }
 
 /* The model's vocabulary into t->full and, less the prefix, the continuations into t->cont. */
@@ -592,8 +601,8 @@ static dm_status build_maps(dm_tokenizer *t, const tok_src *src) {
     /* sized twice: by the bytes (a bound on the nodes), then by the nodes counted */
     for (int pass = 0; pass < 2; pass++) {
         size_t nf = t->tfull.nodes, nc = t->tcont.nodes;
-        free(t->tfull.e);
-        free(t->tcont.e);
+        free(t->tfull.s);
+        free(t->tcont.s);
         DM_TRY(trie_init(&t->tfull, pass ? nf : bytes));
         DM_TRY(trie_init(&t->tcont, pass ? nc : bytes));
         for (size_t i = 0; i < src->nv; i++) {
@@ -736,8 +745,8 @@ void dm_tokenizer_free(dm_tokenizer *t) {
     free(t->added);
     free(t->full.slots);
     free(t->cont.slots);
-    free(t->tfull.e);
-    free(t->tcont.e);
+    free(t->tfull.s);
+    free(t->tcont.s);
     free(t->tok);
     free(t->tok_len);
     free(t->pool);
