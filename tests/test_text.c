@@ -285,6 +285,7 @@ static void test_hostile(void) {
     refused("negmax.json", "{\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"continuing_subword_prefix\":\"##\","
             "\"max_input_chars_per_word\":-1,\"vocab\":{\"[UNK]\":0}}}", DM_CASE_FILE, DM_ERR_FORMAT, "max_input_chars_per_word");
     refused("model.json", "{\"model\":7}", DM_CASE_FILE, DM_ERR_FORMAT, "\"model\" is a number");
+    refused("vocab.json", "{\"a\":0,\"b\":1}", DM_CASE_FILE, DM_ERR_FORMAT, "not a Hugging Face tokenizer.json");
     refused("casing.json", WP_HEAD "{\"[UNK]\":0}}}", DM_CASE_LOWER, DM_ERR_INVALID_ARG, "own casing");
     refused("vocab1.txt", "[UNK]\na\n", DM_CASE_FILE, DM_ERR_INVALID_ARG, "choose lowercase");
     refused("vocab2.txt", "[UNK]\na\na\n", DM_CASE_CASED, DM_ERR_FORMAT, "appears twice");

@@ -270,6 +270,9 @@ static dm_status jstr(const cJSON *obj, const char *key, const char **out, const
 }
 
 static dm_status parse_model(dm_tokenizer *t, tok_src *src, const cJSON *model) {
+    if (!model)
+        return dm_fail(DM_ERR_FORMAT, "no \"model\": not a Hugging Face tokenizer.json (dmove takes the tokenizer.json "
+                       "of a WordPiece model, or a BERT vocab.txt)");
     if (!cJSON_IsObject(model)) return dm_fail(DM_ERR_FORMAT, "\"model\" is %s, not an object", jtype(model));
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(model, "type");
     const char *type = cJSON_IsString(ty) ? ty->valuestring : NULL;
