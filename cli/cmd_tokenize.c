@@ -18,6 +18,7 @@ static const char *const CMD = "tokenize";
 
 #define BLOCK_BYTES ((size_t)8 << 20) /* read this much at a time */
 #define BLOCK_LINES 65536
+#define PROGRESS_MIN ((uint64_t)64 << 20)
 #define MAX_PARTS 64 /* output formatted in up to this many pieces on the threads */
 
 enum { OUT_IDS = 0, OUT_TOKENS, OUT_DIGEST };
@@ -173,7 +174,7 @@ typedef struct {
     dm_ids *ids;
     obuf out[MAX_PARTS];
     double t0, last_progress;
-    int progress;
+    int progress, shown;
 } run_state;
 
 /* Encodes and prints lines [0, n) of the block; line_base: lines before it in the file,
@@ -221,8 +222,12 @@ static int encode_block(run_state *r, const char *name, size_t n, uint64_t line_
 
 static void show_progress(run_state *r, const char *name, uint64_t done, uint64_t total, int final) {
     double now = cli_now();
-    if (!r->progress || (!final && now - r->last_progress < 0.5)) return;
+    /* on a terminal, for an input over 64 MB (or once that much of a pipe is read), every
+     * half second; the last line only after others */
+    if (!r->progress || (!r->shown && (final || (total ? total : done) <= PROGRESS_MIN))) return;
+    if (!final && now - r->last_progress < 0.5) return;
     r->last_progress = now;
+    r->shown = 1;
     double mb = (double)done / 1e6, dt = now - r->t0, rate = dt > 0 ? mb / dt : 0;
     if (total)
         fprintf(stderr, "\rdmove tokenize: %s: %.0f of %.0f MB, %.1f MB/s, %.0f s left   %s", name, mb,
@@ -244,7 +249,8 @@ static int run_file(run_state *r, const char *name, int fd, uint64_t total) {
         rc = CLI_FAIL;
     }
     r->t0 = r->last_progress = cli_now();
-    r->progress = isatty(2) && (total == 0 || total > (64u << 20));
+    r->progress = isatty(2);
+    r->shown = 0;
     while (!rc && !(eof && have == 0)) {
         while (!eof && have < cap) {
             ssize_t got = read(fd, buf + have, cap - have);
