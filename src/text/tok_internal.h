@@ -88,8 +88,7 @@ struct dm_tokenizer {
     uint32_t *tok_len;
     char *pool;          /* the token strings */
     tok_map full;        /* the model's vocabulary */
-    tok_map cont;        /* the tokens that begin with the continuation prefix, less it */
-    tok_trie tfull, tcont; /* the same as tries */
+    tok_trie tfull, tcont; /* WordPiece's: every token; the continuations, less the prefix */
     int32_t unk;
     char prefix[64];
     int max_chars;

@@ -597,14 +597,24 @@ static void trie_put(tok_trie *t, const char *s, size_t n, int32_t id) {
     if (n > t->maxlen) t->maxlen = n;
 }
 
-/* The model's vocabulary into t->full and, less the prefix, the continuations into t->cont. */
+/* The model's vocabulary into t->full (token -> id) and the tries WordPiece walks: t->tfull
+ * (every token) and t->tcont (the continuations, less their prefix). */
 static dm_status build_maps(dm_tokenizer *t, const tok_src *src) {
     DM_TRY(map_init(&t->full, src->nv));
-    DM_TRY(map_init(&t->cont, src->nv));
     size_t pl = strlen(t->prefix), bytes = 0;
     for (size_t i = 0; i < src->nv; i++) bytes += src->vocab[i].len;
     if (bytes > ((size_t)1 << 23))
         return dm_fail(DM_ERR_FORMAT, "the vocabulary's tokens have %zu bytes together; dmove takes up to 8 MiB", bytes);
+    char b[64];
+    for (size_t i = 0; i < src->nv; i++) {
+        int32_t id = src->vocab[i].id;
+        const char *s = t->tok[id];
+        size_t n = t->tok_len[id];
+        int32_t old = map_put(&t->full, s, n, id);
+        if (old >= 0)
+            return dm_fail(DM_ERR_FORMAT, "token \"%s\" appears twice (ids %d and %d); each token once, please",
+                           shown(s, n, b, sizeof b), old, id);
+    }
     /* sized twice: by the bytes (a bound on the nodes), then by the nodes counted */
     for (int pass = 0; pass < 2; pass++) {
         size_t nf = t->tfull.nodes, nc = t->tcont.nodes;
@@ -619,17 +629,6 @@ static dm_status build_maps(dm_tokenizer *t, const tok_src *src) {
             trie_put(&t->tfull, s, n, id);
             if (n >= pl && !memcmp(s, t->prefix, pl)) trie_put(&t->tcont, s + pl, n - pl, id);
         }
-    }
-    char b[64];
-    for (size_t i = 0; i < src->nv; i++) {
-        int32_t id = src->vocab[i].id;
-        const char *s = t->tok[id];
-        size_t n = t->tok_len[id];
-        int32_t old = map_put(&t->full, s, n, id);
-        if (old >= 0)
-            return dm_fail(DM_ERR_FORMAT, "token \"%s\" appears twice (ids %d and %d); each token once, please",
-                           shown(s, n, b, sizeof b), old, id);
-        if (n >= pl && !memcmp(s, t->prefix, pl)) map_put(&t->cont, s + pl, n - pl, id);
     }
     t->unk = tok_map_get(&t->full, src->unk, strlen(src->unk));
     if (t->unk < 0)
@@ -751,7 +750,6 @@ void dm_tokenizer_free(dm_tokenizer *t) {
     free(t->raw.v);
     free(t->added);
     free(t->full.slots);
-    free(t->cont.slots);
     free(t->tfull.s);
     free(t->tcont.s);
     free(t->tok);
