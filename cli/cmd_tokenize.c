@@ -384,7 +384,9 @@ int cmd_tokenize(int argc, char **argv) {
     else {
         dm_case c = o.lowercase ? DM_CASE_LOWER : o.cased ? DM_CASE_CASED : DM_CASE_FILE;
         dm_status st = dm_tokenizer_load(&t, o.tokenizer, c);
-        if (st == DM_ERR_INVALID_ARG) cli_usage_error(CMD, "%s (--lowercase or --cased)", dm_last_error());
+        if (st == DM_ERR_INVALID_ARG)
+            cli_usage_error(CMD, "%s: %s", dm_last_error(),
+                            c == DM_CASE_FILE ? "give --lowercase or --cased" : "leave out --lowercase/--cased");
         else if (st != DM_OK) {
             cli_error(CMD, "%s", dm_last_error());
             rc = CLI_FAIL;
