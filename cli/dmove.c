@@ -17,6 +17,8 @@ static const struct {
     {"probe", cmd_probe, "measure this CPU (bandwidth, SGEMM, vector rate) for analyze"},
     {"tune", cmd_tune, "choose layouts and algorithms by measurement; write a plan"},
     {"train", cmd_train, "train a stack of encoder layers with AdamW; checkpoints, loss chart"},
+    {"prepare", cmd_prepare, "tokenize text files into token shards for pretraining"},
+    {"batches", cmd_batches, "show or time the masked-LM batches made of prepared shards"},
 };
 enum { NUM_CMDS = (int)(sizeof k_cmds / sizeof k_cmds[0]) };
 
