@@ -169,6 +169,24 @@ static void test_refusals(void) {
     check_refused(bad, hash + 1, "another tokenizer");
     check_refused("/nonexistent/x.shard", 0, "cannot open");
     check_refused(g_dir, 0, "not a regular file");
+    /* every truncation, and random byte changes: refused, never a crash */
+    int all_refused = 1;
+    dm_shard *x = NULL;
+    for (size_t len = 0; len < n; len += 1 + len / 64) {
+        write_all(bad, b, len);
+        all_refused &= dm_shard_open(&x, bad, 0) != DM_OK;
+        dm_shard_free(x);
+    }
+    for (int k = 0; k < 400; k++) {
+        size_t at = rnd((uint32_t)n);
+        unsigned char was = b[at];
+        b[at] ^= (unsigned char)(1 + rnd(255));
+        write_all(bad, b, n);
+        all_refused &= dm_shard_open(&x, bad, 0) != DM_OK;
+        dm_shard_free(x);
+        b[at] = was;
+    }
+    CHECK(all_refused);
     free(b);
     unlink(bad);
 }

@@ -181,6 +181,8 @@ printf 'X' | dd of=edited/train-00000.shard bs=1 seek=$((size - 20)) conv=notrun
 bad "edited shard" 1 'checksum' batches --data edited --tokenizer vocab.txt --lowercase
 head -c $((size - 8)) data/train-00000.shard >edited/train-00000.shard
 bad "truncated shard" 1 'truncated' batches --data edited --tokenizer vocab.txt --lowercase
+cp perfile/train-00000.shard edited/train-00000.shard
+bad "swapped shard" 1 'dataset.json says' batches --data edited --tokenizer vocab.txt --lowercase
 rm edited/train-00000.shard
 bad "missing shard" 1 'cannot open shard' batches --data edited --tokenizer vocab.txt --lowercase
 

@@ -202,6 +202,19 @@ dm_status dm_loader_open(dm_loader **out, const char *dir, const char *split, co
         st = dm_loader_open_shards(out, paths, n, vocab, cfg);
         if (st != DM_OK) dm_fail_context(st, "dataset '%s', split %s: ", dir, split);
     }
+    dm_shard_info want;
+    if (st == DM_OK && dm_dataset_split_info(d, split, &want) == DM_OK) {
+        const dm_corpus *c = &(*out)->s.c;
+        if (c->docs != want.documents || c->sents != want.sentences || c->toks != want.tokens) {
+            st = dm_fail(DM_ERR_FORMAT, "dataset '%s': the %s shards hold %llu documents, %llu tokens; "
+                         "dataset.json says %llu, %llu: a shard was replaced or the manifest edited; "
+                         "prepare the data again", dir, split, (unsigned long long)c->docs,
+                         (unsigned long long)c->toks, (unsigned long long)want.documents,
+                         (unsigned long long)want.tokens);
+            dm_loader_free(*out);
+            *out = NULL;
+        }
+    }
     free(paths);
     dm_dataset_free(d);
     return st;
