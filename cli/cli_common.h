@@ -23,6 +23,7 @@ int cmd_tune(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_batches(int argc, char **argv);
 
