@@ -97,7 +97,8 @@ typedef struct {
     int32_t vocab_size;
     dm_special_ids special;
 } dm_vocab_info;
-/* From a tokenizer: fails naming the special tokens its vocabulary lacks. */
+/* From a tokenizer: fails naming the special tokens its vocabulary lacks (also those the
+ * tokenizer added with new ids, as BertTokenizerFast does, for want of them in the file). */
 dm_status dm_vocab_info_from(const dm_tokenizer *t, dm_vocab_info *out);
 
 /* The counts of a shard, a split or a dataset. */

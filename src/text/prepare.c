@@ -20,14 +20,33 @@
 #include "core/philox.h"
 #include "core/status.h"
 #include "dmove_data.h"
+#include "text/tok_internal.h"
 
 #define CHUNK_BYTES ((size_t)16 << 20)
 #define VALID_STREAM 0x76616c69u /* "vali" */
+
+/* A special token BertTokenizerFast would add with a new id because the file's vocabulary
+ * lacks it (the tokenizer does so, to give Hugging Face's ids) cannot train a model whose
+ * embedding is the vocabulary's: refused here, naming them all. */
+static dm_status check_specials_in_vocab(const dm_tokenizer *t) {
+    char missing[400] = "";
+    size_t o = 0;
+    for (int k = 0; k < 5; k++) {
+        const char *name = t->special_names[k];
+        if (tok_map_get(&t->full, name, strlen(name)) < 0 && o < sizeof missing - 80)
+            o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%s", o ? " " : "", name);
+    }
+    if (o)
+        return dm_fail(DM_ERR_NOT_FOUND, "the tokenizer's vocabulary lacks %s: masked-LM pretraining needs "
+                       "[PAD] [UNK] [CLS] [SEP] [MASK] in it; use a BERT vocabulary that has them", missing);
+    return DM_OK;
+}
 
 dm_status dm_vocab_info_from(const dm_tokenizer *t, dm_vocab_info *out) {
     if (!t || !out) return dm_fail(DM_ERR_INVALID_ARG, "dm_vocab_info_from: NULL argument");
     memset(out, 0, sizeof *out);
     DM_TRY(dm_tokenizer_specials(t, &out->special));
+    DM_TRY(check_specials_in_vocab(t));
     out->hash = dm_tokenizer_hash(t);
     out->vocab_size = dm_tokenizer_vocab_size(t);
     return DM_OK;
