@@ -100,12 +100,15 @@ static const cli_command k_batches = {
     .init = init,
 };
 
-static void put_token(const dm_tokenizer *t, int32_t id, int *first) {
+/* A token, a "##" continuation glued to a plain word piece before it (*first: 1 at a
+ * line's start, 2 after a special or marked token, 0 after a word piece). */
+static void put_token(const dm_tokenizer *t, const dm_special_ids *sp, int32_t id, int *first) {
     const char *s = dm_tokenizer_token(t, id);
     if (!s) s = "?";
-    int glue = !*first && !strncmp(s, "##", 2) && s[2];
-    printf("%s%s", *first || glue ? "" : " ", glue ? s + 2 : s);
-    *first = 0;
+    int glue = *first == 0 && !strncmp(s, "##", 2) && s[2];
+    printf("%s%s", *first == 1 || glue ? "" : " ", glue ? s + 2 : s);
+    int special = id == sp->pad || id == sp->unk || id == sp->cls || id == sp->sep || id == sp->mask;
+    *first = special ? 2 : 0;
 }
 
 /* Row i of b decoded on a few lines. */
@@ -127,17 +130,16 @@ static void show_row(const dm_tokenizer *t, const dm_special_ids *sp, const dm_b
             first = 1;
         }
         if (lab[k] == -100) {
-            put_token(t, ids[k], &first);
+            put_token(t, sp, ids[k], &first);
             continue;
         }
         const char *shown = ids[k] == lab[k] ? NULL : dm_tokenizer_token(t, ids[k]);
         const char *orig = dm_tokenizer_token(t, lab[k]);
-        printf("%s%s{%s}", first ? "" : " ", shown ? shown : (orig ? orig : "?"), shown ? (orig ? orig : "?") : "=");
-        first = 0;
+        printf("%s%s{%s}", first == 1 ? "" : " ", shown ? shown : (orig ? orig : "?"), shown ? (orig ? orig : "?") : "=");
+        first = 2;
     }
     if (n < J) printf(" [PAD]x%" PRId64, J - n);
     printf("\n");
-    (void)sp;
 }
 
 static void sleep_ms(double ms) {
