@@ -1,16 +1,20 @@
-/* test_data.c: token shards and the masked-LM loader (include/dmove_data.h) without a
- * tokenizer: shards written from ids round-trip (16- and 32-bit ids); truncated, edited and
+/* test_data.c: token shards and the masked-LM loader (include/dmove_data.h), from ids
+ * written here (no tokenizer needed): shards written from ids round-trip (16- and 32-bit ids); truncated, edited and
  * other-vocabulary shards are refused; packed sequences cover the corpus exactly once an
  * epoch, each within j, [CLS] first and [SEP] last, padded and masked right; the masking
  * rates are within 5 sigma of 15% and 80/10/10 and never touch a special token; pairs have
  * their segments and next-sentence labels right; batches are a pure function of (seed, k):
  * the same seed the same batches, resume by seek or start step, background thread ==
- * synchronous; too small a j is refused. */
+ * synchronous; too small a j is refused. Then dm_prepare with the tokenizer on a small
+ * vocab.txt: each document, line by line as dm_tokenizer_encode gives it, whole in the
+ * training or the valid shard; an existing dataset, invalid UTF-8 (file and offset), an
+ * empty corpus, a directory refused, the old dataset kept, nothing left behind. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include "dmove_data.h"
@@ -462,6 +466,158 @@ static void test_config_refusals(const char *path, const char *one_doc, const dm
     CHECK(dm_loader_open(&l, "/nonexistent", "train", v, &cfg) != DM_OK && l == NULL);
 }
 
+/* --- dm_prepare with the real tokenizer ----------------------------------------------- */
+
+static void progress_count(void *ctx, const dm_prepare_progress *p) {
+    (void)p;
+    ++*(int *)ctx;
+}
+
+/* The ids of shard s's document d, sentence by sentence, appended to out with a -1 after
+ * each sentence. */
+static void doc_ids(const dm_shard *s, uint64_t d, int32_t *out, size_t *n) {
+    uint64_t f, c, tf, tc;
+    dm_shard_document(s, d, &f, &c);
+    for (uint64_t k = f; k < f + c; k++) {
+        dm_shard_sentence(s, k, &tf, &tc);
+        dm_shard_ids(s, tf, (size_t)tc, out + *n);
+        *n += (size_t)tc;
+        out[(*n)++] = -1;
+    }
+}
+
+static void test_prepare(void) {
+    char vocab_path[256], text_path[256], text2[256], out[256], path[512];
+    path_of(vocab_path, sizeof vocab_path, "vocab.txt");
+    path_of(text_path, sizeof text_path, "a.txt");
+    path_of(text2, sizeof text2, "b.txt");
+    path_of(out, sizeof out, "ds");
+    static const char *const words[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "dog", "sat",
+                                        "on", "mat", "ran", "home", ".", ",", "##s", "play", "##ing", "a"};
+    FILE *f = fopen(vocab_path, "w");
+    for (size_t k = 0; k < sizeof words / sizeof *words; k++) fprintf(f, "%s\n", words[k]);
+    fclose(f);
+    /* 40 documents of 1..4 lines; separators: blank lines, spaces and tabs, CRLF; no final
+     * newline. The expected ids come from dm_tokenizer_encode line by line. */
+    dm_tokenizer *t = NULL;
+    CHECK_OK(dm_tokenizer_load(&t, vocab_path, DM_CASE_LOWER));
+    if (!t) return;
+    enum { DOCS = 40 };
+    int32_t *want[DOCS];
+    size_t want_n[DOCS];
+    f = fopen(text_path, "w");
+    for (int d = 0; d < DOCS; d++) {
+        want[d] = malloc(4096 * sizeof **want);
+        want_n[d] = 0;
+        int lines = 1 + (int)rnd(4);
+        for (int l = 0; l < lines; l++) {
+            char line[256] = "";
+            int nw = 1 + (int)rnd(8);
+            for (int w = 0; w < nw; w++) {
+                strcat(line, w ? " " : "");
+                strcat(line, rnd(9) == 0 ? "Zebra" : words[5 + rnd(14)]);
+                if (rnd(5) == 0) strcat(line, "s.");
+            }
+            fprintf(f, "%s%s", line, (d == DOCS - 1 && l == lines - 1) ? "" : (rnd(3) == 0 ? "\r\n" : "\n"));
+            dm_ids ids = {0};
+            CHECK_OK(dm_tokenizer_encode(t, line, strlen(line), 0, &ids, NULL));
+            memcpy(want[d] + want_n[d], ids.v, ids.n * sizeof *ids.v);
+            want_n[d] += ids.n;
+            want[d][want_n[d]++] = -1;
+            dm_ids_free(&ids);
+        }
+        if (d < DOCS - 1) fprintf(f, "%s", rnd(2) ? "\n" : " \t\n\n");
+    }
+    fclose(f);
+    dm_prepare_config cfg;
+    dm_prepare_config_default(&cfg);
+    cfg.valid_fraction = 0.3;
+    cfg.seed = 7;
+    cfg.threads = 2;
+    int calls = 0;
+    cfg.progress = progress_count;
+    cfg.progress_ctx = &calls;
+    dm_prepare_stats st;
+    const char *files[1] = {text_path};
+    CHECK_OK(dm_prepare(t, files, 1, out, &cfg, &st));
+    CHECK(calls >= 1 && st.files == 1 && st.has_valid && st.train_shards == 1);
+    CHECK(st.train.documents + st.valid.documents == DOCS && st.valid.documents > 0);
+    /* every document in exactly one split, whole and in order */
+    dm_dataset *ds = NULL;
+    CHECK_OK(dm_dataset_open(&ds, out));
+    dm_vocab_info v;
+    CHECK_OK(dm_vocab_info_from(t, &v));
+    CHECK(ds && dm_dataset_vocab_hash(ds) == v.hash);
+    dm_shard *tr = NULL, *va = NULL;
+    CHECK_OK(dm_shard_open(&tr, dm_dataset_shard_path(ds, "train", 0), v.hash));
+    CHECK_OK(dm_shard_open(&va, dm_dataset_shard_path(ds, "valid", 0), v.hash));
+    if (tr && va) {
+        uint64_t dt = 0, dv = 0;
+        int same = 1;
+        int32_t got[4096];
+        for (int d = 0; d < DOCS; d++) {
+            size_t n = 0;
+            dm_shard_info ti, vi;
+            dm_shard_get_info(tr, &ti);
+            dm_shard_get_info(va, &vi);
+            /* the document is the next one of the split it went to */
+            if (dt < ti.documents) doc_ids(tr, dt, got, &n);
+            if (n == want_n[d] && !memcmp(got, want[d], n * 4)) {
+                dt++;
+                continue;
+            }
+            n = 0;
+            if (dv < vi.documents) doc_ids(va, dv, got, &n);
+            if (n == want_n[d] && !memcmp(got, want[d], n * 4)) dv++;
+            else same = 0;
+        }
+        CHECK(same && dt == st.train.documents && dv == st.valid.documents);
+    }
+    dm_shard_free(tr);
+    dm_shard_free(va);
+    dm_dataset_free(ds);
+    /* refusals leave the dataset and the directory as they were */
+    CHECK(dm_prepare(t, files, 1, out, &cfg, &st) == DM_ERR_INVALID_ARG);
+    CHECK(strstr(dm_last_error(), "--force") != NULL);
+    f = fopen(text2, "w");
+    fprintf(f, "the cat\nthe \xc3\x28 dog\n");
+    fclose(f);
+    char out2[256];
+    path_of(out2, sizeof out2, "ds2");
+    const char *files2[2] = {text_path, text2};
+    CHECK(dm_prepare(t, files2, 2, out2, &cfg, &st) == DM_ERR_FORMAT);
+    CHECK(strstr(dm_last_error(), "b.txt") && strstr(dm_last_error(), "byte offset 12"));
+    cfg.force = 1;
+    CHECK(dm_prepare(t, files2, 2, out, &cfg, &st) == DM_ERR_FORMAT); /* the old dataset stays */
+    CHECK_OK(dm_dataset_open(&ds, out));
+    dm_dataset_free(ds);
+    CHECK_OK(dm_prepare(t, files, 1, out, &cfg, &st)); /* replaced */
+    const char *none[1] = {vocab_path};
+    f = fopen(text2, "w");
+    fprintf(f, "\n \n");
+    fclose(f);
+    none[0] = text2;
+    CHECK(dm_prepare(t, none, 1, out2, &cfg, &st) == DM_ERR_INVALID_ARG);
+    none[0] = g_dir;
+    CHECK(dm_prepare(t, none, 1, out2, &cfg, &st) == DM_ERR_INVALID_ARG);
+    CHECK(dm_prepare(t, files, 0, out2, &cfg, &st) == DM_ERR_INVALID_ARG);
+    /* nothing left: only ds and the files this test wrote */
+    DIR *dir = opendir(g_dir);
+    struct dirent *e;
+    int stray = 0;
+    while (dir && (e = readdir(dir)) != NULL) stray |= strstr(e->d_name, ".tmp-") || strstr(e->d_name, ".old-") ||
+                                                      !strcmp(e->d_name, "ds2");
+    if (dir) closedir(dir);
+    CHECK(!stray);
+    snprintf(path, sizeof path, "rm -rf '%s'", out);
+    CHECK(system(path) == 0);
+    unlink(text2);
+    unlink(text_path);
+    unlink(vocab_path);
+    for (int d = 0; d < DOCS; d++) free(want[d]);
+    dm_tokenizer_free(t);
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
@@ -501,6 +657,7 @@ int main(void) {
     test_pairs(pairs, &pv, 1);
     test_determinism(pairs, &pv, DM_SEQ_PAIRS);
     test_config_refusals(pairs, one, &pv);
+    test_prepare();
 
     free(c.ids);
     free(pc.ids);
