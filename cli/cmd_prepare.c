@@ -122,7 +122,8 @@ static void progress(void *ctx, const dm_prepare_progress *p) {
     bar_state *b = ctx;
     if (p->seconds - b->last < (b->tty ? 0.2 : 5.0) || p->seconds < 0.5) return;
     b->last = p->seconds;
-    double frac = p->bytes_total ? (double)p->bytes_done / (double)p->bytes_total : 1;
+    double frac = p->bytes_total ? (double)p->bytes_done / (double)p->bytes_total : 0; /* pipes: 0 */
+    if (frac > 1) frac = 1;
     double mbs = (double)p->bytes_done / 1e6 / p->seconds;
     char left[32];
     fmt_time(left, sizeof left, frac > 0 ? p->seconds * (1 - frac) / frac : -1);

@@ -101,6 +101,11 @@ good "valid split" prepare --tokenizer vocab.txt --lowercase --out split --valid
 has "valid split" stdout 'valid: [0-9]+ documents'
 [ -f split/valid.shard ] || fail "valid split: no split/valid.shard"
 
+mkfifo pipe && { cat a.txt >pipe & }
+good "a pipe" prepare --tokenizer vocab.txt --lowercase --out piped pipe
+wait
+has "a pipe" stdout 'train: 3 documents, 6 sentences'
+
 good "force" prepare --tokenizer vocab.txt --lowercase --out perfile --force a.txt
 has "force" stdout 'train: 3 documents'
 

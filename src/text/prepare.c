@@ -269,7 +269,7 @@ static dm_status do_file(prep *p, const char *file, char **buf, size_t *cap) {
     return st;
 }
 
-/* Every input a readable regular file; their total size. */
+/* Every input a readable regular file or pipe; their total size (a pipe counts 0). */
 static dm_status check_inputs(const char *const *files, size_t n, uint64_t *total) {
     *total = 0;
     if (n == 0) return dm_fail(DM_ERR_INVALID_ARG, "no text file given");
@@ -280,10 +280,11 @@ static dm_status check_inputs(const char *const *files, size_t n, uint64_t *tota
         if (S_ISDIR(st.st_mode))
             return dm_fail(DM_ERR_INVALID_ARG, "'%s' is a directory: give the text files in it (e.g. %s/*.txt)",
                            files[k], files[k]);
-        if (!S_ISREG(st.st_mode)) return dm_fail(DM_ERR_INVALID_ARG, "'%s' is not a regular file", files[k]);
+        if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) /* a pipe: <(zcat x.gz) */
+            return dm_fail(DM_ERR_INVALID_ARG, "'%s' is not a regular file or a pipe", files[k]);
         if (access(files[k], R_OK) != 0)
             return dm_fail(DM_ERR_IO, "cannot read '%s': %s", files[k], strerror(errno));
-        *total += (uint64_t)st.st_size;
+        if (S_ISREG(st.st_mode)) *total += (uint64_t)st.st_size;
     }
     return DM_OK;
 }
@@ -491,6 +492,7 @@ static dm_status prepare_run(prep *p, const char *const *files, size_t nfiles, d
         return dm_fail(DM_ERR_INVALID_ARG, "all %" PRIu64 " documents were drawn for the valid split: give a "
                        "smaller --valid-fraction or more text", p->doc_index);
     if (p->valid) DM_TRY(flush_shard(p, p->valid, "valid.shard", p->valid_list, &p->va));
+    s->bytes = p->prog.bytes_done; /* pipes included */
     s->train = p->tr;
     s->valid = p->va;
     s->train_shards = p->train_shards;
