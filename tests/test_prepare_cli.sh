@@ -101,9 +101,12 @@ good "valid split" prepare --tokenizer vocab.txt --lowercase --out split --valid
 has "valid split" stdout 'valid: [0-9]+ documents'
 [ -f split/valid.shard ] || fail "valid split: no split/valid.shard"
 
-mkfifo pipe && { cat a.txt >pipe & }
+mkfifo pipe
+cat a.txt >pipe &
+writer=$!
 good "a pipe" prepare --tokenizer vocab.txt --lowercase --out piped pipe
-wait
+kill "$writer" 2>/dev/null # still blocked in open() if dmove never read the pipe
+wait "$writer" 2>/dev/null
 has "a pipe" stdout 'train: 3 documents, 6 sentences'
 
 good "force" prepare --tokenizer vocab.txt --lowercase --out perfile --force a.txt
