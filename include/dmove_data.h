@@ -43,7 +43,8 @@
  * prepare used, totals, and per split the shard files with their counts), the training
  * shards train-00000.shard, train-00001.shard, ... (a new one begins after a document once
  * one passes --shard-mb) and valid.shard (the held-out documents; present, maybe empty,
- * when --valid-fraction > 0). `dmove prepare` writes it into a temporary directory beside
+ * when --valid-fraction > 0: document n, counted from 0 over all files in order, is held
+ * out when word n of dm_philox_words(seed, 0x76616c69, ...) is below floor(F 2^32)). `dmove prepare` writes it into a temporary directory beside
  * the target and renames it at the end: on any error nothing is left.
  *
  * SEQUENCES (length j, every one [CLS] first, [SEP] last, [PAD] after):
@@ -70,8 +71,12 @@
  * RANDOMNESS: every draw is Philox-4x32-10 keyed by the seed (key = seed's low and high
  * words), counter (sequence index low, high, epoch, purpose << 24 | block): purpose 1
  * masking (block t: word 0 chooses, word 1 the 80/10/10 kind, word 2 the random id, of
- * position t), purpose 2 the pair structure, purpose 3 the shuffle (round r, with the
- * value as counter word 0). So batch k of a run is a pure function of (data, config, k):
+ * position t), purpose 2 the pair structure (words drawn in order from block 0: the NSP
+ * coin, the split, the random document and sentence, a coin per token cut), purpose 3 the
+ * shuffle: position p of epoch e is a 6-round Feistel network over [0, 4^h) (h >= 1 the
+ * least with 4^h >= N, the sequences an epoch), round r mapping (L, R) to (R, L ^ F) with F
+ * words 1:0 of the block at counter (R low, R high, e, 3 << 24 | r) cut to h bits, applied
+ * again until the result is below N. So batch k of a run is a pure function of (data, config, k):
  * a run resumed at step k (dm_loader_seek, or start_step) sees exactly the batches an
  * uninterrupted one does. */
 #ifndef DMOVE_DATA_H
