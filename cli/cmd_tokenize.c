@@ -18,6 +18,8 @@ static const char *const CMD = "tokenize";
 
 #define BLOCK_BYTES ((size_t)8 << 20) /* read this much at a time */
 #define BLOCK_LINES 65536
+#define PROGRESS_MIN ((uint64_t)64 << 20)
+#define MAX_PARTS 64 /* output formatted in up to this many pieces on the threads */
 
 enum { OUT_IDS = 0, OUT_TOKENS, OUT_DIGEST };
 
@@ -33,15 +35,17 @@ static void init(void *p) {
 
 static const cli_option k_options[] = {
     {.kind = CLI_PATH, .name = "--tokenizer", .arg = "FILE", .off = offsetof(tok_opts, tokenizer),
-     .help = "the tokenizer (required): a Hugging Face tokenizer.json of a WordPiece\n"
-             "model (BERT's), or a vocab.txt (one token a line) with --lowercase or --cased"},
+     .help = "the tokenizer (required): a Hugging Face tokenizer.json\n"
+             "of a WordPiece model (BERT's), or a vocab.txt (one token\n"
+             "a line) with --lowercase or --cased"},
     {.kind = CLI_FLAG, .name = "--lowercase", .off = offsetof(tok_opts, lowercase), .lo = 1,
      .help = "vocab.txt of an uncased model: lowercase and strip accents\n"
              "(BertTokenizerFast's do_lower_case=True)"},
     {.kind = CLI_FLAG, .name = "--cased", .off = offsetof(tok_opts, cased), .lo = 1,
      .help = "vocab.txt of a cased model (do_lower_case=False)"},
     {.kind = CLI_FLAG, .name = "--tokens", .off = offsetof(tok_opts, out), .lo = OUT_TOKENS,
-     .help = "print the tokens (\"[CLS] hello world ! [SEP]\") instead of the ids"},
+     .help = "print the tokens (\"[CLS] hello world ! [SEP]\") instead\n"
+             "of the ids"},
     {.kind = CLI_FLAG, .name = "--digest", .off = offsetof(tok_opts, out), .lo = OUT_DIGEST,
      .help = "print \"COUNT HASH\" a line: the number of ids and the FNV-1a 64 hash\n"
              "of the ids as little-endian int32 (16 hex digits), to compare\n"
@@ -49,7 +53,8 @@ static const cli_option k_options[] = {
     {.kind = CLI_FLAG, .name = "--no-special", .off = offsetof(tok_opts, no_special), .lo = 1,
      .help = "leave out the special tokens around each input ([CLS] ... [SEP])"},
     {.kind = CLI_INT, .name = "--threads", .arg = "N", .off = offsetof(tok_opts, threads), .lo = 0, .hi = 4096,
-     .help = "encode on N threads (0: all cores; default {}); the output is the same"},
+     .help = "encode on N threads (0: all cores; default {}); the\n"
+             "output is the same"},
     {.kind = CLI_FLAG, .name = "--describe", .off = offsetof(tok_opts, describe), .lo = 1,
      .help = "print what the tokenizer does (model, size, normalization, special\n"
              "tokens, hash) and exit"},
@@ -105,10 +110,9 @@ static int ob_room(obuf *b, size_t extra) {
     return 0;
 }
 
-static size_t put_i32(char *o, int32_t v) {
-    char tmp[12];
+static size_t put_u64(char *o, uint64_t u) {
+    char tmp[24];
     size_t n = 0;
-    uint32_t u = (uint32_t)v;
     do {
         tmp[n++] = (char)('0' + u % 10);
         u /= 10;
@@ -130,12 +134,18 @@ static uint64_t digest(const int32_t *v, size_t n) {
 static int format_line(obuf *b, const dm_tokenizer *t, const dm_ids *ids, int mode) {
     if (mode == OUT_DIGEST) {
         if (ob_room(b, 48)) return -1;
-        b->n += (size_t)snprintf(b->v + b->n, 48, "%zu %016" PRIx64 "\n", ids->n, digest(ids->v, ids->n));
+        char *o = b->v + b->n;
+        o += put_u64(o, ids->n);
+        *o++ = ' ';
+        uint64_t h = digest(ids->v, ids->n);
+        for (int k = 15; k >= 0; k--) *o++ = "0123456789abcdef"[(h >> (4 * k)) & 15];
+        *o++ = '\n';
+        b->n = (size_t)(o - b->v);
         return 0;
     }
     for (size_t k = 0; k < ids->n; k++) {
         if (mode == OUT_IDS) {
-            if (ob_room(b, 13)) return -1;
+            if (ob_room(b, 24)) return -1;
         } else {
             const char *s = dm_tokenizer_token(t, ids->v[k]);
             size_t n = strlen(s);
@@ -146,7 +156,7 @@ static int format_line(obuf *b, const dm_tokenizer *t, const dm_ids *ids, int mo
             continue;
         }
         if (k) b->v[b->n++] = ' ';
-        b->n += put_i32(b->v + b->n, ids->v[k]);
+        b->n += put_u64(b->v + b->n, (uint32_t)ids->v[k]); /* ids are >= 0 */
     }
     if (ob_room(b, 1)) return -1;
     b->v[b->n++] = '\n';
@@ -162,9 +172,9 @@ typedef struct {
     const char **lines;
     size_t *lens;
     dm_ids *ids;
-    obuf out;
+    obuf out[MAX_PARTS];
     double t0, last_progress;
-    int progress;
+    int progress, shown;
 } run_state;
 
 /* Encodes and prints lines [0, n) of the block; line_base: lines before it in the file,
@@ -175,16 +185,28 @@ static int encode_block(run_state *r, const char *name, size_t n, uint64_t line_
     dm_status st = dm_tokenizer_encode_batch(r->t, r->lines, r->lens, n, !r->o->no_special, r->threads,
                                              r->ids, &bad_i, &bad_off);
     size_t upto = st == DM_OK ? n : (st == DM_ERR_FORMAT && bad_i < n ? bad_i : 0);
-    r->out.n = 0;
-    for (size_t k = 0; k < upto; k++)
-        if (format_line(&r->out, r->t, &r->ids[k], r->o->out)) {
-            cli_error(CMD, "out of memory formatting the output");
-            return CLI_FAIL;
-        }
-    if (r->out.n && fwrite(r->out.v, 1, r->out.n, stdout) != r->out.n) {
-        cli_error(CMD, "writing the output: %s", strerror(errno));
+    /* formatted on the threads too, a contiguous range of lines each, written in order */
+    int parts = upto < 4096 ? 1 : r->threads < MAX_PARTS ? r->threads : MAX_PARTS, oom = 0;
+#pragma omp parallel for num_threads(parts) schedule(static, 1) if (parts > 1)
+    for (int p = 0; p < parts; p++) {
+        obuf *b = &r->out[p];
+        b->n = 0;
+        for (size_t k = upto * (size_t)p / (size_t)parts; k < upto * (size_t)(p + 1) / (size_t)parts; k++)
+            if (format_line(b, r->t, &r->ids[k], r->o->out)) {
+#pragma omp atomic write
+                oom = 1;
+                break;
+            }
+    }
+    if (oom) {
+        cli_error(CMD, "out of memory formatting the output");
         return CLI_FAIL;
     }
+    for (int p = 0; p < parts; p++)
+        if (r->out[p].n && fwrite(r->out[p].v, 1, r->out[p].n, stdout) != r->out[p].n) {
+            cli_error(CMD, "writing the output: %s", strerror(errno));
+            return CLI_FAIL;
+        }
     if (st == DM_ERR_FORMAT && bad_i < n) {
         fflush(stdout);
         cli_error(CMD, "%s: invalid UTF-8 at byte offset %" PRIu64 " (line %" PRIu64 ")", name,
@@ -200,8 +222,12 @@ static int encode_block(run_state *r, const char *name, size_t n, uint64_t line_
 
 static void show_progress(run_state *r, const char *name, uint64_t done, uint64_t total, int final) {
     double now = cli_now();
-    if (!r->progress || (!final && now - r->last_progress < 0.5)) return;
+    /* on a terminal, for an input over 64 MB (or once that much of a pipe is read), every
+     * half second; the last line only after others */
+    if (!r->progress || (!r->shown && (final || (total ? total : done) <= PROGRESS_MIN))) return;
+    if (!final && now - r->last_progress < 0.5) return;
     r->last_progress = now;
+    r->shown = 1;
     double mb = (double)done / 1e6, dt = now - r->t0, rate = dt > 0 ? mb / dt : 0;
     if (total)
         fprintf(stderr, "\rdmove tokenize: %s: %.0f of %.0f MB, %.1f MB/s, %.0f s left   %s", name, mb,
@@ -223,7 +249,8 @@ static int run_file(run_state *r, const char *name, int fd, uint64_t total) {
         rc = CLI_FAIL;
     }
     r->t0 = r->last_progress = cli_now();
-    r->progress = isatty(2) && (total == 0 || total > (64u << 20));
+    r->progress = isatty(2);
+    r->shown = 0;
     while (!rc && !(eof && have == 0)) {
         while (!eof && have < cap) {
             ssize_t got = read(fd, buf + have, cap - have);
@@ -251,11 +278,13 @@ static int run_file(run_state *r, const char *name, int fd, uint64_t total) {
             pos = nl ? end + 1 : have;
         }
         if (n == 0 && !eof) { /* a line longer than the buffer: grow it */
-            if (cap > ((size_t)1 << 40) || !(buf = realloc(buf, cap * 2))) {
+            char *bigger = cap > ((size_t)1 << 40) ? NULL : realloc(buf, cap * 2);
+            if (!bigger) {
                 cli_error(CMD, "%s: out of memory for a line of over %zu bytes", name, cap);
                 rc = CLI_FAIL;
                 break;
             }
+            buf = bigger;
             cap *= 2;
             continue;
         }
@@ -376,7 +405,7 @@ int cmd_tokenize(int argc, char **argv) {
             free(r.lines);
             free(r.lens);
             free(r.ids);
-            free(r.out.v);
+            for (int p = 0; p < MAX_PARTS; p++) free(r.out[p].v);
         }
     }
     dm_tokenizer_free(t);

@@ -361,7 +361,9 @@ int32_t tok_map_get(const tok_map *m, const char *p, size_t n) {
     }
 }
 
-/* The word w[0..n) (nch characters) cut into pieces; ids appended (room reserved). */
+/* The word w[0..n) (nch characters) cut into pieces; ids appended (room reserved). Each
+ * piece is the longest vocabulary token that the rest of the word starts with (a "##"
+ * continuation after the first): one walk down the trie. */
 static void wordpiece(const dm_tokenizer *t, const uint8_t *w, size_t n, size_t nch, dm_ids *o) {
     if (nch > (size_t)t->max_chars) {
         o->v[o->n++] = t->unk;
@@ -369,15 +371,27 @@ static void wordpiece(const dm_tokenizer *t, const uint8_t *w, size_t n, size_t 
     }
     size_t mark = o->n, start = 0;
     while (start < n) {
-        const tok_map *m = start ? &t->cont : &t->full;
-        size_t end = n - start > m->maxlen ? start + m->maxlen : n;
-        while (end < n && (w[end] & 0xC0) == 0x80) end--;
+        const tok_trie *tr = start ? &t->tcont : &t->tfull;
+        size_t stop = n - start > tr->maxlen ? start + tr->maxlen : n, lead = start, end = 0;
+        uint64_t h = TOK_TRIE_SEED, hl = TOK_TRIE_SEED;
+        uint32_t node = 0;
         int32_t id = -1;
-        while (end > start) {
-            id = tok_map_get(m, (const char *)w + start, end - start);
-            if (id >= 0) break;
-            end--;
-            while (end > start && (w[end] & 0xC0) == 0x80) end--;
+        for (; lead < stop && lead < start + 6; lead++) {
+            hl = tok_trie_next(hl, w[lead]);
+            __builtin_prefetch(tok_trie_slot(tr, hl));
+        }
+        for (size_t k = start; k < stop; k++) {
+            if (lead < stop) { /* fetch the slot of a prefix a few bytes ahead */
+                hl = tok_trie_next(hl, w[lead++]);
+                __builtin_prefetch(tok_trie_slot(tr, hl));
+            }
+            h = tok_trie_next(h, w[k]);
+            node = tok_trie_find(tr, h, node, w[k]);
+            if (!node) break;
+            if (tr->s[node - 1].id >= 0) {
+                id = tr->s[node - 1].id;
+                end = k + 1;
+            }
         }
         if (id < 0) {
             o->n = mark;
@@ -390,14 +404,18 @@ static void wordpiece(const dm_tokenizer *t, const uint8_t *w, size_t n, size_t 
 }
 
 /* BertPreTokenizer: words between whitespace, each punctuation character a word. */
+/* Room for the ids of a word of n bytes (at most one a byte). */
+static inline int room(dm_ids *o, size_t n) { return o->cap - o->n > n ? 0 : ids_reserve(o, n + 1); }
+
 static int pretok(const dm_tokenizer *t, const uint8_t *s, size_t n, dm_ids *o) {
-    if (ids_reserve(o, n + 1)) return -1;
     if (!t->pretok) {
         size_t nch = 0;
         for (size_t i = 0; i < n; i++) nch += (s[i] & 0xC0) != 0x80;
+        if (n && room(o, nch > (size_t)t->max_chars ? 1 : n)) return -1;
         if (n) wordpiece(t, s, n, nch, o);
         return 0;
     }
+    if (room(o, 64)) return -1;
     size_t i = 0, ws = 0, nch = 0;
     while (i < n) {
         uint8_t b = s[i];
@@ -416,12 +434,14 @@ static int pretok(const dm_tokenizer *t, const uint8_t *s, size_t n, dm_ids *o) 
             nch++;
             continue;
         }
+        if (room(o, i - ws + 1)) return -1; /* the word's ids and the punctuation's */
         if (i > ws) wordpiece(t, s + ws, i - ws, nch, o);
         if (cls == 2) wordpiece(t, s + i, len, 1, o);
         i += len;
         ws = i;
         nch = 0;
     }
+    if (room(o, i - ws)) return -1;
     if (i > ws) wordpiece(t, s + ws, i - ws, nch, o);
     return 0;
 }

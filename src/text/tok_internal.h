@@ -22,12 +22,55 @@ typedef struct {
     size_t maxlen; /* the longest key, bytes */
 } tok_map;
 
+/* The vocabulary as a trie of bytes whose nodes are the tokens' prefixes, held in one
+ * open-addressing hash keyed by the prefix's rolling hash (so the slots of a word's next
+ * prefixes are known before the walk gets there, and are fetched ahead). A slot is exact
+ * by induction: its parent slot (the prefix one byte shorter) and its last byte. */
+typedef struct {
+    uint32_t tag;    /* the hash's low bits */
+    uint32_t parent; /* 1 + the parent's slot; 0: the root (the empty prefix) */
+    int32_t id;      /* the token that ends here, or -1 */
+    uint32_t byte;   /* 1 + the prefix's last byte; 0: an empty slot */
+} tok_node;
+
+typedef struct {
+    tok_node *s;
+    uint32_t bits; /* capacity 1 << bits */
+    uint32_t nodes;
+    size_t maxlen; /* the longest key */
+} tok_trie;
+
+static inline uint64_t tok_trie_next(uint64_t h, uint8_t b) { return (h ^ b) * 0x100000001b3ull; }
+#define TOK_TRIE_SEED 0xcbf29ce484222325ull
+static inline uint64_t tok_trie_mix(uint64_t h) {
+    h ^= h >> 31;
+    h *= 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 29);
+}
+
+/* The slot (1 + index) of the prefix with hash h, parent slot `parent` and last byte b, or 0. */
+static inline uint32_t tok_trie_find(const tok_trie *t, uint64_t h, uint32_t parent, uint8_t b) {
+    uint64_t m = tok_trie_mix(h);
+    size_t mask = ((size_t)1 << t->bits) - 1;
+    uint32_t tag = (uint32_t)m;
+    for (size_t i = (size_t)(m >> (64 - t->bits));; i = (i + 1) & mask) {
+        const tok_node *e = &t->s[i];
+        if (!e->byte) return 0;
+        if (e->tag == tag && e->parent == parent && e->byte == (uint32_t)b + 1) return (uint32_t)i + 1;
+    }
+}
+
+static inline const tok_node *tok_trie_slot(const tok_trie *t, uint64_t h) {
+    return &t->s[tok_trie_mix(h) >> (64 - t->bits)];
+}
+
 /* An added token (tokenizer.json's added_tokens, or the specials of a vocab.txt). */
 typedef struct {
     const char *s; /* the content (normalized ones: as the normalizer makes it) */
     size_t len;
     int32_t id;
     uint8_t lstrip, rstrip, single_word, normalized, special;
+    uint8_t implied; /* a special token the file lacks, given a new id as BertTokenizerFast does */
 } tok_added;
 
 /* The added tokens of one kind (normalized or not), sorted longest first, with the bytes
@@ -46,6 +89,7 @@ struct dm_tokenizer {
     char *pool;          /* the token strings */
     tok_map full;        /* the model's vocabulary */
     tok_map cont;        /* the tokens that begin with the continuation prefix, less it */
+    tok_trie tfull, tcont; /* the same as tries */
     int32_t unk;
     char prefix[64];
     int max_chars;

@@ -190,12 +190,13 @@ static dm_status add_bert_specials(dm_tokenizer *t, tok_src *src) {
         if (id >= 0 || !len) continue;
         for (size_t i = 0; i < src->nv && id < 0; i++)
             if (src->vocab[i].len == len && !memcmp(src->vocab[i].s, name, len)) id = src->vocab[i].id;
-        if (id < 0) {
+        int implied = id < 0;
+        if (implied) {
             int32_t max = -1;
             for (size_t i = 0; i < src->na; i++) max = a[i].id > max ? a[i].id : max;
             id = (max >= (int32_t)src->nv) ? max + 1 : (int32_t)src->nv;
         }
-        a[src->na++] = (tok_added){.s = name, .len = len, .id = id, .special = 1};
+        a[src->na++] = (tok_added){.s = name, .len = len, .id = id, .special = 1, .implied = (uint8_t)implied};
     }
     for (size_t i = 0; i < src->na; i++) {
         if (a[i].len == strlen(src->names[2]) && !memcmp(a[i].s, src->names[2], a[i].len)) t->pre_ids[0] = a[i].id;
@@ -234,9 +235,12 @@ static const char *jtype(const cJSON *j) {
     return "invalid";
 }
 
-/* obj.key as a boolean (missing or null: def). */
+/* obj.key as a boolean (def < 0: required, as tokenizers requires it; else missing or
+ * null: def). */
 static dm_status jbool(const cJSON *obj, const char *key, int def, int *out, const char *ctx) {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (def < 0 && !cJSON_IsBool(j))
+        return dm_fail(DM_ERR_FORMAT, "%s.%s is %s, not true or false (tokenizers requires it)", ctx, key, jtype(j));
     if (!j || cJSON_IsNull(j)) {
         *out = def;
         return DM_OK;
@@ -266,6 +270,9 @@ static dm_status jstr(const cJSON *obj, const char *key, const char **out, const
 }
 
 static dm_status parse_model(dm_tokenizer *t, tok_src *src, const cJSON *model) {
+    if (!model)
+        return dm_fail(DM_ERR_FORMAT, "no \"model\": not a Hugging Face tokenizer.json (dmove takes the tokenizer.json "
+                       "of a WordPiece model, or a BERT vocab.txt)");
     if (!cJSON_IsObject(model)) return dm_fail(DM_ERR_FORMAT, "\"model\" is %s, not an object", jtype(model));
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(model, "type");
     const char *type = cJSON_IsString(ty) ? ty->valuestring : NULL;
@@ -275,16 +282,15 @@ static dm_status parse_model(dm_tokenizer *t, tok_src *src, const cJSON *model) 
         return dm_fail(DM_ERR_UNSUPPORTED, "the model is %s: dmove supports only WordPiece (BERT) tokenizers "
                        "(a tokenizer.json whose model.type is \"WordPiece\", or a BERT vocab.txt)", type);
     DM_TRY(jstr(model, "unk_token", &src->unk, "model"));
-    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(model, "continuing_subword_prefix");
     const char *prefix = "##";
-    if (pre && !cJSON_IsNull(pre)) DM_TRY(jstr(model, "continuing_subword_prefix", &prefix, "model"));
+    DM_TRY(jstr(model, "continuing_subword_prefix", &prefix, "model"));
     if (strlen(prefix) >= sizeof t->prefix)
         return dm_fail(DM_ERR_FORMAT, "model.continuing_subword_prefix is %zu bytes long; at most %zu",
                        strlen(prefix), sizeof t->prefix - 1);
     strcpy(t->prefix, prefix);
     const cJSON *mx = cJSON_GetObjectItemCaseSensitive(model, "max_input_chars_per_word");
     int64_t m = 100;
-    if (mx && !cJSON_IsNull(mx)) DM_TRY(jint_val(mx, 0, 2147483647.0, &m, "model.max_input_chars_per_word"));
+    DM_TRY(jint_val(mx, 0, 2147483647.0, &m, "model.max_input_chars_per_word"));
     t->max_chars = (int)m;
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     if (!cJSON_IsObject(vocab))
@@ -303,9 +309,9 @@ static dm_status parse_model(dm_tokenizer *t, tok_src *src, const cJSON *model) 
 
 static dm_status parse_bert_normalizer(dm_tokenizer *t, const cJSON *n) {
     t->has_norm = 1;
-    DM_TRY(jbool(n, "clean_text", 1, &t->clean, "normalizer"));
-    DM_TRY(jbool(n, "handle_chinese_chars", 1, &t->chinese, "normalizer"));
-    DM_TRY(jbool(n, "lowercase", 1, &t->lower, "normalizer"));
+    DM_TRY(jbool(n, "clean_text", -1, &t->clean, "normalizer"));
+    DM_TRY(jbool(n, "handle_chinese_chars", -1, &t->chinese, "normalizer"));
+    DM_TRY(jbool(n, "lowercase", -1, &t->lower, "normalizer"));
     DM_TRY(jbool(n, "strip_accents", t->lower, &t->strip, "normalizer")); /* null: as lowercase */
     return DM_OK;
 }
@@ -432,11 +438,11 @@ static dm_status parse_added(tok_src *src, const cJSON *a) {
         char what[64];
         snprintf(what, sizeof what, "%s.id", ctx);
         DM_TRY(jint_val(cJSON_GetObjectItemCaseSensitive(e, "id"), 0, TOK_MAX_VOCAB - 1, &id, what));
-        DM_TRY(jbool(e, "single_word", 0, &f[0], ctx));
-        DM_TRY(jbool(e, "lstrip", 0, &f[1], ctx));
-        DM_TRY(jbool(e, "rstrip", 0, &f[2], ctx));
-        DM_TRY(jbool(e, "special", 0, &f[4], ctx));
-        DM_TRY(jbool(e, "normalized", !f[4], &f[3], ctx));
+        DM_TRY(jbool(e, "single_word", -1, &f[0], ctx));
+        DM_TRY(jbool(e, "lstrip", -1, &f[1], ctx));
+        DM_TRY(jbool(e, "rstrip", -1, &f[2], ctx));
+        DM_TRY(jbool(e, "special", -1, &f[4], ctx));
+        DM_TRY(jbool(e, "normalized", -1, &f[3], ctx));
         x->len = strlen(x->s);
         x->id = (int32_t)id;
         x->single_word = (uint8_t)f[0];
@@ -553,11 +559,63 @@ static dm_status build_ids(dm_tokenizer *t, const tok_src *src) {
     return st;
 }
 
+static dm_status trie_init(tok_trie *t, size_t nodes) {
+    uint32_t bits = 4;
+    while (((size_t)1 << bits) < nodes + nodes / 3 + 2) bits++; /* load at most 3/4 */
+    if (bits > 30) return dm_fail(DM_ERR_OOM, "the vocabulary is too large for the trie");
+    t->s = calloc((size_t)1 << bits, sizeof *t->s);
+    if (!t->s) return dm_fail(DM_ERR_OOM, "out of memory for the vocabulary's trie");
+    t->bits = bits;
+    t->nodes = 0;
+    t->maxlen = 0;
+    return DM_OK;
+}
+
+static void trie_put(tok_trie *t, const char *s, size_t n, int32_t id) {
+    uint64_t h = TOK_TRIE_SEED;
+    uint32_t parent = 0;
+    size_t mask = ((size_t)1 << t->bits) - 1;
+    for (size_t k = 0; k < n; k++) {
+        uint8_t b = (uint8_t)s[k];
+        h = tok_trie_next(h, b);
+        uint32_t found = tok_trie_find(t, h, parent, b);
+        if (!found) {
+            uint64_t m = tok_trie_mix(h);
+            size_t i = (size_t)(m >> (64 - t->bits));
+            while (t->s[i].byte) i = (i + 1) & mask;
+            t->s[i] = (tok_node){(uint32_t)m, parent, -1, (uint32_t)b + 1};
+            t->nodes++;
+            found = (uint32_t)i + 1;
+        }
+        parent = found;
+        if (k + 1 == n && t->s[found - 1].id < 0) t->s[found - 1].id = id;
+    }
+    if (n > t->maxlen) t->maxlen = n;
+}
+
 /* The model's vocabulary into t->full and, less the prefix, the continuations into t->cont. */
 static dm_status build_maps(dm_tokenizer *t, const tok_src *src) {
     DM_TRY(map_init(&t->full, src->nv));
     DM_TRY(map_init(&t->cont, src->nv));
-    size_t pl = strlen(t->prefix);
+    size_t pl = strlen(t->prefix), bytes = 0;
+    for (size_t i = 0; i < src->nv; i++) bytes += src->vocab[i].len;
+    if (bytes > ((size_t)1 << 23))
+        return dm_fail(DM_ERR_FORMAT, "the vocabulary's tokens have %zu bytes together; dmove takes up to 8 MiB", bytes);
+    /* sized twice: by the bytes (a bound on the nodes), then by the nodes counted */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t nf = t->tfull.nodes, nc = t->tcont.nodes;
+        free(t->tfull.s);
+        free(t->tcont.s);
+        DM_TRY(trie_init(&t->tfull, pass ? nf : bytes));
+        DM_TRY(trie_init(&t->tcont, pass ? nc : bytes));
+        for (size_t i = 0; i < src->nv; i++) {
+            int32_t id = src->vocab[i].id;
+            const char *s = t->tok[id];
+            size_t n = t->tok_len[id];
+            trie_put(&t->tfull, s, n, id);
+            if (n >= pl && !memcmp(s, t->prefix, pl)) trie_put(&t->tcont, s + pl, n - pl, id);
+        }
+    }
     char b[64];
     for (size_t i = 0; i < src->nv; i++) {
         int32_t id = src->vocab[i].id;
@@ -639,6 +697,11 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
+static int by_id(const void *a, const void *b) {
+    const tok_added *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
 static void finish_describe(dm_tokenizer *t) {
     uint64_t h = fnv(0xcbf29ce484222325ull, "dmove-wordpiece-1", 17);
     for (int32_t i = 0; i < t->size; i++) {
@@ -652,12 +715,19 @@ static void finish_describe(dm_tokenizer *t) {
     h = fnv(h, t->pre_ids, sizeof t->pre_ids);
     h = fnv(h, t->post_ids, sizeof t->post_ids);
     h = fnv(h, t->prefix, strlen(t->prefix));
-    for (size_t i = 0; i < t->n_added; i++) {
-        const tok_added *a = &t->added[i];
-        uint8_t f[5] = {a->lstrip, a->rstrip, a->single_word, a->normalized, a->special};
-        h = fnv(h, &a->id, 4);
-        h = fnv(h, f, 5);
+    /* the added tokens in id order (the file's order does not change the ids) */
+    tok_added *sorted = malloc((t->n_added + 1) * sizeof *sorted);
+    if (sorted) {
+        memcpy(sorted, t->added, t->n_added * sizeof *sorted);
+        qsort(sorted, t->n_added, sizeof *sorted, by_id);
     }
+    for (size_t i = 0; i < t->n_added; i++) {
+        const tok_added *a = sorted ? &sorted[i] : &t->added[i];
+        uint8_t f[4] = {a->lstrip, a->rstrip, a->single_word, a->normalized};
+        h = fnv(h, &a->id, 4);
+        h = fnv(h, f, 4);
+    }
+    free(sorted);
     t->hash = h;
     char norm[160];
     if (!t->has_norm) snprintf(norm, sizeof norm, "no normalizer");
@@ -678,6 +748,8 @@ void dm_tokenizer_free(dm_tokenizer *t) {
     free(t->added);
     free(t->full.slots);
     free(t->cont.slots);
+    free(t->tfull.s);
+    free(t->tcont.s);
     free(t->tok);
     free(t->tok_len);
     free(t->pool);
@@ -692,6 +764,8 @@ static dm_status load_from(dm_tokenizer *t, tok_src *src, char *buf, size_t len,
         if (casing != DM_CASE_FILE)
             return dm_fail(DM_ERR_INVALID_ARG, "%s is a tokenizer.json, which says its own casing: give no "
                            "lowercase/cased choice (those are for a vocab.txt)", path);
+        if (memmem(buf, len, "\\u0000", 6))
+            return dm_fail(DM_ERR_UNSUPPORTED, "%s: a string holds \\u0000 (NUL); dmove takes tokens without it", path);
         *json = cJSON_ParseWithLength(buf, len);
         if (!*json) {
             const char *e = cJSON_GetErrorPtr();

@@ -33,7 +33,9 @@ dm_status dm_tokenizer_specials(const dm_tokenizer *t, dm_special_ids *out) {
     size_t o = 0;
     for (int k = 0; k < 5; k++) {
         v[k] = dm_tokenizer_token_id(t, t->special_names[k]);
-        if (v[k] < 0 && o < sizeof missing - 80)
+        int implied = 0; /* not in the file: BertTokenizerFast gave it a new id */
+        for (size_t i = 0; i < t->n_added; i++) implied |= t->added[i].id == v[k] && t->added[i].implied;
+        if ((v[k] < 0 || implied) && o < sizeof missing - 80)
             o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%s", o ? " " : "", t->special_names[k]);
     }
     out->pad = v[0];
@@ -47,6 +49,27 @@ dm_status dm_tokenizer_specials(const dm_tokenizer *t, dm_special_ids *out) {
     return DM_OK;
 }
 
+/* The WordPiece decoder's cleanup (tokenizers' decoders/wordpiece.rs), applied to each
+ * token as it is joined (" ," -> "," and the like): the patterns in its order. */
+static const char *const k_clean[][2] = {{" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
+                                         {" n't", "n't"}, {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"},
+                                         {" 've", "'ve"}, {" 're", "'re"}};
+
+/* Replaces every `from` in s[0..*n) by `to` (never longer), in place. */
+static void replace_all(char *s, size_t *n, const char *from, const char *to) {
+    size_t fl = strlen(from), tl = strlen(to), r = 0, w = 0;
+    while (r < *n) {
+        if (*n - r >= fl && !memcmp(s + r, from, fl)) {
+            memmove(s + w, to, tl);
+            w += tl;
+            r += fl;
+        } else {
+            s[w++] = s[r++];
+        }
+    }
+    *n = w;
+}
+
 dm_status dm_tokenizer_decode(const dm_tokenizer *t, const int32_t *ids, size_t n, char **text) {
     if (!t || (!ids && n) || !text) return dm_fail(DM_ERR_INVALID_ARG, "dm_tokenizer_decode: NULL argument");
     *text = NULL;
@@ -57,21 +80,25 @@ dm_status dm_tokenizer_decode(const dm_tokenizer *t, const int32_t *ids, size_t 
                            t->size - 1);
         total += t->tok_len[ids[i]] + 1;
     }
-    char *s = malloc(total), *o = s;
+    char *s = malloc(total);
     if (!s) return dm_fail(DM_ERR_OOM, "out of memory decoding %zu ids", n);
+    size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         const char *tk = t->tok[ids[i]];
-        size_t len = t->tok_len[ids[i]];
+        size_t len = t->tok_len[ids[i]], at = o;
         if (i && pl && len >= pl && !memcmp(tk, t->prefix, pl)) {
             tk += pl;
             len -= pl;
         } else if (i) {
-            *o++ = ' ';
+            s[o++] = ' ';
         }
-        memcpy(o, tk, len);
+        memcpy(s + o, tk, len);
         o += len;
+        size_t piece = o - at; /* " " + token, or the token: cleaned (" do not" keeps its length) */
+        for (size_t k = 0; k < sizeof k_clean / sizeof *k_clean; k++) replace_all(s + at, &piece, k_clean[k][0], k_clean[k][1]);
+        o = at + piece;
     }
-    *o = 0;
+    s[o] = 0;
     *text = s;
     return DM_OK;
 }
