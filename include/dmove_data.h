@@ -57,8 +57,8 @@
  *     a random sentence (a single sentence at a random token) into A and B. With nsp, B is
  *     replaced half of the time by sentences from a random other document (needs >= 2
  *     documents) and nsp_labels says which (Hugging Face's convention: 0 B follows A, 1 B
- *     is random). The pair is cut to j - 3 tokens as BERT does (the longer side loses a
- *     token at its front or back, by coin). Needs j >= 5.
+ *     is random). The pair is cut to j - 3 tokens as BERT does (tokens go from the longer
+ *     side, then from both in turn; each from the front or the back by a coin). Needs j >= 5.
  *   Each epoch visits every sequence once in a shuffled order (a keyed Feistel permutation
  *   of the sequence indices); batch k holds the sequences at positions k b .. k b + b - 1
  *   of the endless stream epoch 0, epoch 1, ...
@@ -72,13 +72,13 @@
  * words), counter (sequence index low, high, epoch, purpose << 24 | block): purpose 1
  * masking (block t: word 0 chooses, word 1 the 80/10/10 kind, word 2 the random id, of
  * position t), purpose 2 the pair structure (words drawn in order from block 0: the NSP
- * coin, the split, the random document and sentence, a coin per token cut), purpose 3 the
- * shuffle: position p of epoch e is a 6-round Feistel network over [0, 4^h) (h >= 1 the
- * least with 4^h >= N, the sequences an epoch), round r mapping (L, R) to (R, L ^ F) with F
- * words 1:0 of the block at counter (R low, R high, e, 3 << 24 | r) cut to h bits, applied
- * again until the result is below N. So batch k of a run is a pure function of (data, config, k):
- * a run resumed at step k (dm_loader_seek, or start_step) sees exactly the batches an
- * uninterrupted one does. */
+ * coin, the split, the random document and sentence, then the cut's coins, 32 a word: A's,
+ * B's), purpose 3 the shuffle: position p of epoch e is a 6-round Feistel network over [0,
+ * 4^h) (h >= 1 the least with 4^h >= N, the sequences an epoch), round r mapping (L, R) to
+ * (R, L ^ F) with F words 1:0 of the block at counter (R low, R high, e, 3 << 24 | r) cut
+ * to h bits, applied again until the result is below N. So batch k of a run is a pure
+ * function of (data, config, k): a run resumed at step k (dm_loader_seek, or start_step)
+ * sees exactly the batches an uninterrupted one does. */
 #ifndef DMOVE_DATA_H
 #define DMOVE_DATA_H
 

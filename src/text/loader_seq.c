@@ -307,6 +307,15 @@ static int64_t build_packed(const dm_seqset *s, uint64_t k, int32_t *ids) {
     return p;
 }
 
+/* Heads among k fair coins (the bits of the stream's next words): how many of the k
+ * tokens a truncation takes from the front rather than the back. */
+static uint64_t coins(seq_rng *r, uint64_t k) {
+    uint64_t heads = 0;
+    for (; k >= 32; k -= 32) heads += (uint64_t)__builtin_popcount(rng_next(r));
+    if (k) heads += (uint64_t)__builtin_popcount(rng_next(r) & ((1u << k) - 1));
+    return heads;
+}
+
 /* B from a random document other than d: sentences from a random one on, up to `room`
  * tokens (at least one sentence). */
 static void random_b(const dm_seqset *s, seq_rng *r, uint64_t d, uint64_t room, uint64_t *b0, uint64_t *b1) {
@@ -349,15 +358,23 @@ static int64_t build_pair(const dm_seqset *s, uint64_t epoch, uint64_t k, int32_
         b1 = a0 + n;
     }
     if (rand_b) random_b(s, &r, d, a1 - a0 < cap ? cap - (a1 - a0) : 0, &b0, &b1);
-    while ((a1 - a0) + (b1 - b0) > cap) { /* BERT's truncate_seq_pair */
-        int front = rng_next(&r) & 1;
-        if (a1 - a0 > b1 - b0) {
-            if (front) a0++;
-            else a1--;
+    uint64_t la = a1 - a0, lb = b1 - b0;
+    if (la + lb > cap) { /* BERT's truncate_seq_pair, in closed form */
+        uint64_t ex = la + lb - cap, ka = 0, kb = 0, t;
+        if (la > lb) {
+            t = ex < la - lb ? ex : la - lb;
+            ka = t;
         } else {
-            if (front) b0++;
-            else b1--;
+            t = ex < lb - la ? ex : lb - la;
+            kb = t;
         }
+        ka += (ex - t) / 2; /* then both sides in turn, B first */
+        kb += (ex - t) - (ex - t) / 2;
+        uint64_t fa = coins(&r, ka), fb = coins(&r, kb);
+        a0 += fa;
+        a1 -= ka - fa;
+        b0 += fb;
+        b1 -= kb - fb;
     }
     int64_t p = 0;
     ids[p++] = s->vocab.special.cls;
