@@ -120,7 +120,9 @@ static void fmt_time(char *buf, size_t n, double s) {
 
 static void progress(void *ctx, const dm_prepare_progress *p) {
     bar_state *b = ctx;
-    if (p->seconds - b->last < (b->tty ? 0.2 : 5.0) || p->seconds < 0.5) return;
+    int end = p->bytes_total && p->bytes_done >= p->bytes_total; /* a bar ends full */
+    if (p->seconds < 0.5 || (p->seconds - b->last < (b->tty ? 0.2 : 5.0) && !(end && b->tty && b->drawn)))
+        return;
     b->last = p->seconds;
     double frac = p->bytes_total ? (double)p->bytes_done / (double)p->bytes_total : 0; /* pipes: 0 */
     if (frac > 1) frac = 1;
