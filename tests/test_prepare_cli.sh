@@ -122,6 +122,12 @@ while [ $i -lt 4000 ]; do
 done >big1.txt
 cat big1.txt big1.txt big1.txt big1.txt big1.txt big1.txt big1.txt big1.txt big1.txt big1.txt >big.txt
 good "shards" prepare --tokenizer vocab.txt --lowercase --out many --shard-mb 1 --threads 2 big.txt
+cp stdout many.txt
+good "one thread" prepare --tokenizer vocab.txt --lowercase --out many1 --shard-mb 1 --threads 1 --quiet big.txt
+for f in many/*.shard; do
+    cmp -s "$f" "many1/${f#many/}" || fail "threads: $f differs between --threads 2 and 1"
+done
+cp many.txt stdout
 [ -f many/train-00001.shard ] || fail "shards: no second shard with --shard-mb 1"
 has "shards" stdout 'train: [0-9]+ documents, [0-9]+ sentences, [0-9]+ tokens, 0 unknown \(0.000%\), [2-9] shards'
 
