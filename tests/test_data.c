@@ -237,6 +237,51 @@ static void within(double count, double total, double p, const char *what) {
            (count - total * p) / sd);
 }
 
+/* Epoch 1 visits every sequence once again, in another order, masked anew. */
+static void check_epoch1(dm_loader *l, const dm_loader_config *cfg, int64_t N) {
+    int64_t *order0 = malloc((size_t)N * sizeof *order0), *order1 = malloc((size_t)N * sizeof *order1);
+    int *seen = calloc((size_t)N, sizeof *seen);
+    int64_t got = 0, remask = 0, pairs = 0;
+    dm_batch b1;
+    CHECK_OK(dm_batch_alloc(&b1, cfg->batch, cfg->seq));
+    for (int64_t p = 0; p < 2 * N; p++) {
+        int64_t k = p / cfg->batch, i = p % cfg->batch;
+        CHECK_OK(dm_loader_batch_at(l, k, &b1));
+        if (p < N) {
+            order0[p] = b1.sequence[i];
+            continue;
+        }
+        CHECK(b1.epoch[i] == 1);
+        int64_t q = b1.sequence[i];
+        order1[p - N] = q;
+        if (q >= 0 && q < N && !seen[q]++) got++;
+    }
+    CHECK(got == N && memcmp(order0, order1, (size_t)N * sizeof *order0) != 0);
+    /* the same sequence in epochs 0 and 1: the same tokens, other masks */
+    for (int64_t p = 0; p < 20; p++) {
+        int64_t q = order0[p], p1 = 0;
+        while (order1[p1] != q) p1++;
+        dm_batch b0;
+        CHECK_OK(dm_batch_alloc(&b0, cfg->batch, cfg->seq));
+        CHECK_OK(dm_loader_batch_at(l, p / cfg->batch, &b0));
+        CHECK_OK(dm_loader_batch_at(l, (N + p1) / cfg->batch, &b1));
+        const int32_t *l0 = b0.labels + (p % cfg->batch) * cfg->seq, *l1 = b1.labels + ((N + p1) % cfg->batch) * cfg->seq;
+        const int32_t *i0 = b0.input_ids + (p % cfg->batch) * cfg->seq, *i1 = b1.input_ids + ((N + p1) % cfg->batch) * cfg->seq;
+        for (int64_t t = 0; t < cfg->seq; t++) {
+            int32_t o0 = l0[t] != -100 ? l0[t] : i0[t], o1 = l1[t] != -100 ? l1[t] : i1[t];
+            CHECK(o0 == o1);
+            remask += (l0[t] != -100) != (l1[t] != -100);
+        }
+        pairs++;
+        dm_batch_free(&b0);
+    }
+    CHECK(pairs == 20 && remask > 0);
+    dm_batch_free(&b1);
+    free(order0);
+    free(order1);
+    free(seen);
+}
+
 static void test_packed(const char *path, const corpus_t *c, const dm_vocab_info *v) {
     dm_loader_config cfg;
     dm_loader_config_default(&cfg);
@@ -274,50 +319,7 @@ static void test_packed(const char *path, const corpus_t *c, const dm_vocab_info
         }
     }
     CHECK(!ordered); /* shuffled */
-    /* epoch 1: every sequence once again, in another order, masked anew */
-    {
-        int64_t *order0 = malloc((size_t)N * sizeof *order0), *order1 = malloc((size_t)N * sizeof *order1);
-        int *seen = calloc((size_t)N, sizeof *seen);
-        int64_t got = 0, remask = 0, pairs = 0;
-        dm_batch b1;
-        CHECK_OK(dm_batch_alloc(&b1, cfg.batch, cfg.seq));
-        for (int64_t p = 0; p < 2 * N; p++) {
-            int64_t k = p / cfg.batch, i = p % cfg.batch;
-            CHECK_OK(dm_loader_batch_at(l, k, &b1));
-            if (p < N) {
-                order0[p] = b1.sequence[i];
-                continue;
-            }
-            CHECK(b1.epoch[i] == 1);
-            int64_t q = b1.sequence[i];
-            order1[p - N] = q;
-            if (q >= 0 && q < N && !seen[q]++) got++;
-        }
-        CHECK(got == N && memcmp(order0, order1, (size_t)N * sizeof *order0) != 0);
-        /* the same sequence in epochs 0 and 1: the same tokens, other masks */
-        for (int64_t p = 0; p < 20; p++) {
-            int64_t q = order0[p], p1 = 0;
-            while (order1[p1] != q) p1++;
-            dm_batch b0;
-            CHECK_OK(dm_batch_alloc(&b0, cfg.batch, cfg.seq));
-            CHECK_OK(dm_loader_batch_at(l, p / cfg.batch, &b0));
-            CHECK_OK(dm_loader_batch_at(l, (N + p1) / cfg.batch, &b1));
-            const int32_t *l0 = b0.labels + (p % cfg.batch) * cfg.seq, *l1 = b1.labels + ((N + p1) % cfg.batch) * cfg.seq;
-            const int32_t *i0 = b0.input_ids + (p % cfg.batch) * cfg.seq, *i1 = b1.input_ids + ((N + p1) % cfg.batch) * cfg.seq;
-            for (int64_t t = 0; t < cfg.seq; t++) {
-                int32_t o0 = l0[t] != -100 ? l0[t] : i0[t], o1 = l1[t] != -100 ? l1[t] : i1[t];
-                CHECK(o0 == o1);
-                remask += (l0[t] != -100) != (l1[t] != -100);
-            }
-            pairs++;
-            dm_batch_free(&b0);
-        }
-        CHECK(pairs == 20 && remask > 0);
-        dm_batch_free(&b1);
-        free(order0);
-        free(order1);
-        free(seen);
-    }
+    check_epoch1(l, &cfg, N);
     size_t pos = 0;
     int same = 1;
     for (int64_t q = 0; q < N; q++) {
