@@ -299,6 +299,17 @@ static void test_hostile(void) {
         refused("vocab5.txt", big, DM_CASE_LOWER, DM_ERR_FORMAT, "line 2 has 9000 bytes");
         free(big);
     }
+    /* a 2 GiB vocab.txt of one line (sparse: written in no time) is refused before it is read */
+    FILE *f = fopen(path_of("huge.txt"), "wb");
+    if (f && ftruncate(fileno(f), (off_t)2 << 30) == 0) {
+        fclose(f);
+        t = (dm_tokenizer *)1;
+        CHECK(dm_tokenizer_load(&t, path_of("huge.txt"), DM_CASE_LOWER) == DM_ERR_FORMAT && t == NULL);
+        CHECK(strstr(dm_last_error(), "at most 1 GiB") != NULL);
+        unlink(path_of("huge.txt"));
+    } else if (f) {
+        fclose(f);
+    }
     /* trailing whitespace goes, interior stays: "b " is "b"; CRLF lines */
     dm_tokenizer *v = NULL;
     CHECK_OK(dm_tokenizer_load(&v, write_file("vocab6.txt", "[UNK]\r\nb \r\n##b\n", 15), DM_CASE_CASED));

@@ -256,6 +256,9 @@ static int strip_stage(const dm_tokenizer *t, work *w, uint32_t c) {
     return 0;
 }
 
+/* The classes that may change a character in the normalizer. */
+#define PLAIN_NOT (DM_UNI_REMOVE | DM_UNI_CLEANWS | DM_UNI_CHINESE | DM_UNI_MN | DM_UNI_HANGUL)
+
 /* Normalizes s[0..n) into w->buf (w->n bytes). */
 static int normalize(const dm_tokenizer *t, work *w, const uint8_t *s, size_t n) {
     w->n = 0;
@@ -275,8 +278,16 @@ static int normalize(const dm_tokenizer *t, work *w, const uint8_t *s, size_t n)
             w->n = (size_t)(o - w->buf);
             continue;
         }
+        size_t at = i;
         uint32_t c = utf8_next(s, &i);
         const dm_uni_info *u = dm_uni(c);
+        if (!(u->flags & PLAIN_NOT) && !u->ccc && !u->nfd && !u->lower && !w->pn) {
+            /* a character every step keeps as it is: its bytes */
+            if (reserve(w, 4)) return -1;
+            memcpy(w->buf + w->n, s + at, i - at);
+            w->n += i - at;
+            continue;
+        }
         if (t->clean) {
             if (u->flags & DM_UNI_REMOVE) continue;
             if (u->flags & DM_UNI_CLEANWS) {

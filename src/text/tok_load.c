@@ -297,11 +297,15 @@ static dm_status parse_model(dm_tokenizer *t, tok_src *src, const cJSON *model) 
         return dm_fail(DM_ERR_FORMAT, "model.vocab is %s, not an object of token: id", jtype(vocab));
     const cJSON *e;
     cJSON_ArrayForEach(e, vocab) {
-        char what[160], b[64];
-        snprintf(what, sizeof what, "the id of token \"%s\"", shown(e->string, strlen(e->string), b, sizeof b));
-        int64_t id = 0;
-        DM_TRY(jint_val(e, 0, TOK_MAX_VOCAB - 1, &id, what));
-        DM_TRY(src_add(src, e->string, strlen(e->string), (int32_t)id));
+        size_t len = strlen(e->string);
+        double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        if (!(d >= 0 && d <= TOK_MAX_VOCAB - 1 && d == floor(d))) { /* the message */
+            char what[160], b[64];
+            int64_t id = 0;
+            snprintf(what, sizeof what, "the id of token \"%s\"", shown(e->string, len, b, sizeof b));
+            DM_TRY(jint_val(e, 0, TOK_MAX_VOCAB - 1, &id, what));
+        }
+        DM_TRY(src_add(src, e->string, len, (int32_t)d));
     }
     if (!src->nv) return dm_fail(DM_ERR_FORMAT, "model.vocab is empty");
     return DM_OK;
