@@ -297,8 +297,8 @@ static void remove_flat(const char *dir) {
         char path[4096];
         while ((e = readdir(d)) != NULL) {
             if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path); /* best effort: cleaning up after an error already reported */
+            int n = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            if (n > 0 && (size_t)n < sizeof path) unlink(path); /* best effort, after an error reported */
         }
         closedir(d);
     }
