@@ -1,0 +1,171 @@
+/* test_model.c: one step of a whole BertForMaskedLM (train/model.c: embeddings, encoder
+ * layers, MLM head, the decoder tied to the word table) against PyTorch
+ * (tests/ref/make_model_ref.py): case A without dropout (the reference is checked there
+ * to be transformers' own model), case B with dropout 0.1 (dmove's masks); padding, a
+ * [PAD] id inside the text, token types, six masked positions of which the first five
+ * are scored: the loss, the argmax hits and every parameter's gradient, both schedules. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/safetensors.h"
+#include "dmove.h"
+#include "testutil.h"
+#include "train/model.h"
+
+#ifndef REF_DIR
+#define REF_DIR "tests/ref"
+#endif
+
+static const dm_st_file *g_ref;
+
+static int64_t meta(const char *k) {
+    const char *v = dm_st_metadata(g_ref, k);
+    CHECK(v != NULL);
+    return v ? strtoll(v, NULL, 10) : 0;
+}
+
+static float *ref_f32(const char *name, int64_t n) {
+    const dm_st_tensor *t = dm_st_find(g_ref, name);
+    float *p = malloc((size_t)n * sizeof(float));
+    CHECK(t != NULL && p != NULL);
+    if (!t || !p || dm_st_to_f32(t, p, (size_t)n) != DM_OK) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Every parameter of the reference (its names: bert.*, cls.*) into the model; with
+ * `grads`, the largest relative error of the model's gradients instead. */
+static double each_param(dm_model *m, const char *cs, int grads, const char **worst_name) {
+    double worst = 0.0;
+    for (int k = 0; k < dm_st_count(g_ref); k++) {
+        const dm_st_tensor *t = dm_st_get(g_ref, k);
+        char prefix[8];
+        snprintf(prefix, sizeof prefix, "%s.", cs);
+        if (strncmp(t->name, prefix, 2) != 0) continue;
+        const char *name = t->name + 2;
+        if (strncmp(name, "bert.", 5) != 0 && strncmp(name, "cls.", 4) != 0) continue;
+        float *p;
+        int nd;
+        int64_t sh[4];
+        char mine[192];
+        snprintf(mine, sizeof mine, "%s%s", name, grads ? ".grad" : "");
+        if (dm_model_tensor(m, mine, &p, &nd, sh) != DM_OK) {
+            printf("  no %s in the model: %s\n", mine, dm_last_error());
+            CHECK(0);
+            continue;
+        }
+        int64_t n = 1;
+        for (int d = 0; d < nd; d++) n *= sh[d];
+        if (!grads) {
+            CHECK_OK(dm_st_to_f32(t, p, (size_t)n));
+            continue;
+        }
+        char ref[224];
+        snprintf(ref, sizeof ref, "%s.expected.%s.grad", cs, name);
+        float *want = ref_f32(ref, n);
+        double e = want ? rel_err(p, want, (size_t)n) : INFINITY;
+        if (want && strstr(name, "attention.self.key.bias")) {
+            /* zero in exact arithmetic (softmax does not see a shift of all scores): its
+             * size against the query bias's gradient, not its relative error */
+            double big = 0.0;
+            for (int64_t q = 0; q < n; q++) big = fmax(big, fabs(p[q]));
+            e = big < 1e-6 ? 0.0 : INFINITY;
+        }
+        if (e > worst) worst = e, *worst_name = name;
+        free(want);
+    }
+    return worst;
+}
+
+static void run_case(const char *cs, double p, dm_schedule sched) {
+    dm_model_config c;
+    memset(&c, 0, sizeof c);
+    dm_layer_config_default(&c.layer);
+    c.layer.batch = meta("b"), c.layer.seq = meta("j"), c.layer.hidden = meta("i"), c.layer.heads = meta("heads");
+    c.layer.ffn = meta("ffn"), c.layer.dropout = p, c.layer.seed = (uint64_t)meta("seed");
+    c.layers = (int)meta("layers");
+    c.sizes.vocab = meta("vocab"), c.sizes.positions = meta("positions"), c.sizes.types = meta("types");
+    c.sizes.predictions = meta("predictions");
+    c.pad_id = meta("pad");
+    dm_layer_options o = {.schedule = sched};
+    dm_model *m = NULL;
+    CHECK_OK(dm_model_new(&m, &c, &o));
+    if (!m) return;
+    const char *wn = "";
+    each_param(m, cs, 0, &wn);
+    const int64_t n = c.layer.batch * c.layer.seq;
+    char name[64];
+    float *f[4];
+    const char *in[4] = {"input_ids", "token_type_ids", "attention_mask", "labels"};
+    for (int k = 0; k < 4; k++) {
+        snprintf(name, sizeof name, "%s.%s", cs, in[k]);
+        f[k] = ref_f32(name, n);
+    }
+    int32_t *ids = malloc((size_t)n * 4), *types = malloc((size_t)n * 4), *labels = malloc((size_t)n * 4);
+    if (f[0] && f[1] && f[2] && f[3] && ids && types && labels) {
+        for (int64_t r = 0; r < n; r++) ids[r] = (int32_t)f[0][r], types[r] = (int32_t)f[1][r], labels[r] = (int32_t)f[3][r];
+        CHECK_OK(dm_model_set_batch(m, ids, types, f[2], labels));
+        CHECK(m->counted == 5 && m->dropped == 1);
+        double loss = 0.0;
+        int64_t correct = -1;
+        CHECK_OK(dm_model_forward(m, 1, &loss, &correct));
+        CHECK_OK(dm_model_backward(m));
+        snprintf(name, sizeof name, "%s.expected.loss", cs);
+        float *wl = ref_f32(name, 1);
+        snprintf(name, sizeof name, "%s.expected.correct", cs);
+        float *wc = ref_f32(name, 1);
+        const double el = wl ? fabs(loss - wl[0]) / wl[0] : INFINITY;
+        const double eg = each_param(m, cs, 1, &wn);
+        printf("whole BertForMaskedLM step, case %s (dropout %g, %s): loss %.6f within %.2e, %lld of 5 predicted; "
+               "every gradient within %.2e (%s)\n", cs, p, sched == DM_SCHED_FUSED ? "fused" : "unfused", loss, el,
+               (long long)correct, eg, wn);
+        CHECK(el < 1e-5 && eg < 1e-4);
+        CHECK(wc && correct == (int64_t)wc[0]);
+        free(wl), free(wc);
+    }
+    for (int k = 0; k < 4; k++) free(f[k]);
+    free(ids), free(types), free(labels);
+    dm_model_free(m);
+}
+
+static void test_refusals(void) {
+    dm_model_config c;
+    memset(&c, 0, sizeof c);
+    dm_layer_config_default(&c.layer);
+    c.layer.batch = 1, c.layer.seq = 4, c.layer.hidden = 8, c.layer.heads = 2, c.layer.ffn = 16;
+    c.layers = 1;
+    c.sizes = (dm_bert_sizes){.vocab = 10, .positions = 8, .types = 2, .predictions = 2};
+    dm_model *m = NULL;
+    CHECK_OK(dm_model_new(&m, &c, NULL));
+    if (m) {
+        int32_t ids[4] = {1, 2, 10, 3}, labels[4] = {-1, 5, -1, -1};
+        CHECK(dm_model_set_batch(m, ids, NULL, NULL, labels) == DM_ERR_INVALID_ARG &&
+              strstr(dm_last_error(), "outside the vocabulary"));
+        ids[2] = 4, labels[1] = 12;
+        CHECK(dm_model_set_batch(m, ids, NULL, NULL, labels) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "label"));
+        float *p;
+        CHECK(dm_model_tensor(m, "bert.encoder.layer.1.output.dense.weight", &p, NULL, NULL) == DM_ERR_NOT_FOUND);
+        CHECK_OK(dm_model_tensor(m, "bert.embeddings.word_embeddings.weight", &p, NULL, NULL));
+    }
+    dm_model_free(m);
+    c.pad_id = 10;
+    CHECK(dm_model_new(&m, &c, NULL) == DM_ERR_INVALID_ARG && m == NULL);
+}
+
+int main(void) {
+    dm_st_file *f = NULL;
+    CHECK_OK(dm_st_read(REF_DIR "/model_step.safetensors", &f));
+    if (!f) TEST_END();
+    g_ref = f;
+    for (int s = 0; s < 2; s++) {
+        run_case("A", 0.0, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED);
+        run_case("B", 0.1, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED);
+    }
+    test_refusals();
+    dm_st_free(f);
+    TEST_END();
+}
