@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/philox.h"
 #include "core/safetensors.h"
 #include "dmove.h"
 #include "testutil.h"
@@ -156,6 +157,70 @@ static void test_refusals(void) {
     CHECK(dm_model_new(&m, &c, NULL) == DM_ERR_INVALID_ARG && m == NULL);
 }
 
+/* A BERT trainer learns a pattern: each sequence is two runs of four equal tokens, the
+ * second the first plus one (mod the vocabulary, [PAD] 0 and [MASK] V-1 left out); a sixth
+ * of its tokens masked, new sequences each step: the loss falls by a tenth or more in 100
+ * AdamW steps; then one batch 80 times is learnt by heart; the tensors are
+ * there by Hugging Face name, with moments; checkpoints say they are not there yet. */
+static void test_trains(void) {
+    enum { V = 24, Bt = 8, Jt = 8, STEPS = 100 };
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = Bt, cfg.seq = Jt, cfg.hidden = 32, cfg.heads = 2, cfg.ffn = 64, cfg.dropout = 0.0, cfg.seed = 3;
+    dm_bert_model bm = {.vocab = V, .positions = 16, .types = 2, .pad_id = 0};
+    dm_optim_config a;
+    dm_optim_config_default(&a);
+    a.lr = 3e-3, a.clip_norm = 1.0, a.warmup = 10;
+    dm_trainer *T = NULL;
+    CHECK_OK(dm_trainer_new_bert(&T, &cfg, 2, &bm, NULL, &a));
+    if (!T) return;
+    CHECK(dm_trainer_is_bert(T) && dm_trainer_num_params(T) > 0);
+    CHECK_OK(dm_trainer_init_params(T, 1));
+    int32_t ids[Bt * Jt], labels[Bt * Jt];
+    double first = 0, last = 0;
+    dm_mlm_stats st = {0};
+    int64_t hits_late = 0, scored_late = 0;
+    for (int s = 1; s <= STEPS; s++) {
+        uint32_t w[Bt * Jt + Bt];
+        dm_philox_words(77, 9, (uint64_t)s * (Bt * Jt + Bt), Bt * Jt + Bt, w);
+        for (int b = 0; b < Bt; b++)
+            for (int j = 0; j < Jt; j++) {
+                const int r = b * Jt + j, tok = 1 + (int)((w[Bt * Jt + b] + (uint32_t)(j / 4)) % (V - 2));
+                const int masked = w[r] % 6 == 0;
+                ids[r] = masked ? V - 1 : tok;
+                labels[r] = masked ? tok : -1;
+            }
+        CHECK_OK(dm_trainer_set_mlm_batch(T, ids, NULL, NULL, labels));
+        double loss = 0;
+        CHECK_OK(dm_trainer_step(T, &loss));
+        CHECK_OK(dm_trainer_mlm_stats(T, &st));
+        if (s <= 3) first += loss / 3;
+        if (s > STEPS - 3) last += loss / 3, hits_late += st.correct, scored_late += st.scored;
+    }
+    printf("BERT trainer (2 layers, i=32, vocabulary %d) on runs of equal tokens, %d AdamW steps: loss %.3f -> %.3f, "
+           "last steps' accuracy %lld/%lld, gradient norm %.3g\n", V, STEPS, first, last, (long long)hits_late,
+           (long long)scored_late, dm_trainer_grad_norm(T));
+    CHECK(last < 0.9 * first); /* PyTorch's BertForMaskedLM on this task: 3.25 -> 2.07 in 100 steps */
+    /* one batch again and again: learnt by heart */
+    double again = 0;
+    for (int s = 1; s <= 80; s++) CHECK_OK(dm_trainer_step(T, &again));
+    CHECK_OK(dm_trainer_mlm_stats(T, &st));
+    printf("  the last batch 80 more times: loss %.3f, %lld/%lld predicted\n", again, (long long)st.correct,
+           (long long)st.scored);
+    CHECK(again < 0.5 && st.correct == st.scored && st.scored > 0);
+    float *p;
+    int nd;
+    int64_t sh[4];
+    CHECK_OK(dm_trainer_tensor(T, "bert.embeddings.word_embeddings.weight.exp_avg", &p, &nd, sh));
+    CHECK(nd == 2 && sh[0] == V && sh[1] == 32);
+    CHECK_OK(dm_trainer_tensor(T, "cls.predictions.transform.dense.weight", &p, &nd, sh));
+    CHECK(dm_trainer_tensor(T, "cls.predictions.decoder.weight.exp_avg", &p, NULL, NULL) == DM_ERR_NOT_FOUND);
+    CHECK(dm_trainer_step_count(T) == STEPS + 80);
+    char path[] = "/tmp/dmove_test_bert.ckpt";
+    CHECK(dm_trainer_save(T, path) == DM_ERR_UNSUPPORTED);
+    dm_trainer_free(T);
+}
+
 int main(void) {
     dm_st_file *f = NULL;
     CHECK_OK(dm_st_read(REF_DIR "/model_step.safetensors", &f));
@@ -166,6 +231,7 @@ int main(void) {
         run_case("B", 0.1, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED);
     }
     test_refusals();
+    test_trains();
     dm_st_free(f);
     TEST_END();
 }

@@ -120,6 +120,7 @@ static uint64_t checksum_of(const char meta[M_N][META_LEN], const dm_trainer *T,
 
 dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_save: NULL argument");
+    if (T->model) return dm_fail(DM_ERR_UNSUPPORTED, "checkpoints of a whole BERT's trainer: not yet");
     if (!T->moments)
         return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer has no optimizer state to checkpoint");
     if (T->broken) return dm_trainer_broken(T);
@@ -243,6 +244,7 @@ static dm_status load_checked(dm_trainer *T, const dm_st_file *f) {
 
 dm_status dm_trainer_load(dm_trainer *T, const char *path) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_load: NULL argument");
+    if (T->model) return dm_fail(DM_ERR_UNSUPPORTED, "checkpoints of a whole BERT's trainer: not yet");
     if (!T->moments) return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer cannot resume a checkpoint");
     return load_file(T, path, load_checked, "checkpoint");
 }

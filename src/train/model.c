@@ -2,6 +2,7 @@
 #include "train/model.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +174,13 @@ static dm_status link(const dm_model *m, dm_layer *a, const char *src, dm_layer 
     return m->bk->copy_tensor(b->st, td, a->st, ts);
 }
 
+/* A segment's input, from its host copy to the backend. */
+static dm_status up(const dm_model *m, dm_layer *L, const char *name) {
+    float *p;
+    DM_TRY(dm_layer_tensor(L, name, &p, NULL, NULL));
+    return m->bk->upload(L->st, dm_layer_tensor_id(L, name), p);
+}
+
 /* The host's copy of a segment's tensor, read after the backend's pass. */
 static dm_status down(const dm_model *m, dm_layer *L, const char *name, float **p, int64_t *n) {
     int nd;
@@ -204,11 +212,14 @@ static dm_status count_correct(dm_model *m, int64_t *correct) {
 
 dm_status dm_model_forward(dm_model *m, int64_t step, double *loss, int64_t *correct) {
     if (!m) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_forward: NULL model");
-    /* the tied decoder: the word table's values */
+    /* the batch up (the parameters are the backend's: a trainer pushes the ones changed on
+     * the host); the tied decoder takes the word table's values */
+    static const char *const emb_in[4] = {"input_ids", "position_ids", "token_type_ids", "word_grad_ids"};
+    static const char *const head_in[3] = {"masked_positions", "labels", "loss_weights"};
+    for (int k = 0; k < 4; k++) DM_TRY(up(m, m->emb, emb_in[k]));
+    for (int l = 0; l < m->c.layers; l++) DM_TRY(up(m, m->enc[l], "attention_mask"));
+    for (int k = 0; k < 3; k++) DM_TRY(up(m, m->head, head_in[k]));
     DM_TRY(link(m, m->emb, "embeddings.word_embeddings.weight", m->head, "cls.predictions.decoder.weight"));
-    DM_TRY(dm_layer_to_device(m->emb));
-    for (int l = 0; l < m->c.layers; l++) DM_TRY(dm_layer_to_device(m->enc[l]));
-    DM_TRY(dm_layer_to_device(m->head));
     DM_TRY(dm_layer_set_seed(m->emb, segment_seed(m, 0, step)));
     DM_TRY(dm_layer_forward(m->emb));
     DM_TRY(link(m, m->emb, "output", m->enc[0], "hidden_states"));
@@ -252,3 +263,150 @@ dm_status dm_model_backward(dm_model *m) {
     DM_TRY(m->bk->sync(m->emb->st));
     return tie_grads(m);
 }
+
+/* --- the whole model's trainer (dmove.h: dm_trainer_new_bert) ------------------------ */
+
+#include "core/hugealloc.h"
+#include "train/trainer_internal.h"
+
+/* One slot per parameter of segment L (index seg), the head's tied decoder left out. */
+static dm_status add_slots(dm_trainer *T, int seg, int64_t *total) {
+    dm_layer *L = T->L[seg];
+    const int np = dm_layer_num_params(L);
+    for (int k = 0; k < np; k++) {
+        const char *name = dm_layer_param_name(L, k);
+        if (!strcmp(name, "cls.predictions.decoder.weight")) continue; /* the word table's copy */
+        dm_train_slot *sl = &T->slot[T->nslots];
+        int nd = 0;
+        int64_t sh[4] = {0, 0, 0, 0};
+        DM_TRY(dm_layer_tensor(L, name, &sl->p, &nd, sh));
+        char g[128];
+        snprintf(g, sizeof g, "%s.grad", name);
+        DM_TRY(dm_layer_tensor(L, g, &sl->g, NULL, NULL));
+        sl->seg = seg;
+        sl->pname = name;
+        sl->ndim = nd;
+        sl->n = nd == 1 ? sh[0] : sh[0] * sh[1];
+        sl->shape[0] = sh[0];
+        sl->shape[1] = nd == 2 ? sh[1] : 0;
+        sl->decay = nd == 2; /* weights and tables decay; biases and LayerNorm parameters do not */
+        sl->off = *total;
+        *total += sl->n;
+        T->nslots++;
+    }
+    return DM_OK;
+}
+
+static dm_status bert_trainer_build(dm_trainer *T, const dm_model_config *mc, const dm_layer_options *opt) {
+    DM_TRY(dm_model_new(&T->model, mc, opt));
+    dm_model *m = T->model;
+    T->bk = m->bk;
+    T->nseg = mc->layers + 2;
+    int maxslots = 0;
+    if (!(T->L = calloc((size_t)T->nseg, sizeof *T->L))) return dm_fail(DM_ERR_OOM, "out of memory");
+    T->L[0] = m->emb;
+    for (int l = 0; l < mc->layers; l++) T->L[l + 1] = m->enc[l];
+    T->L[T->nseg - 1] = m->head;
+    for (int k = 0; k < T->nseg; k++) maxslots += dm_layer_num_params(T->L[k]);
+    if (!(T->slot = calloc((size_t)maxslots, sizeof *T->slot))) return dm_fail(DM_ERR_OOM, "out of memory");
+    int64_t total = 0;
+    for (int k = 0; k < T->nseg; k++) DM_TRY(add_slots(T, k, &total));
+    T->nparams = total;
+    size_t bytes;
+    if (!dm_mul_ok((size_t)total, 2 * sizeof(float), &bytes) || !(T->moments = dm_alloc_huge(bytes)))
+        return dm_fail(DM_ERR_OOM, "cannot allocate %.2f GiB for the optimizer's moments",
+                       (double)total * 8.0 / (1 << 30));
+    memset(T->moments, 0, bytes);
+    return dm_trainer_state_init(T);
+}
+
+dm_status dm_trainer_new_bert(dm_trainer **out, const dm_layer_config *cfg, int layers, const dm_bert_model *bert,
+                              const dm_layer_options *opt, const dm_optim_config *optim) {
+    if (!out || !cfg || !bert) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_new_bert: NULL argument");
+    *out = NULL;
+    DM_TRY(dm_layer_config_check(cfg));
+    dm_layer_options o = {0};
+    if (opt) o = *opt;
+    if (o.forward_only) return dm_fail(DM_ERR_UNSUPPORTED, "a forward-only BERT trainer: not yet");
+    dm_optim_config a;
+    if (optim) a = *optim;
+    else dm_optim_config_default(&a);
+    DM_TRY(dm_optim_config_check(&a));
+    dm_model_config mc = {.layer = *cfg, .layers = layers, .pad_id = bert->pad_id};
+    mc.sizes = (dm_bert_sizes){.vocab = bert->vocab, .positions = bert->positions, .types = bert->types,
+                               .predictions = bert->predictions};
+    if (!mc.sizes.predictions) mc.sizes.predictions = (cfg->batch * cfg->seq + 4) / 5;
+    dm_trainer *T = calloc(1, sizeof *T);
+    if (!T) return dm_fail(DM_ERR_OOM, "out of memory");
+    T->cfg = *cfg;
+    T->opt = o;
+    T->optim = a;
+    T->grad_norm = -1.0;
+    T->nlayers = layers;
+    dm_status s = bert_trainer_build(T, &mc, &o);
+    if (s != DM_OK) {
+        dm_trainer_free(T);
+        return s;
+    }
+    *out = T;
+    return DM_OK;
+}
+
+int dm_trainer_is_bert(const dm_trainer *T) { return T && T->model; }
+
+dm_status dm_trainer_set_mlm_batch(dm_trainer *T, const int32_t *input_ids, const int32_t *token_type_ids,
+                                   const float *attention_mask, const int32_t *labels) {
+    if (!T || !input_ids || !labels) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_mlm_batch: NULL argument");
+    if (!T->model) return dm_fail(DM_ERR_INVALID_ARG, "this trainer is a stack of layers, not a BERT");
+    return dm_model_set_batch(T->model, input_ids, token_type_ids, attention_mask, labels);
+}
+
+dm_status dm_trainer_mlm_stats(const dm_trainer *T, dm_mlm_stats *out) {
+    if (!T || !out) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_mlm_stats: NULL argument");
+    if (!T->model) return dm_fail(DM_ERR_INVALID_ARG, "this trainer is a stack of layers, not a BERT");
+    out->scored = T->model->counted;
+    out->correct = T->model->correct;
+    out->dropped = T->model->dropped;
+    return DM_OK;
+}
+
+/* The slot of a BERT trainer's model name ("bert.encoder.layer.3.output.dense.weight"),
+ * or -1. */
+static int bert_slot(dm_trainer *T, const char *name) {
+    const char *rest;
+    dm_layer *L = route(T->model, name, &rest);
+    for (int k = 0; L && k < T->nslots; k++)
+        if (T->L[T->slot[k].seg] == L && !strcmp(T->slot[k].pname, rest)) return k;
+    return -1;
+}
+
+dm_status dm_trainer_bert_tensor(dm_trainer *T, const char *name, float **data, int *ndim, int64_t shape[4]) {
+    const size_t n = strlen(name);
+    const int moment = n > 8 && !strcmp(name + n - 8, ".exp_avg") ? 1 : n > 11 && !strcmp(name + n - 11, ".exp_avg_sq") ? 2 : 0;
+    const int grad = !moment && n > 5 && !strcmp(name + n - 5, ".grad");
+    char param[192];
+    snprintf(param, sizeof param, "%.*s", (int)(n - (moment == 1 ? 8 : moment == 2 ? 11 : grad ? 5 : 0)), name);
+    const int si = bert_slot(T, param);
+    if (si >= 0 && T->broken) return dm_trainer_broken(T);
+    if (si >= 0) {
+        DM_TRY(dm_trainer_pull_slot(T, si));
+        if (!grad) T->slot[si].dirty = 1;
+    }
+    if (!moment) return dm_model_tensor(T->model, name, data, ndim, shape);
+    if (si < 0) return dm_fail(DM_ERR_NOT_FOUND, "no moments of '%s' in the trainer", param);
+    const dm_train_slot *sl = &T->slot[si];
+    *data = T->moments + (moment == 1 ? 0 : T->nparams) + sl->off;
+    if (ndim) *ndim = sl->ndim;
+    if (shape) shape[0] = sl->shape[0], shape[1] = sl->shape[1], shape[2] = shape[3] = 0;
+    return DM_OK;
+}
+
+dm_status dm_trainer_bert_forward(dm_trainer *T, int64_t micro, double *loss) {
+    double t0 = omp_get_wtime();
+    DM_TRY(dm_trainer_push(T));
+    DM_TRY(dm_model_forward(T->model, micro, loss, &T->model->correct));
+    T->secs[DM_TRAIN_FORWARD] += omp_get_wtime() - t0;
+    return DM_OK;
+}
+
+dm_status dm_trainer_bert_backward(dm_trainer *T) { return dm_model_backward(T->model); }

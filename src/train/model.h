@@ -23,13 +23,14 @@ typedef struct {
     int64_t pad_id;        /* the padding token: its word row takes no gradient */
 } dm_model_config;
 
-typedef struct {
+typedef struct dm_model {
     dm_model_config c;
     dm_layer_options opt;
     const dm_backend *bk;
     dm_backend_pool *pool;
     dm_layer *emb, **enc, *head;
     int counted;       /* masked positions the last batch scores (<= predictions) */
+    int64_t correct;   /* of them, the argmax predicted in the last forward pass */
     int64_t dropped;   /* masked positions past `predictions` the last batch left out */
 } dm_model;
 
