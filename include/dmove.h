@@ -372,6 +372,9 @@ dm_status dm_trainer_set_mlm_batch(dm_trainer *t, const int32_t *input_ids, cons
 typedef struct {
     int64_t scored, correct, dropped;
 } dm_mlm_stats;
+/* The loss of the batch set, in evaluation mode (no dropout), nothing changed: a held-out
+ * evaluation (its figures by dm_trainer_mlm_stats). */
+dm_status dm_trainer_evaluate(dm_trainer *t, double *loss);
 dm_status dm_trainer_mlm_stats(const dm_trainer *t, dm_mlm_stats *out);
 
 #ifdef __cplusplus

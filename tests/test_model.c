@@ -208,6 +208,13 @@ static void test_trains(void) {
     printf("  the last batch 80 more times: loss %.3f, %lld/%lld predicted\n", again, (long long)st.correct,
            (long long)st.scored);
     CHECK(again < 0.5 && st.correct == st.scored && st.scored > 0);
+    /* evaluation: no dropout (this model has none: the same loss as training's forward),
+     * the same twice, the state unchanged */
+    double e1 = 0, e2 = 0, f1 = 0;
+    CHECK_OK(dm_trainer_evaluate(T, &e1));
+    CHECK_OK(dm_trainer_evaluate(T, &e2));
+    CHECK_OK(dm_trainer_forward(T, &f1));
+    CHECK(e1 == e2 && e1 == f1 && dm_trainer_step_count(T) == STEPS + 80);
     float *p;
     int nd;
     int64_t sh[4];
@@ -218,6 +225,29 @@ static void test_trains(void) {
     CHECK(dm_trainer_step_count(T) == STEPS + 80);
     char path[] = "/tmp/dmove_test_bert.ckpt";
     CHECK(dm_trainer_save(T, path) == DM_ERR_UNSUPPORTED);
+    dm_trainer_free(T);
+}
+
+/* Evaluation mode: with dropout 0.3, the same loss twice, and another than training's. */
+static void test_eval_mode(void) {
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 2, cfg.seq = 8, cfg.hidden = 16, cfg.heads = 2, cfg.ffn = 32, cfg.dropout = 0.3, cfg.seed = 5;
+    dm_bert_model bm = {.vocab = 20, .positions = 8, .types = 2, .pad_id = 0};
+    dm_trainer *T = NULL;
+    CHECK_OK(dm_trainer_new_bert(&T, &cfg, 1, &bm, NULL, NULL));
+    if (!T) return;
+    CHECK_OK(dm_trainer_init_params(T, 2));
+    int32_t ids[16], labels[16];
+    for (int r = 0; r < 16; r++) ids[r] = 1 + r % 18, labels[r] = r % 3 == 0 ? 5 : -100;
+    CHECK_OK(dm_trainer_set_mlm_batch(T, ids, NULL, NULL, labels));
+    double e1 = 0, e2 = 0, t1 = 0, t2 = 0;
+    CHECK_OK(dm_trainer_evaluate(T, &e1));
+    CHECK_OK(dm_trainer_forward(T, &t1));
+    CHECK_OK(dm_trainer_evaluate(T, &e2));
+    CHECK_OK(dm_trainer_forward(T, &t2));
+    printf("dropout 0.3: evaluation loss %.6f (twice %.6f), training-mode loss %.6f (twice %.6f)\n", e1, e2, t1, t2);
+    CHECK(e1 == e2 && t1 == t2 && e1 != t1);
     dm_trainer_free(T);
 }
 
@@ -232,6 +262,7 @@ int main(void) {
     }
     test_refusals();
     test_trains();
+    test_eval_mode();
     dm_st_free(f);
     TEST_END();
 }

@@ -275,6 +275,17 @@ dm_status dm_layer_init_params(dm_layer *L, uint64_t seed) {
     return DM_OK;
 }
 
+dm_status dm_layer_set_training(dm_layer *L, int training) {
+    if (!L) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_set_training: NULL layer");
+    if (L->opt.device != DM_DEVICE_CPU)
+        return dm_fail(DM_ERR_UNSUPPORTED, "evaluation mode (dropout off) on the %s backend: not yet",
+                       dm_device_kind_name(L->opt.device));
+    /* the CPU's kernels read each operator's probability when they run */
+    for (int o = 0; o < L->g.nop; o++)
+        if (dm_op_params(L->g.op[o].kind) & DM_OPP_DROPOUT) L->g.op[o].p = training ? L->cfg.dropout : 0.0;
+    return DM_OK;
+}
+
 dm_status dm_layer_set_seed(dm_layer *L, uint64_t seed) {
     if (!L) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_set_seed: NULL layer");
     L->cfg.seed = seed;

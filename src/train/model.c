@@ -410,3 +410,18 @@ dm_status dm_trainer_bert_forward(dm_trainer *T, int64_t micro, double *loss) {
 }
 
 dm_status dm_trainer_bert_backward(dm_trainer *T) { return dm_model_backward(T->model); }
+
+dm_status dm_trainer_evaluate(dm_trainer *T, double *loss) {
+    if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_evaluate: NULL trainer");
+    if (!T->model) return dm_fail(DM_ERR_UNSUPPORTED, "evaluation mode is a BERT trainer's (dm_trainer_new_bert)");
+    if (T->broken) return dm_trainer_broken(T);
+    dm_status s = DM_OK;
+    for (int k = 0; s == DM_OK && k < T->nseg; k++) s = dm_layer_set_training(T->L[k], 0);
+    if (s == DM_OK) s = dm_trainer_push(T);
+    if (s == DM_OK) s = dm_model_forward(T->model, 0, loss, &T->model->correct);
+    for (int k = 0; k < T->nseg; k++) {
+        dm_status r = dm_layer_set_training(T->L[k], 1);
+        if (s == DM_OK) s = r;
+    }
+    return s;
+}
