@@ -23,6 +23,7 @@ int cmd_tune(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 /* "dmove <cmd>: <message>" on stderr. */
 void cli_error(const char *cmd, const char *fmt, ...)

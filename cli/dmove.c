@@ -1,5 +1,5 @@
 /* dmove.c: the dmove command: dispatches its subcommands (layer, bench, example, analyze,
- * probe, tune, train, help, --version). Usage errors exit 2, runtime and input errors 1. */
+ * probe, tune, train, tokenize, help, --version). Usage errors exit 2, runtime and input errors 1. */
 #include <stdio.h>
 #include <string.h>
 
@@ -17,6 +17,7 @@ static const struct {
     {"probe", cmd_probe, "measure this CPU (bandwidth, SGEMM, vector rate) for analyze"},
     {"tune", cmd_tune, "choose layouts and algorithms by measurement; write a plan"},
     {"train", cmd_train, "train a stack of encoder layers with AdamW; checkpoints, loss chart"},
+    {"tokenize", cmd_tokenize, "text into BERT WordPiece ids (tokenizer.json or vocab.txt)"},
 };
 enum { NUM_CMDS = (int)(sizeof k_cmds / sizeof k_cmds[0]) };
 

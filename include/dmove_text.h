@@ -47,8 +47,9 @@ const char *dm_tokenizer_token(const dm_tokenizer *t, int32_t id);
 const char *dm_tokenizer_describe(const dm_tokenizer *t);          /* NULL t: "" */
 
 /* The special tokens' ids. dm_tokenizer_specials fails (DM_ERR_NOT_FOUND) naming the ones
- * the vocabulary lacks of [PAD] [UNK] [CLS] [SEP] [MASK] (the names a tokenizer.json
- * configures, else these). */
+ * the file lacks of [PAD] [UNK] [CLS] [SEP] [MASK] (neither in its vocabulary nor in a
+ * tokenizer.json's added_tokens; *out still gets the ids BertTokenizerFast gives them:
+ * new ones past the file's). */
 typedef struct {
     int32_t pad, unk, cls, sep, mask;
 } dm_special_ids;
@@ -63,7 +64,8 @@ void dm_ids_free(dm_ids *ids);
 
 /* Encodes `len` bytes of UTF-8 text as BertTokenizerFast does (added tokens matched
  * first, then normalizer, pre-tokenizer, WordPiece) and APPENDS the ids to *out (add_special
- * 1: "[CLS] ... [SEP]" around them, as the tokenizer's post-processor does). Invalid UTF-8
+ * 1: "[CLS] ... [SEP]" around them, as BertTokenizerFast's post-processor does, whatever
+ * the file's says). Invalid UTF-8
  * is refused with DM_ERR_FORMAT, naming the byte offset in `text`; *bad_offset (may be
  * NULL) gets it, else (size_t)-1. Thread-safe on one tokenizer. */
 dm_status dm_tokenizer_encode(const dm_tokenizer *t, const char *text, size_t len,
@@ -76,8 +78,9 @@ dm_status dm_tokenizer_encode_batch(const dm_tokenizer *t, const char *const *te
                                     int threads, dm_ids *out, size_t *bad_index,
                                     size_t *bad_offset);
 /* The ids as text, WordPiece's way: tokens joined by spaces, "##" continuations glued to
- * the token before (BertTokenizerFast.decode with clean_up_tokenization_spaces=False);
- * specials kept. The caller free()s *text. */
+ * the token before, each token cleaned as the WordPiece decoder does (" ," -> ",", " ." ->
+ * ".", ...): BertTokenizerFast.decode with clean_up_tokenization_spaces=False; specials
+ * kept. The caller free()s *text. */
 dm_status dm_tokenizer_decode(const dm_tokenizer *t, const int32_t *ids, size_t n,
                               char **text);
 

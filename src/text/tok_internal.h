@@ -1,0 +1,124 @@
+/* tok_internal.h: the tokenizer's insides, shared by tok_load.c (tokenizer.json and
+ * vocab.txt into a dm_tokenizer), tok_encode.c (text into ids) and tok_misc.c. */
+#ifndef DM_TEXT_TOK_INTERNAL_H
+#define DM_TEXT_TOK_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dmove_text.h"
+
+/* An open-addressing hash of byte strings to ids (linear probing, capacity a power of 2). */
+typedef struct {
+    uint64_t h;      /* the key's hash; 0: an empty slot (hashes are never 0) */
+    const char *key; /* into the tokenizer's string pool */
+    uint32_t len;
+    int32_t id;
+} tok_slot;
+
+typedef struct {
+    tok_slot *slots;
+    size_t mask; /* capacity - 1 */
+    size_t maxlen; /* the longest key, bytes */
+} tok_map;
+
+/* The vocabulary as a trie of bytes whose nodes are the tokens' prefixes, held in one
+ * open-addressing hash keyed by the prefix's rolling hash (so the slots of a word's next
+ * prefixes are known before the walk gets there, and are fetched ahead). A slot is exact
+ * by induction: its parent slot (the prefix one byte shorter) and its last byte. */
+typedef struct {
+    uint32_t tag;    /* the hash's low bits */
+    uint32_t parent; /* 1 + the parent's slot; 0: the root (the empty prefix) */
+    int32_t id;      /* the token that ends here, or -1 */
+    uint32_t byte;   /* 1 + the prefix's last byte; 0: an empty slot */
+} tok_node;
+
+typedef struct {
+    tok_node *s;
+    uint32_t bits; /* capacity 1 << bits */
+    uint32_t nodes;
+    size_t maxlen; /* the longest key */
+} tok_trie;
+
+static inline uint64_t tok_trie_next(uint64_t h, uint8_t b) { return (h ^ b) * 0x100000001b3ull; }
+#define TOK_TRIE_SEED 0xcbf29ce484222325ull
+static inline uint64_t tok_trie_mix(uint64_t h) {
+    h ^= h >> 31;
+    h *= 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 29);
+}
+
+/* The slot (1 + index) of the prefix with hash h, parent slot `parent` and last byte b, or 0. */
+static inline uint32_t tok_trie_find(const tok_trie *t, uint64_t h, uint32_t parent, uint8_t b) {
+    uint64_t m = tok_trie_mix(h);
+    size_t mask = ((size_t)1 << t->bits) - 1;
+    uint32_t tag = (uint32_t)m;
+    for (size_t i = (size_t)(m >> (64 - t->bits));; i = (i + 1) & mask) {
+        const tok_node *e = &t->s[i];
+        if (!e->byte) return 0;
+        if (e->tag == tag && e->parent == parent && e->byte == (uint32_t)b + 1) return (uint32_t)i + 1;
+    }
+}
+
+static inline const tok_node *tok_trie_slot(const tok_trie *t, uint64_t h) {
+    return &t->s[tok_trie_mix(h) >> (64 - t->bits)];
+}
+
+/* An added token (tokenizer.json's added_tokens, or the specials of a vocab.txt). */
+typedef struct {
+    const char *s; /* the content (normalized ones: as the normalizer makes it) */
+    size_t len;
+    int32_t id;
+    uint8_t lstrip, rstrip, single_word, normalized, special;
+    uint8_t implied; /* a special token the file lacks, given a new id as BertTokenizerFast does */
+} tok_added;
+
+/* The added tokens of one kind (normalized or not), sorted longest first, with the bytes
+ * they may start with. */
+typedef struct {
+    tok_added *v;
+    size_t n;
+    uint8_t first[256];
+    int one_first; /* -1: several first bytes, else the only one (memchr) */
+} tok_addset;
+
+struct dm_tokenizer {
+    int32_t size;        /* ids 0 .. size-1 */
+    const char **tok;    /* id -> token text (NUL-terminated, into pool) */
+    uint32_t *tok_len;
+    char *pool;          /* the token strings */
+    tok_map full;        /* the model's vocabulary */
+    tok_map cont;        /* the tokens that begin with the continuation prefix, less it */
+    tok_trie tfull, tcont; /* the same as tries */
+    int32_t unk;
+    char prefix[64];
+    int max_chars;
+    /* normalizer */
+    int has_norm, clean, chinese, strip, lower;
+    int pretok; /* 1: BertPreTokenizer, 0: none (the whole text one word) */
+    tok_addset raw, normed;
+    tok_added *added; /* all, as the file lists them (the sets point into own copies) */
+    size_t n_added;
+    /* post-processor: ids before and after the text */
+    int32_t pre_ids[8], post_ids[8];
+    int n_pre, n_post;
+    char special_names[5][64]; /* pad unk cls sep mask */
+    uint64_t hash;
+    char describe[320];
+    /* the ASCII fast path: what the normalizer makes of a byte < 0x80 (-1: dropped) and
+     * the pre-tokenizer's class of it (0 word, 1 whitespace, 2 punctuation) */
+    int16_t asc_norm[128];
+    uint8_t asc_class[128];
+};
+
+/* tok_map */
+uint64_t tok_hash(const char *p, size_t n);
+int32_t tok_map_get(const tok_map *m, const char *p, size_t n);
+
+/* tok_encode.c: the normalized form of `s` (for normalized added tokens): a malloc'ed
+ * string, NULL on no memory. */
+char *tok_normalize_string(const dm_tokenizer *t, const char *s, size_t len, size_t *out_len);
+/* Fills asc_norm/asc_class from the settings. */
+void tok_setup_ascii(dm_tokenizer *t);
+
+#endif

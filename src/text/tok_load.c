@@ -1,0 +1,819 @@
+/* tok_load.c: a dm_tokenizer from a Hugging Face tokenizer.json (WordPiece model,
+ * BertNormalizer, BertPreTokenizer, TemplateProcessing / BertProcessing, added tokens) or a
+ * vocab.txt (built as transformers 5's BertTokenizerFast builds it from one). Everything is
+ * validated before use; a file that does not fit is refused with what to do. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/status.h"
+#include "text/tok_internal.h"
+
+#define TOK_MAX_FILE ((size_t)1 << 30)  /* a tokenizer file is a few MB; refuse past 1 GiB */
+#define TOK_MAX_TOKEN 4096              /* bytes of one token */
+#define TOK_MAX_VOCAB (1 << 24)
+
+/* A token as a source gives it: text not NUL-terminated, in the file or the JSON tree. */
+typedef struct {
+    const char *s;
+    size_t len;
+    int32_t id;
+} tok_entry;
+
+typedef struct {
+    tok_entry *vocab;
+    size_t nv, cap;
+    tok_added *added; /* s points into the source */
+    size_t na;
+    const char *unk;
+    const char *names[5]; /* pad unk cls sep mask, as the source names them */
+} tok_src;
+
+static void src_free(tok_src *s) {
+    free(s->vocab);
+    free(s->added);
+}
+
+static const char *k_default_names[5] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+
+/* --- reading ------------------------------------------------------------------------------ */
+
+static dm_status read_whole(const char *path, char **out, size_t *out_len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dm_fail(DM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return dm_fail(DM_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return dm_fail(DM_ERR_IO, "%s: is a directory; give the tokenizer.json or vocab.txt inside it", path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return dm_fail(DM_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > TOK_MAX_FILE) {
+        close(fd);
+        return dm_fail(DM_ERR_FORMAT, "%s: %lld bytes; a tokenizer file is at most 1 GiB (is this the right file?)",
+                       path, (long long)st.st_size);
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        close(fd);
+        return dm_fail(DM_ERR_OOM, "%s: out of memory reading %zu bytes", path, n);
+    }
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            return dm_fail(DM_ERR_IO, "%s: read failed: %s", path, r < 0 ? strerror(e) : "the file shrank while read");
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[n] = 0;
+    *out = buf;
+    *out_len = n;
+    return DM_OK;
+}
+
+static dm_status src_add(tok_src *s, const char *tok, size_t len, int32_t id) {
+    if (s->nv == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 1024;
+        tok_entry *v = realloc(s->vocab, cap * sizeof *v);
+        if (!v) return dm_fail(DM_ERR_OOM, "out of memory reading the vocabulary");
+        s->vocab = v;
+        s->cap = cap;
+    }
+    s->vocab[s->nv++] = (tok_entry){tok, len, id};
+    return DM_OK;
+}
+
+/* Printable excerpt of a token for messages. */
+static const char *shown(const char *s, size_t len, char *buf, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 5 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f) o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else buf[o++] = (char)c;
+    }
+    buf[o] = 0;
+    return buf;
+}
+
+/* --- vocab.txt ---------------------------------------------------------------------------- */
+
+/* One token a line, its line number (from 0) the id; lines split on "\n", trailing
+ * whitespace dropped (tokenizers' WordPiece::read_file, which transformers uses). */
+static dm_status parse_vocab_txt(tok_src *src, char *buf, size_t len, const char *path) {
+    size_t bad = dm_utf8_invalid_at(buf, len);
+    if (bad < len) {
+        size_t line = 1;
+        for (size_t i = 0; i < bad; i++) line += buf[i] == '\n';
+        return dm_fail(DM_ERR_FORMAT, "%s: invalid UTF-8 at byte offset %zu (line %zu); a vocab.txt is UTF-8 text",
+                       path, bad, line);
+    }
+    size_t i = 0;
+    int32_t id = 0;
+    while (i < len) {
+        const char *e = memchr(buf + i, '\n', len - i);
+        size_t end = e ? (size_t)(e - buf) : len;
+        size_t n = end - i;
+        /* trim_end: Unicode whitespace (the ASCII ones and the few of Latin-1 / general
+         * punctuation; U+0085, U+00A0, U+1680, U+2000-200A, U+2028/9, U+202F, U+205F, U+3000) */
+        for (;;) {
+            if (n && (buf[i + n - 1] == ' ' || (buf[i + n - 1] >= 9 && buf[i + n - 1] <= 13))) {
+                n--;
+                continue;
+            }
+            const unsigned char *p = (const unsigned char *)buf + i;
+            if (n >= 2 && p[n - 2] == 0xC2 && (p[n - 1] == 0x85 || p[n - 1] == 0xA0)) {
+                n -= 2;
+                continue;
+            }
+            if (n >= 3) {
+                unsigned a = p[n - 3], b = p[n - 2], c = p[n - 1];
+                if ((a == 0xE1 && b == 0x9A && c == 0x80) || (a == 0xE3 && b == 0x80 && c == 0x80) ||
+                    (a == 0xE2 && b == 0x80 && (c <= 0x8A || c == 0xA8 || c == 0xA9 || c == 0xAF)) ||
+                    (a == 0xE2 && b == 0x81 && c == 0x9F)) {
+                    n -= 3;
+                    continue;
+                }
+            }
+            break;
+        }
+        if (n > TOK_MAX_TOKEN)
+            return dm_fail(DM_ERR_FORMAT, "%s: line %d has %zu bytes; a token is at most %d (is this a vocab.txt?)",
+                           path, id + 1, n, TOK_MAX_TOKEN);
+        if (id >= TOK_MAX_VOCAB)
+            return dm_fail(DM_ERR_FORMAT, "%s: more than %d lines; dmove takes vocabularies up to that size",
+                           path, TOK_MAX_VOCAB);
+        DM_TRY(src_add(src, buf + i, n, id));
+        id++;
+        i = end + 1;
+    }
+    if (!src->nv) return dm_fail(DM_ERR_FORMAT, "%s: empty vocabulary (a vocab.txt has one token a line)", path);
+    return DM_OK;
+}
+
+/* As BertTokenizerFast (transformers 5) sets up any file: the five special tokens are
+ * added tokens (not normalized; an entry of the file's own added_tokens for the same text
+ * stays as it is); those the vocabulary lacks get new ids, in the order unk, sep, pad, cls,
+ * mask (tokenizers' rule: the vocabulary's size, or one past the largest added id when
+ * that is beyond it); the post-processor is "[CLS] $A [SEP]" with their ids, whatever
+ * the file's says. */
+static dm_status add_bert_specials(dm_tokenizer *t, tok_src *src) {
+    static const int order[5] = {1, 3, 0, 2, 4};
+    tok_added *a = realloc(src->added, (src->na + 5) * sizeof *a);
+    if (!a) return dm_fail(DM_ERR_OOM, "out of memory");
+    src->added = a;
+    for (int o = 0; o < 5; o++) {
+        const char *name = src->names[order[o]];
+        size_t len = strlen(name);
+        int32_t id = -1;
+        for (size_t i = 0; i < src->na && id < 0; i++)
+            if (a[i].len == len && !memcmp(a[i].s, name, len)) id = a[i].id;
+        if (id >= 0 || !len) continue;
+        for (size_t i = 0; i < src->nv && id < 0; i++)
+            if (src->vocab[i].len == len && !memcmp(src->vocab[i].s, name, len)) id = src->vocab[i].id;
+        int implied = id < 0;
+        if (implied) {
+            int32_t max = -1;
+            for (size_t i = 0; i < src->na; i++) max = a[i].id > max ? a[i].id : max;
+            id = (max >= (int32_t)src->nv) ? max + 1 : (int32_t)src->nv;
+        }
+        a[src->na++] = (tok_added){.s = name, .len = len, .id = id, .special = 1, .implied = (uint8_t)implied};
+    }
+    for (size_t i = 0; i < src->na; i++) {
+        if (a[i].len == strlen(src->names[2]) && !memcmp(a[i].s, src->names[2], a[i].len)) t->pre_ids[0] = a[i].id;
+        if (a[i].len == strlen(src->names[3]) && !memcmp(a[i].s, src->names[3], a[i].len)) t->post_ids[0] = a[i].id;
+    }
+    t->n_pre = t->n_post = 1;
+    return DM_OK;
+}
+
+/* vocab.txt: as BertTokenizerFast(vocab=..., do_lower_case=...) builds it. */
+static dm_status setup_vocab_txt(dm_tokenizer *t, tok_src *src, dm_case casing, const char *path) {
+    t->has_norm = t->clean = t->chinese = 1;
+    t->lower = t->strip = casing == DM_CASE_LOWER;
+    t->pretok = 1;
+    t->max_chars = 100;
+    strcpy(t->prefix, "##");
+    for (int k = 0; k < 5; k++) src->names[k] = k_default_names[k];
+    src->unk = "[UNK]";
+    int found_unk = 0;
+    for (size_t i = 0; i < src->nv; i++) found_unk |= src->vocab[i].len == 5 && !memcmp(src->vocab[i].s, "[UNK]", 5);
+    if (!found_unk)
+        return dm_fail(DM_ERR_FORMAT, "%s: no [UNK] line: WordPiece needs the unknown token in the vocabulary", path);
+    return add_bert_specials(t, src);
+}
+
+/* --- tokenizer.json ----------------------------------------------------------------------- */
+
+static const char *jtype(const cJSON *j) {
+    if (!j) return "missing";
+    if (cJSON_IsNull(j)) return "null";
+    if (cJSON_IsBool(j)) return "a boolean";
+    if (cJSON_IsNumber(j)) return "a number";
+    if (cJSON_IsString(j)) return "a string";
+    if (cJSON_IsArray(j)) return "an array";
+    if (cJSON_IsObject(j)) return "an object";
+    return "invalid";
+}
+
+/* obj.key as a boolean (def < 0: required, as tokenizers requires it; else missing or
+ * null: def). */
+static dm_status jbool(const cJSON *obj, const char *key, int def, int *out, const char *ctx) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (def < 0 && !cJSON_IsBool(j))
+        return dm_fail(DM_ERR_FORMAT, "%s.%s is %s, not true or false (tokenizers requires it)", ctx, key, jtype(j));
+    if (!j || cJSON_IsNull(j)) {
+        *out = def;
+        return DM_OK;
+    }
+    if (!cJSON_IsBool(j))
+        return dm_fail(DM_ERR_FORMAT, "%s.%s is %s, not true or false", ctx, key, jtype(j));
+    *out = cJSON_IsTrue(j);
+    return DM_OK;
+}
+
+/* A JSON number that is an integer in [lo, hi]. */
+static dm_status jint_val(const cJSON *j, double lo, double hi, int64_t *out, const char *what) {
+    if (!cJSON_IsNumber(j)) return dm_fail(DM_ERR_FORMAT, "%s is %s, not an integer", what, jtype(j));
+    double d = j->valuedouble;
+    if (!(d >= lo && d <= hi) || d != floor(d))
+        return dm_fail(DM_ERR_FORMAT, "%s is %.17g: not an integer in %.0f .. %.0f", what, d, lo, hi);
+    *out = (int64_t)d;
+    return DM_OK;
+}
+
+static dm_status jstr(const cJSON *obj, const char *key, const char **out, const char *ctx) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsString(j) || !j->valuestring)
+        return dm_fail(DM_ERR_FORMAT, "%s.%s is %s, not a string", ctx, key, jtype(j));
+    *out = j->valuestring;
+    return DM_OK;
+}
+
+static dm_status parse_model(dm_tokenizer *t, tok_src *src, const cJSON *model) {
+    if (!model)
+        return dm_fail(DM_ERR_FORMAT, "no \"model\": not a Hugging Face tokenizer.json (dmove takes the tokenizer.json "
+                       "of a WordPiece model, or a BERT vocab.txt)");
+    if (!cJSON_IsObject(model)) return dm_fail(DM_ERR_FORMAT, "\"model\" is %s, not an object", jtype(model));
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(model, "type");
+    const char *type = cJSON_IsString(ty) ? ty->valuestring : NULL;
+    if (!type) type = cJSON_GetObjectItemCaseSensitive(model, "merges") ? "BPE" : NULL;
+    if (!type) return dm_fail(DM_ERR_FORMAT, "model.type is %s: say which model it is (dmove supports WordPiece)", jtype(ty));
+    if (strcmp(type, "WordPiece"))
+        return dm_fail(DM_ERR_UNSUPPORTED, "the model is %s: dmove supports only WordPiece (BERT) tokenizers "
+                       "(a tokenizer.json whose model.type is \"WordPiece\", or a BERT vocab.txt)", type);
+    DM_TRY(jstr(model, "unk_token", &src->unk, "model"));
+    const char *prefix = "##";
+    DM_TRY(jstr(model, "continuing_subword_prefix", &prefix, "model"));
+    if (strlen(prefix) >= sizeof t->prefix)
+        return dm_fail(DM_ERR_FORMAT, "model.continuing_subword_prefix is %zu bytes long; at most %zu",
+                       strlen(prefix), sizeof t->prefix - 1);
+    strcpy(t->prefix, prefix);
+    const cJSON *mx = cJSON_GetObjectItemCaseSensitive(model, "max_input_chars_per_word");
+    int64_t m = 100;
+    DM_TRY(jint_val(mx, 0, 2147483647.0, &m, "model.max_input_chars_per_word"));
+    t->max_chars = (int)m;
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    if (!cJSON_IsObject(vocab))
+        return dm_fail(DM_ERR_FORMAT, "model.vocab is %s, not an object of token: id", jtype(vocab));
+    const cJSON *e;
+    cJSON_ArrayForEach(e, vocab) {
+        char what[160], b[64];
+        snprintf(what, sizeof what, "the id of token \"%s\"", shown(e->string, strlen(e->string), b, sizeof b));
+        int64_t id = 0;
+        DM_TRY(jint_val(e, 0, TOK_MAX_VOCAB - 1, &id, what));
+        DM_TRY(src_add(src, e->string, strlen(e->string), (int32_t)id));
+    }
+    if (!src->nv) return dm_fail(DM_ERR_FORMAT, "model.vocab is empty");
+    return DM_OK;
+}
+
+static dm_status parse_bert_normalizer(dm_tokenizer *t, const cJSON *n) {
+    t->has_norm = 1;
+    DM_TRY(jbool(n, "clean_text", -1, &t->clean, "normalizer"));
+    DM_TRY(jbool(n, "handle_chinese_chars", -1, &t->chinese, "normalizer"));
+    DM_TRY(jbool(n, "lowercase", -1, &t->lower, "normalizer"));
+    DM_TRY(jbool(n, "strip_accents", t->lower, &t->strip, "normalizer")); /* null: as lowercase */
+    return DM_OK;
+}
+
+static dm_status parse_normalizer(dm_tokenizer *t, const cJSON *n) {
+    if (!n || cJSON_IsNull(n)) return DM_OK;
+    const char *type = NULL;
+    if (!cJSON_IsObject(n) || jstr(n, "type", &type, "normalizer") != DM_OK)
+        return dm_fail(DM_ERR_FORMAT, "\"normalizer\" is not an object with a \"type\"");
+    if (!strcmp(type, "BertNormalizer")) return parse_bert_normalizer(t, n);
+    if (!strcmp(type, "Sequence")) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
+        if (!cJSON_IsArray(list)) return dm_fail(DM_ERR_FORMAT, "normalizer.normalizers is %s, not an array", jtype(list));
+        int k = cJSON_GetArraySize(list);
+        if (k == 0) return DM_OK;
+        const cJSON *one = cJSON_GetArrayItem(list, 0);
+        const char *t1 = NULL;
+        if (k == 1 && cJSON_IsObject(one) && jstr(one, "type", &t1, "normalizer") == DM_OK && !strcmp(t1, "BertNormalizer"))
+            return parse_bert_normalizer(t, one);
+        return dm_fail(DM_ERR_UNSUPPORTED, "the normalizer is a Sequence of %d: dmove supports BertNormalizer "
+                       "(alone or as the only member of a Sequence) or none", k);
+    }
+    return dm_fail(DM_ERR_UNSUPPORTED, "the normalizer is %s: dmove supports BertNormalizer (BERT's) or none", type);
+}
+
+static dm_status parse_pretok(dm_tokenizer *t, const cJSON *p) {
+    if (!p || cJSON_IsNull(p)) {
+        t->pretok = 0;
+        return DM_OK;
+    }
+    const char *type = NULL;
+    if (!cJSON_IsObject(p) || jstr(p, "type", &type, "pre_tokenizer") != DM_OK)
+        return dm_fail(DM_ERR_FORMAT, "\"pre_tokenizer\" is not an object with a \"type\"");
+    if (!strcmp(type, "Sequence")) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "pretokenizers");
+        const cJSON *one = cJSON_GetArrayItem(list, 0);
+        const char *t1 = NULL;
+        if (cJSON_IsArray(list) && cJSON_GetArraySize(list) == 1 && cJSON_IsObject(one) &&
+            jstr(one, "type", &t1, "pre_tokenizer") == DM_OK && !strcmp(t1, "BertPreTokenizer")) {
+            t->pretok = 1;
+            return DM_OK;
+        }
+        return dm_fail(DM_ERR_UNSUPPORTED, "the pre_tokenizer is a Sequence: dmove supports BertPreTokenizer "
+                       "(alone or as the only member of a Sequence) or none");
+    }
+    if (strcmp(type, "BertPreTokenizer"))
+        return dm_fail(DM_ERR_UNSUPPORTED, "the pre_tokenizer is %s: dmove supports BertPreTokenizer (BERT's) or none", type);
+    t->pretok = 1;
+    return DM_OK;
+}
+
+/* TemplateProcessing's "single", checked (the ids come from BertTokenizerFast's rule). */
+static dm_status parse_template(const cJSON *p) {
+    const cJSON *single = cJSON_GetObjectItemCaseSensitive(p, "single");
+    const cJSON *specials = cJSON_GetObjectItemCaseSensitive(p, "special_tokens");
+    if (!cJSON_IsArray(single)) return dm_fail(DM_ERR_FORMAT, "post_processor.single is %s, not an array", jtype(single));
+    if (!cJSON_IsObject(specials))
+        return dm_fail(DM_ERR_FORMAT, "post_processor.special_tokens is %s, not an object", jtype(specials));
+    int seen_a = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, single) {
+        const cJSON *seq = cJSON_GetObjectItemCaseSensitive(item, "Sequence");
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(item, "SpecialToken");
+        const char *id = NULL;
+        if (seq) {
+            if (jstr(seq, "id", &id, "post_processor.single[].Sequence") || strcmp(id, "A") || seen_a)
+                return dm_fail(DM_ERR_FORMAT, "post_processor.single: one Sequence \"A\" expected");
+            seen_a = 1;
+            continue;
+        }
+        if (!sp || jstr(sp, "id", &id, "post_processor.single[].SpecialToken"))
+            return dm_fail(DM_ERR_FORMAT, "post_processor.single: each item is a Sequence or a SpecialToken with an id");
+        const cJSON *entry = cJSON_GetObjectItemCaseSensitive(specials, id);
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(entry, "ids");
+        if (!cJSON_IsArray(ids))
+            return dm_fail(DM_ERR_FORMAT, "post_processor.special_tokens has no \"ids\" array for \"%s\"", id);
+        const cJSON *v;
+        cJSON_ArrayForEach(v, ids) {
+            int64_t x;
+            DM_TRY(jint_val(v, 0, TOK_MAX_VOCAB - 1, &x, "a post_processor special token id"));
+        }
+    }
+    if (!seen_a) return dm_fail(DM_ERR_FORMAT, "post_processor.single has no Sequence \"A\"");
+    return DM_OK;
+}
+
+/* The file's post-processor is checked when it is one of BERT's, else ignored:
+ * BertTokenizerFast replaces it by "[CLS] $A [SEP]" (add_bert_specials). */
+static dm_status parse_post(const cJSON *p) {
+    if (!p || cJSON_IsNull(p)) return DM_OK;
+    const char *type = NULL;
+    if (!cJSON_IsObject(p) || jstr(p, "type", &type, "post_processor") != DM_OK)
+        return dm_fail(DM_ERR_FORMAT, "\"post_processor\" is not an object with a \"type\"");
+    if (!strcmp(type, "TemplateProcessing")) return parse_template(p);
+    if (strcmp(type, "BertProcessing") && strcmp(type, "RobertaProcessing")) return DM_OK;
+    static const char *const keys[2] = {"cls", "sep"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *pair = cJSON_GetObjectItemCaseSensitive(p, keys[k]);
+        const cJSON *name = cJSON_GetArrayItem(pair, 0);
+        int64_t id;
+        if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2 || !cJSON_IsString(name))
+            return dm_fail(DM_ERR_FORMAT, "post_processor.%s is not a [token, id] pair", keys[k]);
+        DM_TRY(jint_val(cJSON_GetArrayItem(pair, 1), 0, TOK_MAX_VOCAB - 1, &id, "the post_processor's id"));
+    }
+    return DM_OK;
+}
+
+static dm_status parse_added(tok_src *src, const cJSON *a) {
+    if (!a || cJSON_IsNull(a)) return DM_OK;
+    if (!cJSON_IsArray(a)) return dm_fail(DM_ERR_FORMAT, "\"added_tokens\" is %s, not an array", jtype(a));
+    int n = cJSON_GetArraySize(a);
+    src->added = calloc((size_t)n + 1, sizeof *src->added);
+    if (!src->added) return dm_fail(DM_ERR_OOM, "out of memory");
+    const cJSON *e;
+    int k = 0;
+    cJSON_ArrayForEach(e, a) {
+        char ctx[48];
+        snprintf(ctx, sizeof ctx, "added_tokens[%d]", k++);
+        if (!cJSON_IsObject(e)) return dm_fail(DM_ERR_FORMAT, "%s is %s, not an object", ctx, jtype(e));
+        tok_added *x = &src->added[src->na];
+        int64_t id;
+        int f[5];
+        DM_TRY(jstr(e, "content", &x->s, ctx));
+        char what[64];
+        snprintf(what, sizeof what, "%s.id", ctx);
+        DM_TRY(jint_val(cJSON_GetObjectItemCaseSensitive(e, "id"), 0, TOK_MAX_VOCAB - 1, &id, what));
+        DM_TRY(jbool(e, "single_word", -1, &f[0], ctx));
+        DM_TRY(jbool(e, "lstrip", -1, &f[1], ctx));
+        DM_TRY(jbool(e, "rstrip", -1, &f[2], ctx));
+        DM_TRY(jbool(e, "special", -1, &f[4], ctx));
+        DM_TRY(jbool(e, "normalized", -1, &f[3], ctx));
+        x->len = strlen(x->s);
+        x->id = (int32_t)id;
+        x->single_word = (uint8_t)f[0];
+        x->lstrip = (uint8_t)f[1];
+        x->rstrip = (uint8_t)f[2];
+        x->normalized = (uint8_t)f[3];
+        x->special = (uint8_t)f[4];
+        if (x->len > TOK_MAX_TOKEN) return dm_fail(DM_ERR_FORMAT, "%s.content is over %d bytes", ctx, TOK_MAX_TOKEN);
+        if (x->len) src->na++; /* tokenizers ignores empty ones */
+    }
+    return DM_OK;
+}
+
+static dm_status parse_json(dm_tokenizer *t, tok_src *src, const cJSON *root) {
+    if (!cJSON_IsObject(root)) return dm_fail(DM_ERR_FORMAT, "the JSON is %s, not a tokenizer object", jtype(root));
+    for (int k = 0; k < 5; k++) src->names[k] = k_default_names[k];
+    DM_TRY(parse_model(t, src, cJSON_GetObjectItemCaseSensitive(root, "model")));
+    DM_TRY(parse_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer")));
+    DM_TRY(parse_pretok(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer")));
+    DM_TRY(parse_post(cJSON_GetObjectItemCaseSensitive(root, "post_processor")));
+    const cJSON *pad = cJSON_GetObjectItemCaseSensitive(root, "padding");
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(pad, "pad_token");
+    if (cJSON_IsString(pt)) src->names[0] = pt->valuestring;
+    DM_TRY(parse_added(src, cJSON_GetObjectItemCaseSensitive(root, "added_tokens")));
+    return add_bert_specials(t, src);
+}
+
+/* --- building ----------------------------------------------------------------------------- */
+
+static dm_status map_init(tok_map *m, size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n + 2) cap *= 2;
+    m->slots = calloc(cap, sizeof *m->slots);
+    if (!m->slots) return dm_fail(DM_ERR_OOM, "out of memory for the vocabulary's hash");
+    m->mask = cap - 1;
+    m->maxlen = 0;
+    return DM_OK;
+}
+
+/* Inserts key -> id; returns the id already there for the same key, else -1. */
+static int32_t map_put(tok_map *m, const char *key, size_t len, int32_t id) {
+    uint64_t h = tok_hash(key, len);
+    size_t i = h & m->mask;
+    for (;; i = (i + 1) & m->mask) {
+        tok_slot *s = &m->slots[i];
+        if (!s->h) break;
+        if (s->h == h && s->len == len && !memcmp(s->key, key, len)) return s->id;
+    }
+    m->slots[i] = (tok_slot){h, key, (uint32_t)len, id};
+    if (len > m->maxlen) m->maxlen = len;
+    return -1;
+}
+
+/* id -> token over the vocabulary and the added tokens: ids 0 .. size-1, no holes, no
+ * token twice, the strings copied into t->pool. */
+static dm_status build_ids(dm_tokenizer *t, const tok_src *src) {
+    int32_t maxid = -1;
+    for (size_t i = 0; i < src->nv; i++) maxid = src->vocab[i].id > maxid ? src->vocab[i].id : maxid;
+    for (size_t i = 0; i < src->na; i++) maxid = src->added[i].id > maxid ? src->added[i].id : maxid;
+    size_t size = (size_t)maxid + 1;
+    if (size > src->nv + src->na)
+        return dm_fail(DM_ERR_FORMAT, "the ids go up to %d with %zu tokens: ids must be 0 .. size-1 without holes",
+                       maxid, src->nv + src->na);
+    const char **txt = calloc(size, sizeof *txt);
+    size_t *len = calloc(size, sizeof *len);
+    if (!txt || !len) {
+        free(txt);
+        free(len);
+        return dm_fail(DM_ERR_OOM, "out of memory");
+    }
+    dm_status st = DM_OK;
+    char b1[64], b2[64];
+    size_t total = 0;
+    for (size_t i = 0; i < src->nv && !st; i++) {
+        const tok_entry *e = &src->vocab[i];
+        if (txt[e->id])
+            st = dm_fail(DM_ERR_FORMAT, "id %d is given twice (\"%s\" and \"%s\")", e->id,
+                         shown(txt[e->id], len[e->id], b1, sizeof b1), shown(e->s, e->len, b2, sizeof b2));
+        txt[e->id] = e->s;
+        len[e->id] = e->len;
+    }
+    for (size_t i = 0; i < src->na && !st; i++) {
+        const tok_added *a = &src->added[i];
+        if (!txt[a->id]) {
+            txt[a->id] = a->s;
+            len[a->id] = a->len;
+        } else if (len[a->id] != a->len || memcmp(txt[a->id], a->s, a->len)) {
+            st = dm_fail(DM_ERR_FORMAT, "added token \"%s\" has id %d, which the vocabulary gives to \"%s\"",
+                         shown(a->s, a->len, b1, sizeof b1), a->id, shown(txt[a->id], len[a->id], b2, sizeof b2));
+        }
+    }
+    for (size_t i = 0; i < size && !st; i++) {
+        if (!txt[i]) st = dm_fail(DM_ERR_FORMAT, "no token has id %zu: ids must be 0 .. %zu without holes", i, size - 1);
+        else if (dm_utf8_invalid_at(txt[i], len[i]) < len[i])
+            st = dm_fail(DM_ERR_FORMAT, "token %zu (\"%s\") is not valid UTF-8", i, shown(txt[i], len[i], b1, sizeof b1));
+        else total += len[i] + 1;
+    }
+    if (!st) {
+        t->pool = malloc(total ? total : 1);
+        t->tok = malloc(size * sizeof *t->tok);
+        t->tok_len = malloc(size * sizeof *t->tok_len);
+        if (!t->pool || !t->tok || !t->tok_len) st = dm_fail(DM_ERR_OOM, "out of memory");
+    }
+    for (size_t i = 0, o = 0; i < size && !st; i++) {
+        memcpy(t->pool + o, txt[i], len[i]);
+        t->pool[o + len[i]] = 0;
+        t->tok[i] = t->pool + o;
+        t->tok_len[i] = (uint32_t)len[i];
+        o += len[i] + 1;
+    }
+    if (!st) t->size = (int32_t)size;
+    free(txt);
+    free(len);
+    return st;
+}
+
+static dm_status trie_init(tok_trie *t, size_t nodes) {
+    uint32_t bits = 4;
+    while (((size_t)1 << bits) < nodes + nodes / 3 + 2) bits++; /* load at most 3/4 */
+    if (bits > 30) return dm_fail(DM_ERR_OOM, "the vocabulary is too large for the trie");
+    t->s = calloc((size_t)1 << bits, sizeof *t->s);
+    if (!t->s) return dm_fail(DM_ERR_OOM, "out of memory for the vocabulary's trie");
+    t->bits = bits;
+    t->nodes = 0;
+    t->maxlen = 0;
+    return DM_OK;
+}
+
+static void trie_put(tok_trie *t, const char *s, size_t n, int32_t id) {
+    uint64_t h = TOK_TRIE_SEED;
+    uint32_t parent = 0;
+    size_t mask = ((size_t)1 << t->bits) - 1;
+    for (size_t k = 0; k < n; k++) {
+        uint8_t b = (uint8_t)s[k];
+        h = tok_trie_next(h, b);
+        uint32_t found = tok_trie_find(t, h, parent, b);
+        if (!found) {
+            uint64_t m = tok_trie_mix(h);
+            size_t i = (size_t)(m >> (64 - t->bits));
+            while (t->s[i].byte) i = (i + 1) & mask;
+            t->s[i] = (tok_node){(uint32_t)m, parent, -1, (uint32_t)b + 1};
+            t->nodes++;
+            found = (uint32_t)i + 1;
+        }
+        parent = found;
+        if (k + 1 == n && t->s[found - 1].id < 0) t->s[found - 1].id = id;
+    }
+    if (n > t->maxlen) t->maxlen = n;
+}
+
+/* The model's vocabulary into t->full and, less the prefix, the continuations into t->cont. */
+static dm_status build_maps(dm_tokenizer *t, const tok_src *src) {
+    DM_TRY(map_init(&t->full, src->nv));
+    DM_TRY(map_init(&t->cont, src->nv));
+    size_t pl = strlen(t->prefix), bytes = 0;
+    for (size_t i = 0; i < src->nv; i++) bytes += src->vocab[i].len;
+    if (bytes > ((size_t)1 << 23))
+        return dm_fail(DM_ERR_FORMAT, "the vocabulary's tokens have %zu bytes together; dmove takes up to 8 MiB", bytes);
+    /* sized twice: by the bytes (a bound on the nodes), then by the nodes counted */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t nf = t->tfull.nodes, nc = t->tcont.nodes;
+        free(t->tfull.s);
+        free(t->tcont.s);
+        DM_TRY(trie_init(&t->tfull, pass ? nf : bytes));
+        DM_TRY(trie_init(&t->tcont, pass ? nc : bytes));
+        for (size_t i = 0; i < src->nv; i++) {
+            int32_t id = src->vocab[i].id;
+            const char *s = t->tok[id];
+            size_t n = t->tok_len[id];
+            trie_put(&t->tfull, s, n, id);
+            if (n >= pl && !memcmp(s, t->prefix, pl)) trie_put(&t->tcont, s + pl, n - pl, id);
+        }
+    }
+    char b[64];
+    for (size_t i = 0; i < src->nv; i++) {
+        int32_t id = src->vocab[i].id;
+        const char *s = t->tok[id];
+        size_t n = t->tok_len[id];
+        int32_t old = map_put(&t->full, s, n, id);
+        if (old >= 0)
+            return dm_fail(DM_ERR_FORMAT, "token \"%s\" appears twice (ids %d and %d); each token once, please",
+                           shown(s, n, b, sizeof b), old, id);
+        if (n >= pl && !memcmp(s, t->prefix, pl)) map_put(&t->cont, s + pl, n - pl, id);
+    }
+    t->unk = tok_map_get(&t->full, src->unk, strlen(src->unk));
+    if (t->unk < 0)
+        return dm_fail(DM_ERR_FORMAT, "the unknown token \"%s\" is not in the vocabulary (WordPiece needs it)",
+                       shown(src->unk, strlen(src->unk), b, sizeof b));
+    for (int k = 0; k < 5; k++) snprintf(t->special_names[k], sizeof t->special_names[k], "%s", src->names[k]);
+    for (int k = 0; k < t->n_pre; k++)
+        if (t->pre_ids[k] >= t->size) return dm_fail(DM_ERR_FORMAT, "the post-processor's id %d is past the vocabulary", t->pre_ids[k]);
+    for (int k = 0; k < t->n_post; k++)
+        if (t->post_ids[k] >= t->size) return dm_fail(DM_ERR_FORMAT, "the post-processor's id %d is past the vocabulary", t->post_ids[k]);
+    return DM_OK;
+}
+
+static int by_len_desc(const void *a, const void *b) {
+    const tok_added *x = a, *y = b;
+    return x->len < y->len ? 1 : x->len > y->len ? -1 : 0;
+}
+
+static void addset_finish(tok_addset *s) {
+    qsort(s->v, s->n, sizeof *s->v, by_len_desc);
+    memset(s->first, 0, sizeof s->first);
+    int kinds = 0, one = -1;
+    for (size_t i = 0; i < s->n; i++) {
+        uint8_t b = (uint8_t)s->v[i].s[0];
+        if (!s->first[b]) kinds++, one = b;
+        s->first[b] = 1;
+    }
+    s->one_first = kinds == 1 ? one : -1;
+}
+
+/* The added tokens, as the two sets the encoder matches (normalized ones in normal form). */
+static dm_status build_added(dm_tokenizer *t, const tok_src *src) {
+    t->added = calloc(src->na + 1, sizeof *t->added);
+    t->raw.v = calloc(src->na + 1, sizeof *t->raw.v);
+    t->normed.v = calloc(src->na + 1, sizeof *t->normed.v);
+    if (!t->added || !t->raw.v || !t->normed.v) return dm_fail(DM_ERR_OOM, "out of memory");
+    for (size_t i = 0; i < src->na; i++) {
+        tok_added a = src->added[i];
+        a.s = t->tok[a.id];
+        t->added[t->n_added++] = a;
+        /* a second entry for the same content: tokenizers keeps the first */
+        int dup = 0;
+        for (size_t j = 0; j < i; j++)
+            dup |= src->added[j].len == a.len && !memcmp(src->added[j].s, src->added[i].s, a.len);
+        if (dup) continue;
+        if (!a.normalized) {
+            t->raw.v[t->raw.n++] = a;
+            continue;
+        }
+        size_t n = 0;
+        char *s = tok_normalize_string(t, a.s, a.len, &n);
+        if (!s) return dm_fail(DM_ERR_OOM, "out of memory");
+        if (!n) {
+            free(s);
+            continue;
+        }
+        a.s = s;
+        a.len = n;
+        t->normed.v[t->normed.n++] = a;
+    }
+    addset_finish(&t->raw);
+    addset_finish(&t->normed);
+    return DM_OK;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static int by_id(const void *a, const void *b) {
+    const tok_added *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static void finish_describe(dm_tokenizer *t) {
+    uint64_t h = fnv(0xcbf29ce484222325ull, "dmove-wordpiece-1", 17);
+    for (int32_t i = 0; i < t->size; i++) {
+        uint32_t n = t->tok_len[i];
+        h = fnv(h, &n, 4);
+        h = fnv(h, t->tok[i], n);
+    }
+    int32_t cfg[] = {t->has_norm, t->clean, t->chinese, t->strip, t->lower, t->pretok, t->max_chars,
+                     t->unk, t->n_pre, t->n_post};
+    h = fnv(h, cfg, sizeof cfg);
+    h = fnv(h, t->pre_ids, sizeof t->pre_ids);
+    h = fnv(h, t->post_ids, sizeof t->post_ids);
+    h = fnv(h, t->prefix, strlen(t->prefix));
+    /* the added tokens in id order (the file's order does not change the ids) */
+    tok_added *sorted = malloc((t->n_added + 1) * sizeof *sorted);
+    if (sorted) {
+        memcpy(sorted, t->added, t->n_added * sizeof *sorted);
+        qsort(sorted, t->n_added, sizeof *sorted, by_id);
+    }
+    for (size_t i = 0; i < t->n_added; i++) {
+        const tok_added *a = sorted ? &sorted[i] : &t->added[i];
+        uint8_t f[4] = {a->lstrip, a->rstrip, a->single_word, a->normalized};
+        h = fnv(h, &a->id, 4);
+        h = fnv(h, f, 4);
+    }
+    free(sorted);
+    t->hash = h;
+    char norm[160];
+    if (!t->has_norm) snprintf(norm, sizeof norm, "no normalizer");
+    else
+        snprintf(norm, sizeof norm, "%s%s%s%s", t->lower ? "lowercase" : "cased",
+                 t->strip ? ", strip accents" : "", t->chinese ? ", Chinese characters split" : "",
+                 t->clean ? ", control characters cleaned" : "");
+    snprintf(t->describe, sizeof t->describe, "WordPiece, %d tokens, %s, %s, max %d chars a word%s",
+             t->size, norm, t->pretok ? "BERT pre-tokenizer" : "no pre-tokenizer", t->max_chars,
+             t->n_pre + t->n_post ? "" : ", no special tokens around the text");
+}
+
+void dm_tokenizer_free(dm_tokenizer *t) {
+    if (!t) return;
+    for (size_t i = 0; i < t->normed.n; i++) free((char *)t->normed.v[i].s);
+    free(t->normed.v);
+    free(t->raw.v);
+    free(t->added);
+    free(t->full.slots);
+    free(t->cont.slots);
+    free(t->tfull.s);
+    free(t->tcont.s);
+    free(t->tok);
+    free(t->tok_len);
+    free(t->pool);
+    free(t);
+}
+
+static dm_status load_from(dm_tokenizer *t, tok_src *src, char *buf, size_t len, const char *path,
+                           dm_case casing, cJSON **json) {
+    size_t i = 0;
+    while (i < len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r')) i++;
+    if (i < len && buf[i] == '{') {
+        if (casing != DM_CASE_FILE)
+            return dm_fail(DM_ERR_INVALID_ARG, "%s is a tokenizer.json, which says its own casing: give no "
+                           "lowercase/cased choice (those are for a vocab.txt)", path);
+        if (memmem(buf, len, "\\u0000", 6))
+            return dm_fail(DM_ERR_UNSUPPORTED, "%s: a string holds \\u0000 (NUL); dmove takes tokens without it", path);
+        *json = cJSON_ParseWithLength(buf, len);
+        if (!*json) {
+            const char *e = cJSON_GetErrorPtr();
+            size_t at = e && e >= buf && e <= buf + len ? (size_t)(e - buf) : len;
+            return dm_fail(DM_ERR_FORMAT, "%s: not valid JSON (error near byte %zu of %zu%s)", path, at, len,
+                           at >= len ? ": truncated?" : "");
+        }
+        dm_status st = parse_json(t, src, *json);
+        if (st) return dm_fail_context(st, "%s: ", path);
+        return DM_OK;
+    }
+    if (casing == DM_CASE_FILE)
+        return dm_fail(DM_ERR_INVALID_ARG, "%s is a vocab.txt, which does not say its casing: choose lowercase "
+                       "(an uncased model, e.g. bert-base-uncased) or cased", path);
+    if (casing != DM_CASE_LOWER && casing != DM_CASE_CASED)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_tokenizer_load: casing %d is not a dm_case", (int)casing);
+    DM_TRY(parse_vocab_txt(src, buf, len, path));
+    return setup_vocab_txt(t, src, casing, path);
+}
+
+dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing) {
+    if (!out || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_tokenizer_load: NULL argument");
+    *out = NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    DM_TRY(read_whole(path, &buf, &len));
+    dm_tokenizer *t = calloc(1, sizeof *t);
+    tok_src src = {0};
+    cJSON *json = NULL;
+    dm_status st = t ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
+    if (!st) st = load_from(t, &src, buf, len, path, casing, &json);
+    if (!st) {
+        st = build_ids(t, &src);
+        if (!st) st = build_maps(t, &src);
+        if (!st) {
+            tok_setup_ascii(t);
+            st = build_added(t, &src);
+        }
+        if (st) dm_fail_context(st, "%s: ", path);
+    }
+    if (!st) finish_describe(t);
+    cJSON_Delete(json);
+    src_free(&src);
+    free(buf);
+    if (st) {
+        dm_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return DM_OK;
+}

@@ -1,0 +1,104 @@
+/* tok_misc.c: what a loaded tokenizer tells: sizes, ids of tokens and back, the special
+ * tokens, its description and hash, and decoding ids to text. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "text/tok_internal.h"
+
+int32_t dm_tokenizer_vocab_size(const dm_tokenizer *t) { return t ? t->size : 0; }
+
+uint64_t dm_tokenizer_hash(const dm_tokenizer *t) { return t ? t->hash : 0; }
+
+const char *dm_tokenizer_describe(const dm_tokenizer *t) { return t ? t->describe : ""; }
+
+int32_t dm_tokenizer_token_id(const dm_tokenizer *t, const char *token) {
+    if (!t || !token) return -1;
+    size_t n = strlen(token);
+    for (size_t i = 0; i < t->n_added; i++)
+        if (t->added[i].len == n && !memcmp(t->added[i].s, token, n)) return t->added[i].id;
+    return tok_map_get(&t->full, token, n);
+}
+
+const char *dm_tokenizer_token(const dm_tokenizer *t, int32_t id) {
+    if (!t || id < 0 || id >= t->size) return NULL;
+    return t->tok[id];
+}
+
+dm_status dm_tokenizer_specials(const dm_tokenizer *t, dm_special_ids *out) {
+    if (!t || !out) return dm_fail(DM_ERR_INVALID_ARG, "dm_tokenizer_specials: NULL argument");
+    int32_t v[5];
+    char missing[400] = "";
+    size_t o = 0;
+    for (int k = 0; k < 5; k++) {
+        v[k] = dm_tokenizer_token_id(t, t->special_names[k]);
+        int implied = 0; /* not in the file: BertTokenizerFast gave it a new id */
+        for (size_t i = 0; i < t->n_added; i++) implied |= t->added[i].id == v[k] && t->added[i].implied;
+        if ((v[k] < 0 || implied) && o < sizeof missing - 80)
+            o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%s", o ? " " : "", t->special_names[k]);
+    }
+    out->pad = v[0];
+    out->unk = v[1];
+    out->cls = v[2];
+    out->sep = v[3];
+    out->mask = v[4];
+    if (o)
+        return dm_fail(DM_ERR_NOT_FOUND, "the vocabulary lacks %s (BERT pretraining needs [PAD] [UNK] [CLS] [SEP] "
+                       "[MASK]); use a BERT tokenizer that has them", missing);
+    return DM_OK;
+}
+
+/* The WordPiece decoder's cleanup (tokenizers' decoders/wordpiece.rs), applied to each
+ * token as it is joined (" ," -> "," and the like): the patterns in its order. */
+static const char *const k_clean[][2] = {{" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
+                                         {" n't", "n't"}, {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"},
+                                         {" 've", "'ve"}, {" 're", "'re"}};
+
+/* Replaces every `from` in s[0..*n) by `to` (never longer), in place. */
+static void replace_all(char *s, size_t *n, const char *from, const char *to) {
+    size_t fl = strlen(from), tl = strlen(to), r = 0, w = 0;
+    while (r < *n) {
+        if (*n - r >= fl && !memcmp(s + r, from, fl)) {
+            memmove(s + w, to, tl);
+            w += tl;
+            r += fl;
+        } else {
+            s[w++] = s[r++];
+        }
+    }
+    *n = w;
+}
+
+dm_status dm_tokenizer_decode(const dm_tokenizer *t, const int32_t *ids, size_t n, char **text) {
+    if (!t || (!ids && n) || !text) return dm_fail(DM_ERR_INVALID_ARG, "dm_tokenizer_decode: NULL argument");
+    *text = NULL;
+    size_t pl = strlen(t->prefix), total = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= t->size)
+            return dm_fail(DM_ERR_INVALID_ARG, "dm_tokenizer_decode: id %d at %zu is not in 0 .. %d", ids[i], i,
+                           t->size - 1);
+        total += t->tok_len[ids[i]] + 1;
+    }
+    char *s = malloc(total);
+    if (!s) return dm_fail(DM_ERR_OOM, "out of memory decoding %zu ids", n);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *tk = t->tok[ids[i]];
+        size_t len = t->tok_len[ids[i]], at = o;
+        if (i && pl && len >= pl && !memcmp(tk, t->prefix, pl)) {
+            tk += pl;
+            len -= pl;
+        } else if (i) {
+            s[o++] = ' ';
+        }
+        memcpy(s + o, tk, len);
+        o += len;
+        size_t piece = o - at; /* " " + token, or the token: cleaned (" do not" keeps its length) */
+        for (size_t k = 0; k < sizeof k_clean / sizeof *k_clean; k++) replace_all(s + at, &piece, k_clean[k][0], k_clean[k][1]);
+        o = at + piece;
+    }
+    s[o] = 0;
+    *text = s;
+    return DM_OK;
+}

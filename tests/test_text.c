@@ -1,0 +1,333 @@
+/* test_text.c: the tokenizer (include/dmove_text.h) on small files written here: UTF-8
+ * validation, each normalization step, the pre-tokenizer, WordPiece's greedy longest match
+ * and its unknown words, added tokens, the special tokens BertTokenizerFast adds, batches
+ * on threads, decoding, and hostile tokenizer files refused with their reason. The ids
+ * expected were checked against transformers' BertTokenizerFast (tokenizer_file=, or
+ * vocab= with do_lower_case) when this test was written. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dmove.h"
+#include "dmove_text.h"
+#include "testutil.h"
+
+static char g_dir[] = "/tmp/dmove_text.XXXXXX";
+
+static const char *path_of(const char *name) {
+    static char buf[4][256];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+static const char *write_file(const char *name, const char *data, size_t len) {
+    const char *p = path_of(name);
+    FILE *f = fopen(p, "wb");
+    if (!f || fwrite(data, 1, len, f) != len || fclose(f)) {
+        fprintf(stderr, "cannot write %s\n", p);
+        exit(1);
+    }
+    return p;
+}
+
+/* The vocabulary of the tests, in id order. */
+static const char *const k_vocab[] = {
+    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", ",", "!", "un",
+    "##aff", "##able", "cafe", "caf\xc3\xa9", "\xe5\x8c\x97", "\xe4\xba\xac", "i", "##\xcc\x87", "a", "##a",
+    "Hello", ".", "##b", "[", "]", "mask", "x"};
+enum { NV = (int)(sizeof k_vocab / sizeof *k_vocab) };
+
+/* A tokenizer.json: the vocabulary above, `norm` the normalizer's JSON, `extra` more
+ * top-level members (may be ""). */
+static const char *write_json(const char *name, const char *norm, const char *model_extra, const char *extra) {
+    static char buf[16384];
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, sizeof buf - o,
+                          "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[");
+    for (int k = 0; k < 5; k++)
+        o += (size_t)snprintf(buf + o, sizeof buf - o,
+                              "%s{\"id\":%d,\"content\":\"%s\",\"single_word\":false,\"lstrip\":false,"
+                              "\"rstrip\":false,\"normalized\":false,\"special\":true}",
+                              k ? "," : "", k, k_vocab[k]);
+    o += (size_t)snprintf(buf + o, sizeof buf - o,
+                          "],\"normalizer\":%s,\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},"
+                          "\"post_processor\":{\"type\":\"BertProcessing\",\"sep\":[\"[SEP]\",3],\"cls\":[\"[CLS]\",2]},"
+                          "\"decoder\":null%s,\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\","
+                          "\"continuing_subword_prefix\":\"##\",\"max_input_chars_per_word\":100%s,\"vocab\":{",
+                          norm, extra, model_extra);
+    for (int k = 0; k < NV; k++) o += (size_t)snprintf(buf + o, sizeof buf - o, "%s\"%s\":%d", k ? "," : "", k_vocab[k], k);
+    o += (size_t)snprintf(buf + o, sizeof buf - o, "}}}");
+    return write_file(name, buf, o);
+}
+
+static const char *write_vocab_txt(const char *name) {
+    static char buf[4096];
+    size_t o = 0;
+    for (int k = 0; k < NV; k++) o += (size_t)snprintf(buf + o, sizeof buf - o, "%s\n", k_vocab[k]);
+    return write_file(name, buf, o);
+}
+
+#define NORM_LOWER "{\"type\":\"BertNormalizer\",\"clean_text\":true,\"handle_chinese_chars\":true,\"strip_accents\":null,\"lowercase\":true}"
+#define NORM_CASED "{\"type\":\"BertNormalizer\",\"clean_text\":true,\"handle_chinese_chars\":true,\"strip_accents\":null,\"lowercase\":false}"
+#define NORM_LOWER_KEEP "{\"type\":\"BertNormalizer\",\"clean_text\":true,\"handle_chinese_chars\":true,\"strip_accents\":false,\"lowercase\":true}"
+
+/* Encodes s and compares with want[0..n). */
+static int ids_are(const dm_tokenizer *t, const char *s, int special, const int32_t *want, size_t n) {
+    dm_ids ids = {0};
+    size_t bad;
+    dm_status st = dm_tokenizer_encode(t, s, strlen(s), special, &ids, &bad);
+    int ok = st == DM_OK && ids.n == n && (n == 0 || !memcmp(ids.v, want, n * sizeof *want));
+    if (!ok) {
+        fprintf(stderr, "  encode(\"%s\"): status %d (%s), got", s, (int)st, st ? dm_last_error() : "");
+        for (size_t k = 0; k < ids.n; k++) fprintf(stderr, " %d", ids.v[k]);
+        fprintf(stderr, ", want");
+        for (size_t k = 0; k < n; k++) fprintf(stderr, " %d", want[k]);
+        fprintf(stderr, "\n");
+    }
+    dm_ids_free(&ids);
+    return ok;
+}
+#define IDS(t, s, sp, ...)                                                                \
+    do {                                                                                  \
+        static const int32_t w_[] = {__VA_ARGS__};                                        \
+        CHECK(ids_are(t, s, sp, w_, sizeof w_ / sizeof *w_));                             \
+    } while (0)
+
+static void test_utf8(void) {
+    CHECK(dm_utf8_invalid_at("", 0) == 0);
+    CHECK(dm_utf8_invalid_at("hello w\xc3\xa9rld \xe5\x8c\x97 \xf0\x9f\x98\x80", 21) == 21);
+    CHECK(dm_utf8_invalid_at("ab\xc0\x80", 4) == 2);           /* overlong NUL */
+    CHECK(dm_utf8_invalid_at("\xe0\x80\x80", 3) == 0);         /* overlong */
+    CHECK(dm_utf8_invalid_at("x\xed\xa0\x80", 4) == 1);        /* surrogate U+D800 */
+    CHECK(dm_utf8_invalid_at("\xf4\x90\x80\x80", 4) == 0);     /* past U+10FFFF */
+    CHECK(dm_utf8_invalid_at("abc\xe5\x8c", 5) == 3);          /* truncated */
+    CHECK(dm_utf8_invalid_at("abcdefgh\x80", 9) == 8);         /* stray continuation */
+    CHECK(dm_utf8_invalid_at("abcdefghij\xff", 11) == 10);
+    CHECK(dm_utf8_invalid_at("\xf4\x8f\xbf\xbf", 4) == 4);     /* U+10FFFF */
+}
+
+static void test_lower(void) {
+    dm_tokenizer *t = NULL;
+    CHECK_OK(dm_tokenizer_load(&t, write_json("lower.json", NORM_LOWER, "", ""), DM_CASE_FILE));
+    if (!t) return;
+    CHECK(dm_tokenizer_vocab_size(t) == NV);
+    IDS(t, "Hello, World!", 1, 2, 5, 7, 6, 8, 3);
+    IDS(t, "Hello, World!", 0, 5, 7, 6, 8);
+    IDS(t, "", 1, 2, 3);
+    IDS(t, "unaffable", 0, 9, 10, 11);
+    IDS(t, "unaffablex", 0, 1);                     /* no "##x": the whole word unknown */
+    IDS(t, "Caf\xc3\xa9 CAFE\xcc\x81", 0, 12, 12);    /* accents stripped, precomposed or not */
+    IDS(t, "\xe5\x8c\x97\xe4\xba\xac", 0, 14, 15);    /* CJK split */
+    IDS(t, "hello\x01world\x7f", 0, 1);            /* controls dropped: "helloworld" */
+    IDS(t, "hello\t\xe3\x80\x80world\xc2\xa0", 0, 5, 6); /* whitespace of all kinds */
+    IDS(t, "[MASK]hello [mask]", 0, 4, 5, 23, 25, 24);
+    IDS(t, "\xc4\xb0", 0, 16);                      /* U+0130: NFD I + U+0307, mark dropped */
+    char w[128];
+    memset(w, 'a', 100);
+    w[100] = 0;
+    dm_ids ids = {0};
+    CHECK_OK(dm_tokenizer_encode(t, w, 100, 0, &ids, NULL));
+    CHECK(ids.n == 100 && ids.v[0] == 18 && ids.v[99] == 19);
+    ids.n = 0;
+    w[100] = 'a';
+    CHECK_OK(dm_tokenizer_encode(t, w, 101, 0, &ids, NULL));
+    CHECK(ids.n == 1 && ids.v[0] == 1); /* over max_input_chars_per_word */
+    size_t bad = 0;
+    ids.n = 0;
+    CHECK(dm_tokenizer_encode(t, "ok\xc3", 3, 1, &ids, &bad) == DM_ERR_FORMAT && bad == 2);
+    CHECK(strstr(dm_last_error(), "byte offset 2") != NULL);
+    dm_ids_free(&ids);
+    /* ids and tokens, specials, decoding */
+    CHECK(dm_tokenizer_token_id(t, "##aff") == 10 && dm_tokenizer_token_id(t, "nope") == -1);
+    CHECK(dm_tokenizer_token(t, 11) && !strcmp(dm_tokenizer_token(t, 11), "##able"));
+    CHECK(dm_tokenizer_token(t, NV) == NULL && dm_tokenizer_token(t, -1) == NULL);
+    dm_special_ids sp;
+    CHECK_OK(dm_tokenizer_specials(t, &sp));
+    CHECK(sp.pad == 0 && sp.unk == 1 && sp.cls == 2 && sp.sep == 3 && sp.mask == 4);
+    const int32_t d[] = {2, 9, 10, 11, 7, 5, 3};
+    char *text = NULL;
+    CHECK_OK(dm_tokenizer_decode(t, d, 7, &text));
+    CHECK(text && !strcmp(text, "[CLS] unaffable, hello [SEP]")); /* the decoder's cleanup: " ," */
+    free(text);
+    CHECK(dm_tokenizer_decode(t, (const int32_t[]){NV}, 1, &text) == DM_ERR_INVALID_ARG);
+    const char *desc = dm_tokenizer_describe(t);
+    CHECK(strstr(desc, "WordPiece") && strstr(desc, "lowercase") && strstr(desc, "strip accents"));
+    dm_tokenizer_free(t);
+}
+
+static void test_cased_and_keep(void) {
+    dm_tokenizer *c = NULL, *k = NULL, *v = NULL, *l = NULL;
+    CHECK_OK(dm_tokenizer_load(&c, write_json("cased.json", NORM_CASED, "", ""), DM_CASE_FILE));
+    CHECK_OK(dm_tokenizer_load(&k, write_json("keep.json", NORM_LOWER_KEEP, "", ""), DM_CASE_FILE));
+    CHECK_OK(dm_tokenizer_load(&v, write_vocab_txt("vocab.txt"), DM_CASE_CASED));
+    CHECK_OK(dm_tokenizer_load(&l, write_vocab_txt("vocab.txt"), DM_CASE_LOWER));
+    if (!c || !k || !v || !l) goto out;
+    IDS(c, "Hello hello caf\xc3\xa9 Caf\xc3\xa9", 0, 20, 5, 13, 1);
+    IDS(v, "Hello hello caf\xc3\xa9 Caf\xc3\xa9", 0, 20, 5, 13, 1);
+    IDS(l, "Hello hello caf\xc3\xa9 Caf\xc3\xa9", 0, 5, 5, 12, 12);
+    IDS(k, "caf\xc3\xa9 CAF\xc3\x89", 0, 13, 13);        /* lowercase, accents kept */
+    IDS(k, "\xc4\xb0", 0, 16, 17);                        /* U+0130 -> "i" U+0307 */
+    IDS(c, "\xc4\xb0", 0, 1);
+    CHECK(dm_tokenizer_hash(c) == dm_tokenizer_hash(v));  /* the same settings and vocabulary */
+    CHECK(dm_tokenizer_hash(c) != dm_tokenizer_hash(l));
+    CHECK(dm_tokenizer_hash(l) != dm_tokenizer_hash(k));
+    /* a batch on threads gives what one at a time gives */
+    const char *texts[] = {"Hello, World!", "", "unaffable caf\xc3\xa9", "\xe5\x8c\x97 x", "[MASK] a aa", "bad \xff here"};
+    size_t lens[6];
+    for (int j = 0; j < 6; j++) lens[j] = strlen(texts[j]);
+    for (int th = 1; th <= 3; th++) {
+        dm_ids out[6] = {{0}};
+        size_t bi = 0, bo = 0;
+        CHECK_OK(dm_tokenizer_encode_batch(l, texts, lens, 5, 1, th, out, &bi, &bo));
+        CHECK(bi == (size_t)-1 && bo == (size_t)-1);
+        for (int j = 0; j < 5; j++) {
+            dm_ids one = {0};
+            CHECK_OK(dm_tokenizer_encode(l, texts[j], lens[j], 1, &one, NULL));
+            CHECK(one.n == out[j].n && !memcmp(one.v, out[j].v, one.n * sizeof *one.v));
+            dm_ids_free(&one);
+            dm_ids_free(&out[j]);
+        }
+        CHECK(dm_tokenizer_encode_batch(l, texts, lens, 6, 1, th, out, &bi, &bo) == DM_ERR_FORMAT);
+        CHECK(bi == 5 && bo == 4);
+        for (int j = 0; j < 6; j++) dm_ids_free(&out[j]);
+    }
+out:
+    dm_tokenizer_free(c);
+    dm_tokenizer_free(k);
+    dm_tokenizer_free(v);
+    dm_tokenizer_free(l);
+}
+
+/* Added tokens: single_word, lstrip/rstrip, normalized ones, and the specials
+ * BertTokenizerFast adds when the file lacks them (new ids past the vocabulary). */
+static void test_added(void) {
+    static const char json[] =
+        "{\"added_tokens\":[{\"id\":4,\"content\":\"[MASK]\",\"single_word\":false,\"lstrip\":true,"
+        "\"rstrip\":true,\"normalized\":false,\"special\":true},"
+        "{\"id\":6,\"content\":\"<W>\",\"single_word\":true,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":false},"
+        "{\"id\":7,\"content\":\"Zz\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":true,\"special\":false}],"
+        "\"normalizer\":{\"type\":\"BertNormalizer\",\"clean_text\":true,\"handle_chinese_chars\":true,\"lowercase\":true},\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},"
+        "\"post_processor\":null,\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"continuing_subword_prefix\":\"##\",\"max_input_chars_per_word\":100,\"vocab\":"
+        "{\"[UNK]\":0,\"a\":1,\"##a\":2,\"[SEP]\":3,\"[MASK]\":4,\"<\":5}}}";
+    dm_tokenizer *t = NULL;
+    CHECK_OK(dm_tokenizer_load(&t, write_file("added.json", json, sizeof json - 1), DM_CASE_FILE));
+    if (!t) return;
+    /* [PAD] 7? no: 6 and 7 are taken by the added tokens; [PAD] 8, [CLS] 9 */
+    CHECK(dm_tokenizer_vocab_size(t) == 10);
+    CHECK(dm_tokenizer_token_id(t, "[PAD]") == 8 && dm_tokenizer_token_id(t, "[CLS]") == 9);
+    IDS(t, "a [MASK]  a", 1, 9, 1, 4, 1, 3);       /* stripped spaces both sides */
+    IDS(t, "a<W> <W> a", 0, 1, 5, 0, 0, 6, 1);      /* <W> only as a single word ("a<w>": a < w >) */
+    IDS(t, "aZZa zz", 0, 1, 7, 1, 7);               /* normalized: matched after lowercasing */
+    dm_special_ids sp;
+    CHECK(dm_tokenizer_specials(t, &sp) == DM_ERR_NOT_FOUND); /* [PAD] and [CLS] are not in the file */
+    CHECK(strstr(dm_last_error(), "lacks [PAD] [CLS] (") != NULL);
+    CHECK(sp.pad == 8 && sp.cls == 9 && sp.sep == 3 && sp.mask == 4 && sp.unk == 0);
+    dm_tokenizer_free(t);
+}
+
+static void refused(const char *name, const char *data, dm_case c, dm_status want, const char *why) {
+    dm_tokenizer *t = (dm_tokenizer *)1;
+    dm_status st = dm_tokenizer_load(&t, write_file(name, data, strlen(data)), c);
+    int ok = st == want && t == NULL && strstr(dm_last_error(), why) != NULL;
+    if (!ok)
+        fprintf(stderr, "  %s: status %d (want %d), message \"%s\" (want \"%s\")\n", name, (int)st, (int)want,
+                dm_last_error(), why);
+    CHECK(ok);
+    if (st == DM_OK && t) dm_tokenizer_free(t);
+}
+
+#define WP_BODY "\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"continuing_subword_prefix\":\"##\",\"max_input_chars_per_word\":100,\"vocab\":"
+#define WP_HEAD "{" WP_BODY
+static void test_hostile(void) {
+    dm_tokenizer *t = (dm_tokenizer *)1;
+    CHECK(dm_tokenizer_load(&t, path_of("missing.json"), DM_CASE_FILE) == DM_ERR_IO && t == NULL);
+    CHECK(strstr(dm_last_error(), "missing.json") != NULL);
+    CHECK(dm_tokenizer_load(&t, g_dir, DM_CASE_FILE) == DM_ERR_IO && strstr(dm_last_error(), "directory"));
+    CHECK(dm_tokenizer_load(NULL, "x", DM_CASE_FILE) == DM_ERR_INVALID_ARG);
+    CHECK(dm_tokenizer_load(&t, NULL, DM_CASE_FILE) == DM_ERR_INVALID_ARG);
+    refused("bpe.json", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", DM_CASE_FILE,
+            DM_ERR_UNSUPPORTED, "only WordPiece (BERT)");
+    refused("unigram.json", "{\"model\":{\"type\":\"Unigram\",\"vocab\":[[\"a\",0.0]]}}", DM_CASE_FILE,
+            DM_ERR_UNSUPPORTED, "is Unigram");
+    refused("untyped.json", "{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}", DM_CASE_FILE, DM_ERR_UNSUPPORTED, "BPE");
+    refused("trunc.json", WP_HEAD "{\"[UNK]\":0,\"a\":", DM_CASE_FILE, DM_ERR_FORMAT, "not valid JSON");
+    refused("empty.json", "", DM_CASE_LOWER, DM_ERR_FORMAT, "empty vocabulary");
+    refused("array.json", "[1,2]", DM_CASE_FILE, DM_ERR_INVALID_ARG, "vocab.txt");
+    refused("vocabarr.json", WP_HEAD "[\"a\"]}}", DM_CASE_FILE, DM_ERR_FORMAT, "model.vocab is an array");
+    refused("strid.json", WP_HEAD "{\"[UNK]\":\"0\"}}}", DM_CASE_FILE, DM_ERR_FORMAT, "not an integer");
+    refused("negid.json", WP_HEAD "{\"[UNK]\":0,\"a\":-1}}}", DM_CASE_FILE, DM_ERR_FORMAT, "not an integer in");
+    refused("hugeid.json", WP_HEAD "{\"[UNK]\":0,\"a\":1e300}}}", DM_CASE_FILE, DM_ERR_FORMAT, "not an integer in");
+    refused("fracid.json", WP_HEAD "{\"[UNK]\":0,\"a\":1.5}}}", DM_CASE_FILE, DM_ERR_FORMAT, "not an integer in");
+    refused("dupid.json", WP_HEAD "{\"[UNK]\":0,\"a\":1,\"b\":1}}}", DM_CASE_FILE, DM_ERR_FORMAT, "given twice");
+    refused("hole.json", WP_HEAD "{\"[UNK]\":0,\"a\":1,\"b\":30}}}", DM_CASE_FILE, DM_ERR_FORMAT, "without holes");
+    refused("duptok.json", WP_HEAD "{\"[UNK]\":0,\"a\":1,\"a\":2}}}", DM_CASE_FILE, DM_ERR_FORMAT, "appears twice");
+    refused("emptyvocab.json", WP_HEAD "{}}}", DM_CASE_FILE, DM_ERR_FORMAT, "empty");
+    refused("nounk.json", WP_HEAD "{\"a\":0}}}", DM_CASE_FILE, DM_ERR_FORMAT, "unknown token");
+    refused("badutf.json", WP_HEAD "{\"[UNK]\":0,\"a\xff\":1}}}", DM_CASE_FILE, DM_ERR_FORMAT, "UTF-8");
+    refused("norm.json", "{\"normalizer\":{\"type\":\"NFKC\"}," WP_BODY "{\"[UNK]\":0}}}", DM_CASE_FILE,
+            DM_ERR_UNSUPPORTED, "BertNormalizer");
+    refused("pretok.json", "{\"pre_tokenizer\":{\"type\":\"ByteLevel\"}," WP_BODY "{\"[UNK]\":0}}}", DM_CASE_FILE,
+            DM_ERR_UNSUPPORTED, "BertPreTokenizer");
+    refused("normtype.json", "{\"normalizer\":{\"type\":\"BertNormalizer\",\"clean_text\":true,\"handle_chinese_chars\":true,\"lowercase\":1}," WP_BODY "{\"[UNK]\":0}}}",
+            DM_CASE_FILE, DM_ERR_FORMAT, "lowercase is a number");
+    refused("added1.json", "{\"added_tokens\":[{\"id\":0,\"content\":\"[X]\"}],"  WP_BODY "{\"[UNK]\":0}}}", DM_CASE_FILE,
+            DM_ERR_FORMAT, "single_word is missing");
+    refused("added2.json", "{\"added_tokens\":[{\"id\":0,\"content\":\"[X]\",\"single_word\":false,\"lstrip\":false,"
+            "\"rstrip\":false,\"normalized\":false,\"special\":true}]," WP_BODY "{\"[UNK]\":0}}}", DM_CASE_FILE,
+            DM_ERR_FORMAT, "gives to");
+    refused("noprefix.json", "{\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"max_input_chars_per_word\":100,"
+            "\"vocab\":{\"[UNK]\":0}}}", DM_CASE_FILE, DM_ERR_FORMAT, "continuing_subword_prefix is missing");
+    refused("negmax.json", "{\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"continuing_subword_prefix\":\"##\","
+            "\"max_input_chars_per_word\":-1,\"vocab\":{\"[UNK]\":0}}}", DM_CASE_FILE, DM_ERR_FORMAT, "max_input_chars_per_word");
+    refused("model.json", "{\"model\":7}", DM_CASE_FILE, DM_ERR_FORMAT, "\"model\" is a number");
+    refused("vocab.json", "{\"a\":0,\"b\":1}", DM_CASE_FILE, DM_ERR_FORMAT, "not a Hugging Face tokenizer.json");
+    refused("casing.json", WP_HEAD "{\"[UNK]\":0}}}", DM_CASE_LOWER, DM_ERR_INVALID_ARG, "own casing");
+    refused("vocab1.txt", "[UNK]\na\n", DM_CASE_FILE, DM_ERR_INVALID_ARG, "choose lowercase");
+    refused("vocab2.txt", "[UNK]\na\na\n", DM_CASE_CASED, DM_ERR_FORMAT, "appears twice");
+    refused("vocab3.txt", "a\nb\n", DM_CASE_CASED, DM_ERR_FORMAT, "no [UNK]");
+    refused("vocab4.txt", "[UNK]\na\xc3\n", DM_CASE_CASED, DM_ERR_FORMAT, "line 2");
+    char *big = malloc(10000);
+    if (big) {
+        memcpy(big, "[UNK]\n", 6);
+        memset(big + 6, 'x', 9000);
+        big[9006] = 0;
+        refused("vocab5.txt", big, DM_CASE_LOWER, DM_ERR_FORMAT, "line 2 has 9000 bytes");
+        free(big);
+    }
+    /* trailing whitespace goes, interior stays: "b " is "b"; CRLF lines */
+    dm_tokenizer *v = NULL;
+    CHECK_OK(dm_tokenizer_load(&v, write_file("vocab6.txt", "[UNK]\r\nb \r\n##b\n", 15), DM_CASE_CASED));
+    if (v) {
+        CHECK(dm_tokenizer_token_id(v, "b") == 1 && dm_tokenizer_token_id(v, "##b") == 2);
+        CHECK(dm_tokenizer_vocab_size(v) == 7); /* + [SEP] [PAD] [CLS] [MASK] as BertTokenizerFast adds them */
+        IDS(v, "bb", 1, 5, 1, 2, 3);
+        dm_special_ids sp;
+        CHECK(dm_tokenizer_specials(v, &sp) == DM_ERR_NOT_FOUND && strstr(dm_last_error(), "[PAD] [CLS] [SEP] [MASK]"));
+        dm_tokenizer_free(v);
+    }
+    dm_tokenizer_free(NULL);
+    CHECK(dm_tokenizer_vocab_size(NULL) == 0 && dm_tokenizer_hash(NULL) == 0);
+    CHECK(!strcmp(dm_tokenizer_describe(NULL), ""));
+}
+
+int main(void) {
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_utf8();
+    test_lower();
+    test_cased_and_keep();
+    test_added();
+    test_hostile();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (getenv("DMOVE_TEST_KEEP")) printf("kept %s\n", g_dir);
+    else if (system(cmd) != 0) fprintf(stderr, "note: could not remove %s\n", g_dir);
+    TEST_END();
+}
