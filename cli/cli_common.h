@@ -24,6 +24,13 @@ int cmd_train(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_prepare(int argc, char **argv);
+int cmd_batches(int argc, char **argv);
+
+/* --tokenizer FILE with --lowercase / --cased (a vocab.txt) or neither (a tokenizer.json):
+ * CLI_OK with *out loaded, else the exit status after the error (cmd_prepare.c). */
+struct dm_tokenizer;
+int cli_open_tokenizer(const char *cmd, const char *path, int lowercase, int cased, struct dm_tokenizer **out);
 
 /* "dmove <cmd>: <message>" on stderr. */
 void cli_error(const char *cmd, const char *fmt, ...)

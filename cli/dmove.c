@@ -18,6 +18,8 @@ static const struct {
     {"tune", cmd_tune, "choose layouts and algorithms by measurement; write a plan"},
     {"train", cmd_train, "train a stack of encoder layers with AdamW; checkpoints, loss chart"},
     {"tokenize", cmd_tokenize, "text into BERT WordPiece ids (tokenizer.json or vocab.txt)"},
+    {"prepare", cmd_prepare, "tokenize text files into token shards for pretraining"},
+    {"batches", cmd_batches, "show or time the masked-LM batches made of prepared shards"},
 };
 enum { NUM_CMDS = (int)(sizeof k_cmds / sizeof k_cmds[0]) };
 
