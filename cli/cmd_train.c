@@ -15,7 +15,7 @@
 static const char *const CMD = "train";
 
 typedef struct {
-    int layers, json, linear, unfused, recompute;
+    int layers, layers_set, layers_from, json, linear, unfused, recompute;
     int64_t steps, save_every, log_every, until;
     double teacher_scale;
     const char *data, *init, *resume, *save, *svg, *plan;
@@ -48,7 +48,8 @@ static const cli_choice k_schedules[] = {{"fused", 0}, {"unfused", 1}, {NULL, 0}
 #define STEPS(nm, a, field, min, h) {.kind = CLI_I64, .name = nm, .arg = a, O(field), .lo = min, .hi = INT64_C(1000000000), .help = h}
 
 static const cli_option k_options[] = {
-    {.kind = CLI_INT, .name = "--layers", .arg = "L", O(layers), .lo = 1, .hi = 256,
+    {.kind = CLI_INT, .name = "--layers", .arg = "L", O(layers), .set = offsetof(train_opts, layers_set) + 1, .lo = 1,
+     .hi = 256,
      .help = "layers in the stack (default {}; BERT-base has 12,\n"
              "BERT-large 24)"},
     STEPS("--steps", "N", steps, 1, "train until update N (default {}; a resumed run continues\n"
@@ -59,11 +60,16 @@ static const cli_option k_options[] = {
     {.kind = CLI_DOUBLE, .name = "--teacher-scale", .arg = "S", O(teacher_scale), .fn = check_teacher_scale,
      .help = "the teacher's weights are BERT's initialisation times S\n"
              "(default {}: N(0, 0.1)); larger makes its function harder"},
-    {.kind = CLI_STR, .name = "--init", .arg = "FILE", O(init),
-     .help = "start from these parameters: Hugging Face BertEncoder names\n"
-             "(encoder.layer.<l>.*, or under bert.; LayerNorm gamma/beta\n"
-             "too), e.g. a pretrained BERT's model.safetensors (its\n"
-             "first L layers)"},
+    {.kind = CLI_STR, .name = "--init", .arg = "PATH", O(init),
+     .help = "start from a pretrained BERT: a Hugging Face model directory\n"
+             "(config.json, model.safetensors) or a safetensors file\n"
+             "(encoder.layer.<l>.*, under bert., 0.auto_model. or model.\n"
+             "too; LayerNorm gamma/beta too). A config.json (in the\n"
+             "directory, or beside the file) gives the sizes, eps,\n"
+             "activation and dropout, and --layers defaults to all the\n"
+             "model's layers; an option that contradicts it is refused"},
+    {.kind = CLI_INT, .name = "--layers-from", .arg = "N", O(layers_from), .lo = 0, .hi = 4095,
+     .help = "with --init: take the model's layers N, N+1, ... (default {})"},
     {.kind = CLI_STR, .name = "--resume", .arg = "FILE", O(resume),
      .help = "continue a run from its checkpoint (parameters, AdamW's\n"
              "moments, step): the same options give the same result as\n"
@@ -203,6 +209,7 @@ typedef struct {
     double *losses, *step_secs; /* per step run, growing */
     int64_t cap, start, stop, ran;
     double t_data, t_save, t_total;
+    char weights[4096];    /* --init: the safetensors file */
 } train_run;
 
 static void run_free(train_run *r) {
@@ -216,6 +223,10 @@ static void run_free(train_run *r) {
 
 /* The options together, before any work. 0 ok, else the exit status after the error. */
 static int check_options(train_opts *o) {
+    if (o->layers_from && !o->init) {
+        cli_usage_error(CMD, "--layers-from picks layers of a pretrained model: it needs --init");
+        return CLI_USAGE;
+    }
     if (o->init && o->resume) {
         cli_usage_error(CMD, "--init and --resume both give the starting parameters: use one (a checkpoint "
                         "already holds them)");
@@ -276,11 +287,69 @@ static int open_data(train_run *r) {
     return 0;
 }
 
+/* --init: the model's files; with a config.json, the sizes, eps, activation and dropout
+ * from it (an option that contradicts it refused), --layers defaulting to its layers from
+ * --layers-from on, and the tensors checked against it. 0 ok, else the exit status. */
+static int model_config(train_run *r) {
+    train_opts *o = &r->o;
+    char config[4096];
+    if (dm_hf_model_files(o->init, r->weights, sizeof r->weights, config, sizeof config) != DM_OK)
+        return fail_dm("--init: ");
+    if (!config[0]) return 0; /* a bare file: the sizes are the options' */
+    dm_hf_config hc;
+    dm_layer_config lc;
+    dm_layer_config_default(&lc);
+    if (dm_hf_config_read(config, &hc) != DM_OK || dm_hf_config_layer(&hc, &lc) != DM_OK) return fail_dm("--init: ");
+    cli_config *c = &o->c;
+    if (c->preset) {
+        cli_usage_error(CMD, "--preset with --init: %s gives the model's sizes", config);
+        return CLI_USAGE;
+    }
+    static const char *const opt[3] = {"--hidden", "--heads", "--ffn"}, *const key[3] = {
+        "hidden_size", "num_attention_heads", "intermediate_size"};
+    const int64_t want[3] = {lc.hidden, lc.heads, lc.ffn};
+    for (int k = 0; k < 3; k++) {
+        if (c->size_set[2 + k] && c->size[2 + k] != want[k]) {
+            cli_usage_error(CMD, "%s %" PRId64 " contradicts %s (%s %" PRId64 "): leave it out, the model's config "
+                            "gives it", opt[k], c->size[2 + k], config, key[k], want[k]);
+            return CLI_USAGE;
+        }
+        c->size[2 + k] = want[k];
+        c->size_set[2 + k] = 1;
+    }
+    if ((c->eps_set && c->eps != lc.eps) || (c->act_set && c->act != lc.act)) {
+        cli_usage_error(CMD, "--eps or --act contradicts %s (layer_norm_eps %g, hidden_act %s): leave them out",
+                        config, lc.eps, dm_act_name(lc.act));
+        return CLI_USAGE;
+    }
+    c->eps = lc.eps, c->eps_set = 1;
+    c->act = lc.act, c->act_set = 1;
+    if (!c->dropout_set) c->dropout = lc.dropout, c->dropout_set = 1; /* a training choice: --dropout may differ */
+    if (o->layers_from >= hc.num_hidden_layers) {
+        cli_usage_error(CMD, "--layers-from %d: the model has layers 0 to %" PRId64, o->layers_from,
+                        hc.num_hidden_layers - 1);
+        return CLI_USAGE;
+    }
+    if (!o->layers_set) o->layers = (int)(hc.num_hidden_layers - o->layers_from < 256 ? hc.num_hidden_layers - o->layers_from : 256);
+    if (o->layers_from + o->layers > hc.num_hidden_layers) {
+        cli_usage_error(CMD, "--layers %d from layer %d: the model has %" PRId64 " layers", o->layers, o->layers_from,
+                        hc.num_hidden_layers);
+        return CLI_USAGE;
+    }
+    dm_tensor_file *f = NULL;
+    dm_status st = dm_tensor_file_open(&f, r->weights);
+    if (st == DM_OK) st = dm_hf_config_check_tensors(&hc, f);
+    dm_tensor_file_free(f);
+    return st == DM_OK ? 0 : fail_dm("--init: ");
+}
+
 /* The trainer, on the parameters it starts from (a checkpoint, a pretrained file or
  * BERT's initialisation), and the data or the teacher. 0 ok, else the exit status after
  * the error. */
 static int setup(train_run *r) {
     train_opts *o = &r->o;
+    int rc;
+    if (o->init && (rc = model_config(r)) != 0) return rc;
     if (cli_config_finish(&o->c, CMD, 1)) return CLI_USAGE;
     const dm_layer_config *cfg = &o->c.cfg;
     int64_t n = 0;
@@ -308,7 +377,7 @@ static int setup(train_run *r) {
     if (o->resume) {
         if (dm_trainer_load(r->T, o->resume) != DM_OK) return fail_dm("--resume: ");
     } else if (o->init) {
-        if (dm_trainer_load_params(r->T, o->init) != DM_OK) return fail_dm("--init: ");
+        if (dm_trainer_load_layers(r->T, r->weights, o->layers_from) != DM_OK) return fail_dm("--init: ");
     } else if (dm_trainer_init_params(r->T, cfg->seed) != DM_OK) {
         return fail_dm("");
     }

@@ -333,11 +333,14 @@ dm_status dm_trainer_save(const dm_trainer *t, const char *path);
  * but for its last step `total`): DM_ERR_INVALID_ARG names the one that differs. */
 dm_status dm_trainer_load(dm_trainer *t, const char *path);
 /* Takes the parameters alone from a safetensors file with Hugging Face BertEncoder names
- * ("encoder.layer.<l>.<parameter>", optionally under "bert.", LayerNorm parameters also as
- * gamma and beta as in the original BERT checkpoints; f32, f64, f16 or bf16), e.g. a
- * pretrained BERT's model.safetensors; moments and step count back to 0. Validated whole
- * before anything changes. */
+ * ("encoder.layer.<l>.<parameter>", optionally under "bert.", "0.auto_model." or
+ * "model.", LayerNorm parameters also as gamma and beta as in the original BERT
+ * checkpoints; f32, f64, f16 or bf16), e.g. a pretrained BERT's model.safetensors; moments
+ * and step count back to 0. Validated whole before anything changes. */
 dm_status dm_trainer_load_params(dm_trainer *t, const char *path);
+/* The same from the file's layers first .. first + layers - 1 (a model's upper layers,
+ * or its lower ones with first 0: any contiguous run of them). */
+dm_status dm_trainer_load_layers(dm_trainer *t, const char *path, int first);
 
 /* --- A whole BERT: masked-language-model pretraining (BertForMaskedLM) --------------- */
 

@@ -283,6 +283,46 @@ void dm_teacher_free(dm_teacher *t);
  * pointer. */
 dm_status dm_teacher_batch(dm_teacher *t, int64_t step, float *x, float *y, float *mask);
 
+
+/* --- Hugging Face models ------------------------------------------------------------------ */
+
+/* A BERT's config.json (transformers' BertConfig), as far as dmove reads it. */
+typedef struct {
+    int64_t vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size;
+    int64_t max_position_embeddings, type_vocab_size, pad_token_id;
+    double layer_norm_eps, hidden_dropout_prob, attention_probs_dropout_prob;
+    dm_act act;                 /* hidden_act: gelu, gelu_new / gelu_pytorch_tanh, relu */
+    char architecture[64];      /* the first of "architectures" ("BertForMaskedLM"), or "" */
+} dm_hf_config;
+/* BertConfig's defaults (bert-base-uncased's sizes). */
+void dm_hf_config_default(dm_hf_config *c);
+/* Reads `path`: a config.json, or a directory holding one. model_type must be "bert" (or
+ * absent), position_embedding_type "absolute", the sizes positive and consistent (hidden
+ * divisible by heads), hidden_act one dmove has: anything else is refused naming the key
+ * and the value. Keys dmove does not use are ignored. */
+dm_status dm_hf_config_read(const char *path, dm_hf_config *out);
+/* Writes c as a config.json that transformers' from_pretrained reads (model_type bert),
+ * atomically. `architecture` NULL: c->architecture, or none when that is empty. */
+dm_status dm_hf_config_write(const dm_hf_config *c, const char *architecture, const char *path);
+/* The layer configuration the model's encoder layers have: hidden, heads, ffn, eps, act
+ * and the dropout (both of the config's dropouts, which must then be equal: else
+ * DM_ERR_UNSUPPORTED); batch, seq, seed and the rest of *cfg are left as they are. */
+dm_status dm_hf_config_layer(const dm_hf_config *c, dm_layer_config *cfg);
+
+/* Where a model's files are: `path` is a directory (its model.safetensors and, if there,
+ * config.json) or a safetensors file (config.json beside it, if there). *config gets ""
+ * when there is none. Buffers of n bytes; DM_ERR_IO when the weights are not there. */
+dm_status dm_hf_model_files(const char *path, char *weights, size_t wn, char *config, size_t cn);
+/* The prefix under which a safetensors file keeps the encoder: "" (BertModel), "bert."
+ * (BertFor...), "0.auto_model." (a sentence-transformers state dict) or "model.":
+ * the first that has encoder.layer.0; DM_ERR_NOT_FOUND naming the ones tried. */
+dm_status dm_hf_encoder_prefix(const dm_tensor_file *f, char *prefix, size_t n);
+/* Checks the file's tensors against the config: the number of encoder layers and every
+ * encoder tensor's shape (hidden, intermediate), and the embeddings' (vocabulary,
+ * positions, token types) where the file has them. DM_ERR_SHAPE names the tensor, its
+ * shape and the config's value it contradicts. */
+dm_status dm_hf_config_check_tensors(const dm_hf_config *c, const dm_tensor_file *f);
+
 #ifdef __cplusplus
 }
 #endif

@@ -516,6 +516,23 @@ expect_fail "train: --resume a layer file" 1 "not a dmove checkpoint" trn --resu
 head -c 3000 "$T/full.ckpt" >"$T/trunc.ckpt"
 expect_fail "train: --resume a truncated checkpoint" 1 "truncated" trn --resume "$T/trunc.ckpt" --save "$OUT"
 expect_fail "train: --init a file without layers" 1 "holds 0 layer" trn --init "$V" --save "$OUT"
+# --init a Hugging Face model directory: its config.json gives the sizes (the checkpoint of
+# the tiny run is a model.safetensors with BertEncoder names)
+mkdir -p "$T/hfm"
+cp "$T/full.ckpt" "$T/hfm/model.safetensors"
+printf '{"model_type": "bert", "hidden_size": 8, "num_attention_heads": 2, "intermediate_size": 16,\n "num_hidden_layers": 2}\n' >"$T/hfm/config.json"
+expect_ok "train --init a model directory: the sizes from its config.json" "$D" train --init "$T/hfm" --batch 2 --seq 4 --steps 2
+check "train --init took the config's 2 layers and sizes" grep -q "2 layers (i=8 h=2 u=16" "$T/stdout"
+expect_ok "train --init --layers-from 1" "$D" train --init "$T/hfm" --layers-from 1 --batch 2 --seq 4 --steps 1
+check "train --layers-from 1 took one layer" grep -q "1 layer (i=8" "$T/stdout"
+expect_fail "train: --init with a contradicting --heads" 2 "contradicts" "$D" train --init "$T/hfm" --heads 4 --batch 2 --seq 4
+expect_fail "train: --init with --preset" 2 "--preset" "$D" train --init "$T/hfm" --preset bert-base
+expect_fail "train: --layers-from past the model" 2 "layers 0 to 1" "$D" train --init "$T/hfm" --layers-from 2 --batch 2 --seq 4
+expect_fail "train: --layers-from without --init" 2 "needs --init" trn --layers-from 1
+printf '{"hidden_size": 8, "num_attention_heads": 2, "intermediate_size": 32, "num_hidden_layers": 2}' >"$T/hfm/config.json"
+expect_fail "train: --init a config that contradicts the tensors" 1 "intermediate_size" "$D" train --init "$T/hfm" --batch 2 --seq 4
+printf '{"model_type": "roberta"}' >"$T/hfm/config.json"
+expect_fail "train: --init a RoBERTa config" 1 "model_type" "$D" train --init "$T/hfm" --batch 2 --seq 4
 expect_fail "train: --data missing" 1 "cannot open" trn --data "$T/none.safetensors" --save "$OUT"
 st_write "$T/notarget" hidden_states:F32:3,4,8
 expect_fail "train: --data without target" 1 "target is missing" trn --data "$T/notarget" --save "$OUT"

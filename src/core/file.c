@@ -69,3 +69,28 @@ dm_status dm_write_file_atomic(const char *path, const void *data, size_t len) {
     free(tmp);
     return st;
 }
+
+dm_status dm_read_file(const char *path, size_t max, char **text, size_t *len) {
+    *text = NULL;
+    if (len) *len = 0;
+    if (!path || !*path) return dm_fail(DM_ERR_INVALID_ARG, "no file name given");
+    struct stat sb;
+    if (stat(path, &sb) != 0) return dm_fail(DM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) return dm_fail(DM_ERR_IO, "'%s' is a directory, not a file", path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return dm_fail(DM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    const int err = buf && ferror(f);
+    fclose(f);
+    if (!buf) return dm_fail(DM_ERR_OOM, "out of memory reading '%s'", path);
+    if (err || n > max) {
+        free(buf);
+        if (err) return dm_fail(DM_ERR_IO, "cannot read '%s'", path);
+        return dm_fail(DM_ERR_FORMAT, "'%s' is larger than %zu bytes: not the file expected here", path, max);
+    }
+    buf[n] = 0;
+    *text = buf;
+    if (len) *len = n;
+    return DM_OK;
+}

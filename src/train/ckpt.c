@@ -224,17 +224,18 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
 }
 
 /* Reads and validates the file, then `take` checks it against T and, if it fits, copies. */
-static dm_status load_file(dm_trainer *T, const char *path, dm_status (*take)(dm_trainer *, const dm_st_file *),
-                           const char *what) {
+static dm_status load_file(dm_trainer *T, const char *path,
+                           dm_status (*take)(dm_trainer *, const dm_st_file *, int), int first, const char *what) {
     dm_st_file *f = NULL;
     dm_status s = dm_st_read(path, &f);
-    if (s == DM_OK) s = take(T, f);
+    if (s == DM_OK) s = take(T, f, first);
     dm_st_free(f);
     if (s != DM_OK) dm_fail_context(s, "%s '%s': ", what, path);
     return s;
 }
 
-static dm_status load_checked(dm_trainer *T, const dm_st_file *f) {
+static dm_status load_checked(dm_trainer *T, const dm_st_file *f, int first) {
+    (void)first;
     const void **data = malloc((size_t)ntensors(T) * sizeof *data);
     if (!data) return dm_fail(DM_ERR_OOM, "out of memory reading the checkpoint");
     dm_status s = load_valid(T, f, data);
@@ -246,12 +247,14 @@ dm_status dm_trainer_load(dm_trainer *T, const char *path) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_load: NULL argument");
     if (T->model) return dm_fail(DM_ERR_UNSUPPORTED, "checkpoints of a whole BERT's trainer: not yet");
     if (!T->moments) return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer cannot resume a checkpoint");
-    return load_file(T, path, load_checked, "checkpoint");
+    return load_file(T, path, load_checked, 0, "checkpoint");
 }
 
-/* The file's tensor of layer l's parameter k: with or without the "bert." prefix, and a
- * LayerNorm's weight and bias also under their TensorFlow-era names gamma and beta (as
- * the original BERT checkpoints store them; Hugging Face renames them when loading). */
+/* The file's tensor of layer l's parameter k: under any of the prefixes Hugging Face
+ * models use (none: BertModel; "bert.": BertFor...; "0.auto_model.": a sentence-transformers
+ * state dict; "model."), and a LayerNorm's weight and bias also under their TensorFlow-era
+ * names gamma and beta (as the original BERT checkpoints store them; Hugging Face renames
+ * them when loading). */
 static const dm_st_tensor *find_param(const dm_st_file *f, int l, int k, char *name, size_t n) {
     const char *pn = dm_param_names[k];
     const size_t len = strlen(pn);
@@ -260,9 +263,9 @@ static const dm_st_tensor *find_param(const dm_st_file *f, int l, int k, char *n
         snprintf(old, sizeof old, "%.*s.LayerNorm.gamma", (int)(len - 17), pn);
     else if (len > 15 && !strcmp(pn + len - 15, ".LayerNorm.bias"))
         snprintf(old, sizeof old, "%.*s.LayerNorm.beta", (int)(len - 15), pn);
-    static const char *const prefix[2] = {"", "bert."};
+    static const char *const prefix[4] = {"", "bert.", "0.auto_model.", "model."};
     for (int v = 0; v < 2; v++)
-        for (int p = 0; p < 2; p++) {
+        for (int p = 0; p < 4; p++) {
             if (v && !old[0]) break;
             char cand[200];
             snprintf(cand, sizeof cand, "%sencoder.layer.%d.%s", prefix[p], l, v ? old : pn);
@@ -276,17 +279,22 @@ static const dm_st_tensor *find_param(const dm_st_file *f, int l, int k, char *n
     return NULL;
 }
 
-static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f) {
+static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f, int first) {
     char name[160];
     for (int l = 0; l < T->nlayers; l++)
         for (int k = 0; k < DM_NUM_PARAMS; k++) {
-            const dm_st_tensor *t = find_param(f, l, k, name, sizeof name);
+            const dm_st_tensor *t = find_param(f, first + l, k, name, sizeof name);
             if (!t) {
                 int have = 0;
                 while (have < 100000 && find_param(f, have, 0, name, sizeof name)) have++;
-                return dm_fail(DM_ERR_NOT_FOUND, "no tensor 'encoder.layer.%d.%s' (nor under 'bert.'): the file "
-                               "holds %d layer(s) under Hugging Face BertEncoder names, this trainer has %d",
-                               l, dm_param_names[k], have, T->nlayers);
+                if (first + T->nlayers > have && find_param(f, first + l - 1 >= 0 ? first + l - 1 : 0, 0, name,
+                                                            sizeof name))
+                    return dm_fail(DM_ERR_NOT_FOUND, "the file holds %d layer(s), and layers %d to %d were asked for "
+                                   "(--layers %d from layer %d): use fewer layers or an earlier first one", have,
+                                   first, first + T->nlayers - 1, T->nlayers, first);
+                return dm_fail(DM_ERR_NOT_FOUND, "no tensor 'encoder.layer.%d.%s' (nor under 'bert.', "
+                               "'0.auto_model.' or 'model.'): the file holds %d layer(s) under Hugging Face "
+                               "BertEncoder names", first + l, dm_param_names[k], have);
             }
             const dm_train_slot *sl = &T->slot[l * DM_NUM_PARAMS + k];
             int fl = t->dtype == DM_ST_F32 || t->dtype == DM_ST_F16 || t->dtype == DM_ST_BF16 || t->dtype == DM_ST_F64;
@@ -306,7 +314,7 @@ static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f) {
         }
     for (int l = 0; l < T->nlayers; l++)
         for (int k = 0; k < DM_NUM_PARAMS; k++) {
-            const dm_st_tensor *t = find_param(f, l, k, name, sizeof name);
+            const dm_st_tensor *t = find_param(f, first + l, k, name, sizeof name);
             const dm_train_slot *sl = &T->slot[l * DM_NUM_PARAMS + k];
             DM_TRY(dm_st_to_f32(t, sl->p, (size_t)sl->n));
         }
@@ -318,6 +326,12 @@ static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f) {
 }
 
 dm_status dm_trainer_load_params(dm_trainer *T, const char *path) {
-    if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_load_params: NULL argument");
-    return load_file(T, path, load_params_checked, "parameters from");
+    return dm_trainer_load_layers(T, path, 0);
+}
+
+dm_status dm_trainer_load_layers(dm_trainer *T, const char *path, int first) {
+    if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_load_layers: NULL argument");
+    if (first < 0 || first > 100000)
+        return dm_fail(DM_ERR_INVALID_ARG, "first layer %d: give 0 or more", first);
+    return load_file(T, path, load_params_checked, first, "parameters from");
 }
