@@ -331,6 +331,9 @@ dm_status dm_trainer_load_params(dm_trainer *T, const char *path) {
 
 dm_status dm_trainer_load_layers(dm_trainer *T, const char *path, int first) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_load_layers: NULL argument");
+    if (T->model)
+        return dm_fail(DM_ERR_UNSUPPORTED, "a whole BERT's trainer takes its parameters by name "
+                       "(dm_trainer_tensor), not as a stack's layers");
     if (first < 0 || first > 100000)
         return dm_fail(DM_ERR_INVALID_ARG, "first layer %d: give 0 or more", first);
     return load_file(T, path, load_params_checked, first, "parameters from");
