@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <signal.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -740,3 +741,37 @@ int cli_optim_finish(cli_optim *o, const char *cmd, int64_t steps) {
     }
     return 0;
 }
+
+/* --- Ctrl-C and SIGTERM during a run --------------------------------------------------- */
+
+static volatile sig_atomic_t g_interrupted;
+static char g_signal_msg[192];
+static size_t g_signal_len;
+
+static void on_signal(int sig) {
+    g_interrupted = sig;
+    /* the next SIGINT or SIGTERM, whichever comes, ends the run at once */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    (void)sigaction(SIGINT, &dfl, NULL);
+    (void)sigaction(SIGTERM, &dfl, NULL);
+    ssize_t w = write(STDERR_FILENO, g_signal_msg, g_signal_len);
+    (void)w;
+}
+
+void cli_catch_signals(const char *cmd) {
+    snprintf(g_signal_msg, sizeof g_signal_msg,
+             "\ndmove %s: interrupted: finishing this step, then saving the checkpoint (again to quit at once)\n", cmd);
+    g_signal_len = strlen(g_signal_msg);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = (int)SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGINT, &sa, NULL); /* without it, a signal ends the run as before */
+    (void)sigaction(SIGTERM, &sa, NULL);
+}
+
+int cli_interrupted(void) { return (int)g_interrupted; }

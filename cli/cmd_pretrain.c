@@ -21,9 +21,9 @@ static const char *const CMD = "pretrain";
     } while (0)
 
 typedef struct {
-    const char *data, *tokenizer, *config, *svg;
+    const char *data, *tokenizer, *config, *svg, *save, *resume;
     int lowercase, cased, layers, layers_set, json, pairs, prefetch;
-    int64_t steps, eval_every, eval_batches, log_every, positions, types, predictions;
+    int64_t steps, eval_every, eval_batches, log_every, positions, types, predictions, save_every, until;
     double mask_prob;
     cli_optim opt;
     cli_config c;
@@ -79,6 +79,16 @@ static const cli_option k_options[] = {
     I64("--log-every", "K", log_every, 1, "a progress line every K steps (default: about 15 lines)"),
     {.kind = CLI_INT, .name = "--prefetch", .arg = "N", O(prefetch), .lo = 0, .hi = 256,
      .help = "batches the loader's thread keeps ready (default {})"},
+    {.kind = CLI_STR, .name = "--save", .arg = "FILE", O(save),
+     .help = "write a checkpoint at the end (atomically; also every\n"
+             "--save-every K steps, and on Ctrl-C: the step under way\n"
+             "ends, the checkpoint is written, the exit status is 130)"},
+    I64("--save-every", "K", save_every, 1, "checkpoint every K steps as well (needs --save)"),
+    {.kind = CLI_STR, .name = "--resume", .arg = "FILE", O(resume),
+     .help = "continue a run from its checkpoint: with the same options,\n"
+             "the same batches and the same result as an uninterrupted run"},
+    I64("--until", "K", until, 1, "stop after step K this time (the schedule still runs to\n"
+                                  "--steps), to train a long run in parts"),
     {.kind = CLI_STR, .name = "--svg", .arg = "FILE", O(svg), .help = "draw the training loss as an SVG chart"},
     {.kind = CLI_FLAG, .name = "--json", O(json), .lo = 1, .help = "print one JSON object at the end"},
     CLI_CONFIG(pretrain_opts, c, CLI_CFG_ALL & ~CLI_CFG_ARCH),
@@ -99,7 +109,9 @@ static const cli_command k_pretrain = {
             "AdamW or LAMB. Every step is dmove's fused training step, on the CPU (the GPU's\n"
             "kernels for the embeddings and the head come next). Progress shows the loss, the\n"
             "masked-token accuracy and the rate; held-out loss and accuracy come from the\n"
-            "dataset's valid split, without dropout. Checkpoints and resuming come next.\n"
+            "dataset's valid split, without dropout. A checkpoint (--save) holds the model\n"
+            "under BertForMaskedLM's names and the optimizer's state; --resume continues it\n"
+            "bit-identically.\n"
             "\n"
             "options:\n",
     .foot = "\n"
@@ -132,7 +144,7 @@ typedef struct {
     dm_bert_model bm;
     float *maskf;          /* the batch's attention mask as floats */
     double *losses;
-    int64_t ran, tokens, scored, correct;
+    int64_t start, stop, ran, tokens, scored, correct;
     double t_total, eval_loss, eval_acc;
 } pretrain_run;
 
@@ -248,14 +260,43 @@ static int setup(pretrain_run *r) {
     if (o->config && (rc = apply_config(r)) != 0) return rc;
     if (cli_config_finish(&o->c, CMD, 1)) return CLI_USAGE;
     if (cli_optim_finish(&o->opt, CMD, o->steps)) return CLI_USAGE;
-    if (o->svg && (rc = cli_check_output(CMD, "--svg", o->svg)) != 0) return rc;
+    if ((o->until || o->save_every) && !o->save) {
+        cli_usage_error(CMD, "--until and --save-every need --save FILE");
+        return CLI_USAGE;
+    }
+    if (o->until > o->steps) {
+        cli_usage_error(CMD, "--until %" PRId64 " is past --steps %" PRId64, o->until, o->steps);
+        return CLI_USAGE;
+    }
+    const char *outs[2] = {o->save, o->svg}, *outn[2] = {"--save", "--svg"};
+    for (int k = 0; k < 2; k++)
+        if (outs[k] && (rc = cli_check_output(CMD, outn[k], outs[k])) != 0) return rc;
     const dm_layer_config *cfg = &o->c.cfg;
     r->bm = (dm_bert_model){.vocab = r->vocab.vocab_size, .positions = o->positions, .types = o->types,
                             .pad_id = r->vocab.special.pad, .predictions = o->predictions};
     if (open_loaders(r, cfg) != DM_OK) return fail_dm("--data: ");
     dm_layer_options lo = {.threads = o->c.threads};
     if (dm_trainer_new_bert(&r->T, cfg, o->layers, &r->bm, &lo, &o->opt.optim) != DM_OK) return fail_dm("");
-    if (dm_trainer_init_params(r->T, cfg->seed) != DM_OK) return fail_dm("");
+    /* what the run trains on: a checkpoint of another run is not resumed */
+    char tag[128];
+    const char *base = strrchr(o->data, '/');
+    snprintf(tag, sizeof tag, "pretrain %.60s %s mask %g", base && base[1] ? base + 1 : o->data,
+             o->pairs ? "pairs" : "packed", o->mask_prob);
+    if (dm_trainer_set_run_tag(r->T, tag) != DM_OK) return fail_dm("");
+    if (o->resume) {
+        if (dm_trainer_load(r->T, o->resume) != DM_OK) return fail_dm("--resume: ");
+    } else if (dm_trainer_init_params(r->T, cfg->seed) != DM_OK) {
+        return fail_dm("");
+    }
+    r->start = dm_trainer_step_count(r->T);
+    r->stop = o->until ? o->until : o->steps;
+    if (r->start >= r->stop) {
+        cli_usage_error(CMD, "the checkpoint is at step %" PRId64 ", already at --%s %" PRId64, r->start,
+                        o->until ? "until" : "steps", r->stop);
+        return CLI_USAGE;
+    }
+    /* the loader at the run's next micro-batch: batch k is the same whenever it is made */
+    if (dm_loader_seek(r->train, r->start * o->opt.optim.accumulate) != DM_OK) return fail_dm("--resume: ");
     const size_t n = (size_t)cfg->batch * (size_t)cfg->seq;
     if (!(r->maskf = malloc(n * sizeof(float))) || !(r->losses = malloc((size_t)o->steps * sizeof(double)))) {
         cli_error(CMD, "out of memory");
@@ -283,20 +324,31 @@ static void header(const pretrain_run *r, FILE *info) {
     fflush(info);
 }
 
+static int save(pretrain_run *r) {
+    if (dm_trainer_save(r->T, r->o.save) != DM_OK) return fail_dm("--save: ");
+    return 0;
+}
+
 static int run_loop(pretrain_run *r, FILE *info) {
     const pretrain_opts *o = &r->o;
     double t0 = cli_now(), t_last = t0;
-    int64_t last = 0, sc0 = 0, co0 = 0;
-    for (int64_t s = 1; s <= o->steps; s++) {
+    int64_t last = r->start, sc0 = 0, co0 = 0;
+    int rc;
+    cli_catch_signals(CMD);
+    for (int64_t s = r->start + 1; s <= r->stop && !cli_interrupted(); s++) {
         double l;
         if (one_step(r, s, &l) != DM_OK) {
             char where[64];
             snprintf(where, sizeof where, "step %" PRId64 ": ", s);
-            return fail_dm(where);
+            rc = fail_dm(where);
+            /* the failed step changed nothing: keep what the steps before it learned */
+            if (o->save && s > r->start + 1 && save(r) == 0)
+                cli_error(CMD, "the state after step %" PRId64 " is saved to %s", s - 1, o->save);
+            return rc;
         }
-        r->losses[s - 1] = l;
-        r->ran = s;
-        if (s % o->log_every == 0 || s == 1 || s == o->steps) {
+        r->losses[s - r->start - 1] = l;
+        r->ran = s - r->start;
+        if (s % o->log_every == 0 || s == r->start + 1 || s == r->stop || cli_interrupted()) {
             double t = cli_now(), per = (t - t_last) / (double)(s - last);
             const int64_t ds = r->scored - sc0, dc = r->correct - co0;
             fprintf(info, "step %" PRId64 "/%" PRId64 "  loss %.4f  acc %.3f  lr %.2e  |g| %.3g  %.3f s/step  "
@@ -305,14 +357,23 @@ static int run_loop(pretrain_run *r, FILE *info) {
                     (double)(r->o.c.cfg.batch * r->o.c.cfg.seq * o->opt.optim.accumulate) / per);
             t_last = t, last = s, sc0 = r->scored, co0 = r->correct;
         }
-        if (r->valid && (s % o->eval_every == 0 || s == o->steps)) {
+        if (r->valid && (s % o->eval_every == 0 || s == r->stop)) {
             if (evaluate(r) != DM_OK) return fail_dm("evaluation: ");
             fprintf(info, "  held-out at step %" PRId64 ": loss %.4f, masked-token accuracy %.3f\n", s, r->eval_loss,
                     r->eval_acc);
         }
+        if (o->save && o->save_every && s % o->save_every == 0 && s < r->stop && (rc = save(r)) != 0) return rc;
         fflush(info);
     }
     r->t_total = cli_now() - t0;
+    if (o->save && r->ran > 0 && (rc = save(r)) != 0) return rc;
+    if (cli_interrupted() && r->start + r->ran < r->stop) {
+        if (o->save)
+            cli_error(CMD, "interrupted after step %" PRId64 ": checkpoint saved to %s; continue with the same "
+                      "options and --resume %s", r->start + r->ran, o->save, o->save);
+        else
+            cli_error(CMD, "interrupted after step %" PRId64 " (no --save: nothing kept)", r->start + r->ran);
+    }
     return 0;
 }
 
@@ -330,7 +391,8 @@ static void summary(const pretrain_run *r) {
                1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * r->t_total / n);
         return;
     }
-    printf("\nloss %.4f (step 1) -> %.4f (step %" PRId64 ")", r->losses[0], r->losses[r->ran - 1], r->ran);
+    printf("\nloss %.4f (step %" PRId64 ") -> %.4f (step %" PRId64 ")", r->losses[0], r->start + 1,
+           r->losses[r->ran - 1], r->start + r->ran);
     if (r->valid) printf("; held-out loss %.4f, masked-token accuracy %.3f", r->eval_loss, r->eval_acc);
     printf("\ntime per step %.1f ms: waiting for data %.2f, forward %.1f, backward %.1f, %s %.1f; %.0f real tokens/s\n",
            1e3 * r->t_total / n, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
@@ -348,14 +410,18 @@ int cmd_pretrain(int argc, char **argv) {
         header(&r, info);
         rc = run_loop(&r, info);
     }
-    if (rc == 0) {
+    if (rc == 0 && r.ran > 0) {
         summary(&r);
         if (r.o.svg) {
             char title[160];
             snprintf(title, sizeof title, "dmove pretrain: BERT, %d layers, i=%" PRId64 ", b=%" PRId64 " j=%" PRId64,
                      r.o.layers, r.o.c.cfg.hidden, r.o.c.cfg.batch, r.o.c.cfg.seq);
-            if (dm_loss_svg(r.losses, r.ran, 1, title, r.o.svg) != DM_OK) rc = fail_dm("--svg: ");
+            if (dm_loss_svg(r.losses, r.ran, r.start + 1, title, r.o.svg) != DM_OK) rc = fail_dm("--svg: ");
         }
+        if (rc == 0 && cli_interrupted()) rc = 130;
+        if (rc == 0 && r.o.save)
+            fprintf(info, "checkpoint: %s (step %" PRId64 "%s)\n", r.o.save, r.start + r.ran,
+                    r.start + r.ran < r.o.steps ? "; go on with --resume" : "");
     }
     dm_trainer_free(r.T);
     dm_loader_free(r.train);

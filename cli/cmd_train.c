@@ -149,33 +149,6 @@ static const cli_command k_train = {
 /* Ctrl-C (SIGINT) or SIGTERM during a run: the step under way finishes, the checkpoint
  * (--save) is written, and the run ends with status 130; a second signal ends it at once
  * (the handler is reset to the default by the first). */
-static volatile sig_atomic_t g_interrupted;
-
-static void on_signal(int sig) {
-    static const char msg[] = "\ndmove train: interrupted: finishing this step, then saving the checkpoint "
-                              "(again to quit at once)\n";
-    g_interrupted = sig;
-    /* the next SIGINT or SIGTERM, whichever comes, ends the run at once */
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    (void)sigaction(SIGINT, &dfl, NULL);
-    (void)sigaction(SIGTERM, &dfl, NULL);
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)w;
-}
-
-static void catch_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = (int)SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    (void)sigaction(SIGINT, &sa, NULL); /* without it, a signal ends the run as before */
-    (void)sigaction(SIGTERM, &sa, NULL);
-}
-
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -503,15 +476,15 @@ static int train_loop(train_run *r, FILE *info) {
     double t_begin = cli_now(), t_last = t_begin;
     int64_t last_logged = r->start;
     int rc;
-    catch_signals();
-    for (int64_t s = r->start + 1; s <= r->stop && !g_interrupted; s++) {
+    cli_catch_signals(CMD);
+    for (int64_t s = r->start + 1; s <= r->stop && !cli_interrupted(); s++) {
         if ((rc = one_step(r, s)) != 0) return rc;
         if (o->save && o->save_every && s % o->save_every == 0 && s < r->stop) {
             double t1 = cli_now();
             if (dm_trainer_save(r->T, o->save) != DM_OK) return fail_dm("--save: ");
             r->t_save += cli_now() - t1;
         }
-        if ((s - r->start) % o->log_every == 0 || s == r->stop || s == r->start + 1 || g_interrupted) {
+        if ((s - r->start) % o->log_every == 0 || s == r->stop || s == r->start + 1 || cli_interrupted()) {
             double t = cli_now(), per = (t - t_last) / (double)(s - last_logged);
             char eta[32];
             fmt_secs(eta, sizeof eta, per * (double)(r->stop - s));
@@ -631,7 +604,7 @@ static int finish(train_run *r) {
     else print_summary(r, &m);
     int rc = fflush(stdout) == 0 ? CLI_OK : CLI_FAIL;
     const int64_t last = r->start + r->ran;
-    if (g_interrupted && last < r->stop) {
+    if (cli_interrupted() && last < r->stop) {
         if (o->save)
             cli_error(CMD, "interrupted after step %" PRId64 " of %" PRId64 ": checkpoint saved to %s; continue with "
                       "the same options and --resume %s", last, o->steps, o->save, o->save);

@@ -85,6 +85,23 @@ echo "ok   pretrain: loss $first -> $last"
 good "pretrain --json" $P --steps 8 --json --optimizer lamb --accumulate 2
 has "pretrain --json" stdout '"eval_loss":[0-9.]+,"eval_accuracy":[0-9.]+'
 
+# checkpoints: a run in two parts (--until, --resume) equals the whole run, byte for byte
+# shellcheck disable=SC2086
+good "pretrain --save" $P --steps 12 --dropout 0.1 --accumulate 2 --save full.ckpt
+has "pretrain --save said where" stdout '^checkpoint: full.ckpt \(step 12\)'
+# shellcheck disable=SC2086
+good "pretrain --until 5" $P --steps 12 --dropout 0.1 --accumulate 2 --save part.ckpt --until 5
+# shellcheck disable=SC2086
+good "pretrain --resume" $P --steps 12 --dropout 0.1 --accumulate 2 --save part.ckpt --resume part.ckpt
+has "pretrain --resume went on" stdout '^loss [0-9.]+ \(step 6\) -> [0-9.]+ \(step 12\)'
+cases=$((cases + 1))
+cmp -s full.ckpt part.ckpt || fail "a pretraining run in two parts differs from the whole run"
+echo "ok   pretrain: the run in two parts equals the whole run, byte for byte"
+# shellcheck disable=SC2086
+bad "--resume with another --mask-prob" 1 "run is pretrain" $P --steps 12 --dropout 0.1 --accumulate 2 \
+    --mask-prob 0.2 --resume part.ckpt --steps 14
+bad "--until without --save" 2 "need --save" $P --steps 12 --until 3
+
 printf '{"vocab_size": 99, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64, "num_hidden_layers": 2}' >config.json
 bad "no --data" 2 "--data DIR and --tokenizer FILE are required" pretrain --tokenizer vocab.txt --lowercase
 bad "a config of another vocabulary" 1 "vocab_size 99, but the tokenizer has" pretrain --data data \
