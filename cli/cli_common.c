@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <signal.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -676,3 +677,101 @@ int cli_options_check(const char *cmd, const dm_layer_options *o) {
     cli_usage_error(cmd, "%s", dm_last_error());
     return -1;
 }
+
+/* --- the optimizer's options (train, pretrain) ------------------------------------------ */
+
+static const cli_choice k_lr_schedules[] = {{"constant", 0}, {"linear", 1}, {"poly", 2}, {NULL, 0}};
+static const cli_choice k_optimizers[] = {{"adamw", DM_OPT_ADAMW}, {"lamb", DM_OPT_LAMB}, {NULL, 0}};
+
+#define OO(field) .off = offsetof(cli_optim, field)
+const cli_option cli_optim_options[] = {
+    {.kind = CLI_DOUBLE, .name = "--lr", .arg = "LR", OO(optim.lr), .help = "peak learning rate (default {})"},
+    {.kind = CLI_I64, .name = "--warmup", .arg = "W", OO(optim.warmup), .lo = 0, .hi = INT64_C(1000000000),
+     .help = "steps of linear warm-up from 0 to LR (default {})"},
+    {.kind = CLI_CHOICE, .name = "--lr-schedule", .arg = "S", OO(schedule), .choices = k_lr_schedules,
+     .msg = "--lr-schedule: '%s' is not constant, linear or poly",
+     .help = "constant (default), linear or poly: after the warm-up,\n"
+             "fall linearly (BERT's shape), or as ((N-s+1)/(N-W))^P, to\n"
+             "--lr-end at step N (step s of the warm-up takes LR*s/W,\n"
+             "so no update has rate 0)"},
+    {.kind = CLI_DOUBLE, .name = "--power", .arg = "P", OO(optim.power),
+     .help = "the poly schedule's power (default {}: linear)"},
+    {.kind = CLI_DOUBLE, .name = "--lr-end", .arg = "LR", OO(optim.lr_end),
+     .help = "the rate the decay ends at (default {})"},
+    {.kind = CLI_CHOICE, .name = "--optimizer", .arg = "O", OO(optim.kind), .choices = k_optimizers,
+     .msg = "--optimizer: '%s' is not adamw or lamb",
+     .help = "adamw (default; torch.optim.AdamW) or lamb (layer-wise\n"
+             "trust ratios, for large batches: BERT's pretraining at\n"
+             "scale; NVIDIA's FusedLAMB)"},
+    {.kind = CLI_DOUBLE, .name = "--clip-norm", .arg = "C", OO(optim.clip_norm),
+     .help = "clip the global gradient norm to C (default {}: no\n"
+             "clipping; BERT: 1), as torch.nn.utils.clip_grad_norm_"},
+    {.kind = CLI_INT, .name = "--accumulate", .arg = "K", OO(optim.accumulate), .lo = 1, .hi = 65536,
+     .help = "micro-batches per update (default {}): a step takes K\n"
+             "batches of --batch and averages their gradients"},
+    {.kind = CLI_DOUBLE, .name = "--weight-decay", .arg = "D", OO(optim.weight_decay),
+     .help = "decoupled weight decay on the weights, not on biases\n"
+             "and LayerNorm parameters (default {})"},
+    {.kind = CLI_DOUBLE, .name = "--beta1", .arg = "B", OO(optim.beta1), .left = "--beta1 B, --beta2 B, --adam-eps E",
+     .help = "the moments' decays and epsilon (default {}, {}, {})"},
+    {.kind = CLI_DOUBLE, .name = "--beta2", .arg = "B", OO(optim.beta2)},
+    {.kind = CLI_DOUBLE, .name = "--adam-eps", .arg = "E", OO(optim.eps)},
+    {.kind = CLI_END},
+};
+#undef OO
+
+void cli_optim_init(cli_optim *o) {
+    dm_optim_config_default(&o->optim);
+    o->schedule = 0;
+}
+
+int cli_optim_finish(cli_optim *o, const char *cmd, int64_t steps) {
+    if (o->schedule) o->optim.total = steps;
+    if (o->schedule == 1 && o->optim.power != 1.0) {
+        cli_usage_error(cmd, "--power applies to --lr-schedule poly");
+        return CLI_USAGE;
+    }
+    if (!o->schedule && o->optim.lr_end != 0.0) {
+        cli_usage_error(cmd, "--lr-end applies to the linear and poly schedules");
+        return CLI_USAGE;
+    }
+    if (dm_optim_config_check(&o->optim) != DM_OK) {
+        cli_usage_error(cmd, "%s", dm_last_error());
+        return CLI_USAGE;
+    }
+    return 0;
+}
+
+/* --- Ctrl-C and SIGTERM during a run --------------------------------------------------- */
+
+static volatile sig_atomic_t g_interrupted;
+static char g_signal_msg[192];
+static size_t g_signal_len;
+
+static void on_signal(int sig) {
+    g_interrupted = sig;
+    /* the next SIGINT or SIGTERM, whichever comes, ends the run at once */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    (void)sigaction(SIGINT, &dfl, NULL);
+    (void)sigaction(SIGTERM, &dfl, NULL);
+    ssize_t w = write(STDERR_FILENO, g_signal_msg, g_signal_len);
+    (void)w;
+}
+
+void cli_catch_signals(const char *cmd) {
+    snprintf(g_signal_msg, sizeof g_signal_msg,
+             "\ndmove %s: interrupted: finishing this step, then saving the checkpoint (again to quit at once)\n", cmd);
+    g_signal_len = strlen(g_signal_msg);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = (int)SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGINT, &sa, NULL); /* without it, a signal ends the run as before */
+    (void)sigaction(SIGTERM, &sa, NULL);
+}
+
+int cli_interrupted(void) { return (int)g_interrupted; }

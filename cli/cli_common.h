@@ -26,6 +26,7 @@ int cmd_probe(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_batches(int argc, char **argv);
+int cmd_pretrain(int argc, char **argv);
 
 /* --tokenizer FILE with --lowercase / --cased (a vocab.txt) or neither (a tokenizer.json):
  * CLI_OK with *out loaded, else the exit status after the error (cmd_prepare.c). */
@@ -183,6 +184,25 @@ int cli_config_finish(cli_config *c, const char *cmd, int check);
 /* The layer variant in words for the headers ("", ", pre-LN", ", causal", ", pre-LN,
  * causal"): BERT's post-LN bidirectional layer says nothing. */
 const char *cli_variant(const dm_layer_config *cfg);
+
+/* The optimizer and its schedule (--lr, --warmup, --lr-schedule, --power, --lr-end,
+ * --optimizer, --clip-norm, --accumulate, --weight-decay, --beta1, --beta2, --adam-eps),
+ * shared by train and pretrain. */
+typedef struct {
+    dm_optim_config optim;
+    int schedule; /* --lr-schedule: 0 constant, 1 linear, 2 poly */
+} cli_optim;
+extern const cli_option cli_optim_options[];
+#define CLI_OPTIM(type, field) {.kind = CLI_GROUP, .off = offsetof(type, field), .group = cli_optim_options}
+void cli_optim_init(cli_optim *o);
+/* After parsing: the decay's last step (steps) and the checks. 0 ok, else CLI_USAGE after
+ * the message. */
+int cli_optim_finish(cli_optim *o, const char *cmd, int64_t steps);
+
+/* A run's Ctrl-C and SIGTERM: the first sets cli_interrupted() (the signal) and says the
+ * step under way ends and the checkpoint is written; a second ends the process at once. */
+void cli_catch_signals(const char *cmd);
+int cli_interrupted(void);
 
 /* --device D, --dtype T, --rows K and --streams N, shared by the commands that run steps. */
 typedef struct {

@@ -19,7 +19,7 @@ typedef struct {
     int64_t steps, save_every, log_every, until;
     double teacher_scale;
     const char *data, *init, *resume, *save, *svg, *plan;
-    dm_optim_config optim;
+    cli_optim opt;
     cli_device dev;
     cli_config c;
 } train_opts;
@@ -29,7 +29,7 @@ static void init(void *p) {
     o->layers = 2;
     o->steps = 30;
     o->teacher_scale = 5.0;
-    dm_optim_config_default(&o->optim);
+    cli_optim_init(&o->opt);
     cli_config_init(&o->c, CLI_CFG_ALL);
 }
 
@@ -42,8 +42,6 @@ static int check_teacher_scale(void *base, const char *cmd, const char *v, const
     return 0;
 }
 
-static const cli_choice k_lr_schedules[] = {{"constant", 0}, {"linear", 1}, {"poly", 2}, {NULL, 0}};
-static const cli_choice k_optimizers[] = {{"adamw", DM_OPT_ADAMW}, {"lamb", DM_OPT_LAMB}, {NULL, 0}};
 static const cli_choice k_schedules[] = {{"fused", 0}, {"unfused", 1}, {NULL, 0}};
 
 #define O(field) .off = offsetof(train_opts, field)
@@ -56,36 +54,7 @@ static const cli_option k_options[] = {
              "BERT-large 24)"},
     STEPS("--steps", "N", steps, 1, "train until update N (default {}; a resumed run continues\n"
                                     "up to it)"),
-    {.kind = CLI_DOUBLE, .name = "--lr", .arg = "LR", O(optim.lr), .help = "peak learning rate (default {})"},
-    STEPS("--warmup", "W", optim.warmup, 0, "steps of linear warm-up from 0 to LR (default {})"),
-    {.kind = CLI_CHOICE, .name = "--lr-schedule", .arg = "S", O(linear), .choices = k_lr_schedules,
-     .msg = "--lr-schedule: '%s' is not constant, linear or poly",
-     .help = "constant (default), linear or poly: after the warm-up,\n"
-             "fall linearly (BERT's shape), or as ((N-s+1)/(N-W))^P, to\n"
-             "--lr-end at step N (step s of the warm-up takes LR*s/W,\n"
-             "so no update has rate 0)"},
-    {.kind = CLI_DOUBLE, .name = "--power", .arg = "P", O(optim.power),
-     .help = "the poly schedule's power (default {}: linear)"},
-    {.kind = CLI_DOUBLE, .name = "--lr-end", .arg = "LR", O(optim.lr_end),
-     .help = "the rate the decay ends at (default {})"},
-    {.kind = CLI_CHOICE, .name = "--optimizer", .arg = "O", O(optim.kind), .choices = k_optimizers,
-     .msg = "--optimizer: '%s' is not adamw or lamb",
-     .help = "adamw (default; torch.optim.AdamW) or lamb (layer-wise\n"
-             "trust ratios, for large batches: BERT's pretraining at\n"
-             "scale; NVIDIA's FusedLAMB)"},
-    {.kind = CLI_DOUBLE, .name = "--clip-norm", .arg = "C", O(optim.clip_norm),
-     .help = "clip the global gradient norm to C (default {}: no\n"
-             "clipping; BERT: 1), as torch.nn.utils.clip_grad_norm_"},
-    {.kind = CLI_INT, .name = "--accumulate", .arg = "K", O(optim.accumulate), .lo = 1, .hi = 65536,
-     .help = "micro-batches per update (default {}): a step takes K\n"
-             "batches of --batch and averages their gradients"},
-    {.kind = CLI_DOUBLE, .name = "--weight-decay", .arg = "D", O(optim.weight_decay),
-     .help = "decoupled weight decay on the weights, not on biases\n"
-             "and LayerNorm parameters (default {})"},
-    {.kind = CLI_DOUBLE, .name = "--beta1", .arg = "B", O(optim.beta1), .left = "--beta1 B, --beta2 B, --adam-eps E",
-     .help = "the moments' decays and epsilon (default {}, {}, {})"},
-    {.kind = CLI_DOUBLE, .name = "--beta2", .arg = "B", O(optim.beta2)},
-    {.kind = CLI_DOUBLE, .name = "--adam-eps", .arg = "E", O(optim.eps)},
+    CLI_OPTIM(train_opts, opt),
     {.kind = CLI_STR, .name = "--data", .arg = "FILE", O(data),
      .help = "train on your samples (above) instead of the teacher"},
     {.kind = CLI_DOUBLE, .name = "--teacher-scale", .arg = "S", O(teacher_scale), .fn = check_teacher_scale,
@@ -180,33 +149,6 @@ static const cli_command k_train = {
 /* Ctrl-C (SIGINT) or SIGTERM during a run: the step under way finishes, the checkpoint
  * (--save) is written, and the run ends with status 130; a second signal ends it at once
  * (the handler is reset to the default by the first). */
-static volatile sig_atomic_t g_interrupted;
-
-static void on_signal(int sig) {
-    static const char msg[] = "\ndmove train: interrupted: finishing this step, then saving the checkpoint "
-                              "(again to quit at once)\n";
-    g_interrupted = sig;
-    /* the next SIGINT or SIGTERM, whichever comes, ends the run at once */
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    (void)sigaction(SIGINT, &dfl, NULL);
-    (void)sigaction(SIGTERM, &dfl, NULL);
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)w;
-}
-
-static void catch_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = (int)SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    (void)sigaction(SIGINT, &sa, NULL); /* without it, a signal ends the run as before */
-    (void)sigaction(SIGTERM, &sa, NULL);
-}
-
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -280,19 +222,7 @@ static int check_options(train_opts *o) {
                         o->steps);
         return CLI_USAGE;
     }
-    if (o->linear) o->optim.total = o->steps;
-    if (o->linear == 1 && o->optim.power != 1.0) {
-        cli_usage_error(CMD, "--power applies to --lr-schedule poly");
-        return CLI_USAGE;
-    }
-    if (!o->linear && o->optim.lr_end != 0.0) {
-        cli_usage_error(CMD, "--lr-end applies to the linear and poly schedules");
-        return CLI_USAGE;
-    }
-    if (dm_optim_config_check(&o->optim) != DM_OK) {
-        cli_usage_error(CMD, "%s", dm_last_error());
-        return CLI_USAGE;
-    }
+    if (cli_optim_finish(&o->opt, CMD, o->steps)) return CLI_USAGE;
     const char *outs[2] = {o->save, o->svg}, *outn[2] = {"--save", "--svg"};
     for (int k = 0; k < 2; k++)
         if (outs[k]) {
@@ -410,7 +340,7 @@ static int setup(train_run *r) {
         cli_usage_error(CMD, "--plan is a plan of the fused schedule: leave out --schedule unfused");
         return CLI_USAGE;
     }
-    if (dm_trainer_new(&r->T, cfg, o->layers, &opt, &o->optim) != DM_OK) return fail_dm("");
+    if (dm_trainer_new(&r->T, cfg, o->layers, &opt, &o->opt.optim) != DM_OK) return fail_dm("");
     /* what this run trains on: a checkpoint of another run is not resumed */
     char tag[128];
     const char *base = o->data ? strrchr(o->data, '/') : NULL;
@@ -454,7 +384,7 @@ static void print_header(const train_run *r, FILE *info) {
     const dm_layer_config *cfg = &o->c.cfg;
     const int threads = cli_threads(o->c.threads), layers = o->layers;
     char lrb[32], where[128];
-    dm_fmt_exact(lrb, sizeof lrb, o->optim.lr);
+    dm_fmt_exact(lrb, sizeof lrb, o->opt.optim.lr);
     if (o->dev.device == DM_DEVICE_CUDA)
         snprintf(where, sizeof where, "on the GPU (%s storage%s)", dm_dtype_name(o->dev.dtype),
                  cli_emulated_note(o->dev.device));
@@ -466,12 +396,12 @@ static void print_header(const train_run *r, FILE *info) {
     fprintf(info, "  data: %s\n", o->data ? o->data : "the teacher task (a random stack to imitate; inputs N(0, 1))");
     char extra[96] = "";
     int n = 0;
-    if (o->optim.clip_norm > 0.0) n += snprintf(extra + n, sizeof extra - (size_t)n, ", gradient norm clipped to %g", o->optim.clip_norm);
-    if (o->optim.accumulate > 1) snprintf(extra + n, sizeof extra - (size_t)n, ", %d micro-batches a step", o->optim.accumulate);
+    if (o->opt.optim.clip_norm > 0.0) n += snprintf(extra + n, sizeof extra - (size_t)n, ", gradient norm clipped to %g", o->opt.optim.clip_norm);
+    if (o->opt.optim.accumulate > 1) snprintf(extra + n, sizeof extra - (size_t)n, ", %d micro-batches a step", o->opt.optim.accumulate);
     static const char *const decay[3] = {"", ", linear decay", ", polynomial decay"};
     fprintf(info, "  %s: lr %s%s%s, weight decay %g%s; %s%s; steps %" PRId64 " to %" PRId64 " of %" PRId64 "\n",
-            o->optim.kind == DM_OPT_LAMB ? "LAMB" : "AdamW", lrb, o->optim.warmup ? ", warm-up" : "",
-            decay[o->linear], o->optim.weight_decay, extra,
+            o->opt.optim.kind == DM_OPT_LAMB ? "LAMB" : "AdamW", lrb, o->opt.optim.warmup ? ", warm-up" : "",
+            decay[o->opt.schedule], o->opt.optim.weight_decay, extra,
             o->resume ? "resumed from " : o->init ? "parameters from " : "BERT initialisation",
             o->resume ? o->resume : o->init ? o->init : "", r->start + 1, r->stop, o->steps);
     fflush(info);
@@ -492,7 +422,7 @@ static int fill_batch(train_run *r, int64_t s) {
  * batches up (on a GPU: the data's cost, as the teacher's), the history grown as needed;
  * the step's loss is its micro-batches' mean. */
 static int one_step(train_run *r, int64_t s) {
-    const int k = r->o.optim.accumulate;
+    const int k = r->o.opt.optim.accumulate;
     double loss = 0.0, ts = cli_now(), up0[DM_TRAIN_NUM_PHASES], up1[DM_TRAIN_NUM_PHASES], t_fill = 0.0;
     dm_trainer_times(r->T, up0);
     int rc = 0;
@@ -546,15 +476,15 @@ static int train_loop(train_run *r, FILE *info) {
     double t_begin = cli_now(), t_last = t_begin;
     int64_t last_logged = r->start;
     int rc;
-    catch_signals();
-    for (int64_t s = r->start + 1; s <= r->stop && !g_interrupted; s++) {
+    cli_catch_signals(CMD);
+    for (int64_t s = r->start + 1; s <= r->stop && !cli_interrupted(); s++) {
         if ((rc = one_step(r, s)) != 0) return rc;
         if (o->save && o->save_every && s % o->save_every == 0 && s < r->stop) {
             double t1 = cli_now();
             if (dm_trainer_save(r->T, o->save) != DM_OK) return fail_dm("--save: ");
             r->t_save += cli_now() - t1;
         }
-        if ((s - r->start) % o->log_every == 0 || s == r->stop || s == r->start + 1 || g_interrupted) {
+        if ((s - r->start) % o->log_every == 0 || s == r->stop || s == r->start + 1 || cli_interrupted()) {
             double t = cli_now(), per = (t - t_last) / (double)(s - last_logged);
             char eta[32];
             fmt_secs(eta, sizeof eta, per * (double)(r->stop - s));
@@ -562,7 +492,7 @@ static int train_loop(train_run *r, FILE *info) {
             if (dm_trainer_grad_norm(r->T) >= 0.0) snprintf(gn, sizeof gn, "  |g| %.3g", dm_trainer_grad_norm(r->T));
             fprintf(info, "step %*" PRId64 "/%" PRId64 "  loss %.6f  lr %.2e%s  %.3f s/step  %.0f tokens/s  eta %s\n",
                     (int)snprintf(NULL, 0, "%" PRId64, o->steps), s, o->steps, r->losses[s - r->start - 1],
-                    dm_optim_lr(&o->optim, s), gn, per, (double)(b * j * o->optim.accumulate) / per, eta);
+                    dm_optim_lr(&o->opt.optim, s), gn, per, (double)(b * j * o->opt.optim.accumulate) / per, eta);
             fflush(info);
             t_last = t;
             last_logged = s;
@@ -576,7 +506,7 @@ static int train_loop(train_run *r, FILE *info) {
     }
     if (o->svg) {
         char title[160], lrb[32];
-        dm_fmt_exact(lrb, sizeof lrb, o->optim.lr);
+        dm_fmt_exact(lrb, sizeof lrb, o->opt.optim.lr);
         snprintf(title, sizeof title, "dmove train: %d layer%s, i=%" PRId64 ", b=%" PRId64 " j=%" PRId64 ", lr %s",
                  o->layers, o->layers > 1 ? "s" : "", o->c.cfg.hidden, b, j, lrb);
         if (r->ran > 0 && dm_loss_svg(r->losses, r->ran, r->start + 1, title, o->svg) != DM_OK)
@@ -604,7 +534,7 @@ static void summarize(train_run *r, train_summary *m) {
     qsort(r->step_secs, (size_t)r->ran, sizeof(double), cmp_double);
     const int64_t ran = r->ran;
     m->med = ran % 2 ? r->step_secs[ran / 2] : 0.5 * (r->step_secs[ran / 2 - 1] + r->step_secs[ran / 2]);
-    m->step_flop = dm_trainer_step_flop(r->T) * r->o.optim.accumulate; /* a step: its micro-batches */
+    m->step_flop = dm_trainer_step_flop(r->T) * r->o.opt.optim.accumulate; /* a step: its micro-batches */
     dm_trainer_memory_info(r->T, &m->mem, &m->opt_bytes);
 }
 
@@ -616,7 +546,7 @@ static void print_json(const train_run *r, const train_summary *m) {
     printf("{\"layers\":%d,\"params\":%" PRId64 ",\"batch\":%" PRId64 ",\"seq\":%" PRId64 ",\"hidden\":%" PRId64
            ",\"heads\":%" PRId64 ",\"ffn\":%" PRId64 ",\"dropout\":%.17g,\"lr\":%.17g,\"first_step\":%" PRId64
            ",\"last_step\":%" PRId64 ",\"data\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"loss\":[",
-           o->layers, m->np, b, j, cfg->hidden, cfg->heads, cfg->ffn, cfg->dropout, o->optim.lr, r->start + 1,
+           o->layers, m->np, b, j, cfg->hidden, cfg->heads, cfg->ffn, cfg->dropout, o->opt.optim.lr, r->start + 1,
            r->start + r->ran, o->data ? "file" : "teacher", dm_device_kind_name(o->dev.device),
            dm_dtype_name(o->dev.dtype));
     for (int64_t k = 0; k < r->ran; k++) printf("%s%.9g", k ? "," : "", r->losses[k]);
@@ -627,7 +557,7 @@ static void print_json(const train_run *r, const train_summary *m) {
            1e3 * r->t_data / n, 1e3 * ph[DM_TRAIN_INPUT] / n, 1e3 * ph[DM_TRAIN_FORWARD] / n,
            1e3 * ph[DM_TRAIN_LOSS] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n,
            1e3 * (r->t_total - r->t_save) / n, 1e3 * m->med, m->step_flop, m->step_flop / m->med / 1e9, m->opt_gbs,
-           (double)(b * j * o->optim.accumulate) * n / (r->t_total - r->t_save), m->mem.arena, m->mem.activations,
+           (double)(b * j * o->opt.optim.accumulate) * n / (r->t_total - r->t_save), m->mem.arena, m->mem.activations,
            m->mem.scratch, m->opt_bytes);
 }
 
@@ -643,7 +573,7 @@ static void print_summary(const train_run *r, const train_summary *m) {
     printf("time per step %.1f ms: %s %.1f%s, forward %.1f, loss %.1f, backward %.1f, %s %.1f (%.1f GB/s)\n",
            1e3 * (r->t_total - r->t_save) / n, o->data ? "reading data" : "teacher", 1e3 * r->t_data / n, up,
            1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_LOSS] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
-           o->optim.kind == DM_OPT_LAMB ? "LAMB" : "AdamW", 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, m->opt_gbs);
+           o->opt.optim.kind == DM_OPT_LAMB ? "LAMB" : "AdamW", 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, m->opt_gbs);
     printf("median training step (forward, loss, backward, update): %.1f ms, %.1f GFLOP of the layers: %.1f %s\n",
            1e3 * m->med, m->step_flop / 1e9, m->step_flop / m->med / (cuda ? 1e12 : 1e9),
            cuda ? "TFLOP/s" : "GFLOP/s");
@@ -674,7 +604,7 @@ static int finish(train_run *r) {
     else print_summary(r, &m);
     int rc = fflush(stdout) == 0 ? CLI_OK : CLI_FAIL;
     const int64_t last = r->start + r->ran;
-    if (g_interrupted && last < r->stop) {
+    if (cli_interrupted() && last < r->stop) {
         if (o->save)
             cli_error(CMD, "interrupted after step %" PRId64 " of %" PRId64 ": checkpoint saved to %s; continue with "
                       "the same options and --resume %s", last, o->steps, o->save, o->save);

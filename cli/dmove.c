@@ -20,6 +20,7 @@ static const struct {
     {"tokenize", cmd_tokenize, "text into BERT WordPiece ids (tokenizer.json or vocab.txt)"},
     {"prepare", cmd_prepare, "tokenize text files into token shards for pretraining"},
     {"batches", cmd_batches, "show or time the masked-LM batches made of prepared shards"},
+    {"pretrain", cmd_pretrain, "pretrain a whole BERT (masked LM) on prepared shards"},
 };
 enum { NUM_CMDS = (int)(sizeof k_cmds / sizeof k_cmds[0]) };
 

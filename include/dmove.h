@@ -342,6 +342,44 @@ dm_status dm_trainer_load_params(dm_trainer *t, const char *path);
  * or its lower ones with first 0: any contiguous run of them). */
 dm_status dm_trainer_load_layers(dm_trainer *t, const char *path, int first);
 
+/* --- A whole BERT: masked-language-model pretraining (BertForMaskedLM) --------------- */
+
+/* The model around the encoder layers: embeddings (word, position, token type, LayerNorm,
+ * dropout) and the MLM head (dense, activation, LayerNorm, decoder tied to the word table,
+ * bias), scored at the masked positions only, with the cross-entropy fused. */
+typedef struct {
+    int64_t vocab;       /* vocab_size */
+    int64_t positions;   /* max_position_embeddings (at least the sequence length) */
+    int64_t types;       /* type_vocab_size */
+    int64_t pad_id;      /* the padding token: its word-table row takes no gradient */
+    int64_t predictions; /* masked positions scored per batch (0: b * j / 5, rounded up; the
+                          * masked positions past it in a batch are left out and counted) */
+} dm_bert_model;
+/* A trainer of a whole BertForMaskedLM: the layers of cfg (its batch, seq, sizes, dropout,
+ * seed), `layers` of them, and the model around them; the optimizer over every parameter
+ * (the tied table once). Its tensors by Hugging Face names (bert.embeddings.*,
+ * bert.encoder.layer.<l>.*, cls.predictions.*; ".grad", ".exp_avg", ".exp_avg_sq").
+ * The CPU backend runs it (the CUDA backend lacks the gather and cross-entropy kernels
+ * yet: DM_ERR_UNSUPPORTED). */
+dm_status dm_trainer_new_bert(dm_trainer **out, const dm_layer_config *cfg, int layers, const dm_bert_model *bert,
+                              const dm_layer_options *opt, const dm_optim_config *optim);
+/* 1 for a trainer of dm_trainer_new_bert. */
+int dm_trainer_is_bert(const dm_trainer *t);
+/* The next (micro-)batch: input_ids, token_type_ids (NULL: 0), attention_mask (1 token, 0
+ * padding; NULL: all 1) and labels (the original id at a masked position, negative
+ * elsewhere), b * j each. Ids outside the vocabulary are refused. */
+dm_status dm_trainer_set_mlm_batch(dm_trainer *t, const int32_t *input_ids, const int32_t *token_type_ids,
+                                   const float *attention_mask, const int32_t *labels);
+/* The MLM step's figures, after dm_trainer_step (or dm_trainer_forward): the positions
+ * scored, how many of them the argmax predicted, and those left out (past predictions). */
+typedef struct {
+    int64_t scored, correct, dropped;
+} dm_mlm_stats;
+/* The loss of the batch set, in evaluation mode (no dropout), nothing changed: a held-out
+ * evaluation (its figures by dm_trainer_mlm_stats). */
+dm_status dm_trainer_evaluate(dm_trainer *t, double *loss);
+dm_status dm_trainer_mlm_stats(const dm_trainer *t, dm_mlm_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,9 +17,9 @@ void dm_cost_op_io(const dm_graph *g, const dm_op *op, int dtype_bytes, double *
     for (int i = 0; i < op->nin; i++) {
         int dup = 0;
         for (int k = 0; k < i; k++) dup |= op->in[k] == op->in[i];
-        if (!dup) r += (double)g->t[op->in[i]].numel * dtype_bytes;
+        if (!dup) r += dm_op_moves(g, op, 0, i) * dtype_bytes; /* a gather: the rows it reads */
     }
-    for (int i = 0; i < op->nout; i++) w += (double)g->t[op->out[i]].numel * dtype_bytes;
+    for (int i = 0; i < op->nout; i++) w += dm_op_moves(g, op, 1, i) * dtype_bytes;
     *rd = r;
     *wr = w;
 }
@@ -65,7 +65,7 @@ dm_status dm_cost_group_io(const dm_plan *plan, int G, int dtype_bytes, double *
             int t = op->in[s];
             if (listed(seen, ns, t) || written_in(g, wt, nw, t)) continue;
             seen[ns++] = t;
-            r += (double)g->t[t].numel * dtype_bytes;
+            r += dm_op_moves(g, op, 0, s) * dtype_bytes; /* a gather: the rows it reads */
         }
     }
     free(wt);

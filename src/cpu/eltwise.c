@@ -2,8 +2,9 @@
  * mask, dropout (Philox masks generated in place, never stored), activation, and their
  * backward; the fused schedule's rewrites (graph/rewrite.c): the activation with its
  * derivative (ACT_DERIV), the product (MUL) that replaces the activation's backward, and
- * the dropout backward that reads its mask off the forward output (DROPOUT_BWD_NZ). Every
- * loop is written for gcc's vectorizer. */
+ * the dropout backward that reads its mask off the forward output (DROPOUT_BWD_NZ); the
+ * embedding gather (EMBED: the executor resolves the table row) and the cross-entropy's
+ * backward given its logsumexp (XENT_BWD). Every loop is written for gcc's vectorizer. */
 #include <float.h>
 
 #include "core/philox.h"
@@ -54,6 +55,24 @@ void dm_cpu_eltwise_row(const dm_row *rw) {
     case DM_OP_MUL:
         for (int64_t c = 0; c < n; c++) y[c] = a[c] * b[c];
         break;
+    case DM_OP_EMBED: /* in: the table row idx[r] selects (NULL: none, zeros), idx */
+        if (a)
+            for (int64_t c = 0; c < n; c++) y[c] = a[c];
+        else
+            for (int64_t c = 0; c < n; c++) y[c] = 0.0f;
+        break;
+    case DM_OP_XENT_BWD: { /* in: logits, lse, label, dloss; dloss * (softmax - onehot) */
+        const int64_t l = dm_index_row(*rw->in[2], n);
+        if (l < 0) {
+            for (int64_t c = 0; c < n; c++) y[c] = 0.0f;
+            break;
+        }
+        const float lse = *b, d = *rw->in[3];
+#pragma omp simd
+        for (int64_t c = 0; c < n; c++) y[c] = d * dm_expf(a[c] - lse);
+        y[l] -= d; /* y may be a (in place): element l was read above */
+        break;
+    }
     case DM_OP_ACT: {
         dm_act act = rw->op->act;
         if (act == DM_ACT_RELU) {

@@ -81,6 +81,22 @@ dm_status dm_cpu_row_map(const dm_graph *g, const dm_op *op, int t, int64_t cols
     return DM_OK;
 }
 
+/* A T input or X output: the table, in memory in its default layout (row n at n * cols),
+ * nindex x cols elements. */
+static dm_status table_operand(const dm_plan *plan, char *arena, const dm_op *op, int t, dm_operand *d) {
+    const dm_graph *g = plan->g;
+    if (!plan->in_memory[dm_tensor_root(g, t)] || g->t[t].numel != op->nindex * op->cols)
+        return dm_fail(DM_ERR_INTERNAL, "%s: table %s is not in memory or not %lld x %lld", op->name, g->t[t].name,
+                       (long long)op->nindex, (long long)op->cols);
+    dm_operand full = {.kind = DM_ARG_FULL};
+    DM_TRY(dm_cpu_row_map(g, op, t, op->cols, &full));
+    if (full.nrl)
+        return dm_fail(DM_ERR_UNSUPPORTED, "%s: the table %s must keep its default layout", op->name, g->t[t].name);
+    d->base = dm_cpu_tensor_ptr(plan, arena, t);
+    d->rdiv = op->nindex;
+    return d->base ? DM_OK : dm_fail(DM_ERR_INTERNAL, "%s: %s has no memory", op->name, g->t[t].name);
+}
+
 static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, char *arena) {
     const dm_graph *g = plan->g;
     const dm_group *gr = eg->gr;
@@ -112,6 +128,12 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
         const dm_op *op = &g->op[plan->order[gr->first + k]];
         dm_exop *x = &eg->ops[k];
         x->op = op;
+        x->islot = dm_op_index_slot(op->kind);
+        if (dm_op_indexed(op->kind)) {
+            for (int s = 0; s < op->nout; s++) eg->scatter |= dm_arg_out(op->kind, s) == DM_ARG_SCATTER;
+            if (eg->scatter && (gr->nops != 1 || nb))
+                return dm_fail(DM_ERR_INTERNAL, "%s: a scatter into a table runs as a group of its own", op->name);
+        }
         if (op->kind == DM_OP_CONTRACT) {
             /* a batched contraction inside a batched group: tiles for internal operands */
             float *p[3];
@@ -161,6 +183,10 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
                     acc_used += (cols + 15) / 16 * 16;
                     continue;
                 }
+                if (d->kind == DM_ARG_INDEXED || d->kind == DM_ARG_SCATTER) {
+                    DM_TRY(table_operand(plan, arena, op, t, d));
+                    continue;
+                }
                 int64_t need = d->kind == DM_ARG_ROWSCALAR ? op->rows : d->kind == DM_ARG_COLVEC ? cols : 0;
                 if (d->kind == DM_ARG_FULL) need = op->rows * cols;
                 if (d->kind == DM_ARG_GROUPED) {
@@ -179,6 +205,8 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
                     if (d->kind != DM_ARG_COLVEC) DM_TRY(dm_cpu_row_map(g, op, t, cols, d));
                     continue;
                 }
+                if (eg->scatter)
+                    return dm_fail(DM_ERR_INTERNAL, "%s: the operands of a scatter must be in memory", op->name);
                 if (nsl >= (int)(sizeof slot_t / sizeof slot_t[0]))
                     return dm_fail(DM_ERR_INTERNAL, "too many scratch rows");
                 d->scratch = 1;
@@ -352,7 +380,7 @@ dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi) {
     dm_exgroup *rg = gi + 1 < ex->ngroups ? &ex->groups[gi + 1] : NULL;
     if (gm->nbatch != 1 || eg->partner >= 0 || eg->beside >= 0)
         why = gm->nbatch != 1 ? "it is a batched contraction" : "it runs beside another contraction";
-    else if (!rg || rg->contract || rg->nbatch > 1 || rg->unusable || rg->rows_of >= 0 ||
+    else if (!rg || rg->contract || rg->scatter || rg->nbatch > 1 || rg->unusable || rg->rows_of >= 0 ||
              rg->gr->pass != eg->gr->pass)
         why = "the next group is no row group of the same pass";
     else if (rg->gr->rows != gm->m || rg->gr->cols != gm->n || gm->ldc != gm->n)
@@ -430,7 +458,8 @@ static int64_t row_offset(const dm_operand *d, int64_t r) {
     return off;
 }
 
-/* r: the global row; rl: the row within this scratch unit (0 in row groups). */
+/* r: the global row; rl: the row within this scratch unit (0 in row groups). A table
+ * (INDEXED, SCATTER): its first row (gather_rows picks the row). */
 static inline float *resolve(const dm_operand *d, float *scr, int64_t r, int64_t rl, int64_t cols) {
     if (d->scratch) return scr + d->slot + (d->kind == DM_ARG_ROWSCALAR ? rl : rl * cols);
     if (d->nrl) return d->base + row_offset(d, r);
@@ -440,8 +469,21 @@ static inline float *resolve(const dm_operand *d, float *scr, int64_t r, int64_t
     case DM_ARG_GROUPED: return d->base + (r / d->rdiv) * cols;
     case DM_ARG_ROWSCALAR: return d->base + r;
     case DM_ARG_COLACC: return scr + d->slot;
+    case DM_ARG_INDEXED: case DM_ARG_SCATTER: return d->base;
     }
     return NULL;
+}
+
+/* Op x's inputs resolved: its T inputs to the row their index selects (NULL: none, the
+ * kernel writes zeros). */
+static inline void gather_rows(const dm_exop *x, dm_row *rw) {
+    if (x->islot < 0) return;
+    const float v = *rw->in[x->islot];
+    for (int s = 0; s < x->op->nin; s++)
+        if (x->in[s].kind == DM_ARG_INDEXED) {
+            const int64_t n = dm_index_row(v, x->in[s].rdiv);
+            rw->in[s] = n >= 0 ? x->in[s].base + n * rw->cols : NULL;
+        }
 }
 
 /* Batch index bi's operands in memory (GEMM inputs not in tiles, row op inputs that are
@@ -497,6 +539,7 @@ static dm_status exec_batched(const dm_cpu_exec *ex, const dm_exgroup *eg, uint6
                     rw.r = r;
                     for (int s = 0; s < x->op->nin; s++) rw.in[s] = resolve(&x->in[s], scr, r, r - r0, cols);
                     for (int s = 0; s < x->op->nout; s++) rw.out[s] = resolve(&x->out[s], scr, r, r - r0, cols);
+                    gather_rows(x, &rw);
                     dm_cpu_row(&rw);
                 }
             }
@@ -514,6 +557,7 @@ static void run_row(const dm_exgroup *eg, float *scr, dm_row *rw, int64_t r) {
         rw->op = x->op;
         for (int s = 0; s < x->op->nin; s++) rw->in[s] = resolve(&x->in[s], scr, r, 0, cols);
         for (int s = 0; s < x->op->nout; s++) rw->out[s] = resolve(&x->out[s], scr, r, 0, cols);
+        gather_rows(x, rw);
         dm_cpu_row(rw);
     }
 }
@@ -576,6 +620,34 @@ static dm_status exec_fused_rows(const dm_cpu_exec *ex, const dm_exgroup *eg, ui
     return DM_OK;
 }
 
+/* EMBED_BWD: dtable[n, :] = sum of dy[r, :] over the rows r with idx[r] == n, every row
+ * written. Each thread owns a block of the table's columns (whole 64-byte lines): it
+ * zeroes them in every row, then adds the rows r in order: deterministic for any thread
+ * count, balanced however the indices repeat (a split by table rows is not: position
+ * and token-type ids pile on few rows), no atomics. Each thread reads every index. */
+static void exec_scatter(const dm_cpu_exec *ex, const dm_exgroup *eg) {
+    const dm_exop *x = &eg->ops[0];
+    const int64_t R = x->op->rows, C = x->op->cols, N = x->out[0].rdiv;
+    float *dt = x->out[0].base;
+    const int64_t lines = (C + 15) / 16;
+#pragma omp parallel num_threads(ex->nthreads)
+    {
+        const int64_t tid = omp_get_thread_num(), T = omp_get_num_threads();
+        const int64_t c0 = lines * tid / T * 16, c1e = lines * (tid + 1) / T * 16, c1 = c1e < C ? c1e : C;
+        if (c1 > c0) {
+            for (int64_t n = 0; n < N; n++) memset(dt + n * C + c0, 0, sizeof(float) * (size_t)(c1 - c0));
+            for (int64_t r = 0; r < R; r++) {
+                const int64_t n = dm_index_row(*resolve(&x->in[1], NULL, r, 0, C), N);
+                if (n < 0) continue;
+                const float *restrict dy = resolve(&x->in[0], NULL, r, 0, C);
+                float *restrict o = dt + n * C;
+#pragma omp simd
+                for (int64_t c = c0; c < c1; c++) o[c] += dy[c];
+            }
+        }
+    }
+}
+
 dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions) {
     const dm_exgroup *eg = &ex->groups[gi];
     if (eg->unusable) return dm_fail(eg->unusable, "group %d cannot run with these layouts", gi);
@@ -590,6 +662,10 @@ dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int on
                                 : dm_gemm_run(&eg->gemm);
     }
     if (eg->nbatch > 1) return exec_batched(ex, eg, seed, only_contractions);
+    if (eg->scatter) { /* (as the row groups: run with only_contractions too) */
+        exec_scatter(ex, eg);
+        return DM_OK;
+    }
     int64_t rows = eg->gr->rows, cols = eg->gr->cols;
 #pragma omp parallel num_threads(ex->nthreads)
     {

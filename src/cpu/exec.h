@@ -12,7 +12,7 @@ typedef struct {
     uint8_t scratch;  /* lives in a per-thread scratch row */
     dm_arg_kind kind;
     float *base;      /* memory operand: the tensor's first element */
-    int64_t rdiv;     /* GROUPED: rows per group row */
+    int64_t rdiv;     /* GROUPED: rows per group row; INDEXED, SCATTER: the table's rows */
     int64_t slot;     /* scratch: float offset in the thread's scratch; COLACC: too */
     int nrl;          /* FULL / ROWSCALAR in a non-default layout: row letters (else 0) */
     int64_t rsize[DM_MAX_DIMS], rstride[DM_MAX_DIMS]; /* outermost first */
@@ -21,6 +21,7 @@ typedef struct {
 typedef struct {
     const dm_op *op;
     dm_operand in[DM_MAX_IN], out[DM_MAX_OUT];
+    int islot;       /* the input slot indexing a T input (dm_op_index_slot), or -1 */
     dm_gemm gemm;    /* contractions inside a batched group */
     int64_t tile[3]; /* their operands (A, B, C): scratch tile offset, or -1 in memory */
 } dm_exop;
@@ -28,6 +29,7 @@ typedef struct {
 typedef struct {
     const dm_group *gr;
     int contract;     /* a lone contraction: gemm */
+    int scatter;      /* a lone op with an X output (EMBED_BWD): exec_scatter */
     int64_t nbatch;   /* > 1: a batched group */
     dm_gemm gemm;
     dm_exop *ops;

@@ -1,6 +1,8 @@
 /* norm.c: the normalization family, one row at a time: softmax (max-subtracted) and its
  * backward, LayerNorm (two-pass mean and variance) and its backward with the parameter
- * gradients accumulated as column sums, and the plain column sum (bias gradients). */
+ * gradients accumulated as column sums, the plain column sum (bias gradients), and the
+ * cross-entropy with its softmax fused (XENT: the loss and the logsumexp per row). The
+ * embedding gradient (EMBED_BWD, a column sum by index) is no row kernel: exec.c. */
 #include <math.h>
 
 #include "cpu/kernels.h"
@@ -72,6 +74,21 @@ static void layernorm_bwd_row(int64_t n, const float *restrict dy, const float *
     }
 }
 
+/* Cross-entropy of one row of logits: lse = max + log(sum exp(x - max)) (two
+ * reductions); loss = lse - x[label], 0 for a label that selects no column (-100). */
+static void xent_row(int64_t n, const float *restrict x, float label, float *loss, float *lse_out) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t c = 0; c < n; c++) m = x[c] > m ? x[c] : m;
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t c = 0; c < n; c++) s += dm_exp_neg(x[c] - m);
+    const float lse = m + logf(s);
+    const int64_t l = dm_index_row(label, n);
+    *lse_out = lse;
+    *loss = l >= 0 ? lse - x[l] : 0.0f;
+}
+
 void dm_cpu_norm_row(const dm_row *rw) {
     int64_t n = rw->cols;
     switch (rw->op->kind) {
@@ -88,6 +105,9 @@ void dm_cpu_norm_row(const dm_row *rw) {
     case DM_OP_LAYERNORM_BWD:
         layernorm_bwd_row(n, rw->in[0], rw->in[1], *rw->in[2], *rw->in[3], rw->in[4],
                           rw->out[0], rw->out[1], rw->out[2]);
+        break;
+    case DM_OP_XENT:
+        xent_row(n, rw->in[0], *rw->in[1], rw->out[0], rw->out[1]);
         break;
     case DM_OP_COLSUM: {
         const float *restrict x = rw->in[0];

@@ -71,13 +71,25 @@ static dm_status grad_add(ad_ctx *c, int t, int gt) {
         return dm_fail(DM_ERR_INTERNAL, "autodiff: view %s reached twice (%d, %d)", g->t[t].name, old, gt);
     char name[DM_NAME_LEN];
     snprintf(name, sizeof name, "d_%s_sum", g->t[t].name);
-    if (g->t[t].role == DM_ROLE_PARAM)
-        return dm_fail(DM_ERR_UNSUPPORTED, "autodiff: parameter %s is used by two operators "
-                       "(gradient accumulation of shared parameters is not supported yet)",
-                       g->t[t].name);
+    dm_role role = DM_ROLE_ACT;
+    if (g->t[t].role == DM_ROLE_PARAM) {
+        /* a tied parameter (the word embeddings and the MLM decoder): its gradient is the
+         * sum of its parts, and keeps the name d_<param> the exports look for */
+        int views = g->t[old].base >= 0;
+        for (int v = 0; v < g->nt; v++) views |= g->t[v].base == old;
+        if (views)
+            return dm_fail(DM_ERR_UNSUPPORTED, "autodiff: parameter %s is used by two operators "
+                           "and its gradient has views (accumulating it is not supported)", g->t[t].name);
+        char part[DM_NAME_LEN];
+        snprintf(part, sizeof part, "d_%.30s_part%d", g->t[t].name, g->nt);
+        memcpy(g->t[old].name, part, sizeof part);
+        g->t[old].role = DM_ROLE_ACT;
+        snprintf(name, sizeof name, "d_%s", g->t[t].name);
+        role = DM_ROLE_PARAM_GRAD;
+    }
     char letters[DM_MAX_DIMS + 1];
     memcpy(letters, g->t[t].letters, sizeof letters); /* g->t may move */
-    int sum = dm_graph_tensor(g, name, letters, DM_ROLE_ACT);
+    int sum = dm_graph_tensor(g, name, letters, role);
     if (sum < 0) return dm_last_status();
     g->t[sum].pass = 1;
     dm_op op = {.kind = DM_OP_ADD, .pass = 1, .nin = 2, .nout = 1};
@@ -106,7 +118,7 @@ static dm_status rule(ad_ctx *c, const dm_op *f) {
     int dy = grad_of(c, f->out[0]);
     if (dy < 0) return DM_OK; /* nothing flows back through this op */
     dm_op b = {.pass = 1, .rows = f->rows, .cols = f->cols, .stream = f->stream, .p = f->p,
-               .eps = f->eps, .act = f->act};
+               .eps = f->eps, .act = f->act, .nindex = f->nindex};
     switch (f->kind) {
     case DM_OP_CONTRACT: {
         char sa[16], sb[16], so[16];
@@ -212,6 +224,43 @@ static dm_status rule(ad_ctx *c, const dm_op *f) {
         DM_TRY(grad_add(c, x, dx));
         DM_TRY(grad_add(c, gm, dg));
         return grad_add(c, bt, db);
+    }
+    case DM_OP_EMBED: { /* in: table, idx; the indices take no gradient */
+        int tab = f->in[0];
+        if (!g->t[tab].requires_grad) return DM_OK;
+        int slot = grad_slot(c, tab);
+        if (slot < 0) return dm_last_status();
+        dm_op m = b;
+        m.kind = DM_OP_EMBED_BWD;
+        m.nin = 2;
+        m.in[0] = dy;
+        m.in[1] = f->in[1];
+        m.nout = 1;
+        m.out[0] = slot;
+        snprintf(m.name, sizeof m.name, "%s_bwd", f->name);
+        DM_TRY(emit(c, &m));
+        return grad_add(c, tab, slot);
+    }
+    case DM_OP_XENT: { /* in: logits, labels; out: loss, lse (lse takes no gradient) */
+        if (grad_of(c, f->out[1]) >= 0)
+            return dm_fail(DM_ERR_UNSUPPORTED, "autodiff: %s: a gradient flows into the logsumexp it keeps "
+                           "for the backward (only the loss is differentiable)", f->name);
+        int x = f->in[0];
+        if (!g->t[x].requires_grad) return DM_OK;
+        int slot = grad_slot(c, x);
+        if (slot < 0) return dm_last_status();
+        dm_op m = b;
+        m.kind = DM_OP_XENT_BWD;
+        m.nin = 4;
+        m.in[0] = x;
+        m.in[1] = f->out[1];
+        m.in[2] = f->in[1];
+        m.in[3] = dy;
+        m.nout = 1;
+        m.out[0] = slot;
+        snprintf(m.name, sizeof m.name, "%s_bwd", f->name);
+        DM_TRY(emit(c, &m));
+        return grad_add(c, x, slot);
     }
     default:
         return dm_fail(DM_ERR_INTERNAL, "autodiff: no gradient rule for %s",

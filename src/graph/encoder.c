@@ -17,6 +17,7 @@
  * Weights keep torch.nn.Linear's (out, in) layout, so Hugging Face checkpoints load as is;
  * the three projection weights are slices of one (q,h,p,i) tensor. */
 #include "graph/encoder.h"
+#include "graph/build.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -37,6 +38,9 @@ const char *const dm_param_names[DM_NUM_PARAMS] = {
 };
 
 #define D(c) g->dim[(c) - 'a']
+#define pw dm_gb_pw
+#define mm dm_gb_mm
+#define export dm_gb_export
 
 static int ck_(int v, int *ok) {
     if (v < 0) *ok = 0;
@@ -48,7 +52,7 @@ static int T(dm_graph *g, const char *name, const char *letters, dm_role role) {
 }
 
 /* Appends a pointwise-family op over (rows, cols) = (numel / cols, cols) of `space`. */
-static int pw(dm_graph *g, dm_op_kind kind, const char *name, int space, int64_t cols,
+int dm_gb_pw(dm_graph *g, dm_op_kind kind, const char *name, int space, int64_t cols,
               const int *in, int nin, const int *out, int nout) {
     dm_op op = {.kind = kind, .nin = nin, .nout = nout, .cols = cols};
     snprintf(op.name, sizeof op.name, "%s", name);
@@ -58,8 +62,7 @@ static int pw(dm_graph *g, dm_op_kind kind, const char *name, int space, int64_t
     return dm_graph_op(g, &op);
 }
 
-static int mm(dm_graph *g, const char *name, const char *spec, int a, int b, int c,
-              float alpha) {
+int dm_gb_mm(dm_graph *g, const char *name, const char *spec, int a, int b, int c, float alpha) {
     dm_op op = {.kind = DM_OP_CONTRACT, .nin = 2, .nout = 1, .alpha = alpha};
     snprintf(op.name, sizeof op.name, "%s", name);
     snprintf(op.spec, sizeof op.spec, "%s", spec);
@@ -69,8 +72,8 @@ static int mm(dm_graph *g, const char *name, const char *spec, int a, int b, int
     return dm_graph_op(g, &op);
 }
 
-static void export(dm_encoder *e, const char *name, int tensor, int ndim, int64_t s0,
-                   int64_t s1, int64_t s2, int is_param) {
+void dm_gb_export(dm_encoder *e, const char *name, int tensor, int ndim, int64_t s0, int64_t s1, int64_t s2,
+                  int is_param) {
     dm_export *x = &e->e[e->n++];
     snprintf(x->name, sizeof x->name, "%s", name);
     x->tensor = tensor;
@@ -273,7 +276,7 @@ static dm_status add_backward(dm_graph *g, const dm_layer_config *cfg, int input
 }
 
 /* Exports the parameter gradients: the gradient roots of Wqkv and bqkv get HF-named views. */
-static dm_status export_param_grads(dm_graph *g, dm_encoder *enc) {
+dm_status dm_gb_export_param_grads(dm_graph *g, dm_encoder *enc) {
     int nexp = enc->n;
     for (int k = 0; k < nexp; k++) {
         if (!enc->e[k].is_param) continue;
@@ -341,5 +344,5 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     if (forward_only) return DM_OK;
 
     DM_TRY(add_backward(g, cfg, input_grad, enc, &ok));
-    return export_param_grads(g, enc);
+    return dm_gb_export_param_grads(g, enc);
 }

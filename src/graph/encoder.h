@@ -30,4 +30,30 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
                            dm_encoder *enc);
 extern const char *const dm_param_names[DM_NUM_PARAMS];
 
+/* The segments of a whole BERT beside its encoder layers (graph/bert.c), each its own
+ * graph with dm_encoder's exports (Hugging Face names):
+ * embeddings: input_ids, position_ids, token_type_ids (b, j) in, output (b, j, i) =
+ *   dropout(LayerNorm(word[input_ids] + position[position_ids] + token_type[...])); its
+ *   parameters embeddings.{word,position,token_type}_embeddings.weight and
+ *   embeddings.LayerNorm.{weight,bias}; backward from grad_output (no input gradient).
+ * MLM head: hidden_states (b, j, i) in, the `predictions` rows of it at masked_positions
+ *   (flat indices b * j + j') through BertForMaskedLM's head (dense, act, LayerNorm,
+ *   decoder with bias) into logits (predictions, vocab) and the cross-entropy against
+ *   labels (negative: the row counts not), per row: loss (predictions); backward from
+ *   loss_weights (predictions: the mean's 1 / count on the rows that count) into
+ *   grad_hidden_states. Its parameters cls.predictions.transform.dense.{weight,bias},
+ *   cls.predictions.transform.LayerNorm.{weight,bias}, cls.predictions.decoder.weight
+ *   (tied to the word embeddings: a copy the model keeps equal) and cls.predictions.bias.
+ * Indices (ids, positions, labels) are integers held as floats (exact below 2^24). */
+typedef enum { DM_SEG_ENCODER = 0, DM_SEG_EMBEDDINGS, DM_SEG_MLM_HEAD } dm_segment;
+typedef struct {
+    int64_t vocab, positions, types; /* the tables' rows: vocab_size, max_position_embeddings,
+                                      * type_vocab_size */
+    int64_t predictions;             /* MLM head: masked positions per batch it scores */
+} dm_bert_sizes;
+dm_status dm_build_embeddings(dm_graph *g, const dm_layer_config *cfg, const dm_bert_sizes *sz, int forward_only,
+                              dm_encoder *enc);
+dm_status dm_build_mlm_head(dm_graph *g, const dm_layer_config *cfg, const dm_bert_sizes *sz, int forward_only,
+                            dm_encoder *enc);
+
 #endif

@@ -167,6 +167,19 @@ int dm_graph_op(dm_graph *g, const dm_op *op) {
                 dm_op_kind_name(op->kind), dm_op_nin(op->kind), dm_op_nout(op->kind), op->nin, op->nout);
         return -1;
     }
+    if (dm_op_indexed(op->kind)) { /* the table: N rows of the op's columns */
+        int tab = dm_arg_in(op->kind, 0) == DM_ARG_INDEXED ? op->in[0] : op->out[0];
+        int ix = op->in[dm_op_index_slot(op->kind)];
+        int64_t want;
+        if (op->nindex < 1 || op->cols < 1 || __builtin_mul_overflow(op->nindex, op->cols, &want) ||
+            tab < 0 || tab >= g->nt || ix < 0 || ix >= g->nt || g->t[tab].numel != want ||
+            g->t[ix].numel != op->rows) {
+            dm_fail(DM_ERR_INTERNAL, "op %s: a %s needs a table of nindex x cols = %lld x %lld elements and "
+                    "one index per row (%lld)", op->name, dm_op_kind_name(op->kind), (long long)op->nindex,
+                    (long long)op->cols, (long long)op->rows);
+            return -1;
+        }
+    }
     if (!grow((void **)&g->op, &g->cap_op, g->nop + 1, sizeof(dm_op))) {
         dm_fail(DM_ERR_OOM, "out of memory building the graph");
         return -1;
@@ -193,9 +206,14 @@ double dm_op_flop(const dm_graph *g, const dm_op *op) {
     return dm_op_kind_flop(op->kind) * (double)op->rows * (double)op->cols;
 }
 
+double dm_op_moves(const dm_graph *g, const dm_op *op, int io, int slot) {
+    if (!io && dm_arg_in(op->kind, slot) == DM_ARG_INDEXED) return (double)op->rows * (double)op->cols;
+    return (double)g->t[io ? op->out[slot] : op->in[slot]].numel;
+}
+
 double dm_op_bytes(const dm_graph *g, const dm_op *op) {
     double b = 0;
-    for (int i = 0; i < op->nin; i++) b += (double)g->t[op->in[i]].numel * 4.0;
-    for (int i = 0; i < op->nout; i++) b += (double)g->t[op->out[i]].numel * 4.0;
+    for (int i = 0; i < op->nin; i++) b += dm_op_moves(g, op, 0, i) * 4.0;
+    for (int i = 0; i < op->nout; i++) b += dm_op_moves(g, op, 1, i) * 4.0;
     return b;
 }

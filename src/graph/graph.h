@@ -56,6 +56,7 @@ typedef struct {
     dm_act act;
     int causal;    /* MASK_ADD: also mask the keys after the query (column c > row's j) */
     int recomputed; /* a forward op again in the backward (dm_rewrite_recompute_attention) */
+    int64_t nindex; /* EMBED, EMBED_BWD: rows N of the table (the T input, the X output) */
 } dm_op;
 
 typedef struct {
@@ -90,6 +91,9 @@ int dm_graph_clone(dm_graph *g, int src);
 int dm_tensor_root(const dm_graph *g, int t);
 /* flop of one op, and bytes it reads and writes (fp32, each tensor once). */
 double dm_op_flop(const dm_graph *g, const dm_op *op);
+/* Elements op moves of its operand (io 0: input, 1: output; slot): the tensor's, but
+ * rows x cols of an indexed (T) table: a gather reads the rows it selects, not the table. */
+double dm_op_moves(const dm_graph *g, const dm_op *op, int io, int slot);
 double dm_op_bytes(const dm_graph *g, const dm_op *op);
 
 /* autodiff.c: appends the backward ops of every forward op, seeded with the gradient

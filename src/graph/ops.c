@@ -34,6 +34,8 @@ static dm_arg_kind arg_of(const char *sig, int slot) {
     case 'G': return DM_ARG_GROUPED;
     case 'S': return DM_ARG_ROWSCALAR;
     case 'A': return DM_ARG_COLACC;
+    case 'T': return DM_ARG_INDEXED;
+    case 'X': return DM_ARG_SCATTER;
     default: return DM_ARG_FULL;
     }
 }
@@ -46,3 +48,19 @@ int dm_op_reduces_cols(dm_op_kind k) { return row_of(k) && strchr(k_ops[k].out, 
 int dm_op_pointwise(dm_op_kind k) { return row_of(k) ? k_ops[k].pointwise : 0; }
 unsigned dm_op_params(dm_op_kind k) { return row_of(k) ? k_ops[k].params : 0; }
 unsigned dm_op_keeps(dm_op_kind k) { return row_of(k) ? k_ops[k].keeps : 0; }
+
+int dm_op_indexed(dm_op_kind k) {
+    return row_of(k) && (strchr(k_ops[k].in, 'T') != NULL || strchr(k_ops[k].out, 'X') != NULL);
+}
+
+int dm_op_index_slot(dm_op_kind k) {
+    if (!dm_op_indexed(k)) return -1;
+    const char *s = strchr(k_ops[k].in, 'S');
+    return s ? (int)(s - k_ops[k].in) : -1;
+}
+
+int64_t dm_index_count_bad(const float *idx, int64_t m, int64_t n) {
+    int64_t bad = 0;
+    for (int64_t e = 0; e < m; e++) bad += dm_index_row(idx[e], n) < 0;
+    return bad;
+}

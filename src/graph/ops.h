@@ -7,6 +7,8 @@
 #ifndef DM_GRAPH_OPS_H
 #define DM_GRAPH_OPS_H
 
+#include <stdint.h>
+
 #include "dmove.h"
 
 /* How an operand of a row op is addressed, per op kind and operand slot (the letters of
@@ -17,7 +19,9 @@ typedef enum {
     DM_ARG_COLVEC,   /* V (cols): broadcast over rows */
     DM_ARG_GROUPED,  /* G (G, cols): row r uses row r / (rows / G) (the attention mask) */
     DM_ARG_ROWSCALAR,/* S (rows): one value per row (LayerNorm statistics) */
-    DM_ARG_COLACC    /* A (cols): accumulated over rows (bias / LayerNorm parameter grads) */
+    DM_ARG_COLACC,   /* A (cols): accumulated over rows (bias / LayerNorm parameter grads) */
+    DM_ARG_INDEXED,  /* T (N, cols): row r reads row idx[r] (embedding tables: a gather) */
+    DM_ARG_SCATTER   /* X (N, cols): row n sums the rows r with idx[r] == n (their gradient) */
 } dm_arg_kind;
 
 /* The params column: fields of dm_op a kind reads besides its operands and rows x cols. */
@@ -58,10 +62,28 @@ int dm_op_reduces_cols(dm_op_kind k);
  * mask, dropout, activation and their backward): its kernels may write an output over
  * an input (the memory planner's in-place outputs). Not the row reductions. */
 int dm_op_pointwise(dm_op_kind k);
+/* 1 if an operand is indexed rows (T) or a table accumulated by index (X): the op reads
+ * or writes rows other than its own, so it never writes over an input, its T operand
+ * comes from memory (not from a fused producer) and an X output is a group of its own. */
+int dm_op_indexed(dm_op_kind k);
+/* The input slot whose values index the rows of the op's T input or X output (its first
+ * S input), or -1 for a kind without one. */
+int dm_op_index_slot(dm_op_kind k);
 /* DM_OPP_* bits: the fields of dm_op the kind reads. */
 unsigned dm_op_params(dm_op_kind k);
 /* DM_KEEP_IN / DM_KEEP_OUT bits: what its gradient rule reads of the forward op (0 for
  * the kinds with no gradient rule: the backward ones). */
 unsigned dm_op_keeps(dm_op_kind k);
+
+/* The row an index value selects in a table of n rows, or -1: indices (and XENT's labels)
+ * are integer values stored as floats, exact up to 2^24; a value outside [0, n), not an
+ * integer, or NaN selects nothing (a T row reads as zeros, an X output gets nothing from
+ * it, a cross-entropy row is ignored). Shared by every backend and the references. */
+static inline int64_t dm_index_row(float v, int64_t n) {
+    return v >= 0.0f && v < (float)n && v < 16777216.0f && v == (float)(int64_t)v ? (int64_t)v : -1;
+}
+/* How many of the m values select no row of a table of n rows: a check for a step's
+ * index tensors before it runs (ids from a tokenizer of another vocabulary). */
+int64_t dm_index_count_bad(const float *idx, int64_t m, int64_t n);
 
 #endif

@@ -77,25 +77,57 @@ dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_laye
 
 /* no_siblings: the plan merges no sibling batched contractions, whatever the backend
  * (dm_layer_new_gpu_grouping) */
+typedef struct {
+    const dm_choices *choices;
+    int lenient, no_siblings;
+    dm_backend_pool *pool;
+    dm_segment segment;
+    const dm_bert_sizes *sizes;
+} layer_how;
+
 static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
-                           const dm_choices *choices, int lenient, int no_siblings, dm_backend_pool *pool);
+                           const layer_how *how);
 
 dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
                             const dm_choices *choices, int lenient) {
-    return layer_new(out, cfg, opt, choices, lenient, 0, NULL);
+    const layer_how how = {.choices = choices, .lenient = lenient};
+    return layer_new(out, cfg, opt, &how);
 }
 
 dm_status dm_layer_new_pooled(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
                               dm_backend_pool *pool) {
-    return layer_new(out, cfg, opt, NULL, 0, 0, pool);
+    const layer_how how = {.pool = pool};
+    return layer_new(out, cfg, opt, &how);
 }
 
 dm_status dm_layer_new_gpu_grouping(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt) {
-    return layer_new(out, cfg, opt, NULL, 0, 1, NULL);
+    const layer_how how = {.no_siblings = 1};
+    return layer_new(out, cfg, opt, &how);
+}
+
+dm_status dm_layer_new_segment(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
+                               dm_segment segment, const dm_bert_sizes *sizes, dm_backend_pool *pool) {
+    const layer_how how = {.pool = pool, .segment = segment, .sizes = sizes};
+    return layer_new(out, cfg, opt, &how);
+}
+
+/* The defaults of a new layer's inputs and parameters: an attention mask and an output
+ * gradient of ones, LayerNorm weights 1 (the rest 0). */
+static void layer_defaults(dm_layer *L) {
+    for (int k = 0; k < L->enc.n; k++) {
+        const dm_export *e = &L->enc.e[k];
+        const int ones = !strcmp(e->name, "attention_mask") || !strcmp(e->name, "grad_output") ||
+                         (e->is_param && strstr(e->name, "LayerNorm.weight"));
+        if (!ones) continue;
+        int64_t n = 1;
+        for (int d = 0; d < e->ndim; d++) n *= e->shape[d];
+        float *p = host_ptr(L, e->tensor);
+        if (p) fill(p, n, 1.0f);
+    }
 }
 
 static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
-                           const dm_choices *choices, int lenient, int no_siblings, dm_backend_pool *pool) {
+                           const layer_how *how) {
     if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_new: out is NULL");
     *out = NULL;
     DM_TRY(dm_layer_config_check(cfg));
@@ -104,20 +136,21 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
     DM_TRY(dm_layer_options_check(opt));
     const dm_backend *B;
     DM_TRY(dm_backend_find(opt->device, &B));
-    const int siblings = B->merge_siblings && !no_siblings;
+    const int siblings = B->merge_siblings && !how->no_siblings;
     dm_layer *L = calloc(1, sizeof *L);
     if (!L) return dm_fail(DM_ERR_OOM, "out of memory");
     L->cfg = *cfg;
     L->opt = *opt;
     L->bk = B;
+    L->segment = how->segment;
     /* the graph and its plan; a plan file names the algorithms of the backend that runs it,
      * else those of the CPU backend, where `dmove tune` measures */
     const dm_backend *C = B;
     dm_status s = B->algos ? DM_OK : dm_backend_find(DM_DEVICE_CPU, &C);
     dm_compile_opts co = {.cfg = cfg, .schedule = opt->schedule, .recompute = opt->recompute,
                           .forward_only = opt->forward_only, .no_input_grad = opt->no_input_grad,
-                          .no_siblings = !siblings, .no_reuse = opt->no_reuse, .choices = choices,
-                          .plan_file = opt->plan, .algos = C->algos};
+                          .no_siblings = !siblings, .no_reuse = opt->no_reuse, .choices = how->choices,
+                          .plan_file = opt->plan, .algos = C->algos, .segment = how->segment, .sizes = how->sizes};
     if (s == DM_OK) s = dm_compile(&co, &L->g, &L->enc, &L->plan);
     if (s == DM_OK) {
         L->arena_bytes = (L->plan.arena_bytes + 63) / 64 * 64;
@@ -131,21 +164,13 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
         s = dm_fail(DM_ERR_OOM, "out of memory");
     if (s == DM_OK) {
         memset(L->arena, 0, L->arena_bytes); /* touch every page now, not during a step */
-        s = B->create(&L->st, &L->plan, L->arena, opt, lenient ? DM_BACKEND_LENIENT : 0, pool);
+        s = B->create(&L->st, &L->plan, L->arena, opt, how->lenient ? DM_BACKEND_LENIENT : 0, how->pool);
     }
     if (s != DM_OK) {
         dm_layer_free(L);
         return s;
     }
-    float *p;
-    int nd;
-    int64_t sh[4];
-    if (dm_layer_tensor(L, "attention_mask", &p, &nd, sh) == DM_OK) fill(p, sh[0] * sh[1], 1.0f);
-    if (!opt->forward_only && dm_layer_tensor(L, "grad_output", &p, &nd, sh) == DM_OK)
-        fill(p, sh[0] * sh[1] * sh[2], 1.0f);
-    const char *ones[2] = {"attention.output.LayerNorm.weight", "output.LayerNorm.weight"};
-    for (int k = 0; k < 2; k++)
-        if (dm_layer_tensor(L, ones[k], &p, &nd, sh) == DM_OK) fill(p, sh[0], 1.0f);
+    layer_defaults(L);
     /* the defaults just written to the backend's memory (where it is not the host's) */
     s = dm_layer_to_device(L);
     if (s != DM_OK) {
@@ -208,21 +233,32 @@ dm_status dm_layer_tensor(dm_layer *L, const char *name, float **data, int *ndim
     return DM_OK;
 }
 
-int dm_layer_num_params(const dm_layer *L) { return L ? DM_NUM_PARAMS : 0; }
+int dm_layer_num_params(const dm_layer *L) {
+    int n = 0;
+    for (int k = 0; L && k < L->enc.n; k++) n += L->enc.e[k].is_param;
+    return n;
+}
 
 const char *dm_layer_param_name(const dm_layer *L, int i) {
-    return (L && i >= 0 && i < DM_NUM_PARAMS) ? dm_param_names[i] : NULL;
+    for (int k = 0; L && i >= 0 && k < L->enc.n; k++)
+        if (L->enc.e[k].is_param && i-- == 0) return L->enc.e[k].name;
+    return NULL;
 }
 
 dm_status dm_layer_init_params(dm_layer *L, uint64_t seed) {
     if (!L) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_init_params: NULL layer");
-    for (int k = 0; k < DM_NUM_PARAMS; k++) {
+    /* BERT's initialisation (transformers' _init_weights): LayerNorm weights 1, biases 0,
+     * weights and embedding tables N(0, 0.02) (the padding id's row is not zeroed: dmove
+     * draws no padding tokens' embeddings into a loss) */
+    const int np = dm_layer_num_params(L);
+    for (int k = 0; k < np; k++) {
+        const char *name = dm_layer_param_name(L, k);
         float *p;
         int nd;
         int64_t sh[4];
-        DM_TRY(dm_layer_tensor(L, dm_param_names[k], &p, &nd, sh));
+        DM_TRY(dm_layer_tensor(L, name, &p, &nd, sh));
         int64_t n = nd == 1 ? sh[0] : sh[0] * sh[1];
-        if (strstr(dm_param_names[k], "LayerNorm.weight")) fill(p, n, 1.0f);
+        if (strstr(name, "LayerNorm.weight")) fill(p, n, 1.0f);
         else if (nd == 1) fill(p, n, 0.0f);
         else {
             /* N(0, 0.02) by Box-Muller over Philox words (stream 1000 + parameter) */
@@ -236,6 +272,17 @@ dm_status dm_layer_init_params(dm_layer *L, uint64_t seed) {
             }
         }
     }
+    return DM_OK;
+}
+
+dm_status dm_layer_set_training(dm_layer *L, int training) {
+    if (!L) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_set_training: NULL layer");
+    if (L->opt.device != DM_DEVICE_CPU)
+        return dm_fail(DM_ERR_UNSUPPORTED, "evaluation mode (dropout off) on the %s backend: not yet",
+                       dm_device_kind_name(L->opt.device));
+    /* the CPU's kernels read each operator's probability when they run */
+    for (int o = 0; o < L->g.nop; o++)
+        if (dm_op_params(L->g.op[o].kind) & DM_OPP_DROPOUT) L->g.op[o].p = training ? L->cfg.dropout : 0.0;
     return DM_OK;
 }
 

@@ -18,6 +18,7 @@ struct dm_layer {
     size_t arena_bytes;
     const dm_backend *bk; /* the backend of opt.device */
     dm_backend_state *st; /* its state for the plan */
+    dm_segment segment; /* what its graph is: an encoder layer, or a part of a whole BERT */
     int forward_done;
     int profile;
     int defer_wait;     /* a pass returns without waiting for the backend (the trainer
@@ -41,6 +42,15 @@ dm_status dm_layer_new_gpu_grouping(dm_layer **out, const dm_layer_config *cfg, 
  * layers whose work never runs at once, a trainer's). */
 dm_status dm_layer_new_pooled(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
                               dm_backend_pool *pool);
+
+/* A part of a whole BERT (graph/encoder.h's segments) as a layer: its tensors by the
+ * names its builder exports, its steps as a layer's; `pool` as dm_layer_new_pooled. */
+dm_status dm_layer_new_segment(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
+                               dm_segment segment, const dm_bert_sizes *sizes, dm_backend_pool *pool);
+
+/* Training mode (1: dropout at the layer's probability) or evaluation mode (0: none), for
+ * its forward passes (the CPU backend; others DM_ERR_UNSUPPORTED). */
+dm_status dm_layer_set_training(dm_layer *L, int training);
 
 /* The graph tensor of a layer's named tensor (dm_layer_tensor's names), or -1. */
 int dm_layer_tensor_id(const dm_layer *L, const char *name);

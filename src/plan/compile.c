@@ -36,7 +36,17 @@ dm_status dm_compile(const dm_compile_opts *o, dm_graph *g, dm_encoder *enc, dm_
     if (plan) memset(plan, 0, sizeof *plan);
     if (!o || !o->cfg) return dm_fail(DM_ERR_INVALID_ARG, "dm_compile: no configuration given");
     const int fused = o->schedule == DM_SCHED_FUSED;
-    dm_status s = dm_build_encoder(g, o->cfg, o->forward_only, !o->no_input_grad, enc ? enc : &own);
+    dm_encoder *e = enc ? enc : &own;
+    dm_status s;
+    switch (o->segment) {
+    case DM_SEG_ENCODER: s = dm_build_encoder(g, o->cfg, o->forward_only, !o->no_input_grad, e); break;
+    case DM_SEG_EMBEDDINGS: s = dm_build_embeddings(g, o->cfg, o->sizes, o->forward_only, e); break;
+    case DM_SEG_MLM_HEAD: s = dm_build_mlm_head(g, o->cfg, o->sizes, o->forward_only, e); break;
+    default: s = dm_fail(DM_ERR_INVALID_ARG, "dm_compile: segment %d unknown", (int)o->segment);
+    }
+    if (s == DM_OK && o->segment != DM_SEG_ENCODER && (o->recompute || o->choices || o->plan_file))
+        s = dm_fail(DM_ERR_UNSUPPORTED, "recompute and tuned plans are an encoder layer's, not the embeddings' or "
+                    "the head's");
     if (s == DM_OK && fused) s = rewrite_fused(g);
     if (s == DM_OK && o->recompute) s = dm_rewrite_recompute_attention(g, NULL);
     if (s == DM_OK && plan) s = dm_plan_build(g, fused, !o->no_siblings, o->no_reuse, plan);

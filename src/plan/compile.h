@@ -29,6 +29,10 @@ typedef struct {
     const dm_choices *choices;
     const char *plan_file;
     const dm_algo_table *algos;
+    /* the segment of a whole BERT (graph/encoder.h; default: an encoder layer) and, for
+     * the others, the model's sizes */
+    dm_segment segment;
+    const dm_bert_sizes *sizes;
 } dm_compile_opts;
 
 /* Builds g (enc: its named tensors; NULL if not wanted) and, unless plan is NULL, plans

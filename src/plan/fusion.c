@@ -3,7 +3,9 @@
  * are grouped, so a group makes one pass over memory and its intermediates stay in
  * per-thread scratch rows. A merge is refused when it would create a cycle between
  * groups (an outside op both depending on the group and feeding the candidate), or when
- * the candidate reads a column reduction the group is still accumulating. A contraction
+ * the candidate reads a column reduction the group is still accumulating, or a table it
+ * gathers from (EMBED's T input: read from memory); a scatter into a table (EMBED_BWD's
+ * X output) is a group of its own. A contraction
  * goes to BLAS whole, alone, or (second pass) in a batched group with the row groups it
  * feeds or is fed by, or (third pass, CPU plans) with an independent batched group that
  * reads the same input. Groups are then ordered topologically, a row group right after the
@@ -61,6 +63,14 @@ static int batch_prefixed(const dm_graph *g, int t, const char *batch) {
 /* Is op o's output `t` a column reduction (a vector accumulated over all rows)? */
 static int is_colreduce_out(const dm_op *o, int slot) {
     return dm_arg_out(o->kind, slot) == DM_ARG_COLACC;
+}
+
+/* Does op o write a table by index (an X output: EMBED_BWD)? Such an op is a group of its
+ * own: its output rows are not its rows. */
+static int scatters(const dm_op *o) {
+    for (int s = 0; s < o->nout; s++)
+        if (dm_arg_out(o->kind, s) == DM_ARG_SCATTER) return 1;
+    return 0;
 }
 
 /* Do the groups of gid (ids below ng) form a DAG? Group G precedes H when an op of H has
@@ -195,7 +205,8 @@ static dm_status find_ancestors(fuse_ctx *c) {
 /* --- form_row_groups ---------------------------------------------------------------- */
 
 /* May op join group G? No input produced outside G by an op that depends on G; no input
- * that is a column reduction being accumulated inside G. */
+ * that is a column reduction being accumulated inside G; no indexed (T) input made in G
+ * (a gather reads other rows than its own: the table must be in memory). */
 static int row_join_ok(const fuse_ctx *c, const dm_op *op, int G) {
     const dm_graph *g = c->g;
     const int nw = c->nw;
@@ -205,6 +216,7 @@ static int row_join_ok(const fuse_ctx *c, const dm_op *op, int G) {
         int r2 = dm_tensor_root(g, op->in[k2]);
         for (int m2 = 0; m2 < c->nprod[r2] && okm; m2++) {
             int q = c->prod[r2][m2];
+            if (bit(gm, q) && dm_arg_in(op->kind, k2) == DM_ARG_INDEXED) okm = 0;
             if (bit(gm, q)) {
                 for (int s = 0; s < g->op[q].nout; s++)
                     if (dm_tensor_root(g, g->op[q].out[s]) == r2 && is_colreduce_out(&g->op[q], s)) okm = 0;
@@ -223,12 +235,13 @@ static int row_join_ok(const fuse_ctx *c, const dm_op *op, int G) {
 static int row_group_of(const fuse_ctx *c, int o) {
     const dm_graph *g = c->g;
     const dm_op *op = &g->op[o];
+    if (scatters(op)) return -1;
     for (int k = 0; k < op->nin; k++) {
         int r = dm_tensor_root(g, op->in[k]);
         for (int m = 0; m < c->nprod[r]; m++) {
             int p = c->prod[r][m], G = c->gid[p];
             const dm_op *po = &g->op[p];
-            if (po->kind == DM_OP_CONTRACT || po->pass != op->pass) continue;
+            if (po->kind == DM_OP_CONTRACT || po->pass != op->pass || scatters(po)) continue;
             if (po->rows != op->rows || po->cols != op->cols) continue;
             if (row_join_ok(c, op, G)) return G;
         }
@@ -262,7 +275,7 @@ static int batch_members_ok(const fuse_ctx *c, int G, int H, const char *bl, int
             char qb[4];
             okm = batch_letters(c->g, qo, qb, &qnb) && qnb == nb && !strcmp(qb, bl);
         } else {
-            okm = qo->rows % nb == 0 && !dm_op_reduces_cols(qo->kind);
+            okm = qo->rows % nb == 0 && !dm_op_reduces_cols(qo->kind) && !dm_op_indexed(qo->kind);
         }
     }
     return okm;

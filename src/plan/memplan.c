@@ -14,7 +14,9 @@
  * the writing op itself if that op is element by element (output element c from input
  * element c only): each row is then read before it is overwritten, by the thread (or GPU
  * team) that owns the row. Row reductions (softmax, LayerNorm) never write over their
- * own input: they read it in several passes. */
+ * own input: they read it in several passes. A table gathered from (EMBED's T input) is
+ * read at any row, so nothing takes its bytes in the group that reads it, and a table
+ * written by index (EMBED_BWD's X output) never takes an input's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,7 +64,9 @@ static void plan_in_place(const dm_plan *plan, const int64_t *first, const int64
             const int self = dm_op_pointwise(op->kind);
             for (int s = 0; s < op->nout; s++) {
                 const int o = op->out[s];
-                if (!plan->in_memory[o] || !row_operand(g, op, o) || first[o] != G || alias[o] >= 0) continue;
+                if (!plan->in_memory[o] || !row_operand(g, op, o) || first[o] != G || alias[o] >= 0 ||
+                    dm_arg_out(op->kind, s) != DM_ARG_FULL) /* a scatter's table: not row for row */
+                    continue;
                 int writers = 0;
                 for (int q = 0; q < g->nop; q++)
                     for (int u = 0; u < g->op[q].nout; u++) writers += dm_tensor_root(g, g->op[q].out[u]) == o;
@@ -73,7 +77,8 @@ static void plan_in_place(const dm_plan *plan, const int64_t *first, const int64
                     const dm_op *rd = &g->op[plan->order[gr->first + j]];
                     for (int v = 0; v < rd->nin && alias[o] < 0; v++) {
                         const int in = rd->in[v];
-                        if (!plan->in_memory[in] || !row_operand(g, rd, in) || last[in] != G || !same_shape(g, in, o))
+                        if (!plan->in_memory[in] || !row_operand(g, rd, in) || last[in] != G || !same_shape(g, in, o) ||
+                            dm_arg_in(rd->kind, v) == DM_ARG_INDEXED)
                             continue;
                         int taken = 0, later = 0;
                         for (int t = 0; t < g->nt && !taken; t++) taken = alias[t] == in;
@@ -82,7 +87,9 @@ static void plan_in_place(const dm_plan *plan, const int64_t *first, const int64
                         for (int q = 0; q < k + self && !later; q++) {
                             const dm_op *op2 = &g->op[plan->order[gr->first + q]];
                             for (int w = 0; w < op2->nin; w++)
-                                if (dm_tensor_root(g, op2->in[w]) == in && (op2->in[w] != in || !row_operand(g, op2, in)))
+                                if (dm_tensor_root(g, op2->in[w]) == in &&
+                                    (op2->in[w] != in || !row_operand(g, op2, in) ||
+                                     dm_arg_in(op2->kind, w) == DM_ARG_INDEXED)) /* gathered: any row */
                                     later = 1;
                         }
                         for (int q = k + self; q < gr->nops && !later; q++) {
@@ -155,6 +162,7 @@ dm_status dm_plan_memory(dm_plan *plan, int no_reuse) {
                     if (contr || dm_arg_out(op->kind, s) == DM_ARG_COLACC)
                         plan->in_memory[r] = 1;
                 }
+                if (dm_arg_out(op->kind, s) == DM_ARG_SCATTER) plan->in_memory[r] = 1; /* a whole table */
             }
         }
     }
@@ -166,7 +174,8 @@ dm_status dm_plan_memory(dm_plan *plan, int no_reuse) {
                 int r = dm_tensor_root(g, op->in[s]);
                 if (last[r] < G) last[r] = G;
                 if (first[r] > G) first[r] = G;
-                if ((op->kind == DM_OP_CONTRACT && !tileable(g, gr, r)) || owner[r] != G)
+                if ((op->kind == DM_OP_CONTRACT && !tileable(g, gr, r)) || owner[r] != G ||
+                    dm_arg_in(op->kind, s) == DM_ARG_INDEXED) /* a table gathered from */
                     plan->in_memory[r] = 1;
             }
         }

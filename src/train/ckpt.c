@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "core/strbuf.h"
 #include "graph/encoder.h"
+#include "train/model.h"
 #include "train/trainer_internal.h"
 
 #define CKPT_FORMAT "dmove-trainer-checkpoint"
@@ -33,17 +34,21 @@ static uint64_t hash_bytes(uint64_t h, const void *data, size_t n) {
 
 static uint64_t hash_str(uint64_t h, const char *s) { return hash_bytes(h, s, strlen(s) + 1); }
 
-/* The metadata: up to M_EPS the architecture (the parameters fit only it), up to M_ADAMW
+/* The metadata: up to M_MODEL the architecture (the parameters fit only it), up to M_ADAMW
  * the run (resuming with other values would not continue it: other masks, data or
  * optimizer), then what may change (the decay's last step, with a longer --steps) and the
  * step itself. */
-enum { M_LAYERS, M_HIDDEN, M_HEADS, M_FFN, M_ACT, M_NORM, M_CAUSAL, M_EPS, M_DROPOUT, M_SEED, M_BATCH, M_SEQ,
-       M_RUN, M_ADAMW, M_TOTAL, M_STEP, M_N };
-static const char *const k_meta[M_N] = {"layers", "hidden", "heads", "ffn", "act", "norm", "causal", "eps",
-                                        "dropout", "seed", "batch", "seq", "run", "adamw", "adamw_total", "step"};
+enum { M_LAYERS, M_HIDDEN, M_HEADS, M_FFN, M_ACT, M_NORM, M_CAUSAL, M_EPS, M_MODEL, M_DROPOUT, M_SEED, M_BATCH,
+       M_SEQ, M_RUN, M_ADAMW, M_TOTAL, M_STEP, M_N };
+static const char *const k_meta[M_N] = {"layers", "hidden", "heads", "ffn",  "act", "norm",
+                                        "causal", "eps",    "model", "dropout", "seed", "batch",
+                                        "seq",    "run",    "adamw", "adamw_total", "step"};
 /* The layer variant's keys came later: a checkpoint without them is of a post-LN,
- * bidirectional stack, and at those values they are left out of the checksum. */
-static const char *optional_default(int m) { return m == M_NORM ? "post" : m == M_CAUSAL ? "0" : NULL; }
+ * bidirectional stack, and at those values they are left out of the checksum; so is
+ * "model" ("-": a stack of layers; a whole BERT's sizes around its layers). */
+static const char *optional_default(int m) {
+    return m == M_NORM ? "post" : m == M_CAUSAL ? "0" : m == M_MODEL ? "-" : NULL;
+}
 #define META_MAX_STEP INT64_C(1000000000000)
 #define META_LEN 400 /* a value's text, its 0 included */
 
@@ -63,6 +68,14 @@ static void meta_values(const dm_trainer *T, char v[M_N][META_LEN]) {
     snprintf(v[M_BATCH], META_LEN, "%" PRId64, c->batch);
     snprintf(v[M_SEQ], META_LEN, "%" PRId64, c->seq);
     snprintf(v[M_RUN], META_LEN, "%s", T->run_tag[0] ? T->run_tag : "-");
+    if (T->model) {
+        const dm_bert_sizes *z = &T->model->c.sizes;
+        snprintf(v[M_MODEL], META_LEN, "bert vocab=%" PRId64 " positions=%" PRId64 " types=%" PRId64
+                 " predictions=%" PRId64 " pad=%" PRId64, z->vocab, z->positions, z->types, z->predictions,
+                 T->model->c.pad_id);
+    } else {
+        snprintf(v[M_MODEL], META_LEN, "-");
+    }
     char f[5][32];
     const double fv[5] = {a->lr, a->beta1, a->beta2, a->eps, a->weight_decay};
     for (int k = 0; k < 5; k++) dm_fmt_exact(f[k], sizeof f[k], fv[k]);
@@ -82,11 +95,20 @@ static void meta_values(const dm_trainer *T, char v[M_N][META_LEN]) {
     snprintf(v[M_STEP], META_LEN, "%" PRId64, T->step);
 }
 
-/* The checkpoint's tensors in file order: for each layer and parameter, the parameter,
- * exp_avg, exp_avg_sq. */
-static void tensor_name(char *out, size_t n, int l, int k, int which) {
+/* The checkpoint's tensors in file order: for each slot (a stack: layer by layer,
+ * parameter by parameter), the parameter, exp_avg, exp_avg_sq; under Hugging Face names
+ * (a stack: BertEncoder's, a whole BERT: BertForMaskedLM's). */
+static void tensor_name(const dm_trainer *T, char *out, size_t n, int si, int which) {
     static const char *const suffix[3] = {"", ".exp_avg", ".exp_avg_sq"};
-    snprintf(out, n, "encoder.layer.%d.%s%s", l, dm_param_names[k], suffix[which]);
+    const dm_train_slot *sl = &T->slot[si];
+    if (!T->model)
+        snprintf(out, n, "encoder.layer.%d.%s%s", sl->seg, sl->pname, suffix[which]);
+    else if (sl->seg == 0)
+        snprintf(out, n, "bert.%s%s", sl->pname, suffix[which]);
+    else if (sl->seg <= T->nlayers)
+        snprintf(out, n, "bert.encoder.layer.%d.%s%s", sl->seg - 1, sl->pname, suffix[which]);
+    else
+        snprintf(out, n, "%s%s", sl->pname, suffix[which]);
 }
 
 static const float *tensor_data(const dm_trainer *T, int si, int which) {
@@ -95,7 +117,7 @@ static const float *tensor_data(const dm_trainer *T, int si, int which) {
 }
 
 /* The tensors in file order, layer by layer, parameter by parameter, then which: */
-static int ntensors(const dm_trainer *T) { return T->nlayers * DM_NUM_PARAMS * 3; }
+static int ntensors(const dm_trainer *T) { return T->nslots * 3; }
 
 /* The checksum over the metadata and every tensor's bytes, data[(si * 3) + which] (in the
  * file, data may be unaligned: it is read as bytes). */
@@ -106,15 +128,13 @@ static uint64_t checksum_of(const char meta[M_N][META_LEN], const dm_trainer *T,
         h = hash_str(h, k_meta[m]);
         h = hash_str(h, meta[m]);
     }
-    char name[160];
-    for (int l = 0; l < T->nlayers; l++)
-        for (int k = 0; k < DM_NUM_PARAMS; k++)
-            for (int w = 0; w < 3; w++) {
-                tensor_name(name, sizeof name, l, k, w);
-                h = hash_str(h, name);
-                const int si = l * DM_NUM_PARAMS + k;
-                h = hash_bytes(h, data[si * 3 + w], (size_t)T->slot[si].n * sizeof(float));
-            }
+    char name[192];
+    for (int si = 0; si < T->nslots; si++)
+        for (int w = 0; w < 3; w++) {
+            tensor_name(T, name, sizeof name, si, w);
+            h = hash_str(h, name);
+            h = hash_bytes(h, data[si * 3 + w], (size_t)T->slot[si].n * sizeof(float));
+        }
     return h;
 }
 
@@ -124,7 +144,7 @@ dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
         return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer has no optimizer state to checkpoint");
     if (T->broken) return dm_trainer_broken(T);
     DM_TRY(dm_trainer_pull(T, DM_PULL_STATE)); /* the backend's parameters and moments to the host */
-    char meta[M_N][META_LEN], hex[32], name[160];
+    char meta[M_N][META_LEN], hex[32], name[192];
     meta_values(T, meta);
     const void **data = malloc((size_t)ntensors(T) * sizeof *data);
     if (!data) return dm_fail(DM_ERR_OOM, "out of memory writing checkpoint '%s'", path);
@@ -136,13 +156,12 @@ dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
     if (s == DM_OK) s = dm_st_writer_set_metadata(w, "version", CKPT_VERSION);
     for (int m = 0; s == DM_OK && m < M_N; m++) s = dm_st_writer_set_metadata(w, k_meta[m], meta[m]);
     if (s == DM_OK) s = dm_st_writer_set_metadata(w, "checksum", hex);
-    for (int l = 0; s == DM_OK && l < T->nlayers; l++)
-        for (int k = 0; s == DM_OK && k < DM_NUM_PARAMS; k++)
-            for (int wh = 0; s == DM_OK && wh < 3; wh++) {
-                const dm_train_slot *sl = &T->slot[l * DM_NUM_PARAMS + k];
-                tensor_name(name, sizeof name, l, k, wh);
-                s = dm_st_writer_add(w, name, DM_ST_F32, sl->ndim, sl->shape, data[(l * DM_NUM_PARAMS + k) * 3 + wh]);
-            }
+    for (int si = 0; s == DM_OK && si < T->nslots; si++)
+        for (int wh = 0; s == DM_OK && wh < 3; wh++) {
+            const dm_train_slot *sl = &T->slot[si];
+            tensor_name(T, name, sizeof name, si, wh);
+            s = dm_st_writer_add(w, name, DM_ST_F32, sl->ndim, sl->shape, data[si * 3 + wh]);
+        }
     if (s == DM_OK) s = dm_st_writer_write(w, path);
     dm_st_writer_free(w);
     free(data);
@@ -150,14 +169,13 @@ dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
     return s;
 }
 
-/* The file's tensor for (l, k, which), checked: f32, the slot's shape. */
-static dm_status find_checked(const dm_st_file *f, const dm_trainer *T, int l, int k, int which,
-                              const dm_st_tensor **out) {
-    char name[160];
-    tensor_name(name, sizeof name, l, k, which);
+/* The file's tensor for (slot si, which), checked: f32, the slot's shape. */
+static dm_status find_checked(const dm_st_file *f, const dm_trainer *T, int si, int which, const dm_st_tensor **out) {
+    char name[192];
+    tensor_name(T, name, sizeof name, si, which);
     const dm_st_tensor *t = dm_st_find(f, name);
     if (!t) return dm_fail(DM_ERR_NOT_FOUND, "tensor '%s' is missing: the file is not a whole checkpoint", name);
-    const dm_train_slot *sl = &T->slot[l * DM_NUM_PARAMS + k];
+    const dm_train_slot *sl = &T->slot[si];
     int ok = t->dtype == DM_ST_F32 && t->ndim == sl->ndim && t->shape[0] == sl->shape[0] &&
              (sl->ndim == 1 || t->shape[1] == sl->shape[1]);
     if (!ok) return dm_fail(DM_ERR_SHAPE, "tensor '%s' is %s with %d dimensions, not F32 of this trainer's shape",
@@ -186,12 +204,13 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
     }
     for (int m = 0; m <= M_ADAMW; m++) {
         if (!strcmp(theirs[m], mine[m])) continue;
-        if (m <= M_EPS)
+        if (m <= M_MODEL)
             return dm_fail(DM_ERR_SHAPE, "the checkpoint's %s is %s, this trainer's %s: give the architecture it was "
                            "saved with (checkpoint: %s layers, hidden %s, heads %s, ffn %s, act %s, norm %s, "
-                           "causal %s, eps %s)",
+                           "causal %s, eps %s, model %s)",
                            k_meta[m], theirs[m], mine[m], theirs[M_LAYERS], theirs[M_HIDDEN], theirs[M_HEADS],
-                           theirs[M_FFN], theirs[M_ACT], theirs[M_NORM], theirs[M_CAUSAL], theirs[M_EPS]);
+                           theirs[M_FFN], theirs[M_ACT], theirs[M_NORM], theirs[M_CAUSAL], theirs[M_EPS],
+                           theirs[M_MODEL]);
         return dm_fail(DM_ERR_INVALID_ARG, "the checkpoint's %s is %s, this run's %s: resuming continues the run "
                        "only with the options it was trained with (checkpoint: dropout %s, seed %s, batch %s, seq %s, "
                        "data %s, optimizer %s)", m == M_ADAMW ? "optimizer" : k_meta[m], theirs[m], mine[m], theirs[M_DROPOUT], theirs[M_SEED],
@@ -204,7 +223,7 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
         return dm_fail(DM_ERR_FORMAT, "the checkpoint's step '%s' is not a count (0 to 10^12)", theirs[M_STEP]);
     for (int i = 0; i < ntensors(T); i++) {
         const dm_st_tensor *t = NULL;
-        DM_TRY(find_checked(f, T, i / 3 / DM_NUM_PARAMS, i / 3 % DM_NUM_PARAMS, i % 3, &t));
+        DM_TRY(find_checked(f, T, i / 3, i % 3, &t));
         data[i] = t->data;
     }
     const char *sum = dm_st_metadata(f, "checksum");
@@ -329,6 +348,9 @@ dm_status dm_trainer_load_params(dm_trainer *T, const char *path) {
 
 dm_status dm_trainer_load_layers(dm_trainer *T, const char *path, int first) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_load_layers: NULL argument");
+    if (T->model)
+        return dm_fail(DM_ERR_UNSUPPORTED, "a whole BERT's trainer takes its parameters by name "
+                       "(dm_trainer_tensor), not as a stack's layers");
     if (first < 0 || first > 100000)
         return dm_fail(DM_ERR_INVALID_ARG, "first layer %d: give 0 or more", first);
     return load_file(T, path, load_params_checked, first, "parameters from");

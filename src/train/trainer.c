@@ -14,6 +14,7 @@
 #include "graph/encoder.h"
 #include "layer/layer_internal.h"
 #include "train/train.h"
+#include "train/model.h"
 #include "train/trainer_internal.h"
 
 #define DM_TRAIN_MAX_LAYERS 256
@@ -61,12 +62,16 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
     }
     /* the parameter slots, and one block for both AdamW moments of all of them */
     const int nslots = layers * DM_NUM_PARAMS;
+    T->nseg = layers;
     if (s == DM_OK && !(T->slot = calloc((size_t)nslots, sizeof *T->slot)))
         s = dm_fail(DM_ERR_OOM, "out of memory");
+    if (s == DM_OK) T->nslots = nslots;
     int64_t total = 0;
     for (int l = 0; s == DM_OK && l < layers; l++)
         for (int k = 0; s == DM_OK && k < DM_NUM_PARAMS; k++) {
             dm_train_slot *sl = &T->slot[l * DM_NUM_PARAMS + k];
+            sl->seg = l;
+            sl->pname = dm_param_names[k];
             int nd = 0;
             int64_t sh[4] = {0, 0, 0, 0};
             s = dm_layer_tensor(T->L[l], dm_param_names[k], &sl->p, &nd, sh);
@@ -105,7 +110,9 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
 void dm_trainer_free(dm_trainer *T) {
     if (!T) return;
     dm_trainer_state_free(T);
-    for (int l = 0; T->L && l < T->nlayers; l++) dm_layer_free(T->L[l]);
+    if (T->model) dm_model_free(T->model); /* its segments are T->L */
+    else
+        for (int l = 0; T->L && l < T->nlayers; l++) dm_layer_free(T->L[l]);
     dm_trainer_pool_free(T); /* after the layers that borrow from it */
     free(T->L);
     free(T->slot);
@@ -126,7 +133,7 @@ void dm_trainer_memory_info(const dm_trainer *T, dm_layer_memory *sum, size_t *o
     memset(sum, 0, sizeof *sum);
     *optimizer = 0;
     if (!T) return;
-    for (int l = 0; l < T->nlayers; l++) {
+    for (int l = 0; l < T->nseg; l++) {
         dm_layer_memory m;
         dm_layer_memory_info(T->L[l], &m);
         sum->arena += m.arena;
@@ -143,7 +150,7 @@ void dm_trainer_memory_info(const dm_trainer *T, dm_layer_memory *sum, size_t *o
 
 double dm_trainer_step_flop(const dm_trainer *T) {
     double sum = 0.0;
-    for (int l = 0; T && l < T->nlayers; l++) {
+    for (int l = 0; T && l < T->nseg; l++) {
         double f[2][DM_NUM_CLASSES];
         dm_layer_flop(T->L[l], f);
         for (int p = 0; p < (T->forward_only ? 1 : 2); p++)
@@ -158,7 +165,9 @@ void dm_trainer_times(const dm_trainer *T, double secs[DM_TRAIN_NUM_PHASES]) {
 
 dm_status dm_trainer_init_params(dm_trainer *T, uint64_t seed) {
     if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_init_params: NULL trainer");
-    for (int l = 0; l < T->nlayers; l++) DM_TRY(dm_layer_init_params(T->L[l], dm_train_layer_seed(seed, l, 0)));
+    if (T->model) DM_TRY(dm_model_init_params(T->model, seed));
+    else
+        for (int l = 0; l < T->nlayers; l++) DM_TRY(dm_layer_init_params(T->L[l], dm_train_layer_seed(seed, l, 0)));
     if (T->moments) memset(T->moments, 0, (size_t)T->nparams * 2 * sizeof(float));
     T->step = 0;
     T->micro = 0;
@@ -189,6 +198,7 @@ int dm_train_slot_find(const dm_trainer *T, int l, const char *param) {
 
 dm_status dm_trainer_tensor(dm_trainer *T, const char *name, float **data, int *ndim, int64_t shape[4]) {
     if (!T || !name || !data) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_tensor: NULL argument");
+    if (T->model) return dm_trainer_bert_tensor(T, name, data, ndim, shape);
     int64_t sh[4] = {0, 0, 0, 0};
     int nd = 0;
     float *p = NULL;
@@ -279,6 +289,7 @@ static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
 dm_status dm_trainer_forward(dm_trainer *T, double *loss) {
     if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_forward: NULL trainer");
     if (T->broken) return dm_trainer_broken(T);
+    if (T->model) return dm_trainer_bert_forward(T, next_micro(T), loss);
     DM_TRY(forward(T, next_micro(T), loss));
     return dm_trainer_pull(T, DM_PULL_OUTPUT); /* the caller reads the output */
 }
@@ -289,25 +300,31 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
         return dm_fail(DM_ERR_INVALID_ARG, "this trainer was made forward-only: it cannot take a step");
     if (T->broken) return dm_trainer_broken(T);
     const int64_t step = T->step + 1;
-    const int acc = T->optim.accumulate;
     double l = 0.0;
-    DM_TRY(forward(T, next_micro(T), &l));
+    if (T->model) DM_TRY(dm_trainer_bert_forward(T, next_micro(T), &l));
+    else DM_TRY(forward(T, next_micro(T), &l));
     if (!isfinite(l))
         return dm_fail(DM_ERR_INVALID_ARG, "the loss is %g: the parameters were not updated (update %lld); "
                        "lower the learning rate (--lr) or check the inputs and targets for NaN or huge "
                        "values", l, (long long)step);
     double t0 = now();
-    for (int li = T->nlayers - 1; li >= 0; li--) {
+    if (T->model) DM_TRY(dm_trainer_bert_backward(T));
+    for (int li = T->model ? -1 : T->nlayers - 1; li >= 0; li--) {
         DM_TRY(dm_layer_backward(T->L[li]));
         if (li > 0) DM_TRY(dm_trainer_link(T, li, "grad_hidden_states", li - 1, "grad_output"));
     }
+    if (loss) *loss = l;
+    return dm_trainer_after_backward(T, step, t0);
+}
+
+dm_status dm_trainer_after_backward(dm_trainer *T, int64_t step, double t0) {
+    const int acc = T->optim.accumulate;
     dm_trainer_grads_new(T); /* even if the wait below fails */
     /* with accumulation, every micro-batch's gradient into the sums */
     if (acc > 1) DM_TRY(dm_trainer_accumulate(T, T->micro == 0));
     DM_TRY(dm_trainer_wait(T)); /* the backward's time is the backend's */
     double t1 = now();
     T->secs[DM_TRAIN_BACKWARD] += t1 - t0;
-    if (loss) *loss = l;
     if (++T->micro < acc) return DM_OK;
     T->micro = 0; /* the next window starts over, whether the update goes through or not */
     dm_status s = dm_trainer_update(T, step, acc > 1);

@@ -8,6 +8,8 @@
 #include "plan/backend.h"
 
 typedef struct {
+    int seg;          /* the segment (T->L) that holds it */
+    const char *pname;/* its name there (dm_layer_tensor's; lives as long as the segment) */
     float *p, *g;     /* the parameter and its gradient, in the layer's arena */
     int64_t n;        /* elements */
     int64_t off;      /* where its moments start in each half of dm_trainer.moments */
@@ -28,8 +30,13 @@ struct dm_trainer {
     dm_optim_config optim;
     int nlayers;
     int forward_only;
-    dm_layer **L;
-    dm_train_slot *slot; /* nlayers * DM_NUM_PARAMS, layer-major, in dm_param_names order */
+    dm_layer **L;        /* the segments: a stack's layers; a whole model's embeddings,
+                          * layers and head (the model's, not owned here) */
+    int nseg;            /* segments in L (a stack: nlayers) */
+    struct dm_model *model; /* a whole BertForMaskedLM (train/model.h), or NULL: a stack */
+    dm_train_slot *slot; /* a stack: nlayers * DM_NUM_PARAMS, layer-major, in dm_param_names
+                          * order; a model: every segment's parameters but the tied decoder */
+    int nslots;
     int64_t nparams;
     float *moments;      /* exp_avg of every parameter, then exp_avg_sq: 2 * nparams */
     float *mask;         /* (b, j) */
@@ -89,6 +96,9 @@ dm_status dm_trainer_inputs(dm_trainer *T);
 dm_status dm_trainer_link(dm_trainer *T, int from, const char *src, int to, const char *dst);
 dm_status dm_trainer_loss(dm_trainer *T, float scale);
 dm_status dm_trainer_accumulate(dm_trainer *T, int first);
+/* After a micro-batch's backward that began at time t0 (omp_get_wtime): the gradients
+ * accumulated, and every accumulate-th call update `step` (trainer.c). */
+dm_status dm_trainer_after_backward(dm_trainer *T, int64_t step, double t0);
 dm_status dm_trainer_update(dm_trainer *T, int64_t step, int summed);
 /* Waits for every layer's work (a GPU's streams): the end of a pass of the stack. */
 dm_status dm_trainer_wait(dm_trainer *T);
@@ -98,6 +108,11 @@ void dm_trainer_grads_new(dm_trainer *T);
 /* The parameters and moments were replaced on the host (initialised, loaded): every slot
  * dirty, none stale, the trainer not broken. */
 void dm_trainer_state_replaced(dm_trainer *T);
+/* model.c: a BERT trainer's tensors by model name; its forward pass (the micro-batch's
+ * dropout masks) and backward pass (the tied table's gradient summed). */
+dm_status dm_trainer_bert_tensor(dm_trainer *T, const char *name, float **data, int *ndim, int64_t shape[4]);
+dm_status dm_trainer_bert_forward(dm_trainer *T, int64_t micro, double *loss);
+dm_status dm_trainer_bert_backward(dm_trainer *T);
 /* DM_ERR_BACKEND saying the trainer is broken (T->broken), and what to do. */
 dm_status dm_trainer_broken(const dm_trainer *T);
 

@@ -58,12 +58,12 @@ static int64_t span(const dm_layer *L, int t) {
 
 dm_status dm_trainer_state_init(dm_trainer *T) {
     const dm_backend *B = T->bk;
-    for (int l = 0; l < T->nlayers; l++)
-        if (T->L[l]->bk != B) return dm_fail(DM_ERR_INTERNAL, "layer %d of the trainer is on another backend", l);
-    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
+    for (int l = 0; l < T->nseg; l++)
+        if (T->L[l]->bk != B) return dm_fail(DM_ERR_INTERNAL, "segment %d of the trainer is on another backend", l);
+    for (int k = 0; k < T->nslots; k++) {
         dm_train_slot *sl = &T->slot[k];
-        const int l = k / DM_NUM_PARAMS;
-        const char *name = dm_param_names[k % DM_NUM_PARAMS];
+        const int l = sl->seg;
+        const char *name = sl->pname;
         char g[96];
         snprintf(g, sizeof g, "%s.grad", name);
         sl->tg = -1;
@@ -76,13 +76,15 @@ dm_status dm_trainer_state_init(dm_trainer *T) {
     }
     /* the layers' passes are chained in the backend (copy_tensor): the trainer waits for
      * it once per pass of the stack (dm_trainer_wait), not after each layer */
-    for (int l = 0; l < T->nlayers; l++) T->L[l]->defer_wait = 1;
+    for (int l = 0; l < T->nseg; l++) T->L[l]->defer_wait = 1;
     dm_backend_state *h = home(T);
     const size_t tokens = (size_t)T->cfg.batch * (size_t)T->cfg.seq, acts = tokens * (size_t)T->cfg.hidden;
     const size_t np = (size_t)T->nparams;
-    DM_TRY(B->buf_new(h, acts * sizeof(float), T->target, (void **)&T->d_target, "the training targets"));
-    DM_TRY(B->buf_new(h, tokens * sizeof(float), T->mask, (void **)&T->d_mask, "the attention mask"));
-    DM_TRY(B->buf_new(h, tokens * sizeof(double), T->partial, (void **)&T->d_partial, "the loss"));
+    if (!T->model) { /* the stack's loss: the mean squared error against a target */
+        DM_TRY(B->buf_new(h, acts * sizeof(float), T->target, (void **)&T->d_target, "the training targets"));
+        DM_TRY(B->buf_new(h, tokens * sizeof(float), T->mask, (void **)&T->d_mask, "the attention mask"));
+        DM_TRY(B->buf_new(h, tokens * sizeof(double), T->partial, (void **)&T->d_partial, "the loss"));
+    }
     if (!T->forward_only) {
         size_t bytes;
         if (!dm_mul_ok(np, 2 * sizeof(float), &bytes))
@@ -92,7 +94,7 @@ dm_status dm_trainer_state_init(dm_trainer *T) {
             DM_TRY(B->buf_new(h, np * sizeof(float), NULL, (void **)&T->d_master, "the fp32 master weights"));
         /* the partial sums of the gradient norms and LAMB's tensor norms, 2 x DM_NORM_PARTS
          * per slot (a few KiB a tensor) */
-        const size_t nn = (size_t)T->nlayers * DM_NUM_PARAMS * 2 * DM_NORM_PARTS;
+        const size_t nn = (size_t)T->nslots * 2 * DM_NORM_PARTS;
         if (!(T->norms = malloc(nn * sizeof(double)))) return dm_fail(DM_ERR_OOM, "out of memory for the norms");
         DM_TRY(B->buf_new(h, nn * sizeof(double), T->norms, (void **)&T->d_norms, "the gradient norms"));
     }
@@ -129,10 +131,10 @@ static dm_status moments_copy(const dm_trainer *T, const dm_train_slot *sl, int 
 }
 
 dm_status dm_trainer_push(dm_trainer *T) {
-    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
+    for (int k = 0; k < T->nslots; k++) {
         dm_train_slot *sl = &T->slot[k];
         if (!sl->dirty) continue;
-        dm_backend_state *s = st(T, k / DM_NUM_PARAMS);
+        dm_backend_state *s = st(T, T->slot[k].seg);
         DM_TRY(T->bk->upload(s, sl->tp, sl->p)); /* rounded to the storage type */
         if (T->d_master) DM_TRY(T->bk->buf_copy(s, T->d_master + sl->off, sl->p, (size_t)sl->n * sizeof(float), 1));
         DM_TRY(moments_copy(T, sl, 1));
@@ -145,7 +147,7 @@ dm_status dm_trainer_pull_slot(const dm_trainer *T, int k) {
     /* the host copies are a cache of the backend's state: filling them changes no state */
     dm_train_slot *sl = &((dm_trainer *)T)->slot[k];
     if (!sl->host_stale) return DM_OK;
-    dm_backend_state *s = st(T, k / DM_NUM_PARAMS);
+    dm_backend_state *s = st(T, T->slot[k].seg);
     if (T->d_master) DM_TRY(T->bk->buf_copy(s, sl->p, T->d_master + sl->off, (size_t)sl->n * sizeof(float), 0));
     else DM_TRY(T->bk->download(s, sl->tp, sl->p));
     if (sl->tg >= 0) DM_TRY(T->bk->download(s, sl->tg, sl->g));
@@ -156,7 +158,7 @@ dm_status dm_trainer_pull_slot(const dm_trainer *T, int k) {
 
 dm_status dm_trainer_pull(const dm_trainer *T, unsigned what) {
     dm_trainer *W = (dm_trainer *)T; /* a cache, as above */
-    for (int k = 0; (what & DM_PULL_STATE) && k < T->nlayers * DM_NUM_PARAMS; k++)
+    for (int k = 0; (what & DM_PULL_STATE) && k < T->nslots; k++)
         DM_TRY(dm_trainer_pull_slot(T, k));
     if ((what & DM_PULL_OUTPUT) && T->output_stale) {
         DM_TRY(dm_trainer_download(W, T->nlayers - 1, "output"));
@@ -218,12 +220,12 @@ dm_status dm_trainer_loss(dm_trainer *T, float scale) {
 }
 
 dm_status dm_trainer_wait(dm_trainer *T) {
-    for (int l = 0; l < T->nlayers; l++) DM_TRY(T->bk->sync(st(T, l)));
+    for (int l = 0; l < T->nseg; l++) DM_TRY(T->bk->sync(st(T, l)));
     return DM_OK;
 }
 
 void dm_trainer_grads_new(dm_trainer *T) {
-    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) T->slot[k].host_stale = 1;
+    for (int k = 0; k < T->nslots; k++) T->slot[k].host_stale = 1;
 }
 
 dm_status dm_trainer_accumulate(dm_trainer *T, int first) {
@@ -233,9 +235,9 @@ dm_status dm_trainer_accumulate(dm_trainer *T, int first) {
             return dm_fail(DM_ERR_OOM, "the gradient sums do not fit in memory");
         DM_TRY(T->bk->buf_new(home(T), bytes, NULL, (void **)&T->d_acc, "the gradient sums (--accumulate)"));
     }
-    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
+    for (int k = 0; k < T->nslots; k++) {
         const dm_train_slot *sl = &T->slot[k];
-        DM_TRY(T->bk->accumulate(st(T, k / DM_NUM_PARAMS), sl->tg, sl->n, T->d_acc + sl->off, first));
+        DM_TRY(T->bk->accumulate(st(T, T->slot[k].seg), sl->tg, sl->n, T->d_acc + sl->off, first));
     }
     return DM_OK;
 }
@@ -248,7 +250,7 @@ static const float *grad_buf(const dm_trainer *T, const dm_train_slot *sl, int s
 /* The partial sums of `parts` per slot (T->d_norms, slot k's at k * stride) to the host,
  * each slot's added in order into sums[k * per + i] for i < parts / DM_NORM_PARTS. */
 static dm_status fetch_norms(dm_trainer *T, size_t stride, int groups, double *sums) {
-    const int ns = T->nlayers * DM_NUM_PARAMS;
+    const int ns = T->nslots;
     const size_t n = (size_t)ns * stride;
     DM_TRY(T->bk->buf_copy(home(T), T->norms, T->d_norms, n * sizeof(double), 0));
     for (int k = 0; k < ns; k++)
@@ -264,12 +266,12 @@ static dm_status fetch_norms(dm_trainer *T, size_t stride, int groups, double *s
  * to the gradients as stored into *gscale. Fails, before any change, on a norm that is not
  * finite. */
 static dm_status grad_scale(dm_trainer *T, int64_t step, int summed, double *gscale) {
-    const int ns = T->nlayers * DM_NUM_PARAMS, acc = T->optim.accumulate;
+    const int ns = T->nslots, acc = T->optim.accumulate;
     *gscale = 1.0 / (double)acc;
     if (!(T->optim.clip_norm > 0.0) && T->optim.kind != DM_OPT_LAMB) return DM_OK;
     for (int k = 0; k < ns; k++) {
         const dm_train_slot *sl = &T->slot[k];
-        DM_TRY(T->bk->sumsq(st(T, k / DM_NUM_PARAMS), sl->tg, grad_buf(T, sl, summed), sl->n,
+        DM_TRY(T->bk->sumsq(st(T, T->slot[k].seg), sl->tg, grad_buf(T, sl, summed), sl->n,
                             T->d_norms + (size_t)k * DM_NORM_PARTS));
     }
     double *per = malloc((size_t)ns * sizeof(double));
@@ -296,12 +298,12 @@ static dm_status grad_scale(dm_trainer *T, int64_t step, int summed, double *gsc
 /* LAMB: the moments and norms of every tensor, then each one's step scaled by its trust
  * ratio ||w|| / ||u|| (tensors that take weight decay; NVIDIA's FusedLAMB's default). */
 static dm_status lamb(dm_trainer *T, int64_t step, double lr, double gscale, int summed) {
-    const int ns = T->nlayers * DM_NUM_PARAMS;
+    const int ns = T->nslots;
     for (int k = 0; k < ns; k++) {
         const dm_train_slot *sl = &T->slot[k];
         dm_optim_coef c;
         dm_optim_coef_make(&c, lr, sl->decay ? T->optim.weight_decay : 0.0, gscale, &T->optim, step);
-        DM_TRY(T->bk->optimize(st(T, k / DM_NUM_PARAMS), DM_PASS_LAMB_MOMENTS, sl->tp, sl->tg, sl->n,
+        DM_TRY(T->bk->optimize(st(T, T->slot[k].seg), DM_PASS_LAMB_MOMENTS, sl->tp, sl->tg, sl->n,
                                T->d_master ? T->d_master + sl->off : NULL, T->d_moments + sl->off,
                                T->d_moments + T->nparams + sl->off, grad_buf(T, sl, summed), &c,
                                T->d_norms + (size_t)k * 2 * DM_NORM_PARTS));
@@ -317,7 +319,7 @@ static dm_status lamb(dm_trainer *T, int64_t step, double lr, double gscale, int
         dm_optim_coef c;
         dm_optim_coef_make(&c, lr, sl->decay ? T->optim.weight_decay : 0.0, gscale, &T->optim, step);
         c.lr_ratio = (float)(lr * ratio);
-        s = T->bk->optimize(st(T, k / DM_NUM_PARAMS), DM_PASS_LAMB_APPLY, sl->tp, sl->tg, sl->n,
+        s = T->bk->optimize(st(T, T->slot[k].seg), DM_PASS_LAMB_APPLY, sl->tp, sl->tg, sl->n,
                             T->d_master ? T->d_master + sl->off : NULL, T->d_moments + sl->off,
                             T->d_moments + T->nparams + sl->off, NULL, &c, NULL);
     }
@@ -326,11 +328,11 @@ static dm_status lamb(dm_trainer *T, int64_t step, double lr, double gscale, int
 }
 
 static dm_status adamw(dm_trainer *T, int64_t step, double lr, double gscale, int summed) {
-    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
+    for (int k = 0; k < T->nslots; k++) {
         const dm_train_slot *sl = &T->slot[k];
         dm_optim_coef c;
         dm_optim_coef_make(&c, lr, sl->decay ? T->optim.weight_decay : 0.0, gscale, &T->optim, step);
-        DM_TRY(T->bk->optimize(st(T, k / DM_NUM_PARAMS), DM_PASS_ADAMW, sl->tp, sl->tg, sl->n,
+        DM_TRY(T->bk->optimize(st(T, T->slot[k].seg), DM_PASS_ADAMW, sl->tp, sl->tg, sl->n,
                                T->d_master ? T->d_master + sl->off : NULL, T->d_moments + sl->off,
                                T->d_moments + T->nparams + sl->off, grad_buf(T, sl, summed), &c, NULL));
     }
@@ -349,7 +351,7 @@ dm_status dm_trainer_update(dm_trainer *T, int64_t step, int summed) {
 }
 
 void dm_trainer_state_replaced(dm_trainer *T) {
-    for (int k = 0; k < T->nlayers * DM_NUM_PARAMS; k++) {
+    for (int k = 0; k < T->nslots; k++) {
         T->slot[k].dirty = 1;
         T->slot[k].host_stale = 0;
     }

@@ -99,7 +99,9 @@ static int layout_ok(dm_tuner *T, int r, int64_t *default_calls) {
                 int t = io ? op->out[s] : op->in[s];
                 if (dm_tensor_root(g, t) != r) continue;
                 dm_operand d = {.kind = io ? dm_arg_out(op->kind, s) : dm_arg_in(op->kind, s)};
-                if (d.kind == DM_ARG_COLVEC || d.kind == DM_ARG_COLACC) return 0;
+                if (d.kind == DM_ARG_COLVEC || d.kind == DM_ARG_COLACC || d.kind == DM_ARG_INDEXED ||
+                    d.kind == DM_ARG_SCATTER)
+                    return 0;
                 /* batched groups address their row ops' memory operands the same way */
                 if (dm_cpu_row_map(g, op, t, op->cols, &d) != DM_OK) return 0;
             }

@@ -1,0 +1,434 @@
+/* cmd_pretrain.c: `dmove pretrain`: masked-language-model pretraining of a whole BERT
+ * (BertForMaskedLM: embeddings, encoder layers, MLM head) from the token shards of
+ * `dmove prepare`, with the loader's masked batches, evaluation on the held-out split,
+ * progress, a summary (the time the step waited for data among it) and a loss chart. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_common.h"
+#include "dmove_data.h"
+#include "dmove_text.h"
+
+static const char *const CMD = "pretrain";
+
+#define TRY(expr)                                                                      \
+    do {                                                                               \
+        dm_status try_s_ = (expr);                                                     \
+        if (try_s_ != DM_OK) return try_s_;                                            \
+    } while (0)
+
+typedef struct {
+    const char *data, *tokenizer, *config, *svg, *save, *resume;
+    int lowercase, cased, layers, layers_set, json, pairs, prefetch;
+    int64_t steps, eval_every, eval_batches, log_every, positions, types, predictions, save_every, until;
+    double mask_prob;
+    cli_optim opt;
+    cli_config c;
+} pretrain_opts;
+
+static void init(void *p) {
+    pretrain_opts *o = p;
+    o->layers = 4;
+    o->steps = 100;
+    o->eval_batches = 8;
+    o->positions = 512;
+    o->types = 2;
+    o->mask_prob = 0.15;
+    o->prefetch = 4;
+    cli_optim_init(&o->opt);
+    o->opt.optim.clip_norm = 1.0;
+    cli_config_init(&o->c, CLI_CFG_ALL & ~CLI_CFG_ARCH);
+}
+
+#define O(field) .off = offsetof(pretrain_opts, field)
+#define I64(nm, a, field, min, h) {.kind = CLI_I64, .name = nm, .arg = a, O(field), .lo = min, .hi = INT64_C(1000000000), .help = h}
+static const cli_option k_options[] = {
+    {.kind = CLI_PATH, .name = "--data", .arg = "DIR", O(data),
+     .help = "a dataset from `dmove prepare` (required): its train split\n"
+             "trains, its valid split (if any) evaluates"},
+    {.kind = CLI_PATH, .name = "--tokenizer", .arg = "FILE", O(tokenizer),
+     .help = "the tokenizer the data was made with (required; a vocab.txt\n"
+             "with --lowercase or --cased)"},
+    {.kind = CLI_FLAG, .name = "--lowercase", O(lowercase), .lo = 1, .left = "--lowercase, --cased",
+     .help = "how a vocab.txt normalizes, as for dmove prepare"},
+    {.kind = CLI_FLAG, .name = "--cased", O(cased), .lo = 1},
+    {.kind = CLI_PATH, .name = "--config", .arg = "FILE", O(config),
+     .help = "a Hugging Face config.json: the model's sizes from it (its\n"
+             "vocabulary must be the tokenizer's); else the options below"},
+    {.kind = CLI_INT, .name = "--layers", .arg = "L", O(layers), .set = offsetof(pretrain_opts, layers_set) + 1,
+     .lo = 1, .hi = 256, .help = "encoder layers (default {}; BERT-base 12)"},
+    I64("--positions", "P", positions, 1, "position embeddings (default {}, at least --seq)"),
+    I64("--types", "T", types, 1, "token types (default {})"),
+    I64("--predictions", "M", predictions, 0,
+        "masked positions scored per batch (default: b * j / 5;\n"
+        "more in a batch are left out, and counted)"),
+    I64("--steps", "N", steps, 1, "updates (default {})"),
+    CLI_OPTIM(pretrain_opts, opt),
+    {.kind = CLI_DOUBLE, .name = "--mask-prob", .arg = "P", O(mask_prob),
+     .help = "the fraction of tokens chosen for masking (default {}; of\n"
+             "those 80%% [MASK], 10%% a random token, 10%% kept)"},
+    {.kind = CLI_FLAG, .name = "--pairs", O(pairs), .lo = 1,
+     .help = "[CLS] A [SEP] B [SEP] with token types (default: sentences\n"
+             "packed up to j)"},
+    I64("--eval-every", "K", eval_every, 0, "evaluate on the valid split every K steps (default:\n"
+                                           "about 10 times a run; 0: at the end only)"),
+    I64("--eval-batches", "E", eval_batches, 1, "held-out batches an evaluation takes (default {})"),
+    I64("--log-every", "K", log_every, 1, "a progress line every K steps (default: about 15 lines)"),
+    {.kind = CLI_INT, .name = "--prefetch", .arg = "N", O(prefetch), .lo = 0, .hi = 256,
+     .help = "batches the loader's thread keeps ready (default {})"},
+    {.kind = CLI_STR, .name = "--save", .arg = "FILE", O(save),
+     .help = "write a checkpoint at the end (atomically; also every\n"
+             "--save-every K steps, and on Ctrl-C: the step under way\n"
+             "ends, the checkpoint is written, the exit status is 130)"},
+    I64("--save-every", "K", save_every, 1, "checkpoint every K steps as well (needs --save)"),
+    {.kind = CLI_STR, .name = "--resume", .arg = "FILE", O(resume),
+     .help = "continue a run from its checkpoint: with the same options,\n"
+             "the same batches and the same result as an uninterrupted run"},
+    I64("--until", "K", until, 1, "stop after step K this time (the schedule still runs to\n"
+                                  "--steps), to train a long run in parts"),
+    {.kind = CLI_STR, .name = "--svg", .arg = "FILE", O(svg), .help = "draw the training loss as an SVG chart"},
+    {.kind = CLI_FLAG, .name = "--json", O(json), .lo = 1, .help = "print one JSON object at the end"},
+    CLI_CONFIG(pretrain_opts, c, CLI_CFG_ALL & ~CLI_CFG_ARCH),
+    {.kind = CLI_HELP, .name = "--help", .help = "this text"},
+    {.kind = CLI_END},
+};
+#undef O
+#undef I64
+
+static const cli_command k_pretrain = {
+    .name = "pretrain",
+    .head = "usage: dmove pretrain --data DIR --tokenizer FILE [options]\n"
+            "\n"
+            "Pretrains a whole BERT (Hugging Face BertForMaskedLM: embeddings, encoder\n"
+            "layers, the MLM head with its decoder tied to the word embeddings) with masked\n"
+            "language modelling on the shards of `dmove prepare`: the loader's batches (15%%\n"
+            "of the tokens chosen, 80/10/10), the cross-entropy at the masked positions only,\n"
+            "AdamW or LAMB. Every step is dmove's fused training step, on the CPU (the GPU's\n"
+            "kernels for the embeddings and the head come next). Progress shows the loss, the\n"
+            "masked-token accuracy and the rate; held-out loss and accuracy come from the\n"
+            "dataset's valid split, without dropout. A checkpoint (--save) holds the model\n"
+            "under BertForMaskedLM's names and the optimizer's state; --resume continues it\n"
+            "bit-identically.\n"
+            "\n"
+            "options:\n",
+    .foot = "\n"
+            "exit status: 0 success, 1 runtime error, 2 usage error\n"
+            "\n"
+            "example (a small BERT on a text file):\n"
+            "  dmove prepare --tokenizer tokenizer.json --out data --valid-fraction 0.05 corpus.txt\n"
+            "  dmove pretrain --data data --tokenizer tokenizer.json --layers 4 --hidden 256 \\\n"
+            "      --heads 4 --ffn 1024 --seq 128 --batch 16 --steps 2000 --lr 5e-4 \\\n"
+            "      --warmup 200 --lr-schedule linear --svg loss.svg\n",
+    .options = k_options,
+    .hint = "",
+    .size = sizeof(pretrain_opts),
+    .init = init,
+};
+
+static int fail_dm(const char *what) {
+    cli_error(CMD, "%s%s", what, dm_last_error());
+    return CLI_FAIL;
+}
+
+/* One run's state. */
+typedef struct {
+    pretrain_opts o;
+    dm_tokenizer *tok;
+    dm_vocab_info vocab;
+    dm_loader *train, *valid;
+    dm_batch vb;           /* a held-out batch */
+    dm_trainer *T;
+    dm_bert_model bm;
+    float *maskf;          /* the batch's attention mask as floats */
+    double *losses;
+    int64_t start, stop, ran, tokens, scored, correct;
+    double t_total, eval_loss, eval_acc;
+} pretrain_run;
+
+/* --config: the sizes of a Hugging Face config, an option that contradicts it refused. */
+static int apply_config(pretrain_run *r) {
+    pretrain_opts *o = &r->o;
+    dm_hf_config hc;
+    dm_layer_config lc;
+    dm_layer_config_default(&lc);
+    if (dm_hf_config_read(o->config, &hc) != DM_OK || dm_hf_config_layer(&hc, &lc) != DM_OK) return fail_dm("--config: ");
+    if (hc.vocab_size != r->vocab.vocab_size) {
+        cli_error(CMD, "--config: vocab_size %" PRId64 ", but the tokenizer has %d tokens: use the tokenizer the "
+                  "model was made for", hc.vocab_size, r->vocab.vocab_size);
+        return CLI_FAIL;
+    }
+    cli_config *c = &o->c;
+    const int64_t want[3] = {lc.hidden, lc.heads, lc.ffn};
+    static const char *const opt[3] = {"--hidden", "--heads", "--ffn"};
+    for (int k = 0; k < 3; k++) {
+        if (c->size_set[2 + k] && c->size[2 + k] != want[k]) {
+            cli_usage_error(CMD, "%s %" PRId64 " contradicts %s (%" PRId64 "): leave it out", opt[k], c->size[2 + k],
+                            o->config, want[k]);
+            return CLI_USAGE;
+        }
+        c->size[2 + k] = want[k], c->size_set[2 + k] = 1;
+    }
+    if (o->layers_set && o->layers != hc.num_hidden_layers) {
+        cli_usage_error(CMD, "--layers %d contradicts %s (num_hidden_layers %" PRId64 ")", o->layers, o->config,
+                        hc.num_hidden_layers);
+        return CLI_USAGE;
+    }
+    o->layers = (int)hc.num_hidden_layers;
+    c->eps = lc.eps, c->eps_set = 1, c->act = lc.act, c->act_set = 1;
+    if (!c->dropout_set) c->dropout = lc.dropout, c->dropout_set = 1;
+    o->positions = hc.max_position_embeddings;
+    o->types = hc.type_vocab_size;
+    return 0;
+}
+
+static dm_status open_loaders(pretrain_run *r, const dm_layer_config *cfg) {
+    dm_loader_config lc;
+    dm_loader_config_default(&lc);
+    lc.batch = cfg->batch, lc.seq = cfg->seq, lc.seed = cfg->seed;
+    lc.mode = r->o.pairs ? DM_SEQ_PAIRS : DM_SEQ_PACKED;
+    lc.mask_prob = r->o.mask_prob;
+    lc.prefetch = r->o.prefetch;
+    TRY(dm_loader_open(&r->train, r->o.data, "train", &r->vocab, &lc));
+    dm_dataset *d = NULL;
+    TRY(dm_dataset_open(&d, r->o.data));
+    const size_t nv = dm_dataset_shard_count(d, "valid");
+    dm_dataset_free(d);
+    if (!nv) return DM_OK;
+    lc.prefetch = 0;
+    lc.seed = cfg->seed ^ 0x5eedull; /* a fixed held-out set: batches 0 .. E-1 */
+    TRY(dm_loader_open(&r->valid, r->o.data, "valid", &r->vocab, &lc));
+    return dm_batch_alloc(&r->vb, cfg->batch, cfg->seq);
+}
+
+static dm_status feed(pretrain_run *r, const dm_batch *b) {
+    const int64_t n = b->batch * b->seq;
+    for (int64_t k = 0; k < n; k++) r->maskf[k] = (float)b->attention_mask[k];
+    return dm_trainer_set_mlm_batch(r->T, b->input_ids, b->token_type_ids, r->maskf, b->labels);
+}
+
+/* The held-out loss and masked-token accuracy over --eval-batches batches. */
+static dm_status evaluate(pretrain_run *r) {
+    double sum = 0;
+    int64_t scored = 0, correct = 0;
+    for (int64_t k = 0; k < r->o.eval_batches; k++) {
+        TRY(dm_loader_batch_at(r->valid, k, &r->vb));
+        TRY(feed(r, &r->vb));
+        double l = 0;
+        dm_mlm_stats st;
+        TRY(dm_trainer_evaluate(r->T, &l));
+        TRY(dm_trainer_mlm_stats(r->T, &st));
+        sum += l * (double)st.scored;
+        scored += st.scored, correct += st.correct;
+    }
+    r->eval_loss = scored ? sum / (double)scored : NAN;
+    r->eval_acc = scored ? (double)correct / (double)scored : NAN;
+    return DM_OK;
+}
+
+/* Step s: its micro-batches and the update; the step's loss is their mean. */
+static dm_status one_step(pretrain_run *r, int64_t s, double *loss) {
+    const int k = r->o.opt.optim.accumulate;
+    *loss = 0;
+    for (int m = 0; m < k; m++) {
+        const dm_batch *b;
+        TRY(dm_loader_next(r->train, &b));
+        TRY(feed(r, b));
+        double l = 0;
+        dm_mlm_stats st;
+        TRY(dm_trainer_step(r->T, &l));
+        TRY(dm_trainer_mlm_stats(r->T, &st));
+        *loss += l / k;
+        r->tokens += b->tokens;
+        r->scored += st.scored, r->correct += st.correct;
+    }
+    (void)s;
+    return DM_OK;
+}
+
+static int setup(pretrain_run *r) {
+    pretrain_opts *o = &r->o;
+    if (!o->data || !o->tokenizer) {
+        cli_usage_error(CMD, "--data DIR and --tokenizer FILE are required");
+        return CLI_USAGE;
+    }
+    int rc = cli_open_tokenizer(CMD, o->tokenizer, o->lowercase, o->cased, &r->tok);
+    if (rc != CLI_OK) return rc;
+    if (dm_vocab_info_from(r->tok, &r->vocab) != DM_OK) return fail_dm("--tokenizer: ");
+    if (o->config && (rc = apply_config(r)) != 0) return rc;
+    if (cli_config_finish(&o->c, CMD, 1)) return CLI_USAGE;
+    if (cli_optim_finish(&o->opt, CMD, o->steps)) return CLI_USAGE;
+    if ((o->until || o->save_every) && !o->save) {
+        cli_usage_error(CMD, "--until and --save-every need --save FILE");
+        return CLI_USAGE;
+    }
+    if (o->until > o->steps) {
+        cli_usage_error(CMD, "--until %" PRId64 " is past --steps %" PRId64, o->until, o->steps);
+        return CLI_USAGE;
+    }
+    const char *outs[2] = {o->save, o->svg}, *outn[2] = {"--save", "--svg"};
+    for (int k = 0; k < 2; k++)
+        if (outs[k] && (rc = cli_check_output(CMD, outn[k], outs[k])) != 0) return rc;
+    const dm_layer_config *cfg = &o->c.cfg;
+    r->bm = (dm_bert_model){.vocab = r->vocab.vocab_size, .positions = o->positions, .types = o->types,
+                            .pad_id = r->vocab.special.pad, .predictions = o->predictions};
+    if (open_loaders(r, cfg) != DM_OK) return fail_dm("--data: ");
+    dm_layer_options lo = {.threads = o->c.threads};
+    if (dm_trainer_new_bert(&r->T, cfg, o->layers, &r->bm, &lo, &o->opt.optim) != DM_OK) return fail_dm("");
+    /* what the run trains on: a checkpoint of another run is not resumed */
+    char tag[128];
+    const char *base = strrchr(o->data, '/');
+    snprintf(tag, sizeof tag, "pretrain %.60s %s mask %g", base && base[1] ? base + 1 : o->data,
+             o->pairs ? "pairs" : "packed", o->mask_prob);
+    if (dm_trainer_set_run_tag(r->T, tag) != DM_OK) return fail_dm("");
+    if (o->resume) {
+        if (dm_trainer_load(r->T, o->resume) != DM_OK) return fail_dm("--resume: ");
+    } else if (dm_trainer_init_params(r->T, cfg->seed) != DM_OK) {
+        return fail_dm("");
+    }
+    r->start = dm_trainer_step_count(r->T);
+    r->stop = o->until ? o->until : o->steps;
+    if (r->start >= r->stop) {
+        cli_usage_error(CMD, "the checkpoint is at step %" PRId64 ", already at --%s %" PRId64, r->start,
+                        o->until ? "until" : "steps", r->stop);
+        return CLI_USAGE;
+    }
+    /* the loader at the run's next micro-batch: batch k is the same whenever it is made */
+    if (dm_loader_seek(r->train, r->start * o->opt.optim.accumulate) != DM_OK) return fail_dm("--resume: ");
+    const size_t n = (size_t)cfg->batch * (size_t)cfg->seq;
+    if (!(r->maskf = malloc(n * sizeof(float))) || !(r->losses = malloc((size_t)o->steps * sizeof(double)))) {
+        cli_error(CMD, "out of memory");
+        return CLI_FAIL;
+    }
+    if (!o->eval_every) o->eval_every = o->steps >= 10 ? o->steps / 10 : o->steps;
+    if (!o->log_every) o->log_every = o->steps > 15 ? o->steps / 15 : 1;
+    return 0;
+}
+
+static void header(const pretrain_run *r, FILE *info) {
+    const pretrain_opts *o = &r->o;
+    const dm_layer_config *cfg = &o->c.cfg;
+    fprintf(info, "dmove pretrain: BERT of %d layers (i=%" PRId64 " h=%" PRId64 " u=%" PRId64 ", %s; vocabulary %d, "
+                  "%" PRId64 " positions; %.2fM parameters), batches of b=%" PRId64 " j=%" PRId64 ", dropout %g, "
+                  "%d threads\n", o->layers, cfg->hidden, cfg->heads, cfg->ffn, dm_act_name(cfg->act),
+            r->vocab.vocab_size, o->positions, (double)dm_trainer_num_params(r->T) / 1e6, cfg->batch, cfg->seq,
+            cfg->dropout, cli_threads(o->c.threads));
+    char lrb[32];
+    dm_fmt_exact(lrb, sizeof lrb, o->opt.optim.lr);
+    fprintf(info, "  data: %s (%" PRId64 " sequences an epoch%s), %s, %.0f%% masked; %s lr %s, %" PRId64 " steps\n",
+            o->data, dm_loader_sequences(r->train), r->valid ? "; held-out split: yes" : "; no held-out split",
+            o->pairs ? "sentence pairs" : "packed sentences", 100 * o->mask_prob,
+            o->opt.optim.kind == DM_OPT_LAMB ? "LAMB" : "AdamW", lrb, o->steps);
+    fflush(info);
+}
+
+static int save(pretrain_run *r) {
+    if (dm_trainer_save(r->T, r->o.save) != DM_OK) return fail_dm("--save: ");
+    return 0;
+}
+
+static int run_loop(pretrain_run *r, FILE *info) {
+    const pretrain_opts *o = &r->o;
+    double t0 = cli_now(), t_last = t0;
+    int64_t last = r->start, sc0 = 0, co0 = 0;
+    int rc;
+    cli_catch_signals(CMD);
+    for (int64_t s = r->start + 1; s <= r->stop && !cli_interrupted(); s++) {
+        double l;
+        if (one_step(r, s, &l) != DM_OK) {
+            char where[64];
+            snprintf(where, sizeof where, "step %" PRId64 ": ", s);
+            rc = fail_dm(where);
+            /* the failed step changed nothing: keep what the steps before it learned */
+            if (o->save && s > r->start + 1 && save(r) == 0)
+                cli_error(CMD, "the state after step %" PRId64 " is saved to %s", s - 1, o->save);
+            return rc;
+        }
+        r->losses[s - r->start - 1] = l;
+        r->ran = s - r->start;
+        if (s % o->log_every == 0 || s == r->start + 1 || s == r->stop || cli_interrupted()) {
+            double t = cli_now(), per = (t - t_last) / (double)(s - last);
+            const int64_t ds = r->scored - sc0, dc = r->correct - co0;
+            fprintf(info, "step %" PRId64 "/%" PRId64 "  loss %.4f  acc %.3f  lr %.2e  |g| %.3g  %.3f s/step  "
+                          "%.0f tokens/s\n", s, o->steps, l, ds ? (double)dc / (double)ds : 0.0,
+                    dm_optim_lr(&o->opt.optim, s), dm_trainer_grad_norm(r->T), per,
+                    (double)(r->o.c.cfg.batch * r->o.c.cfg.seq * o->opt.optim.accumulate) / per);
+            t_last = t, last = s, sc0 = r->scored, co0 = r->correct;
+        }
+        if (r->valid && (s % o->eval_every == 0 || s == r->stop)) {
+            if (evaluate(r) != DM_OK) return fail_dm("evaluation: ");
+            fprintf(info, "  held-out at step %" PRId64 ": loss %.4f, masked-token accuracy %.3f\n", s, r->eval_loss,
+                    r->eval_acc);
+        }
+        if (o->save && o->save_every && s % o->save_every == 0 && s < r->stop && (rc = save(r)) != 0) return rc;
+        fflush(info);
+    }
+    r->t_total = cli_now() - t0;
+    if (o->save && r->ran > 0 && (rc = save(r)) != 0) return rc;
+    if (cli_interrupted() && r->start + r->ran < r->stop) {
+        if (o->save)
+            cli_error(CMD, "interrupted after step %" PRId64 ": checkpoint saved to %s; continue with the same "
+                      "options and --resume %s", r->start + r->ran, o->save, o->save);
+        else
+            cli_error(CMD, "interrupted after step %" PRId64 " (no --save: nothing kept)", r->start + r->ran);
+    }
+    return 0;
+}
+
+static void summary(const pretrain_run *r) {
+    const pretrain_opts *o = &r->o;
+    double ph[DM_TRAIN_NUM_PHASES];
+    dm_trainer_times(r->T, ph);
+    const double n = (double)r->ran, wait = dm_loader_wait_seconds(r->train);
+    if (o->json) {
+        printf("{\"layers\":%d,\"params\":%" PRId64 ",\"steps\":%" PRId64 ",\"loss_first\":%.6f,\"loss_last\":%.6f,"
+               "\"eval_loss\":%.6f,\"eval_accuracy\":%.6f,\"tokens_per_s\":%.1f,\"ms_per_step\":{\"data_wait\":%.4f,"
+               "\"forward\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,\"total\":%.4f}}\n", o->layers,
+               dm_trainer_num_params(r->T), r->ran, r->losses[0], r->losses[r->ran - 1], r->eval_loss, r->eval_acc,
+               (double)r->tokens / r->t_total, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n,
+               1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * r->t_total / n);
+        return;
+    }
+    printf("\nloss %.4f (step %" PRId64 ") -> %.4f (step %" PRId64 ")", r->losses[0], r->start + 1,
+           r->losses[r->ran - 1], r->start + r->ran);
+    if (r->valid) printf("; held-out loss %.4f, masked-token accuracy %.3f", r->eval_loss, r->eval_acc);
+    printf("\ntime per step %.1f ms: waiting for data %.2f, forward %.1f, backward %.1f, %s %.1f; %.0f real tokens/s\n",
+           1e3 * r->t_total / n, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
+           o->opt.optim.kind == DM_OPT_LAMB ? "LAMB" : "AdamW", 1e3 * ph[DM_TRAIN_OPTIMIZER] / n,
+           (double)r->tokens / r->t_total);
+}
+
+int cmd_pretrain(int argc, char **argv) {
+    pretrain_run r;
+    memset(&r, 0, sizeof r);
+    int rc = cli_parse(&k_pretrain, &r.o, argc, argv);
+    if (rc != CLI_GO) return rc;
+    FILE *info = r.o.json ? stderr : stdout;
+    if ((rc = setup(&r)) == 0) {
+        header(&r, info);
+        rc = run_loop(&r, info);
+    }
+    if (rc == 0 && r.ran > 0) {
+        summary(&r);
+        if (r.o.svg) {
+            char title[160];
+            snprintf(title, sizeof title, "dmove pretrain: BERT, %d layers, i=%" PRId64 ", b=%" PRId64 " j=%" PRId64,
+                     r.o.layers, r.o.c.cfg.hidden, r.o.c.cfg.batch, r.o.c.cfg.seq);
+            if (dm_loss_svg(r.losses, r.ran, r.start + 1, title, r.o.svg) != DM_OK) rc = fail_dm("--svg: ");
+        }
+        if (rc == 0 && cli_interrupted()) rc = 130;
+        if (rc == 0 && r.o.save)
+            fprintf(info, "checkpoint: %s (step %" PRId64 "%s)\n", r.o.save, r.start + r.ran,
+                    r.start + r.ran < r.o.steps ? "; go on with --resume" : "");
+    }
+    dm_trainer_free(r.T);
+    dm_loader_free(r.train);
+    dm_loader_free(r.valid);
+    dm_batch_free(&r.vb);
+    dm_tokenizer_free(r.tok);
+    free(r.maskf);
+    free(r.losses);
+    return rc;
+}

@@ -1,0 +1,427 @@
+/* model.c: a whole BertForMaskedLM as segments on one backend (model.h). */
+#include "train/model.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "layer/backends.h"
+#include "layer/layer_internal.h"
+#include "train/train.h"
+
+#define DM_MODEL_MAX_LAYERS 256
+
+dm_status dm_model_new(dm_model **out, const dm_model_config *c, const dm_layer_options *opt) {
+    if (!out || !c) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_new: NULL argument");
+    *out = NULL;
+    if (c->layers < 1 || c->layers > DM_MODEL_MAX_LAYERS)
+        return dm_fail(DM_ERR_INVALID_ARG, "%d layers: a BERT has 1 to %d", c->layers, DM_MODEL_MAX_LAYERS);
+    if (c->pad_id < 0 || c->pad_id >= c->sizes.vocab)
+        return dm_fail(DM_ERR_INVALID_ARG, "padding id %lld is not in the vocabulary of %lld", (long long)c->pad_id,
+                       (long long)c->sizes.vocab);
+    dm_layer_options o = {0};
+    if (opt) o = *opt;
+    if (o.plan || o.recompute)
+        return dm_fail(DM_ERR_UNSUPPORTED, "a whole model takes no --plan or --recompute yet");
+    dm_model *m = calloc(1, sizeof *m);
+    if (!m) return dm_fail(DM_ERR_OOM, "out of memory");
+    m->c = *c;
+    m->opt = o;
+    dm_status s = dm_backend_find(o.device, &m->bk);
+    if (s == DM_OK) s = m->bk->pool_new(&m->pool);
+    if (s == DM_OK && !(m->enc = calloc((size_t)c->layers, sizeof *m->enc))) s = dm_fail(DM_ERR_OOM, "out of memory");
+    o.no_input_grad = 0; /* every layer's input gradient feeds the segment before */
+    if (s == DM_OK) s = dm_layer_new_segment(&m->emb, &c->layer, &o, DM_SEG_EMBEDDINGS, &c->sizes, m->pool);
+    for (int l = 0; s == DM_OK && l < c->layers; l++) {
+        s = dm_layer_new_pooled(&m->enc[l], &c->layer, &o, m->pool);
+        if (s != DM_OK) dm_fail_context(s, "layer %d of %d: ", l, c->layers);
+    }
+    if (s == DM_OK) s = dm_layer_new_segment(&m->head, &c->layer, &o, DM_SEG_MLM_HEAD, &c->sizes, m->pool);
+    /* the segments' passes are chained in the backend: waits once per pass */
+    if (s == DM_OK) {
+        m->emb->defer_wait = m->head->defer_wait = 1;
+        for (int l = 0; l < c->layers; l++) m->enc[l]->defer_wait = 1;
+    }
+    if (s != DM_OK) {
+        dm_model_free(m);
+        return s;
+    }
+    *out = m;
+    return DM_OK;
+}
+
+void dm_model_free(dm_model *m) {
+    if (!m) return;
+    dm_layer_free(m->emb);
+    for (int l = 0; m->enc && l < m->c.layers; l++) dm_layer_free(m->enc[l]);
+    dm_layer_free(m->head);
+    if (m->bk) m->bk->pool_free(m->pool); /* after the layers that borrow from it */
+    free(m->enc);
+    free(m);
+}
+
+/* The segment and its own name for a model name; NULL if there is none. */
+static dm_layer *route(dm_model *m, const char *name, const char **rest) {
+    static const char enc[] = "bert.encoder.layer.";
+    if (!strncmp(name, "bert.embeddings.", 16)) {
+        *rest = name + 5; /* "embeddings.*" */
+        return m->emb;
+    }
+    if (!strncmp(name, "cls.", 4)) {
+        *rest = name;
+        return m->head;
+    }
+    if (strncmp(name, enc, sizeof enc - 1) != 0) return NULL;
+    const char *p = name + sizeof enc - 1;
+    long l = 0;
+    if (*p < '0' || *p > '9') return NULL;
+    while (*p >= '0' && *p <= '9' && l <= DM_MODEL_MAX_LAYERS) l = l * 10 + (*p++ - '0');
+    if (*p != '.' || l >= m->c.layers) return NULL;
+    *rest = p + 1;
+    return m->enc[l];
+}
+
+dm_status dm_model_tensor(dm_model *m, const char *name, float **data, int *ndim, int64_t shape[4]) {
+    if (!m || !name || !data) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_tensor: NULL argument");
+    const char *rest;
+    dm_layer *L = route(m, name, &rest);
+    if (!L)
+        return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the model (it has bert.embeddings.*, "
+                       "bert.encoder.layer.<0..%d>.* and cls.predictions.*)", name, m->c.layers - 1);
+    return dm_layer_tensor(L, rest, data, ndim, shape);
+}
+
+/* The seed of segment k (0 the embeddings, 1 .. L the layers, L + 1 the head) at step s:
+ * the encoder layers' are the trainer's (dm_train_layer_seed of layer k - 1). */
+static uint64_t segment_seed(const dm_model *m, int k, int64_t step) {
+    return dm_train_layer_seed(m->c.layer.seed, k - 1, step);
+}
+
+dm_status dm_model_init_params(dm_model *m, uint64_t seed) {
+    if (!m) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_init_params: NULL model");
+    DM_TRY(dm_layer_init_params(m->emb, dm_train_layer_seed(seed, -1, 0)));
+    for (int l = 0; l < m->c.layers; l++) DM_TRY(dm_layer_init_params(m->enc[l], dm_train_layer_seed(seed, l, 0)));
+    return dm_layer_init_params(m->head, dm_train_layer_seed(seed, m->c.layers, 0));
+}
+
+/* The scored rows: the first `predictions` masked positions (labels >= 0) in order. */
+static dm_status batch_head(dm_model *m, const int32_t *labels) {
+    const int64_t n = m->c.layer.batch * m->c.layer.seq, M = m->c.sizes.predictions;
+    float *mp, *lab, *w;
+    DM_TRY(dm_layer_tensor(m->head, "masked_positions", &mp, NULL, NULL));
+    DM_TRY(dm_layer_tensor(m->head, "labels", &lab, NULL, NULL));
+    DM_TRY(dm_layer_tensor(m->head, "loss_weights", &w, NULL, NULL));
+    int64_t k = 0, dropped = 0;
+    for (int64_t r = 0; r < n; r++) {
+        if (labels[r] < 0) continue;
+        if (labels[r] >= m->c.sizes.vocab)
+            return dm_fail(DM_ERR_INVALID_ARG, "label %d at position %lld is past the vocabulary of %lld", labels[r],
+                           (long long)r, (long long)m->c.sizes.vocab);
+        if (k == M) {
+            dropped++;
+            continue;
+        }
+        mp[k] = (float)r;
+        lab[k++] = (float)labels[r];
+    }
+    m->counted = (int)k;
+    m->dropped = dropped;
+    for (int64_t r = 0; r < M; r++) {
+        if (r >= k) mp[r] = 0.0f, lab[r] = -1.0f; /* a padding row: scored, but counts not */
+        w[r] = r < k ? 1.0f / (float)k : 0.0f;
+    }
+    return DM_OK;
+}
+
+dm_status dm_model_set_batch(dm_model *m, const int32_t *ids, const int32_t *types, const float *attention_mask,
+                             const int32_t *labels) {
+    if (!m || !ids || !labels) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_set_batch: NULL argument");
+    const int64_t B = m->c.layer.batch, J = m->c.layer.seq, n = B * J;
+    float *in, *pos, *tt, *gid;
+    DM_TRY(dm_layer_tensor(m->emb, "input_ids", &in, NULL, NULL));
+    DM_TRY(dm_layer_tensor(m->emb, "position_ids", &pos, NULL, NULL));
+    DM_TRY(dm_layer_tensor(m->emb, "token_type_ids", &tt, NULL, NULL));
+    DM_TRY(dm_layer_tensor(m->emb, "word_grad_ids", &gid, NULL, NULL));
+    for (int64_t r = 0; r < n; r++) {
+        if (ids[r] < 0 || ids[r] >= m->c.sizes.vocab)
+            return dm_fail(DM_ERR_INVALID_ARG, "token id %d at position %lld is outside the vocabulary of %lld: "
+                           "the data was made with another tokenizer", ids[r], (long long)r,
+                           (long long)m->c.sizes.vocab);
+        const int32_t t = types ? types[r] : 0;
+        if (t < 0 || t >= m->c.sizes.types)
+            return dm_fail(DM_ERR_INVALID_ARG, "token type %d at position %lld: the model has %lld types", t,
+                           (long long)r, (long long)m->c.sizes.types);
+        in[r] = (float)ids[r];
+        gid[r] = ids[r] == m->c.pad_id ? -1.0f : (float)ids[r];
+        pos[r] = (float)(r % J);
+        tt[r] = (float)t;
+    }
+    for (int l = 0; l < m->c.layers; l++) {
+        float *mask;
+        DM_TRY(dm_layer_tensor(m->enc[l], "attention_mask", &mask, NULL, NULL));
+        for (int64_t r = 0; r < n; r++) mask[r] = attention_mask ? attention_mask[r] : 1.0f;
+    }
+    return batch_head(m, labels);
+}
+
+/* Tensor src of segment a into tensor dst of segment b, in the backend. */
+static dm_status link(const dm_model *m, dm_layer *a, const char *src, dm_layer *b, const char *dst) {
+    const int ts = dm_layer_tensor_id(a, src), td = dm_layer_tensor_id(b, dst);
+    if (ts < 0 || td < 0) return dm_fail(DM_ERR_INTERNAL, "model: no %s or %s to link", src, dst);
+    return m->bk->copy_tensor(b->st, td, a->st, ts);
+}
+
+/* A segment's input, from its host copy to the backend. */
+static dm_status up(const dm_model *m, dm_layer *L, const char *name) {
+    float *p;
+    DM_TRY(dm_layer_tensor(L, name, &p, NULL, NULL));
+    return m->bk->upload(L->st, dm_layer_tensor_id(L, name), p);
+}
+
+/* The host's copy of a segment's tensor, read after the backend's pass. */
+static dm_status down(const dm_model *m, dm_layer *L, const char *name, float **p, int64_t *n) {
+    int nd;
+    int64_t sh[4];
+    DM_TRY(dm_layer_tensor(L, name, p, &nd, sh));
+    *n = 1;
+    for (int d = 0; d < nd; d++) *n *= sh[d];
+    return m->bk->download(L->st, dm_layer_tensor_id(L, name), *p);
+}
+
+/* Argmax hits over the scored rows, from the logits (ties: the lowest id, as torch.argmax). */
+static dm_status count_correct(dm_model *m, int64_t *correct) {
+    float *lg, *lab;
+    int64_t n;
+    DM_TRY(down(m, m->head, "logits", &lg, &n));
+    DM_TRY(dm_layer_tensor(m->head, "labels", &lab, NULL, NULL));
+    const int64_t V = m->c.sizes.vocab;
+    int64_t hits = 0;
+    for (int64_t r = 0; r < m->counted; r++) {
+        const float *row = lg + r * V;
+        int64_t best = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (row[v] > row[best]) best = v;
+        hits += best == (int64_t)lab[r];
+    }
+    *correct = hits;
+    return DM_OK;
+}
+
+dm_status dm_model_forward(dm_model *m, int64_t step, double *loss, int64_t *correct) {
+    if (!m) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_forward: NULL model");
+    /* the batch up (the parameters are the backend's: a trainer pushes the ones changed on
+     * the host); the tied decoder takes the word table's values */
+    static const char *const emb_in[4] = {"input_ids", "position_ids", "token_type_ids", "word_grad_ids"};
+    static const char *const head_in[3] = {"masked_positions", "labels", "loss_weights"};
+    for (int k = 0; k < 4; k++) DM_TRY(up(m, m->emb, emb_in[k]));
+    for (int l = 0; l < m->c.layers; l++) DM_TRY(up(m, m->enc[l], "attention_mask"));
+    for (int k = 0; k < 3; k++) DM_TRY(up(m, m->head, head_in[k]));
+    DM_TRY(link(m, m->emb, "embeddings.word_embeddings.weight", m->head, "cls.predictions.decoder.weight"));
+    DM_TRY(dm_layer_set_seed(m->emb, segment_seed(m, 0, step)));
+    DM_TRY(dm_layer_forward(m->emb));
+    DM_TRY(link(m, m->emb, "output", m->enc[0], "hidden_states"));
+    for (int l = 0; l < m->c.layers; l++) {
+        DM_TRY(dm_layer_set_seed(m->enc[l], segment_seed(m, l + 1, step)));
+        DM_TRY(dm_layer_forward(m->enc[l]));
+        DM_TRY(link(m, m->enc[l], "output", l + 1 < m->c.layers ? m->enc[l + 1] : m->head, "hidden_states"));
+    }
+    DM_TRY(dm_layer_forward(m->head));
+    DM_TRY(m->bk->sync(m->head->st));
+    float *rows;
+    int64_t n;
+    DM_TRY(down(m, m->head, "loss", &rows, &n));
+    double sum = 0.0;
+    for (int64_t r = 0; r < m->counted; r++) sum += rows[r];
+    if (loss) *loss = m->counted ? sum / m->counted : 0.0;
+    if (correct) DM_TRY(count_correct(m, correct));
+    return DM_OK;
+}
+
+/* The decoder's gradient added into the word table's (the tie), on the host's memory. */
+static dm_status tie_grads(dm_model *m) {
+    float *a, *b;
+    int64_t na, nb;
+    DM_TRY(down(m, m->head, "cls.predictions.decoder.weight.grad", &b, &nb));
+    DM_TRY(down(m, m->emb, "embeddings.word_embeddings.weight.grad", &a, &na));
+    if (na != nb) return dm_fail(DM_ERR_INTERNAL, "the tied tables differ in size");
+    for (int64_t e = 0; e < na; e++) a[e] += b[e];
+    return m->bk->upload(m->emb->st, dm_layer_tensor_id(m->emb, "embeddings.word_embeddings.weight.grad"), a);
+}
+
+dm_status dm_model_backward(dm_model *m) {
+    if (!m) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_backward: NULL model");
+    DM_TRY(dm_layer_backward(m->head));
+    DM_TRY(link(m, m->head, "grad_hidden_states", m->enc[m->c.layers - 1], "grad_output"));
+    for (int l = m->c.layers - 1; l >= 0; l--) {
+        DM_TRY(dm_layer_backward(m->enc[l]));
+        DM_TRY(link(m, m->enc[l], "grad_hidden_states", l > 0 ? m->enc[l - 1] : m->emb, "grad_output"));
+    }
+    DM_TRY(dm_layer_backward(m->emb));
+    DM_TRY(m->bk->sync(m->emb->st));
+    return tie_grads(m);
+}
+
+/* --- the whole model's trainer (dmove.h: dm_trainer_new_bert) ------------------------ */
+
+#include "core/hugealloc.h"
+#include "train/trainer_internal.h"
+
+/* One slot per parameter of segment L (index seg), the head's tied decoder left out. */
+static dm_status add_slots(dm_trainer *T, int seg, int64_t *total) {
+    dm_layer *L = T->L[seg];
+    const int np = dm_layer_num_params(L);
+    for (int k = 0; k < np; k++) {
+        const char *name = dm_layer_param_name(L, k);
+        if (!strcmp(name, "cls.predictions.decoder.weight")) continue; /* the word table's copy */
+        dm_train_slot *sl = &T->slot[T->nslots];
+        int nd = 0;
+        int64_t sh[4] = {0, 0, 0, 0};
+        DM_TRY(dm_layer_tensor(L, name, &sl->p, &nd, sh));
+        char g[128];
+        snprintf(g, sizeof g, "%s.grad", name);
+        DM_TRY(dm_layer_tensor(L, g, &sl->g, NULL, NULL));
+        sl->seg = seg;
+        sl->pname = name;
+        sl->ndim = nd;
+        sl->n = nd == 1 ? sh[0] : sh[0] * sh[1];
+        sl->shape[0] = sh[0];
+        sl->shape[1] = nd == 2 ? sh[1] : 0;
+        sl->decay = nd == 2; /* weights and tables decay; biases and LayerNorm parameters do not */
+        sl->off = *total;
+        *total += sl->n;
+        T->nslots++;
+    }
+    return DM_OK;
+}
+
+static dm_status bert_trainer_build(dm_trainer *T, const dm_model_config *mc, const dm_layer_options *opt) {
+    DM_TRY(dm_model_new(&T->model, mc, opt));
+    dm_model *m = T->model;
+    T->bk = m->bk;
+    T->nseg = mc->layers + 2;
+    int maxslots = 0;
+    if (!(T->L = calloc((size_t)T->nseg, sizeof *T->L))) return dm_fail(DM_ERR_OOM, "out of memory");
+    T->L[0] = m->emb;
+    for (int l = 0; l < mc->layers; l++) T->L[l + 1] = m->enc[l];
+    T->L[T->nseg - 1] = m->head;
+    for (int k = 0; k < T->nseg; k++) maxslots += dm_layer_num_params(T->L[k]);
+    if (!(T->slot = calloc((size_t)maxslots, sizeof *T->slot))) return dm_fail(DM_ERR_OOM, "out of memory");
+    int64_t total = 0;
+    for (int k = 0; k < T->nseg; k++) DM_TRY(add_slots(T, k, &total));
+    T->nparams = total;
+    size_t bytes;
+    if (!dm_mul_ok((size_t)total, 2 * sizeof(float), &bytes) || !(T->moments = dm_alloc_huge(bytes)))
+        return dm_fail(DM_ERR_OOM, "cannot allocate %.2f GiB for the optimizer's moments",
+                       (double)total * 8.0 / (1 << 30));
+    memset(T->moments, 0, bytes);
+    return dm_trainer_state_init(T);
+}
+
+dm_status dm_trainer_new_bert(dm_trainer **out, const dm_layer_config *cfg, int layers, const dm_bert_model *bert,
+                              const dm_layer_options *opt, const dm_optim_config *optim) {
+    if (!out || !cfg || !bert) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_new_bert: NULL argument");
+    *out = NULL;
+    DM_TRY(dm_layer_config_check(cfg));
+    dm_layer_options o = {0};
+    if (opt) o = *opt;
+    if (o.forward_only) return dm_fail(DM_ERR_UNSUPPORTED, "a forward-only BERT trainer: not yet");
+    dm_optim_config a;
+    if (optim) a = *optim;
+    else dm_optim_config_default(&a);
+    DM_TRY(dm_optim_config_check(&a));
+    dm_model_config mc = {.layer = *cfg, .layers = layers, .pad_id = bert->pad_id};
+    mc.sizes = (dm_bert_sizes){.vocab = bert->vocab, .positions = bert->positions, .types = bert->types,
+                               .predictions = bert->predictions};
+    if (!mc.sizes.predictions) mc.sizes.predictions = (cfg->batch * cfg->seq + 4) / 5;
+    dm_trainer *T = calloc(1, sizeof *T);
+    if (!T) return dm_fail(DM_ERR_OOM, "out of memory");
+    T->cfg = *cfg;
+    T->opt = o;
+    T->optim = a;
+    T->grad_norm = -1.0;
+    T->nlayers = layers;
+    dm_status s = bert_trainer_build(T, &mc, &o);
+    if (s != DM_OK) {
+        dm_trainer_free(T);
+        return s;
+    }
+    *out = T;
+    return DM_OK;
+}
+
+int dm_trainer_is_bert(const dm_trainer *T) { return T && T->model; }
+
+dm_status dm_trainer_set_mlm_batch(dm_trainer *T, const int32_t *input_ids, const int32_t *token_type_ids,
+                                   const float *attention_mask, const int32_t *labels) {
+    if (!T || !input_ids || !labels) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_mlm_batch: NULL argument");
+    if (!T->model) return dm_fail(DM_ERR_INVALID_ARG, "this trainer is a stack of layers, not a BERT");
+    return dm_model_set_batch(T->model, input_ids, token_type_ids, attention_mask, labels);
+}
+
+dm_status dm_trainer_mlm_stats(const dm_trainer *T, dm_mlm_stats *out) {
+    if (!T || !out) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_mlm_stats: NULL argument");
+    if (!T->model) return dm_fail(DM_ERR_INVALID_ARG, "this trainer is a stack of layers, not a BERT");
+    out->scored = T->model->counted;
+    out->correct = T->model->correct;
+    out->dropped = T->model->dropped;
+    return DM_OK;
+}
+
+/* The slot of a BERT trainer's model name ("bert.encoder.layer.3.output.dense.weight"),
+ * or -1. */
+static int bert_slot(dm_trainer *T, const char *name) {
+    const char *rest;
+    dm_layer *L = route(T->model, name, &rest);
+    for (int k = 0; L && k < T->nslots; k++)
+        if (T->L[T->slot[k].seg] == L && !strcmp(T->slot[k].pname, rest)) return k;
+    return -1;
+}
+
+dm_status dm_trainer_bert_tensor(dm_trainer *T, const char *name, float **data, int *ndim, int64_t shape[4]) {
+    const size_t n = strlen(name);
+    const int moment = n > 8 && !strcmp(name + n - 8, ".exp_avg") ? 1 : n > 11 && !strcmp(name + n - 11, ".exp_avg_sq") ? 2 : 0;
+    const int grad = !moment && n > 5 && !strcmp(name + n - 5, ".grad");
+    char param[192];
+    snprintf(param, sizeof param, "%.*s", (int)(n - (moment == 1 ? 8 : moment == 2 ? 11 : grad ? 5 : 0)), name);
+    const int si = bert_slot(T, param);
+    if (si >= 0 && T->broken) return dm_trainer_broken(T);
+    if (si >= 0) {
+        DM_TRY(dm_trainer_pull_slot(T, si));
+        if (!grad) T->slot[si].dirty = 1;
+    }
+    if (!moment) return dm_model_tensor(T->model, name, data, ndim, shape);
+    if (si < 0) return dm_fail(DM_ERR_NOT_FOUND, "no moments of '%s' in the trainer", param);
+    const dm_train_slot *sl = &T->slot[si];
+    *data = T->moments + (moment == 1 ? 0 : T->nparams) + sl->off;
+    if (ndim) *ndim = sl->ndim;
+    if (shape) shape[0] = sl->shape[0], shape[1] = sl->shape[1], shape[2] = shape[3] = 0;
+    return DM_OK;
+}
+
+dm_status dm_trainer_bert_forward(dm_trainer *T, int64_t micro, double *loss) {
+    double t0 = omp_get_wtime();
+    DM_TRY(dm_trainer_push(T));
+    DM_TRY(dm_model_forward(T->model, micro, loss, &T->model->correct));
+    T->secs[DM_TRAIN_FORWARD] += omp_get_wtime() - t0;
+    return DM_OK;
+}
+
+dm_status dm_trainer_bert_backward(dm_trainer *T) { return dm_model_backward(T->model); }
+
+dm_status dm_trainer_evaluate(dm_trainer *T, double *loss) {
+    if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_evaluate: NULL trainer");
+    if (!T->model) return dm_fail(DM_ERR_UNSUPPORTED, "evaluation mode is a BERT trainer's (dm_trainer_new_bert)");
+    if (T->broken) return dm_trainer_broken(T);
+    dm_status s = DM_OK;
+    for (int k = 0; s == DM_OK && k < T->nseg; k++) s = dm_layer_set_training(T->L[k], 0);
+    if (s == DM_OK) s = dm_trainer_push(T);
+    if (s == DM_OK) s = dm_model_forward(T->model, 0, loss, &T->model->correct);
+    for (int k = 0; k < T->nseg; k++) {
+        dm_status r = dm_layer_set_training(T->L[k], 1);
+        if (s == DM_OK) s = r;
+    }
+    return s;
+}

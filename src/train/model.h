@@ -1,0 +1,57 @@
+/* model.h: a whole BertForMaskedLM as segments (graph/bert.c, graph/encoder.c) chained on
+ * one backend: the embeddings, the encoder layers and the MLM head, each a layer of its own
+ * (its plan, arena and backend state), linked as the trainer links its layers: each output
+ * copied into the next segment's input in the backend, each input gradient into the
+ * segment before's output gradient. The decoder is tied to the word embeddings: the head
+ * keeps a copy, refreshed from the table before each forward pass, and its gradient is
+ * added into the table's after each backward pass.
+ * The first step of issue 24's model; the optimizer, checkpoints and commands come on top
+ * (the trainer's slots over these segments). */
+#ifndef DM_TRAIN_MODEL_H
+#define DM_TRAIN_MODEL_H
+
+#include <stdint.h>
+
+#include "dmove.h"
+#include "graph/encoder.h"
+#include "plan/backend.h"
+
+typedef struct {
+    dm_layer_config layer; /* the encoder layers' (batch, seq, sizes, dropout, seed, ...) */
+    int layers;
+    dm_bert_sizes sizes;   /* vocabulary, positions, token types, predictions scored */
+    int64_t pad_id;        /* the padding token: its word row takes no gradient */
+} dm_model_config;
+
+typedef struct dm_model {
+    dm_model_config c;
+    dm_layer_options opt;
+    const dm_backend *bk;
+    dm_backend_pool *pool;
+    dm_layer *emb, **enc, *head;
+    int counted;       /* masked positions the last batch scores (<= predictions) */
+    int64_t correct;   /* of them, the argmax predicted in the last forward pass */
+    int64_t dropped;   /* masked positions past `predictions` the last batch left out */
+} dm_model;
+
+dm_status dm_model_new(dm_model **out, const dm_model_config *c, const dm_layer_options *opt);
+void dm_model_free(dm_model *m);
+/* A tensor by its Hugging Face BertForMaskedLM name: bert.embeddings.*,
+ * bert.encoder.layer.<l>.*, cls.predictions.* (with ".grad" for gradients). */
+dm_status dm_model_tensor(dm_model *m, const char *name, float **data, int *ndim, int64_t shape[4]);
+/* BERT's initialisation of every segment (each from its own seed derived from `seed`). */
+dm_status dm_model_init_params(dm_model *m, uint64_t seed);
+/* The batch: input_ids, token_type_ids (b * j each; NULL: all 0), attention_mask (NULL:
+ * all 1) and labels (b * j: the original id at a masked position, negative elsewhere).
+ * The first `predictions` masked positions in order are scored, the rest counted in
+ * m->dropped. Ids are checked against the vocabulary. */
+dm_status dm_model_set_batch(dm_model *m, const int32_t *ids, const int32_t *types, const float *attention_mask,
+                             const int32_t *labels);
+/* Forward with step `step`'s dropout masks: the mean cross-entropy over the scored
+ * positions into *loss (0 when none), how many of them the argmax predicts into *correct
+ * (may be NULL). */
+dm_status dm_model_forward(dm_model *m, int64_t step, double *loss, int64_t *correct);
+/* Backward after a forward: every parameter's gradient (the tied table's summed). */
+dm_status dm_model_backward(dm_model *m);
+
+#endif

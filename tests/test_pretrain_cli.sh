@@ -1,0 +1,119 @@
+#!/bin/sh
+# test_pretrain_cli.sh: `dmove pretrain` end to end: a small vocab.txt and a corpus written
+# here, `dmove prepare` with a held-out split, then a tiny BERT pretrained on it: the loss
+# falls, the held-out loss and accuracy are reported, the summary says how long the step
+# waited for data, the chart and --json are written; then bad input exits 1 or 2 naming
+# the problem (no data, a config of another vocabulary, a sequence longer than the
+# positions, shards of another tokenizer, a sequence too short for the special tokens).
+# Usage: DMOVE=build/dmove sh tests/test_pretrain_cli.sh
+set -u
+
+DMOVE=${DMOVE:?set DMOVE to the dmove binary, e.g. DMOVE=build/dmove}
+case $DMOVE in /*) ;; *) DMOVE=$(pwd)/$DMOVE ;; esac
+[ -x "$DMOVE" ] || { echo "test_pretrain_cli.sh: $DMOVE is not an executable" >&2; exit 1; }
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/dmove_pretrain.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+trap 'exit 1' INT TERM
+cd "$T" || exit 1
+cases=0
+fails=0
+fail() {
+    echo "FAIL: $*" >&2
+    fails=$((fails + 1))
+}
+good() {
+    name=$1
+    shift
+    cases=$((cases + 1))
+    "$DMOVE" "$@" >stdout 2>stderr
+    rc=$?
+    [ "$rc" -eq 0 ] || { fail "$name: exit $rc (dmove $*)"; sed 's/^/    /' stderr >&2; }
+}
+bad() {
+    name=$1 want=$2 pat=$3
+    shift 3
+    cases=$((cases + 1))
+    "$DMOVE" "$@" >stdout 2>stderr
+    rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        fail "$name: exit $rc, expected $want (dmove $*)"
+        sed 's/^/    /' stderr >&2
+    elif ! grep -Eq -- "$pat" stderr; then
+        fail "$name: stderr lacks /$pat/"
+        sed 's/^/    /' stderr >&2
+    else
+        echo "ok   $name: $(head -1 stderr)"
+    fi
+}
+has() {
+    cases=$((cases + 1))
+    grep -Eq -- "$3" "$2" || { fail "$1: $2 lacks /$3/"; sed 's/^/    /' "$2" >&2; }
+}
+
+{
+    printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'
+    for w in the a quick brown fox jumps over lazy dog cat sat on mat hello world and then \
+             it was is in of to run ran home . , '!' s '##s' play walk; do
+        echo "$w"
+    done
+} >vocab.txt
+{ cat vocab.txt; echo extra; } >vocab2.txt
+i=0
+while [ $i -lt 300 ]; do
+    printf 'the quick brown fox jumps over the lazy dog.\nthe cat sat on the mat.\n'
+    printf 'hello world, the dog ran home!\n\n'
+    i=$((i + 1))
+done >corpus.txt
+
+good "prepare" prepare --tokenizer vocab.txt --lowercase --out data --valid-fraction 0.1 corpus.txt
+P="pretrain --data data --tokenizer vocab.txt --lowercase --layers 2 --hidden 32 --heads 2 --ffn 64 --seq 32 \
+--batch 8 --lr 3e-3 --warmup 5 --lr-schedule linear --threads 2"
+# shellcheck disable=SC2086 # P is words
+good "pretrain" $P --steps 60 --eval-every 20 --svg loss.svg
+has "pretrain header" stdout '^dmove pretrain: BERT of 2 layers \(i=32 h=2 u=64'
+has "pretrain progress" stdout '^step 60/60  loss [0-9.]+  acc [0-9.]+'
+has "pretrain held-out" stdout '^  held-out at step 60: loss [0-9.]+, masked-token accuracy'
+has "pretrain waited for data" stdout 'waiting for data [0-9.]+'
+has "pretrain chart" loss.svg '<polyline'
+first=$(sed -n 's/^loss \([0-9.]*\) (step 1) -> \([0-9.]*\) .*/\1/p' stdout)
+last=$(sed -n 's/^loss \([0-9.]*\) (step 1) -> \([0-9.]*\) .*/\2/p' stdout)
+cases=$((cases + 1))
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 0 && b < 0.5 * a) }' || fail "the loss did not halve: $first -> $last"
+echo "ok   pretrain: loss $first -> $last"
+# shellcheck disable=SC2086
+good "pretrain --json" $P --steps 8 --json --optimizer lamb --accumulate 2
+has "pretrain --json" stdout '"eval_loss":[0-9.]+,"eval_accuracy":[0-9.]+'
+
+# checkpoints: a run in two parts (--until, --resume) equals the whole run, byte for byte
+# shellcheck disable=SC2086
+good "pretrain --save" $P --steps 12 --dropout 0.1 --accumulate 2 --save full.ckpt
+has "pretrain --save said where" stdout '^checkpoint: full.ckpt \(step 12\)'
+# shellcheck disable=SC2086
+good "pretrain --until 5" $P --steps 12 --dropout 0.1 --accumulate 2 --save part.ckpt --until 5
+# shellcheck disable=SC2086
+good "pretrain --resume" $P --steps 12 --dropout 0.1 --accumulate 2 --save part.ckpt --resume part.ckpt
+has "pretrain --resume went on" stdout '^loss [0-9.]+ \(step 6\) -> [0-9.]+ \(step 12\)'
+cases=$((cases + 1))
+cmp -s full.ckpt part.ckpt || fail "a pretraining run in two parts differs from the whole run"
+echo "ok   pretrain: the run in two parts equals the whole run, byte for byte"
+# shellcheck disable=SC2086
+bad "--resume with another --mask-prob" 1 "run is pretrain" $P --steps 12 --dropout 0.1 --accumulate 2 \
+    --mask-prob 0.2 --resume part.ckpt --steps 14
+bad "--until without --save" 2 "need --save" $P --steps 12 --until 3
+
+printf '{"vocab_size": 99, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64, "num_hidden_layers": 2}' >config.json
+bad "no --data" 2 "--data DIR and --tokenizer FILE are required" pretrain --tokenizer vocab.txt --lowercase
+bad "a config of another vocabulary" 1 "vocab_size 99, but the tokenizer has" pretrain --data data \
+    --tokenizer vocab.txt --lowercase --config config.json
+bad "--seq past --positions" 1 "max_position_embeddings" pretrain --data data --tokenizer vocab.txt --lowercase \
+    --hidden 32 --heads 2 --ffn 64 --seq 64 --positions 32 --batch 2 --steps 1
+bad "shards of another tokenizer" 1 "vocabulary|hash|tokenizer" pretrain --data data --tokenizer vocab2.txt \
+    --lowercase --hidden 32 --heads 2 --ffn 64 --seq 32 --batch 2 --steps 1
+bad "--seq too short" 1 "special tokens|too small|at least" pretrain --data data --tokenizer vocab.txt --lowercase \
+    --hidden 32 --heads 2 --ffn 64 --seq 2 --batch 2 --steps 1
+bad "a data directory that is not one" 1 "not a directory" pretrain --data vocab.txt --tokenizer vocab.txt --lowercase \
+    --hidden 32 --heads 2 --ffn 64 --seq 32 --batch 2 --steps 1
+
+echo "test_pretrain_cli.sh: $cases cases, $fails failed"
+[ "$fails" -eq 0 ]
