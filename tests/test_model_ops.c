@@ -13,9 +13,12 @@
  *    finite differences of sum(loss * dloss) over every parameter entry;
  *  - EMBED_BWD deterministic: bit-identical tables on 1, 2, 3 and 7 threads (repeated,
  *    skewed and invalid ids); out-of-range ids give zero rows and add nothing;
- *  - XENT on extreme logits (no overflow) and a label beyond the columns (ignored). */
+ *  - XENT on extreme logits (no overflow) and a label beyond the columns (ignored);
+ *  - the cost model on the graph: the new kinds by class, a lookup's bytes the rows it
+ *    reads (not its table), a scatter's the table it writes. */
 #include <string.h>
 
+#include "analysis/cost.h"
 #include "core/safetensors.h"
 #include "cpu/exec.h"
 #include "graph/graph.h"
@@ -456,6 +459,54 @@ static void scatter_checks(void) {
     free(tk);
 }
 
+/* The cost model on the model graph: the new kinds by class, a lookup's bytes the rows it
+ * reads (not the table), a scatter's the whole table it writes. */
+static void analysis_checks(void) {
+    dm_graph g;
+    model m;
+    if (!build(&g, &m, 1)) return;
+    dm_plan plan;
+    dm_device dev;
+    dm_cost_report rep;
+    CHECK_OK(dm_device_preset("h100", &dev));
+    CHECK_OK(dm_plan_build(&g, 1, 0, 0, &plan));
+    dm_status s = dm_cost_analyze(&g, &plan, &dev, 4, &rep);
+    CHECK_OK(s);
+    if (s != DM_OK) return;
+    int seen = 0;
+    for (int o = 0; o < g.nop; o++) {
+        const dm_op *op = &g.op[o];
+        const dm_op_cost *c = &rep.ops[o];
+        if (!strcmp(op->name, "word_embed")) { /* reads R ids and R rows of I; writes R x I */
+            CHECK(c->cls == DM_CLASS_ELEMENTWISE && c->flop == 0);
+            CHECK(c->bytes_read == 4.0 * (B * J * I + B * J) && c->bytes_written == 4.0 * B * J * I);
+            seen++;
+        }
+        if (!strcmp(op->name, "word_embed_bwd")) { /* reads dy and the ids, writes the whole table */
+            CHECK(c->cls == DM_CLASS_NORMALIZATION && c->flop == (double)B * J * I);
+            CHECK(c->bytes_read == 4.0 * (B * J * I + B * J) && c->bytes_written == 4.0 * V * I);
+            seen++;
+        }
+        if (op->kind == DM_OP_XENT) {
+            CHECK(c->cls == DM_CLASS_NORMALIZATION && c->flop == 3.0 * K * V);
+            seen++;
+        }
+        if (op->kind == DM_OP_XENT_BWD) {
+            CHECK(c->cls == DM_CLASS_ELEMENTWISE && c->flop == 4.0 * K * V);
+            seen++;
+        }
+    }
+    CHECK(seen == 4);
+    printf("  analysis: flop by class contraction %.0f, normalization %.0f, element-wise %.0f; bytes unfused %.0f, "
+           "fused %.0f (%.0f%% less); the lookups' bytes their rows, the scatter's its table: %s\n",
+           rep.class_flop[DM_CLASS_CONTRACTION], rep.class_flop[DM_CLASS_NORMALIZATION],
+           rep.class_flop[DM_CLASS_ELEMENTWISE], rep.unfused_bytes, rep.fused_bytes, rep.reduction_pct,
+           seen == 4 ? "ok" : "FAIL");
+    dm_cost_free(&rep);
+    dm_plan_free(&plan);
+    dm_graph_free(&g);
+}
+
 int main(void) {
     dm_st_file *f = NULL;
     CHECK_OK(dm_st_read(REF_DIR "/model_ops.safetensors", &f));
@@ -466,5 +517,6 @@ int main(void) {
     }
     gradcheck64();
     scatter_checks();
+    analysis_checks();
     TEST_END();
 }
