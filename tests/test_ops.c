@@ -33,12 +33,18 @@
  *    simulated lanes; row statistics (LayerNorm's mean and rstd) stay fp32; on a GPU also
  *    the device, auto, interpreted and generated, on one stream and two. A device this
  *    dmove was built without: "SKIP" with the registry's reason.
+ * The whole model's kinds (EMBED, EMBED_BWD, XENT, XENT_BWD: run_alone) run in suites of
+ * one kind each, their index operands valid ids with repeats, 0 and N - 1, tables larger
+ * and smaller than the rows, and every 7th index one that selects nothing (-100, -1, N,
+ * 2.5); a backend other than the CPU's may refuse such a suite at create with
+ * DM_ERR_UNSUPPORTED naming the kind: counted as the kind's outcome there and said.
  * Outputs are poisoned with NaN first: every element must be written. Masked scores
  * (a reference beyond 1e30 in magnitude) must match exactly; the norm-wise relative error
  * is taken over the other elements. A kind counts as run on a variant (backend,
  * environment, resolved row kernels and streams) when at least one instance matched there;
- * at the end every kind must have run on every variant run (the count must equal
- * DM_NUM_OPS x variants), and every backend built must have run in some variant. */
+ * at the end every kind must have run (or been refused, as above) on every variant run
+ * (the count must equal DM_NUM_OPS x variants), and every backend built must have run in
+ * some variant. */
 #include <float.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -30,6 +30,54 @@ static double act_grad_ref(double x, dm_act a) {
     return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
 }
 
+/* The whole model's kinds: gather, its scatter-add, cross-entropy and its backward. */
+static void ref_model_op(const dm_op *op, const float *const *in, float *const *out) {
+    const int64_t R = op->rows, C = op->cols;
+    const float *a = in[0], *b = in[1];
+    switch (op->kind) {
+    case DM_OP_EMBED: { /* in: table (N, C), idx (R); a row outside the table: zeros */
+        for (int64_t r = 0; r < R; r++) {
+            int64_t n = dm_index_row(b[r], op->nindex);
+            for (int64_t c = 0; c < C; c++) out[0][r * C + c] = n >= 0 ? a[n * C + c] : 0.0f;
+        }
+        break;
+    }
+    case DM_OP_EMBED_BWD: { /* in: dy (R, C), idx (R); out: dtable (N, C), every row */
+        double *acc = calloc((size_t)(op->nindex * C > 0 ? op->nindex * C : 1), sizeof(double));
+        if (!acc) return;
+        for (int64_t r = 0; r < R; r++) {
+            int64_t n = dm_index_row(b[r], op->nindex);
+            if (n >= 0)
+                for (int64_t c = 0; c < C; c++) acc[n * C + c] += a[r * C + c];
+        }
+        for (int64_t e = 0; e < op->nindex * C; e++) out[0][e] = (float)acc[e];
+        free(acc);
+        break;
+    }
+    case DM_OP_XENT: /* in: logits, labels; out: loss, lse */
+        for (int64_t r = 0; r < R; r++) {
+            double m = -INFINITY, s = 0;
+            for (int64_t c = 0; c < C; c++) m = fmax(m, a[r * C + c]);
+            for (int64_t c = 0; c < C; c++) s += exp(a[r * C + c] - m);
+            double lse = m + log(s);
+            int64_t l = dm_index_row(b[r], C);
+            out[0][r] = l >= 0 ? (float)(lse - a[r * C + l]) : 0.0f;
+            out[1][r] = (float)lse;
+        }
+        break;
+    case DM_OP_XENT_BWD: /* in: logits, lse, labels, dloss */
+        for (int64_t r = 0; r < R; r++) {
+            int64_t l = dm_index_row(in[2][r], C);
+            for (int64_t c = 0; c < C; c++)
+                out[0][r * C + c] = l < 0 ? 0.0f
+                                          : (float)(in[3][r] * (exp((double)a[r * C + c] - in[1][r]) - (c == l)));
+        }
+        break;
+    default:
+        break;
+    }
+}
+
 void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float *const *in,
                float *const *out) {
     int64_t R = op->rows, C = op->cols;
@@ -142,43 +190,11 @@ void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float 
             out[0][c] = (float)s;
         }
         break;
-    case DM_OP_EMBED: { /* in: table (N, C), idx (R); a row outside the table: zeros */
-        for (int64_t r = 0; r < R; r++) {
-            int64_t n = dm_index_row(b[r], op->nindex);
-            for (int64_t c = 0; c < C; c++) out[0][r * C + c] = n >= 0 ? a[n * C + c] : 0.0f;
-        }
-        break;
-    }
-    case DM_OP_EMBED_BWD: { /* in: dy (R, C), idx (R); out: dtable (N, C), every row */
-        double *acc = calloc((size_t)(op->nindex * C > 0 ? op->nindex * C : 1), sizeof(double));
-        if (!acc) return;
-        for (int64_t r = 0; r < R; r++) {
-            int64_t n = dm_index_row(b[r], op->nindex);
-            if (n >= 0)
-                for (int64_t c = 0; c < C; c++) acc[n * C + c] += a[r * C + c];
-        }
-        for (int64_t e = 0; e < op->nindex * C; e++) out[0][e] = (float)acc[e];
-        free(acc);
-        break;
-    }
-    case DM_OP_XENT: /* in: logits, labels; out: loss, lse */
-        for (int64_t r = 0; r < R; r++) {
-            double m = -INFINITY, s = 0;
-            for (int64_t c = 0; c < C; c++) m = fmax(m, a[r * C + c]);
-            for (int64_t c = 0; c < C; c++) s += exp(a[r * C + c] - m);
-            double lse = m + log(s);
-            int64_t l = dm_index_row(b[r], C);
-            out[0][r] = l >= 0 ? (float)(lse - a[r * C + l]) : 0.0f;
-            out[1][r] = (float)lse;
-        }
-        break;
-    case DM_OP_XENT_BWD: /* in: logits, lse, labels, dloss */
-        for (int64_t r = 0; r < R; r++) {
-            int64_t l = dm_index_row(in[2][r], C);
-            for (int64_t c = 0; c < C; c++)
-                out[0][r * C + c] = l < 0 ? 0.0f
-                                          : (float)(in[3][r] * (exp((double)a[r * C + c] - in[1][r]) - (c == l)));
-        }
+    case DM_OP_EMBED:
+    case DM_OP_EMBED_BWD:
+    case DM_OP_XENT:
+    case DM_OP_XENT_BWD:
+        ref_model_op(op, in, out);
         break;
     default:
         break;

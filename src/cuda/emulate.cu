@@ -170,6 +170,24 @@ static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t n, float *scr, uin
         for (int64_t c = 0; c < n; c++) acc[c] += A(c);
         break;
     }
+    case DM_OP_XENT: { /* in: logits, label; out: loss, lse */
+        const long long l = dmc_index_row(B(0), n);
+        float m = -INFINITY, s = 0, p = 0;
+        for (int64_t c = 0; c < n; c++) m = fmaxf(m, A(c));
+        for (int64_t c = 0; c < n; c++) {
+            s += expf(A(c) - m);
+            if (c == l) p += A(c);
+        }
+        dmc_store(out[0].p, out[0].dt, 0, l >= 0 ? (m - p) + logf(s) : 0.0f);
+        dmc_store(out[1].p, out[1].dt, 0, m + logf(s));
+        break;
+    }
+    case DM_OP_XENT_BWD: { /* in: logits, lse, label, dloss */
+        const float lse = IN(1, 0), d = IN(3, 0);
+        const long long l = dmc_index_row(IN(2, 0), n);
+        for (int64_t c = 0; c < n; c++) Y(c, l < 0 ? 0.0f : d * (expf(A(c) - lse) - (c == l ? 1.0f : 0.0f)));
+        break;
+    }
     default:
         break;
     }

@@ -46,4 +46,10 @@ __host__ __device__ __forceinline__ float dmc_gelu_both(float x, float *grad) {
     return x * cdf;
 }
 
+/* The column a cross-entropy label selects in a row of n columns, or -1 (ignored: -100,
+ * any negative, beyond the row, not an integer, NaN): graph/ops.h's dm_index_row. */
+__host__ __device__ __forceinline__ long long dmc_index_row(float v, long long n) {
+    return v >= 0.0f && v < (float)n && v < 16777216.0f && v == (float)(long long)v ? (long long)v : -1LL;
+}
+
 #endif

@@ -335,6 +335,39 @@ __device__ __forceinline__ void rowop_layernorm_bwd(const dptr *in, const dptr *
     }
 }
 
+/* Cross-entropy of the row (in: logits, label; out: loss, lse): the max, then the sum of
+ * exp(x - max) with the label's logit picked up in the same pass; loss = (max - x[l]) +
+ * log(sum) as the CPU, 0 where the label selects no column. */
+template <typename S>
+__device__ __forceinline__ void rowop_xent(const dptr *in, const dptr *out, int64_t cols, const rowteam &T,
+                                           int vec) {
+    float a[VEC];
+    const long long l = dmc_index_row(ld<S>(in[1], 0), cols);
+    float m = -INFINITY, s = 0.0f, p = 0.0f;
+    FOR_CHUNKS(T, cols) {
+        ld8<S>(in[0], c0, n, vec, a);
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            if (e < n) m = fmaxf(m, a[e]);
+    }
+    m = T.max(m);
+    FOR_CHUNKS(T, cols) {
+        ld8<S>(in[0], c0, n, vec, a);
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            if (e < n) {
+                s += expf(a[e] - m);
+                if (c0 + e == l) p += a[e];
+            }
+    }
+    s = T.sum(s);
+    p = T.sum(p);
+    if (T.lt == 0) {
+        st<S>(out[0], 0, l >= 0 ? (m - p) + logf(s) : 0.0f);
+        st<S>(out[1], 0, m + logf(s));
+    }
+}
+
 /* One op on row r. Every thread of the team takes the same branch (the op is uniform),
  * so the team reductions inside are legal. Arithmetic in fp32; loads and stores in each
  * operand's element type. */
@@ -427,6 +460,20 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
     case DM_OP_LAYERNORM_BWD:
         rowop_layernorm_bwd<S>(in, out, cols, T, vec);
         break;
+    case DM_OP_XENT:
+        rowop_xent<S>(in, out, cols, T, vec);
+        break;
+    case DM_OP_XENT_BWD: { /* in: logits, lse, label, dloss: dloss (softmax - onehot) */
+        const float lse = ld<S>(in[1], 0), d = ld<S>(in[3], 0);
+        const long long l = dmc_index_row(ld<S>(in[2], 0), cols);
+        FOR_CHUNKS(T, cols) {
+            ld8<S>(in[0], c0, n, vec, a);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) y[e] = l < 0 ? 0.0f : d * (expf(a[e] - lse) - (c0 + e == l ? 1.0f : 0.0f));
+            st8<S>(out[0], c0, n, vec, y);
+        }
+        break;
+    }
     case DM_OP_COLSUM: {
         float *acc = (float *)out[0].p; /* a scratch accumulator */
         FOR_CHUNKS(T, cols) {

@@ -27,14 +27,14 @@ static int dense_rowmajor(const dm_tensor *x) {
     return 1;
 }
 
-/* The op kinds the row kernel (rows.cu) implements: every kind of the operator table
- * but the contractions and the four below (tests/test_ops.c runs each on this backend, so a kind without its
- * case in rows.cu, emulate.cu or cudagen/gen.cu fails there); anything else fails at init
- * rather than leaving its outputs unwritten. */
+/* The op kinds the row kernel (rows.cu) implements: every kind of the operator table but
+ * the contractions and the indexed ones below (tests/test_ops.c runs each on this
+ * backend, so a kind without its case in rows.cu, emulate.cu or cudagen/gen.cu fails
+ * there); anything else fails at init rather than leaving its outputs unwritten. */
 static int row_kind_supported(dm_op_kind k) {
-    /* not yet: the whole model's kinds (gathers, scatters by index, cross-entropy): refused
-     * with DM_ERR_UNSUPPORTED naming the kind, never run without a kernel */
-    if (k == DM_OP_EMBED || k == DM_OP_EMBED_BWD || k == DM_OP_XENT || k == DM_OP_XENT_BWD) return 0;
+    /* not yet: the gather and its scatter-add (tables addressed by index): refused with
+     * DM_ERR_UNSUPPORTED naming the kind, never run without a kernel */
+    if (dm_op_indexed(k)) return 0;
     return (unsigned)k < DM_NUM_OPS && dm_op_kind_class(k) != DM_CLASS_CONTRACTION;
 }
 

@@ -347,6 +347,17 @@ static dm_status emit_eltwise(gen_ctx *G, const dmc_rowop *op, const int *in, co
             act_fn(op->act), b.c_str(), y.c_str(), a.c_str());
         finish(G, out[0]);
         break;
+    case DM_OP_XENT_BWD: { /* in: logits, lse, label, dloss: dloss (softmax - onehot) */
+        std::string lse = scalar_in(G, in[1]), lab = scalar_in(G, in[2]), dl = scalar_in(G, in[3]);
+        a = chunk(G, in[0]);
+        y = define(G, out[0]);
+        gen_add(G->body,
+            "        { const long long l = dmc_index_row(%s, COLS);\n"
+            "          DMC_UNROLL for (int e = 0; e < 8; e++) %s[e] = l < 0 ? 0.0f : %s * (expf(%s[e] - %s) - (c0 + e == l ? 1.0f : 0.0f)); }\n",
+            lab.c_str(), y.c_str(), dl.c_str(), a.c_str(), lse.c_str());
+        finish(G, out[0]);
+        break;
+    }
     case DM_OP_COLSUM: {
         a = chunk(G, in[0]);
         int ai = acc_index(G, &op->out[0]);
@@ -400,6 +411,28 @@ static dm_status emit_rowred(gen_ctx *G, const dmc_rowop *op, const int *in, con
         gen_add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) %s[e] = %s[e] * (%s[e] - t%d);\n", y.c_str(),
             b.c_str(), a.c_str(), K);
         finish(G, out[0]);
+        break;
+    }
+    case DM_OP_XENT: { /* in: logits, label; out: loss, lse (rows.cu's rowop_xent) */
+        std::string lab = scalar_in(G, in[1]);
+        a = chunk(G, in[0]);
+        gen_add(G->rowscope, "        float m%d = -dmg_inf();\n", K);
+        gen_add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) if (e < n) m%d = fmaxf(m%d, %s[e]);\n", K, K, a.c_str());
+        gen_add(after, "        m%d = dmg_max<TEAM>(m%d);\n", K, K);
+        close_segment(G, after);
+        after.clear();
+        a = chunk(G, in[0]);
+        gen_add(G->rowscope, "        float t%d = 0.0f, p%d = 0.0f;\n        const long long l%d = dmc_index_row(%s, COLS);\n", K,
+            K, K, lab.c_str());
+        gen_add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) if (e < n) { t%d += expf(%s[e] - m%d); if (c0 + e == l%d) p%d += %s[e]; }\n",
+            K, a.c_str(), K, K, K, a.c_str());
+        gen_add(after, "        t%d = dmg_sum<TEAM>(t%d);\n        p%d = dmg_sum<TEAM>(p%d);\n", K, K, K, K);
+        close_segment(G, after);
+        char ex[96];
+        snprintf(ex, sizeof ex, "l%d >= 0 ? (m%d - p%d) + logf(t%d) : 0.0f", K, K, K, K);
+        scalar_out(G, out[0], ex);
+        snprintf(ex, sizeof ex, "m%d + logf(t%d)", K, K);
+        scalar_out(G, out[1], ex);
         break;
     }
     case DM_OP_LAYERNORM: { /* in: x, gamma, beta; out: y, mean, rstd */

@@ -113,6 +113,55 @@ static dm_status emit(ad_ctx *c, const dm_op *op) {
     return dm_graph_op(c->g, op) < 0 ? dm_last_status() : DM_OK;
 }
 
+/* The whole model's kinds: a gather's table gets the scatter-add of dy by the same
+ * indices; the cross-entropy's logits get dloss * (softmax - onehot) from the logsumexp
+ * it kept. Index operands (ids, labels) take no gradient. */
+static dm_status rule_model(ad_ctx *c, const dm_op *f, const dm_op *proto, int dy) {
+    dm_graph *g = c->g;
+    const dm_op b = *proto;
+    switch (f->kind) {
+    case DM_OP_EMBED: { /* in: table, idx; the indices take no gradient */
+        int tab = f->in[0];
+        if (!g->t[tab].requires_grad) return DM_OK;
+        int slot = grad_slot(c, tab);
+        if (slot < 0) return dm_last_status();
+        dm_op m = b;
+        m.kind = DM_OP_EMBED_BWD;
+        m.nin = 2;
+        m.in[0] = dy;
+        m.in[1] = f->in[1];
+        m.nout = 1;
+        m.out[0] = slot;
+        snprintf(m.name, sizeof m.name, "%s_bwd", f->name);
+        DM_TRY(emit(c, &m));
+        return grad_add(c, tab, slot);
+    }
+    case DM_OP_XENT: { /* in: logits, labels; out: loss, lse (lse takes no gradient) */
+        if (grad_of(c, f->out[1]) >= 0)
+            return dm_fail(DM_ERR_UNSUPPORTED, "autodiff: %s: a gradient flows into the logsumexp it keeps "
+                           "for the backward (only the loss is differentiable)", f->name);
+        int x = f->in[0];
+        if (!g->t[x].requires_grad) return DM_OK;
+        int slot = grad_slot(c, x);
+        if (slot < 0) return dm_last_status();
+        dm_op m = b;
+        m.kind = DM_OP_XENT_BWD;
+        m.nin = 4;
+        m.in[0] = x;
+        m.in[1] = f->out[1];
+        m.in[2] = f->in[1];
+        m.in[3] = dy;
+        m.nout = 1;
+        m.out[0] = slot;
+        snprintf(m.name, sizeof m.name, "%s_bwd", f->name);
+        DM_TRY(emit(c, &m));
+        return grad_add(c, x, slot);
+    }
+    default:
+        return dm_fail(DM_ERR_INTERNAL, "autodiff: %s is no kind of the whole model", dm_op_kind_name(f->kind));
+    }
+}
+
 static dm_status rule(ad_ctx *c, const dm_op *f) {
     dm_graph *g = c->g;
     int dy = grad_of(c, f->out[0]);
@@ -225,43 +274,9 @@ static dm_status rule(ad_ctx *c, const dm_op *f) {
         DM_TRY(grad_add(c, gm, dg));
         return grad_add(c, bt, db);
     }
-    case DM_OP_EMBED: { /* in: table, idx; the indices take no gradient */
-        int tab = f->in[0];
-        if (!g->t[tab].requires_grad) return DM_OK;
-        int slot = grad_slot(c, tab);
-        if (slot < 0) return dm_last_status();
-        dm_op m = b;
-        m.kind = DM_OP_EMBED_BWD;
-        m.nin = 2;
-        m.in[0] = dy;
-        m.in[1] = f->in[1];
-        m.nout = 1;
-        m.out[0] = slot;
-        snprintf(m.name, sizeof m.name, "%s_bwd", f->name);
-        DM_TRY(emit(c, &m));
-        return grad_add(c, tab, slot);
-    }
-    case DM_OP_XENT: { /* in: logits, labels; out: loss, lse (lse takes no gradient) */
-        if (grad_of(c, f->out[1]) >= 0)
-            return dm_fail(DM_ERR_UNSUPPORTED, "autodiff: %s: a gradient flows into the logsumexp it keeps "
-                           "for the backward (only the loss is differentiable)", f->name);
-        int x = f->in[0];
-        if (!g->t[x].requires_grad) return DM_OK;
-        int slot = grad_slot(c, x);
-        if (slot < 0) return dm_last_status();
-        dm_op m = b;
-        m.kind = DM_OP_XENT_BWD;
-        m.nin = 4;
-        m.in[0] = x;
-        m.in[1] = f->out[1];
-        m.in[2] = f->in[1];
-        m.in[3] = dy;
-        m.nout = 1;
-        m.out[0] = slot;
-        snprintf(m.name, sizeof m.name, "%s_bwd", f->name);
-        DM_TRY(emit(c, &m));
-        return grad_add(c, x, slot);
-    }
+    case DM_OP_EMBED:
+    case DM_OP_XENT:
+        return rule_model(c, f, &b, dy);
     default:
         return dm_fail(DM_ERR_INTERNAL, "autodiff: no gradient rule for %s",
                        dm_op_kind_name(f->kind));

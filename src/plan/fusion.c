@@ -15,6 +15,7 @@
  *   index_producers   which ops write each root tensor
  *   find_ancestors    each op's ancestors (and a check of the graph's topological order)
  *   form_row_groups   greedy grouping in op order (fused: row ops with their producers)
+ *   merge_gathers     fused: a lookup from memory (EMBED by input ids) into its readers' group
  *   merge_batched     fused: batched contractions with the row groups around them
  *   merge_siblings    fused, siblings: a lone batched contraction into a batched group
  *                     that reads the same input
@@ -258,6 +259,44 @@ static void form_row_groups(fuse_ctx *c) {
         if (chosen < 0) chosen = c->ng++;
         c->gid[o] = chosen;
         set(c->mem + (size_t)chosen * c->nw, o);
+    }
+}
+
+/* --- merge_gathers ------------------------------------------------------------------ */
+
+/* Fused: a gather from memory alone (an EMBED none of whose inputs any op writes: a table
+ * looked up by input ids) joins the row group that reads all it writes, when that group's
+ * readers are row ops of its pass and iteration space reading it row for row. The greedy
+ * pass joins a consumer to one producer only: the word embedding's group takes the adds
+ * and the LayerNorm, and the position and token-type lookups would write their rows to
+ * memory for it to read back. Nothing depends on such a gather but its readers, so no
+ * cycle can arise. */
+static void merge_gathers(fuse_ctx *c) {
+    const dm_graph *g = c->g;
+    for (int o = 0; o < c->n; o++) {
+        const dm_op *op = &g->op[o];
+        const int H = c->gid[o];
+        if (!dm_op_indexed(op->kind) || scatters(op)) continue;
+        int ok = 1, G = -1;
+        for (int k = 0; k < op->nin && ok; k++) ok = c->nprod[dm_tensor_root(g, op->in[k])] == 0;
+        for (int q = 0; q < c->n && ok; q++) {
+            if (q == o) continue;
+            ok = c->gid[q] != H;
+            const dm_op *qo = &g->op[q];
+            for (int k = 0; k < qo->nin && ok; k++) {
+                int reads = 0;
+                for (int s = 0; s < op->nout; s++) reads |= dm_tensor_root(g, qo->in[k]) == dm_tensor_root(g, op->out[s]);
+                if (!reads) continue;
+                if (qo->kind == DM_OP_CONTRACT || qo->pass != op->pass || qo->rows != op->rows ||
+                    qo->cols != op->cols || dm_arg_in(qo->kind, k) != DM_ARG_FULL || (G >= 0 && c->gid[q] != G))
+                    ok = 0;
+                G = c->gid[q];
+            }
+        }
+        if (!ok || G < 0) continue;
+        c->gid[o] = G;
+        set(c->mem + (size_t)G * c->nw, o);
+        memset(c->mem + (size_t)H * c->nw, 0, sizeof(word) * (size_t)c->nw);
     }
 }
 
@@ -531,6 +570,7 @@ dm_status dm_plan_build(const dm_graph *g, int fused, int siblings, int no_reuse
     if (st == DM_OK) st = find_ancestors(&c);
     if (st == DM_OK) {
         form_row_groups(&c);
+        if (fused) merge_gathers(&c);
         if (fused) merge_batched(&c);
         if (fused && siblings) merge_siblings(&c);
         renumber_groups(&c);
