@@ -15,7 +15,9 @@
  *    skewed and invalid ids); out-of-range ids give zero rows and add nothing;
  *  - XENT on extreme logits (no overflow) and a label beyond the columns (ignored);
  *  - the cost model on the graph: the new kinds by class, a lookup's bytes the rows it
- *    reads (not its table), a scatter's the table it writes. */
+ *    reads (not its table), a scatter's the table it writes;
+ *  - the fusion pass and the memory planner on an adversarial graph (a lookup into a
+ *    same-shaped activation with reversed ids, a scatter shaped as its input). */
 #include <string.h>
 
 #include "analysis/cost.h"
@@ -507,6 +509,68 @@ static void analysis_checks(void) {
     dm_graph_free(&g);
 }
 
+/* The passes on an adversarial graph: a lookup into an activation of the same shape as
+ * its output (N == rows), indices reversed, and a scatter whose output is shaped as its
+ * input: t = x + x; e = embed(t, idx); y = e + t; z = embed_bwd(e + e, idx). A table made
+ * in the lookup's group would live in scratch rows (wrong rows read), an output written
+ * over t or e while a lookup still reads other rows of it, or z over its input, would
+ * corrupt rows: fused and unfused plans, memory reused, against direct loops. */
+static void adversarial_plans(void) {
+    enum { R = 37, C = 19 };
+    for (int fused = 0; fused < 2; fused++) {
+        dm_graph g;
+        dm_graph_init(&g);
+        g.dim['r' - 'a'] = R, g.dim['c' - 'a'] = C;
+        int ok = 1;
+        int x = T_(&g, "x", "rc", DM_ROLE_INPUT, &ok), idx = T_(&g, "idx", "r", DM_ROLE_INPUT, &ok);
+        int t = T_(&g, "t", "rc", DM_ROLE_ACT, &ok), e = T_(&g, "e", "rc", DM_ROLE_ACT, &ok);
+        int y = T_(&g, "y", "rc", DM_ROLE_OUTPUT, &ok), e2 = T_(&g, "e2", "rc", DM_ROLE_ACT, &ok);
+        int z = T_(&g, "z", "rc", DM_ROLE_OUTPUT, &ok);
+        if (!ok) return;
+        op_(&g, DM_OP_ADD, "t", R, C, 0, (int[]){x, x}, (int[]){t}, &ok);
+        op_(&g, DM_OP_EMBED, "e", R, C, R, (int[]){t, idx}, (int[]){e}, &ok);
+        op_(&g, DM_OP_ADD, "y", R, C, 0, (int[]){e, t}, (int[]){y}, &ok);
+        op_(&g, DM_OP_ADD, "e2", R, C, 0, (int[]){e, e}, (int[]){e2}, &ok);
+        op_(&g, DM_OP_EMBED_BWD, "z", R, C, R, (int[]){e2, idx}, (int[]){z}, &ok);
+        dm_plan plan;
+        CHECK(ok);
+        if (!ok || dm_plan_build(&g, fused, 0, 0, &plan) != DM_OK) {
+            CHECK(!"planned");
+            dm_graph_free(&g);
+            return;
+        }
+        char *arena = aligned_alloc(64, (plan.arena_bytes + 64) / 64 * 64);
+        float *px = dm_cpu_tensor_ptr(&plan, arena, x), *pi = dm_cpu_tensor_ptr(&plan, arena, idx);
+        for (int e0 = 0; e0 < R * C; e0++) px[e0] = (float)(e0 % 97) * 0.25f - 3.0f;
+        for (int r = 0; r < R; r++) pi[r] = (float)(R - 1 - r);
+        pi[5] = 7; /* a repeat: row 7 twice, row R - 1 - 5 never */
+        dm_cpu_exec ex;
+        CHECK_OK(dm_cpu_exec_init(&ex, &plan, arena, 2));
+        for (int gi = 0; gi < plan.ngroups; gi++) CHECK_OK(dm_cpu_exec_group(&ex, gi, 1, 0));
+        dm_cpu_exec_free(&ex);
+        const float *py = dm_cpu_tensor_ptr(&plan, arena, y), *pz = dm_cpu_tensor_ptr(&plan, arena, z);
+        int good = 1;
+        for (int r = 0; r < R; r++) {
+            const int n = (int)pi[r];
+            for (int c = 0; c < C; c++) good &= py[r * C + c] == 2 * px[n * C + c] + 2 * px[r * C + c];
+        }
+        for (int n = 0; n < R; n++)
+            for (int c = 0; c < C; c++) {
+                float want = 0;
+                for (int r = 0; r < R; r++)
+                    if ((int)pi[r] == n) want += 4 * px[(int)pi[r] * C + c];
+                good &= pz[n * C + c] == want;
+            }
+        CHECK(good);
+        printf("  adversarial plan (%s, %d groups, %zu arena bytes): a lookup into a same-shaped activation with "
+               "reversed ids, a scatter shaped as its input: %s\n", fused ? "fused" : "unfused", plan.ngroups,
+               plan.arena_bytes, good ? "ok" : "FAIL");
+        free(arena);
+        dm_plan_free(&plan);
+        dm_graph_free(&g);
+    }
+}
+
 int main(void) {
     dm_st_file *f = NULL;
     CHECK_OK(dm_st_read(REF_DIR "/model_ops.safetensors", &f));
@@ -518,5 +582,6 @@ int main(void) {
     gradcheck64();
     scatter_checks();
     analysis_checks();
+    adversarial_plans();
     TEST_END();
 }
