@@ -5,11 +5,12 @@
 // fused plan runs it), each a one-op plan run through the executor. Every time is a median
 // over R runs after W warm-up ones; beside each, the bytes the cost model counts for it,
 // the rate that makes, and the same run's memcpy of as many bytes (its ratio: how far the
-// operator is from the copy floor on this machine).
+// operator is from the copy floor on this machine). Then BERT's embeddings forward (three
+// lookups, two adds, LayerNorm) as the fused plan runs it (one group) and unfused.
 //
-// Build: make CUDA=0 BUILD=build-cpu build-cpu/libdmove.a &&
-//   cc -O3 -march=native -fopenmp -Iinclude -Isrc bench/model_ops.c build-cpu/libdmove.a \
-//      -o build-cpu/bench_model_ops $(pkg-config --libs openblas) -lcjson -lm
+// Build (one line): make CUDA=0 BUILD=build-cpu build-cpu/libdmove.a && cc -O3 -march=native
+//   -fopenmp -Iinclude -Isrc bench/model_ops.c build-cpu/libdmove.a -o build-cpu/bench_model_ops
+//   $(pkg-config --libs openblas) -lcjson -lm
 // Usage: build-cpu/bench_model_ops [--batch B] [--seq J] [--hidden I] [--vocab V]
 //                                  [--threads T] [--reps R]
 #include <omp.h>
@@ -117,6 +118,86 @@ static void bench(dm_op_kind k, const char *what, int64_t rows, int64_t cols, in
     dm_graph_free(&g);
 }
 
+/* BERT's embeddings forward: three lookups (word, position, token type), two adds and the
+ * LayerNorm, as the fused plan runs them (one group: the lookups' rows never reach
+ * memory) and unfused (an op per group). Prints both medians and their ratio. */
+static void bench_embeddings(int64_t B, int64_t J, int64_t I, int64_t V, int threads, int reps) {
+    double med[2];
+    int ngroups[2];
+    for (int fused = 0; fused < 2; fused++) {
+        dm_graph g;
+        dm_graph_init(&g);
+        g.dim['b' - 'a'] = B, g.dim['j' - 'a'] = J, g.dim['i' - 'a'] = I, g.dim['v' - 'a'] = V;
+        g.dim['m' - 'a'] = 512, g.dim['t' - 'a'] = 2;
+        const char *tabl[3] = {"vi", "mi", "ti"};
+        const int64_t rows[3] = {V, 512, 2};
+        int ids[3], tab[3], e[3], s1, s2, y, mean, rstd, gm, bt;
+        char name[16];
+        for (int q = 0; q < 3; q++) {
+            snprintf(name, sizeof name, "ids%d", q);
+            ids[q] = dm_graph_tensor(&g, name, "bj", DM_ROLE_INPUT);
+            snprintf(name, sizeof name, "table%d", q);
+            tab[q] = dm_graph_tensor(&g, name, tabl[q], DM_ROLE_PARAM);
+            snprintf(name, sizeof name, "e%d", q);
+            e[q] = dm_graph_tensor(&g, name, "bji", DM_ROLE_ACT);
+        }
+        s1 = dm_graph_tensor(&g, "s1", "bji", DM_ROLE_ACT);
+        s2 = dm_graph_tensor(&g, "s2", "bji", DM_ROLE_ACT);
+        y = dm_graph_tensor(&g, "y", "bji", DM_ROLE_OUTPUT);
+        mean = dm_graph_tensor(&g, "mean", "bj", DM_ROLE_ACT);
+        rstd = dm_graph_tensor(&g, "rstd", "bj", DM_ROLE_ACT);
+        gm = dm_graph_tensor(&g, "gamma", "i", DM_ROLE_PARAM);
+        bt = dm_graph_tensor(&g, "beta", "i", DM_ROLE_PARAM);
+        int ok = 1;
+        for (int q = 0; q < 3; q++) {
+            dm_op op = {.kind = DM_OP_EMBED, .nin = 2, .nout = 1, .rows = B * J, .cols = I, .nindex = rows[q],
+                        .in = {tab[q], ids[q]}, .out = {e[q]}};
+            snprintf(op.name, sizeof op.name, "embed%d", q);
+            ok &= dm_graph_op(&g, &op) >= 0;
+        }
+        dm_op a1 = {.kind = DM_OP_ADD, .name = "add1", .nin = 2, .nout = 1, .rows = B * J, .cols = I,
+                    .in = {e[0], e[1]}, .out = {s1}};
+        dm_op a2 = {.kind = DM_OP_ADD, .name = "add2", .nin = 2, .nout = 1, .rows = B * J, .cols = I,
+                    .in = {s1, e[2]}, .out = {s2}};
+        dm_op ln = {.kind = DM_OP_LAYERNORM, .name = "ln", .nin = 3, .nout = 3, .rows = B * J, .cols = I,
+                    .eps = 1e-12, .in = {s2, gm, bt}, .out = {y, mean, rstd}};
+        ok &= dm_graph_op(&g, &a1) >= 0 && dm_graph_op(&g, &a2) >= 0 && dm_graph_op(&g, &ln) >= 0;
+        dm_plan plan;
+        dm_cpu_exec ex;
+        if (!ok || dm_plan_build(&g, fused, 0, 0, &plan) != DM_OK) {
+            fprintf(stderr, "embeddings: %s\n", dm_last_error());
+            exit(1);
+        }
+        char *arena = aligned_alloc(64, (plan.arena_bytes + 64) / 64 * 64);
+        for (int q = 0; q < 3; q++) {
+            float *p = dm_cpu_tensor_ptr(&plan, arena, ids[q]), *t = dm_cpu_tensor_ptr(&plan, arena, tab[q]);
+            for (int64_t k = 0; k < B * J; k++) p[k] = (float)(g_rng % (uint64_t)rows[q]), frand();
+            for (int64_t k = 0; k < rows[q] * I; k++) t[k] = frand();
+        }
+        float *pg = dm_cpu_tensor_ptr(&plan, arena, gm), *pb = dm_cpu_tensor_ptr(&plan, arena, bt);
+        for (int64_t k = 0; k < I; k++) pg[k] = 1.0f, pb[k] = 0.0f;
+        if (dm_cpu_exec_init(&ex, &plan, arena, threads) != DM_OK) {
+            fprintf(stderr, "embeddings: %s\n", dm_last_error());
+            exit(1);
+        }
+        double t[64];
+        for (int q = -2; q < reps; q++) {
+            double t0 = now();
+            for (int gi = 0; gi < plan.ngroups; gi++) dm_cpu_exec_group(&ex, gi, 1, 0);
+            if (q >= 0) t[q] = now() - t0;
+        }
+        med[fused] = median(t, reps);
+        ngroups[fused] = plan.ngroups;
+        dm_cpu_exec_free(&ex);
+        free(arena);
+        dm_plan_free(&plan);
+        dm_graph_free(&g);
+    }
+    printf("embeddings forward (3 lookups, 2 adds, LayerNorm) %lldx%lld: unfused %d groups %.3f ms, fused %d group%s "
+           "%.3f ms, ratio %.2f\n", (long long)(B * J), (long long)I, ngroups[0], 1e3 * med[0], ngroups[1],
+           ngroups[1] > 1 ? "s" : "", 1e3 * med[1], med[0] / med[1]);
+}
+
 int main(int argc, char **argv) {
     int64_t B = 32, J = 128, I = 768, V = 30522;
     int threads = omp_get_max_threads(), reps = 11;
@@ -146,5 +227,6 @@ int main(int argc, char **argv) {
     bench(DM_OP_XENT, w, Km, V, 0, threads, reps);
     snprintf(w, sizeof w, "MLM dlogits %lldx%lld (in place)", (long long)Km, (long long)V);
     bench(DM_OP_XENT_BWD, w, Km, V, 0, threads, reps);
+    bench_embeddings(B, J, I, V, threads, reps);
     return 0;
 }

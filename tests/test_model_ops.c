@@ -15,13 +15,20 @@
  *    skewed and invalid ids); out-of-range ids give zero rows and add nothing;
  *  - XENT on extreme logits (no overflow) and a label beyond the columns (ignored);
  *  - the cost model on the graph: the new kinds by class, a lookup's bytes the rows it
- *    reads (not its table), a scatter's the table it writes. */
+ *    reads (not its table), a scatter's the table it writes;
+ *  - the fusion pass and the memory planner on an adversarial graph (a lookup into a
+ *    same-shaped activation with reversed ids, a scatter shaped as its input);
+ *  - on the CUDA backend (emulated without a GPU; SKIP in a build without it) the fused
+ *    forward against PyTorch (fp32 and bf16, interpreted and generated row kernels), and
+ *    the whole step refused naming embed_bwd. */
 #include <string.h>
 
 #include "analysis/cost.h"
 #include "core/safetensors.h"
 #include "cpu/exec.h"
 #include "graph/graph.h"
+#include "layer/backends.h"
+#include "plan/backend.h"
 #include "plan/plan.h"
 #include "testutil.h"
 
@@ -53,6 +60,8 @@ static void op_(dm_graph *g, dm_op_kind k, const char *name, int64_t rows, int64
     if (k == DM_OP_CONTRACT) snprintf(op.spec, sizeof op.spec, "ki,vi->kv");
     if (dm_graph_op(g, &op) < 0) *ok = 0;
 }
+
+static int g_forward_only; /* build(): no backward (the CUDA backend's check) */
 
 /* Embeddings (LayerNorm with ln) and the head, and autodiff of the losses seeded by dloss. */
 static int build(dm_graph *g, model *m, int ln) {
@@ -98,6 +107,7 @@ static int build(dm_graph *g, model *m, int ln) {
     op_(g, DM_OP_BIAS_ADD, "decoder_bias", K, V, 0, (int[]){lg, m->bias}, (int[]){lg2}, &ok);
     op_(g, DM_OP_XENT, "xent", K, V, 0, (int[]){lg2, m->labels}, (int[]){m->loss, lse}, &ok);
     if (!ok) return 0;
+    if (g_forward_only) return 1;
     int dx = -1;
     dm_status s = dm_autodiff(g, m->loss, m->dloss, -1, &dx);
     CHECK_OK(s);
@@ -507,16 +517,162 @@ static void analysis_checks(void) {
     dm_graph_free(&g);
 }
 
+/* The passes on an adversarial graph: a lookup into an activation of the same shape as
+ * its output (N == rows), indices reversed, and a scatter whose output is shaped as its
+ * input: t = x + x; e = embed(t, idx); y = e + t; z = embed_bwd(e + e, idx). A table made
+ * in the lookup's group would live in scratch rows (wrong rows read), an output written
+ * over t or e while a lookup still reads other rows of it, or z over its input, would
+ * corrupt rows: fused and unfused plans, memory reused, against direct loops. */
+static void adversarial_plans(void) {
+    enum { R = 37, C = 19 };
+    for (int fused = 0; fused < 2; fused++) {
+        dm_graph g;
+        dm_graph_init(&g);
+        g.dim['r' - 'a'] = R, g.dim['c' - 'a'] = C;
+        int ok = 1;
+        int x = T_(&g, "x", "rc", DM_ROLE_INPUT, &ok), idx = T_(&g, "idx", "r", DM_ROLE_INPUT, &ok);
+        int t = T_(&g, "t", "rc", DM_ROLE_ACT, &ok), e = T_(&g, "e", "rc", DM_ROLE_ACT, &ok);
+        int y = T_(&g, "y", "rc", DM_ROLE_OUTPUT, &ok), e2 = T_(&g, "e2", "rc", DM_ROLE_ACT, &ok);
+        int z = T_(&g, "z", "rc", DM_ROLE_OUTPUT, &ok);
+        if (!ok) return;
+        op_(&g, DM_OP_ADD, "t", R, C, 0, (int[]){x, x}, (int[]){t}, &ok);
+        op_(&g, DM_OP_EMBED, "e", R, C, R, (int[]){t, idx}, (int[]){e}, &ok);
+        op_(&g, DM_OP_ADD, "y", R, C, 0, (int[]){e, t}, (int[]){y}, &ok);
+        op_(&g, DM_OP_ADD, "e2", R, C, 0, (int[]){e, e}, (int[]){e2}, &ok);
+        op_(&g, DM_OP_EMBED_BWD, "z", R, C, R, (int[]){e2, idx}, (int[]){z}, &ok);
+        dm_plan plan;
+        CHECK(ok);
+        if (!ok || dm_plan_build(&g, fused, 0, 0, &plan) != DM_OK) {
+            CHECK(!"planned");
+            dm_graph_free(&g);
+            return;
+        }
+        char *arena = aligned_alloc(64, (plan.arena_bytes + 64) / 64 * 64);
+        float *px = dm_cpu_tensor_ptr(&plan, arena, x), *pi = dm_cpu_tensor_ptr(&plan, arena, idx);
+        for (int e0 = 0; e0 < R * C; e0++) px[e0] = (float)(e0 % 97) * 0.25f - 3.0f;
+        for (int r = 0; r < R; r++) pi[r] = (float)(R - 1 - r);
+        pi[5] = 7; /* a repeat: row 7 twice, row R - 1 - 5 never */
+        dm_cpu_exec ex;
+        CHECK_OK(dm_cpu_exec_init(&ex, &plan, arena, 2));
+        for (int gi = 0; gi < plan.ngroups; gi++) CHECK_OK(dm_cpu_exec_group(&ex, gi, 1, 0));
+        dm_cpu_exec_free(&ex);
+        const float *py = dm_cpu_tensor_ptr(&plan, arena, y), *pz = dm_cpu_tensor_ptr(&plan, arena, z);
+        int good = 1;
+        for (int r = 0; r < R; r++) {
+            const int n = (int)pi[r];
+            for (int c = 0; c < C; c++) good &= py[r * C + c] == 2 * px[n * C + c] + 2 * px[r * C + c];
+        }
+        for (int n = 0; n < R; n++)
+            for (int c = 0; c < C; c++) {
+                float want = 0;
+                for (int r = 0; r < R; r++)
+                    if ((int)pi[r] == n) want += 4 * px[(int)pi[r] * C + c];
+                good &= pz[n * C + c] == want;
+            }
+        CHECK(good);
+        printf("  adversarial plan (%s, %d groups, %zu arena bytes): a lookup into a same-shaped activation with "
+               "reversed ids, a scatter shaped as its input: %s\n", fused ? "fused" : "unfused", plan.ngroups,
+               plan.arena_bytes, good ? "ok" : "FAIL");
+        free(arena);
+        dm_plan_free(&plan);
+        dm_graph_free(&g);
+    }
+}
+
+/* The CUDA backend (emulated without a GPU) on the fused plan of the model's forward
+ * (the lookups, adds and LayerNorm as one row program; the gather of the masked rows, the
+ * tied decoder, its bias and the loss) against PyTorch: fp32 and bf16 storage, the
+ * interpreting and the generated row kernels; and the whole step refused by name (the
+ * scatter-add has no CUDA kernel yet). */
+static void cuda_forward(const dm_st_file *f) {
+    const dm_backend *B = NULL;
+    if (dm_backend_find(DM_DEVICE_CUDA, &B) != DM_OK) {
+        printf("SKIP: the CUDA backend: %s\n", dm_last_error());
+        return;
+    }
+    const char *was = getenv("DMOVE_CUDA_EMULATE");
+    if (!was) setenv("DMOVE_CUDA_EMULATE", "1", 1);
+    for (int pass = 0; pass < 2; pass++) {
+        g_forward_only = pass == 0;
+        dm_graph g;
+        model m;
+        dm_plan plan;
+        if (!build(&g, &m, 1)) return;
+        CHECK_OK(dm_plan_build(&g, 1, 0, 0, &plan));
+        float *host = aligned_alloc(64, (plan.arena_bytes + 127) / 64 * 64), buf[V * I];
+        memset(host, 0, (plan.arena_bytes + 127) / 64 * 64);
+        const struct { const char *name; int t; } ins[] = {
+            {"ids", m.ids}, {"pos", m.pos}, {"tt", m.tt}, {"mpos", m.mpos}, {"labels", m.labels},
+            {"word", m.word}, {"position", m.posw}, {"type", m.typew}, {"gamma", m.gamma}, {"beta", m.beta},
+            {"bias", m.bias}};
+        for (size_t q = 0; q < sizeof ins / sizeof ins[0]; q++) {
+            const float *src = ref(f, ins[q].name, buf, (size_t)g.t[ins[q].t].numel);
+            if (src) memcpy(dm_cpu_tensor_ptr(&plan, (char *)host, ins[q].t), src, sizeof(float) * (size_t)g.t[ins[q].t].numel);
+        }
+        static const dm_dtype dts[3] = {DM_DTYPE_FP32, DM_DTYPE_FP32, DM_DTYPE_BF16};
+        static const dm_rows rws[3] = {DM_ROWS_INTERP, DM_ROWS_GEN, DM_ROWS_INTERP};
+        for (int v = 0; v < (pass == 0 ? 3 : 1); v++) {
+            dm_layer_options opt = {.threads = 2, .device = DM_DEVICE_CUDA, .dtype = dts[v], .rows = rws[v]};
+            dm_backend_state *st = NULL;
+            dm_status s = B->create(&st, &plan, (char *)host, &opt, 0, NULL);
+            if (pass == 1) { /* the whole step: refused, naming the scatter-add */
+                CHECK(s == DM_ERR_UNSUPPORTED && strstr(dm_last_error(), "'embed_bwd'"));
+                printf("  cuda (emulated), the whole step: refused (%s)\n", dm_last_error());
+                if (st) B->destroy(st);
+                break;
+            }
+            CHECK_OK(s);
+            if (s != DM_OK) break;
+            double progs = -1, gen = -2;
+            const dm_layer_note *notes = NULL;
+            for (int k = 0, nn = B->notes(st, &notes); k < nn; k++) {
+                if (!strcmp(notes[k].key, "row_programs") && !notes[k].text) progs = notes[k].value;
+                if (!strcmp(notes[k].key, "row_programs_generated") && !notes[k].text) gen = notes[k].value;
+            }
+            if (rws[v] == DM_ROWS_GEN) CHECK(progs > 0 && gen == progs); /* every program generated */
+            for (int t = 0; t < g.nt; t++)
+                if (g.t[t].base < 0 && plan.offset[t] >= 0 && g.t[t].role != DM_ROLE_OUTPUT)
+                    CHECK_OK(B->upload(st, t, dm_cpu_tensor_ptr(&plan, (char *)host, t)));
+            for (int gi = 0; gi < plan.ngroups; gi++) CHECK_OK(B->run_group(st, gi, 1, 0));
+            CHECK_OK(B->sync(st));
+            const double tol = dts[v] == DM_DTYPE_FP32 ? 1e-5 : 2e-2;
+            double worst = 0;
+            const struct { const char *name; int t; } outs[] = {{"h", m.h}, {"loss_rows", m.loss}};
+            for (int q = 0; q < 2; q++) {
+                const size_t n = (size_t)g.t[outs[q].t].numel;
+                float *got = malloc(sizeof(float) * n);
+                CHECK_OK(B->download(st, outs[q].t, got));
+                const float *want = ref(f, outs[q].name, buf, n);
+                const double e = want ? rel_err(got, want, n) : 1;
+                CHECK(e < tol);
+                worst = e > worst ? e : worst;
+                free(got);
+            }
+            printf("  cuda (emulated) %s, rows %s, fused forward (%d groups, %g row programs, %g generated): h and "
+                   "losses vs PyTorch, worst rel.err %.2e %s\n", dts[v] == DM_DTYPE_FP32 ? "fp32" : "bf16",
+                   dm_rows_name(rws[v]), plan.ngroups, progs, gen < 0 ? 0 : gen, worst, worst < tol ? "ok" : "FAIL");
+            B->destroy(st);
+        }
+        free(host);
+        dm_plan_free(&plan);
+        dm_graph_free(&g);
+    }
+    g_forward_only = 0;
+    if (!was) unsetenv("DMOVE_CUDA_EMULATE");
+}
+
 int main(void) {
     dm_st_file *f = NULL;
     CHECK_OK(dm_st_read(REF_DIR "/model_ops.safetensors", &f));
     if (f) {
         for (int fused = 0; fused < 2; fused++)
             for (int th = 1; th <= 3; th += 2) run_vs_torch(f, fused, th);
+        cuda_forward(f);
         dm_st_free(f);
     }
     gradcheck64();
     scatter_checks();
     analysis_checks();
+    adversarial_plans();
     TEST_END();
 }

@@ -80,6 +80,7 @@ typedef struct {
     float drop_scale;    /* (float)(1 / (1 - p)), as the CPU computes it */
     int causal;          /* MASK_ADD: columns after the row's query (r mod cols) masked too */
     double eps;          /* LayerNorm */
+    int64_t nindex;      /* EMBED: rows of its table (the T operand, in memory) */
     dmc_operand in[DM_MAX_IN], out[DM_MAX_OUT];
 } dmc_rowop;
 

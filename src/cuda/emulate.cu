@@ -170,6 +170,11 @@ static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t n, float *scr, uin
         for (int64_t c = 0; c < n; c++) acc[c] += A(c);
         break;
     }
+    case DM_OP_EMBED: { /* in: table (its first row), idx: row idx[r], or zeros */
+        const long long nr = dmc_index_row(B(0), op->nindex);
+        for (int64_t c = 0; c < n; c++) Y(c, nr >= 0 ? dmc_load(in[0].p, in[0].dt, nr * n + c) : 0.0f);
+        break;
+    }
     case DM_OP_XENT: { /* in: logits, label; out: loss, lse */
         const long long l = dmc_index_row(B(0), n);
         float m = -INFINITY, s = 0, p = 0;

@@ -460,6 +460,18 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
     case DM_OP_LAYERNORM_BWD:
         rowop_layernorm_bwd<S>(in, out, cols, T, vec);
         break;
+    case DM_OP_EMBED: { /* in: table (its first row), idx: row idx[r] of it, or zeros */
+        const long long nr = dmc_index_row(ld<S>(in[1], 0), op->nindex);
+        dptr t = in[0];
+        if (nr >= 0) t.p += nr * cols * dmc_esize(t.dt);
+        FOR_CHUNKS(T, cols) {
+            if (nr >= 0) ld8<S>(t, c0, n, vec, a);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) y[e] = nr >= 0 ? a[e] : 0.0f;
+            st8<S>(out[0], c0, n, vec, y);
+        }
+        break;
+    }
     case DM_OP_XENT:
         rowop_xent<S>(in, out, cols, T, vec);
         break;

@@ -32,9 +32,9 @@ static int dense_rowmajor(const dm_tensor *x) {
  * backend, so a kind without its case in rows.cu, emulate.cu or cudagen/gen.cu fails
  * there); anything else fails at init rather than leaving its outputs unwritten. */
 static int row_kind_supported(dm_op_kind k) {
-    /* not yet: the gather and its scatter-add (tables addressed by index): refused with
-     * DM_ERR_UNSUPPORTED naming the kind, never run without a kernel */
-    if (dm_op_indexed(k)) return 0;
+    /* not yet: the gather's scatter-add (a table accumulated by index, no row program):
+     * refused with DM_ERR_UNSUPPORTED naming the kind, never run without a kernel */
+    if (k == DM_OP_EMBED_BWD) return 0;
     return (unsigned)k < DM_NUM_OPS && dm_op_kind_class(k) != DM_CLASS_CONTRACTION;
 }
 
@@ -230,6 +230,7 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
         x->drop_scale = op->p > 0 ? (float)(1.0 / (1.0 - op->p)) : 1.0f;
         x->causal = op->causal;
         x->eps = op->eps;
+        x->nindex = op->nindex;
         for (int io = 0; io < 2; io++) {
             int n = io ? op->nout : op->nin;
             for (int s = 0; s < n; s++) {
@@ -267,6 +268,11 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
                 }
                 int64_t need = kind == DM_ARG_ROWSCALAR ? rows : kind == DM_ARG_COLVEC ? cols
                                                                                        : rows * cols;
+                if (kind == DM_ARG_INDEXED) { /* a table gathered from: always in memory */
+                    if (!plan->in_memory[r] || tl)
+                        return dm_fail(DM_ERR_INTERNAL, "%s: table %s not in memory", op->name, g->t[t].name);
+                    need = op->nindex * cols;
+                }
                 if (kind == DM_ARG_GROUPED) {
                     int64_t G = g->t[t].numel / cols;
                     if (G < 1 || g->t[t].numel % cols || rows % G)

@@ -347,6 +347,18 @@ static dm_status emit_eltwise(gen_ctx *G, const dmc_rowop *op, const int *in, co
             act_fn(op->act), b.c_str(), y.c_str(), a.c_str());
         finish(G, out[0]);
         break;
+    case DM_OP_EMBED: { /* in: table, idx: row idx[r] of the table, or zeros */
+        const int tv = in[0];
+        std::string ix = scalar_in(G, in[1]);
+        y = define(G, out[0]);
+        gen_add(G->body,
+            "        { const long long nr = dmc_index_row(%s, %lldLL);\n"
+            "          if (nr >= 0) dmg_ld8<VEC>(%s, (const %s *)P.p[%d] + nr * COLS + c0, n);\n"
+            "          else DMC_UNROLL for (int e = 0; e < 8; e++) %s[e] = 0.0f; }\n",
+            ix.c_str(), (long long)op->nindex, y.c_str(), gen_type_name(G->v[tv].dt), G->v[tv].param, y.c_str());
+        finish(G, out[0]);
+        break;
+    }
     case DM_OP_XENT_BWD: { /* in: logits, lse, label, dloss: dloss (softmax - onehot) */
         std::string lse = scalar_in(G, in[1]), lab = scalar_in(G, in[2]), dl = scalar_in(G, in[3]);
         a = chunk(G, in[0]);

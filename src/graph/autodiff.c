@@ -1,6 +1,7 @@
 /* autodiff.c: derives the backward graph from the forward one by per-operator gradient
  * rules. Gradients flowing through identity-like edges (bias add, residual add, mask add)
- * are aliases, not copies; a tensor reached by several paths gets an ADD of its parts;
+ * are aliases, not copies; a tensor reached by several paths gets an ADD of its parts
+ * (a parameter too: tied weights, whose sum keeps the name d_<param>);
  * gradients of views (the Q/K/V slices of the stacked projection) are written straight
  * into the matching slices of one stacked gradient. */
 #include <stdio.h>
