@@ -761,9 +761,9 @@ static void on_signal(int sig) {
     (void)w;
 }
 
-void cli_catch_signals(const char *cmd) {
-    snprintf(g_signal_msg, sizeof g_signal_msg,
-             "\ndmove %s: interrupted: finishing this step, then saving the checkpoint (again to quit at once)\n", cmd);
+void cli_catch_signals(const char *cmd, int saving) {
+    snprintf(g_signal_msg, sizeof g_signal_msg, "\ndmove %s: interrupted: finishing this step%s (again to quit at once)\n",
+             cmd, saving ? ", then saving the checkpoint" : "");
     g_signal_len = strlen(g_signal_msg);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

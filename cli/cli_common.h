@@ -200,8 +200,9 @@ void cli_optim_init(cli_optim *o);
 int cli_optim_finish(cli_optim *o, const char *cmd, int64_t steps);
 
 /* A run's Ctrl-C and SIGTERM: the first sets cli_interrupted() (the signal) and says the
- * step under way ends and the checkpoint is written; a second ends the process at once. */
-void cli_catch_signals(const char *cmd);
+ * step under way ends (and, saving, the checkpoint is written); a second ends the process
+ * at once. */
+void cli_catch_signals(const char *cmd, int saving);
 int cli_interrupted(void);
 
 /* --device D, --dtype T, --rows K and --streams N, shared by the commands that run steps. */

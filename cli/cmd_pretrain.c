@@ -22,7 +22,7 @@ static const char *const CMD = "pretrain";
 
 typedef struct {
     const char *data, *tokenizer, *config, *svg, *save, *resume;
-    int lowercase, cased, layers, layers_set, json, pairs, prefetch;
+    int lowercase, cased, layers, layers_set, json, pairs, prefetch, positions_set, types_set;
     int64_t steps, eval_every, eval_batches, log_every, positions, types, predictions, save_every, until;
     double mask_prob;
     cli_optim opt;
@@ -60,8 +60,10 @@ static const cli_option k_options[] = {
              "vocabulary must be the tokenizer's); else the options below"},
     {.kind = CLI_INT, .name = "--layers", .arg = "L", O(layers), .set = offsetof(pretrain_opts, layers_set) + 1,
      .lo = 1, .hi = 256, .help = "encoder layers (default {}; BERT-base 12)"},
-    I64("--positions", "P", positions, 1, "position embeddings (default {}, at least --seq)"),
-    I64("--types", "T", types, 1, "token types (default {})"),
+    {.kind = CLI_I64, .name = "--positions", .arg = "P", O(positions), .set = offsetof(pretrain_opts, positions_set) + 1,
+     .lo = 1, .hi = INT64_C(1) << 24, .help = "position embeddings (default {}, at least --seq)"},
+    {.kind = CLI_I64, .name = "--types", .arg = "T", O(types), .set = offsetof(pretrain_opts, types_set) + 1, .lo = 1,
+     .hi = 1 << 16, .help = "token types (default {})"},
     I64("--predictions", "M", predictions, 0,
         "masked positions scored per batch (default: b * j / 5;\n"
         "more in a batch are left out, and counted)"),
@@ -146,6 +148,7 @@ typedef struct {
     double *losses;
     int64_t start, stop, ran, tokens, scored, correct;
     double t_total, eval_loss, eval_acc;
+    int evaluated;         /* an evaluation ran */
 } pretrain_run;
 
 /* --config: the sizes of a Hugging Face config, an option that contradicts it refused. */
@@ -175,6 +178,18 @@ static int apply_config(pretrain_run *r) {
         cli_usage_error(CMD, "--layers %d contradicts %s (num_hidden_layers %" PRId64 ")", o->layers, o->config,
                         hc.num_hidden_layers);
         return CLI_USAGE;
+    }
+    if ((o->positions_set && o->positions != hc.max_position_embeddings) ||
+        (o->types_set && o->types != hc.type_vocab_size)) {
+        cli_usage_error(CMD, "--positions or --types contradicts %s (max_position_embeddings %" PRId64
+                        ", type_vocab_size %" PRId64 "): leave them out", o->config, hc.max_position_embeddings,
+                        hc.type_vocab_size);
+        return CLI_USAGE;
+    }
+    if (hc.pad_token_id != r->vocab.special.pad) {
+        cli_error(CMD, "--config: pad_token_id %" PRId64 ", but the tokenizer's [PAD] is %d: use the tokenizer the "
+                  "model was made for", hc.pad_token_id, r->vocab.special.pad);
+        return CLI_FAIL;
     }
     o->layers = (int)hc.num_hidden_layers;
     c->eps = lc.eps, c->eps_set = 1, c->act = lc.act, c->act_set = 1;
@@ -223,8 +238,9 @@ static dm_status evaluate(pretrain_run *r) {
         sum += l * (double)st.scored;
         scored += st.scored, correct += st.correct;
     }
-    r->eval_loss = scored ? sum / (double)scored : NAN;
-    r->eval_acc = scored ? (double)correct / (double)scored : NAN;
+    r->eval_loss = scored ? sum / (double)scored : 0.0;
+    r->eval_acc = scored ? (double)correct / (double)scored : 0.0;
+    r->evaluated = scored > 0;
     return DM_OK;
 }
 
@@ -278,9 +294,11 @@ static int setup(pretrain_run *r) {
     dm_layer_options lo = {.threads = o->c.threads};
     if (dm_trainer_new_bert(&r->T, cfg, o->layers, &r->bm, &lo, &o->opt.optim) != DM_OK) return fail_dm("");
     /* what the run trains on: a checkpoint of another run is not resumed */
-    char tag[128];
-    const char *base = strrchr(o->data, '/');
-    snprintf(tag, sizeof tag, "pretrain %.60s %s mask %g", base && base[1] ? base + 1 : o->data,
+    char tag[128], dir[256];
+    snprintf(dir, sizeof dir, "%s", o->data);
+    for (size_t k = strlen(dir); k > 1 && dir[k - 1] == '/'; k--) dir[k - 1] = 0; /* data/ is data */
+    const char *base = strrchr(dir, '/');
+    snprintf(tag, sizeof tag, "pretrain %.60s %s mask %g", base && base[1] ? base + 1 : dir,
              o->pairs ? "pairs" : "packed", o->mask_prob);
     if (dm_trainer_set_run_tag(r->T, tag) != DM_OK) return fail_dm("");
     if (o->resume) {
@@ -329,36 +347,41 @@ static int save(pretrain_run *r) {
     return 0;
 }
 
+/* A step (or the evaluation after it) failed: the state after step `done` is kept (--save),
+ * and rc returned. */
+static int failed_step(pretrain_run *r, int64_t done, int rc) {
+    if (r->o.save && done > r->start && save(r) == 0)
+        cli_error(CMD, "the state after step %" PRId64 " is saved to %s", done, r->o.save);
+    return rc;
+}
+
 static int run_loop(pretrain_run *r, FILE *info) {
     const pretrain_opts *o = &r->o;
     double t0 = cli_now(), t_last = t0;
     int64_t last = r->start, sc0 = 0, co0 = 0;
     int rc;
-    cli_catch_signals(CMD);
+    cli_catch_signals(CMD, o->save != NULL);
     for (int64_t s = r->start + 1; s <= r->stop && !cli_interrupted(); s++) {
         double l;
         if (one_step(r, s, &l) != DM_OK) {
             char where[64];
             snprintf(where, sizeof where, "step %" PRId64 ": ", s);
-            rc = fail_dm(where);
-            /* the failed step changed nothing: keep what the steps before it learned */
-            if (o->save && s > r->start + 1 && save(r) == 0)
-                cli_error(CMD, "the state after step %" PRId64 " is saved to %s", s - 1, o->save);
-            return rc;
+            return failed_step(r, s - 1, fail_dm(where));
         }
         r->losses[s - r->start - 1] = l;
         r->ran = s - r->start;
         if (s % o->log_every == 0 || s == r->start + 1 || s == r->stop || cli_interrupted()) {
             double t = cli_now(), per = (t - t_last) / (double)(s - last);
             const int64_t ds = r->scored - sc0, dc = r->correct - co0;
-            fprintf(info, "step %" PRId64 "/%" PRId64 "  loss %.4f  acc %.3f  lr %.2e  |g| %.3g  %.3f s/step  "
-                          "%.0f tokens/s\n", s, o->steps, l, ds ? (double)dc / (double)ds : 0.0,
-                    dm_optim_lr(&o->opt.optim, s), dm_trainer_grad_norm(r->T), per,
+            char gn[40] = "";
+            if (dm_trainer_grad_norm(r->T) >= 0.0) snprintf(gn, sizeof gn, "  |g| %.3g", dm_trainer_grad_norm(r->T));
+            fprintf(info, "step %" PRId64 "/%" PRId64 "  loss %.4f  acc %.3f  lr %.2e%s  %.3f s/step  %.0f tokens/s\n", s,
+                    o->steps, l, ds ? (double)dc / (double)ds : 0.0, dm_optim_lr(&o->opt.optim, s), gn, per,
                     (double)(r->o.c.cfg.batch * r->o.c.cfg.seq * o->opt.optim.accumulate) / per);
             t_last = t, last = s, sc0 = r->scored, co0 = r->correct;
         }
         if (r->valid && (s % o->eval_every == 0 || s == r->stop)) {
-            if (evaluate(r) != DM_OK) return fail_dm("evaluation: ");
+            if (evaluate(r) != DM_OK) return failed_step(r, s, fail_dm("evaluation: "));
             fprintf(info, "  held-out at step %" PRId64 ": loss %.4f, masked-token accuracy %.3f\n", s, r->eval_loss,
                     r->eval_acc);
         }
@@ -386,14 +409,15 @@ static void summary(const pretrain_run *r) {
         printf("{\"layers\":%d,\"params\":%" PRId64 ",\"steps\":%" PRId64 ",\"loss_first\":%.6f,\"loss_last\":%.6f,"
                "\"eval_loss\":%.6f,\"eval_accuracy\":%.6f,\"tokens_per_s\":%.1f,\"ms_per_step\":{\"data_wait\":%.4f,"
                "\"forward\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,\"total\":%.4f}}\n", o->layers,
-               dm_trainer_num_params(r->T), r->ran, r->losses[0], r->losses[r->ran - 1], r->eval_loss, r->eval_acc,
+               dm_trainer_num_params(r->T), r->ran, r->losses[0], r->losses[r->ran - 1], r->evaluated ? r->eval_loss : -1.0,
+               r->evaluated ? r->eval_acc : -1.0,
                (double)r->tokens / r->t_total, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n,
                1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * r->t_total / n);
         return;
     }
     printf("\nloss %.4f (step %" PRId64 ") -> %.4f (step %" PRId64 ")", r->losses[0], r->start + 1,
            r->losses[r->ran - 1], r->start + r->ran);
-    if (r->valid) printf("; held-out loss %.4f, masked-token accuracy %.3f", r->eval_loss, r->eval_acc);
+    if (r->evaluated) printf("; held-out loss %.4f, masked-token accuracy %.3f", r->eval_loss, r->eval_acc);
     printf("\ntime per step %.1f ms: waiting for data %.2f, forward %.1f, backward %.1f, %s %.1f; %.0f real tokens/s\n",
            1e3 * r->t_total / n, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
            o->opt.optim.kind == DM_OPT_LAMB ? "LAMB" : "AdamW", 1e3 * ph[DM_TRAIN_OPTIMIZER] / n,
@@ -418,7 +442,7 @@ int cmd_pretrain(int argc, char **argv) {
                      r.o.layers, r.o.c.cfg.hidden, r.o.c.cfg.batch, r.o.c.cfg.seq);
             if (dm_loss_svg(r.losses, r.ran, r.start + 1, title, r.o.svg) != DM_OK) rc = fail_dm("--svg: ");
         }
-        if (rc == 0 && cli_interrupted()) rc = 130;
+        if (rc == 0 && cli_interrupted() && r.start + r.ran < r.stop) rc = 130;
         if (rc == 0 && r.o.save)
             fprintf(info, "checkpoint: %s (step %" PRId64 "%s)\n", r.o.save, r.start + r.ran,
                     r.start + r.ran < r.o.steps ? "; go on with --resume" : "");

@@ -428,7 +428,7 @@ static int one_step(train_run *r, int64_t s) {
     int rc = 0;
     for (int m = 0; m < k && !rc; m++) {
         double t0 = cli_now(), lm = 0.0;
-        if ((rc = fill_batch(r, (s - 1) * k + m + 1)) != 0) return rc;
+        if ((rc = fill_batch(r, (s - 1) * k + m + 1)) != 0) break; /* the save below as for a failed step */
         t_fill += cli_now() - t0;
         if (dm_trainer_step(r->T, &lm) != DM_OK) {
             char where[128];
@@ -476,7 +476,7 @@ static int train_loop(train_run *r, FILE *info) {
     double t_begin = cli_now(), t_last = t_begin;
     int64_t last_logged = r->start;
     int rc;
-    cli_catch_signals(CMD);
+    cli_catch_signals(CMD, o->save != NULL);
     for (int64_t s = r->start + 1; s <= r->stop && !cli_interrupted(); s++) {
         if ((rc = one_step(r, s)) != 0) return rc;
         if (o->save && o->save_every && s % o->save_every == 0 && s < r->stop) {

@@ -296,7 +296,8 @@ int64_t dm_trainer_step_count(const dm_trainer *t); /* updates taken */
 /* Micro-batches taken since the last update (0 .. accumulate - 1; 0 when accumulate is 1). */
 int dm_trainer_micro(const dm_trainer *t);
 /* The global gradient norm of the last update (before clipping; the mean over its
- * micro-batches), or -1 before the first. */
+ * micro-batches): computed with --clip-norm or LAMB only, else -1 (also before the first
+ * such update). */
 double dm_trainer_grad_norm(const dm_trainer *t);
 /* The memory the stack holds (bytes): its layers' dm_layer_memory summed (every layer's
  * arena lives through the step: the backward needs what each forward kept), and the
@@ -310,8 +311,10 @@ dm_status dm_trainer_tensor(dm_trainer *t, const char *name, float **data, int *
 dm_status dm_trainer_forward(dm_trainer *t, double *loss);
 /* One training step on the batch written: forward, loss, backward, and the update (with
  * accumulate k > 1: the gradient added up, the update after every k-th call; the dropout
- * masks are new each call). A loss that is not finite stops it
- * before the update (DM_ERR_INVALID_ARG, the parameters unchanged). */
+ * masks are new each call). A loss that is not finite stops it before the update
+ * (DM_ERR_INVALID_ARG, the parameters unchanged); so does a global gradient norm that is
+ * not finite (computed with clipping or LAMB), and the window of micro-batches then starts
+ * over. */
 dm_status dm_trainer_step(dm_trainer *t, double *loss);
 dm_status dm_trainer_set_optim(dm_trainer *t, const dm_optim_config *optim);
 /* What the run trains on (e.g. "teacher scale 5" or "data samples.safetensors"; at most
@@ -351,7 +354,9 @@ typedef struct {
     int64_t vocab;       /* vocab_size */
     int64_t positions;   /* max_position_embeddings (at least the sequence length) */
     int64_t types;       /* type_vocab_size */
-    int64_t pad_id;      /* the padding token: its word-table row takes no gradient */
+    int64_t pad_id;      /* the padding token: its word row starts at 0 and takes no gradient
+                          * from the lookup (nn.Embedding's padding_idx; the tied decoder's
+                          * gradient and weight decay still reach it, as in transformers) */
     int64_t predictions; /* masked positions scored per batch (0: b * j / 5, rounded up; the
                           * masked positions past it in a batch are left out and counted) */
 } dm_bert_model;
@@ -359,8 +364,9 @@ typedef struct {
  * seed), `layers` of them, and the model around them; the optimizer over every parameter
  * (the tied table once). Its tensors by Hugging Face names (bert.embeddings.*,
  * bert.encoder.layer.<l>.*, cls.predictions.*; ".grad", ".exp_avg", ".exp_avg_sq").
- * The CPU backend runs it (the CUDA backend lacks the gather and cross-entropy kernels
- * yet: DM_ERR_UNSUPPORTED). */
+ * The CPU backend runs it (the CUDA backend lacks the scatter of the embeddings' gradient
+ * yet, embed_bwd: DM_ERR_UNSUPPORTED naming it). "cls.predictions.decoder.weight" is the
+ * word table itself. */
 dm_status dm_trainer_new_bert(dm_trainer **out, const dm_layer_config *cfg, int layers, const dm_bert_model *bert,
                               const dm_layer_options *opt, const dm_optim_config *optim);
 /* 1 for a trainer of dm_trainer_new_bert. */

@@ -15,6 +15,7 @@
 #include "dmove.h"
 #include "dmove_tools.h"
 #include "testutil.h"
+#include "layer/layer_internal.h"
 #include "train/model.h"
 #include "train/trainer_internal.h"
 
@@ -146,9 +147,13 @@ static void test_refusals(void) {
     dm_model *m = NULL;
     CHECK_OK(dm_model_new(&m, &c, NULL));
     if (m) {
-        int32_t ids[4] = {1, 2, 10, 3}, labels[4] = {-1, 5, -1, -1};
+        int32_t good[4] = {4, 5, 6, 7}, ids[4] = {1, 2, 10, 3}, labels[4] = {-1, 5, -1, -1};
+        CHECK_OK(dm_model_set_batch(m, good, NULL, NULL, labels));
         CHECK(dm_model_set_batch(m, ids, NULL, NULL, labels) == DM_ERR_INVALID_ARG &&
               strstr(dm_last_error(), "outside the vocabulary"));
+        float *in;
+        CHECK_OK(dm_layer_tensor(m->emb, "input_ids", &in, NULL, NULL));
+        CHECK(in[0] == 4.0f && in[1] == 5.0f && m->counted == 1); /* the refused batch wrote nothing */
         ids[2] = 4, labels[1] = 12;
         CHECK(dm_model_set_batch(m, ids, NULL, NULL, labels) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "label"));
         float *p;
@@ -224,7 +229,13 @@ static void test_trains(void) {
     CHECK_OK(dm_trainer_tensor(T, "bert.embeddings.word_embeddings.weight.exp_avg", &p, &nd, sh));
     CHECK(nd == 2 && sh[0] == V && sh[1] == 32);
     CHECK_OK(dm_trainer_tensor(T, "cls.predictions.transform.dense.weight", &p, &nd, sh));
-    CHECK(dm_trainer_tensor(T, "cls.predictions.decoder.weight.exp_avg", &p, NULL, NULL) == DM_ERR_NOT_FOUND);
+    float *q;
+    CHECK_OK(dm_trainer_tensor(T, "bert.embeddings.word_embeddings.weight.exp_avg", &p, NULL, NULL));
+    CHECK_OK(dm_trainer_tensor(T, "cls.predictions.decoder.weight.exp_avg", &q, NULL, NULL));
+    CHECK(p == q); /* the tied decoder is the word table */
+    CHECK_OK(dm_trainer_tensor(T, "cls.predictions.decoder.weight", &q, NULL, NULL));
+    CHECK_OK(dm_trainer_tensor(T, "bert.embeddings.word_embeddings.weight", &p, NULL, NULL));
+    CHECK(p == q);
     CHECK(dm_trainer_step_count(T) == STEPS + 80);
     dm_trainer_free(T);
 }

@@ -248,8 +248,8 @@ const char *dm_layer_param_name(const dm_layer *L, int i) {
 dm_status dm_layer_init_params(dm_layer *L, uint64_t seed) {
     if (!L) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_init_params: NULL layer");
     /* BERT's initialisation (transformers' _init_weights): LayerNorm weights 1, biases 0,
-     * weights and embedding tables N(0, 0.02) (the padding id's row is not zeroed: dmove
-     * draws no padding tokens' embeddings into a loss) */
+     * weights and embedding tables N(0, 0.02) (a whole model zeroes the padding id's word
+     * row itself: train/model.c) */
     const int np = dm_layer_num_params(L);
     for (int k = 0; k < np; k++) {
         const char *name = dm_layer_param_name(L, k);

@@ -86,6 +86,8 @@ static dm_layer *route(dm_model *m, const char *name, const char **rest) {
 
 dm_status dm_model_tensor(dm_model *m, const char *name, float **data, int *ndim, int64_t shape[4]) {
     if (!m || !name || !data) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_tensor: NULL argument");
+    /* the tied decoder is the word table (the head's copy is refreshed from it each forward) */
+    if (!strcmp(name, "cls.predictions.decoder.weight")) name = "bert.embeddings.word_embeddings.weight";
     const char *rest;
     dm_layer *L = route(m, name, &rest);
     if (!L)
@@ -104,10 +106,17 @@ dm_status dm_model_init_params(dm_model *m, uint64_t seed) {
     if (!m) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_init_params: NULL model");
     DM_TRY(dm_layer_init_params(m->emb, dm_train_layer_seed(seed, -1, 0)));
     for (int l = 0; l < m->c.layers; l++) DM_TRY(dm_layer_init_params(m->enc[l], dm_train_layer_seed(seed, l, 0)));
-    return dm_layer_init_params(m->head, dm_train_layer_seed(seed, m->c.layers, 0));
+    DM_TRY(dm_layer_init_params(m->head, dm_train_layer_seed(seed, m->c.layers, 0)));
+    /* the padding token's word row starts at 0, as transformers' _init_weights makes an
+     * nn.Embedding's padding_idx row */
+    float *w;
+    DM_TRY(dm_layer_tensor(m->emb, "embeddings.word_embeddings.weight", &w, NULL, NULL));
+    memset(w + m->c.pad_id * m->c.layer.hidden, 0, (size_t)m->c.layer.hidden * sizeof(float));
+    return DM_OK;
 }
 
-/* The scored rows: the first `predictions` masked positions (labels >= 0) in order. */
+/* The scored rows: the first `predictions` masked positions (labels >= 0) in order (the
+ * labels checked by the caller). */
 static dm_status batch_head(dm_model *m, const int32_t *labels) {
     const int64_t n = m->c.layer.batch * m->c.layer.seq, M = m->c.sizes.predictions;
     float *mp, *lab, *w;
@@ -117,9 +126,6 @@ static dm_status batch_head(dm_model *m, const int32_t *labels) {
     int64_t k = 0, dropped = 0;
     for (int64_t r = 0; r < n; r++) {
         if (labels[r] < 0) continue;
-        if (labels[r] >= m->c.sizes.vocab)
-            return dm_fail(DM_ERR_INVALID_ARG, "label %d at position %lld is past the vocabulary of %lld", labels[r],
-                           (long long)r, (long long)m->c.sizes.vocab);
         if (k == M) {
             dropped++;
             continue;
@@ -136,15 +142,9 @@ static dm_status batch_head(dm_model *m, const int32_t *labels) {
     return DM_OK;
 }
 
-dm_status dm_model_set_batch(dm_model *m, const int32_t *ids, const int32_t *types, const float *attention_mask,
-                             const int32_t *labels) {
-    if (!m || !ids || !labels) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_set_batch: NULL argument");
-    const int64_t B = m->c.layer.batch, J = m->c.layer.seq, n = B * J;
-    float *in, *pos, *tt, *gid;
-    DM_TRY(dm_layer_tensor(m->emb, "input_ids", &in, NULL, NULL));
-    DM_TRY(dm_layer_tensor(m->emb, "position_ids", &pos, NULL, NULL));
-    DM_TRY(dm_layer_tensor(m->emb, "token_type_ids", &tt, NULL, NULL));
-    DM_TRY(dm_layer_tensor(m->emb, "word_grad_ids", &gid, NULL, NULL));
+/* The batch checked whole before anything is written: a refused one leaves the last. */
+static dm_status batch_check(const dm_model *m, const int32_t *ids, const int32_t *types, const int32_t *labels) {
+    const int64_t n = m->c.layer.batch * m->c.layer.seq;
     for (int64_t r = 0; r < n; r++) {
         if (ids[r] < 0 || ids[r] >= m->c.sizes.vocab)
             return dm_fail(DM_ERR_INVALID_ARG, "token id %d at position %lld is outside the vocabulary of %lld: "
@@ -154,10 +154,28 @@ dm_status dm_model_set_batch(dm_model *m, const int32_t *ids, const int32_t *typ
         if (t < 0 || t >= m->c.sizes.types)
             return dm_fail(DM_ERR_INVALID_ARG, "token type %d at position %lld: the model has %lld types", t,
                            (long long)r, (long long)m->c.sizes.types);
+        if (labels[r] >= m->c.sizes.vocab)
+            return dm_fail(DM_ERR_INVALID_ARG, "label %d at position %lld is past the vocabulary of %lld", labels[r],
+                           (long long)r, (long long)m->c.sizes.vocab);
+    }
+    return DM_OK;
+}
+
+dm_status dm_model_set_batch(dm_model *m, const int32_t *ids, const int32_t *types, const float *attention_mask,
+                             const int32_t *labels) {
+    if (!m || !ids || !labels) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_set_batch: NULL argument");
+    DM_TRY(batch_check(m, ids, types, labels));
+    const int64_t B = m->c.layer.batch, J = m->c.layer.seq, n = B * J;
+    float *in, *pos, *tt, *gid;
+    DM_TRY(dm_layer_tensor(m->emb, "input_ids", &in, NULL, NULL));
+    DM_TRY(dm_layer_tensor(m->emb, "position_ids", &pos, NULL, NULL));
+    DM_TRY(dm_layer_tensor(m->emb, "token_type_ids", &tt, NULL, NULL));
+    DM_TRY(dm_layer_tensor(m->emb, "word_grad_ids", &gid, NULL, NULL));
+    for (int64_t r = 0; r < n; r++) {
         in[r] = (float)ids[r];
         gid[r] = ids[r] == m->c.pad_id ? -1.0f : (float)ids[r];
         pos[r] = (float)(r % J);
-        tt[r] = (float)t;
+        tt[r] = (float)(types ? types[r] : 0);
     }
     for (int l = 0; l < m->c.layers; l++) {
         float *mask;
@@ -199,6 +217,7 @@ static dm_status count_correct(dm_model *m, int64_t *correct) {
     DM_TRY(dm_layer_tensor(m->head, "labels", &lab, NULL, NULL));
     const int64_t V = m->c.sizes.vocab;
     int64_t hits = 0;
+#pragma omp parallel for reduction(+ : hits) schedule(static)
     for (int64_t r = 0; r < m->counted; r++) {
         const float *row = lg + r * V;
         int64_t best = 0;
@@ -247,6 +266,7 @@ static dm_status tie_grads(dm_model *m) {
     DM_TRY(down(m, m->head, "cls.predictions.decoder.weight.grad", &b, &nb));
     DM_TRY(down(m, m->emb, "embeddings.word_embeddings.weight.grad", &a, &na));
     if (na != nb) return dm_fail(DM_ERR_INTERNAL, "the tied tables differ in size");
+#pragma omp parallel for simd schedule(static)
     for (int64_t e = 0; e < na; e++) a[e] += b[e];
     return m->bk->upload(m->emb->st, dm_layer_tensor_id(m->emb, "embeddings.word_embeddings.weight.grad"), a);
 }
@@ -381,6 +401,13 @@ static int bert_slot(dm_trainer *T, const char *name) {
 }
 
 dm_status dm_trainer_bert_tensor(dm_trainer *T, const char *name, float **data, int *ndim, int64_t shape[4]) {
+    /* the tied decoder is the word table, its gradient and moments too */
+    static const char dec[] = "cls.predictions.decoder.weight";
+    char alias[192];
+    if (!strncmp(name, dec, sizeof dec - 1) && strlen(name) < 100) {
+        snprintf(alias, sizeof alias, "bert.embeddings.word_embeddings.weight%s", name + sizeof dec - 1);
+        name = alias;
+    }
     const size_t n = strlen(name);
     const int moment = n > 8 && !strcmp(name + n - 8, ".exp_avg") ? 1 : n > 11 && !strcmp(name + n - 11, ".exp_avg_sq") ? 2 : 0;
     const int grad = !moment && n > 5 && !strcmp(name + n - 5, ".grad");

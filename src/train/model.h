@@ -20,7 +20,8 @@ typedef struct {
     dm_layer_config layer; /* the encoder layers' (batch, seq, sizes, dropout, seed, ...) */
     int layers;
     dm_bert_sizes sizes;   /* vocabulary, positions, token types, predictions scored */
-    int64_t pad_id;        /* the padding token: its word row takes no gradient */
+    int64_t pad_id;        /* the padding token: its word row starts at 0, and takes no
+                            * gradient from the lookup (the tied decoder's reaches it) */
 } dm_model_config;
 
 typedef struct dm_model {

@@ -252,6 +252,8 @@ static const float *grad_buf(const dm_trainer *T, const dm_train_slot *sl, int s
 static dm_status fetch_norms(dm_trainer *T, size_t stride, int groups, double *sums) {
     const int ns = T->nslots;
     const size_t n = (size_t)ns * stride;
+    /* the sums come from every segment's stream (a GPU's): all of them done first */
+    DM_TRY(dm_trainer_wait(T));
     DM_TRY(T->bk->buf_copy(home(T), T->norms, T->d_norms, n * sizeof(double), 0));
     for (int k = 0; k < ns; k++)
         for (int i = 0; i < groups; i++) {
