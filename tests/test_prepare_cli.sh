@@ -8,21 +8,9 @@
 # Usage: DMOVE=build/dmove sh tests/test_prepare_cli.sh
 set -u
 
-DMOVE=${DMOVE:?set DMOVE to the dmove binary, e.g. DMOVE=build/dmove}
-case $DMOVE in /*) ;; *) DMOVE=$(pwd)/$DMOVE ;; esac
-[ -x "$DMOVE" ] || { echo "test_prepare_cli.sh: $DMOVE is not an executable" >&2; exit 1; }
-
-T=$(mktemp -d "${TMPDIR:-/tmp}/dmove_prepare.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT
-trap 'exit 1' INT TERM
+. "$(dirname "$0")/cli_lib.sh"
+cli_setup test_prepare_cli.sh dmove_prepare
 cd "$T" || exit 1
-cases=0
-fails=0
-
-fail() {
-    echo "FAIL: $*" >&2
-    fails=$((fails + 1))
-}
 
 # good NAME ARGS...: must exit 0.
 good() {

@@ -7,20 +7,8 @@
 # Usage: DMOVE=build/dmove sh tests/test_tokenize_cli.sh
 set -u
 
-DMOVE=${DMOVE:?set DMOVE to the dmove binary, e.g. DMOVE=build/dmove}
-case $DMOVE in /*) ;; *) DMOVE=$(pwd)/$DMOVE ;; esac
-[ -x "$DMOVE" ] || { echo "test_tokenize_cli.sh: $DMOVE is not an executable" >&2; exit 1; }
-
-T=$(mktemp -d "${TMPDIR:-/tmp}/dmove_tok.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT
-trap 'exit 1' INT TERM
-cases=0
-fails=0
-
-fail() {
-    echo "FAIL: $*" >&2
-    fails=$((fails + 1))
-}
+. "$(dirname "$0")/cli_lib.sh"
+cli_setup test_tokenize_cli.sh dmove_tok
 
 # same NAME WANT GOT
 same() {
