@@ -21,3 +21,39 @@ fail() {
     echo "FAIL: $*" >&2
     fails=$((fails + 1))
 }
+
+# The scripts that run in $T (cd "$T"): dmove's output goes to ./stdout and ./stderr.
+# good NAME ARGS...: dmove ARGS must exit 0.
+good() {
+    name=$1
+    shift
+    cases=$((cases + 1))
+    "$DMOVE" "$@" >stdout 2>stderr
+    rc=$?
+    [ "$rc" -eq 0 ] || { fail "$name: exit $rc (dmove $*)"; sed 's/^/    /' stderr >&2; }
+}
+
+# expect NAME CODE PATTERN ARGS...: dmove ARGS must exit CODE with PATTERN (grep -E) on
+# stderr; returns 0 when it does.
+expect() {
+    name=$1 want=$2 pat=$3
+    shift 3
+    cases=$((cases + 1))
+    "$DMOVE" "$@" >stdout 2>stderr
+    rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        fail "$name: exit $rc, expected $want (dmove $*)"
+    elif ! grep -Eq -- "$pat" stderr; then
+        fail "$name: stderr lacks /$pat/"
+    else
+        return 0
+    fi
+    sed 's/^/    /' stderr >&2
+    return 1
+}
+
+# has NAME FILE PATTERN: FILE matches PATTERN (grep -E).
+has() {
+    cases=$((cases + 1))
+    grep -Eq -- "$3" "$2" || { fail "$1: $2 lacks /$3/"; sed 's/^/    /' "$2" >&2; }
+}

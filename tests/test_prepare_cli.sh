@@ -12,44 +12,14 @@ set -u
 cli_setup test_prepare_cli.sh dmove_prepare
 cd "$T" || exit 1
 
-# good NAME ARGS...: must exit 0.
-good() {
-    name=$1
-    shift
-    cases=$((cases + 1))
-    "$DMOVE" "$@" >stdout 2>stderr
-    rc=$?
-    if [ "$rc" -ne 0 ]; then
-        fail "$name: exit $rc (dmove $*)"
-        sed 's/^/    /' stderr >&2
-    fi
-}
-
 # bad NAME CODE PATTERN ARGS...: must exit CODE with PATTERN (grep -E) on stderr, and leave
 # no directory out/ and no temporary directory.
 bad() {
-    name=$1 want=$2 pat=$3
-    shift 3
-    cases=$((cases + 1))
-    "$DMOVE" "$@" >stdout 2>stderr
-    rc=$?
-    if [ "$rc" -ne "$want" ]; then
-        fail "$name: exit $rc, expected $want (dmove $*)"
-        sed 's/^/    /' stderr >&2
-    elif ! grep -Eq -- "$pat" stderr; then
-        fail "$name: stderr lacks /$pat/"
-        sed 's/^/    /' stderr >&2
-    fi
+    expect "$@"
     if [ -e out ] || ls -d ./*.tmp-* >/dev/null 2>&1; then
-        fail "$name: left output behind"
+        fail "$1: left output behind"
         rm -rf out ./*.tmp-*
     fi
-}
-
-# has NAME FILE PATTERN: FILE matches PATTERN (grep -E).
-has() {
-    cases=$((cases + 1))
-    grep -Eq -- "$3" "$2" || { fail "$1: $2 lacks /$3/"; sed 's/^/    /' "$2" >&2; }
 }
 
 {

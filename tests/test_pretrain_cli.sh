@@ -11,33 +11,8 @@ set -u
 . "$(dirname "$0")/cli_lib.sh"
 cli_setup test_pretrain_cli.sh dmove_pretrain
 cd "$T" || exit 1
-good() {
-    name=$1
-    shift
-    cases=$((cases + 1))
-    "$DMOVE" "$@" >stdout 2>stderr
-    rc=$?
-    [ "$rc" -eq 0 ] || { fail "$name: exit $rc (dmove $*)"; sed 's/^/    /' stderr >&2; }
-}
-bad() {
-    name=$1 want=$2 pat=$3
-    shift 3
-    cases=$((cases + 1))
-    "$DMOVE" "$@" >stdout 2>stderr
-    rc=$?
-    if [ "$rc" -ne "$want" ]; then
-        fail "$name: exit $rc, expected $want (dmove $*)"
-        sed 's/^/    /' stderr >&2
-    elif ! grep -Eq -- "$pat" stderr; then
-        fail "$name: stderr lacks /$pat/"
-        sed 's/^/    /' stderr >&2
-    else
-        echo "ok   $name: $(head -1 stderr)"
-    fi
-}
-has() {
-    cases=$((cases + 1))
-    grep -Eq -- "$3" "$2" || { fail "$1: $2 lacks /$3/"; sed 's/^/    /' "$2" >&2; }
+bad() { # bad NAME CODE PATTERN ARGS...: expect, and say what it said
+    expect "$@" && echo "ok   $1: $(head -1 stderr)"
 }
 
 {
