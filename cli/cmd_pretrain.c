@@ -21,7 +21,7 @@ static const char *const CMD = "pretrain";
     } while (0)
 
 typedef struct {
-    const char *data, *tokenizer, *config, *svg, *save, *resume;
+    const char *data, *tokenizer, *config, *svg, *save, *resume, *export_dir;
     int lowercase, cased, layers, layers_set, json, pairs, prefetch, positions_set, types_set;
     int64_t steps, eval_every, eval_batches, log_every, positions, types, predictions, save_every, until;
     double mask_prob;
@@ -91,6 +91,10 @@ static const cli_option k_options[] = {
              "the same batches and the same result as an uninterrupted run"},
     I64("--until", "K", until, 1, "stop after step K this time (the schedule still runs to\n"
                                   "--steps), to train a long run in parts"),
+    {.kind = CLI_PATH, .name = "--export", .arg = "DIR", O(export_dir),
+     .help = "at the end, write DIR/model.safetensors and DIR/config.json\n"
+             "as transformers saves a BertForMaskedLM (from_pretrained(DIR)\n"
+             "loads it; the optimizer's state stays in --save's checkpoint)"},
     {.kind = CLI_STR, .name = "--svg", .arg = "FILE", O(svg), .help = "draw the training loss as an SVG chart"},
     {.kind = CLI_FLAG, .name = "--json", O(json), .lo = 1, .help = "print one JSON object at the end"},
     CLI_CONFIG(pretrain_opts, c, CLI_CFG_ALL & ~CLI_CFG_ARCH),
@@ -441,6 +445,11 @@ int cmd_pretrain(int argc, char **argv) {
             snprintf(title, sizeof title, "dmove pretrain: BERT, %d layers, i=%" PRId64 ", b=%" PRId64 " j=%" PRId64,
                      r.o.layers, r.o.c.cfg.hidden, r.o.c.cfg.batch, r.o.c.cfg.seq);
             if (dm_loss_svg(r.losses, r.ran, r.start + 1, title, r.o.svg) != DM_OK) rc = fail_dm("--svg: ");
+        }
+        if (rc == 0 && r.o.export_dir) {
+            if (dm_trainer_export(r.T, r.o.export_dir) != DM_OK) rc = fail_dm("--export: ");
+            else fprintf(info, "exported: %s/model.safetensors and %s/config.json (BertForMaskedLM)\n", r.o.export_dir,
+                         r.o.export_dir);
         }
         if (rc == 0 && cli_interrupted() && r.start + r.ran < r.stop) rc = 130;
         if (rc == 0 && r.o.save)

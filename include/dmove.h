@@ -384,6 +384,13 @@ typedef struct {
 /* The loss of the batch set, in evaluation mode (no dropout), nothing changed: a held-out
  * evaluation (its figures by dm_trainer_mlm_stats). */
 dm_status dm_trainer_evaluate(dm_trainer *t, double *loss);
+/* A BERT trainer's model as Hugging Face saves a BertForMaskedLM: DIR/model.safetensors
+ * (the parameters alone, fp32, under its names; the tied decoder left out, as
+ * save_pretrained does) and DIR/config.json (model_type bert, the sizes, eps, activation,
+ * dropout, vocabulary, positions, token types, padding id), both written atomically;
+ * transformers' BertForMaskedLM.from_pretrained(DIR) loads it with no key missing or left
+ * over. The optimizer's state stays in the checkpoint (dm_trainer_save). */
+dm_status dm_trainer_export(const dm_trainer *t, const char *dir);
 dm_status dm_trainer_mlm_stats(const dm_trainer *t, dm_mlm_stats *out);
 
 #ifdef __cplusplus

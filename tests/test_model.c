@@ -317,6 +317,37 @@ static void test_resume(void) {
           dm_tensor_file_find(f, "bert.encoder.layer.1.output.dense.weight.exp_avg") >= 0 &&
           dm_tensor_file_find(f, "cls.predictions.transform.dense.weight") >= 0);
     dm_tensor_file_free(f);
+    /* exported as transformers saves a BertForMaskedLM: the parameters alone, its names, the
+     * tied decoder left out; the config says the sizes */
+    {
+        char dir[] = "/tmp/dmove_test_export.XXXXXX";
+        CHECK(mkdtemp(dir) != NULL);
+        CHECK_OK(dm_trainer_export(R, dir));
+        char mp[96], cp[96];
+        snprintf(mp, sizeof mp, "%s/model.safetensors", dir);
+        snprintf(cp, sizeof cp, "%s/config.json", dir);
+        dm_tensor_file *e = NULL;
+        CHECK_OK(dm_tensor_file_open(&e, mp));
+        float *word;
+        int64_t sh[4];
+        CHECK_OK(dm_trainer_tensor(R, "bert.embeddings.word_embeddings.weight", &word, NULL, sh));
+        const int wi = e ? dm_tensor_file_find(e, "bert.embeddings.word_embeddings.weight") : -1;
+        float *back = malloc((size_t)(V * 16) * sizeof(float));
+        CHECK(wi >= 0 && back && dm_tensor_file_read_f32(e, wi, back, (size_t)(V * 16)) == DM_OK &&
+              !memcmp(back, word, (size_t)(V * 16) * sizeof(float)));
+        free(back);
+        CHECK(e && dm_tensor_file_count(e) == R->nslots && dm_tensor_file_find(e, "cls.predictions.bias") >= 0 &&
+              dm_tensor_file_find(e, "bert.encoder.layer.1.attention.self.query.weight") >= 0 &&
+              dm_tensor_file_find(e, "cls.predictions.decoder.weight") < 0 &&
+              dm_tensor_file_find(e, "bert.embeddings.word_embeddings.weight.exp_avg") < 0);
+        dm_tensor_file_free(e);
+        dm_hf_config hc;
+        CHECK_OK(dm_hf_config_read(cp, &hc));
+        CHECK(hc.vocab_size == V && hc.hidden_size == 16 && hc.num_hidden_layers == 2 && hc.num_attention_heads == 2 &&
+              hc.intermediate_size == 32 && hc.max_position_embeddings == 8 && hc.type_vocab_size == 2 &&
+              hc.pad_token_id == 0 && hc.hidden_dropout_prob == 0.1 && !strcmp(hc.architecture, "BertForMaskedLM"));
+        unlink(mp), unlink(cp), rmdir(dir);
+    }
     bm.vocab = V + 1;
     CHECK_OK(dm_trainer_new_bert(&W, &cfg, 2, &bm, NULL, &a));
     if (W) CHECK(dm_trainer_load(W, path) == DM_ERR_SHAPE && strstr(dm_last_error(), "vocab="));

@@ -46,6 +46,11 @@ cases=$((cases + 1))
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 0 && b < 0.5 * a) }' || fail "the loss did not halve: $first -> $last"
 echo "ok   pretrain: loss $first -> $last"
 # shellcheck disable=SC2086
+good "pretrain --export" $P --steps 6 --export exported
+has "pretrain --export: the config" exported/config.json '"architectures": \["BertForMaskedLM"\]'
+has "pretrain --export: the sizes" exported/config.json '"hidden_size": 32,'
+[ -s exported/model.safetensors ] || fail "pretrain --export: no model.safetensors"
+# shellcheck disable=SC2086
 good "pretrain --json" $P --steps 8 --json --optimizer lamb --accumulate 2
 has "pretrain --json" stdout '"eval_loss":[0-9.]+,"eval_accuracy":[0-9.]+'
 

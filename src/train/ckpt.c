@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file.h"
 #include "core/safetensors.h"
 #include "core/status.h"
 #include "core/strbuf.h"
+#include "dmove_tools.h"
 #include "graph/encoder.h"
 #include "train/model.h"
 #include "train/trainer_internal.h"
@@ -354,4 +356,47 @@ dm_status dm_trainer_load_layers(dm_trainer *T, const char *path, int first) {
     if (first < 0 || first > 100000)
         return dm_fail(DM_ERR_INVALID_ARG, "first layer %d: give 0 or more", first);
     return load_file(T, path, load_params_checked, first, "parameters from");
+}
+
+dm_status dm_trainer_export(const dm_trainer *T, const char *dir) {
+    if (!T || !dir) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_export: NULL argument");
+    if (!T->model)
+        return dm_fail(DM_ERR_UNSUPPORTED, "export writes a whole BertForMaskedLM: this trainer is a stack of layers "
+                       "(its checkpoint holds the layers under BertEncoder's names already)");
+    if (T->broken) return dm_trainer_broken(T);
+    DM_TRY(dm_trainer_pull(T, DM_PULL_STATE));
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", dir) >= sizeof path)
+        return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
+    DM_TRY(dm_make_parent(path));
+    /* the parameters alone, under BertForMaskedLM's names; the tied decoder is left out, as
+     * transformers' save_pretrained leaves it (from_pretrained ties it again) */
+    dm_st_writer *w = NULL;
+    dm_status s = dm_st_writer_new(&w);
+    if (s == DM_OK) s = dm_st_writer_set_metadata(w, "format", "pt");
+    char name[192];
+    for (int si = 0; s == DM_OK && si < T->nslots; si++) {
+        const dm_train_slot *sl = &T->slot[si];
+        tensor_name(T, name, sizeof name, si, 0);
+        s = dm_st_writer_add(w, name, DM_ST_F32, sl->ndim, sl->shape, sl->p);
+    }
+    if (s == DM_OK) s = dm_st_writer_write(w, path);
+    dm_st_writer_free(w);
+    if (s != DM_OK) return dm_fail_context(s, "writing '%s': ", path);
+    const dm_model_config *mc = &T->model->c;
+    dm_hf_config c;
+    dm_hf_config_default(&c);
+    c.vocab_size = mc->sizes.vocab;
+    c.hidden_size = T->cfg.hidden;
+    c.num_hidden_layers = T->nlayers;
+    c.num_attention_heads = T->cfg.heads;
+    c.intermediate_size = T->cfg.ffn;
+    c.max_position_embeddings = mc->sizes.positions;
+    c.type_vocab_size = mc->sizes.types;
+    c.pad_token_id = mc->pad_id;
+    c.layer_norm_eps = T->cfg.eps;
+    c.hidden_dropout_prob = c.attention_probs_dropout_prob = T->cfg.dropout;
+    c.act = T->cfg.act;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    return dm_hf_config_write(&c, "BertForMaskedLM", path);
 }
