@@ -775,3 +775,37 @@ void cli_catch_signals(const char *cmd, int saving) {
 }
 
 int cli_interrupted(void) { return (int)g_interrupted; }
+
+/* --- the sizes of a Hugging Face config.json ------------------------------------------- */
+
+int cli_config_from_hf(cli_config *c, const char *cmd, const char *opt, const char *source, const dm_hf_config *hc) {
+    dm_layer_config lc;
+    dm_layer_config_default(&lc);
+    if (dm_hf_config_layer(hc, &lc) != DM_OK) {
+        cli_error(cmd, "%s: %s", opt, dm_last_error());
+        return CLI_FAIL;
+    }
+    if (c->preset) {
+        cli_usage_error(cmd, "--preset with %s: %s gives the model's sizes", opt, source);
+        return CLI_USAGE;
+    }
+    static const char *const name[3] = {"--hidden", "--heads", "--ffn"}, *const key[3] = {
+        "hidden_size", "num_attention_heads", "intermediate_size"};
+    const int64_t want[3] = {lc.hidden, lc.heads, lc.ffn};
+    for (int k = 0; k < 3; k++)
+        if (c->size_set[2 + k] && c->size[2 + k] != want[k]) {
+            cli_usage_error(cmd, "%s %" PRId64 " contradicts %s (%s %" PRId64 "): leave it out, the model's config "
+                            "gives it", name[k], c->size[2 + k], source, key[k], want[k]);
+            return CLI_USAGE;
+        }
+    if ((c->eps_set && c->eps != lc.eps) || (c->act_set && c->act != lc.act)) {
+        cli_usage_error(cmd, "--eps or --act contradicts %s (layer_norm_eps %g, hidden_act %s): leave them out", source,
+                        lc.eps, dm_act_name(lc.act));
+        return CLI_USAGE;
+    }
+    for (int k = 0; k < 3; k++) c->size[2 + k] = want[k], c->size_set[2 + k] = 1;
+    c->eps = lc.eps, c->eps_set = 1;
+    c->act = lc.act, c->act_set = 1;
+    if (!c->dropout_set) c->dropout = lc.dropout, c->dropout_set = 1; /* a training choice: --dropout may differ */
+    return 0;
+}

@@ -205,6 +205,12 @@ int cli_optim_finish(cli_optim *o, const char *cmd, int64_t steps);
 void cli_catch_signals(const char *cmd, int saving);
 int cli_interrupted(void);
 
+/* The layer sizes, eps, activation and dropout of a Hugging Face config (read from
+ * `source`, given by option `opt`) into c: a --preset, or a size, --eps or --act that
+ * contradicts it, is a usage error; --dropout may differ (a training choice). 0 ok, else
+ * the exit status after the message. */
+int cli_config_from_hf(cli_config *c, const char *cmd, const char *opt, const char *source, const dm_hf_config *hc);
+
 /* --device D, --dtype T, --rows K and --streams N, shared by the commands that run steps. */
 typedef struct {
     dm_device_kind device;

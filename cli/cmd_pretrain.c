@@ -159,25 +159,14 @@ typedef struct {
 static int apply_config(pretrain_run *r) {
     pretrain_opts *o = &r->o;
     dm_hf_config hc;
-    dm_layer_config lc;
-    dm_layer_config_default(&lc);
-    if (dm_hf_config_read(o->config, &hc) != DM_OK || dm_hf_config_layer(&hc, &lc) != DM_OK) return fail_dm("--config: ");
+    if (dm_hf_config_read(o->config, &hc) != DM_OK) return fail_dm("--config: ");
     if (hc.vocab_size != r->vocab.vocab_size) {
         cli_error(CMD, "--config: vocab_size %" PRId64 ", but the tokenizer has %d tokens: use the tokenizer the "
                   "model was made for", hc.vocab_size, r->vocab.vocab_size);
         return CLI_FAIL;
     }
-    cli_config *c = &o->c;
-    const int64_t want[3] = {lc.hidden, lc.heads, lc.ffn};
-    static const char *const opt[3] = {"--hidden", "--heads", "--ffn"};
-    for (int k = 0; k < 3; k++) {
-        if (c->size_set[2 + k] && c->size[2 + k] != want[k]) {
-            cli_usage_error(CMD, "%s %" PRId64 " contradicts %s (%" PRId64 "): leave it out", opt[k], c->size[2 + k],
-                            o->config, want[k]);
-            return CLI_USAGE;
-        }
-        c->size[2 + k] = want[k], c->size_set[2 + k] = 1;
-    }
+    int rc = cli_config_from_hf(&o->c, CMD, "--config", o->config, &hc);
+    if (rc) return rc;
     if (o->layers_set && o->layers != hc.num_hidden_layers) {
         cli_usage_error(CMD, "--layers %d contradicts %s (num_hidden_layers %" PRId64 ")", o->layers, o->config,
                         hc.num_hidden_layers);
@@ -196,8 +185,6 @@ static int apply_config(pretrain_run *r) {
         return CLI_FAIL;
     }
     o->layers = (int)hc.num_hidden_layers;
-    c->eps = lc.eps, c->eps_set = 1, c->act = lc.act, c->act_set = 1;
-    if (!c->dropout_set) c->dropout = lc.dropout, c->dropout_set = 1;
     o->positions = hc.max_position_embeddings;
     o->types = hc.type_vocab_size;
     return 0;

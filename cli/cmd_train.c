@@ -270,34 +270,9 @@ static int model_config(train_run *r) {
         return fail_dm("--init: ");
     if (!config[0]) return 0; /* a bare file: the sizes are the options' */
     dm_hf_config hc;
-    dm_layer_config lc;
-    dm_layer_config_default(&lc);
-    if (dm_hf_config_read(config, &hc) != DM_OK || dm_hf_config_layer(&hc, &lc) != DM_OK) return fail_dm("--init: ");
-    cli_config *c = &o->c;
-    if (c->preset) {
-        cli_usage_error(CMD, "--preset with --init: %s gives the model's sizes", config);
-        return CLI_USAGE;
-    }
-    static const char *const opt[3] = {"--hidden", "--heads", "--ffn"}, *const key[3] = {
-        "hidden_size", "num_attention_heads", "intermediate_size"};
-    const int64_t want[3] = {lc.hidden, lc.heads, lc.ffn};
-    for (int k = 0; k < 3; k++) {
-        if (c->size_set[2 + k] && c->size[2 + k] != want[k]) {
-            cli_usage_error(CMD, "%s %" PRId64 " contradicts %s (%s %" PRId64 "): leave it out, the model's config "
-                            "gives it", opt[k], c->size[2 + k], config, key[k], want[k]);
-            return CLI_USAGE;
-        }
-        c->size[2 + k] = want[k];
-        c->size_set[2 + k] = 1;
-    }
-    if ((c->eps_set && c->eps != lc.eps) || (c->act_set && c->act != lc.act)) {
-        cli_usage_error(CMD, "--eps or --act contradicts %s (layer_norm_eps %g, hidden_act %s): leave them out",
-                        config, lc.eps, dm_act_name(lc.act));
-        return CLI_USAGE;
-    }
-    c->eps = lc.eps, c->eps_set = 1;
-    c->act = lc.act, c->act_set = 1;
-    if (!c->dropout_set) c->dropout = lc.dropout, c->dropout_set = 1; /* a training choice: --dropout may differ */
+    if (dm_hf_config_read(config, &hc) != DM_OK) return fail_dm("--init: ");
+    int rc = cli_config_from_hf(&o->c, CMD, "--init", config, &hc);
+    if (rc) return rc;
     if (o->layers_from >= hc.num_hidden_layers) {
         cli_usage_error(CMD, "--layers-from %d: the model has layers 0 to %" PRId64, o->layers_from,
                         hc.num_hidden_layers - 1);
