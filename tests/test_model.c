@@ -90,6 +90,7 @@ static void run_case(const char *cs, double p, dm_schedule sched) {
     dm_model_config c;
     memset(&c, 0, sizeof c);
     dm_layer_config_default(&c.layer);
+    c.head = DM_MODEL_HEAD_MLM;
     c.layer.batch = meta("b"), c.layer.seq = meta("j"), c.layer.hidden = meta("i"), c.layer.heads = meta("heads");
     c.layer.ffn = meta("ffn"), c.layer.dropout = p, c.layer.seed = (uint64_t)meta("seed");
     c.layers = (int)meta("layers");
@@ -141,6 +142,7 @@ static void test_refusals(void) {
     dm_model_config c;
     memset(&c, 0, sizeof c);
     dm_layer_config_default(&c.layer);
+    c.head = DM_MODEL_HEAD_MLM;
     c.layer.batch = 1, c.layer.seq = 4, c.layer.hidden = 8, c.layer.heads = 2, c.layer.ffn = 16;
     c.layers = 1;
     c.sizes = (dm_bert_sizes){.vocab = 10, .positions = 8, .types = 2, .predictions = 2};
@@ -163,6 +165,53 @@ static void test_refusals(void) {
     dm_model_free(m);
     c.pad_id = 10;
     CHECK(dm_model_new(&m, &c, NULL) == DM_ERR_INVALID_ARG && m == NULL);
+}
+
+/* A model without a head, forward-only (no gradients held: an inference model), gives the
+ * MLM model's last hidden states with the same parameters and no dropout; it has no
+ * backward and no cls.* tensors. */
+static void test_headless(void) {
+    dm_model_config c;
+    memset(&c, 0, sizeof c);
+    dm_layer_config_default(&c.layer);
+    c.head = DM_MODEL_HEAD_MLM;
+    c.layer.batch = 2, c.layer.seq = 5, c.layer.hidden = 8, c.layer.heads = 2, c.layer.ffn = 16;
+    c.layer.dropout = 0.0;
+    c.layers = 2;
+    c.sizes = (dm_bert_sizes){.vocab = 11, .positions = 8, .types = 2, .predictions = 2};
+    dm_model *a = NULL, *b = NULL;
+    const dm_layer_options fo = {.forward_only = 1};
+    CHECK_OK(dm_model_new(&a, &c, NULL));
+    c.head = DM_MODEL_HEAD_NONE;
+    CHECK_OK(dm_model_new(&b, &c, &fo));
+    if (a && b) {
+        CHECK_OK(dm_model_init_params(a, 7));
+        CHECK_OK(dm_model_init_params(b, 7));
+        const int32_t ids[10] = {1, 5, 9, 3, 0, 2, 2, 7, 10, 4}, types[10] = {0, 0, 1, 1, 0, 0, 1, 1, 1, 0};
+        const int32_t labels[10] = {-1, 3, -1, -1, -1, -1, 8, -1, -1, -1};
+        const float mask[10] = {1, 1, 1, 1, 0, 1, 1, 1, 1, 1};
+        CHECK_OK(dm_model_set_batch(a, ids, types, mask, labels));
+        CHECK_OK(dm_model_set_batch(b, ids, types, mask, NULL));
+        double la = 0, lb = -1;
+        CHECK_OK(dm_model_forward(a, 1, &la, NULL));
+        CHECK_OK(dm_model_forward(b, 1, &lb, NULL));
+        const float *ha = NULL, *hb = NULL;
+        CHECK_OK(dm_model_hidden(a, &ha));
+        CHECK_OK(dm_model_hidden(b, &hb));
+        double worst = 0;
+        for (int k = 0; ha && hb && k < 10 * 8; k++) {
+            const double d = fabs((double)ha[k] - hb[k]) / (fabs((double)ha[k]) + 1e-3);
+            if (d > worst) worst = d;
+        }
+        printf("headless forward-only model: hidden states within %.2e of the MLM model's, loss %g\n", worst, lb);
+        CHECK(ha && hb && worst < 1e-6 && lb == 0.0 && la > 0.0);
+        CHECK(dm_model_backward(b) == DM_ERR_INVALID_ARG);
+        float *p;
+        CHECK(dm_model_tensor(b, "cls.predictions.bias", &p, NULL, NULL) == DM_ERR_NOT_FOUND);
+        CHECK(dm_model_tensor(b, "bert.encoder.layer.1.output.dense.weight.grad", &p, NULL, NULL) != DM_OK);
+    }
+    dm_model_free(a);
+    dm_model_free(b);
 }
 
 /* A BERT trainer learns a pattern: each sequence is two runs of four equal tokens, the
@@ -391,6 +440,7 @@ int main(void) {
         run_case("B", 0.1, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED);
     }
     test_refusals();
+    test_headless();
     test_trains();
     test_eval_mode();
     test_resume();

@@ -39,10 +39,14 @@ dm_status dm_model_new(dm_model **out, const dm_model_config *c, const dm_layer_
         s = dm_layer_new_pooled(&m->enc[l], &c->layer, &o, m->pool);
         if (s != DM_OK) dm_fail_context(s, "layer %d of %d: ", l, c->layers);
     }
-    if (s == DM_OK) s = dm_layer_new_segment(&m->head, &c->layer, &o, DM_SEG_MLM_HEAD, &c->sizes, m->pool);
+    if (s == DM_OK && c->head == DM_MODEL_HEAD_MLM)
+        s = dm_layer_new_segment(&m->head, &c->layer, &o, DM_SEG_MLM_HEAD, &c->sizes, m->pool);
+    else if (s == DM_OK && c->head != DM_MODEL_HEAD_NONE)
+        s = dm_fail(DM_ERR_INVALID_ARG, "model head kind %d: not a head dmove knows", (int)c->head);
     /* the segments' passes are chained in the backend: waits once per pass */
     if (s == DM_OK) {
-        m->emb->defer_wait = m->head->defer_wait = 1;
+        m->emb->defer_wait = 1;
+        if (m->head) m->head->defer_wait = 1;
         for (int l = 0; l < c->layers; l++) m->enc[l]->defer_wait = 1;
     }
     if (s != DM_OK) {
@@ -72,7 +76,7 @@ static dm_layer *route(dm_model *m, const char *name, const char **rest) {
     }
     if (!strncmp(name, "cls.", 4)) {
         *rest = name;
-        return m->head;
+        return m->head; /* NULL without a head */
     }
     if (strncmp(name, enc, sizeof enc - 1) != 0) return NULL;
     const char *p = name + sizeof enc - 1;
@@ -91,8 +95,9 @@ dm_status dm_model_tensor(dm_model *m, const char *name, float **data, int *ndim
     const char *rest;
     dm_layer *L = route(m, name, &rest);
     if (!L)
-        return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the model (it has bert.embeddings.*, "
-                       "bert.encoder.layer.<0..%d>.* and cls.predictions.*)", name, m->c.layers - 1);
+        return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the model (it has bert.embeddings.*%s "
+                       "bert.encoder.layer.<0..%d>.*%s)", name, m->head ? "," : " and", m->c.layers - 1,
+                       m->head ? " and cls.predictions.*" : "");
     return dm_layer_tensor(L, rest, data, ndim, shape);
 }
 
@@ -106,7 +111,7 @@ dm_status dm_model_init_params(dm_model *m, uint64_t seed) {
     if (!m) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_init_params: NULL model");
     DM_TRY(dm_layer_init_params(m->emb, dm_train_layer_seed(seed, -1, 0)));
     for (int l = 0; l < m->c.layers; l++) DM_TRY(dm_layer_init_params(m->enc[l], dm_train_layer_seed(seed, l, 0)));
-    DM_TRY(dm_layer_init_params(m->head, dm_train_layer_seed(seed, m->c.layers, 0)));
+    if (m->head) DM_TRY(dm_layer_init_params(m->head, dm_train_layer_seed(seed, m->c.layers, 0)));
     /* the padding token's word row starts at 0, as transformers' _init_weights makes an
      * nn.Embedding's padding_idx row */
     float *w;
@@ -119,10 +124,10 @@ dm_status dm_model_init_params(dm_model *m, uint64_t seed) {
  * labels checked by the caller). */
 static dm_status batch_head(dm_model *m, const int32_t *labels) {
     const int64_t n = m->c.layer.batch * m->c.layer.seq, M = m->c.sizes.predictions;
-    float *mp, *lab, *w;
+    float *mp, *lab, *w = NULL;
     DM_TRY(dm_layer_tensor(m->head, "masked_positions", &mp, NULL, NULL));
     DM_TRY(dm_layer_tensor(m->head, "labels", &lab, NULL, NULL));
-    DM_TRY(dm_layer_tensor(m->head, "loss_weights", &w, NULL, NULL));
+    if (!m->opt.forward_only) DM_TRY(dm_layer_tensor(m->head, "loss_weights", &w, NULL, NULL));
     int64_t k = 0, dropped = 0;
     for (int64_t r = 0; r < n; r++) {
         if (labels[r] < 0) continue;
@@ -137,7 +142,7 @@ static dm_status batch_head(dm_model *m, const int32_t *labels) {
     m->dropped = dropped;
     for (int64_t r = 0; r < M; r++) {
         if (r >= k) mp[r] = 0.0f, lab[r] = -1.0f; /* a padding row: scored, but counts not */
-        w[r] = r < k ? 1.0f / (float)k : 0.0f;
+        if (w) w[r] = r < k ? 1.0f / (float)k : 0.0f;
     }
     return DM_OK;
 }
@@ -154,7 +159,7 @@ static dm_status batch_check(const dm_model *m, const int32_t *ids, const int32_
         if (t < 0 || t >= m->c.sizes.types)
             return dm_fail(DM_ERR_INVALID_ARG, "token type %d at position %lld: the model has %lld types", t,
                            (long long)r, (long long)m->c.sizes.types);
-        if (labels[r] >= m->c.sizes.vocab)
+        if (labels && labels[r] >= m->c.sizes.vocab)
             return dm_fail(DM_ERR_INVALID_ARG, "label %d at position %lld is past the vocabulary of %lld", labels[r],
                            (long long)r, (long long)m->c.sizes.vocab);
     }
@@ -163,17 +168,17 @@ static dm_status batch_check(const dm_model *m, const int32_t *ids, const int32_
 
 dm_status dm_model_set_batch(dm_model *m, const int32_t *ids, const int32_t *types, const float *attention_mask,
                              const int32_t *labels) {
-    if (!m || !ids || !labels) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_set_batch: NULL argument");
-    DM_TRY(batch_check(m, ids, types, labels));
+    if (!m || !ids || (!labels && m->head)) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_set_batch: NULL argument");
+    DM_TRY(batch_check(m, ids, types, m->head ? labels : NULL));
     const int64_t B = m->c.layer.batch, J = m->c.layer.seq, n = B * J;
-    float *in, *pos, *tt, *gid;
+    float *in, *pos, *tt, *gid = NULL;
     DM_TRY(dm_layer_tensor(m->emb, "input_ids", &in, NULL, NULL));
     DM_TRY(dm_layer_tensor(m->emb, "position_ids", &pos, NULL, NULL));
     DM_TRY(dm_layer_tensor(m->emb, "token_type_ids", &tt, NULL, NULL));
-    DM_TRY(dm_layer_tensor(m->emb, "word_grad_ids", &gid, NULL, NULL));
+    if (!m->opt.forward_only) DM_TRY(dm_layer_tensor(m->emb, "word_grad_ids", &gid, NULL, NULL));
     for (int64_t r = 0; r < n; r++) {
         in[r] = (float)ids[r];
-        gid[r] = ids[r] == m->c.pad_id ? -1.0f : (float)ids[r];
+        if (gid) gid[r] = ids[r] == m->c.pad_id ? -1.0f : (float)ids[r];
         pos[r] = (float)(r % J);
         tt[r] = (float)(types ? types[r] : 0);
     }
@@ -182,7 +187,7 @@ dm_status dm_model_set_batch(dm_model *m, const int32_t *ids, const int32_t *typ
         DM_TRY(dm_layer_tensor(m->enc[l], "attention_mask", &mask, NULL, NULL));
         for (int64_t r = 0; r < n; r++) mask[r] = attention_mask ? attention_mask[r] : 1.0f;
     }
-    return batch_head(m, labels);
+    return m->head ? batch_head(m, labels) : DM_OK;
 }
 
 /* Tensor src of segment a into tensor dst of segment b, in the backend. */
@@ -229,24 +234,38 @@ static dm_status count_correct(dm_model *m, int64_t *correct) {
     return DM_OK;
 }
 
-dm_status dm_model_forward(dm_model *m, int64_t step, double *loss, int64_t *correct) {
-    if (!m) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_forward: NULL model");
-    /* the batch up (the parameters are the backend's: a trainer pushes the ones changed on
-     * the host); the tied decoder takes the word table's values */
+/* The batch's inputs to the backend (the parameters are the backend's: a trainer pushes
+ * the ones changed on the host); the tied decoder takes the word table's values. */
+static dm_status model_upload(dm_model *m) {
     static const char *const emb_in[4] = {"input_ids", "position_ids", "token_type_ids", "word_grad_ids"};
     static const char *const head_in[3] = {"masked_positions", "labels", "loss_weights"};
-    for (int k = 0; k < 4; k++) DM_TRY(up(m, m->emb, emb_in[k]));
+    const int train = !m->opt.forward_only;
+    for (int k = 0; k < 3 + train; k++) DM_TRY(up(m, m->emb, emb_in[k]));
     for (int l = 0; l < m->c.layers; l++) DM_TRY(up(m, m->enc[l], "attention_mask"));
-    for (int k = 0; k < 3; k++) DM_TRY(up(m, m->head, head_in[k]));
-    DM_TRY(link(m, m->emb, "embeddings.word_embeddings.weight", m->head, "cls.predictions.decoder.weight"));
+    if (!m->head) return DM_OK;
+    for (int k = 0; k < 2 + train; k++) DM_TRY(up(m, m->head, head_in[k]));
+    return link(m, m->emb, "embeddings.word_embeddings.weight", m->head, "cls.predictions.decoder.weight");
+}
+
+dm_status dm_model_forward(dm_model *m, int64_t step, double *loss, int64_t *correct) {
+    if (!m) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_forward: NULL model");
+    DM_TRY(model_upload(m));
     DM_TRY(dm_layer_set_seed(m->emb, segment_seed(m, 0, step)));
     DM_TRY(dm_layer_forward(m->emb));
     DM_TRY(link(m, m->emb, "output", m->enc[0], "hidden_states"));
     for (int l = 0; l < m->c.layers; l++) {
         DM_TRY(dm_layer_set_seed(m->enc[l], segment_seed(m, l + 1, step)));
         DM_TRY(dm_layer_forward(m->enc[l]));
-        DM_TRY(link(m, m->enc[l], "output", l + 1 < m->c.layers ? m->enc[l + 1] : m->head, "hidden_states"));
+        if (l + 1 < m->c.layers) DM_TRY(link(m, m->enc[l], "output", m->enc[l + 1], "hidden_states"));
     }
+    dm_layer *last = m->enc[m->c.layers - 1];
+    if (!m->head) {
+        DM_TRY(m->bk->sync(last->st));
+        if (loss) *loss = 0.0;
+        if (correct) *correct = 0;
+        return DM_OK;
+    }
+    DM_TRY(link(m, last, "output", m->head, "hidden_states"));
     DM_TRY(dm_layer_forward(m->head));
     DM_TRY(m->bk->sync(m->head->st));
     float *rows;
@@ -256,6 +275,15 @@ dm_status dm_model_forward(dm_model *m, int64_t step, double *loss, int64_t *cor
     for (int64_t r = 0; r < m->counted; r++) sum += rows[r];
     if (loss) *loss = m->counted ? sum / m->counted : 0.0;
     if (correct) DM_TRY(count_correct(m, correct));
+    return DM_OK;
+}
+
+dm_status dm_model_hidden(dm_model *m, const float **hidden) {
+    if (!m || !hidden) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_hidden: NULL argument");
+    float *p;
+    int64_t n;
+    DM_TRY(down(m, m->enc[m->c.layers - 1], "output", &p, &n));
+    *hidden = p;
     return DM_OK;
 }
 
@@ -273,6 +301,8 @@ static dm_status tie_grads(dm_model *m) {
 
 dm_status dm_model_backward(dm_model *m) {
     if (!m) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_backward: NULL model");
+    if (!m->head || m->opt.forward_only)
+        return dm_fail(DM_ERR_INVALID_ARG, "this model has no loss to differentiate (no head, or forward-only)");
     DM_TRY(dm_layer_backward(m->head));
     DM_TRY(link(m, m->head, "grad_hidden_states", m->enc[m->c.layers - 1], "grad_output"));
     for (int l = m->c.layers - 1; l >= 0; l--) {
@@ -352,7 +382,7 @@ dm_status dm_trainer_new_bert(dm_trainer **out, const dm_layer_config *cfg, int 
     if (optim) a = *optim;
     else dm_optim_config_default(&a);
     DM_TRY(dm_optim_config_check(&a));
-    dm_model_config mc = {.layer = *cfg, .layers = layers, .pad_id = bert->pad_id};
+    dm_model_config mc = {.layer = *cfg, .layers = layers, .head = DM_MODEL_HEAD_MLM, .pad_id = bert->pad_id};
     mc.sizes = (dm_bert_sizes){.vocab = bert->vocab, .positions = bert->positions, .types = bert->types,
                                .predictions = bert->predictions};
     if (!mc.sizes.predictions) mc.sizes.predictions = (cfg->batch * cfg->seq + 4) / 5;

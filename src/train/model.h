@@ -16,9 +16,14 @@
 #include "graph/encoder.h"
 #include "plan/backend.h"
 
+/* What sits on the encoder: nothing (the hidden states are the output: inference,
+ * sentence embeddings), BertForMaskedLM's head, or (to come) a classifier. */
+typedef enum { DM_MODEL_HEAD_NONE = 0, DM_MODEL_HEAD_MLM } dm_model_head;
+
 typedef struct {
     dm_layer_config layer; /* the encoder layers' (batch, seq, sizes, dropout, seed, ...) */
     int layers;
+    dm_model_head head;
     dm_bert_sizes sizes;   /* vocabulary, positions, token types, predictions scored */
     int64_t pad_id;        /* the padding token: its word row starts at 0, and takes no
                             * gradient from the lookup (the tied decoder's reaches it) */
@@ -29,12 +34,14 @@ typedef struct dm_model {
     dm_layer_options opt;
     const dm_backend *bk;
     dm_backend_pool *pool;
-    dm_layer *emb, **enc, *head;
+    dm_layer *emb, **enc, *head; /* head NULL with DM_MODEL_HEAD_NONE */
     int counted;       /* masked positions the last batch scores (<= predictions) */
     int64_t correct;   /* of them, the argmax predicted in the last forward pass */
     int64_t dropped;   /* masked positions past `predictions` the last batch left out */
 } dm_model;
 
+/* opt->forward_only: every segment without its backward (no gradients held; a model
+ * for inference, whose dropout the config sets to 0). */
 dm_status dm_model_new(dm_model **out, const dm_model_config *c, const dm_layer_options *opt);
 void dm_model_free(dm_model *m);
 /* A tensor by its Hugging Face BertForMaskedLM name: bert.embeddings.*,
@@ -43,15 +50,19 @@ dm_status dm_model_tensor(dm_model *m, const char *name, float **data, int *ndim
 /* BERT's initialisation of every segment (each from its own seed derived from `seed`). */
 dm_status dm_model_init_params(dm_model *m, uint64_t seed);
 /* The batch: input_ids, token_type_ids (b * j each; NULL: all 0), attention_mask (NULL:
- * all 1) and labels (b * j: the original id at a masked position, negative elsewhere).
+ * all 1) and labels (b * j: the original id at a masked position, negative elsewhere;
+ * NULL, and ignored, for a model without the MLM head).
  * The first `predictions` masked positions in order are scored, the rest counted in
  * m->dropped. Ids are checked against the vocabulary. */
 dm_status dm_model_set_batch(dm_model *m, const int32_t *ids, const int32_t *types, const float *attention_mask,
                              const int32_t *labels);
 /* Forward with step `step`'s dropout masks: the mean cross-entropy over the scored
- * positions into *loss (0 when none), how many of them the argmax predicts into *correct
- * (may be NULL). */
+ * positions into *loss (0 when none or without a head), how many of them the argmax
+ * predicts into *correct (may be NULL). */
 dm_status dm_model_forward(dm_model *m, int64_t step, double *loss, int64_t *correct);
+/* After a forward: the last layer's output (b, j, hidden), brought to the host; the
+ * pointer stays valid until the model is freed. */
+dm_status dm_model_hidden(dm_model *m, const float **hidden);
 /* Backward after a forward: every parameter's gradient (the tied table's summed). */
 dm_status dm_model_backward(dm_model *m);
 
