@@ -1,9 +1,11 @@
 /* test_model.c: one step of a whole BertForMaskedLM (train/model.c: embeddings, encoder
- * layers, MLM head, the decoder tied to the word table) against PyTorch
- * (tests/ref/make_model_ref.py): case A without dropout (the reference is checked there
- * to be transformers' own model), case B with dropout 0.1 (dmove's masks); padding, a
- * [PAD] id inside the text, token types, six masked positions of which the first five
- * are scored: the loss, the argmax hits and every parameter's gradient, both schedules. */
+ * layers, MLM head, the decoder tied to the word table) against PyTorch in float64
+ * (tests/ref/make_model_ref.py): four small configurations (layers, sizes, heads,
+ * activations, eps, padding ids, token types), case A without dropout, B-D with dropout
+ * 0.1-0.2 (dmove's masks; each configuration checked there to be transformers' own model
+ * at dropout 0); padding, a [PAD] id inside the text, masked positions of which one is
+ * left out: the loss, the argmax hits and every parameter's gradient, both schedules.
+ * Then a headless forward-only model, learning, evaluation mode and resume. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +27,15 @@
 
 static const dm_st_file *g_ref;
 
-static int64_t meta(const char *k) {
-    const char *v = dm_st_metadata(g_ref, k);
+/* Case cs's configuration value k ("<cs>.<k>" in the metadata). */
+static const char *meta_s(const char *cs, const char *k) {
+    char key[32];
+    snprintf(key, sizeof key, "%s.%s", cs, k);
+    const char *v = dm_st_metadata(g_ref, key);
     CHECK(v != NULL);
-    return v ? strtoll(v, NULL, 10) : 0;
+    return v ? v : "0";
 }
+static int64_t meta(const char *cs, const char *k) { return strtoll(meta_s(cs, k), NULL, 10); }
 
 static float *ref_f32(const char *name, int64_t n) {
     const dm_st_tensor *t = dm_st_find(g_ref, name);
@@ -86,17 +92,20 @@ static double each_param(dm_model *m, const char *cs, int grads, const char **wo
     return worst;
 }
 
-static void run_case(const char *cs, double p, dm_schedule sched) {
+static void run_case(const char *cs, dm_schedule sched) {
     dm_model_config c;
     memset(&c, 0, sizeof c);
     dm_layer_config_default(&c.layer);
     c.head = DM_MODEL_HEAD_MLM;
-    c.layer.batch = meta("b"), c.layer.seq = meta("j"), c.layer.hidden = meta("i"), c.layer.heads = meta("heads");
-    c.layer.ffn = meta("ffn"), c.layer.dropout = p, c.layer.seed = (uint64_t)meta("seed");
-    c.layers = (int)meta("layers");
-    c.sizes.vocab = meta("vocab"), c.sizes.positions = meta("positions"), c.sizes.types = meta("types");
-    c.sizes.predictions = meta("predictions");
-    c.pad_id = meta("pad");
+    const double p = strtod(meta_s(cs, "p"), NULL);
+    c.layer.batch = meta(cs, "b"), c.layer.seq = meta(cs, "j"), c.layer.hidden = meta(cs, "i");
+    c.layer.heads = meta(cs, "h"), c.layer.ffn = meta(cs, "u"), c.layer.dropout = p;
+    c.layer.seed = (uint64_t)meta(cs, "seed"), c.layer.eps = strtod(meta_s(cs, "eps"), NULL);
+    CHECK_OK(dm_act_parse(meta_s(cs, "act"), &c.layer.act));
+    c.layers = (int)meta(cs, "l");
+    c.sizes.vocab = meta(cs, "v"), c.sizes.positions = meta(cs, "n"), c.sizes.types = meta(cs, "t");
+    c.sizes.predictions = meta(cs, "m");
+    c.pad_id = meta(cs, "pad");
     dm_layer_options o = {.schedule = sched};
     dm_model *m = NULL;
     CHECK_OK(dm_model_new(&m, &c, &o));
@@ -115,7 +124,7 @@ static void run_case(const char *cs, double p, dm_schedule sched) {
     if (f[0] && f[1] && f[2] && f[3] && ids && types && labels) {
         for (int64_t r = 0; r < n; r++) ids[r] = (int32_t)f[0][r], types[r] = (int32_t)f[1][r], labels[r] = (int32_t)f[3][r];
         CHECK_OK(dm_model_set_batch(m, ids, types, f[2], labels));
-        CHECK(m->counted == 5 && m->dropped == 1);
+        CHECK(m->counted == c.sizes.predictions && m->dropped == meta(cs, "dropped"));
         double loss = 0.0;
         int64_t correct = -1;
         CHECK_OK(dm_model_forward(m, 1, &loss, &correct));
@@ -126,9 +135,10 @@ static void run_case(const char *cs, double p, dm_schedule sched) {
         float *wc = ref_f32(name, 1);
         const double el = wl ? fabs(loss - wl[0]) / wl[0] : INFINITY;
         const double eg = each_param(m, cs, 1, &wn);
-        printf("whole BertForMaskedLM step, case %s (dropout %g, %s): loss %.6f within %.2e, %lld of 5 predicted; "
-               "every gradient within %.2e (%s)\n", cs, p, sched == DM_SCHED_FUSED ? "fused" : "unfused", loss, el,
-               (long long)correct, eg, wn);
+        printf("whole BertForMaskedLM step, case %s (%d layers, i=%lld, %s, dropout %g, %s): loss %.6f within "
+               "%.2e, %lld of %lld predicted; every gradient within %.2e (%s)\n", cs, c.layers,
+               (long long)c.layer.hidden, meta_s(cs, "act"), p, sched == DM_SCHED_FUSED ? "fused" : "unfused", loss,
+               el, (long long)correct, (long long)c.sizes.predictions, eg, wn);
         CHECK(el < 1e-5 && eg < 1e-4);
         CHECK(wc && correct == (int64_t)wc[0]);
         free(wl), free(wc);
@@ -435,9 +445,14 @@ int main(void) {
     CHECK_OK(dm_st_read(REF_DIR "/model_step.safetensors", &f));
     if (!f) TEST_END();
     g_ref = f;
-    for (int s = 0; s < 2; s++) {
-        run_case("A", 0.0, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED);
-        run_case("B", 0.1, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED);
+    /* the cases the reference lists ("A,B,C,D"), each under both schedules */
+    const char *cases = dm_st_metadata(f, "cases");
+    CHECK(cases != NULL && strlen(cases) >= 7);
+    for (const char *c = cases ? cases : ""; *c; c++) {
+        if (*c == ',') continue;
+        const char cs[2] = {*c, 0};
+        run_case(cs, DM_SCHED_FUSED);
+        run_case(cs, DM_SCHED_UNFUSED);
     }
     test_refusals();
     test_headless();
