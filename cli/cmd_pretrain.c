@@ -95,7 +95,8 @@ static const cli_option k_options[] = {
      .help = "at the end, write DIR/model.safetensors and DIR/config.json\n"
              "as transformers saves a BertForMaskedLM (from_pretrained(DIR)\n"
              "loads it; the optimizer's state stays in --save's checkpoint)"},
-    {.kind = CLI_STR, .name = "--svg", .arg = "FILE", O(svg), .help = "draw the training loss as an SVG chart"},
+    {.kind = CLI_STR, .name = "--svg", .arg = "FILE", O(svg), .help = "draw the run as an SVG chart: the training and\n"
+     "held-out loss over the masked-token accuracy, by step"},
     {.kind = CLI_FLAG, .name = "--json", O(json), .lo = 1, .help = "print one JSON object at the end"},
     CLI_CONFIG(pretrain_opts, c, CLI_CFG_ALL & ~CLI_CFG_ARCH),
     {.kind = CLI_HELP, .name = "--help", .help = "this text"},
@@ -149,7 +150,10 @@ typedef struct {
     dm_trainer *T;
     dm_bert_model bm;
     float *maskf;          /* the batch's attention mask as floats */
-    double *losses;
+    double *losses, *accs;  /* per step of this run: training loss, masked-token accuracy */
+    int64_t *eval_steps;    /* the held-out evaluations: steps, */
+    double *eval_losses, *eval_accs; /* losses and accuracies */
+    int64_t neval, eval_cap;
     int64_t start, stop, ran, tokens, scored, correct;
     double t_total, eval_loss, eval_acc;
     int evaluated;         /* an evaluation ran */
@@ -307,11 +311,15 @@ static int setup(pretrain_run *r) {
     /* the loader at the run's next micro-batch: batch k is the same whenever it is made */
     if (dm_loader_seek(r->train, r->start * o->opt.optim.accumulate) != DM_OK) return fail_dm("--resume: ");
     const size_t n = (size_t)cfg->batch * (size_t)cfg->seq;
-    if (!(r->maskf = malloc(n * sizeof(float))) || !(r->losses = malloc((size_t)o->steps * sizeof(double)))) {
+    if (!o->eval_every) o->eval_every = o->steps >= 10 ? o->steps / 10 : o->steps;
+    r->eval_cap = (r->stop - r->start) / o->eval_every + 2;
+    const size_t ns = (size_t)(r->stop - r->start), ne = (size_t)r->eval_cap;
+    if (!(r->maskf = malloc(n * sizeof(float))) || !(r->losses = malloc(ns * sizeof(double))) ||
+        !(r->accs = malloc(ns * sizeof(double))) || !(r->eval_steps = malloc(ne * sizeof(int64_t))) ||
+        !(r->eval_losses = malloc(ne * sizeof(double))) || !(r->eval_accs = malloc(ne * sizeof(double)))) {
         cli_error(CMD, "out of memory");
         return CLI_FAIL;
     }
-    if (!o->eval_every) o->eval_every = o->steps >= 10 ? o->steps / 10 : o->steps;
     if (!o->log_every) o->log_every = o->steps > 15 ? o->steps / 15 : 1;
     return 0;
 }
@@ -354,12 +362,14 @@ static int run_loop(pretrain_run *r, FILE *info) {
     cli_catch_signals(CMD, o->save != NULL);
     for (int64_t s = r->start + 1; s <= r->stop && !cli_interrupted(); s++) {
         double l;
+        const int64_t sc = r->scored, co = r->correct;
         if (one_step(r, s, &l) != DM_OK) {
             char where[64];
             snprintf(where, sizeof where, "step %" PRId64 ": ", s);
             return failed_step(r, s - 1, fail_dm(where));
         }
         r->losses[s - r->start - 1] = l;
+        r->accs[s - r->start - 1] = r->scored > sc ? (double)(r->correct - co) / (double)(r->scored - sc) : NAN;
         r->ran = s - r->start;
         if (s % o->log_every == 0 || s == r->start + 1 || s == r->stop || cli_interrupted()) {
             double t = cli_now(), per = (t - t_last) / (double)(s - last);
@@ -375,6 +385,10 @@ static int run_loop(pretrain_run *r, FILE *info) {
             if (evaluate(r) != DM_OK) return failed_step(r, s, fail_dm("evaluation: "));
             fprintf(info, "  held-out at step %" PRId64 ": loss %.4f, masked-token accuracy %.3f\n", s, r->eval_loss,
                     r->eval_acc);
+            if (r->evaluated && r->neval < r->eval_cap) {
+                r->eval_steps[r->neval] = s, r->eval_losses[r->neval] = r->eval_loss;
+                r->eval_accs[r->neval++] = r->eval_acc;
+            }
         }
         if (o->save && o->save_every && s % o->save_every == 0 && s < r->stop && (rc = save(r)) != 0) return rc;
         fflush(info);
@@ -431,7 +445,11 @@ int cmd_pretrain(int argc, char **argv) {
             char title[160];
             snprintf(title, sizeof title, "dmove pretrain: BERT, %d layers, i=%" PRId64 ", b=%" PRId64 " j=%" PRId64,
                      r.o.layers, r.o.c.cfg.hidden, r.o.c.cfg.batch, r.o.c.cfg.seq);
-            if (dm_loss_svg(r.losses, r.ran, r.start + 1, title, r.o.svg) != DM_OK) rc = fail_dm("--svg: ");
+            const dm_train_chart ch = {.title = title, .loss_name = "masked-LM loss (cross-entropy)",
+                                       .acc_name = "masked-token accuracy", .loss = r.losses, .train_acc = r.accs,
+                                       .n = r.ran, .first_step = r.start + 1, .eval_step = r.eval_steps,
+                                       .eval_loss = r.eval_losses, .eval_acc = r.eval_accs, .neval = r.neval};
+            if (dm_train_chart_svg(&ch, r.o.svg) != DM_OK) rc = fail_dm("--svg: ");
         }
         if (rc == 0 && r.o.export_dir) {
             if (dm_trainer_export(r.T, r.o.export_dir) != DM_OK) rc = fail_dm("--export: ");
@@ -450,5 +468,9 @@ int cmd_pretrain(int argc, char **argv) {
     dm_tokenizer_free(r.tok);
     free(r.maskf);
     free(r.losses);
+    free(r.accs);
+    free(r.eval_steps);
+    free(r.eval_losses);
+    free(r.eval_accs);
     return rc;
 }

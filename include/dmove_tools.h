@@ -200,6 +200,23 @@ dm_status dm_group_chart_write_svg(const char *title, const char *subtitle, cons
 /* The loss curve of a training run (steps first_step .. first_step + n - 1), written
  * atomically; title NULL: a default. */
 dm_status dm_loss_svg(const double *loss, int64_t n, int64_t first_step, const char *title, const char *path);
+/* A training run with held-out evaluations (dmove pretrain, finetune): the loss panel
+ * (training loss per step, its running mean past 50 steps, the held-out loss at its
+ * steps) over an accuracy panel (when accuracies are given: the training accuracy per
+ * step, the held-out at its steps; fractions 0-1). Written atomically. */
+typedef struct {
+    const char *title;          /* NULL: "training loss" */
+    const char *loss_name;      /* the loss axis, e.g. "loss (cross-entropy)"; NULL: "loss" */
+    const char *acc_name;       /* the accuracy axis; NULL: "accuracy" */
+    const double *loss;         /* n training losses, steps first_step .. first_step + n - 1 */
+    const double *train_acc;    /* n training accuracies, or NULL */
+    int64_t n, first_step;
+    const int64_t *eval_step;   /* neval held-out evaluations: their steps, */
+    const double *eval_loss;    /* losses */
+    const double *eval_acc;     /* and accuracies (or NULL) */
+    int64_t neval;
+} dm_train_chart;
+dm_status dm_train_chart_svg(const dm_train_chart *c, const char *path);
 
 /* --- Tuning (`dmove tune`) -------------------------------------------------------------- */
 

@@ -39,7 +39,9 @@ has "pretrain header" stdout '^dmove pretrain: BERT of 2 layers \(i=32 h=2 u=64'
 has "pretrain progress" stdout '^step 60/60  loss [0-9.]+  acc [0-9.]+'
 has "pretrain held-out" stdout '^  held-out at step 60: loss [0-9.]+, masked-token accuracy'
 has "pretrain waited for data" stdout 'waiting for data [0-9.]+'
-has "pretrain chart" loss.svg '<polyline'
+has "pretrain chart" loss.svg "<polyline"
+has "pretrain chart: held-out points" loss.svg "step 40: held-out loss [0-9.]+"
+has "pretrain chart: accuracy panel" loss.svg "masked-token accuracy"
 first=$(sed -n 's/^loss \([0-9.]*\) (step 1) -> \([0-9.]*\) .*/\1/p' stdout)
 last=$(sed -n 's/^loss \([0-9.]*\) (step 1) -> \([0-9.]*\) .*/\2/p' stdout)
 cases=$((cases + 1))

@@ -17,6 +17,7 @@
 #include "core/philox.h"
 #include "core/safetensors.h"
 #include "dmove.h"
+#include "dmove_tools.h"
 #include "graph/encoder.h"
 #include "testutil.h"
 #include "train/train.h"
@@ -457,6 +458,55 @@ static void test_chart(void) {
     unlink(path);
 }
 
+/* The chart of a run with held-out evaluations: a loss panel (training per step, its
+ * running mean, the held-out line and a marker per evaluation) over an accuracy panel;
+ * valid XML; bad arguments refused. */
+static void test_train_chart(void) {
+    char path[] = "/tmp/dmove_test_chart.XXXXXX";
+    if (!temp_file(path)) return;
+    enum { N = 120, E = 6 };
+    double loss[N], acc[N], el[E], ea[E];
+    int64_t es[E];
+    for (int k = 0; k < N; k++) loss[k] = 9.0 - 3.0 * k / N + 0.2 * ((k * 31) % 7) / 7.0, acc[k] = 0.3 * k / N;
+    acc[5] = NAN; /* a step that scored nothing: no point */
+    for (int k = 0; k < E; k++) es[k] = 21 + 20 * k, el[k] = 8.5 - 0.5 * k, ea[k] = 0.05 * k;
+    dm_train_chart c = {.title = "run <1> & \"2\"", .loss_name = "masked-LM loss", .acc_name = "accuracy",
+                        .loss = loss, .train_acc = acc, .n = N, .first_step = 21, .eval_step = es,
+                        .eval_loss = el, .eval_acc = ea, .neval = E};
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) c.train_acc = NULL, c.eval_acc = NULL; /* the loss panel alone */
+        CHECK_OK(dm_train_chart_svg(&c, path));
+        FILE *f = fopen(path, "rb");
+        CHECK(f != NULL);
+        if (!f) break;
+        static char buf[1 << 17];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        XML_Parser x = XML_ParserCreate(NULL);
+        svg_count sc = {0};
+        XML_SetUserData(x, &sc);
+        XML_SetElementHandler(x, on_start, NULL);
+        CHECK(XML_Parse(x, buf, (int)n, 1) == XML_STATUS_OK);
+        XML_ParserFree(x);
+        /* loss: per step + mean + held-out; accuracy: the same three */
+        CHECK(sc.polylines == (pass ? 3 : 6) && sc.circles == (pass ? E : 2 * E));
+        CHECK(strstr(buf, "step 101: held-out loss 6.5") != NULL && strstr(buf, "masked-LM loss") != NULL);
+        CHECK(pass || strstr(buf, "step 61: held-out accuracy 0.1") != NULL);
+    }
+    dm_train_chart bad = c;
+    bad.neval = -1;
+    CHECK(dm_train_chart_svg(&bad, path) == DM_ERR_INVALID_ARG);
+    bad = c, bad.eval_loss = NULL;
+    CHECK(dm_train_chart_svg(&bad, path) == DM_ERR_INVALID_ARG);
+    bad = c, bad.first_step = INT64_MAX - 3;
+    CHECK(dm_train_chart_svg(&bad, path) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "overflow"));
+    bad = c, bad.n = 0, bad.neval = 0;
+    CHECK(dm_train_chart_svg(&bad, path) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "nothing"));
+    CHECK(dm_train_chart_svg(NULL, path) == DM_ERR_INVALID_ARG && dm_train_chart_svg(&c, NULL) == DM_ERR_INVALID_ARG);
+    unlink(path);
+}
+
 #ifdef DM_HAVE_CUDA
 /* --- the stack on the CUDA backend ------------------------------------------------------
  * Run where main() says: on the emulated executor (DMOVE_CUDA_EMULATE=1, set by main when
@@ -691,6 +741,7 @@ int main(void) {
     test_learns();
     test_errors();
     test_chart();
+    test_train_chart();
 #ifdef DM_HAVE_CUDA
     test_gpu_trainer();
 #endif
