@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <poll.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -742,22 +743,34 @@ int cli_optim_finish(cli_optim *o, const char *cmd, int64_t steps) {
     return 0;
 }
 
-/* --- Ctrl-C and SIGTERM during a run --------------------------------------------------- */
+/* --- Ctrl-C, SIGTERM and SIGHUP during a run -------------------------------------------- */
 
 static volatile sig_atomic_t g_interrupted;
 static char g_signal_msg[192];
 static size_t g_signal_len;
+static const int k_stop_signals[3] = {SIGINT, SIGTERM, SIGHUP};
+
+static void set_handlers(void (*fn)(int), int flags) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = fn;
+    sa.sa_flags = flags;
+    sigemptyset(&sa.sa_mask);
+    for (int k = 0; k < 3; k++) (void)sigaction(k_stop_signals[k], &sa, NULL);
+}
+
+/* A second signal: the run ends at once, the outputs being written (a checkpoint half
+ * saved) removed, the target files as they were. */
+static void on_second_signal(int sig) {
+    dm_remove_partial_outputs();
+    set_handlers(SIG_DFL, 0);
+    (void)raise(sig);
+}
 
 static void on_signal(int sig) {
     g_interrupted = sig;
-    /* the next SIGINT or SIGTERM, whichever comes, ends the run at once */
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    (void)sigaction(SIGINT, &dfl, NULL);
-    (void)sigaction(SIGTERM, &dfl, NULL);
-    ssize_t w = write(STDERR_FILENO, g_signal_msg, g_signal_len);
+    set_handlers(on_second_signal, 0);
+    ssize_t w = write(STDERR_FILENO, g_signal_msg, g_signal_len); /* nothing to do if stderr is gone */
     (void)w;
 }
 
@@ -765,16 +778,31 @@ void cli_catch_signals(const char *cmd, int saving) {
     snprintf(g_signal_msg, sizeof g_signal_msg, "\ndmove %s: interrupted: finishing this step%s (again to quit at once)\n",
              cmd, saving ? ", then saving the checkpoint" : "");
     g_signal_len = strlen(g_signal_msg);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = (int)SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    (void)sigaction(SIGINT, &sa, NULL); /* without it, a signal ends the run as before */
-    (void)sigaction(SIGTERM, &sa, NULL);
+    set_handlers(on_signal, 0); /* SIGHUP too: a closed terminal or ssh session stops the run as Ctrl-C does */
+    /* a closed stdout (dmove train | head) ends the printing, not the run: writes fail with EPIPE */
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    (void)sigaction(SIGPIPE, &ign, NULL);
 }
 
 int cli_interrupted(void) { return (int)g_interrupted; }
+
+int cli_finish_stdout(const char *cmd) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return CLI_OK;
+    int e = errno;
+    struct pollfd pf = {.fd = STDOUT_FILENO, .events = POLLOUT};
+    if (e != EPIPE && poll(&pf, 1, 0) == 1 && (pf.revents & POLLERR)) e = EPIPE; /* a pipe without a reader */
+    if (e == EPIPE) {
+        fprintf(stderr, "dmove %s: the reader of its output went away (a closed pipe): the run went on to its end "
+                "without printing\n", cmd);
+        return CLI_OK;
+    }
+    cli_error(cmd, "cannot write the output: %s", e ? strerror(e) : "write error");
+    return CLI_FAIL;
+}
 
 /* --- the sizes of a Hugging Face config.json ------------------------------------------- */
 

@@ -199,11 +199,16 @@ void cli_optim_init(cli_optim *o);
  * the message. */
 int cli_optim_finish(cli_optim *o, const char *cmd, int64_t steps);
 
-/* A run's Ctrl-C and SIGTERM: the first sets cli_interrupted() (the signal) and says the
- * step under way ends (and, saving, the checkpoint is written); a second ends the process
- * at once. */
+/* A run's Ctrl-C, SIGTERM and SIGHUP: the first sets cli_interrupted() (the signal) and
+ * says the step under way ends (and, saving, the checkpoint is written); a second ends the
+ * process at once, the files it was writing removed (the old ones stay). SIGPIPE is
+ * ignored: a closed stdout ends the printing, not the run. */
 void cli_catch_signals(const char *cmd, int saving);
 int cli_interrupted(void);
+/* Flushes stdout at the end of a run: CLI_OK, or CLI_FAIL with a message when the output
+ * could not be written (a full disk); a reader that went away (EPIPE: dmove train | head)
+ * is not a failure of the run, whose files are complete: a note on stderr, CLI_OK. */
+int cli_finish_stdout(const char *cmd);
 
 /* The layer sizes, eps, activation and dropout of a Hugging Face config (read from
  * `source`, given by option `opt`) into c: a --preset, or a size, --eps or --act that

@@ -441,6 +441,7 @@ int cmd_pretrain(int argc, char **argv) {
     }
     if (rc == 0 && r.ran > 0) {
         summary(&r);
+        rc = cli_finish_stdout(CMD);
         if (r.o.svg) {
             char title[160];
             snprintf(title, sizeof title, "dmove pretrain: BERT, %d layers, i=%" PRId64 ", b=%" PRId64 " j=%" PRId64,

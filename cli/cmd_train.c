@@ -577,7 +577,7 @@ static int finish(train_run *r) {
     summarize(r, &m);
     if (o->json) print_json(r, &m);
     else print_summary(r, &m);
-    int rc = fflush(stdout) == 0 ? CLI_OK : CLI_FAIL;
+    int rc = cli_finish_stdout(CMD);
     const int64_t last = r->start + r->ran;
     if (cli_interrupted() && last < r->stop) {
         if (o->save)

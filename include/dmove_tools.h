@@ -200,6 +200,11 @@ dm_status dm_group_chart_write_svg(const char *title, const char *subtitle, cons
 /* The loss curve of a training run (steps first_step .. first_step + n - 1), written
  * atomically; title NULL: a default. */
 dm_status dm_loss_svg(const double *loss, int64_t n, int64_t first_step, const char *title, const char *path);
+/* Removes the temporary files of the outputs being written now (each output is written
+ * beside its name and renamed into place when complete): async-signal-safe, for a signal
+ * handler that ends the process. */
+void dm_remove_partial_outputs(void);
+
 /* A training run with held-out evaluations (dmove pretrain, finetune): the loss panel
  * (training loss per step, its running mean past 50 steps, the held-out loss at its
  * steps) over an accuracy panel (when accuracies are given: the training accuracy per

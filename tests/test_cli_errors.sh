@@ -488,6 +488,39 @@ else
     echo "FAIL train: interrupted (status $rc, step '$at')"
     sed 's/^/    /' "$T/int.err"
 fi
+# SIGHUP (a closed terminal or ssh session) stops the run as Ctrl-C does: its checkpoint kept
+cases=$((cases + 1))
+"$D" train --layers 2 --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16 --lr 1e-3 --steps 100000000 \
+    --save "$T/hup.ckpt" >"$T/hup.out" 2>"$T/hup.err" &
+tpid=$!
+k=0
+while [ $k -lt 600 ] && ! grep -q '^step' "$T/hup.out" 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+kill -HUP $tpid
+k=0
+while [ $k -lt 600 ] && kill -0 $tpid 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+kill -KILL $tpid 2>/dev/null
+wait $tpid
+rc=$?
+if [ $rc -eq 130 ] && grep -q "checkpoint saved to" "$T/hup.err" && [ -s "$T/hup.ckpt" ]; then
+    echo "ok   train: SIGHUP ends the run with its checkpoint (status 130)"
+else
+    fails=$((fails + 1))
+    echo "FAIL train: SIGHUP (status $rc)"
+    sed 's/^/    /' "$T/hup.err"
+fi
+# a closed stdout (train | head -n 1) ends the printing, not the run: it finishes and saves
+cases=$((cases + 1))
+{ "$D" train --layers 1 --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16 --lr 1e-3 --steps 600 --log-every 1 \
+    --save "$T/pipe.ckpt" 2>"$T/pipe.err"; echo $? >"$T/pipe.rc"; } | head -n 1 >/dev/null
+if [ "$(cat "$T/pipe.rc")" = 0 ] && grep -q "reader of its output went away" "$T/pipe.err" &&
+    "$D" train --layers 1 --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16 --lr 1e-3 --steps 600 --resume "$T/pipe.ckpt" 2>&1 |
+    grep -q "at step 600, already at --steps 600"; then
+    echo "ok   train | head -n 1: the run finished its 600 steps and saved"
+else
+    fails=$((fails + 1))
+    echo "FAIL train | head -n 1 (status $(cat "$T/pipe.rc"))"
+    sed 's/^/    /' "$T/pipe.err"
+fi
 expect_fail "train: --steps 0" 2 "--steps" trn --steps 0
 expect_fail "train: negative --lr" 2 "learning rate" trn --lr -1
 expect_fail "train: warm-up as long as the run" 2 "warm-up" trn --warmup 6 --lr-schedule linear

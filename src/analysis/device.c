@@ -14,6 +14,7 @@
 
 #include "analysis/device.h"
 #include "core/status.h"
+#include "core/file.h"
 
 /* Datasheet numbers (SXM boards, boost clock; tensor-core rates dense, i.e. half the
  * "with sparsity" figures the datasheets print first):
@@ -164,6 +165,7 @@ static void get_str(const cJSON *o, const char *k, char *out, size_t n) {
 dm_status dm_profile_load(const char *path, dm_cpu_profile *p) {
     if (!path || !p) return dm_fail(DM_ERR_INVALID_ARG, "dm_profile_load: NULL argument");
     memset(p, 0, sizeof *p);
+    if (dm_input_regular(path) != DM_OK) return dm_fail_context(dm_last_status(), "CPU profile: ");
     FILE *f = fopen(path, "rb");
     if (!f) {
         if (errno == ENOENT)

@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "status.h"
+#include "file.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "dmove's safetensors code assumes a little-endian host (as is the file format)"
@@ -475,6 +476,7 @@ dm_status dm_st_read(const char *path, dm_st_file **out) {
     if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_read: out is NULL");
     *out = NULL;
     if (!path || !*path) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_read: no file name given");
+    DM_TRY(dm_input_regular(path)); /* a FIFO would block the open */
     FILE *fp = fopen(path, "rb");
     if (!fp)
         return dm_fail(DM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));

@@ -1,8 +1,8 @@
 /* safetensors_write.c: the safetensors writer: tensors and metadata are copied in, then
  * written in insertion order behind a header padded with spaces to a multiple of 8 bytes
- * (so the data section is 8-aligned), to a temporary file that is flushed, fsynced and
- * renamed over the target. On any failure the temporary file is removed and the target is
- * left as it was. */
+ * (so the data section is 8-aligned), through dm_out_file (core/file.h): a temporary file
+ * flushed, fsynced and renamed over the target (a pipe or device written directly). On any
+ * failure the temporary file is removed and the target is left as it was. */
 #include "safetensors.h"
 
 #include <errno.h>
@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "status.h"
+#include "file.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "dmove's safetensors code assumes a little-endian host (as is the file format)"
@@ -222,29 +223,6 @@ static dm_status build_header(const dm_st_writer *w, char **text, size_t *len) {
     return DM_OK;
 }
 
-/* fsync of the directory makes the rename durable; the new file is complete and in place
- * whatever it returns, so its result only decides whether we say nothing. */
-static void sync_parent_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash) {
-        snprintf(dir, sizeof dir, ".");
-    } else if (slash == path) {
-        snprintf(dir, sizeof dir, "/");
-    } else {
-        size_t n = (size_t)(slash - path);
-        if (n >= sizeof dir) return;
-        memcpy(dir, path, n);
-        dir[n] = 0;
-    }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;
-    if (fsync(fd) != 0) { /* some file systems refuse fsync on directories: harmless */
-    }
-    if (close(fd) != 0) {
-    }
-}
-
 dm_status dm_st_writer_write(dm_st_writer *w, const char *path) {
     if (!w || !path || !*path)
         return dm_fail(DM_ERR_INVALID_ARG, "dm_st_writer_write: no file name given");
@@ -252,46 +230,19 @@ dm_status dm_st_writer_write(dm_st_writer *w, const char *path) {
     size_t hlen = 0;
     DM_TRY(build_header(w, &hdr, &hlen));
 
-    size_t plen = strlen(path) + 32;
-    char *tmp = malloc(plen);
-    if (!tmp) {
-        free(hdr);
-        return dm_fail(DM_ERR_OOM, "out of memory");
-    }
-    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
-
-    dm_status st = DM_OK;
-    FILE *fp = fopen(tmp, "wbx"); /* x: never clobber a file we did not create */
-    if (!fp) {
-        st = dm_fail(DM_ERR_IO, "cannot create '%s': %s (is the directory there and writable?)",
-                     tmp, strerror(errno));
-        free(tmp);
+    dm_out_file o;
+    dm_status st = dm_out_open(&o, path);
+    if (st != DM_OK) {
         free(hdr);
         return st;
     }
     unsigned char lenbytes[8];
     for (int k = 0; k < 8; k++) lenbytes[k] = (unsigned char)((uint64_t)hlen >> (8 * k));
-    int ok = fwrite(lenbytes, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
-    for (int i = 0; ok && i < w->n; i++)
-        ok = w->e[i].nbytes == 0 || fwrite(w->e[i].data, 1, w->e[i].nbytes, fp) == w->e[i].nbytes;
-    int e = errno;
-    if (ok && fflush(fp) != 0) ok = 0, e = errno;
-    if (ok && fsync(fileno(fp)) != 0) ok = 0, e = errno;
-    if (!ok) {
-        st = dm_fail(DM_ERR_IO, "error writing '%s': %s", tmp, strerror(e));
-        fclose(fp); /* already failing: its result adds nothing */
-    } else if (fclose(fp) != 0) {
-        st = dm_fail(DM_ERR_IO, "error closing '%s': %s", tmp, strerror(errno));
-    } else if (rename(tmp, path) != 0) {
-        st = dm_fail(DM_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-    }
-    if (st) {
-        if (unlink(tmp) != 0 && errno != ENOENT)
-            dm_fail_context(st, "(could not remove '%s' either: %s) ", tmp, strerror(errno));
-    } else {
-        sync_parent_dir(path);
-    }
-    free(tmp);
+    st = dm_out_write(&o, lenbytes, 8);
+    if (st == DM_OK) st = dm_out_write(&o, hdr, hlen);
+    for (int i = 0; st == DM_OK && i < w->n; i++) st = dm_out_write(&o, w->e[i].data, w->e[i].nbytes);
+    if (st != DM_OK) dm_out_abort(&o);
+    else st = dm_out_commit(&o);
     free(hdr);
     return st;
 }

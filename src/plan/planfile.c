@@ -298,6 +298,7 @@ static dm_status parse(const char *path, const cJSON *root, const dm_layer_confi
 dm_status dm_plan_load(const char *path, const dm_layer_config *cfg, const dm_layer_options *opt,
                        const dm_graph *g, const dm_algo_table *algos, dm_choices *c) {
     if (!path || !*path) return dm_fail(DM_ERR_INVALID_ARG, "no plan file given");
+    if (dm_input_regular(path) != DM_OK) return dm_fail_context(dm_last_status(), "plan: ");
     DM_TRY(dm_choices_init(c, g, algos));
     FILE *f = fopen(path, "rb");
     if (!f) {

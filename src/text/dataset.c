@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/status.h"
+#include "core/file.h"
 #include "dmove_data.h"
 
 #define MANIFEST_MAX (64u << 20)
@@ -81,6 +82,7 @@ static dm_status read_split(split_t *sp, const cJSON *splits, const char *name, 
 }
 
 static dm_status read_text(const char *path, char **out) {
+    if (dm_input_regular(path) != DM_OK) return dm_fail_context(dm_last_status(), "dataset: ");
     FILE *f = fopen(path, "rb");
     if (!f)
         return dm_fail(DM_ERR_IO, "cannot open '%s': %s (is it a dataset directory written by dmove "

@@ -260,6 +260,7 @@ void dm_shard_free(dm_shard *s) {
 
 /* Maps the file read-only. */
 static dm_status map_file(dm_shard *s, const char *path) {
+    if (dm_input_regular(path) != DM_OK) return dm_fail_context(dm_last_status(), "shard: ");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dm_fail(DM_ERR_IO, "cannot open shard '%s': %s", path, strerror(errno));
     struct stat stt;

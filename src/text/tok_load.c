@@ -46,7 +46,7 @@ static const char *k_default_names[5] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[M
 /* --- reading ------------------------------------------------------------------------------ */
 
 static dm_status read_whole(const char *path, char **out, size_t *out_len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused below, not waited on */
     if (fd < 0) return dm_fail(DM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {

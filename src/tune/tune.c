@@ -48,6 +48,7 @@
 
 #include "analysis/device.h"
 #include "core/status.h"
+#include "core/file.h"
 #include "plan/compile.h"
 #include "core/sysinfo.h"
 #include "cpu/backend.h"
@@ -320,6 +321,7 @@ static dm_status cache_add(cache *c, const char *key, double secs) {
 /* Reads every complete, well-formed line; a torn last line (an interrupted write) or a
  * damaged one is skipped, never trusted. Later lines win. */
 static dm_status cache_load(cache *c, const char *path) {
+    if (dm_input_regular(path) != DM_OK) return dm_fail_context(dm_last_status(), "the tune cache: ");
     FILE *f = fopen(path, "r");
     if (!f) return errno == ENOENT ? DM_OK : dm_fail(DM_ERR_IO, "cannot read the tune cache '%s': %s", path, strerror(errno));
     char line[2048];
