@@ -789,6 +789,88 @@ void cli_catch_signals(const char *cmd, int saving) {
 
 int cli_interrupted(void) { return (int)g_interrupted; }
 
+/* --- the paths a run reads and writes -------------------------------------------------- */
+
+typedef struct {
+    int exists;
+    dev_t dev;
+    ino_t ino;
+    char *canon; /* not existing: the real parent directory and the name */
+} path_id;
+
+static void path_identify(const char *path, path_id *id) {
+    memset(id, 0, sizeof *id);
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        id->exists = 1, id->dev = sb.st_dev, id->ino = sb.st_ino;
+        return;
+    }
+    const char *slash = strrchr(path, '/');
+    char parent[4096];
+    const size_t n = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
+    if (n >= sizeof parent) return;
+    if (slash) memcpy(parent, path, n), parent[n] = 0;
+    else snprintf(parent, sizeof parent, ".");
+    char *rp = realpath(parent, NULL);
+    const char *base = slash ? slash + 1 : path;
+    const size_t len = (rp ? strlen(rp) : strlen(path)) + strlen(base) + 2;
+    if ((id->canon = malloc(len)) != NULL) {
+        if (rp) snprintf(id->canon, len, "%s/%s", rp, base);
+        else snprintf(id->canon, len, "%s", path); /* no parent: as written */
+    }
+    free(rp);
+}
+
+static int path_same(const path_id *a, const path_id *b) {
+    if (a->exists != b->exists) return 0;
+    if (a->exists) return a->dev == b->dev && a->ino == b->ino;
+    return a->canon && b->canon && !strcmp(a->canon, b->canon);
+}
+
+/* The writes' checks, the identities made (ids: nreads + nwrites). */
+static int paths_conflict(const char *cmd, const cli_path *reads, int nreads, const cli_path *writes, int nwrites,
+                          path_id *ids) {
+    for (int w = 0; w < nwrites; w++) {
+        const cli_path *pw = &writes[w];
+        if (!pw->path) continue;
+        struct stat sb;
+        if (!pw->dir && stat(pw->path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            cli_usage_error(cmd, "%s %s: that is a directory: give a file name", pw->opt, pw->path);
+            return CLI_USAGE;
+        }
+        for (int r = 0; r < nreads; r++)
+            if (reads[r].path && path_same(&ids[nwrites + r], &ids[w]) &&
+                !(reads[r].same_ok && !strcmp(reads[r].same_ok, pw->opt))) {
+                cli_usage_error(cmd, "%s %s is also %s: writing it would destroy what the run reads; give "
+                                "another name", pw->opt, pw->path, reads[r].opt);
+                return CLI_USAGE;
+            }
+        for (int v = 0; v < w; v++)
+            if (writes[v].path && path_same(&ids[v], &ids[w])) {
+                cli_usage_error(cmd, "%s %s and %s %s are the same file: one output would replace the other; "
+                                "give two names", writes[v].opt, writes[v].path, pw->opt, pw->path);
+                return CLI_USAGE;
+            }
+    }
+    return 0;
+}
+
+int cli_check_paths(const char *cmd, const cli_path *reads, int nreads, const cli_path *writes, int nwrites) {
+    path_id *ids = calloc((size_t)(nreads + nwrites) + 1, sizeof *ids);
+    if (!ids) {
+        cli_error(cmd, "out of memory");
+        return CLI_FAIL;
+    }
+    for (int w = 0; w < nwrites; w++)
+        if (writes[w].path) path_identify(writes[w].path, &ids[w]);
+    for (int r = 0; r < nreads; r++)
+        if (reads[r].path) path_identify(reads[r].path, &ids[nwrites + r]);
+    const int rc = paths_conflict(cmd, reads, nreads, writes, nwrites, ids);
+    for (int k = 0; k < nreads + nwrites; k++) free(ids[k].canon);
+    free(ids);
+    return rc;
+}
+
 int cli_finish_stdout(const char *cmd) {
     errno = 0;
     if (fflush(stdout) == 0 && !ferror(stdout)) return CLI_OK;

@@ -205,6 +205,18 @@ int cli_optim_finish(cli_optim *o, const char *cmd, int64_t steps);
  * ignored: a closed stdout ends the printing, not the run. */
 void cli_catch_signals(const char *cmd, int saving);
 int cli_interrupted(void);
+/* The files of a run, by option: what it reads and what it writes. A written path that is
+ * also read, or written twice (the same file, through links or another spelling too), or
+ * an existing directory where a file is written (dir 0), is refused before any work:
+ * CLI_USAGE after the message; else 0. NULL paths are skipped. */
+typedef struct {
+    const char *opt;  /* "--save" */
+    const char *path;
+    int dir;          /* a directory is read or written (--data DIR, --export DIR) */
+    const char *same_ok; /* a read: the write that may name it (--resume C --save C) */
+} cli_path;
+int cli_check_paths(const char *cmd, const cli_path *reads, int nreads, const cli_path *writes, int nwrites);
+
 /* Flushes stdout at the end of a run: CLI_OK, or CLI_FAIL with a message when the output
  * could not be written (a full disk); a reader that went away (EPIPE: dmove train | head)
  * is not a failure of the run, whose files are complete: a note on stderr, CLI_OK. */

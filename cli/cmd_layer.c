@@ -537,6 +537,9 @@ int cmd_layer(int argc, char **argv) {
                         "the results; give another name", o.out);
         return CLI_USAGE;
     }
+    const cli_path reads[2] = {{.opt = "--in", .path = o.in}, {.opt = "--plan", .path = o.plan}};
+    const cli_path writes[1] = {{.opt = "--out", .path = o.out}};
+    if ((rc = cli_check_paths(CMD, reads, 2, writes, 1)) != 0) return rc;
     int bad_out = cli_check_output(CMD, "--out", o.out);
     if (bad_out) return bad_out;
 

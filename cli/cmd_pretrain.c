@@ -265,7 +265,16 @@ static int setup(pretrain_run *r) {
         cli_usage_error(CMD, "--data DIR and --tokenizer FILE are required");
         return CLI_USAGE;
     }
-    int rc = cli_open_tokenizer(CMD, o->tokenizer, o->lowercase, o->cased, &r->tok);
+    const cli_path reads[4] = {{.opt = "--data", .path = o->data, .dir = 1},
+                               {.opt = "--tokenizer", .path = o->tokenizer},
+                               {.opt = "--config", .path = o->config},
+                               {.opt = "--resume", .path = o->resume, .same_ok = "--save"}};
+    const cli_path writes[3] = {{.opt = "--save", .path = o->save},
+                                {.opt = "--svg", .path = o->svg},
+                                {.opt = "--export", .path = o->export_dir, .dir = 1}};
+    int rc = cli_check_paths(CMD, reads, 4, writes, 3);
+    if (rc) return rc;
+    rc = cli_open_tokenizer(CMD, o->tokenizer, o->lowercase, o->cased, &r->tok);
     if (rc != CLI_OK) return rc;
     if (dm_vocab_info_from(r->tok, &r->vocab) != DM_OK) return fail_dm("--tokenizer: ");
     if (o->config && (rc = apply_config(r)) != 0) return rc;

@@ -196,6 +196,13 @@ static void run_free(train_run *r) {
 
 /* The options together, before any work. 0 ok, else the exit status after the error. */
 static int check_options(train_opts *o) {
+    const cli_path reads[4] = {{.opt = "--data", .path = o->data},
+                               {.opt = "--init", .path = o->init, .dir = 1},
+                               {.opt = "--resume", .path = o->resume, .same_ok = "--save"},
+                               {.opt = "--plan", .path = o->plan}};
+    const cli_path writes[2] = {{.opt = "--save", .path = o->save}, {.opt = "--svg", .path = o->svg}};
+    const int bad = cli_check_paths(CMD, reads, 4, writes, 2);
+    if (bad) return bad;
     if (o->layers_from && !o->init) {
         cli_usage_error(CMD, "--layers-from picks layers of a pretrained model: it needs --init");
         return CLI_USAGE;

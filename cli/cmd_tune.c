@@ -343,6 +343,9 @@ int cmd_tune(int argc, char **argv) {
     if (cli_options_check(CMD, &chk)) return CLI_USAGE;
     if (cli_config_finish(&o.c, CMD, 1)) return CLI_USAGE;
     /* a bad output path is found now, not after minutes of measuring */
+    const cli_path writes[3] = {{.opt = "--out", .path = o.out}, {.opt = "--svg", .path = o.svg},
+                                {.opt = "--cache", .path = o.no_cache ? NULL : o.cache}};
+    if ((rc = cli_check_paths(CMD, NULL, 0, writes, 3)) != 0) return rc;
     int bad_out = cli_check_output(CMD, "--out", o.out);
     if (!bad_out && o.svg) bad_out = cli_check_output(CMD, "--svg", o.svg);
     if (bad_out) return bad_out;

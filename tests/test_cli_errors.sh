@@ -521,6 +521,21 @@ else
     echo "FAIL train | head -n 1 (status $(cat "$T/pipe.rc"))"
     sed 's/^/    /' "$T/pipe.err"
 fi
+# one output over another, or over an input, refused before any work (through a link too)
+cp "$T/full.ckpt" "$T/keep.ckpt"
+ln -sf "$T/keep.ckpt" "$T/link.ckpt"
+expect_fail "train: --svg is --save" 2 "are the same file" trn --save "$T/s.ckpt" --svg "$T/./s.ckpt"
+expect_fail "train: --save is --resume's link, --svg" 2 "is also --resume" trn --resume "$T/keep.ckpt" --svg "$T/link.ckpt"
+expect_fail "train: --save over --data" 2 "is also --data" "$D" train --data "$T/data" --layers 1 --batch 2 --heads 2 \
+    --ffn 16 --steps 2 --save "$T/data"
+expect_fail "train: --save a directory" 2 "is a directory" trn --save "$T"
+check "...the checkpoint it would have replaced is intact" cmp -s "$T/full.ckpt" "$T/keep.ckpt"
+expect_ok "train: --resume C --save C (the usual way to go on)" trn --warmup 2 --lr-schedule linear --steps 8 \
+    --resume "$T/keep.ckpt" --save "$T/link.ckpt"
+check "...through the link: the link kept, its target the new checkpoint" test -L "$T/link.ckpt"
+expect_fail "layer: --out is --plan" 2 "is also --plan" "$D" layer --in "$V" --plan "$T/keep.ckpt" --out "$T/keep.ckpt" --heads 2
+expect_fail "tune: --svg is --out" 2 "are the same file" "$D" tune --out "$T/p.json" --svg "$T/p.json" --no-cache
+expect_fail "tune: --cache is --out" 2 "are the same file" "$D" tune --out "$T/p.json" --cache "$T/p.json"
 expect_fail "train: --steps 0" 2 "--steps" trn --steps 0
 expect_fail "train: negative --lr" 2 "learning rate" trn --lr -1
 expect_fail "train: warm-up as long as the run" 2 "warm-up" trn --warmup 6 --lr-schedule linear
