@@ -110,7 +110,7 @@ static void test_embeddings(const dm_layer_options *opt) {
         snprintf(mine, sizeof mine, "%s.grad", k_emb_params[k]);
         snprintf(name, sizeof name, "emb.expected.%s.grad", k_emb_params[k]);
         const double e = err_of(L, mine, name);
-        worst = e > worst ? e : worst;
+        worst = worst_of(worst, e);
     }
     printf("embeddings (%s, %s, dropout 0.1): output within %.2e, output and 5 gradients within %.2e\n",
            dm_device_kind_name(opt->device), opt->schedule == DM_SCHED_FUSED ? "fused" : "unfused", eo, worst);
@@ -162,7 +162,7 @@ static void test_head(const dm_layer_options *opt) {
         snprintf(mine, sizeof mine, "%s.grad", k_head_params[k]);
         snprintf(name, sizeof name, "head.expected.%s.grad", k_head_params[k]);
         const double e = err_of(L, mine, name);
-        worst = e > worst ? e : worst;
+        worst = worst_of(worst, e);
     }
     printf("MLM head (%s, %s, %lld rows scored, 2 of them padding): loss %.6f within %.2e, per-row losses within "
            "%.2e, grad_hidden_states and 6 gradients within %.2e\n", dm_device_kind_name(opt->device),

@@ -86,7 +86,7 @@ static double each_param(dm_model *m, const char *cs, int grads, const char **wo
             for (int64_t q = 0; q < n; q++) big = fmax(big, fabs(p[q]));
             e = big < 1e-6 ? 0.0 : INFINITY;
         }
-        if (e > worst) worst = e, *worst_name = name;
+        if (!(e <= worst)) worst = worst_of(worst, e), *worst_name = name;
         free(want);
     }
     return worst;
@@ -211,7 +211,7 @@ static void test_headless(void) {
         double worst = 0;
         for (int k = 0; ha && hb && k < 10 * 8; k++) {
             const double d = fabs((double)ha[k] - hb[k]) / (fabs((double)ha[k]) + 1e-3);
-            if (d > worst) worst = d;
+            worst = worst_of(worst, d);
         }
         printf("headless forward-only model: hidden states within %.2e of the MLM model's, loss %g\n", worst, lb);
         CHECK(ha && hb && worst < 1e-6 && lb == 0.0 && la > 0.0);

@@ -201,7 +201,7 @@ static double run_vs_torch(const dm_st_file *f, int fused, int threads) {
     if (ref(f, "loss", lref, 1)) {
         double e = fabs(mean - lref[0]) / fabs(lref[0]);
         CHECK(e < 1e-5);
-        worst = e > worst ? e : worst;
+        worst = worst_of(worst, e);
     }
     const struct { const char *name; int t; } outs[] = {
         {"h", m.h}, {"loss_rows", m.loss}, {"word.grad", grad_of(&g, m.word)}, {"position.grad", grad_of(&g, m.posw)},
@@ -216,7 +216,7 @@ static double run_vs_torch(const dm_st_file *f, int fused, int threads) {
         double e = rel_err(dm_cpu_tensor_ptr(&plan, arena, outs[q].t), want, n);
         CHECK(e < 1e-5);
         if (!(e < 1e-5)) fprintf(stderr, "  FAIL %s: rel.err %.2e\n", outs[q].name, e);
-        worst = e > worst ? e : worst;
+        worst = worst_of(worst, e);
     }
     printf("  embeddings + head vs PyTorch, %s plan (%d groups), %d thread%s: loss %.6f (torch %.6f), worst rel.err "
            "%.2e\n", fused ? "fused" : "unfused", plan.ngroups, threads, threads > 1 ? "s" : "", mean, lref[0], worst);
@@ -645,7 +645,7 @@ static void cuda_forward(const dm_st_file *f) {
                 const float *want = ref(f, outs[q].name, buf, n);
                 const double e = want ? rel_err(got, want, n) : 1;
                 CHECK(e < tol);
-                worst = e > worst ? e : worst;
+                worst = worst_of(worst, e);
                 free(got);
             }
             printf("  cuda (emulated) %s, rows %s, fused forward (%d groups, %g row programs, %g generated): h and "

@@ -114,7 +114,7 @@ static void run_case(const dm_st_file *f, const char *cs, dm_device_kind dev) {
             snprintf(name, sizeof name, "%s.%s.%s", cs, part[q], dm_param_names[k]);
             if (want && ref_into(f, name, want, (size_t)T->slot[k].n)) {
                 const double e = rel_err(mine, want, (size_t)T->slot[k].n);
-                if (e > worst) worst = e, which = dm_param_names[k];
+                if (!(e <= worst)) worst = worst_of(worst, e), which = dm_param_names[k];
             }
             free(want);
         }

@@ -583,11 +583,23 @@ static void test_options_resolve(void) {
     CHECK_NULL_ARG(dm_layer_options_resolve(&opt, NULL), "dm_layer_options_resolve");
 }
 
+/* The tests' running maxima see a NaN: a kernel that writes one fails `worst < tol`. */
+static void test_worst_of(void) {
+    const double errs[4] = {1e-7, NAN, 2e-7, 1e-8};
+    double w = 0;
+    for (int k = 0; k < 4; k++) w = worst_of(w, errs[k]);
+    CHECK(!(w < 1e-5) && isinf(w));
+    const float a[3] = {1, NAN, 3}, b[3] = {1, 2, 3};
+    CHECK(!(worst_of(0, rel_err(a, b, 3)) < 1e-5));
+    CHECK(worst_of(worst_of(0, 3e-7), 1e-7) == 3e-7);
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
         return 1;
     }
+    test_worst_of();
     test_tensor_file();
     test_param_specs();
     test_device_and_analysis();

@@ -115,7 +115,7 @@ static void test_adamw_naive(void) {
         adamw_naive(pd, gd, md, vd, N, c.lr, c.weight_decay, &c, t);
         for (int k = 0; k < N; k++) pf[k] = (float)pd[k];
         double e = rel_err(p, pf, N);
-        worst = e > worst ? e : worst;
+        worst = worst_of(worst, e);
     }
     printf("AdamW vs naive double reference, 5 steps: worst rel.err %.2e\n", worst);
     CHECK(worst < 1e-6);
@@ -198,7 +198,7 @@ static void test_stack_torch(const dm_st_file *f, const char *path, dm_device_ki
                 CHECK(r != NULL);
                 if (!r) continue;
                 double e = rel_err(g, r, n);
-                if (e > worst) worst = e, worst_name = dm_param_names[k];
+                if (!(e <= worst)) worst = worst_of(worst, e), worst_name = dm_param_names[k];
                 CHECK(e < 1e-4);
                 free(r);
             }
@@ -255,7 +255,7 @@ static void test_no_input_grad(void) {
             CHECK_OK(dm_layer_tensor(A, name, &ga, &nd, sh));
             CHECK_OK(dm_layer_tensor(B, name, &gb, NULL, NULL));
             double e = rel_err(gb, ga, (size_t)(nd == 1 ? sh[0] : sh[0] * sh[1]));
-            worst = e > worst ? e : worst;
+            worst = worst_of(worst, e);
         }
         CHECK(worst < 1e-6);
         double fa[2][DM_NUM_CLASSES], fb[2][DM_NUM_CLASSES];
@@ -535,8 +535,8 @@ static double state_err(dm_trainer *A, dm_trainer *B, int from, char *which, siz
                 const float *a = param_of(A, l, k, k_state[q], &m, name), *b = param_of(B, l, k, k_state[q], &mb, name);
                 if (!a || !b || m != mb) return INFINITY;
                 double e = rel_err(a, b, m);
-                if (e > worst) {
-                    worst = e;
+                if (!(e <= worst)) {
+                    worst = worst_of(worst, e);
                     snprintf(which, n, "%s", name);
                 }
             }
@@ -565,7 +565,7 @@ static double adamw_redone(dm_trainer *G, int64_t s, const dm_optim_config *a) {
             dm_adamw_update(p, g, mo, v, (int64_t)m, dm_optim_lr(a, s), decay ? a->weight_decay : 0.0, a, s);
             for (int w = 0; w < 3; w++) {
                 double e = rel_err(after + at + w * m, before + at + w * m, m);
-                worst = e > worst ? e : worst;
+                worst = worst_of(worst, e);
             }
             at += 3 * m;
         }
@@ -609,7 +609,7 @@ static void test_gpu_trainer(void) {
         double worst_loss = 0;
         for (int s = 0; s < STEPS; s++) {
             double e = fabs(lg[s] - lc[s]) / lc[s];
-            worst_loss = e > worst_loss ? e : worst_loss;
+            worst_loss = worst_of(worst_loss, e);
         }
         /* bf16: the moments (the gradients' averages) within bf16's rounding through three
          * layers; not the parameters: AdamW's first steps move each by about lr times the

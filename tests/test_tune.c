@@ -69,7 +69,7 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched, int recompute
             double e = compare_all_ex(L, ref, 0, 1);
             if (e > 1e-5) compare_all_ex(L, ref, 1, 1);
             printf("  %-18s %-7s max rel.err %.2e\n", T->g.t[T->vars[v].t].name, T->vars[v].cand[c], e);
-            if (e > worst) worst = e;
+            worst = worst_of(worst, e);
             runs++;
             dm_layer_free(L);
         }
@@ -97,7 +97,7 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched, int recompute
             continue;
         }
         double e = compare_all_ex(L, ref, 0, 1);
-        if (e > worst) worst = e;
+        worst = worst_of(worst, e);
         runs++;
         dm_layer_free(L);
     }
@@ -113,7 +113,7 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched, int recompute
         if (L) {
             double e = compare_all_ex(L, ref, 0, 1);
             printf("  all %d contractions direct: max rel.err %.2e\n", nd, e);
-            if (e > worst) worst = e;
+            worst = worst_of(worst, e);
             runs++;
             dm_layer_free(L);
         }
@@ -145,7 +145,7 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched, int recompute
             double e = compare_all_ex(L, ref, 0, 1);
             printf("  %-18s direct_rows, with %s in its epilogue: max rel.err %.2e\n", T->g.op[G->op].name,
                    T->g.op[T->plan.order[T->plan.groups[G->gi + 1].first]].name, e);
-            if (e > worst) worst = e;
+            worst = worst_of(worst, e);
             runs++;
             nfused++;
             if (nf < 256) fusable[nf++] = G->op;
@@ -174,7 +174,7 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched, int recompute
             double e = compare_all_ex(L, ref, 0, 1);
             all_default_run += trial == 0;
             printf("  all %d direct_rows at once (%s layouts): max rel.err %.2e\n", nf, trial ? "random" : "default", e);
-            if (e > worst) worst = e;
+            worst = worst_of(worst, e);
             runs++;
             dm_layer_free(L);
         }
@@ -226,7 +226,7 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched, int recompute
                 continue;
             }
             double e = compare_all_ex(L, ref, 0, 1);
-            if (e > worst) worst = e;
+            worst = worst_of(worst, e);
             if (!pair_runs) { /* the group listing names each pair */
                 char *text = NULL;
                 CHECK_OK(dm_layer_describe(L, &text));
@@ -600,7 +600,7 @@ static void rows_medium(void) {
             } else {
                 e = compare_all_ex(L, ref, 0, 2); /* key bias noise against the query bias gradient */
             }
-            if (e > worst) worst = e;
+            worst = worst_of(worst, e);
             fused++;
             dm_layer_free(L);
         }

@@ -35,6 +35,11 @@ static int g_fail = 0, g_checks = 0;
         return g_fail ? 1 : 0;                                                         \
     } while (0)
 
+/* The worst of a running maximum error and a new one, where a NaN (a value never written,
+ * a kernel that made one) counts as infinite: `worst = worst_of(worst, e)` then fails a
+ * `CHECK(worst < tol)`, as `if (e > worst) worst = e` would not. */
+static inline double worst_of(double worst, double e) { return e <= worst ? worst : isnan(e) ? INFINITY : e; }
+
 /* Relative error ||a - b|| / ||b|| in double (||b|| == 0: ||a||). */
 static inline double rel_err(const float *a, const float *b, size_t n) {
     double d = 0, r = 0;
