@@ -307,6 +307,9 @@ static int report(const tune_opts *o, const dm_tuning *T, const char *cache, dou
     dm_tuning_get_info(T, &in);
     printf("\n%d re-timings of a group's default and chosen candidate, alternately run by run (%d runs "
            "each), replaced their first times before the final selection\n", in.refined, in.retime_runs);
+    if (in.cache_skipped > 0)
+        printf("\nnote: %" PRId64 " damaged line%s of the cache (%s) left out: not a key, a tab and a time in seconds\n",
+               in.cache_skipped, in.cache_skipped == 1 ? "" : "s", cache);
     if (in.from_cache > 0)
         printf("\n%" PRId64 " of these measurements come from the cache (%s), made by an earlier run; "
                "if the machine was busy then, measure again with --no-cache\n",

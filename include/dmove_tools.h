@@ -235,6 +235,7 @@ typedef struct {
     int groups, tensors;          /* fused groups; tensors with a layout choice */
     int64_t candidates;           /* candidate layouts over those tensors */
     int64_t tasks, from_cache;    /* measurements, and of them from the cache */
+    int64_t cache_skipped;        /* damaged cache lines left out (never trusted) */
     int threads, reps;
     int retime_runs;              /* runs per candidate when two are re-timed alternately */
     int refined;                  /* re-timings so far (dm_tuning_refine) */

@@ -347,6 +347,54 @@ static void expect_bad_text(const char *path, const char *text, const dm_layer_c
     expect_bad(path, cfg, opt, g, why);
 }
 
+/* A cache as a hostile machine has it (the good one rewritten): CRLF lines are read; an
+ * empty file is no cache; values that are not times (nan, -1, abc, 1e308, inf, a
+ * denormal, past an hour), a line without a tab and one too long for the reader are
+ * skipped and counted, never trusted, never undefined behaviour (UBSan runs this test).
+ * The bad files are measured for a tiny layer (their keys do not matter: nothing in them
+ * is used). */
+static void hostile_caches(const char *good_path, const dm_layer_config *cfg, const dm_layer_options *opt) {
+    char *good = read_text(good_path);
+    CHECK(good != NULL);
+    if (!good) return;
+    char path[512];
+    snprintf(path, sizeof path, "%s.hostile", good_path);
+    static const char *const bad_values[7] = {"nan", "-1", "abc", "1e308", "inf", "4.9e-324", "7200"};
+    dm_layer_config tiny = *cfg;
+    tiny.batch = 1, tiny.seq = 4, tiny.hidden = 8, tiny.heads = 2, tiny.ffn = 8;
+    for (int v = 0; v < 3; v++) { /* CRLF, empty, every kind of damage */
+        FILE *f = fopen(path, "wb");
+        CHECK(f != NULL);
+        if (!f) break;
+        int lines = 0;
+        for (const char *p = good; v != 1 && *p; lines++) {
+            const char *nl = strchr(p, '\n');
+            const size_t len = nl ? (size_t)(nl - p) : strlen(p);
+            const char *tab = memchr(p, '\t', len);
+            if (v == 0) fprintf(f, "%.*s\r\n", (int)len, p);
+            else if (*p == '#') fprintf(f, "%.*s\n", (int)len, p);
+            else if (lines % 9 == 7) fprintf(f, "%.*s%0*d\t1e-3\n", (int)len, p, 2100, 0); /* too long */
+            else if (lines % 9 == 8 || !tab) fprintf(f, "%.*s\n", (int)(tab ? tab - p : (long)len), p); /* no tab */
+            else fprintf(f, "%.*s\t%s\n", (int)(tab - p), p, bad_values[lines % 9]);
+            p = nl ? nl + 1 : p + len;
+        }
+        fclose(f);
+        dm_tuner *T = NULL;
+        CHECK_OK(dm_tuner_new(&T, v ? &tiny : cfg, opt));
+        if (!T) break;
+        CHECK_OK(dm_tuner_measure(T, path, NULL, NULL));
+        if (v == 0) CHECK(T->nfrom_cache == T->ntasks && T->cache_skipped <= 1); /* the torn line above */
+        else CHECK(T->nfrom_cache == 0 && T->ndone == T->ntasks);
+        if (v == 2) CHECK(T->cache_skipped >= lines - 1); /* every line but the header */
+        printf("  hostile cache %s: %lld of %lld from it, %lld lines skipped\n",
+               v == 0 ? "(CRLF)" : v == 1 ? "(empty)" : "(nan, -1, abc, 1e308, inf, denormal, 7200, long, no tab)",
+               (long long)T->nfrom_cache, (long long)T->ntasks, (long long)T->cache_skipped);
+        dm_tuner_free(T);
+        unlink(path);
+    }
+    free(good);
+}
+
 static void tune_and_files(const dm_layer_config *cfg) {
     char dir[] = "/tmp/dmove-test-tune-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -487,6 +535,7 @@ static void tune_and_files(const dm_layer_config *cfg) {
                (long long)T2->ntasks);
         dm_tuner_free(T2);
     }
+    hostile_caches(cache, cfg, &opt);
     /* bad plan files */
     char *good = read_text(plan);
     CHECK(good != NULL);

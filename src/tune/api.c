@@ -189,6 +189,7 @@ void dm_tuning_get_info(const dm_tuning *t, dm_tuning_info *out) {
     for (int v = 0; v < T->nvars; v++) out->candidates += T->vars[v].ncand;
     out->tasks = dm_tuner_tasks(T);
     out->from_cache = T->nfrom_cache;
+    out->cache_skipped = T->cache_skipped;
     out->threads = T->threads;
     out->reps = T->reps;
     out->retime_runs = T->reps < DM_TUNE_MAX_RETIMED ? T->reps : DM_TUNE_MAX_RETIMED;

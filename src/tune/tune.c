@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "analysis/device.h"
@@ -287,8 +288,19 @@ typedef struct {
 typedef struct {
     centry *e;
     int n, cap;
+    int64_t skipped; /* damaged lines left out */
     FILE *append;
 } cache;
+
+enum { CACHE_MAX_LINES = 1 << 22 }; /* 4 M measurements: far more than any tuning makes */
+
+/* A cache line's time: seconds a group's run took, a normal number in (0, 1 hour]. */
+static int cache_value(const char *s, double *v) {
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return !errno && end != s && !*end && isnormal(*v) && *v > 0 && *v <= 3600.0;
+}
 
 static int ckey_cmp(const void *a, const void *b) {
     const centry *x = a, *y = b;
@@ -318,23 +330,38 @@ static dm_status cache_add(cache *c, const char *key, double secs) {
     return DM_OK;
 }
 
-/* Reads every complete, well-formed line; a torn last line (an interrupted write) or a
- * damaged one is skipped, never trusted. Later lines win. */
+/* Reads every complete, well-formed line (CRLF endings too); a torn last line (an
+ * interrupted write), a damaged one or a value that is not a time (nan, inf, negative,
+ * denormal, past an hour) is skipped and counted, never trusted; past CACHE_MAX_LINES the
+ * rest is left. Later lines win. */
 static dm_status cache_load(cache *c, const char *path) {
     if (dm_input_regular(path) != DM_OK) return dm_fail_context(dm_last_status(), "the tune cache: ");
     FILE *f = fopen(path, "r");
     if (!f) return errno == ENOENT ? DM_OK : dm_fail(DM_ERR_IO, "cannot read the tune cache '%s': %s", path, strerror(errno));
     char line[2048];
-    while (fgets(line, sizeof line, f)) {
+    int cont = 0; /* the chunk read continues a line too long for the buffer */
+    for (int64_t lines = 0; fgets(line, sizeof line, f); lines++) {
+        if (lines >= CACHE_MAX_LINES) {
+            c->skipped++;
+            break;
+        }
         size_t len = strlen(line);
-        if (line[0] == '#' || len < 3 || line[len - 1] != '\n') continue;
-        line[len - 1] = 0;
-        char *tab = strrchr(line, '\t'), *end;
-        if (!tab) continue;
+        const int was_cont = cont;
+        cont = len > 0 && line[len - 1] != '\n';
+        if (was_cont || (line[0] == '#' && !cont)) continue;
+        if (len < 3 || cont) {
+            c->skipped++;
+            continue;
+        }
+        line[--len] = 0;
+        if (len && line[len - 1] == '\r') line[--len] = 0;
+        char *tab = strrchr(line, '\t');
+        double v;
+        if (!tab || tab == line || !cache_value(tab + 1, &v)) {
+            c->skipped++;
+            continue;
+        }
         *tab = 0;
-        errno = 0;
-        double v = strtod(tab + 1, &end);
-        if (errno || *end || !(v >= 0) || (!isfinite(v) && !isinf(v))) continue;
         dm_status s = cache_add(c, line, v);
         if (s != DM_OK) {
             fclose(f);
@@ -345,7 +372,7 @@ static dm_status cache_load(cache *c, const char *path) {
     fclose(f);
     if (err) return dm_fail(DM_ERR_IO, "error reading the tune cache '%s'", path);
     /* equal keys stay in file order (seq); lookups take the last */
-    qsort(c->e, (size_t)c->n, sizeof(centry), ckey_cmp);
+    if (c->n > 1) qsort(c->e, (size_t)c->n, sizeof(centry), ckey_cmp);
     return DM_OK;
 }
 
@@ -364,7 +391,11 @@ static int cache_find(const cache *c, const char *key, double *secs) {
 
 static dm_status cache_open_append(cache *c, const char *path) {
     DM_TRY(dm_make_parent(path));
-    int fresh = access(path, F_OK) != 0;
+    struct stat sb;
+    const int fresh = stat(path, &sb) != 0;
+    if (!fresh && !S_ISREG(sb.st_mode))
+        return dm_fail(DM_ERR_IO, "the tune cache '%s' is not a regular file: give a file (--cache PATH) or "
+                       "--no-cache", path);
     c->append = fopen(path, "a");
     if (!c->append)
         return dm_fail(DM_ERR_IO, "cannot write the tune cache '%s': %s (use --cache PATH or --no-cache)",
@@ -763,6 +794,7 @@ dm_status dm_tuner_measure(dm_tuner *T, const char *cache_path,
     if (cache_path) {
         s = cache_load(&c, cache_path);
         if (s == DM_OK) s = cache_open_append(&c, cache_path);
+        T->cache_skipped = c.skipped;
     }
     char *key = malloc(4096);
     dm_choices ch;

@@ -56,7 +56,7 @@ typedef struct {
     int reps, warmup;
     char machine[160];
     /* measurement bookkeeping */
-    int64_t ntasks, ndone, nfrom_cache;
+    int64_t ntasks, ndone, nfrom_cache, cache_skipped;
     double tuned_s, default_s;     /* sum over groups of the chosen / the default (comb 0, algo default) */
 } dm_tuner;
 
