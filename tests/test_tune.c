@@ -347,6 +347,41 @@ static void expect_bad_text(const char *path, const char *text, const dm_layer_c
     expect_bad(path, cfg, opt, g, why);
 }
 
+/* Is root t read or written through the API (one of the layer's exports)? */
+static int is_export(const dm_tuner *T, int t) {
+    for (int k = 0; k < T->enc.n; k++)
+        if (dm_tensor_root(&T->g, T->enc.e[k].tensor) == t) return 1;
+    return 0;
+}
+
+/* A plan file (its checksum right) that lays out a tensor the API reads or writes (an
+ * input, output, parameter or gradient: row-major by promise) is refused by the layer,
+ * not run to wrong results; an intermediate's layout is what a tuner makes. */
+static void api_layouts_refused(const char *path, const dm_layer_config *cfg, const dm_layer_options *opt,
+                                const dm_tuner *T) {
+    int tried = 0, refused = 0;
+    for (int t = 0; t < T->g.nt && tried < 8; t++) {
+        const dm_tensor *x = &T->g.t[t];
+        if (x->base >= 0 || x->ndim < 2 || (x->role == DM_ROLE_ACT && !is_export(T, t))) continue;
+        dm_choices c;
+        CHECK_OK(dm_choices_init(&c, &T->g, &dm_cpu_gemm_algos));
+        for (int k = 0; k < x->ndim; k++) c.layout[t][k] = x->letters[x->ndim - 1 - k]; /* reversed */
+        c.layout[t][x->ndim] = 0;
+        CHECK_OK(dm_plan_save(path, cfg, opt, &T->g, &c));
+        dm_choices_free(&c);
+        dm_layer *L = NULL;
+        dm_layer_options o = *opt;
+        o.plan = path;
+        const dm_status s = dm_layer_new(&L, cfg, &o);
+        tried++;
+        refused += s == DM_ERR_FORMAT && strstr(dm_last_error(), "row-major") && strstr(dm_last_error(), x->name);
+        if (tried == 1) printf("  a layout for %s: %s\n", x->name, dm_last_error());
+        dm_layer_free(L);
+    }
+    printf("  plans laying out an API tensor: %d of %d refused\n", refused, tried);
+    CHECK(tried >= 4 && refused == tried);
+}
+
 /* A cache as a hostile machine has it (the good one rewritten): CRLF lines are read; an
  * empty file is no cache; values that are not times (nan, -1, abc, 1e308, inf, a
  * denormal, past an hour), a line without a tab and one too long for the reader are
@@ -572,6 +607,7 @@ static void tune_and_files(const dm_layer_config *cfg) {
         add_member(good, "\"algorithms\":\t{", entry, t, n);
         expect_bad_text(bad, t, cfg, &opt, &T->g, "edited (checksum)");
         expect_bad("/nonexistent/plan.json", cfg, &opt, &T->g, "missing file");
+        api_layouts_refused(bad, cfg, &opt, T);
         /* a plan for the training step is refused for a forward-only layer */
         dm_layer_options fo = opt;
         fo.forward_only = 1;

@@ -18,14 +18,35 @@ static dm_status rewrite_fused(dm_graph *g) {
     return DM_OK;
 }
 
+/* A layout only for what a tuner could have chosen: an intermediate (ACT) tensor that the
+ * API neither reads nor writes (its exports keep the row-major layout the README promises:
+ * inputs, outputs, parameters, gradients). An edited plan whose checksum was recomputed is
+ * refused here instead of computing wrong results. */
+static dm_status check_choices(const dm_choices *c, const dm_graph *g, const dm_encoder *e, const char *path) {
+    for (int t = 0; t < g->nt; t++) {
+        if (!c->layout[t][0]) continue;
+        int exported = g->t[t].role != DM_ROLE_ACT;
+        for (int k = 0; k < e->n && !exported; k++) exported = dm_tensor_root(g, e->e[k].tensor) == t;
+        if (exported)
+            return dm_fail(DM_ERR_FORMAT, "plan '%s' gives a layout to %s, which the API reads or writes in row-major "
+                           "order (an input, output, parameter or gradient): no tuner makes that; run 'dmove tune' "
+                           "for a new plan", path ? path : "(given)", g->t[t].name);
+    }
+    return DM_OK;
+}
+
 /* The tuned plan's layouts and algorithms, on the planned graph. */
-static dm_status apply_choices(const dm_compile_opts *o, dm_graph *g, dm_plan *plan) {
-    if (o->choices) return dm_choices_apply(o->choices, g, plan);
+static dm_status apply_choices(const dm_compile_opts *o, dm_graph *g, const dm_encoder *e, dm_plan *plan) {
+    if (o->choices) {
+        DM_TRY(check_choices(o->choices, g, e, NULL));
+        return dm_choices_apply(o->choices, g, plan);
+    }
     /* what a plan file is checked against besides the sizes */
     const dm_layer_options lo = {.schedule = o->schedule, .recompute = o->recompute, .forward_only = o->forward_only};
     dm_choices loaded;
     DM_TRY(dm_plan_load(o->plan_file, o->cfg, &lo, g, o->algos, &loaded));
-    dm_status s = dm_choices_apply(&loaded, g, plan);
+    dm_status s = check_choices(&loaded, g, e, o->plan_file);
+    if (s == DM_OK) s = dm_choices_apply(&loaded, g, plan);
     dm_choices_free(&loaded);
     return s;
 }
@@ -50,7 +71,7 @@ dm_status dm_compile(const dm_compile_opts *o, dm_graph *g, dm_encoder *enc, dm_
     if (s == DM_OK && fused) s = rewrite_fused(g);
     if (s == DM_OK && o->recompute) s = dm_rewrite_recompute_attention(g, NULL);
     if (s == DM_OK && plan) s = dm_plan_build(g, fused, !o->no_siblings, o->no_reuse, plan);
-    if (s == DM_OK && plan && (o->choices || o->plan_file)) s = apply_choices(o, g, plan);
+    if (s == DM_OK && plan && (o->choices || o->plan_file)) s = apply_choices(o, g, e, plan);
     if (s != DM_OK) {
         if (plan) dm_plan_free(plan);
         dm_graph_free(g);
