@@ -30,6 +30,10 @@ typedef struct {
     const dm_group *gr;
     int contract;     /* a lone contraction: gemm */
     int scatter;      /* a lone op with an X output (EMBED_BWD): exec_scatter */
+    int xent;         /* a lone LINEAR_XENT (1) or LINEAR_XENT_BWD (2): exec_xent */
+    float *xp[DM_MAX_IN + DM_MAX_OUT]; /* its operands (inputs, then outputs) */
+    float *xwork;     /* its kernel's buffers (dm_cpu_xent_work_floats) */
+    const dm_op *xop;
     int64_t nbatch;   /* > 1: a batched group */
     dm_gemm gemm;
     dm_exop *ops;
