@@ -3,7 +3,9 @@
  * (tests/ref/make_model_ref.py): case A without dropout (the reference is checked there
  * to be transformers' own model), case B with dropout 0.1 (dmove's masks); padding, a
  * [PAD] id inside the text, token types, six masked positions of which the first five
- * are scored: the loss, the argmax hits and every parameter's gradient, both schedules. */
+ * are scored: the loss, the argmax hits and every parameter's gradient, both schedules,
+ * the MLM head's decoder and cross-entropy fused (LINEAR_XENT: the hits from its argmax
+ * ids) and not, and auto (unfused). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,7 +88,7 @@ static double each_param(dm_model *m, const char *cs, int grads, const char **wo
     return worst;
 }
 
-static void run_case(const char *cs, double p, dm_schedule sched) {
+static void run_case(const char *cs, double p, dm_schedule sched, dm_xent_mode xent) {
     dm_model_config c;
     memset(&c, 0, sizeof c);
     dm_layer_config_default(&c.layer);
@@ -95,6 +97,7 @@ static void run_case(const char *cs, double p, dm_schedule sched) {
     c.layers = (int)meta("layers");
     c.sizes.vocab = meta("vocab"), c.sizes.positions = meta("positions"), c.sizes.types = meta("types");
     c.sizes.predictions = meta("predictions");
+    c.sizes.xent = xent;
     c.pad_id = meta("pad");
     dm_layer_options o = {.schedule = sched};
     dm_model *m = NULL;
@@ -125,9 +128,13 @@ static void run_case(const char *cs, double p, dm_schedule sched) {
         float *wc = ref_f32(name, 1);
         const double el = wl ? fabs(loss - wl[0]) / wl[0] : INFINITY;
         const double eg = each_param(m, cs, 1, &wn);
-        printf("whole BertForMaskedLM step, case %s (dropout %g, %s): loss %.6f within %.2e, %lld of 5 predicted; "
-               "every gradient within %.2e (%s)\n", cs, p, sched == DM_SCHED_FUSED ? "fused" : "unfused", loss, el,
-               (long long)correct, eg, wn);
+        printf("whole BertForMaskedLM step, case %s (dropout %g, %s, --fused-xent %s): loss %.6f within %.2e, %lld "
+               "of 5 predicted; every gradient within %.2e (%s)\n", cs, p, sched == DM_SCHED_FUSED ? "fused" : "unfused",
+               dm_xent_mode_name(xent), loss, el, (long long)correct, eg, wn);
+        CHECK(m->c.sizes.xent == (xent == DM_XENT_AUTO ? DM_XENT_UNFUSED : xent));
+        int fused_ops = 0;
+        for (int o = 0; o < m->head->g.nop; o++) fused_ops += m->head->g.op[o].kind == DM_OP_LINEAR_XENT;
+        CHECK(fused_ops == (xent == DM_XENT_FUSED));
         CHECK(el < 1e-5 && eg < 1e-4);
         CHECK(wc && correct == (int64_t)wc[0]);
         free(wl), free(wc);
@@ -386,10 +393,13 @@ int main(void) {
     CHECK_OK(dm_st_read(REF_DIR "/model_step.safetensors", &f));
     if (!f) TEST_END();
     g_ref = f;
-    for (int s = 0; s < 2; s++) {
-        run_case("A", 0.0, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED);
-        run_case("B", 0.1, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED);
-    }
+    /* the MLM head's decoder and cross-entropy fused (LINEAR_XENT) or not, and auto */
+    for (int x = 0; x < 3; x++)
+        for (int s = 0; s < 2; s++) {
+            if (x == DM_XENT_AUTO && s) continue;
+            run_case("A", 0.0, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED, (dm_xent_mode)x);
+            run_case("B", 0.1, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED, (dm_xent_mode)x);
+        }
     test_refusals();
     test_trains();
     test_eval_mode();

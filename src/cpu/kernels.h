@@ -33,7 +33,9 @@ void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float 
  * t (m, e), W (v, e), bias (v), labels (m) in; forward loss, lse, pred (m); backward from
  * lse and dloss (m): dt (m, e), dW (v, e), dbias (v). work: dm_cpu_xent_work_floats(bwd,
  * m, e, nthreads) floats. Sizes below 2^31 (BLAS's ints), m * chunk and m * e included. */
+#ifndef DM_XENT_CHUNK
 #define DM_XENT_CHUNK 256 /* vocabulary columns per chunk */
+#endif
 int64_t dm_cpu_xent_work_floats(int bwd, int64_t m, int64_t e, int nthreads);
 void dm_cpu_linear_xent(const float *t, const float *W, const float *bias, const float *labels, int64_t m,
                         int64_t e, int64_t v, float *loss, float *lse, float *pred, float *work, int nthreads);
