@@ -126,10 +126,8 @@ static dm_status init_xent(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan,
                                op->name, x->name, (long long)(io ? want_out[bwd][s] : want_in[s]));
             eg->xp[io ? op->nin + s : s] = p;
         }
-    size_t bytes;
-    if (!dm_mul_ok((size_t)dm_cpu_xent_work_floats(bwd, m, e, ex->nthreads), sizeof(float), &bytes) ||
-        !(eg->xwork = dm_alloc_huge(bytes)))
-        return dm_fail(DM_ERR_OOM, "out of memory for %s's buffers", op->name);
+    const int64_t need = dm_cpu_xent_work_floats(bwd, m, e, ex->nthreads); /* one buffer for all: exec_init */
+    if (need > ex->xwork_floats) ex->xwork_floats = need;
     eg->xent = 1 + bwd;
     eg->xop = op;
     return DM_OK;
@@ -362,6 +360,12 @@ static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
         return dm_fail(DM_ERR_OOM, "out of memory allocating scratch rows");
     }
     memset(ex->scratch, 0, fl * 4);
+    size_t xb;
+    if (ex->xwork_floats &&
+        (!dm_mul_ok((size_t)ex->xwork_floats, sizeof(float), &xb) || !(ex->xwork = dm_alloc_huge(xb)))) {
+        dm_cpu_exec_free(ex);
+        return dm_fail(DM_ERR_OOM, "out of memory for the fused cross-entropy's buffers");
+    }
     /* every contraction gets the direct kernel's buffers, also those a tuner switches to
      * it after this; untouched pages of them cost nothing */
     if (dm_gemm_direct_available()) {
@@ -477,15 +481,13 @@ dm_status dm_cpu_exec_init_lenient(dm_cpu_exec *ex, const dm_plan *plan, char *a
 
 void dm_cpu_exec_free(dm_cpu_exec *ex) {
     if (ex->groups)
-        for (int gi = 0; gi < ex->ngroups; gi++) {
-            free(ex->groups[gi].ops);
-            free(ex->groups[gi].xwork);
-        }
+        for (int gi = 0; gi < ex->ngroups; gi++) free(ex->groups[gi].ops);
     free(ex->groups);
     free(ex->scratch);
     free(ex->words);
     free(ex->pack);
     free(ex->bwhole);
+    free(ex->xwork);
     free(ex->rows_ran);
     memset(ex, 0, sizeof *ex);
 }
@@ -707,11 +709,11 @@ dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int on
         const dm_op *op = eg->xop;
         float *const *p = eg->xp;
         if (eg->xent == 1)
-            dm_cpu_linear_xent(p[0], p[1], p[2], p[3], op->rows, op->nindex, op->cols, p[4], p[5], p[6], eg->xwork,
+            dm_cpu_linear_xent(p[0], p[1], p[2], p[3], op->rows, op->nindex, op->cols, p[4], p[5], p[6], ex->xwork,
                                ex->nthreads);
         else
             dm_cpu_linear_xent_bwd(p[0], p[1], p[2], p[3], p[4], p[5], op->rows, op->nindex, op->cols, p[6], p[7],
-                                   p[8], eg->xwork, ex->nthreads);
+                                   p[8], ex->xwork, ex->nthreads);
         return DM_OK;
     }
     if (eg->nbatch > 1) return exec_batched(ex, eg, seed, only_contractions);
