@@ -12,7 +12,8 @@
  *    threads' blocks, the bias zero there);
  *  - the arena: the fused head's plan smaller by at least the two m x v logit tensors;
  *  - the cost model: the fused op's flop the unfused ops' GEMMs plus the recompute
- *    (forward 2 m e v, backward 6 m e v) and its row work; no m x v bytes. */
+ *    (forward 2 m e v, backward 6 m e v) and its row work (3 and 5 per logit, at the
+ *    vector peak in its group's split); no m x v bytes. */
 #include <math.h>
 #include <string.h>
 
@@ -299,6 +300,16 @@ static void memory_check(void) {
         const double gemm = 2.0 * m * e * v, mv4 = 4.0 * m * v;
         CHECK(fabs(fb - fa - (gemm - (double)m * v)) <= 1e-9 * fb);
         CHECK(rb + 8 * mv4 <= ra);
+        /* the groups' split: the GEMMs at the contraction peak, the row work at the vector one */
+        int groups_ok = 1;
+        for (int G = 0; G < b.plan.ngroups; G++) {
+            const dm_op *op = &b.g.op[b.plan.order[b.plan.groups[G].first]];
+            double fc = 0, fo = 0;
+            dm_cost_group_flop(&b.plan, G, &fc, &fo);
+            if (op->kind == DM_OP_LINEAR_XENT) groups_ok &= fc == gemm && fo == 3.0 * m * v;
+            if (op->kind == DM_OP_LINEAR_XENT_BWD) groups_ok &= fc == 3 * gemm && fo == 5.0 * m * v;
+        }
+        CHECK(groups_ok);
         if (fplan) printf("  cost model: flop unfused head %.4g, fused %.4g (a GEMM more less the bias add: %.4g); "
                           "bytes unfused %.4g, fused %.4g (at least 8 x %.4g fewer)\n", fa, fb,
                           gemm - (double)m * v, ra, rb, mv4);
