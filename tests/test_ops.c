@@ -790,7 +790,7 @@ int main(void) {
     }
     /* the fused decoder and cross-entropy: one row, v below one chunk of its CPU kernel, a
      * multiple of it, and neither */
-    const int64_t xs[4][3] = {{1, 5, 7}, {6, 33, 2 * 256}, {13, 8, 1031}, {40, 17, 300}};
+    const int64_t xs[4][3] = {{1, 5, 7}, {6, 33, 2 * DM_XENT_CHUNK}, {13, 8, 1031}, {40, 17, 300}};
     for (int q = 0; q < 4; q++)
         for (int k = 0; k < DM_NUM_OPS; k++)
             if (dm_op_alone((dm_op_kind)k)) alone_suite(k, xs[q][0], xs[q][1], xs[q][2], q < 2);
