@@ -536,7 +536,8 @@ static void emit_group(const fuse_ctx *c, dm_plan *plan, int step, int G, int *p
         dm_op_class cl = dm_op_kind_class(g->op[o].kind);
         if (cl == DM_CLASS_CONTRACTION) gr->cls = cl;
         else if (cl == DM_CLASS_NORMALIZATION && gr->cls != DM_CLASS_CONTRACTION) gr->cls = cl;
-        if (dm_op_kind_class(g->op[o].kind) != DM_CLASS_CONTRACTION && g->op[o].cols > plan->max_cols) plan->max_cols = (int)g->op[o].cols;
+        if (dm_op_kind_class(g->op[o].kind) != DM_CLASS_CONTRACTION && g->op[o].cols > plan->max_cols)
+            plan->max_cols = (int)g->op[o].cols;
     }
     gr->nbatch = c->gnb[G] > 1 ? c->gnb[G] : 0;
     memcpy(gr->batch, c->gbatch[G], 4);
