@@ -22,7 +22,7 @@ static const char *const CMD = "pretrain";
 
 typedef struct {
     const char *data, *tokenizer, *config, *svg, *save, *resume, *export_dir;
-    int lowercase, cased, layers, layers_set, json, pairs, prefetch, positions_set, types_set;
+    int lowercase, cased, layers, layers_set, json, pairs, prefetch, positions_set, types_set, xent;
     int64_t steps, eval_every, eval_batches, log_every, positions, types, predictions, save_every, until;
     double mask_prob;
     cli_optim opt;
@@ -42,6 +42,9 @@ static void init(void *p) {
     o->opt.optim.clip_norm = 1.0;
     cli_config_init(&o->c, CLI_CFG_ALL & ~CLI_CFG_ARCH);
 }
+
+static const cli_choice k_xent_modes[] = {
+    {"auto", DM_XENT_AUTO}, {"on", DM_XENT_FUSED}, {"off", DM_XENT_UNFUSED}, {NULL, 0}};
 
 #define O(field) .off = offsetof(pretrain_opts, field)
 #define I64(nm, a, field, min, h) {.kind = CLI_I64, .name = nm, .arg = a, O(field), .lo = min, .hi = INT64_C(1000000000), .help = h}
@@ -67,6 +70,11 @@ static const cli_option k_options[] = {
     I64("--predictions", "M", predictions, 0,
         "masked positions scored per batch (default: b * j / 5;\n"
         "more in a batch are left out, and counted)"),
+    {.kind = CLI_CHOICE, .name = "--fused-xent", .arg = "X", O(xent), .choices = k_xent_modes,
+     .msg = "--fused-xent: '%s' is not auto, on or off",
+     .help = "the MLM head's decoder and cross-entropy as one operator that\n"
+             "never writes the logits whole (on: less memory, one more\n"
+             "GEMM), apart (off), or auto (default: the faster, off)"},
     I64("--steps", "N", steps, 1, "updates (default {})"),
     CLI_OPTIM(pretrain_opts, opt),
     {.kind = CLI_DOUBLE, .name = "--mask-prob", .arg = "P", O(mask_prob),
@@ -293,7 +301,8 @@ static int setup(pretrain_run *r) {
         if (outs[k] && (rc = cli_check_output(CMD, outn[k], outs[k])) != 0) return rc;
     const dm_layer_config *cfg = &o->c.cfg;
     r->bm = (dm_bert_model){.vocab = r->vocab.vocab_size, .positions = o->positions, .types = o->types,
-                            .pad_id = r->vocab.special.pad, .predictions = o->predictions};
+                            .pad_id = r->vocab.special.pad, .predictions = o->predictions,
+                            .xent = (dm_xent_mode)o->xent};
     if (open_loaders(r, cfg) != DM_OK) return fail_dm("--data: ");
     dm_layer_options lo = {.threads = o->c.threads};
     if (dm_trainer_new_bert(&r->T, cfg, o->layers, &r->bm, &lo, &o->opt.optim) != DM_OK) return fail_dm("");

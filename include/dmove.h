@@ -347,6 +347,18 @@ dm_status dm_trainer_load_layers(dm_trainer *t, const char *path, int first);
 
 /* --- A whole BERT: masked-language-model pretraining (BertForMaskedLM) --------------- */
 
+/* The MLM head's decoder (logits = t . W^T + bias, m x vocabulary) and its cross-entropy:
+ * FUSED, one operator that walks the vocabulary in chunks and never writes the logits
+ * whole (the head's arena an m x vocab tensor smaller: BERT-base, m = 820 masked
+ * positions, 330 -> 230 MB; but its backward computes the logits again, one GEMM more);
+ * UNFUSED, the GEMM, the bias add and the cross-entropy apart; AUTO, the faster as
+ * measured: unfused (BERT-base's head forward and backward on a 2-core EPYC: fused 0.99x
+ * the time at m = 205, 1.26x at m = 820; the CUDA backend has no fused kernel). */
+typedef enum { DM_XENT_AUTO = 0, DM_XENT_FUSED, DM_XENT_UNFUSED } dm_xent_mode;
+const char *dm_xent_mode_name(dm_xent_mode x);
+/* -1 for an unknown name ("auto", "on", "off"; "fused", "unfused") */
+int dm_xent_mode_parse(const char *s);
+
 /* The model around the encoder layers: embeddings (word, position, token type, LayerNorm,
  * dropout) and the MLM head (dense, activation, LayerNorm, decoder tied to the word table,
  * bias), scored at the masked positions only, with the cross-entropy fused. */
@@ -359,6 +371,7 @@ typedef struct {
                           * gradient and weight decay still reach it, as in transformers) */
     int64_t predictions; /* masked positions scored per batch (0: b * j / 5, rounded up; the
                           * masked positions past it in a batch are left out and counted) */
+    dm_xent_mode xent;   /* the MLM head's decoder and cross-entropy (dm_xent_mode) */
 } dm_bert_model;
 /* A trainer of a whole BertForMaskedLM: the layers of cfg (its batch, seq, sizes, dropout,
  * seed), `layers` of them, and the model around them; the optimizer over every parameter

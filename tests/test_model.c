@@ -4,8 +4,10 @@
  * activations, eps, padding ids, token types), case A without dropout, B-D with dropout
  * 0.1-0.2 (dmove's masks; each configuration checked there to be transformers' own model
  * at dropout 0); padding, a [PAD] id inside the text, masked positions of which one is
- * left out: the loss, the argmax hits and every parameter's gradient, both schedules.
- * Then a headless forward-only model, learning, evaluation mode and resume. */
+ * left out: the loss, the argmax hits and every parameter's gradient, both schedules, the
+ * MLM head's decoder and cross-entropy fused (LINEAR_XENT: the hits from its argmax ids)
+ * and not, and auto (unfused). Then a headless forward-only model, learning, evaluation
+ * mode and resume. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +94,7 @@ static double each_param(dm_model *m, const char *cs, int grads, const char **wo
     return worst;
 }
 
-static void run_case(const char *cs, dm_schedule sched) {
+static void run_case(const char *cs, dm_schedule sched, dm_xent_mode xent) {
     dm_model_config c;
     memset(&c, 0, sizeof c);
     dm_layer_config_default(&c.layer);
@@ -105,6 +107,7 @@ static void run_case(const char *cs, dm_schedule sched) {
     c.layers = (int)meta(cs, "l");
     c.sizes.vocab = meta(cs, "v"), c.sizes.positions = meta(cs, "n"), c.sizes.types = meta(cs, "t");
     c.sizes.predictions = meta(cs, "m");
+    c.sizes.xent = xent;
     c.pad_id = meta(cs, "pad");
     dm_layer_options o = {.schedule = sched};
     dm_model *m = NULL;
@@ -135,10 +138,14 @@ static void run_case(const char *cs, dm_schedule sched) {
         float *wc = ref_f32(name, 1);
         const double el = wl ? fabs(loss - wl[0]) / wl[0] : INFINITY;
         const double eg = each_param(m, cs, 1, &wn);
-        printf("whole BertForMaskedLM step, case %s (%d layers, i=%lld, %s, dropout %g, %s): loss %.6f within "
-               "%.2e, %lld of %lld predicted; every gradient within %.2e (%s)\n", cs, c.layers,
-               (long long)c.layer.hidden, meta_s(cs, "act"), p, sched == DM_SCHED_FUSED ? "fused" : "unfused", loss,
-               el, (long long)correct, (long long)c.sizes.predictions, eg, wn);
+        printf("whole BertForMaskedLM step, case %s (%d layers, i=%lld, %s, dropout %g, %s, --fused-xent %s): loss "
+               "%.6f within %.2e, %lld of %lld predicted; every gradient within %.2e (%s)\n", cs, c.layers,
+               (long long)c.layer.hidden, meta_s(cs, "act"), p, sched == DM_SCHED_FUSED ? "fused" : "unfused",
+               dm_xent_mode_name(xent), loss, el, (long long)correct, (long long)c.sizes.predictions, eg, wn);
+        CHECK(m->c.sizes.xent == (xent == DM_XENT_AUTO ? DM_XENT_UNFUSED : xent));
+        int fused_ops = 0;
+        for (int o = 0; o < m->head->g.nop; o++) fused_ops += m->head->g.op[o].kind == DM_OP_LINEAR_XENT;
+        CHECK(fused_ops == (xent == DM_XENT_FUSED));
         CHECK(el < 1e-5 && eg < 1e-4);
         CHECK(wc && correct == (int64_t)wc[0]);
         free(wl), free(wc);
@@ -445,14 +452,16 @@ int main(void) {
     CHECK_OK(dm_st_read(REF_DIR "/model_step.safetensors", &f));
     if (!f) TEST_END();
     g_ref = f;
-    /* the cases the reference lists ("A,B,C,D"), each under both schedules */
+    /* the cases the reference lists ("A,B,C,D"), each under both schedules, the MLM head's
+     * decoder and cross-entropy fused (LINEAR_XENT) or not (and auto, unfused: once) */
     const char *cases = dm_st_metadata(f, "cases");
     CHECK(cases != NULL && strlen(cases) >= 7);
     for (const char *c = cases ? cases : ""; *c; c++) {
         if (*c == ',') continue;
         const char cs[2] = {*c, 0};
-        run_case(cs, DM_SCHED_FUSED);
-        run_case(cs, DM_SCHED_UNFUSED);
+        for (int x = 0; x < 3; x++)
+            for (int s = 0; s < 2; s++)
+                if (x != DM_XENT_AUTO || !s) run_case(cs, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED, (dm_xent_mode)x);
     }
     test_refusals();
     test_headless();

@@ -33,8 +33,9 @@
  *    simulated lanes; row statistics (LayerNorm's mean and rstd) stay fp32; on a GPU also
  *    the device, auto, interpreted and generated, on one stream and two. A device this
  *    dmove was built without: "SKIP" with the registry's reason.
- * The whole model's kinds (EMBED, EMBED_BWD, XENT, XENT_BWD: run_alone) run in suites of
- * one kind each, their index operands valid ids with repeats, 0 and N - 1, tables larger
+ * The whole model's kinds (EMBED, EMBED_BWD, XENT, XENT_BWD, LINEAR_XENT and its backward:
+ * run_alone) run in suites of one kind each (the last two on sizes m x e x v of their own:
+ * one row, a vocabulary below one chunk of the CPU kernel, a multiple of it, neither), their index operands valid ids with repeats, 0 and N - 1, tables larger
  * and smaller than the rows, and every 7th index one that selects nothing (-100, -1, N,
  * 2.5); a backend other than the CPU's may refuse such a suite at create with
  * DM_ERR_UNSUPPORTED naming the kind: counted as the kind's outcome there and said.
@@ -156,6 +157,23 @@ static int add_op(dm_graph *g, dm_op_kind k, const dm_op *proto, const char *spe
     op.nout = dm_op_nout(k);
     snprintf(op.name, sizeof op.name, "%s_%d", dm_op_kind_name(k), serial++);
     char let[3][16] = {"", "", ""};
+    if (dm_op_alone(k)) { /* the fused decoder and cross-entropy: its own operands (ops.def) */
+        static const char *const lin[6] = {"me", "ve", "v", "m", "m", "m"}, *const lout[2][3] = {{"m", "m", "m"},
+                                                                                                {"me", "ve", "v"}};
+        snprintf(op.spec, sizeof op.spec, "me,ve->mv");
+        op.rows = g->dim['m' - 'a'], op.cols = g->dim['v' - 'a'], op.nindex = g->dim['e' - 'a'];
+        for (int io = 0; io < 2; io++)
+            for (int s = 0; s < (io ? op.nout : op.nin); s++) {
+                char name[DM_NAME_LEN];
+                snprintf(name, sizeof name, "%s_%s%d", op.name, io ? "out" : "in", s);
+                int t = dm_graph_tensor(g, name, io ? lout[k == DM_OP_LINEAR_XENT_BWD][s] : lin[s],
+                                        io ? DM_ROLE_OUTPUT : in_role);
+                if (t < 0) return -1;
+                if (io) op.out[s] = t;
+                else op.in[s] = t;
+            }
+        return dm_graph_op(g, &op);
+    }
     if (spec) {
         snprintf(op.spec, sizeof op.spec, "%s", spec);
         if (sscanf(spec, "%15[a-z],%15[a-z]->%15[a-z]", let[0], let[1], let[2]) != 3) return -1;
@@ -245,7 +263,9 @@ typedef struct {
  * their own: a backend other than the CPU's may refuse one at create with
  * DM_ERR_UNSUPPORTED naming it (the CUDA backend has no kernels for them yet); the
  * refusal is counted and said, never a silent pass. */
-static int run_alone(dm_op_kind k) { return dm_op_indexed(k) || k == DM_OP_XENT || k == DM_OP_XENT_BWD; }
+static int run_alone(dm_op_kind k) {
+    return dm_op_indexed(k) || k == DM_OP_XENT || k == DM_OP_XENT_BWD || dm_op_alone(k);
+}
 static int g_refused[DM_NUM_OPS][MAXV];
 
 static float *at(const suite *S, float *arena, int t) {
@@ -285,6 +305,22 @@ static void condition_inputs(const suite *S, const dm_op *op, float *arena) {
             for (int64_t c = 0; c < C; c++) sum += exp(x0[r * C + c] - m);
             lse[r] = (float)(m + log(sum));
         }
+        break;
+    }
+    case DM_OP_LINEAR_XENT: /* labels: columns, and ignored rows */
+        fill_index(at(S, arena, op->in[3]), R, C, 1);
+        break;
+    case DM_OP_LINEAR_XENT_BWD: { /* labels as above; lse: the forward's on these inputs */
+        fill_index(at(S, arena, op->in[3]), R, C, 1);
+        float *tmp = malloc(sizeof(float) * (size_t)(2 * R));
+        if (!tmp) break;
+        dm_op f = *op;
+        f.kind = DM_OP_LINEAR_XENT;
+        f.nin = 4;
+        f.nout = 3;
+        const float *fin[4] = {x0, x1, at(S, arena, op->in[2]), at(S, arena, op->in[3])};
+        dm_ref_op(&f, 0, 1, fin, (float *const[]){tmp, at(S, arena, op->in[4]), tmp + R});
+        free(tmp);
         break;
     }
     case DM_OP_SOFTMAX: /* masked scores, as the mask leaves them: a quarter, and every 4th row whole */
@@ -358,7 +394,7 @@ static void reference(const suite *S, float *in, float *ref) {
             if (dm_arg_in(op->kind, s) == DM_ARG_GROUPED) groups = g->t[op->in[s]].numel / op->cols;
         }
         for (int s = 0; s < op->nout; s++) op_out[s] = at(S, ref, op->out[s]);
-        if (dm_op_kind_class(op->kind) == DM_CLASS_CONTRACTION)
+        if (op->kind == DM_OP_CONTRACT)
             dm_gemm_ref(g, op, ip[0], ip[1], op_out[0]);
         else dm_ref_op(op, S->seed, groups, ip, op_out);
     }
@@ -656,12 +692,25 @@ static void contract_suite(const einsum *es, int n, int lo, int hi, int sim) {
     dm_graph_init(&S.g);
     for (int l = 0; l < 26; l++) S.g.dim[l] = lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1));
     for (int k = 0; k < DM_NUM_OPS; k++) {
-        if (dm_op_kind_class((dm_op_kind)k) != DM_CLASS_CONTRACTION) continue;
+        if (dm_op_kind_class((dm_op_kind)k) != DM_CLASS_CONTRACTION || dm_op_alone((dm_op_kind)k)) continue;
         for (int q = 0; q < n; q++) {
             dm_op proto = {.alpha = es[q].alpha};
             CHECK(add_op(&S.g, (dm_op_kind)k, &proto, es[q].spec, DM_ROLE_INPUT) >= 0);
         }
     }
+    run_suite(&S);
+}
+
+/* A kind with a kernel of its own over whole tensors (dm_op_alone: the fused decoder and
+ * cross-entropy), alone, on m rows, e inner and v vocabulary columns. */
+static void alone_suite(int k, int64_t m, int64_t e, int64_t v, int sim) {
+    suite S = {.seed = 11, .sim = sim, .alone = k};
+    snprintf(S.label, sizeof S.label, "m %lld e %lld v %lld %s", (long long)m, (long long)e, (long long)v,
+             dm_op_kind_name((dm_op_kind)k));
+    dm_graph_init(&S.g);
+    S.g.dim['m' - 'a'] = m, S.g.dim['e' - 'a'] = e, S.g.dim['v' - 'a'] = v;
+    dm_op proto = {.alpha = 1};
+    CHECK(add_op(&S.g, (dm_op_kind)k, &proto, NULL, DM_ROLE_INPUT) >= 0);
     run_suite(&S);
 }
 
@@ -736,8 +785,15 @@ int main(void) {
     for (int s = 0; s < 8; s++) {
         row_suite(shapes[s][0], shapes[s][1], s == 1 || s == 2, -1);
         for (int k = 0; k < DM_NUM_OPS; k++)
-            if (run_alone((dm_op_kind)k)) row_suite(shapes[s][0], shapes[s][1], s == 1 || s == 2, k);
+            if (run_alone((dm_op_kind)k) && !dm_op_alone((dm_op_kind)k))
+                row_suite(shapes[s][0], shapes[s][1], s == 1 || s == 2, k);
     }
+    /* the fused decoder and cross-entropy: one row, v below one chunk of its CPU kernel, a
+     * multiple of it, and neither */
+    const int64_t xs[4][3] = {{1, 5, 7}, {6, 33, 2 * DM_XENT_CHUNK}, {13, 8, 1031}, {40, 17, 300}};
+    for (int q = 0; q < 4; q++)
+        for (int k = 0; k < DM_NUM_OPS; k++)
+            if (dm_op_alone((dm_op_kind)k)) alone_suite(k, xs[q][0], xs[q][1], xs[q][2], q < 2);
     einsum es[64];
     const int n = builder_specs(es, 64);
     printf("the builders' einsums (%d):", n);

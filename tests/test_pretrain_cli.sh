@@ -56,6 +56,13 @@ has "pretrain --export: the sizes" exported/config.json '"hidden_size": 32,'
 good "pretrain --json" $P --steps 8 --json --optimizer lamb --accumulate 2
 has "pretrain --json" stdout '"eval_loss":[0-9.]+,"eval_accuracy":[0-9.]+'
 
+# the MLM head's decoder and cross-entropy fused (one operator, no logits in memory)
+# shellcheck disable=SC2086
+good "pretrain --fused-xent on" $P --steps 6 --fused-xent on
+has "pretrain --fused-xent on: the held-out accuracy" stdout '^  held-out at step 6: loss [0-9.]+, masked-token accuracy'
+# shellcheck disable=SC2086
+bad "--fused-xent of no mode" 2 "is not auto, on or off" $P --steps 6 --fused-xent maybe
+
 # checkpoints: a run in two parts (--until, --resume) equals the whole run, byte for byte
 # shellcheck disable=SC2086
 good "pretrain --save" $P --steps 12 --dropout 0.1 --accumulate 2 --save full.ckpt

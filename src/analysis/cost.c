@@ -101,7 +101,10 @@ void dm_cost_group_flop(const dm_plan *plan, int G, double *contract, double *ot
     for (int k = 0; k < gr->nops; k++) {
         const dm_op *op = &plan->g->op[plan->order[gr->first + k]];
         const double f = dm_op_flop(plan->g, op);
-        if (dm_op_kind_class(op->kind) == DM_CLASS_CONTRACTION) fc += f;
+        /* the fused decoder and cross-entropy: its GEMMs at the contraction peak, its row
+         * work (dm_op_row_flop) at the vector peak */
+        const double rw = dm_op_row_flop(op);
+        if (dm_op_kind_class(op->kind) == DM_CLASS_CONTRACTION) fc += f - rw, fo += rw;
         else fo += f;
     }
     *contract = fc;

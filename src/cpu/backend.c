@@ -77,7 +77,8 @@ static int notes(const dm_backend_state *st, const dm_layer_note **out) {
 }
 
 static size_t workspace_bytes(const dm_backend_state *st) {
-    return (size_t)CS(st)->ex.nthreads * (size_t)CS(st)->ex.per_thread * sizeof(float);
+    return ((size_t)CS(st)->ex.nthreads * (size_t)CS(st)->ex.per_thread + (size_t)CS(st)->ex.xwork_floats) *
+           sizeof(float);
 }
 
 static int timed_with(const dm_backend_state *st, int gi) {

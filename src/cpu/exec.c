@@ -97,11 +97,48 @@ static dm_status table_operand(const dm_plan *plan, char *arena, const dm_op *op
     return d->base ? DM_OK : dm_fail(DM_ERR_INTERNAL, "%s: %s has no memory", op->name, g->t[t].name);
 }
 
+/* The fused decoder and cross-entropy (LINEAR_XENT or its backward), a group of its own:
+ * every operand in memory, dense, of the sizes its rows (m), cols (v) and nindex (e) say. */
+static dm_status init_xent(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, char *arena, const dm_op *op) {
+    const dm_graph *g = plan->g;
+    const int64_t m = op->rows, v = op->cols, e = op->nindex;
+    const int bwd = op->kind == DM_OP_LINEAR_XENT_BWD;
+    if (eg->gr->nops != 1 || eg->gr->nbatch > 1)
+        return dm_fail(DM_ERR_INTERNAL, "%s: the fused cross-entropy runs as a group of its own", op->name);
+    if (m < 1 || v < 1 || e < 1 || m > INT32_MAX / DM_XENT_CHUNK || v > INT32_MAX / e || m > INT32_MAX / e)
+        return dm_fail(DM_ERR_UNSUPPORTED, "%s: %lld rows, %lld columns, %lld inner: sizes beyond BLAS's ints",
+                       op->name, (long long)m, (long long)v, (long long)e);
+    /* t, W, bias, labels [, lse, dloss]; then loss, lse, pred or dt, dW, dbias */
+    const int64_t want_in[6] = {m * e, v * e, v, m, m, m}, want_out[2][3] = {{m, m, m}, {m * e, v * e, v}};
+    for (int io = 0; io < 2; io++)
+        for (int s = 0; s < (io ? op->nout : op->nin); s++) {
+            const int t = io ? op->out[s] : op->in[s];
+            const dm_tensor *x = &g->t[t];
+            int64_t want = 1;
+            int dense = 1;
+            for (int d = x->ndim - 1; d >= 0; d--) {
+                if (x->size[d] > 1 && x->stride[d] != want) dense = 0;
+                want *= x->size[d];
+            }
+            float *p = dm_cpu_tensor_ptr(plan, arena, t);
+            if (!p || !dense || x->numel != (io ? want_out[bwd][s] : want_in[s]))
+                return dm_fail(DM_ERR_INTERNAL, "%s: operand %s is not in memory, dense, of %lld elements",
+                               op->name, x->name, (long long)(io ? want_out[bwd][s] : want_in[s]));
+            eg->xp[io ? op->nin + s : s] = p;
+        }
+    const int64_t need = dm_cpu_xent_work_floats(bwd, m, e, ex->nthreads); /* one buffer for all: exec_init */
+    if (need > ex->xwork_floats) ex->xwork_floats = need;
+    eg->xent = 1 + bwd;
+    eg->xop = op;
+    return DM_OK;
+}
+
 static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, char *arena) {
     const dm_graph *g = plan->g;
     const dm_group *gr = eg->gr;
     const dm_op *first = &g->op[plan->order[gr->first]];
     int64_t nb = gr->nbatch > 1 ? gr->nbatch : 0;
+    if (dm_op_alone(first->kind)) return init_xent(ex, eg, plan, arena, first);
     if (first->kind == DM_OP_CONTRACT && gr->nops == 1 && !nb) {
         eg->contract = 1;
         float *A = dm_cpu_tensor_ptr(plan, arena, first->in[0]);
@@ -323,6 +360,12 @@ static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
         return dm_fail(DM_ERR_OOM, "out of memory allocating scratch rows");
     }
     memset(ex->scratch, 0, fl * 4);
+    size_t xb;
+    if (ex->xwork_floats &&
+        (!dm_mul_ok((size_t)ex->xwork_floats, sizeof(float), &xb) || !(ex->xwork = dm_alloc_huge(xb)))) {
+        dm_cpu_exec_free(ex);
+        return dm_fail(DM_ERR_OOM, "out of memory for the fused cross-entropy's buffers");
+    }
     /* every contraction gets the direct kernel's buffers, also those a tuner switches to
      * it after this; untouched pages of them cost nothing */
     if (dm_gemm_direct_available()) {
@@ -444,6 +487,7 @@ void dm_cpu_exec_free(dm_cpu_exec *ex) {
     free(ex->words);
     free(ex->pack);
     free(ex->bwhole);
+    free(ex->xwork);
     free(ex->rows_ran);
     memset(ex, 0, sizeof *ex);
 }
@@ -660,6 +704,17 @@ dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int on
         if (eg->rows_next >= 0 && !only_contractions) return exec_fused_rows(ex, eg, seed);
         return eg->partner >= 0 ? dm_gemm_run_pair(&eg->gemm, &ex->groups[eg->partner].gemm, ex->nthreads)
                                 : dm_gemm_run(&eg->gemm);
+    }
+    if (eg->xent) { /* a contraction: runs with only_contractions too */
+        const dm_op *op = eg->xop;
+        float *const *p = eg->xp;
+        if (eg->xent == 1)
+            dm_cpu_linear_xent(p[0], p[1], p[2], p[3], op->rows, op->nindex, op->cols, p[4], p[5], p[6], ex->xwork,
+                               ex->nthreads);
+        else
+            dm_cpu_linear_xent_bwd(p[0], p[1], p[2], p[3], p[4], p[5], op->rows, op->nindex, op->cols, p[6], p[7],
+                                   p[8], ex->xwork, ex->nthreads);
+        return DM_OK;
     }
     if (eg->nbatch > 1) return exec_batched(ex, eg, seed, only_contractions);
     if (eg->scatter) { /* (as the row groups: run with only_contractions too) */

@@ -30,6 +30,9 @@ typedef struct {
     const dm_group *gr;
     int contract;     /* a lone contraction: gemm */
     int scatter;      /* a lone op with an X output (EMBED_BWD): exec_scatter */
+    int xent;         /* a lone LINEAR_XENT (1) or LINEAR_XENT_BWD (2): exec_xent */
+    float *xp[DM_MAX_IN + DM_MAX_OUT]; /* its operands (inputs, then outputs) */
+    const dm_op *xop;
     int64_t nbatch;   /* > 1: a batched group */
     dm_gemm gemm;
     dm_exop *ops;
@@ -57,6 +60,8 @@ typedef struct {
     float *bwhole;            /* "direct_rows": op(B) packed whole, shared by the threads */
     int64_t bwhole_floats;
     uint8_t *rows_ran;        /* per group: run in the epilogue of its GEMM since its own last turn */
+    float *xwork;             /* the fused cross-entropy's buffers, shared by its groups */
+    int64_t xwork_floats;
 } dm_cpu_exec;
 
 /* How a row op addresses memory operand t (d->kind set by the caller): DM_ERR_UNSUPPORTED

@@ -24,8 +24,25 @@ typedef struct {
 void dm_cpu_row(const dm_row *rw);
 
 /* Naive references over whole tensors (ref.c), same operand conventions, in double;
- * mask_groups: rows of the GROUPED operand of MASK_ADD. */
+ * mask_groups: rows of the GROUPED operand of MASK_ADD. LINEAR_XENT and its backward
+ * (rows m, cols v) take e, the columns of t and W, from op->nindex. */
 void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float *const *in,
                float *const *out);
+
+/* The fused decoder and cross-entropy (xent.c; ops.def's LINEAR_XENT, LINEAR_XENT_BWD):
+ * t (m, e), W (v, e), bias (v), labels (m) in; forward loss, lse, pred (m); backward from
+ * lse and dloss (m): dt (m, e), dW (v, e), dbias (v). work: dm_cpu_xent_work_floats(bwd,
+ * m, e, nthreads) floats. Sizes below 2^31 (BLAS's ints), m * chunk and m * e included. */
+#ifndef DM_XENT_CHUNK
+/* vocabulary columns per chunk (BERT-base's head on a 2-core EPYC: 256 was about 10%
+ * slower at m = 820, the same at m = 205) */
+#define DM_XENT_CHUNK 512
+#endif
+int64_t dm_cpu_xent_work_floats(int bwd, int64_t m, int64_t e, int nthreads);
+void dm_cpu_linear_xent(const float *t, const float *W, const float *bias, const float *labels, int64_t m,
+                        int64_t e, int64_t v, float *loss, float *lse, float *pred, float *work, int nthreads);
+void dm_cpu_linear_xent_bwd(const float *t, const float *W, const float *bias, const float *labels,
+                            const float *lse, const float *dloss, int64_t m, int64_t e, int64_t v, float *dt,
+                            float *dW, float *dbias, float *work, int nthreads);
 
 #endif

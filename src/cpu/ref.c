@@ -78,6 +78,59 @@ static void ref_model_op(const dm_op *op, const float *const *in, float *const *
     }
 }
 
+/* The logits of row r of LINEAR_XENT's in: t (m, e), W (v, e), bias (v), in double. */
+static void ref_logits(const float *const *in, int64_t r, int64_t e, int64_t v, double *x) {
+    for (int64_t c = 0; c < v; c++) {
+        double s = in[2][c];
+        for (int64_t k = 0; k < e; k++) s += (double)in[0][r * e + k] * in[1][c * e + k];
+        x[c] = s;
+    }
+}
+
+/* LINEAR_XENT (out: loss, lse, pred) and its backward (in also lse, dloss; out: dt, dW,
+ * dbias): the decoder's logits, then XENT and XENT_BWD as above, and the two products. */
+static void ref_linear_xent(const dm_op *op, const float *const *in, float *const *out) {
+    const int64_t R = op->rows, V = op->cols, E = op->nindex;
+    const int bwd = op->kind == DM_OP_LINEAR_XENT_BWD;
+    double *x = malloc(sizeof(double) * (size_t)(V > 0 ? V : 1));
+    double *dt = bwd ? calloc((size_t)(R * E > 0 ? R * E : 1), sizeof(double)) : NULL;
+    double *dw = bwd ? calloc((size_t)(V * E > 0 ? V * E : 1), sizeof(double)) : NULL;
+    double *db = bwd ? calloc((size_t)(V > 0 ? V : 1), sizeof(double)) : NULL;
+    if (!x || (bwd && (!dt || !dw || !db))) goto done;
+    for (int64_t r = 0; r < R; r++) {
+        ref_logits(in, r, E, V, x);
+        const int64_t l = dm_index_row(in[3][r], V);
+        if (!bwd) {
+            double m = -INFINITY, s = 0;
+            int64_t arg = 0;
+            for (int64_t c = 0; c < V; c++)
+                if (x[c] > m) m = x[c], arg = c; /* ties: the lowest id */
+            for (int64_t c = 0; c < V; c++) s += exp(x[c] - m);
+            out[0][r] = l >= 0 ? (float)(m + log(s) - x[l]) : 0.0f;
+            out[1][r] = (float)(m + log(s));
+            out[2][r] = (float)arg;
+            continue;
+        }
+        if (l < 0) continue;
+        for (int64_t c = 0; c < V; c++) {
+            const double d = in[5][r] * (exp(x[c] - in[4][r]) - (c == l));
+            db[c] += d;
+            for (int64_t k = 0; k < E; k++) {
+                dt[r * E + k] += d * in[1][c * E + k];
+                dw[c * E + k] += d * in[0][r * E + k];
+            }
+        }
+    }
+    for (int64_t q = 0; bwd && q < R * E; q++) out[0][q] = (float)dt[q];
+    for (int64_t q = 0; bwd && q < V * E; q++) out[1][q] = (float)dw[q];
+    for (int64_t c = 0; bwd && c < V; c++) out[2][c] = (float)db[c];
+done:
+    free(x);
+    free(dt);
+    free(dw);
+    free(db);
+}
+
 void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float *const *in,
                float *const *out) {
     int64_t R = op->rows, C = op->cols;
@@ -195,6 +248,10 @@ void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float 
     case DM_OP_XENT:
     case DM_OP_XENT_BWD:
         ref_model_op(op, in, out);
+        break;
+    case DM_OP_LINEAR_XENT:
+    case DM_OP_LINEAR_XENT_BWD:
+        ref_linear_xent(op, in, out);
         break;
     default:
         break;

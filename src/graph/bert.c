@@ -8,7 +8,9 @@
  *   embeddings: x (b,j,i) = word[ids] + position[pos] + token_type[types];
  *               output = dropout(LN(x))
  *   MLM head:   h (m,i) = hidden[masked_positions];  t = LN(act(h . W^T + b)) (m,e);
- *               logits (m,v) = t . decoder^T + bias;  loss (m) = cross-entropy(logits, labels) */
+ *               logits (m,v) = t . decoder^T + bias;  loss (m) = cross-entropy(logits, labels)
+ *               (sizes xent DM_XENT_FUSED: the last line one op, LINEAR_XENT, that writes no
+ *               logits but each row's argmax id, exported as "predictions") */
 #include <stdio.h>
 #include <string.h>
 
@@ -141,10 +143,10 @@ dm_status dm_build_embeddings(dm_graph *g, const dm_layer_config *cfg, const dm_
 /* The head's tensors, in the order they are made. */
 typedef struct {
     int x, mpos, labels, w, bw, gam, bet, dec, bias;
-    int h, t_mm, t_b, t_act, t_ln, mu, rs, lg_mm, lg, loss, lse;
+    int h, t_mm, t_b, t_act, t_ln, mu, rs, lg_mm, lg, loss, lse, pred;
 } head_tensors;
 
-static void head_tensors_make(dm_graph *g, head_tensors *h, int *ok) {
+static void head_tensors_make(dm_graph *g, head_tensors *h, int fused, int *ok) {
     h->x = CK(T(g, "hidden_states", "bji", DM_ROLE_INPUT));
     h->mpos = CK(T(g, "masked_positions", "m", DM_ROLE_INPUT));
     h->labels = CK(T(g, "labels", "m", DM_ROLE_INPUT));
@@ -161,8 +163,12 @@ static void head_tensors_make(dm_graph *g, head_tensors *h, int *ok) {
     h->t_ln = CK(T(g, "transform_ln", "me", DM_ROLE_ACT));
     h->mu = CK(T(g, "transform_ln_mean", "m", DM_ROLE_ACT));
     h->rs = CK(T(g, "transform_ln_rstd", "m", DM_ROLE_ACT));
-    h->lg_mm = CK(T(g, "logits_mm", "mv", DM_ROLE_ACT));
-    h->lg = CK(T(g, "logits", "mv", DM_ROLE_ACT));
+    h->lg_mm = h->lg = h->pred = -1; /* fused: no logits; the argmax ids instead */
+    if (fused) h->pred = CK(T(g, "predictions", "m", DM_ROLE_OUTPUT));
+    else {
+        h->lg_mm = CK(T(g, "logits_mm", "mv", DM_ROLE_ACT));
+        h->lg = CK(T(g, "logits", "mv", DM_ROLE_ACT));
+    }
     h->loss = CK(T(g, "loss", "m", DM_ROLE_OUTPUT));
     h->lse = CK(T(g, "logsumexp", "m", DM_ROLE_OUTPUT));
 }
@@ -176,9 +182,18 @@ static void head_ops(dm_graph *g, const dm_layer_config *cfg, const dm_bert_size
     const int oa = CK(dm_gb_pw(g, DM_OP_ACT, "transform_act", h->t_mm, I, IN(h->t_b), 1, IN(h->t_act), 1));
     const int oln = CK(dm_gb_pw(g, DM_OP_LAYERNORM, "transform_layernorm", h->t_mm, I, IN(h->t_act, h->gam, h->bet),
                                 3, IN(h->t_ln, h->mu, h->rs), 3));
-    CK(dm_gb_mm(g, "decoder", "me,ve->mv", h->t_ln, h->dec, h->lg_mm, 1.0f));
-    CK(dm_gb_pw(g, DM_OP_BIAS_ADD, "decoder_bias", h->lg_mm, V, IN(h->lg_mm, h->bias), 2, IN(h->lg), 1));
-    CK(dm_gb_pw(g, DM_OP_XENT, "cross_entropy", h->lg_mm, V, IN(h->lg, h->labels), 2, IN(h->loss, h->lse), 2));
+    if (h->pred >= 0) { /* the decoder, its bias and the cross-entropy in one op (ops.def) */
+        dm_op op = {.kind = DM_OP_LINEAR_XENT, .nin = 4, .nout = 3, .rows = M, .cols = V, .nindex = I};
+        snprintf(op.name, sizeof op.name, "decoder_cross_entropy");
+        snprintf(op.spec, sizeof op.spec, "me,ve->mv");
+        memcpy(op.in, IN(h->t_ln, h->dec, h->bias, h->labels), 4 * sizeof(int));
+        memcpy(op.out, IN(h->loss, h->lse, h->pred), 3 * sizeof(int));
+        CK(dm_graph_op(g, &op));
+    } else {
+        CK(dm_gb_mm(g, "decoder", "me,ve->mv", h->t_ln, h->dec, h->lg_mm, 1.0f));
+        CK(dm_gb_pw(g, DM_OP_BIAS_ADD, "decoder_bias", h->lg_mm, V, IN(h->lg_mm, h->bias), 2, IN(h->lg), 1));
+        CK(dm_gb_pw(g, DM_OP_XENT, "cross_entropy", h->lg_mm, V, IN(h->lg, h->labels), 2, IN(h->loss, h->lse), 2));
+    }
     if (!*ok) return;
     g->op[oa].act = cfg->act;
     g->op[oln].eps = cfg->eps;
@@ -192,7 +207,7 @@ dm_status dm_build_mlm_head(dm_graph *g, const dm_layer_config *cfg, const dm_be
     D('b') = B, D('j') = J, D('i') = I, D('e') = I, D('v') = V, D('m') = M;
     int ok_ = 1;
     head_tensors h;
-    head_tensors_make(g, &h, &ok_);
+    head_tensors_make(g, &h, sz->xent == DM_XENT_FUSED, &ok_);
     if (ok_) head_ops(g, cfg, sz, &h, &ok_);
     if (!ok_) return dm_last_status();
     enc->nfwd_ops = g->nop;
@@ -204,7 +219,8 @@ dm_status dm_build_mlm_head(dm_graph *g, const dm_layer_config *cfg, const dm_be
     dm_gb_export(enc, "masked_positions", h.mpos, 1, M, 0, 0, 0);
     dm_gb_export(enc, "labels", h.labels, 1, M, 0, 0, 0);
     dm_gb_export(enc, "loss", h.loss, 1, M, 0, 0, 0);
-    dm_gb_export(enc, "logits", h.lg, 2, M, V, 0, 0);
+    if (h.lg >= 0) dm_gb_export(enc, "logits", h.lg, 2, M, V, 0, 0);
+    else dm_gb_export(enc, "predictions", h.pred, 1, M, 0, 0, 0);
     dm_gb_export(enc, "logsumexp", h.lse, 1, M, 0, 0, 0);
     dm_gb_export(enc, "cls.predictions.transform.dense.weight", h.w, 2, I, I, 0, 1);
     dm_gb_export(enc, "cls.predictions.transform.dense.bias", h.bw, 1, I, 0, 0, 1);

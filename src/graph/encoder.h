@@ -50,6 +50,10 @@ typedef struct {
     int64_t vocab, positions, types; /* the tables' rows: vocab_size, max_position_embeddings,
                                       * type_vocab_size */
     int64_t predictions;             /* MLM head: masked positions per batch it scores */
+    dm_xent_mode xent;               /* MLM head: DM_XENT_FUSED builds the decoder and the
+                                      * cross-entropy as one op (LINEAR_XENT); otherwise
+                                      * (AUTO: the model resolves it first) the GEMM, the
+                                      * bias add and XENT, the logits written whole */
 } dm_bert_sizes;
 dm_status dm_build_embeddings(dm_graph *g, const dm_layer_config *cfg, const dm_bert_sizes *sz, int forward_only,
                               dm_encoder *enc);

@@ -201,8 +201,16 @@ static double spec_volume(const dm_graph *g, const char *spec) {
     return v;
 }
 
+double dm_op_row_flop(const dm_op *op) {
+    if (op->kind != DM_OP_LINEAR_XENT && op->kind != DM_OP_LINEAR_XENT_BWD) return 0;
+    const double per = op->kind == DM_OP_LINEAR_XENT ? dm_op_kind_flop(DM_OP_XENT)
+                                                     : dm_op_kind_flop(DM_OP_XENT_BWD) + dm_op_kind_flop(DM_OP_COLSUM);
+    return per * (double)op->rows * (double)op->cols;
+}
+
 double dm_op_flop(const dm_graph *g, const dm_op *op) {
-    if (dm_op_kind_class(op->kind) == DM_CLASS_CONTRACTION) return dm_op_kind_flop(op->kind) * spec_volume(g, op->spec);
+    if (dm_op_kind_class(op->kind) == DM_CLASS_CONTRACTION)
+        return dm_op_kind_flop(op->kind) * spec_volume(g, op->spec) + dm_op_row_flop(op);
     return dm_op_kind_flop(op->kind) * (double)op->rows * (double)op->cols;
 }
 

@@ -91,6 +91,10 @@ int dm_graph_clone(dm_graph *g, int src);
 int dm_tensor_root(const dm_graph *g, int t);
 /* flop of one op, and bytes it reads and writes (fp32, each tensor once). */
 double dm_op_flop(const dm_graph *g, const dm_op *op);
+/* Of a contraction-class op's flop, the row work beside its GEMMs (the fused decoder and
+ * cross-entropy's: XENT's per logit forward, XENT_BWD's and a column sum's backward); 0
+ * for the others. */
+double dm_op_row_flop(const dm_op *op);
 /* Elements op moves of its operand (io 0: input, 1: output; slot): the tensor's, but
  * rows x cols of an indexed (T) table: a gather reads the rows it selects, not the table. */
 double dm_op_moves(const dm_graph *g, const dm_op *op, int io, int slot);

@@ -49,6 +49,10 @@ int dm_op_pointwise(dm_op_kind k) { return row_of(k) ? k_ops[k].pointwise : 0; }
 unsigned dm_op_params(dm_op_kind k) { return row_of(k) ? k_ops[k].params : 0; }
 unsigned dm_op_keeps(dm_op_kind k) { return row_of(k) ? k_ops[k].keeps : 0; }
 
+int dm_op_alone(dm_op_kind k) {
+    return row_of(k) && k_ops[k].cls == DM_CLASS_CONTRACTION && k != DM_OP_CONTRACT;
+}
+
 int dm_op_indexed(dm_op_kind k) {
     return row_of(k) && (strchr(k_ops[k].in, 'T') != NULL || strchr(k_ops[k].out, 'X') != NULL);
 }
@@ -63,4 +67,16 @@ int64_t dm_index_count_bad(const float *idx, int64_t m, int64_t n) {
     int64_t bad = 0;
     for (int64_t e = 0; e < m; e++) bad += dm_index_row(idx[e], n) < 0;
     return bad;
+}
+
+const char *dm_xent_mode_name(dm_xent_mode x) {
+    return x == DM_XENT_FUSED ? "on" : x == DM_XENT_UNFUSED ? "off" : x == DM_XENT_AUTO ? "auto" : "?";
+}
+
+int dm_xent_mode_parse(const char *s) {
+    if (!s) return -1;
+    if (!strcmp(s, "auto")) return DM_XENT_AUTO;
+    if (!strcmp(s, "on") || !strcmp(s, "fused")) return DM_XENT_FUSED;
+    if (!strcmp(s, "off") || !strcmp(s, "unfused")) return DM_XENT_UNFUSED;
+    return -1;
 }

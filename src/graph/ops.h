@@ -69,6 +69,10 @@ int dm_op_indexed(dm_op_kind k);
 /* The input slot whose values index the rows of the op's T input or X output (its first
  * S input), or -1 for a kind without one. */
 int dm_op_index_slot(dm_op_kind k);
+/* 1 for a kind that runs as a group of its own with every operand a whole tensor in
+ * memory, through a kernel of its own: a contraction-class kind other than CONTRACT (the
+ * fused decoder and cross-entropy, LINEAR_XENT and its backward). */
+int dm_op_alone(dm_op_kind k);
 /* DM_OPP_* bits: the fields of dm_op the kind reads. */
 unsigned dm_op_params(dm_op_kind k);
 /* DM_KEEP_IN / DM_KEEP_OUT bits: what its gradient rule reads of the forward op (0 for

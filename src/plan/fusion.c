@@ -67,8 +67,10 @@ static int is_colreduce_out(const dm_op *o, int slot) {
 }
 
 /* Does op o write a table by index (an X output: EMBED_BWD)? Such an op is a group of its
- * own: its output rows are not its rows. */
+ * own: its output rows are not its rows. So is a kind with a kernel of its own over whole
+ * tensors (dm_op_alone: the fused decoder and cross-entropy). */
 static int scatters(const dm_op *o) {
+    if (dm_op_alone(o->kind)) return 1;
     for (int s = 0; s < o->nout; s++)
         if (dm_arg_out(o->kind, s) == DM_ARG_SCATTER) return 1;
     return 0;
@@ -314,7 +316,8 @@ static int batch_members_ok(const fuse_ctx *c, int G, int H, const char *bl, int
             char qb[4];
             okm = batch_letters(c->g, qo, qb, &qnb) && qnb == nb && !strcmp(qb, bl);
         } else {
-            okm = qo->rows % nb == 0 && !dm_op_reduces_cols(qo->kind) && !dm_op_indexed(qo->kind);
+            okm = qo->rows % nb == 0 && !dm_op_reduces_cols(qo->kind) && !dm_op_indexed(qo->kind) &&
+                  !dm_op_alone(qo->kind);
         }
     }
     return okm;
@@ -533,7 +536,8 @@ static void emit_group(const fuse_ctx *c, dm_plan *plan, int step, int G, int *p
         dm_op_class cl = dm_op_kind_class(g->op[o].kind);
         if (cl == DM_CLASS_CONTRACTION) gr->cls = cl;
         else if (cl == DM_CLASS_NORMALIZATION && gr->cls != DM_CLASS_CONTRACTION) gr->cls = cl;
-        if (g->op[o].kind != DM_OP_CONTRACT && g->op[o].cols > plan->max_cols) plan->max_cols = (int)g->op[o].cols;
+        if (dm_op_kind_class(g->op[o].kind) != DM_CLASS_CONTRACTION && g->op[o].cols > plan->max_cols)
+            plan->max_cols = (int)g->op[o].cols;
     }
     gr->nbatch = c->gnb[G] > 1 ? c->gnb[G] : 0;
     memcpy(gr->batch, c->gbatch[G], 4);

@@ -55,7 +55,7 @@ static void plan_in_place(const dm_plan *plan, const int64_t *first, const int64
         const dm_group *gr = &plan->groups[G];
         int rowgroup = gr->nbatch <= 1;
         for (int k = 0; k < gr->nops && rowgroup; k++)
-            rowgroup = g->op[plan->order[gr->first + k]].kind != DM_OP_CONTRACT;
+            rowgroup = dm_op_kind_class(g->op[plan->order[gr->first + k]].kind) != DM_CLASS_CONTRACTION;
         if (!rowgroup) continue;
         for (int k = 0; k < gr->nops; k++) {
             const dm_op *op = &g->op[plan->order[gr->first + k]];
@@ -147,7 +147,7 @@ dm_status dm_plan_memory(dm_plan *plan, int no_reuse) {
         const dm_group *gr = &plan->groups[G];
         for (int k = 0; k < gr->nops; k++) {
             const dm_op *op = &g->op[plan->order[gr->first + k]];
-            int contr = op->kind == DM_OP_CONTRACT;
+            int contr = op->kind == DM_OP_CONTRACT || dm_op_alone(op->kind); /* its outputs: in memory */
             for (int s = 0; s < op->nout; s++) {
                 int r = dm_tensor_root(g, op->out[s]);
                 if (first[r] > G) first[r] = G;

@@ -39,8 +39,11 @@ dm_status dm_model_new(dm_model **out, const dm_model_config *c, const dm_layer_
         s = dm_layer_new_pooled(&m->enc[l], &c->layer, &o, m->pool);
         if (s != DM_OK) dm_fail_context(s, "layer %d of %d: ", l, c->layers);
     }
+    /* auto: the unfused head (the faster on the CPU as measured, dmove.h; the only one the
+     * CUDA backend has) */
+    if (m->c.sizes.xent == DM_XENT_AUTO) m->c.sizes.xent = DM_XENT_UNFUSED;
     if (s == DM_OK && c->head == DM_MODEL_HEAD_MLM)
-        s = dm_layer_new_segment(&m->head, &c->layer, &o, DM_SEG_MLM_HEAD, &c->sizes, m->pool);
+        s = dm_layer_new_segment(&m->head, &c->layer, &o, DM_SEG_MLM_HEAD, &m->c.sizes, m->pool);
     else if (s == DM_OK && c->head != DM_MODEL_HEAD_NONE)
         s = dm_fail(DM_ERR_INVALID_ARG, "model head kind %d: not a head dmove knows", (int)c->head);
     /* the segments' passes are chained in the backend: waits once per pass */
@@ -214,14 +217,21 @@ static dm_status down(const dm_model *m, dm_layer *L, const char *name, float **
     return m->bk->download(L->st, dm_layer_tensor_id(L, name), *p);
 }
 
-/* Argmax hits over the scored rows, from the logits (ties: the lowest id, as torch.argmax). */
+/* Argmax hits over the scored rows, from the logits (ties: the lowest id, as torch.argmax);
+ * the fused head gives the argmax ids themselves. */
 static dm_status count_correct(dm_model *m, int64_t *correct) {
     float *lg, *lab;
     int64_t n;
-    DM_TRY(down(m, m->head, "logits", &lg, &n));
     DM_TRY(dm_layer_tensor(m->head, "labels", &lab, NULL, NULL));
-    const int64_t V = m->c.sizes.vocab;
     int64_t hits = 0;
+    if (m->c.sizes.xent == DM_XENT_FUSED) {
+        DM_TRY(down(m, m->head, "predictions", &lg, &n));
+        for (int64_t r = 0; r < m->counted; r++) hits += lg[r] == lab[r];
+        *correct = hits;
+        return DM_OK;
+    }
+    DM_TRY(down(m, m->head, "logits", &lg, &n));
+    const int64_t V = m->c.sizes.vocab;
 #pragma omp parallel for reduction(+ : hits) schedule(static)
     for (int64_t r = 0; r < m->counted; r++) {
         const float *row = lg + r * V;
@@ -384,7 +394,7 @@ dm_status dm_trainer_new_bert(dm_trainer **out, const dm_layer_config *cfg, int 
     DM_TRY(dm_optim_config_check(&a));
     dm_model_config mc = {.layer = *cfg, .layers = layers, .head = DM_MODEL_HEAD_MLM, .pad_id = bert->pad_id};
     mc.sizes = (dm_bert_sizes){.vocab = bert->vocab, .positions = bert->positions, .types = bert->types,
-                               .predictions = bert->predictions};
+                               .predictions = bert->predictions, .xent = bert->xent};
     if (!mc.sizes.predictions) mc.sizes.predictions = (cfg->batch * cfg->seq + 4) / 5;
     dm_trainer *T = calloc(1, sizeof *T);
     if (!T) return dm_fail(DM_ERR_OOM, "out of memory");
