@@ -454,7 +454,12 @@ static int load_inputs(dm_layer *layer, const dm_tensor_file *f, int64_t b, int6
         if (load(layer, f, pn, pn)) return -1;
     }
     if (load(layer, f, "hidden_states", "hidden_states")) return -1;
-    if (dm_tensor_file_find(f, "attention_mask") >= 0) {
+    const int mi = dm_tensor_file_find(f, "attention_mask");
+    if (mi >= 0) {
+        dm_tensor_info mt;
+        if (dm_tensor_file_info(f, mi, &mt) == DM_OK && mt.dtype == DM_FILE_BOOL)
+            fprintf(stderr, "dmove layer: note: attention_mask is BOOL, read as True = a token, False = padding "
+                            "(Hugging Face's convention; PyTorch's key_padding_mask is the opposite)\n");
         if (load(layer, f, "attention_mask", "attention_mask") || check_mask(layer, b, j)) return -1;
     } else if (fill(layer, "attention_mask", 1.0f)) {
         return -1;
