@@ -217,11 +217,17 @@ $(BUILD)/tests/test_tools: TEST_LDLIBS += -Wl,--wrap=malloc,--wrap=calloc,--wrap
 run: $(BUILD)/dmove
 	$(BUILD)/dmove bench
 
+# Each test's output is kept in $(BUILD)/test-logs/ as well; the suite ends with what it
+# skipped and why (the SKIP lines: no AVX-512, no GPU, a backend not built).
 test: $(BUILD)/dmove $(TEST_BIN)
 	@sh tests/check_layers.sh && sh tests/check_funcs.sh
-	@set -e; for t in $(TEST_BIN); do echo "== $$t"; OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $$t; done
-	@set -e; for s in tests/test_*.sh; do [ -e "$$s" ] || continue; echo "== $$s"; DMOVE=$(BUILD)/dmove sh $$s; done
+	@rm -rf $(BUILD)/test-logs && mkdir -p $(BUILD)/test-logs
+	@set -e; for t in $(TEST_BIN); do echo "== $$t"; l=$(BUILD)/test-logs/$$(basename $$t).log; \
+	  OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $$t >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; [ $$rc = 0 ]; done
+	@set -e; for s in tests/test_*.sh; do [ -e "$$s" ] || continue; echo "== $$s"; l=$(BUILD)/test-logs/$$(basename $$s).log; \
+	  DMOVE=$(BUILD)/dmove sh $$s >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; [ $$rc = 0 ]; done
 	@$(MAKE) --no-print-directory test-asan
+	@sh tests/skips.sh $(BUILD)/test-logs
 	@echo "all tests passed"
 
 # Parsers, the CLI's error paths, the contraction kernels (dmove's own GEMM; ASan does not

@@ -67,9 +67,9 @@ static void test_adamw_torch(const dm_st_file *f) {
             double ep = rel_err(a[0], a[4], n), em = rel_err(a[2], a[5], n), ev = rel_err(a[3], a[6], n);
             printf("AdamW vs torch.optim.AdamW (%s, step 3): rel.err p %.2e  exp_avg %.2e  exp_avg_sq %.2e\n", tags[k],
                    ep, em, ev);
-            CHECK(ep < 1e-6);
-            CHECK(em < 1e-6);
-            CHECK(ev < 1e-6);
+            CHECK(ep < 3e-7); /* measured <= 3e-8 */
+            CHECK(em < 3e-7); /* measured <= 3e-8 */
+            CHECK(ev < 3e-7); /* measured <= 3e-8 */
         }
         for (int q = 0; q < 7; q++) free(a[q]);
     }
@@ -257,7 +257,7 @@ static void test_no_input_grad(void) {
             double e = rel_err(gb, ga, (size_t)(nd == 1 ? sh[0] : sh[0] * sh[1]));
             worst = worst_of(worst, e);
         }
-        CHECK(worst < 1e-6);
+        CHECK(worst == 0.0); /* bit-identical: the same groups compute the parameter gradients */
         double fa[2][DM_NUM_CLASSES], fb[2][DM_NUM_CLASSES];
         dm_layer_flop(A, fa);
         dm_layer_flop(B, fb);
