@@ -9,6 +9,7 @@
 
 #include "core/safetensors.h"
 #include "dmove.h"
+#include "graph/encoder.h"
 #include "testutil.h"
 
 static int run_case(const char *path) {
@@ -37,6 +38,18 @@ static int run_case(const char *path) {
     printf("%s: b=%lld j=%lld i=%lld h=%lld u=%lld p=%g act=%s %s-LN%s\n", path, (long long)cfg.batch,
            (long long)cfg.seq, (long long)cfg.hidden, (long long)cfg.heads, (long long)cfg.ffn,
            cfg.dropout, dm_act_name(cfg.act), dm_norm_name(cfg.norm), cfg.causal ? " causal" : "");
+    /* the file has all 18 expected tensors: output, grad_hidden_states and the 16
+     * parameters' gradients (a reference missing one would check less, silently) */
+    int expected = 0, present = 0;
+    for (int k = -2; k < DM_NUM_PARAMS; k++) {
+        char name[128];
+        snprintf(name, sizeof name, "expected.%s%s", k == -2 ? "output" : k == -1 ? "grad_hidden_states"
+                 : dm_param_names[k], k >= 0 ? ".grad" : "");
+        expected++;
+        present += dm_st_find(f, name) != NULL;
+        if (!dm_st_find(f, name)) printf("  %s: no %s in the reference\n", path, name);
+    }
+    CHECK(expected == 18 && present == 18);
     /* fused, unfused, and fused with attention recomputed in the backward pass */
     for (int run = 0; run < 3; run++) {
         const int sched = run == 1;
