@@ -25,7 +25,7 @@ enum { FMT_TEXT = 0, FMT_TSV, FMT_NPY, FMT_SAFETENSORS };
 
 typedef struct {
     const char *model, *tokenizer, *out;
-    int pooling, normalize, format, threads, quiet, layers_from;
+    int pooling, normalize, format, threads, quiet, layers_from, lowercase, cased;
     int64_t max_length, batch;
 } embed_opts;
 
@@ -45,7 +45,11 @@ static const cli_option k_options[] = {
              "and model.safetensors (BertModel, BertForMaskedLM, a\n"
              "sentence-transformers model: its encoder; a head is ignored)"},
     {.kind = CLI_PATH, .name = "--tokenizer", .arg = "FILE", O(tokenizer),
-     .help = "its tokenizer.json (default: DIR/tokenizer.json)"},
+     .help = "its tokenizer.json (default: DIR/tokenizer.json), or a\n"
+             "vocab.txt with --lowercase or --cased"},
+    {.kind = CLI_FLAG, .name = "--lowercase", O(lowercase), .lo = 1, .left = "--lowercase, --cased",
+     .help = "how a vocab.txt normalizes, as for dmove tokenize"},
+    {.kind = CLI_FLAG, .name = "--cased", O(cased), .lo = 1},
     {.kind = CLI_CHOICE, .name = "--pooling", .arg = "P", O(pooling), .choices = k_poolings,
      .msg = "--pooling: unknown pooling '%s' (known: mean, cls)",
      .help = "mean: the mean of the last layer's vectors over the line's\n"
@@ -61,8 +65,8 @@ static const cli_option k_options[] = {
     {.kind = CLI_I64, .name = "--batch", .arg = "N", O(batch), .lo = 1, .hi = 65536,
      .help = "lines run together (default {})"},
     {.kind = CLI_INT, .name = "--layers-from", .arg = "N", O(layers_from), .lo = 0, .hi = 4095,
-     .help = "skip the model's first N layers' (default {}): an embedding\n"
-             "from the embeddings and the upper layers, as dmove train's"},
+     .help = "the embeddings, then the model's layers N, N+1, ... to the\n"
+             "last (default {}: all of them)"},
     {.kind = CLI_STR, .name = "--out", .arg = "FILE", O(out),
      .help = "write the embeddings to FILE, atomically (default: standard\n"
              "output; safetensors needs a file)"},
@@ -228,7 +232,7 @@ static int open_model(embed_run *r) {
                  slash ? "/" : "");
         o->tokenizer = tpath;
     }
-    int rc = cli_open_tokenizer(CMD, o->tokenizer, 0, 0, &r->tok);
+    int rc = cli_open_tokenizer(CMD, o->tokenizer, o->lowercase, o->cased, &r->tok);
     o->tokenizer = NULL; /* tpath is local */
     if (rc != CLI_OK) return rc;
     if (dm_tokenizer_vocab_size(r->tok) > hc.vocab_size) {
