@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -336,6 +337,12 @@ static int run_batch(embed_run *r, size_t a, size_t cnt, int64_t len, int32_t *i
 
 static int run_all(embed_run *r) {
     const int64_t B = r->o.batch, I = r->cfg.hidden, J = r->o.max_length;
+    /* the largest buffers: the embeddings and their text (18 bytes a number at most) */
+    if (r->n > SIZE_MAX / 32 / (size_t)I || (size_t)(B * J) > SIZE_MAX / 8) {
+        cli_error(CMD, "%zu lines of %" PRId64 " numbers, or %" PRId64 " x %" PRId64 " tokens a batch: too large", r->n,
+                  I, B, J);
+        return CLI_FAIL;
+    }
     r->emb = malloc((r->n ? r->n : 1) * (size_t)I * sizeof(float));
     int32_t *ids = malloc((size_t)(B * J) * sizeof *ids);
     float *mask = malloc((size_t)(B * J) * sizeof *mask), *pooled = malloc((size_t)(B * I) * sizeof *pooled);

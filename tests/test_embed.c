@@ -7,12 +7,14 @@
  * the head left and noted; a checkpoint exported equals the trainer's export byte for
  * byte; bad input refused with nothing changed. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/safetensors.h"
 #include "dmove.h"
 #include "dmove_tools.h"
 #include "testutil.h"
@@ -250,6 +252,37 @@ static const char *without_layer1_key(const char *name, char *buf) {
     return strcmp(name, "bert.encoder.layer.1.attention.self.key.bias") ? name : NULL;
 }
 
+/* The export again with every tensor in f64 (each value exact), the word table in bf16
+ * (rounded: 8 bits of mantissa). */
+static void write_f64_bf16(const char *out) {
+    char in[300];
+    snprintf(in, sizeof in, "%s/model.safetensors", g_dir);
+    dm_st_file *f = NULL;
+    dm_st_writer *w = NULL;
+    CHECK_OK(dm_st_read(in, &f));
+    CHECK_OK(dm_st_writer_new(&w));
+    for (int k = 0; f && w && k < dm_st_count(f); k++) {
+        const dm_st_tensor *t = dm_st_get(f, k);
+        size_t n = 1;
+        for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+        float *p = malloc(n * sizeof *p);
+        double *q = malloc(n * sizeof *q);
+        uint16_t *h = malloc(n * sizeof *h);
+        CHECK_OK(dm_st_to_f32(t, p, n));
+        for (size_t e = 0; e < n; e++) {
+            uint32_t u;
+            memcpy(&u, &p[e], 4);
+            q[e] = p[e], h[e] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* round to nearest even */
+        }
+        const int bf = strstr(t->name, "word_embeddings") != NULL;
+        CHECK_OK(dm_st_writer_add(w, t->name, bf ? DM_ST_BF16 : DM_ST_F64, t->ndim, t->shape, bf ? (void *)h : (void *)q));
+        free(p), free(q), free(h);
+    }
+    CHECK_OK(dm_st_writer_write(w, out));
+    dm_st_writer_free(w);
+    dm_st_free(f);
+}
+
 /* Every parameter of T equal to the exported trainer's (the head's only if `head`). */
 static double param_diff(dm_trainer *T, dm_trainer *ref, int first, int head) {
     double w = 0;
@@ -298,6 +331,23 @@ static void test_trainer_loads(dm_trainer *ref) {
     rewrite(path, as_st);
     CHECK_OK(dm_trainer_load_params(T, path));
     CHECK(param_diff(T, ref, 0, 0) == 0.0);
+    /* f64 and bf16 tensors: converted (f64 exactly, bf16 to its 8-bit mantissa) */
+    CHECK_OK(dm_trainer_init_params(T, 7));
+    snprintf(path, sizeof path, "%s/f64.safetensors", g_dir);
+    write_f64_bf16(path);
+    CHECK_OK(dm_trainer_load_params(T, path));
+    {
+        float *a = NULL, *b = NULL;
+        CHECK_OK(dm_trainer_tensor(T, "bert.encoder.layer.1.output.dense.weight", &a, NULL, NULL));
+        CHECK_OK(dm_trainer_tensor(ref, "bert.encoder.layer.1.output.dense.weight", &b, NULL, NULL));
+        CHECK(a && b && max_diff(a, b, (size_t)I * 32) == 0.0);
+        CHECK_OK(dm_trainer_tensor(T, "bert.embeddings.word_embeddings.weight", &a, NULL, NULL));
+        CHECK_OK(dm_trainer_tensor(ref, "bert.embeddings.word_embeddings.weight", &b, NULL, NULL));
+        double rel = 0;
+        for (int k = 0; a && b && k < V * I; k++) rel = fmax(rel, fabs(a[k] - b[k]) / (fabs(b[k]) + 1e-30));
+        printf("  f64 tensors exact, the bf16 word table within %.2e relative\n", rel);
+        CHECK(a && b && rel <= 1.0 / 256 && rel > 0);
+    }
     /* a missing encoder tensor: refused naming it, nothing changed */
     float *wq, wq0;
     CHECK_OK(dm_trainer_tensor(T, "bert.encoder.layer.0.attention.self.query.weight", &wq, NULL, NULL));
