@@ -448,9 +448,10 @@ static dm_status meta_model(const char v[M_N][META_LEN], dm_layer_config *c, int
     int used = 0;
     if (sscanf(v[M_MODEL], "bert vocab=%lld positions=%lld types=%lld predictions=%lld pad=%lld%n", &z[0], &z[1],
                &z[2], &z[3], &z[4], &used) != 5 || v[M_MODEL][used])
-        return dm_fail(DM_ERR_UNSUPPORTED, "the checkpoint's model is '%s': export writes a whole BERT, and this is "
-                       "a checkpoint of %s", v[M_MODEL], strcmp(v[M_MODEL], "-") ? "an unknown model" :
-                       "a stack of layers (`dmove train`; its tensors are under BertEncoder's names already)");
+        return dm_fail(DM_ERR_UNSUPPORTED, "the checkpoint's model is '%s': export writes a whole BertForMaskedLM, "
+                       "and this is a checkpoint of %s", v[M_MODEL], !strcmp(v[M_MODEL], "-") ?
+                       "a stack of layers (`dmove train`; its tensors are under BertEncoder's names already)" :
+                       strncmp(v[M_MODEL], "bert ", 5) ? "an unknown model" : "a BERT with another head");
     *bm = (dm_bert_model){.vocab = z[0], .positions = z[1], .types = z[2], .pad_id = z[4], .predictions = 1};
     return dm_layer_config_check(c);
 }
