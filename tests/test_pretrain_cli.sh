@@ -59,6 +59,13 @@ done
 echo "ok   export: model.safetensors and config.json byte-identical to pretrain --export's"
 bad "export of a non-checkpoint" 1 "not a dmove checkpoint" export --checkpoint exported/model.safetensors --out x
 bad "export without --out" 2 "are required" export --checkpoint six.ckpt
+good "a stack's checkpoint" train --layers 1 --hidden 32 --heads 2 --ffn 64 --seq 8 --batch 2 --steps 1 --save stack.ckpt
+bad "export of a stack's checkpoint" 1 "a checkpoint of a stack of layers" export --checkpoint stack.ckpt --out x
+cp six.ckpt edited.ckpt
+printf 'X' | dd of=edited.ckpt bs=1 seek=$(($(wc -c <six.ckpt) - 100)) conv=notrunc 2>/dev/null
+bad "export of an edited checkpoint" 1 "checksum mismatch" export --checkpoint edited.ckpt --out x
+cases=$((cases + 1))
+[ ! -e x ] || fail "a refused export left x behind"
 # --init: the whole BertForMaskedLM trained above goes on from where it was (its first
 # loss far below a new model's), its sizes from its config.json
 good "pretrain --init" pretrain --data data --tokenizer vocab.txt --lowercase --init trained --seq 32 --batch 8 \
