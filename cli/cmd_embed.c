@@ -1,8 +1,9 @@
 /* cmd_embed.c: `dmove embed`: sentence embeddings of a Hugging Face BERT (a model directory:
  * config.json, model.safetensors, tokenizer.json), one per input line, in input order.
  * The lines are tokenized on all cores, sorted by length and run in length buckets
- * (powers of two up to --max-length, a model for each bucket used, the weights loaded once
- * and copied), so that a short line does not pay for a long one's padding. */
+ * (powers of two up to --max-length, a model for each bucket, the weights loaded once and
+ * copied from one bucket's model to the next), so that a short line does not pay for a
+ * long one's padding. */
 #include <errno.h>
 #include <inttypes.h>
 #include <omp.h>
@@ -19,7 +20,6 @@
 static const char *const CMD = "embed";
 
 #define MAX_INPUT_BYTES ((size_t)4 << 30)
-#define MAX_BUCKETS 32
 #define MIN_BUCKET 8
 
 enum { FMT_TEXT = 0, FMT_TSV, FMT_NPY, FMT_SAFETENSORS };
@@ -135,10 +135,8 @@ typedef struct {
     dm_ids *ids;
     size_t *order;   /* line indices by length */
     float *emb;      /* n * hidden, in input order */
-    dm_embedder *bucket[MAX_BUCKETS];
-    int64_t blen[MAX_BUCKETS];
-    int nb;
-    dm_embedder *loaded; /* the first made: the others copy its weights */
+    dm_embedder *cur;    /* the model of the bucket under way */
+    int64_t cur_len;     /* its length */
 } embed_run;
 
 /* The whole input into r->text, split into lines (without "\n" and a "\r" before it). */
@@ -280,17 +278,14 @@ static int tokenize(embed_run *r) {
     return CLI_OK;
 }
 
-/* The model for bucket length len: made when first used, the weights loaded into the
- * first, copied into the others. */
+/* The model for bucket length len. The lines come sorted by length, so each bucket is
+ * used once, in order: its model is made when the bucket starts, from the weights loaded
+ * into the first one or copied from the one before, which is then freed (two models at
+ * most at a time). */
 static int bucket_model(embed_run *r, int64_t len, dm_embedder **out) {
-    for (int b = 0; b < r->nb; b++)
-        if (r->blen[b] == len) {
-            *out = r->bucket[b];
-            return CLI_OK;
-        }
-    if (r->nb == MAX_BUCKETS) {
-        cli_error(CMD, "internal: too many buckets");
-        return CLI_FAIL;
+    if (r->cur && r->cur_len == len) {
+        *out = r->cur;
+        return CLI_OK;
     }
     dm_layer_config c = r->cfg;
     c.batch = r->o.batch;
@@ -298,14 +293,11 @@ static int bucket_model(embed_run *r, int64_t len, dm_embedder **out) {
     dm_layer_options lo = {.threads = r->o.threads};
     dm_embedder *e = NULL;
     if (dm_embedder_new(&e, &c, r->layers, &r->bm, &lo) != DM_OK) return fail_dm("");
-    r->bucket[r->nb] = e;
-    r->blen[r->nb++] = len;
-    if (!r->loaded) {
-        if (dm_embedder_load(e, r->weights, r->o.layers_from) != DM_OK) return fail_dm("--model: ");
-        r->loaded = e;
-    } else if (dm_embedder_copy_params(e, r->loaded) != DM_OK) {
-        return fail_dm("");
-    }
+    const dm_status s = r->cur ? dm_embedder_copy_params(e, r->cur) : dm_embedder_load(e, r->weights, r->o.layers_from);
+    dm_embedder_free(r->cur);
+    r->cur = e;
+    r->cur_len = len;
+    if (s != DM_OK) return fail_dm("--model: ");
     *out = e;
     return CLI_OK;
 }
@@ -448,7 +440,7 @@ static int write_st(const embed_run *r) {
 }
 
 static void run_free(embed_run *r) {
-    for (int b = 0; b < r->nb; b++) dm_embedder_free(r->bucket[b]);
+    dm_embedder_free(r->cur);
     for (size_t k = 0; r->ids && k < r->n; k++) dm_ids_free(&r->ids[k]);
     dm_tokenizer_free(r->tok);
     free(r->ids);
