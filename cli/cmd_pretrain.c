@@ -21,8 +21,8 @@ static const char *const CMD = "pretrain";
     } while (0)
 
 typedef struct {
-    const char *data, *tokenizer, *config, *svg, *save, *resume, *export_dir;
-    int lowercase, cased, layers, layers_set, json, pairs, prefetch, positions_set, types_set, xent;
+    const char *data, *tokenizer, *config, *svg, *save, *resume, *export_dir, *init;
+    int lowercase, cased, layers, layers_set, json, pairs, prefetch, positions_set, types_set, xent, layers_from;
     int64_t steps, eval_every, eval_batches, log_every, positions, types, predictions, save_every, until;
     double mask_prob;
     cli_optim opt;
@@ -61,6 +61,16 @@ static const cli_option k_options[] = {
     {.kind = CLI_PATH, .name = "--config", .arg = "FILE", O(config),
      .help = "a Hugging Face config.json: the model's sizes from it (its\n"
              "vocabulary must be the tokenizer's); else the options below"},
+    {.kind = CLI_PATH, .name = "--init", .arg = "PATH", O(init),
+     .help = "start from a pretrained BERT: a Hugging Face model directory\n"
+             "(config.json, model.safetensors) or its model.safetensors\n"
+             "(config.json beside it): the sizes from its config, every\n"
+             "parameter from the file (bert.*, none, 0.auto_model. or\n"
+             "model. prefixes); an MLM head it lacks (a BertModel) starts\n"
+             "at BERT's initialisation, and is listed"},
+    {.kind = CLI_INT, .name = "--layers-from", .arg = "N", O(layers_from), .lo = 0, .hi = 4095,
+     .help = "with --init: the encoder takes the model's layers N, N+1, ...\n"
+             "(default {}; --layers of them, default all the rest)"},
     {.kind = CLI_INT, .name = "--layers", .arg = "L", O(layers), .set = offsetof(pretrain_opts, layers_set) + 1,
      .lo = 1, .hi = 256, .help = "encoder layers (default {}; BERT-base 12)"},
     {.kind = CLI_I64, .name = "--positions", .arg = "P", O(positions), .set = offsetof(pretrain_opts, positions_set) + 1,
@@ -157,6 +167,7 @@ typedef struct {
     dm_batch vb;           /* a held-out batch */
     dm_trainer *T;
     dm_bert_model bm;
+    char init_config[4096]; /* --init's config.json */
     float *maskf;          /* the batch's attention mask as floats */
     double *losses, *accs;  /* per step of this run: training loss, masked-token accuracy */
     int64_t *eval_steps;    /* the held-out evaluations: steps, */
@@ -167,21 +178,31 @@ typedef struct {
     int evaluated;         /* an evaluation ran */
 } pretrain_run;
 
-/* --config: the sizes of a Hugging Face config, an option that contradicts it refused. */
+/* --config (or --init's config.json): the sizes of a Hugging Face config, an option that contradicts it refused. */
 static int apply_config(pretrain_run *r) {
     pretrain_opts *o = &r->o;
+    const char *opt = o->init ? "--init" : "--config";
     dm_hf_config hc;
-    if (dm_hf_config_read(o->config, &hc) != DM_OK) return fail_dm("--config: ");
-    if (hc.vocab_size != r->vocab.vocab_size) {
-        cli_error(CMD, "--config: vocab_size %" PRId64 ", but the tokenizer has %d tokens: use the tokenizer the "
-                  "model was made for", hc.vocab_size, r->vocab.vocab_size);
+    if (dm_hf_config_read(o->config, &hc) != DM_OK) {
+        cli_error(CMD, "%s: %s", opt, dm_last_error());
         return CLI_FAIL;
     }
-    int rc = cli_config_from_hf(&o->c, CMD, "--config", o->config, &hc);
+    if (hc.vocab_size != r->vocab.vocab_size) {
+        cli_error(CMD, "%s: vocab_size %" PRId64 ", but the tokenizer has %d tokens: use the tokenizer the "
+                  "model was made for", opt, hc.vocab_size, r->vocab.vocab_size);
+        return CLI_FAIL;
+    }
+    int rc = cli_config_from_hf(&o->c, CMD, opt, o->config, &hc);
     if (rc) return rc;
-    if (o->layers_set && o->layers != hc.num_hidden_layers) {
-        cli_usage_error(CMD, "--layers %d contradicts %s (num_hidden_layers %" PRId64 ")", o->layers, o->config,
-                        hc.num_hidden_layers);
+    if (o->layers_from >= hc.num_hidden_layers) {
+        cli_usage_error(CMD, "--layers-from %d: the model has layers 0 to %" PRId64, o->layers_from,
+                        hc.num_hidden_layers - 1);
+        return CLI_USAGE;
+    }
+    if (o->layers_set && (o->init ? o->layers_from + o->layers > hc.num_hidden_layers
+                                  : o->layers != hc.num_hidden_layers)) {
+        cli_usage_error(CMD, "--layers %d%s contradicts %s (num_hidden_layers %" PRId64 ")", o->layers,
+                        o->layers_from ? " from --layers-from" : "", o->config, hc.num_hidden_layers);
         return CLI_USAGE;
     }
     if ((o->positions_set && o->positions != hc.max_position_embeddings) ||
@@ -192,13 +213,34 @@ static int apply_config(pretrain_run *r) {
         return CLI_USAGE;
     }
     if (hc.pad_token_id != r->vocab.special.pad) {
-        cli_error(CMD, "--config: pad_token_id %" PRId64 ", but the tokenizer's [PAD] is %d: use the tokenizer the "
-                  "model was made for", hc.pad_token_id, r->vocab.special.pad);
+        cli_error(CMD, "%s: pad_token_id %" PRId64 ", but the tokenizer's [PAD] is %d: use the tokenizer the "
+                  "model was made for", opt, hc.pad_token_id, r->vocab.special.pad);
         return CLI_FAIL;
     }
-    o->layers = (int)hc.num_hidden_layers;
+    if (!o->layers_set) o->layers = (int)(hc.num_hidden_layers - o->layers_from);
     o->positions = hc.max_position_embeddings;
     o->types = hc.type_vocab_size;
+    return 0;
+}
+
+/* --init: its config.json gives the sizes (as --config would); the weights come after the
+ * trainer is made. */
+static int init_files(pretrain_run *r) {
+    pretrain_opts *o = &r->o;
+    if (o->config || o->resume) {
+        cli_usage_error(CMD, "--init with %s: %s", o->config ? "--config" : "--resume",
+                        o->config ? "the model's own config.json gives the sizes" :
+                        "both give the starting parameters (a checkpoint resumes its run)");
+        return CLI_USAGE;
+    }
+    char weights[4096];
+    if (dm_hf_model_files(o->init, weights, sizeof weights, r->init_config, sizeof r->init_config) != DM_OK)
+        return fail_dm("--init: ");
+    if (!r->init_config[0]) {
+        cli_error(CMD, "--init %s: no config.json beside the weights: the model's sizes are read from it", o->init);
+        return CLI_FAIL;
+    }
+    o->config = r->init_config;
     return 0;
 }
 
@@ -273,19 +315,25 @@ static int setup(pretrain_run *r) {
         cli_usage_error(CMD, "--data DIR and --tokenizer FILE are required");
         return CLI_USAGE;
     }
-    const cli_path reads[4] = {{.opt = "--data", .path = o->data, .dir = 1},
+    const cli_path reads[5] = {{.opt = "--data", .path = o->data, .dir = 1},
                                {.opt = "--tokenizer", .path = o->tokenizer},
                                {.opt = "--config", .path = o->config},
-                               {.opt = "--resume", .path = o->resume, .same_ok = "--save"}};
+                               {.opt = "--resume", .path = o->resume, .same_ok = "--save"},
+                               {.opt = "--init", .path = o->init, .dir = 1}};
     const cli_path writes[3] = {{.opt = "--save", .path = o->save},
                                 {.opt = "--svg", .path = o->svg},
                                 {.opt = "--export", .path = o->export_dir, .dir = 1}};
-    int rc = cli_check_paths(CMD, reads, 4, writes, 3);
+    int rc = cli_check_paths(CMD, reads, 5, writes, 3);
     if (rc) return rc;
     rc = cli_open_tokenizer(CMD, o->tokenizer, o->lowercase, o->cased, &r->tok);
     if (rc != CLI_OK) return rc;
     if (dm_vocab_info_from(r->tok, &r->vocab) != DM_OK) return fail_dm("--tokenizer: ");
+    if (o->init && (rc = init_files(r)) != 0) return rc;
     if (o->config && (rc = apply_config(r)) != 0) return rc;
+    if (o->layers_from && !o->init) {
+        cli_usage_error(CMD, "--layers-from picks layers of a pretrained model: it needs --init");
+        return CLI_USAGE;
+    }
     if (cli_config_finish(&o->c, CMD, 1)) return CLI_USAGE;
     if (cli_optim_finish(&o->opt, CMD, o->steps)) return CLI_USAGE;
     if ((o->until || o->save_every) && !o->save) {
@@ -318,6 +366,8 @@ static int setup(pretrain_run *r) {
         if (dm_trainer_load(r->T, o->resume) != DM_OK) return fail_dm("--resume: ");
     } else if (dm_trainer_init_params(r->T, cfg->seed) != DM_OK) {
         return fail_dm("");
+    } else if (o->init && dm_trainer_load_layers(r->T, o->init, o->layers_from) != DM_OK) {
+        return fail_dm("--init: ");
     }
     r->start = dm_trainer_step_count(r->T);
     r->stop = o->until ? o->until : o->steps;
@@ -356,6 +406,13 @@ static void header(const pretrain_run *r, FILE *info) {
             o->data, dm_loader_sequences(r->train), r->valid ? "; held-out split: yes" : "; no held-out split",
             o->pairs ? "sentence pairs" : "packed sentences", 100 * o->mask_prob,
             o->opt.optim.kind == DM_OPT_LAMB ? "LAMB" : "AdamW", lrb, o->steps);
+    if (o->init) {
+        fprintf(info, "  parameters from %s", o->init);
+        if (o->layers_from) fprintf(info, " (layers %d to %d)", o->layers_from, o->layers_from + o->layers - 1);
+        const char *note = dm_trainer_load_note(r->T);
+        if (*note) fprintf(info, "; not in it, at BERT's initialisation: %s", note);
+        fprintf(info, "\n");
+    }
     fflush(info);
 }
 

@@ -21,6 +21,8 @@ static const struct {
     {"prepare", cmd_prepare, "tokenize text files into token shards for pretraining"},
     {"batches", cmd_batches, "show or time the masked-LM batches made of prepared shards"},
     {"pretrain", cmd_pretrain, "pretrain a whole BERT (masked LM) on prepared shards"},
+    {"embed", cmd_embed, "sentence embeddings of a Hugging Face BERT, one per input line"},
+    {"export", cmd_export, "a pretrain checkpoint's model as transformers saves it"},
 };
 enum { NUM_CMDS = (int)(sizeof k_cmds / sizeof k_cmds[0]) };
 

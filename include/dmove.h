@@ -342,8 +342,20 @@ dm_status dm_trainer_load(dm_trainer *t, const char *path);
  * and step count back to 0. Validated whole before anything changes. */
 dm_status dm_trainer_load_params(dm_trainer *t, const char *path);
 /* The same from the file's layers first .. first + layers - 1 (a model's upper layers,
- * or its lower ones with first 0: any contiguous run of them). */
+ * or its lower ones with first 0: any contiguous run of them).
+ * A BERT trainer (dm_trainer_new_bert) takes the whole model: `path` is a Hugging Face
+ * model directory (its model.safetensors, and config.json if there, checked against the
+ * tensors: a contradiction names the value) or a safetensors file; every parameter is
+ * found by its name (bert.embeddings.*, bert.encoder.layer.<first + l>.* for layer l,
+ * cls.predictions.*) under the prefix the file keeps the encoder under ("bert.", none,
+ * "0.auto_model.", "model."), gamma/beta as above, any float dtype. The embeddings and
+ * the encoder must be there (DM_ERR_NOT_FOUND names the missing tensor); head parameters
+ * the file lacks (a BertModel checkpoint has no cls.*) keep their values (call
+ * dm_trainer_init_params first) and are listed by dm_trainer_load_note. */
 dm_status dm_trainer_load_layers(dm_trainer *t, const char *path, int first);
+/* After a load of a BERT trainer: the head parameters the file did not hold, left as they
+ * were, comma-separated ("" when it held them all; lives as long as t). */
+const char *dm_trainer_load_note(const dm_trainer *t);
 
 /* --- A whole BERT: masked-language-model pretraining (BertForMaskedLM) --------------- */
 
@@ -405,6 +417,59 @@ dm_status dm_trainer_evaluate(dm_trainer *t, double *loss);
  * over. The optimizer's state stays in the checkpoint (dm_trainer_save). */
 dm_status dm_trainer_export(const dm_trainer *t, const char *dir);
 dm_status dm_trainer_mlm_stats(const dm_trainer *t, dm_mlm_stats *out);
+/* Exports the model of a checkpoint of a BERT trainer (dm_trainer_save of a trainer of
+ * dm_trainer_new_bert) as dm_trainer_export does: the checkpoint validated whole (format,
+ * every tensor, the checksum), the model rebuilt from its metadata, DIR/model.safetensors
+ * and DIR/config.json written atomically. The same files as dm_trainer_export of the
+ * trainer that saved it. */
+dm_status dm_checkpoint_export(const char *checkpoint, const char *dir);
+
+/* --- Inference: hidden states and sentence embeddings (BertModel) -------------------- */
+
+/* A BERT without a head (Hugging Face BertModel's embeddings and encoder, no pooler), run
+ * forward only: no dropout, no backward, no gradients held. For a batch of b sequences of
+ * j tokens (cfg->batch, cfg->seq; shorter ones padded, their attention mask 0 there) it
+ * gives the last layer's hidden states and sentence embeddings pooled from them:
+ * DM_POOL_MEAN, the mean over the tokens the attention mask keeps (sentence-transformers'
+ * default; a row without any: zeros), or DM_POOL_CLS, the first token's vector; with
+ * normalize, each divided by its L2 norm (sentence-transformers' Normalize: by max(norm,
+ * 1e-12)). cfg's dropout is ignored (0); bert->predictions is unused.
+ * Example (the sizes from a config.json by dm_hf_config_read and dm_hf_config_layer):
+ *     dm_embedder *e;  dm_embedder_new(&e, &cfg, layers, &bert, NULL);
+ *     dm_embedder_load(e, "all-MiniLM-L6-v2/");        (a model directory)
+ *     dm_embedder_run(e, ids, NULL, mask);              (b * j each)
+ *     dm_embedder_pool(e, DM_POOL_MEAN, 1, emb);        (b * hidden floats) */
+typedef struct dm_embedder dm_embedder;
+typedef enum { DM_POOL_MEAN = 0, DM_POOL_CLS } dm_pooling;
+const char *dm_pooling_name(dm_pooling p);           /* "mean", "cls" */
+dm_status dm_pooling_parse(const char *s, dm_pooling *out);
+/* opt: threads, device (NULL: the defaults); forward_only is implied. */
+dm_status dm_embedder_new(dm_embedder **out, const dm_layer_config *cfg, int layers, const dm_bert_model *bert,
+                         const dm_layer_options *opt);
+void dm_embedder_free(dm_embedder *e);
+/* BERT's initialisation (tests; a real model loads its weights). */
+dm_status dm_embedder_init_params(dm_embedder *e, uint64_t seed);
+/* The weights of a Hugging Face model directory or safetensors file, as
+ * dm_trainer_load_layers takes them for a BERT trainer (from its layer `first`; no head is
+ * read: a pooler or MLM head in the file is ignored). */
+dm_status dm_embedder_load(dm_embedder *e, const char *path, int first);
+/* The same parameters as another encoder of the same model (another batch or length). */
+dm_status dm_embedder_copy_params(dm_embedder *dst, const dm_embedder *src);
+/* A parameter by its Hugging Face name (bert.embeddings.*, bert.encoder.layer.<l>.*),
+ * fp32 host memory: writes count from the next run. */
+dm_status dm_embedder_tensor(dm_embedder *e, const char *name, float **data, int *ndim, int64_t shape[4]);
+/* Runs the batch: input_ids, token_type_ids (NULL: 0) and attention_mask (1 token, 0
+ * padding; NULL: all 1), b * j each; ids outside the vocabulary refused. */
+dm_status dm_embedder_run(dm_embedder *e, const int32_t *input_ids, const int32_t *token_type_ids,
+                         const float *attention_mask);
+/* After a run: the last layer's hidden states (b, j, hidden), valid until the next run. */
+dm_status dm_embedder_hidden(dm_embedder *e, const float **hidden);
+/* After a run: the sentence embeddings (b, hidden) into out. */
+dm_status dm_embedder_pool(dm_embedder *e, dm_pooling pooling, int normalize, float *out);
+/* The sizes it was made with. */
+int64_t dm_embedder_batch(const dm_embedder *e);
+int64_t dm_embedder_seq(const dm_embedder *e);
+int64_t dm_embedder_hidden_size(const dm_embedder *e);
 
 #ifdef __cplusplus
 }

@@ -342,7 +342,8 @@ dm_status dm_hf_model_files(const char *path, char *weights, size_t wn, char *co
 dm_status dm_hf_encoder_prefix(const dm_tensor_file *f, char *prefix, size_t n);
 /* Checks the file's tensors against the config: the number of encoder layers and every
  * encoder tensor's shape (hidden, intermediate), and the embeddings' (vocabulary,
- * positions, token types) where the file has them. DM_ERR_SHAPE names the tensor, its
+ * positions, token types, LayerNorm) and the MLM head's (cls.predictions.*) where the file
+ * has them. DM_ERR_SHAPE names the tensor, its
  * shape and the config's value it contradicts. */
 dm_status dm_hf_config_check_tensors(const dm_hf_config *c, const dm_tensor_file *f);
 

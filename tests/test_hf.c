@@ -187,6 +187,35 @@ static void test_tensors(void) {
     CHECK(dm_hf_config_check_tensors(&c, f) == DM_ERR_SHAPE && strstr(dm_last_error(), "word_embeddings") &&
           strstr(dm_last_error(), "vocab_size"));
     dm_tensor_file_free(f);
+    /* an MLM head of another vocabulary */
+    write_model(weights, "bert.", 3, 16);
+    {
+        dm_tensor_file *g = NULL;
+        dm_tensor_writer *hw = NULL;
+        CHECK_OK(dm_tensor_file_open(&g, weights));
+        CHECK_OK(dm_tensor_writer_new(&hw));
+        float v[64] = {0};
+        for (int k = 0; g && hw && k < dm_tensor_file_count(g); k++) {
+            dm_tensor_info ti;
+            CHECK_OK(dm_tensor_file_info(g, k, &ti));
+            size_t n = 1;
+            for (int d = 0; d < ti.ndim; d++) n *= (size_t)ti.shape[d];
+            float *q = malloc(n * sizeof *q);
+            CHECK_OK(dm_tensor_file_read_f32(g, k, q, n));
+            CHECK_OK(dm_tensor_writer_add_f32(hw, ti.name, ti.ndim, ti.shape, q));
+            free(q);
+        }
+        const int64_t vb = 31;
+        CHECK_OK(dm_tensor_writer_add_f32(hw, "cls.predictions.bias", 1, &vb, v));
+        dm_tensor_file_free(g);
+        CHECK_OK(dm_tensor_writer_write(hw, weights));
+        dm_tensor_writer_free(hw);
+        c.vocab_size = 20;
+        CHECK_OK(dm_tensor_file_open(&f, weights));
+        CHECK(dm_hf_config_check_tensors(&c, f) == DM_ERR_SHAPE &&
+              strstr(dm_last_error(), "cls.predictions.bias is (31)") && strstr(dm_last_error(), "vocab_size"));
+        dm_tensor_file_free(f);
+    }
     /* a file without an encoder */
     dm_tensor_writer *w = NULL;
     CHECK_OK(dm_tensor_writer_new(&w));

@@ -34,7 +34,7 @@ good "prepare" prepare --tokenizer vocab.txt --lowercase --out data --valid-frac
 P="pretrain --data data --tokenizer vocab.txt --lowercase --layers 2 --hidden 32 --heads 2 --ffn 64 --seq 32 \
 --batch 8 --lr 3e-3 --warmup 5 --lr-schedule linear --threads 2"
 # shellcheck disable=SC2086 # P is words
-good "pretrain" $P --steps 60 --eval-every 20 --svg loss.svg
+good "pretrain" $P --steps 60 --eval-every 20 --svg loss.svg --export trained
 has "pretrain header" stdout '^dmove pretrain: BERT of 2 layers \(i=32 h=2 u=64'
 has "pretrain progress" stdout '^step 60/60  loss [0-9.]+  acc [0-9.]+'
 has "pretrain held-out" stdout '^  held-out at step 60: loss [0-9.]+, masked-token accuracy'
@@ -48,10 +48,47 @@ cases=$((cases + 1))
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 0 && b < 0.5 * a) }' || fail "the loss did not halve: $first -> $last"
 echo "ok   pretrain: loss $first -> $last"
 # shellcheck disable=SC2086
-good "pretrain --export" $P --steps 6 --export exported
+good "pretrain --export" $P --steps 6 --export exported --save six.ckpt
 has "pretrain --export: the config" exported/config.json '"architectures": \["BertForMaskedLM"\]'
 has "pretrain --export: the sizes" exported/config.json '"hidden_size": 32,'
 [ -s exported/model.safetensors ] || fail "pretrain --export: no model.safetensors"
+# dmove export: the checkpoint's model, the same files as --export of the run
+good "export" export --checkpoint six.ckpt --out from-ckpt
+for f in model.safetensors config.json; do
+    cases=$((cases + 1))
+    cmp -s exported/$f from-ckpt/$f || fail "dmove export: $f differs from pretrain --export's"
+done
+echo "ok   export: model.safetensors and config.json byte-identical to pretrain --export's"
+bad "export of a non-checkpoint" 1 "not a dmove checkpoint" export --checkpoint exported/model.safetensors --out x
+bad "export without --out" 2 "are required" export --checkpoint six.ckpt
+good "a stack's checkpoint" train --layers 1 --hidden 32 --heads 2 --ffn 64 --seq 8 --batch 2 --steps 1 --save stack.ckpt
+bad "export of a stack's checkpoint" 1 "a checkpoint of a stack of layers" export --checkpoint stack.ckpt --out x
+cp six.ckpt edited.ckpt
+printf 'X' | dd of=edited.ckpt bs=1 seek=$(($(wc -c <six.ckpt) - 100)) conv=notrunc 2>/dev/null
+bad "export of an edited checkpoint" 1 "checksum mismatch" export --checkpoint edited.ckpt --out x
+cases=$((cases + 1))
+[ ! -e x ] || fail "a refused export left x behind"
+# --init: the whole BertForMaskedLM trained above goes on from where it was (its first
+# loss far below a new model's), its sizes from its config.json
+good "pretrain --init" pretrain --data data --tokenizer vocab.txt --lowercase --init trained --seq 32 --batch 8 \
+    --lr 3e-3 --steps 2 --threads 2
+has "pretrain --init said so" stdout '^  parameters from trained$'
+has "pretrain --init: the config's sizes" stdout '^dmove pretrain: BERT of 2 layers \(i=32 h=2 u=64'
+init_first=$(sed -n 's/^loss \([0-9.]*\) (step 1) -> .*/\1/p' stdout)
+cases=$((cases + 1))
+awk -v a="$first" -v b="$init_first" 'BEGIN { exit !(b > 0 && b < 0.7 * a) }' ||
+    fail "pretrain --init trained: first loss $init_first, not below a new model's $first"
+echo "ok   pretrain --init: first loss $init_first (a new model's: $first)"
+good "pretrain --init --layers-from" pretrain --data data --tokenizer vocab.txt --lowercase --init trained/model.safetensors \
+    --layers-from 1 --seq 32 --batch 8 --steps 1 --threads 2
+has "pretrain --layers-from said so" stdout '^  parameters from trained/model.safetensors \(layers 1 to 1\)$'
+bad "--init with --config" 2 "--init with --config" pretrain --data data --tokenizer vocab.txt --lowercase \
+    --init trained --config trained/config.json
+bad "--layers-from without --init" 2 "needs --init" $P --steps 1 --layers-from 1
+bad "--layers-from past the model" 2 "the model has layers 0 to 1" pretrain --data data --tokenizer vocab.txt \
+    --lowercase --init trained --layers-from 2
+bad "--init --heads contradicting" 2 "--heads 4 contradicts" pretrain --data data --tokenizer vocab.txt \
+    --lowercase --init trained --heads 4
 # shellcheck disable=SC2086
 good "pretrain --json" $P --steps 8 --json --optimizer lamb --accumulate 2
 has "pretrain --json" stdout '"eval_loss":[0-9.]+,"eval_accuracy":[0-9.]+'

@@ -14,6 +14,7 @@
 #include "core/strbuf.h"
 #include "dmove_tools.h"
 #include "graph/encoder.h"
+#include "train/hfload.h"
 #include "train/model.h"
 #include "train/trainer_internal.h"
 
@@ -350,12 +351,21 @@ dm_status dm_trainer_load_params(dm_trainer *T, const char *path) {
 
 dm_status dm_trainer_load_layers(dm_trainer *T, const char *path, int first) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_load_layers: NULL argument");
-    if (T->model)
-        return dm_fail(DM_ERR_UNSUPPORTED, "a whole BERT's trainer takes its parameters by name "
-                       "(dm_trainer_tensor), not as a stack's layers");
     if (first < 0 || first > 100000)
         return dm_fail(DM_ERR_INVALID_ARG, "first layer %d: give 0 or more", first);
-    return load_file(T, path, load_params_checked, first, "parameters from");
+    if (!T->model) return load_file(T, path, load_params_checked, first, "parameters from");
+    /* a whole BERT: every parameter by its Hugging Face name (hfload.c) */
+    if (T->broken) return dm_trainer_broken(T);
+    DM_TRY(dm_trainer_pull(T, DM_PULL_STATE)); /* a head parameter the file lacks keeps its value */
+    DM_TRY(dm_model_load_path(T->model, path, first, T->load_note, sizeof T->load_note));
+    if (T->moments) memset(T->moments, 0, (size_t)T->nparams * 2 * sizeof(float));
+    T->step = 0;
+    T->micro = 0;
+    dm_trainer_state_replaced(T);
+    return DM_OK;
+}
+
+const char *dm_trainer_load_note(const dm_trainer *T) { return T ? T->load_note : "";
 }
 
 dm_status dm_trainer_export(const dm_trainer *T, const char *dir) {
@@ -399,4 +409,109 @@ dm_status dm_trainer_export(const dm_trainer *T, const char *dir) {
     c.act = T->cfg.act;
     snprintf(path, sizeof path, "%s/config.json", dir);
     return dm_hf_config_write(&c, "BertForMaskedLM", path);
+}
+
+/* A whole number of the checkpoint's metadata, in [lo, hi]. */
+static dm_status meta_int(const char v[M_N][META_LEN], int m, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v[m], &end, 10);
+    if (*end || end == v[m] || errno == ERANGE || x < lo || x > hi)
+        return dm_fail(DM_ERR_FORMAT, "the checkpoint's %s '%s' is not a number from %" PRId64 " to %" PRId64,
+                       k_meta[m], v[m], lo, hi);
+    *out = x;
+    return DM_OK;
+}
+
+/* The architecture of a BERT checkpoint from its metadata: the layers' configuration (batch
+ * 1: nothing runs), the number of layers and the model around them. */
+static dm_status meta_model(const char v[M_N][META_LEN], dm_layer_config *c, int *layers, dm_bert_model *bm) {
+    int64_t x[6] = {0, 0, 0, 0, 0, 0};
+    DM_TRY(meta_int(v, M_LAYERS, 1, 256, &x[0]));
+    DM_TRY(meta_int(v, M_HIDDEN, 1, INT64_C(1) << 20, &x[1]));
+    DM_TRY(meta_int(v, M_HEADS, 1, INT64_C(1) << 16, &x[2]));
+    DM_TRY(meta_int(v, M_FFN, 1, INT64_C(1) << 22, &x[3]));
+    DM_TRY(meta_int(v, M_CAUSAL, 0, 1, &x[4]));
+    DM_TRY(meta_int(v, M_SEQ, 1, INT64_C(1) << 24, &x[5]));
+    dm_layer_config_default(c);
+    c->batch = 1, c->seq = x[5], c->hidden = x[1], c->heads = x[2], c->ffn = x[3], c->causal = (int)x[4];
+    *layers = (int)x[0];
+    char *end;
+    c->eps = strtod(v[M_EPS], &end);
+    if (*end || end == v[M_EPS]) return dm_fail(DM_ERR_FORMAT, "the checkpoint's eps '%s' is not a number", v[M_EPS]);
+    c->dropout = strtod(v[M_DROPOUT], &end);
+    if (*end || end == v[M_DROPOUT])
+        return dm_fail(DM_ERR_FORMAT, "the checkpoint's dropout '%s' is not a number", v[M_DROPOUT]);
+    DM_TRY(dm_act_parse(v[M_ACT], &c->act));
+    DM_TRY(dm_norm_parse(v[M_NORM], &c->norm));
+    long long z[5];
+    int used = 0;
+    if (sscanf(v[M_MODEL], "bert vocab=%lld positions=%lld types=%lld predictions=%lld pad=%lld%n", &z[0], &z[1],
+               &z[2], &z[3], &z[4], &used) != 5 || v[M_MODEL][used])
+        return dm_fail(DM_ERR_UNSUPPORTED, "the checkpoint's model is '%s': export writes a whole BertForMaskedLM, "
+                       "and this is a checkpoint of %s", v[M_MODEL], !strcmp(v[M_MODEL], "-") ?
+                       "a stack of layers (`dmove train`; its tensors are under BertEncoder's names already)" :
+                       strncmp(v[M_MODEL], "bert ", 5) ? "an unknown model" : "a BERT with another head");
+    *bm = (dm_bert_model){.vocab = z[0], .positions = z[1], .types = z[2], .pad_id = z[4], .predictions = 1};
+    return dm_layer_config_check(c);
+}
+
+/* The checkpoint in f validated against T (built from its metadata), its parameters into T. */
+static dm_status export_take(dm_trainer *T, const dm_st_file *f, const char theirs[M_N][META_LEN]) {
+    const void **data = malloc((size_t)ntensors(T) * sizeof *data);
+    if (!data) return dm_fail(DM_ERR_OOM, "out of memory reading the checkpoint");
+    dm_status s = DM_OK;
+    for (int i = 0; s == DM_OK && i < ntensors(T); i++) {
+        const dm_st_tensor *t = NULL;
+        s = find_checked(f, T, i / 3, i % 3, &t);
+        if (s == DM_OK) data[i] = t->data;
+    }
+    char hex[32];
+    const char *sum = dm_st_metadata(f, "checksum");
+    if (s == DM_OK) snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(theirs, T, data));
+    if (s == DM_OK && (!sum || strcmp(sum, hex) != 0))
+        s = dm_fail(DM_ERR_FORMAT, "checksum mismatch (file says %s, its contents give %s): the checkpoint is "
+                    "corrupted or was edited; nothing was written", sum ? sum : "(none)", hex);
+    for (int si = 0; s == DM_OK && si < T->nslots; si++)
+        memcpy(T->slot[si].p, data[si * 3], (size_t)T->slot[si].n * sizeof(float));
+    free(data);
+    if (s == DM_OK) dm_trainer_state_replaced(T);
+    return s;
+}
+
+static dm_status checkpoint_export(const dm_st_file *f, const char *dir) {
+    const char *fmt = dm_st_metadata(f, "format"), *ver = dm_st_metadata(f, "version");
+    if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
+        return dm_fail(DM_ERR_FORMAT, "not a dmove checkpoint (no \"format\": \"" CKPT_FORMAT "\" in its metadata)");
+    if (!ver || strcmp(ver, CKPT_VERSION) != 0)
+        return dm_fail(DM_ERR_FORMAT, "checkpoint version '%s': this dmove reads version " CKPT_VERSION,
+                       ver ? ver : "(none)");
+    char theirs[M_N][META_LEN];
+    for (int m = 0; m < M_N; m++) {
+        const char *v = dm_st_metadata(f, k_meta[m]);
+        if (!v) v = optional_default(m);
+        if (!v) return dm_fail(DM_ERR_FORMAT, "the checkpoint's metadata has no '%s'", k_meta[m]);
+        snprintf(theirs[m], META_LEN, "%s", v);
+    }
+    dm_layer_config c;
+    int layers;
+    dm_bert_model bm;
+    DM_TRY(meta_model(theirs, &c, &layers, &bm));
+    dm_trainer *T = NULL;
+    dm_layer_options o = {0};
+    dm_status s = dm_trainer_new_bert(&T, &c, layers, &bm, &o, NULL);
+    if (s == DM_OK) s = export_take(T, f, theirs);
+    if (s == DM_OK) s = dm_trainer_export(T, dir);
+    dm_trainer_free(T);
+    return s;
+}
+
+dm_status dm_checkpoint_export(const char *checkpoint, const char *dir) {
+    if (!checkpoint || !dir) return dm_fail(DM_ERR_INVALID_ARG, "dm_checkpoint_export: NULL argument");
+    dm_st_file *f = NULL;
+    dm_status s = dm_st_read(checkpoint, &f);
+    if (s == DM_OK) s = checkpoint_export(f, dir);
+    dm_st_free(f);
+    if (s != DM_OK) dm_fail_context(s, "exporting checkpoint '%s': ", checkpoint);
+    return s;
 }

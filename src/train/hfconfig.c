@@ -315,6 +315,16 @@ dm_status dm_hf_config_check_tensors(const dm_hf_config *c, const dm_tensor_file
                        "vocab_size and hidden_size"));
     DM_TRY(check_shape(st, path, pre, "embeddings.position_embeddings.weight", c->max_position_embeddings, I,
                        "max_position_embeddings and hidden_size"));
-    return check_shape(st, path, pre, "embeddings.token_type_embeddings.weight", c->type_vocab_size, I,
-                       "type_vocab_size and hidden_size");
+    DM_TRY(check_shape(st, path, pre, "embeddings.token_type_embeddings.weight", c->type_vocab_size, I,
+                       "type_vocab_size and hidden_size"));
+    DM_TRY(check_shape(st, path, pre, "embeddings.LayerNorm.weight", I, -1, "hidden_size"));
+    DM_TRY(check_shape(st, path, pre, "embeddings.LayerNorm.bias", I, -1, "hidden_size"));
+    /* BertForMaskedLM's head, where the file has it (its names have no prefix) */
+    DM_TRY(check_shape(st, path, "", "cls.predictions.transform.dense.weight", I, I, "hidden_size"));
+    DM_TRY(check_shape(st, path, "", "cls.predictions.transform.dense.bias", I, -1, "hidden_size"));
+    DM_TRY(check_shape(st, path, "", "cls.predictions.transform.LayerNorm.weight", I, -1, "hidden_size"));
+    DM_TRY(check_shape(st, path, "", "cls.predictions.transform.LayerNorm.bias", I, -1, "hidden_size"));
+    DM_TRY(check_shape(st, path, "", "cls.predictions.decoder.weight", c->vocab_size, I,
+                       "vocab_size and hidden_size"));
+    return check_shape(st, path, "", "cls.predictions.bias", c->vocab_size, -1, "vocab_size");
 }

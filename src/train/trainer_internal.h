@@ -46,6 +46,7 @@ struct dm_trainer {
     int micro;           /* micro-batches since the last update (accumulate > 1) */
     double grad_norm;    /* the last update's global gradient norm, or -1 */
     double *norms;       /* the host copy of d_norms */
+    char load_note[1024]; /* the last load's head parameters the file lacked (dm_trainer_load_note) */
     char run_tag[128];   /* what the run trains on (dm_trainer_set_run_tag), in checkpoints */
     double secs[DM_TRAIN_NUM_PHASES];
     /* the stack on its layers' backend (trainer_state.c): the host copies above are a

@@ -1,0 +1,114 @@
+#!/bin/sh
+# test_embed_cli.sh: `dmove embed` without network, on a tiny BERT that `dmove pretrain`
+# makes here (a vocab.txt, one step, --export): one embedding per input line in input
+# order whatever the lengths (lines sorted into buckets and back), the same numbers in every
+# format, file or standard input, batch size and thread count (to rounding), [CLS] pooling,
+# normalized rows of norm 1, empty input, and bad input exiting 1 or 2 naming the problem.
+# (tests/test_embed_real.sh checks the numbers against transformers on real weights.)
+# Usage: DMOVE=build/dmove sh tests/test_embed_cli.sh
+set -u
+
+. "$(dirname "$0")/cli_lib.sh"
+cli_setup test_embed_cli.sh dmove_embed_cli
+cd "$T" || exit 1
+bad() { # bad NAME CODE PATTERN ARGS...: expect, and say what it said
+    expect "$@" && echo "ok   $1: $(head -1 stderr)"
+}
+
+{
+    printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'
+    for w in the a quick brown fox jumps over lazy dog cat sat on mat hello world and . , '!'; do echo "$w"; done
+} >vocab.txt
+i=0
+while [ $i -lt 40 ]; do
+    printf 'the quick brown fox jumps over the lazy dog.\nthe cat sat on the mat.\nhello world!\n'
+    i=$((i + 1))
+done >corpus.txt
+good "prepare" prepare --tokenizer vocab.txt --lowercase --out data corpus.txt
+good "pretrain --export" pretrain --data data --tokenizer vocab.txt --lowercase --layers 2 --hidden 16 --heads 2 \
+    --ffn 32 --seq 16 --batch 4 --positions 64 --steps 1 --threads 2 --export m
+E="embed --model m --tokenizer vocab.txt --lowercase --quiet"
+
+# lines of 2 to 64 tokens, out of length order: buckets 8, 16, 32, 64 (cut at 64)
+long="the quick brown fox jumps over the lazy dog ."
+{
+    echo "hello world"
+    echo "$long $long $long $long $long $long $long $long"
+    echo ""
+    echo "$long $long"
+    echo "the cat"
+    echo "$long $long $long"
+    echo "the cat sat on the mat"
+} >in.txt
+# shellcheck disable=SC2086
+good "embed" $E --format tsv in.txt
+cp stdout all.tsv
+cases=$((cases + 1))
+[ "$(wc -l <all.tsv)" -eq 7 ] && awk -F'\t' 'NF != 16 { exit 1 }' all.tsv || fail "embed: not 7 lines of 16 numbers"
+# each line alone (one bucket, batch 1) is the same line of the whole run (to rounding)
+n=0
+while IFS= read -r line; do
+    n=$((n + 1))
+    # shellcheck disable=SC2086
+    printf '%s\n' "$line" | "$DMOVE" $E --format tsv --batch 1 >one.tsv 2>stderr || fail "line $n alone: exit $?"
+    sed -n "${n}p" all.tsv >want.tsv
+    cases=$((cases + 1))
+    paste want.tsv one.tsv | awk -F'\t' '{ for (i = 1; i <= 16; i++) { d = $i - $(i + 16); if (d < 0) d = -d; if (d > 1e-5) exit 1 } }' ||
+        fail "line $n alone differs from its line in the whole run"
+done <in.txt
+echo "ok   embed: 7 lines in input order, each as it is alone"
+# text is tsv with spaces; standard input and 1 thread, batch 3: the same to rounding
+# shellcheck disable=SC2086
+good "embed text" $E --threads 1 --batch 3 <in.txt
+cases=$((cases + 1))
+tr ' ' '\t' <stdout | paste - all.tsv | awk -F'\t' '{ for (i = 1; i <= 16; i++) { d = $i - $(i + 16); if (d < 0) d = -d; if (d > 1e-5) exit 1 } }' ||
+    fail "embed: standard input, text, 1 thread, batch 3 differs"
+# normalized: every row of norm 1
+# shellcheck disable=SC2086
+good "embed --normalize" $E --normalize --pooling cls --format tsv in.txt
+cases=$((cases + 1))
+awk -F'\t' '{ s = 0; for (i = 1; i <= NF; i++) s += $i * $i; if (s < 0.9999 || s > 1.0001) exit 1 }' stdout ||
+    fail "embed --normalize: a row's norm is not 1"
+cmp -s stdout all.tsv && fail "embed --pooling cls gave the mean"
+# npy and safetensors
+# shellcheck disable=SC2086
+good "embed npy" $E --format npy --out e.npy in.txt
+has "npy shape" e.npy "'shape': \\(7, 16\\)"
+# shellcheck disable=SC2086
+good "embed safetensors" $E --format safetensors --out e.safetensors in.txt
+has "safetensors tensor" e.safetensors '"embeddings":\{"dtype":"F32","shape":\[7,16\]'
+# empty input: no lines
+# shellcheck disable=SC2086
+good "embed empty" $E </dev/null
+cases=$((cases + 1))
+[ ! -s stdout ] || fail "embed of no lines printed something"
+# --layers-from: the embeddings and the last layer
+# shellcheck disable=SC2086
+good "embed --layers-from 1" $E --layers-from 1 in.txt
+
+# shellcheck disable=SC2086
+bad "no --model" 2 "--model DIR is required" embed --tokenizer vocab.txt --lowercase in.txt
+# shellcheck disable=SC2086
+bad "safetensors to stdout" 2 "needs --out" $E --format safetensors in.txt
+# shellcheck disable=SC2086
+bad "--max-length past the positions" 2 "the model has 64 positions" $E --max-length 65 in.txt
+# shellcheck disable=SC2086
+bad "--layers-from past the layers" 2 "layers 0 to 1" $E --layers-from 2 in.txt
+# shellcheck disable=SC2086
+bad "unknown pooling" 2 "unknown pooling 'max'" $E --pooling max in.txt
+# shellcheck disable=SC2086
+bad "two input files" 2 "one input file at most" $E in.txt in.txt
+bad "no model there" 1 "cannot open 'nothere'" embed --model nothere --tokenizer vocab.txt --lowercase in.txt
+bad "no tokenizer.json" 1 "tokenizer.json" embed --model m in.txt
+bad "vocab.txt without casing" 1 "choose lowercase" embed --model m --tokenizer vocab.txt in.txt
+printf 'caf\303\251 \377\n' >badutf.txt
+# shellcheck disable=SC2086
+bad "invalid UTF-8" 1 "line 1" $E badutf.txt
+{ cat vocab.txt; i=0; while [ $i -lt 30 ]; do echo "extra$i"; i=$((i + 1)); done; } >big.txt
+bad "a tokenizer larger than the vocabulary" 1 "the model's vocabulary" embed --model m --tokenizer big.txt \
+    --lowercase in.txt
+mkdir m2 && cp m/model.safetensors m2/
+bad "no config.json" 1 "no config.json" embed --model m2 --tokenizer vocab.txt --lowercase in.txt
+
+echo "test_embed_cli.sh: $cases cases, $fails failed"
+[ "$fails" -eq 0 ]
