@@ -80,6 +80,9 @@ static __host__ __device__ void sc_join(const dmc_scatter *s, int64_t c, int64_t
     }
     const int64_t c0 = a / s->seg;
     float acc = s->part[(c0 * 2 + 1) * C + col];
+#ifdef __CUDA_ARCH__
+#pragma unroll 8 /* loads in flight together (a run over all rows: R / S partials) */
+#endif
     for (int64_t q = c0 + 1; q <= c; q++) acc += s->part[(q * 2) * C + col];
     dmc_store(s->table, s->table_dt, (int64_t)n * C + col, acc);
 }

@@ -217,8 +217,8 @@ static dm_status copy_or_add(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int t
     for (int d = 0; same && d < xd->ndim; d++)
         same = xd->size[d] == xs->size[d] && xd->stride[d] == xs->stride[d];
     if (!same)
-        return dm_fail(DM_ERR_INVALID_ARG, "cannot copy %s into %s: their shapes, layouts or storage "
-                       "types differ", xs->name, xd->name);
+        return dm_fail(DM_ERR_INVALID_ARG, "cannot %s %s into %s: their shapes, layouts or storage "
+                       "types differ", add ? "add" : "copy", xs->name, xd->name);
     if (!nd) return DM_OK;
     if (add && pd == ps) return dm_fail(DM_ERR_INVALID_ARG, "cannot add %s to itself", xs->name);
     /* on dst's stream, after src's work so far that writes the tensor (a side-stream group
