@@ -29,7 +29,9 @@
 #      (default "64x128 8x512"), LAYERS (24), STEPS (timed steps per run, default 10),
 #      TESTS (all, model, or 0), COMPILE=0 skips torch.compile, COMPILE_MODE (default
 #      max-autotune), COMPILE_TIMEOUT (seconds per size, default 110), BUDGET (540),
-#      SANITIZE=1: test_model_ops under compute-sanitizer memcheck and racecheck too.
+#      SANITIZE=1: test_model_ops under compute-sanitizer memcheck and racecheck too,
+#      ROWS (dmove's --rows: interp, gen, auto; default the GPU's, auto, measured per
+#      group when the trainer is made: setup_s in the JSON).
 # On a machine without a GPU, CHECK_CPU=1 runs the same tiny (2 layers, i=64, vocab 1000,
 # b=2 j=16, dmove on the CPU, PyTorch eager and compile on the CPU): a check of the script.
 set -u
@@ -44,6 +46,7 @@ COMPILE=${COMPILE:-1}
 COMPILE_MODE=${COMPILE_MODE:-max-autotune}
 COMPILE_TIMEOUT=${COMPILE_TIMEOUT:-110}
 BUDGET=${BUDGET:-540}
+ROWSOPT=${ROWS:+--rows $ROWS}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 start=$(date +%s)
@@ -76,6 +79,7 @@ if [ -z "${BIN:-}" ]; then
     cp "$root/$B/bench/bert_step" "$BIN/"
     for t in $tests; do cp "$root/$t" "$BIN/"; done
 fi
+BIN=$(cd "$BIN" && pwd) # absolute: the tests run from the root
 # shellcheck disable=SC2034 # read by gpu_setup (common.sh): prebuilt, it builds nothing
 DMOVE=$BIN/bert_step
 . "$here/common.sh"
@@ -116,8 +120,9 @@ fi
 dmove_run() { # dmove_run B J TAG
     left 60 || { echo "  dmove b=$1 j=$2: skipped (budget)"; return; }
     # shellcheck disable=SC2086 # MODEL is words
-    if timeout 150 "$BIN/bert_step" --device "$DEV" --dtype "$DTYPE" $MODEL --batch "$1" --seq "$2" --steps "$STEPS" \
-        --warmup 3 >"$OUT/dmove-$3.json" 2>"$OUT/dmove-$3.err"; then
+    # shellcheck disable=SC2086 # ROWSOPT is words
+    if timeout 150 "$BIN/bert_step" --device "$DEV" --dtype "$DTYPE" $MODEL $ROWSOPT --batch "$1" --seq "$2" \
+        --steps "$STEPS" --warmup 3 >"$OUT/dmove-$3.json" 2>"$OUT/dmove-$3.err"; then
         cat "$OUT/dmove-$3.json" >>"$OUT/bert-b$1j$2.jsonl"
     else
         echo "  dmove b=$1 j=$2 failed:"
@@ -130,7 +135,8 @@ torch_run() { # torch_run B J MODE TAG SECONDS
     timeout "$5" $PYTHON "$here/bert_gpu.py" --device "$TORCHDEV" $MODEL --batch "$1" --seq "$2" --mode "$3" \
         --compile-mode "$COMPILE_MODE" --reps "$STEPS" --warmup 3 >>"$OUT/bert-b$1j$2.jsonl" 2>"$OUT/torch-$4.err"
     rc=$?
-    [ $rc = 124 ] && echo "  PyTorch $3 b=$1 j=$2: timed out after $5 s (COMPILE_TIMEOUT; or run one size alone)"
+    [ $rc = 124 ] && echo "  PyTorch $3 b=$1 j=$2: timed out after $5 s$([ "$3" = compile ] &&
+        echo " (COMPILE_TIMEOUT=500 SIZES=one size TESTS=0: a call of its own)")"
     [ $rc != 0 ] && [ $rc != 124 ] && { echo "  PyTorch $3 b=$1 j=$2 failed:"; tail -3 "$OUT/torch-$4.err"; }
 }
 
