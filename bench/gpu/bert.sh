@@ -168,6 +168,13 @@ for (f, recipe), ts in runs.items():
     ratio = f"{base / ms:8.2f}x" if base else "       -"
     each = ", ".join(f"{t['step_ms']:.1f}" for t in ts)
     print(f"{f + ' (' + recipe + ')':58s} {len(ts):4d} {ms:9.2f} {seq:8.1f} {ratio} {ts[-1]['loss']:7.3f}  [{each}]")
+for (f, recipe), ts in runs.items():
+    t = ts[-1]
+    if "phase_ms" in t:
+        ph = ", ".join(f"{k} {v:.1f}" for k, v in t["phase_ms"].items())
+        print(f"  {f} phases, ms a step (its last run): {ph}; made in {t['setup_s']:.1f} s; memory {t['memory_mb']:.0f} MB")
+    elif t.get("peak_mb") is not None:
+        print(f"  {f}: peak memory {t['peak_mb']} MB" + (f", compiled in {t['compile_s']} s" if t.get("compile_s") else ""))
 print("(step ms: the median of the runs' median steps, each run's in brackets; dmove: the batch set and the step,"
       " the head on the masked rows; PyTorch: inputs on the device, the decoder on all rows as transformers does)")
 PY

@@ -5,7 +5,9 @@
  * A step: the batch set (dm_trainer_set_mlm_batch: ids, 15% of positions masked, all
  * tokens real, token type 0), dm_trainer_step (forward, loss, backward, the update); the
  * time of each step by the host's clock around both (the step returns the loss: the
- * device's work is done), the median over --steps after --warmup.
+ * device's work is done), the median over --steps after --warmup; phase_ms: the mean
+ * per step of the trainer's own phase clocks (dm_trainer_times; on a GPU the forward's
+ * includes bringing the logits down for the argmax hits, predictions x vocab floats).
  * Built by bench/gpu/bench.mk (make -f Makefile -f bench/gpu/bench.mk build/bench/bert_step).
  * Usage: bert_step [--device cpu|cuda] [--dtype fp32|bf16] [--layers 24] [--hidden 1024]
  *        [--heads 16] [--ffn 4096] [--vocab 30522] [--batch 8] [--seq 512] [--steps 10]
@@ -84,6 +86,7 @@ int main(int argc, char **argv) {
     double *ms = malloc(sizeof(double) * (size_t)steps);
     if (!ids || !labels || !ms) return die("out of memory", DM_ERR_OOM);
     uint64_t z = 12345;
+    double ph0[DM_TRAIN_NUM_PHASES], ph1[DM_TRAIN_NUM_PHASES];
     double loss = 0.0, first = 0.0;
     for (int64_t k = 0; k < warmup + steps; k++) {
         for (int64_t r = 0; r < n; r++) { /* new tokens each step; 15% masked ([MASK] = 4 here) */
@@ -93,6 +96,7 @@ int main(int argc, char **argv) {
             ids[r] = (int32_t)(masked ? 4 : id);
             labels[r] = masked ? (int32_t)id : -100;
         }
+        if (k == warmup) dm_trainer_times(T, ph0);
         const double a = now();
         if ((s = dm_trainer_set_mlm_batch(T, ids, NULL, NULL, labels)) != DM_OK) return die("set batch", s);
         if ((s = dm_trainer_step(T, &loss)) != DM_OK) return die("dm_trainer_step", s);
@@ -100,6 +104,7 @@ int main(int argc, char **argv) {
         if (k == 0) first = loss;
         if (k >= warmup) ms[k - warmup] = 1e3 * (b - a);
     }
+    dm_trainer_times(T, ph1);
     qsort(ms, (size_t)steps, sizeof(double), cmp);
     const double med = ms[steps / 2];
     dm_layer_memory mem;
@@ -107,12 +112,16 @@ int main(int argc, char **argv) {
     dm_trainer_memory_info(T, &mem, &optb);
     printf("{\"framework\":\"dmove\",\"recipe\":\"%s%s%s, %s\",\"layers\":%lld,\"batch\":%lld,\"seq\":%lld,"
            "\"step_ms\":%.3f,\"step_ms_min\":%.3f,\"step_ms_max\":%.3f,\"seq_per_s\":%.2f,\"loss_first\":%.4f,"
-           "\"loss\":%.4f,\"setup_s\":%.2f,\"gflop_per_step\":%.1f,\"memory_mb\":%.0f}\n",
+           "\"loss\":%.4f,\"setup_s\":%.2f,\"gflop_per_step\":%.1f,\"memory_mb\":%.0f,"
+           "\"phase_ms\":{\"forward\":%.3f,\"loss\":%.3f,\"backward\":%.3f,\"optimizer\":%.3f,\"input\":%.3f}}\n",
            dm_device_kind_name(opt.device), " ", dm_dtype_name(opt.dtype),
            opt.device == DM_DEVICE_CPU ? "threads all" : *rows ? rows : "rows default",
            (long long)layers, (long long)cfg.batch, (long long)cfg.seq, med, ms[0], ms[steps - 1],
            1e3 * (double)cfg.batch / med, first, loss, made, dm_trainer_step_flop(T) / 1e9,
-           (double)(mem.arena + mem.scratch + optb) / 1e6);
+           (double)(mem.arena + mem.scratch + optb) / 1e6, 1e3 * (ph1[DM_TRAIN_FORWARD] - ph0[DM_TRAIN_FORWARD]) / steps,
+           1e3 * (ph1[DM_TRAIN_LOSS] - ph0[DM_TRAIN_LOSS]) / steps, 1e3 * (ph1[DM_TRAIN_BACKWARD] - ph0[DM_TRAIN_BACKWARD]) / steps,
+           1e3 * (ph1[DM_TRAIN_OPTIMIZER] - ph0[DM_TRAIN_OPTIMIZER]) / steps,
+           1e3 * (ph1[DM_TRAIN_INPUT] - ph0[DM_TRAIN_INPUT]) / steps);
     free(ids), free(labels), free(ms);
     dm_trainer_free(T);
     return 0;
