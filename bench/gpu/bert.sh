@@ -1,6 +1,7 @@
 #!/bin/sh
 # bench/gpu/bert.sh: the whole BERT (BertForMaskedLM) on a GPU, in one call (aimed at under
-# 8 to 9 minutes on an H100 with prebuilt binaries, .dev from `PACK=bert sh bench/gpu/pack.sh`;
+# 8 to 9 minutes on an H100 with prebuilt binaries, .dev/pack.tar.xz of `PACK=bert sh
+# bench/gpu/pack.sh`;
 # each phase has its own timeout and the script skips what would pass BUDGET seconds,
 # default 540, so the summary always comes back inside the device tool's 10 minutes):
 #   1. the CUDA tests on the device (a failure is said, and the timings after it are
@@ -22,8 +23,9 @@
 #      compile (last: the slowest to start); sequences/s from each run's median step,
 #      the ratio against eager from the runs' medians, all on this GPU in this run.
 # Usage: sh bench/gpu/bert.sh [OUTDIR]
-# With prebuilt binaries (the device tool: carry .dev):
-#   LD_LIBRARY_PATH=$PWD/.dev/lib BIN=.dev/bin sh bench/gpu/bert.sh "$OUT/b"
+# With prebuilt binaries (the device tool: run `PACK=bert sh bench/gpu/pack.sh` here, carry
+# .dev, and there just `sh bench/gpu/bert.sh "$OUT/b"`: it unpacks .dev/pack.tar.xz), or
+# BIN=folder (and LD_LIBRARY_PATH) naming them.
 # Env: BIN (a folder with bert_step, test_model, test_model_ops, test_cuda; else built
 #      here by make, in BUILD, default build), PYTHON (default python3, torch with CUDA and transformers), SIZES
 #      (default "64x128 8x512"), LAYERS (24), STEPS (timed steps per run, default 10),
@@ -65,6 +67,12 @@ if [ "${CHECK_CPU:-0}" = 1 ]; then # dmove fp32 on the CPU (its backend's only t
     COMPILE_MODE=${CHECK_COMPILE_MODE:-default}
 fi
 
+if [ -z "${BIN:-}" ] && [ -r "$root/.dev/pack.tar.xz" ]; then # PACK=bert sh bench/gpu/pack.sh's
+    pk=${TMPDIR:-/tmp}/dmove-bert-pack
+    rm -rf "$pk" && mkdir -p "$pk" && tar -xJf "$root/.dev/pack.tar.xz" -C "$pk" || exit 1
+    BIN=$pk/bin
+    export LD_LIBRARY_PATH="$pk/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 if [ -z "${BIN:-}" ]; then
     echo "building (make -C $root)" >&2
     B=${BUILD:-build}
