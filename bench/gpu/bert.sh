@@ -9,10 +9,11 @@
 #      embeddings' and head's operators; EMBED_BWD against the CPU kernel with duplicate,
 #      invalid and all-equal ids, two runs bit-identical; a small model's whole step against
 #      PyTorch, fp32 and bf16) and tests/test_model (whole BertForMaskedLM steps against
-#      transformers, fp32 and bf16 storage, --rows and --streams at the GPU's defaults)
-#      with DMOVE_CUDA_EMULATE=0; then tests/test_cuda (every group and whole layers
-#      against the CPU backend, DMOVE_TEST_EMULATE=0, interpreting row kernel) unless
-#      TESTS=model;
+#      transformers, fp32 and bf16 storage, --rows and --streams at the GPU's defaults;
+#      the BERT trainer CPU vs GPU, resumed bit-identically) with DMOVE_CUDA_EMULATE=0;
+#      and, last, after the timings, if the budget allows, tests/test_cuda (every group
+#      and whole layers against the CPU backend, DMOVE_TEST_EMULATE=0, interpreting row
+#      kernel) unless TESTS=model;
 #   2. BERT-large (24 layers, i=1024 h=16 u=4096, vocab 30522, dropout 0.1) training steps
 #      in bf16 at b=64 j=128 and b=8 j=512: dmove's whole step (bench/gpu/bert_step.c:
 #      dm_trainer_new_bert, the batch set and dm_trainer_step, AdamW over fp32 master
@@ -112,9 +113,8 @@ run_test() { # run_test NAME SECONDS ENV...: tests/NAME on the device, from the 
     grep -E "cuda|CUDA|SKIP|^tests/" "$OUT/$name.txt" | head -40
 }
 if [ "$TESTS" != 0 ]; then
-    run_test test_model_ops 60 DMOVE_CUDA_EMULATE=0
+    run_test test_model_ops 90 DMOVE_CUDA_EMULATE=0
     run_test test_model 150 DMOVE_CUDA_EMULATE=0
-    [ "$TESTS" = all ] && run_test test_cuda 150 DMOVE_TEST_EMULATE=0 DMOVE_TEST_GEN=0
     if [ "${SANITIZE:-0}" = 1 ]; then # the scatter's kernels (shared-memory scans) under compute-sanitizer
         for tool in memcheck racecheck; do
             (cd "$root" && DMOVE_CUDA_EMULATE=0 timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 \
@@ -187,5 +187,14 @@ print("(step ms: the median of the runs' median steps, each run's in brackets; d
       " the head on the masked rows; PyTorch: inputs on the device, the decoder on all rows as transformers does)")
 PY
 done
+# the layers' suite last (what this run changed in it is tested above): if the budget allows
+if [ "$TESTS" = all ]; then
+    if left 150; then
+        run_test test_cuda 150 DMOVE_TEST_EMULATE=0 DMOVE_TEST_GEN=0
+    else
+        echo
+        echo "test_cuda: skipped (budget; TESTS=all SIZES=none-of-them, e.g. SIZES=\" \", runs it alone)"
+    fi
+fi
 echo
 echo "done in $(elapsed) s; raw JSON and logs in $OUT"
