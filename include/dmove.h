@@ -389,8 +389,7 @@ typedef struct {
  * seed), `layers` of them, and the model around them; the optimizer over every parameter
  * (the tied table once). Its tensors by Hugging Face names (bert.embeddings.*,
  * bert.encoder.layer.<l>.*, cls.predictions.*; ".grad", ".exp_avg", ".exp_avg_sq").
- * The CPU backend runs it (the CUDA backend lacks the scatter of the embeddings' gradient
- * yet, embed_bwd: DM_ERR_UNSUPPORTED naming it). "cls.predictions.decoder.weight" is the
+ * The CPU and the CUDA backends run it. "cls.predictions.decoder.weight" is the
  * word table itself. */
 dm_status dm_trainer_new_bert(dm_trainer **out, const dm_layer_config *cfg, int layers, const dm_bert_model *bert,
                               const dm_layer_options *opt, const dm_optim_config *optim);

@@ -19,8 +19,9 @@
  *  - the fusion pass and the memory planner on an adversarial graph (a lookup into a
  *    same-shaped activation with reversed ids, a scatter shaped as its input);
  *  - on the CUDA backend (emulated without a GPU; SKIP in a build without it) the fused
- *    forward against PyTorch (fp32 and bf16, interpreted and generated row kernels), and
- *    the whole step refused naming embed_bwd. */
+ *    forward and the whole step against PyTorch (fp32 and bf16, interpreted and generated
+ *    row kernels), and EMBED_BWD alone against the CPU kernel (duplicate, invalid and all
+ *    equal ids; fp32 and bf16). */
 #include <string.h>
 
 #include "analysis/cost.h"
@@ -579,11 +580,137 @@ static void adversarial_plans(void) {
     }
 }
 
+/* EMBED_BWD alone on the CUDA backend B (emulated: scatter.cu's steps on the host, in the
+ * device's order) with storage dt: dy (R x C), idx (R) in, the table (N x C) to out. */
+static int cuda_scatter_one(const dm_backend *B, dm_dtype dt, int64_t R, int64_t C, int64_t N, const float *dy,
+                            const float *idx, float *out) {
+    dm_graph g;
+    dm_graph_init(&g);
+    g.dim['r' - 'a'] = R, g.dim['c' - 'a'] = C, g.dim['n' - 'a'] = N;
+    int ok = 1, ts[3];
+    ts[0] = T_(&g, "dy", "rc", DM_ROLE_INPUT, &ok);
+    ts[1] = T_(&g, "idx", "r", DM_ROLE_INPUT, &ok);
+    ts[2] = T_(&g, "table", "nc", DM_ROLE_OUTPUT, &ok);
+    op_(&g, DM_OP_EMBED_BWD, "scatter", R, C, N, ts, ts + 2, &ok);
+    dm_plan plan;
+    if (!ok || dm_plan_build(&g, 1, 0, 0, &plan) != DM_OK) {
+        CHECK(!"planned");
+        dm_graph_free(&g);
+        return 0;
+    }
+    char *host = aligned_alloc(64, (plan.arena_bytes + 127) / 64 * 64);
+    memset(host, 0, (plan.arena_bytes + 127) / 64 * 64);
+    memcpy(dm_cpu_tensor_ptr(&plan, host, ts[0]), dy, sizeof(float) * (size_t)(R * C));
+    memcpy(dm_cpu_tensor_ptr(&plan, host, ts[1]), idx, sizeof(float) * (size_t)R);
+    dm_layer_options opt = {.threads = 2, .device = DM_DEVICE_CUDA, .dtype = dt, .rows = DM_ROWS_INTERP};
+    dm_backend_state *st = NULL;
+    dm_status s = B->create(&st, &plan, host, &opt, 0, NULL);
+    CHECK_OK(s);
+    if (s == DM_OK) {
+        for (int q = 0; q < 2; q++) CHECK_OK(B->upload(st, ts[q], dm_cpu_tensor_ptr(&plan, host, ts[q])));
+        CHECK_OK(B->run_group(st, 0, 1, 0));
+        CHECK_OK(B->sync(st));
+        CHECK_OK(B->download(st, ts[2], out));
+        B->destroy(st);
+    }
+    free(host);
+    dm_plan_free(&plan);
+    dm_graph_free(&g);
+    return s == DM_OK;
+}
+
+/* The CUDA EMBED_BWD against the CPU kernel: duplicate ids with invalid ones (-2, -1, N,
+ * N + 1, NaN), all ids equal (one run across many chunks), a table of 30522 rows (more
+ * rows per counting thread), a single row; fp32 (1e-6) and bf16 (dy rounded on upload:
+ * 1e-2); rows no valid id selects exactly zero; two runs bit-identical. */
+static void cuda_scatter(const dm_backend *B) {
+    static const struct { int64_t R, C, N; int pattern; const char *what; } cases[] = {
+        {3000, 77, 50, 0, "duplicate and invalid ids"}, {1000, 33, 7, 1, "all ids equal"},
+        {3000, 3, 30522, 2, "a 30522-row table"}, {1, 300, 4, 1, "one row"}};
+    for (size_t q = 0; q < sizeof cases / sizeof cases[0]; q++) {
+        const int64_t R = cases[q].R, C = cases[q].C, N = cases[q].N;
+        float *dy = malloc(sizeof(float) * (size_t)(R * C)), *idx = malloc(sizeof(float) * (size_t)R);
+        float *want = malloc(sizeof(float) * (size_t)(N * C)), *got = malloc(sizeof(float) * (size_t)(N * C));
+        float *again = malloc(sizeof(float) * (size_t)(N * C));
+        uint64_t z = 11 + q;
+        for (int64_t e = 0; e < R * C; e++) {
+            z = z * 6364136223846793005ull + 1442695040888963407ull;
+            dy[e] = (float)((double)(z >> 11) / 9007199254740992.0 - 0.5);
+        }
+        for (int64_t r = 0; r < R; r++) {
+            z = z * 6364136223846793005ull + 1442695040888963407ull;
+            idx[r] = cases[q].pattern == 1 ? 3.0f
+                     : cases[q].pattern == 2 ? (float)((int64_t)(z >> 33) % (N + 10)) - 5.0f
+                     : r % 3 ? (float)(r % 3) : (float)((r * 7) % (N + 4)) - 2.0f;
+            if (cases[q].pattern == 0 && r == 5) idx[r] = NAN;
+        }
+        const float *in[2] = {dy, idx};
+        run_one(DM_OP_EMBED_BWD, R, C, N, in, want, 1);
+        for (int v = 0; v < 2; v++) {
+            const dm_dtype dt = v ? DM_DTYPE_BF16 : DM_DTYPE_FP32;
+            const double tol = v ? 1e-2 : 1e-6;
+            if (!cuda_scatter_one(B, dt, R, C, N, dy, idx, got) || !cuda_scatter_one(B, dt, R, C, N, dy, idx, again))
+                continue;
+            const int same = memcmp(got, again, sizeof(float) * (size_t)(N * C)) == 0;
+            int zero = 1;
+            for (int64_t n = 0; n < N; n++) {
+                int any = 0;
+                for (int64_t r = 0; r < R && !any; r++) any = dm_index_row(idx[r], N) == n;
+                for (int64_t c = 0; c < C && !any; c++) zero &= got[n * C + c] == 0.0f;
+            }
+            const double e = rel_err(got, want, (size_t)(N * C));
+            CHECK(same && zero && e < tol);
+            printf("  cuda (emulated) %s embed_bwd %lldx%lld into %lld rows, %s: vs the CPU kernel rel.err %.1e, "
+                   "rows not selected zero %s, two runs bit-identical %s\n", v ? "bf16" : "fp32", (long long)R,
+                   (long long)C, (long long)N, cases[q].what, e, zero ? "ok" : "FAIL", same ? "ok" : "FAIL");
+        }
+        free(dy);
+        free(idx);
+        free(want);
+        free(got);
+        free(again);
+    }
+}
+
+/* The whole step (forward and backward, the embedding gradients by scatter.cu) on the
+ * CUDA backend state st: h, the losses and the six parameter gradients against PyTorch
+ * (fp32 1e-5; bf16 storage 3e-2). */
+static void cuda_whole_step(const dm_backend *B, dm_backend_state *st, const dm_st_file *f, const dm_graph *g,
+                            const dm_plan *plan, const model *m, char *host, double tol, const char *what) {
+    for (int t = 0; t < g->nt; t++)
+        if (g->t[t].base < 0 && plan->offset[t] >= 0 && g->t[t].role != DM_ROLE_OUTPUT &&
+            g->t[t].role != DM_ROLE_PARAM_GRAD)
+            CHECK_OK(B->upload(st, t, dm_cpu_tensor_ptr(plan, host, t)));
+    for (int gi = 0; gi < plan->ngroups; gi++) CHECK_OK(B->run_group(st, gi, 1, 0));
+    CHECK_OK(B->sync(st));
+    const struct { const char *name; int t; } outs[] = {
+        {"h", m->h}, {"loss_rows", m->loss}, {"word.grad", grad_of(g, m->word)}, {"position.grad", grad_of(g, m->posw)},
+        {"type.grad", grad_of(g, m->typew)}, {"gamma.grad", grad_of(g, m->gamma)},
+        {"beta.grad", grad_of(g, m->beta)}, {"bias.grad", grad_of(g, m->bias)}};
+    double worst[2] = {0, 0}; /* h and losses; gradients */
+    float buf[V * I];
+    for (size_t q = 0; q < sizeof outs / sizeof outs[0]; q++) {
+        CHECK(outs[q].t >= 0);
+        if (outs[q].t < 0) continue;
+        const size_t n = (size_t)g->t[outs[q].t].numel;
+        float *got = malloc(sizeof(float) * n);
+        CHECK_OK(B->download(st, outs[q].t, got));
+        const float *want = ref(f, outs[q].name, buf, n);
+        const double e = want ? rel_err(got, want, n) : 1;
+        worst[q >= 2] = e > worst[q >= 2] ? e : worst[q >= 2];
+        if (!(e < tol)) fprintf(stderr, "  FAIL %s: rel.err %.2e\n", outs[q].name, e);
+        CHECK(e < tol);
+        free(got);
+    }
+    printf("  cuda (emulated) %s, the whole step (%d groups): h and losses worst rel.err %.2e, the six gradients "
+           "%.2e vs PyTorch %s\n", what, plan->ngroups, worst[0], worst[1],
+           worst[0] < tol && worst[1] < tol ? "ok" : "FAIL");
+}
+
 /* The CUDA backend (emulated without a GPU) on the fused plan of the model's forward
  * (the lookups, adds and LayerNorm as one row program; the gather of the masked rows, the
  * tied decoder, its bias and the loss) against PyTorch: fp32 and bf16 storage, the
- * interpreting and the generated row kernels; and the whole step refused by name (the
- * scatter-add has no CUDA kernel yet). */
+ * interpreting and the generated row kernels; then the whole step (cuda_whole_step). */
 static void cuda_forward(const dm_st_file *f) {
     const dm_backend *B = NULL;
     if (dm_backend_find(DM_DEVICE_CUDA, &B) != DM_OK) {
@@ -592,6 +719,7 @@ static void cuda_forward(const dm_st_file *f) {
     }
     const char *was = getenv("DMOVE_CUDA_EMULATE");
     if (!was) setenv("DMOVE_CUDA_EMULATE", "1", 1);
+    cuda_scatter(B);
     for (int pass = 0; pass < 2; pass++) {
         g_forward_only = pass == 0;
         dm_graph g;
@@ -601,6 +729,13 @@ static void cuda_forward(const dm_st_file *f) {
         CHECK_OK(dm_plan_build(&g, 1, 0, 0, &plan));
         float *host = aligned_alloc(64, (plan.arena_bytes + 127) / 64 * 64), buf[V * I];
         memset(host, 0, (plan.arena_bytes + 127) / 64 * 64);
+        if (pass == 1) { /* dloss: 1 / count on the rows that count, as run_vs_torch */
+            const float *lab = ref(f, "labels", buf, K);
+            int count = 0;
+            for (int k = 0; lab && k < K; k++) count += lab[k] >= 0;
+            for (int k = 0; lab && k < K; k++)
+                dm_cpu_tensor_ptr(&plan, (char *)host, m.dloss)[k] = lab[k] >= 0 ? 1.0f / (float)count : 0.0f;
+        }
         const struct { const char *name; int t; } ins[] = {
             {"ids", m.ids}, {"pos", m.pos}, {"tt", m.tt}, {"mpos", m.mpos}, {"labels", m.labels},
             {"word", m.word}, {"position", m.posw}, {"type", m.typew}, {"gamma", m.gamma}, {"beta", m.beta},
@@ -611,17 +746,18 @@ static void cuda_forward(const dm_st_file *f) {
         }
         static const dm_dtype dts[3] = {DM_DTYPE_FP32, DM_DTYPE_FP32, DM_DTYPE_BF16};
         static const dm_rows rws[3] = {DM_ROWS_INTERP, DM_ROWS_GEN, DM_ROWS_INTERP};
-        for (int v = 0; v < (pass == 0 ? 3 : 1); v++) {
+        for (int v = 0; v < 3; v++) {
             dm_layer_options opt = {.threads = 2, .device = DM_DEVICE_CUDA, .dtype = dts[v], .rows = rws[v]};
             dm_backend_state *st = NULL;
             dm_status s = B->create(&st, &plan, (char *)host, &opt, 0, NULL);
-            if (pass == 1) { /* the whole step: refused, naming the scatter-add */
-                CHECK(s == DM_ERR_UNSUPPORTED && strstr(dm_last_error(), "'embed_bwd'"));
-                printf("  cuda (emulated), the whole step: refused (%s)\n", dm_last_error());
-                if (st) B->destroy(st);
-                break;
-            }
             CHECK_OK(s);
+            if (pass == 1 && s == DM_OK) { /* the whole step, the scatter-adds included */
+                cuda_whole_step(B, st, f, &g, &plan, &m, (char *)host, dts[v] == DM_DTYPE_FP32 ? 1e-5 : 3e-2,
+                                dts[v] == DM_DTYPE_FP32 ? (rws[v] == DM_ROWS_GEN ? "fp32, rows gen" : "fp32, rows interp")
+                                                        : "bf16, rows interp");
+                B->destroy(st);
+                continue;
+            }
             if (s != DM_OK) break;
             double progs = -1, gen = -2;
             const dm_layer_note *notes = NULL;

@@ -15,21 +15,35 @@
 # for `dmove train --device cuda`, and
 #   LD_LIBRARY_PATH=$PWD/.dev/lib DMOVE=.dev/bin/dmove sh bench/gpu/sanitize.sh "$OUT/s"
 # for compute-sanitizer over the kernels.
+# PACK=bert packs what bench/gpu/bert.sh runs instead (the whole BERT): bin/bert_step,
+# bin/test_model, bin/test_model_ops, bin/test_cuda, lib/ and COMMIT as one archive,
+# .dev/pack.tar.xz (about 7 MB: the four binaries and the libraries, 60 MB, would pass
+# the 64 MiB the tool carries with the tree); there, with .dev carried, bert.sh unpacks
+# it itself: sh bench/gpu/bert.sh "$OUT/b"
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
-make -C "$root" -j"$(nproc)" all build/tests/test_cuda build/tests/test_train >/dev/null
 out=$root/.dev
+if [ "${PACK:-}" = bert ]; then
+    make -C "$root" -j"$(nproc)" build/tests/test_cuda build/tests/test_model build/tests/test_model_ops >/dev/null
+    make -C "$root" -f Makefile -f bench/gpu/bench.mk build/bench/bert_step >/dev/null
+    bins="$root/build/bench/bert_step $root/build/tests/test_model $root/build/tests/test_model_ops $root/build/tests/test_cuda"
+else
+    make -C "$root" -j"$(nproc)" all build/tests/test_cuda build/tests/test_train >/dev/null
+    bins="$root/build/dmove $root/build/tests/test_cuda $root/build/tests/test_train"
+fi
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
-cp "$root/build/dmove" "$root/build/tests/test_cuda" "$root/build/tests/test_train" "$out/bin/"
+# shellcheck disable=SC2086 # bins is words (paths without spaces)
+cp $bins "$out/bin/"
 # the commit built, "+changes" if the tree differed from it (run.sh and train.sh print it)
 c=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$root" diff --quiet HEAD -- src include cli tests Makefile 2>/dev/null || c="$c+changes"
 echo "$c" >"$out/COMMIT"
-strip "$out/bin/dmove" "$out/bin/test_cuda" "$out/bin/test_train"
-# every library the two load, but the C runtime and CUDA's own (the GPU machine's
+strip "$out"/bin/*
+# every library they load, but the C runtime and CUDA's own (the GPU machine's
 # toolkit and driver must be the ones used)
-ldd "$root/build/dmove" "$root/build/tests/test_cuda" "$root/build/tests/test_train" | awk '/=> \// {print $3}' | sort -u |
+# shellcheck disable=SC2086
+ldd $bins | awk '/=> \// {print $3}' | sort -u |
     while read -r lib; do
         case "$(basename "$lib")" in
         libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libcu* | libnvrtc*) ;;
@@ -38,3 +52,9 @@ ldd "$root/build/dmove" "$root/build/tests/test_cuda" "$root/build/tests/test_tr
     done
 du -sh "$out"
 ls "$out/lib"
+if [ "${PACK:-}" = bert ]; then
+    tar -cJf "$out/pack.tar.xz.tmp" -C "$out" bin lib COMMIT
+    rm -rf "${out:?}/bin" "${out:?}/lib" "${out:?}/COMMIT"
+    mv "$out/pack.tar.xz.tmp" "$out/pack.tar.xz"
+    ls -l "$out/pack.tar.xz"
+fi

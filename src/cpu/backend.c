@@ -192,6 +192,25 @@ static dm_status copy_tensor(dm_backend_state *dst, int td, dm_backend_state *sr
     return DM_OK;
 }
 
+static dm_status add_tensor(dm_backend_state *dst, int td, dm_backend_state *src, int ts) {
+    const dm_graph *gd = S(dst)->plan->g, *gs = S(src)->plan->g;
+    if (td < 0 || td >= gd->nt || ts < 0 || ts >= gs->nt)
+        return dm_fail(DM_ERR_INVALID_ARG, "add_tensor: no tensor %d or %d", td, ts);
+    const dm_tensor *xd = &gd->t[td], *xs = &gs->t[ts];
+    int same = xd->ndim == xs->ndim;
+    for (int d = 0; same && d < xd->ndim; d++) same = xd->size[d] == xs->size[d] && xd->stride[d] == xs->stride[d];
+    if (!same)
+        return dm_fail(DM_ERR_INVALID_ARG, "add_tensor: %s and %s differ in shape or layout", xs->name, xd->name);
+    float *a, *b;
+    size_t n, m;
+    DM_TRY(span(S(dst), td, &a, &n));
+    DM_TRY(span(S(src), ts, &b, &m));
+    if (a == b) return dm_fail(DM_ERR_INVALID_ARG, "add_tensor: %s added to itself", xs->name);
+#pragma omp parallel for simd num_threads(S(dst)->ex.nthreads) schedule(static)
+    for (size_t e = 0; e < n; e++) a[e] += b[e];
+    return DM_OK;
+}
+
 /* Tensor t of n dense fp32 elements (the trainer's parameters and gradients). */
 static dm_status dense(dm_backend_state *st, int t, int64_t n, float **p, const char *what) {
     size_t np;
@@ -334,6 +353,7 @@ const dm_backend dm_backend_cpu = {
     .buf_free = buf_free,
     .buf_copy = buf_copy,
     .copy_tensor = copy_tensor,
+    .add_tensor = add_tensor,
     .sumsq = sumsq,
     .accumulate = accumulate,
     .optimize = optimize,

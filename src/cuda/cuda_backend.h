@@ -177,6 +177,8 @@ dm_status dm_cuda_memcpy(dm_cuda_exec *ex, void *dst, const void *src, size_t by
  * dst's stream after src's work so far that writes the tensor (events, no host wait);
  * dst's later work and src's later work both come after it. */
 dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int ts);
+/* As dm_cuda_copy_tensor, but td += ts (fp32 arithmetic, stored in the storage type). */
+dm_status dm_cuda_add_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int ts);
 /* Elements of tensor t's span in the arena (first to last element, gaps included). */
 dm_status dm_cuda_tensor_elems(const dm_cuda_exec *ex, int t, size_t *n);
 /* The optimizer's work (plan/backend.h's sumsq, accumulate, optimize; graph/optim_elem.h)

@@ -110,6 +110,32 @@ typedef struct {
                          * operand but fp32 ones is of this type) */
 } dmc_launch;
 
+/* EMBED_BWD (scatter.cu): table[n, :] = the sum of dy[r, :] over the rows r with
+ * idx[r] == n, deterministic (a stable counting sort of the rows by index, then sums in
+ * chunks of the sorted rows and their partials in a fixed order). */
+typedef struct {
+    int64_t rows, cols, nindex; /* R (dy's rows, idx's length), C, N (the table's rows) */
+    const void *dy, *idx;
+    void *table;
+    int dy_dt, idx_dt, table_dt;
+    int64_t per;  /* rows a counting thread owns (K) */
+    int64_t nthr; /* counting threads P = ceil(R / K) */
+    int64_t seg;  /* sorted entries per chunk of the sums (S) */
+    int *hist;    /* N * P + 1 counts, then offsets (index-major); the last: valid rows */
+    int *sums;    /* the scan's block totals */
+    int *key, *row; /* the sorted list: index and row, R each (the valid rows first) */
+    float *part;  /* per chunk: head and tail partial rows (2 x C) */
+} dmc_scatter;
+/* Chooses per, nthr and seg for rows, cols, nindex (a function of these alone). */
+dm_status dmc_scatter_plan(dmc_scatter *s);
+/* Device work space the operation needs, and its pointers set inside `work`. */
+size_t dmc_scatter_work_bytes(const dmc_scatter *s);
+void dmc_scatter_bind(dmc_scatter *s, void *work);
+int64_t dmc_scatter_chunks(const dmc_scatter *s);
+dm_status dmc_scatter_launch(const dmc_scatter *s, cudaStream_t stream);
+/* emulate: the same steps on the host, in the device's order (the same bits) */
+void dmc_emu_scatter(const dmc_scatter *s);
+
 /* cudaexec/transfer.cu, for train.cu: whether the executor is emulated, its main
  * stream, a wait for its side stream's groups, and tensor t's span (device address,
  * element type, elements from its first to its last). */

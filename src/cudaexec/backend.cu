@@ -212,6 +212,10 @@ static dm_status copy_tensor(dm_backend_state *dst, int td, dm_backend_state *sr
     return dm_cuda_copy_tensor(EX(dst), td, EX(src), ts);
 }
 
+static dm_status add_tensor(dm_backend_state *dst, int td, dm_backend_state *src, int ts) {
+    return dm_cuda_add_tensor(EX(dst), td, EX(src), ts);
+}
+
 static dm_status sumsq(dm_backend_state *st, int tg, const float *src, int64_t n, double *out) {
     return dm_cuda_sumsq(EX(st), tg, src, n, out);
 }
@@ -252,7 +256,8 @@ DM_BACKEND_NEXT(workspace_bytes, timed_with); DM_BACKEND_NEXT(timed_with, upload
 DM_BACKEND_NEXT(download, run_group); DM_BACKEND_NEXT(run_group, sync); DM_BACKEND_NEXT(sync, profile);
 DM_BACKEND_NEXT(profile, profile_take); DM_BACKEND_NEXT(profile_take, pool_new); DM_BACKEND_NEXT(pool_new, pool_free);
 DM_BACKEND_NEXT(pool_free, pool_bytes); DM_BACKEND_NEXT(pool_bytes, buf_new); DM_BACKEND_NEXT(buf_new, buf_free);
-DM_BACKEND_NEXT(buf_free, buf_copy); DM_BACKEND_NEXT(buf_copy, copy_tensor); DM_BACKEND_NEXT(copy_tensor, sumsq);
+DM_BACKEND_NEXT(buf_free, buf_copy); DM_BACKEND_NEXT(buf_copy, copy_tensor); DM_BACKEND_NEXT(copy_tensor, add_tensor);
+DM_BACKEND_NEXT(add_tensor, sumsq);
 DM_BACKEND_NEXT(sumsq, accumulate); DM_BACKEND_NEXT(accumulate, optimize); DM_BACKEND_NEXT(optimize, mse);
 static_assert(sizeof(dm_backend) ==
                   (DM_BACKEND_AFTER(mse) + alignof(dm_backend) - 1) / alignof(dm_backend) * alignof(dm_backend),
@@ -263,7 +268,7 @@ static_assert(sizeof(dm_backend) ==
     [[maybe_unused]] const auto &[name, device, merge_siblings, runs_pairs, algos, check_options, resolve_options,
                                   create, destroy, notes, workspace_bytes, timed_with, upload, download, run_group, sync,
                                   profile, profile_take, pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy,
-                                  copy_tensor, sumsq, accumulate, optimize, mse] = b;
+                                  copy_tensor, add_tensor, sumsq, accumulate, optimize, mse] = b;
 }
 #undef DM_BACKEND_NEXT
 #undef DM_BACKEND_ALIGN
@@ -278,5 +283,6 @@ extern "C" const dm_backend dm_backend_cuda = {
     check_options, resolve_options,
     create, destroy, notes, workspace_bytes, timed_with,
     upload, download, run_group, sync, profile, profile_take,
-    pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy, copy_tensor, sumsq, accumulate, optimize, mse,
+    pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy, copy_tensor, add_tensor, sumsq, accumulate, optimize,
+    mse,
 };

@@ -32,8 +32,8 @@ static int dense_rowmajor(const dm_tensor *x) {
  * backend, so a kind without its case in rows.cu, emulate.cu or cudagen/gen.cu fails
  * there); anything else fails at init rather than leaving its outputs unwritten. */
 static int row_kind_supported(dm_op_kind k) {
-    /* not yet: the gather's scatter-add (a table accumulated by index, no row program):
-     * refused with DM_ERR_UNSUPPORTED naming the kind, never run without a kernel */
+    /* the gather's scatter-add (a table accumulated by index) is no row program: a
+     * group of its own, run by scatter.cu (build_scatter) */
     if (k == DM_OP_EMBED_BWD) return 0;
     return (unsigned)k < DM_NUM_OPS && dm_op_kind_class(k) != DM_CLASS_CONTRACTION;
 }
@@ -325,6 +325,43 @@ static dm_status build_prog(dm_cuda_exec *ex, const dm_group *gr, int k0, int k1
 
 static dm_status gemm_pointer_arrays(dm_cuda_exec *ex, dmc_step *st);
 
+/* EMBED_BWD, a group of its own (fusion.c): its operands in memory, dense, row-major. */
+static dm_status build_scatter(dm_cuda_exec *ex, const dm_group *gr, const dm_op *op, dmc_step *st) {
+    const dm_plan *plan = ex->plan;
+    const dm_graph *g = plan->g;
+    if (gr->nops != 1 || gr->nbatch > 1)
+        return dm_fail(DM_ERR_INTERNAL, "%s: an embedding gradient fused with other ops", op->name);
+    int ts[3] = {op->in[0], op->in[1], op->out[0]}, dt[3];
+    void *p[3];
+    for (int s = 0; s < 3; s++) {
+        int r = dm_tensor_root(g, ts[s]);
+        p[s] = plan->in_memory[r] ? dmx_arena_ptr(ex, ts[s], &dt[s]) : NULL;
+        if (!p[s] || !dense_rowmajor(&g->t[ts[s]]))
+            return dm_fail(DM_ERR_UNSUPPORTED, "%s: operand %s is not a dense row-major tensor in "
+                           "memory, which the CUDA embedding gradient needs", op->name, g->t[ts[s]].name);
+    }
+    dmc_scatter *sc = &st->sc;
+    sc->rows = op->rows;
+    sc->cols = op->cols;
+    sc->nindex = op->nindex;
+    if (g->t[ts[0]].numel != op->rows * op->cols || g->t[ts[1]].numel != op->rows ||
+        g->t[ts[2]].numel != op->nindex * op->cols)
+        return dm_fail(DM_ERR_INTERNAL, "%s: operand sizes do not match %lld x %lld rows into %lld",
+                       op->name, (long long)op->rows, (long long)op->cols, (long long)op->nindex);
+    sc->dy = p[0];
+    sc->idx = p[1];
+    sc->table = p[2];
+    sc->dy_dt = dt[0];
+    sc->idx_dt = dt[1];
+    sc->table_dt = dt[2];
+    DM_TRY(dmc_scatter_plan(sc));
+    DM_TRY(dmx_dev_alloc(ex, &st->work, dmc_scatter_work_bytes(sc), "the embedding gradient's work space"));
+    dmc_scatter_bind(sc, st->work);
+    st->scatter = 1;
+    st->prog = -1;
+    return DM_OK;
+}
+
 dm_status dmx_build_group(dm_cuda_exec *ex, int gi, dmc_tiles *tl) {
     const dm_plan *plan = ex->plan;
     const dm_graph *g = plan->g;
@@ -338,6 +375,12 @@ dm_status dmx_build_group(dm_cuda_exec *ex, int gi, dmc_tiles *tl) {
     while (k < gr->nops) {
         const dm_op *op = dmx_op_at(plan, gr, k);
         dmc_step *st = &eg->steps[eg->nsteps];
+        if (op->kind == DM_OP_EMBED_BWD) {
+            eg->nsteps++; /* first: dm_cuda_exec_free frees work of counted steps */
+            DM_TRY(build_scatter(ex, gr, op, st));
+            k++;
+            continue;
+        }
         if (op->kind == DM_OP_CONTRACT) {
             if (!batched && gr->nops != 1)
                 return dm_fail(DM_ERR_INTERNAL, "%s: a contraction fused with other ops outside a "
@@ -571,7 +614,7 @@ int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs) {
     for (int gi = 0; ex && gi < ex->ngroups; gi++) {
         const dmc_group *eg = &ex->groups[gi];
         for (int k = 0; k < eg->nsteps && !eg->skip; k++)
-            n += !eg->steps[k].gemm && (eg->fused || (ex->gen_of && ex->gen_of[eg->steps[k].prog] >= 0));
+            n += !eg->steps[k].gemm && !eg->steps[k].scatter && (eg->fused || (ex->gen_of && ex->gen_of[eg->steps[k].prog] >= 0));
     }
     return n;
 }

@@ -338,7 +338,10 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
     free(ex->nspans);
     if (ex->groups)
         for (int gi = 0; gi < ex->ngroups; gi++) {
-            for (int k = 0; k < ex->groups[gi].nsteps; k++) dmx_dev_free(ex, ex->groups[gi].steps[k].ptrs);
+            for (int k = 0; k < ex->groups[gi].nsteps; k++) {
+                dmx_dev_free(ex, ex->groups[gi].steps[k].ptrs);
+                dmx_dev_free(ex, ex->groups[gi].steps[k].work);
+            }
             free(ex->groups[gi].steps);
             dmx_epi_free(ex->groups[gi].epi);
         }
@@ -460,6 +463,9 @@ dm_status dmx_run_steps(dm_cuda_exec *ex, int gi, uint64_t seed, int skip_rows, 
         }
         if (st->gemm) {
             DM_TRY(dmx_run_gemm(ex, st, blas));
+        } else if (st->scatter) { /* (as the CPU: run with only_contractions too) */
+            if (dmx_emulated(ex)) dmc_emu_scatter(&st->sc);
+            else DM_TRY(dmc_scatter_launch(&st->sc, stream));
         } else if (!skip_rows && ex->gen_of && ex->gen_of[st->prog] >= 0) {
             const dmc_rowprog *hp = &ex->hprogs[st->prog];
             const dmc_genk *k = dmc_gen_kernel(ex->gen, ex->gen_of[st->prog]);

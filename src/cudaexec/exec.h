@@ -20,6 +20,9 @@ typedef struct {
     void **ptrs; /* device: B, A, C matrix addresses when the batch needs them, or NULL */
     int nptrs;   /* matrices in ptrs */
     int prog;    /* index into the executor's programs */
+    int scatter; /* 1: an embedding gradient (sc; gemm 0, prog -1) */
+    dmc_scatter sc; /* device pointers; its work space one allocation, `work` */
+    void *work;
 } dmc_step;
 
 /* DM_CUDA_EPILOGUE: a contraction with the bias of the next group added by cuBLASLt. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/rowmath.cuh"
 #include "cudaexec/exec.h"
 
 int dm_cuda_exec_side_groups(const dm_cuda_exec *ex) {
@@ -72,6 +73,7 @@ dm_status dmx_init_overlap(dm_cuda_exec *ex) {
     for (int gi = 0; gi < ex->ngroups; gi++) {
         const dmc_group *eg = &ex->groups[gi];
         if (eg->nsteps != 1 || plan->groups[gi].nbatch > 1 || eg->fused || eg->epi || eg->skip) continue;
+        if (eg->steps[0].scatter) continue; /* the main stream's: its work space is its own */
         if (!eg->steps[0].gemm && ex->launch[eg->steps[0].prog].global_scratch) continue;
         int read_later = 0;
         for (int h = gi + 1; h < ex->ngroups && !read_later; h++)
@@ -170,7 +172,38 @@ dm_status dmx_launch_side(dm_cuda_exec *ex, int gi, uint64_t seed) {
     return DM_OK;
 }
 
+/* dst[i] += src[i] in storage type T, fp32 arithmetic (dm_cuda_add_tensor). */
+template <typename T> __global__ void add_kernel(T *dst, const T *src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = (T)((float)dst[i] + (float)src[i]);
+}
+
+/* copy_or_add's work for `add`, on dst's stream (or the host, emulated). */
+static dm_status add_span(const dm_cuda_exec *dst, char *pd, const char *ps, int dt, size_t n) {
+    if (dmx_emulated(dst)) {
+        for (size_t i = 0; i < n; i++) dmc_store(pd, dt, (int64_t)i, dmc_load(pd, dt, (int64_t)i) + dmc_load(ps, dt, (int64_t)i));
+        return DM_OK;
+    }
+    const size_t b = (n + 255) / 256;
+    const unsigned blocks = (unsigned)(b < 4096 ? b : 4096);
+    if (dt == DMC_BF16) add_kernel<<<blocks, 256, 0, dst->stream>>>((__nv_bfloat16 *)pd, (const __nv_bfloat16 *)ps, n);
+    else if (dt == DMC_F16) add_kernel<<<blocks, 256, 0, dst->stream>>>((__half *)pd, (const __half *)ps, n);
+    else add_kernel<<<blocks, 256, 0, dst->stream>>>((float *)pd, (const float *)ps, n);
+    DMC_LAUNCHED("the tensor add kernel");
+    return DM_OK;
+}
+
+static dm_status copy_or_add(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int ts, int add);
+
 dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int ts) {
+    return copy_or_add(dst, td, src, ts, 0);
+}
+
+dm_status dm_cuda_add_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int ts) {
+    return copy_or_add(dst, td, src, ts, 1);
+}
+
+static dm_status copy_or_add(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int ts, int add) {
     if (!dst || !src) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_copy_tensor: NULL executor");
     if (dmx_emulated(dst) != dmx_emulated(src))
         return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_copy_tensor: one executor is emulated, the other not");
@@ -184,9 +217,10 @@ dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int 
     for (int d = 0; same && d < xd->ndim; d++)
         same = xd->size[d] == xs->size[d] && xd->stride[d] == xs->stride[d];
     if (!same)
-        return dm_fail(DM_ERR_INVALID_ARG, "cannot copy %s into %s: their shapes, layouts or storage "
-                       "types differ", xs->name, xd->name);
+        return dm_fail(DM_ERR_INVALID_ARG, "cannot %s %s into %s: their shapes, layouts or storage "
+                       "types differ", add ? "add" : "copy", xs->name, xd->name);
     if (!nd) return DM_OK;
+    if (add && pd == ps) return dm_fail(DM_ERR_INVALID_ARG, "cannot add %s to itself", xs->name);
     /* on dst's stream, after src's work so far that writes the tensor (a side-stream group
      * among it: the input gradient's last sum may run there; the weight gradients there
      * go on, overlapping dst's work) and dst's own that touches its bytes; no host wait:
@@ -196,6 +230,7 @@ dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int 
     if (dst->npending) DM_TRY(join_touching(dst, td, 1));
     const size_t bytes = nd * (dtd == DMC_F32 ? 4u : 2u);
     if (dmx_emulated(dst)) {
+        if (add) return add_span(dst, pd, ps, dtd, nd);
         memcpy(pd, ps, bytes);
         return DM_OK;
     }
@@ -209,7 +244,8 @@ dm_status dm_cuda_copy_tensor(dm_cuda_exec *dst, int td, dm_cuda_exec *src, int 
     }
     DMC_CUDA(cudaEventRecord(src->xfer, src->stream));
     DMC_CUDA(cudaStreamWaitEvent(dst->stream, src->xfer, 0));
-    DMC_CUDA(cudaMemcpyAsync(pd, ps, bytes, cudaMemcpyDeviceToDevice, dst->stream));
+    if (add) DM_TRY(add_span(dst, pd, ps, dtd, nd));
+    else DMC_CUDA(cudaMemcpyAsync(pd, ps, bytes, cudaMemcpyDeviceToDevice, dst->stream));
     DMC_CUDA(cudaEventRecord(dst->copied, dst->stream));
     DMC_CUDA(cudaStreamWaitEvent(src->stream, dst->copied, 0));
     return DM_OK;

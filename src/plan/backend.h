@@ -117,6 +117,10 @@ typedef struct dm_backend {
      * same shape, layout and storage, else DM_ERR_INVALID_ARG. Ordered after src's work so
      * far and before both states' later work (it may be enqueued). */
     dm_status (*copy_tensor)(dm_backend_state *dst, int td, dm_backend_state *src, int ts);
+    /* As copy_tensor, but adds: td += ts element by element (fp32 arithmetic, the sum
+     * stored in td's storage type), in the backend's memory. (A model's tied tables: the
+     * decoder's gradient into the word table's.) */
+    dm_status (*add_tensor)(dm_backend_state *dst, int td, dm_backend_state *src, int ts);
     /* The optimizer's work on parameter tensor tp (gradient tg, n elements each, dense),
      * graph/optim_elem.h's arithmetic; buffers of buf_new; may be enqueued.
      * sumsq: the sum of squares of the gradient (tensor tg, or buffer `src` when not NULL)

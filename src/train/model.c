@@ -297,16 +297,13 @@ dm_status dm_model_hidden(dm_model *m, const float **hidden) {
     return DM_OK;
 }
 
-/* The decoder's gradient added into the word table's (the tie), on the host's memory. */
+/* The decoder's gradient added into the word table's (the tie), in the backend's memory
+ * (a GPU's: no host round trip of the two tables); the host copies are not refreshed. */
 static dm_status tie_grads(dm_model *m) {
-    float *a, *b;
-    int64_t na, nb;
-    DM_TRY(down(m, m->head, "cls.predictions.decoder.weight.grad", &b, &nb));
-    DM_TRY(down(m, m->emb, "embeddings.word_embeddings.weight.grad", &a, &na));
-    if (na != nb) return dm_fail(DM_ERR_INTERNAL, "the tied tables differ in size");
-#pragma omp parallel for simd schedule(static)
-    for (int64_t e = 0; e < na; e++) a[e] += b[e];
-    return m->bk->upload(m->emb->st, dm_layer_tensor_id(m->emb, "embeddings.word_embeddings.weight.grad"), a);
+    const int ta = dm_layer_tensor_id(m->emb, "embeddings.word_embeddings.weight.grad");
+    const int tb = dm_layer_tensor_id(m->head, "cls.predictions.decoder.weight.grad");
+    if (ta < 0 || tb < 0) return dm_fail(DM_ERR_INTERNAL, "model: no word table or decoder gradient to tie");
+    return m->bk->add_tensor(m->emb->st, ta, m->head->st, tb);
 }
 
 dm_status dm_model_backward(dm_model *m) {
@@ -320,8 +317,8 @@ dm_status dm_model_backward(dm_model *m) {
         DM_TRY(link(m, m->enc[l], "grad_hidden_states", l > 0 ? m->enc[l - 1] : m->emb, "grad_output"));
     }
     DM_TRY(dm_layer_backward(m->emb));
-    DM_TRY(m->bk->sync(m->emb->st));
-    return tie_grads(m);
+    DM_TRY(tie_grads(m));
+    return m->bk->sync(m->emb->st);
 }
 
 /* --- the whole model's trainer (dmove.h: dm_trainer_new_bert) ------------------------ */
