@@ -309,7 +309,48 @@ out:
     dm_trainer_free(T);
 }
 
+/* Values the checksum cannot vouch for (it is recomputed when an edited trainer saves):
+ * a negative second moment, a NaN moment or parameter; a parameter file with an
+ * infinity. Each refused naming the tensor, the trainer unchanged. */
+static void test_bad_values(void) {
+    const dm_layer_config cfg = tiny();
+    char path[] = "/tmp/dmove_test_vals.XXXXXX";
+    if (!temp_file(path)) return;
+    dm_trainer *A = NULL, *V = NULL;
+    CHECK_OK(dm_trainer_new(&A, &cfg, 1, NULL, NULL));
+    CHECK_OK(dm_trainer_new(&V, &cfg, 1, NULL, NULL));
+    if (A && V) {
+        CHECK_OK(dm_trainer_init_params(A, 9));
+        CHECK_OK(dm_trainer_init_params(V, 9));
+        batch_of(A, 1);
+        CHECK_OK(dm_trainer_step(A, NULL));
+        static const char *const what[3] = {"encoder.layer.0.output.dense.weight.exp_avg_sq",
+                                            "encoder.layer.0.output.dense.bias.exp_avg",
+                                            "encoder.layer.0.attention.self.query.weight"};
+        const float bad[3] = {-1e-3f, NAN, INFINITY};
+        for (int k = 0; k < 3; k++) {
+            float *p = NULL, keep;
+            CHECK_OK(dm_trainer_tensor(A, what[k], &p, NULL, NULL));
+            if (!p) continue;
+            keep = p[1], p[1] = bad[k];
+            CHECK_OK(dm_trainer_save(A, path));
+            p[1] = keep;
+            const int64_t step = dm_trainer_step_count(V);
+            const dm_status st = dm_trainer_load(V, path);
+            printf("  a checkpoint with %s[1] = %g: %s\n", what[k], (double)bad[k], dm_last_error());
+            CHECK(st == DM_ERR_FORMAT && strstr(dm_last_error(), "not") && dm_trainer_step_count(V) == step);
+            if (k == 2) { /* the same parameter file as --init reads: refused too */
+                CHECK(dm_trainer_load_params(V, path) != DM_OK);
+            }
+        }
+    }
+    dm_trainer_free(A);
+    dm_trainer_free(V);
+    unlink(path);
+}
+
 int main(void) {
+    test_bad_values();
     test_checkpoints();
     test_ckpt_mutations();
     test_load_bert_names();

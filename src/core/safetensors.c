@@ -577,6 +577,37 @@ static float f64_to_f32(double x) {
     return (float)x;
 }
 
+int64_t dm_st_first_bad(const dm_st_tensor *t, int nonneg) {
+    if (!t || !t->data) return -1;
+    const unsigned char *p = t->data;
+    /* per dtype: the element size, the exponent field's mask, the sign bit */
+    size_t es;
+    uint64_t expo, sign;
+    switch (t->dtype) {
+    case DM_ST_F64: es = 8, expo = 0x7FF0000000000000ull, sign = 1ull << 63; break;
+    case DM_ST_F32: es = 4, expo = 0x7F800000u, sign = 1u << 31; break;
+    case DM_ST_F16: es = 2, expo = 0x7C00u, sign = 0x8000u; break;
+    case DM_ST_BF16: es = 2, expo = 0x7F80u, sign = 0x8000u; break;
+    default: return -1;
+    }
+    const size_t n = t->nbytes / es;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t v; /* the element's bits (the file and the hosts dmove builds for are little-endian) */
+        if (es == 8) memcpy(&v, p + k * 8, 8);
+        else if (es == 4) {
+            uint32_t w;
+            memcpy(&w, p + k * 4, 4);
+            v = w;
+        } else {
+            uint16_t h;
+            memcpy(&h, p + k * 2, 2);
+            v = h;
+        }
+        if ((v & expo) == expo || (nonneg && (v & sign) && (v & ~sign) != 0)) return (int64_t)k;
+    }
+    return -1;
+}
+
 dm_status dm_st_to_f32(const dm_st_tensor *t, float *out, size_t n) {
     if (!t || (!out && n)) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_to_f32: NULL argument");
     size_t es = dm_st_dtype_size(t->dtype);

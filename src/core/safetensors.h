@@ -48,6 +48,9 @@ const char *dm_st_metadata(const dm_st_file *f, const char *key);
 /* Copies a tensor into float32 `out` (n elements), converting from f32/f64/f16/bf16 or
  * integer/bool dtypes; checks n equals its element count. */
 dm_status dm_st_to_f32(const dm_st_tensor *t, float *out, size_t n);
+/* The index of the first element that is not finite (NaN or infinite; with nonneg, also
+ * one below zero), or -1: floating-point dtypes read by their bits, integer dtypes -1. */
+int64_t dm_st_first_bad(const dm_st_tensor *t, int nonneg);
 
 typedef struct dm_st_writer dm_st_writer;
 dm_status dm_st_writer_new(dm_st_writer **out);

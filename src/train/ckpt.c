@@ -229,6 +229,16 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
         DM_TRY(find_checked(f, T, i / 3, i % 3, &t));
         data[i] = t->data;
     }
+    /* the values too: a checksum recomputed after an edit proves nothing about them */
+    for (int i = 0; i < ntensors(T); i++) {
+        const dm_st_tensor *t = NULL;
+        DM_TRY(find_checked(f, T, i / 3, i % 3, &t));
+        const int64_t bad = dm_st_first_bad(t, i % 3 == 2); /* second moments: also not negative */
+        if (bad >= 0)
+            return dm_fail(DM_ERR_FORMAT, "tensor '%s' element %" PRId64 " is not %s: the checkpoint is damaged; "
+                           "nothing was loaded", t->name, bad, i % 3 == 2 ? "a finite value of at least 0"
+                           : "finite");
+    }
     const char *sum = dm_st_metadata(f, "checksum");
     char hex[32];
     snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(theirs, T, data));
@@ -331,6 +341,10 @@ static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f, int fir
                 return dm_fail(DM_ERR_SHAPE, "'%s' has shape %s, this trainer needs %s: give the sizes of the model "
                                "(--hidden, --ffn, --heads)", name, got, want);
             }
+            const int64_t bad = dm_st_first_bad(t, 0);
+            if (bad >= 0)
+                return dm_fail(DM_ERR_FORMAT, "'%s' holds a value that is not finite (NaN or infinite) at element "
+                               "%" PRId64 ": the file is damaged or the model diverged; nothing was loaded", name, bad);
         }
     for (int l = 0; l < T->nlayers; l++)
         for (int k = 0; k < DM_NUM_PARAMS; k++) {

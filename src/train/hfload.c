@@ -55,7 +55,13 @@ static dm_status check_item(const load_item *it, const dm_st_tensor *t, const ch
     if (t->dtype != DM_ST_F32 && t->dtype != DM_ST_F64 && t->dtype != DM_ST_F16 && t->dtype != DM_ST_BF16)
         return dm_fail(DM_ERR_SHAPE, "'%s' is %s: parameters must be floating point (f32, f64, f16, bf16)", fname,
                        dm_st_dtype_name(t->dtype));
-    if (t->ndim == nd && t->shape[0] == sh[0] && (nd == 1 || t->shape[1] == sh[1])) return DM_OK;
+    if (t->ndim == nd && t->shape[0] == sh[0] && (nd == 1 || t->shape[1] == sh[1])) {
+        const int64_t bad = dm_st_first_bad(t, 0);
+        if (bad >= 0)
+            return dm_fail(DM_ERR_FORMAT, "'%s' holds a value that is not finite (NaN or infinite) at element %" PRId64
+                           ": the file is damaged or the model diverged; nothing was loaded", fname, bad);
+        return DM_OK;
+    }
     char got[96] = "(", want[64];
     for (int d = 0; d < t->ndim && d < 4; d++)
         snprintf(got + strlen(got), sizeof got - strlen(got), "%s%" PRId64, d ? ", " : "", t->shape[d]);
