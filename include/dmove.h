@@ -395,6 +395,11 @@ dm_status dm_trainer_new_bert(dm_trainer **out, const dm_layer_config *cfg, int 
                               const dm_layer_options *opt, const dm_optim_config *optim);
 /* 1 for a trainer of dm_trainer_new_bert. */
 int dm_trainer_is_bert(const dm_trainer *t);
+/* Whether each forward pass counts the scored positions the argmax predicts
+ * (dm_mlm_stats.correct; on by default). Counting reads the logits (predictions x
+ * vocabulary) on the host: on a GPU, a copy a run that does not need the figure can leave
+ * out (off: correct is -1). */
+dm_status dm_trainer_set_count_correct(dm_trainer *t, int on);
 /* The next (micro-)batch: input_ids, token_type_ids (NULL: 0), attention_mask (1 token, 0
  * padding; NULL: all 1) and labels (the original id at a masked position, negative
  * elsewhere), b * j each. Ids outside the vocabulary are refused. */

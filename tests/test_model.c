@@ -323,6 +323,16 @@ static void test_trains(void) {
     CHECK_OK(dm_trainer_evaluate(T, &e2));
     CHECK_OK(dm_trainer_forward(T, &f1));
     CHECK(e1 == e2 && e1 == f1 && dm_trainer_step_count(T) == STEPS + 80);
+    /* the hits need not be counted: the same loss, correct -1 */
+    double f2 = 0;
+    CHECK_OK(dm_trainer_set_count_correct(T, 0));
+    CHECK_OK(dm_trainer_forward(T, &f2));
+    CHECK_OK(dm_trainer_mlm_stats(T, &st));
+    CHECK(f2 == f1 && st.correct == -1 && st.scored > 0);
+    CHECK_OK(dm_trainer_set_count_correct(T, 1));
+    CHECK_OK(dm_trainer_forward(T, &f2));
+    CHECK_OK(dm_trainer_mlm_stats(T, &st));
+    CHECK(st.correct == st.scored);
     float *p;
     int nd;
     int64_t sh[4];

@@ -79,6 +79,9 @@ int main(int argc, char **argv) {
     double t0 = now();
     dm_status s = dm_trainer_new_bert(&T, &cfg, (int)layers, &bm, &opt, &oc);
     if (s != DM_OK) return die("dm_trainer_new_bert", s);
+    /* the step alone, as the PyTorch side times it: no accuracy counted (on a GPU it would
+     * copy the logits to the host each step) */
+    if ((s = dm_trainer_set_count_correct(T, 0)) != DM_OK) return die("dm_trainer_set_count_correct", s);
     if ((s = dm_trainer_init_params(T, 1)) != DM_OK) return die("dm_trainer_init_params", s);
     const double made = now() - t0;
     const int64_t n = cfg.batch * cfg.seq;

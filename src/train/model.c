@@ -284,7 +284,8 @@ dm_status dm_model_forward(dm_model *m, int64_t step, double *loss, int64_t *cor
     double sum = 0.0;
     for (int64_t r = 0; r < m->counted; r++) sum += rows[r];
     if (loss) *loss = m->counted ? sum / m->counted : 0.0;
-    if (correct) DM_TRY(count_correct(m, correct));
+    if (correct && m->no_correct) *correct = -1;
+    else if (correct) DM_TRY(count_correct(m, correct));
     return DM_OK;
 }
 
@@ -410,6 +411,13 @@ dm_status dm_trainer_new_bert(dm_trainer **out, const dm_layer_config *cfg, int 
 }
 
 int dm_trainer_is_bert(const dm_trainer *T) { return T && T->model; }
+
+dm_status dm_trainer_set_count_correct(dm_trainer *T, int on) {
+    if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_count_correct: NULL trainer");
+    if (!T->model) return dm_fail(DM_ERR_INVALID_ARG, "this trainer is a stack of layers, not a BERT");
+    T->model->no_correct = !on;
+    return DM_OK;
+}
 
 dm_status dm_trainer_set_mlm_batch(dm_trainer *T, const int32_t *input_ids, const int32_t *token_type_ids,
                                    const float *attention_mask, const int32_t *labels) {

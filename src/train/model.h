@@ -37,6 +37,7 @@ typedef struct dm_model {
     dm_layer *emb, **enc, *head; /* head NULL with DM_MODEL_HEAD_NONE */
     int counted;       /* masked positions the last batch scores (<= predictions) */
     int64_t correct;   /* of them, the argmax predicted in the last forward pass */
+    int no_correct;    /* count no hits (correct stays -1): no logits brought to the host */
     int64_t dropped;   /* masked positions past `predictions` the last batch left out */
 } dm_model;
 
