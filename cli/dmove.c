@@ -21,6 +21,7 @@ static const struct {
     {"prepare", cmd_prepare, "tokenize text files into token shards for pretraining"},
     {"batches", cmd_batches, "show or time the masked-LM batches made of prepared shards"},
     {"pretrain", cmd_pretrain, "pretrain a whole BERT (masked LM) on prepared shards"},
+    {"finetune", cmd_finetune, "fine-tune a BERT for sequence classification (TSV or JSONL)"},
 };
 enum { NUM_CMDS = (int)(sizeof k_cmds / sizeof k_cmds[0]) };
 
