@@ -3,7 +3,7 @@
 # three-class task written here (a sentence holds words of praise, of blame, or neither,
 # among filler words; a TSV to train on with a header, a JSONL held-out file), a tiny BERT
 # fine-tuned on it from scratch: held-out accuracy well above chance (1/3), the chart, --json,
-# pairs of texts, --export's config with the class names; a run in two parts (--until,
+# pairs of texts, --export's config with the class names, --init from that export; a run in two parts (--until,
 # --resume) equals the whole run byte for byte; then bad input exits 1 or 2 naming the file
 # and line (a label outside --labels, a line without a label, invalid UTF-8, a label only
 # the held-out file has, one class).
@@ -71,6 +71,19 @@ if awk -v a="$acc" 'BEGIN { exit !(a >= 0.8) }'; then
 else
     fail "held-out accuracy '$acc': not well above chance (1/3)"
 fi
+# --init: the exported model's embeddings, encoder and pooler (a new classifier): one epoch
+# from them is enough
+good "finetune --init" finetune --tokenizer vocab.txt --lowercase --seq 16 --batch 16 --lr 1e-3 --threads 2 \
+    --train train.tsv --eval eval.jsonl --epochs 1 --init model
+has "finetune --init: the tensors" stderr '^  --init: 39 tensors from model/model.safetensors \(the pooler too\)'
+has "finetune --init: the sizes" stderr '2 layers \(i=64 h=4 u=128;.*from --init'
+acc=$(sed -n 's/.*held-out accuracy \([0-9.]*\) (150 examples).*/\1/p' stdout)
+cases=$((cases + 1))
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.8) }' || fail "held-out accuracy '$acc' after one epoch from --init"
+bad "--init with a contradicting --hidden" 2 "--hidden 32 contradicts" finetune --tokenizer vocab.txt --lowercase \
+    --train train.tsv --init model --hidden 32
+bad "--init and --config" 2 "exclude each other" finetune --tokenizer vocab.txt --lowercase --train train.tsv \
+    --init model --config model/config.json
 # shellcheck disable=SC2086
 good "finetune --json" $F --train train.tsv --eval eval.jsonl --epochs 1 --json --labels neutral,positive,negative
 has "finetune --json" stdout '"classes":3,.*"eval_accuracy":[0-9.]+,"eval_loss":[0-9.]+'
