@@ -419,8 +419,9 @@ int64_t dm_trainer_num_labels(const dm_trainer *t);
  * more is refused (DM_ERR_INVALID_ARG naming it), as ids outside the vocabulary are. */
 dm_status dm_trainer_set_cls_batch(dm_trainer *t, const int32_t *input_ids, const int32_t *token_type_ids,
                                    const float *attention_mask, const int32_t *labels);
-/* The classes' names (C strings, copied) for dm_trainer_export's id2label / label2id;
- * without them: LABEL_0, LABEL_1, ... as transformers names them. */
+/* The classes' names (C strings, copied; each non-empty UTF-8, else DM_ERR_INVALID_ARG)
+ * for dm_trainer_export's id2label / label2id; without them: LABEL_0, LABEL_1, ... as
+ * transformers names them. */
 dm_status dm_trainer_set_label_names(dm_trainer *t, const char *const *names);
 
 #ifdef __cplusplus

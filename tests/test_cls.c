@@ -308,6 +308,9 @@ static void test_resume_export(void) {
     {
         char dir[] = "/tmp/dmove_test_cls_export.XXXXXX";
         CHECK(mkdtemp(dir) != NULL);
+        const char *bad1[3] = {"neg", "", "pos"}, *bad2[3] = {"neg", "n\xc3", "pos"};
+        CHECK(dm_trainer_set_label_names(R, bad1) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "label 1 is empty"));
+        CHECK(dm_trainer_set_label_names(R, bad2) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "UTF-8"));
         const char *names[3] = {"neg", "neu\"tral", "pos"};
         CHECK_OK(dm_trainer_set_label_names(R, names));
         CHECK_OK(dm_trainer_export(R, dir));

@@ -542,6 +542,24 @@ dm_status dm_trainer_evaluate(dm_trainer *T, double *loss) {
     return s;
 }
 
+/* 1 when s is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF). */
+static int utf8_ok(const unsigned char *s) {
+    while (*s) {
+        const unsigned c = *s;
+        const int len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        if (!len || (len == 2 && c < 0xc2) || (len == 4 && c > 0xf4)) return 0;
+        unsigned cp = len == 1 ? c : c & (0x7fu >> len);
+        for (int k = 1; k < len; k++) {
+            if ((s[k] & 0xc0) != 0x80) return 0;
+            cp = cp << 6 | (s[k] & 0x3fu);
+        }
+        if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+            return 0;
+        s += len;
+    }
+    return 1;
+}
+
 dm_status dm_trainer_set_label_names(dm_trainer *T, const char *const *names) {
     if (!T || !names) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_label_names: NULL argument");
     if (!T->model || T->model->c.head != DM_MODEL_HEAD_CLS)
@@ -551,6 +569,12 @@ dm_status dm_trainer_set_label_names(dm_trainer *T, const char *const *names) {
     char **v = calloc((size_t)C, sizeof *v);
     if (!v) return dm_fail(DM_ERR_OOM, "out of memory");
     for (int64_t k = 0; k < C; k++) {
+        if (names[k] && (!names[k][0] || !utf8_ok((const unsigned char *)names[k]))) {
+            for (int64_t j = 0; j < k; j++) free(v[j]);
+            free(v);
+            return dm_fail(DM_ERR_INVALID_ARG, "the name of label %lld is %s: give each class a name in UTF-8",
+                           (long long)k, names[k][0] ? "not valid UTF-8" : "empty");
+        }
         if (!names[k] || !(v[k] = strdup(names[k]))) {
             for (int64_t j = 0; j < k; j++) free(v[j]);
             free(v);
