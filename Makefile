@@ -238,7 +238,7 @@ ASAN_TESTS := test_safetensors test_files test_embed test_analysis test_contract
 test-asan:
 	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory CUDA=0 BUILD=build-asan build-asan/dmove $(ASAN_TESTS:%=build-asan/tests/%)
 	@set -e; for t in $(ASAN_TESTS); do echo "== $$t (asan)"; ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} build-asan/tests/$$t; done
-	@set -e; for s in tests/test_cli_errors.sh tests/test_analyze_cli.sh tests/test_tokenize_cli.sh tests/test_prepare_cli.sh tests/test_pretrain_cli.sh tests/test_embed_cli.sh; do [ -e "$$s" ] || continue; echo "== $$s (asan)"; DMOVE=build-asan/dmove ASAN_OPTIONS=detect_leaks=1 sh $$s; done
+	@set -e; for s in tests/test_cli_errors.sh tests/test_analyze_cli.sh tests/test_tokenize_cli.sh tests/test_prepare_cli.sh tests/test_pretrain_cli.sh tests/test_embed_cli.sh tests/test_finetune_cli.sh; do [ -e "$$s" ] || continue; echo "== $$s (asan)"; DMOVE=build-asan/dmove ASAN_OPTIONS=detect_leaks=1 sh $$s; done
 
 # Source checks (tests/): folders include one way (the level table in check_layers.sh),
 # no function in src/ or cli/ over 150 lines.

@@ -29,6 +29,7 @@ int cmd_batches(int argc, char **argv);
 int cmd_pretrain(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_finetune(int argc, char **argv);
 
 /* --tokenizer FILE with --lowercase / --cased (a vocab.txt) or neither (a tokenizer.json):
  * CLI_OK with *out loaded, else the exit status after the error (cmd_prepare.c). */

@@ -23,6 +23,7 @@ static const struct {
     {"pretrain", cmd_pretrain, "pretrain a whole BERT (masked LM) on prepared shards"},
     {"embed", cmd_embed, "sentence embeddings of a Hugging Face BERT, one per input line"},
     {"export", cmd_export, "a pretrain checkpoint's model as transformers saves it"},
+    {"finetune", cmd_finetune, "fine-tune a BERT for sequence classification (TSV or JSONL)"},
 };
 enum { NUM_CMDS = (int)(sizeof k_cmds / sizeof k_cmds[0]) };
 

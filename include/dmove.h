@@ -29,7 +29,8 @@ typedef enum {
 const char *dm_last_error(void);
 const char *dm_status_name(dm_status s);
 
-typedef enum { DM_ACT_GELU = 0, DM_ACT_GELU_TANH, DM_ACT_RELU } dm_act;
+/* DM_ACT_TANH: the pooler's (BertForSequenceClassification), not an encoder layer's. */
+typedef enum { DM_ACT_GELU = 0, DM_ACT_GELU_TANH, DM_ACT_RELU, DM_ACT_TANH } dm_act;
 /* Where the layer's two LayerNorms sit. Post-LN (BERT, Hugging Face BertLayer; the
  * default): after each residual add. Pre-LN (torch.nn.TransformerEncoderLayer with
  * norm_first=True, GPT-2's blocks): on the input of attention and of the feed-forward
@@ -384,6 +385,9 @@ typedef struct {
     int64_t predictions; /* masked positions scored per batch (0: b * j / 5, rounded up; the
                           * masked positions past it in a batch are left out and counted) */
     dm_xent_mode xent;   /* the MLM head's decoder and cross-entropy (dm_xent_mode) */
+    int64_t num_labels;  /* 0: BertForMaskedLM; 2 or more: BertForSequenceClassification with
+                          * that many classes (predictions then unused; 1, regression, is
+                          * refused) */
 } dm_bert_model;
 /* A trainer of a whole BertForMaskedLM: the layers of cfg (its batch, seq, sizes, dropout,
  * seed), `layers` of them, and the model around them; the optimizer over every parameter
@@ -420,6 +424,8 @@ dm_status dm_trainer_evaluate(dm_trainer *t, double *loss);
  * transformers' BertForMaskedLM.from_pretrained(DIR) loads it with no key missing or left
  * over. The optimizer's state stays in the checkpoint (dm_trainer_save). */
 dm_status dm_trainer_export(const dm_trainer *t, const char *dir);
+/* The step's or evaluation's figures; for a classifier: the labelled sequences scored and
+ * how many of them the argmax predicted (dropped 0). */
 dm_status dm_trainer_mlm_stats(const dm_trainer *t, dm_mlm_stats *out);
 /* Exports the model of a checkpoint of a BERT trainer (dm_trainer_save of a trainer of
  * dm_trainer_new_bert) as dm_trainer_export does: the checkpoint validated whole (format,
@@ -474,6 +480,31 @@ dm_status dm_embedder_pool(dm_embedder *e, dm_pooling pooling, int normalize, fl
 int64_t dm_embedder_batch(const dm_embedder *e);
 int64_t dm_embedder_seq(const dm_embedder *e);
 int64_t dm_embedder_hidden_size(const dm_embedder *e);
+
+/* --- A whole BERT: sequence classification (BertForSequenceClassification) ----------- */
+
+/* A trainer of dm_trainer_new_bert with bert->num_labels = C >= 2 is a
+ * BertForSequenceClassification: the embeddings and layers as above, then transformers'
+ * pooler (pooled = tanh(dense(hidden[:, 0]))), dropout (hidden_dropout_prob: cfg's) and the
+ * classifier (C x hidden, bias), with the cross-entropy averaged over the sequences that have
+ * a label. Its head's tensors: bert.pooler.dense.{weight,bias}, classifier.{weight,bias}
+ * (with ".grad", ".exp_avg", ".exp_avg_sq"). dm_trainer_step, dm_trainer_evaluate,
+ * dm_trainer_mlm_stats (scored: the labelled sequences, correct: the argmax hits),
+ * dm_trainer_save / load work as for the MLM model; dm_trainer_export writes a
+ * BertForSequenceClassification (config.json with num_labels and, when named,
+ * id2label / label2id). */
+/* The number of classes; 0 for any other trainer. */
+int64_t dm_trainer_num_labels(const dm_trainer *t);
+/* The next (micro-)batch of a classifier: input_ids, token_type_ids (NULL: 0),
+ * attention_mask (NULL: all 1), b * j each (each sequence's first token is its [CLS]), and
+ * labels (b: the class, 0 .. C - 1; negative: the sequence is not scored). A label of C or
+ * more is refused (DM_ERR_INVALID_ARG naming it), as ids outside the vocabulary are. */
+dm_status dm_trainer_set_cls_batch(dm_trainer *t, const int32_t *input_ids, const int32_t *token_type_ids,
+                                   const float *attention_mask, const int32_t *labels);
+/* The classes' names (C strings, copied; each non-empty UTF-8, else DM_ERR_INVALID_ARG)
+ * for dm_trainer_export's id2label / label2id; without them: LABEL_0, LABEL_1, ... as
+ * transformers names them. */
+dm_status dm_trainer_set_label_names(dm_trainer *t, const char *const *names);
 
 #ifdef __cplusplus
 }

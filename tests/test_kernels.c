@@ -118,7 +118,7 @@ static void act_sweep(void) {
         x[e] = (float)(-12.0 + 24.0 * (double)e / (double)(n - 1));
         dy[e] = frand(&seed);
     }
-    for (int a = 0; a < 3; a++) {
+    for (int a = 0; a <= DM_ACT_TANH; a++) {
         dm_op op = {.kind = DM_OP_ACT_DERIV, .nin = 1, .nout = 2, .rows = 1, .cols = n, .act = (dm_act)a};
         dm_ref_op(&op, 0, 1, (const float *const[]){x}, (float *const[]){ry, rd});
         row1(DM_OP_ACT_DERIV, (dm_act)a, n, x, NULL, y, d);
@@ -186,7 +186,7 @@ int main(void) {
             run(DM_OP_DROPOUT_BWD, 1, 1, R, C, 0, pp);
             run(DM_OP_DROPOUT_BWD_NZ, 2, 1, R, C, 0, pp);
         }
-        for (int a = 0; a < 3; a++) {
+        for (int a = 0; a <= DM_ACT_TANH; a++) {
             run(DM_OP_ACT, 1, 1, R, C, (dm_act)a, 0);
             run(DM_OP_ACT_BWD, 2, 1, R, C, (dm_act)a, 0);
             run(DM_OP_ACT_DERIV, 1, 2, R, C, (dm_act)a, 0);

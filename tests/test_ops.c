@@ -643,7 +643,7 @@ static void row_suite(int64_t R, int64_t C, int sim, int only) {
         const dm_op_kind K = (dm_op_kind)k;
         if (dm_op_kind_class(K) == DM_CLASS_CONTRACTION || (only < 0 ? run_alone(K) : k != only)) continue;
         const unsigned pm = dm_op_params(K);
-        const int na = pm & DM_OPP_ACT ? 3 : 1, nd = pm & DM_OPP_DROPOUT ? 3 : 1, nc = pm & DM_OPP_CAUSAL ? 2 : 1;
+        const int na = pm & DM_OPP_ACT ? DM_ACT_TANH + 1 : 1, nd = pm & DM_OPP_DROPOUT ? 3 : 1, nc = pm & DM_OPP_CAUSAL ? 2 : 1;
         for (int a = 0; a < na; a++)
             for (int d = 0; d < nd; d++)
                 for (int c = 0; c < nc; c++) {

@@ -14,7 +14,8 @@
 
 #include <stdint.h>
 
-enum { DM_DROP_ATTN_PROBS = 1, DM_DROP_ATTN_OUT = 2, DM_DROP_FFN_OUT = 3, DM_DROP_EMBED = 4 };
+/* 4: the embeddings' output (b,j,i); 5: the classifier's pooled output (b,i). */
+enum { DM_DROP_ATTN_PROBS = 1, DM_DROP_ATTN_OUT = 2, DM_DROP_FFN_OUT = 3, DM_DROP_EMBED = 4, DM_DROP_CLS = 5 };
 
 /* One Philox-4x32-10 block: ctr[4], key[2] -> out[4] (Random123 constants). */
 void dm_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);

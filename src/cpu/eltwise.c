@@ -78,6 +78,8 @@ void dm_cpu_eltwise_row(const dm_row *rw) {
         if (act == DM_ACT_RELU) {
 #pragma omp simd
             for (int64_t c = 0; c < n; c++) y[c] = dm_relu(a[c]);
+        } else if (act == DM_ACT_TANH) {
+            for (int64_t c = 0; c < n; c++) y[c] = dm_tanh(a[c]);
         } else if (act == DM_ACT_GELU_TANH) {
 #pragma omp simd
             for (int64_t c = 0; c < n; c++) y[c] = dm_gelu_tanh(a[c]);
@@ -93,6 +95,8 @@ void dm_cpu_eltwise_row(const dm_row *rw) {
         if (act == DM_ACT_RELU) {
 #pragma omp simd
             for (int64_t c = 0; c < n; c++) y[c] = dm_relu2(a[c], &d[c]);
+        } else if (act == DM_ACT_TANH) {
+            for (int64_t c = 0; c < n; c++) y[c] = dm_tanh2(a[c], &d[c]);
         } else if (act == DM_ACT_GELU_TANH) {
 #pragma omp simd
             for (int64_t c = 0; c < n; c++) y[c] = dm_gelu_tanh2(a[c], &d[c]);
@@ -107,6 +111,8 @@ void dm_cpu_eltwise_row(const dm_row *rw) {
         if (act == DM_ACT_RELU) {
 #pragma omp simd
             for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_relu_grad(b[c]);
+        } else if (act == DM_ACT_TANH) {
+            for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_tanh_grad(b[c]);
         } else if (act == DM_ACT_GELU_TANH) {
 #pragma omp simd
             for (int64_t c = 0; c < n; c++) y[c] = a[c] * dm_gelu_tanh_grad(b[c]);

@@ -16,6 +16,7 @@
  * 1 + tanh(x) lose every digit for x << 0 even in double). */
 static double act_ref(double x, dm_act a) {
     if (a == DM_ACT_RELU) return x > 0 ? x : 0;
+    if (a == DM_ACT_TANH) return tanh(x);
     if (a == DM_ACT_GELU_TANH) /* x/2 (1 + tanh(s)) = x / (1 + exp(-2s)) */
         return x / (1 + exp(-2 * sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
     return 0.5 * x * erfc(-x / sqrt(2.0));
@@ -23,6 +24,7 @@ static double act_ref(double x, dm_act a) {
 
 static double act_grad_ref(double x, dm_act a) {
     if (a == DM_ACT_RELU) return x > 0 ? 1 : 0;
+    if (a == DM_ACT_TANH) return 1 / (cosh(x) * cosh(x));
     if (a == DM_ACT_GELU_TANH) { /* sg + x * 2 sg (1 - sg) * ds/dx, sg = 1 / (1 + exp(-2s)) */
         double c = sqrt(2 / M_PI), e = exp(-2 * c * (x + 0.044715 * x * x * x)), sg = 1 / (1 + e);
         return sg + 2 * x * e * sg * sg * c * (1 + 3 * 0.044715 * x * x);

@@ -88,6 +88,24 @@ static inline float dm_gelu_tanh2(float x, float *grad) {
     return x * sg;
 }
 
+/* tanh (the pooler's): with e = exp(-2|x|), 1 - tanh|x| = 2e / (1 + e) and tanh|x| =
+ * -expm1(-2|x|) / (1 + e), so neither tanh near 0 nor tanh' = (1 - t)(1 + t) near 1 cancels. */
+static inline float dm_tanh2(float x, float *grad) {
+    float ax = fabsf(x), e = expf(-2.0f * ax), inv = 1.0f / (1.0f + e);
+    float om = 2.0f * e * inv, t = -expm1f(-2.0f * ax) * inv;
+    *grad = om * (2.0f - om);
+    return x < 0 ? -t : t;
+}
+static inline float dm_tanh(float x) {
+    float d;
+    return dm_tanh2(x, &d);
+}
+static inline float dm_tanh_grad(float x) {
+    float d;
+    (void)dm_tanh2(x, &d);
+    return d;
+}
+
 static inline float dm_relu2(float x, float *grad) {
     *grad = x > 0 ? 1.0f : 0.0f;
     return x > 0 ? x : 0.0f;

@@ -25,6 +25,14 @@ __host__ __device__ __forceinline__ float dmc_relu_both(float x, float *grad) {
     return x > 0 ? x : 0.0f;
 }
 
+/* tanh (the pooler's), as cpu/vmath.h's dm_tanh2: e = exp(-2|x|), 1 - tanh|x| = 2e / (1 + e). */
+__host__ __device__ __forceinline__ float dmc_tanh_both(float x, float *grad) {
+    float ax = fabsf(x), e = expf(-2.0f * ax), inv = 1.0f / (1.0f + e);
+    float om = 2.0f * e * inv, t = -expm1f(-2.0f * ax) * inv;
+    *grad = om * (2.0f - om);
+    return x < 0 ? -t : t;
+}
+
 __host__ __device__ __forceinline__ float dmc_gelu_tanh_both(float x, float *grad) {
     float x2 = x * x;
     float s = 0.7978845608028654f * fmaf(0.044715f * x2, x, x);

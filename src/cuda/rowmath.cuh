@@ -51,6 +51,7 @@ __host__ __device__ __forceinline__ int64_t dmc_row_elem(const dmc_operand *d, i
 __host__ __device__ __forceinline__ float dmc_act_both(float x, int act, float *grad) {
     if (act == DM_ACT_RELU) return dmc_relu_both(x, grad);
     if (act == DM_ACT_GELU_TANH) return dmc_gelu_tanh_both(x, grad);
+    if (act == DM_ACT_TANH) return dmc_tanh_both(x, grad);
     return dmc_gelu_both(x, grad);
 }
 

@@ -279,7 +279,7 @@ static void close_segment(gen_ctx *G, const std::string &after) {
 
 static const char *act_fn(int act) {
     return act == DM_ACT_RELU ? "dmc_relu_both" : act == DM_ACT_GELU_TANH ? "dmc_gelu_tanh_both"
-                                                                          : "dmc_gelu_both";
+                                  : act == DM_ACT_TANH ? "dmc_tanh_both" : "dmc_gelu_both";
 }
 
 /* The accumulator index of a COLACC operand. */

@@ -10,7 +10,10 @@
  *   MLM head:   h (m,i) = hidden[masked_positions];  t = LN(act(h . W^T + b)) (m,e);
  *               logits (m,v) = t . decoder^T + bias;  loss (m) = cross-entropy(logits, labels)
  *               (sizes xent DM_XENT_FUSED: the last line one op, LINEAR_XENT, that writes no
- *               logits but each row's argmax id, exported as "predictions") */
+ *               logits but each row's argmax id, exported as "predictions")
+ *   classifier: h (b,i) = hidden[cls_positions];  pooled (b,e) = tanh(h . W^T + b);
+ *               logits (b,c) = dropout(pooled) . C^T + bias (c: the classes);
+ *               loss (b) = cross-entropy(logits, labels) */
 #include <stdio.h>
 #include <string.h>
 
@@ -232,5 +235,86 @@ dm_status dm_build_mlm_head(dm_graph *g, const dm_layer_config *cfg, const dm_be
     const int dy = T(g, "loss_weights", "m", DM_ROLE_INPUT);
     if (dy < 0) return dm_last_status();
     dm_gb_export(enc, "loss_weights", dy, 1, M, 0, 0, 0);
+    return backward(g, enc, h.loss, dy, h.x, "grad_hidden_states", B, J, I);
+}
+
+/* BertForSequenceClassification's head: pooled (b,e) = tanh(hidden[cls] . W^T + b);
+ * logits (b,c) = dropout(pooled) . C^T + bias; loss (b) = cross-entropy(logits, labels). */
+typedef struct {
+    int x, cpos, labels, w, bw, cw, cb;
+    int h, p_mm, p_b, pooled, drop, lg_mm, lg, loss, lse;
+} cls_tensors;
+
+static void cls_tensors_make(dm_graph *g, cls_tensors *h, int *ok) {
+    h->x = CK(T(g, "hidden_states", "bji", DM_ROLE_INPUT));
+    h->cpos = CK(T(g, "cls_positions", "b", DM_ROLE_INPUT));
+    h->labels = CK(T(g, "labels", "b", DM_ROLE_INPUT));
+    h->w = CK(T(g, "pooler_W", "ei", DM_ROLE_PARAM));
+    h->bw = CK(T(g, "pooler_b", "e", DM_ROLE_PARAM));
+    h->cw = CK(T(g, "classifier_W", "ce", DM_ROLE_PARAM));
+    h->cb = CK(T(g, "classifier_b", "c", DM_ROLE_PARAM));
+    h->h = CK(T(g, "cls_hidden", "bi", DM_ROLE_ACT));
+    h->p_mm = CK(T(g, "pooler_mm", "be", DM_ROLE_ACT));
+    h->p_b = CK(T(g, "pooler_pre", "be", DM_ROLE_ACT));
+    h->pooled = CK(T(g, "pooled", "be", DM_ROLE_ACT));
+    h->drop = CK(T(g, "pooled_dropout", "be", DM_ROLE_ACT));
+    h->lg_mm = CK(T(g, "logits_mm", "bc", DM_ROLE_ACT));
+    h->lg = CK(T(g, "logits", "bc", DM_ROLE_ACT));
+    h->loss = CK(T(g, "loss", "b", DM_ROLE_OUTPUT));
+    h->lse = CK(T(g, "logsumexp", "b", DM_ROLE_OUTPUT));
+}
+
+static void cls_ops(dm_graph *g, const dm_layer_config *cfg, const dm_bert_sizes *sz, const cls_tensors *h, int *ok) {
+    const int64_t B = cfg->batch, I = cfg->hidden, C = sz->classes;
+    CK(gather(g, "cls_gather", h->x, h->cpos, h->h, B, I, B * cfg->seq));
+    CK(dm_gb_mm(g, "pooler_proj", "bi,ei->be", h->h, h->w, h->p_mm, 1.0f));
+    CK(dm_gb_pw(g, DM_OP_BIAS_ADD, "pooler_bias", h->p_mm, I, IN(h->p_mm, h->bw), 2, IN(h->p_b), 1));
+    const int oa = CK(dm_gb_pw(g, DM_OP_ACT, "pooler_tanh", h->p_mm, I, IN(h->p_b), 1, IN(h->pooled), 1));
+    const int od = CK(dm_gb_pw(g, DM_OP_DROPOUT, "pooler_dropout", h->p_mm, I, IN(h->pooled), 1, IN(h->drop), 1));
+    CK(dm_gb_mm(g, "classifier", "be,ce->bc", h->drop, h->cw, h->lg_mm, 1.0f));
+    CK(dm_gb_pw(g, DM_OP_BIAS_ADD, "classifier_bias", h->lg_mm, C, IN(h->lg_mm, h->cb), 2, IN(h->lg), 1));
+    CK(dm_gb_pw(g, DM_OP_XENT, "cross_entropy", h->lg_mm, C, IN(h->lg, h->labels), 2, IN(h->loss, h->lse), 2));
+    if (!*ok) return;
+    g->op[oa].act = DM_ACT_TANH;
+    g->op[od].stream = DM_DROP_CLS;
+    g->op[od].p = cfg->dropout;
+}
+
+dm_status dm_build_cls_head(dm_graph *g, const dm_layer_config *cfg, const dm_bert_sizes *sz, int forward_only,
+                            dm_encoder *enc) {
+    DM_TRY(check_sizes(cfg, sz, 0));
+    if (sz->classes == 1)
+        return dm_fail(DM_ERR_UNSUPPORTED, "num_labels 1 is regression (mean squared error) in transformers: dmove "
+                       "classifies only; give 2 or more classes");
+    if (sz->classes < 2 || sz->classes > (1 << 20))
+        return dm_fail(DM_ERR_INVALID_ARG, "%lld classes: a classifier has 2 to 2^20 labels", (long long)sz->classes);
+    memset(enc, 0, sizeof *enc);
+    const int64_t B = cfg->batch, J = cfg->seq, I = cfg->hidden, C = sz->classes;
+    D('b') = B, D('j') = J, D('i') = I, D('e') = I, D('c') = C;
+    int ok_ = 1;
+    cls_tensors h;
+    cls_tensors_make(g, &h, &ok_);
+    if (ok_) cls_ops(g, cfg, sz, &h, &ok_);
+    if (!ok_) return dm_last_status();
+    enc->nfwd_ops = g->nop;
+    enc->x = h.x;
+    enc->mask = -1;
+    enc->y = h.loss;
+    enc->dy = enc->dx = -1;
+    dm_gb_export(enc, "hidden_states", h.x, 3, B, J, I, 0);
+    dm_gb_export(enc, "cls_positions", h.cpos, 1, B, 0, 0, 0);
+    dm_gb_export(enc, "labels", h.labels, 1, B, 0, 0, 0);
+    dm_gb_export(enc, "loss", h.loss, 1, B, 0, 0, 0);
+    dm_gb_export(enc, "logits", h.lg, 2, B, C, 0, 0);
+    dm_gb_export(enc, "logsumexp", h.lse, 1, B, 0, 0, 0);
+    dm_gb_export(enc, "pooled", h.pooled, 2, B, I, 0, 0);
+    dm_gb_export(enc, "bert.pooler.dense.weight", h.w, 2, I, I, 0, 1);
+    dm_gb_export(enc, "bert.pooler.dense.bias", h.bw, 1, I, 0, 0, 1);
+    dm_gb_export(enc, "classifier.weight", h.cw, 2, C, I, 0, 1);
+    dm_gb_export(enc, "classifier.bias", h.cb, 1, C, 0, 0, 1);
+    if (forward_only) return DM_OK;
+    const int dy = T(g, "loss_weights", "b", DM_ROLE_INPUT);
+    if (dy < 0) return dm_last_status();
+    dm_gb_export(enc, "loss_weights", dy, 1, B, 0, 0, 0);
     return backward(g, enc, h.loss, dy, h.x, "grad_hidden_states", B, J, I);
 }

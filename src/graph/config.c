@@ -43,6 +43,7 @@ const char *dm_act_name(dm_act a) {
     case DM_ACT_GELU: return "gelu";
     case DM_ACT_GELU_TANH: return "gelu_tanh";
     case DM_ACT_RELU: return "relu";
+    case DM_ACT_TANH: return "tanh";
     }
     return "?";
 }

@@ -45,7 +45,13 @@ extern const char *const dm_param_names[DM_NUM_PARAMS];
  *   cls.predictions.transform.LayerNorm.{weight,bias}, cls.predictions.decoder.weight
  *   (tied to the word embeddings: a copy the model keeps equal) and cls.predictions.bias.
  * Indices (ids, positions, labels) are integers held as floats (exact below 2^24). */
-typedef enum { DM_SEG_ENCODER = 0, DM_SEG_EMBEDDINGS, DM_SEG_MLM_HEAD } dm_segment;
+/* Classification head (BertForSequenceClassification's pooler and classifier): hidden_states
+ *   (b, j, i) in, the rows at cls_positions (b: flat indices of each sequence's [CLS]) through
+ *   bert.pooler.dense.{weight,bias} and tanh into pooled (b, i), dropout (site 5), and
+ *   classifier.{weight,bias} into logits (b, classes); the cross-entropy against labels (b;
+ *   negative: the sequence counts not) per sequence: loss (b); backward from loss_weights
+ *   (b) into grad_hidden_states. */
+typedef enum { DM_SEG_ENCODER = 0, DM_SEG_EMBEDDINGS, DM_SEG_MLM_HEAD, DM_SEG_CLS_HEAD } dm_segment;
 typedef struct {
     int64_t vocab, positions, types; /* the tables' rows: vocab_size, max_position_embeddings,
                                       * type_vocab_size */
@@ -54,10 +60,13 @@ typedef struct {
                                       * cross-entropy as one op (LINEAR_XENT); otherwise
                                       * (AUTO: the model resolves it first) the GEMM, the
                                       * bias add and XENT, the logits written whole */
+    int64_t classes;                 /* classification head: num_labels (2 or more) */
 } dm_bert_sizes;
 dm_status dm_build_embeddings(dm_graph *g, const dm_layer_config *cfg, const dm_bert_sizes *sz, int forward_only,
                               dm_encoder *enc);
 dm_status dm_build_mlm_head(dm_graph *g, const dm_layer_config *cfg, const dm_bert_sizes *sz, int forward_only,
+                            dm_encoder *enc);
+dm_status dm_build_cls_head(dm_graph *g, const dm_layer_config *cfg, const dm_bert_sizes *sz, int forward_only,
                             dm_encoder *enc);
 
 #endif

@@ -63,6 +63,7 @@ dm_status dm_compile(const dm_compile_opts *o, dm_graph *g, dm_encoder *enc, dm_
     case DM_SEG_ENCODER: s = dm_build_encoder(g, o->cfg, o->forward_only, !o->no_input_grad, e); break;
     case DM_SEG_EMBEDDINGS: s = dm_build_embeddings(g, o->cfg, o->sizes, o->forward_only, e); break;
     case DM_SEG_MLM_HEAD: s = dm_build_mlm_head(g, o->cfg, o->sizes, o->forward_only, e); break;
+    case DM_SEG_CLS_HEAD: s = dm_build_cls_head(g, o->cfg, o->sizes, o->forward_only, e); break;
     default: s = dm_fail(DM_ERR_INVALID_ARG, "dm_compile: segment %d unknown", (int)o->segment);
     }
     if (s == DM_OK && o->segment != DM_SEG_ENCODER && (o->recompute || o->choices || o->plan_file))

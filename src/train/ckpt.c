@@ -73,9 +73,12 @@ static void meta_values(const dm_trainer *T, char v[M_N][META_LEN]) {
     snprintf(v[M_RUN], META_LEN, "%s", T->run_tag[0] ? T->run_tag : "-");
     if (T->model) {
         const dm_bert_sizes *z = &T->model->c.sizes;
-        snprintf(v[M_MODEL], META_LEN, "bert vocab=%" PRId64 " positions=%" PRId64 " types=%" PRId64
-                 " predictions=%" PRId64 " pad=%" PRId64, z->vocab, z->positions, z->types, z->predictions,
-                 T->model->c.pad_id);
+        int n = snprintf(v[M_MODEL], META_LEN, "bert vocab=%" PRId64 " positions=%" PRId64 " types=%" PRId64
+                         " predictions=%" PRId64 " pad=%" PRId64, z->vocab, z->positions, z->types,
+                         z->predictions, T->model->c.pad_id);
+        /* the head kind after the MLM model's text (its older files' text unchanged) */
+        if (T->model->c.head == DM_MODEL_HEAD_CLS)
+            snprintf(v[M_MODEL] + n, (size_t)(META_LEN - n), " head=classifier num_labels=%" PRId64, z->classes);
     } else {
         snprintf(v[M_MODEL], META_LEN, "-");
     }
@@ -382,10 +385,63 @@ dm_status dm_trainer_load_layers(dm_trainer *T, const char *path, int first) {
 const char *dm_trainer_load_note(const dm_trainer *T) { return T ? T->load_note : "";
 }
 
+/* A JSON string of s (quotes, backslashes and control characters escaped). */
+static void json_str(dm_sbuf *b, const char *s) {
+    dm_sb_printf(b, "\"");
+    for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
+        if (*q == '"' || *q == '\\') dm_sb_printf(b, "\\%c", *q);
+        else if (*q < 0x20) dm_sb_printf(b, "\\u%04x", *q);
+        else dm_sb_printf(b, "%c", *q);
+    }
+    dm_sb_printf(b, "\"");
+}
+
+/* A classifier's config.json (written by dm_hf_config_write) gets id2label and label2id
+ * (transformers takes num_labels from them) and the problem type, rewritten atomically. */
+static dm_status config_add_labels(const dm_model *m, const char *path) {
+    char *text;
+    size_t len;
+    DM_TRY(dm_read_file(path, 1 << 20, &text, &len));
+    while (len > 0 && text[len - 1] != '}') len--;
+    if (!len) {
+        free(text);
+        return dm_fail(DM_ERR_INTERNAL, "'%s': not the JSON object just written", path);
+    }
+    const int64_t C = m->c.sizes.classes;
+    dm_sbuf b = {0};
+    dm_sb_printf(&b, "%.*s", (int)(len - 1), text);
+    free(text);
+    while (b.n > 0 && b.s && (b.s[b.n - 1] == '\n' || b.s[b.n - 1] == ' ')) b.s[--b.n] = 0;
+    char def[32];
+    for (int w = 0; w < 2; w++) {
+        dm_sb_printf(&b, w ? ",\n  \"label2id\": {" : ",\n  \"id2label\": {");
+        for (int64_t k = 0; k < C; k++) {
+            snprintf(def, sizeof def, "LABEL_%" PRId64, k);
+            const char *name = m->label_names ? m->label_names[k] : def;
+            dm_sb_printf(&b, "%s\n    ", k ? "," : "");
+            if (w) {
+                json_str(&b, name);
+                dm_sb_printf(&b, ": %" PRId64, k);
+            } else {
+                dm_sb_printf(&b, "\"%" PRId64 "\": ", k);
+                json_str(&b, name);
+            }
+        }
+        dm_sb_printf(&b, "\n  }");
+    }
+    dm_sb_printf(&b, ",\n  \"problem_type\": \"single_label_classification\"\n}\n");
+    const size_t n = b.n;
+    char *out = dm_sb_done(&b);
+    if (!out) return dm_fail(DM_ERR_OOM, "out of memory writing '%s'", path);
+    dm_status s = dm_write_file_atomic(path, out, n);
+    free(out);
+    return s;
+}
+
 dm_status dm_trainer_export(const dm_trainer *T, const char *dir) {
     if (!T || !dir) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_export: NULL argument");
     if (!T->model)
-        return dm_fail(DM_ERR_UNSUPPORTED, "export writes a whole BertForMaskedLM: this trainer is a stack of layers "
+        return dm_fail(DM_ERR_UNSUPPORTED, "export writes a whole BERT: this trainer is a stack of layers "
                        "(its checkpoint holds the layers under BertEncoder's names already)");
     if (T->broken) return dm_trainer_broken(T);
     DM_TRY(dm_trainer_pull(T, DM_PULL_STATE));
@@ -393,8 +449,9 @@ dm_status dm_trainer_export(const dm_trainer *T, const char *dir) {
     if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", dir) >= sizeof path)
         return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
     DM_TRY(dm_make_parent(path));
-    /* the parameters alone, under BertForMaskedLM's names; the tied decoder is left out, as
-     * transformers' save_pretrained leaves it (from_pretrained ties it again) */
+    /* the parameters alone, under BertForMaskedLM's (BertForSequenceClassification's) names;
+     * the tied decoder is left out, as transformers' save_pretrained leaves it
+     * (from_pretrained ties it again) */
     dm_st_writer *w = NULL;
     dm_status s = dm_st_writer_new(&w);
     if (s == DM_OK) s = dm_st_writer_set_metadata(w, "format", "pt");
@@ -422,7 +479,9 @@ dm_status dm_trainer_export(const dm_trainer *T, const char *dir) {
     c.hidden_dropout_prob = c.attention_probs_dropout_prob = T->cfg.dropout;
     c.act = T->cfg.act;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    return dm_hf_config_write(&c, "BertForMaskedLM", path);
+    if (T->model->c.head != DM_MODEL_HEAD_CLS) return dm_hf_config_write(&c, "BertForMaskedLM", path);
+    DM_TRY(dm_hf_config_write(&c, "BertForSequenceClassification", path));
+    return config_add_labels(T->model, path);
 }
 
 /* A whole number of the checkpoint's metadata, in [lo, hi]. */

@@ -44,6 +44,8 @@ dm_status dm_model_new(dm_model **out, const dm_model_config *c, const dm_layer_
     if (m->c.sizes.xent == DM_XENT_AUTO) m->c.sizes.xent = DM_XENT_UNFUSED;
     if (s == DM_OK && c->head == DM_MODEL_HEAD_MLM)
         s = dm_layer_new_segment(&m->head, &c->layer, &o, DM_SEG_MLM_HEAD, &m->c.sizes, m->pool);
+    else if (s == DM_OK && c->head == DM_MODEL_HEAD_CLS)
+        s = dm_layer_new_segment(&m->head, &c->layer, &o, DM_SEG_CLS_HEAD, &m->c.sizes, m->pool);
     else if (s == DM_OK && c->head != DM_MODEL_HEAD_NONE)
         s = dm_fail(DM_ERR_INVALID_ARG, "model head kind %d: not a head dmove knows", (int)c->head);
     /* the segments' passes are chained in the backend: waits once per pass */
@@ -66,6 +68,8 @@ void dm_model_free(dm_model *m) {
     for (int l = 0; m->enc && l < m->c.layers; l++) dm_layer_free(m->enc[l]);
     dm_layer_free(m->head);
     if (m->bk) m->bk->pool_free(m->pool); /* after the layers that borrow from it */
+    for (int64_t k = 0; m->label_names && k < m->c.sizes.classes; k++) free(m->label_names[k]);
+    free(m->label_names);
     free(m->enc);
     free(m);
 }
@@ -77,7 +81,9 @@ static dm_layer *route(dm_model *m, const char *name, const char **rest) {
         *rest = name + 5; /* "embeddings.*" */
         return m->emb;
     }
-    if (!strncmp(name, "cls.", 4)) {
+    const int cls = m->c.head == DM_MODEL_HEAD_CLS;
+    if ((!cls && !strncmp(name, "cls.", 4)) ||
+        (cls && (!strncmp(name, "bert.pooler.", 12) || !strncmp(name, "classifier.", 11)))) {
         *rest = name;
         return m->head; /* NULL without a head */
     }
@@ -94,13 +100,15 @@ static dm_layer *route(dm_model *m, const char *name, const char **rest) {
 dm_status dm_model_tensor(dm_model *m, const char *name, float **data, int *ndim, int64_t shape[4]) {
     if (!m || !name || !data) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_tensor: NULL argument");
     /* the tied decoder is the word table (the head's copy is refreshed from it each forward) */
-    if (!strcmp(name, "cls.predictions.decoder.weight")) name = "bert.embeddings.word_embeddings.weight";
+    if (m->c.head != DM_MODEL_HEAD_CLS && !strcmp(name, "cls.predictions.decoder.weight"))
+        name = "bert.embeddings.word_embeddings.weight";
     const char *rest;
     dm_layer *L = route(m, name, &rest);
     if (!L)
         return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the model (it has bert.embeddings.*%s "
                        "bert.encoder.layer.<0..%d>.*%s)", name, m->head ? "," : " and", m->c.layers - 1,
-                       m->head ? " and cls.predictions.*" : "");
+                       !m->head ? "" : m->c.head == DM_MODEL_HEAD_CLS ? " and bert.pooler.dense.*, classifier.*"
+                                                                     : " and cls.predictions.*");
     return dm_layer_tensor(L, rest, data, ndim, shape);
 }
 
@@ -150,6 +158,26 @@ static dm_status batch_head(dm_model *m, const int32_t *labels) {
     return DM_OK;
 }
 
+/* The classifier's rows: each sequence's [CLS] (its first position) and label; the mean
+ * over the labelled ones (the labels checked by the caller). */
+static dm_status batch_cls(dm_model *m, const int32_t *labels) {
+    const int64_t B = m->c.layer.batch, J = m->c.layer.seq;
+    float *cp, *lab, *w = NULL;
+    DM_TRY(dm_layer_tensor(m->head, "cls_positions", &cp, NULL, NULL));
+    DM_TRY(dm_layer_tensor(m->head, "labels", &lab, NULL, NULL));
+    if (!m->opt.forward_only) DM_TRY(dm_layer_tensor(m->head, "loss_weights", &w, NULL, NULL));
+    int64_t k = 0;
+    for (int64_t b = 0; b < B; b++) k += labels[b] >= 0;
+    for (int64_t b = 0; b < B; b++) {
+        cp[b] = (float)(b * J);
+        lab[b] = labels[b] >= 0 ? (float)labels[b] : -1.0f;
+        if (w) w[b] = labels[b] >= 0 ? 1.0f / (float)k : 0.0f;
+    }
+    m->counted = (int)k;
+    m->dropped = 0;
+    return DM_OK;
+}
+
 /* The batch checked whole before anything is written: a refused one leaves the last. */
 static dm_status batch_check(const dm_model *m, const int32_t *ids, const int32_t *types, const int32_t *labels) {
     const int64_t n = m->c.layer.batch * m->c.layer.seq;
@@ -162,10 +190,15 @@ static dm_status batch_check(const dm_model *m, const int32_t *ids, const int32_
         if (t < 0 || t >= m->c.sizes.types)
             return dm_fail(DM_ERR_INVALID_ARG, "token type %d at position %lld: the model has %lld types", t,
                            (long long)r, (long long)m->c.sizes.types);
-        if (labels && labels[r] >= m->c.sizes.vocab)
+        if (labels && m->c.head == DM_MODEL_HEAD_MLM && labels[r] >= m->c.sizes.vocab)
             return dm_fail(DM_ERR_INVALID_ARG, "label %d at position %lld is past the vocabulary of %lld", labels[r],
                            (long long)r, (long long)m->c.sizes.vocab);
     }
+    for (int64_t b = 0; labels && m->c.head == DM_MODEL_HEAD_CLS && b < m->c.layer.batch; b++)
+        if (labels[b] >= m->c.sizes.classes)
+            return dm_fail(DM_ERR_INVALID_ARG, "label %d of sequence %lld is outside the %lld classes (0 to %lld; "
+                           "negative: no label)", labels[b], (long long)b, (long long)m->c.sizes.classes,
+                           (long long)m->c.sizes.classes - 1);
     return DM_OK;
 }
 
@@ -190,7 +223,8 @@ dm_status dm_model_set_batch(dm_model *m, const int32_t *ids, const int32_t *typ
         DM_TRY(dm_layer_tensor(m->enc[l], "attention_mask", &mask, NULL, NULL));
         for (int64_t r = 0; r < n; r++) mask[r] = attention_mask ? attention_mask[r] : 1.0f;
     }
-    return m->head ? batch_head(m, labels) : DM_OK;
+    if (!m->head) return DM_OK;
+    return m->c.head == DM_MODEL_HEAD_CLS ? batch_cls(m, labels) : batch_head(m, labels);
 }
 
 /* Tensor src of segment a into tensor dst of segment b, in the backend. */
@@ -217,23 +251,24 @@ static dm_status down(const dm_model *m, dm_layer *L, const char *name, float **
     return m->bk->download(L->st, dm_layer_tensor_id(L, name), *p);
 }
 
-/* Argmax hits over the scored rows, from the logits (ties: the lowest id, as torch.argmax);
- * the fused head gives the argmax ids themselves. */
+/* Argmax hits over the scored rows (labels >= 0), from the logits (ties: the lowest id,
+ * as torch.argmax); the fused MLM head gives the argmax ids themselves. */
 static dm_status count_correct(dm_model *m, int64_t *correct) {
     float *lg, *lab;
     int64_t n;
     DM_TRY(dm_layer_tensor(m->head, "labels", &lab, NULL, NULL));
     int64_t hits = 0;
-    if (m->c.sizes.xent == DM_XENT_FUSED) {
+    if (m->c.head == DM_MODEL_HEAD_MLM && m->c.sizes.xent == DM_XENT_FUSED) {
         DM_TRY(down(m, m->head, "predictions", &lg, &n));
         for (int64_t r = 0; r < m->counted; r++) hits += lg[r] == lab[r];
         *correct = hits;
         return DM_OK;
     }
     DM_TRY(down(m, m->head, "logits", &lg, &n));
-    const int64_t V = m->c.sizes.vocab;
+    const int64_t V = m->c.head == DM_MODEL_HEAD_CLS ? m->c.sizes.classes : m->c.sizes.vocab, rows = n / V;
 #pragma omp parallel for reduction(+ : hits) schedule(static)
-    for (int64_t r = 0; r < m->counted; r++) {
+    for (int64_t r = 0; r < rows; r++) {
+        if (lab[r] < 0) continue;
         const float *row = lg + r * V;
         int64_t best = 0;
         for (int64_t v = 1; v < V; v++)
@@ -249,11 +284,13 @@ static dm_status count_correct(dm_model *m, int64_t *correct) {
 static dm_status model_upload(dm_model *m) {
     static const char *const emb_in[4] = {"input_ids", "position_ids", "token_type_ids", "word_grad_ids"};
     static const char *const head_in[3] = {"masked_positions", "labels", "loss_weights"};
-    const int train = !m->opt.forward_only;
+    static const char *const cls_in[3] = {"cls_positions", "labels", "loss_weights"};
+    const int train = !m->opt.forward_only, cls = m->c.head == DM_MODEL_HEAD_CLS;
     for (int k = 0; k < 3 + train; k++) DM_TRY(up(m, m->emb, emb_in[k]));
     for (int l = 0; l < m->c.layers; l++) DM_TRY(up(m, m->enc[l], "attention_mask"));
     if (!m->head) return DM_OK;
-    for (int k = 0; k < 2 + train; k++) DM_TRY(up(m, m->head, head_in[k]));
+    for (int k = 0; k < 2 + train; k++) DM_TRY(up(m, m->head, cls ? cls_in[k] : head_in[k]));
+    if (cls) return DM_OK;
     return link(m, m->emb, "embeddings.word_embeddings.weight", m->head, "cls.predictions.decoder.weight");
 }
 
@@ -276,13 +313,14 @@ dm_status dm_model_forward(dm_model *m, int64_t step, double *loss, int64_t *cor
         return DM_OK;
     }
     DM_TRY(link(m, last, "output", m->head, "hidden_states"));
+    DM_TRY(dm_layer_set_seed(m->head, segment_seed(m, m->c.layers + 1, step))); /* the classifier's dropout */
     DM_TRY(dm_layer_forward(m->head));
     DM_TRY(m->bk->sync(m->head->st));
     float *rows;
     int64_t n;
     DM_TRY(down(m, m->head, "loss", &rows, &n));
-    double sum = 0.0;
-    for (int64_t r = 0; r < m->counted; r++) sum += rows[r];
+    double sum = 0.0; /* the rows that count not are 0 */
+    for (int64_t r = 0; r < n; r++) sum += rows[r];
     if (loss) *loss = m->counted ? sum / m->counted : 0.0;
     if (correct && m->no_correct) *correct = -1;
     else if (correct) DM_TRY(count_correct(m, correct));
@@ -318,7 +356,7 @@ dm_status dm_model_backward(dm_model *m) {
         DM_TRY(link(m, m->enc[l], "grad_hidden_states", l > 0 ? m->enc[l - 1] : m->emb, "grad_output"));
     }
     DM_TRY(dm_layer_backward(m->emb));
-    DM_TRY(tie_grads(m));
+    if (m->c.head == DM_MODEL_HEAD_MLM) DM_TRY(tie_grads(m));
     return m->bk->sync(m->emb->st);
 }
 
@@ -390,10 +428,17 @@ dm_status dm_trainer_new_bert(dm_trainer **out, const dm_layer_config *cfg, int 
     if (optim) a = *optim;
     else dm_optim_config_default(&a);
     DM_TRY(dm_optim_config_check(&a));
-    dm_model_config mc = {.layer = *cfg, .layers = layers, .head = DM_MODEL_HEAD_MLM, .pad_id = bert->pad_id};
+    if (bert->num_labels < 0 || bert->num_labels == 1)
+        return dm_fail(DM_ERR_INVALID_ARG, "num_labels %lld: give 0 (BertForMaskedLM) or 2 or more classes "
+                       "(BertForSequenceClassification; num_labels 1, regression, dmove has not)",
+                       (long long)bert->num_labels);
+    const int cls = bert->num_labels > 0;
+    dm_model_config mc = {.layer = *cfg, .layers = layers, .head = cls ? DM_MODEL_HEAD_CLS : DM_MODEL_HEAD_MLM,
+                          .pad_id = bert->pad_id};
     mc.sizes = (dm_bert_sizes){.vocab = bert->vocab, .positions = bert->positions, .types = bert->types,
-                               .predictions = bert->predictions, .xent = bert->xent};
-    if (!mc.sizes.predictions) mc.sizes.predictions = (cfg->batch * cfg->seq + 4) / 5;
+                               .predictions = cls ? 0 : bert->predictions, .classes = bert->num_labels,
+                               .xent = bert->xent};
+    if (!cls && !mc.sizes.predictions) mc.sizes.predictions = (cfg->batch * cfg->seq + 4) / 5;
     dm_trainer *T = calloc(1, sizeof *T);
     if (!T) return dm_fail(DM_ERR_OOM, "out of memory");
     T->cfg = *cfg;
@@ -423,7 +468,21 @@ dm_status dm_trainer_set_mlm_batch(dm_trainer *T, const int32_t *input_ids, cons
                                    const float *attention_mask, const int32_t *labels) {
     if (!T || !input_ids || !labels) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_mlm_batch: NULL argument");
     if (!T->model) return dm_fail(DM_ERR_INVALID_ARG, "this trainer is a stack of layers, not a BERT");
+    if (T->model->c.head != DM_MODEL_HEAD_MLM)
+        return dm_fail(DM_ERR_INVALID_ARG, "this trainer is a sequence classifier: dm_trainer_set_cls_batch");
     return dm_model_set_batch(T->model, input_ids, token_type_ids, attention_mask, labels);
+}
+
+dm_status dm_trainer_set_cls_batch(dm_trainer *T, const int32_t *input_ids, const int32_t *token_type_ids,
+                                   const float *attention_mask, const int32_t *labels) {
+    if (!T || !input_ids || !labels) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_cls_batch: NULL argument");
+    if (!T->model || T->model->c.head != DM_MODEL_HEAD_CLS)
+        return dm_fail(DM_ERR_INVALID_ARG, "this trainer is not a sequence classifier (dm_bert_model.num_labels)");
+    return dm_model_set_batch(T->model, input_ids, token_type_ids, attention_mask, labels);
+}
+
+int64_t dm_trainer_num_labels(const dm_trainer *T) {
+    return T && T->model && T->model->c.head == DM_MODEL_HEAD_CLS ? T->model->c.sizes.classes : 0;
 }
 
 dm_status dm_trainer_mlm_stats(const dm_trainer *T, dm_mlm_stats *out) {
@@ -449,7 +508,7 @@ dm_status dm_trainer_bert_tensor(dm_trainer *T, const char *name, float **data, 
     /* the tied decoder is the word table, its gradient and moments too */
     static const char dec[] = "cls.predictions.decoder.weight";
     char alias[192];
-    if (!strncmp(name, dec, sizeof dec - 1) && strlen(name) < 100) {
+    if (T->model->c.head != DM_MODEL_HEAD_CLS && !strncmp(name, dec, sizeof dec - 1) && strlen(name) < 100) {
         snprintf(alias, sizeof alias, "bert.embeddings.word_embeddings.weight%s", name + sizeof dec - 1);
         name = alias;
     }
@@ -496,4 +555,50 @@ dm_status dm_trainer_evaluate(dm_trainer *T, double *loss) {
         if (s == DM_OK) s = r;
     }
     return s;
+}
+
+/* 1 when s is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF). */
+static int utf8_ok(const unsigned char *s) {
+    while (*s) {
+        const unsigned c = *s;
+        const int len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        if (!len || (len == 2 && c < 0xc2) || (len == 4 && c > 0xf4)) return 0;
+        unsigned cp = len == 1 ? c : c & (0x7fu >> len);
+        for (int k = 1; k < len; k++) {
+            if ((s[k] & 0xc0) != 0x80) return 0;
+            cp = cp << 6 | (s[k] & 0x3fu);
+        }
+        if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+            return 0;
+        s += len;
+    }
+    return 1;
+}
+
+dm_status dm_trainer_set_label_names(dm_trainer *T, const char *const *names) {
+    if (!T || !names) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_label_names: NULL argument");
+    if (!T->model || T->model->c.head != DM_MODEL_HEAD_CLS)
+        return dm_fail(DM_ERR_INVALID_ARG, "this trainer is not a sequence classifier: it has no labels to name");
+    dm_model *m = T->model;
+    const int64_t C = m->c.sizes.classes;
+    char **v = calloc((size_t)C, sizeof *v);
+    if (!v) return dm_fail(DM_ERR_OOM, "out of memory");
+    for (int64_t k = 0; k < C; k++) {
+        if (names[k] && (!names[k][0] || !utf8_ok((const unsigned char *)names[k]))) {
+            for (int64_t j = 0; j < k; j++) free(v[j]);
+            free(v);
+            return dm_fail(DM_ERR_INVALID_ARG, "the name of label %lld is %s: give each class a name in UTF-8",
+                           (long long)k, names[k][0] ? "not valid UTF-8" : "empty");
+        }
+        if (!names[k] || !(v[k] = strdup(names[k]))) {
+            for (int64_t j = 0; j < k; j++) free(v[j]);
+            free(v);
+            return names[k] ? dm_fail(DM_ERR_OOM, "out of memory")
+                            : dm_fail(DM_ERR_INVALID_ARG, "label %lld of %lld has no name", (long long)k, (long long)C);
+        }
+    }
+    for (int64_t k = 0; m->label_names && k < C; k++) free(m->label_names[k]);
+    free(m->label_names);
+    m->label_names = v;
+    return DM_OK;
 }

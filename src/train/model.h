@@ -17,14 +17,17 @@
 #include "plan/backend.h"
 
 /* What sits on the encoder: nothing (the hidden states are the output: inference,
- * sentence embeddings), BertForMaskedLM's head, or (to come) a classifier. */
-typedef enum { DM_MODEL_HEAD_NONE = 0, DM_MODEL_HEAD_MLM } dm_model_head;
+ * sentence embeddings), BertForMaskedLM's head, or BertForSequenceClassification's pooler
+ * and classifier (sizes.classes labels; its parameters bert.pooler.dense.* and
+ * classifier.*). */
+typedef enum { DM_MODEL_HEAD_NONE = 0, DM_MODEL_HEAD_MLM, DM_MODEL_HEAD_CLS } dm_model_head;
 
 typedef struct {
     dm_layer_config layer; /* the encoder layers' (batch, seq, sizes, dropout, seed, ...) */
     int layers;
     dm_model_head head;
-    dm_bert_sizes sizes;   /* vocabulary, positions, token types, predictions scored */
+    dm_bert_sizes sizes;   /* vocabulary, positions, token types, predictions scored (MLM),
+                            * classes (classifier) */
     int64_t pad_id;        /* the padding token: its word row starts at 0, and takes no
                             * gradient from the lookup (the tied decoder's reaches it) */
 } dm_model_config;
@@ -35,24 +38,28 @@ typedef struct dm_model {
     const dm_backend *bk;
     dm_backend_pool *pool;
     dm_layer *emb, **enc, *head; /* head NULL with DM_MODEL_HEAD_NONE */
-    int counted;       /* masked positions the last batch scores (<= predictions) */
+    int counted;       /* masked positions (classifier: labelled sequences) the last batch
+                        * scores (<= predictions) */
     int64_t correct;   /* of them, the argmax predicted in the last forward pass */
     int no_correct;    /* count no hits (correct stays -1): no logits brought to the host */
     int64_t dropped;   /* masked positions past `predictions` the last batch left out */
+    char **label_names; /* classifier: the classes' names (sizes.classes of them), or NULL */
 } dm_model;
 
 /* opt->forward_only: every segment without its backward (no gradients held; a model
  * for inference, whose dropout the config sets to 0). */
 dm_status dm_model_new(dm_model **out, const dm_model_config *c, const dm_layer_options *opt);
 void dm_model_free(dm_model *m);
-/* A tensor by its Hugging Face BertForMaskedLM name: bert.embeddings.*,
- * bert.encoder.layer.<l>.*, cls.predictions.* (with ".grad" for gradients). */
+/* A tensor by its Hugging Face name: bert.embeddings.*, bert.encoder.layer.<l>.*, and
+ * the head's: cls.predictions.* (BertForMaskedLM) or bert.pooler.dense.* and
+ * classifier.* (BertForSequenceClassification); with ".grad" for gradients. */
 dm_status dm_model_tensor(dm_model *m, const char *name, float **data, int *ndim, int64_t shape[4]);
 /* BERT's initialisation of every segment (each from its own seed derived from `seed`). */
 dm_status dm_model_init_params(dm_model *m, uint64_t seed);
 /* The batch: input_ids, token_type_ids (b * j each; NULL: all 0), attention_mask (NULL:
- * all 1) and labels (b * j: the original id at a masked position, negative elsewhere;
- * NULL, and ignored, for a model without the MLM head).
+ * all 1) and labels (MLM: b * j, the original id at a masked position, negative elsewhere;
+ * classifier: b, each sequence's class, negative: none; NULL, and ignored, without a
+ * head). The classifier reads each sequence's first position ([CLS]).
  * The first `predictions` masked positions in order are scored, the rest counted in
  * m->dropped. Ids are checked against the vocabulary. */
 dm_status dm_model_set_batch(dm_model *m, const int32_t *ids, const int32_t *types, const float *attention_mask,
