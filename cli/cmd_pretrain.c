@@ -150,6 +150,7 @@ typedef struct {
     dm_bert_model bm;
     float *maskf;          /* the batch's attention mask as floats */
     double *losses;
+    double *step_s;        /* each step's wall seconds (--json: their median) */
     int64_t start, stop, ran, tokens, scored, correct;
     double t_total, eval_loss, eval_acc;
     int evaluated;         /* an evaluation ran */
@@ -307,7 +308,8 @@ static int setup(pretrain_run *r) {
     /* the loader at the run's next micro-batch: batch k is the same whenever it is made */
     if (dm_loader_seek(r->train, r->start * o->opt.optim.accumulate) != DM_OK) return fail_dm("--resume: ");
     const size_t n = (size_t)cfg->batch * (size_t)cfg->seq;
-    if (!(r->maskf = malloc(n * sizeof(float))) || !(r->losses = malloc((size_t)o->steps * sizeof(double)))) {
+    if (!(r->maskf = malloc(n * sizeof(float))) || !(r->losses = malloc((size_t)o->steps * sizeof(double))) ||
+        !(r->step_s = malloc((size_t)o->steps * sizeof(double)))) {
         cli_error(CMD, "out of memory");
         return CLI_FAIL;
     }
@@ -353,13 +355,14 @@ static int run_loop(pretrain_run *r, FILE *info) {
     int rc;
     cli_catch_signals(CMD, o->save != NULL);
     for (int64_t s = r->start + 1; s <= r->stop && !cli_interrupted(); s++) {
-        double l;
+        double l, ts = cli_now();
         if (one_step(r, s, &l) != DM_OK) {
             char where[64];
             snprintf(where, sizeof where, "step %" PRId64 ": ", s);
             return failed_step(r, s - 1, fail_dm(where));
         }
         r->losses[s - r->start - 1] = l;
+        r->step_s[s - r->start - 1] = cli_now() - ts;
         r->ran = s - r->start;
         if (s % o->log_every == 0 || s == r->start + 1 || s == r->stop || cli_interrupted()) {
             double t = cli_now(), per = (t - t_last) / (double)(s - last);
@@ -391,6 +394,18 @@ static int run_loop(pretrain_run *r, FILE *info) {
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of the steps' wall times (a step: its micro-batches' data, forward, backward
+ * and the update; not the evaluations), sorted in place. */
+static double median_step_ms(double *t, int64_t n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return 1e3 * (n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]));
+}
+
 static void summary(const pretrain_run *r) {
     const pretrain_opts *o = &r->o;
     double ph[DM_TRAIN_NUM_PHASES];
@@ -399,11 +414,12 @@ static void summary(const pretrain_run *r) {
     if (o->json) {
         printf("{\"layers\":%d,\"params\":%" PRId64 ",\"steps\":%" PRId64 ",\"loss_first\":%.6f,\"loss_last\":%.6f,"
                "\"eval_loss\":%.6f,\"eval_accuracy\":%.6f,\"tokens_per_s\":%.1f,\"ms_per_step\":{\"data_wait\":%.4f,"
-               "\"forward\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,\"total\":%.4f}}\n", o->layers,
+               "\"forward\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,\"total\":%.4f},\"step_ms_median\":%.4f}\n", o->layers,
                dm_trainer_num_params(r->T), r->ran, r->losses[0], r->losses[r->ran - 1], r->evaluated ? r->eval_loss : -1.0,
                r->evaluated ? r->eval_acc : -1.0,
                (double)r->tokens / r->t_total, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n,
-               1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * r->t_total / n);
+               1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * r->t_total / n,
+               median_step_ms(r->step_s, r->ran));
         return;
     }
     printf("\nloss %.4f (step %" PRId64 ") -> %.4f (step %" PRId64 ")", r->losses[0], r->start + 1,
@@ -450,5 +466,6 @@ int cmd_pretrain(int argc, char **argv) {
     dm_tokenizer_free(r.tok);
     free(r.maskf);
     free(r.losses);
+    free(r.step_s);
     return rc;
 }
