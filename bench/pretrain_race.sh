@@ -7,7 +7,7 @@
 # b=16, dropout 0.1; bert-base-uncased's vocabulary, 30522 tokens), the same batches (dmove's
 # loader: packed sentences, 15% masked 80/10/10, seed 0; the torch side reads them through
 # bench/dump_batches.c), the same held-out batches (the valid split, E=8 batches every K=50
-# steps), optimizer (AdamW lr 5e-4, 100 warm-up steps then constant, wd 0.01, clip 1) and
+# steps by default), optimizer (AdamW lr 5e-4, 100 warm-up steps then constant, wd 0.01, clip 1) and
 # seed. The clock is training time: the evaluations are not counted (bench/pretrain_race.py).
 #
 # The corpus: the English parts of the repository's Debian text (tests/text/corpus:
@@ -20,17 +20,20 @@
 # summary.txt (machine, date, commit, the settings, the last held-out point of each).
 #
 # Usage: sh bench/pretrain_race.sh [MINUTES] [--label L] [--systems "dmove torch-eager ..."]
-#                                  [--corpus FILE]
-#   MINUTES: each system's training time (default 20). A smoke test: sh bench/pretrain_race.sh 2 --label smoke
+#                                  [--corpus FILE] [--eval-every K] [--eval-batches E]
+#   MINUTES: each system's training time (default 20); K (default 50) and E (default 8).
+#   A smoke test: sh bench/pretrain_race.sh 2 --label smoke --eval-every 5 --eval-batches 2
 # Needs: a CPU build (DMOVE=build-cpu/dmove by default, and its libdmove.a), python3 with
 # torch and transformers (PY=...).
 set -eu
-minutes=20; label=""; systems="dmove torch-eager torch-compile"; corpus=""
+minutes=20; label=""; systems="dmove torch-eager torch-compile"; corpus=""; every=50; evb=8
 while [ $# -gt 0 ]; do
     case "$1" in
         --label) label="-$2"; shift 2 ;;
         --systems) systems="$2"; shift 2 ;;
         --corpus) corpus="$2"; shift 2 ;;
+        --eval-every) every="$2"; shift 2 ;;
+        --eval-batches) evb="$2"; shift 2 ;;
         -*) echo "pretrain_race.sh: unknown option $1" >&2; exit 2 ;;
         *) minutes="$1"; shift ;;
     esac
@@ -59,7 +62,7 @@ files=""
 for s in $systems; do
     echo "== $s: $minutes minutes ($(date -u +%H:%M:%S))" >&2
     "$PY" "$here/pretrain_race.py" run --system "$s" --minutes "$minutes" --out "$out/$s.json" --data "$tmp/data" \
-        --tokenizer "$tok" --dmove "$DMOVE" --dumper "$tmp/dump_batches"
+        --tokenizer "$tok" --dmove "$DMOVE" --dumper "$tmp/dump_batches" --eval-every "$every" --eval-batches "$evb"
     files="$files $out/$s.json"
 done
 # shellcheck disable=SC2086
@@ -75,7 +78,7 @@ commit="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet ||
     echo "data:    $([ -n "$corpus" ] && echo "$corpus" || echo "tests/text/corpus: debian-reference, man-rendered, man-latin, dictionaries (tests/text/SOURCES)"); b=16 j=128 packed, 15% masked (80/10/10), seed 0, dmove's loader for all"
     sed 's/^/         /' "$tmp/prepare.txt" | head -3
     echo "train:   AdamW lr 5e-4 (100 warm-up steps, then constant), betas 0.9/0.999, eps 1e-6, wd 0.01, clip 1; the first (b*j+4)/5 = 410 chosen positions of a batch scored"
-    echo "eval:    every 50 steps, 8 held-out batches (valid split), no dropout; clock = training time, evaluations excluded"
+    echo "eval:    every $every steps, $evb held-out batches (valid split), no dropout; clock = training time, evaluations excluded"
     echo
     "$PY" - $files <<'PYEOF'
 import json, sys

@@ -71,6 +71,7 @@ def make_model(a):
     from transformers import BertConfig, BertForMaskedLM
     cfg = BertConfig(vocab_size=a.vocab, hidden_size=a.hidden, num_hidden_layers=a.layers,
                      num_attention_heads=a.heads, intermediate_size=a.ffn, max_position_embeddings=512,
+                     layer_norm_eps=1e-12,
                      type_vocab_size=2, hidden_dropout_prob=a.dropout, attention_probs_dropout_prob=a.dropout,
                      pad_token_id=0)
     torch.manual_seed(a.seed)
