@@ -19,10 +19,13 @@
 #
 # Usage: sh bench/peers/run_bert_peers.sh [--batches "8 32"] [--rounds "N ..."] [--reps R]
 #                                         [--warmup W] [--layers L] [--profile]
+#                                         [--adamw both|fused|foreach] [--label L]
+# (--adamw: the torch runs time only that AdamW, to save time on a busy machine; --label:
+# bert-peers-<date>-L.txt)
 # Needs: a CPU build (DMOVE=build-cpu/dmove by default; its libdmove.a builds the batch
 # dumper), python3 with torch and transformers (PY=...).
 set -eu
-batches="8 32"; rounds=2; reps=3; warmup=2; layers=12; profile=0
+batches="8 32"; rounds=2; reps=3; warmup=2; layers=12; profile=0; adamw=both; label=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --batches) batches="$2"; shift 2 ;;
@@ -31,6 +34,8 @@ while [ $# -gt 0 ]; do
         --warmup) warmup="$2"; shift 2 ;;
         --layers) layers="$2"; shift 2 ;;
         --profile) profile=1; shift ;;
+        --adamw) adamw="$2"; shift 2 ;;
+        --label) label="-$2"; shift 2 ;;
         *) echo "run_bert_peers.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -43,7 +48,7 @@ lib=$(dirname "$DMOVE")/libdmove.a
 tok=$root/tests/text/tok/bert-base-uncased.json
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-out=$root/bench/results/bert-peers-$(date -u +%Y-%m-%d)$([ "$layers" = 12 ] || echo "-L$layers").txt
+out=$root/bench/results/bert-peers-$(date -u +%Y-%m-%d)$([ "$layers" = 12 ] || echo "-L$layers")$label.txt
 raw=$tmp/raw
 : >"$raw"
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=17179869184 MALLOC_TOP_PAD_=268435456
@@ -64,7 +69,7 @@ run() { # round batch variant
                    --steps "$steps" --threads 2 --eval-batches 1 --eval-every "$steps" --json 2>/dev/null) ;;
         *) v=${3#torch-}
            j=$("$PY" "$here/bert_mlm_step.py" --batches "$tmp/b$2.bin" --layers "$layers" --reps "$reps" \
-                   --warmup "$warmup" --mode "${v%-*}" --head "${v#*-}" --predictions $(($2 * 128 / 5 + 0))) ;;
+                   --warmup "$warmup" --mode "${v%-*}" --head "${v#*-}" --adamw "$adamw" --predictions $((($2 * 128 + 4) / 5))) ;;
     esac
     printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$j" >>"$raw"
 }
@@ -89,7 +94,7 @@ if [ "$profile" = 1 ]; then
         echo "profile: torch-eager-$h b=$b" >&2
         echo "== torch.profiler, torch-eager-$h, b=$b, one step (fused AdamW), top ops by self CPU time" >>"$tmp/prof"
         "$PY" "$here/bert_mlm_step.py" --batches "$tmp/b$b.bin" --layers "$layers" --reps 1 --warmup 1 --adamw fused \
-            --mode eager --head "$h" --predictions $((b * 128 / 5)) --profile 1 2>>"$tmp/prof" >/dev/null
+            --mode eager --head "$h" --predictions $(((b * 128 + 4) / 5)) --profile 1 2>>"$tmp/prof" >/dev/null
     done
 fi
 commit="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo ' (dirty tree)')"
@@ -100,8 +105,12 @@ commit="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet ||
     echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') ($(nproc) CPUs), load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "commit:  $commit"
     echo "rounds:  $rounds (by batch size: $batches), order rotated each round; each run: $reps timed steps after $warmup warm-up ones (dmove: the"
-    echo "         median of its $steps steps' wall time, first included; torch: foreach AdamW for $warmup + $reps steps, then"
-    echo "         fused for 1 + $reps, the faster median kept)"
+    if [ "$adamw" = both ]; then
+        echo "         median of its $steps steps' wall time, first included; torch: foreach AdamW for $warmup + $reps steps, then"
+        echo "         fused for 1 + $reps, the faster median kept)"
+    else
+        echo "         median of its $steps steps' wall time, first included; torch: $adamw AdamW only)"
+    fi
     echo
     "$PY" - "$raw" <<'PYEOF'
 import json, statistics, sys
@@ -123,8 +132,8 @@ for b, vs in rows.items():
           + ", ".join(f"{k} {v:.1f}" for k, v in ph.items()))
     for v, ds in vs.items():
         if v != "dmove":
-            print(f"  {v}: foreach " + " ".join(str(d["step_ms_foreach"]) for d in ds)
-                  + " / fused " + " ".join(str(d["step_ms_fused"]) for d in ds) + " (ms, by round)")
+            print(f"  {v}: " + " / ".join(k + " " + " ".join(str(d.get("step_ms_" + k, "-")) for d in ds)
+                                          for k in ("foreach", "fused")) + " (ms, by round)")
     print()
 PYEOF
     echo "raw (round, batch, variant, JSON):"
