@@ -705,8 +705,8 @@ const cli_option cli_optim_options[] = {
              "trust ratios, for large batches: BERT's pretraining at\n"
              "scale; NVIDIA's FusedLAMB)"},
     {.kind = CLI_DOUBLE, .name = "--clip-norm", .arg = "C", OO(optim.clip_norm),
-     .help = "clip the global gradient norm to C (default {}: no\n"
-             "clipping; BERT: 1), as torch.nn.utils.clip_grad_norm_"},
+     .help = "clip the global gradient norm to C (default {}; 0: no\n"
+             "clipping; BERT uses 1), as torch.nn.utils.clip_grad_norm_"},
     {.kind = CLI_INT, .name = "--accumulate", .arg = "K", OO(optim.accumulate), .lo = 1, .hi = 65536,
      .help = "micro-batches per update (default {}): a step takes K\n"
              "batches of --batch and averages their gradients"},

@@ -1,5 +1,5 @@
 /* cmd_analyze.c: `dmove analyze`: the dataflow analysis of one encoder layer's training
- * step on a device model: per operator flop, bytes, intensity, roofline bound and
+ * step (or, --model, the whole BertForMaskedLM's, by part) on a device model: per operator flop, bytes, intensity, roofline bound and
  * predicted time; per class shares; unfused vs fused bytes and floors; the fused groups;
  * the memory the step holds (what the forward keeps; intermediates per plan).
  * As a table (default), --json, --csv or an SVG roofline chart; --measure adds achieved
@@ -15,8 +15,9 @@
 static const char *const CMD = "analyze";
 
 typedef struct {
-    const char *device, *profile, *svg, *planfile;
-    int dtype_bytes, json, csv, measure, reps, recompute;
+    const char *device, *profile, *svg, *planfile, *config;
+    int dtype_bytes, json, csv, measure, reps, recompute, model, layers, model_set;
+    int64_t vocab, positions, types, predictions;
     cli_config c;
 } analyze_opts;
 
@@ -25,6 +26,10 @@ static void init(void *p) {
     o->device = "cpu";
     o->dtype_bytes = 4;
     o->reps = 5;
+    o->layers = 12;
+    o->vocab = 30522;
+    o->positions = 512;
+    o->types = 2;
     cli_config_init(&o->c, CLI_CFG_ALL);
 }
 
@@ -74,6 +79,24 @@ static const cli_option k_options[] = {
      .help = "the fused plan with attention's probabilities recomputed in\n"
              "the backward (Q K^T, mask, softmax, dropout again, inside the\n"
              "backward attention group) instead of kept from the forward"},
+    {.kind = CLI_FLAG, .name = "--model", .off = offsetof(analyze_opts, model), .lo = 1,
+     .help = "the whole BertForMaskedLM's step instead (dmove pretrain's:\n"
+             "embeddings, --layers layers, the MLM head at the scored\n"
+             "positions, clipping and AdamW): flop, bytes and floors by\n"
+             "part and class (table or --json)"},
+    {.kind = CLI_PATH, .name = "--config", .arg = "FILE", .off = offsetof(analyze_opts, config),
+     .help = "with --model: a Hugging Face config.json gives the sizes,\n"
+             "the layers, the vocabulary, positions and token types"},
+    {.kind = CLI_INT, .name = "--layers", .arg = "L", .set = offsetof(analyze_opts, model_set) + 1, .off = offsetof(analyze_opts, layers), .lo = 1, .hi = 256,
+     .help = "with --model: encoder layers (default {})"},
+    {.kind = CLI_I64, .name = "--vocab", .arg = "V", .set = offsetof(analyze_opts, model_set) + 1, .off = offsetof(analyze_opts, vocab), .lo = 1,
+     .hi = INT64_C(1) << 24, .help = "with --model: vocabulary size (default {})"},
+    {.kind = CLI_I64, .name = "--positions", .arg = "P", .set = offsetof(analyze_opts, model_set) + 1, .off = offsetof(analyze_opts, positions), .lo = 1,
+     .hi = INT64_C(1) << 24, .help = "with --model: position embeddings (default {})"},
+    {.kind = CLI_I64, .name = "--types", .arg = "T", .set = offsetof(analyze_opts, model_set) + 1, .off = offsetof(analyze_opts, types), .lo = 1,
+     .hi = 1 << 16, .help = "with --model: token types (default {})"},
+    {.kind = CLI_I64, .name = "--predictions", .arg = "M", .off = offsetof(analyze_opts, predictions), .lo = 0,
+     .hi = INT64_C(1) << 40, .help = "with --model: positions the head scores (default b * j / 5)"},
     {.kind = CLI_HELP, .name = "--help", .help = "this text"},
     {.kind = CLI_END},
 };
@@ -99,6 +122,11 @@ static const cli_command k_analyze = {
             "attention recomputed in the backward (--recompute of layer, bench, tune, train).\n"
             "With --recompute the fused plan analysed is that one: its groups, bytes and\n"
             "floor with the extra flop of the recomputation.\n"
+            "With --model, the whole BertForMaskedLM's step instead (as dmove pretrain runs\n"
+            "it), by part: the embeddings, the encoder layers, the MLM head at the scored\n"
+            "positions and the update (clipping and AdamW): parameters, flop by class, the\n"
+            "unfused and fused bytes and roofline floors, and the total against 6 * parameters\n"
+            "* tokens.\n"
             "\n"
             "options:\n",
     .foot = "\n"
@@ -107,7 +135,8 @@ static const cli_command k_analyze = {
             "examples:\n"
             "  dmove probe && dmove analyze\n"
             "  dmove analyze --preset bert-large --device h100 --dtype bf16 --svg roof.svg\n"
-            "  dmove analyze --measure --csv > ops.csv\n",
+            "  dmove analyze --measure --csv > ops.csv\n"
+            "  dmove analyze --model --device h100 --dtype bf16 --preset bert-large --layers 24\n",
     .options = k_options,
     .size = sizeof(analyze_opts),
     .init = init,
@@ -206,6 +235,104 @@ done:
     return rc;
 }
 
+/* --- --model: the whole BertForMaskedLM ---------------------------------------------- */
+
+/* --config: the sizes, layers and tables of a Hugging Face config; -1 after the error. */
+static int apply_hf_config(analyze_opts *o) {
+    dm_hf_config hc;
+    if (o->model_set) {
+        cli_usage_error(CMD, "--config gives the layers, vocabulary, positions and types: leave out --layers, "
+                        "--vocab, --positions and --types");
+        return CLI_USAGE;
+    }
+    if (dm_hf_config_read(o->config, &hc) != DM_OK) {
+        cli_error(CMD, "--config: %s", dm_last_error());
+        return CLI_FAIL;
+    }
+    int rc = cli_config_from_hf(&o->c, CMD, "--config", o->config, &hc);
+    if (rc) return rc;
+    o->layers = (int)hc.num_hidden_layers;
+    o->vocab = hc.vocab_size, o->positions = hc.max_position_embeddings, o->types = hc.type_vocab_size;
+    return 0;
+}
+
+static void part_json(const dm_model_part_cost *p) {
+    printf("{\"name\":\"%s\",\"count\":%d,\"params\":%" PRId64 ",\"flop\":%.17g,\"class_flop\":{", p->name,
+           p->count, p->params, p->flop);
+    for (int c = 0; c < DM_NUM_CLASSES; c++)
+        printf("%s\"%s\":%.17g", c ? "," : "", dm_class_name((dm_op_class)c), p->class_flop[c]);
+    printf("},\"unfused_bytes\":%.17g,\"fused_bytes\":%.17g,\"unfused_floor_s\":%.9g,\"fused_floor_s\":%.9g}",
+           p->unfused_bytes, p->fused_bytes, p->unfused_floor_s, p->fused_floor_s);
+}
+
+static void part_row(const dm_model_part_cost *p) {
+    char cnt[16];
+    snprintf(cnt, sizeof cnt, "%d", p->count);
+    printf("%-15s %5s %8.2fM %10.2f", p->name, cnt, (double)p->params / 1e6, p->flop / 1e9);
+    for (int c = 0; c < DM_NUM_CLASSES; c++) printf(" %6.1f", p->flop > 0 ? 100 * p->class_flop[c] / p->flop : 0.0);
+    printf(" %10.1f %10.1f %9.2f %9.2f\n", p->unfused_bytes / 1e6, p->fused_bytes / 1e6, 1e3 * p->unfused_floor_s,
+           1e3 * p->fused_floor_s);
+}
+
+/* The whole model's report: a table, or one JSON object. */
+static void model_report(const analyze_opts *o, const dm_device_model *dev, const dm_model_cost *m) {
+    const dm_layer_config *cfg = &o->c.cfg;
+    /* the rule of thumb: 6 flop per parameter per token (forward 2, backward 4), the
+     * head's decoder counted at the scored positions only, as dmove runs it */
+    const double tied = (double)o->vocab * (double)cfg->hidden;
+    const double six = 6.0 * ((double)m->total.params - tied) * (double)m->tokens +
+                       6.0 * tied * (double)m->predictions;
+    if (o->json) {
+        printf("{\"model\":{\"layers\":%d,\"hidden\":%" PRId64 ",\"heads\":%" PRId64 ",\"ffn\":%" PRId64
+               ",\"vocab\":%" PRId64 ",\"positions\":%" PRId64 ",\"types\":%" PRId64 ",\"batch\":%" PRId64
+               ",\"seq\":%" PRId64 ",\"tokens\":%" PRId64 ",\"predictions\":%" PRId64 "},\"device\":\"%s\","
+               "\"dtype\":\"%s\",\"parts\":[", o->layers, cfg->hidden, cfg->heads, cfg->ffn, o->vocab, o->positions,
+               o->types, cfg->batch, cfg->seq, m->tokens, m->predictions, dm_device_model_name(dev),
+               dm_dtype_bytes_name(o->dtype_bytes));
+        for (int k = 0; k < DM_NUM_PARTS; k++) {
+            if (k) printf(",");
+            part_json(&m->part[k]);
+        }
+        printf("],\"total\":");
+        part_json(&m->total);
+        printf(",\"six_params_tokens_flop\":%.17g}\n", six);
+        return;
+    }
+    printf("the whole BertForMaskedLM's training step: %d layers (i=%" PRId64 " h=%" PRId64 " u=%" PRId64
+           "), vocabulary %" PRId64 ", b=%" PRId64 " j=%" PRId64 " (%" PRId64 " tokens, %" PRId64
+           " scored by the head), %s, on %s\n\n", o->layers, cfg->hidden, cfg->heads, cfg->ffn, o->vocab,
+           cfg->batch, cfg->seq, m->tokens, m->predictions, dm_dtype_bytes_name(o->dtype_bytes),
+           dm_device_model_desc(dev));
+    printf("%-15s %5s %9s %10s %6s %6s %6s %10s %10s %9s %9s\n", "part", "count", "params", "GFLOP", "contr%",
+           "norm%", "elem%", "unfused MB", "fused MB", "floor ms", "fused ms");
+    for (int k = 0; k < DM_NUM_PARTS; k++) part_row(&m->part[k]);
+    part_row(&m->total);
+    printf("\n(floor ms: the unfused schedule's roofline floor; fused ms: the fused one's. The optimizer: clipping's\n"
+           "norm and AdamW, 18 flop and 32 bytes a parameter, fp32 state.) 6 * parameters * tokens (the decoder at\n"
+           "the scored positions): %.2f GFLOP; the whole step counts %.3f times that.\n", six / 1e9,
+           m->total.flop / six);
+}
+
+static int analyze_model(analyze_opts *o, const dm_device_model *dev) {
+    const dm_bert_model bm = {.vocab = o->vocab, .positions = o->positions, .types = o->types,
+                              .predictions = o->predictions};
+    if (o->positions < o->c.cfg.seq) {
+        cli_usage_error(CMD, "--positions %" PRId64 " is less than --seq %" PRId64, o->positions, o->c.cfg.seq);
+        return CLI_USAGE;
+    }
+    dm_model_cost m;
+    if (dm_model_cost_analyze(&o->c.cfg, o->layers, &bm, dev, o->dtype_bytes, &m) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        return CLI_FAIL;
+    }
+    model_report(o, dev, &m);
+    if (fflush(stdout) != 0) {
+        cli_error(CMD, "cannot write the report to stdout");
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}
+
 int cmd_analyze(int argc, char **argv) {
     analyze_opts o;
     int rc = cli_parse(&k_analyze, &o, argc, argv);
@@ -223,10 +350,19 @@ int cmd_analyze(int argc, char **argv) {
         cli_usage_error(CMD, "--measure: the CPU backend computes in fp32: use --dtype fp32");
         return CLI_USAGE;
     }
+    if (!o.model && (o.config || o.model_set || o.predictions)) {
+        cli_usage_error(CMD, "--config, --layers, --vocab, --positions, --types and --predictions are --model's");
+        return CLI_USAGE;
+    }
+    if (o.model && (o.csv || o.svg || o.measure || o.planfile || o.recompute)) {
+        cli_usage_error(CMD, "--model reports a table or --json (no --csv, --svg, --measure, --plan or --recompute)");
+        return CLI_USAGE;
+    }
+    if (o.config && (rc = apply_hf_config(&o)) != 0) return rc;
     if (cli_config_finish(&o.c, CMD, 1)) return CLI_USAGE;
     dm_device_model *dev = device_model(&o);
     if (!dev) return CLI_FAIL;
-    rc = analyze(&o, dev);
+    rc = o.model ? analyze_model(&o, dev) : analyze(&o, dev);
     dm_device_model_free(dev);
     return rc;
 }

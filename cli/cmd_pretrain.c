@@ -170,6 +170,7 @@ typedef struct {
     char init_config[4096]; /* --init's config.json */
     float *maskf;          /* the batch's attention mask as floats */
     double *losses, *accs;  /* per step of this run: training loss, masked-token accuracy */
+    double *step_s;         /* each step's wall seconds (--json: their median) */
     int64_t *eval_steps;    /* the held-out evaluations: steps, */
     double *eval_losses, *eval_accs; /* losses and accuracies */
     int64_t neval, eval_cap;
@@ -383,8 +384,9 @@ static int setup(pretrain_run *r) {
     r->eval_cap = (r->stop - r->start) / o->eval_every + 2;
     const size_t ns = (size_t)(r->stop - r->start), ne = (size_t)r->eval_cap;
     if (!(r->maskf = malloc(n * sizeof(float))) || !(r->losses = malloc(ns * sizeof(double))) ||
-        !(r->accs = malloc(ns * sizeof(double))) || !(r->eval_steps = malloc(ne * sizeof(int64_t))) ||
-        !(r->eval_losses = malloc(ne * sizeof(double))) || !(r->eval_accs = malloc(ne * sizeof(double)))) {
+        !(r->accs = malloc(ns * sizeof(double))) || !(r->step_s = malloc(ns * sizeof(double))) ||
+        !(r->eval_steps = malloc(ne * sizeof(int64_t))) || !(r->eval_losses = malloc(ne * sizeof(double))) ||
+        !(r->eval_accs = malloc(ne * sizeof(double)))) {
         cli_error(CMD, "out of memory");
         return CLI_FAIL;
     }
@@ -436,7 +438,7 @@ static int run_loop(pretrain_run *r, FILE *info) {
     int rc;
     cli_catch_signals(CMD, o->save != NULL);
     for (int64_t s = r->start + 1; s <= r->stop && !cli_interrupted(); s++) {
-        double l;
+        double l, ts = cli_now();
         const int64_t sc = r->scored, co = r->correct;
         if (one_step(r, s, &l) != DM_OK) {
             char where[64];
@@ -445,6 +447,7 @@ static int run_loop(pretrain_run *r, FILE *info) {
         }
         r->losses[s - r->start - 1] = l;
         r->accs[s - r->start - 1] = r->scored > sc ? (double)(r->correct - co) / (double)(r->scored - sc) : NAN;
+        r->step_s[s - r->start - 1] = cli_now() - ts;
         r->ran = s - r->start;
         if (s % o->log_every == 0 || s == r->start + 1 || s == r->stop || cli_interrupted()) {
             double t = cli_now(), per = (t - t_last) / (double)(s - last);
@@ -480,6 +483,18 @@ static int run_loop(pretrain_run *r, FILE *info) {
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of the steps' wall times (a step: its micro-batches' data, forward, backward
+ * and the update; not the evaluations), sorted in place. */
+static double median_step_ms(double *t, int64_t n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return 1e3 * (n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]));
+}
+
 static void summary(const pretrain_run *r) {
     const pretrain_opts *o = &r->o;
     double ph[DM_TRAIN_NUM_PHASES];
@@ -488,11 +503,12 @@ static void summary(const pretrain_run *r) {
     if (o->json) {
         printf("{\"layers\":%d,\"params\":%" PRId64 ",\"steps\":%" PRId64 ",\"loss_first\":%.6f,\"loss_last\":%.6f,"
                "\"eval_loss\":%.6f,\"eval_accuracy\":%.6f,\"tokens_per_s\":%.1f,\"ms_per_step\":{\"data_wait\":%.4f,"
-               "\"forward\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,\"total\":%.4f}}\n", o->layers,
+               "\"forward\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,\"total\":%.4f},\"step_ms_median\":%.4f}\n", o->layers,
                dm_trainer_num_params(r->T), r->ran, r->losses[0], r->losses[r->ran - 1], r->evaluated ? r->eval_loss : -1.0,
                r->evaluated ? r->eval_acc : -1.0,
                (double)r->tokens / r->t_total, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n,
-               1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * r->t_total / n);
+               1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * r->t_total / n,
+               median_step_ms(r->step_s, r->ran));
         return;
     }
     printf("\nloss %.4f (step %" PRId64 ") -> %.4f (step %" PRId64 ")", r->losses[0], r->start + 1,
@@ -545,6 +561,7 @@ int cmd_pretrain(int argc, char **argv) {
     free(r.maskf);
     free(r.losses);
     free(r.accs);
+    free(r.step_s);
     free(r.eval_steps);
     free(r.eval_losses);
     free(r.eval_accs);

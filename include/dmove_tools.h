@@ -176,6 +176,31 @@ dm_status dm_analysis_write_svg(const dm_analysis *a, const char *title, const c
 dm_status dm_analysis_floors(const dm_layer_config *cfg, const dm_device_model *m, int dtype_bytes,
                              int recompute, double *unfused_s, double *fused_s);
 
+/* --- The whole model's training step analysed (`dmove analyze --model`) ---------------- */
+
+/* A whole BertForMaskedLM's training step (dm_trainer_new_bert's) on a device model, by
+ * part: the embeddings, the encoder layers (one layer's analysis times L), the MLM head at
+ * the scored positions (its decoder's gradient summed into the word table's), and the
+ * update (clipping's norm and AdamW over every parameter, the tied table once, fp32
+ * state: an estimate of 18 flop and 32 bytes a parameter). Each part: its parameters,
+ * flop (by class), the bytes of the unfused and the fused schedule, and their roofline
+ * floors, as `dmove analyze` counts a layer's; total: their sums. */
+enum { DM_PART_EMBEDDINGS = 0, DM_PART_LAYERS, DM_PART_MLM_HEAD, DM_PART_OPTIMIZER, DM_NUM_PARTS };
+typedef struct {
+    const char *name;         /* "embeddings", "encoder layers", "MLM head", "optimizer" */
+    int count;                /* segments of it (the layers: L) */
+    int64_t params;
+    double flop, class_flop[DM_NUM_CLASSES];
+    double unfused_bytes, fused_bytes;
+    double unfused_floor_s, fused_floor_s;
+} dm_model_part_cost;
+typedef struct {
+    dm_model_part_cost part[DM_NUM_PARTS], total;
+    int64_t tokens, predictions; /* b * j, and the positions the head scores */
+} dm_model_cost;
+dm_status dm_model_cost_analyze(const dm_layer_config *cfg, int layers, const dm_bert_model *bert,
+                                const dm_device_model *dev, int dtype_bytes, dm_model_cost *out);
+
 /* --- Charts ----------------------------------------------------------------------------- */
 
 /* A step's groups as bars of their time, each with its roofline floor inside; one section

@@ -208,6 +208,61 @@ good "measure" analyze --measure --reps 1 --profile "$T/prof/cpu-profile.json" \
     --batch 1 --seq 16 --hidden 32 --heads 2 --ffn 64 --threads 1
 grep -q "MUE" "$T/stdout" || fail "measure: no MUE column"
 
+# --- the whole model: analyze --model ------------------------------------------------
+good "--model" analyze --model --device h100
+for part in embeddings "encoder layers" "MLM head" optimizer "whole model"; do
+    grep -q "^$part " "$T/stdout" || fail "--model: no row for $part"
+done
+good "--model, JSON" analyze --model --device h100 --json
+# the values of a key, in order: the four parts (embeddings, layers, head, optimizer), then the total
+tr ',{}[]' '\n\n\n\n\n' <"$T/stdout" >"$T/flat"
+vals() { sed -n "s/^\"$1\":[[:space:]]*\([0-9.e+-]*\)$/\1/p" "$T/flat" | tr '\n' ' '; }
+# BERT-base (i=768 u=3072 V=30522 P=512 T=2, 12 layers), b=8 j=128: parameters counted by hand (as
+# transformers' BertForMaskedLM has them, the decoder tied: 109514298); the contraction flop of a
+# layer: forward 2 n (4 i^2 + 2 i u) + 4 b j^2 i (scores and context), backward twice that; the
+# head's at its M = (b j + 4) / 5 = 205 scored rows: 3 * 2 M (i^2 + i V); the whole model's flop
+# the sum of its parts'; and within 5% above 6 * parameters * tokens (the tied decoder at the M
+# rows), the attention's j^2 terms and the rest being the difference
+awk -v p="$(vals params)" -v f="$(vals flop)" -v c="$(vals contraction)" -v six="$(vals six_params_tokens_flop)" 'BEGIN {
+    split(p, P, " "); split(f, F, " "); split(c, C, " ")
+    i = 768; u = 3072; V = 30522; L = 12; n = 8 * 128; M = 205
+    emb = V * i + 512 * i + 2 * i + 2 * i
+    lay = 4 * i * i + 4 * i + 2 * i * u + u + i + 4 * i
+    head = i * i + i + 2 * i + V
+    lc = 3 * (2 * n * (4 * i * i + 2 * i * u) + 4 * 8 * 128 * 128 * i)
+    hc = 3 * 2 * M * (i * i + i * V)
+    want6 = 6 * (emb + L * lay + head - V * i) * n + 6 * V * i * M
+    ok = P[1] == emb && P[2] == L * lay && P[3] == head && P[5] == emb + L * lay + head && P[5] == 109514298
+    ok = ok && C[2] == L * lc && C[3] == hc && C[1] == 0
+    s = F[1] + F[2] + F[3] + F[4]; d = s - F[5]
+    ok = ok && d < 1e-9 * F[5] && d > -1e-9 * F[5] && six == want6 && F[5] > six && F[5] < 1.05 * six
+    exit !ok }' || fail "--model, JSON: parameters ($(vals params)), contraction flop ($(vals contraction)) or flop ($(vals flop); 6NT $(vals six_params_tokens_flop)) not as counted"
+# the layers part is the layer `dmove analyze` analyses, L times
+good "one layer, JSON" analyze --device h100 --json
+one=$(tr -d ' \t\n' <"$T/stdout" | sed -n 's/.*"totals":{"flop":\([0-9.e+]*\).*/\1/p')
+good "--model --layers 3, JSON" analyze --model --layers 3 --device h100 --json
+tr ',{}[]' '\n\n\n\n\n' <"$T/stdout" >"$T/flat"
+awk -v one="$one" -v f="$(vals flop)" 'BEGIN { split(f, F, " "); exit !(one > 0 && F[2] == 3 * one) }' ||
+    fail "--model --layers 3: the layers' flop $(vals flop) is not 3 x one layer's ($one)"
+# --config: a small model's sizes, layers and tables from a Hugging Face config.json
+cat >"$T/config.json" <<'JSON'
+{"model_type": "bert", "architectures": ["BertForMaskedLM"], "vocab_size": 1000, "hidden_size": 64,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "hidden_act": "gelu",
+ "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512,
+ "type_vocab_size": 2, "layer_norm_eps": 1e-12, "pad_token_id": 0, "position_embedding_type": "absolute"}
+JSON
+good "--model --config" analyze --model --config "$T/config.json" --device h100 --json
+tr ',{}[]' '\n\n\n\n\n' <"$T/stdout" >"$T/flat"
+# 1000*64 + 512*64 + 2*64 + 2*64 = 97024; a layer 4*64^2 + 4*64 + 2*64*128 + 128 + 64 + 4*64 = 33472;
+# the head 64^2 + 64 + 2*64 + 1000 = 5288: 97024 + 2 * 33472 + 5288 = 169256
+[ "$(vals params)" = "97024 66944 5288 0 169256 " ] && grep -q '"layers":2,"hidden":64,"heads":4,"ffn":128,"vocab":1000' "$T/stdout" ||
+    fail "--model --config: parameters $(vals params), not those of the config"
+bad "--model options without --model" 2 "are .-model.s" analyze --layers 3 --device h100
+bad "--config with --layers" 2 "leave out --layers" analyze --model --config "$T/config.json" --layers 4 --device h100
+bad "--model --csv" 2 "model reports a table" analyze --model --csv --device h100
+bad "--model positions below seq" 2 "positions 64" analyze --model --positions 64 --device h100
+bad "--model missing config" 1 "config" analyze --model --config "$T/nope.json" --device h100
+
 # --- bad input ------------------------------------------------------------------------
 printf '{"version": 1, "machine": {}' >"$T/trunc.json"
 printf 'not json at all' >"$T/garbage.json"
