@@ -202,6 +202,21 @@ static void head_ops(dm_graph *g, const dm_layer_config *cfg, const dm_bert_size
     g->op[oln].eps = cfg->eps;
 }
 
+/* A head's forward end and its common exports: the hidden states it reads, the rows it
+ * scores (their positions under pos_name) with their labels, and the per-row loss. */
+static void head_exports(const dm_graph *g, dm_encoder *enc, const dm_layer_config *cfg, int x, int loss,
+                         const char *pos_name, int pos, int labels, int64_t rows) {
+    enc->nfwd_ops = g->nop;
+    enc->x = x;
+    enc->mask = -1;
+    enc->y = loss;
+    enc->dy = enc->dx = -1;
+    dm_gb_export(enc, "hidden_states", x, 3, cfg->batch, cfg->seq, cfg->hidden, 0);
+    dm_gb_export(enc, pos_name, pos, 1, rows, 0, 0, 0);
+    dm_gb_export(enc, "labels", labels, 1, rows, 0, 0, 0);
+    dm_gb_export(enc, "loss", loss, 1, rows, 0, 0, 0);
+}
+
 dm_status dm_build_mlm_head(dm_graph *g, const dm_layer_config *cfg, const dm_bert_sizes *sz, int forward_only,
                             dm_encoder *enc) {
     DM_TRY(check_sizes(cfg, sz, 1));
@@ -213,15 +228,7 @@ dm_status dm_build_mlm_head(dm_graph *g, const dm_layer_config *cfg, const dm_be
     head_tensors_make(g, &h, sz->xent == DM_XENT_FUSED, &ok_);
     if (ok_) head_ops(g, cfg, sz, &h, &ok_);
     if (!ok_) return dm_last_status();
-    enc->nfwd_ops = g->nop;
-    enc->x = h.x;
-    enc->mask = -1;
-    enc->y = h.loss;
-    enc->dy = enc->dx = -1;
-    dm_gb_export(enc, "hidden_states", h.x, 3, B, J, I, 0);
-    dm_gb_export(enc, "masked_positions", h.mpos, 1, M, 0, 0, 0);
-    dm_gb_export(enc, "labels", h.labels, 1, M, 0, 0, 0);
-    dm_gb_export(enc, "loss", h.loss, 1, M, 0, 0, 0);
+    head_exports(g, enc, cfg, h.x, h.loss, "masked_positions", h.mpos, h.labels, M);
     if (h.lg >= 0) dm_gb_export(enc, "logits", h.lg, 2, M, V, 0, 0);
     else dm_gb_export(enc, "predictions", h.pred, 1, M, 0, 0, 0);
     dm_gb_export(enc, "logsumexp", h.lse, 1, M, 0, 0, 0);
@@ -296,15 +303,7 @@ dm_status dm_build_cls_head(dm_graph *g, const dm_layer_config *cfg, const dm_be
     cls_tensors_make(g, &h, &ok_);
     if (ok_) cls_ops(g, cfg, sz, &h, &ok_);
     if (!ok_) return dm_last_status();
-    enc->nfwd_ops = g->nop;
-    enc->x = h.x;
-    enc->mask = -1;
-    enc->y = h.loss;
-    enc->dy = enc->dx = -1;
-    dm_gb_export(enc, "hidden_states", h.x, 3, B, J, I, 0);
-    dm_gb_export(enc, "cls_positions", h.cpos, 1, B, 0, 0, 0);
-    dm_gb_export(enc, "labels", h.labels, 1, B, 0, 0, 0);
-    dm_gb_export(enc, "loss", h.loss, 1, B, 0, 0, 0);
+    head_exports(g, enc, cfg, h.x, h.loss, "cls_positions", h.cpos, h.labels, B);
     dm_gb_export(enc, "logits", h.lg, 2, B, C, 0, 0);
     dm_gb_export(enc, "logsumexp", h.lse, 1, B, 0, 0, 0);
     dm_gb_export(enc, "pooled", h.pooled, 2, B, I, 0, 0);
