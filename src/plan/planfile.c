@@ -290,7 +290,8 @@ static dm_status parse(const char *path, const cJSON *root, const dm_layer_confi
     const cJSON *sum = cJSON_GetObjectItemCaseSensitive(root, "checksum");
     char want[32];
     snprintf(want, sizeof want, "%016llx", (unsigned long long)checksum(cfg, opt, g, c));
-    if (!cJSON_IsString(sum) || !sum->valuestring || strcmp(sum->valuestring, want))
+    /* the fuzzing build (tests/fuzz) reaches past the checksum: what it guards is checked too */
+    if (!cJSON_IsString(sum) || !sum->valuestring || (strcmp(sum->valuestring, want) && !DM_FUZZING_BUILD))
         return bad(path, "its checksum does not match its contents (edited or corrupted)");
     return DM_OK;
 }
