@@ -239,9 +239,11 @@ test-asan:
 # checkpoint, plan and shard loaders skip their checksum comparison there,
 # FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION), each run for FUZZ_SECONDS from its seed corpus
 # (tests/fuzz/corpus/NAME; what it finds new goes to build-fuzz/corpus/NAME, a crash to
-# build-fuzz/artifacts/). Needs clang and libFuzzer (apt-get install clang libomp-dev).
-# FUZZ=NAME runs one harness.
+# build-fuzz/artifacts/; it prints executions, cov and ft per harness). Needs clang and
+# libFuzzer (apt-get install clang libomp-dev).
+# FUZZ=NAME runs one harness; FUZZ_JOBS=2 two at a time (tests/fuzz/run.sh).
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
 FUZZ_CC ?= clang
 FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ ?= $(FUZZ_NAMES)
@@ -255,15 +257,7 @@ fuzz-build:
 	@CFLAGS="$(FUZZ_FLAGS)" $(MAKE) --no-print-directory CC=$(FUZZ_CC) CUDA=0 BUILD=build-fuzz $(FUZZ:%=build-fuzz/fuzz/fuzz_%)
 
 fuzz: fuzz-build
-	@fail=0; for n in $(FUZZ); do echo "== fuzz_$$n ($(FUZZ_SECONDS) s)"; \
-	  mkdir -p build-fuzz/corpus/$$n build-fuzz/artifacts; \
-	  OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-fuzz/fuzz/fuzz_$$n \
-	    -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
-	    -artifact_prefix=build-fuzz/artifacts/$$n- build-fuzz/corpus/$$n tests/fuzz/corpus/$$n \
-	    > build-fuzz/fuzz_$$n.log 2>&1 || { fail=1; echo "fuzz_$$n FAILED: build-fuzz/fuzz_$$n.log"; tail -n 60 build-fuzz/fuzz_$$n.log; }; \
-	  grep -E '^#[0-9]+.*(DONE|INITED)' build-fuzz/fuzz_$$n.log | tail -n 2; \
-	  grep -E '^stat::number_of_executed_units' build-fuzz/fuzz_$$n.log; done; \
-	  [ $$fail = 0 ] && echo "fuzzing: no crash, leak or UB in $(FUZZ_SECONDS) s per harness"; exit $$fail
+	@sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_JOBS) $(FUZZ)
 
 # A long run of `dmove train` interrupted by signals and resumed (tests/soak.sh; not part
 # of make test: minutes): bit-identical to an uninterrupted run, RSS flat, ASan leak-clean.
