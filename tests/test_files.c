@@ -223,7 +223,6 @@ static void test_small_reads(void) {
     dm_analysis *an = NULL;
     CHECK_OK(dm_device_model_preset(&dev, "h100"));
     CHECK_OK(dm_analysis_new(&an, &cfg, dev, 4, 0));
-    const char *plan = "tests/fuzz/corpus/plan/tuned.json";
     char *t = NULL;
     size_t n = 0;
     CHECK_OK(dm_read_file(small, 9, &t, &n));
@@ -261,7 +260,7 @@ static void test_small_reads(void) {
         dm_cpu_profile p;
         const int c = dm_profile_load(prof, &p) == DM_OK;
         if (!c) fprintf(stderr, "  dm_profile_load: %s\n", dm_last_error());
-        const int e = dm_analysis_load_plan(an, plan) == DM_OK;
+        const int e = dm_analysis_load_plan(an, "tests/fuzz/corpus/plan/tuned.json") == DM_OK;
         if (!e) fprintf(stderr, "  dm_analysis_load_plan: %s\n", dm_last_error());
         free(text);
         dm_dataset_free(d);
