@@ -240,6 +240,36 @@ test-asan:
 	@set -e; for t in $(ASAN_TESTS); do echo "== $$t (asan)"; ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} build-asan/tests/$$t; done
 	@set -e; for s in tests/test_cli_errors.sh tests/test_analyze_cli.sh tests/test_tokenize_cli.sh tests/test_prepare_cli.sh tests/test_pretrain_cli.sh tests/test_embed_cli.sh tests/test_finetune_cli.sh; do [ -e "$$s" ] || continue; echo "== $$s (asan)"; DMOVE=build-asan/dmove ASAN_OPTIONS=detect_leaks=1 sh $$s; done
 
+# Fuzzing (tests/fuzz): a libFuzzer harness for each parser of untrusted files, built with
+# clang under ASan and UBSan against the library's sources (CPU only, build-fuzz; the
+# checkpoint, plan and shard loaders skip their checksum comparison there,
+# FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION), each run for FUZZ_SECONDS from its seed corpus
+# (tests/fuzz/corpus/NAME; what it finds new goes to build-fuzz/corpus/NAME, a crash to
+# build-fuzz/artifacts/; it prints executions, cov and ft per harness). Needs clang and
+# libFuzzer (apt-get install clang libomp-dev).
+# FUZZ=NAME runs one harness; FUZZ_JOBS=2 two at a time (tests/fuzz/run.sh).
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
+FUZZ_CC ?= clang
+FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ ?= $(FUZZ_NAMES)
+FUZZ_FLAGS := -O1 -g -Wno-unknown-warning-option -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(BUILD)/libdmove.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -Itests/fuzz $< $(BUILD)/libdmove.a -o $@ $(LDLIBS)
+
+fuzz-build:
+	@CFLAGS="$(FUZZ_FLAGS)" $(MAKE) --no-print-directory CC=$(FUZZ_CC) CUDA=0 BUILD=build-fuzz $(FUZZ:%=build-fuzz/fuzz/fuzz_%)
+
+fuzz: fuzz-build
+	@sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_JOBS) $(FUZZ)
+
+# A long run of `dmove train` interrupted by signals and resumed (tests/soak.sh; not part
+# of make test: minutes): bit-identical to an uninterrupted run, RSS flat, ASan leak-clean.
+soak: $(BUILD)/dmove
+	@sh tests/soak.sh $(BUILD)/dmove
+
 # Source checks (tests/): folders include one way (the level table in check_layers.sh),
 # no function in src/ or cli/ over 150 lines.
 check-layers:
@@ -249,6 +279,6 @@ check-funcs:
 	@sh tests/check_funcs.sh
 
 clean:
-	rm -rf build build-asan build-nocuda build-cpu
+	rm -rf build build-asan build-nocuda build-cpu build-fuzz
 
-.PHONY: all run test test-asan check-layers check-funcs clean
+.PHONY: all run test test-asan fuzz fuzz-build soak check-layers check-funcs clean

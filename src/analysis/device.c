@@ -174,22 +174,18 @@ dm_status dm_profile_load(const char *path, dm_cpu_profile *p) {
         return dm_fail(DM_ERR_IO, "cannot read profile '%s': %s", path, strerror(errno));
     }
     enum { MAX_BYTES = 1 << 20 };
-    char *text = malloc(MAX_BYTES + 1);
-    if (!text) {
-        fclose(f);
-        return dm_fail(DM_ERR_OOM, "out of memory");
-    }
-    size_t n = fread(text, 1, MAX_BYTES + 1, f);
-    int rerr = ferror(f), e = errno;
+    /* memory as the file's size, not the 1 MiB limit (core/file.c) */
+    struct stat sb;
+    char *text = NULL;
+    size_t n = 0;
+    int too_large = 0;
+    const size_t size = fstat(fileno(f), &sb) == 0 && sb.st_size > 0 ? (size_t)sb.st_size : 0;
+    const dm_status rs = dm_read_stream(f, size, MAX_BYTES, &text, &n, &too_large);
+    const int e = errno;
     fclose(f); /* read-only */
-    if (rerr) {
-        free(text);
-        return dm_fail(DM_ERR_IO, "cannot read profile '%s': %s", path, strerror(e));
-    }
-    if (n > MAX_BYTES) {
-        free(text);
-        return bad(path, "larger than 1 MiB");
-    }
+    if (rs == DM_ERR_OOM) return dm_fail(DM_ERR_OOM, "out of memory");
+    if (too_large) return bad(path, "larger than 1 MiB");
+    if (rs != DM_OK) return dm_fail(DM_ERR_IO, "cannot read profile '%s': %s", path, strerror(e));
     text[n] = 0;
     cJSON *root = cJSON_ParseWithLength(text, n);
     free(text);

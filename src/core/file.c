@@ -293,23 +293,53 @@ dm_status dm_fopen_input(const char *path, FILE **out, size_t *size) {
     return DM_OK;
 }
 
+dm_status dm_read_stream(FILE *f, size_t size, size_t max, char **text, size_t *len, int *too_large) {
+    *text = NULL;
+    *len = 0;
+    *too_large = 0;
+    if (max > SIZE_MAX / 4) max = SIZE_MAX / 4;
+    /* a buffer of the file's size (and one byte more, to see one that grew), doubled as it
+     * proves short: a small file costs its size, never the limit */
+    size_t cap = (size < max ? size : max) + 1, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        const size_t want = cap - n, got = fread(buf + n, 1, want, f);
+        n += got;
+        if (got < want || n > max) break; /* the end, an error, or past the limit */
+        const size_t nc = cap > (max + 1) / 2 ? max + 1 : cap * 2;
+        char *nb = realloc(buf, nc + 1);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap = nc;
+    }
+    if (!buf) return dm_fail(DM_ERR_OOM, "out of memory");
+    if (ferror(f) || n > max) {
+        free(buf);
+        *too_large = !ferror(f);
+        return dm_fail(ferror(f) ? DM_ERR_IO : DM_ERR_FORMAT, ferror(f) ? "read error" : "larger than %zu bytes", max);
+    }
+    buf[n] = 0;
+    *text = buf;
+    *len = n;
+    return DM_OK;
+}
+
 dm_status dm_read_file(const char *path, size_t max, char **text, size_t *len) {
     *text = NULL;
     if (len) *len = 0;
     FILE *f;
-    DM_TRY(dm_fopen_input(path, &f, NULL));
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-    const int err = buf && ferror(f);
+    size_t size = 0, n = 0;
+    int too_large = 0;
+    DM_TRY(dm_fopen_input(path, &f, &size));
+    const dm_status st = dm_read_stream(f, size, max, text, &n, &too_large);
     fclose(f);
-    if (!buf) return dm_fail(DM_ERR_OOM, "out of memory reading '%s'", path);
-    if (err || n > max) {
-        free(buf);
-        if (err) return dm_fail(DM_ERR_IO, "cannot read '%s'", path);
-        return dm_fail(DM_ERR_FORMAT, "'%s' is larger than %zu bytes: not the file expected here", path, max);
-    }
-    buf[n] = 0;
-    *text = buf;
+    if (st == DM_ERR_OOM) return dm_fail(DM_ERR_OOM, "out of memory reading '%s'", path);
+    if (too_large) return dm_fail(DM_ERR_FORMAT, "'%s' is larger than %zu bytes: not the file expected here", path, max);
+    if (st != DM_OK) return dm_fail(DM_ERR_IO, "cannot read '%s'", path);
     if (len) *len = n;
     return DM_OK;
 }

@@ -48,5 +48,10 @@ dm_status dm_input_regular(const char *path);
  * terminated (the caller frees it), its length into *len (may be NULL). A missing file, a
  * directory, a larger file or a read error: a message naming the path. */
 dm_status dm_read_file(const char *path, size_t max, char **text, size_t *len);
+/* The rest of an open file, at most `max` bytes, into *text (NUL terminated; the caller
+ * frees it) and *len; `size` (its size as stat gives it, 0 when unknown) sizes the buffer,
+ * which grows when the file proves longer: memory follows the file, not `max`. Past max:
+ * DM_ERR_FORMAT and *too_large = 1; a read error DM_ERR_IO; the caller names the file. */
+dm_status dm_read_stream(FILE *f, size_t size, size_t max, char **text, size_t *len, int *too_large);
 
 #endif

@@ -27,6 +27,14 @@ dm_status dm_last_status(void);
         if (dm_try_s_ != DM_OK) return dm_try_s_;                                      \
     } while (0)
 
+/* 1 in the fuzzing build (make fuzz: tests/fuzz), where the checkpoint and plan loaders
+ * skip their checksum comparison so that the fuzzer reaches what the checksum guards. */
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+#define DM_FUZZING_BUILD 1
+#else
+#define DM_FUZZING_BUILD 0
+#endif
+
 /* Overflow-checked size arithmetic: return 0 on overflow. */
 static inline int dm_mul_ok(size_t a, size_t b, size_t *out) {
     return !__builtin_mul_overflow(a, b, out);

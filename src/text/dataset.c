@@ -87,18 +87,16 @@ static dm_status read_text(const char *path, char **out) {
     if (!f)
         return dm_fail(DM_ERR_IO, "cannot open '%s': %s (is it a dataset directory written by dmove "
                        "prepare?)", path, strerror(errno));
-    char *buf = malloc(MANIFEST_MAX + 1);
-    size_t n = buf ? fread(buf, 1, MANIFEST_MAX + 1, f) : 0;
-    int err = ferror(f);
+    struct stat sb;
+    size_t n = 0;
+    int too_large = 0;
+    const size_t size = fstat(fileno(f), &sb) == 0 && sb.st_size > 0 ? (size_t)sb.st_size : 0;
+    const dm_status s = dm_read_stream(f, size, MANIFEST_MAX, out, &n, &too_large);
     fclose(f);
-    if (!buf) return dm_fail(DM_ERR_OOM, "out of memory");
-    if (err || n > MANIFEST_MAX) {
-        free(buf);
-        return dm_fail(err ? DM_ERR_IO : DM_ERR_FORMAT, "cannot read '%s' (%s)", path,
-                       err ? "read error" : "larger than 64 MiB");
-    }
-    buf[n] = 0;
-    *out = buf;
+    if (s == DM_ERR_OOM) return dm_fail(DM_ERR_OOM, "out of memory");
+    if (s != DM_OK)
+        return dm_fail(too_large ? DM_ERR_FORMAT : DM_ERR_IO, "cannot read '%s' (%s)", path,
+                       too_large ? "larger than 64 MiB" : "read error");
     return DM_OK;
 }
 

@@ -382,7 +382,8 @@ dm_status dm_shard_open(dm_shard **out, const char *path, uint64_t expect_hash) 
     }
     dm_status st = map_file(s, path);
     if (st == DM_OK) st = check_header(s, path);
-    if (st == DM_OK && rd64(s->map + s->map_len - 8) != dm_data_hash64(s->map, s->map_len - 8))
+    /* the fuzzing build (tests/fuzz) reaches past the checksum: what it guards is checked too */
+    if (st == DM_OK && rd64(s->map + s->map_len - 8) != dm_data_hash64(s->map, s->map_len - 8) && !DM_FUZZING_BUILD)
         st = dm_fail(DM_ERR_FORMAT, "shard '%s' fails its checksum: it was changed or damaged after "
                      "it was written; make it again with dmove prepare", path);
     if (st == DM_OK) st = check_body(s, path);

@@ -245,7 +245,8 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
     const char *sum = dm_st_metadata(f, "checksum");
     char hex[32];
     snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(theirs, T, data));
-    if (!sum || strcmp(sum, hex) != 0)
+    /* the fuzzing build (tests/fuzz) reaches past the checksum: what it guards is checked too */
+    if (!sum || (strcmp(sum, hex) != 0 && !DM_FUZZING_BUILD))
         return dm_fail(DM_ERR_FORMAT, "checksum mismatch (file says %s, its contents give %s): the checkpoint "
                        "is corrupted or was edited; nothing was loaded", sum ? sum : "(none)", hex);
     /* valid: now change the trainer */
