@@ -750,13 +750,16 @@ static char g_signal_msg[192];
 static size_t g_signal_len;
 static const int k_stop_signals[3] = {SIGINT, SIGTERM, SIGHUP};
 
+static volatile sig_atomic_t g_caught[3]; /* the stop signals this run handles (not ignored before) */
+
 static void set_handlers(void (*fn)(int), int flags) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = fn;
     sa.sa_flags = flags;
     sigemptyset(&sa.sa_mask);
-    for (int k = 0; k < 3; k++) (void)sigaction(k_stop_signals[k], &sa, NULL);
+    for (int k = 0; k < 3; k++)
+        if (g_caught[k]) (void)sigaction(k_stop_signals[k], &sa, NULL);
 }
 
 /* A second signal: the run ends at once, the outputs being written (a checkpoint half
@@ -778,7 +781,15 @@ void cli_catch_signals(const char *cmd, int saving) {
     snprintf(g_signal_msg, sizeof g_signal_msg, "\ndmove %s: interrupted: finishing this step%s (again to quit at once)\n",
              cmd, saving ? ", then saving the checkpoint" : "");
     g_signal_len = strlen(g_signal_msg);
-    set_handlers(on_signal, 0); /* SIGHUP too: a closed terminal or ssh session stops the run as Ctrl-C does */
+    /* SIGHUP too (a closed terminal or ssh session stops the run as Ctrl-C does), unless
+     * the run was started ignoring it (nohup); SIGINT and SIGTERM always (a shell starts a
+     * background job with SIGINT ignored, and kill -INT of it should still stop it) */
+    for (int k = 0; k < 3; k++) {
+        struct sigaction old;
+        g_caught[k] = k_stop_signals[k] != SIGHUP ||
+                      (sigaction(SIGHUP, NULL, &old) == 0 && old.sa_handler != SIG_IGN);
+    }
+    set_handlers(on_signal, SA_RESTART); /* a write or read under way goes on after the first */
     /* a closed stdout (dmove train | head) ends the printing, not the run: writes fail with EPIPE */
     struct sigaction ign;
     memset(&ign, 0, sizeof ign);
@@ -845,7 +856,8 @@ static int paths_conflict(const char *cmd, const cli_path *reads, int nreads, co
                                 "another name", pw->opt, pw->path, reads[r].opt);
                 return CLI_USAGE;
             }
-        for (int v = 0; v < w; v++)
+        const int device = stat(pw->path, &sb) == 0 && (S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode));
+        for (int v = 0; v < w && !device; v++) /* /dev/null twice is fine: a device is streamed to */
             if (writes[v].path && path_same(&ids[v], &ids[w])) {
                 cli_usage_error(cmd, "%s %s and %s %s are the same file: one output would replace the other; "
                                 "give two names", writes[v].opt, writes[v].path, pw->opt, pw->path);

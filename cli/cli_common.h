@@ -202,10 +202,11 @@ void cli_optim_init(cli_optim *o);
  * the message. */
 int cli_optim_finish(cli_optim *o, const char *cmd, int64_t steps);
 
-/* A run's Ctrl-C, SIGTERM and SIGHUP: the first sets cli_interrupted() (the signal) and
- * says the step under way ends (and, saving, the checkpoint is written); a second ends the
- * process at once, the files it was writing removed (the old ones stay). SIGPIPE is
- * ignored: a closed stdout ends the printing, not the run. */
+/* A run's Ctrl-C, SIGTERM and SIGHUP (unless started ignoring it: nohup): the first sets
+ * cli_interrupted() (the signal) and says the step under way ends (and, saving, the
+ * checkpoint is written); a second ends the process at once, the files it was writing
+ * removed (the old ones stay). SIGPIPE is ignored: a closed stdout ends the printing, not
+ * the run. */
 void cli_catch_signals(const char *cmd, int saving);
 int cli_interrupted(void);
 /* The files of a run, by option: what it reads and what it writes. A written path that is

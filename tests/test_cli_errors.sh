@@ -508,6 +508,32 @@ else
     echo "FAIL train: SIGHUP (status $rc)"
     sed 's/^/    /' "$T/hup.err"
 fi
+# started with SIGHUP ignored (nohup), the run keeps ignoring it; SIGINT still stops it
+cases=$((cases + 1))
+(trap '' HUP; exec "$D" train --layers 1 --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16 --steps 100000000 \
+    --save "$T/nohup.ckpt" >"$T/nohup.out" 2>"$T/nohup.err") &
+tpid=$!
+k=0
+while [ $k -lt 600 ] && ! grep -q '^step' "$T/nohup.out" 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+kill -HUP $tpid
+sleep 1
+alive=0
+kill -0 $tpid 2>/dev/null && alive=1
+kill -INT $tpid
+k=0
+while [ $k -lt 600 ] && kill -0 $tpid 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+kill -KILL $tpid 2>/dev/null
+wait $tpid
+rc=$?
+if [ $alive = 1 ] && [ $rc -eq 130 ] && [ -s "$T/nohup.ckpt" ]; then
+    echo "ok   train under nohup: SIGHUP ignored, SIGINT still ends it with its checkpoint"
+else
+    fails=$((fails + 1))
+    echo "FAIL train under nohup (alive after HUP: $alive, status $rc)"
+fi
+expect_ok "train: --save and --svg both /dev/null (a device: written, never replaced)" trn --save /dev/null \
+    --svg /dev/null
+check "...and /dev/null is still a character device" test -c /dev/null
 # a closed stdout (train | head -n 1) ends the printing, not the run: it finishes and saves
 cases=$((cases + 1))
 { "$D" train --layers 1 --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16 --lr 1e-3 --steps 600 --log-every 1 \

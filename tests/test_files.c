@@ -9,12 +9,15 @@
  * limit (a 64 MiB manifest limit allocated whole failed under a memory limit). */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -113,34 +116,60 @@ static void test_links_dirs_names(void) {
     dm_st_writer_free(w);
 }
 
-/* Stale temporaries: a dead process's removed by the next write of the name, a live
- * process's kept, another name's kept. */
+/* Stale temporaries: a dead process's, untouched for over 10 minutes, removed by the next
+ * write of the name; a live process's kept, a dead one's written a moment ago kept (it may
+ * be a writer in another PID namespace), another name's kept, a user's file that only
+ * looks like one kept. */
 static void test_stale_temps(void) {
     pid_t dead = fork();
     if (dead == 0) _exit(0);
     int st;
     CHECK(dead > 0 && waitpid(dead, &st, 0) == dead);
-    char p1[512], p2[512], p3[512], p4[512], out[512];
-    char n1[64], n2[64];
-    snprintf(n1, sizeof n1, "ckpt.st.tmp.%ld.Ab12Cd", (long)dead);
-    snprintf(n2, sizeof n2, "ckpt.st.tmp.%ld", (long)dead); /* the older writer's name */
-    path_in(p1, sizeof p1, n1);
-    path_in(p2, sizeof p2, n2);
-    snprintf(n1, sizeof n1, "ckpt.st.tmp.%ld.Zz99Yy", (long)getppid()); /* alive */
-    path_in(p3, sizeof p3, n1);
-    snprintf(n1, sizeof n1, "other.st.tmp.%ld.Ab12Cd", (long)dead);
-    path_in(p4, sizeof p4, n1);
-    const char *all[4] = {p1, p2, p3, p4};
-    for (int k = 0; k < 4; k++) {
-        FILE *f = fopen(all[k], "wb");
+    enum { N = 6 };
+    char p[N][512], n[64], out[512];
+    const char *fmt[N] = {"ckpt.st.tmp.%ld.Ab12Cd", "ckpt.st.tmp.%ld", /* removed: the older writer's name too */
+                          "ckpt.st.tmp.%ld.Zz99Yy", "other.st.tmp.%ld.Ab12Cd", "ckpt.st.tmp.%ld.bak",
+                          "ckpt.st.tmp.%ld.Qq11Rr"};
+    const long pid[N] = {dead, dead, (long)getppid(), dead, dead, dead};
+    for (int k = 0; k < N; k++) {
+        snprintf(n, sizeof n, fmt[k], pid[k]);
+        path_in(p[k], sizeof p[k], n);
+        FILE *f = fopen(p[k], "wb");
         CHECK(f != NULL);
         if (f) fclose(f);
+        if (k < N - 1) { /* an hour old; the last one just written */
+            struct timeval tv[2];
+            gettimeofday(&tv[0], NULL);
+            tv[0].tv_sec -= 3600, tv[1] = tv[0];
+            CHECK(utimes(p[k], tv) == 0);
+        }
     }
     path_in(out, sizeof out, "ckpt.st");
     CHECK_OK(dm_write_file_atomic(out, "ok", 2));
-    CHECK(access(p1, F_OK) != 0 && access(p2, F_OK) != 0);
-    CHECK(access(p3, F_OK) == 0 && access(p4, F_OK) == 0);
-    unlink(p3), unlink(p4);
+    CHECK(access(p[0], F_OK) != 0 && access(p[1], F_OK) != 0);
+    for (int k = 2; k < N; k++) CHECK(access(p[k], F_OK) == 0);
+    for (int k = 2; k < N; k++) unlink(p[k]);
+}
+
+/* A new file takes 0666 less the umask (not a fixed mode); a replaced one keeps its mode;
+ * a dangling link's target is made and the link kept. */
+static void test_modes_links(void) {
+    char path[512], link[512], target[512];
+    path_in(path, sizeof path, "mode.txt");
+    const mode_t old = umask(077);
+    CHECK_OK(dm_write_file_atomic(path, "m", 1));
+    umask(old);
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0600);
+    CHECK(chmod(path, 0640) == 0);
+    CHECK_OK(dm_write_file_atomic(path, "mm", 2));
+    CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0640);
+    path_in(link, sizeof link, "dangling.lnk");
+    path_in(target, sizeof target, "made-later.txt");
+    CHECK(symlink("made-later.txt", link) == 0); /* relative, and not there yet */
+    CHECK_OK(dm_write_file_atomic(link, "via", 3));
+    CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    CHECK(stat(target, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 3);
 }
 
 /* An output half written: dm_remove_partial_outputs removes its temporary; the target
@@ -274,6 +303,25 @@ static void test_small_reads(void) {
     dm_device_model_free(dev);
 }
 
+/* dm_st_first_bad: NaN and infinity in each float dtype, negatives where asked, an f64
+ * past float's range (infinite once read as f32); integers never bad. */
+static void test_first_bad(void) {
+    const double d[4] = {1.0, -2.0, 1e300, 3.0};
+    dm_st_tensor t = {.name = "t", .dtype = DM_ST_F64, .ndim = 1, .shape = {4}, .data = d, .nbytes = sizeof d};
+    CHECK(dm_st_first_bad(&t, 0) == 2 && dm_st_first_bad(&t, 1) == 1);
+    const float f[3] = {0.5f, -0.0f, NAN};
+    t = (dm_st_tensor){.name = "t", .dtype = DM_ST_F32, .ndim = 1, .shape = {3}, .data = f, .nbytes = sizeof f};
+    CHECK(dm_st_first_bad(&t, 1) == 2); /* -0 is not below zero */
+    const uint16_t bf[3] = {0x3F80, 0x7F80, 0x0000}, hf[3] = {0x3C00, 0xBC00, 0x7E00}; /* bf16 1, inf; f16 1, -1, NaN */
+    t = (dm_st_tensor){.name = "t", .dtype = DM_ST_BF16, .ndim = 1, .shape = {3}, .data = bf, .nbytes = sizeof bf};
+    CHECK(dm_st_first_bad(&t, 0) == 1);
+    t = (dm_st_tensor){.name = "t", .dtype = DM_ST_F16, .ndim = 1, .shape = {3}, .data = hf, .nbytes = sizeof hf};
+    CHECK(dm_st_first_bad(&t, 0) == 2 && dm_st_first_bad(&t, 1) == 1);
+    const int32_t i[2] = {-5, 7};
+    t = (dm_st_tensor){.name = "t", .dtype = DM_ST_I32, .ndim = 1, .shape = {2}, .data = i, .nbytes = sizeof i};
+    CHECK(dm_st_first_bad(&t, 1) == -1);
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
@@ -282,6 +330,8 @@ int main(void) {
     test_fifo_output();
     test_links_dirs_names();
     test_stale_temps();
+    test_first_bad();
+    test_modes_links();
     test_partial_removed();
     test_inputs();
     test_small_reads();

@@ -394,7 +394,7 @@ static void hostile_caches(const char *good_path, const dm_layer_config *cfg, co
     if (!good) return;
     char path[512];
     snprintf(path, sizeof path, "%s.hostile", good_path);
-    static const char *const bad_values[7] = {"nan", "-1", "abc", "1e308", "inf", "4.9e-324", "7200"};
+    static const char *const bad_values[7] = {"nan", "-1", "abc", "1e308", "-inf", "4.9e-324", "7200"};
     dm_layer_config tiny = *cfg;
     tiny.batch = 1, tiny.seq = 4, tiny.hidden = 8, tiny.heads = 2, tiny.ffn = 8;
     for (int v = 0; v < 3; v++) { /* CRLF, empty, every kind of damage */
@@ -422,7 +422,7 @@ static void hostile_caches(const char *good_path, const dm_layer_config *cfg, co
         else CHECK(T->nfrom_cache == 0 && T->ndone == T->ntasks);
         if (v == 2) CHECK(T->cache_skipped >= lines - 1); /* every line but the header */
         printf("  hostile cache %s: %lld of %lld from it, %lld lines skipped\n",
-               v == 0 ? "(CRLF)" : v == 1 ? "(empty)" : "(nan, -1, abc, 1e308, inf, denormal, 7200, long, no tab)",
+               v == 0 ? "(CRLF)" : v == 1 ? "(empty)" : "(nan, -1, abc, 1e308, -inf, denormal, 7200, long, no tab)",
                (long long)T->nfrom_cache, (long long)T->ntasks, (long long)T->cache_skipped);
         dm_tuner_free(T);
         unlink(path);

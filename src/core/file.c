@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/status.h"
@@ -66,12 +67,15 @@ static void temp_unregister(int slot) {
     if (slot >= 0) g_temp_on[slot] = 0;
 }
 
-/* 1 if this process is writing the temporary named `name` in `dir` now. */
-static int temp_is_mine(const char *dir, const char *name) {
-    char full[TEMP_PATH];
-    if (snprintf(full, sizeof full, "%s/%s", dir, name) >= (int)sizeof full) return 1; /* unsure: keep it */
+/* 1 if this process is writing a temporary named `name` now (by its file name: one of
+ * another directory kept too, the safe side). */
+static int temp_is_mine(const char *name) {
     int mine = 0;
-    for (int k = 0; k < MAX_TEMPS; k++) mine |= g_temp_on[k] && !strcmp(g_temp[k], full);
+    for (int k = 0; k < MAX_TEMPS; k++) {
+        if (!g_temp_on[k]) continue;
+        const char *slash = strrchr(g_temp[k], '/');
+        mine |= !strcmp(slash ? slash + 1 : g_temp[k], name);
+    }
     return mine;
 }
 
@@ -80,28 +84,78 @@ void dm_remove_partial_outputs(void) {
         if (g_temp_on[k]) (void)unlink(g_temp[k]); /* async-signal-safe; nothing to do if it fails */
 }
 
-/* Removes the temporaries "<base>.tmp.<pid>[.*]" in dir that a process no longer alive
- * left behind (killed while writing): its own name's only. */
+/* Removes the temporaries "<base>.tmp.<pid>.XXXXXX" (or the older writer's
+ * "<base>.tmp.<pid>") in dir that a process no longer alive left behind (killed while
+ * writing): its own name's only, and only when untouched for STALE_SECS (a writer in
+ * another PID namespace or on another host sharing the directory is not ours to judge by
+ * its pid alone). */
+enum { STALE_SECS = 600 };
 static void remove_stale(const char *dir, const char *base, size_t blen) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
+    const time_t now = time(NULL);
     while ((e = readdir(d)) != NULL) {
         if (strncmp(e->d_name, base, blen) != 0 || strncmp(e->d_name + blen, ".tmp.", 5) != 0) continue;
         const char *q = e->d_name + blen + 5;
         char *end;
         errno = 0;
         const long pid = strtol(q, &end, 10);
-        if (end == q || (*end && *end != '.') || pid <= 0 || errno) continue;
-        if (pid == (long)getpid() ? temp_is_mine(dir, e->d_name) : !(kill((pid_t)pid, 0) != 0 && errno == ESRCH))
+        if (end == q || pid <= 0 || errno || (*end && (*end != '.' || strlen(end) != 7))) continue;
+        if (pid == (long)getpid() ? temp_is_mine(e->d_name) : !(kill((pid_t)pid, 0) != 0 && errno == ESRCH))
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode) ||
+            now - sb.st_mtime < STALE_SECS)
             continue;
         (void)unlinkat(dirfd(d), e->d_name, 0); /* best effort: another run may remove it first */
     }
     (void)closedir(d);
 }
 
+/* Where a symbolic link whose target does not exist yet points (links followed up to 16
+ * deep, a relative target taken from the link's directory); NULL if that cannot be said. */
+static char *dangling_target(const char *path) {
+    char cur[TEMP_PATH], next[TEMP_PATH];
+    if (snprintf(cur, sizeof cur, "%s", path) >= (int)sizeof cur) return NULL;
+    for (int depth = 0; depth < 16; depth++) {
+        struct stat sb;
+        if (lstat(cur, &sb) != 0 || !S_ISLNK(sb.st_mode)) return strdup(cur);
+        const ssize_t n = readlink(cur, next, sizeof next - 1);
+        if (n <= 0 || (size_t)n >= sizeof next - 1) return NULL;
+        next[n] = 0;
+        const char *slash = strrchr(cur, '/');
+        if (next[0] == '/' || !slash) {
+            memcpy(cur, next, (size_t)n + 1);
+        } else {
+            const int dl = (int)(slash - cur) + 1;
+            char joined[TEMP_PATH];
+            if (snprintf(joined, sizeof joined, "%.*s%s", dl, cur, next) >= (int)sizeof joined) return NULL;
+            memcpy(cur, joined, strlen(joined) + 1);
+        }
+    }
+    return NULL;
+}
+
+/* The process's umask now, from /proc (umask() can only be read by setting it, which
+ * other threads creating files at that moment would see); else by setting it back. */
+static mode_t process_umask(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[128];
+    unsigned m;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Umask: %o", &m) == 1) {
+            (void)fclose(f);
+            return (mode_t)(m & 0777);
+        }
+    if (f) (void)fclose(f);
+    const mode_t u = umask(022);
+    (void)umask(u);
+    return u;
+}
+
 static dm_status out_stream(dm_out_file *o) {
-    o->fd = open(o->path, O_WRONLY | O_CLOEXEC);
+    o->fd = open(o->path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
     if (o->fd < 0) return dm_fail(DM_ERR_IO, "cannot open '%s' for writing: %s", o->path, strerror(errno));
     o->stream = 1;
     return DM_OK;
@@ -141,7 +195,10 @@ dm_status dm_out_open(dm_out_file *o, const char *path) {
     if (!path || !*path) return dm_fail(DM_ERR_INVALID_ARG, "no file name given");
     struct stat sb;
     char *target = NULL;
-    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) target = realpath(path, NULL); /* NULL: dangling */
+    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+        target = realpath(path, NULL);
+        if (!target) target = dangling_target(path); /* the link's target is to be made: the link kept */
+    }
     o->path = target ? target : strdup(path);
     if (!o->path) return dm_fail(DM_ERR_OOM, "out of memory");
     dm_status st = DM_OK;
@@ -196,8 +253,8 @@ static void sync_dir_of(const char *path) {
     else snprintf(dir, sizeof dir, ".");
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return;
-    if (fsync(fd) != 0 || close(fd) != 0) { /* the file is in place either way */
-    }
+    (void)fsync(fd); /* the file is in place either way */
+    (void)close(fd);
 }
 
 dm_status dm_out_commit(dm_out_file *o) {
@@ -209,10 +266,11 @@ dm_status dm_out_commit(dm_out_file *o) {
         out_close(o);
         return st;
     }
+    /* the mode of the file replaced, or a new file's (0666 less the umask; mkstemp makes
+     * 0600); a file system without modes (vfat, some FUSE) may refuse: the file stands */
     struct stat sb;
-    const mode_t mode = stat(o->path, &sb) == 0 ? (sb.st_mode & 07777) : 0644; /* mkstemp makes 0600 */
-    if (fchmod(o->fd, mode) != 0) e = errno;
-    if (!e && fsync(o->fd) != 0) e = errno;
+    (void)fchmod(o->fd, stat(o->path, &sb) == 0 ? (sb.st_mode & 07777) : (0666 & ~process_umask()));
+    if (fsync(o->fd) != 0) e = errno;
     if (close(o->fd) != 0 && !e) e = errno;
     o->fd = -1;
     dm_status st = DM_OK;

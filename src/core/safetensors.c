@@ -604,6 +604,11 @@ int64_t dm_st_first_bad(const dm_st_tensor *t, int nonneg) {
             v = h;
         }
         if ((v & expo) == expo || (nonneg && (v & sign) && (v & ~sign) != 0)) return (int64_t)k;
+        if (es == 8) { /* finite in f64, but past float's range: infinite once read as f32 */
+            double x;
+            memcpy(&x, &v, 8);
+            if (fabs(x) > FLT_MAX) return (int64_t)k;
+        }
     }
     return -1;
 }

@@ -23,6 +23,9 @@ static dm_status rewrite_fused(dm_graph *g) {
  * inputs, outputs, parameters, gradients). An edited plan whose checksum was recomputed is
  * refused here instead of computing wrong results. */
 static dm_status check_choices(const dm_choices *c, const dm_graph *g, const dm_encoder *e, const char *path) {
+    if (c->nt != g->nt || c->nop != g->nop)
+        return dm_fail(DM_ERR_INVALID_ARG, "the choices were made for another graph (%d tensors, %d ops; this one "
+                       "has %d and %d)", c->nt, c->nop, g->nt, g->nop);
     for (int t = 0; t < g->nt; t++) {
         if (!c->layout[t][0]) continue;
         int exported = g->t[t].role != DM_ROLE_ACT;

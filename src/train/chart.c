@@ -208,11 +208,11 @@ static dm_status train_chart_check(const dm_train_chart *c) {
         return dm_fail(DM_ERR_INVALID_ARG, "dm_train_chart_svg: negative counts, or evaluations without steps or "
                        "losses");
     if (c->n < 1 && c->neval < 1) return dm_fail(DM_ERR_INVALID_ARG, "dm_train_chart_svg: nothing to draw");
-    if (c->first_step < 0 || c->first_step > INT64_MAX / 2 - c->n)
+    if (c->first_step < 0 || c->n > ((int64_t)1 << 52) || c->first_step > ((int64_t)1 << 52) - c->n)
         return dm_fail(DM_ERR_INVALID_ARG, "dm_train_chart_svg: steps %lld and %lld more overflow",
                        (long long)c->first_step, (long long)c->n);
     for (int64_t k = 0; k < c->neval; k++)
-        if (c->eval_step[k] < 0 || c->eval_step[k] > INT64_MAX / 2)
+        if (c->eval_step[k] < 0 || c->eval_step[k] > ((int64_t)1 << 52))
             return dm_fail(DM_ERR_INVALID_ARG, "dm_train_chart_svg: evaluation step %lld", (long long)c->eval_step[k]);
     return DM_OK;
 }

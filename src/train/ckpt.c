@@ -238,9 +238,9 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
         DM_TRY(find_checked(f, T, i / 3, i % 3, &t));
         const int64_t bad = dm_st_first_bad(t, i % 3 == 2); /* second moments: also not negative */
         if (bad >= 0)
-            return dm_fail(DM_ERR_FORMAT, "tensor '%s' element %" PRId64 " is not %s: the checkpoint is damaged; "
-                           "nothing was loaded", t->name, bad, i % 3 == 2 ? "a finite value of at least 0"
-                           : "finite");
+            return dm_fail(DM_ERR_FORMAT, "tensor '%s' element %" PRId64 " is not %s: the checkpoint is damaged, "
+                           "or the run diverged before it was saved; nothing was loaded", t->name, bad,
+                           i % 3 == 2 ? "a finite value of at least 0" : "finite");
     }
     const char *sum = dm_st_metadata(f, "checksum");
     char hex[32];

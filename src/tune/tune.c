@@ -294,12 +294,15 @@ typedef struct {
 
 enum { CACHE_MAX_LINES = 1 << 22 }; /* 4 M measurements: far more than any tuning makes */
 
-/* A cache line's time: seconds a group's run took, a normal number in (0, 1 hour]. */
+/* A cache line's time: seconds a group's run took, a normal number in (0, 1 hour], or inf
+ * (what the tuner writes for a candidate that cannot run). */
 static int cache_value(const char *s, double *v) {
     char *end;
     errno = 0;
     *v = strtod(s, &end);
-    return !errno && end != s && !*end && isnormal(*v) && *v > 0 && *v <= 3600.0;
+    if (end == s || *end) return 0;
+    if (isinf(*v)) return *v > 0;
+    return !errno && isnormal(*v) && *v > 0 && *v <= 3600.0;
 }
 
 static int ckey_cmp(const void *a, const void *b) {
