@@ -489,9 +489,10 @@ else
     sed 's/^/    /' "$T/int.err"
 fi
 # SIGHUP (a closed terminal or ssh session) stops the run as Ctrl-C does: its checkpoint kept
+# (SIGHUP back to its default for dmove: the test itself may run under nohup)
 cases=$((cases + 1))
-"$D" train --layers 2 --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16 --lr 1e-3 --steps 100000000 \
-    --save "$T/hup.ckpt" >"$T/hup.out" 2>"$T/hup.err" &
+env --default-signal=HUP "$D" train --layers 2 --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16 --lr 1e-3 \
+    --steps 100000000 --save "$T/hup.ckpt" >"$T/hup.out" 2>"$T/hup.err" &
 tpid=$!
 k=0
 while [ $k -lt 600 ] && ! grep -q '^step' "$T/hup.out" 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
