@@ -87,7 +87,7 @@ static double each_param(dm_model *m, const char *cs, int grads, const char **wo
             for (int64_t q = 0; q < n; q++) big = fmax(big, fabs(p[q]));
             e = big < 1e-6 ? 0.0 : INFINITY;
         }
-        if (e > worst) worst = e, *worst_name = name;
+        if (!(e <= worst)) worst = worst_of(worst, e), *worst_name = name;
         free(want);
     }
     return worst;

@@ -413,7 +413,7 @@ static void test_cuda_trainer(void) {
             CHECK_OK(dm_trainer_step(G, &lg[s]));
             if (s == 1) CHECK_OK(dm_trainer_save(G, path));
             const double e = fabs(lg[s] - lc[s]) / lc[s];
-            worst_loss = e > worst_loss ? e : worst_loss;
+            worst_loss = worst_of(worst_loss, e);
         }
         for (size_t q = 0; q < sizeof names / sizeof names[0]; q++)
             for (int k = v; k < 3; k++) { /* bf16: the moments (see tests/test_train.c) */
@@ -426,7 +426,7 @@ static void test_cuda_trainer(void) {
                 CHECK_OK(dm_trainer_tensor(G, nm, &pg, NULL, NULL));
                 if (!pc || !pg) continue;
                 const double e = rel_err(pg, pc, (size_t)(nd == 1 ? sh[0] : sh[0] * sh[1]));
-                if (e > worst) worst = e, wn = names[q];
+                if (!(e <= worst)) worst = worst_of(worst, e), wn = names[q];
             }
         /* resumed at step 2 on the CUDA backend: steps 3 and 4 bit-identical */
         CHECK_OK(dm_trainer_load(R, path));

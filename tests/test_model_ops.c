@@ -697,7 +697,7 @@ static void cuda_whole_step(const dm_backend *B, dm_backend_state *st, const dm_
         CHECK_OK(B->download(st, outs[q].t, got));
         const float *want = ref(f, outs[q].name, buf, n);
         const double e = want ? rel_err(got, want, n) : 1;
-        worst[q >= 2] = e > worst[q >= 2] ? e : worst[q >= 2];
+        worst[q >= 2] = worst_of(worst[q >= 2], e);
         if (!(e < tol)) fprintf(stderr, "  FAIL %s: rel.err %.2e\n", outs[q].name, e);
         CHECK(e < tol);
         free(got);

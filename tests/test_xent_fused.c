@@ -221,7 +221,7 @@ static void one_size(int64_t m, int64_t e, int64_t v, int ties) {
                 int good = 1;
                 for (int q = 0; q < 5; q++) {
                     good &= err[q] < 1e-5;
-                    if (err[q] > worst) worst = err[q];
+                    worst = worst_of(worst, err[q]);
                 }
                 /* ignored rows: loss exactly 0 */
                 for (int64_t r = 0; r < m; r++)
