@@ -231,11 +231,7 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
         const dm_st_tensor *t = NULL;
         DM_TRY(find_checked(f, T, i / 3, i % 3, &t));
         data[i] = t->data;
-    }
-    /* the values too: a checksum recomputed after an edit proves nothing about them */
-    for (int i = 0; i < ntensors(T); i++) {
-        const dm_st_tensor *t = NULL;
-        DM_TRY(find_checked(f, T, i / 3, i % 3, &t));
+        /* the values too: a checksum recomputed after an edit proves nothing about them */
         const int64_t bad = dm_st_first_bad(t, i % 3 == 2); /* second moments: also not negative */
         if (bad >= 0)
             return dm_fail(DM_ERR_FORMAT, "tensor '%s' element %" PRId64 " is not %s: the checkpoint is damaged, "
