@@ -341,10 +341,7 @@ static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f, int fir
                 return dm_fail(DM_ERR_SHAPE, "'%s' has shape %s, this trainer needs %s: give the sizes of the model "
                                "(--hidden, --ffn, --heads)", name, got, want);
             }
-            const int64_t bad = dm_st_first_bad(t, 0);
-            if (bad >= 0)
-                return dm_fail(DM_ERR_FORMAT, "'%s' holds a value that is not finite (NaN or infinite) at element "
-                               "%" PRId64 ": the file is damaged or the model diverged; nothing was loaded", name, bad);
+            DM_TRY(dm_param_values_check(t, name));
         }
     for (int l = 0; l < T->nlayers; l++)
         for (int k = 0; k < DM_NUM_PARAMS; k++) {

@@ -56,11 +56,7 @@ static dm_status check_item(const load_item *it, const dm_st_tensor *t, const ch
         return dm_fail(DM_ERR_SHAPE, "'%s' is %s: parameters must be floating point (f32, f64, f16, bf16)", fname,
                        dm_st_dtype_name(t->dtype));
     if (t->ndim == nd && t->shape[0] == sh[0] && (nd == 1 || t->shape[1] == sh[1])) {
-        const int64_t bad = dm_st_first_bad(t, 0);
-        if (bad >= 0)
-            return dm_fail(DM_ERR_FORMAT, "'%s' holds a value that is not finite (NaN or infinite) at element %" PRId64
-                           ": the file is damaged or the model diverged; nothing was loaded", fname, bad);
-        return DM_OK;
+        return dm_param_values_check(t, fname);
     }
     char got[96] = "(", want[64];
     for (int d = 0; d < t->ndim && d < 4; d++)
@@ -70,6 +66,13 @@ static dm_status check_item(const load_item *it, const dm_st_tensor *t, const ch
     else snprintf(want, sizeof want, "(%" PRId64 ", %" PRId64 ")", sh[0], sh[1]);
     return dm_fail(DM_ERR_SHAPE, "'%s' has shape %s, the model's %s needs %s: give the sizes of the model (its "
                    "config.json)", fname, got, it->name, want);
+}
+
+dm_status dm_param_values_check(const dm_st_tensor *t, const char *fname) {
+    const int64_t bad = dm_st_first_bad(t, 0);
+    if (bad < 0) return DM_OK;
+    return dm_fail(DM_ERR_FORMAT, "'%s' holds a value that is not finite (NaN or infinite) at element %" PRId64
+                   ": the file is damaged or the model diverged; nothing was loaded", fname, bad);
 }
 
 /* Segment L's parameters (encoder layer l; the file's layer fl) into items[*k ...]. */

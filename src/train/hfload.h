@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 
+#include "core/safetensors.h"
 #include "dmove_tools.h"
 #include "train/model.h"
 
@@ -21,5 +22,8 @@ dm_status dm_model_load_hf(dm_model *m, const dm_tensor_file *f, int first, char
  * config.json there is read and checked against the tensors first (a contradiction names
  * the value). */
 dm_status dm_model_load_path(dm_model *m, const char *path, int first, char *note, size_t nn);
+/* A parameter file's tensor (named fname) refused if a value is not finite: what --init of
+ * a stack or of a whole model checks before anything changes. */
+dm_status dm_param_values_check(const dm_st_tensor *t, const char *fname);
 
 #endif
