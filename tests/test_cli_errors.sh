@@ -470,14 +470,17 @@ cases=$((cases + 1))
     --save "$T/int.ckpt" >"$T/int.out" 2>"$T/int.err" &
 tpid=$!
 # signal it once it is training (its first progress line: the handlers are in place), and
-# never wait for it more than a minute
-k=0
-while [ $k -lt 600 ] && ! grep -q '^step' "$T/int.out" 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+# never wait for it more than a minute (training_at, ended_rc: defined here, used below too)
+training_at() { k=0; while [ $k -lt 600 ] && ! grep -q '^step' "$1" 2>/dev/null; do sleep 0.1; k=$((k + 1)); done; }
+ended_rc() {
+    k=0
+    while [ $k -lt 600 ] && kill -0 "$1" 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+    kill -KILL "$1" 2>/dev/null
+    wait "$1"
+}
+training_at "$T/int.out"
 kill -INT $tpid
-k=0
-while [ $k -lt 600 ] && kill -0 $tpid 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
-kill -KILL $tpid 2>/dev/null
-wait $tpid
+ended_rc $tpid
 rc=$?
 at=$(sed -n 's/.*interrupted after step \([0-9]*\) of.*/\1/p' "$T/int.err")
 if [ $rc -eq 130 ] && [ -n "$at" ] && trn --steps 100000000 --resume "$T/int.ckpt" --until $((at + 1)) \
@@ -494,13 +497,9 @@ cases=$((cases + 1))
 env --default-signal=HUP "$D" train --layers 2 --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16 --lr 1e-3 \
     --steps 100000000 --save "$T/hup.ckpt" >"$T/hup.out" 2>"$T/hup.err" &
 tpid=$!
-k=0
-while [ $k -lt 600 ] && ! grep -q '^step' "$T/hup.out" 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+training_at "$T/hup.out"
 kill -HUP $tpid
-k=0
-while [ $k -lt 600 ] && kill -0 $tpid 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
-kill -KILL $tpid 2>/dev/null
-wait $tpid
+ended_rc $tpid
 rc=$?
 if [ $rc -eq 130 ] && grep -q "checkpoint saved to" "$T/hup.err" && [ -s "$T/hup.ckpt" ]; then
     echo "ok   train: SIGHUP ends the run with its checkpoint (status 130)"
@@ -514,17 +513,13 @@ cases=$((cases + 1))
 (trap '' HUP; exec "$D" train --layers 1 --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 16 --steps 100000000 \
     --save "$T/nohup.ckpt" >"$T/nohup.out" 2>"$T/nohup.err") &
 tpid=$!
-k=0
-while [ $k -lt 600 ] && ! grep -q '^step' "$T/nohup.out" 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+training_at "$T/nohup.out"
 kill -HUP $tpid
 sleep 1
 alive=0
 kill -0 $tpid 2>/dev/null && alive=1
 kill -INT $tpid
-k=0
-while [ $k -lt 600 ] && kill -0 $tpid 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
-kill -KILL $tpid 2>/dev/null
-wait $tpid
+ended_rc $tpid
 rc=$?
 if [ $alive = 1 ] && [ $rc -eq 130 ] && [ -s "$T/nohup.ckpt" ]; then
     echo "ok   train under nohup: SIGHUP ignored, SIGINT still ends it with its checkpoint"
