@@ -32,6 +32,11 @@ void cli_error(const char *cmd, const char *fmt, ...) {
     va_end(ap);
 }
 
+int cli_fail_dm(const char *cmd, const char *what) {
+    cli_error(cmd, "%s%s", what, dm_last_error());
+    return CLI_FAIL;
+}
+
 void cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -42,6 +42,8 @@ void cli_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* The library's last message after `what` ("--data: "), as cli_error prints it: CLI_FAIL. */
+int cli_fail_dm(const char *cmd, const char *what);
 /* A usage error: the message, then "run 'dmove <cmd> --help' ..." on stderr. */
 void cli_usage_error(const char *cmd, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -115,10 +115,7 @@ static const cli_command k_embed = {
     .init = init,
 };
 
-static int fail_dm(const char *what) {
-    cli_error(CMD, "%s%s", what, dm_last_error());
-    return CLI_FAIL;
-}
+static int fail_dm(const char *what) { return cli_fail_dm(CMD, what); }
 
 /* One run's state. */
 typedef struct {

@@ -135,10 +135,7 @@ static const cli_command k_finetune = {
     .init = init,
 };
 
-static int fail_dm(const char *what) {
-    cli_error(CMD, "%s%s", what, dm_last_error());
-    return CLI_FAIL;
-}
+static int fail_dm(const char *what) { return cli_fail_dm(CMD, what); }
 
 /* --- the data files ------------------------------------------------------------------ */
 

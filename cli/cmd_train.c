@@ -154,10 +154,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static int fail_dm(const char *what) {
-    cli_error(CMD, "%s%s", what, dm_last_error());
-    return CLI_FAIL;
-}
+static int fail_dm(const char *what) { return cli_fail_dm(CMD, what); }
 
 static float *tensor(dm_trainer *t, const char *name) {
     float *p = NULL;
