@@ -307,7 +307,7 @@ static int64_t bucket_of(int64_t len, int64_t max) {
 
 /* Lines order[a .. a + cnt) (all of bucket length len) through its model. */
 static int run_batch(embed_run *r, size_t a, size_t cnt, int64_t len, int32_t *ids, float *mask, float *pooled) {
-    dm_embedder *e;
+    dm_embedder *e = NULL;
     int rc = bucket_model(r, len, &e);
     if (rc != CLI_OK) return rc;
     const int64_t B = r->o.batch, I = r->cfg.hidden;
