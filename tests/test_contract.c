@@ -189,10 +189,6 @@ static void rows_seen(void *arg, int i0, int rows) {
 }
 
 static void direct_rows(void) {
-    if (!dm_gemm_direct_available()) {
-        printf("  direct kernel with row epilogue: SKIP, this CPU has no AVX-512\n");
-        return;
-    }
     const int ms[] = {1, 23, 24, 25, 100}, ns[] = {16, 64, 130, 256}, ks[] = {0, 1, 300};
     int cases = 0, bad = 0;
     for (int t = 0; t < 6; t++) /* transA, and op(B) transposed / NoTrans packed / in place */
@@ -225,15 +221,11 @@ static void direct_rows(void) {
                     free(A); free(B); free(Bp); free(C);
                 }
     CHECK(bad == 0);
-    printf("  direct kernel with row epilogue: %d cases, blocks in order, each final when handed over, "
-           "nothing beyond n: %s\n", cases, bad ? "FAIL" : "ok");
+    printf("  direct kernel (%s) with row epilogue: %d cases, blocks in order, each final when handed over, "
+           "nothing beyond n: %s\n", dm_isa_name(dm_gemm_direct_isa()), cases, bad ? "FAIL" : "ok");
 }
 
 static void direct(void) {
-    if (!dm_gemm_direct_available()) {
-        printf("  direct kernel: SKIP, this CPU has no AVX-512 (the algorithm is refused here: tested above)\n");
-        return;
-    }
     float *buf = aligned_alloc(64, sizeof(float) * DM_GEMM_DIRECT_PACK_FLOATS);
     CHECK(buf != NULL);
     if (!buf) return;
@@ -258,7 +250,9 @@ static void direct(void) {
                 }
     /* from DM_DIRECT_PANEL_M rows on, op(B) is packed into panels even where its rows could
      * be read in place */
-    const int pm[] = {DM_DIRECT_PANEL_M, DM_DIRECT_PANEL_M + 1}, pn[] = {64, 130}, pk[] = {1, 257};
+    /* (and, for a transposed op(A), packed in blocks of 768 rows x 256 deep x 256 columns:
+     * n = 600 and k = 520 cross them, with m = 1025) */
+    const int pm[] = {DM_DIRECT_PANEL_M, DM_DIRECT_PANEL_M + 1}, pn[] = {64, 600}, pk[] = {1, 520};
     for (int t = 0; t < 4; t++)
         for (int q = 0; q < 8; q++) {
             const int m = pm[q & 1], n = pn[(q >> 1) & 1], k = pk[q >> 2];
@@ -272,8 +266,8 @@ static void direct(void) {
             if (!(e <= worst)) worst = e;
         }
     CHECK(bad == 0);
-    printf("  direct kernel: %d shapes x transposes, worst error %.3f of the float dot-product bound, every "
-           "element written, nothing beyond n: %s\n", cases,
+    printf("  direct kernel (%s): %d shapes x transposes, worst error %.3f of the float dot-product bound, every "
+           "element written, nothing beyond n: %s\n", dm_isa_name(dm_gemm_direct_isa()), cases,
            worst, bad ? "FAIL" : "ok");
     free(buf);
 }
@@ -294,8 +288,26 @@ int main(void) {
     one("bjhp,hip->bji", DM_ERR_UNSUPPORTED); /* summed (h,p) not contiguous in the weight */
     one("bji,ui->bui", DM_ERR_UNSUPPORTED);   /* i both summed and kept: not a contraction */
     views();
-    direct();
-    direct_rows();
+    /* the direct kernel on every instruction set this CPU has a variant for, the widest
+     * first: the narrower ones forced as DMOVE_ISA would */
+    const int widest = dm_cpu_isa_widest();
+    if (widest == DM_ISA_NONE)
+        printf("  direct kernel: SKIP, this CPU has neither AVX-512 nor AVX2 (the algorithm is refused here: "
+               "tested above)\n");
+    for (int isa = widest; isa >= DM_ISA_AVX2; isa--) {
+        CHECK_OK(dm_gemm_direct_set_isa(isa));
+        direct();
+        direct_rows();
+    }
+    CHECK(dm_gemm_direct_set_isa(widest + 1) == (widest == DM_ISA_AVX512 ? DM_ERR_INVALID_ARG : DM_ERR_UNSUPPORTED));
+    CHECK_OK(dm_gemm_direct_set_isa(DM_ISA_NONE));
+    CHECK(!dm_gemm_direct_available());
+    {
+        dm_gemm gm = {0};
+        gm.m = gm.n = gm.k = 1, gm.nbatch = 1;
+        CHECK(dm_gemm_set_algo(&gm, DM_GEMM_DIRECT, 1) == DM_ERR_UNSUPPORTED); /* refused, with its reason */
+    }
+    CHECK_OK(dm_gemm_direct_set_isa(widest));
     /* the direct algorithms above ran the direct kernel, never BLAS for want of a buffer */
     CHECK(dm_gemm_direct_fallbacks() == 0);
     TEST_END();

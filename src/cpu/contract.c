@@ -55,8 +55,9 @@ dm_status dm_gemm_set_algo(dm_gemm *gm, dm_gemm_algo algo, int nthreads) {
     if (algo == DM_GEMM_BATCH && gm->nbatch < 2)
         return dm_fail(DM_ERR_UNSUPPORTED, "algorithm 'batch' needs a batched contraction");
     if (dm_gemm_algo_direct(algo) && !dm_gemm_direct_available())
-        return dm_fail(DM_ERR_UNSUPPORTED, "algorithm '%s' needs a CPU with AVX-512, which this one lacks: give "
-                                           "the contraction another algorithm (or tune again here)",
+        return dm_fail(DM_ERR_UNSUPPORTED, "algorithm '%s' needs a CPU with AVX-512 or AVX2 and FMA, which this one "
+                                           "lacks (or DMOVE_ISA=none turned them off): give the contraction another "
+                                           "algorithm (or tune again here)",
                        k_algo_names[algo]);
     gm->algo = algo;
     gm->nthreads = nthreads;

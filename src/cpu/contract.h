@@ -19,7 +19,7 @@
  *          split over its rows: two GEMMs side by side instead of one after the other,
  *          each on its own cores (the CPU's counterpart of a second CUDA stream); the
  *          executor pairs them, dm_gemm_run alone runs it like BLAS
- *   DIRECT dmove's own AVX-512 kernel (direct.c), which reads the operands in place
+ *   DIRECT dmove's own kernel (direct.c: AVX-512 or AVX2), which reads the operands in place
  *          instead of packing them: OpenMP over the batch where it has at least as many
  *          indices as threads, else each thread a block of the longer side (m or n);
  *          inside a fused (batched) group, the kernel of each batch index's call
@@ -75,8 +75,9 @@ typedef struct {
     int pack_threads;
 } dm_gemm;
 
-/* floats of the direct kernel's per-thread buffer for a packed operand */
-#define DM_GEMM_DIRECT_PACK_FLOATS (256 * 512)
+/* floats of the direct kernel's per-thread buffer for its packed operands (1 MiB and a
+ * little: direct_avx2.c's blocks of both operands for a transposed op(A)) */
+#define DM_GEMM_DIRECT_PACK_FLOATS (256 * 1024 + 64)
 /* dm_sgemm_direct packs op(B) rows it could read in place into panels all the same from
  * this many rows of C on: the copy is then small beside the work, and the panels'
  * consecutive addresses help (small layer, 2 threads: GEMMs of 2048 rows each 7-10%
@@ -103,7 +104,19 @@ void dm_direct_pack_b(float *buf, int64_t pstride, int transB, const float *B, i
  * thread (a guard that should never fire: the tests check it stays 0). */
 long dm_gemm_direct_fallbacks(void);
 
-/* 1 if this CPU runs the direct kernel (AVX-512F) */
+/* The instruction sets the direct kernel has a variant for (direct.c). */
+enum { DM_ISA_NONE = 0, DM_ISA_AVX2 = 1, DM_ISA_AVX512 = 2 };
+/* the widest this CPU has (cpuid: AVX-512F; AVX2 with FMA; else none) */
+int dm_cpu_isa_widest(void);
+/* the variant in use: the widest, narrowed by DMOVE_ISA=avx2|none in the environment
+ * (read at the first call) or by dm_gemm_direct_set_isa */
+int dm_gemm_direct_isa(void);
+/* narrows (or widens back up to the widest) the variant in use, for tests and timing;
+ * not while a direct kernel runs. DM_ERR_UNSUPPORTED above the CPU's widest. */
+dm_status dm_gemm_direct_set_isa(int isa);
+const char *dm_isa_name(int isa); /* "avx512", "avx2", "none" */
+int dm_isa_parse(const char *s);  /* -1 if unknown */
+/* 1 if the direct kernel runs here (a variant is in use) */
 int dm_gemm_direct_available(void);
 /* C = alpha op(A) op(B), single-threaded, row-major; buf: DM_GEMM_DIRECT_PACK_FLOATS
  * floats, 64-byte aligned. Only where dm_gemm_direct_available(). */
@@ -122,7 +135,7 @@ dm_status dm_gemm_run(const dm_gemm *gm);
  * With one thread, a then b. The caller guarantees they are independent. */
 dm_status dm_gemm_run_pair(const dm_gemm *a, const dm_gemm *b, int nthreads);
 /* Sets the algorithm (DEFAULT picks as above); DM_ERR_UNSUPPORTED if it does not apply
- * (BATCH without a batch, DIRECT on a CPU without AVX-512). */
+ * (BATCH without a batch, DIRECT on a CPU with neither AVX-512 nor AVX2). */
 dm_status dm_gemm_set_algo(dm_gemm *gm, dm_gemm_algo algo, int nthreads);
 /* Asks for batch index bi's slices of A and B (those not in tiles: tileA / tileB 0) to be
  * brought into L2, while the caller works on another index. */

@@ -1,215 +1,76 @@
-/* direct.c: dmove's own single-threaded SGEMM for AVX-512 CPUs, the contraction
- * algorithm "direct". It copies less than BLAS libraries do, which pack both operands:
- *   - op(A) is read in place, one element at a time, broadcast to a vector: any row and
- *     column stride serves (NoTrans and Trans alike);
- *   - op(B) rows are read in place as vectors where they are contiguous (NoTrans), the
- *     block is whole micro-tiles wide and C has fewer than DM_DIRECT_PANEL_M rows (the
- *     attention's per-item GEMMs); otherwise op(B) is copied, one KC x NC block at a
- *     time, into the caller's buffer as 64-column panels, each KC x 64 contiguous (a
- *     transposed op(B) by 16 x 16 register transposes);
- *   - C is written once per KC block, with no separate pass that zeroes it (beta = 0).
- * Blocking: NC columns of C by KC of the summed dimension; inside, 6 x 64 micro-tiles
- * (24 vector accumulators), for each strip of 6 rows all the block's 64-column panels.
- * The strip's 6 rows of op(A) (6 KC floats) stay in L1 across the panels; the KC x NC
- * block of op(B) (up to 512 KB), read once per strip, stays in L2.
- * On BERT's shapes this skips OpenBLAS's packing of both operands and its beta pass:
- * it wins most on the attention's per-item GEMMs (128 x 128 x 64), which are too small
- * to amortize them. Correctness: tests/test_contract.c runs it against the reference in
- * every transpose and edge case the executor can produce. */
-#include <immintrin.h>
-#include <stdint.h>
+/* direct.c: which variant of the direct kernel runs (direct_isa.h): the widest this CPU
+ * has (AVX-512F, else AVX2 with FMA), read once from cpuid; DMOVE_ISA=avx2 (or =none)
+ * in the environment, or dm_gemm_direct_set_isa, narrows it, so that the narrower
+ * variants are tested on a wider machine and a plan can be timed as on a smaller one. */
+#include <stdlib.h>
 #include <string.h>
 
-#include "cpu/contract.h"
+#include "core/status.h"
+#include "cpu/direct_isa.h"
 
-#define MR 6
-#define NV 4
-#define NR (16 * NV)
-#define KC 256
-#define NC 512
+static int g_isa = -1; /* the variant in use; -1: not read yet */
 
-#if DM_GEMM_DIRECT_PACK_FLOATS < KC * NC
-#error "the direct kernel's buffer is smaller than one KC x NC block"
-#endif
-
-#define DIRECT_TARGET __attribute__((target("avx512f")))
-
-int dm_gemm_direct_available(void) {
+int dm_cpu_isa_widest(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f");
+    if (__builtin_cpu_supports("avx512f")) return DM_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DM_ISA_AVX2;
+    return DM_ISA_NONE;
 }
 
-/* c[mr_c x 64] = alpha * sum_k a(r, k) b(k, 0..64) (+ c when acc), columns masked by mk */
-static inline __attribute__((always_inline)) DIRECT_TARGET void
-tile(int mr_c, int kc, const float *a, int64_t ars, int64_t acs, const float *b, int64_t bs, float *c,
-     int64_t ldc, const __mmask16 *mk, int acc, float alpha) {
-    __m512 s[MR][NV];
-    for (int r = 0; r < MR; r++)
-        for (int v = 0; v < NV; v++) s[r][v] = _mm512_setzero_ps();
-    for (int k = 0; k < kc; k++) {
-        __m512 bv[NV];
-        for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_ps(b + (int64_t)k * bs + 16 * v);
-        const float *ak = a + (int64_t)k * acs;
-        for (int r = 0; r < MR; r++) {
-            if (r >= mr_c) break;
-            __m512 av = _mm512_set1_ps(ak[(int64_t)r * ars]);
-            for (int v = 0; v < NV; v++) s[r][v] = _mm512_fmadd_ps(av, bv[v], s[r][v]);
-        }
-    }
-    __m512 al = _mm512_set1_ps(alpha);
-    for (int r = 0; r < MR; r++) {
-        if (r >= mr_c) break;
-        float *cr = c + (int64_t)r * ldc;
-        for (int v = 0; v < NV; v++) {
-            __m512 x = _mm512_mul_ps(s[r][v], al);
-            if (acc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], cr + 16 * v));
-            _mm512_mask_storeu_ps(cr + 16 * v, mk[v], x);
-        }
-    }
+const char *dm_isa_name(int isa) {
+    return isa == DM_ISA_AVX512 ? "avx512" : isa == DM_ISA_AVX2 ? "avx2" : isa == DM_ISA_NONE ? "none" : "?";
 }
 
-/* The lanes of a tile's NV vectors that hold its nr (1..NR) columns. */
-static inline void col_masks(int nr, __mmask16 mk[NV]) {
-    for (int v = 0; v < NV; v++) {
-        const int w = nr - 16 * v;
-        mk[v] = w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? (__mmask16)0 : (__mmask16)((1u << w) - 1);
-    }
+int dm_isa_parse(const char *s) {
+    for (int i = DM_ISA_NONE; i <= DM_ISA_AVX512; i++)
+        if (s && !strcmp(s, dm_isa_name(i))) return i;
+    return -1;
 }
 
-/* the row count as a constant, so each variant keeps its accumulators in registers */
-static DIRECT_TARGET void tile_rows(int mr, int kc, const float *a, int64_t ars, int64_t acs, const float *b,
-                                    int64_t bs, float *c, int64_t ldc, const __mmask16 *mk, int acc,
-                                    float alpha) {
-    switch (mr) {
-    case 6: tile(6, kc, a, ars, acs, b, bs, c, ldc, mk, acc, alpha); break;
-    case 5: tile(5, kc, a, ars, acs, b, bs, c, ldc, mk, acc, alpha); break;
-    case 4: tile(4, kc, a, ars, acs, b, bs, c, ldc, mk, acc, alpha); break;
-    case 3: tile(3, kc, a, ars, acs, b, bs, c, ldc, mk, acc, alpha); break;
-    case 2: tile(2, kc, a, ars, acs, b, bs, c, ldc, mk, acc, alpha); break;
-    default: tile(1, kc, a, ars, acs, b, bs, c, ldc, mk, acc, alpha); break;
-    }
+int dm_gemm_direct_isa(void) {
+    int isa = __atomic_load_n(&g_isa, __ATOMIC_ACQUIRE);
+    if (isa >= 0) return isa;
+    isa = dm_cpu_isa_widest();
+    const int want = dm_isa_parse(getenv("DMOVE_ISA")); /* unknown: ignored, dmove probe says so */
+    if (want >= 0 && want < isa) isa = want;
+    __atomic_store_n(&g_isa, isa, __ATOMIC_RELEASE);
+    return isa;
 }
 
-/* 16 x 16 floats transposed: d[c * lds + r] = s[r * ls + c] */
-static inline __attribute__((always_inline)) DIRECT_TARGET void
-transpose16(float *d, int64_t lds, const float *s, int64_t ls) {
-    __m512 r[16], t[16];
-    for (int q = 0; q < 16; q++) r[q] = _mm512_loadu_ps(s + (int64_t)q * ls);
-    /* 32-bit, then 64-bit interleaves within 128-bit lanes: 4 x 4 blocks transposed */
-    for (int q = 0; q < 16; q += 2) {
-        t[q] = _mm512_unpacklo_ps(r[q], r[q + 1]);
-        t[q + 1] = _mm512_unpackhi_ps(r[q], r[q + 1]);
-    }
-    for (int q = 0; q < 16; q += 4)
-        for (int h = 0; h < 2; h++) {
-            __m512d a = _mm512_castps_pd(t[q + h]), b = _mm512_castps_pd(t[q + 2 + h]);
-            r[q + h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-            r[q + 2 + h] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        }
-    /* r[4g + q], lane L: column 4L + c(q) of rows 4g..4g+3, c = {0, 2, 1, 3}; the
-     * 128-bit lane shuffles gather lane L of the four row blocks into column 4L + c(q) */
-    static const int c_of[4] = {0, 2, 1, 3};
-    for (int q = 0; q < 4; q++) {
-        __m512 a0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88), a1 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xDD),
-               b0 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88),
-               b1 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xDD);
-        const int c = c_of[q];
-        t[c] = _mm512_shuffle_f32x4(a0, b0, 0x88);      /* lanes 0 */
-        t[8 + c] = _mm512_shuffle_f32x4(a0, b0, 0xDD);  /* lanes 2 */
-        t[4 + c] = _mm512_shuffle_f32x4(a1, b1, 0x88);  /* lanes 1 */
-        t[12 + c] = _mm512_shuffle_f32x4(a1, b1, 0xDD); /* lanes 3 */
-    }
-    for (int q = 0; q < 16; q++) _mm512_storeu_ps(d + (int64_t)q * lds, t[q]);
+dm_status dm_gemm_direct_set_isa(int isa) {
+    const int widest = dm_cpu_isa_widest();
+    if (isa < DM_ISA_NONE || isa > DM_ISA_AVX512)
+        return dm_fail(DM_ERR_INVALID_ARG, "unknown instruction set %d for the direct kernel", isa);
+    if (isa > widest)
+        return dm_fail(DM_ERR_UNSUPPORTED, "this CPU has no %s (its widest is %s): the direct kernel cannot use it",
+                       dm_isa_name(isa), dm_isa_name(widest));
+    __atomic_store_n(&g_isa, isa, __ATOMIC_RELEASE);
+    return DM_OK;
 }
 
-/* op(B)[k0 .. k0+kc) x [j0 .. j0+nc) into buf as 64-column panels: row kk of panel q
- * (columns j0 + 64q ..) at buf + q * pstride + kk * 64, columns past nc zeroed. A tile
- * then streams its panel from consecutive addresses instead of rows ldb apart (one page
- * per row when ldb is 1024 floats): BERT-base/small's widest GEMMs ran 1-8% faster. */
-DIRECT_TARGET void dm_direct_pack_b(float *buf, int64_t pstride, int transB, const float *B, int64_t ldb, int k0,
-                                    int kc, int j0, int nc) {
-    for (int p0 = 0; p0 < nc; p0 += NR) {
-        const int w = nc - p0 < NR ? nc - p0 : NR;
-        float *d = buf + (int64_t)(p0 / NR) * pstride;
-        if (!transB) {
-            for (int kk = 0; kk < kc; kk++)
-                memcpy(d + (int64_t)kk * NR, B + (int64_t)(k0 + kk) * ldb + j0 + p0, sizeof(float) * (size_t)w);
-        } else { /* op(B)(k, j) = B[j * ldb + k]: 16 x 16 blocks in registers, the edges by element */
-            const float *src = B + (int64_t)(j0 + p0) * ldb + k0;
-            const int j16 = w / 16 * 16, k16 = kc / 16 * 16;
-            for (int j = 0; j < j16; j += 16)
-                for (int kk = 0; kk < k16; kk += 16)
-                    transpose16(d + (int64_t)kk * NR + j, NR, src + (int64_t)j * ldb + kk, ldb);
-            for (int j = 0; j < w; j++)
-                for (int kk = j < j16 ? k16 : 0; kk < kc; kk++) d[(int64_t)kk * NR + j] = src[(int64_t)j * ldb + kk];
-        }
-        if (w < NR)
-            for (int kk = 0; kk < kc; kk++) memset(d + (int64_t)kk * NR + w, 0, sizeof(float) * (size_t)(NR - w));
-    }
+int dm_gemm_direct_available(void) { return dm_gemm_direct_isa() != DM_ISA_NONE; }
+
+void dm_sgemm_direct(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float *C, int ldc, float *buf) {
+    if (dm_gemm_direct_isa() == DM_ISA_AVX512)
+        dm_sgemm_direct_avx512(transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);
+    else
+        dm_sgemm_direct_avx2(transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);
 }
 
-DIRECT_TARGET void dm_sgemm_direct(int transA, int transB, int m, int n, int k, float alpha, const float *A,
-                                   int lda, const float *B, int ldb, float *C, int ldc, float *buf) {
-    const int64_t ars = transA ? 1 : lda, acs = transA ? lda : 1;
-    if (k <= 0) {
-        for (int i = 0; i < m; i++) memset(C + (int64_t)i * ldc, 0, sizeof(float) * (size_t)n);
-        return;
-    }
-    for (int j0 = 0; j0 < n; j0 += NC) {
-        const int nc = n - j0 < NC ? n - j0 : NC;
-        for (int k0 = 0; k0 < k; k0 += KC) {
-            const int kc = k - k0 < KC ? k - k0 : KC;
-            const float *bp = buf;
-            int64_t bs = NR, pstride = (int64_t)kc * NR;
-            if (!transB && nc % NR == 0 && m < DM_DIRECT_PANEL_M) { /* whole tiles of contiguous rows: in place */
-                bp = B + (int64_t)k0 * ldb + j0;
-                bs = ldb;
-                pstride = NR;
-            } else {
-                dm_direct_pack_b(buf, pstride, transB, B, ldb, k0, kc, j0, nc);
-            }
-            for (int i0 = 0; i0 < m; i0 += MR) {
-                const int mr = m - i0 < MR ? m - i0 : MR;
-                const float *a = A + (int64_t)i0 * ars + (int64_t)k0 * acs;
-                for (int jr = 0; jr < nc; jr += NR) {
-                    const int nr = nc - jr < NR ? nc - jr : NR;
-                    __mmask16 mk[NV];
-                    col_masks(nr, mk);
-                    tile_rows(mr, kc, a, ars, acs, bp + (jr / NR) * pstride, bs, C + (int64_t)i0 * ldc + j0 + jr, ldc,
-                              mk, k0 > 0, alpha);
-                }
-            }
-        }
-    }
+void dm_sgemm_direct_rows(int transA, int m, int n, int k, float alpha, const float *A, int lda, const float *Bp,
+                          int64_t ldbp, int64_t pstride, float *C, int ldc, void (*done)(void *ctx, int i0, int rows),
+                          void *ctx) {
+    if (dm_gemm_direct_isa() == DM_ISA_AVX512)
+        dm_sgemm_direct_rows_avx512(transA, m, n, k, alpha, A, lda, Bp, ldbp, pstride, C, ldc, done, ctx);
+    else
+        dm_sgemm_direct_rows_avx2(transA, m, n, k, alpha, A, lda, Bp, ldbp, pstride, C, ldc, done, ctx);
 }
 
-/* Row blocks of MC rows (4 micro-tiles, which share each KC x 64 op(B) panel, 64 KB,
- * from L2): a block is finished over all of n and k before the next begins, and handed
- * to done() while its rows are in cache. All of op(B) is read once per block. */
-#define MC (4 * MR)
-
-DIRECT_TARGET void dm_sgemm_direct_rows(int transA, int m, int n, int k, float alpha, const float *A, int lda,
-                                        const float *Bp, int64_t ldbp, int64_t pstride, float *C, int ldc,
-                                        void (*done)(void *ctx, int i0, int rows), void *ctx) {
-    const int64_t ars = transA ? 1 : lda, acs = transA ? lda : 1;
-    for (int ib = 0; ib < m; ib += MC) {
-        const int mc = m - ib < MC ? m - ib : MC;
-        if (k <= 0)
-            for (int i = ib; i < ib + mc; i++) memset(C + (int64_t)i * ldc, 0, sizeof(float) * (size_t)n);
-        for (int k0 = 0; k0 < k; k0 += KC) {
-            const int kc = k - k0 < KC ? k - k0 : KC;
-            for (int jr = 0; jr < n; jr += NR) {
-                const int nr = n - jr < NR ? n - jr : NR;
-                __mmask16 mk[NV];
-                col_masks(nr, mk);
-                for (int i0 = ib; i0 < ib + mc; i0 += MR) {
-                    const int mr = ib + mc - i0 < MR ? ib + mc - i0 : MR;
-                    tile_rows(mr, kc, A + (int64_t)i0 * ars + (int64_t)k0 * acs, ars, acs,
-                              Bp + (int64_t)k0 * ldbp + (jr / NR) * pstride, ldbp, C + (int64_t)i0 * ldc + jr, ldc, mk,
-                              k0 > 0, alpha);
-                }
-            }
-        }
-        done(ctx, ib, mc);
-    }
+void dm_direct_pack_b(float *buf, int64_t pstride, int transB, const float *B, int64_t ldb, int k0, int kc, int j0,
+                      int nc) {
+    if (dm_gemm_direct_isa() == DM_ISA_AVX512)
+        dm_direct_pack_b_avx512(buf, pstride, transB, B, ldb, k0, kc, j0, nc);
+    else
+        dm_direct_pack_b_avx2(buf, pstride, transB, B, ldb, k0, kc, j0, nc);
 }

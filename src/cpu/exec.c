@@ -417,7 +417,7 @@ dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi) {
         return dm_fail(DM_ERR_UNSUPPORTED, "group %d is not a lone contraction that can run", gi);
     if (eg->gemm.algo != DM_GEMM_DIRECT_ROWS || !dm_gemm_direct_available())
         return dm_fail(DM_ERR_UNSUPPORTED, "contraction %s: only the algorithm \"direct_rows\" (on a CPU with "
-                       "AVX-512) runs the next group in its epilogue", op->name);
+                       "AVX-512 or AVX2) runs the next group in its epilogue", op->name);
     const dm_gemm *gm = &eg->gemm;
     const char *why = NULL;
     dm_exgroup *rg = gi + 1 < ex->ngroups ? &ex->groups[gi + 1] : NULL;

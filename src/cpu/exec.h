@@ -56,7 +56,7 @@ typedef struct {
     int64_t per_thread;
     uint32_t *words;          /* nthreads * max_cols */
     int64_t max_cols;
-    float *pack;              /* the direct kernel's buffers, one per thread (NULL without AVX-512) */
+    float *pack;              /* the direct kernel's buffers, one per thread (NULL where it does not run) */
     float *bwhole;            /* "direct_rows": op(B) packed whole, shared by the threads */
     int64_t bwhole_floats;
     uint8_t *rows_ran;        /* per group: run in the epilogue of its GEMM since its own last turn */

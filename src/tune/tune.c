@@ -17,7 +17,7 @@
  * Algorithms: each lone contraction runs with BLAS threads inside one call, OpenMP over
  * the batch (batched only), the M or N dimension split between our threads with
  * single-threaded BLAS, or dmove's own kernel that reads the operands in place ("direct",
- * on AVX-512 CPUs; cpu/contract.h). The contractions inside a fused batched group
+ * on CPUs with AVX-512 or AVX2; cpu/contract.h). The contractions inside a fused batched group
  * (attention's) run per batch index on the group's threads: their choice is the kernel,
  * BLAS or direct, one for all of them. After the selection, a lone contraction whose
  * partner (dm_plan_partner: the weight gradient beside an input gradient) can run at its

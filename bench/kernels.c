@@ -1,0 +1,290 @@
+// bench/kernels.c: dmove's own GEMM kernel ("direct", each instruction-set variant this
+// CPU runs) against OpenBLAS and BLIS on the contractions of one BERT encoder layer's
+// training step, at 1 thread and at T, with each rate as a share of the machine's FMA
+// rate for that instruction set measured in the same run (an in-register FMA loop on
+// every thread, as `dmove probe` measures it).
+//   - dmove runs through the executor's own path (dm_gemm_run, algorithm "direct"): the
+//     threads split the longer side, or take batch indices where there are enough;
+//   - OpenBLAS (linked) and BLIS (dlopen'ed on its own: both export cblas_sgemm) run one
+//     multi-threaded call per GEMM, and for the attention's batched GEMMs one
+//     single-threaded call per batch index inside an OpenMP loop, as dmove's "batch" does.
+// Every implementation runs once per round, in turn, over R rounds; a time is the median
+// over rounds of the best of 3 calls in a round. One binary runs everywhere: a variant the
+// CPU lacks, or a BLIS that is not installed, is left out and said so.
+//
+// Build and run: sh bench/kernels.sh [options]   (it builds libdmove.a, then this)
+// Usage: kernels [--batch B] [--seq J] [--hidden I] [--ffn U] [--heads H] [--threads T]
+//                [--rounds R] [--only SUBSTRING] [--tsv]
+#include <dlfcn.h>
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <cblas.h>
+
+#include "cpu/contract.h"
+
+typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
+                               float *, int);
+typedef void (*blis_threads_fn)(long);
+static cblas_sgemm_fn blis_sgemm;
+static blis_threads_fn blis_set_threads;
+
+static void load_blis(void) {
+    const char *names[] = {"libblis.so.4", "libblis.so", "libblis-openmp.so.4"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !blis_sgemm; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+        if (!h) continue;
+        blis_sgemm = (cblas_sgemm_fn)(uintptr_t)dlsym(h, "cblas_sgemm");
+        blis_set_threads = (blis_threads_fn)(uintptr_t)dlsym(h, "bli_thread_set_num_threads");
+        if (!blis_sgemm || !blis_set_threads) blis_sgemm = NULL;
+    }
+}
+
+// --- the FMA rate ------------------------------------------------------------------------
+
+#define CHAINS 12
+__attribute__((target("avx2,fma"))) static double fma_avx2(int64_t iters) {
+    __m256 x[CHAINS], m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    for (int q = 0; q < CHAINS; q++) x[q] = _mm256_set1_ps(1.0f + 0.01f * (float)q);
+    for (int64_t i = 0; i < iters; i++)
+        for (int q = 0; q < CHAINS; q++) x[q] = _mm256_fmadd_ps(x[q], m, c);
+    float s = 0, v[8];
+    for (int q = 0; q < CHAINS; q++) {
+        _mm256_storeu_ps(v, x[q]);
+        s += v[0];
+    }
+    return (double)s;
+}
+
+__attribute__((target("avx512f"))) static double fma_avx512(int64_t iters) {
+    __m512 x[CHAINS], m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+    for (int q = 0; q < CHAINS; q++) x[q] = _mm512_set1_ps(1.0f + 0.01f * (float)q);
+    for (int64_t i = 0; i < iters; i++)
+        for (int q = 0; q < CHAINS; q++) x[q] = _mm512_fmadd_ps(x[q], m, c);
+    return (double)_mm512_reduce_add_ps(x[0]) + (double)_mm512_reduce_add_ps(x[CHAINS - 1]);
+}
+
+// flop/s of the FMA loop of this instruction set on nt threads, best of 5
+static double fma_rate(int isa, int nt) {
+    const int64_t iters = 20 * 1000 * 1000;
+    const int lanes = isa == DM_ISA_AVX512 ? 16 : 8;
+    double best = 0, sink = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = omp_get_wtime();
+#pragma omp parallel num_threads(nt) reduction(+ : sink)
+        sink += isa == DM_ISA_AVX512 ? fma_avx512(iters) : fma_avx2(iters);
+        double t = omp_get_wtime() - t0, r = 2.0 * lanes * CHAINS * (double)iters * nt / t;
+        if (r > best) best = r;
+    }
+    if (sink == 12345.0) printf(" ");
+    return best;
+}
+
+// --- the shapes ---------------------------------------------------------------------------
+
+typedef struct {
+    char name[64];
+    int ta, tb, m, n, k;
+    int nbatch; // > 1: per (b, h) item, operands apart by their sizes
+} shape;
+
+static int make_shapes(shape *s, int b, int j, int i, int u, int h) {
+    const int t = b * j, p = i / h;
+    int n = 0;
+#define S(nm, TA, TB, M, N, K, NB) \
+    s[n++] = (shape){.ta = TA, .tb = TB, .m = M, .n = N, .k = K, .nbatch = NB}; \
+    snprintf(s[n - 1].name, sizeof s[n - 1].name, "%s", nm)
+    S("qkv fwd", 0, 1, t, 3 * i, i, 1);
+    S("out fwd", 0, 1, t, i, i, 1);
+    S("ffn1 fwd", 0, 1, t, u, i, 1);
+    S("ffn2 fwd", 0, 1, t, i, u, 1);
+    S("ffn2 dX", 0, 0, t, u, i, 1);
+    S("ffn1 dX", 0, 0, t, i, u, 1);
+    S("ffn1 dW", 1, 0, u, i, t, 1);
+    S("ffn2 dW", 1, 0, i, u, t, 1);
+    S("qkv dW", 1, 0, 3 * i, i, t, 1);
+    S("attn QK^T", 0, 1, j, j, p, b * h);
+    S("attn PV", 0, 0, j, p, j, b * h);
+    S("attn dP", 0, 1, j, j, p, b * h);
+    S("attn dV", 1, 0, j, p, j, b * h);
+#undef S
+    return n;
+}
+
+typedef struct {
+    const shape *s;
+    float *A, *B, *C;
+    int lda, ldb, ldc;
+    int64_t sa, sb, sc; // per batch index
+} operands;
+
+// operands in transparent huge pages where the kernel gives them (madvise), as dmove's
+// arena is (core/hugealloc.c): a strided walk over 4 KiB pages would time the TLB
+static float *filled(size_t n, unsigned seed) {
+    const size_t huge = (size_t)2 << 20, bytes = (n * sizeof(float) + huge - 1) / huge * huge;
+    float *p = aligned_alloc(huge, bytes);
+    if (p) madvise(p, bytes, MADV_HUGEPAGE);
+    if (!p) {
+        fprintf(stderr, "kernels: out of memory\n");
+        exit(1);
+    }
+    for (size_t e = 0; e < n; e++) p[e] = (float)sin(0.37 * (double)(e + seed));
+    return p;
+}
+
+static operands make_operands(const shape *s) {
+    operands o = {.s = s};
+    const int ar = s->ta ? s->k : s->m, ac = s->ta ? s->m : s->k, br = s->tb ? s->n : s->k, bc = s->tb ? s->k : s->n;
+    o.lda = ac, o.ldb = bc, o.ldc = s->n;
+    o.sa = (int64_t)ar * ac, o.sb = (int64_t)br * bc, o.sc = (int64_t)s->m * s->n;
+    o.A = filled((size_t)(o.sa * s->nbatch), 1);
+    o.B = filled((size_t)(o.sb * s->nbatch), 2);
+    o.C = filled((size_t)(o.sc * s->nbatch), 3);
+    return o;
+}
+
+enum { IMPL_DIRECT_AVX512, IMPL_DIRECT_AVX2, IMPL_OPENBLAS, IMPL_BLIS, NIMPL };
+static const char *impl_name[NIMPL] = {"dmove avx512", "dmove avx2", "openblas", "blis"};
+
+static void run(int impl, const operands *o, int nt) {
+    const shape *s = o->s;
+    if (impl == IMPL_DIRECT_AVX512 || impl == IMPL_DIRECT_AVX2) {
+        dm_gemm gm;
+        memset(&gm, 0, sizeof gm);
+        gm.A = o->A, gm.B = o->B, gm.C = o->C;
+        gm.transA = s->ta, gm.transB = s->tb, gm.m = s->m, gm.n = s->n, gm.k = s->k;
+        gm.lda = o->lda, gm.ldb = o->ldb, gm.ldc = o->ldc, gm.alpha = 1, gm.beta = 0;
+        gm.nbatch = s->nbatch;
+        if (s->nbatch > 1) {
+            gm.nbd = 1, gm.bsize[0] = s->nbatch, gm.bsA[0] = o->sa, gm.bsB[0] = o->sb, gm.bsC[0] = o->sc;
+        }
+        static float *pack;
+        static int pack_threads;
+        if (pack_threads < nt) {
+            free(pack);
+            pack = aligned_alloc(64, sizeof(float) * (size_t)DM_GEMM_DIRECT_PACK_FLOATS * (size_t)nt);
+            pack_threads = pack ? nt : 0;
+        }
+        gm.pack = pack, gm.pack_threads = pack_threads;
+        if (dm_gemm_direct_set_isa(impl == IMPL_DIRECT_AVX512 ? DM_ISA_AVX512 : DM_ISA_AVX2) != DM_OK ||
+            dm_gemm_set_algo(&gm, DM_GEMM_DIRECT, nt) != DM_OK || dm_gemm_run(&gm) != DM_OK) {
+            fprintf(stderr, "kernels: the direct kernel refused %s\n", s->name);
+            exit(1);
+        }
+        return;
+    }
+    cblas_sgemm_fn f = impl == IMPL_BLIS ? blis_sgemm : (cblas_sgemm_fn)cblas_sgemm;
+    const int ta = s->ta ? CblasTrans : CblasNoTrans, tb = s->tb ? CblasTrans : CblasNoTrans;
+    if (s->nbatch == 1) {
+        if (impl == IMPL_BLIS) blis_set_threads(nt);
+        else openblas_set_num_threads(nt);
+        f(CblasRowMajor, ta, tb, s->m, s->n, s->k, 1.0f, o->A, o->lda, o->B, o->ldb, 0.0f, o->C, o->ldc);
+        return;
+    }
+    if (impl == IMPL_BLIS) blis_set_threads(1); // process-wide in BLIS: set outside the region
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int q = 0; q < s->nbatch; q++)
+        f(CblasRowMajor, ta, tb, s->m, s->n, s->k, 1.0f, o->A + q * o->sa, o->lda, o->B + q * o->sb, o->ldb, 0.0f,
+          o->C + q * o->sc, o->ldc);
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    int b = 8, j = 128, i = 768, u = 3072, h = 12, nt = omp_get_max_threads(), rounds = 7, tsv = 0;
+    const char *only = NULL;
+    for (int a = 1; a < argc; a++) {
+        const char *o = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
+        int *dst = !strcmp(o, "--batch") ? &b : !strcmp(o, "--seq") ? &j : !strcmp(o, "--hidden") ? &i
+                 : !strcmp(o, "--ffn") ? &u : !strcmp(o, "--heads") ? &h : !strcmp(o, "--threads") ? &nt
+                 : !strcmp(o, "--rounds") ? &rounds : NULL;
+        if (!strcmp(o, "--tsv")) {
+            tsv = 1;
+        } else if (!strcmp(o, "--only") && v) {
+            only = v;
+            a++;
+        } else if (dst && v && atoi(v) > 0) {
+            *dst = atoi(v);
+            a++;
+        } else {
+            fprintf(stderr, "kernels: unknown or incomplete option %s (see the header of bench/kernels.c)\n", o);
+            return 2;
+        }
+    }
+    if (i % h) {
+        fprintf(stderr, "kernels: --hidden %d is not a multiple of --heads %d\n", i, h);
+        return 2;
+    }
+    load_blis();
+    const int widest = dm_cpu_isa_widest();
+    int use[NIMPL] = {widest >= DM_ISA_AVX512, widest >= DM_ISA_AVX2, 1, blis_sgemm != NULL};
+    double peak[2][3]; // [thread setting][isa]
+    const int tset[2] = {1, nt};
+    for (int q = 0; q < 2; q++)
+        for (int isa = DM_ISA_AVX2; isa <= widest; isa++) peak[q][isa] = fma_rate(isa, tset[q]);
+    printf("# bench/kernels: b %d j %d i %d u %d h %d; threads 1 and %d; %d rounds; widest ISA %s%s\n", b, j, i, u,
+           h, nt, rounds, dm_isa_name(widest), use[IMPL_BLIS] ? "" : "; BLIS not found (libblis-openmp-dev)");
+    for (int isa = DM_ISA_AVX2; isa <= widest; isa++)
+        printf("# FMA rate %s: %.1f GFLOP/s on 1 thread, %.1f on %d\n", dm_isa_name(isa), peak[0][isa] / 1e9,
+               peak[1][isa] / 1e9, nt);
+    if (widest < DM_ISA_AVX2) {
+        printf("# this CPU has no AVX2: the direct kernel does not run here\n");
+        use[IMPL_DIRECT_AVX2] = 0;
+    }
+    shape sh[32];
+    const int ns = make_shapes(sh, b, j, i, u, h);
+    if (tsv) printf("shape\tm\tn\tk\tbatch\tthreads\timpl\tms\tgflops\tpct_fma\n");
+    else printf("%-10s %5s %5s %5s %4s %3s", "shape", "m", "n", "k", "bat", "thr");
+    if (!tsv)
+        for (int q = 0; q < NIMPL; q++)
+            if (use[q]) printf("  %14s", impl_name[q]);
+    if (!tsv) printf("   (GFLOP/s, %% of the FMA rate of the ISA it uses)\n");
+    for (int si = 0; si < ns; si++) {
+        if (only && !strstr(sh[si].name, only)) continue;
+        operands o = make_operands(&sh[si]);
+        const double flop = 2.0 * sh[si].m * sh[si].n * (double)sh[si].k * sh[si].nbatch;
+        for (int q = 0; q < 2; q++) {
+            if (q == 1 && nt == 1) break;
+            double t[NIMPL][64];
+            for (int r = 0; r < rounds && r < 64; r++)
+                for (int im = 0; im < NIMPL; im++) {
+                    if (!use[im]) continue;
+                    run(im, &o, tset[q]); // warm-up
+                    double best = 1e30;
+                    for (int rep = 0; rep < 3; rep++) {
+                        double t0 = omp_get_wtime();
+                        run(im, &o, tset[q]);
+                        double dt = omp_get_wtime() - t0;
+                        if (dt < best) best = dt;
+                    }
+                    t[im][r] = best;
+                }
+            if (!tsv) printf("%-10s %5d %5d %5d %4d %3d", sh[si].name, sh[si].m, sh[si].n, sh[si].k, sh[si].nbatch, tset[q]);
+            for (int im = 0; im < NIMPL; im++) {
+                if (!use[im]) continue;
+                const int nr = rounds < 64 ? rounds : 64;
+                qsort(t[im], (size_t)nr, sizeof(double), cmp);
+                const double med = t[im][nr / 2], rate = flop / med;
+                const int isa = im == IMPL_DIRECT_AVX2 ? DM_ISA_AVX2 : widest;
+                const double pct = 100.0 * rate / peak[q][isa];
+                if (tsv)
+                    printf("%s\t%d\t%d\t%d\t%d\t%d\t%s\t%.4f\t%.1f\t%.1f\n", sh[si].name, sh[si].m, sh[si].n, sh[si].k,
+                           sh[si].nbatch, tset[q], impl_name[im], med * 1e3, rate / 1e9, pct);
+                else printf("  %7.1f (%3.0f%%)", rate / 1e9, pct);
+            }
+            if (!tsv) printf("\n");
+            fflush(stdout);
+        }
+        free(o.A), free(o.B), free(o.C);
+    }
+    return 0;
+}

@@ -1,0 +1,27 @@
+/* direct_isa.h: the direct kernel's variants, one per instruction set (direct_avx512.c,
+ * direct_avx2.c), behind contract.h's dm_sgemm_direct, dm_sgemm_direct_rows and
+ * dm_direct_pack_b, which direct.c points at the widest one this CPU runs. Each has the
+ * contract of the function it stands for and the same panel format (64-column panels of
+ * op(B)), so a buffer packed by one is read by the other. */
+#ifndef DM_CPU_DIRECT_ISA_H
+#define DM_CPU_DIRECT_ISA_H
+
+#include "cpu/contract.h"
+
+void dm_sgemm_direct_avx512(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
+                            const float *B, int ldb, float *C, int ldc, float *buf);
+void dm_sgemm_direct_rows_avx512(int transA, int m, int n, int k, float alpha, const float *A, int lda,
+                                 const float *Bp, int64_t ldbp, int64_t pstride, float *C, int ldc,
+                                 void (*done)(void *ctx, int i0, int rows), void *ctx);
+void dm_direct_pack_b_avx512(float *buf, int64_t pstride, int transB, const float *B, int64_t ldb, int k0, int kc,
+                             int j0, int nc);
+
+void dm_sgemm_direct_avx2(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
+                          const float *B, int ldb, float *C, int ldc, float *buf);
+void dm_sgemm_direct_rows_avx2(int transA, int m, int n, int k, float alpha, const float *A, int lda,
+                               const float *Bp, int64_t ldbp, int64_t pstride, float *C, int ldc,
+                               void (*done)(void *ctx, int i0, int rows), void *ctx);
+void dm_direct_pack_b_avx2(float *buf, int64_t pstride, int transB, const float *B, int64_t ldb, int k0, int kc,
+                           int j0, int nc);
+
+#endif
