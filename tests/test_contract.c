@@ -134,8 +134,8 @@ static double dot_err(const float *A, int ta, int lda, const float *B, int tb, i
     return fabs((double)c - alpha * r) / (gamma * alpha * mag + 1e-30);
 }
 
-static double direct_case(int ta, int tb, int m, int n, int k, float *buf) {
-    int lda = (ta ? m : k) + 5, ldb = (tb ? k : n) + 2, ldc = n + 3;
+static double direct_case(int ta, int tb, int m, int n, int k, float *buf, int lda_given) {
+    int lda = lda_given ? lda_given : (ta ? m : k) + 5, ldb = (tb ? k : n) + 2, ldc = n + 3;
     size_t na = (size_t)(ta ? k : m) * (size_t)lda, nb = (size_t)(tb ? n : k) * (size_t)ldb,
            nc = (size_t)m * (size_t)ldc;
     float *A = malloc(na * 4 + 4), *B = malloc(nb * 4 + 4), *C = malloc(nc * 4 + 4);
@@ -239,7 +239,7 @@ static void direct(void) {
             for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
                 for (size_t c = 0; c < sizeof ks / sizeof ks[0]; c++) {
                     if (ms[a] * ns[b] * ks[c] > 130 * 600 * 64 && (a + b + c) % 3) continue; /* keep it quick */
-                    double e = direct_case(t & 1, t >> 1, ms[a], ns[b], ks[c], buf);
+                    double e = direct_case(t & 1, t >> 1, ms[a], ns[b], ks[c], buf, 0);
                     cases++;
                     if (!(e <= 1)) {
                         bad++;
@@ -251,12 +251,13 @@ static void direct(void) {
     /* from DM_DIRECT_PANEL_M rows on, op(B) is packed into panels even where its rows could
      * be read in place */
     /* (and, for a transposed op(A), packed in blocks of 768 rows x 256 deep x 256 columns:
-     * n = 600 and k = 520 cross them, with m = 1025) */
+     * n = 600 and k = 520 cross them, with m = 1025; so is op(A) NoTrans whose rows lie a
+     * multiple of 4 KiB apart, as with lda 2048) */
     const int pm[] = {DM_DIRECT_PANEL_M, DM_DIRECT_PANEL_M + 1}, pn[] = {64, 600}, pk[] = {1, 520};
     for (int t = 0; t < 4; t++)
         for (int q = 0; q < 8; q++) {
             const int m = pm[q & 1], n = pn[(q >> 1) & 1], k = pk[q >> 2];
-            double e = direct_case(t & 1, t >> 1, m, n, k, buf);
+            double e = direct_case(t & 1, t >> 1, m, n, k, buf, q == 7 ? 2048 : 0);
             cases++;
             if (!(e <= 1)) {
                 bad++;

@@ -37,6 +37,9 @@
 /* packing A^T: the lines this many floats on are fetched ahead (no stride prefetcher
  * follows rows lda apart) */
 #define PF_A 32
+/* op(A) NoTrans is packed as A^T is where its rows lie a multiple of 4 KiB apart (lda a
+ * multiple of 1024): a strip's 6 rows would share their L1 sets */
+#define PACKN 1024
 
 #if DM_GEMM_DIRECT_PACK_FLOATS < KC * NC || DM_GEMM_DIRECT_PACK_FLOATS < KCT * NCT + MCT * KCT + 8
 #error "the direct kernel's buffer is smaller than a block of op(B) and one of op(A)"
@@ -117,11 +120,9 @@ static AVX2_TARGET void tile_rows(int mr, int kc, const float *a, int64_t ars, i
     }
 }
 
-/* 8 x 8 floats transposed: d[c * lds + r] = s[r * ls + c] */
-static inline __attribute__((always_inline)) AVX2_TARGET void transpose8(float *d, int64_t lds, const float *s,
-                                                                          int64_t ls) {
-    __m256 r[8], t[8];
-    for (int q = 0; q < 8; q++) r[q] = _mm256_loadu_ps(s + (int64_t)q * ls);
+/* 8 x 8 floats transposed in registers: r[c] becomes column c of the rows r[0..7] */
+static inline __attribute__((always_inline)) AVX2_TARGET void transpose8_regs(__m256 r[8]) {
+    __m256 t[8];
     for (int q = 0; q < 8; q += 2) { /* pairs of rows interleaved within 128-bit lanes */
         t[q] = _mm256_unpacklo_ps(r[q], r[q + 1]);
         t[q + 1] = _mm256_unpackhi_ps(r[q], r[q + 1]);
@@ -134,9 +135,19 @@ static inline __attribute__((always_inline)) AVX2_TARGET void transpose8(float *
     /* r[q], lane L: column (q & 3) + 4 L of rows q & 4 .. +3; the lane swaps join rows 0-3
      * and 4-7 */
     for (int q = 0; q < 4; q++) {
-        _mm256_storeu_ps(d + (int64_t)q * lds, _mm256_permute2f128_ps(r[q], r[q + 4], 0x20));
-        _mm256_storeu_ps(d + (int64_t)(q + 4) * lds, _mm256_permute2f128_ps(r[q], r[q + 4], 0x31));
+        t[q] = _mm256_permute2f128_ps(r[q], r[q + 4], 0x20);
+        t[q + 4] = _mm256_permute2f128_ps(r[q], r[q + 4], 0x31);
     }
+    for (int q = 0; q < 8; q++) r[q] = t[q];
+}
+
+/* 8 x 8 floats transposed: d[c * lds + r] = s[r * ls + c] */
+static inline __attribute__((always_inline)) AVX2_TARGET void transpose8(float *d, int64_t lds, const float *s,
+                                                                          int64_t ls) {
+    __m256 r[8];
+    for (int q = 0; q < 8; q++) r[q] = _mm256_loadu_ps(s + (int64_t)q * ls);
+    transpose8_regs(r);
+    for (int q = 0; q < 8; q++) _mm256_storeu_ps(d + (int64_t)q * lds, r[q]);
 }
 
 AVX2_TARGET void dm_direct_pack_b_avx2(float *buf, int64_t pstride, int transB, const float *B, int64_t ldb, int k0,
@@ -172,8 +183,16 @@ static AVX2_TARGET void pack_a(float *d, const float *a, int64_t ars, int64_t ac
         }
         return;
     }
+    int k0 = 0; /* rows contiguous: 8 k at a time, transposed in registers */
+    for (; mr == MR && k0 + 8 <= kc; k0 += 8) {
+        __m256 r[8];
+        for (int q = 0; q < MR; q++) r[q] = _mm256_loadu_ps(a + (int64_t)q * ars + k0);
+        r[6] = r[7] = _mm256_setzero_ps();
+        transpose8_regs(r);
+        for (int q = 0; q < 8; q++) _mm256_storeu_ps(d + (int64_t)(k0 + q) * MR, r[q]);
+    }
     for (int r = 0; r < mr; r++)
-        for (int k = 0; k < kc; k++) d[(int64_t)k * MR + r] = a[(int64_t)r * ars + k];
+        for (int k = k0; k < kc; k++) d[(int64_t)k * MR + r] = a[(int64_t)r * ars + k];
 }
 
 /* tile jr's first column in a block of panels (row k of panel q at bp + q * pstride + k bs) */
@@ -216,7 +235,7 @@ AVX2_TARGET void dm_sgemm_direct_avx2(int transA, int transB, int m, int n, int 
         return;
     }
     int64_t bs, pstride;
-    if (!transA) { /* op(A)'s rows contiguous: read in place, each strip from L1 across a block's tiles */
+    if (!transA && lda % PACKN) { /* op(A)'s rows contiguous: read in place, each strip from L1 across a block's tiles */
         for (int j0 = 0; j0 < n; j0 += NC) {
             const int nc = n - j0 < NC ? n - j0 : NC;
             for (int k0 = 0; k0 < k; k0 += KC) {
@@ -227,15 +246,18 @@ AVX2_TARGET void dm_sgemm_direct_avx2(int transA, int transB, int m, int n, int 
         }
         return;
     }
-    /* op(A) = A^T, its rows strided: blocks of MCT rows packed as strips once per KCT deep
-     * slice (MCT x KCT floats, from L3 in order), then the columns in blocks of NCT */
+    /* op(A) = A^T, its rows strided (or rows 4 KiB apart): blocks of MCT rows packed as
+     * strips once per KCT deep slice (MCT x KCT floats, from L3 in order), then the
+     * columns in blocks of NCT */
     float *ap = buf + (int64_t)KCT * NCT;
     for (int k0 = 0; k0 < k; k0 += KCT) {
         const int kc = k - k0 < KCT ? k - k0 : KCT;
         for (int ib = 0; ib < m; ib += MCT) {
             const int mc = m - ib < MCT ? m - ib : MCT;
             for (int i0 = 0; i0 < mc; i0 += MR)
-                pack_a(ap + (int64_t)(i0 / MR) * MR * kc, A + (int64_t)k0 * lda + ib + i0, 1, lda,
+                pack_a(ap + (int64_t)(i0 / MR) * MR * kc,
+                       A + (transA ? (int64_t)k0 * lda + ib + i0 : (int64_t)(ib + i0) * lda + k0), transA ? 1 : lda,
+                       transA ? lda : 1,
                        mc - i0 < MR ? mc - i0 : MR, kc);
             for (int j0 = 0; j0 < n; j0 += NCT) {
                 const int nc = n - j0 < NCT ? n - j0 : NCT;
