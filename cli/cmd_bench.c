@@ -390,6 +390,12 @@ static double class_ms_sum(const bench_result *r) {
     return s;
 }
 
+static const char *cpu_isa(void) {
+    const char *use;
+    dm_cpu_kernel_isa(&use, NULL, NULL);
+    return use;
+}
+
 static void print_table(const cli_config *c, const bench_result *res, int nres, int warmup, int reps) {
     const dm_layer_config *cfg = &c->cfg;
     printf("dmove %s bench: b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
@@ -399,6 +405,16 @@ static void print_table(const cli_config *c, const bench_result *res, int nres, 
     if (g_device != DM_DEVICE_CPU)
         printf("device: %s (%s storage%s)\n\n", dm_device_kind_name(g_device), dm_dtype_name(g_dtype),
                cli_emulated_note(g_device));
+    else {
+        const char *use, *widest, *why;
+        dm_cpu_kernel_isa(&use, &widest, &why);
+        if (strcmp(use, "none"))
+            printf("GEMM kernels: dmove's own (%s) where the plan says direct, the attention's by default; "
+                   "OpenBLAS otherwise (CPU's widest: %s%s%s)\n\n", use, widest, *why ? "; " : "", why);
+        else
+            printf("GEMM kernels: OpenBLAS only, dmove's own kernel does not run here (CPU's widest: %s%s%s)\n\n",
+                   widest, *why ? "; " : "", why);
+    }
     printf("%-9s %11s %12s %10s %14s %9s %10s\n", "schedule", "forward ms", "backward ms",
            "step ms", "contractions", "GFLOP/s", "step /");
     printf("%-9s %11s %12s %10s %14s %9s %10s\n", "", "", "", "", "alone ms", "",
@@ -470,6 +486,7 @@ static int print_json(const cli_config *c, const bench_result *res, int nres, in
          cJSON_AddStringToObject(conf, "device", dm_device_kind_name(g_device)) &&
          cJSON_AddStringToObject(conf, "dtype", dm_dtype_name(g_dtype)) &&
          cJSON_AddStringToObject(conf, "rows", rows_in_effect()) &&
+         cJSON_AddStringToObject(conf, "cpu_kernel_isa", cpu_isa()) &&
          bench_jnum(conf, "streams", streams_in_effect());
     ok = ok && (arr = cJSON_AddArrayToObject(root, "schedules")) != NULL;
     for (int s = 0; ok && s < nres; s++) {

@@ -62,6 +62,10 @@ static void print_profile(const dm_profile *prof, double secs) {
     printf("  memory bandwidth   triad %8.1f GB/s   read %8.1f GB/s\n", p.triad_bw / 1e9,
            p.read_bw / 1e9);
     printf("  vector FMA rate    %8.1f GFLOP/s on %d threads\n", p.vector_flops / 1e9, p.threads);
+    const char *use, *widest, *why;
+    dm_cpu_kernel_isa(&use, &widest, &why);
+    printf("  dmove's GEMM kernel %s (this CPU's widest: %s)%s%s\n", strcmp(use, "none") ? use : "none: BLAS only",
+           widest, *why ? "; " : "", why);
     printf("  SGEMM %d^3:\n", p.sgemm_n);
     for (int k = 0; k < p.nsgemm; k++)
         printf("    %3d thread%s %8.1f GFLOP/s\n", p.sgemm_threads[k],

@@ -92,6 +92,12 @@ dm_status dm_tensor_writer_write(dm_tensor_writer *w, const char *path);
 
 /* --- CPU profiles (`dmove probe`) ------------------------------------------------------- */
 
+/* Which variant of dmove's own CPU GEMM kernel ("direct") runs here: *in_use and *widest
+ * get "avx512", "avx2" or "none" (BLAS only), in use and the widest this CPU has; *note
+ * says why they differ (DMOVE_ISA in the environment), or that DMOVE_ISA was not
+ * understood, else "". Any pointer may be NULL. */
+void dm_cpu_kernel_isa(const char **in_use, const char **widest, const char **note);
+
 #define DM_PROBE_MAX_THREADS 64
 
 /* What was measured on a CPU. */

@@ -28,7 +28,14 @@
  *          finished it, while it is in cache (the executor's exec_fused_rows); alone,
  *          dm_gemm_run runs it like DIRECT
  *   CONCURRENT_DIRECT  CONCURRENT with the direct kernel for this contraction's share
- * DEFAULT is BATCH for batched contractions and BLAS otherwise. */
+ * DEFAULT (an untuned plan) is the rule dm_gemm_default_algo writes down, from
+ * bench/kernels.sh's table (bench/results/kernels-*.txt): batched contractions (the
+ * attention's per-item GEMMs, alone or inside a fused group) run DIRECT where the direct
+ * kernel runs, BATCH elsewhere: on 128 x 128 x 64 items it reached 1.2-1.9x OpenBLAS
+ * (AVX2, 1 and 2 threads; on AVX-512 the tuner chose it there too). Lone contractions run
+ * BLAS: on BERT's large GEMMs the direct kernel is level with OpenBLAS and BLIS (within
+ * 3% either way, 1 and 2 threads), and BLAS threads itself on any shape; the tuner
+ * still times DIRECT and DIRECT_ROWS against it per contraction. */
 typedef enum {
     DM_GEMM_DEFAULT = 0,
     DM_GEMM_BLAS,
@@ -137,6 +144,8 @@ dm_status dm_gemm_run_pair(const dm_gemm *a, const dm_gemm *b, int nthreads);
 /* Sets the algorithm (DEFAULT picks as above); DM_ERR_UNSUPPORTED if it does not apply
  * (BATCH without a batch, DIRECT on a CPU with neither AVX-512 nor AVX2). */
 dm_status dm_gemm_set_algo(dm_gemm *gm, dm_gemm_algo algo, int nthreads);
+/* what DEFAULT is for gm (the rule above the enum) */
+dm_gemm_algo dm_gemm_default_algo(const dm_gemm *gm);
 /* Asks for batch index bi's slices of A and B (those not in tiles: tileA / tileB 0) to be
  * brought into L2, while the caller works on another index. */
 void dm_gemm_prefetch(const dm_gemm *gm, int64_t bi, int tileA, int tileB);

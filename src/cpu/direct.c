@@ -7,6 +7,7 @@
 
 #include "core/status.h"
 #include "cpu/direct_isa.h"
+#include "dmove_tools.h"
 
 static int g_isa = -1; /* the variant in use; -1: not read yet */
 
@@ -46,6 +47,18 @@ dm_status dm_gemm_direct_set_isa(int isa) {
                        dm_isa_name(isa), dm_isa_name(widest));
     __atomic_store_n(&g_isa, isa, __ATOMIC_RELEASE);
     return DM_OK;
+}
+
+void dm_cpu_kernel_isa(const char **in_use, const char **widest, const char **note) {
+    const int use = dm_gemm_direct_isa(), wide = dm_cpu_isa_widest();
+    const char *env = getenv("DMOVE_ISA");
+    if (in_use) *in_use = dm_isa_name(use);
+    if (widest) *widest = dm_isa_name(wide);
+    if (note)
+        *note = env && *env && dm_isa_parse(env) < 0 ? "DMOVE_ISA not understood (avx512, avx2 or none): ignored"
+                : use < wide && env && dm_isa_parse(env) == use ? "narrowed by DMOVE_ISA"
+                : use < wide ? "narrowed by the program (dm_gemm_direct_set_isa)"
+                             : "";
 }
 
 int dm_gemm_direct_available(void) { return dm_gemm_direct_isa() != DM_ISA_NONE; }

@@ -194,7 +194,8 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
             /* of the algorithms, only the kernel applies here: the group's threads take
              * the batch indices (those that need a turn of their own are refused in
              * pair_groups; the thread splits have nothing to split) */
-            if (plan->algo && plan->algo[plan->order[gr->first + k]] == DM_GEMM_DIRECT) {
+            const int ka = plan->algo ? plan->algo[plan->order[gr->first + k]] : DM_GEMM_DEFAULT;
+            if (ka == DM_GEMM_DIRECT || (ka == DM_GEMM_DEFAULT && dm_gemm_default_algo(&x->gemm) == DM_GEMM_DIRECT)) {
                 dm_status s = dm_gemm_set_algo(&x->gemm, DM_GEMM_DIRECT, ex->nthreads);
                 if (s != DM_OK) return dm_fail_context(s, "contraction %s: ", op->name);
             }
