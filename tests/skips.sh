@@ -1,6 +1,6 @@
 #!/bin/sh
 # skips.sh LOGDIR: what the suite skipped and why, from the tests' SKIP lines (a check that
-# needs AVX-512, a GPU, or a backend this build lacks), counted by test; the end of
+# needs AVX2 or AVX-512, a GPU, or a backend this build lacks), counted by test; the end of
 # `make test` prints it so that a skipped check is never silent.
 dir=${1:?usage: skips.sh LOGDIR}
 n=$(cat "$dir"/*.log 2>/dev/null | grep -c 'SKIP')

@@ -189,7 +189,8 @@ static void rows_seen(void *arg, int i0, int rows) {
 }
 
 static void direct_rows(void) {
-    const int ms[] = {1, 23, 24, 25, 100}, ns[] = {16, 64, 130, 256}, ks[] = {0, 1, 300};
+    /* k: within and across the 256- (AVX-512) and 384-deep (AVX2) blocks */
+    const int ms[] = {1, 23, 24, 25, 100}, ns[] = {16, 64, 130, 256}, ks[] = {0, 1, 300, 797};
     int cases = 0, bad = 0;
     for (int t = 0; t < 6; t++) /* transA, and op(B) transposed / NoTrans packed / in place */
         for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
@@ -251,9 +252,9 @@ static void direct(void) {
     /* from DM_DIRECT_PANEL_M rows on, op(B) is packed into panels even where its rows could
      * be read in place */
     /* (and, for a transposed op(A), packed in blocks of 768 rows x 256 deep x 256 columns:
-     * n = 600 and k = 520 cross them, with m = 1025; so is op(A) NoTrans whose rows lie a
+     * n = 600 and k = 517 cross them, with m = 1025; so is op(A) NoTrans whose rows lie a
      * multiple of 4 KiB apart, as with lda 2048) */
-    const int pm[] = {DM_DIRECT_PANEL_M, DM_DIRECT_PANEL_M + 1}, pn[] = {64, 600}, pk[] = {1, 520};
+    const int pm[] = {DM_DIRECT_PANEL_M, DM_DIRECT_PANEL_M + 1}, pn[] = {64, 600}, pk[] = {1, 517};
     for (int t = 0; t < 4; t++)
         for (int q = 0; q < 8; q++) {
             const int m = pm[q & 1], n = pn[(q >> 1) & 1], k = pk[q >> 2];

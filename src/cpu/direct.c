@@ -31,10 +31,11 @@ int dm_isa_parse(const char *s) {
 int dm_gemm_direct_isa(void) {
     int isa = __atomic_load_n(&g_isa, __ATOMIC_ACQUIRE);
     if (isa >= 0) return isa;
-    isa = dm_cpu_isa_widest();
-    const int want = dm_isa_parse(getenv("DMOVE_ISA")); /* unknown: ignored, dmove probe says so */
-    if (want >= 0 && want < isa) isa = want;
-    __atomic_store_n(&g_isa, isa, __ATOMIC_RELEASE);
+    int want = dm_cpu_isa_widest();
+    const int env = dm_isa_parse(getenv("DMOVE_ISA")); /* unknown or too wide: ignored, probe says so */
+    if (env >= 0 && env < want) want = env;
+    /* from "not read" only: a dm_gemm_direct_set_isa meanwhile wins */
+    if (__atomic_compare_exchange_n(&g_isa, &isa, want, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return want;
     return isa;
 }
 
@@ -56,6 +57,7 @@ void dm_cpu_kernel_isa(const char **in_use, const char **widest, const char **no
     if (widest) *widest = dm_isa_name(wide);
     if (note)
         *note = env && *env && dm_isa_parse(env) < 0 ? "DMOVE_ISA not understood (avx512, avx2 or none): ignored"
+                : env && dm_isa_parse(env) > wide ? "DMOVE_ISA asks for more than this CPU has: ignored"
                 : use < wide && env && dm_isa_parse(env) == use ? "narrowed by DMOVE_ISA"
                 : use < wide ? "narrowed by the program (dm_gemm_direct_set_isa)"
                              : "";

@@ -195,10 +195,11 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
              * the batch indices (those that need a turn of their own are refused in
              * pair_groups; the thread splits have nothing to split) */
             const int ka = plan->algo ? plan->algo[plan->order[gr->first + k]] : DM_GEMM_DEFAULT;
-            if (ka == DM_GEMM_DIRECT || (ka == DM_GEMM_DEFAULT && dm_gemm_default_algo(&x->gemm) == DM_GEMM_DIRECT)) {
-                dm_status s = dm_gemm_set_algo(&x->gemm, DM_GEMM_DIRECT, ex->nthreads);
-                if (s != DM_OK) return dm_fail_context(s, "contraction %s: ", op->name);
-            }
+            const dm_gemm_algo kern = ka == DM_GEMM_DEFAULT ? DM_GEMM_DEFAULT /* dm_gemm_default_algo's */
+                                      : dm_gemm_algo_direct(ka) ? DM_GEMM_DIRECT
+                                                                : DM_GEMM_BLAS; /* BLAS per batch index */
+            dm_status s = dm_gemm_set_algo(&x->gemm, kern, ex->nthreads);
+            if (s != DM_OK) return dm_fail_context(s, "contraction %s: ", op->name);
             continue;
         }
         int64_t cols = op->cols, rows = nb ? op->rows / nb : 1; /* rows of one scratch unit */

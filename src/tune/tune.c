@@ -73,6 +73,14 @@ static int op_touches(const dm_graph *g, const dm_op *op, int r) {
     return 0;
 }
 
+/* what DEFAULT runs for a contraction of this many GEMM calls (dm_gemm_default_algo) */
+static dm_gemm_algo default_for(int64_t calls) {
+    dm_gemm g;
+    memset(&g, 0, sizeof g);
+    g.nbatch = calls;
+    return dm_gemm_default_algo(&g);
+}
+
 static int64_t calls_of(const dm_graph *g, const dm_op *op, dm_status *st) {
     static float dummy[1];
     dm_gemm gm;
@@ -176,7 +184,7 @@ dm_status dm_tuner_new(dm_tuner **out, const dm_layer_config *cfg, const dm_laye
     T->threads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
     T->reps = 7;
     T->warmup = 2;
-    char cpu[128];
+    char cpu[120];
     dm_cpu_model_name(cpu, sizeof cpu, "unknown CPU");
     /* the direct kernel's variant too: times taken with DMOVE_ISA=avx2 on an AVX-512 CPU are
      * not that CPU's */
@@ -229,15 +237,18 @@ dm_status dm_tuner_new(dm_tuner **out, const dm_layer_config *cfg, const dm_laye
             G->op = T->plan.order[gr->first];
             dm_status st;
             int64_t calls = calls_of(&T->g, first, &st);
-            /* DEFAULT is BATCH when batched, else BLAS: list the others */
-            G->algo[G->nalgo++] = calls > 1 ? DM_GEMM_BLAS : DM_GEMM_SPLIT_M;
-            G->algo[G->nalgo++] = calls > 1 ? DM_GEMM_SPLIT_M : DM_GEMM_SPLIT_N;
-            if (calls > 1) G->algo[G->nalgo++] = DM_GEMM_SPLIT_N;
-            if (dm_gemm_direct_available()) G->algo[G->nalgo++] = DM_GEMM_DIRECT;
+            /* DEFAULT is what dm_gemm_default_algo makes of it: list the others */
+            const dm_gemm_algo dflt = default_for(calls),
+                               cand[] = {DM_GEMM_BATCH, DM_GEMM_BLAS, DM_GEMM_SPLIT_M, DM_GEMM_SPLIT_N, DM_GEMM_DIRECT};
+            for (size_t c = 0; c < sizeof cand / sizeof cand[0]; c++)
+                if (cand[c] != dflt && (cand[c] != DM_GEMM_BATCH || calls > 1) &&
+                    (cand[c] != DM_GEMM_DIRECT || dm_gemm_direct_available()))
+                    G->algo[G->nalgo++] = cand[c];
         } else if (gr->nbatch > 1 && dm_gemm_direct_available()) {
             for (int k = 0; k < gr->nops && !G->kernels; k++)
                 G->kernels = T->g.op[T->plan.order[gr->first + k]].kind == DM_OP_CONTRACT;
-            if (G->kernels) G->algo[G->nalgo++] = DM_GEMM_DIRECT;
+            /* the kernel of the group's GEMMs: the one DEFAULT is not */
+            if (G->kernels) G->algo[G->nalgo++] = default_for(2) == DM_GEMM_DIRECT ? DM_GEMM_BLAS : DM_GEMM_DIRECT;
         }
         G->secs = malloc(sizeof(double) * (size_t)(G->ncomb * G->nalgo));
         if (!G->secs) {

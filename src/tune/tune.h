@@ -54,7 +54,7 @@ typedef struct {
     int ngroups;
     dm_tune_group *groups;
     int reps, warmup;
-    char machine[160];
+    char machine[192];
     /* measurement bookkeeping */
     int64_t ntasks, ndone, nfrom_cache, cache_skipped;
     double tuned_s, default_s;     /* sum over groups of the chosen / the default (comb 0, algo default) */
