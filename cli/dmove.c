@@ -2,6 +2,7 @@
  * probe, tune, train, tokenize, help, --version). Usage errors exit 2, runtime and input errors 1. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli_common.h"
 
@@ -53,6 +54,19 @@ static void usage(FILE *out) {
             "  dmove train --device cuda --dtype bf16 --preset bert-large --layers 24\n"
             "                               (BERT-large's encoder trained on a GPU)\n");
 }
+
+/* Before any library's initializer (the executable's .preinit_array runs first): under an
+ * address-space limit (ulimit -v) too small for OpenBLAS's first buffers, its initializer
+ * would retry the allocation forever (issue: a 300 MiB limit hung even `dmove --help`).
+ * The CPU executor checks the room for its thread count again before any GEMM. */
+static void early_room_check(int argc, char **argv, char **envp) {
+    (void)argc, (void)argv, (void)envp;
+    if (dm_blas_room_check(1) == DM_OK) return;
+    fprintf(stderr, "dmove: %s\n", dm_last_error());
+    _exit(CLI_FAIL);
+}
+__attribute__((section(".preinit_array"), used)) static void (*const early_room)(int, char **, char **) =
+    early_room_check;
 
 int main(int argc, char **argv) {
     if (argc < 2) {

@@ -98,6 +98,13 @@ dm_status dm_tensor_writer_write(dm_tensor_writer *w, const char *path);
  * understood, else "". Any pointer may be NULL. */
 void dm_cpu_kernel_isa(const char **in_use, const char **widest, const char **note);
 
+/* DM_OK when the address-space limit (ulimit -v) leaves room for OpenBLAS to start and
+ * run `threads` threads (0: OpenMP's default): threads + 1 of its 136 MiB buffers, else
+ * DM_ERR_OOM with the numbers. Under a tighter limit OpenBLAS would retry its allocation
+ * forever. The dmove command checks it for one thread before any library starts, and the
+ * CPU executor and the probe check their threads' buffers again themselves. */
+dm_status dm_blas_room_check(int threads);
+
 #define DM_PROBE_MAX_THREADS 64
 
 /* What was measured on a CPU. */

@@ -615,6 +615,22 @@ expect_fail "train: --data smaller than a batch" 2 "fewer than a batch" "$D" tra
 expect_fail "train: --teacher-scale with --data" 2 "teacher task" "$D" train --data "$T/data" --teacher-scale 2 --heads 2
 expect_fail "train: --save into a missing directory" 1 "does not exist" trn --save "$T/no/dir/x.ckpt"
 
+# under an address-space limit too small for OpenBLAS's buffers, a clear refusal instead of
+# OpenBLAS retrying its allocation forever (it hung even --help at 300 MB)
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+    echo "  SKIP the address-space limit (ASan maps its shadow memory beyond any such limit)"
+else
+    expect_fail "--help under ulimit -v 300 MB" 1 "address-space limit" \
+        sh -c 'ulimit -v 300000 && exec timeout 60 "$0" --help' "$D"
+    expect_fail "a 2-thread bench under ulimit -v 480 MB" 1 "address-space limit" \
+        sh -c 'ulimit -v 480000 && exec timeout 60 "$0" bench --threads 2 --batch 1 --seq 8 --hidden 16 --heads 2 \
+            --ffn 16 --reps 1 --warmup 0' "$D"
+    # (4 GB: room for the CUDA-linked binary's libraries too)
+    expect_ok "the same bench on 1 thread under ulimit -v 4 GB" \
+        sh -c 'ulimit -v 4000000 && exec timeout 60 "$0" bench --threads 1 --batch 1 --seq 8 --hidden 16 --heads 2 \
+            --ffn 16 --reps 1 --warmup 0' "$D"
+fi
+
 # a failed run leaves an existing OUT exactly as it was
 printf 'keep me' >"$OUT"
 cases=$((cases + 1))

@@ -1,8 +1,11 @@
 /* sysinfo.c: facts about the machine for reports. */
 #include "core/sysinfo.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
 void dm_cpu_model_name(char *out, size_t n, const char *fallback) {
     if (!out || !n) return;
@@ -20,4 +23,20 @@ void dm_cpu_model_name(char *out, size_t n, const char *fallback) {
         break;
     }
     fclose(f); /* read-only: a failing close loses nothing */
+}
+
+dm_status dm_address_room(int64_t bytes, const char *what) {
+    struct rlimit rl;
+    if (bytes <= 0 || getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return DM_OK;
+    void *p = mmap(NULL, (size_t)bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p != MAP_FAILED) {
+        if (munmap(p, (size_t)bytes) != 0)
+            return dm_fail(DM_ERR_OOM, "could not unmap a test region of address space: %s", strerror(errno));
+        return DM_OK;
+    }
+    return dm_fail(DM_ERR_OOM,
+                   "the address-space limit (ulimit -v: %llu MiB) leaves less than the %lld MiB more that %s "
+                   "need (OpenBLAS would retry its allocation forever): raise the limit by that much, or use "
+                   "fewer threads",
+                   (unsigned long long)(rl.rlim_cur >> 20), (long long)(bytes >> 20), what ? what : "dmove");
 }

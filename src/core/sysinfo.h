@@ -3,8 +3,20 @@
 #define DM_SYSINFO_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
 
 /* The "model name" of /proc/cpuinfo, or `fallback` when it cannot be read. */
 void dm_cpu_model_name(char *out, size_t n, const char *fallback);
+
+/* One of OpenBLAS's buffers: 128 MiB and its guard pages. It maps one or two when it
+ * starts and one per thread that runs a GEMM. */
+#define DM_BLAS_BUFFER_BYTES ((int64_t)136 << 20)
+
+/* DM_OK when `bytes` more of address space can still be mapped under the process's
+ * address-space limit (ulimit -v; always without one), else DM_ERR_OOM saying the limit
+ * and what needs the room (`what`). Maps and unmaps a PROT_NONE region to find out. */
+dm_status dm_address_room(int64_t bytes, const char *what);
 
 #endif

@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "core/status.h"
+#include "core/sysinfo.h"
 #include "cpu/direct_isa.h"
 #include "dmove_tools.h"
 
@@ -61,6 +64,11 @@ void dm_cpu_kernel_isa(const char **in_use, const char **widest, const char **no
                 : use < wide && env && dm_isa_parse(env) == use ? "narrowed by DMOVE_ISA"
                 : use < wide ? "narrowed by the program (dm_gemm_direct_set_isa)"
                              : "";
+}
+
+dm_status dm_blas_room_check(int threads) {
+    return dm_address_room(DM_BLAS_BUFFER_BYTES * ((threads > 0 ? threads : omp_get_max_threads()) + 1),
+                           "OpenBLAS's buffers");
 }
 
 int dm_gemm_direct_available(void) { return dm_gemm_direct_isa() != DM_ISA_NONE; }

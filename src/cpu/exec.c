@@ -12,6 +12,7 @@
 
 #include "core/hugealloc.h"
 #include "core/status.h"
+#include "core/sysinfo.h"
 
 float *dm_cpu_tensor_ptr(const dm_plan *plan, char *arena, int t) {
     const dm_graph *g = plan->g;
@@ -327,6 +328,10 @@ static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
     if (plan->algo && plan->algos != &dm_cpu_gemm_algos)
         return dm_fail(DM_ERR_INVALID_ARG, "the plan's algorithms are the %s backend's, not the CPU's",
                        plan->algos ? plan->algos->backend : "(unnamed)");
+    /* under ulimit -v, OpenBLAS spins forever on a buffer it cannot map: refuse first (its
+     * first buffer it mapped when it started) */
+    DM_TRY(dm_address_room(DM_BLAS_BUFFER_BYTES * (nthreads > 0 ? nthreads : omp_get_max_threads()),
+                           "OpenBLAS's buffers for this many threads"));
     ex->nthreads = nthreads;
     ex->max_cols = plan->max_cols > 0 ? plan->max_cols : 1;
     ex->ngroups = plan->ngroups;
