@@ -130,7 +130,11 @@ static const cli_command k_analyze = {
             "\n"
             "options:\n",
     .foot = "\n"
-            "exit status: 0 success, 1 runtime error (e.g. no profile), 2 usage error\n"
+            "On a machine without a CPU profile at the default path, analyze measures this CPU\n"
+            "first, as `dmove probe` does (well under a minute), and saves it there.\n"
+            "\n"
+            "exit status: 0 success, 1 runtime error (e.g. a --profile that is missing), 2 usage\n"
+            "error\n"
             "\n"
             "examples:\n"
             "  dmove probe && dmove analyze\n"
@@ -142,8 +146,22 @@ static const cli_command k_analyze = {
     .init = init,
 };
 
-/* The device model: a datasheet preset, or this CPU from its profile. NULL after the
- * error. */
+static void probe_progress(const char *line) { fprintf(stderr, "analyze: probe: %s\n", line); }
+
+/* No profile at the default path yet: measures this CPU as `dmove probe` does (its
+ * threads those of the analysis) and saves it there for next time, saying so. */
+static dm_status probe_now(dm_profile **p, const char *path) {
+    fprintf(stderr, "analyze: no CPU profile at '%s' yet: measuring this CPU now, as `dmove probe` does "
+                    "(well under a minute), and saving it there\n", path);
+    const dm_status s = dm_profile_measure(p, 0, probe_progress);
+    if (s != DM_OK) return s;
+    if (dm_profile_write(*p, path) != DM_OK) /* the analysis goes on with the measurement */
+        fprintf(stderr, "analyze: note: the profile was not saved (%s)\n", dm_last_error());
+    return DM_OK;
+}
+
+/* The device model: a datasheet preset, or this CPU from its profile (measured first on a
+ * machine without one at the default path). NULL after the error. */
 static dm_device_model *device_model(const analyze_opts *o) {
     dm_device_model *m = NULL;
     if (strcmp(o->device, "cpu") != 0) {
@@ -160,7 +178,9 @@ static dm_device_model *device_model(const analyze_opts *o) {
         profile = defpath;
     }
     dm_profile *p = NULL;
-    if (dm_profile_open(&p, profile) != DM_OK || dm_device_model_cpu(&m, p, cli_threads(o->c.threads)) != DM_OK)
+    dm_status s = dm_profile_open(&p, profile);
+    if (s == DM_ERR_NOT_FOUND && !o->profile) s = probe_now(&p, profile); /* a fresh machine */
+    if (s != DM_OK || dm_device_model_cpu(&m, p, cli_threads(o->c.threads)) != DM_OK)
         cli_error(CMD, "%s", dm_last_error());
     dm_profile_free(p);
     return m;

@@ -144,6 +144,12 @@ XDG_CACHE_HOME=$T/prof-xdg "$DMOVE" probe --threads 1 >/dev/null 2>&1 || fail "p
 [ -s "$T/prof-xdg/dmove/cpu-profile.json" ] || fail "probe: not in XDG_CACHE_HOME"
 XDG_CACHE_HOME=$T/prof-xdg "$DMOVE" analyze --batch 1 --seq 8 --hidden 16 --heads 2 --ffn 32 \
     >/dev/null 2>&1 || fail "analyze with the XDG default profile"
+# a fresh machine: no profile at the default path, so analyze measures one, says so, saves it
+XDG_CACHE_HOME=$T/prof-fresh "$DMOVE" analyze --threads 1 --batch 1 --seq 8 --hidden 16 --heads 2 --ffn 32 \
+    >"$T/stdout" 2>"$T/stderr" || fail "analyze on a machine without a profile"
+grep -q "measuring this CPU now" "$T/stderr" || fail "analyze without a profile: no note that it probes"
+grep -q "measured by dmove probe" "$T/stdout" || fail "analyze without a profile: device not from the probe"
+[ -s "$T/prof-fresh/dmove/cpu-profile.json" ] || fail "analyze without a profile: the profile not saved"
 
 # bench --groups holds each group to a roofline: one line per group with its floor and
 # ratio, then the time above the floors by class and the largest gaps; in JSON, every
