@@ -25,6 +25,13 @@ void dm_cpu_model_name(char *out, size_t n, const char *fallback) {
     fclose(f); /* read-only: a failing close loses nothing */
 }
 
+int64_t dm_thread_stack_bytes(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_STACK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur < ((rlim_t)1 << 20))
+        return (int64_t)8 << 20;
+    return rl.rlim_cur > ((rlim_t)1 << 30) ? (int64_t)1 << 30 : (int64_t)rl.rlim_cur;
+}
+
 dm_status dm_address_room(int64_t bytes, const char *what) {
     struct rlimit rl;
     if (bytes <= 0 || getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return DM_OK;

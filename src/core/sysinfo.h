@@ -14,6 +14,10 @@ void dm_cpu_model_name(char *out, size_t n, const char *fallback);
  * starts and one per thread that runs a GEMM. */
 #define DM_BLAS_BUFFER_BYTES ((int64_t)136 << 20)
 
+/* The stack a new thread maps (pthread's default: the stack limit, 8 MiB where it has
+ * none; OMP_STACKSIZE is not read: a guess on the safe side for libgomp's threads). */
+int64_t dm_thread_stack_bytes(void);
+
 /* DM_OK when `bytes` more of address space can still be mapped under the process's
  * address-space limit (ulimit -v; always without one), else DM_ERR_OOM saying the limit
  * and what needs the room (`what`). Maps and unmaps a PROT_NONE region to find out. */

@@ -328,10 +328,12 @@ static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
     if (plan->algo && plan->algos != &dm_cpu_gemm_algos)
         return dm_fail(DM_ERR_INVALID_ARG, "the plan's algorithms are the %s backend's, not the CPU's",
                        plan->algos ? plan->algos->backend : "(unnamed)");
-    /* under ulimit -v, OpenBLAS spins forever on a buffer it cannot map: refuse first (its
-     * first buffer it mapped when it started) */
-    DM_TRY(dm_address_room(DM_BLAS_BUFFER_BYTES * (nthreads > 0 ? nthreads : omp_get_max_threads()),
-                           "OpenBLAS's buffers for this many threads"));
+    /* under ulimit -v, OpenBLAS spins forever on a buffer it cannot map, and the OpenMP
+     * runtime exits when it cannot map a thread's stack: refuse first (OpenBLAS mapped its
+     * first buffer when it started) */
+    const int nt = nthreads > 0 ? nthreads : omp_get_max_threads(); /* and the threads' stacks */
+    DM_TRY(dm_address_room((DM_BLAS_BUFFER_BYTES + dm_thread_stack_bytes()) * nt,
+                           "OpenBLAS's buffers and the stacks for this many threads"));
     ex->nthreads = nthreads;
     ex->max_cols = plan->max_cols > 0 ? plan->max_cols : 1;
     ex->ngroups = plan->ngroups;
