@@ -218,7 +218,10 @@ run: $(BUILD)/dmove
 	$(BUILD)/dmove bench
 
 # Each test's output is kept in $(BUILD)/test-logs/ as well; the suite ends with what it
-# skipped and why (the SKIP lines: no AVX-512, no GPU, a backend not built).
+# skipped and why (the SKIP lines: no AVX2, no GPU, a backend not built). The layer and tuner
+# tests run again with the direct kernel narrowed (DMOVE_ISA=avx2: its AVX2
+# variant, on an AVX-512 machine) and turned off (=none: the BLAS paths a default plan
+# takes on CPUs without it).
 test: $(BUILD)/dmove $(TEST_BIN)
 	@sh tests/check_layers.sh && sh tests/check_funcs.sh
 	@rm -rf $(BUILD)/test-logs && mkdir -p $(BUILD)/test-logs
@@ -226,6 +229,10 @@ test: $(BUILD)/dmove $(TEST_BIN)
 	  OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $$t >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; [ $$rc = 0 ]; done
 	@set -e; for s in tests/test_*.sh; do [ -e "$$s" ] || continue; echo "== $$s"; l=$(BUILD)/test-logs/$$(basename $$s).log; \
 	  DMOVE=$(BUILD)/dmove sh $$s >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; [ $$rc = 0 ]; done
+	@set -e; for isa in avx2 none; do for t in test_layer_ref test_tune; do \
+	  echo "== $(BUILD)/tests/$$t with DMOVE_ISA=$$isa"; l=$(BUILD)/test-logs/$$t-isa-$$isa.log; \
+	  DMOVE_ISA=$$isa OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/tests/$$t >$$l 2>&1 && rc=0 || rc=$$?; \
+	  cat $$l; [ $$rc = 0 ]; done; done
 	@$(MAKE) --no-print-directory test-asan
 	@sh tests/skips.sh $(BUILD)/test-logs
 	@echo "all tests passed"

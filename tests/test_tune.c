@@ -118,7 +118,7 @@ static void layouts(const dm_layer_config *cfg, dm_schedule sched, int recompute
             dm_layer_free(L);
         }
     } else {
-        printf("  all contractions direct: SKIP, this CPU has neither AVX-512 nor AVX2 (the algorithm is not offered)\n");
+        printf("  all contractions direct: SKIP, the direct kernel does not run here (no AVX2, or DMOVE_ISA=none; the algorithm is not offered)\n");
     }
     /* "direct_rows": each lone contraction alone, then all that take it at once, on random
      * layouts too; the ones whose next group cannot run in their epilogue are refused */
@@ -636,7 +636,7 @@ static void tune_and_files(const dm_layer_config *cfg) {
  * what the GEMM reads must be refused, with the reason), each GEMM against the default. */
 static void rows_medium(void) {
     if (!dm_gemm_direct_available()) {
-        printf("direct_rows at medium sizes: SKIP, this CPU has neither AVX-512 nor AVX2\n");
+        printf("direct_rows at medium sizes: SKIP, the direct kernel does not run here (no AVX2, or DMOVE_ISA=none)\n");
         return;
     }
     dm_layer_config cfg;
