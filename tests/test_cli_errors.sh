@@ -616,19 +616,29 @@ expect_fail "train: --teacher-scale with --data" 2 "teacher task" "$D" train --d
 expect_fail "train: --save into a missing directory" 1 "does not exist" trn --save "$T/no/dir/x.ckpt"
 
 # under an address-space limit too small for OpenBLAS's buffers, a clear refusal instead of
-# OpenBLAS retrying its allocation forever (it hung even --help at 300 MB)
+# OpenBLAS retrying its allocation forever (it hung even --help at 300 MB). The limits are
+# taken from the smallest one under which the dynamic loader can map this binary at all
+# (base, found by bisection: a CUDA-linked build maps its libraries' gigabytes first; below
+# that the loader itself refuses, exit 127, before any of dmove's code runs).
 if [ -n "${ASAN_OPTIONS:-}" ]; then
     echo "  SKIP the address-space limit (ASan maps its shadow memory beyond any such limit)"
 else
-    expect_fail "--help under ulimit -v 300 MB" 1 "address-space limit" \
-        sh -c 'ulimit -v 300000 && exec timeout 60 "$0" --help' "$D"
-    expect_fail "a 2-thread bench under ulimit -v 480 MB" 1 "address-space limit" \
-        sh -c 'ulimit -v 480000 && exec timeout 60 "$0" bench --threads 2 --batch 1 --seq 8 --hidden 16 --heads 2 \
-            --ffn 16 --reps 1 --warmup 0' "$D"
-    # (4 GB: room for the CUDA-linked binary's libraries too)
-    expect_ok "the same bench on 1 thread under ulimit -v 4 GB" \
-        sh -c 'ulimit -v 4000000 && exec timeout 60 "$0" bench --threads 1 --batch 1 --seq 8 --hidden 16 --heads 2 \
-            --ffn 16 --reps 1 --warmup 0' "$D"
+    lo=16384 hi=33554432 # KiB
+    while [ $((hi - lo)) -gt 4096 ]; do
+        mid=$(((lo + hi) / 2))
+        (ulimit -v $mid && exec "$D" --version) >/dev/null 2>&1
+        if [ $? -eq 127 ]; then lo=$mid; else hi=$mid; fi
+    done
+    base=$hi
+    echo "  (the loader maps this dmove under ulimit -v $((base / 1024)) MiB)"
+    expect_fail "--help at the loader's least address space" 1 "address-space limit" \
+        sh -c 'ulimit -v "$1" && exec timeout 60 "$0" --help' "$D" "$base"
+    expect_fail "a 2-thread bench with 300 MB more" 1 "address-space limit" \
+        sh -c 'ulimit -v "$1" && exec timeout 60 "$0" bench --threads 2 --batch 1 --seq 8 --hidden 16 --heads 2 \
+            --ffn 16 --reps 1 --warmup 0' "$D" $((base + 300000))
+    expect_ok "the same bench on 1 thread with 2 GB more" \
+        sh -c 'ulimit -v "$1" && exec timeout 60 "$0" bench --threads 1 --batch 1 --seq 8 --hidden 16 --heads 2 \
+            --ffn 16 --reps 1 --warmup 0' "$D" $((base + 2000000))
 fi
 
 # a failed run leaves an existing OUT exactly as it was
