@@ -31,8 +31,9 @@
  * DEFAULT (an untuned plan) is the rule dm_gemm_default_algo writes down, from
  * bench/kernels.sh's table (bench/results/kernels-*.txt): batched contractions (the
  * attention's per-item GEMMs, alone or inside a fused group) run DIRECT where the direct
- * kernel runs, BATCH elsewhere: on 128 x 128 x 64 items it reached 1.2-1.9x OpenBLAS
- * (AVX2, 1 and 2 threads; on AVX-512 the tuner chose it there too). Lone contractions run
+ * kernel runs, BATCH elsewhere: on BERT-base's 128 x 128 x 64 items it ran 1.1-1.3x
+ * OpenBLAS's single-threaded calls and up to 1.9x BLIS's, on BERT-large's 512 x 512 x 64
+ * ones 1.0-1.2x (AVX2, 1 and 2 threads); on AVX-512 the tuner chose it there too. Lone contractions run
  * BLAS: on BERT's large GEMMs the direct kernel is level with OpenBLAS and BLIS (within
  * 3% either way, 1 and 2 threads), and BLAS threads itself on any shape; the tuner
  * still times DIRECT and DIRECT_ROWS against it per contraction. */
