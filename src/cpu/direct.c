@@ -73,6 +73,28 @@ dm_status dm_blas_room_check(int threads) {
 
 int dm_gemm_direct_available(void) { return dm_gemm_direct_isa() != DM_ISA_NONE; }
 
+void dm_direct_pack_panels(float *buf, int64_t pstride, int transB, const float *B, int64_t ldb, int k0, int kc,
+                           int j0, int nc, int tb, dm_direct_transpose_fn transpose) {
+    enum { PW = 64 }; /* a panel's columns */
+    for (int p0 = 0; p0 < nc; p0 += PW) {
+        const int w = nc - p0 < PW ? nc - p0 : PW;
+        float *d = buf + (int64_t)(p0 / PW) * pstride;
+        if (!transB) {
+            for (int kk = 0; kk < kc; kk++)
+                memcpy(d + (int64_t)kk * PW, B + (int64_t)(k0 + kk) * ldb + j0 + p0, sizeof(float) * (size_t)w);
+        } else { /* op(B)(k, j) = B[j * ldb + k]: tb x tb blocks in registers, the edges by element */
+            const float *src = B + (int64_t)(j0 + p0) * ldb + k0;
+            const int jt = w / tb * tb, kt = kc / tb * tb;
+            for (int j = 0; j < jt; j += tb)
+                for (int kk = 0; kk < kt; kk += tb) transpose(d + (int64_t)kk * PW + j, PW, src + (int64_t)j * ldb + kk, ldb);
+            for (int j = 0; j < w; j++)
+                for (int kk = j < jt ? kt : 0; kk < kc; kk++) d[(int64_t)kk * PW + j] = src[(int64_t)j * ldb + kk];
+        }
+        if (w < PW)
+            for (int kk = 0; kk < kc; kk++) memset(d + (int64_t)kk * PW + w, 0, sizeof(float) * (size_t)(PW - w));
+    }
+}
+
 void dm_sgemm_direct(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
                      const float *B, int ldb, float *C, int ldc, float *buf) {
     if (dm_gemm_direct_isa() == DM_ISA_AVX512)

@@ -142,34 +142,16 @@ static inline __attribute__((always_inline)) AVX2_TARGET void transpose8_regs(__
 }
 
 /* 8 x 8 floats transposed: d[c * lds + r] = s[r * ls + c] */
-static inline __attribute__((always_inline)) AVX2_TARGET void transpose8(float *d, int64_t lds, const float *s,
-                                                                          int64_t ls) {
+static AVX2_TARGET void transpose8(float *d, int64_t lds, const float *s, int64_t ls) {
     __m256 r[8];
     for (int q = 0; q < 8; q++) r[q] = _mm256_loadu_ps(s + (int64_t)q * ls);
     transpose8_regs(r);
     for (int q = 0; q < 8; q++) _mm256_storeu_ps(d + (int64_t)q * lds, r[q]);
 }
 
-AVX2_TARGET void dm_direct_pack_b_avx2(float *buf, int64_t pstride, int transB, const float *B, int64_t ldb, int k0,
-                                       int kc, int j0, int nc) {
-    for (int p0 = 0; p0 < nc; p0 += PW) {
-        const int w = nc - p0 < PW ? nc - p0 : PW;
-        float *d = buf + (int64_t)(p0 / PW) * pstride;
-        if (!transB) {
-            for (int kk = 0; kk < kc; kk++)
-                memcpy(d + (int64_t)kk * PW, B + (int64_t)(k0 + kk) * ldb + j0 + p0, sizeof(float) * (size_t)w);
-        } else { /* op(B)(k, j) = B[j * ldb + k]: 8 x 8 blocks in registers, the edges by element */
-            const float *src = B + (int64_t)(j0 + p0) * ldb + k0;
-            const int j8 = w / 8 * 8, k8 = kc / 8 * 8;
-            for (int j = 0; j < j8; j += 8)
-                for (int kk = 0; kk < k8; kk += 8)
-                    transpose8(d + (int64_t)kk * PW + j, PW, src + (int64_t)j * ldb + kk, ldb);
-            for (int j = 0; j < w; j++)
-                for (int kk = j < j8 ? k8 : 0; kk < kc; kk++) d[(int64_t)kk * PW + j] = src[(int64_t)j * ldb + kk];
-        }
-        if (w < PW)
-            for (int kk = 0; kk < kc; kk++) memset(d + (int64_t)kk * PW + w, 0, sizeof(float) * (size_t)(PW - w));
-    }
+void dm_direct_pack_b_avx2(float *buf, int64_t pstride, int transB, const float *B, int64_t ldb, int k0, int kc,
+                           int j0, int nc) {
+    dm_direct_pack_panels(buf, pstride, transB, B, ldb, k0, kc, j0, nc, 8, transpose8);
 }
 
 /* rows [0, mr) of op(A) (element (r, k) at a[r ars + k acs]), columns [0, kc), into d as

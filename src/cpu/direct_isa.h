@@ -8,6 +8,14 @@
 
 #include "cpu/contract.h"
 
+/* d[c * lds + r] = s[r * ls + c] for a block of tb x tb floats (tb the variant's width) */
+typedef void (*dm_direct_transpose_fn)(float *d, int64_t lds, const float *s, int64_t ls);
+/* dm_direct_pack_b's loop, the one both variants run, with their own block transpose:
+ * the panels' rows copied (NoTrans) or transposed tb x tb at a time and by element at
+ * the edges, the columns past nc zeroed */
+void dm_direct_pack_panels(float *buf, int64_t pstride, int transB, const float *B, int64_t ldb, int k0, int kc,
+                           int j0, int nc, int tb, dm_direct_transpose_fn transpose);
+
 void dm_sgemm_direct_avx512(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
                             const float *B, int ldb, float *C, int ldc, float *buf);
 void dm_sgemm_direct_rows_avx512(int transA, int m, int n, int k, float alpha, const float *A, int lda,
