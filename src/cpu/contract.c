@@ -48,15 +48,15 @@ int dm_gemm_algo_parse(const char *s) {
     return -1;
 }
 
-dm_gemm_algo dm_gemm_default_algo(const dm_gemm *gm) {
-    if (gm->nbatch > 1) return dm_gemm_direct_available() ? DM_GEMM_DIRECT : DM_GEMM_BATCH;
+dm_gemm_algo dm_gemm_default_algo(int64_t nbatch) {
+    if (nbatch > 1) return dm_gemm_direct_available() ? DM_GEMM_DIRECT : DM_GEMM_BATCH;
     return DM_GEMM_BLAS;
 }
 
 dm_status dm_gemm_set_algo(dm_gemm *gm, dm_gemm_algo algo, int nthreads) {
     if ((unsigned)algo >= DM_GEMM_NUM_ALGOS)
         return dm_fail(DM_ERR_INVALID_ARG, "unknown contraction algorithm %d", (int)algo);
-    if (algo == DM_GEMM_DEFAULT) algo = dm_gemm_default_algo(gm);
+    if (algo == DM_GEMM_DEFAULT) algo = dm_gemm_default_algo(gm->nbatch);
     if (algo == DM_GEMM_BATCH && gm->nbatch < 2)
         return dm_fail(DM_ERR_UNSUPPORTED, "algorithm 'batch' needs a batched contraction");
     if (dm_gemm_algo_direct(algo) && !dm_gemm_direct_available())

@@ -145,8 +145,8 @@ dm_status dm_gemm_run_pair(const dm_gemm *a, const dm_gemm *b, int nthreads);
 /* Sets the algorithm (DEFAULT picks as above); DM_ERR_UNSUPPORTED if it does not apply
  * (BATCH without a batch, DIRECT on a CPU with neither AVX-512 nor AVX2). */
 dm_status dm_gemm_set_algo(dm_gemm *gm, dm_gemm_algo algo, int nthreads);
-/* what DEFAULT is for gm (the rule above the enum) */
-dm_gemm_algo dm_gemm_default_algo(const dm_gemm *gm);
+/* what DEFAULT is for a contraction of nbatch GEMM calls (the rule above the enum) */
+dm_gemm_algo dm_gemm_default_algo(int64_t nbatch);
 /* Asks for batch index bi's slices of A and B (those not in tiles: tileA / tileB 0) to be
  * brought into L2, while the caller works on another index. */
 void dm_gemm_prefetch(const dm_gemm *gm, int64_t bi, int tileA, int tileB);

@@ -73,14 +73,6 @@ static int op_touches(const dm_graph *g, const dm_op *op, int r) {
     return 0;
 }
 
-/* what DEFAULT runs for a contraction of this many GEMM calls (dm_gemm_default_algo) */
-static dm_gemm_algo default_for(int64_t calls) {
-    dm_gemm g;
-    memset(&g, 0, sizeof g);
-    g.nbatch = calls;
-    return dm_gemm_default_algo(&g);
-}
-
 static int64_t calls_of(const dm_graph *g, const dm_op *op, dm_status *st) {
     static float dummy[1];
     dm_gemm gm;
@@ -238,7 +230,7 @@ dm_status dm_tuner_new(dm_tuner **out, const dm_layer_config *cfg, const dm_laye
             dm_status st;
             int64_t calls = calls_of(&T->g, first, &st);
             /* DEFAULT is what dm_gemm_default_algo makes of it: list the others */
-            const dm_gemm_algo dflt = default_for(calls),
+            const dm_gemm_algo dflt = dm_gemm_default_algo(calls),
                                cand[] = {DM_GEMM_BATCH, DM_GEMM_BLAS, DM_GEMM_SPLIT_M, DM_GEMM_SPLIT_N, DM_GEMM_DIRECT};
             for (size_t c = 0; c < sizeof cand / sizeof cand[0]; c++)
                 if (cand[c] != dflt && (cand[c] != DM_GEMM_BATCH || calls > 1) &&
@@ -248,7 +240,8 @@ dm_status dm_tuner_new(dm_tuner **out, const dm_layer_config *cfg, const dm_laye
             for (int k = 0; k < gr->nops && !G->kernels; k++)
                 G->kernels = T->g.op[T->plan.order[gr->first + k]].kind == DM_OP_CONTRACT;
             /* the kernel of the group's GEMMs: the one DEFAULT is not */
-            if (G->kernels) G->algo[G->nalgo++] = default_for(2) == DM_GEMM_DIRECT ? DM_GEMM_BLAS : DM_GEMM_DIRECT;
+            if (G->kernels)
+                G->algo[G->nalgo++] = dm_gemm_default_algo(2) == DM_GEMM_DIRECT ? DM_GEMM_BLAS : DM_GEMM_DIRECT;
         }
         G->secs = malloc(sizeof(double) * (size_t)(G->ncomb * G->nalgo));
         if (!G->secs) {
