@@ -2,7 +2,6 @@
  * models (dm_device_model), the analysis of a training step (dm_analysis: its graphs,
  * plans, cost report and memory report; a tuned plan applied to it) and the group chart.
  * The reports as text, JSON and CSV are textreport.c's. */
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,8 +23,7 @@ static dm_status profile_alloc(dm_profile **out) {
 
 dm_status dm_profile_measure(dm_profile **out, int max_threads, void (*progress)(const char *line)) {
     if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_profile_measure: NULL argument");
-    DM_TRY(dm_address_room(DM_BLAS_BUFFER_BYTES * (max_threads > 0 ? max_threads : omp_get_max_threads()),
-                           "OpenBLAS's buffers for the SGEMM probe"));
+    DM_TRY(dm_threads_room(max_threads, "OpenBLAS's buffers and the stacks for the SGEMM probe's threads"));
     DM_TRY(profile_alloc(out));
     dm_status s = dm_cpu_probe(&(*out)->p, max_threads, progress);
     if (s != DM_OK) {

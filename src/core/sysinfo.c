@@ -2,6 +2,7 @@
 #include "core/sysinfo.h"
 
 #include <errno.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -46,4 +47,9 @@ dm_status dm_address_room(int64_t bytes, const char *what) {
                    "need (OpenBLAS would retry its allocation forever): raise the limit by that much, or use "
                    "fewer threads",
                    (unsigned long long)(rl.rlim_cur >> 20), (long long)(bytes >> 20), what ? what : "dmove");
+}
+
+dm_status dm_threads_room(int threads, const char *what) {
+    const int nt = threads > 0 ? threads : omp_get_max_threads();
+    return dm_address_room((DM_BLAS_BUFFER_BYTES + dm_thread_stack_bytes()) * nt, what);
 }

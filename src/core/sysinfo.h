@@ -23,4 +23,9 @@ int64_t dm_thread_stack_bytes(void);
  * and what needs the room (`what`). Maps and unmaps a PROT_NONE region to find out. */
 dm_status dm_address_room(int64_t bytes, const char *what);
 
+/* dm_address_room for `threads` threads (0: OpenMP's default) that each run GEMMs: an
+ * OpenBLAS buffer and a stack apiece (OpenBLAS maps its first buffer when it starts:
+ * counted by the dmove command's start-up check, not here). */
+dm_status dm_threads_room(int threads, const char *what);
+
 #endif

@@ -331,9 +331,7 @@ static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
     /* under ulimit -v, OpenBLAS spins forever on a buffer it cannot map, and the OpenMP
      * runtime exits when it cannot map a thread's stack: refuse first (OpenBLAS mapped its
      * first buffer when it started) */
-    const int nt = nthreads > 0 ? nthreads : omp_get_max_threads(); /* and the threads' stacks */
-    DM_TRY(dm_address_room((DM_BLAS_BUFFER_BYTES + dm_thread_stack_bytes()) * nt,
-                           "OpenBLAS's buffers and the stacks for this many threads"));
+    DM_TRY(dm_threads_room(nthreads, "OpenBLAS's buffers and the stacks for this many threads"));
     ex->nthreads = nthreads;
     ex->max_cols = plan->max_cols > 0 ? plan->max_cols : 1;
     ex->ngroups = plan->ngroups;
