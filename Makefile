@@ -7,6 +7,10 @@ BUILD   ?= build
 # is not found; CUDA=auto (the default): the CUDA backend when they are found. `NVCC=`
 # (empty) is the same as CUDA=0.
 CUDA    ?= auto
+# MPI=0: one process (a launch by mpirun refused, saying so); MPI=1: data parallelism over
+# MPI, an error when mpicc (Open MPI, MPICH) is not found; MPI=auto (the default): with MPI
+# when mpicc is found.
+MPI     ?= auto
 comma   := ,
 
 # --- probes ---------------------------------------------------------------------------
@@ -141,22 +145,44 @@ ifeq ($(CUDA)$(HAVE_CUDA),1)
 $(error CUDA=1 given, but: $(CUDA_WHY))
 endif
 
+# MPI (src/dist): the compile and link flags mpicc gives (Open MPI's --showme, MPICH's
+# -compile-info/-link-info), so that the library is built by $(CC) as the rest.
+HAVE_MPI :=
+ifeq ($(MPI),0)
+MPI_WHY := MPI=0 given: one process per run
+else
+MPICC ?= $(shell command -v mpicc 2>/dev/null)
+MPI_CFLAGS := $(if $(MPICC),$(or $(shell $(MPICC) --showme:compile 2>/dev/null),$(filter -I% -D%,$(shell $(MPICC) -compile-info 2>/dev/null))))
+MPI_LIBS := $(if $(MPICC),$(or $(shell $(MPICC) --showme:link 2>/dev/null),$(filter -L% -l% -Wl%,$(shell $(MPICC) -link-info 2>/dev/null))))
+ifeq ($(MPI_LIBS),)
+MPI_WHY := no mpicc found (apt-get install libopenmpi-dev openmpi-bin): one process per run
+else
+HAVE_MPI := 1
+LDLIBS += $(MPI_LIBS)
+MPI_WHY := $(MPICC) ($(firstword $(MPI_LIBS) )...): data parallelism over MPI built
+endif
+endif
+ifeq ($(MPI)$(HAVE_MPI),1)
+$(error MPI=1 given, but: $(MPI_WHY))
+endif
+
 $(info dmove build: BLAS  $(BLAS_WHERE) ($(BLAS_KIND)))
 $(info dmove build: cJSON $(CJSON_WHERE))
 $(info dmove build: expat $(EXPAT_WHERE))
 $(info dmove build: OpenMP via -fopenmp ($(CC)); target $(MULTIARCH), $(NATIVE_WHY))
 $(info dmove build: CUDA  $(CUDA_WHY))
+$(info dmove build: MPI   $(MPI_WHY))
 
 # Objects differ with and without CUDA (DM_HAVE_CUDA): a change of setting rebuilds.
 # (Not touched by a dry run, make -n.)
 CONFIG_STAMP := $(BUILD)/config.stamp
-BUILD_CONFIG := cuda=$(HAVE_CUDA) nvcc=$(if $(HAVE_CUDA),$(NVCC))
+BUILD_CONFIG := cuda=$(HAVE_CUDA) nvcc=$(if $(HAVE_CUDA),$(NVCC)) mpi=$(HAVE_MPI)
 ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
 $(shell mkdir -p $(BUILD) && { [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = "$(BUILD_CONFIG)" ] || echo "$(BUILD_CONFIG)" > $(CONFIG_STAMP); })
 endif
 
 # --- sources ----------------------------------------------------------------------------
-LIB_SRC := $(wildcard src/core/*.c src/text/*.c src/graph/*.c src/analysis/*.c src/plan/*.c src/tune/*.c src/train/*.c src/cpu/*.c src/layer/*.c)
+LIB_SRC := $(wildcard src/core/*.c src/text/*.c src/graph/*.c src/analysis/*.c src/plan/*.c src/tune/*.c src/train/*.c src/cpu/*.c src/layer/*.c src/dist/*.c)
 CLI_SRC := $(wildcard cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ifneq ($(HAVE_CUDA),)
@@ -164,6 +190,8 @@ CUDA_SRC := $(wildcard src/cuda/*.cu src/cudaexec/*.cu src/cudagen/*.cu)
 LIB_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o) $(BUILD)/src/cuda/gen_text.o
 endif
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+# only src/dist sees MPI's headers
+$(BUILD)/src/dist/%.o: CFLAGS += $(if $(HAVE_MPI),-DDM_HAVE_MPI $(MPI_CFLAGS))
 $(BUILD)/src/layer/backends.o: CFLAGS += -DDM_BACKEND_LIST='$(foreach b,$(BACKENDS),X($(b)))'
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)

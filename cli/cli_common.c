@@ -19,7 +19,10 @@
 #include <omp.h>
 #endif
 
+static int g_rank = -1; /* this process's rank in a launch of several (cli_dist_start), else -1 */
+
 static void vreport(const char *cmd, const char *fmt, va_list ap) {
+    if (g_rank >= 0) fprintf(stderr, "rank %d: ", g_rank);
     fprintf(stderr, "dmove %s: ", cmd);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
@@ -935,4 +938,67 @@ int cli_config_from_hf(cli_config *c, const char *cmd, const char *opt, const ch
     c->act = lc.act, c->act_set = 1;
     if (!c->dropout_set) c->dropout = lc.dropout, c->dropout_set = 1; /* a training choice: --dropout may differ */
     return 0;
+}
+
+/* --- data parallelism ------------------------------------------------------------------ */
+
+int cli_dist_start(const char *cmd, int argc, char **argv, dm_dist **out) {
+    *out = NULL;
+    if (dm_dist_start(out, 0) != DM_OK) return cli_fail_dm(cmd, "");
+    dm_dist *d = *out;
+    if (dm_dist_size(d) < 2) return 0;
+    g_rank = dm_dist_rank(d);
+    /* the same dmove (version, build) and the same command line on every rank */
+    char line[1024];
+    size_t n = 0;
+    for (int k = 0; k < argc && n < sizeof line; k++)
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s%s", k ? " " : "", argv[k]);
+    if (dm_dist_agree(d, "dmove's build", "dmove " DMOVE_VERSION " built " __DATE__ " " __TIME__) != DM_OK ||
+        dm_dist_agree(d, "the command line", line) != DM_OK) {
+        cli_fail_dm(cmd, "");
+        return cli_dist_end(d, CLI_FAIL);
+    }
+    return 0;
+}
+
+FILE *cli_dist_info(FILE *info) {
+    static FILE *sink;
+    if (g_rank <= 0) return info;
+    if (!sink) sink = fopen("/dev/null", "w");
+    return sink ? sink : info;
+}
+
+int cli_dist_interrupted(dm_dist *d) {
+    double any = cli_interrupted();
+    if (dm_dist_size(d) > 1 && dm_dist_sum(d, &any, 1) != DM_OK) {
+        cli_fail_dm("run", ""); /* a rank gone or hung: every rank stops now */
+        exit(cli_dist_end(d, CLI_FAIL));
+    }
+    return any > 0;
+}
+
+int cli_dist_end(dm_dist *d, int rc) {
+    if (rc != 0 && dm_dist_size(d) > 1) {
+        fflush(stdout);
+        fflush(stderr);
+        dm_dist_abort(d, rc);
+    }
+    dm_dist_finish(d);
+    return rc;
+}
+
+void cli_dist_header(FILE *info, dm_dist *d, int64_t batch) {
+    const int n = dm_dist_size(d);
+    if (n < 2) return;
+    fprintf(info, "  data-parallel: %d ranks over MPI, each b=%" PRId64 " of a global batch of %" PRId64 "; the gradients "
+                  "summed over the ranks as the backward pass produces them\n", n, batch, batch * n);
+}
+
+void cli_dist_summary(FILE *out, dm_dist *d, const dm_trainer *t, double steps) {
+    if (dm_dist_size(d) < 2 || steps <= 0) return;
+    double busy, exposed;
+    dm_trainer_reduce_times(t, &busy, &exposed);
+    fprintf(out, "gradient sums over %d ranks: %.1f ms/step at work, %.1f ms/step waited for after the backward "
+                 "pass (%.0f%% hidden behind it)\n", dm_dist_size(d), 1e3 * busy / steps, 1e3 * exposed / steps,
+            busy > 0 ? 100.0 * (1.0 - (exposed < busy ? exposed : busy) / busy) : 100.0);
 }

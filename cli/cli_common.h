@@ -223,6 +223,27 @@ typedef struct {
 } cli_path;
 int cli_check_paths(const char *cmd, const cli_path *reads, int nreads, const cli_path *writes, int nwrites);
 
+/* --- data parallelism (mpirun -np N dmove train|pretrain ...) ---
+ * cli_dist_start: joins the MPI launch this process is part of (dm_dist_start; alone
+ * without one); with several ranks, checks that every rank runs the same dmove with the
+ * same command line (refused, naming the rank and what differs), and makes the ranks past
+ * 0 quiet: their messages start "rank r:", their progress (cli_dist_info) goes nowhere.
+ * 0 ok, else the exit status after the message.
+ * cli_dist_info: `info` on rank 0, a sink on the others.
+ * cli_dist_interrupted: 1 when any rank was interrupted (a collective: every rank asks at
+ * the same step, and they stop together).
+ * cli_dist_end: rc returned; a failure with several ranks first stops the others
+ * (MPI_Abort: none waits for a rank that left), else MPI is finalised. */
+int cli_dist_start(const char *cmd, int argc, char **argv, dm_dist **out);
+FILE *cli_dist_info(FILE *info);
+int cli_dist_interrupted(dm_dist *d);
+int cli_dist_end(dm_dist *d, int rc);
+/* With several ranks: the header's line on them (batch: each rank's), and the summary's
+ * on the gradient sums (their time per step, busy and exposed; `steps` the steps run);
+ * alone, nothing. */
+void cli_dist_header(FILE *info, dm_dist *d, int64_t batch);
+void cli_dist_summary(FILE *out, dm_dist *d, const dm_trainer *t, double steps);
+
 /* Flushes stdout at the end of a run: CLI_OK, or CLI_FAIL with a message when the output
  * could not be written (a full disk); a reader that went away (EPIPE: dmove train | head)
  * is not a failure of the run, whose files are complete: a note on stderr, CLI_OK. */

@@ -163,6 +163,7 @@ typedef struct {
     dm_loader *train, *valid;
     dm_batch vb;           /* a held-out batch */
     dm_trainer *T;
+    dm_dist *dist;         /* the ranks of an MPI launch (alone: one) */
     dm_bert_model bm;
     char init_config[4096]; /* --init's config.json */
     float *maskf;          /* the batch's attention mask as floats */
@@ -249,7 +250,12 @@ static dm_status open_loaders(pretrain_run *r, const dm_layer_config *cfg) {
     lc.mode = r->o.pairs ? DM_SEQ_PAIRS : DM_SEQ_PACKED;
     lc.mask_prob = r->o.mask_prob;
     lc.prefetch = r->o.prefetch;
+    lc.part = dm_dist_rank(r->dist), lc.parts = dm_dist_size(r->dist); /* this rank's share of each batch */
     TRY(dm_loader_open(&r->train, r->o.data, "train", &r->vocab, &lc));
+    char id[128];
+    snprintf(id, sizeof id, "%" PRId64 " sequences an epoch, vocabulary %016" PRIx64, dm_loader_sequences(r->train),
+             r->vocab.hash);
+    TRY(dm_dist_agree(r->dist, "the training data", id));
     dm_dataset *d = NULL;
     TRY(dm_dataset_open(&d, r->o.data));
     const size_t nv = dm_dataset_shard_count(d, "valid");
@@ -352,6 +358,7 @@ static int setup(pretrain_run *r) {
     if (open_loaders(r, cfg) != DM_OK) return fail_dm("--data: ");
     dm_layer_options lo = {.threads = o->c.threads};
     if (dm_trainer_new_bert(&r->T, cfg, o->layers, &r->bm, &lo, &o->opt.optim) != DM_OK) return fail_dm("");
+    if (dm_trainer_set_dist(r->T, r->dist) != DM_OK) return fail_dm("");
     /* what the run trains on: a checkpoint of another run is not resumed */
     char tag[128], dir[256];
     snprintf(dir, sizeof dir, "%s", o->data);
@@ -405,6 +412,7 @@ static void header(const pretrain_run *r, FILE *info) {
             o->data, dm_loader_sequences(r->train), r->valid ? "; held-out split: yes" : "; no held-out split",
             o->pairs ? "sentence pairs" : "packed sentences", 100 * o->mask_prob,
             o->opt.optim.kind == DM_OPT_LAMB ? "LAMB" : "AdamW", lrb, o->steps);
+    cli_dist_header(info, r->dist, cfg->batch);
     if (o->init) {
         fprintf(info, "  parameters from %s", o->init);
         if (o->layers_from) fprintf(info, " (layers %d to %d)", o->layers_from, o->layers_from + o->layers - 1);
@@ -423,7 +431,8 @@ static int save(pretrain_run *r) {
 /* A step (or the evaluation after it) failed: the state after step `done` is kept (--save),
  * and rc returned. */
 static int failed_step(pretrain_run *r, int64_t done, int rc) {
-    if (r->o.save && done > r->start && save(r) == 0)
+    /* with several ranks the others are in the step, not here: the last checkpoint stays */
+    if (dm_dist_size(r->dist) == 1 && r->o.save && done > r->start && save(r) == 0)
         cli_error(CMD, "the state after step %" PRId64 " is saved to %s", done, r->o.save);
     return rc;
 }
@@ -434,7 +443,7 @@ static int run_loop(pretrain_run *r, FILE *info) {
     int64_t last = r->start, sc0 = 0, co0 = 0;
     int rc;
     cli_catch_signals(CMD, o->save != NULL);
-    for (int64_t s = r->start + 1; s <= r->stop && !cli_interrupted(); s++) {
+    for (int64_t s = r->start + 1; s <= r->stop && !cli_dist_interrupted(r->dist); s++) {
         double l, ts = cli_now();
         const int64_t sc = r->scored, co = r->correct;
         if (one_step(r, s, &l) != DM_OK) {
@@ -453,7 +462,8 @@ static int run_loop(pretrain_run *r, FILE *info) {
             if (dm_trainer_grad_norm(r->T) >= 0.0) snprintf(gn, sizeof gn, "  |g| %.3g", dm_trainer_grad_norm(r->T));
             fprintf(info, "step %" PRId64 "/%" PRId64 "  loss %.4f  acc %.3f  lr %.2e%s  %.3f s/step  %.0f tokens/s\n", s,
                     o->steps, l, ds ? (double)dc / (double)ds : 0.0, dm_optim_lr(&o->opt.optim, s), gn, per,
-                    (double)(r->o.c.cfg.batch * r->o.c.cfg.seq * o->opt.optim.accumulate) / per);
+                    (double)(r->o.c.cfg.batch * r->o.c.cfg.seq * o->opt.optim.accumulate * dm_dist_size(r->dist)) /
+                        per);
             t_last = t, last = s, sc0 = r->scored, co0 = r->correct;
         }
         if (r->valid && (s % o->eval_every == 0 || s == r->stop)) {
@@ -497,15 +507,18 @@ static void summary(const pretrain_run *r) {
     double ph[DM_TRAIN_NUM_PHASES];
     dm_trainer_times(r->T, ph);
     const double n = (double)r->ran, wait = dm_loader_wait_seconds(r->train);
+    double busy, exposed;
+    dm_trainer_reduce_times(r->T, &busy, &exposed);
     if (o->json) {
         printf("{\"layers\":%d,\"params\":%" PRId64 ",\"steps\":%" PRId64 ",\"loss_first\":%.6f,\"loss_last\":%.6f,"
                "\"eval_loss\":%.6f,\"eval_accuracy\":%.6f,\"tokens_per_s\":%.1f,\"ms_per_step\":{\"data_wait\":%.4f,"
-               "\"forward\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,\"total\":%.4f},\"step_ms_median\":%.4f}\n", o->layers,
+               "\"forward\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,\"total\":%.4f},\"step_ms_median\":%.4f,\"ranks\":%d,\"reduce_ms\":{\"busy\":%.4f,\"exposed\":%.4f}}\n",
+               o->layers,
                dm_trainer_num_params(r->T), r->ran, r->losses[0], r->losses[r->ran - 1], r->evaluated ? r->eval_loss : -1.0,
                r->evaluated ? r->eval_acc : -1.0,
                (double)r->tokens / r->t_total, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n,
                1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * r->t_total / n,
-               median_step_ms(r->step_s, r->ran));
+               median_step_ms(r->step_s, r->ran), dm_dist_size(r->dist), 1e3 * busy / n, 1e3 * exposed / n);
         return;
     }
     printf("\nloss %.4f (step %" PRId64 ") -> %.4f (step %" PRId64 ")", r->losses[0], r->start + 1,
@@ -515,6 +528,7 @@ static void summary(const pretrain_run *r) {
            1e3 * r->t_total / n, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
            o->opt.optim.kind == DM_OPT_LAMB ? "LAMB" : "AdamW", 1e3 * ph[DM_TRAIN_OPTIMIZER] / n,
            (double)r->tokens / r->t_total);
+    cli_dist_summary(stdout, r->dist, r->T, n);
 }
 
 int cmd_pretrain(int argc, char **argv) {
@@ -522,15 +536,21 @@ int cmd_pretrain(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     int rc = cli_parse(&k_pretrain, &r.o, argc, argv);
     if (rc != CLI_GO) return rc;
-    FILE *info = r.o.json ? stderr : stdout;
+    if ((rc = cli_dist_start(CMD, argc, argv, &r.dist)) != 0) return rc;
+    const int rank0 = dm_dist_rank(r.dist) == 0;
+    FILE *info = cli_dist_info(r.o.json ? stderr : stdout);
     if ((rc = setup(&r)) == 0) {
         header(&r, info);
         rc = run_loop(&r, info);
     }
     if (rc == 0 && r.ran > 0) {
-        summary(&r);
-        rc = cli_finish_stdout(CMD);
-        if (r.o.svg) {
+        /* the tokens of every rank (the step times are the same on each) */
+        double tok = (double)r.tokens;
+        if (dm_dist_sum(r.dist, &tok, 1) != DM_OK) rc = fail_dm("");
+        r.tokens = (int64_t)tok;
+        if (rank0) summary(&r);
+        if (rc == 0) rc = cli_finish_stdout(CMD);
+        if (rank0 && r.o.svg) {
             char title[160];
             snprintf(title, sizeof title, "dmove pretrain: BERT, %d layers, i=%" PRId64 ", b=%" PRId64 " j=%" PRId64,
                      r.o.layers, r.o.c.cfg.hidden, r.o.c.cfg.batch, r.o.c.cfg.seq);
@@ -562,5 +582,5 @@ int cmd_pretrain(int argc, char **argv) {
     free(r.eval_steps);
     free(r.eval_losses);
     free(r.eval_accs);
-    return rc;
+    return cli_dist_end(r.dist, rc);
 }

@@ -175,6 +175,7 @@ typedef struct {
     dm_train_data *data;
     dm_teacher *teacher;   /* without --data */
     dm_trainer *T;
+    dm_dist *dist;         /* the ranks of an MPI launch (alone: one) */
     float *x, *y, *mask;   /* the trainer's batch */
     double *losses, *step_secs; /* per step run, growing */
     int64_t cap, start, stop, ran;
@@ -320,6 +321,7 @@ static int setup(train_run *r) {
         return CLI_USAGE;
     }
     if (dm_trainer_new(&r->T, cfg, o->layers, &opt, &o->opt.optim) != DM_OK) return fail_dm("");
+    if (dm_trainer_set_dist(r->T, r->dist) != DM_OK) return fail_dm("");
     /* what this run trains on: a checkpoint of another run is not resumed */
     char tag[128];
     const char *base = o->data ? strrchr(o->data, '/') : NULL;
@@ -342,6 +344,7 @@ static int setup(train_run *r) {
     }
     /* the teacher, on the trainer's device: its forward pass makes each step's targets */
     dm_status st = r->data ? DM_OK : dm_teacher_new(&r->teacher, cfg, o->layers, &opt, o->teacher_scale);
+    if (st == DM_OK && r->teacher) st = dm_teacher_set_part(r->teacher, dm_dist_rank(r->dist), dm_dist_size(r->dist));
     if (st != DM_OK) return fail_dm(st == DM_ERR_INTERNAL ? "internal: " : "the teacher: ");
     r->x = tensor(r->T, "hidden_states"), r->y = tensor(r->T, "target"), r->mask = tensor(r->T, "attention_mask");
     if (!r->x || !r->y || !r->mask) return fail_dm("internal: ");
@@ -373,6 +376,7 @@ static void print_header(const train_run *r, FILE *info) {
             layers, layers > 1 ? "s" : "", cfg->hidden, cfg->heads, cfg->ffn, dm_act_name(cfg->act), cli_variant(cfg),
             (double)dm_trainer_num_params(r->T) / 1e6, cfg->batch, cfg->seq, cfg->dropout, where);
     fprintf(info, "  data: %s\n", o->data ? o->data : "the teacher task (a random stack to imitate; inputs N(0, 1))");
+    cli_dist_header(info, r->dist, cfg->batch);
     char extra[96] = "";
     int n = 0;
     if (o->opt.optim.clip_norm > 0.0) n += snprintf(extra + n, sizeof extra - (size_t)n, ", gradient norm clipped to %g", o->opt.optim.clip_norm);
@@ -388,8 +392,9 @@ static void print_header(const train_run *r, FILE *info) {
 
 /* Step s's batch into the trainer: from the file or from the teacher. */
 static int fill_batch(train_run *r, int64_t s) {
-    if (r->data) {
-        if (dm_train_data_batch(r->data, s, r->o.c.cfg.batch, r->x, r->y, r->mask) != DM_OK)
+    if (r->data) { /* this rank's share of the global batch */
+        if (dm_train_data_batch_part(r->data, s, r->o.c.cfg.batch, dm_dist_rank(r->dist), dm_dist_size(r->dist), r->x,
+                                     r->y, r->mask) != DM_OK)
             return fail_dm("--data: ");
     } else if (dm_teacher_batch(r->teacher, s, r->x, r->y, r->mask) != DM_OK) {
         return fail_dm("the teacher: ");
@@ -419,8 +424,9 @@ static int one_step(train_run *r, int64_t s) {
     }
     r->t_data += t_fill;
     if (rc) {
-        /* the failed step changed nothing: keep what the steps before it learned */
-        if (r->o.save && s > r->start + 1) {
+        /* the failed step changed nothing: keep what the steps before it learned (alone:
+         * with several ranks the others are in the step, and the last checkpoint stays) */
+        if (r->o.save && s > r->start + 1 && dm_dist_size(r->dist) == 1) {
             if (dm_trainer_save(r->T, r->o.save) == DM_OK)
                 cli_error(CMD, "the state after step %" PRId64 " is saved to %s", s - 1, r->o.save);
             else
@@ -456,7 +462,7 @@ static int train_loop(train_run *r, FILE *info) {
     int64_t last_logged = r->start;
     int rc;
     cli_catch_signals(CMD, o->save != NULL);
-    for (int64_t s = r->start + 1; s <= r->stop && !cli_interrupted(); s++) {
+    for (int64_t s = r->start + 1; s <= r->stop && !cli_dist_interrupted(r->dist); s++) {
         if ((rc = one_step(r, s)) != 0) return rc;
         if (o->save && o->save_every && s % o->save_every == 0 && s < r->stop) {
             double t1 = cli_now();
@@ -471,7 +477,8 @@ static int train_loop(train_run *r, FILE *info) {
             if (dm_trainer_grad_norm(r->T) >= 0.0) snprintf(gn, sizeof gn, "  |g| %.3g", dm_trainer_grad_norm(r->T));
             fprintf(info, "step %*" PRId64 "/%" PRId64 "  loss %.6f  lr %.2e%s  %.3f s/step  %.0f tokens/s  eta %s\n",
                     (int)snprintf(NULL, 0, "%" PRId64, o->steps), s, o->steps, r->losses[s - r->start - 1],
-                    dm_optim_lr(&o->opt.optim, s), gn, per, (double)(b * j * o->opt.optim.accumulate) / per, eta);
+                    dm_optim_lr(&o->opt.optim, s), gn, per,
+                    (double)(b * j * o->opt.optim.accumulate * dm_dist_size(r->dist)) / per, eta);
             fflush(info);
             t_last = t;
             last_logged = s;
@@ -483,7 +490,7 @@ static int train_loop(train_run *r, FILE *info) {
         if (dm_trainer_save(r->T, o->save) != DM_OK) return fail_dm("--save: ");
         r->t_save += cli_now() - t1;
     }
-    if (o->svg) {
+    if (o->svg && dm_dist_rank(r->dist) == 0) {
         char title[160], lrb[32];
         dm_fmt_exact(lrb, sizeof lrb, o->opt.optim.lr);
         snprintf(title, sizeof title, "dmove train: %d layer%s, i=%" PRId64 ", b=%" PRId64 " j=%" PRId64 ", lr %s",
@@ -536,7 +543,8 @@ static void print_json(const train_run *r, const train_summary *m) {
            1e3 * r->t_data / n, 1e3 * ph[DM_TRAIN_INPUT] / n, 1e3 * ph[DM_TRAIN_FORWARD] / n,
            1e3 * ph[DM_TRAIN_LOSS] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n,
            1e3 * (r->t_total - r->t_save) / n, 1e3 * m->med, m->step_flop, m->step_flop / m->med / 1e9, m->opt_gbs,
-           (double)(b * j * o->opt.optim.accumulate) * n / (r->t_total - r->t_save), m->mem.arena, m->mem.activations,
+           (double)(b * j * o->opt.optim.accumulate * dm_dist_size(r->dist)) * n / (r->t_total - r->t_save),
+           m->mem.arena, m->mem.activations,
            m->mem.scratch, m->opt_bytes);
 }
 
@@ -579,8 +587,11 @@ static int finish(train_run *r) {
     }
     train_summary m;
     summarize(r, &m);
-    if (o->json) print_json(r, &m);
-    else print_summary(r, &m);
+    if (dm_dist_rank(r->dist) == 0) { /* the others' summaries are the same */
+        if (o->json) print_json(r, &m);
+        else print_summary(r, &m);
+        if (!o->json) cli_dist_summary(stdout, r->dist, r->T, m.n);
+    }
     int rc = cli_finish_stdout(CMD);
     const int64_t last = r->start + r->ran;
     if (cli_interrupted() && last < r->stop) {
@@ -601,11 +612,12 @@ int cmd_train(int argc, char **argv) {
     int rc = cli_parse(&k_train, &r.o, argc, argv);
     if (rc != CLI_GO) return rc;
     if ((rc = check_options(&r.o)) != 0) return rc;
+    if ((rc = cli_dist_start(CMD, argc, argv, &r.dist)) != 0) return rc;
     if ((r.o.data && (rc = open_data(&r)) != 0) || (rc = setup(&r)) != 0) goto done;
-    FILE *info = r.o.json ? stderr : stdout;
+    FILE *info = cli_dist_info(r.o.json ? stderr : stdout);
     print_header(&r, info);
     if ((rc = train_loop(&r, info)) == 0) rc = finish(&r);
 done:
     run_free(&r);
-    return rc;
+    return cli_dist_end(r.dist, rc);
 }

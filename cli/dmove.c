@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
     }
     const char *c = argv[1];
     if (!strcmp(c, "--version") || !strcmp(c, "version")) {
-        printf("dmove %s\n", DMOVE_VERSION);
+        printf("dmove %s\ndata parallelism: %s\n", DMOVE_VERSION, dm_dist_build_info());
         return fflush(stdout) == 0 ? CLI_OK : CLI_FAIL;
     }
     if (!strcmp(c, "--help") || !strcmp(c, "-h")) {

@@ -506,6 +506,53 @@ dm_status dm_trainer_set_cls_batch(dm_trainer *t, const int32_t *input_ids, cons
  * transformers names them. */
 dm_status dm_trainer_set_label_names(dm_trainer *t, const char *const *names);
 
+/* --- Data parallelism (MPI between processes, NCCL between GPUs) ------------------------
+ *
+ * Launched by `mpirun -np N` (or any launcher of an MPI the library was built with), each
+ * of the N processes is a rank: it trains on its own part of every global batch, and the
+ * gradients are summed over the ranks before each update, so every rank takes the same
+ * update and holds the same parameters. */
+typedef struct dm_dist dm_dist;
+/* Joins the launch this process is part of: MPI initialised (threads: the reductions run
+ * on a thread of their own) when a launcher's environment is present, else a world of one
+ * process without MPI. A dmove built without MPI that finds itself one of several ranks is
+ * refused (DM_ERR_UNSUPPORTED, saying how to build it with MPI). timeout_s (> 0): how long
+ * a collective may wait for the other ranks before it fails (a rank died or hangs); 0: the
+ * DMOVE_DIST_TIMEOUT environment variable's, else 600 s. */
+dm_status dm_dist_start(dm_dist **out, double timeout_s);
+/* Leaves the launch (MPI_Finalize); NULL: nothing. */
+void dm_dist_finish(dm_dist *d);
+/* Stops every rank of the launch now (MPI_Abort), after a failure on this one that the
+ * others would otherwise wait for; a world of one: nothing. */
+void dm_dist_abort(dm_dist *d, int code);
+int dm_dist_rank(const dm_dist *d);        /* 0 .. size - 1; NULL: 0 */
+int dm_dist_size(const dm_dist *d);        /* the ranks; NULL: 1 */
+int dm_dist_local_rank(const dm_dist *d);  /* among the ranks of this machine (picks the GPU) */
+/* 1 when this dmove was built with MPI (with NCCL, for the CUDA backend), else 0. */
+int dm_dist_have_mpi(void);
+int dm_dist_have_nccl(void);
+/* What this dmove runs data-parallel with, for --version: "MPI (<the library's version
+ * line>)", "+ NCCL <version>" where built, or how to build it with MPI. */
+const char *dm_dist_build_info(void);
+/* Every rank calls it with its own value of `what` (a text): fails on every rank when one
+ * differs from rank 0's, naming the rank and both values (DM_ERR_INVALID_ARG). */
+dm_status dm_dist_agree(dm_dist *d, const char *what, const char *value);
+/* Sums n doubles over the ranks in place (every rank gets the sums). */
+dm_status dm_dist_sum(dm_dist *d, double *v, int n);
+/* Waits until every rank is here. */
+dm_status dm_dist_barrier(dm_dist *d);
+/* The trainer trains as one rank of d (NULL or a world of one: alone): its batches are its
+ * rank's part of the global batch; the losses' normalisers (masked positions, labelled
+ * sequences, kept tokens) and the losses and counts it reports are the global batch's;
+ * the gradients are summed over the ranks as the backward pass produces them, so that N
+ * ranks with batch b take the update one process takes with batch N * b (dropout aside:
+ * each rank's masks are its own). Set before the first step; d must outlive the trainer. */
+dm_status dm_trainer_set_dist(dm_trainer *t, dm_dist *d);
+/* The gradient reductions' seconds since dm_trainer_new: busy (the reduction thread or
+ * stream working) and exposed (the step waiting for them after its backward pass); busy -
+ * exposed was hidden behind the backward pass. */
+void dm_trainer_reduce_times(const dm_trainer *t, double *busy, double *exposed);
+
 #ifdef __cplusplus
 }
 #endif

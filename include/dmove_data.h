@@ -216,6 +216,11 @@ typedef struct {
     int prefetch;                /* batches kept ready by the background thread (0: none,
                                   * next() builds the batch itself); default 4 */
     int64_t start_step;          /* the first batch next() gives */
+    /* data parallelism: batch k of this loader is part `part` (0 .. parts - 1) of global
+     * batch k of batch * parts sequences (its sequences part * batch .. (part + 1) * batch
+     * - 1), the same sequences and masks a loader of batch * parts gives there; parts 0
+     * or 1: the whole batch */
+    int part, parts;
 } dm_loader_config;
 void dm_loader_config_default(dm_loader_config *c);
 

@@ -330,6 +330,10 @@ dm_status dm_train_data_check_finite(const dm_train_data *d);
 /* Batch `step` (from 1) of b samples (b >= 1): x, y (b, j, i) and mask (b, j), 1 token 0
  * padding. DM_ERR_INVALID_ARG for a step below 1, b below 1 or a NULL pointer. */
 dm_status dm_train_data_batch(const dm_train_data *d, int64_t step, int64_t b, float *x, float *y, float *mask);
+/* Part `part` (0 .. parts - 1) of batch `step` of b * parts samples: its samples part * b ..
+ * (part + 1) * b - 1 (a rank's share of the global batch, dm_dist). */
+dm_status dm_train_data_batch_part(const dm_train_data *d, int64_t step, int64_t b, int part, int parts, float *x,
+                                   float *y, float *mask);
 
 /* The teacher task: a second stack of `layers` layers of cfg (dropout off, BERT's
  * initialisation from cfg->seed, weights times `scale`) maps fresh inputs N(0, 1) with
@@ -343,6 +347,10 @@ void dm_teacher_free(dm_teacher *t);
  * teacher's outputs as targets y (b, j, i). DM_ERR_INVALID_ARG for a step below 1 or a NULL
  * pointer. */
 dm_status dm_teacher_batch(dm_teacher *t, int64_t step, float *x, float *y, float *mask);
+/* From now on, batch `step` is part `part` (0 .. parts - 1) of the teacher's batch of
+ * b * parts samples (a rank's share of the global batch, dm_dist): the same inputs and
+ * targets as its sequences part * b .. (part + 1) * b - 1 there. */
+dm_status dm_teacher_set_part(dm_teacher *t, int part, int parts);
 
 
 /* --- Hugging Face models ------------------------------------------------------------------ */

@@ -23,6 +23,7 @@ include    -1
 core        0
 text        1
 graph       1
+dist        1
 plan        2
 analysis    3
 cpu         4

@@ -429,6 +429,62 @@ static void test_determinism(const char *path, const dm_vocab_info *v, dm_seq_mo
     dm_loader_free(bg);
 }
 
+/* Data parallelism: part p of P of batch k (batch b) is rows p*b .. (p+1)*b-1 of batch k of
+ * a loader of batch P*b: the same sequences, masks and labels, across epochs too. */
+static void test_parts(const char *path, const dm_vocab_info *v, dm_seq_mode mode) {
+    enum { P = 3, B = 2, K = 50 }; /* 50 batches of 6: past an epoch of either corpus */
+    dm_loader_config cfg;
+    dm_loader_config_default(&cfg);
+    cfg.batch = P * B, cfg.seq = 48, cfg.mode = mode, cfg.nsp = mode == DM_SEQ_PAIRS, cfg.seed = 5;
+    cfg.prefetch = 0;
+    dm_loader *whole = open_loader(path, v, &cfg), *part[P] = {0};
+    cfg.batch = B;
+    for (int p = 0; p < P; p++) {
+        cfg.part = p, cfg.parts = P, cfg.prefetch = p; /* with and without the thread */
+        part[p] = open_loader(path, v, &cfg);
+    }
+    dm_batch rows;
+    CHECK_OK(dm_batch_alloc(&rows, B, cfg.seq));
+    int same = 1, seqs = 1;
+    for (int k = 0; whole && k < K; k++) {
+        const dm_batch *w, *x;
+        CHECK_OK(dm_loader_next(whole, &w));
+        for (int p = 0; p < P && part[p]; p++) {
+            CHECK_OK(dm_loader_next(part[p], &x));
+            const size_t n = (size_t)B * (size_t)cfg.seq, o = (size_t)p * n;
+            memcpy(rows.input_ids, w->input_ids + o, n * 4);
+            memcpy(rows.labels, w->labels + o, n * 4);
+            memcpy(rows.attention_mask, w->attention_mask + o, n * 4);
+            memcpy(rows.token_type_ids, w->token_type_ids + o, n * 4);
+            memcpy(rows.nsp_labels, w->nsp_labels + p * B, (size_t)B * 4);
+            same &= batch_eq(&rows, x);
+            for (int i = 0; i < B; i++) seqs &= x->sequence[i] == w->sequence[p * B + i] && x->epoch[i] == w->epoch[p * B + i];
+        }
+    }
+    CHECK(same && seqs);
+    /* batch_at and seek agree with next */
+    if (part[1]) {
+        const dm_batch *x;
+        CHECK_OK(dm_loader_seek(part[1], 7));
+        CHECK_OK(dm_loader_next(part[1], &x));
+        dm_batch at;
+        CHECK_OK(dm_batch_alloc(&at, B, cfg.seq));
+        CHECK_OK(dm_loader_batch_at(part[1], 7, &at));
+        CHECK(batch_eq(&at, x));
+        dm_batch_free(&at);
+    }
+    /* a part past the parts is refused */
+    dm_loader *bad = NULL;
+    cfg.part = P, cfg.parts = P;
+    const char *p1[1] = {path};
+    CHECK(dm_loader_open_shards(&bad, p1, 1, v, &cfg) == DM_ERR_INVALID_ARG && !bad);
+    cfg.part = -1;
+    CHECK(dm_loader_open_shards(&bad, p1, 1, v, &cfg) == DM_ERR_INVALID_ARG && !bad);
+    dm_batch_free(&rows);
+    for (int p = 0; p < P; p++) dm_loader_free(part[p]);
+    dm_loader_free(whole);
+}
+
 static size_t doc_of(int32_t id) { return (size_t)(id / 1000 - 1); }
 
 static void test_pairs(const char *path, const dm_vocab_info *v, int nsp) {
@@ -686,6 +742,7 @@ int main(void) {
     dm_shard_writer_free(w);
     test_packed(packed, &c, &v);
     test_determinism(packed, &v, DM_SEQ_PACKED);
+    test_parts(packed, &v, DM_SEQ_PACKED);
 
     /* pairs: document d's ids in their own range, so the test sees where B came from */
     dm_vocab_info pv = vocab(70000, 0xbeefULL);
@@ -702,6 +759,7 @@ int main(void) {
     test_pairs(pairs, &pv, 0);
     test_pairs(pairs, &pv, 1);
     test_determinism(pairs, &pv, DM_SEQ_PAIRS);
+    test_parts(pairs, &pv, DM_SEQ_PAIRS);
     test_config_refusals(pairs, one, &pv);
     test_prepare();
 

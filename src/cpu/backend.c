@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "cpu/backend.h"
 #include "cpu/exec.h"
+#include "dist/dist.h"
 
 typedef struct {
     dm_cpu_exec ex;
@@ -254,6 +255,15 @@ static dm_status accumulate(dm_backend_state *st, int tg, int64_t n, float *acc,
     return DM_OK;
 }
 
+/* The CPU's gradients are host memory: MPI sums them in place, on dist's thread. */
+static dm_status reduce(dm_backend_state *st, int tg, float *buf, int64_t n, dm_dist *d) {
+    float *g = buf;
+    if (!g) DM_TRY(dense(st, tg, n, &g, "the gradient reduction"));
+    return dm_dist_reduce_start(d, g, n, "summing the gradients over the ranks");
+}
+
+static dm_status reduce_wait(dm_backend_state *st, dm_dist *d) { return dm_dist_reduce_wait(d); }
+
 /* LAMB's first pass: the moments, and the partial sums of w^2 and u^2 into norms. */
 static void lamb_moments(const dm_optim_coef *k, const float *w, const float *g, float *m, float *v, int64_t n,
                          double *norms) {
@@ -355,6 +365,8 @@ const dm_backend dm_backend_cpu = {
     .copy_tensor = copy_tensor,
     .add_tensor = add_tensor,
     .sumsq = sumsq,
+    .reduce = reduce,
+    .reduce_wait = reduce_wait,
     .accumulate = accumulate,
     .optimize = optimize,
     .mse = mse,

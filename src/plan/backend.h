@@ -131,6 +131,14 @@ typedef struct dm_backend {
      * NULL; acc: the gradient is read from there instead of tg, else NULL; norms: for
      * DM_PASS_LAMB_MOMENTS, the partial sums of w^2 then of u^2 (2 * DM_NORM_PARTS). */
     dm_status (*sumsq)(dm_backend_state *st, int tg, const float *src, int64_t n, double *out);
+    /* Data parallelism (dmove.h: dm_dist). reduce: sums the fp32 gradient of tensor tg (or,
+     * when buf is not NULL, the n floats of a buf_new buffer at buf) over the ranks of d in
+     * place, after the work given to st so far and while the work given after it goes on
+     * (MPI on a thread of its own, NCCL on a stream of its own); reduce_wait: returns when
+     * every reduction handed over is done and its sums are where the next work on any
+     * state reads them. NULL where the backend has no transport (refused by the trainer). */
+    dm_status (*reduce)(dm_backend_state *st, int tg, float *buf, int64_t n, dm_dist *d);
+    dm_status (*reduce_wait)(dm_backend_state *st, dm_dist *d);
     dm_status (*accumulate)(dm_backend_state *st, int tg, int64_t n, float *acc, int first);
     dm_status (*optimize)(dm_backend_state *st, dm_optim_pass_kind kind, int tp, int tg, int64_t n, float *master,
                           float *m, float *v, const float *acc, const dm_optim_coef *k, double *norms);

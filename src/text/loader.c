@@ -132,7 +132,9 @@ void dm_loader_free(dm_loader *l) {
     free(l);
 }
 
-static int64_t max_step(const dm_loader_config *c) { return INT64_MAX / c->batch - 1; }
+static int64_t max_step(const dm_loader_config *c) {
+    return INT64_MAX / (c->batch * (c->parts > 1 ? c->parts : 1)) - 1; /* the global batch's */
+}
 
 dm_status dm_loader_open_shards(dm_loader **out, const char *const *paths, size_t n,
                                 const dm_vocab_info *vocab, const dm_loader_config *cfg) {

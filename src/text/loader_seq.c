@@ -232,6 +232,9 @@ static dm_status check_config(const dm_loader_config *cfg, const dm_vocab_info *
     if (cfg->seq > (1 << 20) || cfg->batch < 1 || cfg->batch > (1 << 20))
         return dm_fail(DM_ERR_INVALID_ARG, "loader: batch %lld x seq %lld out of range (1 .. 2^20 each)",
                        (long long)cfg->batch, (long long)cfg->seq);
+    if (cfg->parts < 0 || cfg->parts > (1 << 20) || cfg->part < 0 || cfg->part >= (cfg->parts > 1 ? cfg->parts : 1))
+        return dm_fail(DM_ERR_INVALID_ARG, "loader: part %d of %d: parts 0 .. 2^20, part 0 .. parts - 1", cfg->part,
+                       cfg->parts);
     if (cfg->nsp && cfg->mode != DM_SEQ_PAIRS)
         return dm_fail(DM_ERR_INVALID_ARG, "next-sentence labels need pair mode");
     if (!(cfg->mask_prob >= 0 && cfg->mask_prob <= 1) || !(cfg->mask_token_prob >= 0) ||
@@ -414,8 +417,9 @@ void dm_seqset_build(const dm_seqset *s, int64_t step, dm_batch *b) {
     const int64_t B = s->cfg.batch, J = s->cfg.seq;
     b->step = step;
     b->tokens = b->masked = 0;
+    const uint64_t parts = s->cfg.parts > 1 ? (uint64_t)s->cfg.parts : 1; /* the global batch's */
     for (int64_t i = 0; i < B; i++) {
-        uint64_t p = (uint64_t)step * (uint64_t)B + (uint64_t)i;
+        uint64_t p = (uint64_t)step * (uint64_t)B * parts + (uint64_t)s->cfg.part * (uint64_t)B + (uint64_t)i;
         uint64_t epoch = p / (uint64_t)s->nseq, k = shuffle_at(s, epoch, p % (uint64_t)s->nseq);
         int32_t *ids = b->input_ids + i * J, *types = b->token_type_ids + i * J;
         int32_t *att = b->attention_mask + i * J, *lab = b->labels + i * J;

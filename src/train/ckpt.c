@@ -12,6 +12,7 @@
 #include "core/safetensors.h"
 #include "core/status.h"
 #include "core/strbuf.h"
+#include "dist/dist.h"
 #include "dmove_tools.h"
 #include "graph/encoder.h"
 #include "train/hfload.h"
@@ -68,14 +69,14 @@ static void meta_values(const dm_trainer *T, char v[M_N][META_LEN]) {
     dm_fmt_exact(v[M_EPS], META_LEN, c->eps);
     dm_fmt_exact(v[M_DROPOUT], META_LEN, c->dropout);
     snprintf(v[M_SEED], META_LEN, "%" PRIu64, c->seed);
-    snprintf(v[M_BATCH], META_LEN, "%" PRId64, c->batch);
+    snprintf(v[M_BATCH], META_LEN, "%" PRId64, c->batch * T->ranks); /* the global batch */
     snprintf(v[M_SEQ], META_LEN, "%" PRId64, c->seq);
     snprintf(v[M_RUN], META_LEN, "%s", T->run_tag[0] ? T->run_tag : "-");
     if (T->model) {
         const dm_bert_sizes *z = &T->model->c.sizes;
         int n = snprintf(v[M_MODEL], META_LEN, "bert vocab=%" PRId64 " positions=%" PRId64 " types=%" PRId64
                          " predictions=%" PRId64 " pad=%" PRId64, z->vocab, z->positions, z->types,
-                         z->predictions, T->model->c.pad_id);
+                         z->predictions * T->ranks /* the global batch's, as the batch */, T->model->c.pad_id);
         /* the head kind after the MLM model's text (its older files' text unchanged) */
         if (T->model->c.head == DM_MODEL_HEAD_CLS)
             snprintf(v[M_MODEL] + n, (size_t)(META_LEN - n), " head=classifier num_labels=%" PRId64, z->classes);
@@ -144,8 +145,32 @@ static uint64_t checksum_of(const char meta[M_N][META_LEN], const dm_trainer *T,
     return h;
 }
 
+/* fn(T, path) run by rank 0 alone (every rank holds the same state), its result told to
+ * every rank: one file written once, whatever the number of ranks. */
+static dm_status on_rank0(const dm_trainer *T, const char *path, dm_status (*fn)(const dm_trainer *, const char *)) {
+    if (T->ranks < 2) return fn(T, path);
+    struct {
+        int32_t status;
+        char msg[1020];
+    } r = {DM_OK, ""};
+    if (dm_dist_rank(T->dist) == 0) {
+        r.status = (int32_t)fn(T, path);
+        if (r.status != DM_OK) snprintf(r.msg, sizeof r.msg, "%s", dm_last_error());
+    }
+    DM_TRY(dm_dist_bcast(T->dist, &r, sizeof r, 0, "the checkpoint's result"));
+    if (r.status == DM_OK) return DM_OK;
+    return dm_dist_rank(T->dist) == 0 ? (dm_status)r.status
+                                      : dm_fail((dm_status)r.status, "rank 0, writing for every rank: %s", r.msg);
+}
+
+static dm_status save_file(const dm_trainer *T, const char *path);
+
 dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_save: NULL argument");
+    return on_rank0(T, path, save_file);
+}
+
+static dm_status save_file(const dm_trainer *T, const char *path) {
     if (!T->moments)
         return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer has no optimizer state to checkpoint");
     if (T->broken) return dm_trainer_broken(T);
@@ -432,8 +457,14 @@ static dm_status config_add_labels(const dm_model *m, const char *path) {
     return s;
 }
 
+static dm_status export_files(const dm_trainer *T, const char *dir);
+
 dm_status dm_trainer_export(const dm_trainer *T, const char *dir) {
     if (!T || !dir) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_export: NULL argument");
+    return on_rank0(T, dir, export_files);
+}
+
+static dm_status export_files(const dm_trainer *T, const char *dir) {
     if (!T->model)
         return dm_fail(DM_ERR_UNSUPPORTED, "export writes a whole BERT: this trainer is a stack of layers "
                        "(its checkpoint holds the layers under BertEncoder's names already)");

@@ -115,20 +115,26 @@ dm_status dm_train_data_check_finite(const dm_train_data *d) {
 /* Step s's batch from the file: samples (s-1)*b .. s*b-1 modulo N (the first of them
  * taken modulo N factor by factor, so that no step overflows). */
 dm_status dm_train_data_batch(const dm_train_data *d, int64_t step, int64_t b, float *x, float *y, float *mask) {
+    return dm_train_data_batch_part(d, step, b, 0, 1, x, y, mask);
+}
+
+dm_status dm_train_data_batch_part(const dm_train_data *d, int64_t step, int64_t b, int part, int parts, float *x,
+                                   float *y, float *mask) {
     if (!d || !x || !y || !mask) return dm_fail(DM_ERR_INVALID_ARG, "dm_train_data_batch: NULL argument");
     if (step < 1 || b < 1)
         return dm_fail(DM_ERR_INVALID_ARG, "dm_train_data_batch: step %" PRId64 " of %" PRId64 " samples: steps "
                        "count from 1, batches hold 1 sample or more", step, b);
+    if (parts < 1 || part < 0 || part >= parts)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_train_data_batch: part %d of %d", part, parts);
     const int64_t j = d->x->shape[1], i = d->x->shape[2];
     const int64_t per = j * i;
     if ((uint64_t)b > (uint64_t)SIZE_MAX / sizeof(float) / (uint64_t)per)
         return dm_fail(DM_ERR_INVALID_ARG, "dm_train_data_batch: a batch of %" PRId64 " samples of (%" PRId64
                        ", %" PRId64 ") overflows the address space", b, j, i);
-    int64_t first;
-    if (__builtin_mul_overflow((step - 1) % d->n, b % d->n, &first))
-        return dm_fail(DM_ERR_INVALID_ARG, "dm_train_data_batch: step %" PRId64 " of %" PRId64 " samples overflows",
-                       step, b);
-    first %= d->n;
+    /* ((step - 1) * b * parts + part * b) mod n: the global batch's first sample, then
+     * this part's (products of two residues below 2^63 fit 128 bits) */
+    const __int128 n = d->n, bn = b % d->n, g = bn * parts % n;
+    const int64_t first = (int64_t)((((step - 1) % n) * g + (__int128)part * bn) % n);
     for (int64_t q = 0; q < b; q++) {
         const int64_t smp = (first + q % d->n) % d->n;
         DM_TRY(slice_f32(d->x, smp * per, per, x + q * per));

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/status.h"
+#include "dist/dist.h"
 #include "layer/backends.h"
 #include "layer/layer_internal.h"
 #include "train/train.h"
@@ -115,7 +116,7 @@ dm_status dm_model_tensor(dm_model *m, const char *name, float **data, int *ndim
 /* The seed of segment k (0 the embeddings, 1 .. L the layers, L + 1 the head) at step s:
  * the encoder layers' are the trainer's (dm_train_layer_seed of layer k - 1). */
 static uint64_t segment_seed(const dm_model *m, int k, int64_t step) {
-    return dm_train_layer_seed(m->c.layer.seed, k - 1, step);
+    return dm_train_layer_seed(m->c.layer.seed ^ m->seed_mix, k - 1, step);
 }
 
 dm_status dm_model_init_params(dm_model *m, uint64_t seed) {
@@ -149,11 +150,15 @@ static dm_status batch_head(dm_model *m, const int32_t *labels) {
         mp[k] = (float)r;
         lab[k++] = (float)labels[r];
     }
+    /* the loss is the mean over the global batch's scored positions (every rank's) */
+    int64_t all[2] = {k, dropped};
+    DM_TRY(dm_dist_sum_i64(m->dist, all, 2, "counting the masked positions"));
     m->counted = (int)k;
-    m->dropped = dropped;
+    m->counted_all = all[0];
+    m->dropped = all[1];
     for (int64_t r = 0; r < M; r++) {
         if (r >= k) mp[r] = 0.0f, lab[r] = -1.0f; /* a padding row: scored, but counts not */
-        if (w) w[r] = r < k ? 1.0f / (float)k : 0.0f;
+        if (w) w[r] = r < k ? 1.0f / (float)all[0] : 0.0f;
     }
     return DM_OK;
 }
@@ -168,12 +173,15 @@ static dm_status batch_cls(dm_model *m, const int32_t *labels) {
     if (!m->opt.forward_only) DM_TRY(dm_layer_tensor(m->head, "loss_weights", &w, NULL, NULL));
     int64_t k = 0;
     for (int64_t b = 0; b < B; b++) k += labels[b] >= 0;
+    int64_t all = k; /* the mean over the global batch's labelled sequences */
+    DM_TRY(dm_dist_sum_i64(m->dist, &all, 1, "counting the labelled sequences"));
     for (int64_t b = 0; b < B; b++) {
         cp[b] = (float)(b * J);
         lab[b] = labels[b] >= 0 ? (float)labels[b] : -1.0f;
-        if (w) w[b] = labels[b] >= 0 ? 1.0f / (float)k : 0.0f;
+        if (w) w[b] = labels[b] >= 0 ? 1.0f / (float)all : 0.0f;
     }
     m->counted = (int)k;
+    m->counted_all = all;
     m->dropped = 0;
     return DM_OK;
 }
@@ -319,11 +327,14 @@ dm_status dm_model_forward(dm_model *m, int64_t step, double *loss, int64_t *cor
     float *rows;
     int64_t n;
     DM_TRY(down(m, m->head, "loss", &rows, &n));
-    double sum = 0.0; /* the rows that count not are 0 */
-    for (int64_t r = 0; r < n; r++) sum += rows[r];
-    if (loss) *loss = m->counted ? sum / m->counted : 0.0;
-    if (correct && m->no_correct) *correct = -1;
-    else if (correct) DM_TRY(count_correct(m, correct));
+    double v[2] = {0.0, 0.0}; /* the loss's sum (the rows that count not are 0), the hits */
+    for (int64_t r = 0; r < n; r++) v[0] += rows[r];
+    int64_t hits = -1;
+    if (correct && !m->no_correct) DM_TRY(count_correct(m, &hits));
+    v[1] = (double)hits;
+    if (m->dist) DM_TRY(dm_dist_sum_f64(m->dist, v, 2, "summing the loss"));
+    if (loss) *loss = m->counted_all ? v[0] / (double)m->counted_all : 0.0;
+    if (correct) *correct = m->no_correct ? -1 : (int64_t)v[1];
     return DM_OK;
 }
 
@@ -345,18 +356,24 @@ static dm_status tie_grads(dm_model *m) {
     return m->bk->add_tensor(m->emb->st, ta, m->head->st, tb);
 }
 
-dm_status dm_model_backward(dm_model *m) {
+dm_status dm_model_backward(dm_model *m) { return dm_model_backward_each(m, NULL, NULL); }
+
+dm_status dm_model_backward_each(dm_model *m, dm_status (*after)(void *ctx, int k), void *ctx) {
     if (!m) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_backward: NULL model");
     if (!m->head || m->opt.forward_only)
         return dm_fail(DM_ERR_INVALID_ARG, "this model has no loss to differentiate (no head, or forward-only)");
+    const int L = m->c.layers;
     DM_TRY(dm_layer_backward(m->head));
-    DM_TRY(link(m, m->head, "grad_hidden_states", m->enc[m->c.layers - 1], "grad_output"));
-    for (int l = m->c.layers - 1; l >= 0; l--) {
+    if (after) DM_TRY(after(ctx, L + 1));
+    DM_TRY(link(m, m->head, "grad_hidden_states", m->enc[L - 1], "grad_output"));
+    for (int l = L - 1; l >= 0; l--) {
         DM_TRY(dm_layer_backward(m->enc[l]));
+        if (after) DM_TRY(after(ctx, l + 1));
         DM_TRY(link(m, m->enc[l], "grad_hidden_states", l > 0 ? m->enc[l - 1] : m->emb, "grad_output"));
     }
     DM_TRY(dm_layer_backward(m->emb));
     if (m->c.head == DM_MODEL_HEAD_MLM) DM_TRY(tie_grads(m));
+    if (after) DM_TRY(after(ctx, 0));
     return m->bk->sync(m->emb->st);
 }
 
@@ -446,6 +463,7 @@ dm_status dm_trainer_new_bert(dm_trainer **out, const dm_layer_config *cfg, int 
     T->optim = a;
     T->grad_norm = -1.0;
     T->nlayers = layers;
+    T->ranks = 1;
     dm_status s = bert_trainer_build(T, &mc, &o);
     if (s != DM_OK) {
         dm_trainer_free(T);
@@ -488,7 +506,7 @@ int64_t dm_trainer_num_labels(const dm_trainer *T) {
 dm_status dm_trainer_mlm_stats(const dm_trainer *T, dm_mlm_stats *out) {
     if (!T || !out) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_mlm_stats: NULL argument");
     if (!T->model) return dm_fail(DM_ERR_INVALID_ARG, "this trainer is a stack of layers, not a BERT");
-    out->scored = T->model->counted;
+    out->scored = T->model->counted_all;
     out->correct = T->model->correct;
     out->dropped = T->model->dropped;
     return DM_OK;
@@ -540,7 +558,9 @@ dm_status dm_trainer_bert_forward(dm_trainer *T, int64_t micro, double *loss) {
     return DM_OK;
 }
 
-dm_status dm_trainer_bert_backward(dm_trainer *T) { return dm_model_backward(T->model); }
+static dm_status reduce_after(void *ctx, int k) { return dm_trainer_reduce_segment(ctx, k); }
+
+dm_status dm_trainer_bert_backward(dm_trainer *T) { return dm_model_backward_each(T->model, reduce_after, T); }
 
 dm_status dm_trainer_evaluate(dm_trainer *T, double *loss) {
     if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_evaluate: NULL trainer");

@@ -42,7 +42,13 @@ typedef struct dm_model {
                         * scores (<= predictions) */
     int64_t correct;   /* of them, the argmax predicted in the last forward pass */
     int no_correct;    /* count no hits (correct stays -1): no logits brought to the host */
-    int64_t dropped;   /* masked positions past `predictions` the last batch left out */
+    int64_t dropped;   /* masked positions past `predictions` the last batch left out
+                        * (over every rank of dist) */
+    dm_dist *dist;     /* data parallelism: the batch is this rank's part, and counts,
+                        * losses and the losses' normaliser are the global batch's (NULL:
+                        * alone) */
+    int64_t counted_all; /* counted, summed over the ranks */
+    uint64_t seed_mix;   /* mixed into the dropout seeds (a rank's own masks; 0 on rank 0) */
     char **label_names; /* classifier: the classes' names (sizes.classes of them), or NULL */
 } dm_model;
 
@@ -73,5 +79,9 @@ dm_status dm_model_forward(dm_model *m, int64_t step, double *loss, int64_t *cor
 dm_status dm_model_hidden(dm_model *m, const float **hidden);
 /* Backward after a forward: every parameter's gradient (the tied table's summed). */
 dm_status dm_model_backward(dm_model *m);
+/* The same, calling after(ctx, k) as soon as segment k's backward pass has been handed
+ * to the backend (k: the head nseg - 1, the layers l + 1, the embeddings 0, after the
+ * tied decoder's gradient is added into the word table's). */
+dm_status dm_model_backward_each(dm_model *m, dm_status (*after)(void *ctx, int k), void *ctx);
 
 #endif

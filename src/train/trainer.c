@@ -11,6 +11,7 @@
 
 #include "core/hugealloc.h"
 #include "core/status.h"
+#include "dist/dist.h"
 #include "graph/encoder.h"
 #include "layer/layer_internal.h"
 #include "train/train.h"
@@ -44,6 +45,7 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
     T->grad_norm = -1.0;
     T->nlayers = layers;
     T->forward_only = o.forward_only;
+    T->ranks = 1;
     dm_status s = DM_OK;
     const size_t tokens = (size_t)cfg->batch * (size_t)cfg->seq; /* checked by the config */
     const size_t acts = tokens * (size_t)cfg->hidden;
@@ -263,7 +265,7 @@ static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
     T->secs[DM_TRAIN_INPUT] += now() - ti;
     double t0 = now();
     for (int l = 0; l < T->nlayers; l++) {
-        DM_TRY(dm_layer_set_seed(T->L[l], dm_train_layer_seed(c->seed, l, step)));
+        DM_TRY(dm_layer_set_seed(T->L[l], dm_train_layer_seed(c->seed ^ T->seed_mix, l, step)));
         DM_TRY(dm_layer_forward(T->L[l]));
         if (l + 1 < T->nlayers) DM_TRY(dm_trainer_link(T, l, "output", l + 1, "hidden_states"));
     }
@@ -274,13 +276,15 @@ static dm_status forward(dm_trainer *T, int64_t step, double *loss) {
     /* mean squared error over the kept tokens' features; its gradient into the last
      * layer's grad_output (zero on padding). Per-token sums, then summed in token order:
      * the same loss for any thread count. */
-    int64_t kept = 0;
+    int64_t kept = 0; /* over the global batch: every rank's (dm_trainer_set_dist) */
     for (size_t t = 0; t < tokens; t++) kept += T->mask[t] != 0.0f;
+    DM_TRY(dm_dist_sum_i64(T->dist, &kept, 1, "counting the kept tokens"));
     const int64_t I = c->hidden;
     const float scale = kept ? (float)(2.0 / ((double)kept * (double)I)) : 0.0f;
     DM_TRY(dm_trainer_loss(T, scale)); /* the per-token sums into T->partial */
     double sum = 0.0;
     for (size_t t = 0; t < tokens; t++) sum += T->partial[t];
+    DM_TRY(dm_dist_sum_f64(T->dist, &sum, 1, "summing the loss"));
     if (loss) *loss = kept ? sum / ((double)kept * (double)I) : 0.0;
     T->secs[DM_TRAIN_LOSS] += now() - t1;
     return DM_OK;
@@ -308,9 +312,10 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
                        "lower the learning rate (--lr) or check the inputs and targets for NaN or huge "
                        "values", l, (long long)step);
     double t0 = now();
-    if (T->model) DM_TRY(dm_trainer_bert_backward(T));
+    if (T->model) DM_TRY(dm_trainer_bert_backward(T)); /* each segment's gradients reduced as it ends */
     for (int li = T->model ? -1 : T->nlayers - 1; li >= 0; li--) {
         DM_TRY(dm_layer_backward(T->L[li]));
+        DM_TRY(dm_trainer_reduce_segment(T, li));
         if (li > 0) DM_TRY(dm_trainer_link(T, li, "grad_hidden_states", li - 1, "grad_output"));
     }
     if (loss) *loss = l;
@@ -327,11 +332,44 @@ dm_status dm_trainer_after_backward(dm_trainer *T, int64_t step, double t0) {
     T->secs[DM_TRAIN_BACKWARD] += t1 - t0;
     if (++T->micro < acc) return DM_OK;
     T->micro = 0; /* the next window starts over, whether the update goes through or not */
+    /* the sums over the ranks: the time waited for them is none of the phases' (see
+     * dm_trainer_reduce_times); a failure (a rank gone) leaves the parameters unchanged */
+    DM_TRY(dm_trainer_reduce_finish(T));
+    const double t2 = now();
     dm_status s = dm_trainer_update(T, step, acc > 1);
-    T->secs[DM_TRAIN_OPTIMIZER] += now() - t1;
+    T->secs[DM_TRAIN_OPTIMIZER] += now() - t2;
     if (s != DM_OK) return s;
     T->step = step;
     return DM_OK;
+}
+
+dm_status dm_trainer_set_dist(dm_trainer *T, dm_dist *d) {
+    if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_dist: NULL trainer");
+    if (T->micro)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_dist: in the middle of an update (%d of %d micro-batches "
+                       "taken)", T->micro, T->optim.accumulate);
+    const int n = dm_dist_size(d), r = dm_dist_rank(d);
+    if (n > 1 && T->forward_only)
+        return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer has no gradients to sum over ranks");
+    if (n > 1 && (!T->bk->reduce || !T->bk->reduce_wait))
+        return dm_fail(DM_ERR_UNSUPPORTED, "the %s backend cannot sum gradients over ranks%s", T->bk->name,
+                       dm_dist_have_nccl() ? "" : " (a CUDA build needs NCCL for it)");
+    T->dist = n > 1 ? d : NULL;
+    T->ranks = n;
+    /* rank r's dropout masks from the seed mixed with r (a SplitMix64 constant's multiple) */
+    T->seed_mix = (uint64_t)r * 0x9e3779b97f4a7c15ull;
+    if (T->model) {
+        T->model->dist = T->dist;
+        T->model->seed_mix = T->seed_mix;
+    }
+    return DM_OK;
+}
+
+void dm_trainer_reduce_times(const dm_trainer *T, double *busy, double *exposed) {
+    double b = 0, e = 0;
+    if (busy && exposed) dm_dist_reduce_times(T ? T->dist : NULL, &b, &e);
+    if (busy) *busy = b;
+    if (exposed) *exposed = e;
 }
 
 dm_status dm_trainer_set_run_tag(dm_trainer *T, const char *tag) {

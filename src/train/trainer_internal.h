@@ -62,6 +62,10 @@ struct dm_trainer {
     double *d_partial;/* the backend's (b * j) per-token loss sums */
     double *d_norms;  /* partial sums of norms, 2 * DM_NORM_PARTS per slot (plan/backend.h) */
     float *d_acc;     /* the gradient sums over micro-batches (accumulate > 1), or NULL */
+    /* data parallelism (dmove.h: dm_trainer_set_dist) */
+    dm_dist *dist;    /* the ranks this trainer is one of, or NULL: alone */
+    int ranks;        /* dm_dist_size(dist): 1 alone */
+    uint64_t seed_mix; /* mixed into the dropout seeds: each rank's masks its own (0 on rank 0) */
 };
 
 /* The slot of layer l's parameter `param` (a BertLayer name), or -1. */
@@ -101,6 +105,13 @@ dm_status dm_trainer_accumulate(dm_trainer *T, int first);
  * accumulated, and every accumulate-th call update `step` (trainer.c). */
 dm_status dm_trainer_after_backward(dm_trainer *T, int64_t step, double t0);
 dm_status dm_trainer_update(dm_trainer *T, int64_t step, int summed);
+/* Data parallelism: reduce_segment: the gradients of segment seg's slots handed to the
+ * backend's reduction (right after its backward pass: the sums run while the segments
+ * below go on), when the update that follows takes them directly (accumulate 1);
+ * reduce_finish: with accumulate > 1 the sums over the micro-batches reduced now, then
+ * every reduction waited for. Nothing alone. */
+dm_status dm_trainer_reduce_segment(dm_trainer *T, int seg);
+dm_status dm_trainer_reduce_finish(dm_trainer *T);
 /* Waits for every layer's work (a GPU's streams): the end of a pass of the stack. */
 dm_status dm_trainer_wait(dm_trainer *T);
 /* A backward pass ran: every slot's gradient (and soon parameter, moments) is newer in

@@ -242,6 +242,25 @@ dm_status dm_trainer_accumulate(dm_trainer *T, int first) {
     return DM_OK;
 }
 
+dm_status dm_trainer_reduce_segment(dm_trainer *T, int seg) {
+    if (T->ranks < 2 || T->optim.accumulate > 1) return DM_OK;
+    for (int k = 0; k < T->nslots; k++) {
+        const dm_train_slot *sl = &T->slot[k];
+        if (sl->seg == seg) DM_TRY(T->bk->reduce(st(T, seg), sl->tg, NULL, sl->n, T->dist));
+    }
+    return DM_OK;
+}
+
+dm_status dm_trainer_reduce_finish(dm_trainer *T) {
+    if (T->ranks < 2) return DM_OK;
+    if (T->optim.accumulate > 1) /* the sums, in the slots' order (every rank's the same) */
+        for (int k = 0; k < T->nslots; k++) {
+            const dm_train_slot *sl = &T->slot[k];
+            DM_TRY(T->bk->reduce(st(T, sl->seg), -1, T->d_acc + sl->off, sl->n, T->dist));
+        }
+    return T->bk->reduce_wait(home(T), T->dist);
+}
+
 /* The gradient each slot's update reads: the sums (accumulation), else its tensor. */
 static const float *grad_buf(const dm_trainer *T, const dm_train_slot *sl, int summed) {
     return summed ? T->d_acc + sl->off : NULL;

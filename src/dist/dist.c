@@ -1,0 +1,402 @@
+/* dist.c: the processes of an MPI launch as the library sees them (dmove.h: dm_dist_*).
+ * A world of one process needs no MPI at all; with MPI (built with DM_HAVE_MPI) every
+ * collective is non-blocking and polled against a deadline, so a rank that died or hangs
+ * stops the others in bounded time instead of holding them forever; the gradients'
+ * reductions run on a thread of their own, in the order they were handed over (the same
+ * on every rank), while the caller's backward pass goes on. */
+#include "dist/dist.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/status.h"
+
+#ifdef DM_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#define DM_DIST_QUEUE 4096 /* reductions queued at once (a step hands over one per tensor) */
+
+typedef struct {
+    float *buf;
+    int64_t n;
+    const char *what;
+} reduction;
+
+struct dm_dist {
+    int rank, size, local_rank;
+    int mpi;          /* MPI was initialised here (and is finalised by dm_dist_finish) */
+    double timeout;   /* seconds a collective may wait */
+#ifdef DM_HAVE_MPI
+    MPI_Comm comm;
+    int comm_ok;      /* comm was made (and is freed by dm_dist_finish) */
+#endif
+    /* the reduction thread */
+    pthread_t worker;
+    int worker_on, quit;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;    /* work queued, or quit */
+    pthread_cond_t done;  /* the queue ran empty */
+    reduction q[DM_DIST_QUEUE];
+    int head, count, busy_now;
+    double busy, exposed; /* seconds */
+    dm_status err;        /* the first failure of a queued reduction */
+    char err_msg[1024];
+    pthread_mutex_t mpi_mu; /* one MPI call at a time (MPI_THREAD_SERIALIZED is enough) */
+    void *slot;
+    void (*release)(void *);
+};
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int dm_dist_have_mpi(void) {
+#ifdef DM_HAVE_MPI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int dm_dist_have_nccl(void) {
+#ifdef DM_HAVE_NCCL
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+const char *dm_dist_build_info(void) {
+    static char info[512];
+#ifdef DM_HAVE_MPI
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    if (MPI_Get_library_version(v, &len) != MPI_SUCCESS) snprintf(v, sizeof v, "version unknown");
+    v[strcspn(v, "\n,")] = 0; /* its first line, up to the first comma */
+    snprintf(info, sizeof info, "MPI (%s)%s", v, dm_dist_have_nccl() ? " and NCCL" : "");
+#else
+    snprintf(info, sizeof info, "none: built without MPI (apt-get install libopenmpi-dev openmpi-bin, then "
+             "make MPI=1)");
+#endif
+    return info;
+}
+
+/* The number of ranks a launcher's environment announces (Open MPI, MPICH/Hydra and
+ * PMI-2, MVAPICH, Intel MPI), 0 when none does. */
+static long launcher_size(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE",
+                                       "MPI_LOCALNRANKS", NULL};
+    for (int k = 0; vars[k]; k++) {
+        const char *v = getenv(vars[k]);
+        if (!v || !*v) continue;
+        char *end;
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (!errno && *end == 0 && n >= 1) return n;
+    }
+    /* PMIx launchers (Open MPI 5's prterun) set the rank and namespace, not always a size */
+    return getenv("PMIX_RANK") && getenv("PMIX_NAMESPACE") ? 2 : 0;
+}
+
+static double timeout_from_env(double t) {
+    if (t > 0) return t;
+    const char *v = getenv("DMOVE_DIST_TIMEOUT");
+    if (v && *v) {
+        char *end;
+        double x = strtod(v, &end);
+        if (*end == 0 && x > 0) return x;
+    }
+    return 600.0;
+}
+
+#ifdef DM_HAVE_MPI
+static dm_status mpi_fail(int rc, const char *call, const char *what) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", rc);
+    return dm_fail(DM_ERR_BACKEND, "%s (%s) failed: %s", call, what, msg);
+}
+
+/* Waits for request r, polling, at most d->timeout seconds. */
+static dm_status wait_req(dm_dist *d, MPI_Request *r, const char *what) {
+    const double t0 = now_s();
+    for (unsigned spins = 0;; spins++) {
+        int flag = 0;
+        pthread_mutex_lock(&d->mpi_mu);
+        int rc = MPI_Test(r, &flag, MPI_STATUS_IGNORE);
+        pthread_mutex_unlock(&d->mpi_mu);
+        if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Test", what);
+        if (flag) return DM_OK;
+        if (spins > 1000) { /* past the first microseconds: poll, not spin */
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+            if (now_s() - t0 > d->timeout)
+                return dm_fail(DM_ERR_BACKEND, "rank %d of %d waited %.0f s for the other ranks (%s): one of them "
+                               "died or hangs (the launcher's messages say which); set DMOVE_DIST_TIMEOUT to wait "
+                               "longer", d->rank, d->size, d->timeout, what);
+        }
+    }
+}
+
+static dm_status sum_mpi(dm_dist *d, void *buf, int64_t n, MPI_Datatype type, size_t esize, const char *what) {
+    const int64_t chunk = 1 << 28; /* MPI counts are int */
+    for (int64_t o = 0; o < n; o += chunk) {
+        const int c = (int)(n - o < chunk ? n - o : chunk);
+        MPI_Request r;
+        pthread_mutex_lock(&d->mpi_mu);
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + (size_t)o * esize, c, type, MPI_SUM, d->comm, &r);
+        pthread_mutex_unlock(&d->mpi_mu);
+        if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce", what);
+        DM_TRY(wait_req(d, &r, what));
+    }
+    return DM_OK;
+}
+#endif
+
+static void *worker_main(void *arg) {
+    dm_dist *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->count && !d->quit) pthread_cond_wait(&d->cv, &d->mu);
+        if (!d->count) break; /* quit, and nothing left */
+        reduction r = d->q[d->head];
+        d->busy_now = 1;
+        const int failed = d->err != DM_OK;
+        pthread_mutex_unlock(&d->mu);
+        dm_status s = DM_OK;
+        double t0 = now_s();
+#ifdef DM_HAVE_MPI
+        if (!failed) s = sum_mpi(d, r.buf, r.n, MPI_FLOAT, sizeof(float), r.what);
+#else
+        (void)r;
+#endif
+        double t1 = now_s();
+        pthread_mutex_lock(&d->mu);
+        d->busy += t1 - t0;
+        if (s != DM_OK && d->err == DM_OK) {
+            d->err = s;
+            snprintf(d->err_msg, sizeof d->err_msg, "%s", dm_last_error());
+        }
+        d->head = (d->head + 1) % DM_DIST_QUEUE;
+        d->count--;
+        d->busy_now = 0;
+        if (!d->count) pthread_cond_broadcast(&d->done);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+dm_status dm_dist_start(dm_dist **out, double timeout_s) {
+    if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_dist_start: out is NULL");
+    *out = NULL;
+    const long n = launcher_size();
+#ifndef DM_HAVE_MPI
+    if (n > 1)
+        return dm_fail(DM_ERR_UNSUPPORTED, "this process is one of %ld launched by an MPI launcher, but this dmove was "
+                       "built without MPI, so each would train alone: rebuild with MPI (apt-get install "
+                       "libopenmpi-dev openmpi-bin, then make MPI=1), or run one process without mpirun", n);
+#endif
+    dm_dist *d = calloc(1, sizeof *d);
+    if (!d) return dm_fail(DM_ERR_OOM, "out of memory");
+    d->size = 1;
+    d->timeout = timeout_from_env(timeout_s);
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_mutex_init(&d->mpi_mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    pthread_cond_init(&d->done, NULL);
+#ifdef DM_HAVE_MPI
+    if (n >= 1) {
+        int inited = 0, provided = 0, rc;
+        if ((rc = MPI_Initialized(&inited)) != MPI_SUCCESS) {
+            dm_dist_finish(d);
+            return mpi_fail(rc, "MPI_Initialized", "joining the launch");
+        }
+        if (!inited) {
+            if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided)) != MPI_SUCCESS) {
+                dm_dist_finish(d);
+                return mpi_fail(rc, "MPI_Init_thread", "joining the launch");
+            }
+            d->mpi = 1;
+            if (provided < MPI_THREAD_SERIALIZED) {
+                dm_dist_finish(d);
+                return dm_fail(DM_ERR_UNSUPPORTED, "this MPI gives thread level %d, and dmove's reductions need "
+                               "MPI_THREAD_SERIALIZED (%d) or more: use an MPI built with thread support",
+                               provided, MPI_THREAD_SERIALIZED);
+            }
+        }
+        MPI_Comm local;
+        if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &d->comm)) == MPI_SUCCESS) d->comm_ok = 1;
+        if (rc != MPI_SUCCESS || (rc = MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_RETURN)) != MPI_SUCCESS ||
+            (rc = MPI_Comm_rank(d->comm, &d->rank)) != MPI_SUCCESS ||
+            (rc = MPI_Comm_size(d->comm, &d->size)) != MPI_SUCCESS ||
+            (rc = MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &local)) != MPI_SUCCESS ||
+            (rc = MPI_Comm_rank(local, &d->local_rank)) != MPI_SUCCESS || (rc = MPI_Comm_free(&local)) != MPI_SUCCESS) {
+            dm_dist_finish(d);
+            return mpi_fail(rc, "MPI_Comm_dup/rank/size/split_type", "joining the launch");
+        }
+    }
+#endif
+    if (d->size > 1) {
+        int e = pthread_create(&d->worker, NULL, worker_main, d);
+        if (e) {
+            dm_dist_finish(d);
+            return dm_fail(DM_ERR_BACKEND, "cannot start the gradient reduction thread: %s", strerror(e));
+        }
+        d->worker_on = 1;
+    }
+    *out = d;
+    return DM_OK;
+}
+
+void dm_dist_finish(dm_dist *d) {
+    if (!d) return;
+    if (d->worker_on) {
+        pthread_mutex_lock(&d->mu);
+        d->quit = 1;
+        pthread_cond_broadcast(&d->cv);
+        pthread_mutex_unlock(&d->mu);
+        pthread_join(d->worker, NULL);
+    }
+    if (d->release) d->release(d->slot);
+#ifdef DM_HAVE_MPI
+    if (d->comm_ok) MPI_Comm_free(&d->comm);
+    if (d->mpi) MPI_Finalize();
+#endif
+    pthread_mutex_destroy(&d->mu);
+    pthread_mutex_destroy(&d->mpi_mu);
+    pthread_cond_destroy(&d->cv);
+    pthread_cond_destroy(&d->done);
+    free(d);
+}
+
+void dm_dist_abort(dm_dist *d, int code) {
+#ifdef DM_HAVE_MPI
+    if (d && d->size > 1) MPI_Abort(d->comm, code ? code : 1);
+#else
+    (void)d, (void)code;
+#endif
+}
+
+int dm_dist_rank(const dm_dist *d) { return d ? d->rank : 0; }
+int dm_dist_size(const dm_dist *d) { return d ? d->size : 1; }
+int dm_dist_local_rank(const dm_dist *d) { return d ? d->local_rank : 0; }
+
+void *dm_dist_backend_slot(dm_dist *d) { return d ? d->slot : NULL; }
+void dm_dist_set_backend_slot(dm_dist *d, void *p, void (*release)(void *)) {
+    d->slot = p;
+    d->release = release;
+}
+
+dm_status dm_dist_reduce_start(dm_dist *d, float *buf, int64_t n, const char *what) {
+    if (!d || d->size == 1 || n <= 0) return DM_OK;
+    pthread_mutex_lock(&d->mu);
+    if (d->count == DM_DIST_QUEUE) {
+        pthread_mutex_unlock(&d->mu);
+        return dm_fail(DM_ERR_INTERNAL, "more than %d gradient reductions queued at once", DM_DIST_QUEUE);
+    }
+    d->q[(d->head + d->count) % DM_DIST_QUEUE] = (reduction){buf, n, what};
+    d->count++;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    return DM_OK;
+}
+
+dm_status dm_dist_reduce_wait(dm_dist *d) {
+    if (!d || d->size == 1) return DM_OK;
+    const double t0 = now_s();
+    pthread_mutex_lock(&d->mu);
+    while (d->count) pthread_cond_wait(&d->done, &d->mu);
+    d->exposed += now_s() - t0;
+    dm_status s = d->err;
+    char msg[sizeof d->err_msg];
+    memcpy(msg, d->err_msg, sizeof msg);
+    pthread_mutex_unlock(&d->mu);
+    return s == DM_OK ? DM_OK : dm_fail(s, "%s", msg);
+}
+
+void dm_dist_reduce_times(const dm_dist *d, double *busy, double *exposed) {
+    *busy = *exposed = 0;
+    if (!d || d->size == 1) return;
+    pthread_mutex_lock((pthread_mutex_t *)&d->mu);
+    *busy = d->busy, *exposed = d->exposed;
+    pthread_mutex_unlock((pthread_mutex_t *)&d->mu);
+}
+
+dm_status dm_dist_sum_i64(dm_dist *d, int64_t *v, int n, const char *what) {
+    if (!d || d->size == 1) return DM_OK;
+#ifdef DM_HAVE_MPI
+    return sum_mpi(d, v, n, MPI_INT64_T, sizeof *v, what);
+#else
+    (void)v, (void)n, (void)what;
+    return DM_OK;
+#endif
+}
+
+dm_status dm_dist_sum_f64(dm_dist *d, double *v, int n, const char *what) {
+    if (!d || d->size == 1) return DM_OK;
+#ifdef DM_HAVE_MPI
+    return sum_mpi(d, v, n, MPI_DOUBLE, sizeof *v, what);
+#else
+    (void)v, (void)n, (void)what;
+    return DM_OK;
+#endif
+}
+
+dm_status dm_dist_sum(dm_dist *d, double *v, int n) {
+    if (n < 0 || (n && !v)) return dm_fail(DM_ERR_INVALID_ARG, "dm_dist_sum: bad arguments");
+    return dm_dist_sum_f64(d, v, n, "dm_dist_sum");
+}
+
+dm_status dm_dist_bcast(dm_dist *d, void *buf, size_t bytes, int root, const char *what) {
+    if (!d || d->size == 1) return DM_OK;
+    if (bytes > (size_t)1 << 30) return dm_fail(DM_ERR_INVALID_ARG, "dm_dist_bcast: %zu bytes at once", bytes);
+#ifdef DM_HAVE_MPI
+    MPI_Request r;
+    pthread_mutex_lock(&d->mpi_mu);
+    int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, d->comm, &r);
+    pthread_mutex_unlock(&d->mpi_mu);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Ibcast", what);
+    return wait_req(d, &r, what);
+#else
+    (void)buf, (void)root, (void)what;
+    return DM_OK;
+#endif
+}
+
+dm_status dm_dist_barrier(dm_dist *d) {
+    int64_t one = 1;
+    return dm_dist_sum_i64(d, &one, 1, "a barrier");
+}
+
+dm_status dm_dist_agree(dm_dist *d, const char *what, const char *value) {
+    if (!what || !value) return dm_fail(DM_ERR_INVALID_ARG, "dm_dist_agree: NULL argument");
+    if (!d || d->size == 1) return DM_OK;
+    char mine[1024], root[1024];
+    snprintf(mine, sizeof mine, "%s", value);
+    memcpy(root, mine, sizeof root);
+    DM_TRY(dm_dist_bcast(d, root, sizeof root, 0, what));
+    /* the lowest rank that differs (size if none) */
+    int64_t first = strcmp(root, mine) ? d->rank : d->size;
+    int64_t *all = calloc((size_t)d->size, sizeof *all);
+    if (!all) return dm_fail(DM_ERR_OOM, "out of memory");
+    all[d->rank] = first == d->size ? 0 : 1;
+    dm_status s = dm_dist_sum_i64(d, all, d->size, what);
+    int bad = -1;
+    for (int k = 0; s == DM_OK && k < d->size && bad < 0; k++)
+        if (all[k]) bad = k;
+    free(all);
+    DM_TRY(s);
+    if (bad < 0) return DM_OK;
+    char theirs[1024];
+    memcpy(theirs, mine, sizeof theirs);
+    DM_TRY(dm_dist_bcast(d, theirs, sizeof theirs, bad, what));
+    return dm_fail(DM_ERR_INVALID_ARG, "the ranks differ in %s: rank 0 has \"%s\", rank %d \"%s\"; launch every rank "
+                   "with the same options, data and dmove", what, root, bad, theirs);
+}

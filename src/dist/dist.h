@@ -1,0 +1,36 @@
+/* dist.h: data parallelism inside the library (dist.c): the processes of an MPI launch,
+ * the small collectives the trainer needs (counts and losses summed, values agreed), and
+ * the gradient reductions that run on a thread of their own while the backward pass goes
+ * on (buckets: a segment's gradients, handed over as soon as its backward is done). */
+#ifndef DM_DIST_H
+#define DM_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dmove.h"
+
+/* Sums n floats at `buf` over the ranks in place (every rank gets the same sums): queued
+ * for the reduction thread, which takes the buffers in the order given (the same order on
+ * every rank: the collectives match by order). A world of 1: nothing. The buffer must not
+ * be touched until dm_dist_reduce_wait. */
+dm_status dm_dist_reduce_start(dm_dist *d, float *buf, int64_t n, const char *what);
+/* Waits until every queued reduction is done; the first failure among them (a rank
+ * gone, a timeout), if any. The seconds waited count as the reductions' exposed time. */
+dm_status dm_dist_reduce_wait(dm_dist *d);
+/* The reductions' seconds so far: busy (the thread working on them) and exposed (callers
+ * waiting in dm_dist_reduce_wait). */
+void dm_dist_reduce_times(const dm_dist *d, double *busy, double *exposed);
+/* Sums n int64 / doubles over the ranks in place, on the caller's thread (no reduction may
+ * be queued: the caller waited). */
+dm_status dm_dist_sum_i64(dm_dist *d, int64_t *v, int n, const char *what);
+dm_status dm_dist_sum_f64(dm_dist *d, double *v, int n, const char *what);
+/* Rank `root`'s bytes to every rank. */
+dm_status dm_dist_bcast(dm_dist *d, void *buf, size_t bytes, int root, const char *what);
+
+/* A backend's per-world state (the CUDA backend's NCCL communicator): set once by the
+ * backend, freed by `release` at dm_dist_finish. */
+void *dm_dist_backend_slot(dm_dist *d);
+void dm_dist_set_backend_slot(dm_dist *d, void *p, void (*release)(void *));
+
+#endif
