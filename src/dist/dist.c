@@ -34,7 +34,13 @@ struct dm_dist {
 #ifdef DM_HAVE_MPI
     MPI_Comm comm;
     int comm_ok;      /* comm was made (and is freed by dm_dist_finish) */
+    /* where each rank is: its board (one record, in a window the others read without its
+     * help where the transport allows: shared memory, RDMA), for naming a rank that hangs */
+    MPI_Win win;
+    int win_ok;
+    struct board *board;
 #endif
+    int64_t ops;      /* collectives begun */
     /* the reduction thread */
     pthread_t worker;
     int worker_on, quit;
@@ -117,6 +123,51 @@ static double timeout_from_env(double t) {
 }
 
 #ifdef DM_HAVE_MPI
+/* A rank's record: how many collectives it has begun, the last one's name and when it
+ * began (seconds of CLOCK_MONOTONIC: the same clock on one machine). */
+struct board {
+    int64_t ops;
+    double since;
+    double alive;   /* the last time it polled a collective (a rank stopped inside one stops it) */
+    char what[104];
+};
+
+/* Before collective `what`: this rank's record. */
+static void board_mark(dm_dist *d, const char *what) {
+    d->ops++;
+    if (!d->win_ok) return;
+    d->board->ops = d->ops;
+    d->board->since = d->board->alive = now_s();
+    snprintf(d->board->what, sizeof d->board->what, "%s", what);
+}
+
+/* After a timeout: the ranks behind this one (fewer collectives begun: the one waited for
+ * never came), or that do not answer at all, into msg. */
+static void board_diagnose(dm_dist *d, char *msg, size_t n) {
+    size_t k = 0;
+    msg[0] = 0;
+    struct board b;
+    for (int r = 0; d->win_ok && r < d->size && k + 160 < n; r++) {
+        if (r == d->rank) continue;
+        MPI_Request q;
+        int done = 0;
+        if (MPI_Rget(&b, (int)sizeof b, MPI_BYTE, r, 0, (int)sizeof b, MPI_BYTE, d->win, &q) != MPI_SUCCESS) continue;
+        for (double t0 = now_s(); !done && now_s() - t0 < 2.0;) {
+            if (MPI_Test(&q, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+            if (!done) nanosleep(&(struct timespec){0, 1000000}, NULL);
+        }
+        b.what[sizeof b.what - 1] = 0;
+        if (!done)
+            k += (size_t)snprintf(msg + k, n - k, "; rank %d does not answer (stopped, or gone)", r);
+        else if (b.ops < d->ops)
+            k += (size_t)snprintf(msg + k, n - k, "; rank %d is behind: its last, \"%s\", began %.0f s ago", r,
+                                  b.what, now_s() - b.since);
+        else if (b.ops == d->ops && now_s() - b.alive > 0.5 * d->timeout)
+            k += (size_t)snprintf(msg + k, n - k, "; rank %d is in it too, but has not moved for %.0f s (stopped?)",
+                                  r, now_s() - b.alive);
+    }
+}
+
 static dm_status mpi_fail(int rc, const char *call, const char *what) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
@@ -134,19 +185,26 @@ static dm_status wait_req(dm_dist *d, MPI_Request *r, const char *what) {
         pthread_mutex_unlock(&d->mpi_mu);
         if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Test", what);
         if (flag) return DM_OK;
+        if (d->win_ok && !(spins & 255)) d->board->alive = now_s();
         if (spins > 1000) { /* past the first microseconds: poll, not spin */
             struct timespec ts = {0, 50000};
             nanosleep(&ts, NULL);
-            if (now_s() - t0 > d->timeout)
-                return dm_fail(DM_ERR_BACKEND, "rank %d of %d waited %.0f s for the other ranks (%s): one of them "
-                               "died or hangs (the launcher's messages say which); set DMOVE_DIST_TIMEOUT to wait "
-                               "longer", d->rank, d->size, d->timeout, what);
+            if (now_s() - t0 > d->timeout) {
+                char who[512];
+                pthread_mutex_lock(&d->mpi_mu);
+                board_diagnose(d, who, sizeof who);
+                pthread_mutex_unlock(&d->mpi_mu);
+                return dm_fail(DM_ERR_BACKEND, "rank %d of %d waited %.0f s for the other ranks (%s)%s: a rank that "
+                               "died or hangs stops the run (DMOVE_DIST_TIMEOUT sets the wait)", d->rank, d->size,
+                               d->timeout, what, who[0] ? who : "; one of them died or hangs");
+            }
         }
     }
 }
 
 static dm_status sum_mpi(dm_dist *d, void *buf, int64_t n, MPI_Datatype type, size_t esize, const char *what) {
     const int64_t chunk = 1 << 28; /* MPI counts are int */
+    board_mark(d, what);
     for (int64_t o = 0; o < n; o += chunk) {
         const int c = (int)(n - o < chunk ? n - o : chunk);
         MPI_Request r;
@@ -241,6 +299,13 @@ dm_status dm_dist_start(dm_dist **out, double timeout_s) {
             dm_dist_finish(d);
             return mpi_fail(rc, "MPI_Comm_dup/rank/size/split_type", "joining the launch");
         }
+        /* the boards: a window without which the runs go on (only a hang is named less well) */
+        if (d->size > 1 && MPI_Win_allocate((MPI_Aint)sizeof(struct board), 1, MPI_INFO_NULL, d->comm, &d->board,
+                                            &d->win) == MPI_SUCCESS) {
+            memset(d->board, 0, sizeof *d->board);
+            d->win_ok = MPI_Win_lock_all(MPI_MODE_NOCHECK, d->win) == MPI_SUCCESS;
+            if (!d->win_ok) MPI_Win_free(&d->win);
+        }
     }
 #endif
     if (d->size > 1) {
@@ -266,6 +331,10 @@ void dm_dist_finish(dm_dist *d) {
     }
     if (d->release) d->release(d->slot);
 #ifdef DM_HAVE_MPI
+    if (d->win_ok) {
+        MPI_Win_unlock_all(d->win);
+        MPI_Win_free(&d->win);
+    }
     if (d->comm_ok) MPI_Comm_free(&d->comm);
     if (d->mpi) MPI_Finalize();
 #endif
@@ -359,6 +428,7 @@ dm_status dm_dist_bcast(dm_dist *d, void *buf, size_t bytes, int root, const cha
     if (bytes > (size_t)1 << 30) return dm_fail(DM_ERR_INVALID_ARG, "dm_dist_bcast: %zu bytes at once", bytes);
 #ifdef DM_HAVE_MPI
     MPI_Request r;
+    board_mark(d, what);
     pthread_mutex_lock(&d->mpi_mu);
     int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, d->comm, &r);
     pthread_mutex_unlock(&d->mpi_mu);

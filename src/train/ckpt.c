@@ -233,7 +233,10 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
         if (!v) return dm_fail(DM_ERR_FORMAT, "the checkpoint's metadata has no '%s'", k_meta[m]);
         snprintf(theirs[m], META_LEN, "%s", v);
     }
-    for (int m = 0; m <= M_ADAMW; m++) {
+    /* the batch first: another batch changes the model's `predictions` too, and is no
+     * question of architecture */
+    for (int k = -1; k <= M_ADAMW; k++) {
+        const int m = k < 0 ? M_BATCH : k;
         if (!strcmp(theirs[m], mine[m])) continue;
         if (m <= M_MODEL)
             return dm_fail(DM_ERR_SHAPE, "the checkpoint's %s is %s, this trainer's %s: give the architecture it was "

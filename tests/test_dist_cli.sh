@@ -1,0 +1,203 @@
+#!/bin/sh
+# test_dist_cli.sh: data parallelism end to end under `mpirun -np 2` (Open MPI; as root,
+# OMPI_ALLOW_RUN_AS_ROOT is set here). With a dmove built with MPI:
+#   - tests/test_dist as 2 ranks (every trainer kind against one process with the global
+#     batch; checkpoints and resumes);
+#   - `dmove pretrain` and `dmove train` on 2 ranks x b=4 against 1 process x b=8: the same
+#     losses (dropout 0);
+#   - a resume with the same 2 ranks bit-identical to the uninterrupted run, and alone with
+#     b=8 going on from the same checkpoint;
+#   - ranks launched with different options refuse to start, naming them;
+#   - a rank that hangs (SIGSTOP) stops the other within DMOVE_DIST_TIMEOUT, named; a rank
+#     that dies (SIGKILL) ends the job; the last checkpoint stays whole.
+# With a dmove built without MPI: a launch that says it is one of 2 ranks is refused,
+# saying how to build with MPI (the suite's ASan build is built so).
+# Usage: DMOVE=build/dmove sh tests/test_dist_cli.sh
+set -u
+
+. "$(dirname "$0")/cli_lib.sh"
+cli_setup test_dist_cli.sh dmove_dist
+TESTS=$(dirname "$DMOVE")/tests
+cd "$T" || exit 1
+
+if ! "$DMOVE" --version | grep -q '^data parallelism: MPI'; then
+    cases=$((cases + 1))
+    OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 "$DMOVE" train --steps 1 --hidden 32 --heads 2 --ffn 64 \
+        --seq 8 --batch 2 --layers 1 >stdout 2>stderr && fail "built without MPI: a launch of 2 ranks was not refused"
+    grep -q 'built without MPI' stderr && grep -q 'make MPI=1' stderr ||
+        fail "built without MPI: the refusal does not say so: $(cat stderr)"
+    echo "ok   built without MPI: a rank of 2 is refused: $(head -1 stderr)"
+    echo "SKIP: the 2-rank runs: this dmove was built without MPI"
+    echo "test_dist_cli.sh: $cases cases, $fails failed"
+    [ "$fails" -eq 0 ]
+    exit
+fi
+if ! command -v mpirun >/dev/null 2>&1; then
+    echo "FAIL: dmove was built with MPI, but there is no mpirun (apt-get install openmpi-bin)" >&2
+    exit 1
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# one thread a rank (the CPU has 2 cores), and what mpirun says about itself left out
+export OMP_NUM_THREADS=1 OMPI_MCA_btl_base_warn_component_unused=0
+MPIRUN="mpirun --oversubscribe -np 2"
+run2() { # run2 NAME ARGS...: mpirun -np 2 dmove ARGS must exit 0
+    name=$1
+    shift
+    cases=$((cases + 1))
+    $MPIRUN "$DMOVE" "$@" >stdout 2>stderr
+    rc=$?
+    [ "$rc" -eq 0 ] || { fail "$name: exit $rc (mpirun -np 2 dmove $*)"; sed 's/^/    /' stderr >&2; }
+}
+# json_num FILE KEY: a number of a one-line JSON object
+json_num() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$1"; }
+close() { # close NAME A B TOL: |A - B| <= TOL * |B|
+    cases=$((cases + 1))
+    awk -v a="$2" -v b="$3" -v t="$4" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b;
+        exit !(a != "" && d <= t * m) }' || fail "$1: $2 vs $3"
+}
+
+# --- the library's test, as 2 ranks
+cases=$((cases + 1))
+if $MPIRUN "$TESTS/test_dist" >tdist.out 2>&1; then
+    sed 's/^/    /' tdist.out | grep -v '^    $'
+else
+    fail "test_dist as 2 ranks"
+    cat tdist.out >&2
+fi
+
+# --- pretrain: 2 ranks x b=4 against 1 x b=8
+{
+    printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'
+    for w in the a quick brown fox jumps over lazy dog cat sat on mat hello world and then it was is in of to \
+             run ran home . , '!'; do
+        echo "$w"
+    done
+} >vocab.txt
+i=0
+while [ $i -lt 200 ]; do
+    printf 'the quick brown fox jumps over the lazy dog.\nthe cat sat on the mat.\nhello world, the dog ran home!\n\n'
+    i=$((i + 1))
+done >corpus.txt
+good "prepare" prepare --tokenizer vocab.txt --lowercase --out data --valid-fraction 0.1 corpus.txt
+P="pretrain --data data --tokenizer vocab.txt --lowercase --layers 2 --hidden 32 --heads 2 --ffn 64 --seq 32 \
+--lr 3e-3 --warmup 2 --dropout 0 --steps 6 --eval-every 3 --eval-batches 2 --threads 1"
+# shellcheck disable=SC2086 # P is words
+good "pretrain alone, b=8" $P --batch 8 --json
+cp stdout one.json
+# shellcheck disable=SC2086
+run2 "pretrain, 2 ranks x b=4" $P --batch 4 --json
+cp stdout two.json
+for k in loss_first loss_last eval_loss eval_accuracy; do
+    close "pretrain: $k, 2 ranks x b=4 vs 1 x b=8" "$(json_num two.json $k)" "$(json_num one.json $k)" 1e-5
+done
+has "pretrain --json: ranks" two.json '"ranks":2,"reduce_ms":\{"busy":[0-9.]+,"exposed":[0-9.]+\}'
+echo "ok   pretrain: 2 ranks x b=4 as 1 x b=8: loss $(json_num one.json loss_first) -> $(json_num one.json loss_last), \
+held-out $(json_num one.json eval_loss) (alone) vs $(json_num two.json loss_first) -> $(json_num two.json loss_last), \
+$(json_num two.json eval_loss)"
+# shellcheck disable=SC2086
+run2 "pretrain, 2 ranks, text" $P --batch 4
+has "pretrain: the data-parallel line" stdout '^  data-parallel: 2 ranks over MPI, each b=4 of a global batch of 8'
+has "pretrain: the reduction's time" stdout '^gradient sums over 2 ranks: [0-9.]+ ms/step at work, [0-9.]+ ms/step waited'
+cases=$((cases + 1))
+[ "$(grep -c '^step 6/6' stdout)" = 1 ] || fail "pretrain: the progress printed more than once (by every rank?)"
+
+# --- resume: 2 ranks stopped at step 3 and resumed = 2 ranks straight through (bit for bit)
+# shellcheck disable=SC2086
+run2 "pretrain 2 ranks, straight" $P --batch 4 --save straight.ckpt
+# shellcheck disable=SC2086
+run2 "pretrain 2 ranks, until 3" $P --batch 4 --save resumed.ckpt --until 3
+# shellcheck disable=SC2086
+run2 "pretrain 2 ranks, resumed" $P --batch 4 --save resumed.ckpt --resume resumed.ckpt
+cases=$((cases + 1))
+cmp -s straight.ckpt resumed.ckpt || fail "2 ranks resumed at step 3: the checkpoint differs from the straight run's"
+echo "ok   pretrain: 2 ranks resumed at step 3 end bit-identical to the straight run"
+# the same checkpoint, resumed alone with the global batch
+# shellcheck disable=SC2086
+run2 "pretrain 2 ranks, until 3 (again)" $P --batch 4 --save mid.ckpt --until 3
+# shellcheck disable=SC2086
+good "pretrain alone, resumed from 2 ranks' checkpoint" $P --batch 8 --resume mid.ckpt --json
+close "resumed alone: the last loss as the 2 ranks'" "$(json_num stdout loss_last)" "$(json_num two.json loss_last)" 1e-5
+# shellcheck disable=SC2086
+expect "a checkpoint of another global batch" 1 "batch" $P --batch 4 --resume mid.ckpt
+
+# --- train (the encoder stack on the teacher task): 2 ranks x b=4 against 1 x b=8
+S="train --layers 2 --hidden 32 --heads 2 --ffn 64 --seq 16 --dropout 0 --steps 4 --lr 1e-3 --threads 1 --json"
+# shellcheck disable=SC2086
+good "train alone, b=8" $S --batch 8
+sed -n 's/.*"loss":\[\([^]]*\)\].*/\1/p' stdout | tr ',' '\n' >one.loss
+# shellcheck disable=SC2086
+run2 "train, 2 ranks x b=4" $S --batch 4
+sed -n 's/.*"loss":\[\([^]]*\)\].*/\1/p' stdout | tr ',' '\n' >two.loss
+cases=$((cases + 1))
+[ -s one.loss ] && paste one.loss two.loss | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad = 1 }
+    END { exit bad }' || fail "train: the losses of 2 ranks x b=4 differ from 1 x b=8: $(paste -d' ' one.loss two.loss)"
+echo "ok   train: 2 ranks x b=4 as 1 x b=8: losses $(paste -d/ one.loss two.loss | tr '\n' ' ')"
+
+# --- ranks launched differently refuse to start
+cases=$((cases + 1))
+# shellcheck disable=SC2086
+mpirun -np 1 "$DMOVE" $P --batch 4 --lr 1e-3 : -np 1 "$DMOVE" $P --batch 4 --lr 2e-3 >stdout 2>stderr &&
+    fail "ranks with different --lr started"
+grep -q 'the ranks differ in the command line' stderr && grep -q -- '--lr 2e-3' stderr ||
+    fail "different options: the refusal does not say what differs: $(head -3 stderr)"
+echo "ok   ranks with different options refused: $(grep -m1 'differ' stderr | cut -c1-150)..."
+
+# --- faults: the pid of rank 1 of the run in the background
+rank1() {
+    for p in $(pgrep -f "$DMOVE pretrain"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$' && echo "$p"
+    done
+}
+LONG="$P --batch 4 --steps 1000000 --eval-every 1000000 --save long.ckpt --save-every 20"
+wait_for_ckpt() {
+    i=0
+    while [ ! -s long.ckpt ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+}
+# a rank that hangs: the other stops after the timeout, naming it
+rm -f long.ckpt
+# shellcheck disable=SC2086
+DMOVE_DIST_TIMEOUT=3 $MPIRUN -x DMOVE_DIST_TIMEOUT "$DMOVE" $LONG >stdout 2>stderr &
+job=$!
+wait_for_ckpt
+p=$(rank1)
+cases=$((cases + 1))
+if [ -z "$p" ]; then
+    fail "hang: rank 1 not found"
+    kill "$job"
+else
+    kill -STOP "$p"
+    t0=$(date +%s)
+    wait "$job"
+    rc=$?
+    t=$(($(date +%s) - t0))
+    [ "$rc" -ne 0 ] && [ "$t" -lt 60 ] || fail "hang: exit $rc after $t s"
+    grep -Eq 'rank 0 of 2 waited 3 s for the other ranks .*rank 1 (is behind|does not answer|is in it too, but has not moved)' stderr ||
+        fail "hang: no message naming rank 1: $(grep -m2 rank stderr)"
+    echo "ok   a hung rank stops the run in $t s: $(grep -m1 'waited' stderr | cut -c1-200)"
+fi
+good "hang: the last checkpoint is whole" export --checkpoint long.ckpt --out after-hang
+# a rank that dies: mpirun ends the job, naming it
+rm -f long.ckpt
+# shellcheck disable=SC2086
+$MPIRUN "$DMOVE" $LONG >stdout 2>stderr &
+job=$!
+wait_for_ckpt
+p=$(rank1)
+cases=$((cases + 1))
+if [ -z "$p" ]; then
+    fail "kill: rank 1 not found"
+    kill "$job"
+else
+    kill -KILL "$p"
+    t0=$(date +%s)
+    wait "$job"
+    rc=$?
+    t=$(($(date +%s) - t0))
+    [ "$rc" -ne 0 ] && [ "$t" -lt 60 ] || fail "kill: exit $rc after $t s"
+    grep -q 'rank 1' stderr || fail "kill: nothing names rank 1: $(tail -3 stderr)"
+    echo "ok   a killed rank ends the job in $t s: $(grep -m1 'rank 1' stderr)"
+fi
+good "kill: the last checkpoint is whole" export --checkpoint long.ckpt --out after-kill
+
+echo "test_dist_cli.sh: $cases cases, $fails failed"
+[ "$fails" -eq 0 ]
