@@ -165,6 +165,24 @@ endif
 ifeq ($(MPI)$(HAVE_MPI),1)
 $(error MPI=1 given, but: $(MPI_WHY))
 endif
+# NCCL (the CUDA backend's sums over several GPUs): nccl.h and libnccl.so beside the
+# toolkit or in the system's paths; NCCL=0 leaves it out.
+NCCL ?= auto
+HAVE_NCCL :=
+ifneq ($(HAVE_CUDA),)
+ifneq ($(NCCL),0)
+NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h /usr/local/include/nccl.h))
+NCCL_LIB := $(firstword $(wildcard $(CUDA_LIBDIR)libnccl.so /usr/lib/$(MULTIARCH)/libnccl.so /usr/local/lib/libnccl.so))
+ifneq ($(and $(NCCL_H),$(NCCL_LIB)),)
+HAVE_NCCL := 1
+NVCCFLAGS += -DDM_HAVE_NCCL -I$(dir $(NCCL_H))
+LDLIBS += -L$(dir $(NCCL_LIB)) -Wl,-rpath,$(dir $(NCCL_LIB)) -lnccl
+MPI_WHY := $(MPI_WHY); NCCL $(NCCL_LIB) for the GPUs
+else
+MPI_WHY := $(MPI_WHY); no NCCL (nccl.h, libnccl.so): one GPU per run
+endif
+endif
+endif
 
 $(info dmove build: BLAS  $(BLAS_WHERE) ($(BLAS_KIND)))
 $(info dmove build: cJSON $(CJSON_WHERE))
@@ -176,7 +194,7 @@ $(info dmove build: MPI   $(MPI_WHY))
 # Objects differ with and without CUDA (DM_HAVE_CUDA): a change of setting rebuilds.
 # (Not touched by a dry run, make -n.)
 CONFIG_STAMP := $(BUILD)/config.stamp
-BUILD_CONFIG := cuda=$(HAVE_CUDA) nvcc=$(if $(HAVE_CUDA),$(NVCC)) mpi=$(HAVE_MPI)
+BUILD_CONFIG := cuda=$(HAVE_CUDA) nvcc=$(if $(HAVE_CUDA),$(NVCC)) mpi=$(HAVE_MPI) nccl=$(HAVE_NCCL)
 ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
 $(shell mkdir -p $(BUILD) && { [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = "$(BUILD_CONFIG)" ] || echo "$(BUILD_CONFIG)" > $(CONFIG_STAMP); })
 endif
@@ -191,7 +209,7 @@ LIB_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o) $(BUILD)/src/cuda/gen_text.o
 endif
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 # only src/dist sees MPI's headers
-$(BUILD)/src/dist/%.o: CFLAGS += $(if $(HAVE_MPI),-DDM_HAVE_MPI $(MPI_CFLAGS))
+$(BUILD)/src/dist/%.o: CFLAGS += $(if $(HAVE_MPI),-DDM_HAVE_MPI $(MPI_CFLAGS)) $(if $(HAVE_NCCL),-DDM_HAVE_NCCL)
 $(BUILD)/src/layer/backends.o: CFLAGS += -DDM_BACKEND_LIST='$(foreach b,$(BACKENDS),X($(b)))'
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -268,12 +286,13 @@ test: $(BUILD)/dmove $(TEST_BIN)
 # Parsers, the CLI's error paths, the contraction kernels (dmove's own GEMM; ASan does not
 # see its masked vector loads and stores, which test_contract checks by poisoned columns)
 # the tuner's plans (epilogue fusion included) and the trainer (its checkpoint loader) under AddressSanitizer and UBSan (CPU build: they do not touch the GPU, and ASan's shadow
-# memory and the CUDA driver do not mix).
+# memory and the CUDA driver do not mix), without MPI (Open MPI's own allocations would show
+# as leaks; test_dist_cli.sh then checks that a launch of several ranks is refused).
 ASAN_TESTS := test_safetensors test_files test_embed test_analysis test_contract test_tune test_train test_optim test_checkpoint test_hf test_tools test_text test_data test_model
 test-asan:
-	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory CUDA=0 BUILD=build-asan build-asan/dmove $(ASAN_TESTS:%=build-asan/tests/%)
+	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory CUDA=0 MPI=0 BUILD=build-asan build-asan/dmove $(ASAN_TESTS:%=build-asan/tests/%)
 	@set -e; for t in $(ASAN_TESTS); do echo "== $$t (asan)"; ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} build-asan/tests/$$t; done
-	@set -e; for s in tests/test_cli_errors.sh tests/test_analyze_cli.sh tests/test_tokenize_cli.sh tests/test_prepare_cli.sh tests/test_pretrain_cli.sh tests/test_embed_cli.sh tests/test_finetune_cli.sh; do [ -e "$$s" ] || continue; echo "== $$s (asan)"; DMOVE=build-asan/dmove ASAN_OPTIONS=detect_leaks=1 sh $$s; done
+	@set -e; for s in tests/test_cli_errors.sh tests/test_analyze_cli.sh tests/test_tokenize_cli.sh tests/test_prepare_cli.sh tests/test_pretrain_cli.sh tests/test_embed_cli.sh tests/test_finetune_cli.sh tests/test_dist_cli.sh; do [ -e "$$s" ] || continue; echo "== $$s (asan)"; DMOVE=build-asan/dmove ASAN_OPTIONS=detect_leaks=1 sh $$s; done
 
 # Fuzzing (tests/fuzz): a libFuzzer harness for each parser of untrusted files, built with
 # clang under ASan and UBSan against the library's sources (CPU only, build-fuzz; the

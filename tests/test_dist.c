@@ -87,15 +87,18 @@ static dm_status feed(dm_trainer *T, task_kind k, const global_batch *g, int64_t
     return DM_OK;
 }
 
+static dm_device_kind g_device = DM_DEVICE_CPU;
+
 static dm_status make(dm_trainer **T, task_kind k, int64_t batch, const dm_optim_config *a, int64_t V) {
+    const dm_layer_options o = {.device = g_device};
     dm_layer_config c;
     dm_layer_config_default(&c);
     c.batch = batch, c.seq = 8, c.hidden = 16, c.heads = 2, c.ffn = 32, c.dropout = 0.0, c.seed = 9;
-    if (k == TASK_STACK) return dm_trainer_new(T, &c, 2, NULL, a);
+    if (k == TASK_STACK) return dm_trainer_new(T, &c, 2, &o, a);
     dm_bert_model bm = {.vocab = V, .positions = 16, .types = 2, .pad_id = 0,
                         .predictions = batch * c.seq, /* every masked position scored */
                         .num_labels = k == TASK_CLS ? 3 : 0};
-    return dm_trainer_new_bert(T, &c, 2, &bm, NULL, a);
+    return dm_trainer_new_bert(T, &c, 2, &bm, &o, a);
 }
 
 /* The largest relative difference between the tensors of two checkpoints (all of them:
@@ -289,6 +292,18 @@ int main(void) {
     test_equivalence(d, TASK_MLM, "BertForMaskedLM, LAMB, clipped:", DM_OPT_LAMB, 1);
     test_equivalence(d, TASK_CLS, "BertForSequenceClassification, AdamW:", DM_OPT_ADAMW, 1);
     test_resume(d);
+    /* the CUDA backend's reduction, emulated on the host (no GPU here; NCCL on a GPU) */
+    CHECK(setenv("DMOVE_CUDA_EMULATE", "1", 1) == 0);
+    g_device = DM_DEVICE_CUDA;
+    dm_trainer *probe = NULL;
+    const dm_status cs = make(&probe, TASK_STACK, 2, NULL, 40);
+    dm_trainer_free(probe);
+    if (cs == DM_ERR_UNSUPPORTED) {
+        if (g_rank == 0) printf("SKIP: the CUDA backend's reduction: %s\n", dm_last_error());
+    } else {
+        test_equivalence(d, TASK_STACK, "CUDA (emulated): encoder stack, AdamW:", DM_OPT_ADAMW, 1);
+        test_equivalence(d, TASK_MLM, "CUDA (emulated): BertForMaskedLM, LAMB:", DM_OPT_LAMB, 1);
+    }
     CHECK_OK(dm_dist_barrier(d));
     if (g_rank == 0) {
         char cmd[128];

@@ -53,3 +53,7 @@ dm_status dm_threads_room(int threads, const char *what) {
     const int nt = threads > 0 ? threads : omp_get_max_threads();
     return dm_address_room((DM_BLAS_BUFFER_BYTES + dm_thread_stack_bytes()) * nt, what);
 }
+
+static int g_local_rank = -1;
+void dm_set_local_rank(int r) { g_local_rank = r; }
+int dm_local_rank(void) { return g_local_rank; }

@@ -28,4 +28,9 @@ dm_status dm_address_room(int64_t bytes, const char *what);
  * counted by the dmove command's start-up check, not here). */
 dm_status dm_threads_room(int threads, const char *what);
 
+/* This process's rank among the ranks of its machine in a launch of several (set by
+ * dm_dist_start), else -1: the CUDA backend takes GPU local_rank mod the GPUs it sees. */
+void dm_set_local_rank(int r);
+int dm_local_rank(void);
+
 #endif

@@ -10,6 +10,13 @@
 #include "cuda/cuda_internal.h"
 #include "cuda/rowmath.cuh"
 
+extern "C" {
+#include "dist/dist.h"
+}
+#ifdef DM_HAVE_NCCL
+#include <nccl.h>
+#endif
+
 /* --- the optimizers ------------------------------------------------------------------ */
 
 /* Part q's share of n elements (graph/optim_elem.h): [*lo, *hi). */
@@ -290,4 +297,134 @@ dm_status dm_cuda_mse(dm_cuda_exec *ex, int ty, int tdy, const float *target, co
         DMC_LAUNCHED("the loss kernel");
     }
     return dm_cuda_memcpy(ex, host_partial, partial, (size_t)tokens * sizeof(double), 0);
+}
+
+/* --- data parallelism: the gradients summed over the ranks ---------------------------- */
+
+#ifdef DM_HAVE_NCCL
+#define DMC_NCCL(call)                                                                        \
+    do {                                                                                      \
+        ncclResult_t dmc_r_ = (call);                                                         \
+        if (dmc_r_ != ncclSuccess)                                                            \
+            return dm_fail(DM_ERR_BACKEND, "%s failed: %s", #call, ncclGetErrorString(dmc_r_)); \
+    } while (0)
+
+enum { NCCL_MARKS = 1024 };
+
+/* One per launch (kept in dm_dist's backend slot): the communicator over the ranks' GPUs,
+ * its stream (the sums run there, beside the backward pass on the layers' streams), and
+ * start/end events of each sum of a step, for its busy time. */
+typedef struct {
+    ncclComm_t comm;
+    cudaStream_t stream;
+    cudaEvent_t start[NCCL_MARKS], end[NCCL_MARKS], ready;
+    int marks;    /* events created */
+    int used;     /* sums this step */
+    int device;
+} dmc_nccl;
+
+static void nccl_release(void *p) {
+    dmc_nccl *c = (dmc_nccl *)p;
+    if (!c) return;
+    (void)cudaStreamSynchronize(c->stream);
+    (void)ncclCommDestroy(c->comm);
+    for (int k = 0; k < c->marks; k++) (void)cudaEventDestroy(c->start[k]), (void)cudaEventDestroy(c->end[k]);
+    (void)cudaEventDestroy(c->ready);
+    (void)cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+/* The launch's communicator, made at the first sum: rank 0's id to every rank over MPI. */
+static dm_status nccl_of(dm_dist *d, dmc_nccl **out) {
+    dmc_nccl *c = (dmc_nccl *)dm_dist_backend_slot(d);
+    if (c) {
+        *out = c;
+        return DM_OK;
+    }
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (dm_dist_rank(d) == 0) DMC_NCCL(ncclGetUniqueId(&id));
+    DM_TRY(dm_dist_bcast(d, &id, sizeof id, 0, "NCCL's id"));
+    c = (dmc_nccl *)calloc(1, sizeof *c);
+    if (!c) return dm_fail(DM_ERR_OOM, "out of memory");
+    cudaError_t e = cudaGetDevice(&c->device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        free(c);
+        return dm_fail(DM_ERR_BACKEND, "the NCCL stream: %s", cudaGetErrorString(e));
+    }
+    ncclResult_t r = ncclCommInitRank(&c->comm, dm_dist_size(d), id, dm_dist_rank(d));
+    if (r != ncclSuccess) {
+        const int dev = c->device;
+        (void)cudaEventDestroy(c->ready);
+        (void)cudaStreamDestroy(c->stream);
+        free(c);
+        return dm_fail(DM_ERR_BACKEND, "ncclCommInitRank (rank %d of %d, GPU %d) failed: %s", dm_dist_rank(d),
+                       dm_dist_size(d), dev, ncclGetErrorString(r));
+    }
+    dm_dist_set_backend_slot(d, c, nccl_release);
+    *out = c;
+    return DM_OK;
+}
+#endif
+
+dm_status dm_cuda_reduce(dm_cuda_exec *ex, int tg, float *buf, int64_t n, dm_dist *d) {
+    if (!ex || !d) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_reduce: NULL argument");
+    char *g = (char *)buf;
+    int dt = DMC_F32;
+    if (!g) DM_TRY(dense(ex, tg, n, &g, &dt, "the gradient reduction"));
+    if (dmc_emulated(ex)) { /* host memory: MPI on dist's thread, as the CPU's */
+        if (dt != DMC_F32)
+            return dm_fail(DM_ERR_UNSUPPORTED, "the emulated CUDA backend sums fp32 gradients over ranks only");
+        return dm_dist_reduce_start(d, (float *)g, n, "summing the gradients over the ranks");
+    }
+#ifdef DM_HAVE_NCCL
+    dmc_nccl *c = NULL;
+    DM_TRY(nccl_of(d, &c));
+    if (c->used == NCCL_MARKS) return dm_fail(DM_ERR_INTERNAL, "more than %d gradient sums in one step", NCCL_MARKS);
+    if (c->used == c->marks) {
+        DMC_CUDA(cudaEventCreate(&c->start[c->marks]));
+        DMC_CUDA(cudaEventCreate(&c->end[c->marks]));
+        c->marks++;
+    }
+    /* after the backward's work on this layer (both of its streams), beside what follows */
+    DM_TRY(dmc_join(ex));
+    DMC_CUDA(cudaEventRecord(c->ready, dmc_stream(ex)));
+    DMC_CUDA(cudaStreamWaitEvent(c->stream, c->ready, 0));
+    const ncclDataType_t type = dt == DMC_BF16 ? ncclBfloat16 : dt == DMC_F16 ? ncclFloat16 : ncclFloat32;
+    DMC_CUDA(cudaEventRecord(c->start[c->used], c->stream));
+    DMC_NCCL(ncclAllReduce(g, g, (size_t)n, type, ncclSum, c->comm, c->stream));
+    DMC_CUDA(cudaEventRecord(c->end[c->used], c->stream));
+    c->used++;
+    return DM_OK;
+#else
+    return dm_fail(DM_ERR_UNSUPPORTED, "this dmove's CUDA backend was built without NCCL: rebuild with NCCL "
+                   "(nccl.h and libnccl.so beside the CUDA toolkit) to train on several GPUs");
+#endif
+}
+
+dm_status dm_cuda_reduce_wait(dm_cuda_exec *ex, dm_dist *d) {
+    if (!ex || !d) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_reduce_wait: NULL argument");
+    if (dmc_emulated(ex)) return dm_dist_reduce_wait(d);
+#ifdef DM_HAVE_NCCL
+    dmc_nccl *c = (dmc_nccl *)dm_dist_backend_slot(d);
+    if (!c) return DM_OK; /* nothing summed yet */
+    /* the host waits for the sums (the optimizer's kernels are enqueued after) */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    DMC_CUDA(cudaStreamSynchronize(c->stream));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double busy = 0;
+    for (int k = 0; k < c->used; k++) {
+        float ms = 0;
+        DMC_CUDA(cudaEventElapsedTime(&ms, c->start[k], c->end[k]));
+        busy += 1e-3 * ms;
+    }
+    c->used = 0;
+    dm_dist_add_reduce_times(d, busy, (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    return DM_OK;
+#else
+    return DM_OK;
+#endif
 }

@@ -220,6 +220,12 @@ static dm_status sumsq(dm_backend_state *st, int tg, const float *src, int64_t n
     return dm_cuda_sumsq(EX(st), tg, src, n, out);
 }
 
+static dm_status reduce(dm_backend_state *st, int tg, float *buf, int64_t n, dm_dist *d) {
+    return dm_cuda_reduce(EX(st), tg, buf, n, d);
+}
+
+static dm_status reduce_wait(dm_backend_state *st, dm_dist *d) { return dm_cuda_reduce_wait(EX(st), d); }
+
 static dm_status accumulate(dm_backend_state *st, int tg, int64_t n, float *acc, int first) {
     return dm_cuda_accumulate(EX(st), tg, n, acc, first);
 }
@@ -258,7 +264,7 @@ DM_BACKEND_NEXT(profile, profile_take); DM_BACKEND_NEXT(profile_take, pool_new);
 DM_BACKEND_NEXT(pool_free, pool_bytes); DM_BACKEND_NEXT(pool_bytes, buf_new); DM_BACKEND_NEXT(buf_new, buf_free);
 DM_BACKEND_NEXT(buf_free, buf_copy); DM_BACKEND_NEXT(buf_copy, copy_tensor); DM_BACKEND_NEXT(copy_tensor, add_tensor);
 DM_BACKEND_NEXT(add_tensor, sumsq);
-DM_BACKEND_NEXT(sumsq, accumulate); DM_BACKEND_NEXT(accumulate, optimize); DM_BACKEND_NEXT(optimize, mse);
+DM_BACKEND_NEXT(sumsq, reduce); DM_BACKEND_NEXT(reduce, reduce_wait); DM_BACKEND_NEXT(reduce_wait, accumulate); DM_BACKEND_NEXT(accumulate, optimize); DM_BACKEND_NEXT(optimize, mse);
 static_assert(sizeof(dm_backend) ==
                   (DM_BACKEND_AFTER(mse) + alignof(dm_backend) - 1) / alignof(dm_backend) * alignof(dm_backend),
               "dm_backend has a field after mse: initialise dm_backend_cuda in field order");
@@ -268,7 +274,7 @@ static_assert(sizeof(dm_backend) ==
     [[maybe_unused]] const auto &[name, device, merge_siblings, runs_pairs, algos, check_options, resolve_options,
                                   create, destroy, notes, workspace_bytes, timed_with, upload, download, run_group, sync,
                                   profile, profile_take, pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy,
-                                  copy_tensor, add_tensor, sumsq, accumulate, optimize, mse] = b;
+                                  copy_tensor, add_tensor, sumsq, reduce, reduce_wait, accumulate, optimize, mse] = b;
 }
 #undef DM_BACKEND_NEXT
 #undef DM_BACKEND_ALIGN
@@ -283,6 +289,6 @@ extern "C" const dm_backend dm_backend_cuda = {
     check_options, resolve_options,
     create, destroy, notes, workspace_bytes, timed_with,
     upload, download, run_group, sync, profile, profile_take,
-    pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy, copy_tensor, add_tensor, sumsq, accumulate, optimize,
-    mse,
+    pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy, copy_tensor, add_tensor, sumsq, reduce, reduce_wait,
+    accumulate, optimize, mse,
 };

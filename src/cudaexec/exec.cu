@@ -31,6 +31,10 @@
 
 #include "cudaexec/exec.h"
 
+extern "C" {
+#include "core/sysinfo.h"
+}
+
 /* --- the pool of main-stream buffers a trainer's layers share (exec.h) --------------- */
 
 dm_status dm_cuda_pool_new(dm_cuda_pool **out, int emulated) {
@@ -140,6 +144,13 @@ dm_status dm_cuda_available(char *why, size_t n) {
     }
     int dev = 0;
     cudaDeviceProp prop;
+    /* one of several ranks on this machine: GPU local_rank mod the GPUs it sees (with
+     * CUDA_VISIBLE_DEVICES set per rank by the launcher: its one GPU) */
+    if (dm_local_rank() >= 0 && (e = cudaSetDevice(dm_local_rank() % count)) != cudaSuccess) {
+        snprintf(why, n, "cudaSetDevice(%d) for local rank %d failed: %s", dm_local_rank() % count, dm_local_rank(),
+                 cudaGetErrorString(e));
+        return dm_fail(DM_ERR_BACKEND, "no usable CUDA device: %s" NO_DEVICE_HINT, why);
+    }
     e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, dev);
     if (e != cudaSuccess) {

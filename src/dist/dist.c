@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "core/status.h"
+#include "core/sysinfo.h"
 
 #ifdef DM_HAVE_MPI
 #include <mpi.h>
@@ -309,6 +310,7 @@ dm_status dm_dist_start(dm_dist **out, double timeout_s) {
     }
 #endif
     if (d->size > 1) {
+        dm_set_local_rank(d->local_rank); /* the GPU this rank takes */
         int e = pthread_create(&d->worker, NULL, worker_main, d);
         if (e) {
             dm_dist_finish(d);
@@ -388,6 +390,13 @@ dm_status dm_dist_reduce_wait(dm_dist *d) {
     memcpy(msg, d->err_msg, sizeof msg);
     pthread_mutex_unlock(&d->mu);
     return s == DM_OK ? DM_OK : dm_fail(s, "%s", msg);
+}
+
+void dm_dist_add_reduce_times(dm_dist *d, double busy, double exposed) {
+    if (!d) return;
+    pthread_mutex_lock(&d->mu);
+    d->busy += busy, d->exposed += exposed;
+    pthread_mutex_unlock(&d->mu);
 }
 
 void dm_dist_reduce_times(const dm_dist *d, double *busy, double *exposed) {

@@ -21,6 +21,8 @@ dm_status dm_dist_reduce_wait(dm_dist *d);
 /* The reductions' seconds so far: busy (the thread working on them) and exposed (callers
  * waiting in dm_dist_reduce_wait). */
 void dm_dist_reduce_times(const dm_dist *d, double *busy, double *exposed);
+/* Adds a transport's own times to them (NCCL's, measured by the backend). */
+void dm_dist_add_reduce_times(dm_dist *d, double busy, double exposed);
 /* Sums n int64 / doubles over the ranks in place, on the caller's thread (no reduction may
  * be queued: the caller waited). */
 dm_status dm_dist_sum_i64(dm_dist *d, int64_t *v, int n, const char *what);
