@@ -725,6 +725,10 @@ const cli_option cli_optim_options[] = {
      .help = "the moments' decays and epsilon (default {}, {}, {})"},
     {.kind = CLI_DOUBLE, .name = "--beta2", .arg = "B", OO(optim.beta2)},
     {.kind = CLI_DOUBLE, .name = "--adam-eps", .arg = "E", OO(optim.eps)},
+    {.kind = CLI_INT, .name = "--zero", .arg = "Z", OO(zero), .lo = 0, .hi = 1,
+     .help = "under mpirun: 1 shards the optimizer's moments over the\n"
+             "ranks (ZeRO stage 1: each keeps and updates its share of\n"
+             "the parameters; memory for the moments / ranks); default {}"},
     {.kind = CLI_END},
 };
 #undef OO
@@ -987,11 +991,12 @@ int cli_dist_end(dm_dist *d, int rc) {
     return rc;
 }
 
-void cli_dist_header(FILE *info, dm_dist *d, int64_t batch) {
+void cli_dist_header(FILE *info, dm_dist *d, int64_t batch, int zero) {
     const int n = dm_dist_size(d);
     if (n < 2) return;
     fprintf(info, "  data-parallel: %d ranks over MPI, each b=%" PRId64 " of a global batch of %" PRId64 "; the gradients "
-                  "summed over the ranks as the backward pass produces them\n", n, batch, batch * n);
+                  "summed over the ranks as the backward pass produces them%s\n", n, batch, batch * n,
+            zero ? "; the optimizer's moments sharded over the ranks (ZeRO 1)" : "");
 }
 
 void cli_dist_summary(FILE *out, dm_dist *d, const dm_trainer *t, double steps) {

@@ -191,11 +191,12 @@ int cli_config_finish(cli_config *c, const char *cmd, int check);
 const char *cli_variant(const dm_layer_config *cfg);
 
 /* The optimizer and its schedule (--lr, --warmup, --lr-schedule, --power, --lr-end,
- * --optimizer, --clip-norm, --accumulate, --weight-decay, --beta1, --beta2, --adam-eps),
- * shared by train and pretrain. */
+ * --optimizer, --clip-norm, --accumulate, --weight-decay, --beta1, --beta2, --adam-eps,
+ * --zero), shared by train, pretrain and finetune. */
 typedef struct {
     dm_optim_config optim;
     int schedule; /* --lr-schedule: 0 constant, 1 linear, 2 poly */
+    int zero;     /* --zero: ZeRO stage (0, 1) under mpirun (dm_trainer_set_zero) */
 } cli_optim;
 extern const cli_option cli_optim_options[];
 #define CLI_OPTIM(type, field) {.kind = CLI_GROUP, .off = offsetof(type, field), .group = cli_optim_options}
@@ -238,10 +239,10 @@ int cli_dist_start(const char *cmd, int argc, char **argv, dm_dist **out);
 FILE *cli_dist_info(FILE *info);
 int cli_dist_interrupted(dm_dist *d);
 int cli_dist_end(dm_dist *d, int rc);
-/* With several ranks: the header's line on them (batch: each rank's), and the summary's
+/* With several ranks: the header's line on them (batch: each rank's; zero: --zero), and the summary's
  * on the gradient sums (their time per step, busy and exposed; `steps` the steps run);
  * alone, nothing. */
-void cli_dist_header(FILE *info, dm_dist *d, int64_t batch);
+void cli_dist_header(FILE *info, dm_dist *d, int64_t batch, int zero);
 void cli_dist_summary(FILE *out, dm_dist *d, const dm_trainer *t, double steps);
 
 /* Flushes stdout at the end of a run: CLI_OK, or CLI_FAIL with a message when the output

@@ -358,7 +358,8 @@ static int setup(pretrain_run *r) {
     if (open_loaders(r, cfg) != DM_OK) return fail_dm("--data: ");
     dm_layer_options lo = {.threads = o->c.threads};
     if (dm_trainer_new_bert(&r->T, cfg, o->layers, &r->bm, &lo, &o->opt.optim) != DM_OK) return fail_dm("");
-    if (dm_trainer_set_dist(r->T, r->dist) != DM_OK) return fail_dm("");
+    if (dm_trainer_set_dist(r->T, r->dist) != DM_OK || dm_trainer_set_zero(r->T, o->opt.zero) != DM_OK)
+        return fail_dm("");
     /* what the run trains on: a checkpoint of another run is not resumed */
     char tag[128], dir[256];
     snprintf(dir, sizeof dir, "%s", o->data);
@@ -412,7 +413,7 @@ static void header(const pretrain_run *r, FILE *info) {
             o->data, dm_loader_sequences(r->train), r->valid ? "; held-out split: yes" : "; no held-out split",
             o->pairs ? "sentence pairs" : "packed sentences", 100 * o->mask_prob,
             o->opt.optim.kind == DM_OPT_LAMB ? "LAMB" : "AdamW", lrb, o->steps);
-    cli_dist_header(info, r->dist, cfg->batch);
+    cli_dist_header(info, r->dist, cfg->batch, o->opt.zero);
     if (o->init) {
         fprintf(info, "  parameters from %s", o->init);
         if (o->layers_from) fprintf(info, " (layers %d to %d)", o->layers_from, o->layers_from + o->layers - 1);

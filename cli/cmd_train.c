@@ -321,7 +321,8 @@ static int setup(train_run *r) {
         return CLI_USAGE;
     }
     if (dm_trainer_new(&r->T, cfg, o->layers, &opt, &o->opt.optim) != DM_OK) return fail_dm("");
-    if (dm_trainer_set_dist(r->T, r->dist) != DM_OK) return fail_dm("");
+    if (dm_trainer_set_dist(r->T, r->dist) != DM_OK || dm_trainer_set_zero(r->T, o->opt.zero) != DM_OK)
+        return fail_dm("");
     /* what this run trains on: a checkpoint of another run is not resumed */
     char tag[128];
     const char *base = o->data ? strrchr(o->data, '/') : NULL;
@@ -376,7 +377,7 @@ static void print_header(const train_run *r, FILE *info) {
             layers, layers > 1 ? "s" : "", cfg->hidden, cfg->heads, cfg->ffn, dm_act_name(cfg->act), cli_variant(cfg),
             (double)dm_trainer_num_params(r->T) / 1e6, cfg->batch, cfg->seq, cfg->dropout, where);
     fprintf(info, "  data: %s\n", o->data ? o->data : "the teacher task (a random stack to imitate; inputs N(0, 1))");
-    cli_dist_header(info, r->dist, cfg->batch);
+    cli_dist_header(info, r->dist, cfg->batch, o->opt.zero);
     char extra[96] = "";
     int n = 0;
     if (o->opt.optim.clip_norm > 0.0) n += snprintf(extra + n, sizeof extra - (size_t)n, ", gradient norm clipped to %g", o->opt.optim.clip_norm);

@@ -97,8 +97,17 @@ int main(int argc, char **argv) {
         usage(stderr);
         return CLI_USAGE;
     }
-    for (int k = 0; k < NUM_CMDS; k++)
-        if (!strcmp(c, k_cmds[k].name)) return k_cmds[k].run(argc - 1, argv + 1);
+    for (int k = 0; k < NUM_CMDS; k++) {
+        if (strcmp(c, k_cmds[k].name)) continue;
+        /* train and pretrain run as ranks of an MPI launch; the others alone (their files
+         * would be written by every rank at once) */
+        if (dm_dist_launch_size() > 1 && strcmp(c, "train") && strcmp(c, "pretrain")) {
+            fprintf(stderr, "dmove %s: launched as one of %d processes (mpirun): only train and pretrain run "
+                            "data-parallel; run dmove %s alone, without mpirun\n", c, dm_dist_launch_size(), c);
+            return CLI_USAGE;
+        }
+        return k_cmds[k].run(argc - 1, argv + 1);
+    }
     fprintf(stderr, "dmove: unknown command '%s'\n\n", c);
     usage(stderr);
     return CLI_USAGE;

@@ -520,6 +520,10 @@ typedef struct dm_dist dm_dist;
  * a collective may wait for the other ranks before it fails (a rank died or hangs); 0: the
  * DMOVE_DIST_TIMEOUT environment variable's, else 600 s. */
 dm_status dm_dist_start(dm_dist **out, double timeout_s);
+/* The number of processes a launcher's environment says this one is part of (mpirun,
+ * srun, hydra: 1 or more), or 0 when none: for commands that run alone to refuse a launch
+ * of several. */
+int dm_dist_launch_size(void);
 /* Leaves the launch (MPI_Finalize); NULL: nothing. */
 void dm_dist_finish(dm_dist *d);
 /* Stops every rank of the launch now (MPI_Abort), after a failure on this one that the
@@ -548,6 +552,15 @@ dm_status dm_dist_barrier(dm_dist *d);
  * ranks with batch b take the update one process takes with batch N * b (dropout aside:
  * each rank's masks are its own). Set before the first step; d must outlive the trainer. */
 dm_status dm_trainer_set_dist(dm_trainer *t, dm_dist *d);
+/* ZeRO stage 1 (stage 0: off, the default): with several ranks (after
+ * dm_trainer_set_dist), each rank keeps and updates the optimizer's moments of its shard of
+ * the parameters only (whole tensors, cut in slot order at equal shares): the gradients
+ * are summed onto each tensor's rank (reduce, not all-reduce), which updates it and sends
+ * it to the others (broadcast): the moments' memory per rank falls by the number of
+ * ranks, the bytes moved per step stay those of an all-reduce. Checkpoints hold every
+ * moment still (gathered to rank 0, which writes the file), so a run resumes with any
+ * number of ranks, sharded or not. Alone: nothing to shard, nothing changes. */
+dm_status dm_trainer_set_zero(dm_trainer *t, int stage);
 /* The gradient reductions' seconds since dm_trainer_new: busy (the reduction thread or
  * stream working) and exposed (the step waiting for them after its backward pass); busy -
  * exposed was hidden behind the backward pass. */

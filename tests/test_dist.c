@@ -139,7 +139,7 @@ static void path_of(char *p, size_t n, const char *name) { snprintf(p, n, "%s/%s
 
 /* Steps 1 .. steps of task k: the ranks (batch b each) against the reference alone
  * (batch N * b), losses each step and the state after. */
-static void test_equivalence(dm_dist *d, task_kind k, const char *what, dm_optimizer opt, int accumulate) {
+static void test_equivalence(dm_dist *d, task_kind k, const char *what, dm_optimizer opt, int accumulate, int zero) {
     enum { B = 2, STEPS = 4 };
     const int64_t V = 40, G = (int64_t)g_size * B;
     dm_optim_config a;
@@ -152,6 +152,24 @@ static void test_equivalence(dm_dist *d, task_kind k, const char *what, dm_optim
     CHECK_OK(dm_trainer_set_dist(T, d));
     CHECK_OK(dm_trainer_init_params(T, 5));
     CHECK_OK(dm_trainer_init_params(R, 5));
+    if (zero) { /* the moments' memory falls by the number of ranks (whole tensors: about) */
+        dm_layer_memory lm;
+        size_t before, after, whole;
+        dm_trainer_memory_info(T, &lm, &before);
+        dm_trainer_memory_info(R, &lm, &whole);
+        CHECK_OK(dm_trainer_set_zero(T, 1));
+        dm_trainer_memory_info(T, &lm, &after);
+        /* the moments alone: without the sums over micro-batches, whole on every rank */
+        const size_t sums = accumulate > 1 ? (size_t)dm_trainer_num_params(T) * sizeof(float) : 0;
+        before -= sums, after -= sums, whole -= sums;
+        double all = after;
+        CHECK_OK(dm_dist_sum(d, &all, 1));
+        CHECK(before == whole && (g_size == 1 ? after == before : after < before) && (size_t)all >= whole &&
+              (size_t)all <= whole + (size_t)g_size * 8);
+        if (g_rank == 0 && g_size > 1)
+            printf("  ZeRO 1: the moments %zu bytes on each of %d ranks -> %zu on rank 0 (all ranks' %.0f)\n", before,
+                   g_size, after, all);
+    }
     global_batch g;
     if (!batch_new(&g, G, 8, 16, V)) goto done;
     double worst_loss = 0;
@@ -194,7 +212,7 @@ done:
 
 /* A run saved at step 2 and resumed: with the same ranks bit-identical to the run that
  * went on; alone with the global batch, within fp32 rounding of it. */
-static void test_resume(dm_dist *d) {
+static void test_resume(dm_dist *d, int zero) {
     enum { B = 2 };
     const int64_t V = 40, G = (int64_t)g_size * B;
     dm_optim_config a;
@@ -214,6 +232,8 @@ static void test_resume(dm_dist *d) {
     if (!T || !U || !R) goto done;
     CHECK_OK(dm_trainer_set_dist(T, d));
     CHECK_OK(dm_trainer_set_dist(U, d));
+    CHECK_OK(dm_trainer_set_zero(T, zero));
+    CHECK_OK(dm_trainer_set_zero(U, zero));
     CHECK_OK(dm_trainer_init_params(T, 7));
     for (int s = 1; s <= 4; s++) {
         make_batch(&g, s);
@@ -237,7 +257,8 @@ static void test_resume(dm_dist *d) {
     int bit_same, bit_alone;
     const double same = ckpt_diff(again, end, 0, &bit_same), other = ckpt_diff(alone, end, g_size > 1, &bit_alone);
     if (g_rank == 0)
-        printf("resume at step 2 of 4: with %d ranks %s; alone with b=%lld within %.1e\n", g_size,
+        printf("resume at step 2 of 4%s: with %d ranks %s; alone with b=%lld within %.1e\n", zero ? " (ZeRO 1)" : "",
+               g_size,
                bit_same ? "bit-identical" : "DIFFERENT", (long long)G, other);
     CHECK(bit_same && same == 0);
     CHECK(other >= 0 && other < 1e-5);
@@ -287,11 +308,15 @@ int main(void) {
         printf("test_dist: %d rank%s%s\n", g_size, g_size > 1 ? "s" : "",
                dm_dist_have_mpi() ? " (built with MPI)" : " (built without MPI: a world of one)");
     test_agree(d);
-    test_equivalence(d, TASK_STACK, "encoder stack, MSE, AdamW, clipped:", DM_OPT_ADAMW, 1);
-    test_equivalence(d, TASK_STACK, "the same, 2 micro-batches per update:", DM_OPT_ADAMW, 2);
-    test_equivalence(d, TASK_MLM, "BertForMaskedLM, LAMB, clipped:", DM_OPT_LAMB, 1);
-    test_equivalence(d, TASK_CLS, "BertForSequenceClassification, AdamW:", DM_OPT_ADAMW, 1);
-    test_resume(d);
+    test_equivalence(d, TASK_STACK, "encoder stack, MSE, AdamW, clipped:", DM_OPT_ADAMW, 1, 0);
+    test_equivalence(d, TASK_STACK, "the same, 2 micro-batches per update:", DM_OPT_ADAMW, 2, 0);
+    test_equivalence(d, TASK_MLM, "BertForMaskedLM, LAMB, clipped:", DM_OPT_LAMB, 1, 0);
+    test_equivalence(d, TASK_CLS, "BertForSequenceClassification, AdamW:", DM_OPT_ADAMW, 1, 0);
+    test_equivalence(d, TASK_MLM, "ZeRO 1: BertForMaskedLM, AdamW, clipped:", DM_OPT_ADAMW, 1, 1);
+    test_equivalence(d, TASK_MLM, "ZeRO 1: the same, LAMB, 2 micro-batches:", DM_OPT_LAMB, 2, 1);
+    test_equivalence(d, TASK_STACK, "ZeRO 1: encoder stack, AdamW:", DM_OPT_ADAMW, 1, 1);
+    test_resume(d, 0);
+    test_resume(d, 1);
     /* the CUDA backend's reduction, emulated on the host (no GPU here; NCCL on a GPU) */
     CHECK(setenv("DMOVE_CUDA_EMULATE", "1", 1) == 0);
     g_device = DM_DEVICE_CUDA;
@@ -301,8 +326,9 @@ int main(void) {
     if (cs == DM_ERR_UNSUPPORTED) {
         if (g_rank == 0) printf("SKIP: the CUDA backend's reduction: %s\n", dm_last_error());
     } else {
-        test_equivalence(d, TASK_STACK, "CUDA (emulated): encoder stack, AdamW:", DM_OPT_ADAMW, 1);
-        test_equivalence(d, TASK_MLM, "CUDA (emulated): BertForMaskedLM, LAMB:", DM_OPT_LAMB, 1);
+        test_equivalence(d, TASK_STACK, "CUDA (emulated): encoder stack, AdamW:", DM_OPT_ADAMW, 1, 0);
+        test_equivalence(d, TASK_MLM, "CUDA (emulated): BertForMaskedLM, LAMB:", DM_OPT_LAMB, 1, 0);
+        test_equivalence(d, TASK_MLM, "CUDA (emulated): ZeRO 1, AdamW:", DM_OPT_ADAMW, 1, 1);
     }
     CHECK_OK(dm_dist_barrier(d));
     if (g_rank == 0) {

@@ -120,6 +120,23 @@ close "resumed alone: the last loss as the 2 ranks'" "$(json_num stdout loss_las
 # shellcheck disable=SC2086
 expect "a checkpoint of another global batch" 1 "batch" $P --batch 4 --resume mid.ckpt
 
+# --- ZeRO stage 1: the same run, the moments sharded; its checkpoint resumes alone
+# shellcheck disable=SC2086
+run2 "pretrain 2 ranks, --zero 1" $P --batch 4 --zero 1 --json --save zero.ckpt
+for k in loss_first loss_last eval_loss; do
+    close "--zero 1: $k as without" "$(json_num stdout $k)" "$(json_num two.json $k)" 1e-5
+done
+# shellcheck disable=SC2086
+run2 "pretrain 2 ranks, --zero 1, the header" $P --batch 4 --zero 1 --steps 1
+has "--zero 1: the header says so" stdout "the optimizer's moments sharded over the ranks \(ZeRO 1\)"
+# shellcheck disable=SC2086
+good "a --zero 1 checkpoint resumed alone" $P --batch 8 --steps 8 --resume zero.ckpt
+echo "ok   --zero 1: the same losses, and a checkpoint that resumes alone"
+# --- commands that run alone refuse a launch of several
+cases=$((cases + 1))
+$MPIRUN "$DMOVE" embed --help >stdout 2>stderr && fail "dmove embed under mpirun -np 2 was not refused"
+grep -q 'only train and pretrain run data-parallel' stderr || fail "embed under mpirun: $(head -2 stderr)"
+
 # --- train (the encoder stack on the teacher task): 2 ranks x b=4 against 1 x b=8
 S="train --layers 2 --hidden 32 --heads 2 --ffn 64 --seq 16 --dropout 0 --steps 4 --lr 1e-3 --threads 1 --json"
 # shellcheck disable=SC2086

@@ -255,11 +255,17 @@ static dm_status accumulate(dm_backend_state *st, int tg, int64_t n, float *acc,
     return DM_OK;
 }
 
-/* The CPU's gradients are host memory: MPI sums them in place, on dist's thread. */
-static dm_status reduce(dm_backend_state *st, int tg, float *buf, int64_t n, dm_dist *d) {
+/* The CPU's tensors are host memory: MPI sums or sends them in place, on dist's thread. */
+static dm_status reduce(dm_backend_state *st, int tg, float *buf, int64_t n, int root, dm_dist *d) {
     float *g = buf;
     if (!g) DM_TRY(dense(st, tg, n, &g, "the gradient reduction"));
-    return dm_dist_reduce_start(d, g, n, "summing the gradients over the ranks");
+    return dm_dist_reduce_start(d, g, n, root, "summing the gradients over the ranks");
+}
+
+static dm_status bcast(dm_backend_state *st, int t, float *buf, int64_t n, int root, dm_dist *d) {
+    float *p = buf;
+    if (!p) DM_TRY(dense(st, t, n, &p, "the parameters' broadcast"));
+    return dm_dist_bcast_start(d, p, n, root, "the updated parameters from their rank");
 }
 
 static dm_status reduce_wait(dm_backend_state *st, dm_dist *d) { return dm_dist_reduce_wait(d); }
@@ -366,6 +372,7 @@ const dm_backend dm_backend_cpu = {
     .add_tensor = add_tensor,
     .sumsq = sumsq,
     .reduce = reduce,
+    .bcast = bcast,
     .reduce_wait = reduce_wait,
     .accumulate = accumulate,
     .optimize = optimize,

@@ -189,11 +189,12 @@ dm_status dm_cuda_tensor_elems(const dm_cuda_exec *ex, int t, size_t *n);
  * NULL. Buffers of dm_cuda_alloc. Enqueued. */
 dm_status dm_cuda_sumsq(dm_cuda_exec *ex, int tg, const float *src, int64_t n, double *out);
 dm_status dm_cuda_accumulate(dm_cuda_exec *ex, int tg, int64_t n, float *acc, int first);
-/* Data parallelism (plan/backend.h: reduce, reduce_wait): the gradient of tensor tg (its
- * storage type) or the fp32 buffer buf summed over the ranks of d by NCCL on a stream of
- * the launch's own, after the work enqueued so far; emulated, on dist's MPI thread (fp32
- * only). reduce_wait: the host waits for the sums (their times go to d). */
-dm_status dm_cuda_reduce(dm_cuda_exec *ex, int tg, float *buf, int64_t n, dm_dist *d);
+/* Data parallelism (plan/backend.h: reduce, bcast, reduce_wait): tensor t (its storage
+ * type) or the fp32 buffer buf summed over the ranks of d (root -1: on every rank, else on
+ * rank root) or, with bcast, rank root's to every rank, by NCCL on a stream of the
+ * launch's own, after the work enqueued so far; emulated, on dist's MPI thread (fp32
+ * only). reduce_wait: the host waits for them (their times go to d). */
+dm_status dm_cuda_reduce(dm_cuda_exec *ex, int t, float *buf, int64_t n, int root, int bcast, dm_dist *d);
 dm_status dm_cuda_reduce_wait(dm_cuda_exec *ex, dm_dist *d);
 dm_status dm_cuda_optimize(dm_cuda_exec *ex, int kind, int tp, int tg, int64_t n, float *master, float *m, float *v,
                            const float *acc, const dm_optim_coef *k, double *norms);

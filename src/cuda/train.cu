@@ -369,15 +369,16 @@ static dm_status nccl_of(dm_dist *d, dmc_nccl **out) {
 }
 #endif
 
-dm_status dm_cuda_reduce(dm_cuda_exec *ex, int tg, float *buf, int64_t n, dm_dist *d) {
+dm_status dm_cuda_reduce(dm_cuda_exec *ex, int t, float *buf, int64_t n, int root, int bcast, dm_dist *d) {
     if (!ex || !d) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_reduce: NULL argument");
     char *g = (char *)buf;
     int dt = DMC_F32;
-    if (!g) DM_TRY(dense(ex, tg, n, &g, &dt, "the gradient reduction"));
+    if (!g) DM_TRY(dense(ex, t, n, &g, &dt, bcast ? "the parameters' broadcast" : "the gradient reduction"));
     if (dmc_emulated(ex)) { /* host memory: MPI on dist's thread, as the CPU's */
         if (dt != DMC_F32)
             return dm_fail(DM_ERR_UNSUPPORTED, "the emulated CUDA backend sums fp32 gradients over ranks only");
-        return dm_dist_reduce_start(d, (float *)g, n, "summing the gradients over the ranks");
+        return bcast ? dm_dist_bcast_start(d, (float *)g, n, root, "the updated parameters from their rank")
+                     : dm_dist_reduce_start(d, (float *)g, n, root, "summing the gradients over the ranks");
     }
 #ifdef DM_HAVE_NCCL
     dmc_nccl *c = NULL;
@@ -394,7 +395,9 @@ dm_status dm_cuda_reduce(dm_cuda_exec *ex, int tg, float *buf, int64_t n, dm_dis
     DMC_CUDA(cudaStreamWaitEvent(c->stream, c->ready, 0));
     const ncclDataType_t type = dt == DMC_BF16 ? ncclBfloat16 : dt == DMC_F16 ? ncclFloat16 : ncclFloat32;
     DMC_CUDA(cudaEventRecord(c->start[c->used], c->stream));
-    DMC_NCCL(ncclAllReduce(g, g, (size_t)n, type, ncclSum, c->comm, c->stream));
+    if (bcast) DMC_NCCL(ncclBroadcast(g, g, (size_t)n, type, root, c->comm, c->stream));
+    else if (root >= 0) DMC_NCCL(ncclReduce(g, g, (size_t)n, type, ncclSum, root, c->comm, c->stream));
+    else DMC_NCCL(ncclAllReduce(g, g, (size_t)n, type, ncclSum, c->comm, c->stream));
     DMC_CUDA(cudaEventRecord(c->end[c->used], c->stream));
     c->used++;
     return DM_OK;

@@ -220,8 +220,12 @@ static dm_status sumsq(dm_backend_state *st, int tg, const float *src, int64_t n
     return dm_cuda_sumsq(EX(st), tg, src, n, out);
 }
 
-static dm_status reduce(dm_backend_state *st, int tg, float *buf, int64_t n, dm_dist *d) {
-    return dm_cuda_reduce(EX(st), tg, buf, n, d);
+static dm_status reduce(dm_backend_state *st, int tg, float *buf, int64_t n, int root, dm_dist *d) {
+    return dm_cuda_reduce(EX(st), tg, buf, n, root, 0, d);
+}
+
+static dm_status bcast(dm_backend_state *st, int t, float *buf, int64_t n, int root, dm_dist *d) {
+    return dm_cuda_reduce(EX(st), t, buf, n, root, 1, d);
 }
 
 static dm_status reduce_wait(dm_backend_state *st, dm_dist *d) { return dm_cuda_reduce_wait(EX(st), d); }
@@ -264,7 +268,7 @@ DM_BACKEND_NEXT(profile, profile_take); DM_BACKEND_NEXT(profile_take, pool_new);
 DM_BACKEND_NEXT(pool_free, pool_bytes); DM_BACKEND_NEXT(pool_bytes, buf_new); DM_BACKEND_NEXT(buf_new, buf_free);
 DM_BACKEND_NEXT(buf_free, buf_copy); DM_BACKEND_NEXT(buf_copy, copy_tensor); DM_BACKEND_NEXT(copy_tensor, add_tensor);
 DM_BACKEND_NEXT(add_tensor, sumsq);
-DM_BACKEND_NEXT(sumsq, reduce); DM_BACKEND_NEXT(reduce, reduce_wait); DM_BACKEND_NEXT(reduce_wait, accumulate); DM_BACKEND_NEXT(accumulate, optimize); DM_BACKEND_NEXT(optimize, mse);
+DM_BACKEND_NEXT(sumsq, reduce); DM_BACKEND_NEXT(reduce, bcast); DM_BACKEND_NEXT(bcast, reduce_wait); DM_BACKEND_NEXT(reduce_wait, accumulate); DM_BACKEND_NEXT(accumulate, optimize); DM_BACKEND_NEXT(optimize, mse);
 static_assert(sizeof(dm_backend) ==
                   (DM_BACKEND_AFTER(mse) + alignof(dm_backend) - 1) / alignof(dm_backend) * alignof(dm_backend),
               "dm_backend has a field after mse: initialise dm_backend_cuda in field order");
@@ -274,7 +278,7 @@ static_assert(sizeof(dm_backend) ==
     [[maybe_unused]] const auto &[name, device, merge_siblings, runs_pairs, algos, check_options, resolve_options,
                                   create, destroy, notes, workspace_bytes, timed_with, upload, download, run_group, sync,
                                   profile, profile_take, pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy,
-                                  copy_tensor, add_tensor, sumsq, reduce, reduce_wait, accumulate, optimize, mse] = b;
+                                  copy_tensor, add_tensor, sumsq, reduce, bcast, reduce_wait, accumulate, optimize, mse] = b;
 }
 #undef DM_BACKEND_NEXT
 #undef DM_BACKEND_ALIGN
@@ -289,6 +293,6 @@ extern "C" const dm_backend dm_backend_cuda = {
     check_options, resolve_options,
     create, destroy, notes, workspace_bytes, timed_with,
     upload, download, run_group, sync, profile, profile_take,
-    pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy, copy_tensor, add_tensor, sumsq, reduce, reduce_wait,
-    accumulate, optimize, mse,
+    pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy, copy_tensor, add_tensor, sumsq, reduce, bcast,
+    reduce_wait, accumulate, optimize, mse,
 };

@@ -25,6 +25,8 @@
 typedef struct {
     float *buf;
     int64_t n;
+    int root;     /* -1: every rank gets the sums; else rank root only (or, bcast: its values) */
+    int bcast;    /* rank root's values to every rank instead of sums */
     const char *what;
 } reduction;
 
@@ -110,6 +112,11 @@ static long launcher_size(void) {
     }
     /* PMIx launchers (Open MPI 5's prterun) set the rank and namespace, not always a size */
     return getenv("PMIX_RANK") && getenv("PMIX_NAMESPACE") ? 2 : 0;
+}
+
+int dm_dist_launch_size(void) {
+    const long n = launcher_size();
+    return n > 1 << 20 ? 1 << 20 : (int)n;
 }
 
 static double timeout_from_env(double t) {
@@ -203,19 +210,30 @@ static dm_status wait_req(dm_dist *d, MPI_Request *r, const char *what) {
     }
 }
 
-static dm_status sum_mpi(dm_dist *d, void *buf, int64_t n, MPI_Datatype type, size_t esize, const char *what) {
+/* n elements at buf: summed over the ranks (root -1: every rank gets the sums; else rank
+ * root), or with bcast rank root's to every rank; in chunks of an int's count. */
+static dm_status coll_mpi(dm_dist *d, void *buf, int64_t n, MPI_Datatype type, size_t esize, int root, int bcast,
+                          const char *what) {
     const int64_t chunk = 1 << 28; /* MPI counts are int */
     board_mark(d, what);
     for (int64_t o = 0; o < n; o += chunk) {
         const int c = (int)(n - o < chunk ? n - o : chunk);
+        void *p = (char *)buf + (size_t)o * esize;
         MPI_Request r;
         pthread_mutex_lock(&d->mpi_mu);
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + (size_t)o * esize, c, type, MPI_SUM, d->comm, &r);
+        int rc = bcast ? MPI_Ibcast(p, c, type, root, d->comm, &r)
+                 : root < 0 ? MPI_Iallreduce(MPI_IN_PLACE, p, c, type, MPI_SUM, d->comm, &r)
+                 : MPI_Ireduce(d->rank == root ? MPI_IN_PLACE : p, p, c, type, MPI_SUM, root, d->comm, &r);
         pthread_mutex_unlock(&d->mpi_mu);
-        if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce", what);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(rc, bcast ? "MPI_Ibcast" : root < 0 ? "MPI_Iallreduce" : "MPI_Ireduce", what);
         DM_TRY(wait_req(d, &r, what));
     }
     return DM_OK;
+}
+
+static dm_status sum_mpi(dm_dist *d, void *buf, int64_t n, MPI_Datatype type, size_t esize, const char *what) {
+    return coll_mpi(d, buf, n, type, esize, -1, 0, what);
 }
 #endif
 
@@ -232,7 +250,7 @@ static void *worker_main(void *arg) {
         dm_status s = DM_OK;
         double t0 = now_s();
 #ifdef DM_HAVE_MPI
-        if (!failed) s = sum_mpi(d, r.buf, r.n, MPI_FLOAT, sizeof(float), r.what);
+        if (!failed) s = coll_mpi(d, r.buf, r.n, MPI_FLOAT, sizeof(float), r.root, r.bcast, r.what);
 #else
         (void)r;
 #endif
@@ -365,18 +383,28 @@ void dm_dist_set_backend_slot(dm_dist *d, void *p, void (*release)(void *)) {
     d->release = release;
 }
 
-dm_status dm_dist_reduce_start(dm_dist *d, float *buf, int64_t n, const char *what) {
+static dm_status queue(dm_dist *d, float *buf, int64_t n, int root, int bcast, const char *what) {
     if (!d || d->size == 1 || n <= 0) return DM_OK;
+    if (root >= d->size || (bcast && root < 0))
+        return dm_fail(DM_ERR_INTERNAL, "a collective rooted at rank %d of %d", root, d->size);
     pthread_mutex_lock(&d->mu);
     if (d->count == DM_DIST_QUEUE) {
         pthread_mutex_unlock(&d->mu);
         return dm_fail(DM_ERR_INTERNAL, "more than %d gradient reductions queued at once", DM_DIST_QUEUE);
     }
-    d->q[(d->head + d->count) % DM_DIST_QUEUE] = (reduction){buf, n, what};
+    d->q[(d->head + d->count) % DM_DIST_QUEUE] = (reduction){buf, n, root, bcast, what};
     d->count++;
     pthread_cond_signal(&d->cv);
     pthread_mutex_unlock(&d->mu);
     return DM_OK;
+}
+
+dm_status dm_dist_reduce_start(dm_dist *d, float *buf, int64_t n, int root, const char *what) {
+    return queue(d, buf, n, root, 0, what);
+}
+
+dm_status dm_dist_bcast_start(dm_dist *d, float *buf, int64_t n, int root, const char *what) {
+    return queue(d, buf, n, root, 1, what);
 }
 
 dm_status dm_dist_reduce_wait(dm_dist *d) {

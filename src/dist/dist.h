@@ -10,11 +10,13 @@
 
 #include "dmove.h"
 
-/* Sums n floats at `buf` over the ranks in place (every rank gets the same sums): queued
- * for the reduction thread, which takes the buffers in the order given (the same order on
- * every rank: the collectives match by order). A world of 1: nothing. The buffer must not
- * be touched until dm_dist_reduce_wait. */
-dm_status dm_dist_reduce_start(dm_dist *d, float *buf, int64_t n, const char *what);
+/* Sums n floats at `buf` over the ranks in place (root -1: every rank gets the same sums;
+ * else rank root alone, the others' buffers left as they were): queued for the reduction
+ * thread, which takes the buffers in the order given (the same order on every rank: the
+ * collectives match by order). A world of 1: nothing. The buffer must not be touched
+ * until dm_dist_reduce_wait. bcast_start: rank root's n floats to every rank, queued so. */
+dm_status dm_dist_reduce_start(dm_dist *d, float *buf, int64_t n, int root, const char *what);
+dm_status dm_dist_bcast_start(dm_dist *d, float *buf, int64_t n, int root, const char *what);
 /* Waits until every queued reduction is done; the first failure among them (a rank
  * gone, a timeout), if any. The seconds waited count as the reductions' exposed time. */
 dm_status dm_dist_reduce_wait(dm_dist *d);

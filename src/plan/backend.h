@@ -131,13 +131,16 @@ typedef struct dm_backend {
      * NULL; acc: the gradient is read from there instead of tg, else NULL; norms: for
      * DM_PASS_LAMB_MOMENTS, the partial sums of w^2 then of u^2 (2 * DM_NORM_PARTS). */
     dm_status (*sumsq)(dm_backend_state *st, int tg, const float *src, int64_t n, double *out);
-    /* Data parallelism (dmove.h: dm_dist). reduce: sums the fp32 gradient of tensor tg (or,
-     * when buf is not NULL, the n floats of a buf_new buffer at buf) over the ranks of d in
-     * place, after the work given to st so far and while the work given after it goes on
-     * (MPI on a thread of its own, NCCL on a stream of its own); reduce_wait: returns when
-     * every reduction handed over is done and its sums are where the next work on any
-     * state reads them. NULL where the backend has no transport (refused by the trainer). */
-    dm_status (*reduce)(dm_backend_state *st, int tg, float *buf, int64_t n, dm_dist *d);
+    /* Data parallelism (dmove.h: dm_dist). reduce: sums the gradient of tensor tg (in its
+     * storage type; or, when buf is not NULL, the n fp32 of a buf_new buffer at buf) over
+     * the ranks of d in place (root -1: every rank gets the sums; else rank root alone),
+     * after the work given to st so far and while the work given after it goes on (MPI on
+     * a thread of its own, NCCL on a stream of its own); bcast: the same way, rank root's
+     * tensor t (or fp32 buffer buf) to every rank; reduce_wait: returns when every
+     * collective handed over is done and its results are where the next work on any state
+     * reads them. NULL where the backend has no transport (refused by the trainer). */
+    dm_status (*reduce)(dm_backend_state *st, int tg, float *buf, int64_t n, int root, dm_dist *d);
+    dm_status (*bcast)(dm_backend_state *st, int t, float *buf, int64_t n, int root, dm_dist *d);
     dm_status (*reduce_wait)(dm_backend_state *st, dm_dist *d);
     dm_status (*accumulate)(dm_backend_state *st, int tg, int64_t n, float *acc, int first);
     dm_status (*optimize)(dm_backend_state *st, dm_optim_pass_kind kind, int tp, int tg, int64_t n, float *master,

@@ -118,9 +118,13 @@ static void tensor_name(const dm_trainer *T, char *out, size_t n, int si, int wh
         snprintf(out, n, "%s%s", sl->pname, suffix[which]);
 }
 
+/* Slot si's parameter (which 0) or moments (1, 2); NULL for moments another rank keeps
+ * (ZeRO), but in a save, whose gathered moments (moments_all) are all there. */
 static const float *tensor_data(const dm_trainer *T, int si, int which) {
     const dm_train_slot *sl = &T->slot[si];
-    return which == 0 ? sl->p : T->moments + (which == 1 ? 0 : T->nparams) + sl->off;
+    if (which == 0) return sl->p;
+    if (T->moments_all) return T->moments_all + (which == 1 ? 0 : T->nparams) + sl->off;
+    return dm_slot_moments(T, sl, which == 2, 0);
 }
 
 /* The tensors in file order, layer by layer, parameter by parameter, then which: */
@@ -167,7 +171,16 @@ static dm_status save_file(const dm_trainer *T, const char *path);
 
 dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_save: NULL argument");
-    return on_rank0(T, path, save_file);
+    if (!T->zero || T->ranks < 2) return on_rank0(T, path, save_file);
+    /* ZeRO: each rank's shard of the moments to rank 0, which writes the one file */
+    if (T->broken) return dm_trainer_broken(T);
+    dm_trainer *W = (dm_trainer *)T; /* moments_all lives for this call only */
+    DM_TRY(dm_trainer_pull(T, DM_PULL_STATE));
+    DM_TRY(dm_trainer_gather_moments(W, &W->moments_all));
+    dm_status s = on_rank0(T, path, save_file);
+    free(W->moments_all);
+    W->moments_all = NULL;
+    return s;
 }
 
 static dm_status save_file(const dm_trainer *T, const char *path) {
@@ -274,8 +287,10 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
         return dm_fail(DM_ERR_FORMAT, "checksum mismatch (file says %s, its contents give %s): the checkpoint "
                        "is corrupted or was edited; nothing was loaded", sum ? sum : "(none)", hex);
     /* valid: now change the trainer */
-    for (int i = 0; i < ntensors(T); i++)
-        memcpy((float *)tensor_data(T, i / 3, i % 3), data[i], (size_t)T->slot[i / 3].n * sizeof(float));
+    for (int i = 0; i < ntensors(T); i++) { /* with ZeRO, this rank's moments only */
+        float *to = (float *)tensor_data(T, i / 3, i % 3);
+        if (to) memcpy(to, data[i], (size_t)T->slot[i / 3].n * sizeof(float));
+    }
     T->step = step;
     T->micro = 0;
     dm_trainer_state_replaced(T);
@@ -377,7 +392,7 @@ static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f, int fir
             const dm_train_slot *sl = &T->slot[l * DM_NUM_PARAMS + k];
             DM_TRY(dm_st_to_f32(t, sl->p, (size_t)sl->n));
         }
-    if (T->moments) memset(T->moments, 0, (size_t)T->nparams * 2 * sizeof(float));
+    if (T->moments) memset(T->moments, 0, (size_t)T->mcount * 2 * sizeof(float));
     T->step = 0;
     T->micro = 0;
     dm_trainer_state_replaced(T);
@@ -397,7 +412,7 @@ dm_status dm_trainer_load_layers(dm_trainer *T, const char *path, int first) {
     if (T->broken) return dm_trainer_broken(T);
     DM_TRY(dm_trainer_pull(T, DM_PULL_STATE)); /* a head parameter the file lacks keeps its value */
     DM_TRY(dm_model_load_path(T->model, path, first, T->load_note, sizeof T->load_note));
-    if (T->moments) memset(T->moments, 0, (size_t)T->nparams * 2 * sizeof(float));
+    if (T->moments) memset(T->moments, 0, (size_t)T->mcount * 2 * sizeof(float));
     T->step = 0;
     T->micro = 0;
     dm_trainer_state_replaced(T);

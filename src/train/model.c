@@ -403,7 +403,8 @@ static dm_status add_slots(dm_trainer *T, int seg, int64_t *total) {
         sl->shape[0] = sh[0];
         sl->shape[1] = nd == 2 ? sh[1] : 0;
         sl->decay = nd == 2; /* weights and tables decay; biases and LayerNorm parameters do not */
-        sl->off = *total;
+        sl->off = sl->moff = *total;
+        sl->owner = -1;
         *total += sl->n;
         T->nslots++;
     }
@@ -424,7 +425,7 @@ static dm_status bert_trainer_build(dm_trainer *T, const dm_model_config *mc, co
     if (!(T->slot = calloc((size_t)maxslots, sizeof *T->slot))) return dm_fail(DM_ERR_OOM, "out of memory");
     int64_t total = 0;
     for (int k = 0; k < T->nseg; k++) DM_TRY(add_slots(T, k, &total));
-    T->nparams = total;
+    T->nparams = T->mcount = total;
     size_t bytes;
     if (!dm_mul_ok((size_t)total, 2 * sizeof(float), &bytes) || !(T->moments = dm_alloc_huge(bytes)))
         return dm_fail(DM_ERR_OOM, "cannot allocate %.2f GiB for the optimizer's moments",
@@ -544,7 +545,9 @@ dm_status dm_trainer_bert_tensor(dm_trainer *T, const char *name, float **data, 
     if (!moment) return dm_model_tensor(T->model, name, data, ndim, shape);
     if (si < 0) return dm_fail(DM_ERR_NOT_FOUND, "no moments of '%s' in the trainer", param);
     const dm_train_slot *sl = &T->slot[si];
-    *data = T->moments + (moment == 1 ? 0 : T->nparams) + sl->off;
+    if (!(*data = dm_slot_moments(T, sl, moment == 2, 0)))
+        return dm_fail(DM_ERR_NOT_FOUND, "'%s': with ZeRO stage 1 rank %d keeps these moments, not this rank", name,
+                       sl->owner);
     if (ndim) *ndim = sl->ndim;
     if (shape) shape[0] = sl->shape[0], shape[1] = sl->shape[1], shape[2] = shape[3] = 0;
     return DM_OK;

@@ -87,10 +87,11 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
                 snprintf(g, sizeof g, "%s.grad", dm_param_names[k]);
                 s = dm_layer_tensor(T->L[l], g, &sl->g, NULL, NULL);
             }
-            sl->off = total;
+            sl->off = sl->moff = total;
+            sl->owner = -1;
             total += sl->n;
         }
-    T->nparams = total;
+    T->nparams = T->mcount = total;
     if (s == DM_OK && !o.forward_only) {
         /* on 2 MiB pages as the layers' arenas, and touched now, not in the first step */
         size_t bytes;
@@ -146,8 +147,9 @@ void dm_trainer_memory_info(const dm_trainer *T, dm_layer_memory *sum, size_t *o
     }
     sum->scratch += dm_trainer_pool_bytes(T); /* the layers' shared buffers, once */
     /* the moments, and on the GPU with 16-bit storage the fp32 master weights */
-    if (T->moments)
-        *optimizer = (size_t)T->nparams * ((T->d_master ? 3 : 2) + (T->optim.accumulate > 1)) * sizeof(float);
+    if (T->moments) /* the moments (of this rank's shard with ZeRO), master weights, sums */
+        *optimizer = ((size_t)T->mcount * 2 + (size_t)T->nparams * ((T->d_master ? 1 : 0) + (T->optim.accumulate > 1))) *
+                     sizeof(float);
 }
 
 double dm_trainer_step_flop(const dm_trainer *T) {
@@ -170,7 +172,7 @@ dm_status dm_trainer_init_params(dm_trainer *T, uint64_t seed) {
     if (T->model) DM_TRY(dm_model_init_params(T->model, seed));
     else
         for (int l = 0; l < T->nlayers; l++) DM_TRY(dm_layer_init_params(T->L[l], dm_train_layer_seed(seed, l, 0)));
-    if (T->moments) memset(T->moments, 0, (size_t)T->nparams * 2 * sizeof(float));
+    if (T->moments) memset(T->moments, 0, (size_t)T->mcount * 2 * sizeof(float));
     T->step = 0;
     T->micro = 0;
     T->grad_norm = -1.0;
@@ -235,7 +237,9 @@ dm_status dm_trainer_tensor(dm_trainer *T, const char *name, float **data, int *
         if (!moment) return dm_layer_tensor(T->L[l], rest, data, ndim, shape);
         if (si < 0 || !T->moments) return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the trainer", name);
         const dm_train_slot *sl = &T->slot[si];
-        p = T->moments + (moment == 1 ? 0 : T->nparams) + sl->off;
+        if (!(p = dm_slot_moments(T, sl, moment == 2, 0)))
+            return dm_fail(DM_ERR_NOT_FOUND, "'%s': with ZeRO stage 1 rank %d keeps these moments, not this rank", name,
+                           sl->owner);
         nd = sl->ndim, sh[0] = sl->shape[0], sh[1] = sl->shape[1];
     } else {
         return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the trainer (it has hidden_states, "

@@ -12,7 +12,10 @@ typedef struct {
     const char *pname;/* its name there (dm_layer_tensor's; lives as long as the segment) */
     float *p, *g;     /* the parameter and its gradient, in the layer's arena */
     int64_t n;        /* elements */
-    int64_t off;      /* where its moments start in each half of dm_trainer.moments */
+    int64_t off;      /* where it starts among all the parameters (master weights, sums) */
+    int64_t moff;     /* where its moments start in each half of dm_trainer.moments; -1: kept
+                       * by another rank (ZeRO stage 1) */
+    int owner;        /* ZeRO stage 1: the rank that keeps its moments and updates it */
     int ndim;
     int64_t shape[2];
     int decay;        /* AdamW's weight decay applies (weights, not biases or LayerNorm) */
@@ -38,7 +41,11 @@ struct dm_trainer {
                           * order; a model: every segment's parameters but the tied decoder */
     int nslots;
     int64_t nparams;
-    float *moments;      /* exp_avg of every parameter, then exp_avg_sq: 2 * nparams */
+    float *moments;      /* exp_avg of every parameter (ZeRO: of this rank's shard), then
+                          * exp_avg_sq: 2 * mcount */
+    int64_t mcount;      /* the moments' parameters: nparams, or this rank's shard's (ZeRO) */
+    int zero;            /* ZeRO stage (0, 1): 1 with several ranks shards the optimizer */
+    float *moments_all;  /* a save under ZeRO: every slot's moments gathered (rank 0), or NULL */
     float *mask;         /* (b, j) */
     float *target;       /* (b, j, i) */
     double *partial;     /* (b * j) per-token loss sums */
@@ -68,6 +75,12 @@ struct dm_trainer {
     uint64_t seed_mix; /* mixed into the dropout seeds: each rank's masks its own (0 on rank 0) */
 };
 
+/* Slot sl's first (second: 0) or second moments, on the host or (dev) the backend; NULL
+ * where another rank keeps them (ZeRO). */
+static inline float *dm_slot_moments(const dm_trainer *T, const dm_train_slot *sl, int second, int dev) {
+    float *base = dev ? T->d_moments : T->moments;
+    return !base || sl->moff < 0 ? NULL : base + (second ? T->mcount : 0) + sl->moff;
+}
 /* The slot of layer l's parameter `param` (a BertLayer name), or -1. */
 int dm_train_slot_find(const dm_trainer *T, int l, const char *param);
 
@@ -112,6 +125,12 @@ dm_status dm_trainer_update(dm_trainer *T, int64_t step, int summed);
  * every reduction waited for. Nothing alone. */
 dm_status dm_trainer_reduce_segment(dm_trainer *T, int seg);
 dm_status dm_trainer_reduce_finish(dm_trainer *T);
+/* ZeRO stage 1, after the update: every slot's parameter (and master weights) from its
+ * owner to every rank, waited for. */
+dm_status dm_trainer_share_params(dm_trainer *T);
+/* ZeRO stage 1, for a checkpoint: every slot's moments from its owner into *full (2 *
+ * nparams, in slot order as without ZeRO; allocated on rank 0 only, NULL elsewhere). */
+dm_status dm_trainer_gather_moments(dm_trainer *T, float **full);
 /* Waits for every layer's work (a GPU's streams): the end of a pass of the stack. */
 dm_status dm_trainer_wait(dm_trainer *T);
 /* A backward pass ran: every slot's gradient (and soon parameter, moments) is newer in

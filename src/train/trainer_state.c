@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hugealloc.h"
 #include "core/status.h"
+#include "dist/dist.h"
 #include "layer/backends.h"
 #include "layer/layer_internal.h"
 #include "train/train.h"
@@ -87,7 +89,7 @@ dm_status dm_trainer_state_init(dm_trainer *T) {
     }
     if (!T->forward_only) {
         size_t bytes;
-        if (!dm_mul_ok(np, 2 * sizeof(float), &bytes))
+        if (!dm_mul_ok((size_t)T->mcount, 2 * sizeof(float), &bytes))
             return dm_fail(DM_ERR_OOM, "%zu parameters: AdamW's moments do not fit in memory", np);
         DM_TRY(B->buf_new(h, bytes, T->moments, (void **)&T->d_moments, "the optimizer's moments"));
         if (T->opt.dtype != DM_DTYPE_FP32)
@@ -121,10 +123,10 @@ void dm_trainer_state_free(dm_trainer *T) {
 
 /* Slot k's moments between the host and the backend (up: to the backend). */
 static dm_status moments_copy(const dm_trainer *T, const dm_train_slot *sl, int up) {
-    if (!T->d_moments) return DM_OK;
+    if (!T->d_moments || sl->moff < 0) return DM_OK; /* none, or another rank's (ZeRO) */
     const size_t bytes = (size_t)sl->n * sizeof(float);
     for (int h = 0; h < 2; h++) {
-        float *host = T->moments + (h ? T->nparams : 0) + sl->off, *dev = T->d_moments + (h ? T->nparams : 0) + sl->off;
+        float *host = dm_slot_moments(T, sl, h, 0), *dev = dm_slot_moments(T, sl, h, 1);
         DM_TRY(T->bk->buf_copy(home(T), up ? (void *)dev : (void *)host, up ? (void *)host : (void *)dev, bytes, up));
     }
     return DM_OK;
@@ -242,11 +244,18 @@ dm_status dm_trainer_accumulate(dm_trainer *T, int first) {
     return DM_OK;
 }
 
+/* The rank that takes slot sl's sums: its owner under ZeRO, else every rank (-1). */
+static int sum_root(const dm_trainer *T, const dm_train_slot *sl) { return T->zero ? sl->owner : -1; }
+/* Whether this rank updates slot sl (under ZeRO: the slots it owns; else every slot). */
+static int updates(const dm_trainer *T, const dm_train_slot *sl) {
+    return !T->zero || sl->owner == dm_dist_rank(T->dist);
+}
+
 dm_status dm_trainer_reduce_segment(dm_trainer *T, int seg) {
     if (T->ranks < 2 || T->optim.accumulate > 1) return DM_OK;
     for (int k = 0; k < T->nslots; k++) {
         const dm_train_slot *sl = &T->slot[k];
-        if (sl->seg == seg) DM_TRY(T->bk->reduce(st(T, seg), sl->tg, NULL, sl->n, T->dist));
+        if (sl->seg == seg) DM_TRY(T->bk->reduce(st(T, seg), sl->tg, NULL, sl->n, sum_root(T, sl), T->dist));
     }
     return DM_OK;
 }
@@ -256,9 +265,95 @@ dm_status dm_trainer_reduce_finish(dm_trainer *T) {
     if (T->optim.accumulate > 1) /* the sums, in the slots' order (every rank's the same) */
         for (int k = 0; k < T->nslots; k++) {
             const dm_train_slot *sl = &T->slot[k];
-            DM_TRY(T->bk->reduce(st(T, sl->seg), -1, T->d_acc + sl->off, sl->n, T->dist));
+            DM_TRY(T->bk->reduce(st(T, sl->seg), -1, T->d_acc + sl->off, sl->n, sum_root(T, sl), T->dist));
         }
     return T->bk->reduce_wait(home(T), T->dist);
+}
+
+dm_status dm_trainer_share_params(dm_trainer *T) {
+    for (int k = 0; k < T->nslots; k++) {
+        const dm_train_slot *sl = &T->slot[k];
+        DM_TRY(T->bk->bcast(st(T, sl->seg), sl->tp, NULL, sl->n, sl->owner, T->dist));
+        if (T->d_master) DM_TRY(T->bk->bcast(st(T, sl->seg), -1, T->d_master + sl->off, sl->n, sl->owner, T->dist));
+    }
+    return T->bk->reduce_wait(home(T), T->dist);
+}
+
+dm_status dm_trainer_gather_moments(dm_trainer *T, float **full) {
+    *full = NULL;
+    const int me = dm_dist_rank(T->dist);
+    int64_t most = 0;
+    for (int k = 0; k < T->nslots; k++) most = T->slot[k].n > most ? T->slot[k].n : most;
+    size_t bytes; /* rank 0: every moment; the others: one tensor's to pass on */
+    if (!dm_mul_ok((size_t)(me == 0 ? T->nparams * 2 : most), sizeof(float), &bytes))
+        return dm_fail(DM_ERR_OOM, "the moments do not fit in memory");
+    float *buf = malloc(bytes ? bytes : 1);
+    if (!buf) return dm_fail(DM_ERR_OOM, "cannot allocate %.2f GiB to gather the moments for the checkpoint",
+                             (double)bytes / (1 << 30));
+    dm_status s = DM_OK;
+    for (int k = 0; s == DM_OK && k < T->nslots; k++)
+        for (int h = 0; s == DM_OK && h < 2; h++) {
+            const dm_train_slot *sl = &T->slot[k];
+            float *own = dm_slot_moments(T, sl, h, 0); /* NULL but on its owner */
+            float *at0 = me == 0 ? buf + (h ? T->nparams : 0) + sl->off : NULL;
+            if (sl->owner == 0) { /* rank 0's own: no message */
+                if (me == 0) memcpy(at0, own, (size_t)sl->n * sizeof(float));
+                continue;
+            }
+            s = dm_dist_bcast(T->dist, me == sl->owner ? own : me == 0 ? at0 : buf, (size_t)sl->n * sizeof(float),
+                              sl->owner, "the moments for the checkpoint");
+        }
+    if (s != DM_OK || me != 0) free(buf);
+    else *full = buf;
+    return s;
+}
+
+dm_status dm_trainer_set_zero(dm_trainer *T, int stage) {
+    if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_zero: NULL trainer");
+    if (stage != 0 && stage != 1)
+        return dm_fail(DM_ERR_UNSUPPORTED, "ZeRO stage %d: dmove shards the optimizer's state (stage 1), or not (0)",
+                       stage);
+    if (stage == T->zero || (stage == 1 && T->ranks < 2)) return DM_OK; /* alone: nothing to shard */
+    if (stage == 0) return dm_fail(DM_ERR_UNSUPPORTED, "the optimizer's state is sharded already (ZeRO stage 1)");
+    if (T->forward_only || !T->moments) return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer has no optimizer");
+    if (T->micro) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_zero: in the middle of an update");
+    if (T->broken) return dm_trainer_broken(T);
+    DM_TRY(dm_trainer_pull(T, DM_PULL_STATE)); /* the host's copies current: they go up again below */
+    /* the slots in order, cut where the parameters' count crosses a rank's share */
+    const int me = dm_dist_rank(T->dist), N = T->ranks;
+    int64_t mine = 0;
+    for (int k = 0; k < T->nslots; k++) {
+        dm_train_slot *sl = &T->slot[k];
+        const __int128 mid = (__int128)sl->off + sl->n / 2;
+        const int r = (int)(mid * N / (T->nparams ? T->nparams : 1));
+        sl->owner = r < N ? r : N - 1;
+        if (sl->owner == me) mine += sl->n;
+    }
+    size_t bytes;
+    if (!dm_mul_ok((size_t)(mine ? mine : 1), 2 * sizeof(float), &bytes)) return dm_fail(DM_ERR_OOM, "out of memory");
+    float *m = dm_alloc_huge(bytes);
+    if (!m) return dm_fail(DM_ERR_OOM, "cannot allocate %.2f GiB for this rank's moments", (double)bytes / (1 << 30));
+    int64_t at = 0;
+    for (int k = 0; k < T->nslots; k++) {
+        dm_train_slot *sl = &T->slot[k];
+        if (sl->owner != me) {
+            sl->moff = -1;
+            continue;
+        }
+        for (int h = 0; h < 2; h++)
+            memcpy(m + (h ? mine : 0) + at, dm_slot_moments(T, sl, h, 0), (size_t)sl->n * sizeof(float));
+        sl->moff = at;
+        at += sl->n;
+    }
+    const dm_backend *B = T->bk;
+    if (T->d_moments) B->buf_free(home(T), T->d_moments, T->moments);
+    T->d_moments = NULL;
+    free(T->moments);
+    T->moments = m;
+    T->mcount = mine;
+    T->zero = 1;
+    dm_trainer_state_replaced(T); /* everything up again before the next pass */
+    return B->buf_new(home(T), bytes, T->moments, (void **)&T->d_moments, "this rank's optimizer moments");
 }
 
 /* The gradient each slot's update reads: the sums (accumulation), else its tensor. */
@@ -292,6 +387,7 @@ static dm_status grad_scale(dm_trainer *T, int64_t step, int summed, double *gsc
     if (!(T->optim.clip_norm > 0.0) && T->optim.kind != DM_OPT_LAMB) return DM_OK;
     for (int k = 0; k < ns; k++) {
         const dm_train_slot *sl = &T->slot[k];
+        if (!updates(T, sl)) continue; /* ZeRO: its owner has the summed gradient */
         DM_TRY(T->bk->sumsq(st(T, T->slot[k].seg), sl->tg, grad_buf(T, sl, summed), sl->n,
                             T->d_norms + (size_t)k * DM_NORM_PARTS));
     }
@@ -299,9 +395,11 @@ static dm_status grad_scale(dm_trainer *T, int64_t step, int summed, double *gsc
     if (!per) return dm_fail(DM_ERR_OOM, "out of memory");
     dm_status s = fetch_norms(T, DM_NORM_PARTS, 1, per);
     double total = 0.0;
-    for (int k = 0; k < ns; k++) total += per[k];
+    for (int k = 0; k < ns; k++)
+        if (updates(T, &T->slot[k])) total += per[k];
     free(per);
     DM_TRY(s);
+    if (T->zero) DM_TRY(dm_dist_sum_f64(T->dist, &total, 1, "the gradient norm")); /* every shard's */
     const double norm = sqrt(total) / (double)acc;
     if (!isfinite(norm))
         return dm_fail(DM_ERR_INVALID_ARG, "the gradient norm is %g: the parameters were not updated (update "
@@ -322,11 +420,12 @@ static dm_status lamb(dm_trainer *T, int64_t step, double lr, double gscale, int
     const int ns = T->nslots;
     for (int k = 0; k < ns; k++) {
         const dm_train_slot *sl = &T->slot[k];
+        if (!updates(T, sl)) continue;
         dm_optim_coef c;
         dm_optim_coef_make(&c, lr, sl->decay ? T->optim.weight_decay : 0.0, gscale, &T->optim, step);
         DM_TRY(T->bk->optimize(st(T, T->slot[k].seg), DM_PASS_LAMB_MOMENTS, sl->tp, sl->tg, sl->n,
-                               T->d_master ? T->d_master + sl->off : NULL, T->d_moments + sl->off,
-                               T->d_moments + T->nparams + sl->off, grad_buf(T, sl, summed), &c,
+                               T->d_master ? T->d_master + sl->off : NULL, dm_slot_moments(T, sl, 0, 1),
+                               dm_slot_moments(T, sl, 1, 1), grad_buf(T, sl, summed), &c,
                                T->d_norms + (size_t)k * 2 * DM_NORM_PARTS));
     }
     double *norm = malloc((size_t)ns * 2 * sizeof(double));
@@ -334,6 +433,7 @@ static dm_status lamb(dm_trainer *T, int64_t step, double lr, double gscale, int
     dm_status s = fetch_norms(T, 2 * DM_NORM_PARTS, 2, norm);
     for (int k = 0; s == DM_OK && k < ns; k++) {
         const dm_train_slot *sl = &T->slot[k];
+        if (!updates(T, sl)) continue;
         const double wn = sqrt(norm[2 * k]), un = sqrt(norm[2 * k + 1]);
         double ratio = sl->decay && T->optim.weight_decay > 0.0 && wn > 0.0 && un > 0.0 ? wn / un : 1.0;
         if (!isfinite(ratio)) ratio = 1.0; /* cannot be: the gradient norm was finite */
@@ -341,8 +441,8 @@ static dm_status lamb(dm_trainer *T, int64_t step, double lr, double gscale, int
         dm_optim_coef_make(&c, lr, sl->decay ? T->optim.weight_decay : 0.0, gscale, &T->optim, step);
         c.lr_ratio = (float)(lr * ratio);
         s = T->bk->optimize(st(T, T->slot[k].seg), DM_PASS_LAMB_APPLY, sl->tp, sl->tg, sl->n,
-                            T->d_master ? T->d_master + sl->off : NULL, T->d_moments + sl->off,
-                            T->d_moments + T->nparams + sl->off, NULL, &c, NULL);
+                            T->d_master ? T->d_master + sl->off : NULL, dm_slot_moments(T, sl, 0, 1),
+                            dm_slot_moments(T, sl, 1, 1), NULL, &c, NULL);
     }
     free(norm);
     return s;
@@ -351,11 +451,12 @@ static dm_status lamb(dm_trainer *T, int64_t step, double lr, double gscale, int
 static dm_status adamw(dm_trainer *T, int64_t step, double lr, double gscale, int summed) {
     for (int k = 0; k < T->nslots; k++) {
         const dm_train_slot *sl = &T->slot[k];
+        if (!updates(T, sl)) continue;
         dm_optim_coef c;
         dm_optim_coef_make(&c, lr, sl->decay ? T->optim.weight_decay : 0.0, gscale, &T->optim, step);
         DM_TRY(T->bk->optimize(st(T, T->slot[k].seg), DM_PASS_ADAMW, sl->tp, sl->tg, sl->n,
-                               T->d_master ? T->d_master + sl->off : NULL, T->d_moments + sl->off,
-                               T->d_moments + T->nparams + sl->off, grad_buf(T, sl, summed), &c, NULL));
+                               T->d_master ? T->d_master + sl->off : NULL, dm_slot_moments(T, sl, 0, 1),
+                               dm_slot_moments(T, sl, 1, 1), grad_buf(T, sl, summed), &c, NULL));
     }
     return DM_OK;
 }
@@ -367,6 +468,7 @@ dm_status dm_trainer_update(dm_trainer *T, int64_t step, int summed) {
     dm_status s = T->optim.kind == DM_OPT_LAMB ? lamb(T, step, lr, gscale, summed) : adamw(T, step, lr, gscale, summed);
     /* the update is over when the backend is (its time is the optimizer's; errors surface here) */
     if (s == DM_OK) s = dm_trainer_wait(T);
+    if (s == DM_OK && T->zero) s = dm_trainer_share_params(T); /* each shard from its rank */
     if (s != DM_OK) T->broken = step; /* some parameters may have taken the update, others not */
     return s;
 }
