@@ -294,6 +294,45 @@ static void part_row(const dm_model_part_cost *p) {
            1e3 * p->fused_floor_s);
 }
 
+/* The links of the data-parallel table: an NVLink domain as large as the job (NVLink 4:
+ * 450 GB/s a direction per GPU), and InfiniBand NDR (400 Gb/s, one adapter per GPU); the
+ * latencies are NCCL's order of magnitude per hop. */
+static const dm_link k_links[2] = {{"NVLink", 450e9, 3e-6}, {"InfiniBand", 50e9, 10e-6}};
+static const int k_dp_ranks[3] = {8, 64, 512};
+
+/* Data parallelism predicted (dm_dp_predict): each rank's step as this one, the gradients
+ * in the storage type summed over 8, 64 and 512 ranks on each link. */
+static void dp_report(const analyze_opts *o, const dm_model_cost *m) {
+    dm_dp_prediction p;
+    if (o->json) {
+        printf(",\"data_parallel\":[");
+        for (int l = 0; l < 2; l++)
+            for (int k = 0; k < 3; k++) {
+                if (dm_dp_predict(m, o->dtype_bytes, k_dp_ranks[k], &k_links[l], &p) != DM_OK) continue;
+                printf("%s{\"link\":\"%s\",\"busbw\":%.6g,\"ranks\":%d,\"grad_bytes\":%.6g,\"wire_bytes\":%.6g,"
+                       "\"compute_s\":%.6g,\"comm_s\":%.6g,\"exposed_s\":%.6g,\"efficiency\":%.4f}",
+                       l || k ? "," : "", k_links[l].name, k_links[l].busbw, p.ranks, p.grad_bytes, p.wire_bytes,
+                       p.compute_s, p.comm_s, p.exposed_s, p.efficiency);
+            }
+        printf("]");
+        return;
+    }
+    if (dm_dp_predict(m, o->dtype_bytes, 8, &k_links[0], &p) != DM_OK) return;
+    printf("\ndata-parallel (mpirun -np N: each rank this step, b=%" PRId64 "; the gradients, %.1f MB in %s, summed in\n"
+           "buckets as the backward pass ends each segment, overlapping the segments below; %.1f ms of compute):\n",
+           o->c.cfg.batch, p.grad_bytes / 1e6, o->dtype_bytes == 2 ? "16 bits" : "fp32", 1e3 * p.compute_s);
+    printf("  %-11s %9s %6s %12s %12s %12s %11s\n", "link", "busbw", "ranks", "sent/rank MB", "all-reduce ms",
+           "exposed ms", "efficiency");
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < 3; k++)
+            if (dm_dp_predict(m, o->dtype_bytes, k_dp_ranks[k], &k_links[l], &p) == DM_OK)
+                printf("  %-11s %6.0f GB/s %6d %12.1f %12.2f %12.2f %10.1f%%\n", k_links[l].name,
+                       k_links[l].busbw / 1e9, p.ranks, p.wire_bytes / 1e6, 1e3 * p.comm_s, 1e3 * p.exposed_s,
+                       100 * p.efficiency);
+    printf("(the ring's 2(N-1)/N of the bytes at the bus bandwidth plus 2 log2(N) hops of latency per bucket; the\n"
+           "compute at its roofline floor, so the efficiency is the least this link gives)\n");
+}
+
 /* The whole model's report: a table, or one JSON object. */
 static void model_report(const analyze_opts *o, const dm_device_model *dev, const dm_model_cost *m) {
     const dm_layer_config *cfg = &o->c.cfg;
@@ -315,7 +354,9 @@ static void model_report(const analyze_opts *o, const dm_device_model *dev, cons
         }
         printf("],\"total\":");
         part_json(&m->total);
-        printf(",\"six_params_tokens_flop\":%.17g}\n", six);
+        printf(",\"six_params_tokens_flop\":%.17g", six);
+        dp_report(o, m);
+        printf("}\n");
         return;
     }
     printf("the whole BertForMaskedLM's training step: %d layers (i=%" PRId64 " h=%" PRId64 " u=%" PRId64
@@ -331,6 +372,7 @@ static void model_report(const analyze_opts *o, const dm_device_model *dev, cons
            "norm and AdamW, 18 flop and 32 bytes a parameter, fp32 state.) 6 * parameters * tokens (the decoder at\n"
            "the scored positions): %.2f GFLOP; the whole step counts %.3f times that.\n", six / 1e9,
            m->total.flop / six);
+    dp_report(o, m);
 }
 
 static int analyze_model(analyze_opts *o, const dm_device_model *dev) {

@@ -530,6 +530,8 @@ static void print_json(const train_run *r, const train_summary *m) {
     const dm_layer_config *cfg = &o->c.cfg;
     const int64_t b = cfg->batch, j = cfg->seq;
     const double n = m->n, *ph = m->ph;
+    double busy, exposed;
+    dm_trainer_reduce_times(r->T, &busy, &exposed);
     printf("{\"layers\":%d,\"params\":%" PRId64 ",\"batch\":%" PRId64 ",\"seq\":%" PRId64 ",\"hidden\":%" PRId64
            ",\"heads\":%" PRId64 ",\"ffn\":%" PRId64 ",\"dropout\":%.17g,\"lr\":%.17g,\"first_step\":%" PRId64
            ",\"last_step\":%" PRId64 ",\"data\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"loss\":[",
@@ -540,13 +542,14 @@ static void print_json(const train_run *r, const train_summary *m) {
     printf("],\"ms_per_step\":{\"data\":%.4f,\"input\":%.4f,\"forward\":%.4f,\"loss\":%.4f,\"backward\":%.4f,"
            "\"optimizer\":%.4f,\"total\":%.4f},\"step_ms_median\":%.4f,\"step_flop\":%.6g,\"gflop_per_s\":%.2f,"
            "\"optimizer_gb_per_s\":%.3f,\"tokens_per_s\":%.1f,"
-           "\"memory_bytes\":{\"arenas\":%zu,\"intermediates\":%zu,\"scratch\":%zu,\"optimizer\":%zu}}\n",
+           "\"memory_bytes\":{\"arenas\":%zu,\"intermediates\":%zu,\"scratch\":%zu,\"optimizer\":%zu},"
+           "\"ranks\":%d,\"reduce_ms\":{\"busy\":%.4f,\"exposed\":%.4f}}\n",
            1e3 * r->t_data / n, 1e3 * ph[DM_TRAIN_INPUT] / n, 1e3 * ph[DM_TRAIN_FORWARD] / n,
            1e3 * ph[DM_TRAIN_LOSS] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n,
            1e3 * (r->t_total - r->t_save) / n, 1e3 * m->med, m->step_flop, m->step_flop / m->med / 1e9, m->opt_gbs,
            (double)(b * j * o->opt.optim.accumulate * dm_dist_size(r->dist)) * n / (r->t_total - r->t_save),
            m->mem.arena, m->mem.activations,
-           m->mem.scratch, m->opt_bytes);
+           m->mem.scratch, m->opt_bytes, dm_dist_size(r->dist), 1e3 * busy / n, 1e3 * exposed / n);
 }
 
 static void print_summary(const train_run *r, const train_summary *m) {

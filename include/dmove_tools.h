@@ -206,6 +206,7 @@ typedef struct {
     double flop, class_flop[DM_NUM_CLASSES];
     double unfused_bytes, fused_bytes;
     double unfused_floor_s, fused_floor_s;
+    double backward_floor_s;  /* of fused_floor_s, the backward pass's groups */
 } dm_model_part_cost;
 typedef struct {
     dm_model_part_cost part[DM_NUM_PARTS], total;
@@ -213,6 +214,33 @@ typedef struct {
 } dm_model_cost;
 dm_status dm_model_cost_analyze(const dm_layer_config *cfg, int layers, const dm_bert_model *bert,
                                 const dm_device_model *dev, int dtype_bytes, dm_model_cost *out);
+
+/* Data parallelism on paper: the step of a whole model (its cost, per rank's batch) on N
+ * ranks that sum the gradients as dmove does, in buckets (each segment's gradients,
+ * handed over as the backward pass finishes the segment: the head, the layers top down,
+ * the embeddings with the tied table last), one bucket after the other on the link,
+ * overlapping the backward of the segments below. A bucket of S bytes takes the ring
+ * all-reduce's 2 (N - 1) / N * S / busbw plus 2 log2(N) * latency (NCCL's tree for the
+ * latency term); what runs past the end of the backward pass is exposed. Times are the
+ * cost model's fused roofline floors (forward, backward, optimizer), so the compute is the
+ * fastest it can be and the efficiency a lower bound for this link. */
+typedef struct {
+    const char *name;    /* "NVLink", "InfiniBand" */
+    double busbw;        /* all-reduce bus bandwidth, bytes/s per rank */
+    double latency;      /* seconds per hop */
+} dm_link;
+typedef struct {
+    int ranks;
+    double grad_bytes;   /* the gradients summed per step (each rank's) */
+    double wire_bytes;   /* what each rank sends per step: 2 (N - 1) / N of them */
+    double compute_s;    /* forward + backward + optimizer, as alone */
+    double comm_s;       /* the buckets' all-reduces, back to back */
+    double exposed_s;    /* of it, past the end of the backward pass */
+    double step_s;       /* compute_s + exposed_s */
+    double efficiency;   /* compute_s / step_s: the throughput per rank against one alone */
+} dm_dp_prediction;
+dm_status dm_dp_predict(const dm_model_cost *m, int grad_bytes, int ranks, const dm_link *link,
+                        dm_dp_prediction *out);
 
 /* --- Charts ----------------------------------------------------------------------------- */
 

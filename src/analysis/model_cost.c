@@ -4,6 +4,7 @@
  * compiles it and analysed as `dmove analyze` analyses a layer (flop, unfused and fused
  * bytes, roofline floors, by class), the layer counted L times; and the update (global
  * norm clipping and AdamW over every parameter, the tied table once), counted here. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -51,6 +52,8 @@ static dm_status segment_cost(const dm_layer_config *cfg, dm_segment seg, const 
         for (int c = 0; c < DM_NUM_CLASSES; c++) p->class_flop[c] = rep.class_flop[c];
         p->unfused_bytes = rep.unfused_bytes, p->fused_bytes = rep.fused_bytes;
         p->unfused_floor_s = rep.unfused_floor_s, p->fused_floor_s = rep.fused_floor_s;
+        for (int k = 0; k < rep.ngroups; k++)
+            if (rep.groups[k].pass == 1) p->backward_floor_s += rep.groups[k].predicted_s;
     }
     dm_cost_free(&rep);
     dm_plan_free(&plan);
@@ -64,6 +67,7 @@ static void scale_part(dm_model_part_cost *p, double k) {
     p->flop *= k;
     for (int c = 0; c < DM_NUM_CLASSES; c++) p->class_flop[c] *= k;
     p->unfused_bytes *= k, p->fused_bytes *= k, p->unfused_floor_s *= k, p->fused_floor_s *= k;
+    p->backward_floor_s *= k;
 }
 
 static void add_part(dm_model_part_cost *to, const dm_model_part_cost *p) {
@@ -72,6 +76,7 @@ static void add_part(dm_model_part_cost *to, const dm_model_part_cost *p) {
     for (int c = 0; c < DM_NUM_CLASSES; c++) to->class_flop[c] += p->class_flop[c];
     to->unfused_bytes += p->unfused_bytes, to->fused_bytes += p->fused_bytes;
     to->unfused_floor_s += p->unfused_floor_s, to->fused_floor_s += p->fused_floor_s;
+    to->backward_floor_s += p->backward_floor_s;
 }
 
 dm_status dm_model_cost_analyze(const dm_layer_config *cfg, int layers, const dm_bert_model *bert,
@@ -113,5 +118,40 @@ dm_status dm_model_cost_analyze(const dm_layer_config *cfg, int layers, const dm
     }
     out->total.name = "whole model";
     out->total.count = 1;
+    return DM_OK;
+}
+
+dm_status dm_dp_predict(const dm_model_cost *m, int grad_bytes, int ranks, const dm_link *link,
+                        dm_dp_prediction *out) {
+    if (!m || !link || !out) return dm_fail(DM_ERR_INVALID_ARG, "dm_dp_predict: NULL argument");
+    if (ranks < 1 || (grad_bytes != 2 && grad_bytes != 4) || !(link->busbw > 0) || !(link->latency >= 0))
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_dp_predict: %d ranks, %d-byte gradients, %g B/s, %g s", ranks,
+                       grad_bytes, link->busbw, link->latency);
+    memset(out, 0, sizeof *out);
+    out->ranks = ranks;
+    const dm_model_part_cost *emb = &m->part[DM_PART_EMBEDDINGS], *lay = &m->part[DM_PART_LAYERS],
+                             *head = &m->part[DM_PART_MLM_HEAD], *opt = &m->part[DM_PART_OPTIMIZER];
+    const int L = lay->count > 0 ? lay->count : 1;
+    out->compute_s = m->total.fused_floor_s;
+    const double fwd = m->total.fused_floor_s - m->total.backward_floor_s - opt->fused_floor_s;
+    const double share = 2.0 * (ranks - 1) / ranks, lat = ranks > 1 ? 2.0 * log2((double)ranks) * link->latency : 0;
+    /* the buckets in backward order: (the backward's time until it is ready, its bytes) */
+    double t = fwd, link_free = 0, bytes = 0;
+    for (int k = 0; k < L + 2; k++) {
+        const dm_model_part_cost *p = k == 0 ? head : k <= L ? lay : emb;
+        const double b = (k == 0 || k > L) ? p->backward_floor_s : p->backward_floor_s / L;
+        const double params = (k == 0 || k > L) ? (double)p->params : (double)p->params / L;
+        t += b;
+        const double s = params * grad_bytes, c = ranks > 1 ? share * s / link->busbw + lat : 0;
+        const double start = t > link_free ? t : link_free;
+        link_free = start + c;
+        out->comm_s += c;
+        bytes += s;
+    }
+    out->grad_bytes = bytes;
+    out->wire_bytes = share * bytes;
+    out->exposed_s = link_free > t ? link_free - t : 0;
+    out->step_s = out->compute_s + out->exposed_s;
+    out->efficiency = out->compute_s / out->step_s;
     return DM_OK;
 }
