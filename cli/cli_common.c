@@ -982,7 +982,8 @@ int cli_dist_interrupted(dm_dist *d) {
 }
 
 int cli_dist_end(dm_dist *d, int rc) {
-    if (rc != 0 && dm_dist_size(d) > 1) {
+    /* 130: every rank stopped after the same step (cli_dist_interrupted), none waits */
+    if (rc != 0 && rc != 130 && dm_dist_size(d) > 1) {
         fflush(stdout);
         fflush(stderr);
         dm_dist_abort(d, rc);

@@ -234,7 +234,8 @@ int cli_check_paths(const char *cmd, const cli_path *reads, int nreads, const cl
  * cli_dist_interrupted: 1 when any rank was interrupted (a collective: every rank asks at
  * the same step, and they stop together).
  * cli_dist_end: rc returned; a failure with several ranks first stops the others
- * (MPI_Abort: none waits for a rank that left), else MPI is finalised. */
+ * (MPI_Abort: none waits for a rank that left), else (also 130: interrupted, every rank
+ * after the same step) MPI is finalised. */
 int cli_dist_start(const char *cmd, int argc, char **argv, dm_dist **out);
 FILE *cli_dist_info(FILE *info);
 int cli_dist_interrupted(dm_dist *d);

@@ -323,6 +323,9 @@ static int setup(train_run *r) {
     if (dm_trainer_new(&r->T, cfg, o->layers, &opt, &o->opt.optim) != DM_OK) return fail_dm("");
     if (dm_trainer_set_dist(r->T, r->dist) != DM_OK || dm_trainer_set_zero(r->T, o->opt.zero) != DM_OK)
         return fail_dm("");
+    char what[96] = "the teacher task"; /* every rank the same samples (the paths may name other files) */
+    if (r->data) snprintf(what, sizeof what, "%" PRId64 " samples", n);
+    if (dm_dist_agree(r->dist, "the training data", what) != DM_OK) return fail_dm("");
     /* what this run trains on: a checkpoint of another run is not resumed */
     char tag[128];
     const char *base = o->data ? strrchr(o->data, '/') : NULL;

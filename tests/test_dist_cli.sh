@@ -215,6 +215,22 @@ else
     echo "ok   a killed rank ends the job in $t s: $(grep -m1 'rank 1' stderr)"
 fi
 good "kill: the last checkpoint is whole" export --checkpoint long.ckpt --out after-kill
+# Ctrl-C on mpirun (SIGINT to every rank): they stop after the same step and save
+rm -f long.ckpt
+# shellcheck disable=SC2086
+$MPIRUN "$DMOVE" $LONG >stdout 2>stderr &
+job=$!
+wait_for_ckpt
+kill -INT "$job"
+wait "$job"
+cases=$((cases + 1))
+n0=$(sed -n 's/^rank 0: .*interrupted after step \([0-9]*\): checkpoint saved.*/\1/p' stderr)
+n1=$(sed -n 's/^rank 1: .*interrupted after step \([0-9]*\): checkpoint saved.*/\1/p' stderr)
+[ -n "$n0" ] && [ "$n0" = "$n1" ] || fail "Ctrl-C: the ranks did not stop after the same step: '$n0' '$n1'"
+grep -q MPI_ABORT stderr && fail "Ctrl-C: the job was aborted, not ended"
+echo "ok   Ctrl-C on mpirun: both ranks stop after step $n0 and save"
+# shellcheck disable=SC2086
+run2 "Ctrl-C: the checkpoint resumes" $P --batch 4 --steps $((n0 + 2)) --resume long.ckpt
 
 echo "test_dist_cli.sh: $cases cases, $fails failed"
 [ "$fails" -eq 0 ]

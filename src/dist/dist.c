@@ -511,6 +511,11 @@ dm_status dm_dist_agree(dm_dist *d, const char *what, const char *value) {
     char theirs[1024];
     memcpy(theirs, mine, sizeof theirs);
     DM_TRY(dm_dist_bcast(d, theirs, sizeof theirs, bad, what));
-    return dm_fail(DM_ERR_INVALID_ARG, "the ranks differ in %s: rank 0 has \"%s\", rank %d \"%s\"; launch every rank "
-                   "with the same options, data and dmove", what, root, bad, theirs);
+    /* where they part, from the start of that word */
+    size_t at = 0;
+    while (root[at] && root[at] == theirs[at]) at++;
+    while (at > 0 && root[at - 1] != ' ') at--;
+    return dm_fail(DM_ERR_INVALID_ARG, "the ranks differ in %s, from \"%.40s\" (rank 0) against \"%.40s\" (rank %d): "
+                   "rank 0 has \"%s\", rank %d \"%s\"; launch every rank with the same options, data and dmove", what,
+                   root + at, theirs + at, bad, root, bad, theirs);
 }
