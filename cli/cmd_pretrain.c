@@ -252,14 +252,15 @@ static dm_status open_loaders(pretrain_run *r, const dm_layer_config *cfg) {
     lc.prefetch = r->o.prefetch;
     lc.part = dm_dist_rank(r->dist), lc.parts = dm_dist_size(r->dist); /* this rank's share of each batch */
     TRY(dm_loader_open(&r->train, r->o.data, "train", &r->vocab, &lc));
-    char id[128];
-    snprintf(id, sizeof id, "%" PRId64 " sequences an epoch, vocabulary %016" PRIx64, dm_loader_sequences(r->train),
-             r->vocab.hash);
-    TRY(dm_dist_agree(r->dist, "the training data", id));
     dm_dataset *d = NULL;
     TRY(dm_dataset_open(&d, r->o.data));
     const size_t nv = dm_dataset_shard_count(d, "valid");
     dm_dataset_free(d);
+    /* every rank the same data: the evaluations are collectives too */
+    char id[160];
+    snprintf(id, sizeof id, "%" PRId64 " sequences an epoch, vocabulary %016" PRIx64 ", %zu held-out shards",
+             dm_loader_sequences(r->train), r->vocab.hash, nv);
+    TRY(dm_dist_agree(r->dist, "the training data", id));
     if (!nv) return DM_OK;
     lc.prefetch = 0;
     lc.seed = cfg->seed ^ 0x5eedull; /* a fixed held-out set: batches 0 .. E-1 */

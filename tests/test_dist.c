@@ -331,6 +331,11 @@ int main(void) {
         test_equivalence(d, TASK_STACK, "CUDA (emulated): encoder stack, AdamW:", DM_OPT_ADAMW, 1, 0);
         test_equivalence(d, TASK_MLM, "CUDA (emulated): BertForMaskedLM, LAMB:", DM_OPT_LAMB, 1, 0);
         test_equivalence(d, TASK_MLM, "CUDA (emulated): ZeRO 1, AdamW:", DM_OPT_ADAMW, 1, 1);
+        /* two streams: a layer's weight gradients come at its join (the sums wait for it) */
+        CHECK(setenv("DMOVE_CUDA_STREAMS", "2", 1) == 0);
+        test_equivalence(d, TASK_STACK, "CUDA (emulated), 2 streams: stack:", DM_OPT_ADAMW, 1, 0);
+        test_equivalence(d, TASK_MLM, "CUDA (emulated), 2 streams: ZeRO 1:", DM_OPT_ADAMW, 1, 1);
+        CHECK(unsetenv("DMOVE_CUDA_STREAMS") == 0);
     }
     CHECK_OK(dm_dist_barrier(d));
     if (g_rank == 0) {

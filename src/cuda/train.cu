@@ -6,6 +6,7 @@
  * host in the same order of elements; sums over a row are fixed trees, so a step gives
  * the same numbers every run. */
 #include <limits.h>
+#include <time.h>
 
 #include "cuda/cuda_internal.h"
 #include "cuda/rowmath.cuh"
@@ -321,13 +322,16 @@ typedef struct {
     int marks;    /* events created */
     int used;     /* sums this step */
     int device;
+    int aborted;  /* ncclCommAbort'ed (it freed the communicator) */
 } dmc_nccl;
 
 static void nccl_release(void *p) {
     dmc_nccl *c = (dmc_nccl *)p;
     if (!c) return;
-    (void)cudaStreamSynchronize(c->stream);
-    (void)ncclCommDestroy(c->comm);
+    if (!c->aborted) {
+        (void)cudaStreamSynchronize(c->stream);
+        (void)ncclCommDestroy(c->comm);
+    }
     for (int k = 0; k < c->marks; k++) (void)cudaEventDestroy(c->start[k]), (void)cudaEventDestroy(c->end[k]);
     (void)cudaEventDestroy(c->ready);
     (void)cudaStreamDestroy(c->stream);
@@ -374,6 +378,9 @@ dm_status dm_cuda_reduce(dm_cuda_exec *ex, int t, float *buf, int64_t n, int roo
     char *g = (char *)buf;
     int dt = DMC_F32;
     if (!g) DM_TRY(dense(ex, t, n, &g, &dt, bcast ? "the parameters' broadcast" : "the gradient reduction"));
+    /* after this layer's work on both of its streams (emulated too: the second stream's
+     * groups run at the join) */
+    DM_TRY(dmc_join(ex));
     if (dmc_emulated(ex)) { /* host memory: MPI on dist's thread, as the CPU's */
         if (dt != DMC_F32)
             return dm_fail(DM_ERR_UNSUPPORTED, "the emulated CUDA backend sums fp32 gradients over ranks only");
@@ -383,22 +390,23 @@ dm_status dm_cuda_reduce(dm_cuda_exec *ex, int t, float *buf, int64_t n, int roo
 #ifdef DM_HAVE_NCCL
     dmc_nccl *c = NULL;
     DM_TRY(nccl_of(d, &c));
-    if (c->used == NCCL_MARKS) return dm_fail(DM_ERR_INTERNAL, "more than %d gradient sums in one step", NCCL_MARKS);
-    if (c->used == c->marks) {
+    if (c->aborted) return dm_fail(DM_ERR_BACKEND, "NCCL's communicator was aborted after a failure");
+    /* timed: the first NCCL_MARKS of a step (the busy time of the rest is not counted) */
+    const int timed = c->used < NCCL_MARKS;
+    if (timed && c->used == c->marks) {
         DMC_CUDA(cudaEventCreate(&c->start[c->marks]));
         DMC_CUDA(cudaEventCreate(&c->end[c->marks]));
         c->marks++;
     }
-    /* after the backward's work on this layer (both of its streams), beside what follows */
-    DM_TRY(dmc_join(ex));
+    /* after the work enqueued on this layer's stream, beside what follows */
     DMC_CUDA(cudaEventRecord(c->ready, dmc_stream(ex)));
     DMC_CUDA(cudaStreamWaitEvent(c->stream, c->ready, 0));
     const ncclDataType_t type = dt == DMC_BF16 ? ncclBfloat16 : dt == DMC_F16 ? ncclFloat16 : ncclFloat32;
-    DMC_CUDA(cudaEventRecord(c->start[c->used], c->stream));
+    if (timed) DMC_CUDA(cudaEventRecord(c->start[c->used], c->stream));
     if (bcast) DMC_NCCL(ncclBroadcast(g, g, (size_t)n, type, root, c->comm, c->stream));
     else if (root >= 0) DMC_NCCL(ncclReduce(g, g, (size_t)n, type, ncclSum, root, c->comm, c->stream));
     else DMC_NCCL(ncclAllReduce(g, g, (size_t)n, type, ncclSum, c->comm, c->stream));
-    DMC_CUDA(cudaEventRecord(c->end[c->used], c->stream));
+    if (timed) DMC_CUDA(cudaEventRecord(c->end[c->used], c->stream));
     c->used++;
     return DM_OK;
 #else
@@ -413,13 +421,34 @@ dm_status dm_cuda_reduce_wait(dm_cuda_exec *ex, dm_dist *d) {
 #ifdef DM_HAVE_NCCL
     dmc_nccl *c = (dmc_nccl *)dm_dist_backend_slot(d);
     if (!c) return DM_OK; /* nothing summed yet */
-    /* the host waits for the sums (the optimizer's kernels are enqueued after) */
+    if (c->aborted) return dm_fail(DM_ERR_BACKEND, "NCCL's communicator was aborted after a failure");
+    /* the host waits for the sums (the optimizer's kernels are enqueued after), polling
+     * against dist's deadline: a rank that died or hangs stops this one (NCCL aborted) */
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    DMC_CUDA(cudaStreamSynchronize(c->stream));
+    for (;;) {
+        const cudaError_t e = cudaStreamQuery(c->stream);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) DMC_CUDA(e);
+        ncclResult_t ar = ncclSuccess;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const double waited = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        if ((ncclCommGetAsyncError(c->comm, &ar) == ncclSuccess && ar != ncclSuccess) || waited > dm_dist_timeout(d)) {
+            (void)ncclCommAbort(c->comm);
+            c->aborted = 1;
+            return ar != ncclSuccess
+                       ? dm_fail(DM_ERR_BACKEND, "rank %d: NCCL failed while summing the gradients: %s",
+                                 dm_dist_rank(d), ncclGetErrorString(ar))
+                       : dm_fail(DM_ERR_BACKEND, "rank %d of %d waited %.0f s for NCCL's sums over the ranks: one of "
+                                 "them died or hangs (DMOVE_DIST_TIMEOUT sets the wait)", dm_dist_rank(d),
+                                 dm_dist_size(d), waited);
+        }
+        const struct timespec nap = {0, 100000};
+        if (waited > 0.05) nanosleep(&nap, NULL);
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double busy = 0;
-    for (int k = 0; k < c->used; k++) {
+    for (int k = 0; k < c->used && k < NCCL_MARKS; k++) {
         float ms = 0;
         DMC_CUDA(cudaEventElapsedTime(&ms, c->start[k], c->end[k]));
         busy += 1e-3 * ms;

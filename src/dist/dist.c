@@ -51,6 +51,7 @@ struct dm_dist {
     pthread_mutex_t mu;
     pthread_cond_t cv;    /* work queued, or quit */
     pthread_cond_t done;  /* the queue ran empty */
+    pthread_cond_t space; /* the queue has room again */
     reduction q[DM_DIST_QUEUE];
     int head, count, busy_now;
     double busy, exposed; /* seconds */
@@ -102,22 +103,24 @@ const char *dm_dist_build_info(void) {
  * PMI-2, MVAPICH, Intel MPI), 0 when none does. */
 static long launcher_size(void) {
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE",
-                                       "MPI_LOCALNRANKS", NULL};
+                                       "SLURM_STEP_NUM_TASKS", NULL};
     for (int k = 0; vars[k]; k++) {
         const char *v = getenv(vars[k]);
         if (!v || !*v) continue;
         char *end;
         errno = 0;
         long n = strtol(v, &end, 10);
-        if (!errno && *end == 0 && n >= 1) return n;
+        /* Slurm's step of one task is a process started alone (an sbatch script's) */
+        if (!errno && *end == 0 && n >= (strncmp(vars[k], "SLURM", 5) ? 1 : 2)) return n;
     }
-    /* PMIx launchers (Open MPI 5's prterun) set the rank and namespace, not always a size */
-    return getenv("PMIX_RANK") && getenv("PMIX_NAMESPACE") ? 2 : 0;
+    /* a PMIx launcher that says no size (Open MPI 5's prterun sets its OMPI_ variables
+     * too): launched, the size for MPI to tell (-1) */
+    return getenv("PMIX_RANK") && getenv("PMIX_NAMESPACE") ? -1 : 0;
 }
 
 int dm_dist_launch_size(void) {
     const long n = launcher_size();
-    return n > 1 << 20 ? 1 << 20 : (int)n;
+    return n < 0 ? 0 : n > 1 << 20 ? 1 << 20 : (int)n;
 }
 
 static double timeout_from_env(double t) {
@@ -148,32 +151,45 @@ static void board_mark(dm_dist *d, const char *what) {
     d->board->ops = d->ops;
     d->board->since = d->board->alive = now_s();
     snprintf(d->board->what, sizeof d->board->what, "%s", what);
+    pthread_mutex_lock(&d->mpi_mu);
+    (void)MPI_Win_sync(d->win); /* the stores seen by the others' reads (separate memory models) */
+    pthread_mutex_unlock(&d->mpi_mu);
 }
 
 /* After a timeout: the ranks behind this one (fewer collectives begun: the one waited for
- * never came), or that do not answer at all, into msg. */
+ * never came), or in it too but not moving, or that do not answer at all, into msg. */
 static void board_diagnose(dm_dist *d, char *msg, size_t n) {
     size_t k = 0;
     msg[0] = 0;
-    struct board b;
     for (int r = 0; d->win_ok && r < d->size && k + 160 < n; r++) {
         if (r == d->rank) continue;
+        /* on the heap: a read that never completes (an RMA request cannot be cancelled)
+         * keeps its buffer, left allocated, rather than landing in a stack reused later */
+        struct board *b = malloc(sizeof *b);
         MPI_Request q;
         int done = 0;
-        if (MPI_Rget(&b, (int)sizeof b, MPI_BYTE, r, 0, (int)sizeof b, MPI_BYTE, d->win, &q) != MPI_SUCCESS) continue;
+        if (!b) break;
+        if (MPI_Rget(b, (int)sizeof *b, MPI_BYTE, r, 0, (int)sizeof *b, MPI_BYTE, d->win, &q) != MPI_SUCCESS) {
+            free(b);
+            continue;
+        }
         for (double t0 = now_s(); !done && now_s() - t0 < 2.0;) {
             if (MPI_Test(&q, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
             if (!done) nanosleep(&(struct timespec){0, 1000000}, NULL);
         }
-        b.what[sizeof b.what - 1] = 0;
-        if (!done)
+        if (!done) {
             k += (size_t)snprintf(msg + k, n - k, "; rank %d does not answer (stopped, or gone)", r);
-        else if (b.ops < d->ops)
+            continue; /* b is the pending read's */
+        }
+        b->what[sizeof b->what - 1] = 0;
+        const double now = now_s();
+        if (b->ops < d->ops)
             k += (size_t)snprintf(msg + k, n - k, "; rank %d is behind: its last, \"%s\", began %.0f s ago", r,
-                                  b.what, now_s() - b.since);
-        else if (b.ops == d->ops && now_s() - b.alive > 0.5 * d->timeout)
+                                  b->what, now - b->since);
+        else if (b->ops == d->ops && now - b->alive > 0.5 * d->timeout)
             k += (size_t)snprintf(msg + k, n - k, "; rank %d is in it too, but has not moved for %.0f s (stopped?)",
-                                  r, now_s() - b.alive);
+                                  r, now - b->alive);
+        free(b);
     }
 }
 
@@ -184,8 +200,8 @@ static dm_status mpi_fail(int rc, const char *call, const char *what) {
     return dm_fail(DM_ERR_BACKEND, "%s (%s) failed: %s", call, what, msg);
 }
 
-/* Waits for request r, polling, at most d->timeout seconds. */
-static dm_status wait_req(dm_dist *d, MPI_Request *r, const char *what) {
+/* Waits for request r, polling, at most `limit` seconds. */
+static dm_status wait_req(dm_dist *d, MPI_Request *r, double limit, const char *what) {
     const double t0 = now_s();
     for (unsigned spins = 0;; spins++) {
         int flag = 0;
@@ -204,14 +220,14 @@ static dm_status wait_req(dm_dist *d, MPI_Request *r, const char *what) {
             const double waited = now_s() - t0;
             if (waited < 0.05) sched_yield();
             else nanosleep(&(struct timespec){0, 100000}, NULL);
-            if (waited > d->timeout) {
+            if (waited > limit) {
                 char who[512];
                 pthread_mutex_lock(&d->mpi_mu);
                 board_diagnose(d, who, sizeof who);
                 pthread_mutex_unlock(&d->mpi_mu);
                 return dm_fail(DM_ERR_BACKEND, "rank %d of %d waited %.0f s for the other ranks (%s)%s: a rank that "
                                "died or hangs stops the run (DMOVE_DIST_TIMEOUT sets the wait)", d->rank, d->size,
-                               d->timeout, what, who[0] ? who : "; one of them died or hangs");
+                               limit, what, who[0] ? who : "; one of them died or hangs");
             }
         }
     }
@@ -220,7 +236,7 @@ static dm_status wait_req(dm_dist *d, MPI_Request *r, const char *what) {
 /* n elements at buf: summed over the ranks (root -1: every rank gets the sums; else rank
  * root), or with bcast rank root's to every rank; in chunks of an int's count. */
 static dm_status coll_mpi(dm_dist *d, void *buf, int64_t n, MPI_Datatype type, size_t esize, int root, int bcast,
-                          const char *what) {
+                          double limit, const char *what) {
     const int64_t chunk = 1 << 28; /* MPI counts are int */
     board_mark(d, what);
     for (int64_t o = 0; o < n; o += chunk) {
@@ -234,13 +250,13 @@ static dm_status coll_mpi(dm_dist *d, void *buf, int64_t n, MPI_Datatype type, s
         pthread_mutex_unlock(&d->mpi_mu);
         if (rc != MPI_SUCCESS)
             return mpi_fail(rc, bcast ? "MPI_Ibcast" : root < 0 ? "MPI_Iallreduce" : "MPI_Ireduce", what);
-        DM_TRY(wait_req(d, &r, what));
+        DM_TRY(wait_req(d, &r, limit, what));
     }
     return DM_OK;
 }
 
 static dm_status sum_mpi(dm_dist *d, void *buf, int64_t n, MPI_Datatype type, size_t esize, const char *what) {
-    return coll_mpi(d, buf, n, type, esize, -1, 0, what);
+    return coll_mpi(d, buf, n, type, esize, -1, 0, d->timeout, what);
 }
 #endif
 
@@ -257,7 +273,7 @@ static void *worker_main(void *arg) {
         dm_status s = DM_OK;
         double t0 = now_s();
 #ifdef DM_HAVE_MPI
-        if (!failed) s = coll_mpi(d, r.buf, r.n, MPI_FLOAT, sizeof(float), r.root, r.bcast, r.what);
+        if (!failed) s = coll_mpi(d, r.buf, r.n, MPI_FLOAT, sizeof(float), r.root, r.bcast, d->timeout, r.what);
 #else
         (void)r;
 #endif
@@ -271,6 +287,7 @@ static void *worker_main(void *arg) {
         d->head = (d->head + 1) % DM_DIST_QUEUE;
         d->count--;
         d->busy_now = 0;
+        pthread_cond_signal(&d->space);
         if (!d->count) pthread_cond_broadcast(&d->done);
     }
     pthread_mutex_unlock(&d->mu);
@@ -295,8 +312,9 @@ dm_status dm_dist_start(dm_dist **out, double timeout_s) {
     pthread_mutex_init(&d->mpi_mu, NULL);
     pthread_cond_init(&d->cv, NULL);
     pthread_cond_init(&d->done, NULL);
+    pthread_cond_init(&d->space, NULL);
 #ifdef DM_HAVE_MPI
-    if (n >= 1) {
+    if (n != 0) { /* launched (a size, or -1: MPI tells) */
         int inited = 0, provided = 0, rc;
         if ((rc = MPI_Initialized(&inited)) != MPI_SUCCESS) {
             dm_dist_finish(d);
@@ -369,6 +387,7 @@ void dm_dist_finish(dm_dist *d) {
     pthread_mutex_destroy(&d->mpi_mu);
     pthread_cond_destroy(&d->cv);
     pthread_cond_destroy(&d->done);
+    pthread_cond_destroy(&d->space);
     free(d);
 }
 
@@ -381,6 +400,7 @@ void dm_dist_abort(dm_dist *d, int code) {
 }
 
 int dm_dist_rank(const dm_dist *d) { return d ? d->rank : 0; }
+double dm_dist_timeout(const dm_dist *d) { return d ? d->timeout : 600.0; }
 int dm_dist_size(const dm_dist *d) { return d ? d->size : 1; }
 int dm_dist_local_rank(const dm_dist *d) { return d ? d->local_rank : 0; }
 
@@ -395,10 +415,7 @@ static dm_status queue(dm_dist *d, float *buf, int64_t n, int root, int bcast, c
     if (root >= d->size || (bcast && root < 0))
         return dm_fail(DM_ERR_INTERNAL, "a collective rooted at rank %d of %d", root, d->size);
     pthread_mutex_lock(&d->mu);
-    if (d->count == DM_DIST_QUEUE) {
-        pthread_mutex_unlock(&d->mu);
-        return dm_fail(DM_ERR_INTERNAL, "more than %d gradient reductions queued at once", DM_DIST_QUEUE);
-    }
+    while (d->count == DM_DIST_QUEUE) pthread_cond_wait(&d->space, &d->mu); /* the thread takes one */
     d->q[(d->head + d->count) % DM_DIST_QUEUE] = (reduction){buf, n, root, bcast, what};
     d->count++;
     pthread_cond_signal(&d->cv);
@@ -467,21 +484,24 @@ dm_status dm_dist_sum(dm_dist *d, double *v, int n) {
     return dm_dist_sum_f64(d, v, n, "dm_dist_sum");
 }
 
-dm_status dm_dist_bcast(dm_dist *d, void *buf, size_t bytes, int root, const char *what) {
+static dm_status bcast_limit(dm_dist *d, void *buf, size_t bytes, int root, double limit, const char *what) {
     if (!d || d->size == 1) return DM_OK;
-    if (bytes > (size_t)1 << 30) return dm_fail(DM_ERR_INVALID_ARG, "dm_dist_bcast: %zu bytes at once", bytes);
+    if (bytes > (size_t)INT64_MAX) return dm_fail(DM_ERR_INVALID_ARG, "dm_dist_bcast: %zu bytes", bytes);
 #ifdef DM_HAVE_MPI
-    MPI_Request r;
-    board_mark(d, what);
-    pthread_mutex_lock(&d->mpi_mu);
-    int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, d->comm, &r);
-    pthread_mutex_unlock(&d->mpi_mu);
-    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Ibcast", what);
-    return wait_req(d, &r, what);
+    return coll_mpi(d, buf, (int64_t)bytes, MPI_BYTE, 1, root, 1, limit, what);
 #else
-    (void)buf, (void)root, (void)what;
+    (void)buf, (void)root, (void)limit, (void)what;
     return DM_OK;
 #endif
+}
+
+dm_status dm_dist_bcast(dm_dist *d, void *buf, size_t bytes, int root, const char *what) {
+    return bcast_limit(d, buf, bytes, root, d ? d->timeout : 0, what);
+}
+
+dm_status dm_dist_bcast_slow(dm_dist *d, void *buf, size_t bytes, int root, const char *what) {
+    /* rank root writes a file meanwhile: an hour at least */
+    return bcast_limit(d, buf, bytes, root, d && d->timeout > 3600 ? d->timeout : 3600, what);
 }
 
 dm_status dm_dist_barrier(dm_dist *d) {

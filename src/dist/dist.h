@@ -29,8 +29,13 @@ void dm_dist_add_reduce_times(dm_dist *d, double busy, double exposed);
  * be queued: the caller waited). */
 dm_status dm_dist_sum_i64(dm_dist *d, int64_t *v, int n, const char *what);
 dm_status dm_dist_sum_f64(dm_dist *d, double *v, int n, const char *what);
-/* Rank `root`'s bytes to every rank. */
+/* Rank `root`'s bytes to every rank. _slow: while rank root does something long (writes
+ * a checkpoint): an hour at least before the others give up. */
 dm_status dm_dist_bcast(dm_dist *d, void *buf, size_t bytes, int root, const char *what);
+dm_status dm_dist_bcast_slow(dm_dist *d, void *buf, size_t bytes, int root, const char *what);
+
+/* The seconds a collective may wait for the other ranks (dm_dist_start's timeout). */
+double dm_dist_timeout(const dm_dist *d);
 
 /* A backend's per-world state (the CUDA backend's NCCL communicator): set once by the
  * backend, freed by `release` at dm_dist_finish. */

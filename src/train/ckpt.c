@@ -161,7 +161,7 @@ static dm_status on_rank0(const dm_trainer *T, const char *path, dm_status (*fn)
         r.status = (int32_t)fn(T, path);
         if (r.status != DM_OK) snprintf(r.msg, sizeof r.msg, "%s", dm_last_error());
     }
-    DM_TRY(dm_dist_bcast(T->dist, &r, sizeof r, 0, "the checkpoint's result"));
+    DM_TRY(dm_dist_bcast_slow(T->dist, &r, sizeof r, 0, "rank 0 writing the file"));
     if (r.status == DM_OK) return DM_OK;
     return dm_dist_rank(T->dist) == 0 ? (dm_status)r.status
                                       : dm_fail((dm_status)r.status, "rank 0, writing for every rank: %s", r.msg);
@@ -230,6 +230,24 @@ static dm_status find_checked(const dm_st_file *f, const dm_trainer *T, int si, 
 
 /* Validates the file against T (format, metadata, every tensor, the checksum), then
  * copies; data: scratch for ntensors(T) pointers. */
+/* Metadata value m of a checkpoint and of this trainer the same: the model's without its
+ * " predictions=N", the masked positions a batch scores, which is the batch's shape, not
+ * the model's (and rounds per rank: N ranks' default differs from one process's). */
+static int same_meta(int m, const char *a, const char *b) {
+    if (m != M_MODEL) return !strcmp(a, b);
+    char x[2][META_LEN];
+    const char *in[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        snprintf(x[k], META_LEN, "%s", in[k]);
+        char *p = strstr(x[k], " predictions=");
+        if (!p) continue;
+        const char *e = p + 13;
+        while (*e >= '0' && *e <= '9') e++;
+        memmove(p, e, strlen(e) + 1);
+    }
+    return !strcmp(x[0], x[1]);
+}
+
 static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **data) {
     const char *fmt = dm_st_metadata(f, "format"), *ver = dm_st_metadata(f, "version");
     if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
@@ -250,7 +268,7 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
      * question of architecture */
     for (int k = -1; k <= M_ADAMW; k++) {
         const int m = k < 0 ? M_BATCH : k;
-        if (!strcmp(theirs[m], mine[m])) continue;
+        if (same_meta(m, theirs[m], mine[m])) continue;
         if (m <= M_MODEL)
             return dm_fail(DM_ERR_SHAPE, "the checkpoint's %s is %s, this trainer's %s: give the architecture it was "
                            "saved with (checkpoint: %s layers, hidden %s, heads %s, ffn %s, act %s, norm %s, "

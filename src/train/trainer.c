@@ -302,6 +302,18 @@ dm_status dm_trainer_forward(dm_trainer *T, double *loss) {
     return dm_trainer_pull(T, DM_PULL_OUTPUT); /* the caller reads the output */
 }
 
+/* The backward pass, each segment's gradients handed to the sums over the ranks as it
+ * ends. */
+static dm_status backward(dm_trainer *T) {
+    if (T->model) return dm_trainer_bert_backward(T);
+    for (int li = T->nlayers - 1; li >= 0; li--) {
+        DM_TRY(dm_layer_backward(T->L[li]));
+        DM_TRY(dm_trainer_reduce_segment(T, li));
+        if (li > 0) DM_TRY(dm_trainer_link(T, li, "grad_hidden_states", li - 1, "grad_output"));
+    }
+    return DM_OK;
+}
+
 dm_status dm_trainer_step(dm_trainer *T, double *loss) {
     if (!T) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_step: NULL trainer");
     if (T->forward_only)
@@ -316,14 +328,11 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
                        "lower the learning rate (--lr) or check the inputs and targets for NaN or huge "
                        "values", l, (long long)step);
     double t0 = now();
-    if (T->model) DM_TRY(dm_trainer_bert_backward(T)); /* each segment's gradients reduced as it ends */
-    for (int li = T->model ? -1 : T->nlayers - 1; li >= 0; li--) {
-        DM_TRY(dm_layer_backward(T->L[li]));
-        DM_TRY(dm_trainer_reduce_segment(T, li));
-        if (li > 0) DM_TRY(dm_trainer_link(T, li, "grad_hidden_states", li - 1, "grad_output"));
-    }
-    if (loss) *loss = l;
-    return dm_trainer_after_backward(T, step, t0);
+    dm_status s = backward(T);
+    if (s == DM_OK) s = dm_trainer_after_backward(T, step, t0);
+    if (s != DM_OK) dm_trainer_reduce_drain(T); /* none of the sums handed over left running */
+    if (s == DM_OK && loss) *loss = l;
+    return s;
 }
 
 dm_status dm_trainer_after_backward(dm_trainer *T, int64_t step, double t0) {
@@ -353,6 +362,9 @@ dm_status dm_trainer_set_dist(dm_trainer *T, dm_dist *d) {
         return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_dist: in the middle of an update (%d of %d micro-batches "
                        "taken)", T->micro, T->optim.accumulate);
     const int n = dm_dist_size(d), r = dm_dist_rank(d);
+    if (T->zero)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_dist: the optimizer's state is sharded over the ranks "
+                       "already (dm_trainer_set_zero)");
     if (n > 1 && T->forward_only)
         return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer has no gradients to sum over ranks");
     if (n > 1 && (!T->bk->reduce || !T->bk->reduce_wait))

@@ -125,6 +125,9 @@ dm_status dm_trainer_update(dm_trainer *T, int64_t step, int summed);
  * every reduction waited for. Nothing alone. */
 dm_status dm_trainer_reduce_segment(dm_trainer *T, int seg);
 dm_status dm_trainer_reduce_finish(dm_trainer *T);
+/* After a failure part way: waits for the collectives handed over (none left running
+ * beside the caller's next ones), keeping the failure's message. */
+void dm_trainer_reduce_drain(dm_trainer *T);
 /* ZeRO stage 1, after the update: every slot's parameter (and master weights) from its
  * owner to every rank, waited for. */
 dm_status dm_trainer_share_params(dm_trainer *T);

@@ -270,6 +270,15 @@ dm_status dm_trainer_reduce_finish(dm_trainer *T) {
     return T->bk->reduce_wait(home(T), T->dist);
 }
 
+void dm_trainer_reduce_drain(dm_trainer *T) {
+    if (T->ranks < 2) return;
+    const dm_status s = dm_last_status();
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dm_last_error());
+    (void)T->bk->reduce_wait(home(T), T->dist);
+    dm_fail(s, "%s", msg); /* the failure the caller reports */
+}
+
 dm_status dm_trainer_share_params(dm_trainer *T) {
     for (int k = 0; k < T->nslots; k++) {
         const dm_train_slot *sl = &T->slot[k];
