@@ -26,7 +26,7 @@ NATIVE_WHY := $(or $(NATIVE_FLAG),neither -march=native nor -mcpu=native taken b
 else
 NATIVE_WHY := CFLAGS given
 endif
-CFLAGS  += -std=c11 -D_GNU_SOURCE -fno-trapping-math -fno-math-errno -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -Iinclude -Isrc
+CFLAGS  += -fPIC -std=c11 -D_GNU_SOURCE -fno-trapping-math -fno-math-errno -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -Iinclude -Isrc
 LDLIBS  += -lm
 PKG_CONFIG ?= pkg-config
 HAVE_PKG_CONFIG := $(shell command -v $(PKG_CONFIG) 2>/dev/null)
@@ -130,7 +130,7 @@ NVCC_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0
 # sm_80 (A100), sm_90 (H100/H200), and compute_90 PTX that newer GPUs compile at load time
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCCFLAGS ?= -O3 -lineinfo
-NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Xcompiler -fopenmp,-Wall,-Wextra,-Wno-unused-parameter -Iinclude -Isrc -DDM_HAVE_CUDA
+NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC,-fopenmp,-Wall,-Wextra,-Wno-unused-parameter -Iinclude -Isrc -DDM_HAVE_CUDA
 CFLAGS += -DDM_HAVE_CUDA
 # NVRTC compiles the row kernels generated per fused group (src/cudagen/) at run time,
 # with the toolkit's headers; the tests build the same code for the host with $(CXX)
@@ -248,6 +248,18 @@ $(BUILD)/libdmove.a: $(LIB_OBJ)
 $(BUILD)/dmove: $(CLI_OBJ) $(BUILD)/libdmove.a
 	$(CC) $(CFLAGS) $(CLI_OBJ) $(BUILD)/libdmove.a -o $@ $(LDLIBS)
 
+# The shared library the Python package loads with ctypes (python/dmove/_lib.py): the same
+# objects as libdmove.a (every object is compiled -fPIC).
+$(BUILD)/libdmove.so: $(LIB_OBJ)
+	$(CC) $(CFLAGS) -shared $(LIB_OBJ) -o $@ $(LDLIBS)
+
+# `make python`: libdmove.so, copied into python/dmove/ so that `pip install ./python`
+# installs it with the package (python/setup.py takes DMOVE_LIB, a path to another build's
+# libdmove.so, first).
+python: $(BUILD)/libdmove.so
+	cp $(BUILD)/libdmove.so python/dmove/libdmove.so
+	@echo "now: pip install ./python  (in a virtual environment with torch and transformers)"
+
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libdmove.a tests/testutil.h tests/layerutil.h tests/trainutil.h $(CONFIG_STAMP)
 ifneq ($(EXPAT_MISSING),)
 	$(error $(EXPAT_MISSING))
@@ -268,13 +280,13 @@ run: $(BUILD)/dmove
 # tests run again with the direct kernel narrowed (DMOVE_ISA=avx2: its AVX2
 # variant, on an AVX-512 machine) and turned off (=none: the BLAS paths a default plan
 # takes on CPUs without it).
-test: $(BUILD)/dmove $(TEST_BIN)
+test: $(BUILD)/dmove $(BUILD)/libdmove.so $(TEST_BIN)
 	@sh tests/check_layers.sh && sh tests/check_funcs.sh
 	@rm -rf $(BUILD)/test-logs && mkdir -p $(BUILD)/test-logs
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; l=$(BUILD)/test-logs/$$(basename $$t).log; \
 	  OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $$t >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; [ $$rc = 0 ]; done
 	@set -e; for s in tests/test_*.sh; do [ -e "$$s" ] || continue; echo "== $$s"; l=$(BUILD)/test-logs/$$(basename $$s).log; \
-	  DMOVE=$(BUILD)/dmove sh $$s >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; [ $$rc = 0 ]; done
+	  DMOVE=$(BUILD)/dmove DMOVE_LIB=$(BUILD)/libdmove.so sh $$s >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; [ $$rc = 0 ]; done
 	@set -e; for isa in avx2 none; do for t in test_layer_ref test_tune; do \
 	  echo "== $(BUILD)/tests/$$t with DMOVE_ISA=$$isa"; l=$(BUILD)/test-logs/$$t-isa-$$isa.log; \
 	  DMOVE_ISA=$$isa OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/tests/$$t >$$l 2>&1 && rc=0 || rc=$$?; \
@@ -335,4 +347,4 @@ check-funcs:
 clean:
 	rm -rf build build-asan build-nocuda build-cpu build-fuzz
 
-.PHONY: all run test test-asan fuzz fuzz-build soak check-layers check-funcs clean
+.PHONY: all python run test test-asan fuzz fuzz-build soak check-layers check-funcs clean

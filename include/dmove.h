@@ -170,6 +170,10 @@ const char *dm_layer_param_name(const dm_layer *layer, int index);
 /* BERT initialisation: weights N(0, 0.02) (deterministic from seed), biases 0, LN gamma 1. */
 dm_status dm_layer_init_params(dm_layer *layer, uint64_t seed);
 dm_status dm_layer_set_seed(dm_layer *layer, uint64_t seed);
+/* Training mode (1, the default: dropout at the layer's probability) or evaluation mode
+ * (0: no dropout), for its forward passes from then on (the CPU backend; others
+ * DM_ERR_UNSUPPORTED). */
+dm_status dm_layer_set_training(dm_layer *layer, int training);
 
 enum { DM_PASS_FORWARD = 1, DM_PASS_BACKWARD = 2 };
 enum { DM_RUN_ALL = 7 }; /* class mask: bit c runs groups of class c */

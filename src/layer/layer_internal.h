@@ -48,10 +48,6 @@ dm_status dm_layer_new_pooled(dm_layer **out, const dm_layer_config *cfg, const 
 dm_status dm_layer_new_segment(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
                                dm_segment segment, const dm_bert_sizes *sizes, dm_backend_pool *pool);
 
-/* Training mode (1: dropout at the layer's probability) or evaluation mode (0: none), for
- * its forward passes (the CPU backend; others DM_ERR_UNSUPPORTED). */
-dm_status dm_layer_set_training(dm_layer *L, int training);
-
 /* The graph tensor of a layer's named tensor (dm_layer_tensor's names), or -1. */
 int dm_layer_tensor_id(const dm_layer *L, const char *name);
 

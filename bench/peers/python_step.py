@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""bench/peers/python_step.py: what dmove.torch.patch gives a PyTorch user: one training
+step of transformers' BertForMaskedLM (random init, fp32, CPU, dropout 0.1 as BERT, the
+default attention (SDPA), MLM labels on 15% of the positions) timed three ways in one
+interleaved run: eager, torch.compile (Inductor; compiled in the warm-up, never timed) and
+patched (dmove.torch.patch: the encoder's layers on dmove, embeddings and MLM head still
+PyTorch's). A step: zero_grad; model(input_ids, attention_mask, labels).loss; backward;
+AdamW (foreach). Each round times one step of each variant in turn; medians printed, with
+the ratios and the bytes copied between torch and dmove per patched step.
+
+    PYTHONPATH=python python3 bench/peers/python_step.py --rounds 5
+    (after `make python`; --no-compile skips torch.compile; --batch/--seq/--layers)
+"""
+import argparse
+import copy
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+from transformers import BertConfig, BertForMaskedLM
+
+import dmove.torch as dt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--no-compile", action="store_true")
+    a = ap.parse_args()
+
+    torch.manual_seed(0)
+    cfg = BertConfig(num_hidden_layers=a.layers)  # BERT-base: 768/12/3072, vocab 30522
+    ref = BertForMaskedLM(cfg).train()
+    pat = dt.patch(copy.deepcopy(ref)).train()
+    ids = torch.randint(1000, cfg.vocab_size, (a.batch, a.seq))
+    mask = torch.ones(a.batch, a.seq, dtype=torch.long)
+    labels = torch.where(torch.rand(a.batch, a.seq) < 0.15, ids, torch.full_like(ids, -100))
+
+    variants = {"eager": (ref, torch.optim.AdamW(ref.parameters(), lr=1e-4))}
+    compile_why = ""
+    if not a.no_compile:
+        try:
+            cref = copy.deepcopy(ref)
+            variants["compile"] = (torch.compile(cref), torch.optim.AdamW(cref.parameters(), lr=1e-4))
+        except Exception as e:  # noqa: BLE001
+            compile_why = f"torch.compile unavailable: {type(e).__name__}: {e}"
+    variants["patched"] = (pat, torch.optim.AdamW(pat.parameters(), lr=1e-4))
+
+    def step(model, opt):
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for name in list(variants):
+        t = time.perf_counter()
+        try:
+            for _ in range(a.warmup):
+                step(*variants[name])
+        except Exception as e:  # noqa: BLE001
+            if name != "compile":
+                raise
+            compile_why = f"torch.compile failed here: {type(e).__name__}: {str(e)[:200]}"
+            del variants[name]
+            continue
+        print(f"warm-up {name}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
+
+    times = {k: [] for k in variants}
+    copies = None
+    for r in range(a.rounds):
+        for name, (model, opt) in variants.items():
+            if name == "patched":
+                dt.reset_copy_stats()
+            t = time.perf_counter()
+            step(model, opt)
+            times[name].append(time.perf_counter() - t)
+            if name == "patched":
+                copies = dt.copy_stats()
+        print(f"round {r + 1}: " + "  ".join(f"{k} {v[-1] * 1e3:.0f} ms" for k, v in times.items()),
+              file=sys.stderr)
+
+    med = {k: statistics.median(v) for k, v in times.items()}
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except Exception:  # noqa: BLE001
+        pass
+    print(f"python_step: BertForMaskedLM BERT-base ({a.layers} layers) b={a.batch} j={a.seq} "
+          f"fp32 CPU, training step (forward, backward, AdamW), dropout 0.1")
+    print(f"  {cpu}, {os.cpu_count()} cores, torch {torch.__version__} "
+          f"({torch.get_num_threads()} threads), dmove threads {dt.get_num_threads()}, "
+          f"python {platform.python_version()}")
+    print(f"  rounds {a.rounds} (interleaved, after {a.warmup} warm-up step each); medians:")
+    for k, v in med.items():
+        print(f"    {k:8s} {v * 1e3:9.0f} ms   (min {min(times[k]) * 1e3:.0f}, "
+              f"max {max(times[k]) * 1e3:.0f})")
+    if compile_why:
+        print(f"  {compile_why}")
+    for k in med:
+        if k != "patched":
+            print(f"  patched vs {k}: {med[k] / med['patched']:.2f}x")
+    if copies:
+        mb = lambda n: f"{n / 2**20:.1f} MiB"
+        print(f"  copies per patched step: {mb(copies['total'])} "
+              f"({', '.join(f'{k} {mb(copies[k])}' for k in copies if k not in ('total', 'forward', 'backward'))}; "
+              f"{copies['forward']} layer forwards, {copies['backward']} backwards)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,404 @@
+"""dmove's fused BERT encoder layer inside PyTorch.
+
+``BertLayer`` is a ``torch.nn.Module`` with the parameters (names, shapes, ``state_dict``
+keys) of transformers' ``BertLayer``; its forward and backward run dmove's fused layer
+(``dm_layer_forward`` / ``dm_layer_backward``) through a ``torch.autograd.Function``.
+``patch(model)`` puts one in place of every transformers ``BertLayer`` of a model, sharing
+its ``Parameter`` objects.
+
+What dmove takes: float32 CPU tensors, hidden_states (b, j, hidden) of any strides, the
+attention mask as transformers gives it to a layer (None, (b, j) of 1/0, or (b, 1, 1, j) /
+(b, 1, j, j) additive float or bool, the same for every query). Anything else raises
+TypeError / ValueError saying why. The copies per step are counted in ``copy_stats()``.
+"""
+import ctypes
+import math
+import weakref
+
+import torch
+from torch import nn
+
+from . import _lib
+from ._lib import Error, check, lib
+
+__all__ = ["BertLayer", "patch", "set_num_threads", "get_num_threads", "copy_stats",
+           "reset_copy_stats", "Error"]
+
+_threads = 0  # 0: follow torch.get_num_threads()
+_MAX_PENDING = 8   # forwards of one layer and shape waiting for their backward
+_MAX_SHAPES = 4    # (batch, seq) shapes a module keeps a dmove layer for
+
+# Bytes copied between torch's tensors and dmove's buffers since reset_copy_stats():
+#   hidden_in, mask_in, params_in (only parameters changed since the layer last saw them),
+#   output_out (forward), grad_output_in, grad_input_out, param_grads_out (backward).
+_copies = {k: 0 for k in ("hidden_in", "mask_in", "params_in", "output_out",
+                          "grad_output_in", "grad_input_out", "param_grads_out")}
+_calls = {"forward": 0, "backward": 0}
+
+
+def copy_stats():
+    """Bytes copied per kind (and the forward/backward calls) since reset_copy_stats()."""
+    d = dict(_copies)
+    d.update(_calls)
+    d["total"] = sum(_copies.values())
+    return d
+
+
+def reset_copy_stats():
+    for k in _copies:
+        _copies[k] = 0
+    for k in _calls:
+        _calls[k] = 0
+
+
+def set_num_threads(n):
+    """Threads of the dmove layers made from now on (0: torch.get_num_threads())."""
+    global _threads
+    if int(n) < 0:
+        raise ValueError("dmove.torch.set_num_threads: n must be >= 0")
+    _threads = int(n)
+
+
+def get_num_threads():
+    return _threads or torch.get_num_threads()
+
+
+_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+         "gelu_tanh": "gelu_tanh", "relu": "relu"}
+
+
+def _layer_settings(config):
+    """(hidden, heads, ffn, dropout, eps, act) from a transformers BertConfig, or refuses."""
+    g = lambda k, d=None: getattr(config, k, d)
+    hidden, heads, ffn = g("hidden_size"), g("num_attention_heads"), g("intermediate_size")
+    if None in (hidden, heads, ffn):
+        raise ValueError("dmove.torch.BertLayer: the config needs hidden_size, "
+                         "num_attention_heads and intermediate_size (a transformers BertConfig)")
+    if hidden % heads:
+        raise ValueError(f"dmove.torch.BertLayer: hidden_size {hidden} is not a multiple of "
+                         f"num_attention_heads {heads}")
+    act = g("hidden_act", "gelu")
+    if not isinstance(act, str) or act not in _ACTS:
+        raise ValueError(f"dmove.torch.BertLayer: hidden_act {act!r}: dmove takes "
+                         f"{', '.join(sorted(_ACTS))}")
+    p_hidden = float(g("hidden_dropout_prob", 0.1))
+    p_attn = float(g("attention_probs_dropout_prob", p_hidden))
+    if p_hidden != p_attn:
+        raise ValueError(f"dmove.torch.BertLayer: hidden_dropout_prob {p_hidden} differs from "
+                         f"attention_probs_dropout_prob {p_attn}: dmove's layer has one dropout "
+                         "probability for its three dropouts")
+    if g("is_decoder", False) or g("add_cross_attention", False):
+        raise ValueError("dmove.torch.BertLayer: decoder layers (is_decoder, cross-attention) "
+                         "are not taken: dmove's layer is an encoder layer")
+    pet = g("position_embedding_type", "absolute")
+    if pet not in (None, "absolute"):
+        raise ValueError(f"dmove.torch.BertLayer: position_embedding_type {pet!r}: dmove's "
+                         "attention has no relative position terms (absolute only)")
+    return (int(hidden), int(heads), int(ffn), p_hidden, float(g("layer_norm_eps", 1e-12)),
+            _ACTS[act])
+
+
+def _module(**children):
+    m = nn.Module()
+    for k, v in children.items():
+        setattr(m, k, v)
+    return m
+
+
+class _Token:
+    """Alive while a forward's autograd node (which may still run backward) is."""
+
+
+class _Core:
+    """One dmove layer (dm_layer) of one (batch, seq) shape and its buffers as tensors."""
+
+    def __init__(self, settings, batch, seq, threads):
+        hidden, heads, ffn, p, eps, act = settings
+        cfg = _lib.LayerConfig()
+        lib.dm_layer_config_default(ctypes.byref(cfg))
+        cfg.batch, cfg.seq, cfg.hidden, cfg.heads, cfg.ffn = batch, seq, hidden, heads, ffn
+        cfg.dropout, cfg.eps, cfg.act = p, eps, _lib.ACT[act]
+        opt = _lib.LayerOptions()  # zeros: fused, CPU, fp32, default rows/streams
+        opt.threads = threads
+        h = ctypes.c_void_p()
+        check(lib.dm_layer_new(ctypes.byref(h), ctypes.byref(cfg), ctypes.byref(opt)),
+              f"dmove layer b={batch} j={seq} hidden={hidden} heads={heads} ffn={ffn}")
+        self.h = h
+        self.free = lib.dm_layer_free
+        self.names = [lib.dm_layer_param_name(h, k).decode()
+                      for k in range(lib.dm_layer_num_params(h))]
+        self.t = {}
+        for n in ["hidden_states", "attention_mask", "output", "grad_output",
+                  "grad_hidden_states"] + self.names + [n + ".grad" for n in self.names]:
+            self.t[n] = self._view(n)
+        self.seen = [None] * len(self.names)   # (data_ptr, _version) of each parameter copied
+        self.training = 1
+        self.token = None
+        self.mask_ones = False
+
+    def _view(self, name):
+        ptr = ctypes.POINTER(ctypes.c_float)()
+        nd = ctypes.c_int()
+        shape = (ctypes.c_int64 * 4)()
+        check(lib.dm_layer_tensor(self.h, name.encode(), ctypes.byref(ptr), ctypes.byref(nd),
+                                  shape), f"dmove layer tensor {name}")
+        dims = [shape[k] for k in range(nd.value)]
+        n = math.prod(dims)
+        buf = (ctypes.c_float * n).from_address(ctypes.addressof(ptr.contents))
+        return torch.frombuffer(buf, dtype=torch.float32).view(dims)  # keeps buf alive
+
+    def busy(self):
+        return self.token is not None and self.token() is not None
+
+    def __del__(self):
+        if getattr(self, "h", None):
+            self.free(self.h)
+            self.h = None
+
+
+class _LayerFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, core, hidden, mask, training, seed, want_grad, *params):
+        t = core.t
+        t["hidden_states"].copy_(hidden)
+        _copies["hidden_in"] += hidden.numel() * 4
+        if mask is None:
+            if not core.mask_ones:
+                t["attention_mask"].fill_(1.0)
+                core.mask_ones = True
+        else:
+            t["attention_mask"].copy_(mask)
+            core.mask_ones = False
+            _copies["mask_in"] += mask.numel() * 4
+        for k, p in enumerate(params):
+            key = (p.data_ptr(), p._version)
+            if core.seen[k] != key:
+                t[core.names[k]].copy_(p.detach())
+                core.seen[k] = key
+                _copies["params_in"] += p.numel() * 4
+        if core.training != training:
+            check(lib.dm_layer_set_training(core.h, training), "dm_layer_set_training")
+            core.training = training
+        if training:
+            check(lib.dm_layer_set_seed(core.h, seed), "dm_layer_set_seed")
+        check(lib.dm_layer_forward(core.h), "dm_layer_forward")
+        _calls["forward"] += 1
+        out = t["output"].clone()
+        _copies["output_out"] += out.numel() * 4
+        ctx.core = core
+        if want_grad:
+            tok = _Token()
+            core.token = weakref.ref(tok)
+            ctx.tok = tok
+        else:
+            ctx.tok = None
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        core, tok = ctx.core, ctx.tok
+        if tok is None or core.token is None or core.token() is not tok:
+            raise Error("dmove.torch.BertLayer: backward through a layer call whose saved state "
+                        "is gone (a second backward through the same graph, retain_graph=True, "
+                        "is not supported)")
+        t = core.t
+        t["grad_output"].copy_(grad_out)
+        _copies["grad_output_in"] += grad_out.numel() * 4
+        check(lib.dm_layer_backward(core.h), "dm_layer_backward")
+        _calls["backward"] += 1
+        gh = None
+        if ctx.needs_input_grad[1]:
+            gh = t["grad_hidden_states"].clone()
+            _copies["grad_input_out"] += gh.numel() * 4
+        grads = []
+        for k, n in enumerate(core.names):
+            if ctx.needs_input_grad[6 + k]:
+                g = t[n + ".grad"].clone()
+                _copies["param_grads_out"] += g.numel() * 4
+                grads.append(g)
+            else:
+                grads.append(None)
+        core.token = None
+        ctx.tok = None
+        return (None, gh, None, None, None, None, *grads)
+
+
+def _mask01(mask, b, j):
+    """transformers' attention mask for a layer as dmove's (b, j) float 1/0, or None (all
+    tokens). Refuses masks that are not one padding mask for every query."""
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"dmove.torch.BertLayer: attention_mask must be a tensor or None, "
+                        f"not {type(mask).__name__}")
+    if mask.device.type != "cpu":
+        raise ValueError(f"dmove.torch.BertLayer: attention_mask on {mask.device}: dmove's "
+                         "Python binding runs on the CPU")
+    if mask.dim() == 2:
+        if tuple(mask.shape) != (b, j):
+            raise ValueError(f"dmove.torch.BertLayer: attention_mask of shape "
+                             f"{tuple(mask.shape)}: expected ({b}, {j})")
+        ok = mask.bool() if mask.dtype == torch.bool else (mask != 0)
+        if mask.dtype != torch.bool and not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError("dmove.torch.BertLayer: a (batch, seq) attention_mask must hold "
+                             "1 (token) and 0 (padding)")
+        return ok.to(torch.float32)
+    if mask.dim() != 4 or mask.shape[0] not in (1, b) or mask.shape[1] != 1 \
+            or mask.shape[2] not in (1, j) or mask.shape[3] != j:
+        raise ValueError(f"dmove.torch.BertLayer: attention_mask of shape {tuple(mask.shape)}: "
+                         f"dmove takes None, ({b}, {j}), ({b}, 1, 1, {j}) or ({b}, 1, {j}, {j})")
+    if mask.dtype == torch.bool:
+        ok = mask
+    elif mask.is_floating_point():
+        # additive: 0 for a key attended, a large negative number for one masked
+        big = mask <= -1e4
+        if not bool(((mask == 0) | big).all()):
+            raise ValueError("dmove.torch.BertLayer: an additive attention_mask must hold 0 "
+                             "and large negative numbers only (a padding mask); dmove takes "
+                             "no other attention bias")
+        ok = ~big
+    else:
+        raise TypeError(f"dmove.torch.BertLayer: attention_mask of dtype {mask.dtype}: "
+                        "dmove takes bool or float masks")
+    ok = ok[:, 0]                      # (b|1, 1|j, j)
+    if ok.shape[1] != 1 and not bool((ok == ok[:, :1]).all()):
+        raise ValueError("dmove.torch.BertLayer: this attention_mask differs between queries "
+                         "(causal or custom attention): dmove takes a padding mask, the same "
+                         "keys for every query")
+    return ok[:, 0].expand(b, j).to(torch.float32)
+
+
+class BertLayer(nn.Module):
+    """transformers' BertLayer (post-LN encoder layer) run by dmove.
+
+    BertLayer(config): new parameters (BERT's initialisation: N(0, initializer_range),
+    biases 0, LayerNorm 1) under transformers' names. BertLayer(config, layer=hf_layer):
+    the submodules (and so the Parameter objects) of a transformers BertLayer.
+    forward(hidden_states, attention_mask=None, ...) returns the layer's output tensor, as
+    transformers' BertLayer does.
+    """
+
+    def __init__(self, config, layer=None):
+        super().__init__()
+        self._settings = _layer_settings(config)
+        hidden, heads, ffn, p, eps, act = self._settings
+        if layer is not None:
+            self.attention = layer.attention
+            self.intermediate = layer.intermediate
+            self.output = layer.output
+            if hasattr(layer, "crossattention"):
+                raise ValueError("dmove.torch.BertLayer: a layer with cross-attention is not taken")
+            self.train(layer.training)
+        else:
+            lin = lambda i, o: nn.Linear(i, o)
+            self.attention = _module(
+                self=_module(query=lin(hidden, hidden), key=lin(hidden, hidden),
+                             value=lin(hidden, hidden)),
+                output=_module(dense=lin(hidden, hidden), LayerNorm=nn.LayerNorm(hidden, eps=eps)))
+            self.intermediate = _module(dense=lin(hidden, ffn))
+            self.output = _module(dense=lin(ffn, hidden), LayerNorm=nn.LayerNorm(hidden, eps=eps))
+            std = float(getattr(config, "initializer_range", 0.02))
+            with torch.no_grad():
+                for name, prm in self.named_parameters():
+                    if "LayerNorm.weight" in name:
+                        prm.fill_(1.0)
+                    elif name.endswith("bias"):
+                        prm.zero_()
+                    else:
+                        prm.normal_(0.0, std)
+        self._cores = {}     # (batch, seq, threads) -> [_Core]
+        self._names = None   # dmove's parameter names, in its order
+
+    def extra_repr(self):
+        hidden, heads, ffn, p, eps, act = self._settings
+        return f"dmove: hidden={hidden} heads={heads} ffn={ffn} dropout={p} eps={eps} act={act}"
+
+    def _acquire(self, b, j):
+        key = (b, j, get_num_threads())
+        cores = self._cores.get(key)
+        if cores is None:
+            if len(self._cores) >= _MAX_SHAPES:   # forget a shape with nothing pending
+                for k, cs in list(self._cores.items()):
+                    if not any(c.busy() for c in cs):
+                        del self._cores[k]
+                        break
+            cores = self._cores[key] = []
+        for c in cores:
+            if not c.busy():
+                return c
+        if len(cores) >= _MAX_PENDING:
+            raise Error(f"dmove.torch.BertLayer: {len(cores)} forwards of this layer are waiting "
+                        "for their backward; run backward (or drop their outputs) first")
+        c = _Core(self._settings, b, j, key[2])
+        if self._names is None:
+            self._names = c.names
+            missing = [n for n in c.names if n not in dict(self.named_parameters())]
+            if missing:
+                raise ValueError(f"dmove.torch.BertLayer: the module lacks dmove's parameters "
+                                 f"{missing}")
+        cores.append(c)
+        return c
+
+    def forward(self, hidden_states, attention_mask=None, encoder_hidden_states=None,
+                encoder_attention_mask=None, cache=None, past_key_values=None,
+                output_attentions=False, head_mask=None, **kwargs):
+        if encoder_hidden_states is not None or encoder_attention_mask is not None:
+            raise ValueError("dmove.torch.BertLayer: cross-attention (encoder_hidden_states) "
+                             "is not taken: dmove's layer is an encoder layer")
+        if cache is not None or past_key_values is not None or kwargs.get("use_cache"):
+            raise ValueError("dmove.torch.BertLayer: a key/value cache (cache, past_key_values, "
+                             "use_cache) is not taken")
+        if output_attentions or kwargs.get("output_attentions"):
+            raise ValueError("dmove.torch.BertLayer: output_attentions=True is not taken: "
+                             "dmove's fused layer does not return the attention probabilities")
+        if head_mask is not None:
+            raise ValueError("dmove.torch.BertLayer: head_mask is not taken")
+        x = hidden_states
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"dmove.torch.BertLayer: hidden_states must be a tensor, "
+                            f"not {type(x).__name__}")
+        if x.dtype != torch.float32:
+            raise TypeError(f"dmove.torch.BertLayer: hidden_states of dtype {x.dtype}: dmove's "
+                            "Python binding takes torch.float32 (model.float())")
+        if x.device.type != "cpu":
+            raise ValueError(f"dmove.torch.BertLayer: hidden_states on {x.device}: dmove's "
+                             "Python binding runs on the CPU for now (GPU tensors: not yet)")
+        hidden = self._settings[0]
+        if x.dim() != 3 or x.shape[2] != hidden:
+            raise ValueError(f"dmove.torch.BertLayer: hidden_states of shape {tuple(x.shape)}: "
+                             f"expected (batch, seq, {hidden})")
+        b, j = int(x.shape[0]), int(x.shape[1])
+        if b == 0 or j == 0:
+            raise ValueError(f"dmove.torch.BertLayer: empty hidden_states {tuple(x.shape)}")
+        mask = _mask01(attention_mask, b, j)
+        core = self._acquire(b, j)
+        params = [self.get_parameter(n) for n in self._names]
+        for n, prm in zip(self._names, params):
+            if prm.dtype != torch.float32 or prm.device.type != "cpu":
+                raise TypeError(f"dmove.torch.BertLayer: parameter {n} is {prm.dtype} on "
+                                f"{prm.device}: dmove takes float32 on the CPU")
+        training = 1 if (self.training and self._settings[3] > 0) else 0
+        seed = int(torch.randint(0, 2**62, (1,)).item()) if training else 0
+        want_grad = torch.is_grad_enabled() and (x.requires_grad or
+                                                 any(p.requires_grad for p in params))
+        return _LayerFn.apply(core, x, mask, training, seed, want_grad, *params)
+
+
+def patch(model):
+    """Replaces every transformers BertLayer in `model` by a dmove BertLayer sharing its
+    parameters (state_dict keys unchanged); returns the model. Refuses (ValueError) a model
+    without one, or a config dmove's layer cannot run."""
+    from transformers.models.bert.modeling_bert import BertLayer as HFBertLayer
+    config = getattr(model, "config", None)
+    found = []
+    for name, mod in model.named_modules():
+        for cname, child in mod.named_children():
+            if isinstance(child, HFBertLayer):
+                found.append((mod, cname, child))
+    if not found:
+        raise ValueError("dmove.torch.patch: no transformers BertLayer in this model")
+    if config is None:
+        raise ValueError("dmove.torch.patch: the model has no .config (a transformers model)")
+    for parent, cname, child in found:
+        setattr(parent, cname, BertLayer(config, layer=child))
+    return model

@@ -1,0 +1,210 @@
+"""dmove.torch against transformers: tests/test_python.sh runs these (make test)."""
+import copy
+import ctypes
+
+import pytest
+import torch
+from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification,
+                          BertModel)
+
+import dmove
+import dmove.torch as dt
+from dmove import _lib
+
+B, J = 3, 16
+
+
+def tiny_config(dropout=0.0, **kw):
+    return BertConfig(vocab_size=100, hidden_size=32, num_attention_heads=2,
+                      intermediate_size=64, num_hidden_layers=2, max_position_embeddings=32,
+                      hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, **kw)
+
+
+def batch(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 100, (B, J), generator=g)
+    mask = torch.ones(B, J, dtype=torch.long)
+    mask[1, 11:] = 0
+    mask[2, 5:] = 0
+    labels = torch.where(torch.rand(B, J, generator=g) < 0.3, ids, torch.full_like(ids, -100))
+    labels[0, 0] = ids[0, 0]
+    return ids, mask, labels
+
+
+def rel(a, b):
+    a, b = a.detach(), b.detach()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def grads_agree(m1, m2, tol=1e-5):
+    n = 0
+    for (k1, p1), (k2, p2) in zip(m1.named_parameters(), m2.named_parameters()):
+        assert k1 == k2
+        if p2.grad is None:
+            assert p1.grad is None, k1
+            continue
+        assert p1.grad is not None, k1
+        if k1.endswith("attention.self.key.bias"):
+            # zero in exact arithmetic (softmax does not change when a query's scores all
+            # move by the same amount): both are rounding noise, compared absolutely
+            assert float(p1.grad.abs().max()) < 1e-9 and float(p2.grad.abs().max()) < 1e-9
+            continue
+        assert rel(p1.grad, p2.grad) <= tol, (k1, rel(p1.grad, p2.grad))
+        n += 1
+    return n
+
+
+def test_struct_sizes():
+    # include/dmove.h: dm_layer_config 5 int64, 2 double, act, seed, norm, causal
+    assert ctypes.sizeof(_lib.LayerConfig) == 5 * 8 + 2 * 8 + 8 + 8 + 8
+    cfg = _lib.LayerConfig()
+    _lib.lib.dm_layer_config_default(ctypes.byref(cfg))
+    assert (cfg.batch, cfg.seq, cfg.hidden, cfg.heads, cfg.ffn) == (8, 128, 768, 12, 3072)
+    assert abs(cfg.dropout - 0.1) < 1e-12 and abs(cfg.eps - 1e-12) < 1e-20
+    assert (cfg.act, cfg.seed, cfg.norm, cfg.causal) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_masked_lm_equals_unpatched(attn):
+    torch.manual_seed(0)
+    ref = BertForMaskedLM(tiny_config(attn_implementation=attn)).train()
+    pat = dt.patch(copy.deepcopy(ref))
+    assert sum(isinstance(m, dt.BertLayer) for m in pat.modules()) == 2
+    ids, mask, labels = batch()
+    l_ref = ref(input_ids=ids, attention_mask=mask, labels=labels).loss
+    l_pat = pat(input_ids=ids, attention_mask=mask, labels=labels).loss
+    assert rel(l_pat, l_ref) <= 1e-5
+    l_ref.backward()
+    l_pat.backward()
+    assert grads_agree(pat, ref) > 20
+
+
+def test_sequence_classification_and_no_mask():
+    torch.manual_seed(1)
+    ref = BertForSequenceClassification(tiny_config(num_labels=3))
+    pat = dt.patch(copy.deepcopy(ref))
+    ids, _, _ = batch(1)
+    y = torch.tensor([0, 2, 1])
+    l_ref = ref(input_ids=ids, labels=y).loss       # no attention_mask: None to the layers
+    l_pat = pat(input_ids=ids, labels=y).loss
+    assert rel(l_pat, l_ref) <= 1e-5
+    l_ref.backward()
+    l_pat.backward()
+    assert grads_agree(pat, ref) > 20
+
+
+def test_patch_keeps_parameters_and_state_dict():
+    torch.manual_seed(2)
+    m = BertModel(tiny_config())
+    keys = list(m.state_dict().keys())
+    params = {id(p) for p in m.parameters()}
+    dt.patch(m)
+    assert list(m.state_dict().keys()) == keys
+    assert {id(p) for p in m.parameters()} == params
+    assert all(isinstance(p, torch.nn.Parameter) for p in m.parameters())
+
+
+def test_standalone_layer_and_parameter_updates():
+    torch.manual_seed(3)
+    layer = dt.BertLayer(tiny_config())
+    names = [n for n, _ in layer.named_parameters()]
+    assert "attention.self.query.weight" in names and "output.LayerNorm.bias" in names
+    x = torch.randn(2, 7, 32)
+    y1 = layer(x)
+    with torch.no_grad():
+        layer.output.LayerNorm.bias.add_(1.0)      # an in-place change is seen
+    y2 = layer(x)
+    assert not torch.allclose(y1, y2)
+    # non-contiguous input: taken (gathered by the copy in)
+    xt = torch.randn(7, 2, 32).transpose(0, 1)
+    assert torch.allclose(layer(xt), layer(xt.contiguous()))
+
+
+def test_dropout_train_eval_and_seed():
+    torch.manual_seed(4)
+    layer = dt.BertLayer(tiny_config(dropout=0.1))
+    x = torch.randn(2, 8, 32)
+    layer.eval()
+    assert torch.equal(layer(x), layer(x))
+    layer.train()
+    torch.manual_seed(10)
+    a = layer(x)
+    b = layer(x)
+    torch.manual_seed(10)
+    c = layer(x)
+    assert not torch.equal(a, b)
+    assert torch.equal(a, c)
+    layer.eval()
+    e = layer(x)
+    assert not torch.equal(a, e)
+    # the patched model too: the same seed, the same loss and gradients
+    ref = BertForMaskedLM(tiny_config(dropout=0.1))
+    ids, mask, labels = batch()
+    out = []
+    for _ in range(2):
+        m = dt.patch(copy.deepcopy(ref)).train()
+        torch.manual_seed(7)
+        loss = m(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        out.append((loss.detach(), m.bert.encoder.layer[0].intermediate.dense.weight.grad))
+    assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
+
+
+def test_two_forwards_before_backward():
+    # gradient accumulation over two calls, as gradient checkpointing or a siamese model
+    torch.manual_seed(5)
+    ref = dt.BertLayer(tiny_config())
+    x1 = torch.randn(2, 6, 32, requires_grad=True)
+    x2 = torch.randn(2, 6, 32, requires_grad=True)
+    (ref(x1).square().sum() + 2 * ref(x2).square().sum()).backward()
+    g_two = {n: p.grad.clone() for n, p in ref.named_parameters()}
+    ref.zero_grad()
+    ref(x1).square().sum().backward()
+    (2 * ref(x2).square().sum()).backward()
+    for n, p in ref.named_parameters():
+        assert rel(p.grad, g_two[n]) <= 1e-6, n
+
+
+def test_refusals():
+    layer = dt.BertLayer(tiny_config())
+    x = torch.randn(2, 5, 32)
+    with pytest.raises(TypeError, match="float32"):
+        layer(x.double())
+    with pytest.raises(ValueError, match="expected"):
+        layer(torch.randn(2, 5, 16))
+    with pytest.raises(ValueError, match="output_attentions"):
+        layer(x, output_attentions=True)
+    with pytest.raises(ValueError, match="head_mask"):
+        layer(x, head_mask=torch.ones(2))
+    causal = torch.triu(torch.full((5, 5), -1e9), 1).expand(2, 1, 5, 5)
+    with pytest.raises(ValueError, match="differs between queries"):
+        layer(x, causal)
+    with pytest.raises(ValueError, match="differs from"):
+        dt.BertLayer(BertConfig(hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                                hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2))
+    with pytest.raises(ValueError, match="hidden_act"):
+        dt.BertLayer(tiny_config(hidden_act="silu"))
+    with pytest.raises(ValueError, match="no transformers BertLayer"):
+        dt.patch(torch.nn.Linear(2, 2))
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CPU"):
+            layer(x.cuda())
+
+
+def test_trainer_loss_falls(tmp_path):
+    from transformers import Trainer, TrainingArguments
+    torch.manual_seed(6)
+    model = dt.patch(BertForMaskedLM(tiny_config()))
+    ids, mask, labels = batch()
+    data = [{"input_ids": ids[k], "attention_mask": mask[k], "labels": labels[k]}
+            for k in range(B)] * 8
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=B,
+                             max_steps=12, learning_rate=1e-3, logging_steps=1,
+                             report_to=[], save_strategy="no", use_cpu=True,
+                             dataloader_num_workers=0, max_grad_norm=1.0)
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) >= 10
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3, losses
+    assert any(isinstance(m, dt.BertLayer) for m in trainer.model.modules())
