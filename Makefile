@@ -26,7 +26,7 @@ NATIVE_WHY := $(or $(NATIVE_FLAG),neither -march=native nor -mcpu=native taken b
 else
 NATIVE_WHY := CFLAGS given
 endif
-CFLAGS  += -fPIC -std=c11 -D_GNU_SOURCE -fno-trapping-math -fno-math-errno -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -Iinclude -Isrc
+CFLAGS  += -fPIC -fno-semantic-interposition -std=c11 -D_GNU_SOURCE -fno-trapping-math -fno-math-errno -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -Iinclude -Isrc
 LDLIBS  += -lm
 PKG_CONFIG ?= pkg-config
 HAVE_PKG_CONFIG := $(shell command -v $(PKG_CONFIG) 2>/dev/null)
@@ -130,7 +130,7 @@ NVCC_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0
 # sm_80 (A100), sm_90 (H100/H200), and compute_90 PTX that newer GPUs compile at load time
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCCFLAGS ?= -O3 -lineinfo
-NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC,-fopenmp,-Wall,-Wextra,-Wno-unused-parameter -Iinclude -Isrc -DDM_HAVE_CUDA
+NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC,-fno-semantic-interposition,-fopenmp,-Wall,-Wextra,-Wno-unused-parameter -Iinclude -Isrc -DDM_HAVE_CUDA
 CFLAGS += -DDM_HAVE_CUDA
 # NVRTC compiles the row kernels generated per fused group (src/cudagen/) at run time,
 # with the toolkit's headers; the tests build the same code for the host with $(CXX)
@@ -191,10 +191,11 @@ $(info dmove build: OpenMP via -fopenmp ($(CC)); target $(MULTIARCH), $(NATIVE_W
 $(info dmove build: CUDA  $(CUDA_WHY))
 $(info dmove build: MPI   $(MPI_WHY))
 
-# Objects differ with and without CUDA (DM_HAVE_CUDA): a change of setting rebuilds.
+# Objects differ with and without CUDA (DM_HAVE_CUDA), MPI and NCCL, and were not built
+# position-independent (pic, for libdmove.so) before: a change of setting rebuilds.
 # (Not touched by a dry run, make -n.)
 CONFIG_STAMP := $(BUILD)/config.stamp
-BUILD_CONFIG := cuda=$(HAVE_CUDA) nvcc=$(if $(HAVE_CUDA),$(NVCC)) mpi=$(HAVE_MPI) nccl=$(HAVE_NCCL)
+BUILD_CONFIG := cuda=$(HAVE_CUDA) nvcc=$(if $(HAVE_CUDA),$(NVCC)) mpi=$(HAVE_MPI) nccl=$(HAVE_NCCL) pic=1
 ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
 $(shell mkdir -p $(BUILD) && { [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = "$(BUILD_CONFIG)" ] || echo "$(BUILD_CONFIG)" > $(CONFIG_STAMP); })
 endif

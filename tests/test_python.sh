@@ -3,15 +3,40 @@
 # tree with the libdmove.so of this build, and its tests (tests/python, pytest) against
 # transformers. `make test` runs it with DMOVE and DMOVE_LIB set.
 #
-# DMOVE_PYTHON: the Python to use (default python3); it must import torch, transformers,
-# accelerate (transformers' Trainer) and pytest, else this test fails saying what to
-# install (.ci/run makes such a virtual environment). The package is installed with pip
-# --target into a temporary folder (no network, no build isolation, the environment left
-# as it was), and imported from there with the library it carries (DMOVE_LIB unset).
+# DMOVE_PYTHON: the Python to use; it must import torch, transformers, accelerate
+# (transformers' Trainer), pytest and setuptools. Without it: python3 when it has them all,
+# else a virtual environment made once in the build folder's cache/py-venv (pip, from the
+# network: torch's CPU wheel, about 200 MB, unless python3 has torch and transformers,
+# which it then sees); without python3-venv or the network this test fails saying what to
+# do. The package is installed with pip --target into a temporary folder (no network, no
+# build isolation, the environment left as it was), and imported from there with the
+# library it carries (DMOVE_LIB unset).
 set -eu
 cd "$(dirname "$0")/.."
-PY=${DMOVE_PYTHON:-python3}
 LIB=${DMOVE_LIB:-$(dirname "${DMOVE:-build/dmove}")/libdmove.so}
+need='import torch, transformers, accelerate, pytest, setuptools'
+if [ -n "${DMOVE_PYTHON:-}" ]; then
+    PY=$DMOVE_PYTHON
+elif python3 -c "$need" 2>/dev/null; then
+    PY=python3
+else
+    venv=$(cd "$(dirname "${DMOVE:-build/dmove}")" && pwd)/cache/py-venv
+    if ! "$venv/bin/python" -c "$need" 2>/dev/null; then
+        echo "making $venv (once): torch, transformers, accelerate, pytest"
+        rm -rf "$venv"
+        if python3 -c 'import torch, transformers' 2>/dev/null; then site=--system-site-packages; else site=; fi
+        # shellcheck disable=SC2086 # site is one word or none
+        python3 -m venv $site "$venv" ||
+            { echo "FAIL: python3 -m venv failed: apt-get install python3-venv (or set DMOVE_PYTHON)"; exit 1; }
+        if [ -z "$site" ]; then
+            "$venv/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu ||
+                { echo "FAIL: pip could not install torch (the network?); or set DMOVE_PYTHON"; exit 1; }
+        fi
+        "$venv/bin/pip" install -q transformers accelerate pytest setuptools ||
+            { echo "FAIL: pip could not install transformers, accelerate, pytest (the network?)"; exit 1; }
+    fi
+    PY=$venv/bin/python
+fi
 [ -f "$LIB" ] || { echo "FAIL: no $LIB: build it first (make $LIB, or make python)"; exit 1; }
 command -v "$PY" >/dev/null 2>&1 || { echo "FAIL: no $PY (set DMOVE_PYTHON to a Python with torch, transformers, accelerate and pytest)"; exit 1; }
 missing=$("$PY" - <<'PYEOF'

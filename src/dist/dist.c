@@ -275,7 +275,7 @@ static void *worker_main(void *arg) {
 #ifdef DM_HAVE_MPI
         if (!failed) s = coll_mpi(d, r.buf, r.n, MPI_FLOAT, sizeof(float), r.root, r.bcast, d->timeout, r.what);
 #else
-        (void)r;
+        (void)r, (void)failed;
 #endif
         double t1 = now_s();
         pthread_mutex_lock(&d->mu);
