@@ -14,6 +14,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 LIB=${DMOVE_LIB:-$(dirname "${DMOVE:-build/dmove}")/libdmove.so}
+case $LIB in /*) ;; *) LIB=$(pwd)/$LIB ;; esac # pip builds elsewhere
 need='import torch, transformers, accelerate, pytest, setuptools'
 if [ -n "${DMOVE_PYTHON:-}" ]; then
     PY=$DMOVE_PYTHON
