@@ -5,6 +5,7 @@ checks their sizes against the library's defaults. No compiler is needed: libdmo
 loaded as it is, from the package's folder, or from the path in DMOVE_LIB.
 """
 import ctypes
+import importlib.util
 import os
 
 __all__ = ["Error", "lib", "LayerConfig", "LayerOptions", "check", "library_path"]
@@ -66,6 +67,12 @@ def _load():
             f"dmove: no shared library at {path}: build it with `make python` in dmove's "
             "source tree and reinstall the package (pip install ./python), or set DMOVE_LIB "
             "to a libdmove.so")
+    # torch first, where it is installed: a CUDA build of libdmove.so needs libcublas.so.12
+    # and libnccl.so.2 by those names, and the first library of a name loaded serves every
+    # later user of it; torch's wheels carry newer ones than a CUDA toolkit may (loaded
+    # after the toolkit's NCCL, torch fails: undefined symbol ncclCommResume)
+    if importlib.util.find_spec("torch") is not None:
+        import torch  # noqa: F401
     L = ctypes.CDLL(path)
     st = ctypes.c_int
     P = ctypes.c_void_p
