@@ -13,6 +13,7 @@ TypeError / ValueError saying why. The copies per step are counted in ``copy_sta
 """
 import ctypes
 import math
+import threading
 import weakref
 
 import torch
@@ -128,13 +129,17 @@ class _Core:
         self.names = [lib.dm_layer_param_name(h, k).decode()
                       for k in range(lib.dm_layer_num_params(h))]
         self.t = {}
-        for n in ["hidden_states", "attention_mask", "output", "grad_output",
-                  "grad_hidden_states"] + self.names + [n + ".grad" for n in self.names]:
-            self.t[n] = self._view(n)
-        self.seen = [None] * len(self.names)   # (data_ptr, _version) of each parameter copied
+        # plain tensors whatever mode the first call runs in (views made under
+        # inference_mode could not be written by a later call outside it)
+        with torch.inference_mode(False), torch.no_grad():
+            for n in ["hidden_states", "attention_mask", "output", "grad_output",
+                      "grad_hidden_states"] + self.names + [n + ".grad" for n in self.names]:
+                self.t[n] = self._view(n)
         self.training = 1
         self.token = None
         self.mask_ones = False
+        self.lock = threading.Lock()  # one call at a time on its buffers (ctypes drops the GIL)
+        self.reserved = False  # handed to a call by _acquire, until its forward ends
 
     def _view(self, name):
         ptr = ctypes.POINTER(ctypes.c_float)()
@@ -148,7 +153,7 @@ class _Core:
         return torch.frombuffer(buf, dtype=torch.float32).view(dims)  # keeps buf alive
 
     def busy(self):
-        return self.token is not None and self.token() is not None
+        return self.reserved or (self.token is not None and self.token() is not None)
 
     def __del__(self):
         if getattr(self, "h", None):
@@ -159,6 +164,14 @@ class _Core:
 class _LayerFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, core, hidden, mask, training, seed, want_grad, *params):
+        try:
+            with core.lock:
+                return _LayerFn._forward(ctx, core, hidden, mask, training, seed, want_grad, params)
+        finally:
+            core.reserved = False  # busy now while its backward may come (the token)
+
+    @staticmethod
+    def _forward(ctx, core, hidden, mask, training, seed, want_grad, params):
         t = core.t
         t["hidden_states"].copy_(hidden)
         _copies["hidden_in"] += hidden.numel() * 4
@@ -170,12 +183,12 @@ class _LayerFn(torch.autograd.Function):
             t["attention_mask"].copy_(mask)
             core.mask_ones = False
             _copies["mask_in"] += mask.numel() * 4
+        # every parameter, every call: optimizers that update in place without a version
+        # bump (fused=True, the Trainer's default adamw_torch_fused; writes through .data)
+        # would otherwise leave dmove on stale weights; about 1% of a BERT-base layer's step
         for k, p in enumerate(params):
-            key = (p.data_ptr(), p._version)
-            if core.seen[k] != key:
-                t[core.names[k]].copy_(p.detach())
-                core.seen[k] = key
-                _copies["params_in"] += p.numel() * 4
+            t[core.names[k]].copy_(p.detach())
+            _copies["params_in"] += p.numel() * 4
         if core.training != training:
             check(lib.dm_layer_set_training(core.h, training), "dm_layer_set_training")
             core.training = training
@@ -195,7 +208,13 @@ class _LayerFn(torch.autograd.Function):
         return out
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
+        with ctx.core.lock:
+            return _LayerFn._backward(ctx, grad_out)
+
+    @staticmethod
+    def _backward(ctx, grad_out):
         core, tok = ctx.core, ctx.tok
         if tok is None or core.token is None or core.token() is not tok:
             raise Error("dmove.torch.BertLayer: backward through a layer call whose saved state "
@@ -306,16 +325,35 @@ class BertLayer(nn.Module):
                         prm.zero_()
                     else:
                         prm.normal_(0.0, std)
-        self._cores = {}     # (batch, seq, threads) -> [_Core]
+        self._cores = {}     # (batch, seq, threads) -> [_Core], the latest used last
         self._names = None   # dmove's parameter names, in its order
+        self._lock = threading.Lock()  # the cores' bookkeeping, across threads
 
     def extra_repr(self):
         hidden, heads, ffn, p, eps, act = self._settings
         return f"dmove: hidden={hidden} heads={heads} ffn={ffn} dropout={p} eps={eps} act={act}"
 
+    def __getstate__(self):
+        # a dmove layer is not copied (deepcopy, pickling, torch.save of the module): the
+        # copy makes its own at its first call
+        state = self.__dict__.copy()
+        state["_cores"] = {}
+        state["_lock"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _acquire(self, b, j):
+        with self._lock:
+            return self._acquire_locked(b, j)
+
+    def _acquire_locked(self, b, j):
         key = (b, j, get_num_threads())
-        cores = self._cores.get(key)
+        cores = self._cores.pop(key, None)  # back in as the latest used: the oldest shape goes first
+        if cores is not None:
+            self._cores[key] = cores
         if cores is None:
             if len(self._cores) >= _MAX_SHAPES:   # forget a shape with nothing pending
                 for k, cs in list(self._cores.items()):
@@ -325,17 +363,19 @@ class BertLayer(nn.Module):
             cores = self._cores[key] = []
         for c in cores:
             if not c.busy():
+                c.reserved = True
                 return c
         if len(cores) >= _MAX_PENDING:
             raise Error(f"dmove.torch.BertLayer: {len(cores)} forwards of this layer are waiting "
                         "for their backward; run backward (or drop their outputs) first")
         c = _Core(self._settings, b, j, key[2])
         if self._names is None:
-            self._names = c.names
             missing = [n for n in c.names if n not in dict(self.named_parameters())]
             if missing:
                 raise ValueError(f"dmove.torch.BertLayer: the module lacks dmove's parameters "
                                  f"{missing}")
+            self._names = c.names
+        c.reserved = True
         cores.append(c)
         return c
 
@@ -372,15 +412,19 @@ class BertLayer(nn.Module):
             raise ValueError(f"dmove.torch.BertLayer: empty hidden_states {tuple(x.shape)}")
         mask = _mask01(attention_mask, b, j)
         core = self._acquire(b, j)
-        params = [self.get_parameter(n) for n in self._names]
-        for n, prm in zip(self._names, params):
-            if prm.dtype != torch.float32 or prm.device.type != "cpu":
-                raise TypeError(f"dmove.torch.BertLayer: parameter {n} is {prm.dtype} on "
-                                f"{prm.device}: dmove takes float32 on the CPU")
-        training = 1 if (self.training and self._settings[3] > 0) else 0
-        seed = int(torch.randint(0, 2**62, (1,)).item()) if training else 0
-        want_grad = torch.is_grad_enabled() and (x.requires_grad or
-                                                 any(p.requires_grad for p in params))
+        try:
+            params = [self.get_parameter(n) for n in self._names]
+            for n, prm in zip(self._names, params):
+                if prm.dtype != torch.float32 or prm.device.type != "cpu":
+                    raise TypeError(f"dmove.torch.BertLayer: parameter {n} is {prm.dtype} on "
+                                    f"{prm.device}: dmove takes float32 on the CPU")
+            training = 1 if (self.training and self._settings[3] > 0) else 0
+            seed = int(torch.randint(0, 2**62, (1,)).item()) if training else 0
+            want_grad = torch.is_grad_enabled() and (x.requires_grad or
+                                                     any(p.requires_grad for p in params))
+        except BaseException:
+            core.reserved = False  # not called: the core is free again
+            raise
         return _LayerFn.apply(core, x, mask, training, seed, want_grad, *params)
 
 
