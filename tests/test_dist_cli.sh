@@ -176,47 +176,42 @@ wait_for_ckpt() {
     i=0
     while [ ! -s long.ckpt ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 }
-# a rank that hangs: the other stops after the timeout, naming it
-rm -f long.ckpt
-# shellcheck disable=SC2086
-DMOVE_DIST_TIMEOUT=3 $MPIRUN -x DMOVE_DIST_TIMEOUT "$DMOVE" $LONG >stdout 2>stderr &
-job=$!
-wait_for_ckpt
-p=$(rank1)
-cases=$((cases + 1))
-if [ -z "$p" ]; then
-    fail "hang: rank 1 not found"
-    kill "$job"
-else
-    kill -STOP "$p"
+# fault NAME SIG [MPIRUN-OPTIONS...]: the long run in the background, rank 1 sent SIG once a
+# checkpoint exists; then rc (the job's status) and t (seconds from the signal to its end)
+# are set; 1 (and the job stopped) if rank 1 was not found
+fault() {
+    name=$1 sig=$2
+    shift 2
+    rm -f long.ckpt
+    # shellcheck disable=SC2086
+    $MPIRUN "$@" "$DMOVE" $LONG >stdout 2>stderr &
+    job=$!
+    wait_for_ckpt
+    p=$(rank1)
+    cases=$((cases + 1))
+    if [ -z "$p" ]; then
+        fail "$name: rank 1 not found"
+        kill "$job"
+        return 1
+    fi
+    kill -"$sig" "$p"
     t0=$(date +%s)
     wait "$job"
     rc=$?
     t=$(($(date +%s) - t0))
-    [ "$rc" -ne 0 ] && [ "$t" -lt 60 ] || fail "hang: exit $rc after $t s"
+    [ "$rc" -ne 0 ] && [ "$t" -lt 60 ] || fail "$name: exit $rc after $t s"
+}
+# a rank that hangs: the other stops after the timeout, naming it
+export DMOVE_DIST_TIMEOUT=3
+if fault hang STOP -x DMOVE_DIST_TIMEOUT; then
     grep -Eq 'rank 0 of 2 waited 3 s for the other ranks .*rank 1 (is behind|does not answer|is in it too, but has not moved)' stderr ||
         fail "hang: no message naming rank 1: $(grep -m2 rank stderr)"
     echo "ok   a hung rank stops the run in $t s: $(grep -m1 'waited' stderr | cut -c1-200)"
 fi
+unset DMOVE_DIST_TIMEOUT
 good "hang: the last checkpoint is whole" export --checkpoint long.ckpt --out after-hang
 # a rank that dies: mpirun ends the job, naming it
-rm -f long.ckpt
-# shellcheck disable=SC2086
-$MPIRUN "$DMOVE" $LONG >stdout 2>stderr &
-job=$!
-wait_for_ckpt
-p=$(rank1)
-cases=$((cases + 1))
-if [ -z "$p" ]; then
-    fail "kill: rank 1 not found"
-    kill "$job"
-else
-    kill -KILL "$p"
-    t0=$(date +%s)
-    wait "$job"
-    rc=$?
-    t=$(($(date +%s) - t0))
-    [ "$rc" -ne 0 ] && [ "$t" -lt 60 ] || fail "kill: exit $rc after $t s"
+if fault kill KILL; then
     grep -q 'rank 1' stderr || fail "kill: nothing names rank 1: $(tail -3 stderr)"
     echo "ok   a killed rank ends the job in $t s: $(grep -m1 'rank 1' stderr)"
 fi

@@ -54,6 +54,17 @@ def grads_agree(m1, m2, tol=1e-5):
     return n
 
 
+def same_step(ref, pat, **inputs):
+    """One forward and backward of both models on the inputs: the losses within 1e-5 and
+    every gradient as grads_agree checks them."""
+    l_ref = ref(**inputs).loss
+    l_pat = pat(**inputs).loss
+    assert rel(l_pat, l_ref) <= 1e-5
+    l_ref.backward()
+    l_pat.backward()
+    assert grads_agree(pat, ref) > 20
+
+
 def test_struct_sizes():
     # include/dmove.h: dm_layer_config 5 int64, 2 double, act, seed, norm, causal
     assert ctypes.sizeof(_lib.LayerConfig) == 5 * 8 + 2 * 8 + 8 + 8 + 8
@@ -71,12 +82,7 @@ def test_masked_lm_equals_unpatched(attn):
     pat = dt.patch(copy.deepcopy(ref))
     assert sum(isinstance(m, dt.BertLayer) for m in pat.modules()) == 2
     ids, mask, labels = batch()
-    l_ref = ref(input_ids=ids, attention_mask=mask, labels=labels).loss
-    l_pat = pat(input_ids=ids, attention_mask=mask, labels=labels).loss
-    assert rel(l_pat, l_ref) <= 1e-5
-    l_ref.backward()
-    l_pat.backward()
-    assert grads_agree(pat, ref) > 20
+    same_step(ref, pat, input_ids=ids, attention_mask=mask, labels=labels)
 
 
 def test_sequence_classification_and_no_mask():
@@ -85,12 +91,7 @@ def test_sequence_classification_and_no_mask():
     pat = dt.patch(copy.deepcopy(ref))
     ids, _, _ = batch(1)
     y = torch.tensor([0, 2, 1])
-    l_ref = ref(input_ids=ids, labels=y).loss       # no attention_mask: None to the layers
-    l_pat = pat(input_ids=ids, labels=y).loss
-    assert rel(l_pat, l_ref) <= 1e-5
-    l_ref.backward()
-    l_pat.backward()
-    assert grads_agree(pat, ref) > 20
+    same_step(ref, pat, input_ids=ids, labels=y)  # no attention_mask: None to the layers
 
 
 def test_patch_keeps_parameters_and_state_dict():
