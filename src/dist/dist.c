@@ -53,7 +53,7 @@ struct dm_dist {
     pthread_cond_t done;  /* the queue ran empty */
     pthread_cond_t space; /* the queue has room again */
     reduction q[DM_DIST_QUEUE];
-    int head, count, busy_now;
+    int head, count;      /* the queue: its first item and length (the one under way included) */
     double busy, exposed; /* seconds */
     dm_status err;        /* the first failure of a queued reduction */
     char err_msg[1024];
@@ -267,7 +267,6 @@ static void *worker_main(void *arg) {
         while (!d->count && !d->quit) pthread_cond_wait(&d->cv, &d->mu);
         if (!d->count) break; /* quit, and nothing left */
         reduction r = d->q[d->head];
-        d->busy_now = 1;
         const int failed = d->err != DM_OK;
         pthread_mutex_unlock(&d->mu);
         dm_status s = DM_OK;
@@ -286,7 +285,6 @@ static void *worker_main(void *arg) {
         }
         d->head = (d->head + 1) % DM_DIST_QUEUE;
         d->count--;
-        d->busy_now = 0;
         pthread_cond_signal(&d->space);
         if (!d->count) pthread_cond_broadcast(&d->done);
     }
