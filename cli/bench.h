@@ -56,4 +56,13 @@ int bench_groups_chart(const cli_config *c, const bench_env *env, const bench_re
 int bench_groups_json(cJSON *o, const bench_env *env, const bench_result *r);
 void bench_result_free(bench_result *r);
 
+/* `dmove bench --model` (bench_model.c): the whole BertForMaskedLM's step and its parts. */
+typedef struct {
+    int layers, warmup, reps, json, groups, lamb;
+    int64_t vocab, predictions; /* predictions 0: b * j / 5, rounded up */
+    int64_t predictions_used;   /* what the trainer scores */
+} bench_model_opts;
+/* 0, or -1 after the error is printed. */
+int bench_model_run(const cli_config *c, bench_model_opts *mo, const dm_layer_options *lo, const bench_env *env);
+
 #endif

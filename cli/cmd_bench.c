@@ -23,6 +23,8 @@ typedef struct {
     const char *plan, *roofline, *svg;
     cli_device dev;
     cli_config c;
+    int model, model_set; /* --model; model_set: a --model option was given */
+    bench_model_opts mo;
 } bench_opts;
 
 static void init(void *p) {
@@ -31,6 +33,8 @@ static void init(void *p) {
     o->reps = 10;
     o->which = 3;
     cli_config_init(&o->c, CLI_CFG_ALL);
+    o->mo.layers = 12;
+    o->mo.vocab = 30522;
 }
 
 static int opt_roofline(void *base, const char *cmd, const char *v, const char *raw) {
@@ -73,6 +77,24 @@ static const cli_option k_options[] = {
              "above it the group ran, then per class the time above the\n"
              "floors: what is left to gain. With --json, each\n"
              "schedule's \"groups\" and \"roofline\""},
+    {.kind = CLI_FLAG, .name = "--model", .off = offsetof(bench_opts, model), .lo = 1,
+     .help = "time the whole BertForMaskedLM's training step instead of a\n"
+             "layer: the embeddings, --layers encoder layers, the MLM head\n"
+             "at the scored positions and AdamW (or LAMB) with clipping,\n"
+             "on random batches; then each part's time against its\n"
+             "roofline floor (with --groups, every group of the\n"
+             "embeddings, of a layer and of the head)"},
+    {.kind = CLI_INT, .name = "--layers", .arg = "L", .off = offsetof(bench_opts, mo.layers),
+     .set = offsetof(bench_opts, model_set) + 1, .lo = 1, .hi = 256,
+     .help = "with --model: encoder layers (default {})"},
+    {.kind = CLI_I64, .name = "--vocab", .arg = "V", .off = offsetof(bench_opts, mo.vocab),
+     .set = offsetof(bench_opts, model_set) + 1, .lo = 2, .hi = INT64_C(1) << 24,
+     .help = "with --model: vocabulary size (default {}, BERT's)"},
+    {.kind = CLI_I64, .name = "--predictions", .arg = "M", .off = offsetof(bench_opts, mo.predictions),
+     .set = offsetof(bench_opts, model_set) + 1, .lo = 1, .hi = INT64_C(1) << 30,
+     .help = "with --model: masked positions scored (default b * j / 5)"},
+    {.kind = CLI_FLAG, .name = "--lamb", .off = offsetof(bench_opts, mo.lamb), .lo = 1,
+     .set = offsetof(bench_opts, model_set) + 1, .help = "with --model: LAMB instead of AdamW"},
     {.kind = CLI_STR, .name = "--svg", .arg = "FILE", .off = offsetof(bench_opts, svg),
      .set = offsetof(bench_opts, groups) + 1,
      .help = "draw every group (--groups, implied) as a bar of its time\n"
@@ -116,7 +138,9 @@ static const cli_command k_bench = {
             "examples:\n"
             "  dmove bench                                  (BERT-base, both schedules)\n"
             "  dmove bench --preset bert-large --reps 5 --json > large.json\n"
-            "  dmove bench --batch 2 --seq 64 --schedule fused --dropout 0\n",
+            "  dmove bench --batch 2 --seq 64 --schedule fused --dropout 0\n"
+            "  dmove bench --model --layers 4 --hidden 256 --heads 4 --ffn 1024 --batch 16\n"
+            "                                               (a small BERT's whole step)\n",
     .options = k_options,
     .size = sizeof(bench_opts),
     .init = init,
@@ -583,6 +607,24 @@ int cmd_bench(int argc, char **argv) {
     int bad_out = g_svg ? cli_check_output(CMD, "--svg", g_svg) : 0;
     if (bad_out) return bad_out;
 
+    if (o.model_set && !o.model) {
+        cli_usage_error(CMD, "--layers, --vocab, --predictions and --lamb describe the whole model: add --model");
+        return CLI_USAGE;
+    }
+    if (o.model) {
+        if (o.plan || o.recompute || g_svg || o.which == 2) {
+            cli_usage_error(CMD, "--model runs the default fused plan: --plan, --recompute, --svg and --schedule unfused "
+                            "are for a layer");
+            return CLI_USAGE;
+        }
+        const dm_layer_config *cfg = &c->cfg;
+        o.mo.warmup = o.warmup, o.mo.reps = o.reps, o.mo.json = o.json, o.mo.groups = o.groups;
+        o.mo.predictions_used = o.mo.predictions ? o.mo.predictions : (cfg->batch * cfg->seq + 4) / 5;
+        const dm_layer_options lo = {.threads = c->threads, .device = g_device, .dtype = g_dtype, .rows = g_rows,
+                                     .streams = g_streams};
+        const bench_env env = run_env();
+        return bench_model_run(c, &o.mo, &lo, &env) ? CLI_FAIL : CLI_OK;
+    }
     g_start = cli_now();
     g_last_note = 0;
     bench_result res[3];

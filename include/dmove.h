@@ -298,6 +298,12 @@ void dm_trainer_free(dm_trainer *t);
 int dm_trainer_layers(const dm_trainer *t);
 int64_t dm_trainer_num_params(const dm_trainer *t);
 int64_t dm_trainer_step_count(const dm_trainer *t); /* updates taken */
+/* The trainer's segments, for profiling them (dm_layer_profile, dm_layer_group_info,
+ * dm_layer_flop): a stack's layers (0 .. layers - 1); a whole BERT's embeddings (0), its
+ * encoder layers (1 .. layers) and its head (layers + 1). NULL for k out of range. They
+ * belong to the trainer: not to be freed, stepped or written through. */
+int dm_trainer_num_segments(const dm_trainer *t);
+dm_layer *dm_trainer_segment(dm_trainer *t, int k);
 /* Micro-batches taken since the last update (0 .. accumulate - 1; 0 when accumulate is 1). */
 int dm_trainer_micro(const dm_trainer *t);
 /* The global gradient norm of the last update (before clipping; the mean over its

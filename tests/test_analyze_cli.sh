@@ -263,6 +263,37 @@ tr ',{}[]' '\n\n\n\n\n' <"$T/stdout" >"$T/flat"
 # the head 64^2 + 64 + 2*64 + 1000 = 5288: 97024 + 2 * 33472 + 5288 = 169256
 [ "$(vals params)" = "97024 66944 5288 0 169256 " ] && grep -q '"layers":2,"hidden":64,"heads":4,"ffn":128,"vocab":1000' "$T/stdout" ||
     fail "--model --config: parameters $(vals params), not those of the config"
+# bench --model times that step: each part's contraction flop are analyze --model's (the
+# same graphs; the fused rewrite changes only element-wise flop)
+small="--layers 2 --hidden 64 --heads 2 --ffn 128 --batch 4 --seq 32 --vocab 1000"
+# shellcheck disable=SC2086
+good "--model, small, JSON" analyze --model $small --device h100 --json
+tr ',{}[]' '\n\n\n\n\n' <"$T/stdout" >"$T/flat"
+want=$(vals contraction | cut -d' ' -f1-3)
+# shellcheck disable=SC2086
+good "bench --model" bench --model $small --reps 2 --warmup 1 --threads 2
+for part in embeddings "encoder layers (2)" "MLM head" optimizer step; do
+    grep -q "^$part " "$T/stdout" || fail "bench --model: no row for $part"
+done
+grep -q "26 positions scored, AdamW" "$T/stdout" || fail "bench --model: not (4*32+4)/5 = 26 positions, AdamW"
+# shellcheck disable=SC2086
+good "bench --model, JSON, groups" bench --model $small --reps 2 --warmup 1 --threads 2 --json --groups --roofline h100
+tr -d '\t\n' <"$T/stdout" | tr ',{}[]' '\n\n\n\n\n' >"$T/flat"
+got=$(sed -n 's/^"part":[[:space:]]*"\(.*\)"$/\1/p' "$T/flat" | tr '\n' '|')
+[ "$got" = "embeddings|encoder layers|MLM head|optimizer|" ] || fail "bench --model JSON: parts $got"
+# the parts' contraction flop, in order
+bflop=$(vals flop_contraction | cut -d' ' -f1-3)
+awk -v w="$want" -v b="$bflop" 'BEGIN { n = split(w, W, " "); split(b, B, " ")
+    ok = n == 3; for (k = 1; k <= n; k++) ok = ok && B[k] == W[k]; exit !ok }' ||
+    fail "bench --model: contraction flop by part $bflop, analyze --model's $want"
+grep -q "^MLM head: groups" "$T/stderr" && grep -q "^encoder layers (a layer: the mean of 2): groups" "$T/stderr" ||
+    fail "bench --model --groups: no group tables for the head and a layer"
+# shellcheck disable=SC2086
+good "bench --model, LAMB" bench --model $small --lamb --predictions 10 --reps 1 --warmup 0 --threads 1
+grep -q "10 positions scored, LAMB" "$T/stdout" || fail "bench --model --lamb --predictions 10: not in the header"
+bad "bench --layers without --model" 2 "add --model" bench --layers 3
+bad "bench --model --plan" 2 "are for a layer" bench --model --plan "$T/nope.json"
+bad "bench --model --schedule" 2 "are for a layer" bench --model --schedule unfused
 bad "--model options without --model" 2 "are .-model.s" analyze --layers 3 --device h100
 bad "--config with --layers" 2 "leave out --layers" analyze --model --config "$T/config.json" --layers 4 --device h100
 bad "--model --csv" 2 "model reports a table" analyze --model --csv --device h100

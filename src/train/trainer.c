@@ -129,6 +129,8 @@ void dm_trainer_free(dm_trainer *T) {
 int dm_trainer_layers(const dm_trainer *T) { return T ? T->nlayers : 0; }
 int64_t dm_trainer_num_params(const dm_trainer *T) { return T ? T->nparams : 0; }
 int64_t dm_trainer_step_count(const dm_trainer *T) { return T ? T->step : 0; }
+int dm_trainer_num_segments(const dm_trainer *T) { return T ? T->nseg : 0; }
+dm_layer *dm_trainer_segment(dm_trainer *T, int k) { return T && k >= 0 && k < T->nseg ? T->L[k] : NULL; }
 int dm_trainer_micro(const dm_trainer *T) { return T ? T->micro : 0; }
 double dm_trainer_grad_norm(const dm_trainer *T) { return T ? T->grad_norm : -1.0; }
 
