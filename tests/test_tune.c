@@ -597,14 +597,26 @@ static void tune_and_files(const dm_layer_config *cfg) {
         expect_bad_text(bad, t, cfg, &opt, &T->g, "layout not a permutation");
         add_member(good, "\"algorithms\":\t{", "\"qkv_proj\": \"fastest\"", t, n);
         expect_bad_text(bad, t, cfg, &opt, &T->g, "unknown algorithm");
-        /* an algorithm for a contraction the plan leaves at its default (a later entry
-         * would win over an added one), so the edit changes the contents */
+        /* the contents edited: an algorithm for a contraction the plan leaves at its
+         * default (a later entry would win over an added one), or where the tuner moved
+         * every contraction off the default, another algorithm for one of them */
         int op = 0;
         while (op < T->g.nop && (T->g.op[op].kind != DM_OP_CONTRACT || ch.algo[op])) op++;
-        CHECK(op < T->g.nop);
-        char entry[96];
-        snprintf(entry, sizeof entry, "\"%s\": \"split_n\"", op < T->g.nop ? T->g.op[op].name : "?");
-        add_member(good, "\"algorithms\":\t{", entry, t, n);
+        if (op < T->g.nop) {
+            char entry[96];
+            snprintf(entry, sizeof entry, "\"%s\": \"split_n\"", T->g.op[op].name);
+            add_member(good, "\"algorithms\":\t{", entry, t, n);
+        } else {
+            for (op = 0; op < T->g.nop && T->g.op[op].kind != DM_OP_CONTRACT; op++) {}
+            CHECK(op < T->g.nop);
+            if (op < T->g.nop) {
+                const char *was = dm_algo_name(ch.algos, ch.algo[op]);
+                snprintf(from, sizeof from, "\"%s\":\t\"%s\"", T->g.op[op].name, was);
+                snprintf(to, sizeof to, "\"%s\":\t\"%s\"", T->g.op[op].name,
+                         strcmp(was, "split_n") ? "split_n" : "split_m");
+                subst(good, from, to, t, n);
+            }
+        }
         expect_bad_text(bad, t, cfg, &opt, &T->g, "edited (checksum)");
         expect_bad("/nonexistent/plan.json", cfg, &opt, &T->g, "missing file");
         api_layouts_refused(bad, cfg, &opt, T);

@@ -49,8 +49,8 @@ int dm_gemm_algo_parse(const char *s) {
 }
 
 dm_gemm_algo dm_gemm_default_algo(int64_t nbatch) {
-    if (nbatch > 1) return dm_gemm_direct_available() ? DM_GEMM_DIRECT : DM_GEMM_BATCH;
-    return DM_GEMM_BLAS;
+    if (dm_gemm_direct_available()) return DM_GEMM_DIRECT;
+    return nbatch > 1 ? DM_GEMM_BATCH : DM_GEMM_BLAS;
 }
 
 dm_status dm_gemm_set_algo(dm_gemm *gm, dm_gemm_algo algo, int nthreads) {

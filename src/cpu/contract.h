@@ -33,10 +33,15 @@
  * attention's per-item GEMMs, alone or inside a fused group) run DIRECT where the direct
  * kernel runs, BATCH elsewhere: on BERT-base's 128 x 128 x 64 items it ran 1.1-1.3x
  * OpenBLAS's single-threaded calls and up to 1.9x BLIS's, on BERT-large's 512 x 512 x 64
- * ones 1.0-1.2x (AVX2, 1 and 2 threads); on AVX-512 the tuner chose it there too. Lone contractions run
- * BLAS: on BERT's large GEMMs the direct kernel is level with OpenBLAS and BLIS (within
- * 3% either way, 1 and 2 threads), and BLAS threads itself on any shape; the tuner
- * still times DIRECT and DIRECT_ROWS against it per contraction. */
+ * ones 1.0-1.2x (AVX2, 1 and 2 threads); on AVX-512 the tuner chose it there too. Lone
+ * contractions run DIRECT too where the kernel runs, else BLAS: on BERT's large GEMMs alone
+ * the kernel is level with OpenBLAS and BLIS (within 3% either way, 1 and 2 threads), but
+ * in a step it writes C once, where OpenBLAS first scales C by beta (0: a pass that writes
+ * it whole) and then reads it back (5% of a small BERT's pretraining step in perf); the
+ * layer's step measured, interleaved (2-core EPYC, AVX2, 2 threads, 4 rounds): BERT-base
+ * b=8 256-272 ms against 256-309 with BLAS, the i=256 u=1024 layer at b=16 65-72 against
+ * 75-81 (bench/results/lone-direct-2026-11-27.txt). The tuner still times BLAS, the
+ * thread splits and DIRECT_ROWS against it per contraction. */
 typedef enum {
     DM_GEMM_DEFAULT = 0,
     DM_GEMM_BLAS,
