@@ -278,3 +278,60 @@ def test_inference_mode_first_then_training_threads_and_copies():
     g, = torch.autograd.grad(layer(xg).sum(), xg, create_graph=True)
     with pytest.raises(RuntimeError):
         g.sum().backward()
+
+
+def ddp_batch():
+    """Four sequences whose halves hold as many labelled tokens each: the mean of the two
+    ranks' mean losses is then the whole batch's mean, as one process computes it."""
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, 100, (4, J), generator=g)
+    mask = torch.ones(4, J, dtype=torch.long)
+    mask[1, 11:] = 0
+    mask[3, 11:] = 0
+    pos = (torch.arange(J) % 4 == 1).expand(4, J) & mask.bool()
+    labels = torch.where(pos, ids, torch.full_like(ids, -100))
+    return ids, mask, labels
+
+
+def _ddp_rank(rank, world, init, out):
+    import datetime
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
+    try:
+        torch.manual_seed(0)
+        model = dt.patch(BertForMaskedLM(tiny_config()))
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        ids, mask, labels = ddp_batch()
+        part = slice(rank * 2, rank * 2 + 2)
+        ddp(input_ids=ids[part], attention_mask=mask[part], labels=labels[part]).loss.backward()
+        grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+        torch.save(grads, f"{out}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_distributed_data_parallel(tmp_path):
+    # two processes (gloo), each its half of the batch through a patched model under DDP:
+    # the gradients DDP averages are one unpatched process's on the whole batch
+    world = 2
+    out = str(tmp_path / "grads")
+    torch.multiprocessing.spawn(_ddp_rank, args=(world, f"file://{tmp_path}/rendezvous", out),
+                                nprocs=world, join=True)
+    torch.manual_seed(0)
+    ref = BertForMaskedLM(tiny_config())
+    ids, mask, labels = ddp_batch()
+    ref(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+    got = [torch.load(f"{out}.{r}") for r in range(world)]
+    n = 0
+    for k, p in ref.named_parameters():
+        if p.grad is None:
+            continue
+        assert torch.equal(got[0][k], got[1][k]), k  # DDP gave both ranks the same average
+        if k.endswith("attention.self.key.bias"):  # rounding noise on both sides
+            assert float(got[0][k].abs().max()) < 1e-8
+            continue
+        assert rel(got[0][k], p.grad) <= 1e-5, (k, rel(got[0][k], p.grad))
+        n += 1
+    assert n > 20
