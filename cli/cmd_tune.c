@@ -215,14 +215,14 @@ static void print_floor(const cli_config *c, dm_schedule sched, int recompute, c
     double f = sched == DM_SCHED_FUSED ? fused_s : unfused_s;
     if (!(f > 0) || !(t[0] > 0) || !(t[1] > 0)) return;
     const char *name = sched == DM_SCHED_FUSED ? "fused" : "unfused";
-    if (t[0] < f || (t[1] < f && !direct)) { /* a floor the BLAS beat is no floor: the profile is low */
+    if ((t[0] < f || t[1] < f) && !direct) { /* a floor the BLAS beat is no floor: the profile is low */
         printf("roofline floor of the %s step from the profile %s: %.2f ms, but the %s step took %.2f ms: "
                "the profile's rates are below this machine's (probed while it was busy?); run "
                "`dmove probe` again when it is quiet\n", name, path, f * 1e3, t[0] < f ? "default" : "tuned",
                (t[0] < f ? t[0] : t[1]) * 1e3);
         return;
     }
-    if (t[1] < f) { /* the floor's GEMM rate is the BLAS's; the plan's direct kernel can beat it */
+    if (t[0] < f || t[1] < f) { /* the floor's GEMM rate is the BLAS's; the direct kernel can beat it */
         printf("roofline floor of the %s step on this CPU (dmove analyze, profile %s): %.2f ms, with every "
                "contraction at the BLAS's measured SGEMM rate; %s: default plan %.2fx the floor, tuned plan "
                "%.2fx: below it, where dmove's own GEMM kernel (\"direct\") outran that rate (or the "

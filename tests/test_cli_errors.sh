@@ -386,6 +386,9 @@ expect_fail "tune: i not divisible by h" 2 "divisible" "$D" tune --hidden 10 --h
 expect_fail "bench: --plan missing file" 1 "cannot open plan" "$D" bench --plan "$T/none.json" --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8
 printf '{"format": "dmove-plan", "version": 1' >"$T/trunc.json"
 expect_fail "bench: --plan truncated" 1 "not valid JSON" "$D" bench --plan "$T/trunc.json" --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8
+printf '{"format": "dmove-plan", "version": 1}' >"$T/older.json"
+expect_fail "bench: --plan of format 1 (before lone GEMMs defaulted to the direct kernel)" 1 "older dmove: run .dmove tune. again" \
+    "$D" bench --plan "$T/older.json" --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8
 printf '{"format": "dmove-plan", "version": 99}' >"$T/newer.json"
 expect_fail "layer: --plan newer version" 1 "newer dmove" lay --in "$T/ok" --heads 2 --plan "$T/newer.json"
 expect_fail "analyze: --plan missing file" 1 "cannot open plan" "$D" analyze --device v100 --plan "$T/none.json"

@@ -584,7 +584,10 @@ static void tune_and_files(const dm_layer_config *cfg) {
         expect_bad_text(bad, "[1, 2, 3]", cfg, &opt, &T->g, "not an object");
         subst(good, "\"dmove-plan\"", "\"other\"", t, n);
         expect_bad_text(bad, t, cfg, &opt, &T->g, "wrong format name");
-        subst(good, "\"version\":\t1", "\"version\":\t0", t, n);
+        char vfrom[32], vto[32];
+        snprintf(vfrom, sizeof vfrom, "\"version\":\t%d", DM_PLAN_VERSION);
+        snprintf(vto, sizeof vto, "\"version\":\t%d", DM_PLAN_VERSION - 1);
+        subst(good, vfrom, vto, t, n);
         expect_bad_text(bad, t, cfg, &opt, &T->g, "older format version");
         char from[64], to[64];
         snprintf(from, sizeof from, "\"batch\":\t%lld", (long long)cfg->batch);

@@ -173,7 +173,8 @@ static dm_status parse(const char *path, const cJSON *root, const dm_layer_confi
     if (ver->valuedouble != DM_PLAN_VERSION) {
         snprintf(msg, sizeof msg, "it has format version %g and this dmove reads version %d (%s)",
                  ver->valuedouble, DM_PLAN_VERSION,
-                 ver->valuedouble < DM_PLAN_VERSION ? "written by an older dmove" : "written by a newer dmove");
+                 ver->valuedouble < DM_PLAN_VERSION ? "written by an older dmove: run `dmove tune` again"
+                                                     : "written by a newer dmove");
         return bad(path, msg);
     }
     const cJSON *conf = cJSON_GetObjectItemCaseSensitive(root, "config");

@@ -10,7 +10,10 @@
 #include "plan/plan.h"
 
 #define DM_PLAN_FORMAT "dmove-plan"
-#define DM_PLAN_VERSION 1
+/* 2: a contraction left at its default runs dm_gemm_default_algo's rule since lone ones
+ * run the direct kernel by default (1: they ran BLAS); a plan of 1 is refused, to tune
+ * again */
+#define DM_PLAN_VERSION 2
 
 typedef struct {
     int nt, nop;

@@ -336,8 +336,13 @@ dm_status dm_tuning_save(const dm_tuning *t, const char *path) {
 
 int dm_tuning_uses_direct(const dm_tuning *t) {
     if (!t) return 0;
-    int direct = 0; /* does the plan use dmove's own GEMM kernel anywhere? */
-    for (int o = 0; t->have_ch && o < t->ch.nop; o++) direct |= dm_gemm_algo_direct(t->ch.algo[o]);
+    int direct = 0; /* does the plan use dmove's own GEMM kernel anywhere? (a contraction
+                     * left at its default too, where the default rule gives it) */
+    for (int o = 0; t->have_ch && o < t->ch.nop; o++) {
+        const int a = t->ch.algo[o];
+        direct |= dm_gemm_algo_direct(a) ||
+                  (a == DM_GEMM_DEFAULT && t->T->g.op[o].kind == DM_OP_CONTRACT && dm_gemm_direct_available());
+    }
     return direct;
 }
 

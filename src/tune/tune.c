@@ -445,10 +445,11 @@ static dm_status restore_defaults(dm_tuner *T) {
 static void task_key(const dm_tuner *T, const dm_tune_group *G, int a, char *key, size_t n) {
     const dm_graph *g = &T->g;
     const dm_group *gr = &T->plan.groups[G->gi];
-    /* "after2": timed after the group before (run_before), with the row groups writing in
-     * place (memplan.c); keys of times taken alone or before that, by an older dmove,
-     * never match */
-    size_t len = (size_t)snprintf(key, n, "after2|%s|b%lld j%lld i%lld h%lld u%lld %s%s%s%s %s%s|", T->machine,
+    /* "after3": timed after the group before (run_before), with the row groups writing in
+     * place (memplan.c), and "default" the rule since lone contractions run the direct
+     * kernel by default; keys of times taken alone, before that or under the old rule, by
+     * an older dmove, never match */
+    size_t len = (size_t)snprintf(key, n, "after3|%s|b%lld j%lld i%lld h%lld u%lld %s%s%s%s %s%s|", T->machine,
                                   (long long)T->cfg.batch, (long long)T->cfg.seq, (long long)T->cfg.hidden,
                                   (long long)T->cfg.heads, (long long)T->cfg.ffn, dm_act_name(T->cfg.act),
                                   T->cfg.norm == DM_NORM_PRE ? " pre" : "", T->cfg.causal ? " causal" : "",
