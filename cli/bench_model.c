@@ -189,7 +189,7 @@ static void print_table(const model_run *m, const cli_config *c, const bench_mod
     double flop = 0, floor = ofloor, parts = popt;
     for (int p = 0; p < NPARTS; p++) flop += m->part[p].flop, floor += m->part[p].floor_ms;
     printf("dmove %s bench --model: BertForMaskedLM, %d layers, b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64
-           " u=%" PRId64 ", vocabulary %" PRId64 ", %" PRId64 " positions scored, %s with clipping, dropout %g, "
+           " u=%" PRId64 ", vocabulary %" PRId64 ", up to %" PRId64 " masked positions scored, %s with clipping, dropout %g, "
            "%d threads; medians of %d reps after %d warm-up\n\n", DMOVE_VERSION, mo->layers, cfg->batch, cfg->seq,
            cfg->hidden, cfg->heads, cfg->ffn, mo->vocab, mo->predictions_used, mo->lamb ? "LAMB" : "AdamW",
            cfg->dropout, cli_threads(c->threads), m->reps, mo->warmup);

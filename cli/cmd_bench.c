@@ -128,7 +128,8 @@ static const cli_command k_bench = {
             "  and per operator class (contraction, normalization, element-wise) its\n"
             "  milliseconds, %% of the step's flop and %% of its runtime, from a profiled\n"
             "  step (timers around each group, so their sum is a little above the step).\n"
-            "Then the ratios fused/unfused and fused/contractions alone.\n"
+            "Then the ratios fused/unfused and fused/contractions alone. With --model, the\n"
+            "whole BertForMaskedLM's step instead, part by part against the roofline.\n"
             "\n"
             "options:\n",
     .foot = "Progress goes to stderr once a run takes more than a few seconds.\n"

@@ -275,7 +275,7 @@ good "bench --model" bench --model $small --reps 2 --warmup 1 --threads 2
 for part in embeddings "encoder layers (2)" "MLM head" optimizer step; do
     grep -q "^$part " "$T/stdout" || fail "bench --model: no row for $part"
 done
-grep -q "26 positions scored, AdamW" "$T/stdout" || fail "bench --model: not (4*32+4)/5 = 26 positions, AdamW"
+grep -q "up to 26 masked positions scored, AdamW" "$T/stdout" || fail "bench --model: not (4*32+4)/5 = 26 positions, AdamW"
 # shellcheck disable=SC2086
 good "bench --model, JSON, groups" bench --model $small --reps 2 --warmup 1 --threads 2 --json --groups --roofline h100
 tr -d '\t\n' <"$T/stdout" | tr ',{}[]' '\n\n\n\n\n' >"$T/flat"
@@ -290,7 +290,7 @@ grep -q "^MLM head: groups" "$T/stderr" && grep -q "^encoder layers (a layer: th
     fail "bench --model --groups: no group tables for the head and a layer"
 # shellcheck disable=SC2086
 good "bench --model, LAMB" bench --model $small --lamb --predictions 10 --reps 1 --warmup 0 --threads 1
-grep -q "10 positions scored, LAMB" "$T/stdout" || fail "bench --model --lamb --predictions 10: not in the header"
+grep -q "up to 10 masked positions scored, LAMB" "$T/stdout" || fail "bench --model --lamb --predictions 10: not in the header"
 bad "bench --layers without --model" 2 "add --model" bench --layers 3
 bad "bench --model --plan" 2 "are for a layer" bench --model --plan "$T/nope.json"
 bad "bench --model --schedule" 2 "are for a layer" bench --model --schedule unfused

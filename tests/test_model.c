@@ -283,6 +283,12 @@ static void test_trains(void) {
     CHECK_OK(dm_trainer_new_bert(&T, &cfg, 2, &bm, NULL, &a));
     if (!T) return;
     CHECK(dm_trainer_is_bert(T) && dm_trainer_num_params(T) > 0);
+    /* its segments (for profiling): the embeddings, the 2 layers, the head, nothing else */
+    CHECK(dm_trainer_num_segments(T) == 4 && dm_trainer_num_segments(NULL) == 0);
+    CHECK(dm_trainer_segment(T, -1) == NULL && dm_trainer_segment(T, 4) == NULL && dm_trainer_segment(NULL, 0) == NULL);
+    CHECK(dm_layer_tensor_id(dm_trainer_segment(T, 0), "embeddings.word_embeddings.weight") >= 0 &&
+          dm_layer_tensor_id(dm_trainer_segment(T, 3), "cls.predictions.bias") >= 0 &&
+          dm_trainer_segment(T, 1) != dm_trainer_segment(T, 2));
     CHECK_OK(dm_trainer_init_params(T, 1));
     int32_t ids[Bt * Jt], labels[Bt * Jt];
     double first = 0, last = 0;

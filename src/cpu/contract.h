@@ -38,9 +38,10 @@
  * the kernel is level with OpenBLAS and BLIS (within 3% either way, 1 and 2 threads), but
  * in a step it writes C once, where OpenBLAS first scales C by beta (0: a pass that writes
  * it whole) and then reads it back (5% of a small BERT's pretraining step in perf); the
- * layer's step measured, interleaved (2-core EPYC, AVX2, 2 threads, 4 rounds): BERT-base
- * b=8 256-272 ms against 256-309 with BLAS, the i=256 u=1024 layer at b=16 65-72 against
- * 75-81 (bench/results/lone-direct-2026-11-27.txt). The tuner still times BLAS, the
+ * layer's step measured, interleaved (2-core EPYC, AVX2, 2 threads, 4 rounds): the i=256
+ * u=1024 layer at b=16 65-72 ms against 75-81 with BLAS; BERT-base b=8 255-272 against
+ * 256-309, no clear change (bench/results/lone-direct-2026-11-27.txt). A plan's
+ * contraction left at DEFAULT takes this rule (DM_PLAN_VERSION 2). The tuner still times BLAS, the
  * thread splits and DIRECT_ROWS against it per contraction. */
 typedef enum {
     DM_GEMM_DEFAULT = 0,
