@@ -41,6 +41,9 @@ typedef struct {
 double bench_median(double *v, int n);
 /* Adds a number to a JSON object (non-finite as 0); 0 when cJSON runs out of memory. */
 int bench_jnum(cJSON *o, const char *k, double v);
+/* Prints the report `root` (built whole: ok) on stdout and frees it. 0, or -1 after the
+ * error is printed (cJSON out of memory, stdout not writable). */
+int bench_json_emit(cJSON *root, int ok);
 
 /* --groups: each group's facts, its time the median of gsec[G * reps ..] over the
  * profiled steps, and, with a model, its floor (a group timed with another adds its floor

@@ -18,6 +18,22 @@ int bench_jnum(cJSON *o, const char *k, double v) {
     return cJSON_AddNumberToObject(o, k, isfinite(v) ? v : 0.0) != NULL;
 }
 
+int bench_json_emit(cJSON *root, int ok) {
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) {
+        cli_error(CMD, "out of memory building the JSON report");
+        return -1;
+    }
+    int wr = puts(text);
+    cJSON_free(text);
+    if (wr == EOF || fflush(stdout) != 0) {
+        cli_error(CMD, "cannot write the report to stdout");
+        return -1;
+    }
+    return 0;
+}
+
 /* Bytes per element of the layer's storage: the roofline's bytes and peaks. */
 static int storage_bytes(const bench_env *env) {
     return env->device == DM_DEVICE_CUDA && env->dtype != DM_DTYPE_FP32 ? 2 : 4;

@@ -17,8 +17,9 @@
 
 static const char *const CMD = "bench";
 
-enum { PART_EMB, PART_LAYERS, PART_HEAD, NPARTS };
-static const char *const k_part_name[NPARTS] = {"embeddings", "encoder layers", "MLM head"};
+/* the parts with segments: DM_PART_EMBEDDINGS, DM_PART_LAYERS, DM_PART_MLM_HEAD (the
+ * optimizer, DM_PART_OPTIMIZER, is timed by the trainer's phases) */
+enum { NPARTS = DM_PART_OPTIMIZER };
 
 /* One part of the model: segments first .. first + count - 1 (the same plan each). */
 typedef struct {
@@ -92,7 +93,7 @@ static int setup(model_run *m, const cli_config *c, const bench_model_opts *mo, 
     for (int p = 0; p < NPARTS; p++) {
         model_part *x = &m->part[p];
         x->first = first[p], x->count = count[p];
-        x->res.name = k_part_name[p];
+        x->res.name = dm_model_part_name(p);
         const int G = dm_layer_num_groups(dm_trainer_segment(m->T, x->first));
         if (!(x->gsec = calloc((size_t)(G > 0 ? G : 1) * R + R, sizeof *x->gsec))) {
             cli_error(CMD, "out of memory");
@@ -168,12 +169,11 @@ static int part_facts(model_run *m, const cli_config *c, const bench_env *env, m
     return 0;
 }
 
-/* The optimizer's floor: its bytes (AdamW and LAMB read the parameter, its gradient and
- * both moments and write all but the gradient, 28 bytes a parameter; the norm for the
- * clipping reads the gradients once more) at the model's bandwidth; 0 without a model. */
+/* The optimizer's floor: its bytes (as `dmove analyze --model` counts them; LAMB's are
+ * AdamW's) at the model's bandwidth; 0 without a model. */
 static double optimizer_floor_ms(const model_run *m, double *bytes) {
-    *bytes = 32.0 * (double)dm_trainer_num_params(m->T);
-    const dm_device_model *dev = m->part[PART_LAYERS].res.model;
+    *bytes = (double)DM_OPT_BYTES_PER_PARAM * (double)dm_trainer_num_params(m->T);
+    const dm_device_model *dev = m->part[DM_PART_LAYERS].res.model;
     return dev && dm_device_model_bandwidth(dev) > 0 ? 1e3 * *bytes / dm_device_model_bandwidth(dev) : 0;
 }
 
@@ -195,7 +195,7 @@ static void print_table(const model_run *m, const cli_config *c, const bench_mod
            cfg->dropout, cli_threads(c->threads), m->reps, mo->warmup);
     printf("step %.2f ms (forward %.2f, backward %.2f, optimizer %.2f), %.1f GFLOP/s; %.1f M parameters\n\n", step,
            fwd, bwd, opt, step > 0 ? flop / (step * 1e-3) / 1e9 : 0.0, dm_trainer_num_params(m->T) / 1e6);
-    const bench_result *lr = &m->part[PART_LAYERS].res;
+    const bench_result *lr = &m->part[DM_PART_LAYERS].res;
     printf("per part (profiled steps: timers around each group; floors on %s):\n",
            lr->floor_s ? dm_device_model_name(lr->model) : lr->model_note);
     printf("%-22s %10s %10s %10s %10s %8s %8s\n", "part", "GFLOP", "MB moved", "ms", "floor ms", "x floor",
@@ -203,12 +203,12 @@ static void print_table(const model_run *m, const cli_config *c, const bench_mod
     for (int p = 0; p < NPARTS; p++) {
         const model_part *x = &m->part[p];
         char name[40];
-        snprintf(name, sizeof name, p == PART_LAYERS ? "%s (%d)" : "%s", k_part_name[p], x->count);
+        snprintf(name, sizeof name, p == DM_PART_LAYERS ? "%s (%d)" : "%s", dm_model_part_name(p), x->count);
         double ms = bench_median(x->ms, m->reps);
         parts += ms;
         print_row(name, x->flop / 1e9, x->bytes / 1e6, ms, x->floor_ms, step);
     }
-    print_row("optimizer", 0, obytes / 1e6, popt, ofloor, step);
+    print_row(dm_model_part_name(DM_PART_OPTIMIZER), 0, obytes / 1e6, popt, ofloor, step);
     /* the parts' medians come from the profiled steps (timers around each group), the step's
      * from the plain ones: the rest is approximate */
     print_row("rest (links, batch)", 0, 0, step > parts ? step - parts : 0, 0, step);
@@ -242,26 +242,18 @@ static int print_json(const model_run *m, const cli_config *c, const bench_model
             break;
         }
         if (p == NPARTS) {
-            ok = cJSON_AddStringToObject(o, "part", "optimizer") && bench_jnum(o, "ms", popt) &&
+            ok = cJSON_AddStringToObject(o, "part", dm_model_part_name(DM_PART_OPTIMIZER)) && bench_jnum(o, "ms", popt) &&
                  bench_jnum(o, "bytes", obytes) && bench_jnum(o, "floor_ms", ofloor);
             break;
         }
         const model_part *x = &m->part[p];
-        ok = cJSON_AddStringToObject(o, "part", k_part_name[p]) && bench_jnum(o, "segments", x->count) &&
+        ok = cJSON_AddStringToObject(o, "part", dm_model_part_name(p)) && bench_jnum(o, "segments", x->count) &&
              bench_jnum(o, "ms", bench_median(x->ms, m->reps)) && bench_jnum(o, "flop", x->flop) &&
              bench_jnum(o, "flop_contraction", x->cflop) &&
              bench_jnum(o, "bytes", x->bytes) && bench_jnum(o, "floor_ms", x->floor_ms);
         if (ok && mo->groups) ok = bench_groups_json(o, env, &x->res);
     }
-    char *text = ok ? cJSON_Print(root) : NULL;
-    cJSON_Delete(root);
-    if (!text) {
-        cli_error(CMD, "out of memory building the JSON report");
-        return -1;
-    }
-    int wr = puts(text);
-    cJSON_free(text);
-    return wr == EOF || fflush(stdout) != 0 ? (cli_error(CMD, "cannot write the report to stdout"), -1) : 0;
+    return bench_json_emit(root, ok);
 }
 
 int bench_model_run(const cli_config *c, bench_model_opts *mo, const dm_layer_options *lo, const bench_env *env) {
@@ -296,11 +288,11 @@ int bench_model_run(const cli_config *c, bench_model_opts *mo, const dm_layer_op
         }
         for (int p = 0; !rc && mo->groups && p < NPARTS; p++) {
             char name[64];
-            snprintf(name, sizeof name, p == PART_LAYERS ? "%s (a layer: the mean of %d)" : "%s", k_part_name[p],
+            snprintf(name, sizeof name, p == DM_PART_LAYERS ? "%s (a layer: the mean of %d)" : "%s", dm_model_part_name(p),
                      m.part[p].count);
             m.part[p].res.name = name;
             bench_groups_print(env, &m.part[p].res);
-            m.part[p].res.name = k_part_name[p];
+            m.part[p].res.name = dm_model_part_name(p);
         }
     }
     run_free(&m);

@@ -574,19 +574,7 @@ static int print_json(const cli_config *c, const bench_result *res, int nres, in
     for (int s = 0; ok && s < nres; s++)
         if (!strcmp(res[s].name, "tuned") && res[s].step_ms > 0 && (fu || un))
             ok = bench_jnum(root, "tuned_speedup", (fu ? fu : un)->step_ms / res[s].step_ms);
-    char *text = ok ? cJSON_Print(root) : NULL;
-    cJSON_Delete(root);
-    if (!text) {
-        cli_error(CMD, "out of memory building the JSON report");
-        return -1;
-    }
-    int wr = puts(text);
-    cJSON_free(text);
-    if (wr == EOF || fflush(stdout) != 0) {
-        cli_error(CMD, "cannot write the report to stdout");
-        return -1;
-    }
-    return 0;
+    return bench_json_emit(root, ok);
 }
 
 int cmd_bench(int argc, char **argv) {

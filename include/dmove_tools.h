@@ -199,6 +199,13 @@ dm_status dm_analysis_floors(const dm_layer_config *cfg, const dm_device_model *
  * flop (by class), the bytes of the unfused and the fused schedule, and their roofline
  * floors, as `dmove analyze` counts a layer's; total: their sums. */
 enum { DM_PART_EMBEDDINGS = 0, DM_PART_LAYERS, DM_PART_MLM_HEAD, DM_PART_OPTIMIZER, DM_NUM_PARTS };
+/* "embeddings", "encoder layers", "MLM head", "optimizer"; NULL out of range. */
+const char *dm_model_part_name(int part);
+/* The update's work per parameter, fp32 (its state is fp32 in every storage type): the
+ * clipping's norm reads the gradient (2 flop: square, add) and scales it; AdamW reads
+ * the parameter, gradient and both moments and writes the parameter and moments back
+ * (m: 3 flop, v: 4, the bias-corrected step with weight decay: 8). */
+enum { DM_OPT_FLOP_PER_PARAM = 2 + 1 + 3 + 4 + 8, DM_OPT_BYTES_PER_PARAM = 4 + 7 * 4 };
 typedef struct {
     const char *name;         /* "embeddings", "encoder layers", "MLM head", "optimizer" */
     int count;                /* segments of it (the layers: L) */

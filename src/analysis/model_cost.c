@@ -12,13 +12,9 @@
 #include "core/status.h"
 #include "plan/compile.h"
 
-/* The optimizer's work per parameter, fp32 (its state is fp32 in every storage type):
- * the clipping's norm reads the gradient (2 flop: square, add) and scales it; AdamW reads
- * the parameter, gradient and both moments and writes the parameter and moments back
- * (m: 3 flop, v: 4, the bias-corrected step with weight decay: 8). */
-enum { OPT_FLOP_PER_PARAM = 2 + 1 + 3 + 4 + 8, OPT_BYTES_PER_PARAM = 4 + 7 * 4 };
-
 static const char *const k_part_names[DM_NUM_PARTS] = {"embeddings", "encoder layers", "MLM head", "optimizer"};
+
+const char *dm_model_part_name(int part) { return part >= 0 && part < DM_NUM_PARTS ? k_part_names[part] : NULL; }
 
 /* Parameters of a segment's graph (its own tensors, not views). */
 static int64_t graph_params(const dm_graph *g) {
@@ -109,8 +105,8 @@ dm_status dm_model_cost_analyze(const dm_layer_config *cfg, int layers, const dm
     for (int k = 0; k < 3; k++) P += out->part[k].params;
     dm_model_part_cost *o = &out->part[DM_PART_OPTIMIZER];
     o->count = 1;
-    o->flop = o->class_flop[DM_CLASS_ELEMENTWISE] = (double)OPT_FLOP_PER_PARAM * (double)P;
-    o->unfused_bytes = o->fused_bytes = (double)OPT_BYTES_PER_PARAM * (double)P;
+    o->flop = o->class_flop[DM_CLASS_ELEMENTWISE] = (double)DM_OPT_FLOP_PER_PARAM * (double)P;
+    o->unfused_bytes = o->fused_bytes = (double)DM_OPT_BYTES_PER_PARAM * (double)P;
     o->unfused_floor_s = o->fused_floor_s = dm_roofline_seconds(&dev->d, 4, 0.0, o->flop, o->fused_bytes);
     for (int k = 0; k < DM_NUM_PARTS; k++) {
         out->part[k].name = k_part_names[k];
