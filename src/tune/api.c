@@ -337,11 +337,11 @@ dm_status dm_tuning_save(const dm_tuning *t, const char *path) {
 int dm_tuning_uses_direct(const dm_tuning *t) {
     if (!t) return 0;
     int direct = 0; /* does the plan use dmove's own GEMM kernel anywhere? (a contraction
-                     * left at its default too, where the default rule gives it) */
+                     * left at its default: where dm_gemm_default_algo gives it) */
     for (int o = 0; t->have_ch && o < t->ch.nop; o++) {
-        const int a = t->ch.algo[o];
-        direct |= dm_gemm_algo_direct(a) ||
-                  (a == DM_GEMM_DEFAULT && t->T->g.op[o].kind == DM_OP_CONTRACT && dm_gemm_direct_available());
+        if (t->T->g.op[o].kind != DM_OP_CONTRACT) continue;
+        const dm_gemm_algo a = (dm_gemm_algo)t->ch.algo[o];
+        direct |= dm_gemm_algo_direct(a == DM_GEMM_DEFAULT ? dm_gemm_default_algo(1) : a);
     }
     return direct;
 }
