@@ -121,6 +121,18 @@ typedef struct {
                             * kernels)
                             * instead of keeping them from the forward: 2 b h j^2 floats
                             * less memory between the passes, for one more Q K^T */
+    int unpad;             /* the layer over packed tokens, no work on padding (CPU; not
+                            * with recompute or a plan file): hidden_states, output and
+                            * their gradients hold the real tokens of the b sequences one
+                            * after another from row 0 (sequence s from the sum of the
+                            * lengths before it), as b x j rows; the input seq_lengths (b:
+                            * whole numbers 0..j, at least one token in all; default j)
+                            * replaces attention_mask. A step reads the lengths when it
+                            * starts and works on their sum of rows: the rows after them are
+                            * neither read nor written. The results on the real tokens are
+                            * the padded layer's with attention_mask 1 on each sequence's
+                            * first lengths[s] positions, dropout masks included (keyed by
+                            * the padded positions). */
 } dm_layer_options;
 
 typedef struct dm_layer dm_layer;

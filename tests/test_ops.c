@@ -671,7 +671,7 @@ static int builder_specs(einsum *out, int max) {
         dm_graph g;
         dm_encoder enc;
         dm_graph_init(&g);
-        CHECK_OK(dm_build_encoder(&g, &cfg, 0, v < 2, &enc));
+        CHECK_OK(dm_build_encoder(&g, &cfg, 0, v < 2, 0, &enc));
         for (int o = 0; o < g.nop; o++) {
             if (dm_op_kind_class(g.op[o].kind) != DM_CLASS_CONTRACTION) continue;
             int seen = 0;

@@ -139,6 +139,8 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
     const dm_group *gr = eg->gr;
     const dm_op *first = &g->op[plan->order[gr->first]];
     int64_t nb = gr->nbatch > 1 ? gr->nbatch : 0;
+    if (first->kind == DM_OP_ATTN || first->kind == DM_OP_ATTN_BWD)
+        return dm_cpu_exec_init_attn(ex, eg, plan, arena, first);
     if (dm_op_alone(first->kind)) return init_xent(ex, eg, plan, arena, first);
     if (first->kind == DM_OP_CONTRACT && gr->nops == 1 && !nb) {
         eg->contract = 1;
@@ -404,7 +406,9 @@ static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
             return s;
         }
     }
-    return DM_OK;
+    s = dm_cpu_exec_init_tokens(ex, plan);
+    if (s != DM_OK) dm_cpu_exec_free(ex);
+    return s;
 }
 
 /* Do roots r and q share arena bytes? */
@@ -496,6 +500,7 @@ void dm_cpu_exec_free(dm_cpu_exec *ex) {
     free(ex->bwhole);
     free(ex->xwork);
     free(ex->rows_ran);
+    free(ex->tokkey);
     memset(ex, 0, sizeof *ex);
 }
 
@@ -587,7 +592,7 @@ static dm_status exec_batched(const dm_cpu_exec *ex, const dm_exgroup *eg, uint6
                 rw.op = x->op;
                 rw.cols = cols;
                 for (int64_t r = r0; r < r0 + rp; r++) {
-                    rw.r = r;
+                    rw.r = rw.key = r;
                     for (int s = 0; s < x->op->nin; s++) rw.in[s] = resolve(&x->in[s], scr, r, r - r0, cols);
                     for (int s = 0; s < x->op->nout; s++) rw.out[s] = resolve(&x->out[s], scr, r, r - r0, cols);
                     gather_rows(x, &rw);
@@ -600,9 +605,10 @@ static dm_status exec_batched(const dm_cpu_exec *ex, const dm_exgroup *eg, uint6
 }
 
 /* Row r of row group eg: its ops in order, on this thread's scratch. */
-static void run_row(const dm_exgroup *eg, float *scr, dm_row *rw, int64_t r) {
+static void run_row(const dm_exgroup *eg, float *scr, dm_row *rw, int64_t r, const int64_t *tokkey) {
     const int64_t cols = rw->cols;
     rw->r = r;
+    rw->key = tokkey && eg->tok_rpt ? tokkey[r / eg->tok_rpt] * eg->tok_rpt + r % eg->tok_rpt : r;
     for (int k = 0; k < eg->nops; k++) {
         const dm_exop *x = &eg->ops[k];
         rw->op = x->op;
@@ -629,6 +635,7 @@ static void reduce_columns(const dm_cpu_exec *ex, const dm_exgroup *eg, int ntea
 
 typedef struct {
     const dm_exgroup *rg;
+    const int64_t *tokkey;
     float *scr;
     dm_row rw;
     int64_t lo; /* the thread's first row */
@@ -636,7 +643,7 @@ typedef struct {
 
 static void rows_done(void *arg, int i0, int rows) {
     rows_ctx *c = arg;
-    for (int64_t r = c->lo + i0; r < c->lo + i0 + rows; r++) run_row(c->rg, c->scr, &c->rw, r);
+    for (int64_t r = c->lo + i0; r < c->lo + i0 + rows; r++) run_row(c->rg, c->scr, &c->rw, r, c->tokkey);
 }
 
 /* "direct_rows": each thread computes a block of the GEMM's rows with the direct kernel
@@ -659,7 +666,7 @@ static dm_status exec_fused_rows(const dm_cpu_exec *ex, const dm_exgroup *eg, ui
 #pragma omp barrier
         }
         int per = (m + T - 1) / T, lo = tid * per < m ? tid * per : m, hi = lo + per < m ? lo + per : m;
-        rows_ctx c = {.rg = rg, .scr = scr, .lo = lo,
+        rows_ctx c = {.rg = rg, .tokkey = ex->tokkey, .scr = scr, .lo = lo,
                       .rw = {.cols = cols, .seed = seed, .words = ex->words + (int64_t)tid * ex->max_cols}};
         if (tid == 0) ex->rows_ran[eg->rows_next] = 1; /* the row group's turn is done */
         if (hi > lo)
@@ -712,6 +719,11 @@ dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int on
         return eg->partner >= 0 ? dm_gemm_run_pair(&eg->gemm, &ex->groups[eg->partner].gemm, ex->nthreads)
                                 : dm_gemm_run(&eg->gemm);
     }
+    if (eg->attn) { /* a contraction: runs with only_contractions too */
+        dm_attn_dims a = eg->ad;
+        a.p = eg->xop->p; /* dm_layer_set_training's */
+        return dm_cpu_attn(&a, &eg->aio, seed, eg->attn == 2, ex->xwork, ex->nthreads);
+    }
     if (eg->xent) { /* a contraction: runs with only_contractions too */
         const dm_op *op = eg->xop;
         float *const *p = eg->xp;
@@ -728,7 +740,7 @@ dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int on
         exec_scatter(ex, eg);
         return DM_OK;
     }
-    int64_t rows = eg->gr->rows, cols = eg->gr->cols;
+    int64_t rows = eg->tok_rpt ? ex->tokens * eg->tok_rpt : eg->gr->rows, cols = eg->gr->cols;
 #pragma omp parallel num_threads(ex->nthreads)
     {
         int tid = omp_get_thread_num();
@@ -736,7 +748,7 @@ dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int on
         for (int a = 0; a < eg->nacc; a++) memset(scr + eg->acc_slot[a], 0, sizeof(float) * (size_t)cols);
         dm_row rw = {.cols = cols, .seed = seed, .words = ex->words + (int64_t)tid * ex->max_cols};
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) run_row(eg, scr, &rw, r);
+        for (int64_t r = 0; r < rows; r++) run_row(eg, scr, &rw, r, ex->tokkey);
         reduce_columns(ex, eg, omp_get_num_threads());
     }
     return DM_OK;

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "cpu/attn.h"
 #include "cpu/contract.h"
 #include "cpu/kernels.h"
 #include "plan/plan.h"
@@ -46,6 +47,13 @@ typedef struct {
     int beside;               /* that partner: the group it runs beside (it is skipped), else -1 */
     int rows_next;            /* algorithm "direct_rows": the row group run in its epilogue, else -1 */
     int rows_of;              /* that row group: the contraction group it runs inside (skipped), else -1 */
+    /* an unpadded layer (unpad.c) */
+    int attn;                 /* a lone ATTN (1) or ATTN_BWD (2): dm_cpu_attn on ad, aio */
+    dm_attn_dims ad;
+    dm_attn_io aio;
+    int64_t tok_rpt;          /* a row group over the tokens: its rows per token, else 0 */
+    int64_t tok_mnk[3];       /* a contraction: its m, n, k per token (0: not over the tokens) */
+    int full_mnk[3];          /* and its m, n, k at full capacity */
 } dm_exgroup;
 
 typedef struct {
@@ -60,8 +68,11 @@ typedef struct {
     float *bwhole;            /* "direct_rows": op(B) packed whole, shared by the threads */
     int64_t bwhole_floats;
     uint8_t *rows_ran;        /* per group: run in the epilogue of its GEMM since its own last turn */
-    float *xwork;             /* the fused cross-entropy's buffers, shared by its groups */
+    float *xwork;             /* the fused cross-entropy's and the attention's buffers, shared by their groups */
     int64_t xwork_floats;
+    int64_t tok_cap;          /* an unpadded layer's token rows (b x j), else 0 */
+    int64_t tokens;           /* the rows of real tokens this step (dm_cpu_exec_set_tokens) */
+    int64_t *tokkey;          /* per token row: the padded layer's row (its dropout keys) */
 } dm_cpu_exec;
 
 /* How a row op addresses memory operand t (d->kind set by the caller): DM_ERR_UNSUPPORTED
@@ -86,6 +97,16 @@ dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi);
  * turn (with only_contractions that GEMM runs alone, and the row group, if run, on its
  * own). A profile then counts the row group's time with its GEMM's. */
 dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions);
+/* unpad.c: a lone ATTN or ATTN_BWD group's operands (init_group's, for such a group). */
+dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, char *arena, const dm_op *op);
+/* unpad.c: for a plan with ATTN (an unpadded layer), how each other group scales with the
+ * tokens: a row group's rows, a contraction's m, n or k (DM_ERR_UNSUPPORTED where a layout
+ * keeps a tensor's tokens from being its first rows); nothing for other plans. Then every
+ * group runs at full capacity until dm_cpu_exec_set_tokens. */
+dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan);
+/* The next steps run over the tokens of sequences of these lengths (b floats, whole
+ * numbers in [0, j]) packed from row 0: their sum rows of each group over the tokens. */
+dm_status dm_cpu_exec_set_tokens(dm_cpu_exec *ex, const float *lengths);
 /* The address of tensor t in the arena (views included), or NULL if not materialized. */
 float *dm_cpu_tensor_ptr(const dm_plan *plan, char *arena, int t);
 

@@ -184,6 +184,32 @@ static dm_status rule_model(ad_ctx *c, const dm_op *f, const dm_op *proto, int d
             if (g->t[f->in[i]].requires_grad) DM_TRY(grad_add(c, f->in[i], slot[i]));
         return DM_OK;
     }
+    case DM_OP_ATTN: { /* in: Q, K, V, lengths; out: ctx, probs (kept, no gradient) */
+        if (grad_of(c, f->out[1]) >= 0)
+            return dm_fail(DM_ERR_UNSUPPORTED, "autodiff: %s: a gradient flows into the probabilities it keeps "
+                           "for the backward (only the context is differentiable)", f->name);
+        int slot[3];
+        for (int i = 0; i < 3; i++) {
+            slot[i] = grad_slot(c, f->in[i]);
+            if (slot[i] < 0) return dm_last_status();
+        }
+        dm_op m = b;
+        m.kind = DM_OP_ATTN_BWD;
+        snprintf(m.spec, sizeof m.spec, "%s", f->spec);
+        m.alpha = f->alpha;
+        m.causal = f->causal;
+        m.nin = 6;
+        for (int i = 0; i < 4; i++) m.in[i] = f->in[i];
+        m.in[4] = f->out[1];
+        m.in[5] = dy;
+        m.nout = 3;
+        for (int i = 0; i < 3; i++) m.out[i] = slot[i];
+        snprintf(m.name, sizeof m.name, "%s_bwd", f->name);
+        DM_TRY(emit(c, &m));
+        for (int i = 0; i < 3; i++)
+            if (g->t[f->in[i]].requires_grad) DM_TRY(grad_add(c, f->in[i], slot[i]));
+        return DM_OK;
+    }
     default:
         return dm_fail(DM_ERR_INTERNAL, "autodiff: %s is no kind of the whole model", dm_op_kind_name(f->kind));
     }
@@ -304,6 +330,7 @@ static dm_status rule(ad_ctx *c, const dm_op *f) {
     case DM_OP_EMBED:
     case DM_OP_XENT:
     case DM_OP_LINEAR_XENT:
+    case DM_OP_ATTN:
         return rule_model(c, f, &b, dy);
     default:
         return dm_fail(DM_ERR_INTERNAL, "autodiff: no gradient rule for %s",

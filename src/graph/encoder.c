@@ -100,9 +100,10 @@ typedef struct {
 #define CK(x) ck_(x, ok)
 #define IN(...) ((const int[]){__VA_ARGS__})
 
-static void add_inputs_and_params(dm_graph *g, enc_tensors *ts, int *ok) {
+static void add_inputs_and_params(dm_graph *g, int unpad, enc_tensors *ts, int *ok) {
     ts->x = CK(T(g, "hidden_states", "bji", DM_ROLE_INPUT));
-    ts->mask = CK(T(g, "attention_mask", "bk", DM_ROLE_INPUT));
+    /* unpadded: the sequences' lengths (ATTN) instead of the mask */
+    ts->mask = CK(T(g, unpad ? "seq_lengths" : "attention_mask", unpad ? "b" : "bk", DM_ROLE_INPUT));
     ts->wqkv = CK(T(g, "Wqkv", "qhpi", DM_ROLE_PARAM));
     ts->bqkv = CK(T(g, "bqkv", "qhp", DM_ROLE_PARAM));
     ts->wo = CK(T(g, "Wo", "ihp", DM_ROLE_PARAM));
@@ -117,17 +118,23 @@ static void add_inputs_and_params(dm_graph *g, enc_tensors *ts, int *ok) {
     ts->be2 = CK(T(g, "ln2_beta", "i", DM_ROLE_PARAM));
 }
 
-static void add_activations(dm_graph *g, int pre, enc_tensors *ts, int *ok) {
-    /* attention */
+static void add_activations(dm_graph *g, int pre, int unpad, enc_tensors *ts, int *ok) {
+    /* attention (unpadded: Q, K, V over the same packed rows, one "bjhp" letter set, and
+     * the probabilities alone) */
     ts->qkv_mm = CK(T(g, "qkv_mm", "bjqhp", DM_ROLE_ACT));
     ts->qkv = CK(T(g, "qkv", "bjqhp", DM_ROLE_ACT));
     ts->Q = CK(dm_graph_view(g, ts->qkv, "Q", "bj0hp"));
-    ts->K = CK(dm_graph_view(g, ts->qkv, "K", "bk1hp"));
-    ts->V = CK(dm_graph_view(g, ts->qkv, "V", "bk2hp"));
-    ts->s = CK(T(g, "scores", "bhjk", DM_ROLE_ACT));
-    ts->sm = CK(T(g, "scores_masked", "bhjk", DM_ROLE_ACT));
-    ts->a = CK(T(g, "probs", "bhjk", DM_ROLE_ACT));
-    ts->ad = CK(T(g, "probs_drop", "bhjk", DM_ROLE_ACT));
+    ts->K = CK(dm_graph_view(g, ts->qkv, "K", unpad ? "bj1hp" : "bk1hp"));
+    ts->V = CK(dm_graph_view(g, ts->qkv, "V", unpad ? "bj2hp" : "bk2hp"));
+    if (unpad) {
+        ts->s = ts->sm = ts->ad = -1;
+        ts->a = CK(T(g, "probs", "bhjk", DM_ROLE_ACT));
+    } else {
+        ts->s = CK(T(g, "scores", "bhjk", DM_ROLE_ACT));
+        ts->sm = CK(T(g, "scores_masked", "bhjk", DM_ROLE_ACT));
+        ts->a = CK(T(g, "probs", "bhjk", DM_ROLE_ACT));
+        ts->ad = CK(T(g, "probs_drop", "bhjk", DM_ROLE_ACT));
+    }
     ts->ctx = CK(T(g, "ctx", "bjhp", DM_ROLE_ACT));
     ts->att_mm = CK(T(g, "attn_mm", "bji", DM_ROLE_ACT));
     ts->att = CK(T(g, "attn", "bji", DM_ROLE_ACT));
@@ -156,7 +163,7 @@ static void add_activations(dm_graph *g, int pre, enc_tensors *ts, int *ok) {
 /* The attention block's ops up to its residual add, and the LayerNorm after that add:
  * post-LN, LN1 of the sum; pre-LN, LN2 of the feed-forward block's input (pre-LN also
  * starts with LN1 of X). */
-static void add_attention_ops(dm_graph *g, const dm_layer_config *cfg, int pre,
+static void add_attention_ops(dm_graph *g, const dm_layer_config *cfg, int pre, int unpad,
                               const enc_tensors *ts, int *ok) {
     const int64_t J = cfg->seq, I = cfg->hidden;
     const int x = ts->x, mask = ts->mask, wqkv = ts->wqkv, bqkv = ts->bqkv, wo = ts->wo,
@@ -173,13 +180,23 @@ static void add_attention_ops(dm_graph *g, const dm_layer_config *cfg, int pre,
     }
     CK(mm(g, "qkv_proj", "bji,qhpi->bjqhp", pre ? r1 : x, wqkv, qkv_mm, 1.0f));
     CK(pw(g, DM_OP_BIAS_ADD, "qkv_bias", qkv, 3 * I, IN(qkv_mm, bqkv), 2, IN(qkv), 1));
-    CK(mm(g, "attn_scores", "bjhp,bkhp->bhjk", Q, K, s, scale));
-    int om = CK(pw(g, DM_OP_MASK_ADD, "attn_mask", s, J, IN(s, mask), 2, IN(sm), 1));
-    if (*ok) g->op[om].causal = cfg->causal != 0;
-    CK(pw(g, DM_OP_SOFTMAX, "attn_softmax", s, J, IN(sm), 1, IN(a), 1));
-    int od = CK(pw(g, DM_OP_DROPOUT, "attn_probs_dropout", s, J, IN(a), 1, IN(ad), 1));
-    if (*ok) g->op[od].stream = DM_DROP_ATTN_PROBS;
-    CK(mm(g, "attn_context", "bhjk,bkhp->bjhp", ad, V, ctx, 1.0f));
+    int od;
+    if (unpad) { /* scores, softmax, dropout and context per sequence in one op */
+        dm_op op = {.kind = DM_OP_ATTN, .nin = 4, .nout = 2, .alpha = scale, .rows = g->t[a].numel / J,
+                    .cols = J, .stream = DM_DROP_ATTN_PROBS, .causal = cfg->causal != 0,
+                    .in = {Q, K, V, mask}, .out = {ctx, a}};
+        snprintf(op.name, sizeof op.name, "attn");
+        snprintf(op.spec, sizeof op.spec, "bjhp,bkhp->bhjk");
+        CK(dm_graph_op(g, &op));
+    } else {
+        CK(mm(g, "attn_scores", "bjhp,bkhp->bhjk", Q, K, s, scale));
+        int om = CK(pw(g, DM_OP_MASK_ADD, "attn_mask", s, J, IN(s, mask), 2, IN(sm), 1));
+        if (*ok) g->op[om].causal = cfg->causal != 0;
+        CK(pw(g, DM_OP_SOFTMAX, "attn_softmax", s, J, IN(sm), 1, IN(a), 1));
+        od = CK(pw(g, DM_OP_DROPOUT, "attn_probs_dropout", s, J, IN(a), 1, IN(ad), 1));
+        if (*ok) g->op[od].stream = DM_DROP_ATTN_PROBS;
+        CK(mm(g, "attn_context", "bhjk,bkhp->bjhp", ad, V, ctx, 1.0f));
+    }
     CK(mm(g, "attn_out_proj", "bjhp,ihp->bji", ctx, wo, att_mm, 1.0f));
     CK(pw(g, DM_OP_BIAS_ADD, "attn_out_bias", att, I, IN(att_mm, bo), 2, IN(att), 1));
     od = CK(pw(g, DM_OP_DROPOUT, "attn_out_dropout", att, I, IN(att), 1, IN(attd), 1));
@@ -304,7 +321,7 @@ dm_status dm_gb_export_param_grads(dm_graph *g, dm_encoder *enc) {
     return DM_OK;
 }
 
-dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_only, int input_grad,
+dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_only, int input_grad, int unpad,
                            dm_encoder *enc) {
     DM_TRY(dm_layer_config_check(cfg));
     memset(enc, 0, sizeof *enc);
@@ -320,14 +337,14 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     int ok = 1;
     enc_tensors ts;
     /* inputs and parameters */
-    add_inputs_and_params(g, &ts, &ok);
+    add_inputs_and_params(g, unpad, &ts, &ok);
     if (!ok) return dm_last_status();
     const int pre = cfg->norm == DM_NORM_PRE;
-    add_activations(g, pre, &ts, &ok);
+    add_activations(g, pre, unpad, &ts, &ok);
     if (!ok) return dm_last_status();
 
     int n = g->nop;
-    add_attention_ops(g, cfg, pre, &ts, &ok);
+    add_attention_ops(g, cfg, pre, unpad, &ts, &ok);
     add_ffn_ops(g, cfg, pre, &ts, &ok);
     if (!ok) return dm_last_status();
     for (int o = n; o < g->nop; o++) g->op[o].p = cfg->dropout;
@@ -338,7 +355,10 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     enc->y = ts.y;
     enc->dy = enc->dx = -1;
     export(enc, "hidden_states", ts.x, 3, B, J, I, 0);
-    export(enc, "attention_mask", ts.mask, 2, B, J, 0, 0);
+    if (unpad)
+        export(enc, "seq_lengths", ts.mask, 1, B, 0, 0, 0);
+    else
+        export(enc, "attention_mask", ts.mask, 2, B, J, 0, 0);
     export(enc, "output", ts.y, 3, B, J, I, 0);
     DM_TRY(export_params(g, cfg, &ts, enc, &ok));
     if (forward_only) return DM_OK;

@@ -25,8 +25,15 @@ typedef struct {
 } dm_encoder;
 
 /* input_grad 0: no gradient for hidden_states (grad_hidden_states does not exist; the
- * backward pass skips the contraction and the addition only it needs). */
-dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_only, int input_grad,
+ * backward pass skips the contraction and the addition only it needs).
+ * unpad 1: the layer over packed tokens (issue 25): its b x j rows of hidden_states,
+ * output and their gradients hold the real tokens of the batch's sequences one after
+ * another (sequence s from row off[s], the sum of the lengths before it), the input
+ * seq_lengths (b) instead of attention_mask, and attention one ATTN op per pass over each
+ * sequence's own length (ops.def); every other op is the padded layer's. A step runs on
+ * the first sum(lengths) rows alone (the backends' set_tokens); the rows after them are
+ * neither read nor written. */
+dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_only, int input_grad, int unpad,
                            dm_encoder *enc);
 extern const char *const dm_param_names[DM_NUM_PARAMS];
 

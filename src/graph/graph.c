@@ -202,6 +202,12 @@ static double spec_volume(const dm_graph *g, const char *spec) {
 }
 
 double dm_op_row_flop(const dm_op *op) {
+    if (op->kind == DM_OP_ATTN) /* per score: the mask, the softmax, the dropout */
+        return (dm_op_kind_flop(DM_OP_MASK_ADD) + dm_op_kind_flop(DM_OP_SOFTMAX) + dm_op_kind_flop(DM_OP_DROPOUT)) *
+               (double)op->rows * (double)op->cols;
+    if (op->kind == DM_OP_ATTN_BWD) /* the dropout again, its backward, the softmax's */
+        return (2 * dm_op_kind_flop(DM_OP_DROPOUT) + dm_op_kind_flop(DM_OP_SOFTMAX_BWD)) * (double)op->rows *
+               (double)op->cols;
     if (op->kind != DM_OP_LINEAR_XENT && op->kind != DM_OP_LINEAR_XENT_BWD) return 0;
     const double per = op->kind == DM_OP_LINEAR_XENT ? dm_op_kind_flop(DM_OP_XENT)
                                                      : dm_op_kind_flop(DM_OP_XENT_BWD) + dm_op_kind_flop(DM_OP_COLSUM);

@@ -55,8 +55,17 @@ dm_status dm_layer_options_check(const dm_layer_options *opt) {
         return dm_fail(DM_ERR_INVALID_ARG, "unknown row kernel choice %d", (int)opt->rows);
     if (opt->streams < 0 || opt->streams > 2)
         return dm_fail(DM_ERR_INVALID_ARG, "streams %d: use 1 or 2", opt->streams);
+    if (opt->unpad != 0 && opt->unpad != 1)
+        return dm_fail(DM_ERR_INVALID_ARG, "unpad must be 0 or 1 (got %d)", opt->unpad);
+    if (opt->unpad && (opt->recompute || opt->plan))
+        return dm_fail(DM_ERR_INVALID_ARG, "an unpadded layer takes no %s: %s", opt->recompute ? "--recompute" : "plan file",
+                       opt->recompute ? "its attention keeps the probabilities of the real tokens alone"
+                                      : "`dmove tune` tunes the padded layer; leave out --plan");
     /* what the device's backend does not take (a backend not built: dm_layer_new says so) */
     const dm_backend *B = dm_backend_get(opt->device);
+    if (B && opt->unpad && !B->set_tokens)
+        return dm_fail(DM_ERR_UNSUPPORTED, "unpadded layers (--unpad) run on the CPU backend so far, not on %s: "
+                       "leave out unpad there", B->name);
     return B ? B->check_options(opt) : DM_OK;
 }
 
@@ -118,11 +127,12 @@ static void layer_defaults(dm_layer *L) {
         const dm_export *e = &L->enc.e[k];
         const int ones = !strcmp(e->name, "attention_mask") || !strcmp(e->name, "grad_output") ||
                          (e->is_param && strstr(e->name, "LayerNorm.weight"));
-        if (!ones) continue;
+        const int full = !strcmp(e->name, "seq_lengths"); /* every sequence whole */
+        if (!ones && !full) continue;
         int64_t n = 1;
         for (int d = 0; d < e->ndim; d++) n *= e->shape[d];
         float *p = host_ptr(L, e->tensor);
-        if (p) fill(p, n, 1.0f);
+        if (p) fill(p, n, full ? (float)L->cfg.seq : 1.0f);
     }
 }
 
@@ -149,7 +159,8 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
     dm_status s = B->algos ? DM_OK : dm_backend_find(DM_DEVICE_CPU, &C);
     dm_compile_opts co = {.cfg = cfg, .schedule = opt->schedule, .recompute = opt->recompute,
                           .forward_only = opt->forward_only, .no_input_grad = opt->no_input_grad,
-                          .no_siblings = !siblings, .no_reuse = opt->no_reuse, .choices = how->choices,
+                          .no_siblings = !siblings, .no_reuse = opt->no_reuse, .unpad = opt->unpad,
+                          .choices = how->choices,
                           .plan_file = opt->plan, .algos = C->algos, .segment = how->segment, .sizes = how->sizes};
     if (s == DM_OK) s = dm_compile(&co, &L->g, &L->enc, &L->plan);
     if (s == DM_OK) {
@@ -308,6 +319,11 @@ dm_status dm_layer_run(dm_layer *L, int passes, unsigned class_mask) {
     /* with only contractions asked for, a batched group (contractions and row ops) runs
      * just its GEMMs, and a "direct_rows" GEMM leaves out the row group of its epilogue */
     const int contractions_only = class_mask == (1u << DM_CLASS_CONTRACTION);
+    if (L->opt.unpad && (passes & DM_PASS_FORWARD)) { /* this step's lengths, as the host copy has them */
+        int t = dm_layer_tensor_id(L, "seq_lengths");
+        if (t < 0) return dm_fail(DM_ERR_INTERNAL, "unpadded layer without seq_lengths");
+        DM_TRY(B->set_tokens(L->st, host_ptr(L, t)));
+    }
     for (int gi = 0; gi < L->plan.ngroups; gi++) {
         const dm_group *gr = &L->plan.groups[gi];
         if (!(passes & (gr->pass ? DM_PASS_BACKWARD : DM_PASS_FORWARD))) continue;

@@ -87,6 +87,12 @@ typedef struct dm_backend {
      * runs only the contraction groups (the "contractions alone" floor): a batched group
      * runs just its GEMMs, a GEMM with a row group in its epilogue runs without it. */
     dm_status (*run_group)(dm_backend_state *st, int gi, uint64_t seed, int contractions_only);
+    /* An unpadded layer's plan (graph/encoder.h's unpad): the next steps' sequences have
+     * these lengths (b floats: whole numbers in [0, j], at least one token in all; else
+     * DM_ERR_INVALID_ARG naming the bad one) and their tokens are packed from row 0; the
+     * groups over the tokens run on that many rows. NULL where the backend runs no
+     * unpadded layer (dm_layer_new refuses dm_layer_options.unpad there). */
+    dm_status (*set_tokens)(dm_backend_state *st, const float *lengths);
     /* Waits for the work enqueued so far; errors of asynchronous work surface here. */
     dm_status (*sync)(dm_backend_state *st);
     /* Profiling on or off for the next groups. *by_events = 1: the backend times each
