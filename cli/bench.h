@@ -68,4 +68,10 @@ typedef struct {
 /* 0, or -1 after the error is printed. */
 int bench_model_run(const cli_config *c, bench_model_opts *mo, const dm_layer_options *lo, const bench_env *env);
 
+/* bench_lengths.c: `bench --lengths SPEC`: the padded and the unpadded layer (options lo,
+ * schedule included) on batches of lengths drawn from SPEC ("uniform:LO-HI" or a file of
+ * lengths), interleaved; the table or --json. 0, or -1 after saying why. */
+int bench_lengths_run(const cli_config *c, const char *spec, const dm_layer_options *lo, int warmup, int reps,
+                      int json);
+
 #endif

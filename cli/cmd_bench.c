@@ -20,7 +20,7 @@ static const char *const CMD = "bench";
 typedef struct {
     int warmup, reps, json, which; /* which: bit 0 fused, bit 1 unfused */
     int groups, recompute;
-    const char *plan, *roofline, *svg;
+    const char *plan, *roofline, *svg, *lengths;
     cli_device dev;
     cli_config c;
     int model, model_set; /* --model; model_set: a --model option was given */
@@ -95,6 +95,11 @@ static const cli_option k_options[] = {
      .help = "with --model: masked positions scored (default b * j / 5)"},
     {.kind = CLI_FLAG, .name = "--lamb", .off = offsetof(bench_opts, mo.lamb), .lo = 1,
      .set = offsetof(bench_opts, model_set) + 1, .help = "with --model: LAMB instead of AdamW"},
+    {.kind = CLI_STR, .name = "--lengths", .arg = "SPEC", .off = offsetof(bench_opts, lengths),
+     .help = "batches of sequences of these lengths: the padded layer (attention_mask) against the\n"
+             "unpadded one (the real tokens alone), a new batch each repetition; SPEC is\n"
+             "uniform:LO-HI or a file of lengths (whole numbers, e.g. one per line; above\n"
+             "--seq cut to it)"},
     {.kind = CLI_STR, .name = "--svg", .arg = "FILE", .off = offsetof(bench_opts, svg),
      .set = offsetof(bench_opts, groups) + 1,
      .help = "draw every group (--groups, implied) as a bar of its time\n"
@@ -141,7 +146,8 @@ static const cli_command k_bench = {
             "  dmove bench --preset bert-large --reps 5 --json > large.json\n"
             "  dmove bench --batch 2 --seq 64 --schedule fused --dropout 0\n"
             "  dmove bench --model --layers 4 --hidden 256 --heads 4 --ffn 1024 --batch 16\n"
-            "                                               (a small BERT's whole step)\n",
+            "                                               (a small BERT's whole step)\n"
+            "  dmove bench --batch 32 --lengths uniform:32-96   (half fill: padded vs unpadded)\n",
     .options = k_options,
     .size = sizeof(bench_opts),
     .init = init,
@@ -599,6 +605,17 @@ int cmd_bench(int argc, char **argv) {
     if (o.model_set && !o.model) {
         cli_usage_error(CMD, "--layers, --vocab, --predictions and --lamb describe the whole model: add --model");
         return CLI_USAGE;
+    }
+    if (o.lengths) {
+        if (o.model || o.plan || o.recompute || g_svg || o.groups) {
+            cli_usage_error(CMD, "--lengths compares the default padded and unpadded layers: leave out --model, "
+                            "--plan, --recompute, --svg, --groups and --roofline");
+            return CLI_USAGE;
+        }
+        const dm_layer_options lo = {.schedule = o.which == 2 ? DM_SCHED_UNFUSED : DM_SCHED_FUSED,
+                                     .threads = c->threads, .device = g_device, .dtype = g_dtype, .rows = g_rows,
+                                     .streams = g_streams};
+        return bench_lengths_run(c, o.lengths, &lo, o.warmup, o.reps, o.json) ? CLI_FAIL : CLI_OK;
     }
     if (o.model) {
         if (o.plan || o.recompute || g_svg || o.which == 2) {

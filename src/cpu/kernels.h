@@ -26,8 +26,9 @@ typedef struct {
 void dm_cpu_row(const dm_row *rw);
 
 /* Naive references over whole tensors (ref.c), same operand conventions, in double;
- * mask_groups: rows of the GROUPED operand of MASK_ADD. LINEAR_XENT and its backward
- * (rows m, cols v) take e, the columns of t and W, from op->nindex. */
+ * mask_groups: rows of the GROUPED operand of MASK_ADD, or ATTN's sequences (b).
+ * LINEAR_XENT and its backward (rows m, cols v) take e, the columns of t and W, from
+ * op->nindex; ATTN and its backward (rows b h j, cols j) the head size p. */
 void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float *const *in,
                float *const *out);
 

@@ -89,6 +89,86 @@ static void ref_logits(const float *const *in, int64_t r, int64_t e, int64_t v, 
     }
 }
 
+/* ATTN (out: ctx, probs) and its backward (in also probs, dctx; out: dQ, dK, dV) over
+ * sequences of B lengths packed from row 0, Q, K, V and the others dense (b, j, h, p),
+ * heads H = rows / (B J), head size P = nindex: per sequence and head, from the
+ * definitions in double (ops.def). Rows past the tokens, and probabilities outside each
+ * sequence's L x L block, are left as they are. */
+static void ref_attn(const dm_op *op, uint64_t seed, int64_t B, const float *const *in, float *const *out) {
+    const int64_t J = op->cols, H = op->rows / (B * J), P = op->nindex, W = H * P;
+    const int bwd = op->kind == DM_OP_ATTN_BWD;
+    const uint32_t thr = dm_dropout_threshold(op->p);
+    const double keep = op->p > 0 ? 1.0 / (1.0 - op->p) : 1.0;
+    double *pr = malloc(sizeof(double) * (size_t)(J * J)), *dr = malloc(sizeof(double) * (size_t)(J * J));
+    double *ds = malloc(sizeof(double) * (size_t)(J * J));
+    if (!pr || !dr || !ds) goto done;
+    for (int64_t s = 0, o = 0; s < B; o += (int64_t)in[3][s], s++) {
+        const int64_t L = (int64_t)in[3][s];
+        for (int64_t h = 0; h < H; h++) {
+            const float *q = in[0] + o * W + h * P, *k = in[1] + o * W + h * P, *v = in[2] + o * W + h * P;
+            for (int64_t j = 0; j < L; j++) { /* probabilities (bwd: the kept ones), dropped */
+                const int64_t n = op->causal ? j + 1 : L;
+                double m = -INFINITY, sum = 0;
+                for (int64_t c = 0; c < L; c++) {
+                    double x = 0;
+                    for (int64_t e = 0; e < P; e++) x += (double)q[j * W + e] * k[c * W + e];
+                    pr[j * J + c] = c < n ? x * op->alpha : -INFINITY;
+                    m = fmax(m, pr[j * J + c]);
+                }
+                for (int64_t c = 0; c < L; c++) sum += (pr[j * J + c] = exp(pr[j * J + c] - m));
+                for (int64_t c = 0; c < L; c++) {
+                    const int64_t e = ((s * H + h) * J + j) * J + c;
+                    uint32_t w;
+                    dm_philox_words_ref(seed, (uint32_t)op->stream, (uint64_t)e, 1, &w);
+                    pr[j * J + c] = bwd ? in[4][e] : pr[j * J + c] / sum;
+                    dr[j * J + c] = op->p > 0 && w < thr ? 0.0 : pr[j * J + c] * keep;
+                    if (!bwd) out[1][e] = (float)pr[j * J + c];
+                }
+            }
+            for (int64_t j = 0; j < L && !bwd; j++) /* ctx = dropped V */
+                for (int64_t e = 0; e < P; e++) {
+                    double x = 0;
+                    for (int64_t c = 0; c < L; c++) x += dr[j * J + c] * v[c * W + e];
+                    out[0][(o + j) * W + h * P + e] = (float)x;
+                }
+            if (!bwd) continue;
+            const float *dc = in[5] + o * W + h * P;
+            for (int64_t j = 0; j < L; j++) { /* dS = P (dP - rowsum(dP P)), dP through the dropout */
+                double dot = 0;
+                for (int64_t c = 0; c < L; c++) {
+                    double x = 0;
+                    for (int64_t e = 0; e < P; e++) x += (double)dc[j * W + e] * v[c * W + e];
+                    ds[j * J + c] = x;
+                }
+                for (int64_t c = 0; c < L; c++) {
+                    const int64_t e = ((s * H + h) * J + j) * J + c;
+                    uint32_t w;
+                    dm_philox_words_ref(seed, (uint32_t)op->stream, (uint64_t)e, 1, &w);
+                    ds[j * J + c] = op->p > 0 && w < thr ? 0.0 : ds[j * J + c] * keep;
+                    dot += ds[j * J + c] * pr[j * J + c];
+                }
+                for (int64_t c = 0; c < L; c++) ds[j * J + c] = pr[j * J + c] * (ds[j * J + c] - dot);
+            }
+            for (int64_t j = 0; j < L; j++)
+                for (int64_t e = 0; e < P; e++) {
+                    double dq = 0, dk = 0, dv = 0;
+                    for (int64_t c = 0; c < L; c++) {
+                        dq += ds[j * J + c] * k[c * W + e];
+                        dk += ds[c * J + j] * q[c * W + e];
+                        dv += dr[c * J + j] * dc[c * W + e];
+                    }
+                    out[0][(o + j) * W + h * P + e] = (float)(dq * op->alpha);
+                    out[1][(o + j) * W + h * P + e] = (float)(dk * op->alpha);
+                    out[2][(o + j) * W + h * P + e] = (float)dv;
+                }
+        }
+    }
+done:
+    free(pr);
+    free(dr);
+    free(ds);
+}
+
 /* LINEAR_XENT (out: loss, lse, pred) and its backward (in also lse, dloss; out: dt, dW,
  * dbias): the decoder's logits, then XENT and XENT_BWD as above, and the two products. */
 static void ref_linear_xent(const dm_op *op, const float *const *in, float *const *out) {
@@ -254,6 +334,10 @@ void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float 
     case DM_OP_LINEAR_XENT:
     case DM_OP_LINEAR_XENT_BWD:
         ref_linear_xent(op, in, out);
+        break;
+    case DM_OP_ATTN: /* mask_groups: the sequences */
+    case DM_OP_ATTN_BWD:
+        ref_attn(op, seed, mask_groups, in, out);
         break;
     default:
         break;

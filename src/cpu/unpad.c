@@ -57,7 +57,10 @@ dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *
     a->alpha = op->alpha;
     a->causal = op->causal;
     a->stream = op->stream;
-    if (q->ndim != 4 || len->numel != a->B || a->J > 46340 || a->P > INT32_MAX / a->J)
+    if (q->ndim != 4 || len->numel != a->B || op->nindex != a->P || op->cols != a->J ||
+        op->rows != a->B * a->H * a->J)
+        return dm_fail(DM_ERR_INTERNAL, "%s: its rows, columns and head size do not match Q (%s)", op->name, q->name);
+    if (a->J > 46340 || a->P > INT32_MAX / a->J)
         return dm_fail(DM_ERR_UNSUPPORTED, "%s: sizes beyond the attention kernel's (b %lld, j %lld, p %lld)", op->name,
                        (long long)a->B, (long long)a->J, (long long)a->P);
     dm_attn_io *io = &eg->aio;

@@ -183,7 +183,7 @@ static void add_attention_ops(dm_graph *g, const dm_layer_config *cfg, int pre, 
     int od;
     if (unpad) { /* scores, softmax, dropout and context per sequence in one op */
         dm_op op = {.kind = DM_OP_ATTN, .nin = 4, .nout = 2, .alpha = scale, .rows = g->t[a].numel / J,
-                    .cols = J, .stream = DM_DROP_ATTN_PROBS, .causal = cfg->causal != 0,
+                    .cols = J, .nindex = D('p'), .stream = DM_DROP_ATTN_PROBS, .causal = cfg->causal != 0,
                     .in = {Q, K, V, mask}, .out = {ctx, a}};
         snprintf(op.name, sizeof op.name, "attn");
         snprintf(op.spec, sizeof op.spec, "bjhp,bkhp->bhjk");

@@ -1,0 +1,241 @@
+/* bench_lengths.c: `dmove bench --lengths SPEC`: the layer's step on batches whose
+ * sequences have lengths drawn from a distribution, padded (attention_mask) against
+ * unpadded (dm_layer_options.unpad: the real tokens alone). Each repetition draws one
+ * batch of lengths and times both layers on it, interleaved, so their ratio is taken on
+ * the same batches and machine state. The distribution: "uniform:LO-HI" (whole numbers,
+ * each equally likely), or a file of lengths (whitespace-separated whole numbers, one per
+ * sequence of a real corpus; '#' starts a comment) drawn from uniformly; lengths above
+ * the layer's j are cut to j, as a tokenizer's truncation does. */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "bench.h"
+#include "cli_common.h"
+
+static const char *const CMD = "bench";
+
+typedef struct {
+    int64_t lo, hi;  /* uniform:LO-HI */
+    int64_t *v, n;   /* a file's lengths */
+    int64_t cut;     /* of them, how many were above j */
+} lengths_dist;
+
+/* Reads a lengths file: DM-style errors name the line. 0 or -1 (said). */
+static int read_lengths_file(const char *path, int64_t J, lengths_dist *d) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        cli_error(CMD, "--lengths: cannot open '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    char line[4096];
+    int64_t cap = 0, lineno = 0;
+    int rc = 0;
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *h = strchr(line, '#');
+        if (h) *h = 0;
+        for (char *p = line; rc == 0;) {
+            while (isspace((unsigned char)*p)) p++;
+            if (!*p) break;
+            char *end;
+            errno = 0;
+            long long x = strtoll(p, &end, 10);
+            if (end == p || errno || (*end && !isspace((unsigned char)*end)) || x < 1) {
+                cli_error(CMD, "--lengths: %s line %" PRId64 ": '%.*s' is no length (a whole number of tokens, "
+                          "at least 1)", path, lineno, (int)strcspn(p, " \t\r\n"), p);
+                rc = -1;
+                break;
+            }
+            if (d->n == cap) {
+                int64_t *nv = realloc(d->v, sizeof(int64_t) * (size_t)(cap ? 2 * cap : 1024));
+                if (!nv) {
+                    cli_error(CMD, "out of memory reading %s", path);
+                    rc = -1;
+                    break;
+                }
+                d->v = nv;
+                cap = cap ? 2 * cap : 1024;
+            }
+            d->cut += x > J;
+            d->v[d->n++] = x > J ? J : (int64_t)x;
+            p = end;
+        }
+    }
+    if (rc == 0 && ferror(f)) {
+        cli_error(CMD, "--lengths: reading %s failed", path);
+        rc = -1;
+    }
+    fclose(f);
+    if (rc == 0 && d->n == 0) {
+        cli_error(CMD, "--lengths: %s holds no lengths", path);
+        rc = -1;
+    }
+    return rc;
+}
+
+static int parse_dist(const char *spec, int64_t J, lengths_dist *d) {
+    memset(d, 0, sizeof *d);
+    if (!strncmp(spec, "uniform:", 8)) {
+        long long lo, hi;
+        char tail;
+        if (sscanf(spec + 8, "%lld-%lld%c", &lo, &hi, &tail) != 2 || lo < 1 || hi < lo || hi > J) {
+            cli_usage_error(CMD, "--lengths %s: give uniform:LO-HI with 1 <= LO <= HI <= --seq (%" PRId64 ")", spec, J);
+            return -1;
+        }
+        d->lo = lo;
+        d->hi = hi;
+        return 0;
+    }
+    return read_lengths_file(spec, J, d);
+}
+
+static int64_t draw(const lengths_dist *d, cli_rng *r) {
+    if (d->v) return d->v[cli_rng_u64(r) % (uint64_t)d->n];
+    return d->lo + (int64_t)(cli_rng_u64(r) % (uint64_t)(d->hi - d->lo + 1));
+}
+
+typedef struct {
+    dm_layer *L;
+    float *x, *mask, *len, *dy; /* mask: padded; len: unpadded */
+    double *ms;
+} side;
+
+static int side_new(const cli_config *c, const dm_layer_options *lo, int unpad, int reps, side *s) {
+    dm_layer_options o = *lo;
+    o.unpad = unpad;
+    memset(s, 0, sizeof *s);
+    int nd;
+    int64_t sh[4];
+    if (dm_layer_new(&s->L, &c->cfg, &o) != DM_OK || dm_layer_init_params(s->L, c->cfg.seed) != DM_OK ||
+        dm_layer_tensor(s->L, "hidden_states", &s->x, &nd, sh) != DM_OK ||
+        dm_layer_tensor(s->L, "grad_output", &s->dy, &nd, sh) != DM_OK ||
+        dm_layer_tensor(s->L, unpad ? "seq_lengths" : "attention_mask", unpad ? &s->len : &s->mask, &nd, sh) !=
+            DM_OK) {
+        cli_error(CMD, "%s layer: %s", unpad ? "unpadded" : "padded", dm_last_error());
+        return -1;
+    }
+    if (!(s->ms = calloc((size_t)reps, sizeof(double)))) {
+        cli_error(CMD, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* One batch of lengths into both layers' inputs (random values on the real tokens, the
+ * padded one's mask and zero output gradient on the padding); returns the real tokens. */
+static int64_t fill_batch(const dm_layer_config *cfg, const int64_t *len, side *pad, side *unp, cli_rng *r) {
+    const int64_t B = cfg->batch, J = cfg->seq, I = cfg->hidden;
+    int64_t t = 0;
+    for (int64_t s = 0; s < B; s++) {
+        unp->len[s] = (float)len[s];
+        for (int64_t j = 0; j < J; j++) {
+            const int real = j < len[s];
+            pad->mask[s * J + j] = (float)real;
+            for (int64_t c = 0; c < I; c++) {
+                const int64_t e = (s * J + j) * I + c;
+                pad->x[e] = (float)cli_rng_normal(r);
+                pad->dy[e] = real ? 1e-3f * (float)cli_rng_normal(r) : 0.0f;
+                if (real) {
+                    unp->x[t * I + c] = pad->x[e];
+                    unp->dy[t * I + c] = pad->dy[e];
+                }
+            }
+            t += real;
+        }
+    }
+    return t;
+}
+
+static int timed_step(side *s, int r) {
+    if (dm_layer_to_device(s->L) != DM_OK) { /* the batch's inputs (a GPU's copy) */
+        cli_error(CMD, "%s", dm_last_error());
+        return -1;
+    }
+    double t0 = cli_now();
+    if (dm_layer_forward(s->L) != DM_OK || dm_layer_backward(s->L) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        return -1;
+    }
+    if (r >= 0) s->ms[r] = 1e3 * (cli_now() - t0);
+    return 0;
+}
+
+static int report(const cli_config *c, const char *spec, const lengths_dist *d, double fill, double pad_ms,
+                  double unp_ms, int warmup, int reps, int json) {
+    const dm_layer_config *cfg = &c->cfg;
+    const double tokens = fill * (double)(cfg->batch * cfg->seq);
+    if (!json) {
+        printf("dmove %s bench --lengths %s: b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
+               ", dropout %g, %d threads; medians of %d batches after %d warm-up\n",
+               DMOVE_VERSION, spec, cfg->batch, cfg->seq, cfg->hidden, cfg->heads, cfg->ffn, cfg->dropout,
+               cli_threads(c->threads), reps, warmup);
+        if (d->cut)
+            printf("(%" PRId64 " of the file's %" PRId64 " lengths were above j and cut to %" PRId64 ")\n", d->cut, d->n,
+                   cfg->seq);
+        printf("\nfill (real tokens / b x j): %.3f, %.0f tokens a batch on average\n\n", fill, tokens);
+        printf("%-10s %10s %14s\n", "layer", "step ms", "real tokens/s");
+        printf("%-10s %10.2f %14.0f\n", "padded", pad_ms, tokens / (pad_ms * 1e-3));
+        printf("%-10s %10.2f %14.0f\n", "unpadded", unp_ms, tokens / (unp_ms * 1e-3));
+        printf("\nunpadded speedup (padded step / unpadded step): %.3f\n", pad_ms / unp_ms);
+        return fflush(stdout) ? (cli_error(CMD, "cannot write the report to stdout"), -1) : 0;
+    }
+    cJSON *root = cJSON_CreateObject(), *conf = NULL;
+    int ok = root && (conf = cJSON_AddObjectToObject(root, "config")) != NULL &&
+             bench_jnum(conf, "batch", (double)cfg->batch) && bench_jnum(conf, "seq", (double)cfg->seq) &&
+             bench_jnum(conf, "hidden", (double)cfg->hidden) && bench_jnum(conf, "heads", (double)cfg->heads) &&
+             bench_jnum(conf, "ffn", (double)cfg->ffn) && bench_jnum(conf, "dropout", cfg->dropout) &&
+             bench_jnum(conf, "threads", cli_threads(c->threads)) && bench_jnum(conf, "warmup", warmup) &&
+             bench_jnum(conf, "reps", reps) && cJSON_AddStringToObject(conf, "lengths", spec) &&
+             bench_jnum(root, "fill", fill) && bench_jnum(root, "padded_step_ms", pad_ms) &&
+             bench_jnum(root, "unpadded_step_ms", unp_ms) && bench_jnum(root, "unpadded_speedup", pad_ms / unp_ms) &&
+             cJSON_AddStringToObject(root, "dmove_version", DMOVE_VERSION);
+    return bench_json_emit(root, ok);
+}
+
+int bench_lengths_run(const cli_config *c, const char *spec, const dm_layer_options *lo, int warmup, int reps,
+                      int json) {
+    const dm_layer_config *cfg = &c->cfg;
+    lengths_dist d;
+    if (parse_dist(spec, cfg->seq, &d)) return -1;
+    side pad, unp;
+    int64_t *len = malloc(sizeof(int64_t) * (size_t)cfg->batch);
+    double fill = 0, start = cli_now(), last = 0;
+    int rc = -1;
+    memset(&pad, 0, sizeof pad);
+    memset(&unp, 0, sizeof unp);
+    if (!len) {
+        cli_error(CMD, "out of memory");
+        goto done;
+    }
+    if (side_new(c, lo, 0, reps, &pad) || side_new(c, lo, 1, reps, &unp)) goto done;
+    cli_rng rng;
+    cli_rng_seed(&rng, cfg->seed);
+    for (int r = -warmup; r < reps; r++) {
+        for (int64_t s = 0; s < cfg->batch; s++) len[s] = draw(&d, &rng);
+        const int64_t t = fill_batch(cfg, len, &pad, &unp, &rng);
+        if (r >= 0) fill += (double)t / (double)(cfg->batch * cfg->seq) / reps;
+        /* alternate which goes first: neither always meets the other's caches */
+        side *first = r & 1 ? &unp : &pad, *second = r & 1 ? &pad : &unp;
+        if (timed_step(first, r) || timed_step(second, r)) goto done;
+        const double now = cli_now();
+        if (now - start > 3.0 && now - last > 1.0) {
+            last = now;
+            fprintf(stderr, "bench --lengths: batch %d of %d\n", r + warmup + 1, warmup + reps);
+        }
+    }
+    rc = report(c, spec, &d, fill, bench_median(pad.ms, reps), bench_median(unp.ms, reps), warmup, reps, json);
+done:
+    dm_layer_free(pad.L);
+    dm_layer_free(unp.L);
+    free(pad.ms);
+    free(unp.ms);
+    free(len);
+    free(d.v);
+    return rc;
+}
