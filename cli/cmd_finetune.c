@@ -20,7 +20,7 @@ static const char *const CMD = "finetune";
 
 typedef struct {
     const char *train, *eval, *tokenizer, *init, *config, *labels, *svg, *save, *resume, *export_dir;
-    int lowercase, cased, layers, layers_set, json, positions_set, types_set;
+    int lowercase, cased, layers, layers_set, json, positions_set, types_set, no_unpad;
     int64_t epochs, until, eval_every, log_every, positions, types, save_every;
     cli_optim opt;
     cli_config c;
@@ -94,6 +94,10 @@ static const cli_option k_options[] = {
              "id2label / label2id: the class names)"},
     {.kind = CLI_STR, .name = "--svg", .arg = "FILE", O(svg),
      .help = "draw the training loss and the held-out accuracy (SVG)"},
+    {.kind = CLI_FLAG, .name = "--no-unpad", O(no_unpad), .lo = 1,
+     .help = "run the padding too: by default the encoder layers work on\n"
+             "each batch's real tokens alone (its attention masks' 1s),\n"
+             "packed, and attention over each sequence's own length"},
     {.kind = CLI_FLAG, .name = "--json", O(json), .lo = 1, .help = "print one JSON object at the end"},
     CLI_CONFIG(ft_opts, c, CLI_CFG_ALL & ~CLI_CFG_ARCH),
     {.kind = CLI_HELP, .name = "--help", .help = "this text"},
@@ -759,7 +763,7 @@ static int make_model(ft_run *r, const char *weights) {
     const dm_layer_config *cfg = &o->c.cfg;
     r->bm = (dm_bert_model){.vocab = r->vocab.vocab_size, .positions = o->positions, .types = o->types,
                             .pad_id = r->vocab.special.pad, .num_labels = r->labels.n};
-    dm_layer_options lo = {.threads = o->c.threads};
+    dm_layer_options lo = {.threads = o->c.threads, .unpad = !o->no_unpad};
     if (dm_trainer_new_bert(&r->T, cfg, o->layers, &r->bm, &lo, &o->opt.optim) != DM_OK) return fail_dm("");
     if (dm_trainer_set_label_names(r->T, (const char *const *)r->labels.name) != DM_OK) return fail_dm("");
     int rc = set_tag(r);

@@ -23,6 +23,7 @@ static const char *const CMD = "pretrain";
 typedef struct {
     const char *data, *tokenizer, *config, *svg, *save, *resume, *export_dir, *init;
     int lowercase, cased, layers, layers_set, json, pairs, prefetch, positions_set, types_set, xent, layers_from;
+    int no_unpad;
     int64_t steps, eval_every, eval_batches, log_every, positions, types, predictions, save_every, until;
     double mask_prob;
     cli_optim opt;
@@ -115,6 +116,10 @@ static const cli_option k_options[] = {
              "loads it; the optimizer's state stays in --save's checkpoint)"},
     {.kind = CLI_STR, .name = "--svg", .arg = "FILE", O(svg), .help = "draw the run as an SVG chart: the training and\n"
      "held-out loss over the masked-token accuracy, by step"},
+    {.kind = CLI_FLAG, .name = "--no-unpad", O(no_unpad), .lo = 1,
+     .help = "run the padding too: by default the encoder layers work on\n"
+             "each batch's real tokens alone (its attention masks' 1s),\n"
+             "packed, and attention over each sequence's own length"},
     {.kind = CLI_FLAG, .name = "--json", O(json), .lo = 1, .help = "print one JSON object at the end"},
     CLI_CONFIG(pretrain_opts, c, CLI_CFG_ALL & ~CLI_CFG_ARCH),
     {.kind = CLI_HELP, .name = "--help", .help = "this text"},
@@ -357,7 +362,7 @@ static int setup(pretrain_run *r) {
                             .pad_id = r->vocab.special.pad, .predictions = o->predictions,
                             .xent = (dm_xent_mode)o->xent};
     if (open_loaders(r, cfg) != DM_OK) return fail_dm("--data: ");
-    dm_layer_options lo = {.threads = o->c.threads};
+    dm_layer_options lo = {.threads = o->c.threads, .unpad = !o->no_unpad};
     if (dm_trainer_new_bert(&r->T, cfg, o->layers, &r->bm, &lo, &o->opt.optim) != DM_OK) return fail_dm("");
     if (dm_trainer_set_dist(r->T, r->dist) != DM_OK || dm_trainer_set_zero(r->T, o->opt.zero) != DM_OK)
         return fail_dm("");

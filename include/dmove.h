@@ -128,8 +128,9 @@ typedef struct {
                             * lengths before it), as b x j rows; the input seq_lengths (b:
                             * whole numbers 0..j, at least one token in all; default j)
                             * replaces attention_mask. A step reads the lengths when it
-                            * starts and works on their sum of rows: the rows after them are
-                            * neither read nor written. The results on the real tokens are
+                            * starts and works on their sum of rows: the input rows after
+                            * them are not read, the output rows (output,
+                            * grad_hidden_states) set to 0. The results on the real tokens are
                             * the padded layer's with attention_mask 1 on each sequence's
                             * first lengths[s] positions, dropout masks included (keyed by
                             * the padded positions). */

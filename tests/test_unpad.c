@@ -7,12 +7,16 @@
  * rows after them NaN. Then:
  *  - output and grad_hidden_states on the real tokens, and every parameter gradient, agree
  *    (rel.err < 2e-5; dropout too: its masks are keyed by the padded positions);
- *  - the rows after the real tokens stay NaN (never written) and none was read (the
- *    results are finite);
+ *  - the outputs' rows after the real tokens are 0 (they were NaN before the step) and
+ *    no input row after them was read (the results are finite);
  *  - a second step with other lengths on the same layer agrees too (the lengths are read
  *    each step);
  *  - bad lengths (negative, above j, fractional, all 0) fail with DM_ERR_INVALID_ARG, and
- *    unpad with recompute, with a plan file, or on a backend without it is refused. */
+ *    unpad with recompute, with a plan file, or on a backend without it is refused;
+ *  - a whole BERT (dm_model: embeddings, 2 layers, the MLM head; the classifier too) built
+ *    unpadded gives the padded model's loss, hidden states (padding rows 0) and every
+ *    parameter gradient (dropout 0: the embeddings' masks would fall on other rows), over
+ *    two batches of other lengths; a mask that is not 1s then 0s is refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +25,7 @@
 #include "dmove.h"
 #include "layerutil.h"
 #include "testutil.h"
+#include "train/model.h"
 
 static float *T_(dm_layer *L, const char *name, int64_t *n) {
     float *p = NULL;
@@ -63,7 +68,7 @@ static double step_pair(dm_layer *P, dm_layer *U, const dm_layer_config *cfg, co
             tok += real;
         }
     }
-    const char *outs[2] = {"output", "grad_hidden_states"}; /* poisoned: the rows after the tokens stay so */
+    const char *outs[2] = {"output", "grad_hidden_states"}; /* poisoned: the rows after the tokens become 0 */
     for (int k = 0; k < 2; k++) {
         float *o = T_(U, outs[k], &n);
         for (int64_t e = 0; o && e < n; e++) o[e] = NAN;
@@ -81,13 +86,13 @@ static double step_pair(dm_layer *P, dm_layer *U, const dm_layer_config *cfg, co
         float *pa = T_(P, outs[k], &n), *ua = T_(U, outs[k], &n);
         if (!pa || !ua) continue; /* no input gradient */
         float *packed = malloc(sizeof(float) * (size_t)(tok ? tok * I : 1));
-        int64_t t = 0, finite = 1, poisoned = 1;
+        int64_t t = 0, finite = 1, zeroed = 1;
         for (int64_t s = 0; s < B; s++)
             for (int64_t j = 0; j < len[s]; j++, t++) memcpy(packed + t * I, pa + (s * J + j) * I, sizeof(float) * (size_t)I);
         for (int64_t e = 0; e < tok * I; e++) finite &= isfinite(ua[e]) != 0;
-        for (int64_t e = tok * I; e < B * J * I; e++) poisoned &= isnan(ua[e]) != 0;
+        for (int64_t e = tok * I; e < B * J * I; e++) zeroed &= ua[e] == 0.0f;
         CHECK(finite);
-        CHECK(poisoned);
+        CHECK(zeroed);
         worst = worst_of(worst, rel_err(ua, packed, (size_t)(tok * I)));
         free(packed);
     }
@@ -192,7 +197,82 @@ static void refusals(void) {
     CHECK(s != DM_OK && !U); /* no backend, or one that runs no unpadded layer */
 }
 
+/* The whole model, padded and unpadded, on the same batches (dropout 0). */
+static void model_pair(dm_model_head head) {
+    dm_model_config mc = {.layers = 2, .head = head, .pad_id = 0};
+    dm_layer_config_default(&mc.layer);
+    mc.layer.batch = 3, mc.layer.seq = 12, mc.layer.hidden = 32, mc.layer.heads = 2, mc.layer.ffn = 64;
+    mc.layer.dropout = 0.0;
+    mc.sizes = (dm_bert_sizes){.vocab = 50, .positions = 16, .types = 2, .predictions = 8, .classes = 3};
+    dm_model *M[2] = {NULL, NULL};
+    for (int u = 0; u < 2; u++) {
+        dm_layer_options o = {.threads = 2, .unpad = u};
+        CHECK_OK(dm_model_new(&M[u], &mc, &o));
+        if (M[u]) CHECK_OK(dm_model_init_params(M[u], 5));
+    }
+    if (!M[0] || !M[1]) goto done;
+    const int64_t B = 3, J = 12, n = B * J;
+    const int64_t lens[2][3] = {{12, 5, 9}, {3, 12, 1}};
+    int32_t ids[36], types[36], labels[36];
+    float mask[36];
+    for (int k = 0; k < 2; k++) {
+        for (int64_t r = 0; r < n; r++) {
+            const int real = r % J < lens[k][r / J];
+            ids[r] = real ? 1 + (int32_t)((r * 7 + k) % 49) : 0;
+            types[r] = real && r % J > 4;
+            mask[r] = (float)real;
+            labels[r] = head == DM_MODEL_HEAD_CLS ? (r < B ? (int32_t)((r + k) % 3) : -1)
+                                                  : real && r % 3 == 1 ? (int32_t)((r * 5) % 50) : -100;
+        }
+        double loss[2];
+        const float *hid[2];
+        for (int u = 0; u < 2; u++) {
+            CHECK_OK(dm_model_set_batch(M[u], ids, types, mask, labels));
+            CHECK_OK(dm_model_forward(M[u], k, &loss[u], NULL));
+            CHECK_OK(dm_model_hidden(M[u], &hid[u]));
+            CHECK_OK(dm_model_backward(M[u]));
+        }
+        double worst = fabs(loss[1] - loss[0]) / fabs(loss[0]);
+        int pad_zero = 1;
+        for (int64_t r = 0; r < n; r++) {
+            if (r % J < lens[k][r / J]) /* a real token: the padded model's (not its padding's) */
+                worst = worst_of(worst, rel_err(hid[1] + r * 32, hid[0] + r * 32, 32));
+            for (int64_t c = 0; c < 32 && r % J >= lens[k][r / J]; c++) pad_zero &= hid[1][r * 32 + c] == 0.0f;
+        }
+        CHECK(pad_zero);
+        const char *names[] = {"bert.embeddings.word_embeddings.weight.grad",
+                               "bert.embeddings.position_embeddings.weight.grad",
+                               "bert.embeddings.token_type_embeddings.weight.grad",
+                               "bert.embeddings.LayerNorm.weight.grad",
+                               "bert.encoder.layer.0.attention.self.query.weight.grad",
+                               "bert.encoder.layer.1.output.dense.bias.grad",
+                               head == DM_MODEL_HEAD_CLS ? "classifier.weight.grad" : "cls.predictions.bias.grad"};
+        for (int q = 0; q < 7; q++) {
+            float *a, *b;
+            int nd;
+            int64_t sh[4];
+            CHECK_OK(dm_model_tensor(M[0], names[q], &a, &nd, sh));
+            CHECK_OK(dm_model_tensor(M[1], names[q], &b, &nd, sh));
+            int64_t m = 1;
+            for (int d = 0; d < nd; d++) m *= sh[d];
+            worst = worst_of(worst, rel_err(b, a, (size_t)m));
+            if (rel_err(b, a, (size_t)m) > 2e-5) printf("    %s rel.err %.2e\n", names[q], rel_err(b, a, (size_t)m));
+        }
+        printf("  model (%s head) batch %d: loss %.6f / %.6f, worst rel.err %.2e\n",
+               head == DM_MODEL_HEAD_CLS ? "classifier" : "MLM", k, loss[0], loss[1], worst);
+        CHECK(worst < 2e-5);
+    }
+    mask[1] = 0.0f; /* a hole: not 1s then 0s */
+    CHECK(dm_model_set_batch(M[1], ids, types, mask, labels) == DM_ERR_INVALID_ARG);
+    CHECK(strstr(dm_last_error(), "--no-unpad") != NULL);
+done:
+    dm_model_free(M[0]);
+    dm_model_free(M[1]);
+}
+
 int main(void) {
+    model_pair(DM_MODEL_HEAD_MLM);
+    model_pair(DM_MODEL_HEAD_CLS);
     for (int pre = 0; pre < 2; pre++)
         for (int causal = 0; causal < 2; causal++) variant(pre, causal, 0.1, 1, DM_SCHED_FUSED);
     variant(0, 0, 0.0, 1, DM_SCHED_FUSED);

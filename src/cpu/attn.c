@@ -121,14 +121,12 @@ static void attn_bwd_item(const dm_attn_dims *a, const dm_attn_io *io, uint64_t 
     const float scale = a->p > 0 ? (float)(1.0 / (1.0 - a->p)) : 1.0f;
     for (int64_t j = 0; j < L; j++) {
         float *x = g + j * L;
-        const float *y = pr + j * J;
+        const float *y = pr + j * J, *dj = d + j * L;
         const int64_t n = a->causal ? j + 1 : L;
-        /* the dropout's backward: its mask's words again */
-        if (a->p > 0) {
-            const uint32_t thr = dm_dropout_threshold(a->p);
-            dm_philox_words(seed, (uint32_t)a->stream, (uint64_t)(((s * a->H + h) * J + j) * J), n, w);
-            for (int64_t c = 0; c < n; c++) x[c] = w[c] >= thr ? x[c] * scale : 0.0f;
-        }
+        /* the dropout's backward, its mask read off the dropped probabilities: where one
+         * is 0 but kept, the probability is 0 and so is dS whatever dP is */
+        if (a->p > 0)
+            for (int64_t c = 0; c < n; c++) x[c] = dj[c] != 0.0f ? x[c] * scale : 0.0f;
         float sum = 0;
         for (int64_t c = 0; c < n; c++) sum += x[c] * y[c];
         for (int64_t c = 0; c < n; c++) x[c] = y[c] * (x[c] - sum);

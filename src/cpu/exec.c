@@ -406,7 +406,7 @@ static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, in
             return s;
         }
     }
-    s = dm_cpu_exec_init_tokens(ex, plan);
+    s = dm_cpu_exec_init_tokens(ex, plan, arena);
     if (s != DM_OK) dm_cpu_exec_free(ex);
     return s;
 }
@@ -706,7 +706,19 @@ static void exec_scatter(const dm_cpu_exec *ex, const dm_exgroup *eg) {
     }
 }
 
+static dm_status exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions);
+
 dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions) {
+    const dm_exgroup *eg = &ex->groups[gi];
+    DM_TRY(exec_group(ex, gi, seed, only_contractions));
+    if (ex->tok_cap) { /* an unpadded layer's outputs past the tokens: 0 */
+        dm_cpu_exec_zero_tail(ex, gi);
+        if (eg->rows_next >= 0 && ex->rows_ran[eg->rows_next]) dm_cpu_exec_zero_tail(ex, eg->rows_next);
+    }
+    return DM_OK;
+}
+
+static dm_status exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions) {
     const dm_exgroup *eg = &ex->groups[gi];
     if (eg->unusable) return dm_fail(eg->unusable, "group %d cannot run with these layouts", gi);
     if (eg->beside >= 0) return DM_OK; /* ran at its partner's turn */

@@ -54,6 +54,9 @@ typedef struct {
     int64_t tok_rpt;          /* a row group over the tokens: its rows per token, else 0 */
     int64_t tok_mnk[3];       /* a contraction: its m, n, k per token (0: not over the tokens) */
     int full_mnk[3];          /* and its m, n, k at full capacity */
+    float *ztail[4];          /* the layer's outputs (token rows) it writes: zeroed past the tokens */
+    int64_t zrow[4];          /* their floats per token row */
+    int nztail;
 } dm_exgroup;
 
 typedef struct {
@@ -103,10 +106,13 @@ dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *
  * tokens: a row group's rows, a contraction's m, n or k (DM_ERR_UNSUPPORTED where a layout
  * keeps a tensor's tokens from being its first rows); nothing for other plans. Then every
  * group runs at full capacity until dm_cpu_exec_set_tokens. */
-dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan);
+dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, char *arena);
 /* The next steps run over the tokens of sequences of these lengths (b floats, whole
  * numbers in [0, j]) packed from row 0: their sum rows of each group over the tokens. */
 dm_status dm_cpu_exec_set_tokens(dm_cpu_exec *ex, const float *lengths);
+/* After group gi ran: the rows past the tokens of the layer's outputs it wrote set to 0
+ * (the output and the input gradient of an unpadded layer are defined everywhere). */
+void dm_cpu_exec_zero_tail(const dm_cpu_exec *ex, int gi);
 /* The address of tensor t in the arena (views included), or NULL if not materialized. */
 float *dm_cpu_tensor_ptr(const dm_plan *plan, char *arena, int t);
 

@@ -126,7 +126,7 @@ static dm_status token_graph(const dm_graph *g, int64_t n, dm_graph *out) {
     return DM_OK;
 }
 
-dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan) {
+dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, char *arena) {
     const dm_graph *g = plan->g;
     int64_t cap = 0;
     for (int o = 0; o < g->nop; o++)
@@ -140,6 +140,17 @@ dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan) {
         const dm_group *gr = eg->gr;
         const dm_op *first = &g->op[plan->order[gr->first]];
         if (eg->unusable || eg->attn) continue;
+        for (int k = 0; k < (eg->contract ? 1 : eg->nops); k++) { /* the layer's outputs it writes */
+            const dm_op *op = eg->contract ? first : eg->ops[k].op;
+            for (int q = 0; q < op->nout; q++) {
+                const int t = op->out[q];
+                int64_t ld;
+                float *p = dm_cpu_tensor_ptr(plan, arena, t);
+                if (g->t[t].role != DM_ROLE_OUTPUT || !p || !token_rows(g, t, &ld) || eg->nztail == 4) continue;
+                eg->ztail[eg->nztail] = p;
+                eg->zrow[eg->nztail++] = ld;
+            }
+        }
         if (eg->contract) { /* its mapping with the tokens as one letter of cap and cap - 1 rows */
             dm_gemm_map m1, m2;
             float *A = eg->gemm.swapped ? eg->gemm.B : eg->gemm.A, *B = eg->gemm.swapped ? eg->gemm.A : eg->gemm.B;
@@ -213,4 +224,11 @@ dm_status dm_cpu_exec_set_tokens(dm_cpu_exec *ex, const float *lengths) {
     }
     free(off);
     return s;
+}
+
+void dm_cpu_exec_zero_tail(const dm_cpu_exec *ex, int gi) {
+    const dm_exgroup *eg = &ex->groups[gi];
+    for (int z = 0; z < eg->nztail && ex->tokens < ex->tok_cap; z++)
+        memset(eg->ztail[z] + ex->tokens * eg->zrow[z], 0,
+               sizeof(float) * (size_t)((ex->tok_cap - ex->tokens) * eg->zrow[z]));
 }

@@ -117,7 +117,10 @@ dm_status dm_layer_new_gpu_grouping(dm_layer **out, const dm_layer_config *cfg, 
 dm_status dm_layer_new_segment(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
                                dm_segment segment, const dm_bert_sizes *sizes, dm_backend_pool *pool) {
     const layer_how how = {.pool = pool, .segment = segment, .sizes = sizes};
-    return layer_new(out, cfg, opt, &how);
+    dm_layer_options o = {0};
+    if (opt) o = *opt;
+    if (segment != DM_SEG_ENCODER) o.unpad = 0; /* the embeddings and heads work on every row they are given */
+    return layer_new(out, cfg, &o, &how);
 }
 
 /* The defaults of a new layer's inputs and parameters: an attention mask and an output

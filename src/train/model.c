@@ -34,6 +34,8 @@ dm_status dm_model_new(dm_model **out, const dm_model_config *c, const dm_layer_
     dm_status s = dm_backend_find(o.device, &m->bk);
     if (s == DM_OK) s = m->bk->pool_new(&m->pool);
     if (s == DM_OK && !(m->enc = calloc((size_t)c->layers, sizeof *m->enc))) s = dm_fail(DM_ERR_OOM, "out of memory");
+    if (s == DM_OK && o.unpad && !(m->off = calloc((size_t)c->layer.batch + 1, sizeof *m->off)))
+        s = dm_fail(DM_ERR_OOM, "out of memory");
     o.no_input_grad = 0; /* every layer's input gradient feeds the segment before */
     if (s == DM_OK) s = dm_layer_new_segment(&m->emb, &c->layer, &o, DM_SEG_EMBEDDINGS, &c->sizes, m->pool);
     for (int l = 0; s == DM_OK && l < c->layers; l++) {
@@ -72,6 +74,8 @@ void dm_model_free(dm_model *m) {
     for (int64_t k = 0; m->label_names && k < m->c.sizes.classes; k++) free(m->label_names[k]);
     free(m->label_names);
     free(m->enc);
+    free(m->off);
+    free(m->hidden);
     free(m);
 }
 
@@ -147,7 +151,7 @@ static dm_status batch_head(dm_model *m, const int32_t *labels) {
             dropped++;
             continue;
         }
-        mp[k] = (float)r;
+        mp[k] = (float)(m->off ? m->off[r / m->c.layer.seq] + r % m->c.layer.seq : r); /* packed: its token's row */
         lab[k++] = (float)labels[r];
     }
     /* the loss is the mean over the global batch's scored positions (every rank's) */
@@ -176,7 +180,7 @@ static dm_status batch_cls(dm_model *m, const int32_t *labels) {
     int64_t all = k; /* the mean over the global batch's labelled sequences */
     DM_TRY(dm_dist_sum_i64(m->dist, &all, 1, "counting the labelled sequences"));
     for (int64_t b = 0; b < B; b++) {
-        cp[b] = (float)(b * J);
+        cp[b] = (float)(m->off ? m->off[b] : b * J); /* packed: the sequence's first token */
         lab[b] = labels[b] >= 0 ? (float)labels[b] : -1.0f;
         if (w) w[b] = labels[b] >= 0 ? 1.0f / (float)all : 0.0f;
     }
@@ -210,24 +214,61 @@ static dm_status batch_check(const dm_model *m, const int32_t *ids, const int32_
     return DM_OK;
 }
 
+/* Unpadded: each sequence's length from its mask (1s, then 0s) into m->off, the scored
+ * positions on real tokens, every sequence of a classifier's batch at least its [CLS]. */
+static dm_status batch_lengths(dm_model *m, const float *mask, const int32_t *labels) {
+    const int64_t B = m->c.layer.batch, J = m->c.layer.seq;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t L = 0;
+        while (L < J && (!mask || mask[b * J + L] != 0.0f)) L++;
+        for (int64_t j = L; mask && j < J; j++)
+            if (mask[b * J + j] != 0.0f)
+                return dm_fail(DM_ERR_INVALID_ARG, "sequence %lld: its attention_mask is not 1s then 0s (position %lld "
+                               "after padding at %lld): an unpadded model takes the real tokens as a prefix; run "
+                               "with --no-unpad", (long long)b, (long long)j, (long long)L);
+        for (int64_t j = L; labels && m->c.head == DM_MODEL_HEAD_MLM && j < J; j++)
+            if (labels[b * J + j] >= 0)
+                return dm_fail(DM_ERR_INVALID_ARG, "sequence %lld: a label at padded position %lld", (long long)b,
+                               (long long)j);
+        if (L == 0 && labels && m->c.head == DM_MODEL_HEAD_CLS && labels[b] >= 0)
+            return dm_fail(DM_ERR_INVALID_ARG, "sequence %lld is labelled but has no token (attention_mask all 0)",
+                           (long long)b);
+        m->off[b + 1] = m->off[b] + L;
+    }
+    if (m->off[B] == 0) return dm_fail(DM_ERR_INVALID_ARG, "the batch has no token: every attention_mask is all 0");
+    return DM_OK;
+}
+
 dm_status dm_model_set_batch(dm_model *m, const int32_t *ids, const int32_t *types, const float *attention_mask,
                              const int32_t *labels) {
     if (!m || !ids || (!labels && m->head)) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_set_batch: NULL argument");
     DM_TRY(batch_check(m, ids, types, m->head ? labels : NULL));
+    if (m->off) DM_TRY(batch_lengths(m, attention_mask, m->head ? labels : NULL));
     const int64_t B = m->c.layer.batch, J = m->c.layer.seq, n = B * J;
     float *in, *pos, *tt, *gid = NULL;
     DM_TRY(dm_layer_tensor(m->emb, "input_ids", &in, NULL, NULL));
     DM_TRY(dm_layer_tensor(m->emb, "position_ids", &pos, NULL, NULL));
     DM_TRY(dm_layer_tensor(m->emb, "token_type_ids", &tt, NULL, NULL));
     if (!m->opt.forward_only) DM_TRY(dm_layer_tensor(m->emb, "word_grad_ids", &gid, NULL, NULL));
-    for (int64_t r = 0; r < n; r++) {
-        in[r] = (float)ids[r];
-        if (gid) gid[r] = ids[r] == m->c.pad_id ? -1.0f : (float)ids[r];
-        pos[r] = (float)(r % J);
-        tt[r] = (float)(types ? types[r] : 0);
+    for (int64_t r = 0; r < n; r++) { /* row q of the embeddings: padded row r, or packed */
+        const int64_t b = r / J, j = r % J, q = m->off ? (j < m->off[b + 1] - m->off[b] ? m->off[b] + j : -1) : r;
+        if (q < 0) continue;
+        in[q] = (float)ids[r];
+        if (gid) gid[q] = ids[r] == m->c.pad_id ? -1.0f : (float)ids[r];
+        pos[q] = (float)j;
+        tt[q] = (float)(types ? types[r] : 0);
+    }
+    for (int64_t q = m->off ? m->off[B] : n; q < n; q++) { /* past the packed tokens: padding, no gradient */
+        in[q] = (float)m->c.pad_id, pos[q] = 0.0f, tt[q] = 0.0f;
+        if (gid) gid[q] = -1.0f;
     }
     for (int l = 0; l < m->c.layers; l++) {
         float *mask;
+        if (m->off) {
+            DM_TRY(dm_layer_tensor(m->enc[l], "seq_lengths", &mask, NULL, NULL));
+            for (int64_t b = 0; b < B; b++) mask[b] = (float)(m->off[b + 1] - m->off[b]);
+            continue;
+        }
         DM_TRY(dm_layer_tensor(m->enc[l], "attention_mask", &mask, NULL, NULL));
         for (int64_t r = 0; r < n; r++) mask[r] = attention_mask ? attention_mask[r] : 1.0f;
     }
@@ -295,7 +336,7 @@ static dm_status model_upload(dm_model *m) {
     static const char *const cls_in[3] = {"cls_positions", "labels", "loss_weights"};
     const int train = !m->opt.forward_only, cls = m->c.head == DM_MODEL_HEAD_CLS;
     for (int k = 0; k < 3 + train; k++) DM_TRY(up(m, m->emb, emb_in[k]));
-    for (int l = 0; l < m->c.layers; l++) DM_TRY(up(m, m->enc[l], "attention_mask"));
+    for (int l = 0; l < m->c.layers; l++) DM_TRY(up(m, m->enc[l], m->off ? "seq_lengths" : "attention_mask"));
     if (!m->head) return DM_OK;
     for (int k = 0; k < 2 + train; k++) DM_TRY(up(m, m->head, cls ? cls_in[k] : head_in[k]));
     if (cls) return DM_OK;
@@ -344,6 +385,16 @@ dm_status dm_model_hidden(dm_model *m, const float **hidden) {
     int64_t n;
     DM_TRY(down(m, m->enc[m->c.layers - 1], "output", &p, &n));
     *hidden = p;
+    if (!m->off) return DM_OK;
+    /* unpadded: the packed rows back at their padded places, the padding's rows 0 */
+    const int64_t B = m->c.layer.batch, J = m->c.layer.seq, I = m->c.layer.hidden;
+    if (!m->hidden && !(m->hidden = malloc(sizeof(float) * (size_t)n))) return dm_fail(DM_ERR_OOM, "out of memory");
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t L = m->off[b + 1] - m->off[b];
+        memcpy(m->hidden + b * J * I, p + m->off[b] * I, sizeof(float) * (size_t)(L * I));
+        memset(m->hidden + (b * J + L) * I, 0, sizeof(float) * (size_t)((J - L) * I));
+    }
+    *hidden = m->hidden;
     return DM_OK;
 }
 

@@ -50,6 +50,12 @@ typedef struct dm_model {
     int64_t counted_all; /* counted, summed over the ranks */
     uint64_t seed_mix;   /* mixed into the dropout seeds (a rank's own masks; 0 on rank 0) */
     char **label_names; /* classifier: the classes' names (sizes.classes of them), or NULL */
+    /* opt.unpad (issue 25): the encoder layers work on the real tokens alone. A batch's
+     * tokens are packed from row 0 into the embeddings (their positions the padded
+     * ones'), the layers get the sequences' lengths (each attention_mask must then be 1s
+     * then 0s), and the heads' rows point into the packed tokens */
+    int64_t *off;      /* the last batch's first packed row per sequence (batch + 1) */
+    float *hidden;     /* dm_model_hidden's padded copy of the packed hidden states */
 } dm_model;
 
 /* opt->forward_only: every segment without its backward (no gradients held; a model
