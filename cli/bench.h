@@ -70,7 +70,8 @@ int bench_model_run(const cli_config *c, bench_model_opts *mo, const dm_layer_op
 
 /* bench_lengths.c: `bench --lengths SPEC`: the padded and the unpadded layer (options lo,
  * schedule included) on batches of lengths drawn from SPEC ("uniform:LO-HI" or a file of
- * lengths), interleaved; the table or --json. 0, or -1 after saying why. */
+ * lengths), interleaved; the table or --json. CLI_OK, or CLI_USAGE / CLI_FAIL after saying
+ * why. */
 int bench_lengths_run(const cli_config *c, const char *spec, const dm_layer_options *lo, int warmup, int reps,
                       int json);
 

@@ -26,7 +26,7 @@ typedef struct {
     int64_t cut;     /* of them, how many were above j */
 } lengths_dist;
 
-/* Reads a lengths file: DM-style errors name the line. 0 or -1 (said). */
+/* Reads a lengths file; an error names the line. 0 or -1 (said). */
 static int read_lengths_file(const char *path, int64_t J, lengths_dist *d) {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -79,6 +79,7 @@ static int read_lengths_file(const char *path, int64_t J, lengths_dist *d) {
     return rc;
 }
 
+/* 0, -1 (a file's error) or -2 (a usage error), said. */
 static int parse_dist(const char *spec, int64_t J, lengths_dist *d) {
     memset(d, 0, sizeof *d);
     if (!strncmp(spec, "uniform:", 8)) {
@@ -86,7 +87,7 @@ static int parse_dist(const char *spec, int64_t J, lengths_dist *d) {
         char tail;
         if (sscanf(spec + 8, "%lld-%lld%c", &lo, &hi, &tail) != 2 || lo < 1 || hi < lo || hi > J) {
             cli_usage_error(CMD, "--lengths %s: give uniform:LO-HI with 1 <= LO <= HI <= --seq (%" PRId64 ")", spec, J);
-            return -1;
+            return -2;
         }
         d->lo = lo;
         d->hi = hi;
@@ -202,11 +203,12 @@ int bench_lengths_run(const cli_config *c, const char *spec, const dm_layer_opti
                       int json) {
     const dm_layer_config *cfg = &c->cfg;
     lengths_dist d;
-    if (parse_dist(spec, cfg->seq, &d)) return -1;
+    const int bad = parse_dist(spec, cfg->seq, &d);
+    if (bad) return bad == -2 ? CLI_USAGE : CLI_FAIL;
     side pad, unp;
     int64_t *len = malloc(sizeof(int64_t) * (size_t)cfg->batch);
     double fill = 0, start = cli_now(), last = 0;
-    int rc = -1;
+    int rc = CLI_FAIL;
     memset(&pad, 0, sizeof pad);
     memset(&unp, 0, sizeof unp);
     if (!len) {
@@ -230,6 +232,7 @@ int bench_lengths_run(const cli_config *c, const char *spec, const dm_layer_opti
         }
     }
     rc = report(c, spec, &d, fill, bench_median(pad.ms, reps), bench_median(unp.ms, reps), warmup, reps, json);
+    rc = rc ? CLI_FAIL : CLI_OK;
 done:
     dm_layer_free(pad.L);
     dm_layer_free(unp.L);

@@ -615,7 +615,7 @@ int cmd_bench(int argc, char **argv) {
         const dm_layer_options lo = {.schedule = o.which == 2 ? DM_SCHED_UNFUSED : DM_SCHED_FUSED,
                                      .threads = c->threads, .device = g_device, .dtype = g_dtype, .rows = g_rows,
                                      .streams = g_streams};
-        return bench_lengths_run(c, o.lengths, &lo, o.warmup, o.reps, o.json) ? CLI_FAIL : CLI_OK;
+        return bench_lengths_run(c, o.lengths, &lo, o.warmup, o.reps, o.json);
     }
     if (o.model) {
         if (o.plan || o.recompute || g_svg || o.which == 2) {

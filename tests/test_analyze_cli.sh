@@ -343,6 +343,24 @@ bad "bench roofline unknown" 2 "unknown device model 'tpu'.*none" bench --roofli
 bad "bench roofline missing" 2 "roofline" bench --roofline
 bad "bench svg into a missing directory" 1 "svg" bench --batch 1 --seq 4 --hidden 8 --heads 2 --ffn 8 --svg "$T/no/dir/g.svg"
 bad "probe threads" 2 "threads" probe --threads 0
+# bench --lengths: the padded against the unpadded layer on batches of drawn lengths
+lens="--batch 4 --seq 16 --hidden 32 --heads 2 --ffn 64 --reps 2 --warmup 1 --threads 2"
+# shellcheck disable=SC2086
+good "bench --lengths uniform" bench $lens --lengths uniform:4-12
+grep -q "^padded " "$T/stdout" && grep -q "^unpadded " "$T/stdout" && grep -q "^unpadded speedup" "$T/stdout" ||
+    fail "bench --lengths: no padded and unpadded rows, or no speedup"
+fill=$(sed -n 's/^fill (real tokens \/ b x j): \([0-9.]*\).*/\1/p' "$T/stdout")
+awk -v f="$fill" 'BEGIN { exit !(f >= 0.25 && f <= 0.75) }' || fail "bench --lengths uniform:4-12 of 16: fill $fill"
+printf '3 5 # a comment\n40\n\n7\n' >"$T/lens.txt"
+# shellcheck disable=SC2086
+good "bench --lengths file, JSON" bench $lens --lengths "$T/lens.txt" --json
+tr -d ' \t\n' <"$T/stdout" | grep -q '"unpadded_speedup":' || fail "bench --lengths --json: no unpadded_speedup"
+printf '3\nfive\n' >"$T/badlens.txt"
+bad "bench --lengths bad file" 1 "badlens.txt line 2: 'five' is no length" bench $lens --lengths "$T/badlens.txt"
+bad "bench --lengths no file" 1 "cannot open" bench $lens --lengths "$T/none.txt"
+bad "bench --lengths uniform above seq" 2 "uniform:LO-HI with 1 <= LO <= HI <= --seq" bench $lens --lengths uniform:4-17
+bad "bench --lengths uniform reversed" 2 "uniform:LO-HI" bench $lens --lengths uniform:9-3
+bad "bench --lengths --model" 2 "leave out --model" bench --model --lengths uniform:1-4
 bad "probe unknown" 2 "unknown option" probe --fast
 ls "$T"/no >/dev/null 2>&1 && fail "svg no dir: created a directory"
 

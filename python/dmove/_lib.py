@@ -46,6 +46,7 @@ class LayerOptions(ctypes.Structure):
         ("streams", ctypes.c_int),
         ("no_input_grad", ctypes.c_int),
         ("recompute", ctypes.c_int),
+        ("unpad", ctypes.c_int),
     ]
 
 
