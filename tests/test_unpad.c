@@ -25,6 +25,8 @@
 #include "dmove.h"
 #include "layerutil.h"
 #include "testutil.h"
+#include "cpu/backend.h"
+#include "layer/layer_internal.h"
 #include "train/model.h"
 
 static float *T_(dm_layer *L, const char *name, int64_t *n) {
@@ -198,12 +200,13 @@ static void refusals(void) {
 }
 
 /* The whole model, padded and unpadded, on the same batches (dropout 0). */
-static void model_pair(dm_model_head head) {
+static void model_pair(dm_model_head head, dm_xent_mode xent) {
     dm_model_config mc = {.layers = 2, .head = head, .pad_id = 0};
     dm_layer_config_default(&mc.layer);
     mc.layer.batch = 3, mc.layer.seq = 12, mc.layer.hidden = 32, mc.layer.heads = 2, mc.layer.ffn = 64;
     mc.layer.dropout = 0.0;
-    mc.sizes = (dm_bert_sizes){.vocab = 50, .positions = 16, .types = 2, .predictions = 8, .classes = 3};
+    mc.sizes = (dm_bert_sizes){.vocab = 50, .positions = 16, .types = 2, .predictions = 8, .classes = 3,
+                               .xent = xent};
     dm_model *M[2] = {NULL, NULL};
     for (int u = 0; u < 2; u++) {
         dm_layer_options o = {.threads = 2, .unpad = u};
@@ -231,6 +234,14 @@ static void model_pair(dm_model_head head) {
             CHECK_OK(dm_model_forward(M[u], k, &loss[u], NULL));
             CHECK_OK(dm_model_hidden(M[u], &hid[u]));
             CHECK_OK(dm_model_backward(M[u]));
+        }
+        /* the steps ran on the live rows: the embeddings on the packed tokens, the MLM head on
+         * the scored positions (both models) */
+        const dm_cpu_exec *ee = dm_cpu_backend_exec(M[1]->bk, M[1]->emb->st);
+        CHECK(ee && ee->tok_cap == n && ee->tokens == lens[k][0] + lens[k][1] + lens[k][2]);
+        for (int u = 0; u < 2 && head == DM_MODEL_HEAD_MLM; u++) {
+            const dm_cpu_exec *he = dm_cpu_backend_exec(M[u]->bk, M[u]->head->st);
+            CHECK(he && he->tok_cap == 8 && he->tokens == M[u]->counted && M[u]->counted > 0);
         }
         double worst = fabs(loss[1] - loss[0]) / fabs(loss[0]);
         int pad_zero = 1;
@@ -271,8 +282,9 @@ done:
 }
 
 int main(void) {
-    model_pair(DM_MODEL_HEAD_MLM);
-    model_pair(DM_MODEL_HEAD_CLS);
+    model_pair(DM_MODEL_HEAD_MLM, DM_XENT_UNFUSED);
+    model_pair(DM_MODEL_HEAD_MLM, DM_XENT_FUSED);
+    model_pair(DM_MODEL_HEAD_CLS, DM_XENT_AUTO);
     for (int pre = 0; pre < 2; pre++)
         for (int causal = 0; causal < 2; causal++) variant(pre, causal, 0.1, 1, DM_SCHED_FUSED);
     variant(0, 0, 0.0, 1, DM_SCHED_FUSED);

@@ -130,8 +130,8 @@ static dm_status run_group(dm_backend_state *st, int gi, uint64_t seed, int cont
     return dm_cpu_exec_group(&S(st)->ex, gi, seed, contractions_only);
 }
 
-static dm_status set_tokens(dm_backend_state *st, const float *lengths) {
-    return dm_cpu_exec_set_tokens(&S(st)->ex, lengths);
+static dm_status set_rows(dm_backend_state *st, int64_t rows, const float *lengths) {
+    return dm_cpu_exec_set_rows(&S(st)->ex, rows, lengths);
 }
 
 static dm_status sync(dm_backend_state *st) {
@@ -363,7 +363,7 @@ const dm_backend dm_backend_cpu = {
     .upload = upload,
     .download = download,
     .run_group = run_group,
-    .set_tokens = set_tokens,
+    .set_rows = set_rows,
     .sync = sync,
     .profile = profile,
     .profile_take = profile_take,

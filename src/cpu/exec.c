@@ -685,7 +685,7 @@ static dm_status exec_fused_rows(const dm_cpu_exec *ex, const dm_exgroup *eg, ui
  * and token-type ids pile on few rows), no atomics. Each thread reads every index. */
 static void exec_scatter(const dm_cpu_exec *ex, const dm_exgroup *eg) {
     const dm_exop *x = &eg->ops[0];
-    const int64_t R = x->op->rows, C = x->op->cols, N = x->out[0].rdiv;
+    const int64_t R = eg->tok_rpt ? ex->tokens * eg->tok_rpt : x->op->rows, C = x->op->cols, N = x->out[0].rdiv;
     float *dt = x->out[0].base;
     const int64_t lines = (C + 15) / 16;
 #pragma omp parallel num_threads(ex->nthreads)
@@ -739,11 +739,12 @@ static dm_status exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int on
     if (eg->xent) { /* a contraction: runs with only_contractions too */
         const dm_op *op = eg->xop;
         float *const *p = eg->xp;
+        const int64_t rows = eg->tok_rpt ? ex->tokens * eg->tok_rpt : op->rows; /* live rows */
         if (eg->xent == 1)
-            dm_cpu_linear_xent(p[0], p[1], p[2], p[3], op->rows, op->nindex, op->cols, p[4], p[5], p[6], ex->xwork,
+            dm_cpu_linear_xent(p[0], p[1], p[2], p[3], rows, op->nindex, op->cols, p[4], p[5], p[6], ex->xwork,
                                ex->nthreads);
         else
-            dm_cpu_linear_xent_bwd(p[0], p[1], p[2], p[3], p[4], p[5], op->rows, op->nindex, op->cols, p[6], p[7],
+            dm_cpu_linear_xent_bwd(p[0], p[1], p[2], p[3], p[4], p[5], rows, op->nindex, op->cols, p[6], p[7],
                                    p[8], ex->xwork, ex->nthreads);
         return DM_OK;
     }

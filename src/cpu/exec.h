@@ -74,8 +74,9 @@ typedef struct {
     float *xwork;             /* the fused cross-entropy's and the attention's buffers, shared by their groups */
     int64_t xwork_floats;
     int64_t tok_cap;          /* an unpadded layer's token rows (b x j), else 0 */
-    int64_t tokens;           /* the rows of real tokens this step (dm_cpu_exec_set_tokens) */
+    int64_t tokens;           /* the live rows this step (dm_cpu_exec_set_rows) */
     int64_t *tokkey;          /* per token row: the padded layer's row (its dropout keys) */
+    char tok_why[256];        /* a plan with live rows that runs whole all the same: why */
 } dm_cpu_exec;
 
 /* How a row op addresses memory operand t (d->kind set by the caller): DM_ERR_UNSUPPORTED
@@ -102,14 +103,17 @@ dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi);
 dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions);
 /* unpad.c: a lone ATTN or ATTN_BWD group's operands (init_group's, for such a group). */
 dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, char *arena, const dm_op *op);
-/* unpad.c: for a plan with ATTN (an unpadded layer), how each other group scales with the
- * tokens: a row group's rows, a contraction's m, n or k (DM_ERR_UNSUPPORTED where a layout
- * keeps a tensor's tokens from being its first rows); nothing for other plans. Then every
- * group runs at full capacity until dm_cpu_exec_set_tokens. */
+/* unpad.c: for a plan with live rows (graph.h's dm_graph.live: an unpadded layer's
+ * tokens, the MLM head's scored rows), how each group scales with them: a row group's
+ * rows (a gather's, a scatter's, the fused cross-entropy's too), a contraction's m, n or
+ * k. An unpadded layer (ATTN) whose layouts keep a tensor's rows from being its first
+ * fails (DM_ERR_UNSUPPORTED); another plan then just runs whole (set_rows says why).
+ * Every group runs at full capacity until dm_cpu_exec_set_rows. */
 dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, char *arena);
-/* The next steps run over the tokens of sequences of these lengths (b floats, whole
- * numbers in [0, j]) packed from row 0: their sum rows of each group over the tokens. */
-dm_status dm_cpu_exec_set_tokens(dm_cpu_exec *ex, const float *lengths);
+/* The next steps run on `rows` live rows, or for an unpadded layer on the tokens of
+ * sequences of these lengths (b floats, whole numbers in [0, j]) packed from row 0 (the
+ * backend's set_rows). */
+dm_status dm_cpu_exec_set_rows(dm_cpu_exec *ex, int64_t rows, const float *lengths);
 /* After group gi ran: the rows past the tokens of the layer's outputs it wrote set to 0
  * (the output and the input gradient of an unpadded layer are defined everywhere). */
 void dm_cpu_exec_zero_tail(const dm_cpu_exec *ex, int gi);

@@ -7,23 +7,26 @@
  * again with the tokens as one letter of two sizes, and the dimension that changes is the
  * one that counts them. The dropout's keys stay the padded layer's (tokkey), so both
  * layers draw the same masks. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/status.h"
 #include "cpu/exec.h"
 
-/* Is tensor t token rows: letters b and j, j's rows the b x j rows in order (b's stride j
- * of j's)? *ld: floats between token rows. */
+/* Is tensor t live rows (g->live): for "bj", letters b and j, j's rows the b x j rows in
+ * order (b's stride j of j's); for one letter, that letter outermost; every other letter
+ * inside a row? *ld: floats between rows. */
 static int token_rows(const dm_graph *g, int t, int64_t *ld) {
     const dm_tensor *x = &g->t[t];
+    const char outer = g->live[0], inner = g->live[1] ? g->live[1] : g->live[0];
     int db = -1, dj = -1;
-    for (int d = 0; d < x->ndim; d++) {
-        if (x->letters[d] == 'b') db = d;
-        if (x->letters[d] == 'j') dj = d;
+    for (int d = 0; outer && d < x->ndim; d++) {
+        if (x->letters[d] == outer) db = d;
+        if (x->letters[d] == inner) dj = d;
     }
-    if (db < 0 || dj < 0 || x->stride[db] != x->size[dj] * x->stride[dj]) return 0;
-    for (int d = 0; d < x->ndim; d++) /* every other letter inside a token row */
+    if (db < 0 || dj < 0 || (db != dj && x->stride[db] != x->size[dj] * x->stride[dj])) return 0;
+    for (int d = 0; d < x->ndim; d++) /* every other letter inside a row */
         if (d != db && d != dj && x->size[d] > 1 && x->stride[d] >= x->stride[dj]) return 0;
     if (ld) *ld = x->stride[dj];
     return 1;
@@ -108,8 +111,8 @@ dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *
     return DM_OK;
 }
 
-/* A copy of g's tensors with every token-rows tensor's b and j read as one run of n tokens
- * (b 1, j n): the graph a contraction's mapping is made on again. */
+/* A copy of g's tensors with every live-rows tensor's rows read as one run of n (for "bj":
+ * b 1, j n): the graph a contraction's mapping is made on again. */
 static dm_status token_graph(const dm_graph *g, int64_t n, dm_graph *out) {
     *out = *g;
     out->t = malloc(sizeof(dm_tensor) * (size_t)g->nt);
@@ -119,19 +122,16 @@ static dm_status token_graph(const dm_graph *g, int64_t n, dm_graph *out) {
         if (!token_rows(g, t, NULL)) continue;
         dm_tensor *x = &out->t[t];
         for (int d = 0; d < x->ndim; d++) {
-            if (x->letters[d] == 'b') x->size[d] = 1;
-            if (x->letters[d] == 'j') x->size[d] = n;
+            if (x->letters[d] == g->live[0]) x->size[d] = g->live[1] ? 1 : n;
+            if (g->live[1] && x->letters[d] == g->live[1]) x->size[d] = n;
         }
     }
     return DM_OK;
 }
 
-dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, char *arena) {
+/* How each group scales with the live rows (see dm_cpu_exec_init_tokens). */
+static dm_status scale_groups(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int64_t cap) {
     const dm_graph *g = plan->g;
-    int64_t cap = 0;
-    for (int o = 0; o < g->nop; o++)
-        if (g->op[o].kind == DM_OP_ATTN) cap = g->t[g->op[o].in[0]].size[0] * g->t[g->op[o].in[0]].size[1];
-    if (!cap) return DM_OK; /* a padded layer */
     dm_graph g1, g2;
     DM_TRY(token_graph(g, cap, &g1));
     dm_status s = token_graph(g, cap - 1, &g2);
@@ -140,8 +140,9 @@ dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, char *ar
         const dm_group *gr = eg->gr;
         const dm_op *first = &g->op[plan->order[gr->first]];
         if (eg->unusable || eg->attn) continue;
-        for (int k = 0; k < (eg->contract ? 1 : eg->nops); k++) { /* the layer's outputs it writes */
-            const dm_op *op = eg->contract ? first : eg->ops[k].op;
+        const int lone = eg->contract || eg->xent; /* one op, no dm_exop */
+        for (int k = 0; k < (lone ? 1 : eg->nops); k++) { /* the plan's outputs it writes */
+            const dm_op *op = lone ? first : eg->ops[k].op;
             for (int q = 0; q < op->nout; q++) {
                 const int t = op->out[q];
                 int64_t ld;
@@ -169,12 +170,19 @@ dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, char *ar
                 same &= !eg->tok_mnk[d] || eg->tok_mnk[d] * cap == full[d];
             }
             if (!same || eg->gemm.nbatch != 1)
-                s = dm_fail(DM_ERR_UNSUPPORTED, "unpadded layer: contraction %s does not keep the tokens as the "
-                            "rows of one GEMM dimension in this layout", first->name);
+                s = dm_fail(DM_ERR_UNSUPPORTED, "contraction %s does not keep the live rows (%s) as the rows of "
+                            "one GEMM dimension in this layout", first->name, g->live);
             continue;
         }
-        if (eg->nbatch > 1 || eg->scatter || eg->xent || gr->rows % cap) {
-            s = dm_fail(DM_ERR_UNSUPPORTED, "unpadded layer: group of %s does not run over the tokens", first->name);
+        if (eg->xent) { /* the fused cross-entropy: its rows m */
+            if (first->rows % cap)
+                s = dm_fail(DM_ERR_UNSUPPORTED, "%s does not run over the live rows (%s)", first->name, g->live);
+            eg->tok_rpt = first->rows / cap;
+            continue;
+        }
+        if (eg->nbatch > 1 || gr->rows % cap) {
+            s = dm_fail(DM_ERR_UNSUPPORTED, "the group of %s does not run over the live rows (%s)", first->name,
+                        g->live);
             break;
         }
         eg->tok_rpt = gr->rows / cap;
@@ -184,27 +192,65 @@ dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, char *ar
                     const int t = io ? eg->ops[k].op->out[q] : eg->ops[k].op->in[q];
                     const dm_arg_kind kind = io ? dm_arg_out(eg->ops[k].op->kind, q) : dm_arg_in(eg->ops[k].op->kind, q);
                     if ((kind == DM_ARG_FULL || kind == DM_ARG_ROWSCALAR) && !token_rows(g, t, NULL))
-                        s = dm_fail(DM_ERR_UNSUPPORTED, "unpadded layer: %s's operand %s is not token rows",
-                                    eg->ops[k].op->name, g->t[t].name);
+                        s = dm_fail(DM_ERR_UNSUPPORTED, "%s's operand %s is not live rows (%s)",
+                                    eg->ops[k].op->name, g->t[t].name, g->live);
                 }
     }
     free(g1.t);
     free(g2.t);
+    return s;
+}
+
+dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, char *arena) {
+    const dm_graph *g = plan->g;
+    int attn = 0;
+    for (int o = 0; o < g->nop; o++) attn |= g->op[o].kind == DM_OP_ATTN || g->op[o].kind == DM_OP_ATTN_BWD;
+    const int64_t cap = !g->live[0] ? 0 : g->live[1] ? g->dim[g->live[0] - 'a'] * g->dim[g->live[1] - 'a']
+                                                     : g->dim[g->live[0] - 'a'];
+    if (cap < 1) return DM_OK; /* no live rows */
+    dm_status s = scale_groups(ex, plan, arena, cap);
+    if (s == DM_ERR_UNSUPPORTED && !attn) { /* optional here: every step runs whole, set_rows says why */
+        snprintf(ex->tok_why, sizeof ex->tok_why, "%s", dm_last_error());
+        for (int gi = 0; gi < ex->ngroups; gi++) ex->groups[gi].tok_rpt = ex->groups[gi].nztail = 0;
+        return DM_OK;
+    }
     if (s == DM_OK && !(ex->tokkey = malloc(sizeof(int64_t) * (size_t)cap)))
-        s = dm_fail(DM_ERR_OOM, "out of memory preparing the unpadded layer");
-    if (s != DM_OK) return s;
+        s = dm_fail(DM_ERR_OOM, "out of memory preparing the live rows");
+    if (s != DM_OK) return attn ? dm_fail_context(s, "unpadded layer: ") : s;
     ex->tok_cap = cap;
     ex->tokens = cap;
     for (int64_t r = 0; r < cap; r++) ex->tokkey[r] = r;
     return DM_OK;
 }
 
-dm_status dm_cpu_exec_set_tokens(dm_cpu_exec *ex, const float *lengths) {
-    if (!ex->tok_cap) return dm_fail(DM_ERR_INVALID_ARG, "sequence lengths are for an unpadded layer");
+/* Every contraction over the live rows cut to ex->tokens. */
+static void cut_gemms(dm_cpu_exec *ex) {
+    for (int gi = 0; gi < ex->ngroups; gi++) {
+        dm_exgroup *eg = &ex->groups[gi];
+        if (!eg->contract) continue;
+        int *mnk[3] = {&eg->gemm.m, &eg->gemm.n, &eg->gemm.k};
+        for (int d = 0; d < 3; d++)
+            if (eg->tok_mnk[d]) *mnk[d] = (int)(eg->tok_mnk[d] * ex->tokens);
+    }
+}
+
+dm_status dm_cpu_exec_set_rows(dm_cpu_exec *ex, int64_t rows, const float *lengths) {
+    if (!ex->tok_cap)
+        return dm_fail(DM_ERR_UNSUPPORTED, "this plan runs whole%s%s", ex->tok_why[0] ? ": " : " (no live rows)",
+                       ex->tok_why);
     const dm_attn_dims *a = NULL;
     for (int gi = 0; gi < ex->ngroups && !a; gi++)
         if (ex->groups[gi].attn) a = &ex->groups[gi].ad;
-    if (!a) return dm_fail(DM_ERR_INTERNAL, "unpadded layer without its attention");
+    if (!lengths) {
+        if (a) return dm_fail(DM_ERR_INVALID_ARG, "an unpadded layer takes its sequences' lengths");
+        if (rows < 1 || rows > ex->tok_cap)
+            return dm_fail(DM_ERR_INVALID_ARG, "%lld live rows: from 1 to %lld", (long long)rows,
+                           (long long)ex->tok_cap);
+        ex->tokens = rows;
+        cut_gemms(ex);
+        return DM_OK;
+    }
+    if (!a) return dm_fail(DM_ERR_INVALID_ARG, "sequence lengths are for an unpadded layer");
     int64_t *off = malloc(sizeof(int64_t) * (size_t)(a->B + 1));
     if (!off) return dm_fail(DM_ERR_OOM, "out of memory for the sequence offsets");
     dm_status s = dm_cpu_attn_offsets(a, lengths, off);
@@ -214,13 +260,7 @@ dm_status dm_cpu_exec_set_tokens(dm_cpu_exec *ex, const float *lengths) {
         ex->tokens = off[a->B];
         for (int64_t q = 0; q < a->B; q++)
             for (int64_t t = off[q]; t < off[q + 1]; t++) ex->tokkey[t] = q * a->J + (t - off[q]);
-        for (int gi = 0; gi < ex->ngroups; gi++) {
-            dm_exgroup *eg = &ex->groups[gi];
-            if (!eg->contract) continue;
-            int *mnk[3] = {&eg->gemm.m, &eg->gemm.n, &eg->gemm.k};
-            for (int d = 0; d < 3; d++)
-                if (eg->tok_mnk[d]) *mnk[d] = (int)(eg->tok_mnk[d] * ex->tokens);
-        }
+        cut_gemms(ex);
     }
     free(off);
     return s;

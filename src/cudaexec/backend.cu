@@ -263,7 +263,7 @@ DM_BACKEND_NEXT(runs_pairs, algos); DM_BACKEND_NEXT(algos, check_options);
 DM_BACKEND_NEXT(check_options, resolve_options); DM_BACKEND_NEXT(resolve_options, create);
 DM_BACKEND_NEXT(create, destroy); DM_BACKEND_NEXT(destroy, notes); DM_BACKEND_NEXT(notes, workspace_bytes);
 DM_BACKEND_NEXT(workspace_bytes, timed_with); DM_BACKEND_NEXT(timed_with, upload); DM_BACKEND_NEXT(upload, download);
-DM_BACKEND_NEXT(download, run_group); DM_BACKEND_NEXT(run_group, set_tokens); DM_BACKEND_NEXT(set_tokens, sync); DM_BACKEND_NEXT(sync, profile);
+DM_BACKEND_NEXT(download, run_group); DM_BACKEND_NEXT(run_group, set_rows); DM_BACKEND_NEXT(set_rows, sync); DM_BACKEND_NEXT(sync, profile);
 DM_BACKEND_NEXT(profile, profile_take); DM_BACKEND_NEXT(profile_take, pool_new); DM_BACKEND_NEXT(pool_new, pool_free);
 DM_BACKEND_NEXT(pool_free, pool_bytes); DM_BACKEND_NEXT(pool_bytes, buf_new); DM_BACKEND_NEXT(buf_new, buf_free);
 DM_BACKEND_NEXT(buf_free, buf_copy); DM_BACKEND_NEXT(buf_copy, copy_tensor); DM_BACKEND_NEXT(copy_tensor, add_tensor);
@@ -276,7 +276,7 @@ static_assert(sizeof(dm_backend) ==
  * as many names as the struct has fields */
 [[maybe_unused]] static void dm_backend_fields_all_named(const dm_backend &b) {
     [[maybe_unused]] const auto &[name, device, merge_siblings, runs_pairs, algos, check_options, resolve_options,
-                                  create, destroy, notes, workspace_bytes, timed_with, upload, download, run_group, set_tokens, sync,
+                                  create, destroy, notes, workspace_bytes, timed_with, upload, download, run_group, set_rows, sync,
                                   profile, profile_take, pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy,
                                   copy_tensor, add_tensor, sumsq, reduce, bcast, reduce_wait, accumulate, optimize, mse] = b;
 }
@@ -293,7 +293,7 @@ extern "C" const dm_backend dm_backend_cuda = {
     check_options, resolve_options,
     create, destroy, notes, workspace_bytes, timed_with,
     upload, download, run_group,
-    NULL, /* set_tokens: no unpadded layer yet (dm_layer_new refuses it) */
+    NULL, /* set_rows: every plan runs whole (dm_layer_new refuses an unpadded layer) */
     sync, profile, profile_take,
     pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy, copy_tensor, add_tensor, sumsq, reduce, bcast,
     reduce_wait, accumulate, optimize, mse,

@@ -84,6 +84,7 @@ dm_status dm_build_embeddings(dm_graph *g, const dm_layer_config *cfg, const dm_
     memset(enc, 0, sizeof *enc);
     const int64_t B = cfg->batch, J = cfg->seq, I = cfg->hidden;
     D('b') = B, D('j') = J, D('i') = I, D('v') = sz->vocab, D('n') = sz->positions, D('t') = sz->types;
+    snprintf(g->live, sizeof g->live, "bj"); /* an unpadded model's step embeds its tokens alone */
     int ok_ = 1, *ok = &ok_;
     const int ids = CK(T(g, "input_ids", "bj", DM_ROLE_INPUT)), pos = CK(T(g, "position_ids", "bj", DM_ROLE_INPUT)),
               tt = CK(T(g, "token_type_ids", "bj", DM_ROLE_INPUT));
@@ -223,6 +224,7 @@ dm_status dm_build_mlm_head(dm_graph *g, const dm_layer_config *cfg, const dm_be
     memset(enc, 0, sizeof *enc);
     const int64_t B = cfg->batch, J = cfg->seq, I = cfg->hidden, M = sz->predictions, V = sz->vocab;
     D('b') = B, D('j') = J, D('i') = I, D('e') = I, D('v') = V, D('m') = M;
+    snprintf(g->live, sizeof g->live, "m"); /* a step scores its masked positions alone */
     int ok_ = 1;
     head_tensors h;
     head_tensors_make(g, &h, sz->xent == DM_XENT_FUSED, &ok_);

@@ -326,6 +326,7 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     DM_TRY(dm_layer_config_check(cfg));
     memset(enc, 0, sizeof *enc);
     int64_t B = cfg->batch, J = cfg->seq, I = cfg->hidden, H = cfg->heads, U = cfg->ffn;
+    if (unpad) snprintf(g->live, sizeof g->live, "bj"); /* a step runs on its tokens alone */
     D('b') = B;
     D('j') = J;
     D('k') = J;

@@ -31,7 +31,7 @@ typedef struct {
  * another (sequence s from row off[s], the sum of the lengths before it), the input
  * seq_lengths (b) instead of attention_mask, and attention one ATTN op per pass over each
  * sequence's own length (ops.def); every other op is the padded layer's. A step runs on
- * the first sum(lengths) rows alone (the backends' set_tokens): the rows after them are
+ * the first sum(lengths) rows alone (the backends' set_rows): the rows after them are
  * not read, and the layer's outputs there are set to 0. */
 dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_only, int input_grad, int unpad,
                            dm_encoder *enc);

@@ -65,6 +65,9 @@ typedef struct {
     dm_op *op;
     int nop, cap_op;
     int64_t dim[26]; /* size of each dimension letter ('a' + n) */
+    char live[4];    /* the leading rows a step may run fewer of (a backend's set_rows): "bj"
+                      * an unpadded layer's tokens (b x j rows as one), "m" the MLM head's
+                      * scored rows; "" none. Set by the builders. */
 } dm_graph;
 
 void dm_graph_init(dm_graph *g);

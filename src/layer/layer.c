@@ -63,7 +63,7 @@ dm_status dm_layer_options_check(const dm_layer_options *opt) {
                                       : "`dmove tune` tunes the padded layer; leave out --plan");
     /* what the device's backend does not take (a backend not built: dm_layer_new says so) */
     const dm_backend *B = dm_backend_get(opt->device);
-    if (B && opt->unpad && !B->set_tokens)
+    if (B && opt->unpad && !B->set_rows)
         return dm_fail(DM_ERR_UNSUPPORTED, "unpadded layers (the real tokens alone) run on the CPU backend so far, "
                        "not on %s: run padded there (--no-unpad)", B->name);
     return B ? B->check_options(opt) : DM_OK;
@@ -325,7 +325,7 @@ dm_status dm_layer_run(dm_layer *L, int passes, unsigned class_mask) {
     if (L->opt.unpad && (passes & DM_PASS_FORWARD)) { /* this step's lengths, as the host copy has them */
         int t = dm_layer_tensor_id(L, "seq_lengths");
         if (t < 0) return dm_fail(DM_ERR_INTERNAL, "unpadded layer without seq_lengths");
-        DM_TRY(B->set_tokens(L->st, host_ptr(L, t)));
+        DM_TRY(B->set_rows(L->st, 0, host_ptr(L, t)));
     }
     for (int gi = 0; gi < L->plan.ngroups; gi++) {
         const dm_group *gr = &L->plan.groups[gi];

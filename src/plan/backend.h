@@ -87,12 +87,15 @@ typedef struct dm_backend {
      * runs only the contraction groups (the "contractions alone" floor): a batched group
      * runs just its GEMMs, a GEMM with a row group in its epilogue runs without it. */
     dm_status (*run_group)(dm_backend_state *st, int gi, uint64_t seed, int contractions_only);
-    /* An unpadded layer's plan (graph/encoder.h's unpad): the next steps' sequences have
-     * these lengths (b floats: whole numbers in [0, j], at least one token in all; else
-     * DM_ERR_INVALID_ARG naming the bad one) and their tokens are packed from row 0; the
-     * groups over the tokens run on that many rows. NULL where the backend runs no
-     * unpadded layer (dm_layer_new refuses dm_layer_options.unpad there). */
-    dm_status (*set_tokens)(dm_backend_state *st, const float *lengths);
+    /* The next steps run on the first `rows` of the plan's live rows (graph.h's
+     * dm_graph.live: the MLM head's scored rows, an unpadded model's embedded tokens), or,
+     * for an unpadded layer's plan (graph/encoder.h's unpad; rows ignored), on the tokens
+     * of sequences of these lengths (b floats: whole numbers in [0, j], at least one token
+     * in all; else DM_ERR_INVALID_ARG naming the bad one) packed from row 0: the groups
+     * over those rows run on that many, and the plan's outputs there are 0 past them.
+     * DM_ERR_UNSUPPORTED (saying why) for a plan that can only run whole. NULL where the
+     * backend runs every plan whole (dm_layer_new refuses dm_layer_options.unpad there). */
+    dm_status (*set_rows)(dm_backend_state *st, int64_t rows, const float *lengths);
     /* Waits for the work enqueued so far; errors of asynchronous work surface here. */
     dm_status (*sync)(dm_backend_state *st);
     /* Profiling on or off for the next groups. *by_events = 1: the backend times each
