@@ -26,29 +26,43 @@ typedef struct {
     int64_t cut;     /* of them, how many were above j */
 } lengths_dist;
 
-/* Reads a lengths file; an error names the line. 0 or -1 (said). */
+/* One whole number of at least 1 at *p (then past it), ended by white space, the string's
+ * end or `term`; or -1 (not one) / -2 (too large). */
+static long long read_length(char **p, char term) {
+    char *end;
+    errno = 0;
+    const long long x = strtoll(*p, &end, 10);
+    if (end == *p || (*end && !isspace((unsigned char)*end) && *end != term)) return -1;
+    if (errno == ERANGE) return -2;
+    *p = end;
+    return x >= 1 ? x : -1;
+}
+
+/* Reads a lengths file (lines of any length); an error names the line. 0 or -1 (said; d
+ * then holds nothing). */
 static int read_lengths_file(const char *path, int64_t J, lengths_dist *d) {
     FILE *f = fopen(path, "r");
     if (!f) {
         cli_error(CMD, "--lengths: cannot open '%s': %s", path, strerror(errno));
         return -1;
     }
-    char line[4096];
+    char *line = NULL;
+    size_t linecap = 0;
     int64_t cap = 0, lineno = 0;
     int rc = 0;
-    while (rc == 0 && fgets(line, sizeof line, f)) {
+    while (rc == 0 && getline(&line, &linecap, f) >= 0) {
         lineno++;
         char *h = strchr(line, '#');
         if (h) *h = 0;
         for (char *p = line; rc == 0;) {
             while (isspace((unsigned char)*p)) p++;
             if (!*p) break;
-            char *end;
-            errno = 0;
-            long long x = strtoll(p, &end, 10);
-            if (end == p || errno || (*end && !isspace((unsigned char)*end)) || x < 1) {
+            char *at = p;
+            const long long x = read_length(&p, 0);
+            if (x < 0) {
                 cli_error(CMD, "--lengths: %s line %" PRId64 ": '%.*s' is no length (a whole number of tokens, "
-                          "at least 1)", path, lineno, (int)strcspn(p, " \t\r\n"), p);
+                          "at least 1%s)", path, lineno, (int)strcspn(at, " \t\r\n"), at,
+                          x == -2 ? ", within 64 bits" : "");
                 rc = -1;
                 break;
             }
@@ -64,17 +78,21 @@ static int read_lengths_file(const char *path, int64_t J, lengths_dist *d) {
             }
             d->cut += x > J;
             d->v[d->n++] = x > J ? J : (int64_t)x;
-            p = end;
         }
     }
     if (rc == 0 && ferror(f)) {
         cli_error(CMD, "--lengths: reading %s failed", path);
         rc = -1;
     }
+    free(line);
     fclose(f);
     if (rc == 0 && d->n == 0) {
         cli_error(CMD, "--lengths: %s holds no lengths", path);
         rc = -1;
+    }
+    if (rc) {
+        free(d->v);
+        memset(d, 0, sizeof *d);
     }
     return rc;
 }
@@ -83,9 +101,9 @@ static int read_lengths_file(const char *path, int64_t J, lengths_dist *d) {
 static int parse_dist(const char *spec, int64_t J, lengths_dist *d) {
     memset(d, 0, sizeof *d);
     if (!strncmp(spec, "uniform:", 8)) {
-        long long lo, hi;
-        char tail;
-        if (sscanf(spec + 8, "%lld-%lld%c", &lo, &hi, &tail) != 2 || lo < 1 || hi < lo || hi > J) {
+        char *p = (char *)spec + 8;
+        const long long lo = read_length(&p, '-'), hi = lo > 0 && *p == '-' ? (p++, read_length(&p, 0)) : -1;
+        if (lo < 0 || hi < lo || hi > J || *p) {
             cli_usage_error(CMD, "--lengths %s: give uniform:LO-HI with 1 <= LO <= HI <= --seq (%" PRId64 ")", spec, J);
             return -2;
         }

@@ -99,7 +99,7 @@ static const cli_option k_options[] = {
      .help = "batches of sequences of these lengths: the padded layer (attention_mask) against the\n"
              "unpadded one (the real tokens alone), a new batch each repetition; SPEC is\n"
              "uniform:LO-HI or a file of lengths (whole numbers, e.g. one per line; above\n"
-             "--seq cut to it)"},
+             "--seq cut to it); both fused, or both unfused with --schedule unfused"},
     {.kind = CLI_STR, .name = "--svg", .arg = "FILE", .off = offsetof(bench_opts, svg),
      .set = offsetof(bench_opts, groups) + 1,
      .help = "draw every group (--groups, implied) as a bar of its time\n"
@@ -607,7 +607,7 @@ int cmd_bench(int argc, char **argv) {
         return CLI_USAGE;
     }
     if (o.lengths) {
-        if (o.model || o.plan || o.recompute || g_svg || o.groups) {
+        if (o.model || o.plan || o.recompute || g_svg || o.groups || o.roofline) {
             cli_usage_error(CMD, "--lengths compares the default padded and unpadded layers: leave out --model, "
                             "--plan, --recompute, --svg, --groups and --roofline");
             return CLI_USAGE;

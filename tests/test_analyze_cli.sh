@@ -355,6 +355,11 @@ printf '3 5 # a comment\n40\n\n7\n' >"$T/lens.txt"
 # shellcheck disable=SC2086
 good "bench --lengths file, JSON" bench $lens --lengths "$T/lens.txt" --json
 tr -d ' \t\n' <"$T/stdout" | grep -q '"unpadded_speedup":' || fail "bench --lengths --json: no unpadded_speedup"
+{ printf '# '; head -c 9000 /dev/zero | tr '\0' 'x'; printf ' 99999\n5\n'; } >"$T/longlens.txt"
+# shellcheck disable=SC2086
+good "bench --lengths file with a long comment line" bench $lens --lengths "$T/longlens.txt"
+grep -q "^fill (real tokens / b x j): 0.312" "$T/stdout" || fail "bench --lengths long line: the comment's digits were read"
+bad "bench --lengths --roofline" 2 "leave out --model" bench $lens --lengths uniform:4-8 --roofline h100
 printf '3\nfive\n' >"$T/badlens.txt"
 bad "bench --lengths bad file" 1 "badlens.txt line 2: 'five' is no length" bench $lens --lengths "$T/badlens.txt"
 bad "bench --lengths no file" 1 "cannot open" bench $lens --lengths "$T/none.txt"

@@ -64,7 +64,7 @@ static void run(dm_op_kind kind, int nin, int nout, int64_t R, int64_t C, dm_act
     uint32_t *words = malloc(sizeof(uint32_t) * (size_t)C);
     dm_row rw = {.op = &op, .cols = C, .seed = 77, .words = words};
     for (int64_t r = 0; r < R; r++) {
-        rw.r = r;
+        rw.r = rw.key = r;
         for (int s = 0; s < nin; s++) {
             dm_arg_kind k = dm_arg_in(kind, s);
             rw.in[s] = k == DM_ARG_FULL ? in[s] + r * C : k == DM_ARG_COLVEC ? in[s]

@@ -197,6 +197,8 @@ static void refusals(void) {
     r.device = DM_DEVICE_CUDA;
     dm_status s = dm_layer_new(&U, &cfg, &r);
     CHECK(s != DM_OK && !U); /* no backend, or one that runs no unpadded layer */
+    dm_trainer *T = NULL; /* a stack of layers trains padded */
+    CHECK(dm_trainer_new(&T, &cfg, 2, &o, NULL) == DM_ERR_UNSUPPORTED && !T);
 }
 
 /* The whole model, padded and unpadded, on the same batches (dropout 0). */
@@ -273,9 +275,13 @@ static void model_pair(dm_model_head head, dm_xent_mode xent) {
                head == DM_MODEL_HEAD_CLS ? "classifier" : "MLM", k, loss[0], loss[1], worst);
         CHECK(worst < 2e-5);
     }
+    double last, again;
+    CHECK_OK(dm_model_forward(M[1], 1, &last, NULL));
     mask[1] = 0.0f; /* a hole: not 1s then 0s */
     CHECK(dm_model_set_batch(M[1], ids, types, mask, labels) == DM_ERR_INVALID_ARG);
     CHECK(strstr(dm_last_error(), "--no-unpad") != NULL);
+    CHECK_OK(dm_model_forward(M[1], 1, &again, NULL)); /* the refused batch left the last one */
+    CHECK(again == last);
 done:
     dm_model_free(M[0]);
     dm_model_free(M[1]);

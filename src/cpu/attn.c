@@ -139,9 +139,10 @@ static void attn_bwd_item(const dm_attn_dims *a, const dm_attn_io *io, uint64_t 
 
 dm_status dm_cpu_attn(const dm_attn_dims *a, const dm_attn_io *io, uint64_t seed, int bwd, float *work,
                       int nthreads) {
-    int64_t *off = malloc(sizeof(int64_t) * (size_t)(a->B + 1));
-    if (!off) return dm_fail(DM_ERR_OOM, "out of memory for the attention's sequence offsets");
-    dm_status st = dm_cpu_attn_offsets(a, io->lengths, off);
+    int64_t *own = io->off ? NULL : malloc(sizeof(int64_t) * (size_t)(a->B + 1));
+    if (!io->off && !own) return dm_fail(DM_ERR_OOM, "out of memory for the attention's sequence offsets");
+    dm_status st = own ? dm_cpu_attn_offsets(a, io->lengths, own) : DM_OK;
+    const int64_t *off = io->off ? io->off : own;
     int64_t *ord = st == DM_OK ? item_order(a, off) : NULL;
     if (st == DM_OK && !ord) st = dm_fail(DM_ERR_OOM, "out of memory for the attention's work list");
     if (st == DM_OK) {
@@ -158,6 +159,6 @@ dm_status dm_cpu_attn(const dm_attn_dims *a, const dm_attn_io *io, uint64_t seed
         }
     }
     free(ord);
-    free(off);
+    free(own);
     return st;
 }

@@ -501,6 +501,7 @@ void dm_cpu_exec_free(dm_cpu_exec *ex) {
     free(ex->xwork);
     free(ex->rows_ran);
     free(ex->tokkey);
+    free(ex->tok_off);
     memset(ex, 0, sizeof *ex);
 }
 

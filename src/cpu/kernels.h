@@ -16,7 +16,7 @@ typedef struct {
     const dm_op *op;
     int64_t r, cols;
     int64_t key;     /* the row's index for its Philox keys: r, or in an unpadded layer the
-                      * padded layer's row of this token's */
+                      * padded layer's row of this token's (whoever makes a dm_row sets it) */
     const float *in[DM_MAX_IN];
     float *out[DM_MAX_OUT]; /* FULL: the row; ROWSCALAR: one float; COLACC: accumulators */
     uint64_t seed;

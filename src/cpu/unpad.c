@@ -14,12 +14,12 @@
 #include "core/status.h"
 #include "cpu/exec.h"
 
-/* Is tensor t live rows (g->live): for "bj", letters b and j, j's rows the b x j rows in
+/* Is tensor t rows of `live` (g->live: token_rows): for "bj", letters b and j, j's rows the b x j rows in
  * order (b's stride j of j's); for one letter, that letter outermost; every other letter
  * inside a row? *ld: floats between rows. */
-static int token_rows(const dm_graph *g, int t, int64_t *ld) {
+static int rows_of(const dm_graph *g, int t, const char *live, int64_t *ld) {
     const dm_tensor *x = &g->t[t];
-    const char outer = g->live[0], inner = g->live[1] ? g->live[1] : g->live[0];
+    const char outer = live[0], inner = live[1] ? live[1] : live[0];
     int db = -1, dj = -1;
     for (int d = 0; outer && d < x->ndim; d++) {
         if (x->letters[d] == outer) db = d;
@@ -31,13 +31,14 @@ static int token_rows(const dm_graph *g, int t, int64_t *ld) {
     if (ld) *ld = x->stride[dj];
     return 1;
 }
+static int token_rows(const dm_graph *g, int t, int64_t *ld) { return rows_of(g, t, g->live, ld); }
 
 /* A "bjhp" operand of ATTN: token rows, heads p apart, p contiguous. */
 static dm_status attn_rows(const dm_plan *plan, char *arena, const dm_op *op, int t, int64_t P, const float **p,
                            int64_t *ld) {
     const dm_graph *g = plan->g;
     const dm_tensor *x = &g->t[t];
-    int ok = x->ndim == 4 && !strcmp(x->letters, "bjhp") && token_rows(g, t, ld) && x->stride[2] == P &&
+    int ok = x->ndim == 4 && !strcmp(x->letters, "bjhp") && rows_of(g, t, "bj", ld) && x->stride[2] == P &&
              x->stride[3] == 1;
     *p = dm_cpu_tensor_ptr(plan, arena, t);
     if (!ok || !*p)
@@ -147,7 +148,11 @@ static dm_status scale_groups(dm_cpu_exec *ex, const dm_plan *plan, char *arena,
                 const int t = op->out[q];
                 int64_t ld;
                 float *p = dm_cpu_tensor_ptr(plan, arena, t);
-                if (g->t[t].role != DM_ROLE_OUTPUT || !p || !token_rows(g, t, &ld) || eg->nztail == 4) continue;
+                if (g->t[t].role != DM_ROLE_OUTPUT || !p || !token_rows(g, t, &ld)) continue;
+                if (eg->nztail == 4) {
+                    s = dm_fail(DM_ERR_INTERNAL, "the group of %s writes more than 4 outputs", first->name);
+                    break;
+                }
                 eg->ztail[eg->nztail] = p;
                 eg->zrow[eg->nztail++] = ld;
             }
@@ -216,10 +221,16 @@ dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, char *ar
     }
     if (s == DM_OK && !(ex->tokkey = malloc(sizeof(int64_t) * (size_t)cap)))
         s = dm_fail(DM_ERR_OOM, "out of memory preparing the live rows");
+    const int64_t B = g->dim['b' - 'a'], J = g->dim['j' - 'a'];
+    if (s == DM_OK && attn && !(ex->tok_off = malloc(sizeof(int64_t) * (size_t)(B + 1))))
+        s = dm_fail(DM_ERR_OOM, "out of memory preparing the unpadded layer");
     if (s != DM_OK) return attn ? dm_fail_context(s, "unpadded layer: ") : s;
     ex->tok_cap = cap;
     ex->tokens = cap;
     for (int64_t r = 0; r < cap; r++) ex->tokkey[r] = r;
+    for (int64_t b = 0; attn && b <= B; b++) ex->tok_off[b] = b * J; /* whole until set_rows */
+    for (int gi = 0; attn && gi < ex->ngroups; gi++) /* the attention: the offsets of the step's start */
+        if (ex->groups[gi].attn) ex->groups[gi].aio.off = ex->tok_off;
     return DM_OK;
 }
 
@@ -260,6 +271,7 @@ dm_status dm_cpu_exec_set_rows(dm_cpu_exec *ex, int64_t rows, const float *lengt
         ex->tokens = off[a->B];
         for (int64_t q = 0; q < a->B; q++)
             for (int64_t t = off[q]; t < off[q + 1]; t++) ex->tokkey[t] = q * a->J + (t - off[q]);
+        memcpy(ex->tok_off, off, sizeof(int64_t) * (size_t)(a->B + 1));
         cut_gemms(ex);
     }
     free(off);

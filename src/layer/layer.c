@@ -65,7 +65,7 @@ dm_status dm_layer_options_check(const dm_layer_options *opt) {
     const dm_backend *B = dm_backend_get(opt->device);
     if (B && opt->unpad && !B->set_rows)
         return dm_fail(DM_ERR_UNSUPPORTED, "unpadded layers (the real tokens alone) run on the CPU backend so far, "
-                       "not on %s: run padded there (--no-unpad)", B->name);
+                       "not on %s: run padded there", B->name);
     return B ? B->check_options(opt) : DM_OK;
 }
 

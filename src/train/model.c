@@ -36,6 +36,7 @@ dm_status dm_model_new(dm_model **out, const dm_model_config *c, const dm_layer_
     if (s == DM_OK && !(m->enc = calloc((size_t)c->layers, sizeof *m->enc))) s = dm_fail(DM_ERR_OOM, "out of memory");
     if (s == DM_OK && o.unpad && !(m->off = calloc((size_t)c->layer.batch + 1, sizeof *m->off)))
         s = dm_fail(DM_ERR_OOM, "out of memory");
+    for (int64_t b = 0; m->off && b <= c->layer.batch; b++) m->off[b] = b * c->layer.seq; /* until a batch: whole */
     o.no_input_grad = 0; /* every layer's input gradient feeds the segment before */
     if (s == DM_OK) s = dm_layer_new_segment(&m->emb, &c->layer, &o, DM_SEG_EMBEDDINGS, &c->sizes, m->pool);
     for (int l = 0; s == DM_OK && l < c->layers; l++) {
@@ -215,28 +216,36 @@ static dm_status batch_check(const dm_model *m, const int32_t *ids, const int32_
 }
 
 /* Unpadded: each sequence's length from its mask (1s, then 0s) into m->off, the scored
- * positions on real tokens, every sequence of a classifier's batch at least its [CLS]. */
+ * positions on real tokens, every sequence of a classifier's batch at least its [CLS];
+ * m->off changes only when the whole batch passes. */
 static dm_status batch_lengths(dm_model *m, const float *mask, const int32_t *labels) {
     const int64_t B = m->c.layer.batch, J = m->c.layer.seq;
-    for (int64_t b = 0; b < B; b++) {
+    int64_t *off = malloc(sizeof(int64_t) * (size_t)(B + 1));
+    if (!off) return dm_fail(DM_ERR_OOM, "out of memory");
+    dm_status s = DM_OK;
+    off[0] = 0;
+    for (int64_t b = 0; b < B && s == DM_OK; b++) {
         int64_t L = 0;
         while (L < J && (!mask || mask[b * J + L] != 0.0f)) L++;
-        for (int64_t j = L; mask && j < J; j++)
+        for (int64_t j = L; mask && j < J && s == DM_OK; j++)
             if (mask[b * J + j] != 0.0f)
-                return dm_fail(DM_ERR_INVALID_ARG, "sequence %lld: its attention_mask is not 1s then 0s (position %lld "
-                               "after padding at %lld): an unpadded model takes the real tokens as a prefix; run "
-                               "with --no-unpad", (long long)b, (long long)j, (long long)L);
-        for (int64_t j = L; labels && m->c.head == DM_MODEL_HEAD_MLM && j < J; j++)
+                s = dm_fail(DM_ERR_INVALID_ARG, "sequence %lld: its attention_mask is not 1s then 0s (position %lld "
+                            "after padding at %lld): an unpadded model takes the real tokens as a prefix; run "
+                            "with --no-unpad", (long long)b, (long long)j, (long long)L);
+        for (int64_t j = L; labels && m->c.head == DM_MODEL_HEAD_MLM && j < J && s == DM_OK; j++)
             if (labels[b * J + j] >= 0)
-                return dm_fail(DM_ERR_INVALID_ARG, "sequence %lld: a label at padded position %lld", (long long)b,
-                               (long long)j);
-        if (L == 0 && labels && m->c.head == DM_MODEL_HEAD_CLS && labels[b] >= 0)
-            return dm_fail(DM_ERR_INVALID_ARG, "sequence %lld is labelled but has no token (attention_mask all 0)",
-                           (long long)b);
-        m->off[b + 1] = m->off[b] + L;
+                s = dm_fail(DM_ERR_INVALID_ARG, "sequence %lld: a label at padded position %lld", (long long)b,
+                            (long long)j);
+        if (s == DM_OK && L == 0 && labels && m->c.head == DM_MODEL_HEAD_CLS && labels[b] >= 0)
+            s = dm_fail(DM_ERR_INVALID_ARG, "sequence %lld is labelled but has no token (attention_mask all 0)",
+                        (long long)b);
+        off[b + 1] = off[b] + L;
     }
-    if (m->off[B] == 0) return dm_fail(DM_ERR_INVALID_ARG, "the batch has no token: every attention_mask is all 0");
-    return DM_OK;
+    if (s == DM_OK && off[B] == 0)
+        s = dm_fail(DM_ERR_INVALID_ARG, "the batch has no token: every attention_mask is all 0");
+    if (s == DM_OK) memcpy(m->off, off, sizeof(int64_t) * (size_t)(B + 1));
+    free(off);
+    return s;
 }
 
 dm_status dm_model_set_batch(dm_model *m, const int32_t *ids, const int32_t *types, const float *attention_mask,

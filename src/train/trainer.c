@@ -32,6 +32,9 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
                        "BERT-large 24)", layers, DM_TRAIN_MAX_LAYERS);
     dm_layer_options o = {0};
     if (opt) o = *opt;
+    if (o.unpad)
+        return dm_fail(DM_ERR_UNSUPPORTED, "a stack of layers trains on padded batches (its data's attention_mask); "
+                       "unpadded batches are the whole model's (pretrain, finetune): leave out unpad");
     dm_optim_config a;
     if (optim) a = *optim;
     else dm_optim_config_default(&a);
