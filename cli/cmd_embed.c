@@ -26,7 +26,7 @@ enum { FMT_TEXT = 0, FMT_TSV, FMT_NPY, FMT_SAFETENSORS };
 
 typedef struct {
     const char *model, *tokenizer, *out;
-    int pooling, normalize, format, threads, quiet, layers_from, lowercase, cased;
+    int pooling, normalize, format, threads, quiet, layers_from, lowercase, cased, no_unpad;
     int64_t max_length, batch;
 } embed_opts;
 
@@ -79,6 +79,9 @@ static const cli_option k_options[] = {
              "(default text; every value printed exactly: %.9g)"},
     {.kind = CLI_INT, .name = "--threads", .arg = "N", O(threads), .lo = 0, .hi = 4096,
      .help = "threads (0: all cores; default {})"},
+    {.kind = CLI_FLAG, .name = "--no-unpad", O(no_unpad), .lo = 1,
+     .help = "run the padding of each bucket too (by default the layers\n"
+             "work on the lines' real tokens alone, packed)"},
     {.kind = CLI_FLAG, .name = "--quiet", O(quiet), .lo = 1, .help = "no progress on standard error"},
     {.kind = CLI_HELP, .name = "--help", .help = "this text"},
     {.kind = CLI_END},
@@ -287,7 +290,7 @@ static int bucket_model(embed_run *r, int64_t len, dm_embedder **out) {
     dm_layer_config c = r->cfg;
     c.batch = r->o.batch;
     c.seq = len;
-    dm_layer_options lo = {.threads = r->o.threads};
+    dm_layer_options lo = {.threads = r->o.threads, .unpad = !r->o.no_unpad};
     dm_embedder *e = NULL;
     if (dm_embedder_new(&e, &c, r->layers, &r->bm, &lo) != DM_OK) return fail_dm("");
     const dm_status s = r->cur ? dm_embedder_copy_params(e, r->cur) : dm_embedder_load(e, r->weights, r->o.layers_from);

@@ -10,7 +10,8 @@
 # [CLS] pooling as sentence-transformers pools, 256 tokens at most) are committed; every
 # embedding of tests/ref/embed_sentences.txt (74 real lines of the text corpus in several
 # scripts, 2 to 1079 tokens: 8 over 128, 5 cut at 256) must be within 1e-5 of them, for
-# mean and cls pooling, normalized, in any batch size (other buckets), in every format.
+# mean and cls pooling, normalized, in any batch size (other buckets), in every format,
+# unpadded (the default) and padded (--no-unpad).
 # Usage: DMOVE=build/dmove sh tests/test_embed_real.sh
 set -u
 
@@ -94,6 +95,10 @@ compare "cls pooling" cls.txt "$REF/embed_minilm_cls.f32"
 good normalized embed --model "$MODEL" --max-length 256 --normalize --batch 3 --format tsv "$S"
 cp stdout norm.tsv
 compare "mean pooling, normalized, batch 3" norm.tsv "$REF/embed_minilm_mean.f32" 1
+# the layers on every position of each bucket (by default on the real tokens alone)
+good padded embed --model "$MODEL" --max-length 256 --no-unpad --batch 5 --format tsv "$S"
+cp stdout padded.tsv
+compare "mean pooling, --no-unpad, batch 5" padded.tsv "$REF/embed_minilm_mean.f32"
 # standard input, and another batch size (other buckets, other GEMM shapes: the same
 # numbers to rounding)
 cases=$((cases + 1))
