@@ -301,7 +301,7 @@ test: $(BUILD)/dmove $(BUILD)/libdmove.so $(TEST_BIN)
 # the tuner's plans (epilogue fusion included) and the trainer (its checkpoint loader) under AddressSanitizer and UBSan (CPU build: they do not touch the GPU, and ASan's shadow
 # memory and the CUDA driver do not mix), without MPI (Open MPI's own allocations would show
 # as leaks; test_dist_cli.sh then checks that a launch of several ranks is refused).
-ASAN_TESTS := test_safetensors test_files test_embed test_analysis test_contract test_tune test_train test_optim test_checkpoint test_hf test_tools test_text test_data test_model
+ASAN_TESTS := test_safetensors test_files test_embed test_analysis test_contract test_tune test_train test_optim test_checkpoint test_hf test_tools test_text test_data test_model test_unpad
 test-asan:
 	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory CUDA=0 MPI=0 BUILD=build-asan build-asan/dmove $(ASAN_TESTS:%=build-asan/tests/%)
 	@set -e; for t in $(ASAN_TESTS); do echo "== $$t (asan)"; ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} build-asan/tests/$$t; done
