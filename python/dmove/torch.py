@@ -10,6 +10,14 @@ What dmove takes: float32 CPU tensors, hidden_states (b, j, hidden) of any strid
 attention mask as transformers gives it to a layer (None, (b, j) of 1/0, or (b, 1, 1, j) /
 (b, 1, j, j) additive float or bool, the same for every query). Anything else raises
 TypeError / ValueError saying why. The copies per step are counted in ``copy_stats()``.
+
+``unpad=True`` (``BertLayer(config, unpad=True)``, ``patch(model, unpad=True)``): when a
+batch's mask is padding at the end of each sequence, the layer runs on the real tokens
+alone (dmove's unpadded layer: the tokens packed, attention over each sequence's own
+length) and returns 0 at the padded positions, where transformers computes values nothing
+should read. The loss and every gradient are the same as long as nothing reads the padded
+positions (labels -100 there, as transformers' collators make them); a mask of another
+shape runs padded.
 """
 import ctypes
 import math
@@ -113,7 +121,7 @@ class _Token:
 class _Core:
     """One dmove layer (dm_layer) of one (batch, seq) shape and its buffers as tensors."""
 
-    def __init__(self, settings, batch, seq, threads):
+    def __init__(self, settings, batch, seq, threads, unpad=False):
         hidden, heads, ffn, p, eps, act = settings
         cfg = _lib.LayerConfig()
         lib.dm_layer_config_default(ctypes.byref(cfg))
@@ -121,6 +129,8 @@ class _Core:
         cfg.dropout, cfg.eps, cfg.act = p, eps, _lib.ACT[act]
         opt = _lib.LayerOptions()  # zeros: fused, CPU, fp32, default rows/streams
         opt.threads = threads
+        opt.unpad = 1 if unpad else 0
+        self.unpad = bool(unpad)
         h = ctypes.c_void_p()
         check(lib.dm_layer_new(ctypes.byref(h), ctypes.byref(cfg), ctypes.byref(opt)),
               f"dmove layer b={batch} j={seq} hidden={hidden} heads={heads} ffn={ffn}")
@@ -132,8 +142,9 @@ class _Core:
         # plain tensors whatever mode the first call runs in (views made under
         # inference_mode could not be written by a later call outside it)
         with torch.inference_mode(False), torch.no_grad():
-            for n in ["hidden_states", "attention_mask", "output", "grad_output",
-                      "grad_hidden_states"] + self.names + [n + ".grad" for n in self.names]:
+            for n in ["hidden_states", "seq_lengths" if unpad else "attention_mask", "output",
+                      "grad_output", "grad_hidden_states"] + self.names + \
+                    [n + ".grad" for n in self.names]:
                 self.t[n] = self._view(n)
         self.training = 1
         self.token = None
@@ -173,16 +184,26 @@ class _LayerFn(torch.autograd.Function):
     @staticmethod
     def _forward(ctx, core, hidden, mask, training, seed, want_grad, params):
         t = core.t
-        t["hidden_states"].copy_(hidden)
-        _copies["hidden_in"] += hidden.numel() * 4
-        if mask is None:
-            if not core.mask_ones:
-                t["attention_mask"].fill_(1.0)
-                core.mask_ones = True
+        ctx.sel = None
+        if core.unpad:  # the real tokens packed from row 0, the lengths
+            sel = mask.bool()
+            packed = hidden[sel]
+            t["hidden_states"].view(-1, hidden.shape[2])[:packed.shape[0]].copy_(packed)
+            t["seq_lengths"].copy_(mask.sum(1))
+            _copies["hidden_in"] += packed.numel() * 4
+            _copies["mask_in"] += mask.shape[0] * 4
+            ctx.sel = sel
         else:
-            t["attention_mask"].copy_(mask)
-            core.mask_ones = False
-            _copies["mask_in"] += mask.numel() * 4
+            t["hidden_states"].copy_(hidden)
+            _copies["hidden_in"] += hidden.numel() * 4
+            if mask is None:
+                if not core.mask_ones:
+                    t["attention_mask"].fill_(1.0)
+                    core.mask_ones = True
+            else:
+                t["attention_mask"].copy_(mask)
+                core.mask_ones = False
+                _copies["mask_in"] += mask.numel() * 4
         # every parameter, every call: optimizers that update in place without a version
         # bump (fused=True, the Trainer's default adamw_torch_fused; writes through .data)
         # would otherwise leave dmove on stale weights; about 1% of a BERT-base layer's step
@@ -196,8 +217,14 @@ class _LayerFn(torch.autograd.Function):
             check(lib.dm_layer_set_seed(core.h, seed), "dm_layer_set_seed")
         check(lib.dm_layer_forward(core.h), "dm_layer_forward")
         _calls["forward"] += 1
-        out = t["output"].clone()
-        _copies["output_out"] += out.numel() * 4
+        if ctx.sel is not None:  # back at the real positions; 0 at the padded ones
+            out = hidden.new_zeros(hidden.shape)
+            n = int(ctx.sel.sum())
+            out[ctx.sel] = t["output"].view(-1, hidden.shape[2])[:n]
+            _copies["output_out"] += n * hidden.shape[2] * 4
+        else:
+            out = t["output"].clone()
+            _copies["output_out"] += out.numel() * 4
         ctx.core = core
         if want_grad:
             tok = _Token()
@@ -221,12 +248,23 @@ class _LayerFn(torch.autograd.Function):
                         "is gone (a second backward through the same graph, retain_graph=True, "
                         "is not supported)")
         t = core.t
-        t["grad_output"].copy_(grad_out)
-        _copies["grad_output_in"] += grad_out.numel() * 4
+        sel = ctx.sel
+        if sel is not None:
+            g = grad_out[sel]
+            t["grad_output"].view(-1, grad_out.shape[2])[:g.shape[0]].copy_(g)
+            _copies["grad_output_in"] += g.numel() * 4
+        else:
+            t["grad_output"].copy_(grad_out)
+            _copies["grad_output_in"] += grad_out.numel() * 4
         check(lib.dm_layer_backward(core.h), "dm_layer_backward")
         _calls["backward"] += 1
         gh = None
-        if ctx.needs_input_grad[1]:
+        if ctx.needs_input_grad[1] and sel is not None:
+            gh = grad_out.new_zeros(grad_out.shape)
+            n = int(sel.sum())
+            gh[sel] = t["grad_hidden_states"].view(-1, grad_out.shape[2])[:n]
+            _copies["grad_input_out"] += n * grad_out.shape[2] * 4
+        elif ctx.needs_input_grad[1]:
             gh = t["grad_hidden_states"].clone()
             _copies["grad_input_out"] += gh.numel() * 4
         grads = []
@@ -239,6 +277,7 @@ class _LayerFn(torch.autograd.Function):
                 grads.append(None)
         core.token = None
         ctx.tok = None
+        ctx.sel = None
         return (None, gh, None, None, None, None, *grads)
 
 
@@ -294,11 +333,13 @@ class BertLayer(nn.Module):
     biases 0, LayerNorm 1) under transformers' names. BertLayer(config, layer=hf_layer):
     the submodules (and so the Parameter objects) of a transformers BertLayer.
     forward(hidden_states, attention_mask=None, ...) returns the layer's output tensor, as
-    transformers' BertLayer does.
+    transformers' BertLayer does. unpad=True: a batch padded at the ends of its sequences
+    runs on the real tokens alone, its output 0 at the padded positions (the module's doc).
     """
 
-    def __init__(self, config, layer=None):
+    def __init__(self, config, layer=None, unpad=False):
         super().__init__()
+        self._unpad = bool(unpad)
         self._settings = _layer_settings(config)
         hidden, heads, ffn, p, eps, act = self._settings
         if layer is not None:
@@ -345,12 +386,12 @@ class BertLayer(nn.Module):
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def _acquire(self, b, j):
+    def _acquire(self, b, j, unpad=False):
         with self._lock:
-            return self._acquire_locked(b, j)
+            return self._acquire_locked(b, j, unpad)
 
-    def _acquire_locked(self, b, j):
-        key = (b, j, get_num_threads())
+    def _acquire_locked(self, b, j, unpad):
+        key = (b, j, get_num_threads(), unpad)
         cores = self._cores.pop(key, None)  # back in as the latest used: the oldest shape goes first
         if cores is not None:
             self._cores[key] = cores
@@ -368,7 +409,7 @@ class BertLayer(nn.Module):
         if len(cores) >= _MAX_PENDING:
             raise Error(f"dmove.torch.BertLayer: {len(cores)} forwards of this layer are waiting "
                         "for their backward; run backward (or drop their outputs) first")
-        c = _Core(self._settings, b, j, key[2])
+        c = _Core(self._settings, b, j, key[2], unpad)
         if self._names is None:
             missing = [n for n in c.names if n not in dict(self.named_parameters())]
             if missing:
@@ -411,7 +452,13 @@ class BertLayer(nn.Module):
         if b == 0 or j == 0:
             raise ValueError(f"dmove.torch.BertLayer: empty hidden_states {tuple(x.shape)}")
         mask = _mask01(attention_mask, b, j)
-        core = self._acquire(b, j)
+        unpad = False
+        if self._unpad and mask is not None:  # padding, and only at the ends of the sequences
+            lengths = mask.sum(1)
+            unpad = bool((lengths < j).any()) and bool(
+                (mask == (torch.arange(j) < lengths[:, None]).to(mask.dtype)).all()) and \
+                bool((lengths > 0).any())
+        core = self._acquire(b, j, unpad)
         try:
             params = [self.get_parameter(n) for n in self._names]
             for n, prm in zip(self._names, params):
@@ -428,10 +475,11 @@ class BertLayer(nn.Module):
         return _LayerFn.apply(core, x, mask, training, seed, want_grad, *params)
 
 
-def patch(model):
+def patch(model, unpad=False):
     """Replaces every transformers BertLayer in `model` by a dmove BertLayer sharing its
     parameters (state_dict keys unchanged); returns the model. Refuses (ValueError) a model
-    without one, or a config dmove's layer cannot run."""
+    without one, or a config dmove's layer cannot run. unpad=True: padded batches run on
+    their real tokens alone (BertLayer's unpad)."""
     from transformers.models.bert.modeling_bert import BertLayer as HFBertLayer
     config = getattr(model, "config", None)
     found = []
@@ -444,5 +492,5 @@ def patch(model):
     if config is None:
         raise ValueError("dmove.torch.patch: the model has no .config (a transformers model)")
     for parent, cname, child in found:
-        setattr(parent, cname, BertLayer(config, layer=child))
+        setattr(parent, cname, BertLayer(config, layer=child, unpad=unpad))
     return model

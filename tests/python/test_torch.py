@@ -85,6 +85,34 @@ def test_masked_lm_equals_unpatched(attn):
     same_step(ref, pat, input_ids=ids, attention_mask=mask, labels=labels)
 
 
+def test_unpad_equals_unpatched():
+    # padding at the ends of the sequences, no label on it (as transformers' collators make
+    # batches): the unpadded layers give the same loss and gradients, 0 at padded positions
+    torch.manual_seed(3)
+    ref = BertForMaskedLM(tiny_config())
+    pat = dt.patch(copy.deepcopy(ref), unpad=True)
+    ids, mask, labels = batch()
+    labels = labels.masked_fill(mask == 0, -100)
+    dt.reset_copy_stats()
+    same_step(ref, pat, input_ids=ids, attention_mask=mask, labels=labels)
+    st = dt.copy_stats()
+    assert st["hidden_in"] == 2 * int(mask.sum()) * 32 * 4  # the real tokens alone, 2 layers
+    layer = pat.bert.encoder.layer[0]
+    x = torch.randn(B, J, 32)
+    y = layer(x, attention_mask=mask)
+    want = ref.bert.encoder.layer[0](x, attention_mask=(1.0 - mask[:, None, None, :].float()) * -1e9)
+    want = want[0] if isinstance(want, tuple) else want
+    sel = mask.bool()
+    assert rel(y[sel], want[sel]) <= 1e-5 and bool((y[~sel] == 0).all())
+    # padding inside a sequence: not unpadded, the padded layer runs (HF's outputs there)
+    holes = mask.clone()
+    holes[0, 3] = 0
+    y2 = layer(x, attention_mask=holes)
+    want2 = ref.bert.encoder.layer[0](x, attention_mask=(1.0 - holes[:, None, None, :].float()) * -1e9)
+    want2 = want2[0] if isinstance(want2, tuple) else want2
+    assert rel(y2, want2) <= 1e-5
+
+
 def test_sequence_classification_and_no_mask():
     torch.manual_seed(1)
     ref = BertForSequenceClassification(tiny_config(num_labels=3))
