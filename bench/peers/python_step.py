@@ -10,6 +10,11 @@ the ratios and the bytes copied between torch and dmove per patched step.
 
     PYTHONPATH=python python3 bench/peers/python_step.py --rounds 5
     (after `make python`; --no-compile skips torch.compile; --batch/--seq/--layers)
+
+--fill F (below 1): padded batches, as a collator pads to the longest sequence: each
+sequence's length drawn uniformly so that the mean fill is about F, the padding at the end
+(attention_mask 0, labels -100 there), the same batch for every variant; a fourth variant,
+"unpad", is the model patched with unpad=True (the layers on the real tokens alone).
 """
 import argparse
 import copy
@@ -33,7 +38,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--fill", type=float, default=1.0)
     a = ap.parse_args()
+    if not 0.0 < a.fill <= 1.0:
+        ap.error("--fill: a fraction in (0, 1]")
 
     torch.manual_seed(0)
     cfg = BertConfig(num_hidden_layers=a.layers)  # BERT-base: 768/12/3072, vocab 30522
@@ -41,7 +49,12 @@ def main():
     pat = dt.patch(copy.deepcopy(ref)).train()
     ids = torch.randint(1000, cfg.vocab_size, (a.batch, a.seq))
     mask = torch.ones(a.batch, a.seq, dtype=torch.long)
-    labels = torch.where(torch.rand(a.batch, a.seq) < 0.15, ids, torch.full_like(ids, -100))
+    if a.fill < 1.0:  # lengths uniform on [lo, hi] with mean about fill * seq
+        hi = a.seq if a.fill >= 0.5 else max(1, round(2 * a.fill * a.seq))
+        lo = max(1, round((2 * a.fill - 1) * a.seq)) if a.fill >= 0.5 else 1
+        lengths = torch.randint(lo, hi + 1, (a.batch,))
+        mask = (torch.arange(a.seq) < lengths[:, None]).long()
+    labels = torch.where((torch.rand(a.batch, a.seq) < 0.15) & mask.bool(), ids, torch.full_like(ids, -100))
 
     variants = {"eager": (ref, torch.optim.AdamW(ref.parameters(), lr=1e-4))}
     compile_why = ""
@@ -52,6 +65,9 @@ def main():
         except Exception as e:  # noqa: BLE001
             compile_why = f"torch.compile unavailable: {type(e).__name__}: {e}"
     variants["patched"] = (pat, torch.optim.AdamW(pat.parameters(), lr=1e-4))
+    if a.fill < 1.0:
+        unp = dt.patch(copy.deepcopy(ref), unpad=True).train()
+        variants["unpad"] = (unp, torch.optim.AdamW(unp.parameters(), lr=1e-4))
 
     def step(model, opt):
         opt.zero_grad(set_to_none=True)
@@ -77,7 +93,7 @@ def main():
     copies = None
     for r in range(a.rounds):
         for name, (model, opt) in variants.items():
-            if name == "patched":
+            if name in ("patched", "unpad"):
                 dt.reset_copy_stats()
             t = time.perf_counter()
             step(model, opt)
@@ -95,7 +111,8 @@ def main():
     except Exception:  # noqa: BLE001
         pass
     print(f"python_step: BertForMaskedLM BERT-base ({a.layers} layers) b={a.batch} j={a.seq} "
-          f"fp32 CPU, training step (forward, backward, AdamW), dropout 0.1")
+          f"fp32 CPU, training step (forward, backward, AdamW), dropout 0.1"
+          + (f"; padded batch, fill {float(mask.float().mean()):.3f}" if a.fill < 1.0 else ""))
     print(f"  {cpu}, {os.cpu_count()} cores, torch {torch.__version__} "
           f"({torch.get_num_threads()} threads), dmove threads {dt.get_num_threads()}, "
           f"python {platform.python_version()}")
@@ -106,8 +123,10 @@ def main():
     if compile_why:
         print(f"  {compile_why}")
     for k in med:
-        if k != "patched":
+        if k not in ("patched", "unpad"):
             print(f"  patched vs {k}: {med[k] / med['patched']:.2f}x")
+            if "unpad" in med:
+                print(f"  unpad vs {k}: {med[k] / med['unpad']:.2f}x")
     if copies:
         mb = lambda n: f"{n / 2**20:.1f} MiB"
         print(f"  copies per patched step: {mb(copies['total'])} "
