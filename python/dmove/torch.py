@@ -338,7 +338,7 @@ class BertLayer(nn.Module):
     """
 
     def __init__(self, config, layer=None, unpad=False):
-        super().__init__()
+        nn.Module.__init__(self)  # not a transformers BertLayer's own __init__ (patch's class)
         self._unpad = bool(unpad)
         self._settings = _layer_settings(config)
         hidden, heads, ffn, p, eps, act = self._settings
@@ -475,6 +475,27 @@ class BertLayer(nn.Module):
         return _LayerFn.apply(core, x, mask, training, seed, want_grad, *params)
 
 
+_classes = {}  # transformers' BertLayer class -> dmove's layer class that is one too
+
+
+def _layer_class(hf_cls):
+    """dmove's BertLayer as a subclass of transformers' BertLayer class as well: the model
+    then sees its own kind of layer, so output_hidden_states records each layer's output
+    (transformers hooks the modules of that class) and gradient_checkpointing_enable()
+    checkpoints them (its GradientCheckpointingLayer wraps the forward). The forward is
+    dmove's. Registered under a module-level name, so torch.save of a model pickles."""
+    c = _classes.get(hf_cls)
+    if c is None:
+        name = "_PatchedBertLayer_" + "".join(ch if ch.isalnum() else "_" for ch in hf_cls.__module__)
+        try:
+            c = type(name, (BertLayer, hf_cls), {"__module__": __name__, "__doc__": BertLayer.__doc__})
+        except TypeError:  # a transformers whose BertLayer cannot be a base: dmove's alone
+            c = BertLayer
+        globals()[name] = c
+        _classes[hf_cls] = c
+    return c
+
+
 def patch(model, unpad=False):
     """Replaces every transformers BertLayer in `model` by a dmove BertLayer sharing its
     parameters (state_dict keys unchanged); returns the model. Refuses (ValueError) a model
@@ -485,12 +506,22 @@ def patch(model, unpad=False):
     found = []
     for name, mod in model.named_modules():
         for cname, child in mod.named_children():
-            if isinstance(child, HFBertLayer):
+            if isinstance(child, HFBertLayer) and not isinstance(child, BertLayer):
                 found.append((mod, cname, child))
     if not found:
         raise ValueError("dmove.torch.patch: no transformers BertLayer in this model")
     if config is None:
         raise ValueError("dmove.torch.patch: the model has no .config (a transformers model)")
+    cls = _layer_class(HFBertLayer)
     for parent, cname, child in found:
-        setattr(parent, cname, BertLayer(config, layer=child, unpad=unpad))
+        new = cls(config, layer=child, unpad=unpad)
+        if getattr(child, "gradient_checkpointing", False):  # enabled before the patch
+            new.gradient_checkpointing = True
+            new._gradient_checkpointing_func = child._gradient_checkpointing_func
+        setattr(parent, cname, new)
+    # transformers hooks the modules that record outputs (hidden states) once per model:
+    # hooks made before the patch sit on the layers it replaced, so they are made again
+    for mod in model.modules():
+        if getattr(mod, "_output_capturing_hooks_installed", False):
+            mod._output_capturing_hooks_installed = False
     return model

@@ -1,5 +1,6 @@
 """dmove.torch against transformers: tests/test_python.sh runs these (make test)."""
 import copy
+import io
 import ctypes
 
 import pytest
@@ -111,6 +112,46 @@ def test_unpad_equals_unpatched():
     want2 = ref.bert.encoder.layer[0](x, attention_mask=(1.0 - holes[:, None, None, :].float()) * -1e9)
     want2 = want2[0] if isinstance(want2, tuple) else want2
     assert rel(y2, want2) <= 1e-5
+
+
+def test_output_hidden_states_and_gradient_checkpointing():
+    torch.manual_seed(5)
+    ref = BertForMaskedLM(tiny_config())
+    pat = dt.patch(copy.deepcopy(ref))
+    ids, mask, labels = batch()
+    # every layer's output recorded, as the unpatched model records them
+    r = ref(input_ids=ids, attention_mask=mask, labels=labels, output_hidden_states=True)
+    p = pat(input_ids=ids, attention_mask=mask, labels=labels, output_hidden_states=True)
+    assert p.hidden_states is not None and len(p.hidden_states) == len(r.hidden_states) == 3
+    for a, b in zip(p.hidden_states, r.hidden_states):
+        assert rel(a, b) <= 1e-5
+    # checkpointed, both ways torch offers: the same loss and gradients. Reentrant: each
+    # layer's forward without gradients, then again in the backward (4 dmove forwards for 2
+    # layers); non-reentrant: torch recomputes only when the saved tensors it dropped are
+    # needed, and dmove's layer saves none with autograd (its activations are in its own
+    # arena), so each runs once
+    for reentrant, forwards in ((True, 4), (False, 2)):
+        r2, p2 = copy.deepcopy(ref), copy.deepcopy(pat)
+        for m in (r2, p2):
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+            m.train()
+        assert all(l.gradient_checkpointing for l in p2.bert.encoder.layer)
+        dt.reset_copy_stats()
+        same_step(r2, p2, input_ids=ids, attention_mask=mask, labels=labels)
+        st = dt.copy_stats()
+        assert st["forward"] == forwards and st["backward"] == 2, (reentrant, st)
+    # a model pickled with its patched layers (whose class is transformers' BertLayer too)
+    # loads and runs (one that recorded hidden states holds transformers' hooks: those do
+    # not pickle, patched or not)
+    fresh = dt.patch(BertForMaskedLM(tiny_config())).eval()
+    buf = io.BytesIO()
+    torch.save(fresh, buf)
+    buf.seek(0)
+    again = torch.load(buf, weights_only=False)
+    assert type(again.bert.encoder.layer[0]) is type(fresh.bert.encoder.layer[0])
+    with torch.no_grad():
+        assert rel(again(input_ids=ids, attention_mask=mask).logits,
+                   fresh(input_ids=ids, attention_mask=mask).logits) <= 1e-6
 
 
 def test_sequence_classification_and_no_mask():
