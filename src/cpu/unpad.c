@@ -157,6 +157,7 @@ static dm_status scale_groups(dm_cpu_exec *ex, const dm_plan *plan, char *arena,
                 eg->zrow[eg->nztail++] = ld;
             }
         }
+        if (s != DM_OK) break;
         if (eg->contract) { /* its mapping with the tokens as one letter of cap and cap - 1 rows */
             dm_gemm_map m1, m2;
             float *A = eg->gemm.swapped ? eg->gemm.B : eg->gemm.A, *B = eg->gemm.swapped ? eg->gemm.A : eg->gemm.B;
