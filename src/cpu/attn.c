@@ -87,8 +87,10 @@ static void attn_item(const dm_attn_dims *a, const dm_attn_io *io, uint64_t seed
     for (int64_t j = 0; j < L; j++) {
         float *x = pr + j * J;
         const int64_t n = a->causal ? j + 1 : L;
-        float m = -INFINITY, sum = 0;
+        float m = -INFINITY, sum = 0; /* as the padded layer's softmax row (norm.c) */
+#pragma omp simd reduction(max : m)
         for (int64_t c = 0; c < n; c++) m = x[c] > m ? x[c] : m;
+#pragma omp simd reduction(+ : sum)
         for (int64_t c = 0; c < n; c++) {
             x[c] = dm_expf(x[c] - m);
             sum += x[c];
@@ -128,6 +130,7 @@ static void attn_bwd_item(const dm_attn_dims *a, const dm_attn_io *io, uint64_t 
         if (a->p > 0)
             for (int64_t c = 0; c < n; c++) x[c] = dj[c] != 0.0f ? x[c] * scale : 0.0f;
         float sum = 0;
+#pragma omp simd reduction(+ : sum)
         for (int64_t c = 0; c < n; c++) sum += x[c] * y[c];
         for (int64_t c = 0; c < n; c++) x[c] = y[c] * (x[c] - sum);
         for (int64_t c = n; c < L; c++) x[c] = 0.0f;
