@@ -288,7 +288,7 @@ test: $(BUILD)/dmove $(BUILD)/libdmove.so $(TEST_BIN)
 	  OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $$t >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; [ $$rc = 0 ]; done
 	@set -e; for s in tests/test_*.sh; do [ -e "$$s" ] || continue; echo "== $$s"; l=$(BUILD)/test-logs/$$(basename $$s).log; \
 	  DMOVE=$(BUILD)/dmove DMOVE_LIB=$(BUILD)/libdmove.so sh $$s >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; [ $$rc = 0 ]; done
-	@set -e; for isa in avx2 none; do for t in test_layer_ref test_tune; do \
+	@set -e; for isa in avx2 none; do for t in test_layer_ref test_tune test_unpad; do \
 	  echo "== $(BUILD)/tests/$$t with DMOVE_ISA=$$isa"; l=$(BUILD)/test-logs/$$t-isa-$$isa.log; \
 	  DMOVE_ISA=$$isa OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/tests/$$t >$$l 2>&1 && rc=0 || rc=$$?; \
 	  cat $$l; [ $$rc = 0 ]; done; done
