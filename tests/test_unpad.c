@@ -15,8 +15,9 @@
  *    unpad with recompute, with a plan file, or on a backend without it is refused;
  *  - a whole BERT (dm_model: embeddings, 2 layers, the MLM head; the classifier too) built
  *    unpadded gives the padded model's loss, hidden states (padding rows 0) and every
- *    parameter gradient (dropout 0: the embeddings' masks would fall on other rows), over
- *    two batches of other lengths; a mask that is not 1s then 0s is refused. */
+ *    parameter gradient, dropout 0 and 0.1 (every dropout keyed by the padded positions,
+ *    the embeddings' too), over two batches of other lengths; a mask that is not 1s then
+ *    0s is refused and leaves the last batch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,11 +203,11 @@ static void refusals(void) {
 }
 
 /* The whole model, padded and unpadded, on the same batches (dropout 0). */
-static void model_pair(dm_model_head head, dm_xent_mode xent) {
+static void model_pair(dm_model_head head, dm_xent_mode xent, double dropout) {
     dm_model_config mc = {.layers = 2, .head = head, .pad_id = 0};
     dm_layer_config_default(&mc.layer);
     mc.layer.batch = 3, mc.layer.seq = 12, mc.layer.hidden = 32, mc.layer.heads = 2, mc.layer.ffn = 64;
-    mc.layer.dropout = 0.0;
+    mc.layer.dropout = dropout;
     mc.sizes = (dm_bert_sizes){.vocab = 50, .positions = 16, .types = 2, .predictions = 8, .classes = 3,
                                .xent = xent};
     dm_model *M[2] = {NULL, NULL};
@@ -271,8 +272,8 @@ static void model_pair(dm_model_head head, dm_xent_mode xent) {
             worst = worst_of(worst, rel_err(b, a, (size_t)m));
             if (rel_err(b, a, (size_t)m) > 2e-5) printf("    %s rel.err %.2e\n", names[q], rel_err(b, a, (size_t)m));
         }
-        printf("  model (%s head) batch %d: loss %.6f / %.6f, worst rel.err %.2e\n",
-               head == DM_MODEL_HEAD_CLS ? "classifier" : "MLM", k, loss[0], loss[1], worst);
+        printf("  model (%s head, dropout %.1f) batch %d: loss %.6f / %.6f, worst rel.err %.2e\n",
+               head == DM_MODEL_HEAD_CLS ? "classifier" : "MLM", dropout, k, loss[0], loss[1], worst);
         CHECK(worst < 2e-5);
     }
     double last, again;
@@ -288,9 +289,9 @@ done:
 }
 
 int main(void) {
-    model_pair(DM_MODEL_HEAD_MLM, DM_XENT_UNFUSED);
-    model_pair(DM_MODEL_HEAD_MLM, DM_XENT_FUSED);
-    model_pair(DM_MODEL_HEAD_CLS, DM_XENT_AUTO);
+    model_pair(DM_MODEL_HEAD_MLM, DM_XENT_UNFUSED, 0.0);
+    model_pair(DM_MODEL_HEAD_MLM, DM_XENT_FUSED, 0.1);
+    model_pair(DM_MODEL_HEAD_CLS, DM_XENT_AUTO, 0.1);
     for (int pre = 0; pre < 2; pre++)
         for (int causal = 0; causal < 2; causal++) variant(pre, causal, 0.1, 1, DM_SCHED_FUSED);
     variant(0, 0, 0.0, 1, DM_SCHED_FUSED);

@@ -77,6 +77,7 @@ typedef struct {
     int64_t tokens;           /* the live rows this step (dm_cpu_exec_set_rows) */
     int64_t *tokkey;          /* per token row: the padded layer's row (its dropout keys) */
     int64_t *tok_off;         /* an unpadded layer's: the sequences' first rows this step (b + 1) */
+    int64_t tok_b, tok_j;     /* live rows "bj": b and j (set_rows' lengths), else 0 */
     char tok_why[256];        /* a plan with live rows that runs whole all the same: why */
 } dm_cpu_exec;
 

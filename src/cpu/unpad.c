@@ -228,6 +228,7 @@ dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, char *ar
     if (s != DM_OK) return attn ? dm_fail_context(s, "unpadded layer: ") : s;
     ex->tok_cap = cap;
     ex->tokens = cap;
+    if (g->live[1]) ex->tok_b = g->dim[g->live[0] - 'a'], ex->tok_j = g->dim[g->live[1] - 'a'];
     for (int64_t r = 0; r < cap; r++) ex->tokkey[r] = r;
     for (int64_t b = 0; attn && b <= B; b++) ex->tok_off[b] = b * J; /* whole until set_rows */
     for (int gi = 0; attn && gi < ex->ngroups; gi++) /* the attention: the offsets of the step's start */
@@ -262,7 +263,11 @@ dm_status dm_cpu_exec_set_rows(dm_cpu_exec *ex, int64_t rows, const float *lengt
         cut_gemms(ex);
         return DM_OK;
     }
-    if (!a) return dm_fail(DM_ERR_INVALID_ARG, "sequence lengths are for an unpadded layer");
+    /* an unpadded layer's sequences, or tokens rows "bj" packed from sequences of these
+     * lengths (an unpadded model's embeddings: their dropout keyed by the padded rows) */
+    const dm_attn_dims bj = {.B = ex->tok_b, .J = ex->tok_j};
+    if (!a && !ex->tok_b) return dm_fail(DM_ERR_INVALID_ARG, "sequence lengths are for the tokens of sequences");
+    if (!a) a = &bj;
     int64_t *off = malloc(sizeof(int64_t) * (size_t)(a->B + 1));
     if (!off) return dm_fail(DM_ERR_OOM, "out of memory for the sequence offsets");
     dm_status s = dm_cpu_attn_offsets(a, lengths, off);
@@ -272,7 +277,7 @@ dm_status dm_cpu_exec_set_rows(dm_cpu_exec *ex, int64_t rows, const float *lengt
         ex->tokens = off[a->B];
         for (int64_t q = 0; q < a->B; q++)
             for (int64_t t = off[q]; t < off[q + 1]; t++) ex->tokkey[t] = q * a->J + (t - off[q]);
-        memcpy(ex->tok_off, off, sizeof(int64_t) * (size_t)(a->B + 1));
+        if (ex->tok_off) memcpy(ex->tok_off, off, sizeof(int64_t) * (size_t)(a->B + 1));
         cut_gemms(ex);
     }
     free(off);

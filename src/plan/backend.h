@@ -88,11 +88,12 @@ typedef struct dm_backend {
      * runs just its GEMMs, a GEMM with a row group in its epilogue runs without it. */
     dm_status (*run_group)(dm_backend_state *st, int gi, uint64_t seed, int contractions_only);
     /* The next steps run on the first `rows` of the plan's live rows (graph.h's
-     * dm_graph.live: the MLM head's scored rows, an unpadded model's embedded tokens), or,
-     * for an unpadded layer's plan (graph/encoder.h's unpad; rows ignored), on the tokens
-     * of sequences of these lengths (b floats: whole numbers in [0, j], at least one token
-     * in all; else DM_ERR_INVALID_ARG naming the bad one) packed from row 0: the groups
-     * over those rows run on that many, and the plan's outputs there are 0 past them.
+     * dm_graph.live: the MLM head's scored rows, an unpadded model's embedded tokens), or
+     * (lengths not NULL, rows ignored; an unpadded layer's plan, graph/encoder.h's unpad,
+     * takes nothing else) on the tokens of sequences of these lengths (b floats: whole
+     * numbers in [0, j], at least one token in all; else DM_ERR_INVALID_ARG naming the bad
+     * one) packed from row 0, their dropout keyed by the padded positions: the groups over
+     * those rows run on that many, and the plan's outputs there are 0 past them.
      * DM_ERR_UNSUPPORTED (saying why) for a plan that can only run whole. NULL where the
      * backend runs every plan whole (dm_layer_new refuses dm_layer_options.unpad there). */
     dm_status (*set_rows)(dm_backend_state *st, int64_t rows, const float *lengths);

@@ -352,11 +352,12 @@ static dm_status model_upload(dm_model *m) {
     return link(m, m->emb, "embeddings.word_embeddings.weight", m->head, "cls.predictions.decoder.weight");
 }
 
-/* Segment L's next steps on its first `rows` live rows (backend.h's set_rows), where its
- * backend and plan can (else it runs whole: the same results, more work). */
-static dm_status live_rows(const dm_model *m, dm_layer *L, int64_t rows) {
+/* Segment L's next steps on its first `rows` live rows (backend.h's set_rows), or on the
+ * tokens of sequences of these lengths, where its backend and plan can (else it runs
+ * whole: the same results, more work). */
+static dm_status live_rows(const dm_model *m, dm_layer *L, int64_t rows, const float *lengths) {
     if (!m->bk->set_rows) return DM_OK;
-    const dm_status s = m->bk->set_rows(L->st, rows, NULL);
+    const dm_status s = m->bk->set_rows(L->st, rows, lengths);
     return s == DM_ERR_UNSUPPORTED ? DM_OK : s;
 }
 
@@ -364,7 +365,11 @@ dm_status dm_model_forward(dm_model *m, int64_t step, double *loss, int64_t *cor
     if (!m) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_forward: NULL model");
     DM_TRY(model_upload(m));
     DM_TRY(dm_layer_set_seed(m->emb, segment_seed(m, 0, step)));
-    if (m->off) DM_TRY(live_rows(m, m->emb, m->off[m->c.layer.batch])); /* the packed tokens alone */
+    if (m->off) { /* the packed tokens alone, their dropout keyed by the padded positions */
+        float *len;
+        DM_TRY(dm_layer_tensor(m->enc[0], "seq_lengths", &len, NULL, NULL));
+        DM_TRY(live_rows(m, m->emb, 0, len));
+    }
     DM_TRY(dm_layer_forward(m->emb));
     DM_TRY(link(m, m->emb, "output", m->enc[0], "hidden_states"));
     for (int l = 0; l < m->c.layers; l++) {
@@ -382,7 +387,7 @@ dm_status dm_model_forward(dm_model *m, int64_t step, double *loss, int64_t *cor
     DM_TRY(link(m, last, "output", m->head, "hidden_states"));
     DM_TRY(dm_layer_set_seed(m->head, segment_seed(m, m->c.layers + 1, step))); /* the classifier's dropout */
     if (m->c.head == DM_MODEL_HEAD_MLM) /* the scored rows alone (one at least: a row that counts not) */
-        DM_TRY(live_rows(m, m->head, m->counted > 0 ? m->counted : 1));
+        DM_TRY(live_rows(m, m->head, m->counted > 0 ? m->counted : 1, NULL));
     DM_TRY(dm_layer_forward(m->head));
     DM_TRY(m->bk->sync(m->head->st));
     float *rows;

@@ -52,8 +52,9 @@ typedef struct dm_model {
     char **label_names; /* classifier: the classes' names (sizes.classes of them), or NULL */
     /* opt.unpad (issue 25): the encoder layers work on the real tokens alone. A batch's
      * tokens are packed from row 0 into the embeddings (their positions the padded
-     * ones'), the layers get the sequences' lengths (each attention_mask must then be 1s
-     * then 0s), and the heads' rows point into the packed tokens */
+     * ones'; the embeddings too run on them alone, their dropout keyed by the padded
+     * positions), the layers get the sequences' lengths (each attention_mask must then be
+     * 1s then 0s), and the heads' rows point into the packed tokens */
     int64_t *off;      /* the last batch's first packed row per sequence (batch + 1) */
     float *hidden;     /* dm_model_hidden's padded copy of the packed hidden states */
 } dm_model;
