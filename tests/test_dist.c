@@ -4,7 +4,8 @@
  * whole global batch (N * b), and the two must agree: the losses each step and, after the
  * steps, every parameter and both moments (compared through their checkpoints), within
  * fp32 rounding. Cases: the encoder stack (MSE, AdamW with clipping), the same with
- * gradient accumulation, a BertForMaskedLM with LAMB, a classifier. Then checkpoints:
+ * gradient accumulation, a BertForMaskedLM with LAMB, a classifier, both unpadded too (each
+ * rank packs the real tokens of its part). Then checkpoints:
  * written once (rank 0), a resume with the same N bit-identical to the run that went on,
  * a resume alone with the global batch close to it; and dm_dist_agree naming the rank
  * that differs. */
@@ -88,9 +89,10 @@ static dm_status feed(dm_trainer *T, task_kind k, const global_batch *g, int64_t
 }
 
 static dm_device_kind g_device = DM_DEVICE_CPU;
+static int g_unpad; /* the whole model's layers on the real tokens alone (each rank packs its part) */
 
 static dm_status make(dm_trainer **T, task_kind k, int64_t batch, const dm_optim_config *a, int64_t V) {
-    const dm_layer_options o = {.device = g_device};
+    const dm_layer_options o = {.device = g_device, .unpad = g_unpad && k != TASK_STACK};
     dm_layer_config c;
     dm_layer_config_default(&c);
     c.batch = batch, c.seq = 8, c.hidden = 16, c.heads = 2, c.ffn = 32, c.dropout = 0.0, c.seed = 9;
@@ -317,6 +319,10 @@ int main(void) {
     test_equivalence(d, TASK_MLM, "ZeRO 1: BertForMaskedLM, AdamW, clipped:", DM_OPT_ADAMW, 1, 1);
     test_equivalence(d, TASK_MLM, "ZeRO 1: the same, LAMB, 2 micro-batches:", DM_OPT_LAMB, 2, 1);
     test_equivalence(d, TASK_STACK, "ZeRO 1: encoder stack, AdamW:", DM_OPT_ADAMW, 1, 1);
+    g_unpad = 1;
+    test_equivalence(d, TASK_MLM, "unpadded: BertForMaskedLM, AdamW, clipped:", DM_OPT_ADAMW, 1, 0);
+    test_equivalence(d, TASK_CLS, "unpadded: BertForSequenceClassification, ZeRO 1:", DM_OPT_ADAMW, 1, 1);
+    g_unpad = 0;
     test_resume(d, 0);
     test_resume(d, 1);
     /* the CUDA backend's reduction, emulated on the host (no GPU here; NCCL on a GPU) */
