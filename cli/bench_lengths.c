@@ -59,10 +59,18 @@ static int read_lengths_file(const char *path, int64_t J, lengths_dist *d) {
             if (!*p) break;
             char *at = p;
             const long long x = read_length(&p, 0);
+            const int wlen = (int)strcspn(at, " \t\r\n\v\f");
+            int text = wlen <= 40;
+            for (int c = 0; c < wlen && text; c++) text = isprint((unsigned char)at[c]) != 0;
+            if (x < 0 && !text) {
+                cli_error(CMD, "--lengths: %s line %" PRId64 ": no length there (a whole number of tokens, at least "
+                          "1; is this a text file?)", path, lineno);
+                rc = -1;
+                break;
+            }
             if (x < 0) {
                 cli_error(CMD, "--lengths: %s line %" PRId64 ": '%.*s' is no length (a whole number of tokens, "
-                          "at least 1%s)", path, lineno, (int)strcspn(at, " \t\r\n"), at,
-                          x == -2 ? ", within 64 bits" : "");
+                          "at least 1%s)", path, lineno, wlen, at, x == -2 ? ", within 64 bits" : "");
                 rc = -1;
                 break;
             }
@@ -81,7 +89,7 @@ static int read_lengths_file(const char *path, int64_t J, lengths_dist *d) {
         }
     }
     if (rc == 0 && ferror(f)) {
-        cli_error(CMD, "--lengths: reading %s failed", path);
+        cli_error(CMD, "--lengths: reading %s failed: %s", path, strerror(errno));
         rc = -1;
     }
     free(line);
