@@ -245,6 +245,10 @@ static void model_pair(dm_model_head head, dm_xent_mode xent, double dropout) {
         for (int u = 0; u < 2 && head == DM_MODEL_HEAD_MLM; u++) {
             const dm_cpu_exec *he = dm_cpu_backend_exec(M[u]->bk, M[u]->head->st);
             CHECK(he && he->tok_cap == 8 && he->tokens == M[u]->counted && M[u]->counted > 0);
+            float *lr; /* the loss rows past the scored ones: 0, not the last batch's */
+            int64_t nl = 0;
+            lr = T_(M[u]->head, "loss", &nl);
+            for (int64_t r = M[u]->counted; lr && r < nl; r++) CHECK(lr[r] == 0.0f);
         }
         double worst = fabs(loss[1] - loss[0]) / fabs(loss[0]);
         int pad_zero = 1;

@@ -384,6 +384,7 @@ class BertLayer(nn.Module):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.__dict__.setdefault("_unpad", False)  # pickled before unpad existed
         self._lock = threading.Lock()
 
     def _acquire(self, b, j, unpad=False):
@@ -489,11 +490,22 @@ def _layer_class(hf_cls):
         name = "_PatchedBertLayer_" + "".join(ch if ch.isalnum() else "_" for ch in hf_cls.__module__)
         try:
             c = type(name, (BertLayer, hf_cls), {"__module__": __name__, "__doc__": BertLayer.__doc__})
+            c.__name__ = "BertLayer"  # what tools that match layers by name see; pickled by __qualname__
         except TypeError:  # a transformers whose BertLayer cannot be a base: dmove's alone
             c = BertLayer
         globals()[name] = c
         _classes[hf_cls] = c
     return c
+
+
+def __getattr__(name):
+    # a patched model unpickled in a process that has not patched yet: its layer class
+    if name.startswith("_PatchedBertLayer_"):
+        from transformers.models.bert.modeling_bert import BertLayer as HFBertLayer
+        c = _layer_class(HFBertLayer)
+        if c.__qualname__ == name:
+            return c
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def patch(model, unpad=False):

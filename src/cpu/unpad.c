@@ -260,6 +260,7 @@ dm_status dm_cpu_exec_set_rows(dm_cpu_exec *ex, int64_t rows, const float *lengt
             return dm_fail(DM_ERR_INVALID_ARG, "%lld live rows: from 1 to %lld", (long long)rows,
                            (long long)ex->tok_cap);
         ex->tokens = rows;
+        for (int64_t r = 0; ex->tok_b && r < rows; r++) ex->tokkey[r] = r; /* no sequences: the rows' own keys */
         cut_gemms(ex);
         return DM_OK;
     }

@@ -1,6 +1,8 @@
 """dmove.torch against transformers: tests/test_python.sh runs these (make test)."""
 import copy
 import io
+import subprocess
+import sys
 import ctypes
 
 import pytest
@@ -114,7 +116,7 @@ def test_unpad_equals_unpatched():
     assert rel(y2, want2) <= 1e-5
 
 
-def test_output_hidden_states_and_gradient_checkpointing():
+def test_output_hidden_states_and_gradient_checkpointing(tmp_path):
     torch.manual_seed(5)
     ref = BertForMaskedLM(tiny_config())
     pat = dt.patch(copy.deepcopy(ref))
@@ -149,9 +151,22 @@ def test_output_hidden_states_and_gradient_checkpointing():
     buf.seek(0)
     again = torch.load(buf, weights_only=False)
     assert type(again.bert.encoder.layer[0]) is type(fresh.bert.encoder.layer[0])
+    assert type(fresh.bert.encoder.layer[0]).__name__ == "BertLayer"
     with torch.no_grad():
-        assert rel(again(input_ids=ids, attention_mask=mask).logits,
-                   fresh(input_ids=ids, attention_mask=mask).logits) <= 1e-6
+        want = fresh(input_ids=ids, attention_mask=mask).logits
+        assert rel(again(input_ids=ids, attention_mask=mask).logits, want) <= 1e-6
+    # and in a new process that has not patched anything
+    path = tmp_path / "patched.pt"
+    torch.save(fresh, path)
+    torch.save((ids, mask, want), tmp_path / "io.pt")
+    code = (f"import torch, dmove.torch\n"
+            f"m = torch.load({str(path)!r}, weights_only=False)\n"
+            f"ids, mask, want = torch.load({str(tmp_path / 'io.pt')!r})\n"
+            f"with torch.no_grad():\n"
+            f"    got = m(input_ids=ids, attention_mask=mask).logits\n"
+            f"assert float((got - want).norm() / want.norm()) <= 1e-6\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
 
 
 def test_sequence_classification_and_no_mask():
