@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -222,6 +223,19 @@ static int report(const cli_config *c, const char *spec, const lengths_dist *d, 
              bench_jnum(root, "fill", fill) && bench_jnum(root, "padded_step_ms", pad_ms) &&
              bench_jnum(root, "unpadded_step_ms", unp_ms) && bench_jnum(root, "unpadded_speedup", pad_ms / unp_ms) &&
              cJSON_AddStringToObject(root, "dmove_version", DMOVE_VERSION);
+    /* where and when, as the other bench reports record them */
+    char cpu[256], date[32];
+    const char *isa;
+    dm_cpu_model_name(cpu, sizeof cpu, "unknown");
+    dm_cpu_kernel_isa(&isa, NULL, NULL);
+    time_t now = time(NULL);
+    struct tm tmv;
+    if (now == (time_t)-1 || !gmtime_r(&now, &tmv) || !strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tmv))
+        snprintf(date, sizeof date, "unknown");
+    cJSON *mach = NULL;
+    ok = ok && (mach = cJSON_AddObjectToObject(root, "machine")) != NULL && cJSON_AddStringToObject(mach, "cpu", cpu) &&
+         cJSON_AddStringToObject(mach, "cpu_kernel_isa", isa) && cJSON_AddStringToObject(root, "date", date) &&
+         bench_jnum(root, "real_tokens_per_batch", fill * (double)(cfg->batch * cfg->seq));
     return bench_json_emit(root, ok);
 }
 
