@@ -157,35 +157,26 @@ static int add_op(dm_graph *g, dm_op_kind k, const dm_op *proto, const char *spe
     op.nout = dm_op_nout(k);
     snprintf(op.name, sizeof op.name, "%s_%d", dm_op_kind_name(k), serial++);
     char let[3][16] = {"", "", ""};
-    if (k == DM_OP_ATTN || k == DM_OP_ATTN_BWD) { /* packed sequences: Q, K, V, lengths [, probs, dctx] */
-        static const char *const ain[6] = {"bjhp", "bjhp", "bjhp", "b", "bhjk", "bjhp"},
-                                 *const aout[2][3] = {{"bjhp", "bhjk", ""}, {"bjhp", "bjhp", "bjhp"}};
-        snprintf(op.spec, sizeof op.spec, "bjhp,bkhp->bhjk");
-        op.rows = g->dim['b' - 'a'] * g->dim['h' - 'a'] * g->dim['j' - 'a'];
-        op.cols = g->dim['j' - 'a'], op.nindex = g->dim['p' - 'a'];
+    if (dm_op_alone(k)) { /* their own operands (ops.def) */
+        static const char *const ain[6] = {"bjhp", "bjhp", "bjhp", "b", "bhjk", "bjhp"}, /* packed sequences */
+                                 *const aout[2][3] = {{"bjhp", "bhjk", ""}, {"bjhp", "bjhp", "bjhp"}},
+                                 *const lin[6] = {"me", "ve", "v", "m", "m", "m"}, /* the fused decoder */
+                                 *const lout[2][3] = {{"m", "m", "m"}, {"me", "ve", "v"}};
+        const int attn = k == DM_OP_ATTN || k == DM_OP_ATTN_BWD;
+        const int bwd = k == DM_OP_ATTN_BWD || k == DM_OP_LINEAR_XENT_BWD;
+        const char *const *in = attn ? ain : lin, *const *out = attn ? aout[bwd] : lout[bwd];
+        snprintf(op.spec, sizeof op.spec, "%s", attn ? "bjhp,bkhp->bhjk" : "me,ve->mv");
+        if (attn) {
+            op.rows = g->dim['b' - 'a'] * g->dim['h' - 'a'] * g->dim['j' - 'a'];
+            op.cols = g->dim['j' - 'a'], op.nindex = g->dim['p' - 'a'];
+        } else {
+            op.rows = g->dim['m' - 'a'], op.cols = g->dim['v' - 'a'], op.nindex = g->dim['e' - 'a'];
+        }
         for (int io = 0; io < 2; io++)
             for (int s = 0; s < (io ? op.nout : op.nin); s++) {
                 char name[DM_NAME_LEN];
                 snprintf(name, sizeof name, "%s_%s%d", op.name, io ? "out" : "in", s);
-                int t = dm_graph_tensor(g, name, io ? aout[k == DM_OP_ATTN_BWD][s] : ain[s],
-                                        io ? DM_ROLE_OUTPUT : in_role);
-                if (t < 0) return -1;
-                if (io) op.out[s] = t;
-                else op.in[s] = t;
-            }
-        return dm_graph_op(g, &op);
-    }
-    if (dm_op_alone(k)) { /* the fused decoder and cross-entropy: its own operands (ops.def) */
-        static const char *const lin[6] = {"me", "ve", "v", "m", "m", "m"}, *const lout[2][3] = {{"m", "m", "m"},
-                                                                                                {"me", "ve", "v"}};
-        snprintf(op.spec, sizeof op.spec, "me,ve->mv");
-        op.rows = g->dim['m' - 'a'], op.cols = g->dim['v' - 'a'], op.nindex = g->dim['e' - 'a'];
-        for (int io = 0; io < 2; io++)
-            for (int s = 0; s < (io ? op.nout : op.nin); s++) {
-                char name[DM_NAME_LEN];
-                snprintf(name, sizeof name, "%s_%s%d", op.name, io ? "out" : "in", s);
-                int t = dm_graph_tensor(g, name, io ? lout[k == DM_OP_LINEAR_XENT_BWD][s] : lin[s],
-                                        io ? DM_ROLE_OUTPUT : in_role);
+                int t = dm_graph_tensor(g, name, io ? out[s] : in[s], io ? DM_ROLE_OUTPUT : in_role);
                 if (t < 0) return -1;
                 if (io) op.out[s] = t;
                 else op.in[s] = t;

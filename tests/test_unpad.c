@@ -143,7 +143,7 @@ static void variant(int pre, int causal, double p, int input_grad, dm_schedule s
         int64_t n;
         float *a = T_(P, dm_layer_param_name(P, q), &n), *b = T_(U, dm_layer_param_name(U, q), &n);
         for (int64_t i = 0; a && b && i < n; i++) {
-            if (n == cfg.hidden || n == cfg.ffn || n == cfg.hidden / cfg.heads * cfg.heads) a[i] += 0.1f * (float)cos(1.3 * (double)i + q);
+            if (n == cfg.hidden || n == cfg.ffn) a[i] += 0.1f * (float)cos(1.3 * (double)i + q);
             b[i] = a[i];
         }
     }

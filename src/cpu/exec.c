@@ -711,9 +711,10 @@ static dm_status exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int on
 
 dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions) {
     const dm_exgroup *eg = &ex->groups[gi];
+    const int in_epilogue = eg->rows_of >= 0 && ex->rows_ran[gi]; /* its GEMM's turn zeroed it */
     DM_TRY(exec_group(ex, gi, seed, only_contractions));
     if (ex->tok_cap) { /* an unpadded layer's outputs past the tokens: 0 */
-        dm_cpu_exec_zero_tail(ex, gi);
+        if (!in_epilogue) dm_cpu_exec_zero_tail(ex, gi);
         if (eg->rows_next >= 0 && ex->rows_ran[eg->rows_next]) dm_cpu_exec_zero_tail(ex, eg->rows_next);
     }
     return DM_OK;

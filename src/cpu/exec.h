@@ -53,7 +53,6 @@ typedef struct {
     dm_attn_io aio;
     int64_t tok_rpt;          /* a row group over the tokens: its rows per token, else 0 */
     int64_t tok_mnk[3];       /* a contraction: its m, n, k per token (0: not over the tokens) */
-    int full_mnk[3];          /* and its m, n, k at full capacity */
     float *ztail[4];          /* the layer's outputs (token rows) it writes: zeroed past the tokens */
     int64_t zrow[4];          /* their floats per token row */
     int nztail;

@@ -47,6 +47,19 @@ static dm_status attn_rows(const dm_plan *plan, char *arena, const dm_op *op, in
     return DM_OK;
 }
 
+/* Three "bjhp" operands (Q, K, V or their gradients) at p[0..2], the row stride they
+ * share at *ld; `what` names them in the refusal of unequal strides. */
+static dm_status attn_rows3(const dm_plan *plan, char *arena, const dm_op *op, const int *t, int64_t P,
+                            const float **p, int64_t *ld, const char *what) {
+    for (int s = 0; s < 3; s++) {
+        int64_t l;
+        DM_TRY(attn_rows(plan, arena, op, t[s], P, &p[s], &l));
+        if (s == 0) *ld = l;
+        if (l != *ld) return dm_fail(DM_ERR_UNSUPPORTED, "%s: %s must have the same row stride", op->name, what);
+    }
+    return DM_OK;
+}
+
 dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, char *arena, const dm_op *op) {
     const dm_graph *g = plan->g;
     const int bwd = op->kind == DM_OP_ATTN_BWD;
@@ -68,17 +81,11 @@ dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *
         return dm_fail(DM_ERR_UNSUPPORTED, "%s: sizes beyond the attention kernel's (b %lld, j %lld, p %lld)", op->name,
                        (long long)a->B, (long long)a->J, (long long)a->P);
     dm_attn_io *io = &eg->aio;
-    int64_t ld[3] = {0};
     const float *qkv[3];
-    for (int s = 0; s < 3; s++) {
-        DM_TRY(attn_rows(plan, arena, op, op->in[s], a->P, &qkv[s], &ld[s]));
-        if (ld[s] != ld[0])
-            return dm_fail(DM_ERR_UNSUPPORTED, "%s: Q, K and V must have the same row stride", op->name);
-    }
+    DM_TRY(attn_rows3(plan, arena, op, op->in, a->P, qkv, &a->ldq, "Q, K and V"));
     io->q = qkv[0];
     io->k = qkv[1];
     io->v = qkv[2];
-    a->ldq = ld[0];
     io->lengths = dm_cpu_tensor_ptr(plan, arena, op->in[3]);
     const int tp = bwd ? op->in[4] : op->out[1];
     pr = &g->t[tp];
@@ -90,17 +97,11 @@ dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *
     const float *c;
     if (bwd) {
         DM_TRY(attn_rows(plan, arena, op, op->in[5], a->P, &io->dctx, &a->ldc));
-        float *d[3];
-        for (int s = 0; s < 3; s++) {
-            DM_TRY(attn_rows(plan, arena, op, op->out[s], a->P, &c, &ld[s]));
-            d[s] = (float *)c;
-            if (ld[s] != ld[0])
-                return dm_fail(DM_ERR_UNSUPPORTED, "%s: dQ, dK and dV must have the same row stride", op->name);
-        }
-        io->dq = d[0];
-        io->dk = d[1];
-        io->dv = d[2];
-        a->ldd = ld[0];
+        const float *d[3];
+        DM_TRY(attn_rows3(plan, arena, op, op->out, a->P, d, &a->ldd, "dQ, dK and dV"));
+        io->dq = (float *)d[0];
+        io->dk = (float *)d[1];
+        io->dv = (float *)d[2];
     } else {
         DM_TRY(attn_rows(plan, arena, op, op->out[0], a->P, &c, &a->ldc));
         io->ctx = (float *)c;
@@ -171,7 +172,6 @@ static dm_status scale_groups(dm_cpu_exec *ex, const dm_plan *plan, char *arena,
                        m1.nbatch == eg->gemm.nbatch && m2.nbatch == m1.nbatch;
             for (int d = 0; d < 3; d++) {
                 same &= a1[d] == full[d];
-                eg->full_mnk[d] = full[d];
                 eg->tok_mnk[d] = a1[d] != a2[d] ? a1[d] - a2[d] : 0;
                 same &= !eg->tok_mnk[d] || eg->tok_mnk[d] * cap == full[d];
             }

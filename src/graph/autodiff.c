@@ -114,10 +114,40 @@ static dm_status emit(ad_ctx *c, const dm_op *op) {
     return dm_graph_op(c->g, op) < 0 ? dm_last_status() : DM_OK;
 }
 
+/* The backward of a fused op whose first three inputs take gradients (LINEAR_XENT,
+ * ATTN): one op `kind` (in: the forward's four inputs, its second output, dy; out: the
+ * three gradients; the forward's einsum, scale and causal flag) writes all three, an input
+ * that takes no gradient getting a temporary. */
+static dm_status rule_fused_bwd(ad_ctx *c, const dm_op *f, const dm_op *proto, int dy, dm_op_kind kind) {
+    dm_graph *g = c->g;
+    int slot[3];
+    for (int i = 0; i < 3; i++) {
+        slot[i] = grad_slot(c, f->in[i]);
+        if (slot[i] < 0) return dm_last_status();
+    }
+    dm_op m = *proto;
+    m.kind = kind;
+    snprintf(m.spec, sizeof m.spec, "%s", f->spec);
+    m.alpha = f->alpha;
+    m.causal = f->causal;
+    m.nin = 6;
+    for (int i = 0; i < 4; i++) m.in[i] = f->in[i];
+    m.in[4] = f->out[1];
+    m.in[5] = dy;
+    m.nout = 3;
+    for (int i = 0; i < 3; i++) m.out[i] = slot[i];
+    snprintf(m.name, sizeof m.name, "%s_bwd", f->name);
+    DM_TRY(emit(c, &m));
+    for (int i = 0; i < 3; i++)
+        if (g->t[f->in[i]].requires_grad) DM_TRY(grad_add(c, f->in[i], slot[i]));
+    return DM_OK;
+}
+
 /* The whole model's kinds: a gather's table gets the scatter-add of dy by the same
  * indices; the cross-entropy's logits get dloss * (softmax - onehot) from the logsumexp
  * it kept; the fused decoder and cross-entropy's t, W and bias get theirs from one
- * LINEAR_XENT_BWD. Index operands (ids, labels) take no gradient. */
+ * LINEAR_XENT_BWD, the unpadded attention's Q, K, V from one ATTN_BWD. Index operands (ids,
+ * labels, lengths) take no gradient. */
 static dm_status rule_model(ad_ctx *c, const dm_op *f, const dm_op *proto, int dy) {
     dm_graph *g = c->g;
     const dm_op b = *proto;
@@ -159,57 +189,16 @@ static dm_status rule_model(ad_ctx *c, const dm_op *f, const dm_op *proto, int d
         DM_TRY(emit(c, &m));
         return grad_add(c, x, slot);
     }
-    case DM_OP_LINEAR_XENT: { /* in: t, W, bias, labels; out: loss, lse, pred (no gradient) */
+    case DM_OP_LINEAR_XENT: /* in: t, W, bias, labels; out: loss, lse, pred (no gradient) */
         if (grad_of(c, f->out[1]) >= 0 || grad_of(c, f->out[2]) >= 0)
             return dm_fail(DM_ERR_UNSUPPORTED, "autodiff: %s: a gradient flows into the logsumexp or the "
                            "predictions (only the loss is differentiable)", f->name);
-        int slot[3];
-        for (int i = 0; i < 3; i++) {
-            /* one op gives all three: an input that takes no gradient gets a temporary */
-            slot[i] = grad_slot(c, f->in[i]);
-            if (slot[i] < 0) return dm_last_status();
-        }
-        dm_op m = b;
-        m.kind = DM_OP_LINEAR_XENT_BWD;
-        snprintf(m.spec, sizeof m.spec, "%s", f->spec);
-        m.nin = 6;
-        for (int i = 0; i < 4; i++) m.in[i] = f->in[i];
-        m.in[4] = f->out[1];
-        m.in[5] = dy;
-        m.nout = 3;
-        for (int i = 0; i < 3; i++) m.out[i] = slot[i];
-        snprintf(m.name, sizeof m.name, "%s_bwd", f->name);
-        DM_TRY(emit(c, &m));
-        for (int i = 0; i < 3; i++)
-            if (g->t[f->in[i]].requires_grad) DM_TRY(grad_add(c, f->in[i], slot[i]));
-        return DM_OK;
-    }
-    case DM_OP_ATTN: { /* in: Q, K, V, lengths; out: ctx, probs (kept, no gradient) */
+        return rule_fused_bwd(c, f, proto, dy, DM_OP_LINEAR_XENT_BWD);
+    case DM_OP_ATTN: /* in: Q, K, V, lengths; out: ctx, probs (kept, no gradient) */
         if (grad_of(c, f->out[1]) >= 0)
             return dm_fail(DM_ERR_UNSUPPORTED, "autodiff: %s: a gradient flows into the probabilities it keeps "
                            "for the backward (only the context is differentiable)", f->name);
-        int slot[3];
-        for (int i = 0; i < 3; i++) {
-            slot[i] = grad_slot(c, f->in[i]);
-            if (slot[i] < 0) return dm_last_status();
-        }
-        dm_op m = b;
-        m.kind = DM_OP_ATTN_BWD;
-        snprintf(m.spec, sizeof m.spec, "%s", f->spec);
-        m.alpha = f->alpha;
-        m.causal = f->causal;
-        m.nin = 6;
-        for (int i = 0; i < 4; i++) m.in[i] = f->in[i];
-        m.in[4] = f->out[1];
-        m.in[5] = dy;
-        m.nout = 3;
-        for (int i = 0; i < 3; i++) m.out[i] = slot[i];
-        snprintf(m.name, sizeof m.name, "%s_bwd", f->name);
-        DM_TRY(emit(c, &m));
-        for (int i = 0; i < 3; i++)
-            if (g->t[f->in[i]].requires_grad) DM_TRY(grad_add(c, f->in[i], slot[i]));
-        return DM_OK;
-    }
+        return rule_fused_bwd(c, f, proto, dy, DM_OP_ATTN_BWD);
     default:
         return dm_fail(DM_ERR_INTERNAL, "autodiff: %s is no kind of the whole model", dm_op_kind_name(f->kind));
     }
