@@ -92,6 +92,7 @@ BIN=$(cd "$BIN" && pwd) # absolute: the tests run from the root
 # shellcheck disable=SC2034 # read by gpu_setup (common.sh): prebuilt, it builds nothing
 DMOVE=$BIN/bert_step
 . "$here/common.sh"
+gpu_libs "$DMOVE"
 gpu_setup test_cuda # DMOVE set: builds nothing; NVRTC's headers, COMMIT, GPU
 echo "whole BERT on the GPU: $(date -u +%Y-%m-%dT%H:%MZ), commit $COMMIT"
 echo "GPU: ${GPU:-none}; torch: $($PYTHON -c 'import torch; print(torch.__version__)' 2>/dev/null);" \

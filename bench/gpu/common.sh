@@ -24,3 +24,15 @@ gpu_setup() {
     COMMIT=${COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
     GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 }
+
+# gpu_libs BINARY: where BINARY misses libnccl.so.2 (pack.sh leaves it out: over 200 MB),
+# adds the one the GPU machine's PyTorch brings (the nvidia-nccl package) to LD_LIBRARY_PATH.
+gpu_libs() {
+    ldd "$1" 2>/dev/null | grep -q "libnccl.so.2 => not found" || return 0
+    d=$(${PYTHON:-python3} -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib"))' 2>/dev/null)
+    if [ -n "$d" ] && [ -r "$d/libnccl.so.2" ]; then
+        export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    else
+        echo "libnccl.so.2 is missing and no Python nvidia-nccl package has one: set LD_LIBRARY_PATH to a folder with it" >&2
+    fi
+}

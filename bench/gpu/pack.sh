@@ -41,12 +41,13 @@ git -C "$root" diff --quiet HEAD -- src include cli tests Makefile 2>/dev/null |
 echo "$c" >"$out/COMMIT"
 strip "$out"/bin/*
 # every library they load, but the C runtime and CUDA's own (the GPU machine's
-# toolkit and driver must be the ones used)
+# toolkit and driver must be the ones used) and NCCL's (over 200 MB; the GPU machine's
+# PyTorch brings one, which common.sh's gpu_libs finds)
 # shellcheck disable=SC2086
 ldd $bins | awk '/=> \// {print $3}' | sort -u |
     while read -r lib; do
         case "$(basename "$lib")" in
-        libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libcu* | libnvrtc*) ;;
+        libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libcu* | libnvrtc* | libnccl*) ;;
         *) cp -L "$lib" "$out/lib/" ;;
         esac
     done
