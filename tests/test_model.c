@@ -446,8 +446,8 @@ static void test_cuda_trainer(void) {
         CHECK_OK(dm_trainer_tensor(R, names[0], &pr, NULL, NULL));
         const int same = pg && pr && lr[2] == lg[2] && lr[3] == lg[3] &&
                          !memcmp(pg, pr, sizeof(float) * (size_t)(sh[0] * sh[1]));
-        printf("BERT trainer (2 layers, i=32, dropout 0.1), %d AdamW steps on the CUDA backend (emulated) %s vs the CPU: "
-               "losses within %.2e, %s within %.2e (%s); resumed from step 2: %s\n", STEPS, v ? "bf16" : "fp32",
+        printf("BERT trainer (2 layers, i=32, dropout 0.1), %d AdamW steps on the CUDA backend (%s) %s vs the CPU: "
+               "losses within %.2e, %s within %.2e (%s); resumed from step 2: %s\n", STEPS, cuda_where(), v ? "bf16" : "fp32",
                worst_loss, v ? "moments" : "parameters and moments", worst, wn, same ? "bit-identical" : "DIFFERENT");
         CHECK(worst_loss < (v ? 1e-2 : 1e-6) && worst < (v ? 3e-2 : 1e-5) && same);
     next:

@@ -660,8 +660,8 @@ static void cuda_scatter(const dm_backend *B) {
             }
             const double e = rel_err(got, want, (size_t)(N * C));
             CHECK(same && zero && e < tol);
-            printf("  cuda (emulated) %s embed_bwd %lldx%lld into %lld rows, %s: vs the CPU kernel rel.err %.1e, "
-                   "rows not selected zero %s, two runs bit-identical %s\n", v ? "bf16" : "fp32", (long long)R,
+            printf("  cuda (%s) %s embed_bwd %lldx%lld into %lld rows, %s: vs the CPU kernel rel.err %.1e, "
+                   "rows not selected zero %s, two runs bit-identical %s\n", cuda_where(), v ? "bf16" : "fp32", (long long)R,
                    (long long)C, (long long)N, cases[q].what, e, zero ? "ok" : "FAIL", same ? "ok" : "FAIL");
         }
         free(dy);
@@ -702,8 +702,8 @@ static void cuda_whole_step(const dm_backend *B, dm_backend_state *st, const dm_
         CHECK(e < tol);
         free(got);
     }
-    printf("  cuda (emulated) %s, the whole step (%d groups): h and losses worst rel.err %.2e, the six gradients "
-           "%.2e vs PyTorch %s\n", what, plan->ngroups, worst[0], worst[1],
+    printf("  cuda (%s) %s, the whole step (%d groups): h and losses worst rel.err %.2e, the six gradients "
+           "%.2e vs PyTorch %s\n", cuda_where(), what, plan->ngroups, worst[0], worst[1],
            worst[0] < tol && worst[1] < tol ? "ok" : "FAIL");
 }
 
@@ -784,8 +784,8 @@ static void cuda_forward(const dm_st_file *f) {
                 worst = worst_of(worst, e);
                 free(got);
             }
-            printf("  cuda (emulated) %s, rows %s, fused forward (%d groups, %g row programs, %g generated): h and "
-                   "losses vs PyTorch, worst rel.err %.2e %s\n", dts[v] == DM_DTYPE_FP32 ? "fp32" : "bf16",
+            printf("  cuda (%s) %s, rows %s, fused forward (%d groups, %g row programs, %g generated): h and "
+                   "losses vs PyTorch, worst rel.err %.2e %s\n", cuda_where(), dts[v] == DM_DTYPE_FP32 ? "fp32" : "bf16",
                    dm_rows_name(rws[v]), plan.ngroups, progs, gen < 0 ? 0 : gen, worst, worst < tol ? "ok" : "FAIL");
             B->destroy(st);
         }

@@ -38,6 +38,13 @@ static int g_fail = 0, g_checks = 0;
 /* The worst of a running maximum error and a new one, where a NaN (a value never written,
  * a kernel that made one) counts as infinite: `worst = worst_of(worst, e)` then fails a
  * `CHECK(worst < tol)`, as `if (e > worst) worst = e` would not. */
+/* Where a test's CUDA backend runs, for its report: "GPU" with DMOVE_CUDA_EMULATE=0 (the
+ * tests emulate on the host unless the variable is set), else "emulated". */
+static inline const char *cuda_where(void) {
+    const char *e = getenv("DMOVE_CUDA_EMULATE");
+    return e && e[0] == '0' && !e[1] ? "GPU" : "emulated";
+}
+
 static inline double worst_of(double worst, double e) { return e <= worst ? worst : isnan(e) ? INFINITY : e; }
 
 /* Relative error ||a - b|| / ||b|| in double (||b|| == 0: ||a||). */
