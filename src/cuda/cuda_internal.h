@@ -136,6 +136,30 @@ dm_status dmc_scatter_launch(const dmc_scatter *s, cudaStream_t stream);
 /* emulate: the same steps on the host, in the device's order (the same bits) */
 void dmc_emu_scatter(const dmc_scatter *s);
 
+/* ATTN and ATTN_BWD (varlen.cu): attention over packed sequences of their own lengths
+ * (ops.def). Every operand but the lengths is of the storage type dt; q, k, v (and dctx)
+ * are token rows, heads P apart, ld ldq (ldc, the context's; ldd, the gradients'). */
+typedef struct {
+    int bwd, causal, drop, dt, len_dt;
+    int64_t B, J, H, P;
+    float alpha, scale;    /* scale: 1 / (1 - p) with dropout */
+    uint32_t thr, stream;  /* dropout: an element is kept where its Philox word >= thr */
+    const void *lengths;   /* B lengths (len_dt: fp32, the tensor kept wide) */
+    const void *q, *k, *v, *dctx;
+    void *ctx, *probs, *dq, *dk, *dv; /* probs: b h j k, J x J per (sequence, head) */
+    int64_t ldq, ldc, ldd;
+    int *off;              /* work: the B + 1 sequences' first rows */
+    void *pad[5];          /* work: padded head-major copies, B x H x J x P each */
+    void *sq[2];           /* work: B x H x J x J each: scores, dropped probabilities, dP, dS */
+} dmc_varlen;
+/* Device work space (bwd: 5 copies and 2 squares, else 4 and 1), and its pointers set
+ * inside `work`. */
+size_t dmc_varlen_work_bytes(const dmc_varlen *v);
+void dmc_varlen_bind(dmc_varlen *v, void *work);
+/* The op with this seed on `stream` (cuBLAS through `blas`, set to that stream), or with
+ * emulated != 0 the same steps on the host. */
+dm_status dmc_varlen_run(const dmc_varlen *v, uint64_t seed, int emulated, cublasHandle_t blas, cudaStream_t stream);
+
 /* cudaexec/transfer.cu, for train.cu: whether the executor is emulated, its main
  * stream, a wait for its side stream's groups, and tensor t's span (device address,
  * element type, elements from its first to its last). */

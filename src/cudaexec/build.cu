@@ -362,6 +362,81 @@ static dm_status build_scatter(dm_cuda_exec *ex, const dm_group *gr, const dm_op
     return DM_OK;
 }
 
+/* A "bjhp" operand of ATTN or ATTN_BWD: token rows (b, then j: ld apart), the heads P
+ * apart, each head's P values together, in the storage type. */
+static dm_status varlen_rows(dm_cuda_exec *ex, const dm_op *op, int t, int64_t P, void **p, int64_t *ld) {
+    const dm_graph *g = ex->plan->g;
+    const dm_tensor *x = &g->t[t];
+    int dt = -1;
+    *p = ex->plan->in_memory[dm_tensor_root(g, t)] ? dmx_arena_ptr(ex, t, &dt) : NULL;
+    if (!*p || dt != ex->dtype || x->ndim != 4 || strcmp(x->letters, "bjhp") || x->stride[3] != 1 ||
+        x->stride[2] != P || x->stride[0] != x->size[1] * x->stride[1])
+        return dm_fail(DM_ERR_UNSUPPORTED, "%s: operand %s must be in memory as token rows (letters bjhp, "
+                       "layout bj first, each head's %lld values together)", op->name, x->name, (long long)P);
+    *ld = x->stride[1];
+    return DM_OK;
+}
+
+/* ATTN or ATTN_BWD, a group of its own (fusion.c): varlen.cu. */
+static dm_status build_varlen(dm_cuda_exec *ex, const dm_group *gr, const dm_op *op, dmc_step *st) {
+    const dm_graph *g = ex->plan->g;
+    const int bwd = op->kind == DM_OP_ATTN_BWD;
+    if (gr->nops != 1 || gr->nbatch > 1)
+        return dm_fail(DM_ERR_INTERNAL, "%s: the attention runs as a group of its own", op->name);
+    const dm_tensor *q = &g->t[op->in[0]], *len = &g->t[op->in[3]];
+    dmc_varlen *v = &st->vl;
+    v->bwd = bwd;
+    v->causal = op->causal;
+    v->dt = ex->dtype;
+    v->B = q->size[0], v->J = q->size[1], v->H = q->size[2], v->P = q->size[3];
+    v->alpha = op->alpha;
+    v->drop = op->p > 0;
+    v->scale = v->drop ? (float)(1.0 / (1.0 - op->p)) : 1.0f;
+    v->thr = dm_dropout_threshold(op->p);
+    v->stream = (uint32_t)op->stream;
+    if (q->ndim != 4 || len->numel != v->B || op->nindex != v->P || op->cols != v->J ||
+        op->rows != v->B * v->H * v->J)
+        return dm_fail(DM_ERR_INTERNAL, "%s: its rows, columns and head size do not match Q (%s)", op->name, q->name);
+    void *p[3];
+    int64_t ld[3];
+    for (int s = 0; s < 3; s++) {
+        DM_TRY(varlen_rows(ex, op, op->in[s], v->P, &p[s], &ld[s]));
+        if (ld[s] != ld[0]) return dm_fail(DM_ERR_UNSUPPORTED, "%s: Q, K and V must have the same row stride", op->name);
+    }
+    v->q = p[0], v->k = p[1], v->v = p[2], v->ldq = ld[0];
+    const int tp = bwd ? op->in[4] : op->out[1];
+    const dm_tensor *pr = &g->t[tp];
+    int dl = -1, dp = -1;
+    v->lengths = dmx_arena_ptr(ex, op->in[3], &dl);
+    v->probs = dmx_arena_ptr(ex, tp, &dp);
+    v->len_dt = dl;
+    if (!v->lengths || !v->probs || dp != ex->dtype || !dense_rowmajor(pr) || strcmp(pr->letters, "bhjk") ||
+        (dl != DMC_F32 && v->J > 256))
+        return dm_fail(DM_ERR_UNSUPPORTED, "%s: the lengths (in fp32) and the probabilities (bhjk, dense) must be "
+                       "in memory", op->name);
+    if (bwd) {
+        void *d[3];
+        int64_t dd[3], lc;
+        DM_TRY(varlen_rows(ex, op, op->in[5], v->P, &d[0], &lc));
+        v->dctx = d[0], v->ldc = lc;
+        for (int s = 0; s < 3; s++) {
+            DM_TRY(varlen_rows(ex, op, op->out[s], v->P, &d[s], &dd[s]));
+            if (dd[s] != dd[0])
+                return dm_fail(DM_ERR_UNSUPPORTED, "%s: dQ, dK and dV must have the same row stride", op->name);
+        }
+        v->dq = d[0], v->dk = d[1], v->dv = d[2], v->ldd = dd[0];
+    } else {
+        void *c;
+        DM_TRY(varlen_rows(ex, op, op->out[0], v->P, &c, &v->ldc));
+        v->ctx = c;
+    }
+    DM_TRY(dmx_dev_alloc(ex, &st->work, dmc_varlen_work_bytes(v), "the attention's work space"));
+    dmc_varlen_bind(v, st->work);
+    st->varlen = 1;
+    st->prog = -1;
+    return DM_OK;
+}
+
 dm_status dmx_build_group(dm_cuda_exec *ex, int gi, dmc_tiles *tl) {
     const dm_plan *plan = ex->plan;
     const dm_graph *g = plan->g;
@@ -378,6 +453,12 @@ dm_status dmx_build_group(dm_cuda_exec *ex, int gi, dmc_tiles *tl) {
         if (op->kind == DM_OP_EMBED_BWD) {
             eg->nsteps++; /* first: dm_cuda_exec_free frees work of counted steps */
             DM_TRY(build_scatter(ex, gr, op, st));
+            k++;
+            continue;
+        }
+        if (op->kind == DM_OP_ATTN || op->kind == DM_OP_ATTN_BWD) {
+            eg->nsteps++; /* first: dm_cuda_exec_free frees work of counted steps */
+            DM_TRY(build_varlen(ex, gr, op, st));
             k++;
             continue;
         }
@@ -454,7 +535,9 @@ dm_status dmx_init_wide(dm_cuda_exec *ex) {
             int t = s < op->nin ? op->in[s] : op->out[s - op->nin];
             int r = dm_tensor_root(g, t);
             dm_arg_kind k = s < op->nin ? dm_arg_in(op->kind, s) : dm_arg_out(op->kind, s - op->nin);
-            if (k == DM_ARG_ROWSCALAR) ex->wide[r] = 1;
+            /* row statistics, and the attention's lengths (whole numbers to 512 and beyond) */
+            if (k == DM_ARG_ROWSCALAR || ((op->kind == DM_OP_ATTN || op->kind == DM_OP_ATTN_BWD) && s == 3))
+                ex->wide[r] = 1;
             else no[r] = 1;
         }
     }
@@ -613,8 +696,10 @@ int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs) {
     int n = 0;
     for (int gi = 0; ex && gi < ex->ngroups; gi++) {
         const dmc_group *eg = &ex->groups[gi];
-        for (int k = 0; k < eg->nsteps && !eg->skip; k++)
-            n += !eg->steps[k].gemm && !eg->steps[k].scatter && (eg->fused || (ex->gen_of && ex->gen_of[eg->steps[k].prog] >= 0));
+        for (int k = 0; k < eg->nsteps && !eg->skip; k++) {
+            const dmc_step *st = &eg->steps[k];
+            n += !st->gemm && !st->scatter && !st->varlen && (eg->fused || (ex->gen_of && ex->gen_of[st->prog] >= 0));
+        }
     }
     return n;
 }

@@ -477,6 +477,8 @@ dm_status dmx_run_steps(dm_cuda_exec *ex, int gi, uint64_t seed, int skip_rows, 
         } else if (st->scatter) { /* (as the CPU: run with only_contractions too) */
             if (dmx_emulated(ex)) dmc_emu_scatter(&st->sc);
             else DM_TRY(dmc_scatter_launch(&st->sc, stream));
+        } else if (st->varlen) {
+            DM_TRY(dmc_varlen_run(&st->vl, seed, dmx_emulated(ex), blas, stream));
         } else if (!skip_rows && ex->gen_of && ex->gen_of[st->prog] >= 0) {
             const dmc_rowprog *hp = &ex->hprogs[st->prog];
             const dmc_genk *k = dmc_gen_kernel(ex->gen, ex->gen_of[st->prog]);

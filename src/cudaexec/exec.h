@@ -22,6 +22,8 @@ typedef struct {
     int prog;    /* index into the executor's programs */
     int scatter; /* 1: an embedding gradient (sc; gemm 0, prog -1) */
     dmc_scatter sc; /* device pointers; its work space one allocation, `work` */
+    int varlen;  /* 1: attention over packed sequences (vl; gemm 0, prog -1) */
+    dmc_varlen vl; /* device pointers; its work space `work` */
     void *work;
 } dmc_step;
 
