@@ -121,8 +121,8 @@ typedef struct {
                             * kernels)
                             * instead of keeping them from the forward: 2 b h j^2 floats
                             * less memory between the passes, for one more Q K^T */
-    int unpad;             /* the layer over packed tokens, no work on padding (CPU; not
-                            * with recompute or a plan file): hidden_states, output and
+    int unpad;             /* the layer over packed tokens, no work on padding (CPU and
+                            * CUDA; not with recompute or a plan file): hidden_states, output and
                             * their gradients hold the real tokens of the b sequences one
                             * after another from row 0 (sequence s from the sum of the
                             * lengths before it), as b x j rows; the input seq_lengths (b:

@@ -12,12 +12,15 @@
  *  - a second step with other lengths on the same layer agrees too (the lengths are read
  *    each step);
  *  - bad lengths (negative, above j, fractional, all 0) fail with DM_ERR_INVALID_ARG, and
- *    unpad with recompute, with a plan file, or on a backend without it is refused;
+ *    unpad with recompute or with a plan file is refused;
  *  - a whole BERT (dm_model: embeddings, 2 layers, the MLM head; the classifier too) built
  *    unpadded gives the padded model's loss, hidden states (padding rows 0) and every
  *    parameter gradient, dropout 0 and 0.1 (every dropout keyed by the padded positions,
  *    the embeddings' too), over two batches of other lengths; a mask that is not 1s then
- *    0s is refused and leaves the last batch. */
+ *    0s is refused and leaves the last batch;
+ *  - where the CUDA backend is built, the same on it, emulated on the host: layer variants
+ *    with the interpreted and the generated row kernels (one with the generated kernels'
+ *    device text lane by lane), and the model's MLM head and classifier. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +30,7 @@
 #include "layerutil.h"
 #include "testutil.h"
 #include "cpu/backend.h"
+#include "layer/backends.h"
 #include "layer/layer_internal.h"
 #include "train/model.h"
 
@@ -78,12 +82,16 @@ static double step_pair(dm_layer *P, dm_layer *U, const dm_layer_config *cfg, co
     }
     CHECK_OK(dm_layer_set_seed(P, seed));
     CHECK_OK(dm_layer_set_seed(U, seed));
+    CHECK_OK(dm_layer_to_device(P)); /* (the CUDA backend's; nothing to move on the CPU) */
+    CHECK_OK(dm_layer_to_device(U));
     CHECK_OK(dm_layer_forward(P));
     CHECK_OK(dm_layer_forward(U));
     if (grads) {
         CHECK_OK(dm_layer_backward(P));
         CHECK_OK(dm_layer_backward(U));
     }
+    CHECK_OK(dm_layer_to_host(P));
+    CHECK_OK(dm_layer_to_host(U));
     double worst = 0;
     for (int k = 0; k < 2; k++) {
         float *pa = T_(P, outs[k], &n), *ua = T_(U, outs[k], &n);
@@ -116,7 +124,8 @@ static double step_pair(dm_layer *P, dm_layer *U, const dm_layer_config *cfg, co
     return worst;
 }
 
-static void variant(int pre, int causal, double p, int input_grad, dm_schedule sched) {
+/* dev: the backend both layers run on (CUDA: emulated without a GPU), rows its row kernels */
+static void variant(int pre, int causal, double p, int input_grad, dm_schedule sched, dm_device_kind dev, dm_rows rows) {
     dm_layer_config cfg;
     dm_layer_config_default(&cfg);
     cfg.batch = 4;
@@ -127,7 +136,8 @@ static void variant(int pre, int causal, double p, int input_grad, dm_schedule s
     cfg.dropout = p;
     cfg.norm = pre ? DM_NORM_PRE : DM_NORM_POST;
     cfg.causal = causal;
-    dm_layer_options po = {.schedule = sched, .threads = 2, .no_input_grad = !input_grad}, uo = po;
+    dm_layer_options po = {.device = dev, .rows = rows, .schedule = sched, .threads = 2, .no_input_grad = !input_grad},
+                     uo = po;
     uo.unpad = 1;
     dm_layer *P = NULL, *U = NULL;
     CHECK_OK(dm_layer_new(&P, &cfg, &po));
@@ -150,9 +160,11 @@ static void variant(int pre, int causal, double p, int input_grad, dm_schedule s
     const int64_t lens[5][4] = {{19, 19, 19, 19}, {19, 5, 11, 1}, {0, 7, 19, 3}, {1, 0, 0, 0}, {12, 19, 2, 17}};
     for (int k = 0; k < 5; k++) {
         double e = step_pair(P, U, &cfg, lens[k], 1, 100 + (uint64_t)k);
-        printf("  %s%s p=%.1f%s %s lengths %lld %lld %lld %lld: worst rel.err %.2e\n", pre ? "pre-LN" : "post-LN",
-               causal ? " causal" : "", p, input_grad ? "" : " no-input-grad", sched == DM_SCHED_FUSED ? "fused" : "unfused",
-               (long long)lens[k][0], (long long)lens[k][1], (long long)lens[k][2], (long long)lens[k][3], e);
+        printf("  %s%s%s%s p=%.1f%s %s lengths %lld %lld %lld %lld: worst rel.err %.2e\n",
+               dev == DM_DEVICE_CUDA ? "cuda (emulated) rows " : "", dev == DM_DEVICE_CUDA ? dm_rows_name(rows) : "",
+               pre ? " pre-LN" : " post-LN", causal ? " causal" : "", p, input_grad ? "" : " no-input-grad",
+               sched == DM_SCHED_FUSED ? "fused" : "unfused", (long long)lens[k][0], (long long)lens[k][1],
+               (long long)lens[k][2], (long long)lens[k][3], e);
         CHECK(e < 2e-5);
     }
     dm_layer_free(P);
@@ -194,16 +206,22 @@ static void refusals(void) {
     r = o;
     r.unpad = 2;
     CHECK(dm_layer_new(&U, &cfg, &r) == DM_ERR_INVALID_ARG && !U);
-    r = o;
-    r.device = DM_DEVICE_CUDA;
-    dm_status s = dm_layer_new(&U, &cfg, &r);
-    CHECK(s != DM_OK && !U); /* no backend, or one that runs no unpadded layer */
     dm_trainer *T = NULL; /* a stack of layers trains padded */
     CHECK(dm_trainer_new(&T, &cfg, 2, &o, NULL) == DM_ERR_UNSUPPORTED && !T);
 }
 
 /* The whole model, padded and unpadded, on the same batches (dropout 0). */
-static void model_pair(dm_model_head head, dm_xent_mode xent, double dropout) {
+/* Every segment's parameters to the backend (up), or its outputs and gradients back (the
+ * CUDA backend's; nothing moves on the CPU). */
+static void model_sync(dm_model *m, int up) {
+    dm_layer *seg[16] = {m->emb, m->head};
+    int n = 2;
+    for (int l = 0; l < m->c.layers && n < 16; l++) seg[n++] = m->enc[l];
+    for (int q = 0; q < n; q++)
+        if (seg[q]) CHECK_OK(up ? dm_layer_to_device(seg[q]) : dm_layer_to_host(seg[q]));
+}
+
+static void model_pair(dm_model_head head, dm_xent_mode xent, double dropout, dm_device_kind dev) {
     dm_model_config mc = {.layers = 2, .head = head, .pad_id = 0};
     dm_layer_config_default(&mc.layer);
     mc.layer.batch = 3, mc.layer.seq = 12, mc.layer.hidden = 32, mc.layer.heads = 2, mc.layer.ffn = 64;
@@ -212,9 +230,10 @@ static void model_pair(dm_model_head head, dm_xent_mode xent, double dropout) {
                                .xent = xent};
     dm_model *M[2] = {NULL, NULL};
     for (int u = 0; u < 2; u++) {
-        dm_layer_options o = {.threads = 2, .unpad = u};
+        dm_layer_options o = {.device = dev, .threads = 2, .unpad = u};
         CHECK_OK(dm_model_new(&M[u], &mc, &o));
         if (M[u]) CHECK_OK(dm_model_init_params(M[u], 5));
+        if (M[u]) model_sync(M[u], 1);
     }
     if (!M[0] || !M[1]) goto done;
     const int64_t B = 3, J = 12, n = B * J;
@@ -237,12 +256,13 @@ static void model_pair(dm_model_head head, dm_xent_mode xent, double dropout) {
             CHECK_OK(dm_model_forward(M[u], k, &loss[u], NULL));
             CHECK_OK(dm_model_hidden(M[u], &hid[u]));
             CHECK_OK(dm_model_backward(M[u]));
+            model_sync(M[u], 0);
         }
         /* the steps ran on the live rows: the embeddings on the packed tokens, the MLM head on
          * the scored positions (both models) */
-        const dm_cpu_exec *ee = dm_cpu_backend_exec(M[1]->bk, M[1]->emb->st);
-        CHECK(ee && ee->tok_cap == n && ee->tokens == lens[k][0] + lens[k][1] + lens[k][2]);
-        for (int u = 0; u < 2 && head == DM_MODEL_HEAD_MLM; u++) {
+        const dm_cpu_exec *ee = dev == DM_DEVICE_CPU ? dm_cpu_backend_exec(M[1]->bk, M[1]->emb->st) : NULL;
+        CHECK(dev != DM_DEVICE_CPU || (ee && ee->tok_cap == n && ee->tokens == lens[k][0] + lens[k][1] + lens[k][2]));
+        for (int u = 0; u < 2 && head == DM_MODEL_HEAD_MLM && dev == DM_DEVICE_CPU; u++) {
             const dm_cpu_exec *he = dm_cpu_backend_exec(M[u]->bk, M[u]->head->st);
             CHECK(he && he->tok_cap == 8 && he->tokens == M[u]->counted && M[u]->counted > 0);
             float *lr; /* the loss rows past the scored ones: 0, not the last batch's */
@@ -276,8 +296,9 @@ static void model_pair(dm_model_head head, dm_xent_mode xent, double dropout) {
             worst = worst_of(worst, rel_err(b, a, (size_t)m));
             if (rel_err(b, a, (size_t)m) > 2e-5) printf("    %s rel.err %.2e\n", names[q], rel_err(b, a, (size_t)m));
         }
-        printf("  model (%s head, dropout %.1f) batch %d: loss %.6f / %.6f, worst rel.err %.2e\n",
-               head == DM_MODEL_HEAD_CLS ? "classifier" : "MLM", dropout, k, loss[0], loss[1], worst);
+        printf("  %smodel (%s head, dropout %.1f) batch %d: loss %.6f / %.6f, worst rel.err %.2e\n",
+               dev == DM_DEVICE_CUDA ? "cuda (emulated) " : "", head == DM_MODEL_HEAD_CLS ? "classifier" : "MLM",
+               dropout, k, loss[0], loss[1], worst);
         CHECK(worst < 2e-5);
     }
     double last, again;
@@ -293,15 +314,35 @@ done:
 }
 
 int main(void) {
-    model_pair(DM_MODEL_HEAD_MLM, DM_XENT_UNFUSED, 0.0);
-    model_pair(DM_MODEL_HEAD_MLM, DM_XENT_FUSED, 0.1);
-    model_pair(DM_MODEL_HEAD_CLS, DM_XENT_AUTO, 0.1);
+    model_pair(DM_MODEL_HEAD_MLM, DM_XENT_UNFUSED, 0.0, DM_DEVICE_CPU);
+    model_pair(DM_MODEL_HEAD_MLM, DM_XENT_FUSED, 0.1, DM_DEVICE_CPU);
+    model_pair(DM_MODEL_HEAD_CLS, DM_XENT_AUTO, 0.1, DM_DEVICE_CPU);
+    const dm_device_kind cpu = DM_DEVICE_CPU;
     for (int pre = 0; pre < 2; pre++)
-        for (int causal = 0; causal < 2; causal++) variant(pre, causal, 0.1, 1, DM_SCHED_FUSED);
-    variant(0, 0, 0.0, 1, DM_SCHED_FUSED);
-    variant(0, 0, 0.1, 0, DM_SCHED_FUSED);
-    variant(0, 0, 0.1, 1, DM_SCHED_UNFUSED);
-    variant(1, 1, 0.0, 0, DM_SCHED_UNFUSED);
+        for (int causal = 0; causal < 2; causal++) variant(pre, causal, 0.1, 1, DM_SCHED_FUSED, cpu, DM_ROWS_DEFAULT);
+    variant(0, 0, 0.0, 1, DM_SCHED_FUSED, cpu, DM_ROWS_DEFAULT);
+    variant(0, 0, 0.1, 0, DM_SCHED_FUSED, cpu, DM_ROWS_DEFAULT);
+    variant(0, 0, 0.1, 1, DM_SCHED_UNFUSED, cpu, DM_ROWS_DEFAULT);
+    variant(1, 1, 0.0, 0, DM_SCHED_UNFUSED, cpu, DM_ROWS_DEFAULT);
+    /* the CUDA backend (emulated without a GPU): the interpreted and the generated row
+     * kernels, which read the step's rows and the dropout's keys from the device */
+    const dm_backend *cb;
+    if (dm_backend_find(DM_DEVICE_CUDA, &cb) == DM_OK) {
+        if (!getenv("DMOVE_CUDA_EMULATE")) setenv("DMOVE_CUDA_EMULATE", "1", 1);
+        variant(0, 0, 0.1, 1, DM_SCHED_FUSED, DM_DEVICE_CUDA, DM_ROWS_INTERP);
+        variant(1, 1, 0.1, 1, DM_SCHED_UNFUSED, DM_DEVICE_CUDA, DM_ROWS_INTERP);
+        variant(0, 0, 0.1, 0, DM_SCHED_FUSED, DM_DEVICE_CUDA, DM_ROWS_GEN);
+        variant(0, 1, 0.1, 1, DM_SCHED_UNFUSED, DM_DEVICE_CUDA, DM_ROWS_GEN);
+        model_pair(DM_MODEL_HEAD_MLM, DM_XENT_UNFUSED, 0.1, DM_DEVICE_CUDA);
+        model_pair(DM_MODEL_HEAD_CLS, DM_XENT_AUTO, 0.1, DM_DEVICE_CUDA);
+        if (!strcmp(getenv("DMOVE_CUDA_EMULATE"), "1")) { /* the generated kernels' device text, lane by lane */
+            setenv("DMOVE_CUDA_EMULATE", "lanes", 1);
+            variant(1, 0, 0.1, 1, DM_SCHED_FUSED, DM_DEVICE_CUDA, DM_ROWS_GEN);
+            setenv("DMOVE_CUDA_EMULATE", "1", 1);
+        }
+    } else {
+        printf("SKIP: the CUDA backend is not built (%s)\n", dm_last_error());
+    }
     refusals();
     TEST_END();
 }

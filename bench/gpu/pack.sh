@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/gpu/pack.sh: builds dmove, tests/test_cuda and tests/test_train on this machine and packs them, with
+# bench/gpu/pack.sh: builds dmove, tests/test_cuda, test_train and test_unpad on this machine and packs them, with
 # the shared libraries a GPU machine of the device tool lacks, into .dev/ (git-ignored):
 #   .dev/bin/dmove, .dev/bin/test_cuda, .dev/bin/test_train   (stripped)
 #   .dev/lib/                            (OpenBLAS, cJSON, gfortran, gomp, libstdc++, ...)
@@ -14,7 +14,9 @@
 #       sh bench/gpu/train.sh "$OUT/t"
 # for `dmove train --device cuda`, and
 #   LD_LIBRARY_PATH=$PWD/.dev/lib DMOVE=.dev/bin/dmove sh bench/gpu/sanitize.sh "$OUT/s"
-# for compute-sanitizer over the kernels.
+# for compute-sanitizer over the kernels, and
+#   LD_LIBRARY_PATH=$PWD/.dev/lib DMOVE=.dev/bin/dmove TEST_UNPAD=.dev/bin/test_unpad sh bench/gpu/unpad.sh
+# for the unpadded layer (issue 25's point 3).
 # PACK=bert packs what bench/gpu/bert.sh runs instead (the whole BERT): bin/bert_step,
 # bin/test_model, bin/test_model_ops, bin/test_cuda, lib/ and COMMIT as one archive,
 # .dev/pack.tar.xz (about 7 MB: the four binaries and the libraries, 60 MB, would pass
@@ -28,8 +30,8 @@ if [ "${PACK:-}" = bert ]; then
     make -C "$root" -f Makefile -f bench/gpu/bench.mk build/bench/bert_step >/dev/null
     bins="$root/build/bench/bert_step $root/build/tests/test_model $root/build/tests/test_model_ops $root/build/tests/test_cuda"
 else
-    make -C "$root" -j"$(nproc)" all build/tests/test_cuda build/tests/test_train >/dev/null
-    bins="$root/build/dmove $root/build/tests/test_cuda $root/build/tests/test_train"
+    make -C "$root" -j"$(nproc)" all build/tests/test_cuda build/tests/test_train build/tests/test_unpad >/dev/null
+    bins="$root/build/dmove $root/build/tests/test_cuda $root/build/tests/test_train $root/build/tests/test_unpad"
 fi
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"

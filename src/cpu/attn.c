@@ -15,6 +15,7 @@
 #include "cpu/attn.h"
 #include "cpu/contract.h"
 #include "cpu/vmath.h"
+#include "plan/live.h"
 
 int64_t dm_cpu_attn_work_floats(int64_t J) {
     /* per thread: the direct kernel's packing buffer (first: 64-byte aligned), two J x J
@@ -46,18 +47,6 @@ static void drop_row(const dm_attn_dims *a, uint64_t seed, int64_t s, int64_t h,
     const float scale = (float)(1.0 / (1.0 - a->p));
     dm_philox_words(seed, (uint32_t)a->stream, (uint64_t)(((s * a->H + h) * a->J + j) * a->J), n, w);
     for (int64_t c = 0; c < n; c++) d[c] = w[c] >= thr ? p[c] * scale : 0.0f;
-}
-
-dm_status dm_cpu_attn_offsets(const dm_attn_dims *a, const float *lengths, int64_t *off) {
-    off[0] = 0;
-    for (int64_t s = 0; s < a->B; s++) {
-        const float l = lengths[s];
-        if (!(l >= 0 && l <= (float)a->J && l == (float)(int64_t)l))
-            return dm_fail(DM_ERR_INVALID_ARG, "seq_lengths[%lld] = %g: a sequence's length is a whole number "
-                           "from 0 to the layer's sequence length %lld", (long long)s, (double)l, (long long)a->J);
-        off[s + 1] = off[s] + (int64_t)l;
-    }
-    return DM_OK;
 }
 
 /* Items (s, h) in the order the threads take them: the longest sequences first, so that
@@ -144,7 +133,7 @@ dm_status dm_cpu_attn(const dm_attn_dims *a, const dm_attn_io *io, uint64_t seed
                       int nthreads) {
     int64_t *own = io->off ? NULL : malloc(sizeof(int64_t) * (size_t)(a->B + 1));
     if (!io->off && !own) return dm_fail(DM_ERR_OOM, "out of memory for the attention's sequence offsets");
-    dm_status st = own ? dm_cpu_attn_offsets(a, io->lengths, own) : DM_OK;
+    dm_status st = own ? dm_live_offsets(a->B, a->J, io->lengths, own) : DM_OK;
     const int64_t *off = io->off ? io->off : own;
     int64_t *ord = st == DM_OK ? item_order(a, off) : NULL;
     if (st == DM_OK && !ord) st = dm_fail(DM_ERR_OOM, "out of memory for the attention's work list");

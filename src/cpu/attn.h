@@ -30,9 +30,6 @@ typedef struct {
 
 /* floats of work per thread (the caller gives nthreads of them, 64-byte aligned) */
 int64_t dm_cpu_attn_work_floats(int64_t J);
-/* off[0 .. B]: the sequences' first rows, from the lengths; DM_ERR_INVALID_ARG (naming the
- * sequence) for a length that is no whole number in [0, J]. */
-dm_status dm_cpu_attn_offsets(const dm_attn_dims *a, const float *lengths, int64_t *off);
 /* The forward (bwd 0: probs, ctx) or backward (bwd 1: dq, dk, dv) pass on nthreads
  * threads, over the rows of the real tokens alone. */
 dm_status dm_cpu_attn(const dm_attn_dims *a, const dm_attn_io *io, uint64_t seed, int bwd, float *work,

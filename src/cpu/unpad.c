@@ -13,32 +13,14 @@
 
 #include "core/status.h"
 #include "cpu/exec.h"
-
-/* Is tensor t rows of `live` (g->live: token_rows): for "bj", letters b and j, j's rows the b x j rows in
- * order (b's stride j of j's); for one letter, that letter outermost; every other letter
- * inside a row? *ld: floats between rows. */
-static int rows_of(const dm_graph *g, int t, const char *live, int64_t *ld) {
-    const dm_tensor *x = &g->t[t];
-    const char outer = live[0], inner = live[1] ? live[1] : live[0];
-    int db = -1, dj = -1;
-    for (int d = 0; outer && d < x->ndim; d++) {
-        if (x->letters[d] == outer) db = d;
-        if (x->letters[d] == inner) dj = d;
-    }
-    if (db < 0 || dj < 0 || (db != dj && x->stride[db] != x->size[dj] * x->stride[dj])) return 0;
-    for (int d = 0; d < x->ndim; d++) /* every other letter inside a row */
-        if (d != db && d != dj && x->size[d] > 1 && x->stride[d] >= x->stride[dj]) return 0;
-    if (ld) *ld = x->stride[dj];
-    return 1;
-}
-static int token_rows(const dm_graph *g, int t, int64_t *ld) { return rows_of(g, t, g->live, ld); }
+#include "plan/live.h"
 
 /* A "bjhp" operand of ATTN: token rows, heads p apart, p contiguous. */
 static dm_status attn_rows(const dm_plan *plan, char *arena, const dm_op *op, int t, int64_t P, const float **p,
                            int64_t *ld) {
     const dm_graph *g = plan->g;
     const dm_tensor *x = &g->t[t];
-    int ok = x->ndim == 4 && !strcmp(x->letters, "bjhp") && rows_of(g, t, "bj", ld) && x->stride[2] == P &&
+    int ok = x->ndim == 4 && !strcmp(x->letters, "bjhp") && dm_live_rows_of(g, t, "bj", ld) && x->stride[2] == P &&
              x->stride[3] == 1;
     *p = dm_cpu_tensor_ptr(plan, arena, t);
     if (!ok || !*p)
@@ -113,108 +95,35 @@ dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *
     return DM_OK;
 }
 
-/* A copy of g's tensors with every live-rows tensor's rows read as one run of n (for "bj":
- * b 1, j n): the graph a contraction's mapping is made on again. */
-static dm_status token_graph(const dm_graph *g, int64_t n, dm_graph *out) {
-    *out = *g;
-    out->t = malloc(sizeof(dm_tensor) * (size_t)g->nt);
-    if (!out->t) return dm_fail(DM_ERR_OOM, "out of memory preparing the unpadded layer");
-    memcpy(out->t, g->t, sizeof(dm_tensor) * (size_t)g->nt);
-    for (int t = 0; t < g->nt; t++) {
-        if (!token_rows(g, t, NULL)) continue;
-        dm_tensor *x = &out->t[t];
-        for (int d = 0; d < x->ndim; d++) {
-            if (x->letters[d] == g->live[0]) x->size[d] = g->live[1] ? 1 : n;
-            if (g->live[1] && x->letters[d] == g->live[1]) x->size[d] = n;
+/* How each group follows the live rows (plan/live.h; see dm_cpu_exec_init_tokens). */
+static dm_status scale_groups(dm_cpu_exec *ex, const dm_plan *plan, char *arena, const dm_live *lv) {
+    for (int gi = 0; gi < ex->ngroups; gi++) {
+        dm_exgroup *eg = &ex->groups[gi];
+        if (eg->unusable || eg->attn) continue;
+        dm_live_group lg;
+        const dm_gemm_map *m = eg->contract ? &eg->gemm.map : NULL;
+        float *A = m ? (m->swapped ? m->B : m->A) : NULL, *B = m ? (m->swapped ? m->A : m->B) : NULL;
+        DM_TRY(dm_live_group_of(lv, gi, m, A, B, m ? m->C : NULL, &lg));
+        for (int d = 0; d < 3; d++) eg->tok_mnk[d] = lg.tok_mnk[d];
+        eg->tok_rpt = lg.rpt;
+        for (int z = 0; z < lg.nout; z++) {
+            eg->ztail[z] = dm_cpu_tensor_ptr(plan, arena, lg.out[z]);
+            eg->zrow[z] = lg.ld[z];
         }
+        eg->nztail = lg.nout;
     }
     return DM_OK;
 }
 
-/* How each group scales with the live rows (see dm_cpu_exec_init_tokens). */
-static dm_status scale_groups(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int64_t cap) {
-    const dm_graph *g = plan->g;
-    dm_graph g1, g2;
-    DM_TRY(token_graph(g, cap, &g1));
-    dm_status s = token_graph(g, cap - 1, &g2);
-    for (int gi = 0; gi < ex->ngroups && s == DM_OK; gi++) {
-        dm_exgroup *eg = &ex->groups[gi];
-        const dm_group *gr = eg->gr;
-        const dm_op *first = &g->op[plan->order[gr->first]];
-        if (eg->unusable || eg->attn) continue;
-        const int lone = eg->contract || eg->xent; /* one op, no dm_exop */
-        for (int k = 0; k < (lone ? 1 : eg->nops); k++) { /* the plan's outputs it writes */
-            const dm_op *op = lone ? first : eg->ops[k].op;
-            for (int q = 0; q < op->nout; q++) {
-                const int t = op->out[q];
-                int64_t ld;
-                float *p = dm_cpu_tensor_ptr(plan, arena, t);
-                if (g->t[t].role != DM_ROLE_OUTPUT || !p || !token_rows(g, t, &ld)) continue;
-                if (eg->nztail == 4) {
-                    s = dm_fail(DM_ERR_INTERNAL, "the group of %s writes more than 4 outputs", first->name);
-                    break;
-                }
-                eg->ztail[eg->nztail] = p;
-                eg->zrow[eg->nztail++] = ld;
-            }
-        }
-        if (s != DM_OK) break;
-        if (eg->contract) { /* its mapping with the tokens as one letter of cap and cap - 1 rows */
-            dm_gemm_map m1, m2;
-            float *A = eg->gemm.swapped ? eg->gemm.B : eg->gemm.A, *B = eg->gemm.swapped ? eg->gemm.A : eg->gemm.B;
-            s = dm_gemm_map_prepare(&m1, &g1, first, A, B, eg->gemm.C);
-            if (s == DM_OK) s = dm_gemm_map_prepare(&m2, &g2, first, A, B, eg->gemm.C);
-            if (s != DM_OK) break;
-            const int full[3] = {eg->gemm.m, eg->gemm.n, eg->gemm.k}, a1[3] = {m1.m, m1.n, m1.k},
-                      a2[3] = {m2.m, m2.n, m2.k};
-            int same = m1.transA == eg->gemm.transA && m1.transB == eg->gemm.transB && m1.lda == eg->gemm.lda &&
-                       m1.ldb == eg->gemm.ldb && m1.ldc == eg->gemm.ldc && m1.swapped == eg->gemm.swapped &&
-                       m1.nbatch == eg->gemm.nbatch && m2.nbatch == m1.nbatch;
-            for (int d = 0; d < 3; d++) {
-                same &= a1[d] == full[d];
-                eg->tok_mnk[d] = a1[d] != a2[d] ? a1[d] - a2[d] : 0;
-                same &= !eg->tok_mnk[d] || eg->tok_mnk[d] * cap == full[d];
-            }
-            if (!same || eg->gemm.nbatch != 1)
-                s = dm_fail(DM_ERR_UNSUPPORTED, "contraction %s does not keep the live rows (%s) as the rows of "
-                            "one GEMM dimension in this layout", first->name, g->live);
-            continue;
-        }
-        if (eg->xent) { /* the fused cross-entropy: its rows m */
-            if (first->rows % cap)
-                s = dm_fail(DM_ERR_UNSUPPORTED, "%s does not run over the live rows (%s)", first->name, g->live);
-            eg->tok_rpt = first->rows / cap;
-            continue;
-        }
-        if (eg->nbatch > 1 || gr->rows % cap) {
-            s = dm_fail(DM_ERR_UNSUPPORTED, "the group of %s does not run over the live rows (%s)", first->name,
-                        g->live);
-            break;
-        }
-        eg->tok_rpt = gr->rows / cap;
-        for (int k = 0; k < eg->nops && s == DM_OK; k++) /* its row operands: token rows */
-            for (int io = 0; io < 2; io++)
-                for (int q = 0; q < (io ? eg->ops[k].op->nout : eg->ops[k].op->nin); q++) {
-                    const int t = io ? eg->ops[k].op->out[q] : eg->ops[k].op->in[q];
-                    const dm_arg_kind kind = io ? dm_arg_out(eg->ops[k].op->kind, q) : dm_arg_in(eg->ops[k].op->kind, q);
-                    if ((kind == DM_ARG_FULL || kind == DM_ARG_ROWSCALAR) && !token_rows(g, t, NULL))
-                        s = dm_fail(DM_ERR_UNSUPPORTED, "%s's operand %s is not live rows (%s)",
-                                    eg->ops[k].op->name, g->t[t].name, g->live);
-                }
-    }
-    free(g1.t);
-    free(g2.t);
-    return s;
-}
-
 dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, char *arena) {
     const dm_graph *g = plan->g;
-    int attn = 0;
-    for (int o = 0; o < g->nop; o++) attn |= g->op[o].kind == DM_OP_ATTN || g->op[o].kind == DM_OP_ATTN_BWD;
-    const int64_t cap = !g->live[0] ? 0 : g->live[1] ? g->dim[g->live[0] - 'a'] * g->dim[g->live[1] - 'a']
-                                                     : g->dim[g->live[0] - 'a'];
+    dm_live lv;
+    DM_TRY(dm_live_init(&lv, plan));
+    const int64_t cap = lv.cap;
+    const int attn = lv.attn;
     if (cap < 1) return DM_OK; /* no live rows */
-    dm_status s = scale_groups(ex, plan, arena, cap);
+    dm_status s = scale_groups(ex, plan, arena, &lv);
+    dm_live_free(&lv);
     if (s == DM_ERR_UNSUPPORTED && !attn) { /* optional here: every step runs whole, set_rows says why */
         snprintf(ex->tok_why, sizeof ex->tok_why, "%s", dm_last_error());
         for (int gi = 0; gi < ex->ngroups; gi++) ex->groups[gi].tok_rpt = ex->groups[gi].nztail = 0;
@@ -271,7 +180,7 @@ dm_status dm_cpu_exec_set_rows(dm_cpu_exec *ex, int64_t rows, const float *lengt
     if (!a) a = &bj;
     int64_t *off = malloc(sizeof(int64_t) * (size_t)(a->B + 1));
     if (!off) return dm_fail(DM_ERR_OOM, "out of memory for the sequence offsets");
-    dm_status s = dm_cpu_attn_offsets(a, lengths, off);
+    dm_status s = dm_live_offsets(a->B, a->J, lengths, off);
     if (s == DM_OK && off[a->B] == 0)
         s = dm_fail(DM_ERR_INVALID_ARG, "seq_lengths are all 0: a step needs at least one token");
     if (s == DM_OK) {

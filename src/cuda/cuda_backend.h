@@ -102,6 +102,10 @@ dm_status dm_cuda_exec_init(dm_cuda_exec **ex, const dm_plan *plan, int dtype, u
 dm_status dm_cuda_exec_init_pooled(dm_cuda_exec **ex, const dm_plan *plan, int dtype, unsigned flags,
                                    dm_cuda_pool *pool);
 void dm_cuda_exec_free(dm_cuda_exec *ex);
+/* The next steps on the plan's first `rows` live rows, or (lengths: B floats) on the
+ * tokens of sequences of these lengths (plan/live.h; backend.h's set_rows). DM_ERR_UNSUPPORTED
+ * for a plan that runs whole (saying why), DM_ERR_INVALID_ARG for bad rows or lengths. */
+dm_status dm_cuda_exec_set_rows(dm_cuda_exec *ex, int64_t rows, const float *lengths);
 /* How many of the executor's row programs run as generated kernels (*programs: all). */
 int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs);
 /* How many batched groups (attention) run as one fused kernel each (DM_CUDA_GEN, 16-bit

@@ -95,6 +95,11 @@ typedef struct {
     int vec;       /* every global operand 16-byte aligned, rows multiples of 16 bytes */
     int warp_rows; /* 0, or a row per team of this many lanes (8, 16, 32: short rows,
                     * no accumulators), acc_off floats of scratch per team */
+    const long long *live; /* device: this step's live rows (set_rows; plan/live.h), or NULL:
+                            * all `rows` run */
+    int64_t live_rpt;      /* with live: the program's rows per live row */
+    const int *rowkey;     /* device, or NULL: per live row, the row whose dropout words it
+                            * draws (an unpadded layer's tokens: their padded positions) */
     void *acc_dst[DMC_MAX_ACC];  /* device: where the column sums go */
     int acc_dt[DMC_MAX_ACC];     /* their element types */
     int64_t acc_slot[DMC_MAX_ACC]; /* offset of accumulator a in the scratch */

@@ -61,7 +61,8 @@ static erow emu_operand(const dmc_operand *d, float *scr, int64_t r, int64_t col
     return erow{(char *)d->base + dmc_row_elem(d, r, cols) * dmc_esize(d->dt), d->dt};
 }
 
-static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t n, float *scr, uint64_t seed) {
+/* r: the row; kr: the row whose dropout words it draws */
+static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t kr, int64_t n, float *scr, uint64_t seed) {
     erow in[DM_MAX_IN] = {}, out[DM_MAX_OUT] = {};
     for (int s = 0; s < op->nin; s++) in[s] = emu_operand(&op->in[s], scr, r, n);
     for (int s = 0; s < op->nout; s++) out[s] = emu_operand(&op->out[s], scr, r, n);
@@ -91,7 +92,7 @@ static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t n, float *scr, uin
             break;
         }
         /* whole Philox blocks over the row's element indices */
-        uint64_t start = (uint64_t)r * (uint64_t)n, end = start + (uint64_t)n;
+        uint64_t start = (uint64_t)kr * (uint64_t)n, end = start + (uint64_t)n;
         for (uint64_t q = start >> 2; q <= (end - 1) >> 2; q++) {
             uint32_t w[4];
             dm_philox_words_ref(seed, op->stream, 4 * q, 4, w);
@@ -208,9 +209,9 @@ dm_status dmc_emu_rows(const dmc_rowprog *p, const dmc_launch *lc, uint64_t seed
     float *smem = (float *)malloc((sf ? sf : 1) * sizeof(float));
     if (!smem) return dm_fail(DM_ERR_OOM, "out of memory emulating the row kernel");
     if (p->warp_rows) { /* a row per warp, its own scratch rows, no accumulators */
-        for (int64_t r = 0; r < p->rows; r++) {
+        for (int64_t r = 0; r < dmc_prog_rows(p); r++) {
             for (size_t e = 0; e < sf; e++) smem[e] = NAN;
-            for (int k = 0; k < p->nops; k++) emu_rowop(&p->ops[k], r, p->cols, smem, seed);
+            for (int k = 0; k < p->nops; k++) emu_rowop(&p->ops[k], r, dmc_key_row(p, r), p->cols, smem, seed);
         }
         free(smem);
         return DM_OK;
@@ -220,8 +221,8 @@ dm_status dmc_emu_rows(const dmc_rowprog *p, const dmc_launch *lc, uint64_t seed
         if (!lc->global_scratch)
             for (size_t e = 0; e < sf; e++) scr[e] = NAN; /* shared memory starts undefined */
         for (int64_t c = 0; c < p->acc_floats; c++) scr[p->acc_off + c] = 0.0f;
-        for (int64_t r = blk; r < p->rows; r += lc->blocks)
-            for (int k = 0; k < p->nops; k++) emu_rowop(&p->ops[k], r, p->cols, scr, seed);
+        for (int64_t r = blk; r < dmc_prog_rows(p); r += lc->blocks)
+            for (int k = 0; k < p->nops; k++) emu_rowop(&p->ops[k], r, dmc_key_row(p, r), p->cols, scr, seed);
         if (p->nacc)
             for (int64_t c = 0; c < p->acc_floats; c++)
                 partials[(size_t)blk * (size_t)p->acc_floats + c] = scr[p->acc_off + c];

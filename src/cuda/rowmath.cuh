@@ -47,6 +47,15 @@ __host__ __device__ __forceinline__ int64_t dmc_row_elem(const dmc_operand *d, i
     }
 }
 
+/* The rows program p runs this step (its live rows, set_rows), and the row whose dropout
+ * words row r draws. */
+__host__ __device__ __forceinline__ int64_t dmc_prog_rows(const dmc_rowprog *p) {
+    return p->live ? (int64_t)*p->live * p->live_rpt : p->rows;
+}
+__host__ __device__ __forceinline__ int64_t dmc_key_row(const dmc_rowprog *p, int64_t r) {
+    return p->rowkey ? (int64_t)p->rowkey[r / p->live_rpt] * p->live_rpt + r % p->live_rpt : r;
+}
+
 /* act(x), and act'(x) in *grad, in fp32 (rowcore.cuh). */
 __host__ __device__ __forceinline__ float dmc_act_both(float x, int act, float *grad) {
     if (act == DM_ACT_RELU) return dmc_relu_both(x, grad);

@@ -70,6 +70,7 @@ __device__ float block_reduce(float v, int is_max, float *red) {
 struct rowteam {
     int lt, n, warp;
     unsigned mask;
+    int64_t kr; /* the row whose dropout words the current row draws (dmc_key_row) */
     float *red;
     __device__ float team_red(float v, int is_max) const {
         for (int o = warp >> 1; o > 0; o >>= 1) {
@@ -412,7 +413,7 @@ __device__ void run_rowop(const dmc_rowop *op, int64_t r, int64_t cols, float *s
     case DM_OP_DROPOUT_BWD:
         FOR_CHUNKS(T, cols) {
             ld8<S>(in[0], c0, n, vec, a);
-            dropout_chunk(op, r, cols, c0, n, seed, a);
+            dropout_chunk(op, T.kr, cols, c0, n, seed, a);
             st8<S>(out[0], c0, n, vec, a);
         }
         break;
@@ -518,7 +519,7 @@ row_kernel(const dmc_rowprog *__restrict__ prog, uint64_t seed, float *gscratch,
     __shared__ float red[33];
     float *scr = use_global ? gscratch + (size_t)blockIdx.x * (size_t)prog->scratch_floats
                             : dyn_smem;
-    const int64_t rows = prog->rows, cols = prog->cols, acc_off = prog->acc_off,
+    const int64_t rows = dmc_prog_rows(prog), cols = prog->cols, acc_off = prog->acc_off,
                   acc_floats = prog->acc_floats;
     const int nops = prog->nops, vec = prog->vec;
     rowteam T;
@@ -541,6 +542,7 @@ row_kernel(const dmc_rowprog *__restrict__ prog, uint64_t seed, float *gscratch,
         __syncthreads();
     }
     for (int64_t r = r0; r < rows; r += rstep) {
+        T.kr = dmc_key_row(prog, r);
         for (int k = 0; k < nops; k++) {
             run_rowop<S>(&prog->ops[k], r, cols, scr, seed, T, vec);
             /* the next op may read a row statistic another thread wrote; the next row

@@ -162,6 +162,10 @@ static dm_status download(dm_backend_state *st, int t, float *host) { return dm_
 
 /* Profiled on the host's clock (emulating), a group is waited for, so that the time taken
  * around it is its own; on a GPU its CUDA events time it. */
+static dm_status set_rows(dm_backend_state *st, int64_t rows, const float *lengths) {
+    return dm_cuda_exec_set_rows(EX(st), rows, lengths);
+}
+
 static dm_status run_group(dm_backend_state *st, int gi, uint64_t seed, int contractions_only) {
     const dm_plan *plan = S(st)->plan;
     /* only a batched group runs just its GEMMs when the pass runs contractions alone */
@@ -293,7 +297,7 @@ extern "C" const dm_backend dm_backend_cuda = {
     check_options, resolve_options,
     create, destroy, notes, workspace_bytes, timed_with,
     upload, download, run_group,
-    NULL, /* set_rows: every plan runs whole (dm_layer_new refuses an unpadded layer) */
+    set_rows,
     sync, profile, profile_take,
     pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy, copy_tensor, add_tensor, sumsq, reduce, bcast,
     reduce_wait, accumulate, optimize, mse,

@@ -79,7 +79,7 @@ dm_status dmx_init_epilogues(dm_cuda_exec *ex) {
         dmc_group *eg = &ex->groups[gi], *nx = &ex->groups[gi + 1];
         const dm_group *pg = &plan->groups[gi], *pn = &plan->groups[gi + 1];
         if (eg->nsteps != 1 || !eg->steps[0].gemm || eg->steps[0].ptrs || pg->nbatch > 1 || pn->nops != 1 ||
-            pn->nbatch > 1 || nx->nsteps != 1 || nx->fused)
+            pn->nbatch > 1 || nx->nsteps != 1 || nx->fused || dmx_live_scaled(ex, gi) || dmx_live_scaled(ex, gi + 1))
             continue;
         const dm_gemm_map *gm = &eg->steps[0].gm;
         const dm_op *c = dmx_op_at(plan, pg, 0), *b = dmx_op_at(plan, pn, 0);

@@ -228,6 +228,7 @@ static dm_status init_all(dm_cuda_exec *ex) {
     ex->groups = (dmc_group *)calloc((size_t)(plan->ngroups > 0 ? plan->ngroups : 1), sizeof(dmc_group));
     if (!ex->groups) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
     for (int gi = 0; gi < plan->ngroups; gi++) DM_TRY(dmx_build_group(ex, gi, &tl));
+    DM_TRY(dmx_init_live(ex));
 
     if (ex->flags & DM_CUDA_GEN) DM_TRY(dmx_init_gen(ex));
     if (ex->flags & DM_CUDA_EPILOGUE) DM_TRY(dmx_init_epilogues(ex));
@@ -356,6 +357,9 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
             free(ex->groups[gi].steps);
             dmx_epi_free(ex->groups[gi].epi);
         }
+    dmx_dev_free(ex, ex->livebuf);
+    free(ex->livehost);
+    free(ex->liveg);
     dmx_dev_free(ex, ex->lt_ws);
     if (ex->have_lt) (void)cublasLtDestroy(ex->lt);
     free(ex->groups);
@@ -494,6 +498,7 @@ dm_status dmx_run_steps(dm_cuda_exec *ex, int gi, uint64_t seed, int skip_rows, 
                                    seed, ex->gscratch, partials, stream));
         }
     }
+    if (!skip_rows) DM_TRY(dmx_zero_tail(ex, gi, stream));
     if ((ex->flags & DM_CUDA_SYNC_EACH) && !dmx_emulated(ex) && eg->nsteps > 0) {
         cudaError_t e = cudaStreamSynchronize(stream);
         if (e != cudaSuccess)

@@ -14,6 +14,10 @@
 
 #include "cuda/cuda_internal.h"
 
+extern "C" {
+#include "plan/live.h"
+}
+
 typedef struct {
     int gemm;    /* 1: a contraction (gm); 0: a row program (prog) */
     dm_gemm_map gm; /* device pointers */
@@ -116,6 +120,14 @@ struct dm_cuda_exec {
     int have_xfer, have_copied;
     dm_cuda_pool *pool;       /* where temp, gscratch and partials come from, or NULL */
     int pooled[3];            /* temp, gscratch, partials: borrowed from the pool (not freed) */
+    /* live rows (live.cu; plan/live.h): a step on fewer rows than the plan's */
+    int64_t live_cap;         /* the live rows at full size; 0: every step runs whole */
+    int64_t tokens;           /* this step's (set_rows) */
+    int live_bj, live_attn;   /* live rows "bj" (dropout keyed by padded positions); an unpadded layer */
+    dm_live_group *liveg;     /* per group: how it follows them */
+    long long *livebuf;       /* device: this step's count, then at byte 256 the dropout keys (ints) */
+    char *livehost;           /* its host copy */
+    char live_why[256];       /* why the plan runs whole, if it has live rows */
     /* dm_cuda_exec_profile: per group a start and an end event on its stream */
     cudaEvent_t *prof_ev;     /* 2 per group (made on first use), NULL until then */
     int nprof_ev;             /* events made (a failure part way leaves fewer) */
@@ -168,6 +180,12 @@ dm_status dmx_init_overlap(dm_cuda_exec *ex);
 dm_status dmx_join_all(dm_cuda_exec *ex);
 dm_status dmx_resolve_hazards(dm_cuda_exec *ex, int h);
 dm_status dmx_launch_side(dm_cuda_exec *ex, int gi, uint64_t seed);
+
+/* live.cu: how the groups follow the live rows (after the groups are built, before the
+ * generated kernels and epilogues); whether group gi does; its outputs zeroed past them */
+dm_status dmx_init_live(dm_cuda_exec *ex);
+int dmx_live_scaled(const dm_cuda_exec *ex, int gi);
+dm_status dmx_zero_tail(const dm_cuda_exec *ex, int gi, cudaStream_t stream);
 
 /* autosel.cu */
 dm_status dmx_auto_select(dm_cuda_exec *ex);

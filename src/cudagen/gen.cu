@@ -323,7 +323,7 @@ static dm_status emit_eltwise(gen_ctx *G, const dmc_rowop *op, const int *in, co
         y = define(G, out[0]);
         gen_add(G->body, "        DMC_UNROLL for (int e = 0; e < 8; e++) %s[e] = %s[e];\n", y.c_str(), a.c_str());
         if (op->drop_on)
-            gen_add(G->body, "        dmg_drop8(%s, n, seed, %uu, (unsigned long long)r * COLS + c0, %uu, %.9ef);\n",
+            gen_add(G->body, "        dmg_drop8(%s, n, seed, %uu, (unsigned long long)DMG_KEYROW * COLS + c0, %uu, %.9ef);\n",
                 y.c_str(), op->stream, op->drop_thr, (double)op->drop_scale);
         finish(G, out[0]);
         break;
@@ -558,10 +558,24 @@ dm_status gen_rows_fn(gen_ctx *G, int idx, int sld, int pld, std::string &src) {
     for (int q = 0; q < p->nops && s == DM_OK; q++) s = emit_op(G, &p->ops[q]);
     if (s != DM_OK) return s;
     close_segment(G, "");
+    /* live rows (set_rows): the step's rows read from the device, the dropout's row from
+     * the program's key map; two more parameters */
+    int live = -1, key = -1;
+    if (p->live) {
+        if (G->nparam + 2 > DMG_MAXP)
+            return dm_fail(DM_ERR_UNSUPPORTED, "row program: more than %d operands", DMG_MAXP);
+        live = G->nparam++;
+        G->params[live] = p->live;
+        if (p->rowkey) G->params[key = G->nparam++] = p->rowkey;
+    }
     gen_add(src, "\n/* program %d: %d ops, %lld rows x %lld columns */\n", idx, p->nops, (long long)p->rows,
         (long long)p->cols);
     gen_add(src, "enum { ROWS%d = %lld, COLS%d = %lld, NACC%d = %d };\n", idx, (long long)p->rows, idx,
         (long long)p->cols, idx, p->nacc);
+    if (live >= 0)
+        gen_add(src, "#define DMG_REND%d(P) (*(const long long *)(P).p[%d] * %lldLL)\n", idx, live,
+            (long long)p->live_rpt);
+    else gen_add(src, "#define DMG_REND%d(P) ROWS%d\n", idx, idx);
     gen_add(src, "template <int TEAM, int NCH> __host__ __device__ void dmg_rows%d(const dmg_ptrs &P, "
              "unsigned long long seed, float *acc, int lt, long long g0, long long gs, int tw, long long rend, "
              "const void *Ss, void *Ps) {\n", idx);
@@ -579,8 +593,12 @@ dm_status gen_rows_fn(gen_ctx *G, int idx, int sld, int pld, std::string &src) {
     gen_add(src, "    for (long long rb = g0; rb < rend; rb += gs) {\n");
     gen_add(src, "        const long long rr = rb + tw;\n        const bool ok = rr < rend;\n"
              "        const long long r = ok ? rr : rend - 1;\n        (void)ok;\n");
+    if (key >= 0)
+        gen_add(src, "#define DMG_KEYROW ((long long)((const int *)P.p[%d])[r / %lldLL] * %lldLL + r %% %lldLL)\n", key,
+            (long long)p->live_rpt, (long long)p->live_rpt, (long long)p->live_rpt);
+    else gen_add(src, "#define DMG_KEYROW r\n");
     src += G->out;
-    gen_add(src, "    }\n}\n");
+    gen_add(src, "#undef DMG_KEYROW\n    }\n}\n");
     return DM_OK;
 }
 
@@ -627,7 +645,7 @@ static dm_status gen_kernel(const dmc_rowprog *p, int idx, int sms, dmc_genk *k,
     } else {
         gen_add(src, "    float *acc = 0; (void)part;\n");
     }
-    gen_add(src, "    dmg_rows%d<TEAM, NCH>(P, seed, acc, lt, g0, gs, tw, ROWS%d, 0, 0);\n", idx, idx);
+    gen_add(src, "    dmg_rows%d<TEAM, NCH>(P, seed, acc, lt, g0, gs, tw, DMG_REND%d(P), 0, 0);\n", idx, idx);
     if (p->nacc) {
         gen_add(src, "    DMG_SYNC();\n");
         gen_add(src, "    dmg_acc_out<TEAM, NCH>(dmg_smem, %d, %lld, NACC%d, COLS%d, %lld, part + (long long)DMG_BID * %lld, "
@@ -648,7 +666,7 @@ static dm_status gen_kernel(const dmc_rowprog *p, int idx, int sms, dmc_genk *k,
     gen_add(src, "    for (int b = 0; b < blocks; b++) {\n"
              "        for (int t = 0; t < teams; t++)\n"
              "            dmg_rows%d<1, %d>(*P, seed, acc ? acc + (size_t)t * %lld : 0, 0, (long long)b * teams + t, "
-             "(long long)blocks * teams, 0, ROWS%d, 0, 0);\n",
+             "(long long)blocks * teams, 0, DMG_REND%d((*P)), 0, 0);\n",
         idx, G->chunks, (long long)(p->nacc * accw_host), idx);
     if (p->nacc)
         gen_add(src, "        dmg_acc_out<1, %d>(acc, teams, %lld, NACC%d, COLS%d, %lld, part + (long long)b * %lld, 0, 1);\n",

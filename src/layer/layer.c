@@ -64,8 +64,8 @@ dm_status dm_layer_options_check(const dm_layer_options *opt) {
     /* what the device's backend does not take (a backend not built: dm_layer_new says so) */
     const dm_backend *B = dm_backend_get(opt->device);
     if (B && opt->unpad && !B->set_rows)
-        return dm_fail(DM_ERR_UNSUPPORTED, "unpadded layers (the real tokens alone) run on the CPU backend so far, "
-                       "not on %s: run padded there", B->name);
+        return dm_fail(DM_ERR_UNSUPPORTED, "the %s backend runs no unpadded layer (the real tokens alone): run "
+                       "padded there", B->name);
     return B ? B->check_options(opt) : DM_OK;
 }
 

@@ -1,0 +1,45 @@
+#!/bin/sh
+# bench/gpu/unpad.sh: issue 25's point 3 on a GPU: tests/test_unpad on the device first
+# (DMOVE_CUDA_EMULATE=0: the unpadded CUDA layer against the padded one, dropout on, and the
+# whole model), then the BERT-large layer padded against unpadded (`dmove bench --device cuda
+# --dtype bf16 --lengths`, both on the same drawn batches, interleaved) at half fill and at
+# full fill, b=8 j=512 and b=96 j=128, ROUNDS times each (default 3).
+# With pack.sh's binaries (.dev carried): LD_LIBRARY_PATH=$PWD/.dev/lib DMOVE=.dev/bin/dmove
+#   TEST_UNPAD=.dev/bin/test_unpad sh bench/gpu/unpad.sh [ROUNDS]
+set -u
+rounds=${1:-3}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+OUT=${OUT:-/tmp}
+DMOVE=${DMOVE:-$root/build/dmove}
+. "$here/common.sh"
+gpu_libs "$DMOVE"
+gpu_setup test_unpad
+echo "unpadded layers on the GPU: $(date -u +%Y-%m-%dT%H:%MZ), commit $COMMIT, GPU ${GPU:-none}"
+t=${TEST_UNPAD:-$BUILT_TEST}
+if [ -n "$t" ]; then
+    if (cd "$root" && DMOVE_CUDA_EMULATE=0 timeout 300 "$t") >"$OUT/test_unpad.txt" 2>&1; then
+        grep -E "cuda|checks" "$OUT/test_unpad.txt" | tail -8
+    else
+        grep -E "FAIL|error" "$OUT/test_unpad.txt" | head -20
+        echo "test_unpad FAILED on the GPU: the timings below are UNVERIFIED"
+    fi
+fi
+run() { # run LABEL ARGS...
+    label=$1
+    shift
+    for r in $(seq "$rounds"); do
+        out=$(timeout 120 "$DMOVE" bench --device cuda --dtype bf16 --preset bert-large "$@" --reps 20 --warmup 3 2>&1)
+        sp=$(echo "$out" | sed -n 's/^unpadded speedup.*: //p')
+        [ -n "$sp" ] || { echo "$label: failed: $(echo "$out" | tail -2)"; continue; }
+        printf '%-28s round %d: fill %s  padded %8s ms  unpadded %8s ms  speedup %s\n' "$label" "$r" \
+            "$(echo "$out" | sed -n 's/^fill (real tokens \/ b x j): \([0-9.]*\).*/\1/p')" \
+            "$(echo "$out" | awk '$1 == "padded" { print $2 }')" \
+            "$(echo "$out" | awk '$1 == "unpadded" && $2 != "speedup" { print $2 }')" "$sp"
+    done
+}
+echo "== dmove bench --device cuda --dtype bf16 --preset bert-large --lengths SPEC (medians of 20 batches)"
+run "b=8 j=512 uniform:128-384" --batch 8 --seq 512 --lengths uniform:128-384
+run "b=8 j=512 full" --batch 8 --seq 512 --lengths uniform:512-512
+run "b=96 j=128 uniform:32-96" --batch 96 --seq 128 --lengths uniform:32-96
+run "b=96 j=128 full" --batch 96 --seq 128 --lengths uniform:128-128
