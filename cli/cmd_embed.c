@@ -28,6 +28,7 @@ typedef struct {
     const char *model, *tokenizer, *out;
     int pooling, normalize, format, threads, quiet, layers_from, lowercase, cased, no_unpad;
     int64_t max_length, batch;
+    cli_device dev;
 } embed_opts;
 
 static void init(void *p) {
@@ -83,6 +84,7 @@ static const cli_option k_options[] = {
      .help = "run the padding of each bucket too (by default the layers\n"
              "work on the lines' real tokens alone, packed)"},
     {.kind = CLI_FLAG, .name = "--quiet", O(quiet), .lo = 1, .help = "no progress on standard error"},
+    CLI_DEVICE(embed_opts, dev),
     {.kind = CLI_HELP, .name = "--help", .help = "this text"},
     {.kind = CLI_END},
 };
@@ -290,7 +292,8 @@ static int bucket_model(embed_run *r, int64_t len, dm_embedder **out) {
     dm_layer_config c = r->cfg;
     c.batch = r->o.batch;
     c.seq = len;
-    dm_layer_options lo = {.threads = r->o.threads, .unpad = !r->o.no_unpad};
+    dm_layer_options lo = {.threads = r->o.threads, .unpad = !r->o.no_unpad, .device = r->o.dev.device,
+                           .dtype = r->o.dev.dtype, .rows = r->o.dev.rows, .streams = r->o.dev.streams};
     dm_embedder *e = NULL;
     if (dm_embedder_new(&e, &c, r->layers, &r->bm, &lo) != DM_OK) return fail_dm("");
     const dm_status s = r->cur ? dm_embedder_copy_params(e, r->cur) : dm_embedder_load(e, r->weights, r->o.layers_from);

@@ -24,6 +24,7 @@ typedef struct {
     int64_t epochs, until, eval_every, log_every, positions, types, save_every;
     cli_optim opt;
     cli_config c;
+    cli_device dev;
 } ft_opts;
 
 static void init(void *p) {
@@ -100,6 +101,7 @@ static const cli_option k_options[] = {
              "packed, and attention over each sequence's own length"},
     {.kind = CLI_FLAG, .name = "--json", O(json), .lo = 1, .help = "print one JSON object at the end"},
     CLI_CONFIG(ft_opts, c, CLI_CFG_ALL & ~CLI_CFG_ARCH),
+    CLI_DEVICE(ft_opts, dev),
     {.kind = CLI_HELP, .name = "--help", .help = "this text"},
     {.kind = CLI_END},
 };
@@ -763,7 +765,8 @@ static int make_model(ft_run *r, const char *weights) {
     const dm_layer_config *cfg = &o->c.cfg;
     r->bm = (dm_bert_model){.vocab = r->vocab.vocab_size, .positions = o->positions, .types = o->types,
                             .pad_id = r->vocab.special.pad, .num_labels = r->labels.n};
-    dm_layer_options lo = {.threads = o->c.threads, .unpad = !o->no_unpad};
+    dm_layer_options lo = {.threads = o->c.threads, .unpad = !o->no_unpad, .device = o->dev.device,
+                           .dtype = o->dev.dtype, .rows = o->dev.rows, .streams = o->dev.streams};
     if (dm_trainer_new_bert(&r->T, cfg, o->layers, &r->bm, &lo, &o->opt.optim) != DM_OK) return fail_dm("");
     if (dm_trainer_set_label_names(r->T, (const char *const *)r->labels.name) != DM_OK) return fail_dm("");
     int rc = set_tag(r);
@@ -841,6 +844,8 @@ static void header(const ft_run *r) {
             r->labels.n, r->labels.name[0], ", ", r->labels.name[1], r->labels.n > 2 ? ", ..." : "", o->layers,
             cfg->hidden, cfg->heads, cfg->ffn, (double)dm_trainer_num_params(r->T) / 1e6,
             o->init ? ", from --init" : ", from scratch", cfg->batch, cfg->seq, cfg->dropout);
+    if (o->dev.device == DM_DEVICE_CUDA)
+        fprintf(stderr, "  on the GPU (%s storage%s)\n", dm_dtype_name(o->dev.dtype), cli_emulated_note(o->dev.device));
     char lrb[32];
     dm_fmt_exact(lrb, sizeof lrb, o->opt.optim.lr);
     fprintf(stderr, "  train: %s, %" PRId64 " examples (%" PRId64 " cut to %" PRId64 " tokens)", o->train, r->train.n,

@@ -28,6 +28,7 @@ typedef struct {
     double mask_prob;
     cli_optim opt;
     cli_config c;
+    cli_device dev;
 } pretrain_opts;
 
 static void init(void *p) {
@@ -122,6 +123,7 @@ static const cli_option k_options[] = {
              "packed, and attention over each sequence's own length"},
     {.kind = CLI_FLAG, .name = "--json", O(json), .lo = 1, .help = "print one JSON object at the end"},
     CLI_CONFIG(pretrain_opts, c, CLI_CFG_ALL & ~CLI_CFG_ARCH),
+    CLI_DEVICE(pretrain_opts, dev),
     {.kind = CLI_HELP, .name = "--help", .help = "this text"},
     {.kind = CLI_END},
 };
@@ -362,7 +364,8 @@ static int setup(pretrain_run *r) {
                             .pad_id = r->vocab.special.pad, .predictions = o->predictions,
                             .xent = (dm_xent_mode)o->xent};
     if (open_loaders(r, cfg) != DM_OK) return fail_dm("--data: ");
-    dm_layer_options lo = {.threads = o->c.threads, .unpad = !o->no_unpad};
+    dm_layer_options lo = {.threads = o->c.threads, .unpad = !o->no_unpad, .device = o->dev.device,
+                           .dtype = o->dev.dtype, .rows = o->dev.rows, .streams = o->dev.streams};
     if (dm_trainer_new_bert(&r->T, cfg, o->layers, &r->bm, &lo, &o->opt.optim) != DM_OK) return fail_dm("");
     if (dm_trainer_set_dist(r->T, r->dist) != DM_OK || dm_trainer_set_zero(r->T, o->opt.zero) != DM_OK)
         return fail_dm("");
@@ -413,6 +416,8 @@ static void header(const pretrain_run *r, FILE *info) {
                   "%d threads\n", o->layers, cfg->hidden, cfg->heads, cfg->ffn, dm_act_name(cfg->act),
             r->vocab.vocab_size, o->positions, (double)dm_trainer_num_params(r->T) / 1e6, cfg->batch, cfg->seq,
             cfg->dropout, cli_threads(o->c.threads));
+    if (o->dev.device == DM_DEVICE_CUDA)
+        fprintf(info, "  on the GPU (%s storage%s)\n", dm_dtype_name(o->dev.dtype), cli_emulated_note(o->dev.device));
     char lrb[32];
     dm_fmt_exact(lrb, sizeof lrb, o->opt.optim.lr);
     fprintf(info, "  data: %s (%" PRId64 " sequences an epoch%s), %s, %.0f%% masked; %s lr %s, %" PRId64 " steps\n",

@@ -117,6 +117,29 @@ bad "--resume with another --mask-prob" 1 "run is pretrain" $P --steps 12 --drop
     --mask-prob 0.2 --resume part.ckpt --steps 14
 bad "--until without --save" 2 "need --save" $P --steps 12 --until 3
 
+# the GPU from the command: --device cuda (emulated on the host, where dmove is built with
+# CUDA) trains sentence pairs (unpadded) to the CPU's losses and held-out numbers, dropout on
+# shellcheck disable=SC2086
+good "pretrain --pairs on the CPU, to compare" $P --steps 6 --dropout 0.1 --eval-every 3 --pairs
+grep -E '^(loss |  held-out)' stdout >cpu.txt
+export DMOVE_CUDA_EMULATE=1
+# shellcheck disable=SC2086
+"$DMOVE" $P --steps 6 --dropout 0.1 --eval-every 3 --pairs --device cuda >stdout 2>stderr
+rc=$?
+unset DMOVE_CUDA_EMULATE
+if grep -q "built without CUDA" stderr; then
+    echo "SKIP pretrain --device cuda: $(head -1 stderr)"
+else
+    cases=$((cases + 1))
+    if [ "$rc" -eq 0 ] && grep -E '^(loss |  held-out)' stdout | cmp -s - cpu.txt; then
+        echo "ok   pretrain --device cuda (emulated): the CPU's losses and held-out numbers ($(wc -l <cpu.txt) lines)"
+    else
+        fail "pretrain --device cuda (emulated): exit $rc, not the CPU's losses"
+        sed 's/^/    /' stderr stdout >&2
+    fi
+    has "pretrain --device cuda says where" stdout '^  on the GPU \(fp32 storage, emulated'
+fi
+
 printf '{"vocab_size": 99, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64, "num_hidden_layers": 2}' >config.json
 bad "no --data" 2 "--data DIR and --tokenizer FILE are required" pretrain --tokenizer vocab.txt --lowercase
 bad "a config of another vocabulary" 1 "vocab_size 99, but the tokenizer has" pretrain --data data \

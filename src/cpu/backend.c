@@ -364,6 +364,7 @@ const dm_backend dm_backend_cpu = {
     .download = download,
     .run_group = run_group,
     .set_rows = set_rows,
+    .set_training = NULL, /* the kernels read each op's probability */
     .sync = sync,
     .profile = profile,
     .profile_take = profile_take,

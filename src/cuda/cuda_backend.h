@@ -106,6 +106,10 @@ void dm_cuda_exec_free(dm_cuda_exec *ex);
  * tokens of sequences of these lengths (plan/live.h; backend.h's set_rows). DM_ERR_UNSUPPORTED
  * for a plan that runs whole (saying why), DM_ERR_INVALID_ARG for bad rows or lengths. */
 dm_status dm_cuda_exec_set_rows(dm_cuda_exec *ex, int64_t rows, const float *lengths);
+/* Dropout on (training, as made) or off (evaluation) for the next steps: the row programs'
+ * dropout switched off (re-sent to the device) and the generated and fused kernels, which
+ * have it compiled in, left for the interpreter and cuBLAS meanwhile; the attention's too. */
+dm_status dm_cuda_exec_set_training(dm_cuda_exec *ex, int training);
 /* How many of the executor's row programs run as generated kernels (*programs: all). */
 int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs);
 /* How many batched groups (attention) run as one fused kernel each (DM_CUDA_GEN, 16-bit

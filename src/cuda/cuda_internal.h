@@ -147,7 +147,7 @@ void dmc_emu_scatter(const dmc_scatter *s);
 typedef struct {
     int bwd, causal, drop, dt, len_dt;
     int64_t B, J, H, P;
-    float alpha, scale;    /* scale: 1 / (1 - p) with dropout */
+    float alpha, scale;    /* scale: 1 / (1 - p), used while drop (training) */
     uint32_t thr, stream;  /* dropout: an element is kept where its Philox word >= thr */
     const void *lengths;   /* B lengths (len_dt: fp32, the tensor kept wide) */
     const void *q, *k, *v, *dctx;

@@ -89,19 +89,19 @@ static void vl_row_host(const dmc_varlen *v, uint64_t seed, int mode, int64_t ro
     for (int64_t c = 0; c < n && mode == VL_FWD; c++) sum += expf(dmc_load(x, v->dt, base + c) - m);
     for (int64_t c = 0; c < n && mode == VL_BWD; c++) {
         const float g = dmc_load(x, v->dt, base + c);
-        sum += (vl_kept(v, seed, (uint64_t)(base + c)) ? g * v->scale : 0.0f) * dmc_load(v->probs, v->dt, base + c);
+        sum += (vl_kept(v, seed, (uint64_t)(base + c)) ? g * (v->drop ? v->scale : 1.0f) : 0.0f) * dmc_load(v->probs, v->dt, base + c);
     }
     for (int64_t c = 0; c < J; c++) {
         const uint64_t e = (uint64_t)(base + c);
         if (mode == VL_BWD) {
-            const float g = c < n && vl_kept(v, seed, e) ? dmc_load(x, v->dt, base + c) * v->scale : 0.0f;
+            const float g = c < n && vl_kept(v, seed, e) ? dmc_load(x, v->dt, base + c) * (v->drop ? v->scale : 1.0f) : 0.0f;
             dmc_store(x, v->dt, base + c, c < n ? dmc_load(v->probs, v->dt, base + c) * (g - sum) : 0.0f);
             continue;
         }
         float p = c >= n ? 0.0f : mode == VL_DROP ? dmc_load(v->probs, v->dt, base + c)
                                                   : vl_round(v->dt, expf(dmc_load(x, v->dt, base + c) - m) / sum);
         if (mode == VL_FWD && c < L) dmc_store(v->probs, v->dt, base + c, p);
-        dmc_store(x, v->dt, base + c, vl_kept(v, seed, e) ? p * v->scale : 0.0f);
+        dmc_store(x, v->dt, base + c, vl_kept(v, seed, e) ? p * (v->drop ? v->scale : 1.0f) : 0.0f);
     }
 }
 
@@ -130,21 +130,21 @@ __global__ void __launch_bounds__(VL_THREADS) vl_rows_kernel(dmc_varlen v, uint6
     } else if (mode == VL_BWD) {
         for (int64_t c = lane; c < n; c += 32) {
             const float g = dmc_load(x, v.dt, base + c);
-            sum += (vl_kept(&v, seed, (uint64_t)(base + c)) ? g * v.scale : 0.0f) * dmc_load(v.probs, v.dt, base + c);
+            sum += (vl_kept(&v, seed, (uint64_t)(base + c)) ? g * (v.drop ? v.scale : 1.0f) : 0.0f) * dmc_load(v.probs, v.dt, base + c);
         }
     }
     sum = vl_warp_sum(sum);
     for (int64_t c = lane; c < J; c += 32) {
         const uint64_t e = (uint64_t)(base + c);
         if (mode == VL_BWD) {
-            const float g = c < n && vl_kept(&v, seed, e) ? dmc_load(x, v.dt, base + c) * v.scale : 0.0f;
+            const float g = c < n && vl_kept(&v, seed, e) ? dmc_load(x, v.dt, base + c) * (v.drop ? v.scale : 1.0f) : 0.0f;
             dmc_store(x, v.dt, base + c, c < n ? dmc_load(v.probs, v.dt, base + c) * (g - sum) : 0.0f);
             continue;
         }
         float p = c >= n ? 0.0f : mode == VL_DROP ? dmc_load(v.probs, v.dt, base + c)
                                                   : vl_round(v.dt, expf(dmc_load(x, v.dt, base + c) - m) / sum);
         if (mode == VL_FWD && c < L) dmc_store(v.probs, v.dt, base + c, p);
-        dmc_store(x, v.dt, base + c, vl_kept(&v, seed, e) ? p * v.scale : 0.0f);
+        dmc_store(x, v.dt, base + c, vl_kept(&v, seed, e) ? p * (v.drop ? v.scale : 1.0f) : 0.0f);
     }
 }
 

@@ -166,6 +166,10 @@ static dm_status set_rows(dm_backend_state *st, int64_t rows, const float *lengt
     return dm_cuda_exec_set_rows(EX(st), rows, lengths);
 }
 
+static dm_status set_training(dm_backend_state *st, int training) {
+    return dm_cuda_exec_set_training(EX(st), training);
+}
+
 static dm_status run_group(dm_backend_state *st, int gi, uint64_t seed, int contractions_only) {
     const dm_plan *plan = S(st)->plan;
     /* only a batched group runs just its GEMMs when the pass runs contractions alone */
@@ -267,7 +271,7 @@ DM_BACKEND_NEXT(runs_pairs, algos); DM_BACKEND_NEXT(algos, check_options);
 DM_BACKEND_NEXT(check_options, resolve_options); DM_BACKEND_NEXT(resolve_options, create);
 DM_BACKEND_NEXT(create, destroy); DM_BACKEND_NEXT(destroy, notes); DM_BACKEND_NEXT(notes, workspace_bytes);
 DM_BACKEND_NEXT(workspace_bytes, timed_with); DM_BACKEND_NEXT(timed_with, upload); DM_BACKEND_NEXT(upload, download);
-DM_BACKEND_NEXT(download, run_group); DM_BACKEND_NEXT(run_group, set_rows); DM_BACKEND_NEXT(set_rows, sync); DM_BACKEND_NEXT(sync, profile);
+DM_BACKEND_NEXT(download, run_group); DM_BACKEND_NEXT(run_group, set_rows); DM_BACKEND_NEXT(set_rows, set_training); DM_BACKEND_NEXT(set_training, sync); DM_BACKEND_NEXT(sync, profile);
 DM_BACKEND_NEXT(profile, profile_take); DM_BACKEND_NEXT(profile_take, pool_new); DM_BACKEND_NEXT(pool_new, pool_free);
 DM_BACKEND_NEXT(pool_free, pool_bytes); DM_BACKEND_NEXT(pool_bytes, buf_new); DM_BACKEND_NEXT(buf_new, buf_free);
 DM_BACKEND_NEXT(buf_free, buf_copy); DM_BACKEND_NEXT(buf_copy, copy_tensor); DM_BACKEND_NEXT(copy_tensor, add_tensor);
@@ -280,7 +284,7 @@ static_assert(sizeof(dm_backend) ==
  * as many names as the struct has fields */
 [[maybe_unused]] static void dm_backend_fields_all_named(const dm_backend &b) {
     [[maybe_unused]] const auto &[name, device, merge_siblings, runs_pairs, algos, check_options, resolve_options,
-                                  create, destroy, notes, workspace_bytes, timed_with, upload, download, run_group, set_rows, sync,
+                                  create, destroy, notes, workspace_bytes, timed_with, upload, download, run_group, set_rows, set_training, sync,
                                   profile, profile_take, pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy,
                                   copy_tensor, add_tensor, sumsq, reduce, bcast, reduce_wait, accumulate, optimize, mse] = b;
 }
@@ -297,7 +301,7 @@ extern "C" const dm_backend dm_backend_cuda = {
     check_options, resolve_options,
     create, destroy, notes, workspace_bytes, timed_with,
     upload, download, run_group,
-    set_rows,
+    set_rows, set_training,
     sync, profile, profile_take,
     pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy, copy_tensor, add_tensor, sumsq, reduce, bcast,
     reduce_wait, accumulate, optimize, mse,

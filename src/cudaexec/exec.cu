@@ -357,6 +357,7 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
             free(ex->groups[gi].steps);
             dmx_epi_free(ex->groups[gi].epi);
         }
+    free(ex->drop_scale);
     dmx_dev_free(ex, ex->livebuf);
     free(ex->livehost);
     free(ex->liveg);
@@ -483,7 +484,7 @@ dm_status dmx_run_steps(dm_cuda_exec *ex, int gi, uint64_t seed, int skip_rows, 
             else DM_TRY(dmc_scatter_launch(&st->sc, stream));
         } else if (st->varlen) {
             DM_TRY(dmc_varlen_run(&st->vl, seed, dmx_emulated(ex), blas, stream));
-        } else if (!skip_rows && ex->gen_of && ex->gen_of[st->prog] >= 0) {
+        } else if (!skip_rows && ex->gen_of && ex->gen_of[st->prog] >= 0 && !ex->evaluating) {
             const dmc_rowprog *hp = &ex->hprogs[st->prog];
             const dmc_genk *k = dmc_gen_kernel(ex->gen, ex->gen_of[st->prog]);
             DM_TRY(dmc_gen_launch(ex->gen, ex->gen_of[st->prog], seed, partials, stream));
@@ -510,6 +511,35 @@ dm_status dmx_run_steps(dm_cuda_exec *ex, int gi, uint64_t seed, int skip_rows, 
 }
 
 static dm_status group_work(dm_cuda_exec *ex, int gi, uint64_t seed, int skip_rows);
+
+dm_status dm_cuda_exec_set_training(dm_cuda_exec *ex, int training) {
+    if (!ex) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_exec_set_training: NULL executor");
+    if (ex->evaluating == !training) return DM_OK;
+    if (!ex->drop_scale) { /* the scales as made: training's */
+        if (!(ex->drop_scale = (float *)malloc(sizeof(float) * (size_t)(ex->nprogs > 0 ? ex->nprogs : 1) * DMC_MAX_ROWOPS)))
+            return dm_fail(DM_ERR_OOM, "out of memory for evaluation mode");
+        for (int i = 0; i < ex->nprogs; i++)
+            for (int k = 0; k < ex->hprogs[i].nops; k++) ex->drop_scale[i * DMC_MAX_ROWOPS + k] = ex->hprogs[i].ops[k].drop_scale;
+    }
+    for (int i = 0; i < ex->nprogs; i++) /* off: as with p = 0 (no mask, scale 1) */
+        for (int k = 0; k < ex->hprogs[i].nops; k++) {
+            dmc_rowop *op = &ex->hprogs[i].ops[k];
+            op->drop_on = training && op->drop_thr != 0;
+            op->drop_scale = training ? ex->drop_scale[i * DMC_MAX_ROWOPS + k] : 1.0f;
+        }
+    for (int gi = 0; gi < ex->ngroups; gi++)
+        for (int k = 0; k < ex->groups[gi].nsteps; k++) {
+            dmc_varlen *v = &ex->groups[gi].steps[k].vl;
+            if (ex->groups[gi].steps[k].varlen) v->drop = training && v->thr != 0;
+        }
+    /* the device's copy, after the work before it (the programs' last users); emulating,
+     * the host copies serve */
+    if (ex->nprogs && !dmx_emulated(ex))
+        DM_TRY(dmx_dev_copy(ex, ex->dprogs, ex->hprogs, sizeof(dmc_rowprog) * (size_t)ex->nprogs,
+                            cudaMemcpyHostToDevice));
+    ex->evaluating = !training;
+    return DM_OK;
+}
 
 dm_status dm_cuda_exec_profile(dm_cuda_exec *ex, int on, int *by_events) {
     if (!ex || !by_events) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_exec_profile: NULL argument");
@@ -582,7 +612,7 @@ static dm_status group_work(dm_cuda_exec *ex, int gi, uint64_t seed, int skip_ro
         if ((ex->flags & DM_CUDA_SYNC_EACH) && !dmx_emulated(ex)) DMC_CUDA(cudaStreamSynchronize(ex->stream));
         return DM_OK;
     }
-    if (eg->fused && !skip_rows) {
+    if (eg->fused && !skip_rows && !ex->evaluating) {
         DM_TRY(dmc_gen_launch(ex->gen, eg->fused - 1, seed, ex->partials, ex->stream));
         if (eg->tail) DM_TRY(dmx_run_gemm(ex, &eg->steps[eg->tail], ex->blas));
         if ((ex->flags & DM_CUDA_SYNC_EACH) && !dmx_emulated(ex)) {

@@ -120,6 +120,8 @@ struct dm_cuda_exec {
     int have_xfer, have_copied;
     dm_cuda_pool *pool;       /* where temp, gscratch and partials come from, or NULL */
     int pooled[3];            /* temp, gscratch, partials: borrowed from the pool (not freed) */
+    int evaluating;           /* dm_cuda_exec_set_training(0): dropout off, the interpreter alone */
+    float *drop_scale;        /* per program, per op: its dropout scale while training */
     /* live rows (live.cu; plan/live.h): a step on fewer rows than the plan's */
     int64_t live_cap;         /* the live rows at full size; 0: every step runs whole */
     int64_t tokens;           /* this step's (set_rows) */

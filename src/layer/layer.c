@@ -291,10 +291,10 @@ dm_status dm_layer_init_params(dm_layer *L, uint64_t seed) {
 
 dm_status dm_layer_set_training(dm_layer *L, int training) {
     if (!L) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_set_training: NULL layer");
-    if (L->opt.device != DM_DEVICE_CPU)
-        return dm_fail(DM_ERR_UNSUPPORTED, "evaluation mode (dropout off) on the %s backend: not yet",
-                       dm_device_kind_name(L->opt.device));
-    /* the CPU's kernels read each operator's probability when they run */
+    training = training != 0;
+    /* the CPU's kernels read each operator's probability when they run; a backend that
+     * fixed them when the layer was made switches its own */
+    if (L->bk->set_training) DM_TRY(L->bk->set_training(L->st, training));
     for (int o = 0; o < L->g.nop; o++)
         if (dm_op_params(L->g.op[o].kind) & DM_OPP_DROPOUT) L->g.op[o].p = training ? L->cfg.dropout : 0.0;
     return DM_OK;

@@ -97,6 +97,10 @@ typedef struct dm_backend {
      * DM_ERR_UNSUPPORTED (saying why) for a plan that can only run whole. NULL where the
      * backend runs every plan whole (dm_layer_new refuses dm_layer_options.unpad there). */
     dm_status (*set_rows)(dm_backend_state *st, int64_t rows, const float *lengths);
+    /* Dropout on (training) or off (evaluation) for the next steps, where the backend
+     * fixed the plan's dropout probabilities when it was made; NULL where its kernels read
+     * each operator's probability when they run (dm_layer_set_training sets them). */
+    dm_status (*set_training)(dm_backend_state *st, int training);
     /* Waits for the work enqueued so far; errors of asynchronous work surface here. */
     dm_status (*sync)(dm_backend_state *st);
     /* Profiling on or off for the next groups. *by_events = 1: the backend times each
