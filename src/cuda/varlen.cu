@@ -83,25 +83,26 @@ enum { VL_FWD = 0, VL_DROP = 1, VL_BWD = 2 };
 static void vl_row_host(const dmc_varlen *v, uint64_t seed, int mode, int64_t row) {
     int64_t L;
     const int64_t J = v->J, n = vl_keys(v, row, &L), base = row * J;
+    const float sc = v->drop ? v->scale : 1.0f; /* evaluation: no dropout, scale 1 */
     void *x = v->sq[mode == VL_BWD];
     float m = -INFINITY, sum = 0.0f;
     for (int64_t c = 0; c < n && mode == VL_FWD; c++) m = fmaxf(m, dmc_load(x, v->dt, base + c));
     for (int64_t c = 0; c < n && mode == VL_FWD; c++) sum += expf(dmc_load(x, v->dt, base + c) - m);
     for (int64_t c = 0; c < n && mode == VL_BWD; c++) {
         const float g = dmc_load(x, v->dt, base + c);
-        sum += (vl_kept(v, seed, (uint64_t)(base + c)) ? g * (v->drop ? v->scale : 1.0f) : 0.0f) * dmc_load(v->probs, v->dt, base + c);
+        sum += (vl_kept(v, seed, (uint64_t)(base + c)) ? g * sc : 0.0f) * dmc_load(v->probs, v->dt, base + c);
     }
     for (int64_t c = 0; c < J; c++) {
         const uint64_t e = (uint64_t)(base + c);
         if (mode == VL_BWD) {
-            const float g = c < n && vl_kept(v, seed, e) ? dmc_load(x, v->dt, base + c) * (v->drop ? v->scale : 1.0f) : 0.0f;
+            const float g = c < n && vl_kept(v, seed, e) ? dmc_load(x, v->dt, base + c) * sc : 0.0f;
             dmc_store(x, v->dt, base + c, c < n ? dmc_load(v->probs, v->dt, base + c) * (g - sum) : 0.0f);
             continue;
         }
         float p = c >= n ? 0.0f : mode == VL_DROP ? dmc_load(v->probs, v->dt, base + c)
                                                   : vl_round(v->dt, expf(dmc_load(x, v->dt, base + c) - m) / sum);
         if (mode == VL_FWD && c < L) dmc_store(v->probs, v->dt, base + c, p);
-        dmc_store(x, v->dt, base + c, vl_kept(v, seed, e) ? p * (v->drop ? v->scale : 1.0f) : 0.0f);
+        dmc_store(x, v->dt, base + c, vl_kept(v, seed, e) ? p * sc : 0.0f);
     }
 }
 
@@ -121,6 +122,7 @@ __global__ void __launch_bounds__(VL_THREADS) vl_rows_kernel(dmc_varlen v, uint6
     if (row >= v.B * v.H * v.J) return;
     int64_t L;
     const int64_t J = v.J, n = vl_keys(&v, row, &L), base = row * J;
+    const float sc = v.drop ? v.scale : 1.0f;
     void *x = v.sq[mode == VL_BWD];
     float m = -INFINITY, sum = 0.0f;
     if (mode == VL_FWD) {
@@ -130,21 +132,21 @@ __global__ void __launch_bounds__(VL_THREADS) vl_rows_kernel(dmc_varlen v, uint6
     } else if (mode == VL_BWD) {
         for (int64_t c = lane; c < n; c += 32) {
             const float g = dmc_load(x, v.dt, base + c);
-            sum += (vl_kept(&v, seed, (uint64_t)(base + c)) ? g * (v.drop ? v.scale : 1.0f) : 0.0f) * dmc_load(v.probs, v.dt, base + c);
+            sum += (vl_kept(&v, seed, (uint64_t)(base + c)) ? g * sc : 0.0f) * dmc_load(v.probs, v.dt, base + c);
         }
     }
     sum = vl_warp_sum(sum);
     for (int64_t c = lane; c < J; c += 32) {
         const uint64_t e = (uint64_t)(base + c);
         if (mode == VL_BWD) {
-            const float g = c < n && vl_kept(&v, seed, e) ? dmc_load(x, v.dt, base + c) * (v.drop ? v.scale : 1.0f) : 0.0f;
+            const float g = c < n && vl_kept(&v, seed, e) ? dmc_load(x, v.dt, base + c) * sc : 0.0f;
             dmc_store(x, v.dt, base + c, c < n ? dmc_load(v.probs, v.dt, base + c) * (g - sum) : 0.0f);
             continue;
         }
         float p = c >= n ? 0.0f : mode == VL_DROP ? dmc_load(v.probs, v.dt, base + c)
                                                   : vl_round(v.dt, expf(dmc_load(x, v.dt, base + c) - m) / sum);
         if (mode == VL_FWD && c < L) dmc_store(v.probs, v.dt, base + c, p);
-        dmc_store(x, v.dt, base + c, vl_kept(&v, seed, e) ? p * (v.drop ? v.scale : 1.0f) : 0.0f);
+        dmc_store(x, v.dt, base + c, vl_kept(&v, seed, e) ? p * sc : 0.0f);
     }
 }
 
@@ -225,7 +227,8 @@ static dm_status vl_rows_run(const dmc_varlen *v, uint64_t seed, int mode, int e
 
 dm_status dmc_varlen_run(const dmc_varlen *v, uint64_t seed, int emu, cublasHandle_t blas, cudaStream_t stream) {
     const int64_t J = v->J, P = v->P, sp = J * P, ss = J * J;
-    if (v->B * v->J > INT32_MAX || v->B * v->H > INT32_MAX)
+    if (v->B * v->J > INT32_MAX || v->B * v->H > INT32_MAX ||
+        (v->B * v->H * v->J + VL_ROWS - 1) / VL_ROWS > INT32_MAX)
         return dm_fail(DM_ERR_UNSUPPORTED, "attention over %lld sequences of %lld tokens, %lld heads: beyond "
                        "the CUDA kernel's launch sizes", (long long)v->B, (long long)v->J, (long long)v->H);
     if (emu) vl_offsets(v);

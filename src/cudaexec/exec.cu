@@ -515,6 +515,7 @@ static dm_status group_work(dm_cuda_exec *ex, int gi, uint64_t seed, int skip_ro
 dm_status dm_cuda_exec_set_training(dm_cuda_exec *ex, int training) {
     if (!ex) return dm_fail(DM_ERR_INVALID_ARG, "dm_cuda_exec_set_training: NULL executor");
     if (ex->evaluating == !training) return DM_OK;
+    DM_TRY(dmx_join_all(ex)); /* the side stream's groups read the programs too */
     if (!ex->drop_scale) { /* the scales as made: training's */
         if (!(ex->drop_scale = (float *)malloc(sizeof(float) * (size_t)(ex->nprogs > 0 ? ex->nprogs : 1) * DMC_MAX_ROWOPS)))
             return dm_fail(DM_ERR_OOM, "out of memory for evaluation mode");

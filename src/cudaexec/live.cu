@@ -2,7 +2,8 @@
  * unpadded layer's tokens, the MLM head's scored positions. Per step, the host cuts each
  * following contraction's m, n or k and each embedding gradient's rows; the row programs
  * (interpreted and generated) read the step's row count from the device (one long long
- * that set_rows copies there on the main stream, ordered after the work before it), and
+ * that set_rows copies there on the main stream once the last step's side-stream groups
+ * are joined, so every group of that step has run on its own count), and
  * an unpadded layer's rows draw their dropout words at their padded positions through a
  * key map beside it, as the CPU. The layer's outputs are zeroed past the live rows after
  * each group that writes them. A contraction that follows the rows takes no bias epilogue
@@ -16,19 +17,23 @@ extern "C" {
 #include "plan/live.h"
 }
 
-/* Group gi's mapping and operands, for dm_live_group_of (a lone contraction), else NULL. */
-static const dm_gemm_map *group_map(const dm_cuda_exec *ex, int gi, dm_gemm_map *full, float *p[3]) {
+/* Group gi's mapping and operands, for dm_live_group_of (a lone unbatched contraction in
+ * memory; *m NULL otherwise, which dm_live_group_of refuses as it should). */
+static dm_status group_map(const dm_cuda_exec *ex, int gi, dm_gemm_map *full, float *p[3], const dm_gemm_map **m) {
     const dm_plan *plan = ex->plan;
     const dm_group *gr = &plan->groups[gi];
     const dm_op *op = dmx_op_at(plan, gr, 0);
-    if (op->kind != DM_OP_CONTRACT || gr->nops != 1) return NULL;
+    *m = NULL;
+    if (op->kind != DM_OP_CONTRACT || gr->nops != 1 || gr->nbatch > 1) return DM_OK;
     const int ts[3] = {op->in[0], op->in[1], op->out[0]};
     for (int s = 0; s < 3; s++) {
         int dt;
         p[s] = (float *)dmx_arena_ptr(ex, ts[s], &dt);
-        if (!p[s]) return NULL;
+        if (!p[s]) return DM_OK;
     }
-    return dm_gemm_map_prepare(full, plan->g, op, p[0], p[1], p[2]) == DM_OK ? full : NULL;
+    DM_TRY(dm_gemm_map_prepare(full, plan->g, op, p[0], p[1], p[2]));
+    *m = full;
+    return DM_OK;
 }
 
 dm_status dmx_init_live(dm_cuda_exec *ex) {
@@ -43,8 +48,9 @@ dm_status dmx_init_live(dm_cuda_exec *ex) {
     for (int gi = 0; gi < ex->ngroups && s == DM_OK; gi++) {
         dm_gemm_map full;
         float *p[3] = {NULL, NULL, NULL};
-        const dm_gemm_map *m = group_map(ex, gi, &full, p);
-        s = dm_live_group_of(&lv, gi, m, p[0], p[1], p[2], &ex->liveg[gi]);
+        const dm_gemm_map *m = NULL;
+        s = group_map(ex, gi, &full, p, &m);
+        if (s == DM_OK) s = dm_live_group_of(&lv, gi, m, p[0], p[1], p[2], &ex->liveg[gi]);
     }
     const int attn = lv.attn;
     const int64_t cap = lv.cap;
@@ -110,6 +116,8 @@ dm_status dm_cuda_exec_set_rows(dm_cuda_exec *ex, int64_t rows, const float *len
         return dm_fail(DM_ERR_UNSUPPORTED, "this plan runs whole%s%s", ex->live_why[0] ? ": " : " (no live rows)",
                        ex->live_why);
     const dm_graph *g = ex->plan->g;
+    /* the side stream's groups of the last step first: they read the count and their cuts */
+    DM_TRY(dmx_join_all(ex));
     int *key = (int *)(ex->livehost + 256);
     int64_t tokens;
     if (!lengths) {

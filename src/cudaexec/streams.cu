@@ -73,7 +73,8 @@ dm_status dmx_init_overlap(dm_cuda_exec *ex) {
     for (int gi = 0; gi < ex->ngroups; gi++) {
         const dmc_group *eg = &ex->groups[gi];
         if (eg->nsteps != 1 || plan->groups[gi].nbatch > 1 || eg->fused || eg->epi || eg->skip) continue;
-        if (eg->steps[0].scatter) continue; /* the main stream's: its work space is its own */
+        /* the main stream's: their work spaces are their own */
+        if (eg->steps[0].scatter || eg->steps[0].varlen) continue;
         if (!eg->steps[0].gemm && ex->launch[eg->steps[0].prog].global_scratch) continue;
         int read_later = 0;
         for (int h = gi + 1; h < ex->ngroups && !read_later; h++)

@@ -109,8 +109,13 @@ dm_status dm_live_group_of(const dm_live *lv, int gi, const dm_gemm_map *full, f
             lg->ld[lg->nout++] = ld;
         }
     }
+    if (gr->nbatch > 1)
+        return dm_fail(DM_ERR_UNSUPPORTED, "the batched group of %s does not run over the live rows (%s)",
+                       first->name, g->live);
     if (first->kind == DM_OP_CONTRACT) {
-        if (!full) return dm_fail(DM_ERR_INTERNAL, "contraction %s: no mapping to follow the live rows", first->name);
+        if (!full || gr->nops != 1)
+            return dm_fail(DM_ERR_UNSUPPORTED, "contraction %s: not a lone GEMM that can follow the live rows (%s)",
+                           first->name, g->live);
         return live_gemm(lv, first, full, A, B, C, lg);
     }
     if (first->kind == DM_OP_LINEAR_XENT || first->kind == DM_OP_LINEAR_XENT_BWD) { /* its rows m */
@@ -119,7 +124,7 @@ dm_status dm_live_group_of(const dm_live *lv, int gi, const dm_gemm_map *full, f
         lg->rpt = first->rows / lv->cap;
         return DM_OK;
     }
-    if (gr->nbatch > 1 || gr->rows % lv->cap)
+    if (gr->rows % lv->cap)
         return dm_fail(DM_ERR_UNSUPPORTED, "the group of %s does not run over the live rows (%s)", first->name,
                        g->live);
     lg->rpt = gr->rows / lv->cap;

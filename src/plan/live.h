@@ -40,7 +40,7 @@ dm_status dm_live_init(dm_live *lv, const dm_plan *plan);
 void dm_live_free(dm_live *lv);
 /* Group gi's way (*lg zeroed first). A contraction is mapped again from its operands at
  * A, B, C (its inputs in op order and output, as given to dm_gemm_map_prepare), to compare
- * with `full`, its mapping. DM_ERR_UNSUPPORTED (with a message naming the group) when the
+ * with `full`, its mapping (NULL: it cannot follow them). DM_ERR_UNSUPPORTED (with a message naming the group) when the
  * group cannot follow them; the attention (ATTN, ATTN_BWD) and groups with no live
  * operand give all 0. */
 dm_status dm_live_group_of(const dm_live *lv, int gi, const dm_gemm_map *full, float *A, float *B, float *C,
