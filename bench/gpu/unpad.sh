@@ -6,8 +6,16 @@
 # full fill, b=8 j=512 and b=96 j=128, ROUNDS times each (default 3).
 # With pack.sh's binaries (.dev carried): LD_LIBRARY_PATH=$PWD/.dev/lib DMOVE=.dev/bin/dmove
 #   TEST_UNPAD=.dev/bin/test_unpad sh bench/gpu/unpad.sh [ROUNDS]
+# Env: MODEL (default "--preset bert-large"), SIZES (default "8x512 96x128"), DTYPE (bf16),
+# REPS (20), TEST_EMULATE (0: test_unpad on the GPU). A check of the script without a GPU:
+# DMOVE_CUDA_EMULATE=1 TEST_EMULATE=1 MODEL="--hidden 32 --heads 2 --ffn 64" SIZES=2x16 REPS=2
+# DTYPE=fp32 sh bench/gpu/unpad.sh 1
 set -u
 rounds=${1:-3}
+MODEL=${MODEL:---preset bert-large}
+SIZES=${SIZES:-8x512 96x128}
+DTYPE=${DTYPE:-bf16}
+REPS=${REPS:-20}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 OUT=${OUT:-/tmp}
@@ -18,7 +26,7 @@ gpu_setup test_unpad
 echo "unpadded layers on the GPU: $(date -u +%Y-%m-%dT%H:%MZ), commit $COMMIT, GPU ${GPU:-none}"
 t=${TEST_UNPAD:-$BUILT_TEST}
 if [ -n "$t" ]; then
-    if (cd "$root" && DMOVE_CUDA_EMULATE=0 timeout 300 "$t") >"$OUT/test_unpad.txt" 2>&1; then
+    if (cd "$root" && DMOVE_CUDA_EMULATE=${TEST_EMULATE:-0} timeout 300 "$t") >"$OUT/test_unpad.txt" 2>&1; then
         grep -E "cuda|checks" "$OUT/test_unpad.txt" | tail -8
     else
         grep -E "FAIL|error" "$OUT/test_unpad.txt" | head -20
@@ -29,7 +37,8 @@ run() { # run LABEL ARGS...
     label=$1
     shift
     for r in $(seq "$rounds"); do
-        out=$(timeout 120 "$DMOVE" bench --device cuda --dtype bf16 --preset bert-large "$@" --reps 20 --warmup 3 2>&1)
+        # shellcheck disable=SC2086 # MODEL is words
+        out=$(timeout 120 "$DMOVE" bench --device cuda --dtype "$DTYPE" $MODEL "$@" --reps "$REPS" --warmup 3 2>&1)
         sp=$(echo "$out" | sed -n 's/^unpadded speedup.*: //p')
         [ -n "$sp" ] || { echo "$label: failed: $(echo "$out" | tail -2)"; continue; }
         printf '%-28s round %d: fill %s  padded %8s ms  unpadded %8s ms  speedup %s\n' "$label" "$r" \
@@ -38,8 +47,10 @@ run() { # run LABEL ARGS...
             "$(echo "$out" | awk '$1 == "unpadded" && $2 != "speedup" { print $2 }')" "$sp"
     done
 }
-echo "== dmove bench --device cuda --dtype bf16 --preset bert-large --lengths SPEC (medians of 20 batches)"
-run "b=8 j=512 uniform:128-384" --batch 8 --seq 512 --lengths uniform:128-384
-run "b=8 j=512 full" --batch 8 --seq 512 --lengths uniform:512-512
-run "b=96 j=128 uniform:32-96" --batch 96 --seq 128 --lengths uniform:32-96
-run "b=96 j=128 full" --batch 96 --seq 128 --lengths uniform:128-128
+echo "== dmove bench --device cuda --dtype $DTYPE $MODEL --lengths SPEC (medians of $REPS batches)"
+for s in $SIZES; do
+    b=${s%x*}
+    j=${s#*x}
+    run "b=$b j=$j uniform:$((j / 4))-$((3 * j / 4))" --batch "$b" --seq "$j" --lengths "uniform:$((j / 4))-$((3 * j / 4))"
+    run "b=$b j=$j full" --batch "$b" --seq "$j" --lengths "uniform:$j-$j"
+done

@@ -1,0 +1,28 @@
+#!/bin/sh
+# bench/gpu/session.sh: the device checks still open, as one call of the device tool (about
+# 9 minutes; .dev carried from `sh bench/gpu/pack.sh` here): run there as
+#   LD_LIBRARY_PATH=$PWD/.dev/lib DMOVE=.dev/bin/dmove TEST_UNPAD=.dev/bin/test_unpad \
+#       OUT=$OUT sh bench/gpu/session.sh
+#  1. bench/gpu/unpad.sh 2: tests/test_unpad on the GPU (the unpadded CUDA layer and model
+#     against the padded ones), then the BERT-large layer padded vs unpadded (issue 25's
+#     point 3) at half and full fill, b=8 j=512 and b=96 j=128;
+#  2. transformers' BertForMaskedLM (BERT-large, bf16) under torch.compile mode
+#     max-autotune at b=8 j=512, the peer bench/gpu/bert.sh could not wait for (issue 24's
+#     point 7; it did not finish compiling in 265 s on an H200), with what is left of
+#     BUDGET seconds (default 540).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-/tmp}
+BUDGET=${BUDGET:-540}
+start=$(date +%s)
+sh "$here/unpad.sh" 2
+left=$((BUDGET - ($(date +%s) - start)))
+echo
+echo "== torch.compile (max-autotune) BertForMaskedLM, BERT-large bf16, b=8 j=512: $left s left"
+if [ "$left" -gt 60 ]; then
+    PYTHONUNBUFFERED=1 timeout "$left" python3 "$here/bert_gpu.py" --device cuda --layers 24 --hidden 1024 \
+        --heads 16 --ffn 4096 --vocab 30522 --batch 8 --seq 512 --mode compile --compile-mode max-autotune \
+        --reps 10 --warmup 3 2>"$OUT/compile.err" | tee "$OUT/compile.jsonl"
+    [ -s "$OUT/compile.jsonl" ] || echo "torch.compile did not finish in $left s (its log: $OUT/compile.err)"
+fi
+echo "done in $(($(date +%s) - start)) s"
