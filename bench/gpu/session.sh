@@ -1,8 +1,7 @@
 #!/bin/sh
 # bench/gpu/session.sh: the device checks still open, as one call of the device tool (about
-# 9 minutes; .dev carried from `sh bench/gpu/pack.sh` here): run there as
-#   LD_LIBRARY_PATH=$PWD/.dev/lib DMOVE=.dev/bin/dmove TEST_UNPAD=.dev/bin/test_unpad \
-#       OUT=$OUT sh bench/gpu/session.sh
+# 9 minutes; .dev carried from `PACK=xz sh bench/gpu/pack.sh` here, which it unpacks):
+#   sh bench/gpu/session.sh
 #  1. bench/gpu/unpad.sh 2: tests/test_unpad on the GPU (the unpadded CUDA layer and model
 #     against the padded ones), then the BERT-large layer padded vs unpadded (issue 25's
 #     point 3) at half and full fill, b=8 j=512 and b=96 j=128;
@@ -12,7 +11,13 @@
 #     BUDGET seconds (default 540).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
 OUT=${OUT:-/tmp}
+if [ -r "$root/.dev/pack.tar.xz" ] && [ -z "${DMOVE:-}" ]; then
+    tar -xJf "$root/.dev/pack.tar.xz" -C "$root/.dev" || exit 1
+    export LD_LIBRARY_PATH="$root/.dev/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" DMOVE="$root/.dev/bin/dmove" \
+        TEST_UNPAD="$root/.dev/bin/test_unpad"
+fi
 BUDGET=${BUDGET:-540}
 start=$(date +%s)
 sh "$here/unpad.sh" 2
