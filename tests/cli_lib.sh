@@ -57,3 +57,25 @@ has() {
     cases=$((cases + 1))
     grep -Eq -- "$3" "$2" || { fail "$1: $2 lacks /$3/"; sed 's/^/    /' "$2" >&2; }
 }
+
+# same_on_cuda NAME FILE SAME COMMAND ARGS...: dmove COMMAND --device cuda ARGS, emulated on
+# the host (DMOVE_CUDA_EMULATE=1), must exit 0 with `SAME FILE` true (FILE: stdout or
+# stderr; SAME: the script's comparison with the CPU run's results); SKIP (status 1) where
+# dmove is built without CUDA.
+same_on_cuda() {
+    name=$1 file=$2 same=$3 cmd=$4
+    shift 4
+    DMOVE_CUDA_EMULATE=1 "$DMOVE" "$cmd" --device cuda "$@" >stdout 2>stderr
+    rc=$?
+    if grep -q "built without CUDA" stderr; then
+        echo "SKIP $name: $(head -1 stderr)"
+        return 1
+    fi
+    cases=$((cases + 1))
+    if [ "$rc" -eq 0 ] && "$same" "$file"; then
+        echo "ok   $name: the CPU's results"
+    else
+        fail "$name: exit $rc, not the CPU's results"
+        sed 's/^/    /' stderr >&2
+    fi
+}

@@ -59,23 +59,12 @@ done <in.txt
 echo "ok   embed: 7 lines in input order, each as it is alone"
 # the GPU from the command: --device cuda (emulated on the host, where dmove is built with
 # CUDA) gives the same embeddings to rounding, every bucket unpadded
-export DMOVE_CUDA_EMULATE=1
+close() { # 7 lines, each number within 1e-5 of the CPU's
+    [ "$(wc -l <"$1")" -eq 7 ] && paste all.tsv "$1" |
+        awk -F'\t' '{ for (i = 1; i <= 16; i++) { d = $i - $(i + 16); if (d < 0) d = -d; if (d > 1e-5) exit 1 } }'
+}
 # shellcheck disable=SC2086
-"$DMOVE" $E --format tsv --device cuda in.txt >cuda.tsv 2>stderr
-rc=$?
-unset DMOVE_CUDA_EMULATE
-if grep -q "built without CUDA" stderr; then
-    echo "SKIP embed --device cuda: $(head -1 stderr)"
-else
-    cases=$((cases + 1))
-    if [ "$rc" -eq 0 ] && [ "$(wc -l <cuda.tsv)" -eq 7 ] && paste all.tsv cuda.tsv |
-        awk -F'\t' '{ for (i = 1; i <= 16; i++) { d = $i - $(i + 16); if (d < 0) d = -d; if (d > 1e-5) exit 1 } }'; then
-        echo "ok   embed --device cuda (emulated): the CPU's embeddings within 1e-5"
-    else
-        fail "embed --device cuda (emulated): exit $rc, not the CPU's embeddings"
-        sed 's/^/    /' stderr >&2
-    fi
-fi
+same_on_cuda "embed --device cuda (emulated)" stdout close $E --format tsv in.txt
 # text is tsv with spaces; standard input and 1 thread, batch 3: the same to rounding
 # shellcheck disable=SC2086
 good "embed text" $E --threads 1 --batch 3 <in.txt

@@ -75,22 +75,12 @@ fi
 # CUDA) gives the CPU's losses and held-out accuracy (short lines: unpadded), dropout on
 # shellcheck disable=SC2086
 good "finetune on the CPU, to compare" $F --train train.tsv --eval eval.jsonl --epochs 1 --eval-every 15 --dropout 0.1
-grep -E '^(step |  held-out)' stderr | sed 's/  [0-9.]* s\/step.*//' >cpu.txt
-export DMOVE_CUDA_EMULATE=1
+results() { grep -E '^(step |  held-out)' "$1" | sed 's/  [0-9.]* s\/step.*//'; } # the times aside
+results stderr >cpu.txt
+same() { results "$1" | cmp -s - cpu.txt; }
 # shellcheck disable=SC2086
-"$DMOVE" $F --train train.tsv --eval eval.jsonl --epochs 1 --eval-every 15 --dropout 0.1 --device cuda >stdout 2>stderr
-rc=$?
-unset DMOVE_CUDA_EMULATE
-if grep -q "built without CUDA" stderr; then
-    echo "SKIP finetune --device cuda: $(head -1 stderr)"
-else
-    cases=$((cases + 1))
-    if [ "$rc" -eq 0 ] && grep -E '^(step |  held-out)' stderr | sed 's/  [0-9.]* s\/step.*//' | cmp -s - cpu.txt; then
-        echo "ok   finetune --device cuda (emulated): the CPU's losses and held-out numbers ($(wc -l <cpu.txt) lines)"
-    else
-        fail "finetune --device cuda (emulated): exit $rc, not the CPU's losses"
-        sed 's/^/    /' stderr >&2
-    fi
+if same_on_cuda "finetune --device cuda (emulated)" stderr same $F --train train.tsv --eval eval.jsonl --epochs 1 \
+    --eval-every 15 --dropout 0.1; then
     has "finetune --device cuda says where" stderr '^  on the GPU \(fp32 storage, emulated'
 fi
 # --init: the exported model's embeddings, encoder and pooler (a new classifier): one epoch

@@ -121,22 +121,11 @@ bad "--until without --save" 2 "need --save" $P --steps 12 --until 3
 # CUDA) trains sentence pairs (unpadded) to the CPU's losses and held-out numbers, dropout on
 # shellcheck disable=SC2086
 good "pretrain --pairs on the CPU, to compare" $P --steps 6 --dropout 0.1 --eval-every 3 --pairs
-grep -E '^(loss |  held-out)' stdout >cpu.txt
-export DMOVE_CUDA_EMULATE=1
+results() { grep -E '^(loss |  held-out)' "$1"; }
+results stdout >cpu.txt
+same() { results "$1" | cmp -s - cpu.txt; }
 # shellcheck disable=SC2086
-"$DMOVE" $P --steps 6 --dropout 0.1 --eval-every 3 --pairs --device cuda >stdout 2>stderr
-rc=$?
-unset DMOVE_CUDA_EMULATE
-if grep -q "built without CUDA" stderr; then
-    echo "SKIP pretrain --device cuda: $(head -1 stderr)"
-else
-    cases=$((cases + 1))
-    if [ "$rc" -eq 0 ] && grep -E '^(loss |  held-out)' stdout | cmp -s - cpu.txt; then
-        echo "ok   pretrain --device cuda (emulated): the CPU's losses and held-out numbers ($(wc -l <cpu.txt) lines)"
-    else
-        fail "pretrain --device cuda (emulated): exit $rc, not the CPU's losses"
-        sed 's/^/    /' stderr stdout >&2
-    fi
+if same_on_cuda "pretrain --device cuda (emulated)" stdout same $P --steps 6 --dropout 0.1 --eval-every 3 --pairs; then
     has "pretrain --device cuda says where" stdout '^  on the GPU \(fp32 storage, emulated'
 fi
 
