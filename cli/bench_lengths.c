@@ -194,15 +194,21 @@ static int timed_step(side *s, int r) {
     return 0;
 }
 
-static int report(const cli_config *c, const char *spec, const lengths_dist *d, double fill, double pad_ms,
-                  double unp_ms, int warmup, int reps, int json) {
+static int report(const cli_config *c, const dm_layer_options *lo, const char *spec, const lengths_dist *d,
+                  double fill, double pad_ms, double unp_ms, int warmup, int reps, int json) {
     const dm_layer_config *cfg = &c->cfg;
     const double tokens = fill * (double)(cfg->batch * cfg->seq);
+    const int cuda = lo->device == DM_DEVICE_CUDA;
+    char where[160];
+    if (cuda)
+        snprintf(where, sizeof where, "on the GPU (%s storage%s)", dm_dtype_name(lo->dtype),
+                 cli_emulated_note(lo->device));
+    else snprintf(where, sizeof where, "%d threads", cli_threads(c->threads));
     if (!json) {
         printf("dmove %s bench --lengths %s: b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
-               ", dropout %g, %d threads; medians of %d batches after %d warm-up\n",
-               DMOVE_VERSION, spec, cfg->batch, cfg->seq, cfg->hidden, cfg->heads, cfg->ffn, cfg->dropout,
-               cli_threads(c->threads), reps, warmup);
+               ", dropout %g, %s; medians of %d batches after %d warm-up\n",
+               DMOVE_VERSION, spec, cfg->batch, cfg->seq, cfg->hidden, cfg->heads, cfg->ffn, cfg->dropout, where, reps,
+               warmup);
         if (d->cut)
             printf("(%" PRId64 " of the file's %" PRId64 " lengths were above j and cut to %" PRId64 ")\n", d->cut, d->n,
                    cfg->seq);
@@ -219,6 +225,8 @@ static int report(const cli_config *c, const char *spec, const lengths_dist *d, 
              bench_jnum(conf, "hidden", (double)cfg->hidden) && bench_jnum(conf, "heads", (double)cfg->heads) &&
              bench_jnum(conf, "ffn", (double)cfg->ffn) && bench_jnum(conf, "dropout", cfg->dropout) &&
              bench_jnum(conf, "threads", cli_threads(c->threads)) && bench_jnum(conf, "warmup", warmup) &&
+             cJSON_AddStringToObject(conf, "device", dm_device_kind_name(lo->device)) &&
+             cJSON_AddStringToObject(conf, "dtype", dm_dtype_name(lo->dtype)) &&
              bench_jnum(conf, "reps", reps) && cJSON_AddStringToObject(conf, "lengths", spec) &&
              bench_jnum(root, "fill", fill) && bench_jnum(root, "padded_step_ms", pad_ms) &&
              bench_jnum(root, "unpadded_step_ms", unp_ms) && bench_jnum(root, "unpadded_speedup", pad_ms / unp_ms) &&
@@ -271,7 +279,7 @@ int bench_lengths_run(const cli_config *c, const char *spec, const dm_layer_opti
             fprintf(stderr, "bench --lengths: batch %d of %d\n", r + warmup + 1, warmup + reps);
         }
     }
-    rc = report(c, spec, &d, fill, bench_median(pad.ms, reps), bench_median(unp.ms, reps), warmup, reps, json);
+    rc = report(c, lo, spec, &d, fill, bench_median(pad.ms, reps), bench_median(unp.ms, reps), warmup, reps, json);
     rc = rc ? CLI_FAIL : CLI_OK;
 done:
     dm_layer_free(pad.L);
