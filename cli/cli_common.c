@@ -631,6 +631,11 @@ const cli_option cli_device_options[] = {
     {.kind = CLI_END},
 };
 
+dm_layer_options cli_device_layer_options(const cli_device *d, int threads, int unpad) {
+    return (dm_layer_options){.threads = threads, .unpad = unpad, .device = d->device, .dtype = d->dtype,
+                              .rows = d->rows, .streams = d->streams};
+}
+
 const char *cli_emulated_note(dm_device_kind dev) {
     const char *e = getenv("DMOVE_CUDA_EMULATE");
     if (dev != DM_DEVICE_CUDA || !e) return "";

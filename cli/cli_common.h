@@ -270,6 +270,9 @@ extern const cli_option cli_device_options[];
 /* ", emulated on the host by DMOVE_CUDA_EMULATE=1" (or =lanes) when --device cuda runs
  * emulated (the tests' setting: its times are not a GPU's), else "". */
 const char *cli_emulated_note(dm_device_kind dev);
+/* The layer options of a model command (pretrain, finetune, embed): the device group's,
+ * the threads, unpadded or not. */
+dm_layer_options cli_device_layer_options(const cli_device *d, int threads, int unpad);
 /* The help of --recompute (layer, bench, tune, train), ending with `scope` in parentheses:
  * where it applies. */
 #define CLI_RECOMPUTE_HELP(scope)                                                          \

@@ -292,8 +292,7 @@ static int bucket_model(embed_run *r, int64_t len, dm_embedder **out) {
     dm_layer_config c = r->cfg;
     c.batch = r->o.batch;
     c.seq = len;
-    dm_layer_options lo = {.threads = r->o.threads, .unpad = !r->o.no_unpad, .device = r->o.dev.device,
-                           .dtype = r->o.dev.dtype, .rows = r->o.dev.rows, .streams = r->o.dev.streams};
+    dm_layer_options lo = cli_device_layer_options(&r->o.dev, r->o.threads, !r->o.no_unpad);
     dm_embedder *e = NULL;
     if (dm_embedder_new(&e, &c, r->layers, &r->bm, &lo) != DM_OK) return fail_dm("");
     const dm_status s = r->cur ? dm_embedder_copy_params(e, r->cur) : dm_embedder_load(e, r->weights, r->o.layers_from);
@@ -464,6 +463,8 @@ static int embed(embed_run *r, const char *file) {
         cli_usage_error(CMD, "--format safetensors needs --out FILE");
         return CLI_USAGE;
     }
+    const dm_layer_options chk = cli_device_layer_options(&o->dev, o->threads, !o->no_unpad);
+    if (cli_options_check(CMD, &chk)) return CLI_USAGE; /* before the input is read */
     const cli_path reads[3] = {{.opt = "--model", .path = o->model, .dir = 1},
                                {.opt = "--tokenizer", .path = o->tokenizer},
                                {.opt = "the input", .path = file}};

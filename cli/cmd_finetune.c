@@ -735,6 +735,8 @@ static int check_options(ft_opts *o) {
         cli_usage_error(CMD, "--init and --config exclude each other (--init's directory has its config)");
         return CLI_USAGE;
     }
+    const dm_layer_options chk = cli_device_layer_options(&o->dev, o->c.threads, !o->no_unpad);
+    if (cli_options_check(CMD, &chk)) return CLI_USAGE;
     if ((o->until || o->save_every) && !o->save) {
         cli_usage_error(CMD, "--until and --save-every need --save FILE");
         return CLI_USAGE;
@@ -765,8 +767,7 @@ static int make_model(ft_run *r, const char *weights) {
     const dm_layer_config *cfg = &o->c.cfg;
     r->bm = (dm_bert_model){.vocab = r->vocab.vocab_size, .positions = o->positions, .types = o->types,
                             .pad_id = r->vocab.special.pad, .num_labels = r->labels.n};
-    dm_layer_options lo = {.threads = o->c.threads, .unpad = !o->no_unpad, .device = o->dev.device,
-                           .dtype = o->dev.dtype, .rows = o->dev.rows, .streams = o->dev.streams};
+    dm_layer_options lo = cli_device_layer_options(&o->dev, o->c.threads, !o->no_unpad);
     if (dm_trainer_new_bert(&r->T, cfg, o->layers, &r->bm, &lo, &o->opt.optim) != DM_OK) return fail_dm("");
     if (dm_trainer_set_label_names(r->T, (const char *const *)r->labels.name) != DM_OK) return fail_dm("");
     int rc = set_tag(r);

@@ -337,6 +337,8 @@ static int setup(pretrain_run *r) {
                                 {.opt = "--export", .path = o->export_dir, .dir = 1}};
     int rc = cli_check_paths(CMD, reads, 5, writes, 3);
     if (rc) return rc;
+    const dm_layer_options chk = cli_device_layer_options(&o->dev, o->c.threads, !o->no_unpad);
+    if (cli_options_check(CMD, &chk)) return CLI_USAGE; /* before the data is read */
     rc = cli_open_tokenizer(CMD, o->tokenizer, o->lowercase, o->cased, &r->tok);
     if (rc != CLI_OK) return rc;
     if (dm_vocab_info_from(r->tok, &r->vocab) != DM_OK) return fail_dm("--tokenizer: ");
@@ -364,8 +366,7 @@ static int setup(pretrain_run *r) {
                             .pad_id = r->vocab.special.pad, .predictions = o->predictions,
                             .xent = (dm_xent_mode)o->xent};
     if (open_loaders(r, cfg) != DM_OK) return fail_dm("--data: ");
-    dm_layer_options lo = {.threads = o->c.threads, .unpad = !o->no_unpad, .device = o->dev.device,
-                           .dtype = o->dev.dtype, .rows = o->dev.rows, .streams = o->dev.streams};
+    dm_layer_options lo = cli_device_layer_options(&o->dev, o->c.threads, !o->no_unpad);
     if (dm_trainer_new_bert(&r->T, cfg, o->layers, &r->bm, &lo, &o->opt.optim) != DM_OK) return fail_dm("");
     if (dm_trainer_set_dist(r->T, r->dist) != DM_OK || dm_trainer_set_zero(r->T, o->opt.zero) != DM_OK)
         return fail_dm("");

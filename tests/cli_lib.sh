@@ -76,6 +76,6 @@ same_on_cuda() {
         echo "ok   $name: the CPU's results"
     else
         fail "$name: exit $rc, not the CPU's results"
-        sed 's/^/    /' stderr >&2
+        sed 's/^/    /' stderr stdout >&2
     fi
 }

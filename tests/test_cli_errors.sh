@@ -283,6 +283,12 @@ expect_fail "bench: unknown --dtype" 2 "unknown storage type" "$D" bench --dtype
 expect_fail "bench: unknown --device" 2 "unknown device" "$D" bench --device tpu
 expect_fail "bench: bf16 on the CPU" 2 "needs the CUDA device" "$D" bench --dtype bf16 --reps 1
 expect_fail "layer: fp16 on the CPU" 2 "needs the CUDA device" "$D" layer --in "$V" --out "$OUT" --heads 2 --dtype fp16
+# the model commands say so before they read any data (the files named need not exist)
+expect_fail "pretrain: bf16 on the CPU" 2 "needs the CUDA device" "$D" pretrain --data "$T" --tokenizer "$V" \
+    --dtype bf16
+expect_fail "finetune: bf16 on the CPU" 2 "needs the CUDA device" "$D" finetune --train "$V" --tokenizer "$V" \
+    --dtype bf16
+expect_fail "embed: fp16 on the CPU" 2 "needs the CUDA device" "$D" embed --model "$T" --dtype fp16
 expect_fail "bench: unknown --rows" 2 "unknown row kernels 'fast'" "$D" bench --rows fast
 expect_fail "bench: --rows gen on the CPU" 2 "needs --device cuda" "$D" bench --rows gen --reps 1
 expect_fail "layer: --rows interp on the CPU" 2 "needs --device cuda" "$D" layer --in "$V" --out "$OUT" --heads 2 --rows interp

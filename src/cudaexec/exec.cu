@@ -534,11 +534,12 @@ dm_status dm_cuda_exec_set_training(dm_cuda_exec *ex, int training) {
             if (ex->groups[gi].steps[k].varlen) v->drop = training && v->thr != 0;
         }
     /* the device's copy, after the work before it (the programs' last users); emulating,
-     * the host copies serve */
+     * the host copies serve. Set first, as the host copies are: after a failed copy
+     * the next call still switches (and sends) them */
+    ex->evaluating = !training;
     if (ex->nprogs && !dmx_emulated(ex))
         DM_TRY(dmx_dev_copy(ex, ex->dprogs, ex->hprogs, sizeof(dmc_rowprog) * (size_t)ex->nprogs,
                             cudaMemcpyHostToDevice));
-    ex->evaluating = !training;
     return DM_OK;
 }
 
