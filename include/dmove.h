@@ -178,6 +178,17 @@ void dm_layer_free(dm_layer *layer);
  *   and "<parameter>.grad" for each. The pointer stays valid until dm_layer_free. */
 dm_status dm_layer_tensor(dm_layer *layer, const char *name, float **data, int *ndim,
                           int64_t shape[4]);
+/* The same tensor in the backend's own memory, for callers that keep their data there
+ * (a framework's GPU tensors): its first element (on the CPU the pointer dm_layer_tensor
+ * gives; with --device cuda an address in the device's memory, valid until dm_layer_free)
+ * and its storage type there (the layer's dtype, or fp32 for tensors kept wide), dense
+ * in the shape dm_layer_tensor gives. What is written there is the step's input as it
+ * is (dm_layer_to_device would overwrite it with the host copy); the layer's passes end
+ * with the device's work done. */
+dm_status dm_layer_device_tensor(dm_layer *layer, const char *name, void **data, dm_dtype *dtype);
+/* One tensor's host copy to the backend's memory (dm_layer_to_device for all inputs and
+ * parameters at once). */
+dm_status dm_layer_tensor_to_device(dm_layer *layer, const char *name);
 int dm_layer_num_params(const dm_layer *layer);
 const char *dm_layer_param_name(const dm_layer *layer, int index);
 /* BERT initialisation: weights N(0, 0.02) (deterministic from seed), biases 0, LN gamma 1. */

@@ -91,6 +91,8 @@ def _load():
         "dm_layer_param_name": (ctypes.c_char_p, [P, ctypes.c_int]),
         "dm_layer_set_seed": (st, [P, ctypes.c_uint64]),
         "dm_layer_set_training": (st, [P, ctypes.c_int]),
+        "dm_layer_device_tensor": (st, [P, ctypes.c_char_p, ctypes.POINTER(P), ctypes.POINTER(ctypes.c_int)]),
+        "dm_layer_tensor_to_device": (st, [P, ctypes.c_char_p]),
         "dm_layer_forward": (st, [P]),
         "dm_layer_backward": (st, [P]),
     }

@@ -6,10 +6,19 @@ keys) of transformers' ``BertLayer``; its forward and backward run dmove's fused
 ``patch(model)`` puts one in place of every transformers ``BertLayer`` of a model, sharing
 its ``Parameter`` objects.
 
-What dmove takes: float32 CPU tensors, hidden_states (b, j, hidden) of any strides, the
-attention mask as transformers gives it to a layer (None, (b, j) of 1/0, or (b, 1, 1, j) /
-(b, 1, j, j) additive float or bool, the same for every query). Anything else raises
-TypeError / ValueError saying why. The copies per step are counted in ``copy_stats()``.
+What dmove takes: float32 CPU tensors, or CUDA tensors (float32, bfloat16 or float16; under
+autocast the autocast dtype) where libdmove.so was built with CUDA; hidden_states (b, j,
+hidden) of any strides, the attention mask as transformers gives it to a layer (None, (b, j)
+of 1/0, or (b, 1, 1, j) / (b, 1, j, j) additive float or bool, the same for every query), on
+the hidden states' device. Anything else raises TypeError / ValueError saying why. The
+copies per step are counted in ``copy_stats()``.
+
+On a GPU the layer is dmove's CUDA backend in that storage type: its buffers on the device
+are torch tensors (DLPack views of dmove's memory), so the inputs, parameters, outputs and
+gradients are copied device to device, converted where the types differ, never through the
+host; torch's stream is waited for before dmove reads them, and dmove's passes end with
+their work done. ``BertLayer(config, dmove_device="cuda")`` puts CPU tensors through the
+CUDA backend too: the CUDA build's host emulation (DMOVE_CUDA_EMULATE=1), for tests.
 
 ``unpad=True`` (``BertLayer(config, unpad=True)``, ``patch(model, unpad=True)``): when a
 batch's mask is padding at the end of each sequence, the layer runs on the real tokens
@@ -19,6 +28,7 @@ should read. The loss and every gradient are the same as long as nothing reads t
 positions (labels -100 there, as transformers' collators make them); a mask of another
 shape runs padded.
 """
+import contextlib
 import ctypes
 import math
 import threading
@@ -76,6 +86,20 @@ _ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tan
          "gelu_tanh": "gelu_tanh", "relu": "relu"}
 
 
+def _device_wait(core):
+    """Before dmove reads what torch wrote to a core's GPU buffers: torch's queued work done
+    (dmove runs on streams of its own; its passes end with their work done)."""
+    if core.device is not None and core.device[0].type == "cuda":
+        torch.cuda.current_stream(core.device[0]).synchronize()
+
+
+def _on(device):
+    """The CUDA device of a core's (device, dtype) current while dmove works on it."""
+    if device is not None and device[0].type == "cuda":
+        return torch.cuda.device(device[0])
+    return contextlib.nullcontext()
+
+
 def _layer_settings(config):
     """(hidden, heads, ffn, dropout, eps, act) from a transformers BertConfig, or refuses."""
     g = lambda k, d=None: getattr(config, k, d)
@@ -118,10 +142,63 @@ class _Token:
     """Alive while a forward's autograd node (which may still run backward) is."""
 
 
-class _Core:
-    """One dmove layer (dm_layer) of one (batch, seq) shape and its buffers as tensors."""
+# DLPack (dlpack.h, v0.8): dmove's device buffers as torch tensors without a copy
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
 
-    def __init__(self, settings, batch, seq, threads, unpad=False):
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManaged(ctypes.Structure):
+    pass
+
+
+_DL_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManaged))
+_DLManaged._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DL_DELETER)]
+_dl_noop = _DL_DELETER(lambda p: None)  # the memory is the dmove layer's: nothing to free
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+# dm_dtype -> DLPack (code, bits) and torch's dtype
+_DL_TYPES = {0: (2, 32, torch.float32), 1: (4, 16, torch.bfloat16), 2: (2, 16, torch.float16)}
+_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+
+def _dl_view(ptr, dims, dtype, device, keep):
+    """A torch tensor over dims elements of dm_dtype dtype at ptr on device (torch.device);
+    the ctypes structures stay alive in keep (the core's)."""
+    code, bits, _ = _DL_TYPES[dtype]
+    shape = (ctypes.c_int64 * len(dims))(*dims)
+    m = _DLManaged()
+    m.dl_tensor.data = ptr
+    m.dl_tensor.device = _DLDevice(2 if device.type == "cuda" else 1,
+                                   (device.index or 0) if device.type == "cuda" else 0)
+    m.dl_tensor.ndim = len(dims)
+    m.dl_tensor.dtype = _DLDataType(code, bits, 1)
+    m.dl_tensor.shape = shape
+    m.dl_tensor.strides = None  # dense, row-major
+    m.deleter = _dl_noop
+    keep.append((m, shape))
+    return torch.utils.dlpack.from_dlpack(_capsule_new(ctypes.addressof(m), b"dltensor", None))
+
+
+class _Core:
+    """One dmove layer (dm_layer) of one (batch, seq) shape and its buffers as tensors.
+
+    device None: dmove's CPU backend, its host buffers as tensors (t). Else (torch.device,
+    storage dtype): dmove's CUDA backend, whose buffers on the GPU are tensors (d) on that
+    device, written and read there without a copy to the host (a CPU device: the CUDA
+    build's host emulation, DMOVE_CUDA_EMULATE=1, for tests)."""
+
+    def __init__(self, settings, batch, seq, threads, unpad=False, device=None):
         hidden, heads, ffn, p, eps, act = settings
         cfg = _lib.LayerConfig()
         lib.dm_layer_config_default(ctypes.byref(cfg))
@@ -130,10 +207,14 @@ class _Core:
         opt = _lib.LayerOptions()  # zeros: fused, CPU, fp32, default rows/streams
         opt.threads = threads
         opt.unpad = 1 if unpad else 0
+        if device is not None:
+            opt.device = _lib.DEVICE_CUDA
+            opt.dtype = _DTYPE_CODES[device[1]]
         self.unpad = bool(unpad)
         h = ctypes.c_void_p()
-        check(lib.dm_layer_new(ctypes.byref(h), ctypes.byref(cfg), ctypes.byref(opt)),
-              f"dmove layer b={batch} j={seq} hidden={hidden} heads={heads} ffn={ffn}")
+        with _on(device):
+            check(lib.dm_layer_new(ctypes.byref(h), ctypes.byref(cfg), ctypes.byref(opt)),
+                  f"dmove layer b={batch} j={seq} hidden={hidden} heads={heads} ffn={ffn}")
         self.h = h
         self.free = lib.dm_layer_free
         self.names = [lib.dm_layer_param_name(h, k).decode()
@@ -146,6 +227,16 @@ class _Core:
                       "grad_output", "grad_hidden_states"] + self.names + \
                     [n + ".grad" for n in self.names]:
                 self.t[n] = self._view(n)
+        self.device = device
+        self.d = self.t  # where the step's data is: the host's buffers, or the device's
+        self._keep = []
+        if device is not None:
+            self.d = {}
+            for n, v in self.t.items():
+                ptr, dt = ctypes.c_void_p(), ctypes.c_int()
+                check(lib.dm_layer_device_tensor(h, n.encode(), ctypes.byref(ptr), ctypes.byref(dt)),
+                      f"dmove layer tensor {n} on the device")
+                self.d[n] = _dl_view(ptr.value, list(v.shape), dt.value, device[0], self._keep)
         self.training = 1
         self.token = None
         self.mask_ones = False
@@ -183,13 +274,15 @@ class _LayerFn(torch.autograd.Function):
 
     @staticmethod
     def _forward(ctx, core, hidden, mask, training, seed, want_grad, params):
-        t = core.t
+        t = core.d  # the host's buffers, or the GPU's
         ctx.sel = None
         if core.unpad:  # the real tokens packed from row 0, the lengths
             sel = mask.bool()
             packed = hidden[sel]
             t["hidden_states"].view(-1, hidden.shape[2])[:packed.shape[0]].copy_(packed)
-            t["seq_lengths"].copy_(mask.sum(1))
+            core.t["seq_lengths"].copy_(mask.sum(1))  # the host's copy sets the step's rows
+            if core.device is not None:
+                check(lib.dm_layer_tensor_to_device(core.h, b"seq_lengths"), "dmove seq_lengths")
             _copies["hidden_in"] += packed.numel() * 4
             _copies["mask_in"] += mask.shape[0] * 4
             ctx.sel = sel
@@ -210,12 +303,15 @@ class _LayerFn(torch.autograd.Function):
         for k, p in enumerate(params):
             t[core.names[k]].copy_(p.detach())
             _copies["params_in"] += p.numel() * 4
-        if core.training != training:
-            check(lib.dm_layer_set_training(core.h, training), "dm_layer_set_training")
-            core.training = training
-        if training:
-            check(lib.dm_layer_set_seed(core.h, seed), "dm_layer_set_seed")
-        check(lib.dm_layer_forward(core.h), "dm_layer_forward")
+        ctx.param_dtypes = [p.dtype for p in params]
+        _device_wait(core)
+        with _on(core.device):
+            if core.training != training:
+                check(lib.dm_layer_set_training(core.h, training), "dm_layer_set_training")
+                core.training = training
+            if training:
+                check(lib.dm_layer_set_seed(core.h, seed), "dm_layer_set_seed")
+            check(lib.dm_layer_forward(core.h), "dm_layer_forward")
         _calls["forward"] += 1
         if ctx.sel is not None:  # back at the real positions; 0 at the padded ones
             out = hidden.new_zeros(hidden.shape)
@@ -223,7 +319,7 @@ class _LayerFn(torch.autograd.Function):
             out[ctx.sel] = t["output"].view(-1, hidden.shape[2])[:n]
             _copies["output_out"] += n * hidden.shape[2] * 4
         else:
-            out = t["output"].clone()
+            out = t["output"].to(hidden.dtype, copy=True)
             _copies["output_out"] += out.numel() * 4
         ctx.core = core
         if want_grad:
@@ -247,7 +343,7 @@ class _LayerFn(torch.autograd.Function):
             raise Error("dmove.torch.BertLayer: backward through a layer call whose saved state "
                         "is gone (a second backward through the same graph, retain_graph=True, "
                         "is not supported)")
-        t = core.t
+        t = core.d
         sel = ctx.sel
         if sel is not None:
             g = grad_out[sel]
@@ -256,7 +352,9 @@ class _LayerFn(torch.autograd.Function):
         else:
             t["grad_output"].copy_(grad_out)
             _copies["grad_output_in"] += grad_out.numel() * 4
-        check(lib.dm_layer_backward(core.h), "dm_layer_backward")
+        _device_wait(core)
+        with _on(core.device):
+            check(lib.dm_layer_backward(core.h), "dm_layer_backward")
         _calls["backward"] += 1
         gh = None
         if ctx.needs_input_grad[1] and sel is not None:
@@ -265,12 +363,12 @@ class _LayerFn(torch.autograd.Function):
             gh[sel] = t["grad_hidden_states"].view(-1, grad_out.shape[2])[:n]
             _copies["grad_input_out"] += n * grad_out.shape[2] * 4
         elif ctx.needs_input_grad[1]:
-            gh = t["grad_hidden_states"].clone()
+            gh = t["grad_hidden_states"].to(grad_out.dtype, copy=True)
             _copies["grad_input_out"] += gh.numel() * 4
         grads = []
         for k, n in enumerate(core.names):
             if ctx.needs_input_grad[6 + k]:
-                g = t[n + ".grad"].clone()
+                g = t[n + ".grad"].to(ctx.param_dtypes[k], copy=True)
                 _copies["param_grads_out"] += g.numel() * 4
                 grads.append(g)
             else:
@@ -281,17 +379,18 @@ class _LayerFn(torch.autograd.Function):
         return (None, gh, None, None, None, None, *grads)
 
 
-def _mask01(mask, b, j):
+def _mask01(mask, b, j, device):
     """transformers' attention mask for a layer as dmove's (b, j) float 1/0, or None (all
-    tokens). Refuses masks that are not one padding mask for every query."""
+    tokens), on the hidden states' device. Refuses masks that are not one padding mask for
+    every query."""
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"dmove.torch.BertLayer: attention_mask must be a tensor or None, "
                         f"not {type(mask).__name__}")
-    if mask.device.type != "cpu":
-        raise ValueError(f"dmove.torch.BertLayer: attention_mask on {mask.device}: dmove's "
-                         "Python binding runs on the CPU")
+    if mask.device != device:
+        raise ValueError(f"dmove.torch.BertLayer: attention_mask on {mask.device}, hidden_states "
+                         f"on {device}: give both on one device")
     if mask.dim() == 2:
         if tuple(mask.shape) != (b, j):
             raise ValueError(f"dmove.torch.BertLayer: attention_mask of shape "
@@ -337,9 +436,13 @@ class BertLayer(nn.Module):
     runs on the real tokens alone, its output 0 at the padded positions (the module's doc).
     """
 
-    def __init__(self, config, layer=None, unpad=False):
+    def __init__(self, config, layer=None, unpad=False, dmove_device=None):
         nn.Module.__init__(self)  # not a transformers BertLayer's own __init__ (patch's class)
         self._unpad = bool(unpad)
+        if dmove_device not in (None, "cuda"):
+            raise ValueError(f"dmove.torch.BertLayer: dmove_device={dmove_device!r}: None (follow "
+                             "the tensors) or 'cuda'")
+        self._dmove_device = dmove_device
         self._settings = _layer_settings(config)
         hidden, heads, ffn, p, eps, act = self._settings
         if layer is not None:
@@ -385,14 +488,15 @@ class BertLayer(nn.Module):
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.__dict__.setdefault("_unpad", False)  # pickled before unpad existed
+        self.__dict__.setdefault("_dmove_device", None)
         self._lock = threading.Lock()
 
-    def _acquire(self, b, j, unpad=False):
+    def _acquire(self, b, j, unpad=False, device=None):
         with self._lock:
-            return self._acquire_locked(b, j, unpad)
+            return self._acquire_locked(b, j, unpad, device)
 
-    def _acquire_locked(self, b, j, unpad):
-        key = (b, j, get_num_threads(), unpad)
+    def _acquire_locked(self, b, j, unpad, device):
+        key = (b, j, get_num_threads(), unpad, device)
         cores = self._cores.pop(key, None)  # back in as the latest used: the oldest shape goes first
         if cores is not None:
             self._cores[key] = cores
@@ -410,7 +514,7 @@ class BertLayer(nn.Module):
         if len(cores) >= _MAX_PENDING:
             raise Error(f"dmove.torch.BertLayer: {len(cores)} forwards of this layer are waiting "
                         "for their backward; run backward (or drop their outputs) first")
-        c = _Core(self._settings, b, j, key[2], unpad)
+        c = _Core(self._settings, b, j, key[2], unpad, device)
         if self._names is None:
             missing = [n for n in c.names if n not in dict(self.named_parameters())]
             if missing:
@@ -439,12 +543,21 @@ class BertLayer(nn.Module):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"dmove.torch.BertLayer: hidden_states must be a tensor, "
                             f"not {type(x).__name__}")
-        if x.dtype != torch.float32:
+        device = None  # dmove's CPU backend, or (torch device, storage dtype) for its CUDA one
+        if x.device.type == "cuda" or self._dmove_device == "cuda":
+            sdt = x.dtype
+            if x.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
+                sdt = torch.get_autocast_dtype("cuda")
+            if sdt not in _DTYPE_CODES:
+                raise TypeError(f"dmove.torch.BertLayer: hidden_states of dtype {sdt} on {x.device}: "
+                                "dmove takes float32, bfloat16 or float16 there")
+            device = (x.device, sdt)
+        elif x.device.type != "cpu":
+            raise ValueError(f"dmove.torch.BertLayer: hidden_states on {x.device}: dmove runs on "
+                             "the CPU and on CUDA GPUs")
+        elif x.dtype != torch.float32:
             raise TypeError(f"dmove.torch.BertLayer: hidden_states of dtype {x.dtype}: dmove's "
-                            "Python binding takes torch.float32 (model.float())")
-        if x.device.type != "cpu":
-            raise ValueError(f"dmove.torch.BertLayer: hidden_states on {x.device}: dmove's "
-                             "Python binding runs on the CPU for now (GPU tensors: not yet)")
+                            "CPU backend takes torch.float32 (model.float())")
         hidden = self._settings[0]
         if x.dim() != 3 or x.shape[2] != hidden:
             raise ValueError(f"dmove.torch.BertLayer: hidden_states of shape {tuple(x.shape)}: "
@@ -452,20 +565,24 @@ class BertLayer(nn.Module):
         b, j = int(x.shape[0]), int(x.shape[1])
         if b == 0 or j == 0:
             raise ValueError(f"dmove.torch.BertLayer: empty hidden_states {tuple(x.shape)}")
-        mask = _mask01(attention_mask, b, j)
+        mask = _mask01(attention_mask, b, j, x.device)
         unpad = False
         if self._unpad and mask is not None:  # padding, and only at the ends of the sequences
             lengths = mask.sum(1)
             unpad = bool((lengths < j).any()) and bool(
-                (mask == (torch.arange(j) < lengths[:, None]).to(mask.dtype)).all()) and \
+                (mask == (torch.arange(j, device=mask.device) < lengths[:, None]).to(mask.dtype)).all()) and \
                 bool((lengths > 0).any())
-        core = self._acquire(b, j, unpad)
+        core = self._acquire(b, j, unpad, device)
         try:
             params = [self.get_parameter(n) for n in self._names]
             for n, prm in zip(self._names, params):
-                if prm.dtype != torch.float32 or prm.device.type != "cpu":
+                if device is None and (prm.dtype != torch.float32 or prm.device.type != "cpu"):
                     raise TypeError(f"dmove.torch.BertLayer: parameter {n} is {prm.dtype} on "
                                     f"{prm.device}: dmove takes float32 on the CPU")
+                if device is not None and (prm.dtype not in _DTYPE_CODES or prm.device != x.device):
+                    raise TypeError(f"dmove.torch.BertLayer: parameter {n} is {prm.dtype} on "
+                                    f"{prm.device}: with hidden_states on {x.device}, dmove takes "
+                                    "float32, bfloat16 or float16 parameters there")
             training = 1 if (self.training and self._settings[3] > 0) else 0
             seed = int(torch.randint(0, 2**62, (1,)).item()) if training else 0
             want_grad = torch.is_grad_enabled() and (x.requires_grad or

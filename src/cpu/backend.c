@@ -126,6 +126,11 @@ static dm_status download(dm_backend_state *st, int t, float *host) {
     return DM_OK;
 }
 
+static void *tensor_addr(dm_backend_state *st, int t, int *dtype) {
+    *dtype = DM_DTYPE_FP32;
+    return dm_cpu_tensor_ptr(S(st)->plan, S(st)->arena, t);
+}
+
 static dm_status run_group(dm_backend_state *st, int gi, uint64_t seed, int contractions_only) {
     return dm_cpu_exec_group(&S(st)->ex, gi, seed, contractions_only);
 }
@@ -362,6 +367,7 @@ const dm_backend dm_backend_cpu = {
     .timed_with = timed_with,
     .upload = upload,
     .download = download,
+    .tensor_addr = tensor_addr,
     .run_group = run_group,
     .set_rows = set_rows,
     .set_training = NULL, /* the kernels read each op's probability */

@@ -110,6 +110,9 @@ dm_status dm_cuda_exec_set_rows(dm_cuda_exec *ex, int64_t rows, const float *len
  * dropout switched off (re-sent to the device) and the generated and fused kernels, which
  * have it compiled in, left for the interpreter and cuBLAS meanwhile; the attention's too. */
 dm_status dm_cuda_exec_set_training(dm_cuda_exec *ex, int training);
+/* Tensor t's first element in the device arena (or the fp32 side buffer) and its storage
+ * type (DM_CUDA_*); NULL if not in memory. */
+void *dm_cuda_tensor_addr(dm_cuda_exec *ex, int t, int *dtype);
 /* How many of the executor's row programs run as generated kernels (*programs: all). */
 int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs);
 /* How many batched groups (attention) run as one fused kernel each (DM_CUDA_GEN, 16-bit

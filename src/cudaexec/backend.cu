@@ -160,6 +160,13 @@ static int timed_with(const dm_backend_state *st, int gi) {
 static dm_status upload(dm_backend_state *st, int t, const float *host) { return dm_cuda_upload(EX(st), t, host); }
 static dm_status download(dm_backend_state *st, int t, float *host) { return dm_cuda_download(EX(st), t, host); }
 
+static void *tensor_addr(dm_backend_state *st, int t, int *dtype) {
+    int dt = DM_CUDA_FP32;
+    void *p = dm_cuda_tensor_addr(EX(st), t, &dt);
+    *dtype = dt == DM_CUDA_BF16 ? DM_DTYPE_BF16 : dt == DM_CUDA_FP16 ? DM_DTYPE_FP16 : DM_DTYPE_FP32;
+    return p;
+}
+
 /* Profiled on the host's clock (emulating), a group is waited for, so that the time taken
  * around it is its own; on a GPU its CUDA events time it. */
 static dm_status set_rows(dm_backend_state *st, int64_t rows, const float *lengths) {
@@ -271,7 +278,7 @@ DM_BACKEND_NEXT(runs_pairs, algos); DM_BACKEND_NEXT(algos, check_options);
 DM_BACKEND_NEXT(check_options, resolve_options); DM_BACKEND_NEXT(resolve_options, create);
 DM_BACKEND_NEXT(create, destroy); DM_BACKEND_NEXT(destroy, notes); DM_BACKEND_NEXT(notes, workspace_bytes);
 DM_BACKEND_NEXT(workspace_bytes, timed_with); DM_BACKEND_NEXT(timed_with, upload); DM_BACKEND_NEXT(upload, download);
-DM_BACKEND_NEXT(download, run_group); DM_BACKEND_NEXT(run_group, set_rows); DM_BACKEND_NEXT(set_rows, set_training); DM_BACKEND_NEXT(set_training, sync); DM_BACKEND_NEXT(sync, profile);
+DM_BACKEND_NEXT(download, tensor_addr); DM_BACKEND_NEXT(tensor_addr, run_group); DM_BACKEND_NEXT(run_group, set_rows); DM_BACKEND_NEXT(set_rows, set_training); DM_BACKEND_NEXT(set_training, sync); DM_BACKEND_NEXT(sync, profile);
 DM_BACKEND_NEXT(profile, profile_take); DM_BACKEND_NEXT(profile_take, pool_new); DM_BACKEND_NEXT(pool_new, pool_free);
 DM_BACKEND_NEXT(pool_free, pool_bytes); DM_BACKEND_NEXT(pool_bytes, buf_new); DM_BACKEND_NEXT(buf_new, buf_free);
 DM_BACKEND_NEXT(buf_free, buf_copy); DM_BACKEND_NEXT(buf_copy, copy_tensor); DM_BACKEND_NEXT(copy_tensor, add_tensor);
@@ -284,7 +291,8 @@ static_assert(sizeof(dm_backend) ==
  * as many names as the struct has fields */
 [[maybe_unused]] static void dm_backend_fields_all_named(const dm_backend &b) {
     [[maybe_unused]] const auto &[name, device, merge_siblings, runs_pairs, algos, check_options, resolve_options,
-                                  create, destroy, notes, workspace_bytes, timed_with, upload, download, run_group, set_rows, set_training, sync,
+                                  create, destroy, notes, workspace_bytes, timed_with, upload, download, tensor_addr, run_group, set_rows,
+                                  set_training, sync,
                                   profile, profile_take, pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy,
                                   copy_tensor, add_tensor, sumsq, reduce, bcast, reduce_wait, accumulate, optimize, mse] = b;
 }
@@ -300,7 +308,7 @@ extern "C" const dm_backend dm_backend_cuda = {
     NULL, /* algos: none of its own; a plan file's are the CPU's */
     check_options, resolve_options,
     create, destroy, notes, workspace_bytes, timed_with,
-    upload, download, run_group,
+    upload, download, tensor_addr, run_group,
     set_rows, set_training,
     sync, profile, profile_take,
     pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy, copy_tensor, add_tensor, sumsq, reduce, bcast,

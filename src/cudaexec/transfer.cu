@@ -32,6 +32,11 @@ static dm_status tensor_span(const dm_cuda_exec *ex, int t, char **dev, int *dt,
     return DM_OK;
 }
 
+void *dm_cuda_tensor_addr(dm_cuda_exec *ex, int t, int *dtype) {
+    if (!ex || t < 0 || t >= ex->plan->g->nt) return NULL;
+    return dmx_arena_ptr(ex, t, dtype);
+}
+
 /* Host fp32 <-> a 2-byte storage type (copy_tensor converts through a host buffer), on
  * the host's threads: a trainer's batch is millions of elements, converted every step. */
 void dmx_narrow(int dt, const float *src, void *dst, size_t n) {

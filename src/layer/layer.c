@@ -247,6 +247,25 @@ dm_status dm_layer_tensor(dm_layer *L, const char *name, float **data, int *ndim
     return DM_OK;
 }
 
+dm_status dm_layer_device_tensor(dm_layer *L, const char *name, void **data, dm_dtype *dtype) {
+    if (!L || !name || !data || !dtype) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_device_tensor: NULL argument");
+    const dm_export *e = find_export(L, name);
+    if (!e) return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the layer", name);
+    int dt = DM_DTYPE_FP32;
+    void *p = L->bk->tensor_addr(L->st, e->tensor, &dt);
+    if (!p) return dm_fail(DM_ERR_INTERNAL, "tensor '%s' has no memory on the %s backend", name, L->bk->name);
+    *data = p;
+    *dtype = (dm_dtype)dt;
+    return DM_OK;
+}
+
+dm_status dm_layer_tensor_to_device(dm_layer *L, const char *name) {
+    if (!L || !name) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_tensor_to_device: NULL argument");
+    const dm_export *e = find_export(L, name);
+    if (!e) return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the layer", name);
+    return L->bk->upload(L->st, e->tensor, host_ptr(L, e->tensor));
+}
+
 int dm_layer_num_params(const dm_layer *L) {
     int n = 0;
     for (int k = 0; L && k < L->enc.n; k++) n += L->enc.e[k].is_param;

@@ -83,6 +83,9 @@ typedef struct dm_backend {
      * (after the work enqueued before). */
     dm_status (*upload)(dm_backend_state *st, int t, const float *host);
     dm_status (*download)(dm_backend_state *st, int t, float *host);
+    /* Where tensor t's first element is in the backend's memory (the device's for a GPU:
+     * an address there), its storage type in *dtype (a dm_dtype); NULL if not in memory. */
+    void *(*tensor_addr)(dm_backend_state *st, int t, int *dtype);
     /* Runs (or enqueues) group gi with dropout seed `seed`. contractions_only: the pass
      * runs only the contraction groups (the "contractions alone" floor): a batched group
      * runs just its GEMMs, a GEMM with a row group in its epilogue runs without it. */

@@ -271,9 +271,67 @@ def test_refusals():
         dt.BertLayer(tiny_config(hidden_act="silu"))
     with pytest.raises(ValueError, match="no transformers BertLayer"):
         dt.patch(torch.nn.Linear(2, 2))
-    if torch.cuda.is_available():
-        with pytest.raises(ValueError, match="CPU"):
+    with pytest.raises(ValueError, match="dmove_device"):
+        dt.BertLayer(tiny_config(), dmove_device="tpu")
+    if torch.cuda.is_available():  # a GPU's hidden states with the CPU's parameters
+        with pytest.raises(TypeError, match="with hidden_states on cuda"):
             layer(x.cuda())
+
+
+def cuda_pair(monkeypatch, cfg, unpad=False):
+    """A CPU layer and one on dmove's CUDA backend with its parameters, the latter on CPU
+    tensors through the CUDA build's host emulation (DMOVE_CUDA_EMULATE=1): the GPU path's
+    device buffers (DLPack views), storage types and copies, without a GPU."""
+    monkeypatch.setenv("DMOVE_CUDA_EMULATE", "1")
+    cpu = dt.BertLayer(cfg, unpad=unpad)
+    gpu = dt.BertLayer(cfg, unpad=unpad, dmove_device="cuda")
+    gpu.load_state_dict(cpu.state_dict())
+    try:
+        gpu(torch.zeros(1, 2, 32))
+    except dt.Error as e:
+        if "without CUDA" in str(e):
+            pytest.skip(f"libdmove.so has no CUDA backend: {e}")
+        raise
+    return cpu, gpu
+
+
+def layer_step(m, x, mask, dtype=torch.float32):
+    """Output, input gradient and parameter gradients of one step (seeded dropout)."""
+    xx = x.detach().to(dtype).clone().requires_grad_()
+    torch.manual_seed(5)
+    y = m(xx, mask)
+    w = torch.cos(torch.arange(y.numel(), dtype=torch.float32)).view_as(y)
+    (y.float() * w).sum().backward()
+    grads = {k: p.grad.clone() for k, p in m.named_parameters()}
+    m.zero_grad()
+    return y.detach().float(), xx.grad.float(), grads
+
+
+@pytest.mark.parametrize("unpad", [False, True])
+def test_cuda_backend_equals_cpu(monkeypatch, unpad):
+    cpu, gpu = cuda_pair(monkeypatch, tiny_config(dropout=0.1), unpad)
+    x = torch.randn(3, 12, 32)
+    mask = torch.ones(3, 12, dtype=torch.long)
+    mask[1, 7:] = 0
+    mask[2, 2:] = 0
+    for mode in ("train", "eval"):  # dropout (the same Philox masks), then none
+        getattr(cpu, mode)()
+        getattr(gpu, mode)()
+        (y0, dx0, g0), (y1, dx1, g1) = layer_step(cpu, x, mask), layer_step(gpu, x, mask)
+        assert rel(y1, y0) <= 1e-5 and rel(dx1, dx0) <= 1e-5, mode
+        for k in g0:
+            if not k.endswith("key.bias"):  # rounding noise (test_masked_lm_equals_unpatched)
+                assert rel(g1[k], g0[k]) <= 1e-5, (mode, k)
+
+
+def test_cuda_backend_bf16_storage(monkeypatch):
+    cpu, gpu = cuda_pair(monkeypatch, tiny_config())
+    x = torch.randn(2, 9, 32)
+    y0, dx0, g0 = layer_step(cpu, x, None)
+    y1, dx1, g1 = layer_step(gpu, x, None, torch.bfloat16)  # bfloat16 hidden states: bf16 storage
+    assert rel(y1, y0) <= 2e-2 and rel(dx1, dx0) <= 5e-2
+    assert all(g1[k].dtype == torch.float32 for k in g1)  # the parameters' own type
+    assert max(rel(g1[k], g0[k]) for k in g0 if not k.endswith("key.bias")) <= 5e-2
 
 
 def test_trainer_loss_falls(tmp_path):
