@@ -33,7 +33,7 @@ if [ "${PACK:-}" = bert ]; then
     make -C "$root" -f Makefile -f bench/gpu/bench.mk build/bench/bert_step >/dev/null
     bins="$root/build/bench/bert_step $root/build/tests/test_model $root/build/tests/test_model_ops $root/build/tests/test_cuda"
 else
-    make -C "$root" -j"$(nproc)" all build/tests/test_cuda build/tests/test_train build/tests/test_unpad >/dev/null
+    make -C "$root" -j"$(nproc)" all build/libdmove.so build/tests/test_cuda build/tests/test_train build/tests/test_unpad >/dev/null
     bins="$root/build/dmove $root/build/tests/test_cuda $root/build/tests/test_train $root/build/tests/test_unpad"
 fi
 rm -rf "$out"
@@ -56,6 +56,8 @@ ldd $bins | awk '/=> \// {print $3}' | sort -u |
         *) cp -L "$lib" "$out/lib/" ;;
         esac
     done
+# the CUDA build's shared library, for the Python package's tests there (DMOVE_LIB)
+[ "${PACK:-}" = bert ] || { cp "$root/build/libdmove.so" "$out/lib/" && strip "$out/lib/libdmove.so"; }
 du -sh "$out"
 ls "$out/lib"
 if [ "${PACK:-}" = bert ] || [ "${PACK:-}" = xz ]; then

@@ -300,11 +300,11 @@ def layer_step(m, x, mask, dtype=torch.float32):
     xx = x.detach().to(dtype).clone().requires_grad_()
     torch.manual_seed(5)
     y = m(xx, mask)
-    w = torch.cos(torch.arange(y.numel(), dtype=torch.float32)).view_as(y)
+    w = torch.cos(torch.arange(y.numel(), dtype=torch.float32, device=y.device)).view_as(y)
     (y.float() * w).sum().backward()
-    grads = {k: p.grad.clone() for k, p in m.named_parameters()}
+    grads = {k: p.grad.float().cpu() for k, p in m.named_parameters()}
     m.zero_grad()
-    return y.detach().float(), xx.grad.float(), grads
+    return y.detach().float().cpu(), xx.grad.float().cpu(), grads
 
 
 @pytest.mark.parametrize("unpad", [False, True])
@@ -322,6 +322,22 @@ def test_cuda_backend_equals_cpu(monkeypatch, unpad):
         for k in g0:
             if not k.endswith("key.bias"):  # rounding noise (test_masked_lm_equals_unpatched)
                 assert rel(g1[k], g0[k]) <= 1e-5, (mode, k)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU here (the emulation's tests above)")
+def test_gpu_tensors():
+    cfg = tiny_config(dropout=0.1)
+    cpu = dt.BertLayer(cfg)
+    gpu = dt.BertLayer(cfg).cuda()
+    gpu.load_state_dict(cpu.state_dict())
+    x = torch.randn(3, 12, 32)
+    mask = torch.ones(3, 12, dtype=torch.long)
+    mask[2, 4:] = 0
+    (y0, dx0, g0), (y1, dx1, g1) = layer_step(cpu, x, mask), layer_step(gpu, x.cuda(), mask.cuda())
+    assert rel(y1, y0) <= 1e-5 and rel(dx1, dx0) <= 1e-5
+    assert max(rel(g1[k], g0[k]) for k in g0 if not k.endswith("key.bias")) <= 1e-5
+    y2, dx2, g2 = layer_step(gpu, x.cuda(), mask.cuda(), torch.bfloat16)  # bf16 storage
+    assert rel(y2, y0) <= 2e-2 and rel(dx2, dx0) <= 5e-2
 
 
 def test_cuda_backend_bf16_storage(monkeypatch):
