@@ -5,7 +5,7 @@
 #  1. bench/gpu/unpad.sh 2: tests/test_unpad on the GPU (the unpadded CUDA layer and model
 #     against the padded ones), then the BERT-large layer padded vs unpadded (issue 25's
 #     point 3) at half and full fill, b=8 j=512 and b=96 j=128;
-#  2. dmove.torch's GPU tests (the CUDA build's libdmove.so from the pack);
+#  2. dmove.torch's GPU tests (the CUDA build's libdmove.so from the pack; SKIP_PYTHON=1 skips them);
 #  3. transformers' BertForMaskedLM (BERT-large, bf16) under torch.compile mode
 #     max-autotune at b=8 j=512, the peer bench/gpu/bert.sh could not wait for (issue 24's
 #     point 7; it did not finish compiling in 265 s on an H200), with what is left of
@@ -28,11 +28,13 @@ fi
 BUDGET=${BUDGET:-540}
 start=$(date +%s)
 [ "${SKIP_UNPAD:-0}" = 1 ] || timeout 330 sh "$here/unpad.sh" 2 || echo "unpad.sh: exit $? (330 s at most)"
-if [ "${SKIP_UNPAD:-0}" != 1 ] && [ -r "$root/.dev/lib/libdmove.so" ]; then
+if [ "${SKIP_PYTHON:-${SKIP_UNPAD:-0}}" != 1 ] && [ -r "$root/.dev/lib/libdmove.so" ]; then
     echo
     echo "== dmove.torch on the GPU (tests/python/test_torch.py -k 'gpu or cuda')"
-    (cd "$root" && DMOVE_LIB="$root/.dev/lib/libdmove.so" PYTHONPATH="$root/python" timeout 120 python3 -m pytest -q \
-        -p no:cacheprovider tests/python/test_torch.py -k "gpu or cuda" 2>&1 | tail -5)
+    (cd "$root" && env -u DMOVE_CUDA_EMULATE DMOVE_LIB="$root/.dev/lib/libdmove.so" PYTHONPATH="$root/python" \
+        timeout 120 python3 -m pytest -q -rfEs -p no:cacheprovider tests/python/test_torch.py -k "gpu or cuda" \
+        >"$OUT/pytest.txt" 2>&1
+    echo "pytest: exit $?"; tail -15 "$OUT/pytest.txt")
 fi
 left=$((BUDGET - ($(date +%s) - start)))
 echo

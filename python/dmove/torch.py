@@ -31,6 +31,7 @@ shape runs padded.
 import contextlib
 import ctypes
 import math
+import os
 import threading
 import weakref
 
@@ -161,9 +162,12 @@ class _DLManaged(ctypes.Structure):
     pass
 
 
-_DL_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManaged))
-_DLManaged._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DL_DELETER)]
-_dl_noop = _DL_DELETER(lambda p: None)  # the memory is the dmove layer's: nothing to free
+# deleter NULL: the memory is the dmove layer's, nothing to free (torch calls none then)
+_DLManaged._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+# every struct torch was given, kept for the life of the process: torch reads it when a view
+# dies, which may be after its core (a traceback's frame holding one), even at exit; some
+# 150 bytes a buffer of a layer shape made
+_DL_KEEP = []
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
@@ -172,9 +176,8 @@ _DL_TYPES = {0: (2, 32, torch.float32), 1: (4, 16, torch.bfloat16), 2: (2, 16, t
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
-def _dl_view(ptr, dims, dtype, device, keep):
-    """A torch tensor over dims elements of dm_dtype dtype at ptr on device (torch.device);
-    the ctypes structures stay alive in keep (the core's)."""
+def _dl_view(ptr, dims, dtype, device):
+    """A torch tensor over dims elements of dm_dtype dtype at ptr on device (torch.device)."""
     code, bits, _ = _DL_TYPES[dtype]
     shape = (ctypes.c_int64 * len(dims))(*dims)
     m = _DLManaged()
@@ -185,8 +188,8 @@ def _dl_view(ptr, dims, dtype, device, keep):
     m.dl_tensor.dtype = _DLDataType(code, bits, 1)
     m.dl_tensor.shape = shape
     m.dl_tensor.strides = None  # dense, row-major
-    m.deleter = _dl_noop
-    keep.append((m, shape))
+    m.deleter = None
+    _DL_KEEP.append((m, shape))
     return torch.utils.dlpack.from_dlpack(_capsule_new(ctypes.addressof(m), b"dltensor", None))
 
 
@@ -227,16 +230,15 @@ class _Core:
                       "grad_output", "grad_hidden_states"] + self.names + \
                     [n + ".grad" for n in self.names]:
                 self.t[n] = self._view(n)
-        self.device = device
-        self.d = self.t  # where the step's data is: the host's buffers, or the device's
-        self._keep = []
-        if device is not None:
-            self.d = {}
-            for n, v in self.t.items():
-                ptr, dt = ctypes.c_void_p(), ctypes.c_int()
-                check(lib.dm_layer_device_tensor(h, n.encode(), ctypes.byref(ptr), ctypes.byref(dt)),
-                      f"dmove layer tensor {n} on the device")
-                self.d[n] = _dl_view(ptr.value, list(v.shape), dt.value, device[0], self._keep)
+            self.device = device
+            self.d = self.t  # where the step's data is: the host's buffers, or the device's
+            if device is not None:
+                self.d = {}
+                for n, v in self.t.items():
+                    ptr, dt = ctypes.c_void_p(), ctypes.c_int()
+                    check(lib.dm_layer_device_tensor(h, n.encode(), ctypes.byref(ptr), ctypes.byref(dt)),
+                          f"dmove layer tensor {n} on the device")
+                    self.d[n] = _dl_view(ptr.value, list(v.shape), dt.value, device[0])
         self.training = 1
         self.token = None
         self.mask_ones = False
@@ -283,12 +285,12 @@ class _LayerFn(torch.autograd.Function):
             core.t["seq_lengths"].copy_(mask.sum(1))  # the host's copy sets the step's rows
             if core.device is not None:
                 check(lib.dm_layer_tensor_to_device(core.h, b"seq_lengths"), "dmove seq_lengths")
-            _copies["hidden_in"] += packed.numel() * 4
-            _copies["mask_in"] += mask.shape[0] * 4
+            _copies["hidden_in"] += packed.numel() * t["hidden_states"].element_size()
+            _copies["mask_in"] += mask.shape[0] * 4  # the host copy (fp32), then sent up
             ctx.sel = sel
         else:
             t["hidden_states"].copy_(hidden)
-            _copies["hidden_in"] += hidden.numel() * 4
+            _copies["hidden_in"] += hidden.numel() * t["hidden_states"].element_size()
             if mask is None:
                 if not core.mask_ones:
                     t["attention_mask"].fill_(1.0)
@@ -296,13 +298,13 @@ class _LayerFn(torch.autograd.Function):
             else:
                 t["attention_mask"].copy_(mask)
                 core.mask_ones = False
-                _copies["mask_in"] += mask.numel() * 4
+                _copies["mask_in"] += mask.numel() * t["attention_mask"].element_size()
         # every parameter, every call: optimizers that update in place without a version
         # bump (fused=True, the Trainer's default adamw_torch_fused; writes through .data)
         # would otherwise leave dmove on stale weights; about 1% of a BERT-base layer's step
         for k, p in enumerate(params):
             t[core.names[k]].copy_(p.detach())
-            _copies["params_in"] += p.numel() * 4
+            _copies["params_in"] += p.numel() * t[core.names[k]].element_size()
         ctx.param_dtypes = [p.dtype for p in params]
         _device_wait(core)
         with _on(core.device):
@@ -316,11 +318,11 @@ class _LayerFn(torch.autograd.Function):
         if ctx.sel is not None:  # back at the real positions; 0 at the padded ones
             out = hidden.new_zeros(hidden.shape)
             n = int(ctx.sel.sum())
-            out[ctx.sel] = t["output"].view(-1, hidden.shape[2])[:n]
-            _copies["output_out"] += n * hidden.shape[2] * 4
+            out[ctx.sel] = t["output"].view(-1, hidden.shape[2])[:n].to(out.dtype)
+            _copies["output_out"] += n * hidden.shape[2] * t["output"].element_size()
         else:
             out = t["output"].to(hidden.dtype, copy=True)
-            _copies["output_out"] += out.numel() * 4
+            _copies["output_out"] += out.numel() * t["output"].element_size()
         ctx.core = core
         if want_grad:
             tok = _Token()
@@ -348,10 +350,10 @@ class _LayerFn(torch.autograd.Function):
         if sel is not None:
             g = grad_out[sel]
             t["grad_output"].view(-1, grad_out.shape[2])[:g.shape[0]].copy_(g)
-            _copies["grad_output_in"] += g.numel() * 4
+            _copies["grad_output_in"] += g.numel() * t["grad_output"].element_size()
         else:
             t["grad_output"].copy_(grad_out)
-            _copies["grad_output_in"] += grad_out.numel() * 4
+            _copies["grad_output_in"] += grad_out.numel() * t["grad_output"].element_size()
         _device_wait(core)
         with _on(core.device):
             check(lib.dm_layer_backward(core.h), "dm_layer_backward")
@@ -360,16 +362,16 @@ class _LayerFn(torch.autograd.Function):
         if ctx.needs_input_grad[1] and sel is not None:
             gh = grad_out.new_zeros(grad_out.shape)
             n = int(sel.sum())
-            gh[sel] = t["grad_hidden_states"].view(-1, grad_out.shape[2])[:n]
-            _copies["grad_input_out"] += n * grad_out.shape[2] * 4
+            gh[sel] = t["grad_hidden_states"].view(-1, grad_out.shape[2])[:n].to(gh.dtype)
+            _copies["grad_input_out"] += n * grad_out.shape[2] * t["grad_hidden_states"].element_size()
         elif ctx.needs_input_grad[1]:
             gh = t["grad_hidden_states"].to(grad_out.dtype, copy=True)
-            _copies["grad_input_out"] += gh.numel() * 4
+            _copies["grad_input_out"] += gh.numel() * t["grad_hidden_states"].element_size()
         grads = []
         for k, n in enumerate(core.names):
             if ctx.needs_input_grad[6 + k]:
                 g = t[n + ".grad"].to(ctx.param_dtypes[k], copy=True)
-                _copies["param_grads_out"] += g.numel() * 4
+                _copies["param_grads_out"] += g.numel() * t[n + ".grad"].element_size()
                 grads.append(g)
             else:
                 grads.append(None)
@@ -552,6 +554,16 @@ class BertLayer(nn.Module):
                 raise TypeError(f"dmove.torch.BertLayer: hidden_states of dtype {sdt} on {x.device}: "
                                 "dmove takes float32, bfloat16 or float16 there")
             device = (x.device, sdt)
+            # the CUDA build runs on the GPU, or (DMOVE_CUDA_EMULATE) on the host: its buffers
+            # are the tensors' device's memory only in the matching case
+            emulated = os.environ.get("DMOVE_CUDA_EMULATE", "0") not in ("", "0")
+            if x.device.type == "cuda" and emulated:
+                raise ValueError("dmove.torch.BertLayer: DMOVE_CUDA_EMULATE is set, so dmove's CUDA "
+                                 "backend runs on the host: unset it for GPU tensors")
+            if x.device.type != "cuda" and not emulated:
+                raise ValueError("dmove.torch.BertLayer: dmove_device='cuda' with CPU tensors runs in "
+                                 "the CUDA build's host emulation alone (DMOVE_CUDA_EMULATE=1, for "
+                                 "tests): give GPU tensors")
         elif x.device.type != "cpu":
             raise ValueError(f"dmove.torch.BertLayer: hidden_states on {x.device}: dmove runs on "
                              "the CPU and on CUDA GPUs")
@@ -572,17 +584,17 @@ class BertLayer(nn.Module):
             unpad = bool((lengths < j).any()) and bool(
                 (mask == (torch.arange(j, device=mask.device) < lengths[:, None]).to(mask.dtype)).all()) and \
                 bool((lengths > 0).any())
+        for n, prm in self.named_parameters():  # before a layer is made for the call
+            if device is None and (prm.dtype != torch.float32 or prm.device.type != "cpu"):
+                raise TypeError(f"dmove.torch.BertLayer: parameter {n} is {prm.dtype} on "
+                                f"{prm.device}: dmove takes float32 on the CPU")
+            if device is not None and (prm.dtype not in _DTYPE_CODES or prm.device != x.device):
+                raise TypeError(f"dmove.torch.BertLayer: parameter {n} is {prm.dtype} on "
+                                f"{prm.device}: with hidden_states on {x.device}, dmove takes "
+                                "float32, bfloat16 or float16 parameters there")
         core = self._acquire(b, j, unpad, device)
         try:
             params = [self.get_parameter(n) for n in self._names]
-            for n, prm in zip(self._names, params):
-                if device is None and (prm.dtype != torch.float32 or prm.device.type != "cpu"):
-                    raise TypeError(f"dmove.torch.BertLayer: parameter {n} is {prm.dtype} on "
-                                    f"{prm.device}: dmove takes float32 on the CPU")
-                if device is not None and (prm.dtype not in _DTYPE_CODES or prm.device != x.device):
-                    raise TypeError(f"dmove.torch.BertLayer: parameter {n} is {prm.dtype} on "
-                                    f"{prm.device}: with hidden_states on {x.device}, dmove takes "
-                                    "float32, bfloat16 or float16 parameters there")
             training = 1 if (self.training and self._settings[3] > 0) else 0
             seed = int(torch.randint(0, 2**62, (1,)).item()) if training else 0
             want_grad = torch.is_grad_enabled() and (x.requires_grad or

@@ -250,7 +250,8 @@ def test_two_forwards_before_backward():
         assert rel(p.grad, g_two[n]) <= 1e-6, n
 
 
-def test_refusals():
+def test_refusals(monkeypatch):
+    monkeypatch.delenv("DMOVE_CUDA_EMULATE", raising=False)
     layer = dt.BertLayer(tiny_config())
     x = torch.randn(2, 5, 32)
     with pytest.raises(TypeError, match="float32"):
@@ -273,6 +274,8 @@ def test_refusals():
         dt.patch(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="dmove_device"):
         dt.BertLayer(tiny_config(), dmove_device="tpu")
+    with pytest.raises(ValueError, match="host emulation"):
+        dt.BertLayer(tiny_config(), dmove_device="cuda")(x)
     if torch.cuda.is_available():  # a GPU's hidden states with the CPU's parameters
         with pytest.raises(TypeError, match="with hidden_states on cuda"):
             layer(x.cuda())
@@ -325,7 +328,8 @@ def test_cuda_backend_equals_cpu(monkeypatch, unpad):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU here (the emulation's tests above)")
-def test_gpu_tensors():
+def test_gpu_tensors(monkeypatch):
+    monkeypatch.delenv("DMOVE_CUDA_EMULATE", raising=False)
     cfg = tiny_config(dropout=0.1)
     cpu = dt.BertLayer(cfg)
     gpu = dt.BertLayer(cfg).cuda()
@@ -333,7 +337,13 @@ def test_gpu_tensors():
     x = torch.randn(3, 12, 32)
     mask = torch.ones(3, 12, dtype=torch.long)
     mask[2, 4:] = 0
-    (y0, dx0, g0), (y1, dx1, g1) = layer_step(cpu, x, mask), layer_step(gpu, x.cuda(), mask.cuda())
+    y0, dx0, g0 = layer_step(cpu, x, mask)
+    try:
+        y1, dx1, g1 = layer_step(gpu, x.cuda(), mask.cuda())
+    except dt.Error as e:
+        if "without CUDA" in str(e):
+            pytest.skip(f"libdmove.so has no CUDA backend: {e}")
+        raise
     assert rel(y1, y0) <= 1e-5 and rel(dx1, dx0) <= 1e-5
     assert max(rel(g1[k], g0[k]) for k in g0 if not k.endswith("key.bias")) <= 1e-5
     y2, dx2, g2 = layer_step(gpu, x.cuda(), mask.cuda(), torch.bfloat16)  # bf16 storage
