@@ -131,6 +131,12 @@ if same_on_cuda "pretrain --device cuda (emulated)" stdout same $P --steps 6 --d
     # shellcheck disable=SC2086
     same_on_cuda "pretrain --device cuda --rows gen --streams 2 (emulated)" stdout same $P --steps 6 --dropout 0.1 \
         --eval-every 3 --pairs --rows gen --streams 2
+    # one rank on the data-parallel path (the gradients' reduction; NCCL's on a GPU)
+    export DMOVE_DIST_REDUCE_ALONE=1
+    # shellcheck disable=SC2086
+    same_on_cuda "pretrain --device cuda, one rank reducing (emulated)" stdout same $P --steps 6 --dropout 0.1 \
+        --eval-every 3 --pairs
+    unset DMOVE_DIST_REDUCE_ALONE
 fi
 
 printf '{"vocab_size": 99, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64, "num_hidden_layers": 2}' >config.json

@@ -6,7 +6,9 @@
 #     against the padded ones), then the BERT-large layer padded vs unpadded (issue 25's
 #     point 3) at half and full fill, b=8 j=512 and b=96 j=128;
 #  2. dmove.torch's GPU tests (the CUDA build's libdmove.so from the pack; SKIP_PYTHON=1 skips them);
-#  3. transformers' BertForMaskedLM (BERT-large, bf16) under torch.compile mode
+#  3. NCCL's all-reduce with one rank (issue 27): dmove pretrain on the GPU with and without
+#     DMOVE_DIST_REDUCE_ALONE=1, the same results (SKIP_NCCL=1 skips it);
+#  4. transformers' BertForMaskedLM (BERT-large, bf16) under torch.compile mode
 #     max-autotune at b=8 j=512, the peer bench/gpu/bert.sh could not wait for (issue 24's
 #     point 7; it did not finish compiling in 265 s on an H200), with what is left of
 #     BUDGET seconds (default 540).
@@ -35,6 +37,34 @@ if [ "${SKIP_PYTHON:-${SKIP_UNPAD:-0}}" != 1 ] && [ -r "$root/.dev/lib/libdmove.
         timeout 120 python3 -m pytest -q -rfEs -p no:cacheprovider tests/python/test_torch.py -k "gpu or cuda" \
         >"$OUT/pytest.txt" 2>&1
     echo "pytest: exit $?"; tail -15 "$OUT/pytest.txt")
+fi
+if [ "${SKIP_NCCL:-${SKIP_UNPAD:-0}}" != 1 ]; then # issue 27: NCCL's path with one rank
+    echo
+    echo "== dmove pretrain --device cuda --dtype bf16, one rank on NCCL's reduction (DMOVE_DIST_REDUCE_ALONE=1) vs none"
+    d=$(mktemp -d)
+    zcat "$root/tests/text/corpus/man-rendered.txt.gz" | head -20000 >"$d/c.txt"
+    tok="$root/tests/text/tok/bert-base-uncased.json"
+    "$DMOVE" prepare --tokenizer "$tok" --out "$d/data" --valid-fraction 0.05 "$d/c.txt" >/dev/null 2>&1 ||
+        echo "prepare failed"
+    for alone in 0 1; do
+        DMOVE_DIST_REDUCE_ALONE=$alone NCCL_DEBUG=WARN timeout 120 "$DMOVE" pretrain --data "$d/data" --tokenizer "$tok" \
+            --device cuda --dtype bf16 --layers 4 --hidden 256 --heads 4 --ffn 1024 --seq 128 --batch 32 --steps 30 \
+            --eval-every 15 --pairs --json >"$OUT/nccl-$alone.json" 2>"$OUT/nccl-$alone.err"
+        echo "alone=$alone: exit $?; $(grep -E '^loss|^time per step' "$OUT/nccl-$alone.err" | tr '\n' ' ')"
+        grep -iE 'nccl|error' "$OUT/nccl-$alone.err" | head -3
+    done
+    python3 - "$OUT/nccl-0.json" "$OUT/nccl-1.json" <<'PY'
+import json, sys
+try:
+    a, b = (json.load(open(f)) for f in sys.argv[1:])
+except (OSError, ValueError) as e:
+    sys.exit(f"no JSON to compare: {e}")
+keys = ("loss_first", "loss_last", "eval_loss", "eval_accuracy")
+same = all(a.get(k) == b.get(k) for k in keys)
+print(("the same" if same else "DIFFERENT:"), {k: (a.get(k), b.get(k)) for k in keys},
+      "reduce_ms (alone):", b.get("reduce_ms"), "ms per step:", a.get("step_ms_median"), b.get("step_ms_median"))
+PY
+    rm -rf "$d"
 fi
 left=$((BUDGET - ($(date +%s) - start)))
 echo

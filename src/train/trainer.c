@@ -375,7 +375,13 @@ dm_status dm_trainer_set_dist(dm_trainer *T, dm_dist *d) {
     if (n > 1 && (!T->bk->reduce || !T->bk->reduce_wait))
         return dm_fail(DM_ERR_UNSUPPORTED, "the %s backend cannot sum gradients over ranks%s", T->bk->name,
                        dm_dist_have_nccl() ? "" : " (a CUDA build needs NCCL for it)");
-    T->dist = n > 1 ? d : NULL;
+    /* DMOVE_DIST_REDUCE_ALONE=1: one rank takes the reduction path too (on a GPU NCCL's, a
+     * communicator of one whose all-reduce changes nothing): how that path is run where
+     * one GPU is all there is */
+    const char *alone = getenv("DMOVE_DIST_REDUCE_ALONE");
+    const int forced = n == 1 && d && alone && !strcmp(alone, "1") && !T->forward_only && T->bk->reduce &&
+                       T->bk->reduce_wait;
+    T->dist = n > 1 || forced ? d : NULL;
     T->ranks = n;
     /* rank r's dropout masks from the seed mixed with r (a SplitMix64 constant's multiple) */
     T->seed_mix = (uint64_t)r * 0x9e3779b97f4a7c15ull;

@@ -251,8 +251,9 @@ static int updates(const dm_trainer *T, const dm_train_slot *sl) {
     return !T->zero || sl->owner == dm_dist_rank(T->dist);
 }
 
+/* (T->dist: more than one rank, or one forced onto this path, DMOVE_DIST_REDUCE_ALONE) */
 dm_status dm_trainer_reduce_segment(dm_trainer *T, int seg) {
-    if (T->ranks < 2 || T->optim.accumulate > 1) return DM_OK;
+    if (!T->dist || T->optim.accumulate > 1) return DM_OK;
     for (int k = 0; k < T->nslots; k++) {
         const dm_train_slot *sl = &T->slot[k];
         if (sl->seg == seg) DM_TRY(T->bk->reduce(st(T, seg), sl->tg, NULL, sl->n, sum_root(T, sl), T->dist));
@@ -261,7 +262,7 @@ dm_status dm_trainer_reduce_segment(dm_trainer *T, int seg) {
 }
 
 dm_status dm_trainer_reduce_finish(dm_trainer *T) {
-    if (T->ranks < 2) return DM_OK;
+    if (!T->dist) return DM_OK;
     if (T->optim.accumulate > 1) /* the sums, in the slots' order (every rank's the same) */
         for (int k = 0; k < T->nslots; k++) {
             const dm_train_slot *sl = &T->slot[k];
@@ -271,7 +272,7 @@ dm_status dm_trainer_reduce_finish(dm_trainer *T) {
 }
 
 void dm_trainer_reduce_drain(dm_trainer *T) {
-    if (T->ranks < 2) return;
+    if (!T->dist) return;
     const dm_status s = dm_last_status();
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dm_last_error());
