@@ -430,9 +430,7 @@ static dm_status build_varlen(dm_cuda_exec *ex, const dm_group *gr, const dm_op 
         DM_TRY(varlen_rows(ex, op, op->out[0], v->P, &c, &v->ldc));
         v->ctx = c;
     }
-    DM_TRY(dmx_dev_alloc(ex, &st->work, dmc_varlen_work_bytes(v), "the attention's work space"));
-    dmc_varlen_bind(v, st->work);
-    st->varlen = 1;
+    st->varlen = 1; /* its work space: exec.cu's, bound when every group is built */
     st->prog = -1;
     return DM_OK;
 }

@@ -46,7 +46,9 @@ dm_status dm_cuda_pool_new(dm_cuda_pool **out, int emulated) {
 }
 
 size_t dm_cuda_pool_bytes(const dm_cuda_pool *p) {
-    return p ? p->bytes[0] + p->bytes[1] + p->bytes[2] : 0;
+    size_t n = 0;
+    for (int k = 0; p && k < POOL_N; k++) n += p->bytes[k];
+    return n;
 }
 
 /* Device memory: cudaMalloc'd, or host memory when emulating (DM_CUDA_EMULATE, emulate.cu). */
@@ -57,7 +59,7 @@ static void mem_free(int emulating, void *p) {
 
 void dm_cuda_pool_free(dm_cuda_pool *p) {
     if (!p) return;
-    for (int k = 0; k < 3; k++) mem_free(p->emulated, p->buf[k]);
+    for (int k = 0; k < POOL_N; k++) mem_free(p->emulated, p->buf[k]);
     free(p);
 }
 
@@ -228,6 +230,19 @@ static dm_status init_all(dm_cuda_exec *ex) {
     ex->groups = (dmc_group *)calloc((size_t)(plan->ngroups > 0 ? plan->ngroups : 1), sizeof(dmc_group));
     if (!ex->groups) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
     for (int gi = 0; gi < plan->ngroups; gi++) DM_TRY(dmx_build_group(ex, gi, &tl));
+    /* the attention steps' work space: one for all (they run one at a time on the main
+     * stream, and keep nothing in it between them), shared through the pool */
+    size_t vl_bytes = 0;
+    for (int gi = 0; gi < ex->ngroups; gi++)
+        for (int k = 0; k < ex->groups[gi].nsteps; k++)
+            if (ex->groups[gi].steps[k].varlen) {
+                const size_t b = dmc_varlen_work_bytes(&ex->groups[gi].steps[k].vl);
+                if (b > vl_bytes) vl_bytes = b;
+            }
+    if (vl_bytes) DM_TRY(main_alloc(ex, POOL_VARLEN, &ex->vl_work, vl_bytes, "the attention's work space"));
+    for (int gi = 0; gi < ex->ngroups; gi++)
+        for (int k = 0; k < ex->groups[gi].nsteps; k++)
+            if (ex->groups[gi].steps[k].varlen) dmc_varlen_bind(&ex->groups[gi].steps[k].vl, ex->vl_work);
     DM_TRY(dmx_init_live(ex));
 
     if (ex->flags & DM_CUDA_GEN) DM_TRY(dmx_init_gen(ex));
@@ -328,6 +343,7 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
     free(ex->side_off);
     if (!ex->pooled[POOL_GSCRATCH]) dmx_dev_free(ex, ex->gscratch);
     if (!ex->pooled[POOL_PARTIALS]) dmx_dev_free(ex, ex->partials);
+    if (!ex->pooled[POOL_VARLEN]) dmx_dev_free(ex, ex->vl_work);
     dmx_dev_free(ex, ex->dprogs);
     if (ex->have_blas) (void)cublasDestroy(ex->blas);
     if (ex->have_blas2) (void)cublasDestroy(ex->blas2);

@@ -119,7 +119,8 @@ struct dm_cuda_exec {
     cudaEvent_t copied;       /* ... and when it is the destination, after the copy */
     int have_xfer, have_copied;
     dm_cuda_pool *pool;       /* where temp, gscratch and partials come from, or NULL */
-    int pooled[3];            /* temp, gscratch, partials: borrowed from the pool (not freed) */
+    int pooled[4];            /* temp, gscratch, partials, attention work: borrowed from the pool (not freed) */
+    void *vl_work;            /* the attention steps' work space (varlen.cu), one for all of them */
     int evaluating;           /* dm_cuda_exec_set_training(0): dropout off, the interpreter alone */
     float *drop_scale;        /* per program, per op: its dropout scale while training */
     /* live rows (live.cu; plan/live.h): a step on fewer rows than the plan's */
@@ -139,12 +140,12 @@ struct dm_cuda_exec {
 
 /* A pool of main-stream buffers shared by executors whose main streams never run at
  * once (a trainer's layers: chained by events, dm_cuda_copy_tensor). */
-enum { POOL_TEMP = 0, POOL_GSCRATCH = 1, POOL_PARTIALS = 2 };
+enum { POOL_TEMP = 0, POOL_GSCRATCH = 1, POOL_PARTIALS = 2, POOL_VARLEN = 3, POOL_N = 4 };
 
 struct dm_cuda_pool {
     int emulated;
-    void *buf[3];
-    size_t bytes[3];
+    void *buf[POOL_N];
+    size_t bytes[POOL_N];
 };
 
 /* Emulation (DM_CUDA_EMULATE, emulate.cu): "device" buffers are host memory. */
