@@ -198,12 +198,8 @@ static int report(const cli_config *c, const dm_layer_options *lo, const char *s
                   double fill, double pad_ms, double unp_ms, int warmup, int reps, int json) {
     const dm_layer_config *cfg = &c->cfg;
     const double tokens = fill * (double)(cfg->batch * cfg->seq);
-    const int cuda = lo->device == DM_DEVICE_CUDA;
     char where[160];
-    if (cuda)
-        snprintf(where, sizeof where, "on the GPU (%s storage%s)", dm_dtype_name(lo->dtype),
-                 cli_emulated_note(lo->device));
-    else snprintf(where, sizeof where, "%d threads", cli_threads(c->threads));
+    cli_device_where(where, sizeof where, lo->device, lo->dtype, cli_threads(c->threads));
     if (!json) {
         printf("dmove %s bench --lengths %s: b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
                ", dropout %g, %s; medians of %d batches after %d warm-up\n",

@@ -631,6 +631,12 @@ const cli_option cli_device_options[] = {
     {.kind = CLI_END},
 };
 
+const char *cli_device_where(char *buf, size_t n, dm_device_kind dev, dm_dtype dtype, int threads) {
+    if (dev == DM_DEVICE_CUDA) snprintf(buf, n, "on the GPU (%s storage%s)", dm_dtype_name(dtype), cli_emulated_note(dev));
+    else snprintf(buf, n, "%d thread%s", threads, threads > 1 ? "s" : "");
+    return buf;
+}
+
 dm_layer_options cli_device_layer_options(const cli_device *d, int threads, int unpad) {
     return (dm_layer_options){.threads = threads, .unpad = unpad, .device = d->device, .dtype = d->dtype,
                               .rows = d->rows, .streams = d->streams};

@@ -270,6 +270,9 @@ extern const cli_option cli_device_options[];
 /* ", emulated on the host by DMOVE_CUDA_EMULATE=1" (or =lanes) when --device cuda runs
  * emulated (the tests' setting: its times are not a GPU's), else "". */
 const char *cli_emulated_note(dm_device_kind dev);
+/* Where a command's steps run, for its header, into buf (n bytes): "on the GPU (bf16
+ * storage)" (with cli_emulated_note's words), or "N thread(s)" on the CPU. Returns buf. */
+const char *cli_device_where(char *buf, size_t n, dm_device_kind dev, dm_dtype dtype, int threads);
 /* The layer options of a model command (pretrain, finetune, embed): the device group's,
  * the threads, unpadded or not. */
 dm_layer_options cli_device_layer_options(const cli_device *d, int threads, int unpad);

@@ -845,8 +845,9 @@ static void header(const ft_run *r) {
             r->labels.n, r->labels.name[0], ", ", r->labels.name[1], r->labels.n > 2 ? ", ..." : "", o->layers,
             cfg->hidden, cfg->heads, cfg->ffn, (double)dm_trainer_num_params(r->T) / 1e6,
             o->init ? ", from --init" : ", from scratch", cfg->batch, cfg->seq, cfg->dropout);
+    char where[160];
     if (o->dev.device == DM_DEVICE_CUDA)
-        fprintf(stderr, "  on the GPU (%s storage%s)\n", dm_dtype_name(o->dev.dtype), cli_emulated_note(o->dev.device));
+        fprintf(stderr, "  %s\n", cli_device_where(where, sizeof where, o->dev.device, o->dev.dtype, 0));
     char lrb[32];
     dm_fmt_exact(lrb, sizeof lrb, o->opt.optim.lr);
     fprintf(stderr, "  train: %s, %" PRId64 " examples (%" PRId64 " cut to %" PRId64 " tokens)", o->train, r->train.n,

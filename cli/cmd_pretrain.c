@@ -417,8 +417,9 @@ static void header(const pretrain_run *r, FILE *info) {
                   "%d threads\n", o->layers, cfg->hidden, cfg->heads, cfg->ffn, dm_act_name(cfg->act),
             r->vocab.vocab_size, o->positions, (double)dm_trainer_num_params(r->T) / 1e6, cfg->batch, cfg->seq,
             cfg->dropout, cli_threads(o->c.threads));
+    char where[160];
     if (o->dev.device == DM_DEVICE_CUDA)
-        fprintf(info, "  on the GPU (%s storage%s)\n", dm_dtype_name(o->dev.dtype), cli_emulated_note(o->dev.device));
+        fprintf(info, "  %s\n", cli_device_where(where, sizeof where, o->dev.device, o->dev.dtype, 0));
     char lrb[32];
     dm_fmt_exact(lrb, sizeof lrb, o->opt.optim.lr);
     fprintf(info, "  data: %s (%" PRId64 " sequences an epoch%s), %s, %.0f%% masked; %s lr %s, %" PRId64 " steps\n",

@@ -371,10 +371,7 @@ static void print_header(const train_run *r, FILE *info) {
     const int threads = cli_threads(o->c.threads), layers = o->layers;
     char lrb[32], where[128];
     dm_fmt_exact(lrb, sizeof lrb, o->opt.optim.lr);
-    if (o->dev.device == DM_DEVICE_CUDA)
-        snprintf(where, sizeof where, "on the GPU (%s storage%s)", dm_dtype_name(o->dev.dtype),
-                 cli_emulated_note(o->dev.device));
-    else snprintf(where, sizeof where, "%d thread%s", threads, threads > 1 ? "s" : "");
+    cli_device_where(where, sizeof where, o->dev.device, o->dev.dtype, threads);
     fprintf(info, "dmove train: %d layer%s (i=%" PRId64 " h=%" PRId64 " u=%" PRId64 ", %s%s; %.2fM parameters), "
                   "batches of b=%" PRId64 " j=%" PRId64 ", dropout %g, %s\n",
             layers, layers > 1 ? "s" : "", cfg->hidden, cfg->heads, cfg->ffn, dm_act_name(cfg->act), cli_variant(cfg),

@@ -20,8 +20,7 @@ static dm_status attn_rows(const dm_plan *plan, char *arena, const dm_op *op, in
                            int64_t *ld) {
     const dm_graph *g = plan->g;
     const dm_tensor *x = &g->t[t];
-    int ok = x->ndim == 4 && !strcmp(x->letters, "bjhp") && dm_live_rows_of(g, t, "bj", ld) && x->stride[2] == P &&
-             x->stride[3] == 1;
+    const int ok = dm_live_head_rows(g, t, P, ld);
     *p = dm_cpu_tensor_ptr(plan, arena, t);
     if (!ok || !*p)
         return dm_fail(DM_ERR_UNSUPPORTED, "%s: operand %s must be in memory as token rows (letters bjhp, "
@@ -101,9 +100,10 @@ static dm_status scale_groups(dm_cpu_exec *ex, const dm_plan *plan, char *arena,
         dm_exgroup *eg = &ex->groups[gi];
         if (eg->unusable || eg->attn) continue;
         dm_live_group lg;
-        const dm_gemm_map *m = eg->contract ? &eg->gemm.map : NULL;
-        float *A = m ? (m->swapped ? m->B : m->A) : NULL, *B = m ? (m->swapped ? m->A : m->B) : NULL;
-        DM_TRY(dm_live_group_of(lv, gi, m, A, B, m ? m->C : NULL, &lg));
+        const dm_op *op = eg->contract ? &plan->g->op[plan->order[eg->gr->first]] : NULL;
+        float *p[3] = {NULL, NULL, NULL}; /* a contraction's operands, in op order */
+        for (int s = 0; s < 3 && op; s++) p[s] = dm_cpu_tensor_ptr(plan, arena, s < 2 ? op->in[s] : op->out[0]);
+        DM_TRY(dm_live_group_of(lv, gi, p[0], p[1], p[2], &lg));
         for (int d = 0; d < 3; d++) eg->tok_mnk[d] = lg.tok_mnk[d];
         eg->tok_rpt = lg.rpt;
         for (int z = 0; z < lg.nout; z++) {

@@ -7,7 +7,8 @@
  *  2. the scores, the context and the backward's four products are strided-batched cuBLAS
  *     GEMMs over all (sequence, head) pairs at once;
  *  3. a warp per score row does the softmax, the dropout and their backward over the
- *     row's own keys (causal: those up to the row), every element past them 0;
+ *     row's own keys (causal: those up to the row), every element past them 0 (vl_row,
+ *     which the emulation runs with one lane a row);
  *  4. the results go back to the token rows. As on the CPU, the op writes the
  *     sequences' tokens and each row's probabilities over its sequence alone.
  * The token-wise work around the attention (projections, FFN, LayerNorms) is what the
@@ -80,19 +81,44 @@ static __host__ __device__ __forceinline__ int64_t vl_keys(const dmc_varlen *v, 
  * (sq[0]); DROP: probs -> the dropped copy (sq[0]); BWD: dP (sq[1]) -> dS (sq[1]). */
 enum { VL_FWD = 0, VL_DROP = 1, VL_BWD = 2 };
 
-static void vl_row_host(const dmc_varlen *v, uint64_t seed, int mode, int64_t row) {
+/* A sum or a maximum over the `lanes` lanes that share a row: the warp's shuffles on the
+ * device, nothing to combine on the host (one lane). */
+static __host__ __device__ __forceinline__ float vl_lanes_max(float x, int lanes) {
+#ifdef __CUDA_ARCH__
+    for (int d = lanes / 2; d > 0; d >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, d));
+#endif
+    (void)lanes;
+    return x;
+}
+static __host__ __device__ __forceinline__ float vl_lanes_sum(float x, int lanes) {
+#ifdef __CUDA_ARCH__
+    for (int d = lanes / 2; d > 0; d >>= 1) x += __shfl_xor_sync(0xffffffffu, x, d);
+#endif
+    (void)lanes;
+    return x;
+}
+
+/* One score row, lane `lane` of the `lanes` that share it taking columns lane, lane +
+ * lanes, ...: a warp per row on the device (32), the host's emulation one lane a row. */
+static __host__ __device__ void vl_row(const dmc_varlen *v, uint64_t seed, int mode, int64_t row, int lane,
+                                       int lanes) {
     int64_t L;
     const int64_t J = v->J, n = vl_keys(v, row, &L), base = row * J;
     const float sc = v->drop ? v->scale : 1.0f; /* evaluation: no dropout, scale 1 */
     void *x = v->sq[mode == VL_BWD];
     float m = -INFINITY, sum = 0.0f;
-    for (int64_t c = 0; c < n && mode == VL_FWD; c++) m = fmaxf(m, dmc_load(x, v->dt, base + c));
-    for (int64_t c = 0; c < n && mode == VL_FWD; c++) sum += expf(dmc_load(x, v->dt, base + c) - m);
-    for (int64_t c = 0; c < n && mode == VL_BWD; c++) {
-        const float g = dmc_load(x, v->dt, base + c);
-        sum += (vl_kept(v, seed, (uint64_t)(base + c)) ? g * sc : 0.0f) * dmc_load(v->probs, v->dt, base + c);
+    if (mode == VL_FWD) {
+        for (int64_t c = lane; c < n; c += lanes) m = fmaxf(m, dmc_load(x, v->dt, base + c));
+        m = vl_lanes_max(m, lanes);
+        for (int64_t c = lane; c < n; c += lanes) sum += expf(dmc_load(x, v->dt, base + c) - m);
+    } else if (mode == VL_BWD) {
+        for (int64_t c = lane; c < n; c += lanes) {
+            const float g = dmc_load(x, v->dt, base + c);
+            sum += (vl_kept(v, seed, (uint64_t)(base + c)) ? g * sc : 0.0f) * dmc_load(v->probs, v->dt, base + c);
+        }
     }
-    for (int64_t c = 0; c < J; c++) {
+    sum = vl_lanes_sum(sum, lanes);
+    for (int64_t c = lane; c < J; c += lanes) {
         const uint64_t e = (uint64_t)(base + c);
         if (mode == VL_BWD) {
             const float g = c < n && vl_kept(v, seed, e) ? dmc_load(x, v->dt, base + c) * sc : 0.0f;
@@ -106,48 +132,9 @@ static void vl_row_host(const dmc_varlen *v, uint64_t seed, int mode, int64_t ro
     }
 }
 
-static __device__ __forceinline__ float vl_warp_max(float x) {
-    for (int d = 16; d > 0; d >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, d));
-    return x;
-}
-static __device__ __forceinline__ float vl_warp_sum(float x) {
-    for (int d = 16; d > 0; d >>= 1) x += __shfl_xor_sync(0xffffffffu, x, d);
-    return x;
-}
-
-/* vl_row_host's formulas, a warp per row, the lanes over its columns. */
 __global__ void __launch_bounds__(VL_THREADS) vl_rows_kernel(dmc_varlen v, uint64_t seed, int mode) {
     const int64_t row = (int64_t)blockIdx.x * VL_ROWS + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (row >= v.B * v.H * v.J) return;
-    int64_t L;
-    const int64_t J = v.J, n = vl_keys(&v, row, &L), base = row * J;
-    const float sc = v.drop ? v.scale : 1.0f;
-    void *x = v.sq[mode == VL_BWD];
-    float m = -INFINITY, sum = 0.0f;
-    if (mode == VL_FWD) {
-        for (int64_t c = lane; c < n; c += 32) m = fmaxf(m, dmc_load(x, v.dt, base + c));
-        m = vl_warp_max(m);
-        for (int64_t c = lane; c < n; c += 32) sum += expf(dmc_load(x, v.dt, base + c) - m);
-    } else if (mode == VL_BWD) {
-        for (int64_t c = lane; c < n; c += 32) {
-            const float g = dmc_load(x, v.dt, base + c);
-            sum += (vl_kept(&v, seed, (uint64_t)(base + c)) ? g * sc : 0.0f) * dmc_load(v.probs, v.dt, base + c);
-        }
-    }
-    sum = vl_warp_sum(sum);
-    for (int64_t c = lane; c < J; c += 32) {
-        const uint64_t e = (uint64_t)(base + c);
-        if (mode == VL_BWD) {
-            const float g = c < n && vl_kept(&v, seed, e) ? dmc_load(x, v.dt, base + c) * sc : 0.0f;
-            dmc_store(x, v.dt, base + c, c < n ? dmc_load(v.probs, v.dt, base + c) * (g - sum) : 0.0f);
-            continue;
-        }
-        float p = c >= n ? 0.0f : mode == VL_DROP ? dmc_load(v.probs, v.dt, base + c)
-                                                  : vl_round(v.dt, expf(dmc_load(x, v.dt, base + c) - m) / sum);
-        if (mode == VL_FWD && c < L) dmc_store(v.probs, v.dt, base + c, p);
-        dmc_store(x, v.dt, base + c, vl_kept(&v, seed, e) ? p * sc : 0.0f);
-    }
+    if (row < v.B * v.H * v.J) vl_row(&v, seed, mode, row, (int)(threadIdx.x % 32), 32);
 }
 
 __global__ void vl_offsets_kernel(dmc_varlen v) { vl_offsets(&v); }
@@ -217,7 +204,7 @@ static dm_status vl_copies_run(const dmc_varlen *v, const vl_copies *c, int emu,
 static dm_status vl_rows_run(const dmc_varlen *v, uint64_t seed, int mode, int emu, cudaStream_t stream) {
     const int64_t rows = v->B * v->H * v->J;
     if (emu) {
-        for (int64_t r = 0; r < rows; r++) vl_row_host(v, seed, mode, r);
+        for (int64_t r = 0; r < rows; r++) vl_row(v, seed, mode, r, 0, 1);
         return DM_OK;
     }
     vl_rows_kernel<<<(unsigned)((rows + VL_ROWS - 1) / VL_ROWS), VL_THREADS, 0, stream>>>(*v, seed, mode);

@@ -369,11 +369,22 @@ static dm_status varlen_rows(dm_cuda_exec *ex, const dm_op *op, int t, int64_t P
     const dm_tensor *x = &g->t[t];
     int dt = -1;
     *p = ex->plan->in_memory[dm_tensor_root(g, t)] ? dmx_arena_ptr(ex, t, &dt) : NULL;
-    if (!*p || dt != ex->dtype || x->ndim != 4 || strcmp(x->letters, "bjhp") || x->stride[3] != 1 ||
-        x->stride[2] != P || x->stride[0] != x->size[1] * x->stride[1])
+    if (!*p || dt != ex->dtype || !dm_live_head_rows(g, t, P, ld))
         return dm_fail(DM_ERR_UNSUPPORTED, "%s: operand %s must be in memory as token rows (letters bjhp, "
                        "layout bj first, each head's %lld values together)", op->name, x->name, (long long)P);
-    *ld = x->stride[1];
+    return DM_OK;
+}
+
+/* Three of them (Q, K, V or their gradients, operands t[0..2]) at p[0..2], the row stride
+ * they share at *ld; `what` names them in the refusal of unequal strides. */
+static dm_status varlen_rows3(dm_cuda_exec *ex, const dm_op *op, const int *t, int64_t P, void **p, int64_t *ld,
+                              const char *what) {
+    for (int s = 0; s < 3; s++) {
+        int64_t l;
+        DM_TRY(varlen_rows(ex, op, t[s], P, &p[s], &l));
+        if (s == 0) *ld = l;
+        if (l != *ld) return dm_fail(DM_ERR_UNSUPPORTED, "%s: %s must have the same row stride", op->name, what);
+    }
     return DM_OK;
 }
 
@@ -398,12 +409,8 @@ static dm_status build_varlen(dm_cuda_exec *ex, const dm_group *gr, const dm_op 
         op->rows != v->B * v->H * v->J)
         return dm_fail(DM_ERR_INTERNAL, "%s: its rows, columns and head size do not match Q (%s)", op->name, q->name);
     void *p[3];
-    int64_t ld[3];
-    for (int s = 0; s < 3; s++) {
-        DM_TRY(varlen_rows(ex, op, op->in[s], v->P, &p[s], &ld[s]));
-        if (ld[s] != ld[0]) return dm_fail(DM_ERR_UNSUPPORTED, "%s: Q, K and V must have the same row stride", op->name);
-    }
-    v->q = p[0], v->k = p[1], v->v = p[2], v->ldq = ld[0];
+    DM_TRY(varlen_rows3(ex, op, op->in, v->P, p, &v->ldq, "Q, K and V"));
+    v->q = p[0], v->k = p[1], v->v = p[2];
     const int tp = bwd ? op->in[4] : op->out[1];
     const dm_tensor *pr = &g->t[tp];
     int dl = -1, dp = -1;
@@ -416,15 +423,10 @@ static dm_status build_varlen(dm_cuda_exec *ex, const dm_group *gr, const dm_op 
                        "in memory", op->name);
     if (bwd) {
         void *d[3];
-        int64_t dd[3], lc;
-        DM_TRY(varlen_rows(ex, op, op->in[5], v->P, &d[0], &lc));
-        v->dctx = d[0], v->ldc = lc;
-        for (int s = 0; s < 3; s++) {
-            DM_TRY(varlen_rows(ex, op, op->out[s], v->P, &d[s], &dd[s]));
-            if (dd[s] != dd[0])
-                return dm_fail(DM_ERR_UNSUPPORTED, "%s: dQ, dK and dV must have the same row stride", op->name);
-        }
-        v->dq = d[0], v->dk = d[1], v->dv = d[2], v->ldd = dd[0];
+        DM_TRY(varlen_rows(ex, op, op->in[5], v->P, &d[0], &v->ldc));
+        v->dctx = d[0];
+        DM_TRY(varlen_rows3(ex, op, op->out, v->P, d, &v->ldd, "dQ, dK and dV"));
+        v->dq = d[0], v->dk = d[1], v->dv = d[2];
     } else {
         void *c;
         DM_TRY(varlen_rows(ex, op, op->out[0], v->P, &c, &v->ldc));

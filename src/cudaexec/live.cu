@@ -11,29 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cudaexec/exec.h"
+#include "cudaexec/exec.h" /* and plan/live.h */
 
-extern "C" {
-#include "plan/live.h"
-}
-
-/* Group gi's mapping and operands, for dm_live_group_of (a lone unbatched contraction in
- * memory; *m NULL otherwise, which dm_live_group_of refuses as it should). */
-static dm_status group_map(const dm_cuda_exec *ex, int gi, dm_gemm_map *full, float *p[3], const dm_gemm_map **m) {
-    const dm_plan *plan = ex->plan;
-    const dm_group *gr = &plan->groups[gi];
-    const dm_op *op = dmx_op_at(plan, gr, 0);
-    *m = NULL;
-    if (op->kind != DM_OP_CONTRACT || gr->nops != 1 || gr->nbatch > 1) return DM_OK;
-    const int ts[3] = {op->in[0], op->in[1], op->out[0]};
-    for (int s = 0; s < 3; s++) {
+/* Group gi's contraction operands in op order, for dm_live_group_of (NULL where not in
+ * memory, or not a contraction). */
+static void group_operands(const dm_cuda_exec *ex, int gi, float *p[3]) {
+    const dm_op *op = dmx_op_at(ex->plan, &ex->plan->groups[gi], 0);
+    for (int s = 0; s < 3 && op->kind == DM_OP_CONTRACT; s++) {
         int dt;
-        p[s] = (float *)dmx_arena_ptr(ex, ts[s], &dt);
-        if (!p[s]) return DM_OK;
+        p[s] = (float *)dmx_arena_ptr(ex, s < 2 ? op->in[s] : op->out[0], &dt);
     }
-    DM_TRY(dm_gemm_map_prepare(full, plan->g, op, p[0], p[1], p[2]));
-    *m = full;
-    return DM_OK;
 }
 
 dm_status dmx_init_live(dm_cuda_exec *ex) {
@@ -46,11 +33,9 @@ dm_status dmx_init_live(dm_cuda_exec *ex) {
     if (!(ex->liveg = (dm_live_group *)calloc((size_t)ex->ngroups, sizeof(dm_live_group))))
         s = dm_fail(DM_ERR_OOM, "out of memory preparing the live rows");
     for (int gi = 0; gi < ex->ngroups && s == DM_OK; gi++) {
-        dm_gemm_map full;
         float *p[3] = {NULL, NULL, NULL};
-        const dm_gemm_map *m = NULL;
-        s = group_map(ex, gi, &full, p, &m);
-        if (s == DM_OK) s = dm_live_group_of(&lv, gi, m, p[0], p[1], p[2], &ex->liveg[gi]);
+        group_operands(ex, gi, p);
+        s = dm_live_group_of(&lv, gi, p[0], p[1], p[2], &ex->liveg[gi]);
     }
     const int attn = lv.attn;
     const int64_t cap = lv.cap;

@@ -230,14 +230,20 @@ void dm_layer_free(dm_layer *L) {
     free(L);
 }
 
+/* The exported tensor `name`, or NULL with DM_ERR_NOT_FOUND recorded, saying why. */
+static const dm_export *named_export(const dm_layer *L, const char *name) {
+    const dm_export *e = find_export(L, name);
+    if (!e && L->opt.forward_only && strstr(name, "grad") != NULL)
+        dm_fail(DM_ERR_NOT_FOUND, "tensor '%s' does not exist in a forward-only layer", name);
+    else if (!e)
+        dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the layer", name);
+    return e;
+}
+
 dm_status dm_layer_tensor(dm_layer *L, const char *name, float **data, int *ndim, int64_t shape[4]) {
     if (!L || !name || !data) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_tensor: NULL argument");
-    const dm_export *e = find_export(L, name);
-    if (!e) {
-        if (L->opt.forward_only && (strstr(name, "grad") != NULL))
-            return dm_fail(DM_ERR_NOT_FOUND, "tensor '%s' does not exist in a forward-only layer", name);
-        return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the layer", name);
-    }
+    const dm_export *e = named_export(L, name);
+    if (!e) return DM_ERR_NOT_FOUND;
     float *p = host_ptr(L, e->tensor);
     if (!p) return dm_fail(DM_ERR_INTERNAL, "tensor '%s' has no memory", name);
     *data = p;
@@ -249,8 +255,8 @@ dm_status dm_layer_tensor(dm_layer *L, const char *name, float **data, int *ndim
 
 dm_status dm_layer_device_tensor(dm_layer *L, const char *name, void **data, dm_dtype *dtype) {
     if (!L || !name || !data || !dtype) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_device_tensor: NULL argument");
-    const dm_export *e = find_export(L, name);
-    if (!e) return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the layer", name);
+    const dm_export *e = named_export(L, name);
+    if (!e) return DM_ERR_NOT_FOUND;
     int dt = DM_DTYPE_FP32;
     void *p = L->bk->tensor_addr(L->st, e->tensor, &dt);
     if (!p) return dm_fail(DM_ERR_INTERNAL, "tensor '%s' has no memory on the %s backend", name, L->bk->name);
@@ -261,8 +267,8 @@ dm_status dm_layer_device_tensor(dm_layer *L, const char *name, void **data, dm_
 
 dm_status dm_layer_tensor_to_device(dm_layer *L, const char *name) {
     if (!L || !name) return dm_fail(DM_ERR_INVALID_ARG, "dm_layer_tensor_to_device: NULL argument");
-    const dm_export *e = find_export(L, name);
-    if (!e) return dm_fail(DM_ERR_NOT_FOUND, "no tensor named '%s' in the layer", name);
+    const dm_export *e = named_export(L, name);
+    if (!e) return DM_ERR_NOT_FOUND;
     return L->bk->upload(L->st, e->tensor, host_ptr(L, e->tensor));
 }
 

@@ -22,6 +22,12 @@ int dm_live_rows_of(const dm_graph *g, int t, const char *live, int64_t *ld) {
     return 1;
 }
 
+int dm_live_head_rows(const dm_graph *g, int t, int64_t P, int64_t *ld) {
+    const dm_tensor *x = &g->t[t];
+    return x->ndim == 4 && !strcmp(x->letters, "bjhp") && dm_live_rows_of(g, t, "bj", ld) && x->stride[2] == P &&
+           x->stride[3] == 1;
+}
+
 /* A copy of g's tensors with every live-rows tensor's rows read as one run of n (for "bj":
  * b 1, j n): the graph a contraction's mapping is made on again. */
 static dm_status live_graph(const dm_graph *g, int64_t n, dm_graph *out) {
@@ -65,10 +71,11 @@ void dm_live_free(dm_live *lv) {
     lv->cap = 0;
 }
 
-/* The contraction op, mapped as `full`: which of m, n, k count the live rows. */
-static dm_status live_gemm(const dm_live *lv, const dm_op *op, const dm_gemm_map *full, float *A, float *B, float *C,
-                           dm_live_group *lg) {
-    dm_gemm_map m1, m2;
+/* The contraction op: which of m, n, k count the live rows. */
+static dm_status live_gemm(const dm_live *lv, const dm_op *op, float *A, float *B, float *C, dm_live_group *lg) {
+    dm_gemm_map m0, m1, m2;
+    const dm_gemm_map *full = &m0;
+    DM_TRY(dm_gemm_map_prepare(&m0, lv->plan->g, op, A, B, C));
     DM_TRY(dm_gemm_map_prepare(&m1, &lv->g1, op, A, B, C));
     DM_TRY(dm_gemm_map_prepare(&m2, &lv->g2, op, A, B, C));
     const int64_t f[3] = {full->m, full->n, full->k}, a1[3] = {m1.m, m1.n, m1.k}, a2[3] = {m2.m, m2.n, m2.k};
@@ -86,8 +93,7 @@ static dm_status live_gemm(const dm_live *lv, const dm_op *op, const dm_gemm_map
     return DM_OK;
 }
 
-dm_status dm_live_group_of(const dm_live *lv, int gi, const dm_gemm_map *full, float *A, float *B, float *C,
-                           dm_live_group *lg) {
+dm_status dm_live_group_of(const dm_live *lv, int gi, float *A, float *B, float *C, dm_live_group *lg) {
     const dm_plan *plan = lv->plan;
     const dm_graph *g = plan->g;
     const dm_group *gr = &plan->groups[gi];
@@ -113,10 +119,10 @@ dm_status dm_live_group_of(const dm_live *lv, int gi, const dm_gemm_map *full, f
         return dm_fail(DM_ERR_UNSUPPORTED, "the batched group of %s does not run over the live rows (%s)",
                        first->name, g->live);
     if (first->kind == DM_OP_CONTRACT) {
-        if (!full || gr->nops != 1)
+        if (!A || !B || !C || gr->nops != 1)
             return dm_fail(DM_ERR_UNSUPPORTED, "contraction %s: not a lone GEMM that can follow the live rows (%s)",
                            first->name, g->live);
-        return live_gemm(lv, first, full, A, B, C, lg);
+        return live_gemm(lv, first, A, B, C, lg);
     }
     if (first->kind == DM_OP_LINEAR_XENT || first->kind == DM_OP_LINEAR_XENT_BWD) { /* its rows m */
         if (first->rows % lv->cap)

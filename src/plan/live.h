@@ -34,17 +34,20 @@ typedef struct {
 /* Is tensor t rows of `live` (graph.h; for "bj" the b x j rows in order), every other
  * letter inside a row? *ld (may be NULL): elements between rows. */
 int dm_live_rows_of(const dm_graph *g, int t, const char *live, int64_t *ld);
+/* Is tensor t an operand as ATTN and ATTN_BWD take it (letters bjhp): token rows "bj"
+ * (*ld elements apart), the heads P apart, each head's P values together? */
+int dm_live_head_rows(const dm_graph *g, int t, int64_t P, int64_t *ld);
 /* Prepares lv for plan (lv->cap 0 if the plan has no live rows: nothing else to do);
  * dm_live_free releases it. */
 dm_status dm_live_init(dm_live *lv, const dm_plan *plan);
 void dm_live_free(dm_live *lv);
-/* Group gi's way (*lg zeroed first). A contraction is mapped again from its operands at
- * A, B, C (its inputs in op order and output, as given to dm_gemm_map_prepare), to compare
- * with `full`, its mapping (NULL: it cannot follow them). DM_ERR_UNSUPPORTED (with a message naming the group) when the
+/* Group gi's way (*lg zeroed first). A lone contraction is mapped from its operands at A,
+ * B, C (its inputs in op order and its output, where the backend has them: only pointer
+ * arithmetic is done; NULL: not in memory, so it cannot follow them), on the plan's graph
+ * and again on lv's two. DM_ERR_UNSUPPORTED (with a message naming the group) when the
  * group cannot follow them; the attention (ATTN, ATTN_BWD) and groups with no live
  * operand give all 0. */
-dm_status dm_live_group_of(const dm_live *lv, int gi, const dm_gemm_map *full, float *A, float *B, float *C,
-                           dm_live_group *lg);
+dm_status dm_live_group_of(const dm_live *lv, int gi, float *A, float *B, float *C, dm_live_group *lg);
 /* The sequences' first rows for an unpadded layer (ATTN's lengths): off[0] = 0, off[s + 1] =
  * off[s] + lengths[s], each a whole number from 0 to J, else DM_ERR_INVALID_ARG naming it. */
 dm_status dm_live_offsets(int64_t B, int64_t J, const float *lengths, int64_t *off);
