@@ -617,7 +617,8 @@ int main(void) {
                 if (x != DM_XENT_AUTO || !s) run_case(cs, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED, (dm_xent_mode)x);
     }
     /* the CUDA backend (emulated without a GPU): the same steps in fp32, then in bf16
-     * storage against the same (fp32) references at a bf16 tolerance */
+     * storage against the same (fp32) references at a bf16 tolerance; the MLM head's
+     * decoder and cross-entropy apart and fused */
     const dm_backend *cb = NULL;
     if (dm_backend_find(DM_DEVICE_CUDA, &cb) == DM_OK) {
         const char *was = getenv("DMOVE_CUDA_EMULATE");
@@ -636,6 +637,7 @@ int main(void) {
                 if (*c == ',') continue;
                 const char cs[2] = {*c, 0};
                 for (int s = 0; s < 2; s++) run_case(cs, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED, DM_XENT_UNFUSED);
+                run_case(cs, DM_SCHED_FUSED, DM_XENT_FUSED); /* the decoder and cross-entropy fused: xent.cu */
             }
         }
         g_opt = (dm_layer_options){0};

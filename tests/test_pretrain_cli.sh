@@ -131,6 +131,10 @@ if same_on_cuda "pretrain --device cuda (emulated)" stdout same $P --steps 6 --d
     # shellcheck disable=SC2086
     same_on_cuda "pretrain --device cuda --rows gen --streams 2 (emulated)" stdout same $P --steps 6 --dropout 0.1 \
         --eval-every 3 --pairs --rows gen --streams 2
+    # the MLM head's decoder and cross-entropy fused (xent.cu): the unfused CPU run's numbers
+    # shellcheck disable=SC2086
+    same_on_cuda "pretrain --device cuda --fused-xent on (emulated)" stdout same $P --steps 6 --dropout 0.1 \
+        --eval-every 3 --pairs --fused-xent on
     # one rank on the data-parallel path (the gradients' reduction; NCCL's on a GPU)
     export DMOVE_DIST_REDUCE_ALONE=1
     # shellcheck disable=SC2086

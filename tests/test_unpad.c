@@ -262,12 +262,14 @@ static void model_pair(dm_model_head head, dm_xent_mode xent, double dropout, dm
          * the scored positions (both models) */
         const dm_cpu_exec *ee = dev == DM_DEVICE_CPU ? dm_cpu_backend_exec(M[1]->bk, M[1]->emb->st) : NULL;
         CHECK(dev != DM_DEVICE_CPU || (ee && ee->tok_cap == n && ee->tokens == lens[k][0] + lens[k][1] + lens[k][2]));
-        for (int u = 0; u < 2 && head == DM_MODEL_HEAD_MLM && dev == DM_DEVICE_CPU; u++) {
-            const dm_cpu_exec *he = dm_cpu_backend_exec(M[u]->bk, M[u]->head->st);
-            CHECK(he && he->tok_cap == 8 && he->tokens == M[u]->counted && M[u]->counted > 0);
+        for (int u = 0; u < 2 && head == DM_MODEL_HEAD_MLM; u++) {
+            const dm_cpu_exec *he = dev == DM_DEVICE_CPU ? dm_cpu_backend_exec(M[u]->bk, M[u]->head->st) : NULL;
+            CHECK(dev != DM_DEVICE_CPU || (he && he->tok_cap == 8 && he->tokens == M[u]->counted));
+            CHECK(M[u]->counted > 0);
             float *lr; /* the loss rows past the scored ones: 0, not the last batch's */
             int64_t nl = 0;
             lr = T_(M[u]->head, "loss", &nl);
+            CHECK(lr && nl == 8);
             for (int64_t r = M[u]->counted; lr && r < nl; r++) CHECK(lr[r] == 0.0f);
         }
         double worst = fabs(loss[1] - loss[0]) / fabs(loss[0]);
@@ -296,9 +298,10 @@ static void model_pair(dm_model_head head, dm_xent_mode xent, double dropout, dm
             worst = worst_of(worst, rel_err(b, a, (size_t)m));
             if (rel_err(b, a, (size_t)m) > 2e-5) printf("    %s rel.err %.2e\n", names[q], rel_err(b, a, (size_t)m));
         }
-        printf("  %smodel (%s head, dropout %.1f) batch %d: loss %.6f / %.6f, worst rel.err %.2e\n",
+        printf("  %smodel (%s head%s, dropout %.1f) batch %d: loss %.6f / %.6f, worst rel.err %.2e\n",
                dev == DM_DEVICE_CUDA ? "cuda (emulated) " : "", head == DM_MODEL_HEAD_CLS ? "classifier" : "MLM",
-               dropout, k, loss[0], loss[1], worst);
+               head == DM_MODEL_HEAD_MLM && xent == DM_XENT_FUSED ? ", fused cross-entropy" : "", dropout, k,
+               loss[0], loss[1], worst);
         CHECK(worst < 2e-5);
     }
     double last, again;
@@ -334,6 +337,7 @@ int main(void) {
         variant(0, 0, 0.1, 0, DM_SCHED_FUSED, DM_DEVICE_CUDA, DM_ROWS_GEN);
         variant(0, 1, 0.1, 1, DM_SCHED_UNFUSED, DM_DEVICE_CUDA, DM_ROWS_GEN);
         model_pair(DM_MODEL_HEAD_MLM, DM_XENT_UNFUSED, 0.1, DM_DEVICE_CUDA);
+        model_pair(DM_MODEL_HEAD_MLM, DM_XENT_FUSED, 0.1, DM_DEVICE_CUDA); /* over the scored rows: xent.cu */
         model_pair(DM_MODEL_HEAD_CLS, DM_XENT_AUTO, 0.1, DM_DEVICE_CUDA);
         if (!strcmp(getenv("DMOVE_CUDA_EMULATE"), "1")) { /* the generated kernels' device text, lane by lane */
             setenv("DMOVE_CUDA_EMULATE", "lanes", 1);

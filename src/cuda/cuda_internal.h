@@ -165,6 +165,31 @@ void dmc_varlen_bind(dmc_varlen *v, void *work);
  * emulated != 0 the same steps on the host. */
 dm_status dmc_varlen_run(const dmc_varlen *v, uint64_t seed, int emulated, cublasHandle_t blas, cudaStream_t stream);
 
+/* LINEAR_XENT and LINEAR_XENT_BWD (xent.cu): the fused decoder and cross-entropy
+ * (ops.def), the vocabulary in chunks of `chunk` columns whose logits (fp32) live in the
+ * work space. t (m x e), W (v x e), bias (v) and the gradients are of the storage type
+ * dt; the row vectors (labels, lse, dloss, loss, pred) of their own types. */
+typedef struct {
+    int bwd, dt, lab_dt;
+    int in_dt[2];         /* bwd: lse's and dloss's */
+    int out_dt[3];        /* fwd: loss's, lse's, pred's */
+    int64_t m, e, v;      /* rows (the capacity), inner, vocabulary */
+    int64_t m_run;        /* the rows this step runs (its live rows; else m) */
+    int64_t chunk;        /* dmc_xent_plan */
+    const void *t, *W, *bias, *labels, *lse_in, *dloss;
+    void *loss, *lse, *pred;  /* forward */
+    void *dt_out, *dW, *dbias; /* backward */
+    float *logits, *part;  /* work: a chunk's logits (m x chunk); the rows' partials (5 x m) */
+    void *dl;              /* work: the chunk's dl in the storage type (logits in fp32) */
+    float *acc;            /* work: dt's fp32 accumulator (dt_out in fp32) */
+} dmc_xent;
+dm_status dmc_xent_plan(dmc_xent *x);
+size_t dmc_xent_work_bytes(const dmc_xent *x);
+void dmc_xent_bind(dmc_xent *x, void *work);
+/* The op on `stream` (cuBLAS through `blas`, set to that stream), or with emulated != 0
+ * the same steps on the host. */
+dm_status dmc_xent_run(const dmc_xent *x, int emulated, cublasHandle_t blas, cudaStream_t stream);
+
 /* cudaexec/transfer.cu, for train.cu: whether the executor is emulated, its main
  * stream, a wait for its side stream's groups, and tensor t's span (device address,
  * element type, elements from its first to its last). */
@@ -261,6 +286,10 @@ dm_status dmc_colacc_launch(const dmc_rowprog *dprog, const dmc_rowprog *hprog, 
 void dmc_emu_gemm(int dt, int transa, int transb, int m, int n, int k, float alpha, const void *A,
                   int lda, long long sA, const void *B, int ldb, long long sB, float beta,
                   void *C, int ldc, long long sC, int batch);
+/* The same with C of its own type dtc (cublasGemmEx's Ctype). */
+void dmc_emu_gemm_ex(int dt, int dtc, int transa, int transb, int m, int n, int k, float alpha, const void *A,
+                     int lda, long long sA, const void *B, int ldb, long long sB, float beta,
+                     void *C, int ldc, long long sC, int batch);
 dm_status dmc_emu_rows(const dmc_rowprog *prog, const dmc_launch *lc, uint64_t seed,
                        float *gscratch, float *partials);
 /* What dmc_colacc_launch computes. */

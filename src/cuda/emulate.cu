@@ -3,7 +3,9 @@
  * very arguments it would give cuBLAS and the row kernel to these host functions:
  *  - dmc_emu_gemm: cublasGemmStridedBatchedEx's definition (column-major, op(X) = X or
  *    X^T, C = alpha op(A) op(B) + beta C per batch index), in double, by loops, elements
- *    loaded and stored in the storage type (fp32, bf16, fp16);
+ *    loaded and stored in the storage type (fp32, bf16, fp16); dmc_emu_gemm_ex, the same
+ *    with C of a type of its own (cublasGemmEx's Ctype: the fused cross-entropy's fp32
+ *    logits from bf16 operands);
  *  - dmc_emu_rows: row_kernel and colacc_kernel (rows.cu) block by block: the same grid,
  *    the same per-block scratch (shared memory is a fresh buffer filled with NaN, so a
  *    read of a scratch row nobody wrote shows up), the same partials and their sum in
@@ -31,11 +33,17 @@ extern "C" {
 void dmc_emu_gemm(int dt, int transa, int transb, int m, int n, int k, float alpha, const void *A,
                   int lda, long long sA, const void *B, int ldb, long long sB, float beta,
                   void *C, int ldc, long long sC, int batch) {
-    const int es = dmc_esize(dt);
+    dmc_emu_gemm_ex(dt, dt, transa, transb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+}
+
+void dmc_emu_gemm_ex(int dt, int dtc, int transa, int transb, int m, int n, int k, float alpha, const void *A,
+                     int lda, long long sA, const void *B, int ldb, long long sB, float beta,
+                     void *C, int ldc, long long sC, int batch) {
+    const int es = dmc_esize(dt), esc = dmc_esize(dtc);
     for (int b = 0; b < batch; b++) {
         const char *a = (const char *)A + (long long)b * sA * es;
         const char *bb = (const char *)B + (long long)b * sB * es;
-        char *c = (char *)C + (long long)b * sC * es;
+        char *c = (char *)C + (long long)b * sC * esc;
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
                 double s = 0;
@@ -45,7 +53,7 @@ void dmc_emu_gemm(int dt, int transa, int transb, int m, int n, int k, float alp
                     s += x * y;
                 }
                 long long at = i + (long long)j * ldc;
-                dmc_store(c, dt, at, (float)(alpha * s + (beta != 0.0f ? beta * dmc_load(c, dt, at) : 0.0)));
+                dmc_store(c, dtc, at, (float)(alpha * s + (beta != 0.0f ? beta * dmc_load(c, dtc, at) : 0.0)));
             }
     }
 }

@@ -152,7 +152,7 @@ dm_status dmx_auto_select(dm_cuda_exec *ex) {
         /* the group's row program, if it has exactly one */
         int prog = -1, rows = 0;
         for (int k = 0; k < eg->nsteps; k++)
-            if (!eg->steps[k].gemm && !eg->steps[k].scatter) prog = eg->steps[k].prog, rows++;
+            if (dmx_step_rows(&eg->steps[k])) prog = eg->steps[k].prog, rows++;
         if (rows != 1) prog = -1;
         for (int pass = 0; pass < 2; pass++) {
             dmc_choice c;

@@ -437,6 +437,49 @@ static dm_status build_varlen(dm_cuda_exec *ex, const dm_group *gr, const dm_op 
     return DM_OK;
 }
 
+/* LINEAR_XENT or LINEAR_XENT_BWD, a group of its own (fusion.c): xent.cu. Every operand
+ * in memory, dense, of the sizes its rows (m), cols (v) and nindex (e) say; t, W, bias
+ * and the gradients in the storage type. */
+static dm_status build_xent(dm_cuda_exec *ex, const dm_group *gr, const dm_op *op, dmc_step *st) {
+    const dm_graph *g = ex->plan->g;
+    const int bwd = op->kind == DM_OP_LINEAR_XENT_BWD;
+    if (gr->nops != 1 || gr->nbatch > 1)
+        return dm_fail(DM_ERR_INTERNAL, "%s: the fused cross-entropy runs as a group of its own", op->name);
+    dmc_xent *x = &st->xe;
+    x->bwd = bwd;
+    x->dt = ex->dtype;
+    x->m = x->m_run = op->rows, x->v = op->cols, x->e = op->nindex;
+    DM_TRY(dmc_xent_plan(x));
+    /* in: t, W, bias, labels [, lse, dloss]; out: loss, lse, pred or dt, dW, dbias */
+    const int64_t m = x->m, e = x->e, v = x->v;
+    const int64_t want_in[6] = {m * e, v * e, v, m, m, m}, want_out[2][3] = {{m, m, m}, {m * e, v * e, v}};
+    void *p[9];
+    int dt[9];
+    for (int io = 0; io < 2; io++)
+        for (int s = 0; s < (io ? op->nout : op->nin); s++) {
+            const int t = io ? op->out[s] : op->in[s], at = io ? op->nin + s : s;
+            const dm_tensor *xt = &g->t[t];
+            const int64_t want = io ? want_out[bwd][s] : want_in[s];
+            /* the storage type: t, W, bias (in) and dt, dW, dbias (out of the backward) */
+            const int storage = io ? bwd : s < 3;
+            p[at] = ex->plan->in_memory[dm_tensor_root(g, t)] ? dmx_arena_ptr(ex, t, &dt[at]) : NULL;
+            if (!p[at] || !dense_rowmajor(xt) || xt->numel != want || (storage && dt[at] != ex->dtype))
+                return dm_fail(DM_ERR_UNSUPPORTED, "%s: operand %s must be in memory, dense, of %lld elements%s",
+                               op->name, xt->name, (long long)want, storage ? ", in the storage type" : "");
+        }
+    x->t = p[0], x->W = p[1], x->bias = p[2], x->labels = p[3], x->lab_dt = dt[3];
+    if (bwd) {
+        x->lse_in = p[4], x->dloss = p[5], x->in_dt[0] = dt[4], x->in_dt[1] = dt[5];
+        x->dt_out = p[6], x->dW = p[7], x->dbias = p[8];
+    } else {
+        x->loss = p[4], x->lse = p[5], x->pred = p[6];
+        for (int s = 0; s < 3; s++) x->out_dt[s] = dt[4 + s];
+    }
+    st->xent = 1; /* its work space: exec.cu's, bound when every group is built */
+    st->prog = -1;
+    return DM_OK;
+}
+
 dm_status dmx_build_group(dm_cuda_exec *ex, int gi, dmc_tiles *tl) {
     const dm_plan *plan = ex->plan;
     const dm_graph *g = plan->g;
@@ -459,6 +502,12 @@ dm_status dmx_build_group(dm_cuda_exec *ex, int gi, dmc_tiles *tl) {
         if (op->kind == DM_OP_ATTN || op->kind == DM_OP_ATTN_BWD) {
             eg->nsteps++; /* first: dm_cuda_exec_free frees work of counted steps */
             DM_TRY(build_varlen(ex, gr, op, st));
+            k++;
+            continue;
+        }
+        if (op->kind == DM_OP_LINEAR_XENT || op->kind == DM_OP_LINEAR_XENT_BWD) {
+            eg->nsteps++;
+            DM_TRY(build_xent(ex, gr, op, st));
             k++;
             continue;
         }
@@ -698,7 +747,7 @@ int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs) {
         const dmc_group *eg = &ex->groups[gi];
         for (int k = 0; k < eg->nsteps && !eg->skip; k++) {
             const dmc_step *st = &eg->steps[k];
-            n += !st->gemm && !st->scatter && !st->varlen && (eg->fused || (ex->gen_of && ex->gen_of[st->prog] >= 0));
+            n += dmx_step_rows(st) && (eg->fused || (ex->gen_of && ex->gen_of[st->prog] >= 0));
         }
     }
     return n;

@@ -230,19 +230,24 @@ static dm_status init_all(dm_cuda_exec *ex) {
     ex->groups = (dmc_group *)calloc((size_t)(plan->ngroups > 0 ? plan->ngroups : 1), sizeof(dmc_group));
     if (!ex->groups) return dm_fail(DM_ERR_OOM, "out of memory preparing the CUDA plan");
     for (int gi = 0; gi < plan->ngroups; gi++) DM_TRY(dmx_build_group(ex, gi, &tl));
-    /* the attention steps' work space: one for all (they run one at a time on the main
-     * stream, and keep nothing in it between them), shared through the pool */
-    size_t vl_bytes = 0;
+    /* the attention and fused cross-entropy steps' work space: one for all (they run one
+     * at a time on the main stream, and keep nothing in it between them), shared through
+     * the pool */
+    size_t lone_bytes = 0;
     for (int gi = 0; gi < ex->ngroups; gi++)
-        for (int k = 0; k < ex->groups[gi].nsteps; k++)
-            if (ex->groups[gi].steps[k].varlen) {
-                const size_t b = dmc_varlen_work_bytes(&ex->groups[gi].steps[k].vl);
-                if (b > vl_bytes) vl_bytes = b;
-            }
-    if (vl_bytes) DM_TRY(main_alloc(ex, POOL_VARLEN, &ex->vl_work, vl_bytes, "the attention's work space"));
+        for (int k = 0; k < ex->groups[gi].nsteps; k++) {
+            const dmc_step *st = &ex->groups[gi].steps[k];
+            const size_t b = st->varlen ? dmc_varlen_work_bytes(&st->vl) : st->xent ? dmc_xent_work_bytes(&st->xe) : 0;
+            if (b > lone_bytes) lone_bytes = b;
+        }
+    if (lone_bytes)
+        DM_TRY(main_alloc(ex, POOL_LONE, &ex->lone_work, lone_bytes, "the attention's or cross-entropy's work space"));
     for (int gi = 0; gi < ex->ngroups; gi++)
-        for (int k = 0; k < ex->groups[gi].nsteps; k++)
-            if (ex->groups[gi].steps[k].varlen) dmc_varlen_bind(&ex->groups[gi].steps[k].vl, ex->vl_work);
+        for (int k = 0; k < ex->groups[gi].nsteps; k++) {
+            dmc_step *st = &ex->groups[gi].steps[k];
+            if (st->varlen) dmc_varlen_bind(&st->vl, ex->lone_work);
+            if (st->xent) dmc_xent_bind(&st->xe, ex->lone_work);
+        }
     DM_TRY(dmx_init_live(ex));
 
     if (ex->flags & DM_CUDA_GEN) DM_TRY(dmx_init_gen(ex));
@@ -343,7 +348,7 @@ void dm_cuda_exec_free(dm_cuda_exec *ex) {
     free(ex->side_off);
     if (!ex->pooled[POOL_GSCRATCH]) dmx_dev_free(ex, ex->gscratch);
     if (!ex->pooled[POOL_PARTIALS]) dmx_dev_free(ex, ex->partials);
-    if (!ex->pooled[POOL_VARLEN]) dmx_dev_free(ex, ex->vl_work);
+    if (!ex->pooled[POOL_LONE]) dmx_dev_free(ex, ex->lone_work);
     dmx_dev_free(ex, ex->dprogs);
     if (ex->have_blas) (void)cublasDestroy(ex->blas);
     if (ex->have_blas2) (void)cublasDestroy(ex->blas2);
@@ -500,6 +505,8 @@ dm_status dmx_run_steps(dm_cuda_exec *ex, int gi, uint64_t seed, int skip_rows, 
             else DM_TRY(dmc_scatter_launch(&st->sc, stream));
         } else if (st->varlen) {
             DM_TRY(dmc_varlen_run(&st->vl, seed, dmx_emulated(ex), blas, stream));
+        } else if (st->xent) { /* a contraction: run with only_contractions too */
+            DM_TRY(dmc_xent_run(&st->xe, dmx_emulated(ex), blas, stream));
         } else if (!skip_rows && ex->gen_of && ex->gen_of[st->prog] >= 0 && !ex->evaluating) {
             const dmc_rowprog *hp = &ex->hprogs[st->prog];
             const dmc_genk *k = dmc_gen_kernel(ex->gen, ex->gen_of[st->prog]);

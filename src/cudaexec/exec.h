@@ -27,9 +27,14 @@ typedef struct {
     int scatter; /* 1: an embedding gradient (sc; gemm 0, prog -1) */
     dmc_scatter sc; /* device pointers; its work space one allocation, `work` */
     int varlen;  /* 1: attention over packed sequences (vl; gemm 0, prog -1) */
-    dmc_varlen vl; /* device pointers; its work space `work` */
+    dmc_varlen vl; /* device pointers; its work space the executor's lone_work */
+    int xent;    /* 1: the fused decoder and cross-entropy (xe; gemm 0, prog -1) */
+    dmc_xent xe; /* device pointers; its work space the executor's lone_work */
     void *work;
 } dmc_step;
+
+/* Whether a step runs a row program (prog): none of the other kinds. */
+static inline int dmx_step_rows(const dmc_step *st) { return !st->gemm && !st->scatter && !st->varlen && !st->xent; }
 
 /* DM_CUDA_EPILOGUE: a contraction with the bias of the next group added by cuBLASLt. */
 typedef struct {
@@ -120,7 +125,8 @@ struct dm_cuda_exec {
     int have_xfer, have_copied;
     dm_cuda_pool *pool;       /* where temp, gscratch and partials come from, or NULL */
     int pooled[4];            /* temp, gscratch, partials, attention work: borrowed from the pool (not freed) */
-    void *vl_work;            /* the attention steps' work space (varlen.cu), one for all of them */
+    void *lone_work;          /* the attention and fused cross-entropy steps' work space (varlen.cu,
+                               * xent.cu), one for all of them */
     int evaluating;           /* dm_cuda_exec_set_training(0): dropout off, the interpreter alone */
     float *drop_scale;        /* per program, per op: its dropout scale while training */
     /* live rows (live.cu; plan/live.h): a step on fewer rows than the plan's */
@@ -140,7 +146,7 @@ struct dm_cuda_exec {
 
 /* A pool of main-stream buffers shared by executors whose main streams never run at
  * once (a trainer's layers: chained by events, dm_cuda_copy_tensor). */
-enum { POOL_TEMP = 0, POOL_GSCRATCH = 1, POOL_PARTIALS = 2, POOL_VARLEN = 3, POOL_N = 4 };
+enum { POOL_TEMP = 0, POOL_GSCRATCH = 1, POOL_PARTIALS = 2, POOL_LONE = 3, POOL_N = 4 };
 
 struct dm_cuda_pool {
     int emulated;

@@ -64,7 +64,7 @@ dm_status dmx_init_live(dm_cuda_exec *ex) {
         const dm_live_group *lg = &ex->liveg[gi];
         for (int k = 0; k < eg->nsteps && lg->rpt; k++) {
             const dmc_step *st = &eg->steps[k];
-            if (st->gemm || st->scatter || st->varlen) continue;
+            if (!dmx_step_rows(st)) continue;
             dmc_rowprog *hp = &ex->hprogs[st->prog];
             hp->live = (const long long *)ex->livebuf;
             hp->live_rpt = lg->rpt;
@@ -87,6 +87,7 @@ static void cut_steps(dm_cuda_exec *ex) {
         for (int k = 0; k < eg->nsteps; k++) {
             dmc_step *st = &eg->steps[k];
             if (st->scatter && lg->rpt) st->sc.rows = ex->tokens * lg->rpt;
+            if (st->xent && lg->rpt) st->xe.m_run = ex->tokens * lg->rpt;
             if (!st->gemm) continue;
             int *mnk[3] = {&st->gm.m, &st->gm.n, &st->gm.k};
             for (int d = 0; d < 3; d++)

@@ -74,7 +74,7 @@ dm_status dmx_init_overlap(dm_cuda_exec *ex) {
         const dmc_group *eg = &ex->groups[gi];
         if (eg->nsteps != 1 || plan->groups[gi].nbatch > 1 || eg->fused || eg->epi || eg->skip) continue;
         /* the main stream's: their work spaces are their own */
-        if (eg->steps[0].scatter || eg->steps[0].varlen) continue;
+        if (eg->steps[0].scatter || eg->steps[0].varlen || eg->steps[0].xent) continue;
         if (!eg->steps[0].gemm && ex->launch[eg->steps[0].prog].global_scratch) continue;
         int read_later = 0;
         for (int h = gi + 1; h < ex->ngroups && !read_later; h++)

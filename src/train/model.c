@@ -43,8 +43,8 @@ dm_status dm_model_new(dm_model **out, const dm_model_config *c, const dm_layer_
         s = dm_layer_new_pooled(&m->enc[l], &c->layer, &o, m->pool);
         if (s != DM_OK) dm_fail_context(s, "layer %d of %d: ", l, c->layers);
     }
-    /* auto: the unfused head (the faster on the CPU as measured, dmove.h; the only one the
-     * CUDA backend has) */
+    /* auto: the unfused head (the faster on the CPU as measured, dmove.h; on the GPU not
+     * yet measured against the fused one, xent.cu) */
     if (m->c.sizes.xent == DM_XENT_AUTO) m->c.sizes.xent = DM_XENT_UNFUSED;
     if (s == DM_OK && c->head == DM_MODEL_HEAD_MLM)
         s = dm_layer_new_segment(&m->head, &c->layer, &o, DM_SEG_MLM_HEAD, &m->c.sizes, m->pool);
