@@ -926,8 +926,12 @@ int cli_finish_stdout(const char *cmd) {
 int cli_config_from_hf(cli_config *c, const char *cmd, const char *opt, const char *source, const dm_hf_config *hc) {
     dm_layer_config lc;
     dm_layer_config_default(&lc);
-    if (dm_hf_config_layer(hc, &lc) != DM_OK) {
-        cli_error(cmd, "%s: %s", opt, dm_last_error());
+    dm_hf_config h = *hc;
+    if (c->dropout_set) /* --dropout replaces the config's dropouts, even two that differ */
+        h.hidden_dropout_prob = h.attention_probs_dropout_prob = c->dropout;
+    if (dm_hf_config_layer(&h, &lc) != DM_OK) {
+        cli_error(cmd, "%s: %s%s", opt, dm_last_error(),
+                  hc->hidden_dropout_prob != hc->attention_probs_dropout_prob ? ": give --dropout P to train with one" : "");
         return CLI_FAIL;
     }
     if (c->preset) {

@@ -47,8 +47,9 @@ static const cli_option k_options[] = {
              "and model.safetensors (BertModel, BertForMaskedLM, a\n"
              "sentence-transformers model: its encoder; a head is ignored)"},
     {.kind = CLI_PATH, .name = "--tokenizer", .arg = "FILE", O(tokenizer),
-     .help = "its tokenizer.json (default: DIR/tokenizer.json), or a\n"
-             "vocab.txt with --lowercase or --cased"},
+     .help = "its tokenizer.json, or a vocab.txt with --lowercase or --cased\n"
+             "(default: DIR's tokenizer.json, else its vocab.txt, cased as\n"
+             "its tokenizer_config.json's do_lower_case says)"},
     {.kind = CLI_FLAG, .name = "--lowercase", O(lowercase), .lo = 1, .left = "--lowercase, --cased",
      .help = "how a vocab.txt normalizes, as for dmove tokenize"},
     {.kind = CLI_FLAG, .name = "--cased", O(cased), .lo = 1},
@@ -227,10 +228,9 @@ static int open_model(embed_run *r) {
         return CLI_USAGE;
     }
     char tpath[4096];
-    if (!o->tokenizer) {
+    if (!o->tokenizer) { /* the model's directory: its tokenizer.json, or its vocab.txt */
         const char *slash = strrchr(r->weights, '/');
-        snprintf(tpath, sizeof tpath, "%.*s%stokenizer.json", slash ? (int)(slash - r->weights) : 0, r->weights,
-                 slash ? "/" : "");
+        snprintf(tpath, sizeof tpath, "%.*s", slash ? (int)(slash - r->weights) : 1, slash ? r->weights : ".");
         o->tokenizer = tpath;
     }
     int rc = cli_open_tokenizer(CMD, o->tokenizer, o->lowercase, o->cased, &r->tok);

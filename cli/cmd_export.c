@@ -1,6 +1,7 @@
-/* cmd_export.c: `dmove export`: the model of a `dmove pretrain` checkpoint written
- * standalone as transformers saves a BertForMaskedLM (dm_checkpoint_export): the same files
- * as pretrain --export at that step. */
+/* cmd_export.c: `dmove export`: the model of a `dmove pretrain` or `dmove finetune`
+ * checkpoint written standalone as transformers saves a BertForMaskedLM or a
+ * BertForSequenceClassification (dm_checkpoint_export): the same files as the command's
+ * --export at that step. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,7 +17,7 @@ static void init(void *p) { (void)p; }
 
 static const cli_option k_options[] = {
     {.kind = CLI_PATH, .name = "--checkpoint", .arg = "FILE", .off = offsetof(export_opts, checkpoint),
-     .help = "a checkpoint of dmove pretrain (--save FILE) (required)"},
+     .help = "a checkpoint of dmove pretrain or finetune (--save FILE)\n(required)"},
     {.kind = CLI_PATH, .name = "--out", .arg = "DIR", .off = offsetof(export_opts, out),
      .help = "write DIR/model.safetensors and DIR/config.json (required;\n"
              "each atomically, the directory made if needed)"},
@@ -29,12 +30,13 @@ static const cli_command k_export = {
     .head = "usage: dmove export --checkpoint FILE --out DIR\n"
             "\n"
             "Writes the model of a `dmove pretrain` checkpoint as Hugging Face transformers\n"
-            "saves a BertForMaskedLM: DIR/model.safetensors (the parameters alone, fp32,\n"
-            "under BertForMaskedLM's names, the tied decoder left out) and DIR/config.json.\n"
-            "BertForMaskedLM.from_pretrained(DIR) loads it with no key missing or left over;\n"
-            "the optimizer's state stays in the checkpoint. The checkpoint is validated whole\n"
-            "(format, every tensor, its checksum) first; the files are those pretrain\n"
-            "--export DIR writes at the step the checkpoint was saved.\n"
+            "saves a BertForMaskedLM, and of a `dmove finetune` checkpoint as it saves a\n"
+            "BertForSequenceClassification (its classes' names in id2label):\n"
+            "DIR/model.safetensors (the parameters alone, fp32, under the class's names, the\n"
+            "tied decoder left out) and DIR/config.json. from_pretrained(DIR) loads it with no\n"
+            "key missing or left over; the optimizer's state stays in the checkpoint. The\n"
+            "checkpoint is validated whole (format, every tensor, its checksum) first; the\n"
+            "files are those the command's --export DIR writes at the step it was saved.\n"
             "\n"
             "options:\n",
     .foot = "\n"

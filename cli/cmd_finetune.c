@@ -654,60 +654,18 @@ static int apply_hf(ft_run *r, const char *opt, const char *path) {
     return 0;
 }
 
-/* --init's tensors by Hugging Face name into the trainer: the embeddings and every encoder
- * layer must be there, the pooler is taken if there; the classifier stays new.
- * TODO: the whole-model loader of the `embed` work replaces this walk when it lands. */
+/* --init's parameters into the trainer (dm_trainer_load_body: every tensor checked, and a
+ * config.json beside them against the tensors, before anything changes): the embeddings
+ * and every encoder layer must be there, the pooler is taken if there; the classifier
+ * starts new. */
 static int load_init(ft_run *r, const char *weights) {
-    dm_tensor_file *f = NULL;
-    char prefix[32];
-    if (dm_tensor_file_open(&f, weights) != DM_OK || dm_hf_encoder_prefix(f, prefix, sizeof prefix) != DM_OK) {
-        dm_tensor_file_free(f);
-        return fail_dm("--init: ");
+    if (dm_trainer_load_body(r->T, weights) != DM_OK) return fail_dm("--init: ");
+    if (!r->o.json) {
+        const char *note = dm_trainer_load_note(r->T);
+        fprintf(stderr, "  --init: parameters from %s; the classifier starts new%s%s\n", weights,
+                *note ? "; not in it, at BERT's initialisation: " : "", note);
     }
-    const size_t pl = strlen(prefix);
-    int64_t body = 0, pooler = 0;
-    int rc = 0;
-    for (int k = 0; k < dm_tensor_file_count(f) && !rc; k++) {
-        dm_tensor_info ti;
-        if (dm_tensor_file_info(f, k, &ti) != DM_OK) {
-            rc = fail_dm("--init: ");
-            break;
-        }
-        const char *rest = ti.name + pl;
-        if (strncmp(ti.name, prefix, pl) != 0 ||
-            (strncmp(rest, "embeddings.", 11) && strncmp(rest, "encoder.", 8) && strncmp(rest, "pooler.", 7)))
-            continue; /* another head's, or not the model's */
-        char name[256];
-        const size_t n = strlen(rest);
-        if (n > 6 && !strcmp(rest + n - 6, ".gamma")) snprintf(name, sizeof name, "bert.%.*s.weight", (int)(n - 6), rest);
-        else if (n > 5 && !strcmp(rest + n - 5, ".beta")) snprintf(name, sizeof name, "bert.%.*s.bias", (int)(n - 5), rest);
-        else snprintf(name, sizeof name, "bert.%s", rest);
-        float *p;
-        int nd;
-        int64_t sh[4], cnt = 1;
-        if (dm_trainer_tensor(r->T, name, &p, &nd, sh) != DM_OK) continue; /* e.g. position_ids, a buffer */
-        int same = nd == ti.ndim;
-        for (int d = 0; d < nd && same; d++) same = sh[d] == ti.shape[d], cnt *= sh[d];
-        if (!same) {
-            cli_error(CMD, "--init: '%s' has another shape than the model's config gives", ti.name);
-            rc = CLI_FAIL;
-        } else if (dm_tensor_file_read_f32(f, k, p, (size_t)cnt) != DM_OK) {
-            rc = fail_dm("--init: ");
-        }
-        if (!strncmp(rest, "pooler.", 7)) pooler++;
-        else body++;
-    }
-    dm_tensor_file_free(f);
-    const int64_t want = 5 + 16 * (int64_t)r->o.layers;
-    if (!rc && body != want) {
-        cli_error(CMD, "--init: %s holds %" PRId64 " of the %" PRId64 " embedding and encoder tensors of a BERT of %d "
-                  "layers (under the prefix '%s')", weights, body, want, r->o.layers, prefix);
-        rc = CLI_FAIL;
-    }
-    if (!rc && !r->o.json)
-        fprintf(stderr, "  --init: %" PRId64 " tensors from %s%s\n", body + pooler, weights,
-                pooler ? " (the pooler too)" : " (no pooler in it: it starts new)");
-    return rc;
+    return 0;
 }
 
 /* The run's tag: the training file's name and the classes (a checkpoint of another run is

@@ -30,7 +30,9 @@ typedef enum {
 /* Loads `path`: a Hugging Face tokenizer.json whose model is WordPiece (another model type
  * is refused, naming what is supported), or a vocab.txt (one token per line, its line
  * number the id). The file is validated whole (JSON, duplicate tokens and ids, ids in
- * 0 .. size-1 without holes, special tokens present). */
+ * 0 .. size-1 without holes, special tokens present). `path` may also be a model
+ * directory: its tokenizer.json, or else (or with a casing given) its vocab.txt, cased as
+ * asked or, with DM_CASE_FILE, as its tokenizer_config.json's do_lower_case says. */
 dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing);
 void dm_tokenizer_free(dm_tokenizer *t);
 

@@ -117,6 +117,24 @@ bad "a tokenizer larger than the vocabulary" 1 "the model's vocabulary" embed --
     --lowercase in.txt
 mkdir m2 && cp m/model.safetensors m2/
 bad "no config.json" 1 "no config.json" embed --model m2 --tokenizer vocab.txt --lowercase in.txt
+# a model directory with a vocab.txt and no tokenizer.json: cased as its tokenizer_config.json says
+# shellcheck disable=SC2086
+good "embed, to compare" $E in.txt
+mv stdout lower.txt
+mkdir mv && cp m/model.safetensors m/config.json vocab.txt mv/
+bad "a vocab.txt model without tokenizer_config.json" 1 "choose lowercase" embed --model mv in.txt
+printf '{"do_lower_case": true, "tokenizer_class": "BertTokenizer"}\n' >mv/tokenizer_config.json
+good "embed of a vocab.txt model" embed --model mv --quiet in.txt
+cases=$((cases + 1))
+if [ -s lower.txt ] && cmp -s stdout lower.txt; then
+    echo "ok   embed of a vocab.txt model: --tokenizer vocab.txt --lowercase's embeddings"
+else
+    fail "embed of a vocab.txt model differs from --tokenizer vocab.txt --lowercase"
+fi
+mkdir shard && cp m/config.json shard/ && printf '{"weight_map": {}}\n' >shard/model.safetensors.index.json
+bad "a sharded checkpoint" 1 "sharded checkpoint" embed --model shard --tokenizer vocab.txt --lowercase in.txt
+mkdir -p sdir/model.safetensors && cp m/config.json sdir/
+bad "model.safetensors a directory" 1 "is a directory" embed --model sdir --tokenizer vocab.txt --lowercase in.txt
 
 echo "test_embed_cli.sh: $cases cases, $fails failed"
 [ "$fails" -eq 0 ]

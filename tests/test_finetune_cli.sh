@@ -87,7 +87,7 @@ fi
 # from them is enough
 good "finetune --init" finetune --tokenizer vocab.txt --lowercase --seq 16 --batch 16 --lr 1e-3 --threads 2 \
     --train train.tsv --eval eval.jsonl --epochs 1 --init model
-has "finetune --init: the tensors" stderr '^  --init: 39 tensors from model/model.safetensors \(the pooler too\)'
+has "finetune --init: the parameters" stderr '^  --init: parameters from model/model.safetensors; the classifier starts new$'
 has "finetune --init: the sizes" stderr '2 layers \(i=64 h=4 u=128;.*from --init'
 acc=$(sed -n 's/.*held-out accuracy \([0-9.]*\) (150 examples).*/\1/p' stdout)
 cases=$((cases + 1))
@@ -117,6 +117,25 @@ has "finetune --resume went on" stdout '^loss [0-9.]+ \(step 7\) -> [0-9.]+ \(st
 cases=$((cases + 1))
 cmp -s full.ckpt part.ckpt || fail "a fine-tuning run in two parts differs from the whole run"
 echo "ok   finetune: the run in two parts equals the whole run, byte for byte"
+# the checkpoint exported: the files finetune --export writes at its step, the class names in them
+# shellcheck disable=SC2086
+good "finetune --export, the whole run again" $F --train train.tsv --epochs 1 --dropout 0.1 --accumulate 2 \
+    --export ftexp
+good "export of a finetune checkpoint" export --checkpoint full.ckpt --out ckexp
+cases=$((cases + 1))
+if cmp -s ckexp/model.safetensors ftexp/model.safetensors && cmp -s ckexp/config.json ftexp/config.json; then
+    echo "ok   export of a finetune checkpoint: finetune --export's files, byte for byte"
+else
+    fail "export of a finetune checkpoint differs from finetune --export's files"
+fi
+has "export of a finetune checkpoint: the class names" ckexp/config.json '"1": "neutral"'
+# --init: a config whose two dropouts differ takes --dropout, and says so without it
+sed 's/"attention_probs_dropout_prob": [0-9.e-]*/"attention_probs_dropout_prob": 0/' model/config.json >cfg.tmp
+mkdir -p dropdiff && cp model/model.safetensors dropdiff/ && mv cfg.tmp dropdiff/config.json
+good "finetune --init with two dropouts and --dropout" finetune --tokenizer vocab.txt --lowercase --seq 16 \
+    --batch 16 --threads 2 --train train.tsv --epochs 1 --init dropdiff --dropout 0.1
+bad "finetune --init with two dropouts" 1 "give --dropout P to train with one" finetune --tokenizer vocab.txt \
+    --lowercase --seq 16 --batch 16 --threads 2 --train train.tsv --epochs 1 --init dropdiff
 # shellcheck disable=SC2086
 bad "--resume with other classes" 1 "run is finetune|num_labels" $F --train train.tsv --epochs 1 --dropout 0.1 \
     --accumulate 2 --labels negative,neutral,positive,other --resume part.ckpt

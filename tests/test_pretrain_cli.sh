@@ -85,6 +85,11 @@ has "pretrain --layers-from said so" stdout '^  parameters from trained/model.sa
 bad "--init with --config" 2 "--init with --config" pretrain --data data --tokenizer vocab.txt --lowercase \
     --init trained --config trained/config.json
 bad "--layers-from without --init" 2 "needs --init" $P --steps 1 --layers-from 1
+# an untied decoder (tie_word_embeddings false) is refused, not trained as a tied one
+mkdir -p untied && cp trained/model.safetensors untied/ &&
+    sed 's/"tie_word_embeddings": true/"tie_word_embeddings": false/' trained/config.json >untied/config.json
+bad "--init of an untied decoder" 1 "tie_word_embeddings is false" pretrain --data data --tokenizer vocab.txt \
+    --lowercase --init untied --seq 32 --batch 8 --steps 1
 bad "--layers-from past the model" 2 "the model has layers 0 to 1" pretrain --data data --tokenizer vocab.txt \
     --lowercase --init trained --layers-from 2
 bad "--init --heads contradicting" 2 "--heads 4 contradicts" pretrain --data data --tokenizer vocab.txt \

@@ -247,7 +247,9 @@ static void test_hostile(void) {
     dm_tokenizer *t = (dm_tokenizer *)1;
     CHECK(dm_tokenizer_load(&t, path_of("missing.json"), DM_CASE_FILE) == DM_ERR_IO && t == NULL);
     CHECK(strstr(dm_last_error(), "missing.json") != NULL);
-    CHECK(dm_tokenizer_load(&t, g_dir, DM_CASE_FILE) == DM_ERR_IO && strstr(dm_last_error(), "directory"));
+    /* a directory: its tokenizer.json or vocab.txt (a model's directory); none there */
+    CHECK(mkdir(path_of("nothing"), 0700) == 0);
+    CHECK(dm_tokenizer_load(&t, path_of("nothing"), DM_CASE_FILE) == DM_ERR_IO && strstr(dm_last_error(), "directory"));
     CHECK(dm_tokenizer_load(NULL, "x", DM_CASE_FILE) == DM_ERR_INVALID_ARG);
     CHECK(dm_tokenizer_load(&t, NULL, DM_CASE_FILE) == DM_ERR_INVALID_ARG);
     refused("bpe.json", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", DM_CASE_FILE,

@@ -788,9 +788,60 @@ static dm_status load_from(dm_tokenizer *t, tok_src *src, char *buf, size_t len,
     return setup_vocab_txt(t, src, casing, path);
 }
 
+/* A model directory's vocab.txt casing from its tokenizer_config.json (BertTokenizer's
+ * do_lower_case; strip_accents and tokenize_chinese_chars as a vocab.txt's defaults). */
+static dm_status dir_casing(const char *dir, dm_case *casing) {
+    char cfg[4096];
+    if ((size_t)snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir) >= sizeof cfg)
+        return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
+    struct stat sb;
+    if (stat(cfg, &sb) != 0)
+        return dm_fail(DM_ERR_INVALID_ARG, "'%s' has a vocab.txt and no tokenizer.json or tokenizer_config.json to say "
+                       "its casing: choose lowercase (an uncased model) or cased", dir);
+    char *buf = NULL;
+    size_t len = 0;
+    DM_TRY(read_whole(cfg, &buf, &len));
+    cJSON *j = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    dm_status st = DM_OK;
+    const cJSON *low = j ? cJSON_GetObjectItemCaseSensitive(j, "do_lower_case") : NULL;
+    const cJSON *acc = j ? cJSON_GetObjectItemCaseSensitive(j, "strip_accents") : NULL;
+    const cJSON *zh = j ? cJSON_GetObjectItemCaseSensitive(j, "tokenize_chinese_chars") : NULL;
+    if (!j || !cJSON_IsObject(j)) st = dm_fail(DM_ERR_FORMAT, "%s: not a JSON object", cfg);
+    else if (low && !cJSON_IsBool(low)) st = dm_fail(DM_ERR_FORMAT, "%s: do_lower_case must be true or false", cfg);
+    else if ((acc && !cJSON_IsNull(acc) && cJSON_IsTrue(acc) != !cJSON_IsFalse(low)) || cJSON_IsFalse(zh))
+        st = dm_fail(DM_ERR_UNSUPPORTED, "%s: strip_accents or tokenize_chinese_chars other than a vocab.txt's "
+                     "defaults: save the model's tokenizer.json (a fast tokenizer's save_pretrained writes it)", cfg);
+    else *casing = cJSON_IsFalse(low) ? DM_CASE_CASED : DM_CASE_LOWER; /* BertTokenizer's default: lowercase */
+    cJSON_Delete(j);
+    return st;
+}
+
+/* A model directory: its tokenizer.json, else its vocab.txt (cased as asked, or as its
+ * tokenizer_config.json says), into path_out. */
+static dm_status dir_tokenizer(const char *dir, dm_case *casing, char *path_out, size_t n) {
+    struct stat sb;
+    if ((size_t)snprintf(path_out, n, "%s/tokenizer.json", dir) >= n)
+        return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
+    const int json = stat(path_out, &sb) == 0;
+    snprintf(path_out, n, "%s/vocab.txt", dir);
+    const int txt = stat(path_out, &sb) == 0;
+    if (!json && !txt) return dm_fail(DM_ERR_IO, "'%s' is a directory with no tokenizer.json or vocab.txt: give the tokenizer's file", dir);
+    if (txt && (*casing != DM_CASE_FILE || !json)) /* a casing asked for is a vocab.txt's */
+        return *casing == DM_CASE_FILE ? dir_casing(dir, casing) : DM_OK;
+    snprintf(path_out, n, "%s/tokenizer.json", dir); /* (with a casing: refused, saying why) */
+    return DM_OK;
+}
+
 dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing) {
     if (!out || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_tokenizer_load: NULL argument");
     *out = NULL;
+    struct stat sb;
+    char inside[4096];
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        DM_TRY(dir_tokenizer(path, &casing, inside, sizeof inside));
+        path = inside;
+    }
     char *buf = NULL;
     size_t len = 0;
     DM_TRY(read_whole(path, &buf, &len));

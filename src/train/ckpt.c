@@ -2,6 +2,7 @@
  * under Hugging Face BertEncoder names, the configuration and step count in the metadata,
  * and a checksum over both), and loading a pretrained encoder's parameters. A file is
  * validated whole before the trainer changes; writing goes through a temporary file. */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -132,12 +133,17 @@ static int ntensors(const dm_trainer *T) { return T->nslots * 3; }
 
 /* The checksum over the metadata and every tensor's bytes, data[(si * 3) + which] (in the
  * file, data may be unaligned: it is read as bytes). */
-static uint64_t checksum_of(const char meta[M_N][META_LEN], const dm_trainer *T, const void *const *data) {
+static uint64_t checksum_of(const char meta[M_N][META_LEN], const char *labels, const dm_trainer *T,
+                            const void *const *data) {
     uint64_t h = hash_str(14695981039346656037ull, CKPT_FORMAT);
     for (int m = 0; m < M_N; m++) {
         if (optional_default(m) && !strcmp(meta[m], optional_default(m))) continue;
         h = hash_str(h, k_meta[m]);
         h = hash_str(h, meta[m]);
+    }
+    if (labels) { /* a classifier's class names (files without them: unchanged) */
+        h = hash_str(h, "label_names");
+        h = hash_str(h, labels);
     }
     char name[192];
     for (int si = 0; si < T->nslots; si++)
@@ -183,6 +189,21 @@ dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
     return s;
 }
 
+static void json_str(dm_sbuf *b, const char *s);
+
+/* A classifier's class names as a JSON list of strings (malloc'd), or NULL: none named. */
+static char *label_names_json(const dm_model *m) {
+    if (!m || m->c.head != DM_MODEL_HEAD_CLS || !m->label_names) return NULL;
+    dm_sbuf b = {0};
+    dm_sb_printf(&b, "[");
+    for (int64_t k = 0; k < m->c.sizes.classes; k++) {
+        if (k) dm_sb_printf(&b, ", ");
+        json_str(&b, m->label_names[k]);
+    }
+    dm_sb_printf(&b, "]");
+    return dm_sb_done(&b);
+}
+
 static dm_status save_file(const dm_trainer *T, const char *path) {
     if (!T->moments)
         return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer has no optimizer state to checkpoint");
@@ -193,9 +214,12 @@ static dm_status save_file(const dm_trainer *T, const char *path) {
     const void **data = malloc((size_t)ntensors(T) * sizeof *data);
     if (!data) return dm_fail(DM_ERR_OOM, "out of memory writing checkpoint '%s'", path);
     for (int i = 0; i < ntensors(T); i++) data[i] = tensor_data(T, i / 3, i % 3);
-    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(meta, T, data));
+    char *labels = label_names_json(T->model);
+    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(meta, labels, T, data));
     dm_st_writer *w = NULL;
     dm_status s = dm_st_writer_new(&w);
+    if (s == DM_OK && labels) s = dm_st_writer_set_metadata(w, "label_names", labels);
+    free(labels);
     if (s == DM_OK) s = dm_st_writer_set_metadata(w, "format", CKPT_FORMAT);
     if (s == DM_OK) s = dm_st_writer_set_metadata(w, "version", CKPT_VERSION);
     for (int m = 0; s == DM_OK && m < M_N; m++) s = dm_st_writer_set_metadata(w, k_meta[m], meta[m]);
@@ -299,7 +323,7 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
     }
     const char *sum = dm_st_metadata(f, "checksum");
     char hex[32];
-    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(theirs, T, data));
+    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(theirs, dm_st_metadata(f, "label_names"), T, data));
     /* the fuzzing build (tests/fuzz) reaches past the checksum: what it guards is checked too */
     if (!sum || (strcmp(sum, hex) != 0 && !DM_FUZZING_BUILD))
         return dm_fail(DM_ERR_FORMAT, "checksum mismatch (file says %s, its contents give %s): the checkpoint "
@@ -421,7 +445,7 @@ dm_status dm_trainer_load_params(dm_trainer *T, const char *path) {
     return dm_trainer_load_layers(T, path, 0);
 }
 
-dm_status dm_trainer_load_layers(dm_trainer *T, const char *path, int first) {
+static dm_status load_layers(dm_trainer *T, const char *path, int first, int flags) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_load_layers: NULL argument");
     if (first < 0 || first > 100000)
         return dm_fail(DM_ERR_INVALID_ARG, "first layer %d: give 0 or more", first);
@@ -429,12 +453,20 @@ dm_status dm_trainer_load_layers(dm_trainer *T, const char *path, int first) {
     /* a whole BERT: every parameter by its Hugging Face name (hfload.c) */
     if (T->broken) return dm_trainer_broken(T);
     DM_TRY(dm_trainer_pull(T, DM_PULL_STATE)); /* a head parameter the file lacks keeps its value */
-    DM_TRY(dm_model_load_path(T->model, path, first, T->load_note, sizeof T->load_note));
+    DM_TRY(dm_model_load_path(T->model, path, first, flags, T->load_note, sizeof T->load_note));
     if (T->moments) memset(T->moments, 0, (size_t)T->mcount * 2 * sizeof(float));
     T->step = 0;
     T->micro = 0;
     dm_trainer_state_replaced(T);
     return DM_OK;
+}
+
+dm_status dm_trainer_load_layers(dm_trainer *T, const char *path, int first) {
+    return load_layers(T, path, first, 0);
+}
+
+dm_status dm_trainer_load_body(dm_trainer *T, const char *path) {
+    return load_layers(T, path, 0, DM_LOAD_NEW_CLASSIFIER);
 }
 
 const char *dm_trainer_load_note(const dm_trainer *T) { return T ? T->load_note : "";
@@ -578,15 +610,22 @@ static dm_status meta_model(const char v[M_N][META_LEN], dm_layer_config *c, int
         return dm_fail(DM_ERR_FORMAT, "the checkpoint's dropout '%s' is not a number", v[M_DROPOUT]);
     DM_TRY(dm_act_parse(v[M_ACT], &c->act));
     DM_TRY(dm_norm_parse(v[M_NORM], &c->norm));
-    long long z[5];
-    int used = 0;
-    if (sscanf(v[M_MODEL], "bert vocab=%lld positions=%lld types=%lld predictions=%lld pad=%lld%n", &z[0], &z[1],
-               &z[2], &z[3], &z[4], &used) != 5 || v[M_MODEL][used])
-        return dm_fail(DM_ERR_UNSUPPORTED, "the checkpoint's model is '%s': export writes a whole BertForMaskedLM, "
-                       "and this is a checkpoint of %s", v[M_MODEL], !strcmp(v[M_MODEL], "-") ?
+    long long z[5], labels = 0;
+    int used = 0, more = 0;
+    const int got = sscanf(v[M_MODEL], "bert vocab=%lld positions=%lld types=%lld predictions=%lld pad=%lld%n",
+                           &z[0], &z[1], &z[2], &z[3], &z[4], &used);
+    if (got == 5 && v[M_MODEL][used] && /* a classifier's suffix (meta_values) */
+        (sscanf(v[M_MODEL] + used, " head=classifier num_labels=%lld%n", &labels, &more) != 1 ||
+         v[M_MODEL][used + more] || labels < 2 || labels > (1 << 20)))
+        labels = -1;
+    if (got != 5 || labels < 0)
+        return dm_fail(DM_ERR_UNSUPPORTED, "the checkpoint's model is '%s': export writes a whole BertForMaskedLM or "
+                       "BertForSequenceClassification, and this is a checkpoint of %s", v[M_MODEL],
+                       !strcmp(v[M_MODEL], "-") ?
                        "a stack of layers (`dmove train`; its tensors are under BertEncoder's names already)" :
                        strncmp(v[M_MODEL], "bert ", 5) ? "an unknown model" : "a BERT with another head");
-    *bm = (dm_bert_model){.vocab = z[0], .positions = z[1], .types = z[2], .pad_id = z[4], .predictions = 1};
+    *bm = (dm_bert_model){.vocab = z[0], .positions = z[1], .types = z[2], .pad_id = z[4], .predictions = 1,
+                          .num_labels = labels};
     return dm_layer_config_check(c);
 }
 
@@ -602,7 +641,7 @@ static dm_status export_take(dm_trainer *T, const dm_st_file *f, const char thei
     }
     char hex[32];
     const char *sum = dm_st_metadata(f, "checksum");
-    if (s == DM_OK) snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(theirs, T, data));
+    if (s == DM_OK) snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(theirs, dm_st_metadata(f, "label_names"), T, data));
     if (s == DM_OK && (!sum || strcmp(sum, hex) != 0))
         s = dm_fail(DM_ERR_FORMAT, "checksum mismatch (file says %s, its contents give %s): the checkpoint is "
                     "corrupted or was edited; nothing was written", sum ? sum : "(none)", hex);
@@ -610,6 +649,27 @@ static dm_status export_take(dm_trainer *T, const dm_st_file *f, const char thei
         memcpy(T->slot[si].p, data[si * 3], (size_t)T->slot[si].n * sizeof(float));
     free(data);
     if (s == DM_OK) dm_trainer_state_replaced(T);
+    return s;
+}
+
+/* A classifier checkpoint's class names (its "label_names", a JSON list of num_labels
+ * strings; none: transformers' LABEL_k) into T. */
+static dm_status take_label_names(dm_trainer *T, const char *json, int64_t num_labels) {
+    if (!json) return DM_OK;
+    cJSON *j = cJSON_Parse(json);
+    const char **names = calloc((size_t)num_labels, sizeof *names);
+    dm_status s = names ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
+    if (s == DM_OK && (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != num_labels))
+        s = dm_fail(DM_ERR_FORMAT, "the checkpoint's label_names is not a list of its %lld class names",
+                    (long long)num_labels);
+    for (int64_t k = 0; s == DM_OK && k < num_labels; k++) {
+        const cJSON *x = cJSON_GetArrayItem(j, (int)k);
+        if (!cJSON_IsString(x)) s = dm_fail(DM_ERR_FORMAT, "the checkpoint's label_names[%lld] is not a string", (long long)k);
+        else names[k] = x->valuestring;
+    }
+    if (s == DM_OK) s = dm_trainer_set_label_names(T, names);
+    free(names);
+    cJSON_Delete(j);
     return s;
 }
 
@@ -635,6 +695,7 @@ static dm_status checkpoint_export(const dm_st_file *f, const char *dir) {
     dm_layer_options o = {0};
     dm_status s = dm_trainer_new_bert(&T, &c, layers, &bm, &o, NULL);
     if (s == DM_OK) s = export_take(T, f, theirs);
+    if (s == DM_OK && bm.num_labels) s = take_label_names(T, dm_st_metadata(f, "label_names"), bm.num_labels);
     if (s == DM_OK) s = dm_trainer_export(T, dir);
     dm_trainer_free(T);
     return s;

@@ -34,6 +34,7 @@ void dm_hf_config_default(dm_hf_config *c) {
     c->hidden_dropout_prob = 0.1;
     c->attention_probs_dropout_prob = 0.1;
     c->act = DM_ACT_GELU;
+    c->tie_word_embeddings = 1;
 }
 
 /* Key `k` of the config as an integer in [lo, hi] into *v (absent: *v unchanged). */
@@ -92,6 +93,10 @@ static dm_status read_kind(const cJSON *root, const char *path, dm_hf_config *c)
             return dm_fail(DM_ERR_UNSUPPORTED, "%s: hidden_act \"%s\": dmove has gelu, gelu_new (and "
                            "gelu_pytorch_tanh) and relu", path, s);
     }
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+    if (tie && !cJSON_IsNull(tie) && !cJSON_IsBool(tie))
+        return dm_fail(DM_ERR_FORMAT, "%s: \"tie_word_embeddings\" must be true or false", path);
+    if (cJSON_IsFalse(tie)) c->tie_word_embeddings = 0;
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     if (cJSON_IsArray(arch) && cJSON_GetArraySize(arch) > 0) {
         const cJSON *a0 = cJSON_GetArrayItem(arch, 0);
@@ -180,7 +185,8 @@ dm_status dm_hf_config_write(const dm_hf_config *c, const char *architecture, co
                  "  \"hidden_dropout_prob\": %s,\n  \"attention_probs_dropout_prob\": %s,\n"
                  "  \"max_position_embeddings\": %" PRId64 ",\n  \"type_vocab_size\": %" PRId64
                  ",\n  \"layer_norm_eps\": %s,\n  \"pad_token_id\": %" PRId64
-                 ",\n  \"position_embedding_type\": \"absolute\",\n  \"initializer_range\": 0.02\n}\n",
+                 ",\n  \"position_embedding_type\": \"absolute\",\n  \"tie_word_embeddings\": true,\n"
+                 "  \"initializer_range\": 0.02\n}\n",
                  c->vocab_size, c->hidden_size, c->num_hidden_layers, c->num_attention_heads, c->intermediate_size,
                  act[(unsigned)c->act < 3 ? c->act : 0], hd, ad, c->max_position_embeddings, c->type_vocab_size, eps,
                  c->pad_token_id);
@@ -217,6 +223,14 @@ dm_status dm_hf_model_files(const char *path, char *weights, size_t wn, char *co
     if (S_ISDIR(sb.st_mode)) {
         if ((size_t)snprintf(weights, wn, "%s/model.safetensors", path) >= wn)
             return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", path);
+        char index[4096];
+        snprintf(index, sizeof index, "%s.index.json", weights);
+        if (stat(weights, &sb) == 0 && S_ISDIR(sb.st_mode))
+            return dm_fail(DM_ERR_IO, "'%s' is a directory, not a safetensors file", weights);
+        if (stat(weights, &sb) != 0 && stat(index, &sb) == 0)
+            return dm_fail(DM_ERR_UNSUPPORTED, "'%s' holds a sharded checkpoint (model.safetensors.index.json and "
+                           "its shards): dmove reads one model.safetensors: save the model in one file, "
+                           "save_pretrained(DIR, max_shard_size=\"100GB\")", path);
         if (stat(weights, &sb) != 0)
             return dm_fail(DM_ERR_IO, "'%s' has no model.safetensors (a pytorch_model.bin is not read: save the "
                            "model with safe_serialization=True, the default of transformers)", path);

@@ -75,13 +75,32 @@ dm_status dm_param_values_check(const dm_st_tensor *t, const char *fname) {
                    ": the file is damaged or the model diverged; nothing was loaded", fname, bad);
 }
 
+/* A decoder in the file (transformers leaves a tied one out) must be the word table: dmove
+ * ties them, and would otherwise train another model than the file's without a word. */
+static dm_status check_tied(const dm_st_file *st, const char *prefix) {
+    char fname[192], wname[192];
+    const dm_st_tensor *d = find(st, prefix, "cls.predictions.decoder.weight", fname, sizeof fname);
+    const dm_st_tensor *w = find(st, prefix, "bert.embeddings.word_embeddings.weight", wname, sizeof wname);
+    if (!d || !w) return DM_OK; /* no decoder: tied; no word table: collect names it */
+    if (d->dtype == w->dtype && d->nbytes == w->nbytes && d->ndim == w->ndim &&
+        (d->nbytes == 0 || memcmp(d->data, w->data, d->nbytes) == 0))
+        return DM_OK;
+    return dm_fail(DM_ERR_UNSUPPORTED, "'%s' is not the word embeddings '%s': the model's decoder is untied "
+                   "(tie_word_embeddings false), and dmove's MLM head ties it to the word table: train a tied "
+                   "model, or load the encoder alone (a BertModel checkpoint, or dmove finetune/embed)", fname, wname);
+}
+
 /* Segment L's parameters (encoder layer l; the file's layer fl) into items[*k ...]. */
 static dm_status collect(dm_model *m, dm_layer *L, int l, int fl, const dm_st_file *st, const char *prefix,
-                         load_item *items, int *k) {
+                         int flags, load_item *items, int *k) {
     const int np = dm_layer_num_params(L);
     for (int q = 0; q < np; q++) {
         const char *pname = dm_layer_param_name(L, q);
-        if (!strcmp(pname, "cls.predictions.decoder.weight")) continue; /* the word table, tied */
+        if ((flags & DM_LOAD_NEW_CLASSIFIER) && L == m->head && !strncmp(pname, "classifier.", 11)) continue;
+        if (!strcmp(pname, "cls.predictions.decoder.weight")) { /* the word table, tied */
+            DM_TRY(check_tied(st, prefix));
+            continue;
+        }
         load_item *it = &items[*k];
         int nd = 0;
         int64_t sh[4] = {0, 0, 0, 0};
@@ -102,8 +121,8 @@ static dm_status collect(dm_model *m, dm_layer *L, int l, int fl, const dm_st_fi
     return DM_OK;
 }
 
-static dm_status load_checked(dm_model *m, const dm_tensor_file *f, int first, load_item *items, char *note,
-                              size_t nn) {
+static dm_status load_checked(dm_model *m, const dm_tensor_file *f, int first, int flags, load_item *items,
+                              char *note, size_t nn) {
     const dm_st_file *st = dm_tensor_file_st(f);
     char prefix[32];
     DM_TRY(dm_hf_encoder_prefix(f, prefix, sizeof prefix));
@@ -117,9 +136,9 @@ static dm_status load_checked(dm_model *m, const dm_tensor_file *f, int first, l
                        "(%d layers from layer %d): use fewer layers or an earlier first one", have, first,
                        first + m->c.layers - 1, m->c.layers, first);
     int k = 0;
-    DM_TRY(collect(m, m->emb, 0, 0, st, prefix, items, &k));
-    for (int l = 0; l < m->c.layers; l++) DM_TRY(collect(m, m->enc[l], l, first + l, st, prefix, items, &k));
-    if (m->head) DM_TRY(collect(m, m->head, 0, 0, st, prefix, items, &k));
+    DM_TRY(collect(m, m->emb, 0, 0, st, prefix, flags, items, &k));
+    for (int l = 0; l < m->c.layers; l++) DM_TRY(collect(m, m->enc[l], l, first + l, st, prefix, flags, items, &k));
+    if (m->head) DM_TRY(collect(m, m->head, 0, 0, st, prefix, flags, items, &k));
     /* valid: now the parameters change */
     size_t used = 0;
     if (note && nn) note[0] = 0;
@@ -134,19 +153,19 @@ static dm_status load_checked(dm_model *m, const dm_tensor_file *f, int first, l
     return DM_OK;
 }
 
-dm_status dm_model_load_hf(dm_model *m, const dm_tensor_file *f, int first, char *note, size_t nn) {
+dm_status dm_model_load_hf(dm_model *m, const dm_tensor_file *f, int first, int flags, char *note, size_t nn) {
     if (!m || !f) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_load_hf: NULL argument");
     if (first < 0 || first > 100000) return dm_fail(DM_ERR_INVALID_ARG, "first layer %d: give 0 or more", first);
     int total = dm_layer_num_params(m->emb) + (m->head ? dm_layer_num_params(m->head) : 0);
     for (int l = 0; l < m->c.layers; l++) total += dm_layer_num_params(m->enc[l]);
     load_item *items = calloc((size_t)total, sizeof *items);
     if (!items) return dm_fail(DM_ERR_OOM, "out of memory");
-    dm_status s = load_checked(m, f, first, items, note, nn);
+    dm_status s = load_checked(m, f, first, flags, items, note, nn);
     free(items);
     return s;
 }
 
-dm_status dm_model_load_path(dm_model *m, const char *path, int first, char *note, size_t nn) {
+dm_status dm_model_load_path(dm_model *m, const char *path, int first, int flags, char *note, size_t nn) {
     if (!m || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_model_load_path: NULL argument");
     char weights[4096], config[4096];
     DM_TRY(dm_hf_model_files(path, weights, sizeof weights, config, sizeof config));
@@ -156,8 +175,12 @@ dm_status dm_model_load_path(dm_model *m, const char *path, int first, char *not
         dm_hf_config hc;
         s = dm_hf_config_read(config, &hc);
         if (s == DM_OK) s = dm_hf_config_check_tensors(&hc, f);
+        if (s == DM_OK && !hc.tie_word_embeddings && m->c.head == DM_MODEL_HEAD_MLM)
+            s = dm_fail(DM_ERR_UNSUPPORTED, "%s: tie_word_embeddings is false: the model's MLM decoder is its own "
+                        "matrix, and dmove's MLM head ties it to the word table: train a tied model, or load the "
+                        "encoder alone (dmove finetune, embed)", config);
     }
-    if (s == DM_OK) s = dm_model_load_hf(m, f, first, note, nn);
+    if (s == DM_OK) s = dm_model_load_hf(m, f, first, flags, note, nn);
     dm_tensor_file_free(f);
     if (s != DM_OK) dm_fail_context(s, "'%s': ", path);
     return s;

@@ -17,11 +17,12 @@
  * parameter the file lacks (a BertModel has no cls.*) keeps its value and is listed in
  * note ("" when none; note may be NULL); the tied decoder is the word table. Every tensor
  * is checked (dtype, shape) before any parameter changes. */
-dm_status dm_model_load_hf(dm_model *m, const dm_tensor_file *f, int first, char *note, size_t nn);
+enum { DM_LOAD_NEW_CLASSIFIER = 1 /* a classifier's classifier.* left as it is (new classes) */ };
+dm_status dm_model_load_hf(dm_model *m, const dm_tensor_file *f, int first, int flags, char *note, size_t nn);
 /* The same from a model directory (its model.safetensors) or a safetensors file; a
  * config.json there is read and checked against the tensors first (a contradiction names
  * the value). */
-dm_status dm_model_load_path(dm_model *m, const char *path, int first, char *note, size_t nn);
+dm_status dm_model_load_path(dm_model *m, const char *path, int first, int flags, char *note, size_t nn);
 /* A parameter file's tensor (named fname) refused if a value is not finite: what --init of
  * a stack or of a whole model checks before anything changes. */
 dm_status dm_param_values_check(const dm_st_tensor *t, const char *fname);

@@ -73,7 +73,7 @@ dm_status dm_embedder_init_params(dm_embedder *e, uint64_t seed) {
 dm_status dm_embedder_load(dm_embedder *e, const char *path, int first) {
     if (!e || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_embedder_load: NULL argument");
     e->dirty = 1, e->ran = 0;
-    return dm_model_load_path(e->m, path, first, NULL, 0);
+    return dm_model_load_path(e->m, path, first, 0, NULL, 0);
 }
 
 /* Segment k of a model: 0 the embeddings, 1 .. L the layers. */
