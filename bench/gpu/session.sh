@@ -6,6 +6,8 @@
 #     against the padded ones), then the BERT-large layer padded vs unpadded (issue 25's
 #     point 3) at half and full fill, b=8 j=512 and b=96 j=128;
 #  2. dmove.torch's GPU tests (the CUDA build's libdmove.so from the pack; SKIP_PYTHON=1 skips them);
+#  2b. dmove.torch.patch on BERT-large bf16 against eager (issue 28's point 4 on a GPU;
+#     SKIP_PATCHED=1 skips it);
 #  3. NCCL's all-reduce with one rank (issue 27): dmove pretrain on the GPU with and without
 #     DMOVE_DIST_REDUCE_ALONE=1, the same results (SKIP_NCCL=1 skips it);
 #  4. transformers' BertForMaskedLM (BERT-large, bf16) under torch.compile mode
@@ -37,6 +39,14 @@ if [ "${SKIP_PYTHON:-${SKIP_UNPAD:-0}}" != 1 ] && [ -r "$root/.dev/lib/libdmove.
         timeout 120 python3 -m pytest -q -rfEs -p no:cacheprovider tests/python/test_torch.py -k "gpu or cuda" \
         >"$OUT/pytest.txt" 2>&1
     echo "pytest: exit $?"; tail -15 "$OUT/pytest.txt")
+fi
+if [ "${SKIP_PATCHED:-${SKIP_UNPAD:-0}}" != 1 ] && [ -r "$root/.dev/lib/libdmove.so" ]; then # issue 28, point 4
+    echo
+    echo "== transformers' BertForMaskedLM (BERT-large, bf16 autocast, b=32 j=128): eager vs dmove.torch.patch"
+    (cd "$root" && env -u DMOVE_CUDA_EMULATE DMOVE_LIB="$root/.dev/lib/libdmove.so" PYTHONPATH="$root/python" \
+        timeout 150 python3 bench/peers/python_step.py --device cuda --dtype bf16 --large --batch 32 --rounds 8 \
+        --no-compile >"$OUT/python-step-gpu.txt" 2>&1
+    echo "python_step: exit $?"; tail -12 "$OUT/python-step-gpu.txt")
 fi
 if [ "${SKIP_NCCL:-${SKIP_UNPAD:-0}}" != 1 ]; then # issue 27: NCCL's path with one rank
     echo

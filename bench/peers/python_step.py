@@ -15,8 +15,16 @@ the ratios and the bytes copied between torch and dmove per patched step.
 sequence's length drawn uniformly so that the mean fill is about F, the padding at the end
 (attention_mask 0, labels -100 there), the same batch for every variant; a fourth variant,
 "unpad", is the model patched with unpad=True (the layers on the real tokens alone).
+
+--device cuda: the same on a GPU (each step timed to a torch.cuda.synchronize; AdamW
+fused), --dtype bf16 under torch.autocast (fp32 parameters, as mixed-precision training;
+dmove's layers then run in bf16 storage), --large for BERT-large (1024/16/4096, 24 layers
+unless --layers says): issue 28's GPU point, e.g.
+    DMOVE_LIB=.dev/lib/libdmove.so PYTHONPATH=python python3 bench/peers/python_step.py \
+        --device cuda --dtype bf16 --large --batch 32 --rounds 10 --no-compile
 """
 import argparse
+import contextlib
 import copy
 import os
 import platform
@@ -34,7 +42,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--layers", type=int, default=0, help="12 (BERT-base), 24 with --large")
+    ap.add_argument("--large", action="store_true", help="BERT-large's sizes (1024/16/4096)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--no-compile", action="store_true")
@@ -42,10 +53,18 @@ def main():
     a = ap.parse_args()
     if not 0.0 < a.fill <= 1.0:
         ap.error("--fill: a fraction in (0, 1]")
+    if a.dtype == "bf16" and a.device != "cuda":
+        ap.error("--dtype bf16 is for --device cuda (the CPU step is fp32)")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: torch sees no GPU here")
+    if not a.layers:
+        a.layers = 24 if a.large else 12
+    dev = torch.device(a.device)
 
     torch.manual_seed(0)
-    cfg = BertConfig(num_hidden_layers=a.layers)  # BERT-base: 768/12/3072, vocab 30522
-    ref = BertForMaskedLM(cfg).train()
+    sizes = dict(hidden_size=1024, num_attention_heads=16, intermediate_size=4096) if a.large else {}
+    cfg = BertConfig(num_hidden_layers=a.layers, **sizes)  # BERT-base: 768/12/3072, vocab 30522
+    ref = BertForMaskedLM(cfg).to(dev).train()
     pat = dt.patch(copy.deepcopy(ref)).train()
     ids = torch.randint(1000, cfg.vocab_size, (a.batch, a.seq))
     mask = torch.ones(a.batch, a.seq, dtype=torch.long)
@@ -55,26 +74,38 @@ def main():
         lengths = torch.randint(lo, hi + 1, (a.batch,))
         mask = (torch.arange(a.seq) < lengths[:, None]).long()
     labels = torch.where((torch.rand(a.batch, a.seq) < 0.15) & mask.bool(), ids, torch.full_like(ids, -100))
+    ids, mask, labels = ids.to(dev), mask.to(dev), labels.to(dev)
+    gpu = dev.type == "cuda"
 
-    variants = {"eager": (ref, torch.optim.AdamW(ref.parameters(), lr=1e-4))}
+    def adamw(params):
+        return torch.optim.AdamW(params, lr=1e-4, fused=True) if gpu else torch.optim.AdamW(params, lr=1e-4)
+
+    def autocast():
+        return torch.autocast("cuda", dtype=torch.bfloat16) if a.dtype == "bf16" else contextlib.nullcontext()
+
+    variants = {"eager": (ref, adamw(ref.parameters()))}
     compile_why = ""
     if not a.no_compile:
         try:
             cref = copy.deepcopy(ref)
-            variants["compile"] = (torch.compile(cref), torch.optim.AdamW(cref.parameters(), lr=1e-4))
+            variants["compile"] = (torch.compile(cref), adamw(cref.parameters()))
         except Exception as e:  # noqa: BLE001
             compile_why = f"torch.compile unavailable: {type(e).__name__}: {e}"
-    variants["patched"] = (pat, torch.optim.AdamW(pat.parameters(), lr=1e-4))
+    variants["patched"] = (pat, adamw(pat.parameters()))
     if a.fill < 1.0:
         unp = dt.patch(copy.deepcopy(ref), unpad=True).train()
-        variants["unpad"] = (unp, torch.optim.AdamW(unp.parameters(), lr=1e-4))
+        variants["unpad"] = (unp, adamw(unp.parameters()))
 
     def step(model, opt):
         opt.zero_grad(set_to_none=True)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        with autocast():
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         opt.step()
-        return loss.item()
+        out = loss.item()  # waits for the step (and, on a GPU, synchronizes)
+        if gpu:
+            torch.cuda.synchronize()
+        return out
 
     for name in list(variants):
         t = time.perf_counter()
@@ -110,8 +141,10 @@ def main():
             cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except Exception:  # noqa: BLE001
         pass
-    print(f"python_step: BertForMaskedLM BERT-base ({a.layers} layers) b={a.batch} j={a.seq} "
-          f"fp32 CPU, training step (forward, backward, AdamW), dropout 0.1"
+    where = torch.cuda.get_device_name(0) if gpu else "CPU"
+    print(f"python_step: BertForMaskedLM BERT-{'large' if a.large else 'base'} ({a.layers} layers) b={a.batch} "
+          f"j={a.seq} {a.dtype}{' autocast' if a.dtype == 'bf16' else ''} {where}, training step (forward, "
+          f"backward, AdamW{' fused' if gpu else ''}), dropout 0.1"
           + (f"; padded batch, fill {float(mask.float().mean()):.3f}" if a.fill < 1.0 else ""))
     print(f"  {cpu}, {os.cpu_count()} cores, torch {torch.__version__} "
           f"({torch.get_num_threads()} threads), dmove threads {dt.get_num_threads()}, "
