@@ -239,6 +239,10 @@ static int parse_jsonl(const char *path, int64_t ln, const char *s, size_t n, ft
     } else if (!cJSON_IsString(l) && !cJSON_IsNumber(l)) {
         cli_error(CMD, "%s:%" PRId64 ": \"label\" must be a string or a number", path, ln);
         rc = CLI_FAIL;
+    } else if (cJSON_IsNumber(l) && !isfinite(l->valuedouble)) {
+        cli_error(CMD, "%s:%" PRId64 ": \"label\" is a number out of range: give a class name or a finite number",
+                  path, ln);
+        rc = CLI_FAIL;
     } else {
         if (cJSON_IsNumber(l)) {
             const double v = l->valuedouble;
@@ -761,6 +765,15 @@ static int setup(ft_run *r) {
     }
     if ((rc = load_examples(o, o->train, &r->labels, r->tok, &r->vocab.special, &r->train)) != 0) return rc;
     if (o->eval && (rc = load_examples(o, o->eval, &r->labels, r->tok, &r->vocab.special, &r->eval)) != 0) return rc;
+    for (int f = 0; f < 2 && o->types < 2; f++) { /* a pair's second text is token type 1 */
+        const ft_data *d = f ? &r->eval : &r->train;
+        for (int64_t q = 0; d->types && q < d->n * J; q++)
+            if (d->types[q] > 0) {
+                cli_error(CMD, "%s holds pairs of texts, whose second is token type 1, and the model has one token "
+                          "type (type_vocab_size 1): give single texts", f ? o->eval : o->train);
+                return CLI_FAIL;
+            }
+    }
     const int64_t per = B * o->opt.optim.accumulate;
     if (r->train.n > INT64_C(1) << 40 || o->epochs > (INT64_C(1) << 50) / r->train.n) {
         cli_usage_error(CMD, "--epochs %" PRId64 " of %" PRId64 " examples: too many", o->epochs, r->train.n);

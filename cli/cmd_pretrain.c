@@ -349,6 +349,11 @@ static int setup(pretrain_run *r) {
         return CLI_USAGE;
     }
     if (cli_config_finish(&o->c, CMD, 1)) return CLI_USAGE;
+    if (o->pairs && o->types < 2) {
+        cli_usage_error(CMD, "--pairs gives the second sentence token type 1, and the model has one token type "
+                        "(type_vocab_size 1): train on packed sentences (leave --pairs out)");
+        return CLI_USAGE;
+    }
     if (cli_optim_finish(&o->opt, CMD, o->steps)) return CLI_USAGE;
     if ((o->until || o->save_every) && !o->save) {
         cli_usage_error(CMD, "--until and --save-every need --save FILE");

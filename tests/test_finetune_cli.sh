@@ -134,6 +134,13 @@ sed 's/"attention_probs_dropout_prob": [0-9.e-]*/"attention_probs_dropout_prob":
 mkdir -p dropdiff && cp model/model.safetensors dropdiff/ && mv cfg.tmp dropdiff/config.json
 good "finetune --init with two dropouts and --dropout" finetune --tokenizer vocab.txt --lowercase --seq 16 \
     --batch 16 --threads 2 --train train.tsv --epochs 1 --init dropdiff --dropout 0.1
+mkdir -p onetype && cp model/model.safetensors onetype/ &&
+    sed 's/"type_vocab_size": [0-9]*/"type_vocab_size": 1/' model/config.json >onetype/config.json
+bad "pairs for a model of one token type" 1 "type_vocab_size 1" finetune --tokenizer vocab.txt --lowercase --seq 16 \
+    --batch 16 --threads 2 --train pairs.tsv --epochs 1 --init onetype
+printf '{"text": "a good day", "label": 1e400}\n' >inf.jsonl
+# shellcheck disable=SC2086
+bad "a label of an infinite number" 1 "inf.jsonl:1: \"label\" is a number out of range" $F --train inf.jsonl
 bad "finetune --init with two dropouts" 1 "give --dropout P to train with one" finetune --tokenizer vocab.txt \
     --lowercase --seq 16 --batch 16 --threads 2 --train train.tsv --epochs 1 --init dropdiff
 # shellcheck disable=SC2086

@@ -85,6 +85,8 @@ has "pretrain --layers-from said so" stdout '^  parameters from trained/model.sa
 bad "--init with --config" 2 "--init with --config" pretrain --data data --tokenizer vocab.txt --lowercase \
     --init trained --config trained/config.json
 bad "--layers-from without --init" 2 "needs --init" $P --steps 1 --layers-from 1
+# shellcheck disable=SC2086
+bad "--pairs with one token type" 2 "type_vocab_size 1" $P --steps 1 --pairs --types 1
 # an untied decoder (tie_word_embeddings false) is refused, not trained as a tied one
 mkdir -p untied && cp trained/model.safetensors untied/ &&
     sed 's/"tie_word_embeddings": true/"tie_word_embeddings": false/' trained/config.json >untied/config.json
