@@ -54,7 +54,7 @@ static const cli_option k_options[] = {
              "--eval-every steps and at the end (no dropout)"},
     {.kind = CLI_PATH, .name = "--tokenizer", .arg = "FILE", O(tokenizer),
      .help = "the tokenizer (required; a vocab.txt with --lowercase or\n"
-             "--cased, or a tokenizer.json)"},
+             "--cased, a tokenizer.json, or the model's directory)"},
     {.kind = CLI_FLAG, .name = "--lowercase", O(lowercase), .lo = 1, .left = "--lowercase, --cased",
      .help = "how a vocab.txt normalizes, as for dmove prepare"},
     {.kind = CLI_FLAG, .name = "--cased", O(cased), .lo = 1},

@@ -50,7 +50,8 @@ static void init(void *p) {
 static const cli_option k_options[] = {
     {.kind = CLI_PATH, .name = "--tokenizer", .arg = "FILE", O(tokenizer),
      .help = "the model's tokenizer: a Hugging Face tokenizer.json (WordPiece),\n"
-             "or a vocab.txt with --lowercase or --cased (required)"},
+             "a vocab.txt with --lowercase or --cased, or the model's\n"
+             "directory (its tokenizer.json, else its vocab.txt) (required)"},
     {.kind = CLI_FLAG, .name = "--lowercase", O(lowercase), .lo = 1, .left = "--lowercase, --cased",
      .help = "how a vocab.txt normalizes (BertTokenizerFast's do_lower_case)"},
     {.kind = CLI_FLAG, .name = "--cased", O(cased), .lo = 1},

@@ -56,7 +56,7 @@ static const cli_option k_options[] = {
              "trains, its valid split (if any) evaluates"},
     {.kind = CLI_PATH, .name = "--tokenizer", .arg = "FILE", O(tokenizer),
      .help = "the tokenizer the data was made with (required; a vocab.txt\n"
-             "with --lowercase or --cased)"},
+             "with --lowercase or --cased, or a model's directory)"},
     {.kind = CLI_FLAG, .name = "--lowercase", O(lowercase), .lo = 1, .left = "--lowercase, --cased",
      .help = "how a vocab.txt normalizes, as for dmove prepare"},
     {.kind = CLI_FLAG, .name = "--cased", O(cased), .lo = 1},

@@ -36,8 +36,10 @@ static void init(void *p) {
 static const cli_option k_options[] = {
     {.kind = CLI_PATH, .name = "--tokenizer", .arg = "FILE", .off = offsetof(tok_opts, tokenizer),
      .help = "the tokenizer (required): a Hugging Face tokenizer.json\n"
-             "of a WordPiece model (BERT's), or a vocab.txt (one token\n"
-             "a line) with --lowercase or --cased"},
+             "of a WordPiece model (BERT's), a vocab.txt (one token\n"
+             "a line) with --lowercase or --cased, or a model's directory\n"
+             "(its tokenizer.json, else its vocab.txt, cased as its\n"
+             "tokenizer_config.json's do_lower_case says)"},
     {.kind = CLI_FLAG, .name = "--lowercase", .off = offsetof(tok_opts, lowercase), .lo = 1,
      .help = "vocab.txt of an uncased model: lowercase and strip accents\n"
              "(BertTokenizerFast's do_lower_case=True)"},

@@ -66,6 +66,13 @@ cases=$((cases + 1))
 "$DMOVE" tokenize --help | grep -q 'examples:' || fail "--help has no examples"
 cases=$((cases + 1))
 $V --describe | grep -q 'WordPiece, 13 tokens, lowercase' || fail "--describe: $($V --describe)"
+# a model's directory: its vocab.txt, cased as its tokenizer_config.json says
+mkdir "$T/model" && cp "$T/vocab.txt" "$T/model/"
+exits dir-casing 2 "choose lowercase" "$DMOVE" tokenize --tokenizer "$T/model" --describe
+printf '{"do_lower_case": false}\n' >"$T/model/tokenizer_config.json"
+cases=$((cases + 1))
+"$DMOVE" tokenize --tokenizer "$T/model" --describe | grep -q 'WordPiece, 13 tokens, cased' ||
+    fail "a model directory with do_lower_case false: $("$DMOVE" tokenize --tokenizer "$T/model" --describe 2>&1)"
 
 echo "test_tokenize_cli.sh: $cases cases, $fails failed"
 [ $fails -eq 0 ]
