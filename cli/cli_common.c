@@ -931,7 +931,8 @@ int cli_config_from_hf(cli_config *c, const char *cmd, const char *opt, const ch
         h.hidden_dropout_prob = h.attention_probs_dropout_prob = c->dropout;
     if (dm_hf_config_layer(&h, &lc) != DM_OK) {
         cli_error(cmd, "%s: %s%s", opt, dm_last_error(),
-                  hc->hidden_dropout_prob != hc->attention_probs_dropout_prob ? ": give --dropout P to train with one" : "");
+                  !c->dropout_set && hc->hidden_dropout_prob != hc->attention_probs_dropout_prob
+                      ? ": give --dropout P to train with one" : "");
         return CLI_FAIL;
     }
     if (c->preset) {

@@ -230,7 +230,8 @@ static int open_model(embed_run *r) {
     char tpath[4096];
     if (!o->tokenizer) { /* the model's directory: its tokenizer.json, or its vocab.txt */
         const char *slash = strrchr(r->weights, '/');
-        snprintf(tpath, sizeof tpath, "%.*s", slash ? (int)(slash - r->weights) : 1, slash ? r->weights : ".");
+        snprintf(tpath, sizeof tpath, "%.*s", slash ? (int)(slash - r->weights) + (slash == r->weights) : 1,
+                 slash ? r->weights : ".");
         o->tokenizer = tpath;
     }
     int rc = cli_open_tokenizer(CMD, o->tokenizer, o->lowercase, o->cased, &r->tok);

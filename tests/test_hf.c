@@ -2,7 +2,7 @@
  * keys, defaults, every refusal naming its key), written and read back, the layer
  * configuration it gives; the model's files found from a directory or a file; the encoder's
  * prefix; its tensors checked against the config; and a trainer taking any run of the
- * model's layers (dm_trainer_load_layers). */
+ * model's layers (dm_trainer_load_layers); a whole BERT's decoder refused when untied. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,7 +114,15 @@ static void test_refusals(void) {
 
 /* A tiny BERT's encoder (i=8, u=12, `layers` layers) under `prefix`, each tensor filled
  * with 100 * layer + its parameter index; embeddings (vocab 20, positions 16, types 2). */
+static void write_model_dec(const char *path, const char *prefix, int layers, int64_t ffn, float decoder);
 static void write_model(const char *path, const char *prefix, int layers, int64_t ffn) {
+    write_model_dec(path, prefix, layers, ffn, NAN);
+}
+
+/* The same with the embeddings' LayerNorm and an MLM decoder (cls.predictions.decoder.weight,
+ * 20 x 8) of every value `decoder` (NaN: neither; 0: the word table's values, a tied
+ * decoder written out). */
+static void write_model_dec(const char *path, const char *prefix, int layers, int64_t ffn, float decoder) {
     dm_tensor_writer *w = NULL;
     CHECK_OK(dm_tensor_writer_new(&w));
     if (!w) return;
@@ -138,6 +146,17 @@ static void write_model(const char *path, const char *prefix, int layers, int64_
         char name[160];
         snprintf(name, sizeof name, "%sembeddings.%s.weight", prefix, en[k]);
         CHECK_OK(dm_tensor_writer_add_f32(w, name, 2, emb[k], buf));
+    }
+    if (!isnan(decoder)) { /* a whole BertForMaskedLM's: the embeddings' LayerNorm too */
+        const int64_t n8[1] = {8};
+        char name[160];
+        snprintf(name, sizeof name, "%sembeddings.LayerNorm.bias", prefix);
+        CHECK_OK(dm_tensor_writer_add_f32(w, name, 1, n8, buf));
+        for (int e = 0; e < 8; e++) buf[e] = 1.0f;
+        snprintf(name, sizeof name, "%sembeddings.LayerNorm.weight", prefix);
+        CHECK_OK(dm_tensor_writer_add_f32(w, name, 1, n8, buf));
+        for (int e = 0; e < 20 * 8; e++) buf[e] = decoder;
+        CHECK_OK(dm_tensor_writer_add_f32(w, "cls.predictions.decoder.weight", 2, emb[0], buf));
     }
     CHECK_OK(dm_tensor_writer_write(w, path));
     dm_tensor_writer_free(w);
@@ -256,6 +275,32 @@ static void test_load_layers(void) {
     unlink(weights);
 }
 
+/* A whole BERT's --init: a decoder in the file that is the word table loads (tied); one
+ * that differs is refused, nothing loaded (dmove would train it tied: another model). */
+static void test_decoder_tie(void) {
+    char weights[160];
+    snprintf(weights, sizeof weights, "%s/model.safetensors", g_dir);
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 1, cfg.seq = 4, cfg.hidden = 8, cfg.heads = 2, cfg.ffn = 12, cfg.dropout = 0;
+    const dm_bert_model bm = {.vocab = 20, .positions = 16, .types = 2, .pad_id = 0};
+    dm_trainer *T = NULL;
+    CHECK_OK(dm_trainer_new_bert(&T, &cfg, 3, &bm, NULL, NULL));
+    if (!T) return;
+    CHECK_OK(dm_trainer_init_params(T, 1));
+    put("config.json", k_tiny); /* beside the weights: checked against them */
+    write_model_dec(weights, "bert.", 3, 12, 0.0f);
+    CHECK_OK(dm_trainer_load_layers(T, weights, 0));
+    float *p;
+    CHECK_OK(dm_trainer_tensor(T, "bert.encoder.layer.2.intermediate.dense.bias", &p, NULL, NULL));
+    CHECK(p && p[0] == 200.0f + 11.0f);
+    write_model_dec(weights, "bert.", 3, 12, 0.5f);
+    CHECK(dm_trainer_load_layers(T, weights, 0) == DM_ERR_UNSUPPORTED &&
+          strstr(dm_last_error(), "differs from the word embeddings") && strstr(dm_last_error(), "untied"));
+    dm_trainer_free(T);
+    unlink(weights);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/dmove_test_hf.XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -266,6 +311,7 @@ int main(void) {
     test_refusals();
     test_tensors();
     test_load_layers();
+    test_decoder_tie();
     char p[160];
     snprintf(p, sizeof p, "%s/config.json", g_dir);
     unlink(p);

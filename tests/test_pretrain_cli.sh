@@ -87,11 +87,7 @@ bad "--init with --config" 2 "--init with --config" pretrain --data data --token
 bad "--layers-from without --init" 2 "needs --init" $P --steps 1 --layers-from 1
 # shellcheck disable=SC2086
 bad "--pairs with one token type" 2 "type_vocab_size 1" $P --steps 1 --pairs --types 1
-# an untied decoder (tie_word_embeddings false) is refused, not trained as a tied one
-mkdir -p untied && cp trained/model.safetensors untied/ &&
-    sed 's/"tie_word_embeddings": true/"tie_word_embeddings": false/' trained/config.json >untied/config.json
-bad "--init of an untied decoder" 1 "tie_word_embeddings is false" pretrain --data data --tokenizer vocab.txt \
-    --lowercase --init untied --seq 32 --batch 8 --steps 1
+has "--export: the decoder tied" trained/config.json '"tie_word_embeddings": true,'
 bad "--layers-from past the model" 2 "the model has layers 0 to 1" pretrain --data data --tokenizer vocab.txt \
     --lowercase --init trained --layers-from 2
 bad "--init --heads contradicting" 2 "--heads 4 contradicts" pretrain --data data --tokenizer vocab.txt \

@@ -162,7 +162,8 @@ __global__ void xe_colsum_kernel(dmc_xent x, int64_t c0, int64_t n, int64_t rows
     if (c < n) xe_colsum(&x, c0, n, c, rows);
 }
 
-/* the fp32 accumulator into dt (storage type), and zeros past the rows run */
+/* the fp32 accumulator's rows run into dt (storage type); rows past them are the
+ * executor's to zero (dmx_zero_tail), as the CPU's */
 __global__ void xe_store_kernel(dmc_xent x, int64_t rows) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < rows * x.e) dmc_store(x.dt_out, x.dt, i, x.acc[i]);

@@ -215,6 +215,10 @@ static dm_status save_file(const dm_trainer *T, const char *path) {
     if (!data) return dm_fail(DM_ERR_OOM, "out of memory writing checkpoint '%s'", path);
     for (int i = 0; i < ntensors(T); i++) data[i] = tensor_data(T, i / 3, i % 3);
     char *labels = label_names_json(T->model);
+    if (!labels && T->model && T->model->c.head == DM_MODEL_HEAD_CLS && T->model->label_names) {
+        free(data);
+        return dm_fail(DM_ERR_OOM, "out of memory writing checkpoint '%s'", path);
+    }
     snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(meta, labels, T, data));
     dm_st_writer *w = NULL;
     dm_status s = dm_st_writer_new(&w);

@@ -76,7 +76,9 @@ dm_status dm_param_values_check(const dm_st_tensor *t, const char *fname) {
 }
 
 /* A decoder in the file (transformers leaves a tied one out) must be the word table: dmove
- * ties them, and would otherwise train another model than the file's without a word. */
+ * ties them, and would otherwise train another model than the file's without a word. (A
+ * config's tie_word_embeddings false with no decoder in the file: tied, the file's model
+ * having no decoder to keep.) */
 static dm_status check_tied(const dm_st_file *st, const char *prefix) {
     char fname[192], wname[192];
     const dm_st_tensor *d = find(st, prefix, "cls.predictions.decoder.weight", fname, sizeof fname);
@@ -85,9 +87,9 @@ static dm_status check_tied(const dm_st_file *st, const char *prefix) {
     if (d->dtype == w->dtype && d->nbytes == w->nbytes && d->ndim == w->ndim &&
         (d->nbytes == 0 || memcmp(d->data, w->data, d->nbytes) == 0))
         return DM_OK;
-    return dm_fail(DM_ERR_UNSUPPORTED, "'%s' is not the word embeddings '%s': the model's decoder is untied "
-                   "(tie_word_embeddings false), and dmove's MLM head ties it to the word table: train a tied "
-                   "model, or load the encoder alone (a BertModel checkpoint, or dmove finetune/embed)", fname, wname);
+    return dm_fail(DM_ERR_UNSUPPORTED, "'%s' differs from the word embeddings '%s': the model's MLM decoder is "
+                   "untied (its own matrix), and dmove's MLM head ties it to the word table: pretrain a tied "
+                   "model, or take the encoder alone (dmove finetune, embed)", fname, wname);
 }
 
 /* Segment L's parameters (encoder layer l; the file's layer fl) into items[*k ...]. */
@@ -175,10 +177,6 @@ dm_status dm_model_load_path(dm_model *m, const char *path, int first, int flags
         dm_hf_config hc;
         s = dm_hf_config_read(config, &hc);
         if (s == DM_OK) s = dm_hf_config_check_tensors(&hc, f);
-        if (s == DM_OK && !hc.tie_word_embeddings && m->c.head == DM_MODEL_HEAD_MLM)
-            s = dm_fail(DM_ERR_UNSUPPORTED, "%s: tie_word_embeddings is false: the model's MLM decoder is its own "
-                        "matrix, and dmove's MLM head ties it to the word table: train a tied model, or load the "
-                        "encoder alone (dmove finetune, embed)", config);
     }
     if (s == DM_OK) s = dm_model_load_hf(m, f, first, flags, note, nn);
     dm_tensor_file_free(f);
