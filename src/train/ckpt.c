@@ -309,6 +309,13 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
                        "data %s, optimizer %s)", m == M_ADAMW ? "optimizer" : k_meta[m], theirs[m], mine[m], theirs[M_DROPOUT], theirs[M_SEED],
                        theirs[M_BATCH], theirs[M_SEQ], theirs[M_RUN], theirs[M_ADAMW]);
     }
+    if (strcmp(theirs[M_TOTAL], mine[M_TOTAL]) != 0) { /* the schedule: constant (0) or a decay's last update */
+        const int c0 = !strcmp(theirs[M_TOTAL], "0"), c1 = !strcmp(mine[M_TOTAL], "0");
+        return dm_fail(DM_ERR_INVALID_ARG, "the checkpoint's learning-rate schedule %s%s, this run's %s%s: resuming "
+                       "continues the run only with the schedule it was trained with (--lr-schedule, --steps, "
+                       "--epochs as they were)", c0 ? "is constant" : "decays until update ", c0 ? "" : theirs[M_TOTAL],
+                       c1 ? "is constant" : "decays until update ", c1 ? "" : mine[M_TOTAL]);
+    }
     char *end;
     errno = 0;
     long long step = strtoll(theirs[M_STEP], &end, 10);
