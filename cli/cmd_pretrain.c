@@ -179,7 +179,7 @@ typedef struct {
     int64_t *eval_steps;    /* the held-out evaluations: steps, */
     double *eval_losses, *eval_accs; /* losses and accuracies */
     int64_t neval, eval_cap;
-    int64_t start, stop, ran, tokens, scored, correct;
+    int64_t start, stop, ran, tokens, scored, correct, skips;
     double t_total, eval_loss, eval_acc;
     int evaluated;         /* an evaluation ran */
 } pretrain_run;
@@ -470,7 +470,10 @@ static int run_loop(pretrain_run *r, FILE *info) {
             snprintf(where, sizeof where, "step %" PRId64 ": ", s);
             return failed_step(r, s - 1, fail_dm(where));
         }
-        r->losses[s - r->start - 1] = l;
+        /* a step with no masked position (on any rank) has no loss and made no update */
+        const int none = dm_trainer_skipped(r->T) > r->skips;
+        r->skips = dm_trainer_skipped(r->T);
+        r->losses[s - r->start - 1] = none ? NAN : l;
         r->accs[s - r->start - 1] = r->scored > sc ? (double)(r->correct - co) / (double)(r->scored - sc) : NAN;
         r->step_s[s - r->start - 1] = cli_now() - ts;
         r->ran = s - r->start;
@@ -479,7 +482,8 @@ static int run_loop(pretrain_run *r, FILE *info) {
             const int64_t ds = r->scored - sc0, dc = r->correct - co0;
             char gn[40] = "";
             if (dm_trainer_grad_norm(r->T) >= 0.0) snprintf(gn, sizeof gn, "  |g| %.3g", dm_trainer_grad_norm(r->T));
-            fprintf(info, "step %" PRId64 "/%" PRId64 "  loss %.4f  acc %.3f  lr %.2e%s  %.3f s/step  %.0f tokens/s\n", s,
+            if (none) fprintf(info, "step %" PRId64 "/%" PRId64 "  no masked position in its batch: no update\n", s, o->steps);
+            else fprintf(info, "step %" PRId64 "/%" PRId64 "  loss %.4f  acc %.3f  lr %.2e%s  %.3f s/step  %.0f tokens/s\n", s,
                     o->steps, l, ds ? (double)dc / (double)ds : 0.0, dm_optim_lr(&o->opt.optim, s), gn, per,
                     (double)(r->o.c.cfg.batch * r->o.c.cfg.seq * o->opt.optim.accumulate * dm_dist_size(r->dist)) /
                         per);
@@ -521,8 +525,19 @@ static double median_step_ms(double *t, int64_t n) {
     return 1e3 * (n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]));
 }
 
+/* The first (dir 1) or last (dir -1) step's loss that is one (a step with no masked
+ * position has none): its index into r->losses, or -1. */
+static int64_t loss_at(const pretrain_run *r, int dir) {
+    for (int64_t k = 0; k < r->ran; k++) {
+        const int64_t i = dir > 0 ? k : r->ran - 1 - k;
+        if (isfinite(r->losses[i])) return i;
+    }
+    return -1;
+}
+
 static void summary(const pretrain_run *r) {
     const pretrain_opts *o = &r->o;
+    const int64_t f = loss_at(r, 1), e = loss_at(r, -1);
     double ph[DM_TRAIN_NUM_PHASES];
     dm_trainer_times(r->T, ph);
     const double n = (double)r->ran, wait = dm_loader_wait_seconds(r->train);
@@ -533,15 +548,22 @@ static void summary(const pretrain_run *r) {
                "\"eval_loss\":%.6f,\"eval_accuracy\":%.6f,\"tokens_per_s\":%.1f,\"ms_per_step\":{\"data_wait\":%.4f,"
                "\"forward\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,\"total\":%.4f},\"step_ms_median\":%.4f,\"ranks\":%d,\"reduce_ms\":{\"busy\":%.4f,\"exposed\":%.4f}}\n",
                o->layers,
-               dm_trainer_num_params(r->T), r->ran, r->losses[0], r->losses[r->ran - 1], r->evaluated ? r->eval_loss : -1.0,
+               dm_trainer_num_params(r->T), r->ran, f >= 0 ? r->losses[f] : -1.0, e >= 0 ? r->losses[e] : -1.0,
+               r->evaluated ? r->eval_loss : -1.0,
                r->evaluated ? r->eval_acc : -1.0,
                (double)r->tokens / r->t_total, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n,
                1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * r->t_total / n,
                median_step_ms(r->step_s, r->ran), dm_dist_size(r->dist), 1e3 * busy / n, 1e3 * exposed / n);
         return;
     }
-    printf("\nloss %.4f (step %" PRId64 ") -> %.4f (step %" PRId64 ")", r->losses[0], r->start + 1,
-           r->losses[r->ran - 1], r->start + r->ran);
+    if (f >= 0)
+        printf("\nloss %.4f (step %" PRId64 ") -> %.4f (step %" PRId64 ")", r->losses[f], r->start + 1 + f,
+               r->losses[e], r->start + 1 + e);
+    else
+        printf("\nno step had a masked position: no loss, no update");
+    if (dm_trainer_skipped(r->T))
+        printf(" (%" PRId64 " step%s without a masked position: no update)", dm_trainer_skipped(r->T),
+               dm_trainer_skipped(r->T) > 1 ? "s" : "");
     if (r->evaluated) printf("; held-out loss %.4f, masked-token accuracy %.3f", r->eval_loss, r->eval_acc);
     printf("\ntime per step %.1f ms: waiting for data %.2f, forward %.1f, backward %.1f, %s %.1f; %.0f real tokens/s\n",
            1e3 * r->t_total / n, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,

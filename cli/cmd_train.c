@@ -485,12 +485,9 @@ static int train_loop(train_run *r, FILE *info) {
             last_logged = s;
         }
     }
-    r->t_total = cli_now() - t_begin;
-    if (o->save && r->ran > 0) {
-        double t1 = cli_now();
-        if (dm_trainer_save(r->T, o->save) != DM_OK) return fail_dm("--save: ");
-        r->t_save += cli_now() - t1;
-    }
+    r->t_total = cli_now() - t_begin; /* the loop's time, its periodic saves in t_save */
+    if (o->save && r->ran > 0 && dm_trainer_save(r->T, o->save) != DM_OK) /* the last: outside both */
+        return fail_dm("--save: ");
     if (o->svg && dm_dist_rank(r->dist) == 0) {
         char title[160], lrb[32];
         dm_fmt_exact(lrb, sizeof lrb, o->opt.optim.lr);

@@ -339,6 +339,27 @@ static void test_trains(void) {
     CHECK_OK(dm_trainer_forward(T, &f2));
     CHECK_OK(dm_trainer_mlm_stats(T, &st));
     CHECK(st.correct == st.scored);
+    /* a batch with no masked position: no gradient, and no update (AdamW's momentum and
+     * weight decay alone would move the weights); the step is counted */
+    {
+        for (int r = 0; r < Bt * Jt; r++) labels[r] = -1;
+        float *w0 = NULL, *m0 = NULL;
+        CHECK_OK(dm_trainer_tensor(T, "bert.encoder.layer.0.attention.self.query.weight", &w0, NULL, NULL));
+        CHECK_OK(dm_trainer_tensor(T, "bert.encoder.layer.0.attention.self.query.weight.exp_avg", &m0, NULL, NULL));
+        const float w_before = w0 ? w0[5] : 0.0f, m_before = m0 ? m0[5] : 0.0f;
+        const int64_t steps = dm_trainer_step_count(T), skipped = dm_trainer_skipped(T);
+        CHECK_OK(dm_trainer_set_mlm_batch(T, ids, NULL, NULL, labels));
+        double none = -1;
+        CHECK_OK(dm_trainer_step(T, &none));
+        CHECK_OK(dm_trainer_mlm_stats(T, &st));
+        CHECK_OK(dm_trainer_tensor(T, "bert.encoder.layer.0.attention.self.query.weight", &w0, NULL, NULL));
+        CHECK_OK(dm_trainer_tensor(T, "bert.encoder.layer.0.attention.self.query.weight.exp_avg", &m0, NULL, NULL));
+        CHECK(none == 0.0 && st.scored == 0 && dm_trainer_skipped(T) == skipped + 1 &&
+              dm_trainer_step_count(T) == steps + 1 && w0 && w0[5] == w_before && m0 && m0[5] == m_before &&
+              m_before != 0.0f);
+        printf("  a batch with no masked position: step counted, no update (skipped %lld)\n",
+               (long long)dm_trainer_skipped(T));
+    }
     float *p;
     int nd;
     int64_t sh[4];
@@ -352,7 +373,7 @@ static void test_trains(void) {
     CHECK_OK(dm_trainer_tensor(T, "cls.predictions.decoder.weight", &q, NULL, NULL));
     CHECK_OK(dm_trainer_tensor(T, "bert.embeddings.word_embeddings.weight", &p, NULL, NULL));
     CHECK(p == q);
-    CHECK(dm_trainer_step_count(T) == STEPS + 80);
+    CHECK(dm_trainer_step_count(T) == STEPS + 80 + 1); /* the one without a masked position too */
     dm_trainer_free(T);
 }
 

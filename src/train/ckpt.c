@@ -346,6 +346,7 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
     }
     T->step = step;
     T->micro = 0;
+    T->window_scored = 0;
     dm_trainer_state_replaced(T);
     return DM_OK;
 }
@@ -448,6 +449,7 @@ static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f, int fir
     if (T->moments) memset(T->moments, 0, (size_t)T->mcount * 2 * sizeof(float));
     T->step = 0;
     T->micro = 0;
+    T->window_scored = 0;
     dm_trainer_state_replaced(T);
     return DM_OK;
 }
@@ -468,6 +470,7 @@ static dm_status load_layers(dm_trainer *T, const char *path, int first, int fla
     if (T->moments) memset(T->moments, 0, (size_t)T->mcount * 2 * sizeof(float));
     T->step = 0;
     T->micro = 0;
+    T->window_scored = 0;
     dm_trainer_state_replaced(T);
     return DM_OK;
 }

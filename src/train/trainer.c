@@ -132,6 +132,7 @@ void dm_trainer_free(dm_trainer *T) {
 int dm_trainer_layers(const dm_trainer *T) { return T ? T->nlayers : 0; }
 int64_t dm_trainer_num_params(const dm_trainer *T) { return T ? T->nparams : 0; }
 int64_t dm_trainer_step_count(const dm_trainer *T) { return T ? T->step : 0; }
+int64_t dm_trainer_skipped(const dm_trainer *T) { return T ? T->skipped : 0; }
 int dm_trainer_num_segments(const dm_trainer *T) { return T ? T->nseg : 0; }
 dm_layer *dm_trainer_segment(dm_trainer *T, int k) { return T && k >= 0 && k < T->nseg ? T->L[k] : NULL; }
 int dm_trainer_micro(const dm_trainer *T) { return T ? T->micro : 0; }
@@ -180,6 +181,7 @@ dm_status dm_trainer_init_params(dm_trainer *T, uint64_t seed) {
     if (T->moments) memset(T->moments, 0, (size_t)T->mcount * 2 * sizeof(float));
     T->step = 0;
     T->micro = 0;
+    T->window_scored = 0;
     T->grad_norm = -1.0;
     dm_trainer_state_replaced(T);
     return DM_OK;
@@ -328,6 +330,7 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
     double l = 0.0;
     if (T->model) DM_TRY(dm_trainer_bert_forward(T, next_micro(T), &l));
     else DM_TRY(forward(T, next_micro(T), &l));
+    if (T->model) T->window_scored += T->model->counted_all;
     if (!isfinite(l))
         return dm_fail(DM_ERR_INVALID_ARG, "the loss is %g: the parameters were not updated (update %lld); "
                        "lower the learning rate (--lr) or check the inputs and targets for NaN or huge "
@@ -353,6 +356,15 @@ dm_status dm_trainer_after_backward(dm_trainer *T, int64_t step, double t0) {
     /* the sums over the ranks: the time waited for them is none of the phases' (see
      * dm_trainer_reduce_times); a failure (a rank gone) leaves the parameters unchanged */
     DM_TRY(dm_trainer_reduce_finish(T));
+    const int64_t scored = T->window_scored;
+    T->window_scored = 0;
+    if (T->model && scored == 0) { /* no masked position (no labelled example) anywhere: no
+                                    * gradient, and AdamW's momentum and decay alone would
+                                    * still move the weights; the update is left out */
+        T->skipped++;
+        T->step = step;
+        return DM_OK;
+    }
     const double t2 = now();
     dm_status s = dm_trainer_update(T, step, acc > 1);
     T->secs[DM_TRAIN_OPTIMIZER] += now() - t2;

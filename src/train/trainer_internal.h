@@ -51,6 +51,8 @@ struct dm_trainer {
     double *partial;     /* (b * j) per-token loss sums */
     int64_t step;        /* updates taken */
     int micro;           /* micro-batches since the last update (accumulate > 1) */
+    int64_t window_scored; /* a BERT: rows its loss counted (all ranks) in this update's micro-batches */
+    int64_t skipped;     /* a BERT: updates left out, nothing scored in their micro-batches */
     double grad_norm;    /* the last update's global gradient norm, or -1 */
     double *norms;       /* the host copy of d_norms */
     char load_note[1024]; /* the last load's head parameters the file lacked (dm_trainer_load_note) */
