@@ -115,12 +115,8 @@ def _layer_settings(config):
     if not isinstance(act, str) or act not in _ACTS:
         raise ValueError(f"dmove.torch.BertLayer: hidden_act {act!r}: dmove takes "
                          f"{', '.join(sorted(_ACTS))}")
-    p_hidden = float(g("hidden_dropout_prob", 0.1))
-    p_attn = float(g("attention_probs_dropout_prob", p_hidden))
-    if p_hidden != p_attn:
-        raise ValueError(f"dmove.torch.BertLayer: hidden_dropout_prob {p_hidden} differs from "
-                         f"attention_probs_dropout_prob {p_attn}: dmove's layer has one dropout "
-                         "probability for its three dropouts")
+    p_hidden = float(g("hidden_dropout_prob", 0.1))  # attention_probs_dropout_prob: the
+    # layer's attention dropout (the three must be equal to train: BertLayer._live_settings)
     if g("is_decoder", False) or g("add_cross_attention", False):
         raise ValueError("dmove.torch.BertLayer: decoder layers (is_decoder, cross-attention) "
                          "are not taken: dmove's layer is an encoder layer")
@@ -130,6 +126,25 @@ def _layer_settings(config):
                          "attention has no relative position terms (absolute only)")
     return (int(hidden), int(heads), int(ffn), p_hidden, float(g("layer_norm_eps", 1e-12)),
             _ACTS[act])
+
+
+def _act_of(fn):
+    """dmove's name of an activation module (transformers' ACT2FN ones, torch's), told by
+    its values: gelu (erf), gelu_tanh or relu; None for another."""
+    x = torch.linspace(-6.0, 6.0, 97)
+    try:
+        with torch.no_grad():
+            y = fn(x)
+    except Exception:  # noqa: BLE001 (not an elementwise function of one tensor)
+        return None
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+        return None
+    for name, ref in (("gelu", lambda t: nn.functional.gelu(t)),
+                      ("gelu_tanh", lambda t: nn.functional.gelu(t, approximate="tanh")),
+                      ("relu", nn.functional.relu)):
+        if float((y.float() - ref(x)).abs().max()) <= 1e-5:
+            return name
+    return None
 
 
 def _module(**children):
@@ -445,7 +460,7 @@ class BertLayer(nn.Module):
             raise ValueError(f"dmove.torch.BertLayer: dmove_device={dmove_device!r}: None (follow "
                              "the tensors) or 'cuda'")
         self._dmove_device = dmove_device
-        self._settings = _layer_settings(config)
+        self._settings = _layer_settings(config)  # the config's; the submodules' after they are made
         hidden, heads, ffn, p, eps, act = self._settings
         if layer is not None:
             self.attention = layer.attention
@@ -461,7 +476,11 @@ class BertLayer(nn.Module):
                              value=lin(hidden, hidden)),
                 output=_module(dense=lin(hidden, hidden), LayerNorm=nn.LayerNorm(hidden, eps=eps)))
             self.intermediate = _module(dense=lin(hidden, ffn))
-            self.output = _module(dense=lin(ffn, hidden), LayerNorm=nn.LayerNorm(hidden, eps=eps))
+            self.output = _module(dense=lin(ffn, hidden), LayerNorm=nn.LayerNorm(hidden, eps=eps),
+                                  dropout=nn.Dropout(p))
+            # as transformers' (no parameters): their p is what the layer runs with
+            self.attention.self.dropout = nn.Dropout(float(getattr(config, "attention_probs_dropout_prob", p)))
+            self.attention.output.dropout = nn.Dropout(p)
             std = float(getattr(config, "initializer_range", 0.02))
             with torch.no_grad():
                 for name, prm in self.named_parameters():
@@ -471,9 +490,50 @@ class BertLayer(nn.Module):
                         prm.zero_()
                     else:
                         prm.normal_(0.0, std)
+        # the config whose output_attentions transformers reads: the layer's own if it has one
+        self._config = getattr(getattr(getattr(layer, "attention", None), "self", None), "config", config)
+        self._acts = (None, None)  # the activation module last told apart, and its name
         self._cores = {}     # (batch, seq, threads) -> [_Core], the latest used last
         self._names = None   # dmove's parameter names, in its order
         self._lock = threading.Lock()  # the cores' bookkeeping, across threads
+        self._settings = self._live_settings()
+
+    def _live_settings(self):
+        """(hidden, heads, ffn, dropout, eps, act) as the submodules hold them now: a config
+        changed after the layer was made (Dropout.p set to 0 for fine-tuning, LayerNorm.eps, a
+        wrapped layer of other sizes than the model's config) is what runs, as in torch."""
+        hidden, heads, ffn, p, eps, act = self._settings
+        sa = self.attention.self
+        hidden = int(sa.query.in_features)
+        if int(sa.query.out_features) != hidden:
+            raise ValueError(f"dmove.torch.BertLayer: the query projection maps {hidden} to "
+                             f"{sa.query.out_features} features: dmove's heads span the hidden size")
+        heads = int(getattr(sa, "num_attention_heads", heads))
+        if heads < 1 or hidden % heads:
+            raise ValueError(f"dmove.torch.BertLayer: hidden size {hidden} is not a multiple of "
+                             f"{heads} heads")
+        ffn = int(self.intermediate.dense.out_features)
+        e1, e2 = float(self.attention.output.LayerNorm.eps), float(self.output.LayerNorm.eps)
+        if e1 != e2:
+            raise ValueError(f"dmove.torch.BertLayer: the two LayerNorms' eps differ ({e1}, {e2}): "
+                             "dmove's layer has one")
+        drops = [float(m.dropout.p) for m in (sa, self.attention.output, self.output)
+                 if isinstance(getattr(m, "dropout", None), nn.Dropout)]
+        if drops and all(d == drops[0] for d in drops):
+            p = drops[0]
+        elif drops and self.training:
+            raise ValueError(f"dmove.torch.BertLayer: the layer's dropouts differ ({drops}: "
+                             "attention probabilities, attention output, output): dmove's layer has "
+                             "one dropout probability for its three dropouts")
+        fn = getattr(self.intermediate, "intermediate_act_fn", None)
+        if fn is not None:
+            if self._acts[0] is not fn:
+                self._acts = (fn, _act_of(fn))
+            if self._acts[1] is None:
+                raise ValueError(f"dmove.torch.BertLayer: the layer's activation {type(fn).__name__} "
+                                 "is none of gelu, gelu_new (tanh) and relu, which dmove runs")
+            act = self._acts[1]
+        return (hidden, heads, ffn, p, e1, act)
 
     def extra_repr(self):
         hidden, heads, ffn, p, eps, act = self._settings
@@ -485,12 +545,15 @@ class BertLayer(nn.Module):
         state = self.__dict__.copy()
         state["_cores"] = {}
         state["_lock"] = None
+        state["_acts"] = (None, None)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.__dict__.setdefault("_unpad", False)  # pickled before unpad existed
         self.__dict__.setdefault("_dmove_device", None)
+        self.__dict__.setdefault("_config", None)
+        self.__dict__.setdefault("_acts", (None, None))
         self._lock = threading.Lock()
 
     def _acquire(self, b, j, unpad=False, device=None):
@@ -541,6 +604,14 @@ class BertLayer(nn.Module):
                              "dmove's fused layer does not return the attention probabilities")
         if head_mask is not None:
             raise ValueError("dmove.torch.BertLayer: head_mask is not taken")
+        if getattr(self._config, "output_attentions", False):
+            raise ValueError("dmove.torch.BertLayer: the config's output_attentions is true: dmove's "
+                             "fused layer does not form the attention probabilities as a tensor "
+                             "(set config.output_attentions = False, or leave the model unpatched)")
+        settings = self._live_settings()
+        if settings != self._settings:  # the submodules changed: layers made again for them
+            with self._lock:
+                self._settings, self._cores = settings, {}
         x = hidden_states
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"dmove.torch.BertLayer: hidden_states must be a tensor, "
@@ -649,6 +720,8 @@ def patch(model, unpad=False):
         for cname, child in mod.named_children():
             if isinstance(child, HFBertLayer) and not isinstance(child, BertLayer):
                 found.append((mod, cname, child))
+    if not found and any(isinstance(m, BertLayer) for m in model.modules()):
+        return model  # patched already
     if not found:
         raise ValueError("dmove.torch.patch: no transformers BertLayer in this model")
     if config is None:

@@ -235,6 +235,36 @@ def test_dropout_train_eval_and_seed():
     assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
 
 
+def test_layer_settings_follow_the_modules():
+    """What runs is what the submodules hold now, as in torch: Dropout.p set to 0 after the
+    patch (fine-tuning), LayerNorm.eps changed, a wrapped layer of other heads than the
+    model's config; a second patch is a no-op."""
+    torch.manual_seed(5)
+    ref = BertForMaskedLM(tiny_config(dropout=0.1))
+    pat = dt.patch(copy.deepcopy(ref))
+    assert dt.patch(pat) is pat
+    for m in (ref, pat):
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.Dropout):
+                mod.p = 0.0
+            if isinstance(mod, torch.nn.LayerNorm):
+                mod.eps = 1e-3
+    ref.train(), pat.train()
+    ids, mask, labels = batch()
+    same_step(ref, pat, input_ids=ids, attention_mask=mask, labels=labels)
+    # a layer made with 4 heads and relu under a model config of 2 heads and gelu
+    other = BertConfig(**{**tiny_config().to_dict(), "num_attention_heads": 4, "hidden_act": "relu"})
+    hf = BertModel(other).eval()
+    box = torch.nn.Module()
+    box.config, box.inner = tiny_config(), copy.deepcopy(hf)
+    dt.patch(box)
+    assert "heads=4" in repr(box.inner.encoder.layer[0]) and "act=relu" in repr(box.inner.encoder.layer[0])
+    x = torch.randn(2, 6, 32)
+    want = hf.encoder.layer[0](x)
+    want = want[0] if isinstance(want, tuple) else want
+    assert rel(box.inner.encoder.layer[0](x), want) <= 1e-5
+
+
 def test_two_forwards_before_backward():
     # gradient accumulation over two calls, as gradient checkpointing or a siamese model
     torch.manual_seed(5)
@@ -265,9 +295,20 @@ def test_refusals(monkeypatch):
     causal = torch.triu(torch.full((5, 5), -1e9), 1).expand(2, 1, 5, 5)
     with pytest.raises(ValueError, match="differs between queries"):
         layer(x, causal)
-    with pytest.raises(ValueError, match="differs from"):
-        dt.BertLayer(BertConfig(hidden_size=32, num_attention_heads=2, intermediate_size=64,
-                                hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2))
+    two = BertConfig(hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                     hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2)
+    with pytest.raises(ValueError, match="dropouts differ"):  # training: the three must agree
+        dt.BertLayer(two)
+    with pytest.raises(ValueError, match="dropouts differ"):
+        dt.BertLayer(two).eval().train()(x)
+    ev = BertModel(BertConfig(**{**two.to_dict(), "num_hidden_layers": 1})).eval()
+    dt.patch(ev)(inputs_embeds=torch.randn(2, 5, 32))  # evaluation: no dropout, nothing to agree
+    eager = tiny_config()
+    eager._attn_implementation = "eager"  # (sdpa refuses output_attentions itself)
+    oa = BertModel(eager)
+    dt.patch(oa).config.output_attentions = True  # set on the config, not passed in the call
+    with pytest.raises(ValueError, match="output_attentions"):
+        oa(input_ids=torch.ones(2, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="hidden_act"):
         dt.BertLayer(tiny_config(hidden_act="silu"))
     with pytest.raises(ValueError, match="no transformers BertLayer"):
