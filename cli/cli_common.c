@@ -962,19 +962,86 @@ int cli_config_from_hf(cli_config *c, const char *cmd, const char *opt, const ch
 
 /* --- data parallelism ------------------------------------------------------------------ */
 
-int cli_dist_start(const char *cmd, int argc, char **argv, dm_dist **out) {
+/* Option `name` of table t (its groups' too), or NULL. */
+static const cli_option *option_named(const cli_option *t, const char *name, size_t len) {
+    for (const cli_option *e = t; e && e->kind != CLI_END; e++) {
+        if (e->kind == CLI_GROUP) {
+            const cli_option *g = option_named(e->group, name, len);
+            if (g) return g;
+        } else if (e->name && strlen(e->name) == len && !strncmp(e->name, name, len)) {
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* The run's options as the ranks must share them: each option once (its last value, as
+ * parsed), "--x=v" as "--x v", a number by its value ("1e-4" and "0.0001" alike), in name
+ * order; the per-process ones (threads, logging, JSON) left out. */
+typedef struct {
+    char name[64], value[256];
+} rank_opt;
+static int canon_opts(const cli_command *c, int argc, char **argv, rank_opt *o, int cap) {
+    static const char *const mine[] = {"--threads", "--log-every", "--json", NULL};
+    int n = 0, positional = 0;
+    for (int k = 1; k < argc && n < cap; k++) {
+        const char *a = argv[k], *eq = strchr(a, '='), *val = NULL;
+        char name[64];
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(name, sizeof name, "(argument %d)", ++positional);
+            val = a;
+        } else {
+            const size_t len = eq ? (size_t)(eq - a) : strlen(a);
+            snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), a);
+            const cli_option *e = option_named(c->options, a, len);
+            const int flag = e && (e->kind == CLI_FLAG || e->kind == CLI_HELP || (e->kind == CLI_CALL && !e->arg));
+            val = eq ? eq + 1 : !flag && k + 1 < argc ? argv[++k] : "";
+        }
+        int skip = 0;
+        for (int m = 0; mine[m]; m++) skip |= !strcmp(name, mine[m]);
+        if (skip) continue;
+        int at = n;
+        for (int q = 0; q < n; q++)
+            if (!strcmp(o[q].name, name)) at = q; /* given again: the last value counts */
+        char *end;
+        const double x = strtod(val, &end);
+        snprintf(o[at].name, sizeof o[at].name, "%s", name);
+        if (*val && !*end && isfinite(x)) snprintf(o[at].value, sizeof o[at].value, "%.17g", x);
+        else snprintf(o[at].value, sizeof o[at].value, "%s", val);
+        n += at == n;
+    }
+    for (int i = 1; i < n; i++) /* insertion sort by name */
+        for (int j = i; j > 0 && strcmp(o[j - 1].name, o[j].name) > 0; j--) {
+            rank_opt t = o[j];
+            o[j] = o[j - 1], o[j - 1] = t;
+        }
+    return n;
+}
+
+int cli_dist_start(const char *cmd, const cli_command *c, int argc, char **argv, dm_dist **out) {
     *out = NULL;
     if (dm_dist_start(out, 0) != DM_OK) return cli_fail_dm(cmd, "");
     dm_dist *d = *out;
     if (dm_dist_size(d) < 2) return 0;
     g_rank = dm_dist_rank(d);
-    /* the same dmove (version, build) and the same command line on every rank */
-    char line[1024];
-    size_t n = 0;
-    for (int k = 0; k < argc && n < sizeof line; k++)
-        n += (size_t)snprintf(line + n, sizeof line - n, "%s%s", k ? " " : "", argv[k]);
-    if (dm_dist_agree(d, "dmove's build", "dmove " DMOVE_VERSION " built " __DATE__ " " __TIME__) != DM_OK ||
-        dm_dist_agree(d, "the command line", line) != DM_OK) {
+    /* the same dmove (version, build) and the same options on every rank: their names
+     * first (one collective), then each value (as many on every rank) */
+    enum { CAP = 128 };
+    rank_opt *o = calloc(CAP, sizeof *o);
+    if (!o) {
+        cli_error(cmd, "out of memory");
+        return cli_dist_end(d, CLI_FAIL);
+    }
+    const int n = canon_opts(c, argc, argv, o, CAP);
+    char names[1024];
+    size_t len = 0;
+    for (int k = 0; k < n && len < sizeof names; k++)
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", k ? " " : "", o[k].name);
+    dm_status s = dm_dist_agree(d, "dmove's build", "dmove " DMOVE_VERSION " built " __DATE__ " " __TIME__);
+    if (s == DM_OK) s = dm_dist_agree(d, "the options given", n ? names : "(none)");
+    for (int k = 0; s == DM_OK && k < n; k++) s = dm_dist_agree(d, o[k].name, o[k].value);
+    free(o);
+    if (s != DM_OK) {
         cli_fail_dm(cmd, "");
         return cli_dist_end(d, CLI_FAIL);
     }

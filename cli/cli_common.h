@@ -227,7 +227,9 @@ int cli_check_paths(const char *cmd, const cli_path *reads, int nreads, const cl
 /* --- data parallelism (mpirun -np N dmove train|pretrain ...) ---
  * cli_dist_start: joins the MPI launch this process is part of (dm_dist_start; alone
  * without one); with several ranks, checks that every rank runs the same dmove with the
- * same command line (refused, naming the rank and what differs), and makes the ranks past
+ * same options of command c's table (as parsed: order, "--x=v" and the spelling of a
+ * number do not matter; --threads, --log-every and --json may differ per rank; refused
+ * naming the option, the rank and the values), and makes the ranks past
  * 0 quiet: their messages start "rank r:", their progress (cli_dist_info) goes nowhere.
  * 0 ok, else the exit status after the message.
  * cli_dist_info: `info` on rank 0, a sink on the others.
@@ -236,7 +238,7 @@ int cli_check_paths(const char *cmd, const cli_path *reads, int nreads, const cl
  * cli_dist_end: rc returned; a failure with several ranks first stops the others
  * (MPI_Abort: none waits for a rank that left), else (also 130: interrupted, every rank
  * after the same step) MPI is finalised. */
-int cli_dist_start(const char *cmd, int argc, char **argv, dm_dist **out);
+int cli_dist_start(const char *cmd, const cli_command *c, int argc, char **argv, dm_dist **out);
 FILE *cli_dist_info(FILE *info);
 int cli_dist_interrupted(dm_dist *d);
 int cli_dist_end(dm_dist *d, int rc);

@@ -577,7 +577,7 @@ int cmd_pretrain(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     int rc = cli_parse(&k_pretrain, &r.o, argc, argv);
     if (rc != CLI_GO) return rc;
-    if ((rc = cli_dist_start(CMD, argc, argv, &r.dist)) != 0) return rc;
+    if ((rc = cli_dist_start(CMD, &k_pretrain, argc, argv, &r.dist)) != 0) return rc;
     const int rank0 = dm_dist_rank(r.dist) == 0;
     FILE *info = cli_dist_info(r.o.json ? stderr : stdout);
     if ((rc = setup(&r)) == 0) {

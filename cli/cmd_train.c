@@ -613,7 +613,7 @@ int cmd_train(int argc, char **argv) {
     int rc = cli_parse(&k_train, &r.o, argc, argv);
     if (rc != CLI_GO) return rc;
     if ((rc = check_options(&r.o)) != 0) return rc;
-    if ((rc = cli_dist_start(CMD, argc, argv, &r.dist)) != 0) return rc;
+    if ((rc = cli_dist_start(CMD, &k_train, argc, argv, &r.dist)) != 0) return rc;
     if ((r.o.data && (rc = open_data(&r)) != 0) || (rc = setup(&r)) != 0) goto done;
     FILE *info = cli_dist_info(r.o.json ? stderr : stdout);
     print_header(&r, info);

@@ -161,9 +161,21 @@ cases=$((cases + 1))
 # shellcheck disable=SC2086
 mpirun -np 1 "$DMOVE" $P --batch 4 --lr 1e-3 : -np 1 "$DMOVE" $P --batch 4 --lr 2e-3 >stdout 2>stderr &&
     fail "ranks with different --lr started"
-grep -q 'the ranks differ in the command line' stderr && grep -q -- '--lr 2e-3' stderr ||
+grep -q 'the ranks differ in --lr, from "0.001" (rank 0) against "0.002" (rank 1)' stderr ||
     fail "different options: the refusal does not say what differs: $(head -3 stderr)"
 echo "ok   ranks with different options refused: $(grep -m1 'differ' stderr | cut -c1-150)..."
+cases=$((cases + 1))
+# shellcheck disable=SC2086
+mpirun -np 1 "$DMOVE" $P --batch 4 --lr 1e-3 --steps 1 : -np 1 "$DMOVE" $P --steps=1 --lr 0.001 --batch 4 --lr 1e-3 \
+    --threads 2 --log-every 1 >stdout 2>stderr ||
+    fail "the same options in another order and spelling, another --threads, refused: $(grep -m1 differ stderr)"
+echo "ok   the same options in another order, spelling and --threads: the ranks start"
+cases=$((cases + 1))
+# shellcheck disable=SC2086
+mpirun -np 1 "$DMOVE" $P --batch 4 : -np 1 "$DMOVE" $P --batch 4 --pairs >stdout 2>stderr &&
+    fail "ranks with and without --pairs started"
+grep -q 'the ranks differ in the options given' stderr || fail "an option on one rank only: $(head -3 stderr)"
+echo "ok   an option on one rank only refused: $(grep -m1 'differ' stderr | cut -c1-120)..."
 
 # --- faults: the pid of rank 1 of the run in the background
 rank1() {
