@@ -359,8 +359,9 @@ void dm_train_data_free(dm_train_data *d);
 void dm_train_data_sizes(const dm_train_data *d, int64_t *samples, int64_t *seq, int64_t *hidden);
 /* hidden_states and target must be floats (f32, f64, bf16, f16), the mask any number. */
 dm_status dm_train_data_check_dtypes(const dm_train_data *d);
-/* Every value of hidden_states and target finite (found now, not when training reaches
- * it); the message starts with the file's path. DM_ERR_OOM without memory to check. */
+/* Every value of hidden_states and target finite, and the attention_mask's each 0 or 1
+ * with some 1 (found now, not when training reaches it); the message starts with the
+ * file's path. DM_ERR_OOM without memory to check. */
 dm_status dm_train_data_check_finite(const dm_train_data *d);
 /* Batch `step` (from 1) of b samples (b >= 1): x, y (b, j, i) and mask (b, j), 1 token 0
  * padding. DM_ERR_INVALID_ARG for a step below 1, b below 1 or a NULL pointer. */

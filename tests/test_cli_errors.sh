@@ -470,8 +470,16 @@ if trg --until 3 --save "$T/gpart.ckpt" >"$T/stdout" 2>"$T/stderr"; then
 else
     expect_fail "train --device cuda in a dmove without CUDA" 1 "built without CUDA" trg --until 3 --save "$OUT"
 fi
+st_write "$T/data" hidden_states:F32:3,4,8:077 target:F32:3,4,8 attention_mask:U8:3,4:001
+expect_ok "train --data (a u8 mask)" "$D" train --data "$T/data" --layers 1 --batch 2 --heads 2 --ffn 16 --steps 2
+# a mask is 0 or 1, and keeps some token
 st_write "$T/data" hidden_states:F32:3,4,8:077 target:F32:3,4,8 attention_mask:I64:3,4:001
-expect_ok "train --data (an I64 mask)" "$D" train --data "$T/data" --layers 1 --batch 2 --heads 2 --ffn 16 --steps 2
+expect_fail "train --data with a mask of another value" 1 "a mask is 1 (a token) or 0 (padding)" "$D" train \
+    --data "$T/data" --layers 1 --batch 2 --heads 2 --ffn 16 --steps 2
+st_write "$T/data" hidden_states:F32:3,4,8:077 target:F32:3,4,8 attention_mask:I64:3,4
+expect_fail "train --data with a mask of 0s" 1 "attention_mask is 0 everywhere" "$D" train --data "$T/data" \
+    --layers 1 --batch 2 --heads 2 --ffn 16 --steps 2
+st_write "$T/data" hidden_states:F32:3,4,8:077 target:F32:3,4,8 attention_mask:U8:3,4:001 # for the tests below
 # Ctrl-C: the step under way ends, the checkpoint is written, status 130; it resumes
 cases=$((cases + 1))
 # (dmove itself in the background, not the function: $! must be dmove's process)

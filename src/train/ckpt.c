@@ -292,11 +292,27 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
         if (!v) return dm_fail(DM_ERR_FORMAT, "the checkpoint's metadata has no '%s'", k_meta[m]);
         snprintf(theirs[m], META_LEN, "%s", v);
     }
-    /* the batch first: another batch changes the model's `predictions` too, and is no
+    /* the kind of model first: a stack of layers' checkpoint given to a whole BERT, or the
+     * reverse, or another head */
+    const int their_stack = !strcmp(theirs[M_MODEL], "-"), my_stack = !strcmp(mine[M_MODEL], "-");
+    const int their_cls = strstr(theirs[M_MODEL], "head=classifier") != NULL,
+              my_cls = strstr(mine[M_MODEL], "head=classifier") != NULL;
+    static const char *const kind[3] = {"a stack of encoder layers (dmove train)",
+                                        "a BertForMaskedLM (dmove pretrain)",
+                                        "a BertForSequenceClassification (dmove finetune)"};
+    const int tk = their_stack ? 0 : their_cls ? 2 : 1, mk = my_stack ? 0 : my_cls ? 2 : 1;
+    if (tk != mk)
+        return dm_fail(DM_ERR_SHAPE, "the checkpoint is of %s, and this run trains %s: resume it with the "
+                       "command that saved it", kind[tk], kind[mk]);
+    /* the batch next: another batch changes the model's `predictions` too, and is no
      * question of architecture */
     for (int k = -1; k <= M_ADAMW; k++) {
         const int m = k < 0 ? M_BATCH : k;
         if (same_meta(m, theirs[m], mine[m])) continue;
+        if (m == M_BATCH && T->ranks > 1)
+            return dm_fail(DM_ERR_INVALID_ARG, "the checkpoint's global batch is %s, this run's %s (%d ranks x "
+                           "--batch %lld): give each rank --batch = %s / %d, or resume with a rank count that "
+                           "divides it", theirs[m], mine[m], T->ranks, (long long)T->cfg.batch, theirs[m], T->ranks);
         if (m <= M_MODEL)
             return dm_fail(DM_ERR_SHAPE, "the checkpoint's %s is %s, this trainer's %s: give the architecture it was "
                            "saved with (checkpoint: %s layers, hidden %s, heads %s, ffn %s, act %s, norm %s, "
@@ -309,13 +325,14 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
                        "data %s, optimizer %s)", m == M_ADAMW ? "optimizer" : k_meta[m], theirs[m], mine[m], theirs[M_DROPOUT], theirs[M_SEED],
                        theirs[M_BATCH], theirs[M_SEQ], theirs[M_RUN], theirs[M_ADAMW]);
     }
-    if (strcmp(theirs[M_TOTAL], mine[M_TOTAL]) != 0) { /* the schedule: constant (0) or a decay's last update */
-        const int c0 = !strcmp(theirs[M_TOTAL], "0"), c1 = !strcmp(mine[M_TOTAL], "0");
+    /* the schedule's kind: constant (total 0) or a decay; a decay may end at another update
+     * (a run resumed for more steps: its decay stretched to the new end) */
+    const int c0 = !strcmp(theirs[M_TOTAL], "0"), c1 = !strcmp(mine[M_TOTAL], "0");
+    if (c0 != c1)
         return dm_fail(DM_ERR_INVALID_ARG, "the checkpoint's learning-rate schedule %s%s, this run's %s%s: resuming "
-                       "continues the run only with the schedule it was trained with (--lr-schedule, --steps, "
-                       "--epochs as they were)", c0 ? "is constant" : "decays until update ", c0 ? "" : theirs[M_TOTAL],
+                       "continues the run only with the kind of schedule it was trained with (--lr-schedule as it "
+                       "was)", c0 ? "is constant" : "decays until update ", c0 ? "" : theirs[M_TOTAL],
                        c1 ? "is constant" : "decays until update ", c1 ? "" : mine[M_TOTAL]);
-    }
     char *end;
     errno = 0;
     long long step = strtoll(theirs[M_STEP], &end, 10);

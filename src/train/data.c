@@ -109,7 +109,25 @@ dm_status dm_train_data_check_finite(const dm_train_data *d) {
             return dm_fail(DM_ERR_INVALID_ARG, "%s: %s has a NaN or infinity in sample %" PRId64 " (flat index %" PRId64
                            "): training on it would stop there", d->path, t->name, at / (seq * hid), at);
     }
-    return DM_OK;
+    if (!d->mask) return DM_OK;
+    /* the mask: 0 (padding) or 1 (a token) each, and some token to train on */
+    float *m = malloc((size_t)seq * sizeof(float));
+    if (!m) return dm_fail(DM_ERR_OOM, "out of memory checking the data");
+    dm_status s = DM_OK;
+    int64_t kept = 0;
+    for (int64_t q = 0; q < d->n && s == DM_OK; q++) {
+        s = slice_f32(d->mask, q * seq, seq, m);
+        for (int64_t t = 0; s == DM_OK && t < seq; t++) {
+            if (m[t] != 0.0f && m[t] != 1.0f)
+                s = dm_fail(DM_ERR_INVALID_ARG, "%s: attention_mask holds %g at sample %" PRId64 ", position %" PRId64
+                            ": a mask is 1 (a token) or 0 (padding)", d->path, (double)m[t], q, t);
+            kept += m[t] == 1.0f;
+        }
+    }
+    free(m);
+    if (s == DM_OK && kept == 0)
+        s = dm_fail(DM_ERR_INVALID_ARG, "%s: attention_mask is 0 everywhere: no token to train on", d->path);
+    return s;
 }
 
 /* Step s's batch from the file: samples (s-1)*b .. s*b-1 modulo N (the first of them
