@@ -122,6 +122,9 @@ bad "blank corpus" 1 'no token' prepare --tokenizer vocab.txt --lowercase --out 
 bad "a directory" 1 'is a directory' prepare --tokenizer vocab.txt --lowercase --out out adir
 bad "missing file" 1 "cannot read 'nofile.txt'" prepare --tokenizer vocab.txt --lowercase --out out a.txt nofile.txt
 bad "invalid UTF-8" 1 "badutf8.txt.*byte offset 12" prepare --tokenizer vocab.txt --lowercase --out out a.txt badutf8.txt
+printf 'hello world\nthe cat sat\n' | gzip -c >text.gz
+bad "a gzip file" 1 "text.gz' is gzip-compressed, not text: decompress it first" prepare --tokenizer vocab.txt \
+    --lowercase --out out text.gz
 bad "no [MASK]" 1 'MASK' prepare --tokenizer nomask.txt --lowercase --out out a.txt
 bad "no tokenizer" 2 'tokenizer' prepare --out out a.txt
 bad "no files" 2 'no text file' prepare --tokenizer vocab.txt --lowercase --out out

@@ -197,6 +197,10 @@ static dm_status do_lines(prep *p, const char *file, const char *buf, size_t len
     dm_status st = dm_tokenizer_encode_batch(p->t, p->texts, p->lens, n, 0, p->cfg->threads, p->ids,
                                              &bad_index, &bad_offset);
     if (st != DM_OK) {
+        if (st == DM_ERR_FORMAT && base == 0 && len >= 2 && (unsigned char)buf[0] == 0x1f &&
+            (unsigned char)buf[1] == 0x8b)
+            return dm_fail(DM_ERR_FORMAT, "'%s' is gzip-compressed, not text: decompress it first (zcat '%s' > "
+                           "FILE.txt)", file, file);
         if (st == DM_ERR_FORMAT && bad_index < n && bad_offset != (size_t)-1)
             return dm_fail(DM_ERR_FORMAT, "'%s': invalid UTF-8 at byte offset %" PRIu64 " (line starting at "
                            "byte %" PRIu64 "): convert the file to UTF-8 (e.g. iconv) or remove the bad bytes",
