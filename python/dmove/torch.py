@@ -584,7 +584,8 @@ class BertLayer(nn.Module):
             missing = [n for n in c.names if n not in dict(self.named_parameters())]
             if missing:
                 raise ValueError(f"dmove.torch.BertLayer: the module lacks dmove's parameters "
-                                 f"{missing}")
+                                 f"{missing} as nn.Parameters (replaced by pruning, weight_norm or "
+                                 "functional_call?): dmove's layer takes its submodules' own")
             self._names = c.names
         c.reserved = True
         cores.append(c)
@@ -665,7 +666,13 @@ class BertLayer(nn.Module):
                                 "float32, bfloat16 or float16 parameters there")
         core = self._acquire(b, j, unpad, device)
         try:
-            params = [self.get_parameter(n) for n in self._names]
+            try:
+                params = [self.get_parameter(n) for n in self._names]
+            except AttributeError as e:
+                raise TypeError(f"dmove.torch.BertLayer: {e}: dmove's layer takes its weights as the "
+                                "nn.Parameters of its Linear and LayerNorm submodules; what replaces "
+                                "them by other tensors (torch.func.functional_call, pruning, "
+                                "weight_norm) is not followed: use the unpatched layer for it") from None
             training = 1 if (self.training and self._settings[3] > 0) else 0
             seed = int(torch.randint(0, 2**62, (1,)).item()) if training else 0
             want_grad = torch.is_grad_enabled() and (x.requires_grad or
@@ -675,6 +682,11 @@ class BertLayer(nn.Module):
             raise
         return _LayerFn.apply(core, x, mask, training, seed, want_grad, *params)
 
+
+if hasattr(getattr(torch, "compiler", None), "disable"):
+    # torch.compile runs dmove's layer as it is (a call into the library): not traced into,
+    # whose bookkeeping (the layers kept per shape) would only recompile its graphs
+    BertLayer.forward = torch.compiler.disable(BertLayer.forward)
 
 _classes = {}  # transformers' BertLayer class -> dmove's layer class that is one too
 
