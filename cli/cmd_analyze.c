@@ -89,7 +89,7 @@ static const cli_option k_options[] = {
              "the layers, the vocabulary, positions and token types"},
     {.kind = CLI_INT, .name = "--layers", .arg = "L", .set = offsetof(analyze_opts, model_set) + 1, .off = offsetof(analyze_opts, layers), .lo = 1, .hi = 256,
      .help = "with --model: encoder layers (default {})"},
-    {.kind = CLI_I64, .name = "--vocab", .arg = "V", .set = offsetof(analyze_opts, model_set) + 1, .off = offsetof(analyze_opts, vocab), .lo = 1,
+    {.kind = CLI_I64, .name = "--vocab", .arg = "V", .set = offsetof(analyze_opts, model_set) + 1, .off = offsetof(analyze_opts, vocab), .lo = 2,
      .hi = INT64_C(1) << 24, .help = "with --model: vocabulary size (default {})"},
     {.kind = CLI_I64, .name = "--positions", .arg = "P", .set = offsetof(analyze_opts, model_set) + 1, .off = offsetof(analyze_opts, positions), .lo = 1,
      .hi = INT64_C(1) << 24, .help = "with --model: position embeddings (default {})"},

@@ -99,7 +99,8 @@ static const cli_option k_options[] = {
      .help = "batches of sequences of these lengths: the padded layer (attention_mask) against the\n"
              "unpadded one (the real tokens alone), a new batch each repetition; SPEC is\n"
              "uniform:LO-HI or a file of lengths (whole numbers, e.g. one per line; above\n"
-             "--seq cut to it); both fused, or both unfused with --schedule unfused"},
+             "--seq cut to it; each sequence's length drawn from them at random, as a\n"
+             "corpus's batches would be); both fused, or both unfused with --schedule unfused"},
     {.kind = CLI_STR, .name = "--svg", .arg = "FILE", .off = offsetof(bench_opts, svg),
      .set = offsetof(bench_opts, groups) + 1,
      .help = "draw every group (--groups, implied) as a bar of its time\n"

@@ -191,8 +191,8 @@ static dm_status parse(const char *path, const cJSON *root, const dm_layer_confi
         size_t len = 0;
         for (int k = 0; k < 5; k++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(conf, keys[k]);
-            if (cJSON_IsNumber(v) && len < sizeof have)
-                len += (size_t)snprintf(have + len, sizeof have - len, "%s%c=%.0f", k ? " " : "", letter[k],
+            if (cJSON_IsNumber(v) && len < sizeof have) /* %g: an edited 4.5 shows as it is */
+                len += (size_t)snprintf(have + len, sizeof have - len, "%s%c=%.15g", k ? " " : "", letter[k],
                                         v->valuedouble);
         }
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(conf, "act");
