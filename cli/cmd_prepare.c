@@ -83,8 +83,9 @@ static const cli_command k_prepare = {
     .name = "prepare",
     .head = "usage: dmove prepare --tokenizer FILE --out DIR [options] TEXT...\n"
             "\n"
-            "Tokenizes UTF-8 text files into token shards for pretraining: a line is a\n"
-            "sentence, a blank line (or a file's end) ends a document, as BERT's data has it.\n"
+            "Tokenizes UTF-8 text files (- for standard input) into token shards for\n"
+            "pretraining: a line is a sentence, a blank line (or a file's end) ends a\n"
+            "document, as BERT's data has it.\n"
             "No special tokens are added here; the loader (dmove batches, the trainer) adds\n"
             "[CLS] and [SEP] when it builds sequences. The shards record the tokenizer's hash:\n"
             "a model with another vocabulary refuses them.\n"
@@ -163,7 +164,7 @@ static int parse(prepare_opts *o, int argc, char **argv, const char ***files, si
     int only_files = 0;
     for (int a = 1; a < argc; a++) {
         if (only_files || argv[a][0] != '-' || !strcmp(argv[a], "-")) {
-            (*files)[(*nfiles)++] = argv[a];
+            (*files)[(*nfiles)++] = !only_files && !strcmp(argv[a], "-") ? "/dev/stdin" : argv[a];
             continue;
         }
         if (!strcmp(argv[a], "--")) {

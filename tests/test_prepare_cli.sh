@@ -122,6 +122,13 @@ bad "blank corpus" 1 'no token' prepare --tokenizer vocab.txt --lowercase --out 
 bad "a directory" 1 'is a directory' prepare --tokenizer vocab.txt --lowercase --out out adir
 bad "missing file" 1 "cannot read 'nofile.txt'" prepare --tokenizer vocab.txt --lowercase --out out a.txt nofile.txt
 bad "invalid UTF-8" 1 "badutf8.txt.*byte offset 12" prepare --tokenizer vocab.txt --lowercase --out out a.txt badutf8.txt
+cases=$((cases + 1))
+if cat a.txt b.txt | "$DMOVE" prepare --tokenizer vocab.txt --lowercase --out fromstdin - >stdout 2>stderr &&
+    [ -s fromstdin/dataset.json ]; then
+    echo "ok   prepare - (standard input)"
+else
+    fail "prepare - (standard input): $(head -2 stderr)"
+fi
 printf 'hello world\nthe cat sat\n' | gzip -c >text.gz
 bad "a gzip file" 1 "text.gz' is gzip-compressed, not text: decompress it first" prepare --tokenizer vocab.txt \
     --lowercase --out out text.gz
