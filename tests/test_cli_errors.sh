@@ -631,6 +631,10 @@ expect_fail "train: --data and another --seq" 2 "come from the file" "$D" train 
 expect_fail "train: --data smaller than a batch" 2 "fewer than a batch" "$D" train --data "$T/data" --batch 4 --heads 2 --ffn 16
 expect_fail "train: --teacher-scale with --data" 2 "teacher task" "$D" train --data "$T/data" --teacher-scale 2 --heads 2
 expect_fail "train: --save into a missing directory" 1 "does not exist" trn --save "$T/no/dir/x.ckpt"
+# a layer past the machine's free memory (440 GiB): refused before its pages are touched,
+# not killed by the kernel while it touches them
+expect_fail "train: a layer larger than the free memory" 1 "not enough memory for the layer's tensors" "$D" train \
+    --batch 2048 --seq 1024 --hidden 1024 --heads 16 --ffn 4096 --layers 1 --steps 1 --threads 1
 
 # under an address-space limit too small for OpenBLAS's buffers, a clear refusal instead of
 # OpenBLAS retrying its allocation forever (it hung even --help at 300 MB). The limits are

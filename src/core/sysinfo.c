@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -57,3 +58,30 @@ dm_status dm_threads_room(int threads, const char *what) {
 static int g_local_rank = -1;
 void dm_set_local_rank(int r) { g_local_rank = r; }
 int dm_local_rank(void) { return g_local_rank; }
+
+/* A /proc/meminfo value in bytes (its "NAME:  N kB" line), or -1. */
+static int64_t meminfo(const char *text, const char *name) {
+    const char *p = strstr(text, name);
+    if (!p) return -1;
+    p += strlen(name);
+    while (*p == ' ' || *p == '\t') p++;
+    char *end;
+    const long long kb = strtoll(p, &end, 10);
+    return end == p || kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+dm_status dm_memory_room(int64_t bytes, const char *what) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return DM_OK;
+    char text[8192];
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    const int64_t avail = meminfo(text, "MemAvailable:"), swap = meminfo(text, "SwapFree:");
+    if (avail < 0) return DM_OK;
+    const int64_t room = avail + (swap > 0 ? swap : 0);
+    if (bytes <= room) return DM_OK;
+    return dm_fail(DM_ERR_OOM, "not enough memory for %s: %.2f GiB, and the machine has %.2f GiB free (memory "
+                   "and swap): reduce the batch or the sequence length", what, (double)bytes / (1 << 30),
+                   (double)room / (1 << 30));
+}

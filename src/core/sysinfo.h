@@ -23,6 +23,12 @@ int64_t dm_thread_stack_bytes(void);
  * and what needs the room (`what`). Maps and unmaps a PROT_NONE region to find out. */
 dm_status dm_address_room(int64_t bytes, const char *what);
 
+/* DM_OK when `bytes` more of memory fit what the machine has free now (/proc/meminfo's
+ * MemAvailable and SwapFree; always where it cannot be read), else DM_ERR_OOM saying both
+ * and what needs it (`what`): a buffer touched at once past it would have the kernel kill
+ * the process instead of an error. */
+dm_status dm_memory_room(int64_t bytes, const char *what);
+
 /* dm_address_room for `threads` threads (0: OpenMP's default) that each run GEMMs: an
  * OpenBLAS buffer and a stack apiece (OpenBLAS maps its first buffer when it starts:
  * counted by the dmove command's start-up check, not here). */

@@ -11,6 +11,7 @@
 #include "analysis/cost.h"
 #include "core/hugealloc.h"
 #include "core/philox.h"
+#include "core/sysinfo.h"
 #include "core/status.h"
 #include "graph/encoder.h"
 #include "layer/backends.h"
@@ -168,6 +169,10 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
     if (s == DM_OK) s = dm_compile(&co, &L->g, &L->enc, &L->plan);
     if (s == DM_OK) {
         L->arena_bytes = (L->plan.arena_bytes + 63) / 64 * 64;
+        /* touched below at once: past the free memory the kernel would kill the process */
+        s = dm_memory_room((int64_t)L->arena_bytes, "the layer's tensors");
+    }
+    if (s == DM_OK) {
         L->arena = dm_alloc_huge(L->arena_bytes); /* on 2 MiB pages where granted */
         if (!L->arena)
             s = dm_fail(DM_ERR_OOM, "cannot allocate %.2f GiB for the layer's tensors: reduce "
