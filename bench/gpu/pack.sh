@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench/gpu/pack.sh: builds dmove, tests/test_cuda, test_train and test_unpad on this machine and packs them, with
 # the shared libraries a GPU machine of the device tool lacks, into .dev/ (git-ignored):
-#   .dev/bin/dmove, .dev/bin/test_cuda, .dev/bin/test_train   (stripped)
+#   .dev/bin/dmove, .dev/bin/test_cuda, .dev/bin/test_train, test_unpad, test_model   (stripped)
 #   .dev/lib/                            (OpenBLAS, cJSON, gfortran, gomp, libstdc++, ...)
 #   .dev/COMMIT                          (the commit built, for the reports)
 # The GPU machine has the CUDA toolkit and driver (cuBLAS, NVRTC, the headers NVRTC
@@ -33,8 +33,10 @@ if [ "${PACK:-}" = bert ]; then
     make -C "$root" -f Makefile -f bench/gpu/bench.mk build/bench/bert_step >/dev/null
     bins="$root/build/bench/bert_step $root/build/tests/test_model $root/build/tests/test_model_ops $root/build/tests/test_cuda"
 else
-    make -C "$root" -j"$(nproc)" all build/libdmove.so build/tests/test_cuda build/tests/test_train build/tests/test_unpad >/dev/null
-    bins="$root/build/dmove $root/build/tests/test_cuda $root/build/tests/test_train $root/build/tests/test_unpad"
+    make -C "$root" -j"$(nproc)" all build/libdmove.so build/tests/test_cuda build/tests/test_train build/tests/test_unpad \
+        build/tests/test_model >/dev/null
+    bins="$root/build/dmove $root/build/tests/test_cuda $root/build/tests/test_train $root/build/tests/test_unpad
+          $root/build/tests/test_model"
 fi
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"

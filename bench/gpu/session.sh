@@ -5,6 +5,8 @@
 #  1. bench/gpu/unpad.sh 2: tests/test_unpad on the GPU (the unpadded CUDA layer and model
 #     against the padded ones), then the BERT-large layer padded vs unpadded (issue 25's
 #     point 3) at half and full fill, b=8 j=512 and b=96 j=128;
+#  1b. tests/test_model on the GPU: the whole model's CUDA steps, the fused cross-entropy
+#     (src/cuda/xent.cu, new since the last GPU run) among them;
 #  2. dmove.torch's GPU tests (the CUDA build's libdmove.so from the pack; SKIP_PYTHON=1 skips them);
 #  2b. dmove.torch.patch on BERT-large bf16 against eager (issue 28's point 4 on a GPU;
 #     SKIP_PATCHED=1 skips it);
@@ -32,6 +34,12 @@ fi
 BUDGET=${BUDGET:-540}
 start=$(date +%s)
 [ "${SKIP_UNPAD:-0}" = 1 ] || timeout 330 sh "$here/unpad.sh" 2 || echo "unpad.sh: exit $? (330 s at most)"
+if [ "${SKIP_UNPAD:-0}" != 1 ] && [ -x "$root/.dev/bin/test_model" ]; then # the fused cross-entropy on the device
+    echo
+    echo "== tests/test_model on the GPU (BertForMaskedLM against transformers; LINEAR_XENT of xent.cu too)"
+    DMOVE_CUDA_EMULATE=0 timeout 150 "$root/.dev/bin/test_model" >"$OUT/test_model.txt" 2>&1
+    echo "test_model: exit $?"; grep -E 'fused-xent on, cuda|FAIL|checks' "$OUT/test_model.txt" | tail -8
+fi
 if [ "${SKIP_PYTHON:-${SKIP_UNPAD:-0}}" != 1 ] && [ -r "$root/.dev/lib/libdmove.so" ]; then
     echo
     echo "== dmove.torch on the GPU (tests/python/test_torch.py -k 'gpu or cuda')"
