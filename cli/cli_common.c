@@ -976,16 +976,44 @@ static const cli_option *option_named(const cli_option *t, const char *name, siz
 }
 
 /* The run's options as the ranks must share them: each option once (its last value, as
- * parsed), "--x=v" as "--x v", a number by its value ("1e-4" and "0.0001" alike), in name
- * order; the per-process ones (threads, logging, JSON) left out. */
+ * parsed), "--x=v" as "--x v", a number by its value (canon_value), in name order; the
+ * per-process ones (threads, logging, JSON) left out. */
 typedef struct {
-    char name[64], value[256];
+    char name[64], value[1024];
 } rank_opt;
+
+/* An option's value as its kind reads it: a number by its value (a double's "1e-4" and
+ * "0.0001" alike; a whole number exactly), anything else as written. */
+static void canon_value(const cli_option *e, const char *val, char *out, size_t n) {
+    char *end;
+    errno = 0;
+    if (e && (e->kind == CLI_INT || e->kind == CLI_I64)) {
+        const long long x = strtoll(val, &end, 10);
+        if (*val && !*end && !errno) {
+            snprintf(out, n, "%lld", x);
+            return;
+        }
+    } else if (e && e->kind == CLI_U64) {
+        const unsigned long long x = strtoull(val, &end, 10);
+        if (*val && !*end && !errno) {
+            snprintf(out, n, "%llu", x);
+            return;
+        }
+    } else if (e && e->kind == CLI_DOUBLE) {
+        const double x = strtod(val, &end);
+        if (*val && !*end && isfinite(x)) {
+            snprintf(out, n, "%.17g", x);
+            return;
+        }
+    }
+    snprintf(out, n, "%s", val);
+}
 static int canon_opts(const cli_command *c, int argc, char **argv, rank_opt *o, int cap) {
     static const char *const mine[] = {"--threads", "--log-every", "--json", NULL};
     int n = 0, positional = 0;
     for (int k = 1; k < argc && n < cap; k++) {
         const char *a = argv[k], *eq = strchr(a, '='), *val = NULL;
+        const cli_option *e = NULL;
         char name[64];
         if (strncmp(a, "--", 2) != 0) {
             snprintf(name, sizeof name, "(argument %d)", ++positional);
@@ -993,7 +1021,7 @@ static int canon_opts(const cli_command *c, int argc, char **argv, rank_opt *o, 
         } else {
             const size_t len = eq ? (size_t)(eq - a) : strlen(a);
             snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), a);
-            const cli_option *e = option_named(c->options, a, len);
+            e = option_named(c->options, a, len);
             const int flag = e && (e->kind == CLI_FLAG || e->kind == CLI_HELP || (e->kind == CLI_CALL && !e->arg));
             val = eq ? eq + 1 : !flag && k + 1 < argc ? argv[++k] : "";
         }
@@ -1003,11 +1031,8 @@ static int canon_opts(const cli_command *c, int argc, char **argv, rank_opt *o, 
         int at = n;
         for (int q = 0; q < n; q++)
             if (!strcmp(o[q].name, name)) at = q; /* given again: the last value counts */
-        char *end;
-        const double x = strtod(val, &end);
         snprintf(o[at].name, sizeof o[at].name, "%s", name);
-        if (*val && !*end && isfinite(x)) snprintf(o[at].value, sizeof o[at].value, "%.17g", x);
-        else snprintf(o[at].value, sizeof o[at].value, "%s", val);
+        canon_value(e, val, o[at].value, sizeof o[at].value);
         n += at == n;
     }
     for (int i = 1; i < n; i++) /* insertion sort by name */

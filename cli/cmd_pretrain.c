@@ -179,7 +179,7 @@ typedef struct {
     int64_t *eval_steps;    /* the held-out evaluations: steps, */
     double *eval_losses, *eval_accs; /* losses and accuracies */
     int64_t neval, eval_cap;
-    int64_t start, stop, ran, tokens, scored, correct, skips;
+    int64_t start, stop, ran, tokens, scored, correct, skips, skips0;
     double t_total, eval_loss, eval_acc;
     int evaluated;         /* an evaluation ran */
 } pretrain_run;
@@ -391,6 +391,7 @@ static int setup(pretrain_run *r) {
         return fail_dm("--init: ");
     }
     r->start = dm_trainer_step_count(r->T);
+    r->skips = r->skips0 = dm_trainer_skipped(r->T); /* a resumed run's earlier ones */
     r->stop = o->until ? o->until : o->steps;
     if (r->start >= r->stop) {
         cli_usage_error(CMD, "the checkpoint is at step %" PRId64 ", already at --%s %" PRId64, r->start,
@@ -561,9 +562,9 @@ static void summary(const pretrain_run *r) {
                r->losses[e], r->start + 1 + e);
     else
         printf("\nno step had a masked position: no loss, no update");
-    if (dm_trainer_skipped(r->T))
-        printf(" (%" PRId64 " step%s without a masked position: no update)", dm_trainer_skipped(r->T),
-               dm_trainer_skipped(r->T) > 1 ? "s" : "");
+    if (r->skips > r->skips0)
+        printf(" (%" PRId64 " step%s without a masked position: no update)", r->skips - r->skips0,
+               r->skips - r->skips0 > 1 ? "s" : "");
     if (r->evaluated) printf("; held-out loss %.4f, masked-token accuracy %.3f", r->eval_loss, r->eval_acc);
     printf("\ntime per step %.1f ms: waiting for data %.2f, forward %.1f, backward %.1f, %s %.1f; %.0f real tokens/s\n",
            1e3 * r->t_total / n, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
@@ -591,7 +592,10 @@ int cmd_pretrain(int argc, char **argv) {
         r.tokens = (int64_t)tok;
         if (rank0) summary(&r);
         if (rc == 0) rc = cli_finish_stdout(CMD);
-        if (rank0 && r.o.svg) {
+        if (rank0 && r.o.svg && loss_at(&r, 1) < 0 && !r.neval) {
+            fprintf(stderr, "dmove pretrain: --svg: no step had a masked position and nothing was evaluated: no "
+                    "chart written\n");
+        } else if (rank0 && r.o.svg) {
             char title[160];
             snprintf(title, sizeof title, "dmove pretrain: BERT, %d layers, i=%" PRId64 ", b=%" PRId64 " j=%" PRId64,
                      r.o.layers, r.o.c.cfg.hidden, r.o.c.cfg.batch, r.o.c.cfg.seq);

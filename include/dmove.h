@@ -322,9 +322,11 @@ void dm_trainer_free(dm_trainer *t);
 int dm_trainer_layers(const dm_trainer *t);
 int64_t dm_trainer_num_params(const dm_trainer *t);
 int64_t dm_trainer_step_count(const dm_trainer *t); /* updates taken */
-/* A BERT trainer's updates left out so far: steps whose micro-batches (on every rank)
- * scored no masked position (labelled no example) change nothing but the step count (the
- * schedule and the data go on); such a step's loss is 0 and means nothing. */
+/* A BERT trainer's updates left out so far (kept in its checkpoints): steps whose
+ * micro-batches (on every rank) scored no masked position (labelled no example) change
+ * nothing but the step count (the schedule and the data go on; the optimizer's bias
+ * correction counts the updates taken, as torch.optim does a step GradScaler skips); such
+ * a step's loss is 0 and means nothing. */
 int64_t dm_trainer_skipped(const dm_trainer *t);
 /* The trainer's segments, for profiling them (dm_layer_profile, dm_layer_group_info,
  * dm_layer_flop): a stack's layers (0 .. layers - 1); a whole BERT's embeddings (0), its

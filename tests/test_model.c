@@ -359,6 +359,18 @@ static void test_trains(void) {
               m_before != 0.0f);
         printf("  a batch with no masked position: step counted, no update (skipped %lld)\n",
                (long long)dm_trainer_skipped(T));
+        /* the count is the optimizer's state (its bias correction): a checkpoint keeps it */
+        char path[] = "/tmp/dmove_skip_XXXXXX";
+        const int fd = mkstemp(path);
+        CHECK(fd >= 0);
+        if (fd >= 0) close(fd);
+        CHECK_OK(dm_trainer_save(T, path));
+        dm_trainer *R = NULL;
+        CHECK_OK(dm_trainer_new_bert(&R, &cfg, 2, &bm, NULL, &a));
+        if (R) CHECK_OK(dm_trainer_load(R, path));
+        CHECK(R && dm_trainer_skipped(R) == dm_trainer_skipped(T) && dm_trainer_step_count(R) == dm_trainer_step_count(T));
+        dm_trainer_free(R);
+        unlink(path);
     }
     float *p;
     int nd;

@@ -683,10 +683,12 @@ class BertLayer(nn.Module):
         return _LayerFn.apply(core, x, mask, training, seed, want_grad, *params)
 
 
-if hasattr(getattr(torch, "compiler", None), "disable"):
+try:
     # torch.compile runs dmove's layer as it is (a call into the library): not traced into,
     # whose bookkeeping (the layers kept per shape) would only recompile its graphs
     BertLayer.forward = torch.compiler.disable(BertLayer.forward)
+except Exception:  # noqa: BLE001 (a torch without torch.compiler: nothing to keep out of)
+    pass
 
 _classes = {}  # transformers' BertLayer class -> dmove's layer class that is one too
 
@@ -732,8 +734,11 @@ def patch(model, unpad=False):
         for cname, child in mod.named_children():
             if isinstance(child, HFBertLayer) and not isinstance(child, BertLayer):
                 found.append((mod, cname, child))
-    if not found and any(isinstance(m, BertLayer) for m in model.modules()):
-        return model  # patched already
+    mine = [m for m in model.modules() if isinstance(m, BertLayer)]
+    if not found and mine:  # patched already: only unpad may change
+        for m in mine:
+            m._unpad = bool(unpad)
+        return model
     if not found:
         raise ValueError("dmove.torch.patch: no transformers BertLayer in this model")
     if config is None:

@@ -47,6 +47,24 @@ __host__ __device__ __forceinline__ int64_t dmc_row_elem(const dmc_operand *d, i
     }
 }
 
+/* A sum or a maximum over the `lanes` lanes of a warp that share a row (the whole warp
+ * calls it): the warp's shuffles on the device, nothing to combine on the host, whose
+ * emulation runs a row as one lane (varlen.cu, xent.cu). */
+__host__ __device__ __forceinline__ float dmc_lanes_max(float x, int lanes) {
+#ifdef __CUDA_ARCH__
+    for (int d = lanes / 2; d > 0; d >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, d));
+#endif
+    (void)lanes;
+    return x;
+}
+__host__ __device__ __forceinline__ float dmc_lanes_sum(float x, int lanes) {
+#ifdef __CUDA_ARCH__
+    for (int d = lanes / 2; d > 0; d >>= 1) x += __shfl_xor_sync(0xffffffffu, x, d);
+#endif
+    (void)lanes;
+    return x;
+}
+
 /* The rows program p runs this step (its live rows, set_rows), and the row whose dropout
  * words row r draws. */
 __host__ __device__ __forceinline__ int64_t dmc_prog_rows(const dmc_rowprog *p) {

@@ -81,22 +81,6 @@ static __host__ __device__ __forceinline__ int64_t vl_keys(const dmc_varlen *v, 
  * (sq[0]); DROP: probs -> the dropped copy (sq[0]); BWD: dP (sq[1]) -> dS (sq[1]). */
 enum { VL_FWD = 0, VL_DROP = 1, VL_BWD = 2 };
 
-/* A sum or a maximum over the `lanes` lanes that share a row: the warp's shuffles on the
- * device, nothing to combine on the host (one lane). */
-static __host__ __device__ __forceinline__ float vl_lanes_max(float x, int lanes) {
-#ifdef __CUDA_ARCH__
-    for (int d = lanes / 2; d > 0; d >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, d));
-#endif
-    (void)lanes;
-    return x;
-}
-static __host__ __device__ __forceinline__ float vl_lanes_sum(float x, int lanes) {
-#ifdef __CUDA_ARCH__
-    for (int d = lanes / 2; d > 0; d >>= 1) x += __shfl_xor_sync(0xffffffffu, x, d);
-#endif
-    (void)lanes;
-    return x;
-}
 
 /* One score row, lane `lane` of the `lanes` that share it taking columns lane, lane +
  * lanes, ...: a warp per row on the device (32), the host's emulation one lane a row. */
@@ -109,7 +93,7 @@ static __host__ __device__ void vl_row(const dmc_varlen *v, uint64_t seed, int m
     float m = -INFINITY, sum = 0.0f;
     if (mode == VL_FWD) {
         for (int64_t c = lane; c < n; c += lanes) m = fmaxf(m, dmc_load(x, v->dt, base + c));
-        m = vl_lanes_max(m, lanes);
+        m = dmc_lanes_max(m, lanes);
         for (int64_t c = lane; c < n; c += lanes) sum += expf(dmc_load(x, v->dt, base + c) - m);
     } else if (mode == VL_BWD) {
         for (int64_t c = lane; c < n; c += lanes) {
@@ -117,7 +101,7 @@ static __host__ __device__ void vl_row(const dmc_varlen *v, uint64_t seed, int m
             sum += (vl_kept(v, seed, (uint64_t)(base + c)) ? g * sc : 0.0f) * dmc_load(v->probs, v->dt, base + c);
         }
     }
-    sum = vl_lanes_sum(sum, lanes);
+    sum = dmc_lanes_sum(sum, lanes);
     for (int64_t c = lane; c < J; c += lanes) {
         const uint64_t e = (uint64_t)(base + c);
         if (mode == VL_BWD) {

@@ -69,15 +69,7 @@ void dmc_xent_bind(dmc_xent *x, void *work) {
     }
 }
 
-/* A sum, a maximum and an (value, lowest index) maximum over the lanes that share a row:
- * the warp's shuffles on the device, nothing to combine on the host (one lane). */
-static __host__ __device__ __forceinline__ float xe_sum(float s, int lanes) {
-#ifdef __CUDA_ARCH__
-    for (int d = lanes / 2; d > 0; d >>= 1) s += __shfl_xor_sync(0xffffffffu, s, d);
-#endif
-    (void)lanes;
-    return s;
-}
+/* The (value, lowest index) maximum over the lanes that share a row (as dmc_lanes_max). */
 static __host__ __device__ __forceinline__ void xe_argmax(float *v, int64_t *i, int lanes) {
 #ifdef __CUDA_ARCH__
     for (int d = lanes / 2; d > 0; d >>= 1) {
@@ -111,7 +103,7 @@ static __host__ __device__ void xe_fold(const dmc_xent *x, int64_t r, int64_t c0
     }
     float s = 0.0f;
     for (int64_t c = lane; c < n; c += lanes) s += expf(L[c] + dmc_load(x->bias, x->dt, c0 + c) - M);
-    s = xe_sum(s, lanes);
+    s = dmc_lanes_sum(s, lanes);
     if (lane) return;
     float am = first ? 0.0f : P[2 * m + r], av = first ? -INFINITY : P[3 * m + r], lab = first ? 0.0f : P[4 * m + r];
     if (cm > av) av = cm, am = (float)arg; /* ties: the earlier chunk's id */

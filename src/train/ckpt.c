@@ -44,15 +44,15 @@ static uint64_t hash_str(uint64_t h, const char *s) { return hash_bytes(h, s, st
  * optimizer), then what may change (the decay's last step, with a longer --steps) and the
  * step itself. */
 enum { M_LAYERS, M_HIDDEN, M_HEADS, M_FFN, M_ACT, M_NORM, M_CAUSAL, M_EPS, M_MODEL, M_DROPOUT, M_SEED, M_BATCH,
-       M_SEQ, M_RUN, M_ADAMW, M_TOTAL, M_STEP, M_N };
+       M_SEQ, M_RUN, M_ADAMW, M_TOTAL, M_STEP, M_SKIPPED, M_N };
 static const char *const k_meta[M_N] = {"layers", "hidden", "heads", "ffn",  "act", "norm",
                                         "causal", "eps",    "model", "dropout", "seed", "batch",
-                                        "seq",    "run",    "adamw", "adamw_total", "step"};
+                                        "seq",    "run",    "adamw", "adamw_total", "step", "skipped"};
 /* The layer variant's keys came later: a checkpoint without them is of a post-LN,
  * bidirectional stack, and at those values they are left out of the checksum; so is
  * "model" ("-": a stack of layers; a whole BERT's sizes around its layers). */
 static const char *optional_default(int m) {
-    return m == M_NORM ? "post" : m == M_CAUSAL ? "0" : m == M_MODEL ? "-" : NULL;
+    return m == M_NORM ? "post" : m == M_CAUSAL ? "0" : m == M_MODEL ? "-" : m == M_SKIPPED ? "0" : NULL;
 }
 #define META_MAX_STEP INT64_C(1000000000000)
 #define META_LEN 400 /* a value's text, its 0 included */
@@ -101,6 +101,7 @@ static void meta_values(const dm_trainer *T, char v[M_N][META_LEN]) {
     if (a->accumulate != 1) snprintf(v[M_ADAMW] + n, (size_t)(META_LEN - n), " accumulate=%d", a->accumulate);
     snprintf(v[M_TOTAL], META_LEN, "%" PRId64, a->total);
     snprintf(v[M_STEP], META_LEN, "%" PRId64, T->step);
+    snprintf(v[M_SKIPPED], META_LEN, "%" PRId64, T->skipped); /* steps without an update (AdamW's count) */
 }
 
 /* The checkpoint's tensors in file order: for each slot (a stack: layer by layer,
@@ -338,6 +339,10 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
     long long step = strtoll(theirs[M_STEP], &end, 10);
     if (*end || end == theirs[M_STEP] || errno == ERANGE || step < 0 || step > META_MAX_STEP)
         return dm_fail(DM_ERR_FORMAT, "the checkpoint's step '%s' is not a count (0 to 10^12)", theirs[M_STEP]);
+    long long skipped = strtoll(theirs[M_SKIPPED], &end, 10);
+    if (*end || end == theirs[M_SKIPPED] || errno == ERANGE || skipped < 0 || skipped > step)
+        return dm_fail(DM_ERR_FORMAT, "the checkpoint's skipped steps '%s' are not a count up to its step %lld",
+                       theirs[M_SKIPPED], step);
     for (int i = 0; i < ntensors(T); i++) {
         const dm_st_tensor *t = NULL;
         DM_TRY(find_checked(f, T, i / 3, i % 3, &t));
@@ -362,6 +367,7 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
         if (to) memcpy(to, data[i], (size_t)T->slot[i / 3].n * sizeof(float));
     }
     T->step = step;
+    T->skipped = skipped;
     T->micro = 0;
     T->window_scored = 0;
     dm_trainer_state_replaced(T);
@@ -465,6 +471,7 @@ static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f, int fir
         }
     if (T->moments) memset(T->moments, 0, (size_t)T->mcount * 2 * sizeof(float));
     T->step = 0;
+    T->skipped = 0;
     T->micro = 0;
     T->window_scored = 0;
     dm_trainer_state_replaced(T);
@@ -486,6 +493,7 @@ static dm_status load_layers(dm_trainer *T, const char *path, int first, int fla
     DM_TRY(dm_model_load_path(T->model, path, first, flags, T->load_note, sizeof T->load_note));
     if (T->moments) memset(T->moments, 0, (size_t)T->mcount * 2 * sizeof(float));
     T->step = 0;
+    T->skipped = 0;
     T->micro = 0;
     T->window_scored = 0;
     dm_trainer_state_replaced(T);

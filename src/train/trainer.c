@@ -180,6 +180,7 @@ dm_status dm_trainer_init_params(dm_trainer *T, uint64_t seed) {
         for (int l = 0; l < T->nlayers; l++) DM_TRY(dm_layer_init_params(T->L[l], dm_train_layer_seed(seed, l, 0)));
     if (T->moments) memset(T->moments, 0, (size_t)T->mcount * 2 * sizeof(float));
     T->step = 0;
+    T->skipped = 0;
     T->micro = 0;
     T->window_scored = 0;
     T->grad_norm = -1.0;
@@ -330,13 +331,13 @@ dm_status dm_trainer_step(dm_trainer *T, double *loss) {
     double l = 0.0;
     if (T->model) DM_TRY(dm_trainer_bert_forward(T, next_micro(T), &l));
     else DM_TRY(forward(T, next_micro(T), &l));
-    if (T->model) T->window_scored += T->model->counted_all;
     if (!isfinite(l))
         return dm_fail(DM_ERR_INVALID_ARG, "the loss is %g: the parameters were not updated (update %lld); "
                        "lower the learning rate (--lr) or check the inputs and targets for NaN or huge "
                        "values", l, (long long)step);
     double t0 = now();
     dm_status s = backward(T);
+    if (s == DM_OK && T->model) T->window_scored += T->model->counted_all; /* a micro-batch taken */
     if (s == DM_OK) s = dm_trainer_after_backward(T, step, t0);
     if (s != DM_OK) dm_trainer_reduce_drain(T); /* none of the sums handed over left running */
     if (s == DM_OK && loss) *loss = l;
@@ -353,11 +354,11 @@ dm_status dm_trainer_after_backward(dm_trainer *T, int64_t step, double t0) {
     T->secs[DM_TRAIN_BACKWARD] += t1 - t0;
     if (++T->micro < acc) return DM_OK;
     T->micro = 0; /* the next window starts over, whether the update goes through or not */
+    const int64_t scored = T->window_scored;
+    T->window_scored = 0;
     /* the sums over the ranks: the time waited for them is none of the phases' (see
      * dm_trainer_reduce_times); a failure (a rank gone) leaves the parameters unchanged */
     DM_TRY(dm_trainer_reduce_finish(T));
-    const int64_t scored = T->window_scored;
-    T->window_scored = 0;
     if (T->model && scored == 0) { /* no masked position (no labelled example) anywhere: no
                                     * gradient, and AdamW's momentum and decay alone would
                                     * still move the weights; the update is left out */

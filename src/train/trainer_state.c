@@ -474,8 +474,11 @@ static dm_status adamw(dm_trainer *T, int64_t step, double lr, double gscale, in
 dm_status dm_trainer_update(dm_trainer *T, int64_t step, int summed) {
     double gscale;
     DM_TRY(grad_scale(T, step, summed, &gscale)); /* nothing changed yet when it fails */
-    const double lr = dm_optim_lr(&T->optim, step);
-    dm_status s = T->optim.kind == DM_OPT_LAMB ? lamb(T, step, lr, gscale, summed) : adamw(T, step, lr, gscale, summed);
+    const double lr = dm_optim_lr(&T->optim, step); /* the schedule: by step */
+    /* the moments' bias correction: by the updates they took (steps left out, with nothing
+     * scored, took none: as torch.optim counts a step GradScaler skips) */
+    const int64_t taken = step - T->skipped;
+    dm_status s = T->optim.kind == DM_OPT_LAMB ? lamb(T, taken, lr, gscale, summed) : adamw(T, taken, lr, gscale, summed);
     /* the update is over when the backend is (its time is the optimizer's; errors surface here) */
     if (s == DM_OK) s = dm_trainer_wait(T);
     if (s == DM_OK && T->zero) s = dm_trainer_share_params(T); /* each shard from its rank */
