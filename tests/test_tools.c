@@ -135,12 +135,14 @@ static void test_device_and_analysis(void) {
     dm_device_model_free(m);
 }
 
-/* A data file of n samples of (j, i) whose values say where they come from. */
+/* A data file of n samples of (j, i) whose values say where they come from; the mask's
+ * tokens are mask_one (1: valid; anything else a mask refuses). */
+static float mask_one = 1.0f;
 static void write_data(const char *path, int n, int j, int i, int nan_at, int with_target) {
     float *x = malloc(sizeof(float) * (size_t)(n * j * i)), *y = malloc(sizeof(float) * (size_t)(n * j * i));
     float *m = malloc(sizeof(float) * (size_t)(n * j));
     for (int e = 0; e < n * j * i; e++) x[e] = (float)e, y[e] = -(float)e;
-    for (int e = 0; e < n * j; e++) m[e] = e % j < j - 1 ? 2.0f : 0.0f; /* any non-zero keeps a token */
+    for (int e = 0; e < n * j; e++) m[e] = e % j < j - 1 ? mask_one : 0.0f; /* 1: a token (else refused) */
     if (nan_at >= 0) y[nan_at] = NAN;
     dm_tensor_writer *w = NULL;
     CHECK_OK(dm_tensor_writer_new(&w));
@@ -213,6 +215,17 @@ static void test_train_data(void) {
     CHECK(d && dm_train_data_check_finite(d) == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "sample 1 "));
     dm_train_data_free(d);
     dm_tensor_file_free(f);
+    /* a mask of another value than 0 and 1 is refused when the data is checked, where */
+    mask_one = 2.0f;
+    write_data(path, N, J, I, -1, 1);
+    f = NULL, d = NULL;
+    CHECK_OK(dm_tensor_file_open(&f, path));
+    CHECK_OK(dm_train_data_new(&d, f));
+    CHECK(d && dm_train_data_check_finite(d) == DM_ERR_INVALID_ARG &&
+          strstr(dm_last_error(), "attention_mask holds 2 at sample 0, position 0"));
+    dm_train_data_free(d);
+    dm_tensor_file_free(f);
+    mask_one = 1.0f;
     /* no target: refused, naming what is missing */
     write_data(path, N, J, I, -1, 0);
     f = NULL, d = NULL;
