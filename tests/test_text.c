@@ -282,6 +282,10 @@ static void test_hostile(void) {
     refused("added2.json", "{\"added_tokens\":[{\"id\":0,\"content\":\"[X]\",\"single_word\":false,\"lstrip\":false,"
             "\"rstrip\":false,\"normalized\":false,\"special\":true}]," WP_BODY "{\"[UNK]\":0}}}", DM_CASE_FILE,
             DM_ERR_FORMAT, "gives to");
+    /* an added token that is the vocabulary's under another id: tokenizers would renumber */
+    refused("added3.json", "{\"added_tokens\":[{\"id\":2,\"content\":\"a\",\"single_word\":false,\"lstrip\":false,"
+            "\"rstrip\":false,\"normalized\":true,\"special\":false}]," WP_BODY "{\"[UNK]\":0,\"a\":1}}}",
+            DM_CASE_FILE, DM_ERR_FORMAT, "the vocabulary has it as id 1");
     refused("noprefix.json", "{\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"max_input_chars_per_word\":100,"
             "\"vocab\":{\"[UNK]\":0}}}", DM_CASE_FILE, DM_ERR_FORMAT, "continuing_subword_prefix is missing");
     refused("negmax.json", "{\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"continuing_subword_prefix\":\"##\","

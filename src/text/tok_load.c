@@ -537,6 +537,16 @@ static dm_status build_ids(dm_tokenizer *t, const tok_src *src) {
             st = dm_fail(DM_ERR_FORMAT, "added token \"%s\" has id %d, which the vocabulary gives to \"%s\"",
                          shown(a->s, a->len, b1, sizeof b1), a->id, shown(txt[a->id], len[a->id], b2, sizeof b2));
         }
+        /* the vocabulary's own token under another id: tokenizers would keep the vocabulary's
+         * id and number the added tokens after it anew, so the file's ids are not its */
+        for (size_t v = 0; v < src->nv && !st; v++) {
+            const tok_entry *e = &src->vocab[v];
+            if (e->id != a->id && e->len == a->len && !memcmp(e->s, a->s, a->len))
+                st = dm_fail(DM_ERR_FORMAT, "added token \"%s\" has id %d, and the vocabulary has it as id %d: "
+                             "tokenizers would give it %d and number the added tokens anew: save the tokenizer "
+                             "again with tokenizers or transformers", shown(a->s, a->len, b1, sizeof b1), a->id,
+                             e->id, e->id);
+        }
     }
     for (size_t i = 0; i < size && !st; i++) {
         if (!txt[i]) st = dm_fail(DM_ERR_FORMAT, "no token has id %zu: ids must be 0 .. %zu without holes", i, size - 1);
