@@ -54,15 +54,19 @@ static void run_free(model_run *m) {
     dm_trainer_free(m->T);
 }
 
-/* A random MLM batch: ids uniform over the vocabulary, 15% of the positions labelled. */
+/* A random MLM batch: ids uniform over the vocabulary, 15% of the positions labelled, one
+ * at least (a batch with none would make no update: a step not worth timing). */
 static void random_batch(model_run *m, const dm_layer_config *cfg, int64_t vocab) {
     cli_rng rng;
     cli_rng_seed(&rng, cfg->seed);
     const int64_t n = cfg->batch * cfg->seq;
+    int any = 0;
     for (int64_t k = 0; k < n; k++) {
         m->ids[k] = (int32_t)(cli_rng_u64(&rng) % (uint64_t)vocab);
         m->labels[k] = cli_rng_u64(&rng) % 100 < 15 ? (int32_t)(cli_rng_u64(&rng) % (uint64_t)vocab) : -100;
+        any |= m->labels[k] >= 0;
     }
+    if (!any) m->labels[0] = m->ids[0];
 }
 
 static int setup(model_run *m, const cli_config *c, const bench_model_opts *mo, const dm_layer_options *lo) {
