@@ -110,7 +110,6 @@ static dm_status init_xent(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan,
         return dm_fail(DM_ERR_UNSUPPORTED, "%s: %lld rows, %lld columns, %lld inner: sizes beyond BLAS's ints",
                        op->name, (long long)m, (long long)v, (long long)e);
     /* t, W, bias, labels [, lse, dloss]; then loss, lse, pred or dt, dW, dbias */
-    const int64_t want_in[6] = {m * e, v * e, v, m, m, m}, want_out[2][3] = {{m, m, m}, {m * e, v * e, v}};
     for (int io = 0; io < 2; io++)
         for (int s = 0; s < (io ? op->nout : op->nin); s++) {
             const int t = io ? op->out[s] : op->in[s];
@@ -122,9 +121,10 @@ static dm_status init_xent(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan,
                 want *= x->size[d];
             }
             float *p = dm_cpu_tensor_ptr(plan, arena, t);
-            if (!p || !dense || x->numel != (io ? want_out[bwd][s] : want_in[s]))
+            const int64_t numel = dm_linear_xent_numel(op->kind, io, s, m, e, v);
+            if (!p || !dense || x->numel != numel)
                 return dm_fail(DM_ERR_INTERNAL, "%s: operand %s is not in memory, dense, of %lld elements",
-                               op->name, x->name, (long long)(io ? want_out[bwd][s] : want_in[s]));
+                               op->name, x->name, (long long)numel);
             eg->xp[io ? op->nin + s : s] = p;
         }
     const int64_t need = dm_cpu_xent_work_floats(bwd, m, e, ex->nthreads); /* one buffer for all: exec_init */

@@ -451,15 +451,13 @@ static dm_status build_xent(dm_cuda_exec *ex, const dm_group *gr, const dm_op *o
     x->m = x->m_run = op->rows, x->v = op->cols, x->e = op->nindex;
     DM_TRY(dmc_xent_plan(x));
     /* in: t, W, bias, labels [, lse, dloss]; out: loss, lse, pred or dt, dW, dbias */
-    const int64_t m = x->m, e = x->e, v = x->v;
-    const int64_t want_in[6] = {m * e, v * e, v, m, m, m}, want_out[2][3] = {{m, m, m}, {m * e, v * e, v}};
     void *p[9];
     int dt[9];
     for (int io = 0; io < 2; io++)
         for (int s = 0; s < (io ? op->nout : op->nin); s++) {
             const int t = io ? op->out[s] : op->in[s], at = io ? op->nin + s : s;
             const dm_tensor *xt = &g->t[t];
-            const int64_t want = io ? want_out[bwd][s] : want_in[s];
+            const int64_t want = dm_linear_xent_numel(op->kind, io, s, x->m, x->e, x->v);
             /* the storage type: t, W, bias (in) and dt, dW, dbias (out of the backward) */
             const int storage = io ? bwd : s < 3;
             p[at] = ex->plan->in_memory[dm_tensor_root(g, t)] ? dmx_arena_ptr(ex, t, &dt[at]) : NULL;

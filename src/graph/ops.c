@@ -53,6 +53,13 @@ int dm_op_alone(dm_op_kind k) {
     return row_of(k) && k_ops[k].cls == DM_CLASS_CONTRACTION && k != DM_OP_CONTRACT;
 }
 
+int64_t dm_linear_xent_numel(dm_op_kind k, int out, int slot, int64_t m, int64_t e, int64_t v) {
+    const int bwd = k == DM_OP_LINEAR_XENT_BWD;
+    if ((k != DM_OP_LINEAR_XENT && !bwd) || slot < 0 || slot >= (out ? 3 : bwd ? 6 : 4)) return -1;
+    const int64_t in[6] = {m * e, v * e, v, m, m, m}, outs[2][3] = {{m, m, m}, {m * e, v * e, v}};
+    return out ? outs[bwd][slot] : in[slot];
+}
+
 int dm_op_indexed(dm_op_kind k) {
     return row_of(k) && (strchr(k_ops[k].in, 'T') != NULL || strchr(k_ops[k].out, 'X') != NULL);
 }

@@ -73,6 +73,12 @@ int dm_op_index_slot(dm_op_kind k);
  * memory, through a kernel of its own: a contraction-class kind other than CONTRACT (the
  * fused decoder and cross-entropy, LINEAR_XENT and its backward). */
 int dm_op_alone(dm_op_kind k);
+/* The elements operand `slot` (an output with out != 0) of LINEAR_XENT or LINEAR_XENT_BWD
+ * holds for m rows, e inner and v vocabulary columns (ops.def: in t (m,e), W (v,e), bias
+ * (v), labels (m) [, lse (m), dloss (m)]; out loss, lse, pred (m each) or dt (m,e), dW
+ * (v,e), dbias (v)); -1 for another kind or slot. Every backend's kernel checks its
+ * operands against it. */
+int64_t dm_linear_xent_numel(dm_op_kind k, int out, int slot, int64_t m, int64_t e, int64_t v);
 /* DM_OPP_* bits: the fields of dm_op the kind reads. */
 unsigned dm_op_params(dm_op_kind k);
 /* DM_KEEP_IN / DM_KEEP_OUT bits: what its gradient rule reads of the forward op (0 for
