@@ -398,7 +398,6 @@ typedef struct {
     double layer_norm_eps, hidden_dropout_prob, attention_probs_dropout_prob;
     dm_act act;                 /* hidden_act: gelu, gelu_new / gelu_pytorch_tanh, relu */
     char architecture[64];      /* the first of "architectures" ("BertForMaskedLM"), or "" */
-    int tie_word_embeddings;    /* 1 (the default): the MLM decoder is the word table */
 } dm_hf_config;
 /* BertConfig's defaults (bert-base-uncased's sizes). */
 void dm_hf_config_default(dm_hf_config *c);

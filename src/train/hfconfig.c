@@ -34,7 +34,6 @@ void dm_hf_config_default(dm_hf_config *c) {
     c->hidden_dropout_prob = 0.1;
     c->attention_probs_dropout_prob = 0.1;
     c->act = DM_ACT_GELU;
-    c->tie_word_embeddings = 1;
 }
 
 /* Key `k` of the config as an integer in [lo, hi] into *v (absent: *v unchanged). */
@@ -93,10 +92,11 @@ static dm_status read_kind(const cJSON *root, const char *path, dm_hf_config *c)
             return dm_fail(DM_ERR_UNSUPPORTED, "%s: hidden_act \"%s\": dmove has gelu, gelu_new (and "
                            "gelu_pytorch_tanh) and relu", path, s);
     }
+    /* tie_word_embeddings: checked as a boolean; what counts is the file's decoder, whether
+     * it is the word table (hfload.c's check_tied) */
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
     if (tie && !cJSON_IsNull(tie) && !cJSON_IsBool(tie))
         return dm_fail(DM_ERR_FORMAT, "%s: \"tie_word_embeddings\" must be true or false", path);
-    if (cJSON_IsFalse(tie)) c->tie_word_embeddings = 0;
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     if (cJSON_IsArray(arch) && cJSON_GetArraySize(arch) > 0) {
         const cJSON *a0 = cJSON_GetArrayItem(arch, 0);
