@@ -366,11 +366,7 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
         float *to = (float *)tensor_data(T, i / 3, i % 3);
         if (to) memcpy(to, data[i], (size_t)T->slot[i / 3].n * sizeof(float));
     }
-    T->step = step;
-    T->skipped = skipped;
-    T->micro = 0;
-    T->window_scored = 0;
-    dm_trainer_state_replaced(T);
+    dm_trainer_state_restarted(T, step, skipped);
     return DM_OK;
 }
 
@@ -470,11 +466,7 @@ static dm_status load_params_checked(dm_trainer *T, const dm_st_file *f, int fir
             DM_TRY(dm_st_to_f32(t, sl->p, (size_t)sl->n));
         }
     if (T->moments) memset(T->moments, 0, (size_t)T->mcount * 2 * sizeof(float));
-    T->step = 0;
-    T->skipped = 0;
-    T->micro = 0;
-    T->window_scored = 0;
-    dm_trainer_state_replaced(T);
+    dm_trainer_state_restarted(T, 0, 0);
     return DM_OK;
 }
 
@@ -492,11 +484,7 @@ static dm_status load_layers(dm_trainer *T, const char *path, int first, int fla
     DM_TRY(dm_trainer_pull(T, DM_PULL_STATE)); /* a head parameter the file lacks keeps its value */
     DM_TRY(dm_model_load_path(T->model, path, first, flags, T->load_note, sizeof T->load_note));
     if (T->moments) memset(T->moments, 0, (size_t)T->mcount * 2 * sizeof(float));
-    T->step = 0;
-    T->skipped = 0;
-    T->micro = 0;
-    T->window_scored = 0;
-    dm_trainer_state_replaced(T);
+    dm_trainer_state_restarted(T, 0, 0);
     return DM_OK;
 }
 

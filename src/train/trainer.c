@@ -179,12 +179,8 @@ dm_status dm_trainer_init_params(dm_trainer *T, uint64_t seed) {
     else
         for (int l = 0; l < T->nlayers; l++) DM_TRY(dm_layer_init_params(T->L[l], dm_train_layer_seed(seed, l, 0)));
     if (T->moments) memset(T->moments, 0, (size_t)T->mcount * 2 * sizeof(float));
-    T->step = 0;
-    T->skipped = 0;
-    T->micro = 0;
-    T->window_scored = 0;
     T->grad_norm = -1.0;
-    dm_trainer_state_replaced(T);
+    dm_trainer_state_restarted(T, 0, 0);
     return DM_OK;
 }
 

@@ -144,6 +144,9 @@ void dm_trainer_grads_new(dm_trainer *T);
 /* The parameters and moments were replaced on the host (initialised, loaded): every slot
  * dirty, none stale, the trainer not broken. */
 void dm_trainer_state_replaced(dm_trainer *T);
+/* The same after a start at update `step` (`skipped` of them without an update): the
+ * count set, no micro-batch of an update taken yet. */
+void dm_trainer_state_restarted(dm_trainer *T, int64_t step, int64_t skipped);
 /* model.c: a BERT trainer's tensors by model name; its forward pass (the micro-batch's
  * dropout masks) and backward pass (the tied table's gradient summed). */
 dm_status dm_trainer_bert_tensor(dm_trainer *T, const char *name, float **data, int *ndim, int64_t shape[4]);

@@ -494,6 +494,14 @@ void dm_trainer_state_replaced(dm_trainer *T) {
     T->broken = 0;
 }
 
+void dm_trainer_state_restarted(dm_trainer *T, int64_t step, int64_t skipped) {
+    T->step = step;
+    T->skipped = skipped;
+    T->micro = 0;
+    T->window_scored = 0;
+    dm_trainer_state_replaced(T);
+}
+
 dm_status dm_trainer_broken(const dm_trainer *T) {
     return dm_fail(DM_ERR_BACKEND, "the backend failed in the middle of the optimizer's update %lld: some parameters took it, "
                    "others not, so this trainer can neither go on nor be saved; resume from the last "
