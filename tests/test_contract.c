@@ -252,13 +252,14 @@ static void direct(void) {
     /* from DM_DIRECT_PANEL_M rows on, op(B) is packed into panels even where its rows could
      * be read in place */
     /* (and, for a transposed op(A), packed in blocks of 768 rows x 256 deep x 256 columns:
-     * n = 600 and k = 517 cross them, with m = 1025; so is op(A) NoTrans whose rows lie a
-     * multiple of 4 KiB apart, as with lda 2048) */
-    const int pm[] = {DM_DIRECT_PANEL_M, DM_DIRECT_PANEL_M + 1}, pn[] = {64, 600}, pk[] = {1, 517};
+     * n = 600 and k = 517 cross them, with m = 1025; the AVX-512 variant packs it where n
+     * is above 1024, as 1100; so is op(A) NoTrans whose rows lie a multiple of 4 KiB apart,
+     * as with lda 2048) */
+    const int pm[] = {DM_DIRECT_PANEL_M, DM_DIRECT_PANEL_M + 1}, pn[] = {64, 600, 1100}, pk[] = {1, 517};
     for (int t = 0; t < 4; t++)
-        for (int q = 0; q < 8; q++) {
-            const int m = pm[q & 1], n = pn[(q >> 1) & 1], k = pk[q >> 2];
-            double e = direct_case(t & 1, t >> 1, m, n, k, buf, q == 7 ? 2048 : 0);
+        for (int q = 0; q < 12; q++) {
+            const int m = pm[q & 1], n = pn[(q >> 1) % 3], k = pk[q / 6];
+            double e = direct_case(t & 1, t >> 1, m, n, k, buf, q == 9 ? 2048 : 0);
             cases++;
             if (!(e <= 1)) {
                 bad++;

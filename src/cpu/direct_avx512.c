@@ -28,8 +28,20 @@
 #define KC 256
 #define NC 512
 
-#if DM_GEMM_DIRECT_PACK_FLOATS < KC * NC
-#error "the direct kernel's buffer is smaller than one KC x NC block"
+/* op(A) transposed (the weight gradients): MCT x KCT blocks of it packed as strips (768
+ * KB, in L3, read in order) and KCT x NCT blocks of op(B) (256 KB), as direct_avx2.c does.
+ * Read in place, each k of a strip is another row lda apart, fetched again for every
+ * block of op(B): on Zen 4 (2026-11-28, bench/kernels.sh) ffn2 dW (768 x 3072 x 1024)
+ * ran at 82-85% of the FMA rate that way, packed at 91-93%. Only where op(A) would be
+ * read again for more than two blocks of op(B) (n above 2 NC): ffn1 and qkv dW (n 768 or
+ * 1024) ran at 86-89% packed against 92-94% in place, BERT-base's and -large's. */
+#define KCT 256
+#define NCT 256
+#define MCT 768
+#define PF_A 32 /* packing A^T: the lines this many floats on are fetched ahead */
+
+#if DM_GEMM_DIRECT_PACK_FLOATS < KC * NC || DM_GEMM_DIRECT_PACK_FLOATS < KCT * NCT + MCT * KCT + 16
+#error "the direct kernel's buffer is smaller than a block of op(B) and one of op(A)"
 #endif
 
 #define DIRECT_TARGET __attribute__((target("avx512f")))
@@ -125,11 +137,57 @@ void dm_direct_pack_b_avx512(float *buf, int64_t pstride, int transB, const floa
     dm_direct_pack_panels(buf, pstride, transB, B, ldb, k0, kc, j0, nc, 16, transpose16);
 }
 
+/* rows [0, mr) of op(A) = A^T (element (r, k) at a[r + k acs]), columns [0, kc), into d
+ * as MR floats per k: a strip that a tile reads as one stream, ars 1, acs MR. 16 floats
+ * are stored per k, the 10 past the strip overwritten by the next k's (d has 16 floats
+ * of room past the strip's end). */
+static DIRECT_TARGET void pack_at(float *d, const float *a, int64_t acs, int mr, int kc) {
+    const __mmask16 mk = (__mmask16)((1u << mr) - 1);
+    for (int k = 0; k < kc; k++) {
+        __builtin_prefetch(a + (int64_t)k * acs + PF_A, 0, 2);
+        _mm512_storeu_ps(d + (int64_t)k * MR, _mm512_maskz_loadu_ps(mk, a + (int64_t)k * acs));
+    }
+}
+
+/* strips [0, mc) of a packed op(A) block (strip s at ap + s * MR * kc) by the KC x NC
+ * block of op(B) in panels at bp, into C's columns [0, nc) */
+static DIRECT_TARGET void packed_strips(int mc, int kc, int nc, const float *ap, const float *bp, int64_t pstride,
+                                        float *c, int ldc, int acc, float alpha) {
+    for (int i0 = 0; i0 < mc; i0 += MR) {
+        const int mr = mc - i0 < MR ? mc - i0 : MR;
+        for (int jr = 0; jr < nc; jr += NR) {
+            const int nr = nc - jr < NR ? nc - jr : NR;
+            __mmask16 mk[NV];
+            col_masks(nr, mk);
+            tile_rows(mr, kc, ap + (int64_t)(i0 / MR) * MR * kc, 1, MR, bp + (jr / NR) * pstride, NR,
+                      c + (int64_t)i0 * ldc + jr, ldc, mk, acc, alpha);
+        }
+    }
+}
+
 DIRECT_TARGET void dm_sgemm_direct_avx512(int transA, int transB, int m, int n, int k, float alpha, const float *A,
                                    int lda, const float *B, int ldb, float *C, int ldc, float *buf) {
     const int64_t ars = transA ? 1 : lda, acs = transA ? lda : 1;
     if (k <= 0) {
         for (int i = 0; i < m; i++) memset(C + (int64_t)i * ldc, 0, sizeof(float) * (size_t)n);
+        return;
+    }
+    if (transA && n > 2 * NC) { /* op(A) packed once per KCT deep slice, then the columns in NCT blocks */
+        float *ap = buf + (int64_t)KCT * NCT;
+        for (int k0 = 0; k0 < k; k0 += KCT) {
+            const int kc = k - k0 < KCT ? k - k0 : KCT;
+            for (int ib = 0; ib < m; ib += MCT) {
+                const int mc = m - ib < MCT ? m - ib : MCT;
+                for (int i0 = 0; i0 < mc; i0 += MR)
+                    pack_at(ap + (int64_t)(i0 / MR) * MR * kc, A + (int64_t)k0 * lda + ib + i0, lda,
+                            mc - i0 < MR ? mc - i0 : MR, kc);
+                for (int j0 = 0; j0 < n; j0 += NCT) {
+                    const int nc = n - j0 < NCT ? n - j0 : NCT, pstride = kc * NR;
+                    dm_direct_pack_b_avx512(buf, pstride, transB, B, ldb, k0, kc, j0, nc);
+                    packed_strips(mc, kc, nc, ap, buf, pstride, C + (int64_t)ib * ldc + j0, ldc, k0 > 0, alpha);
+                }
+            }
+        }
         return;
     }
     for (int j0 = 0; j0 < n; j0 += NC) {
@@ -169,21 +227,26 @@ DIRECT_TARGET void dm_sgemm_direct_rows_avx512(int transA, int m, int n, int k, 
                                         const float *Bp, int64_t ldbp, int64_t pstride, float *C, int ldc,
                                         void (*done)(void *ctx, int i0, int rows), void *ctx) {
     const int64_t ars = transA ? 1 : lda, acs = transA ? lda : 1;
+    static _Thread_local float ablk[MC * KC + 16] __attribute__((aligned(64))); /* A^T's strips, packed */
     for (int ib = 0; ib < m; ib += MC) {
         const int mc = m - ib < MC ? m - ib : MC;
         if (k <= 0)
             for (int i = ib; i < ib + mc; i++) memset(C + (int64_t)i * ldc, 0, sizeof(float) * (size_t)n);
         for (int k0 = 0; k0 < k; k0 += KC) {
             const int kc = k - k0 < KC ? k - k0 : KC;
+            if (transA)
+                for (int i0 = ib; i0 < ib + mc; i0 += MR)
+                    pack_at(ablk + (i0 - ib) * KC, A + (int64_t)i0 + (int64_t)k0 * lda, lda,
+                            ib + mc - i0 < MR ? ib + mc - i0 : MR, kc);
             for (int jr = 0; jr < n; jr += NR) {
                 const int nr = n - jr < NR ? n - jr : NR;
                 __mmask16 mk[NV];
                 col_masks(nr, mk);
                 for (int i0 = ib; i0 < ib + mc; i0 += MR) {
                     const int mr = ib + mc - i0 < MR ? ib + mc - i0 : MR;
-                    tile_rows(mr, kc, A + (int64_t)i0 * ars + (int64_t)k0 * acs, ars, acs,
-                              Bp + (int64_t)k0 * ldbp + (jr / NR) * pstride, ldbp, C + (int64_t)i0 * ldc + jr, ldc, mk,
-                              k0 > 0, alpha);
+                    tile_rows(mr, kc, transA ? ablk + (i0 - ib) * KC : A + (int64_t)i0 * ars + (int64_t)k0 * acs,
+                              transA ? 1 : ars, transA ? MR : acs, Bp + (int64_t)k0 * ldbp + (jr / NR) * pstride,
+                              ldbp, C + (int64_t)i0 * ldc + jr, ldc, mk, k0 > 0, alpha);
                 }
             }
         }
