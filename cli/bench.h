@@ -15,7 +15,7 @@ typedef struct {
     /* what the backend chose (dm_layer_note_value: the GPU executor's row programs,
      * generated ones, fused attention groups, bias epilogues, groups on the second
      * stream; all 0 on the CPU), and the GPU's name ("" emulated or on the CPU) */
-    int64_t row_programs, row_programs_generated, attention_fused, bias_epilogues, second_stream;
+    int64_t row_programs, row_programs_generated, attention_fused, attention_flash, bias_epilogues, second_stream;
     char gpu[128];
     dm_layer_memory mem;     /* what the layer holds */
     /* --groups: the plan's groups (their times the medians over the profiled steps), and

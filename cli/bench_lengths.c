@@ -194,8 +194,39 @@ static int timed_step(side *s, int r) {
     return 0;
 }
 
+/* The unpadded layer's attention alone (its ATTN and ATTN_BWD groups), profiled over
+ * `steps` more steps on the last batch (lengths len): milliseconds a pass, and the flop of
+ * its real tokens (4 H P sum L^2 forward, 8 backward: the GEMMs; causal counted as dense). */
+typedef struct {
+    double ms[2], flop[2];
+    int found, flash;
+} attn_time;
+
+static int attn_profile(const dm_layer_config *cfg, side *u, const int64_t *len, int steps, attn_time *at) {
+    memset(at, 0, sizeof *at);
+    double sq = 0;
+    for (int64_t s = 0; s < cfg->batch; s++) sq += (double)len[s] * (double)len[s];
+    at->flop[0] = 4.0 * (double)cfg->hidden * sq, at->flop[1] = 8.0 * (double)cfg->hidden * sq;
+    at->flash = (int)dm_layer_note_value(u->L, "attention_flash", 0);
+    dm_layer_profile(u->L, 1);
+    dm_layer_profile_reset(u->L);
+    for (int r = 0; r < steps; r++)
+        if (timed_step(u, -1)) return -1;
+    for (int gi = 0; gi < dm_layer_num_groups(u->L); gi++) {
+        dm_layer_group x;
+        if (dm_layer_group_info(u->L, gi, &x) != DM_OK) continue;
+        const char *dot = strrchr(x.ops, '.'), *name = dot ? dot + 1 : x.ops;
+        const int k = !strcmp(name, "attn") ? 0 : !strcmp(name, "attn_bwd") ? 1 : -1;
+        if (x.nops != 1 || k < 0) continue;
+        at->ms[k] += 1e3 * x.seconds / steps;
+        at->found |= 1 << k;
+    }
+    dm_layer_profile(u->L, 0);
+    return 0;
+}
+
 static int report(const cli_config *c, const dm_layer_options *lo, const char *spec, const lengths_dist *d,
-                  double fill, double pad_ms, double unp_ms, int warmup, int reps, int json) {
+                  double fill, double pad_ms, double unp_ms, const attn_time *at, int warmup, int reps, int json) {
     const dm_layer_config *cfg = &c->cfg;
     const double tokens = fill * (double)(cfg->batch * cfg->seq);
     char where[160];
@@ -213,6 +244,13 @@ static int report(const cli_config *c, const dm_layer_options *lo, const char *s
         printf("%-10s %10.2f %14.0f\n", "padded", pad_ms, tokens / (pad_ms * 1e-3));
         printf("%-10s %10.2f %14.0f\n", "unpadded", unp_ms, tokens / (unp_ms * 1e-3));
         printf("\nunpadded speedup (padded step / unpadded step): %.3f\n", pad_ms / unp_ms);
+        for (int k = 0; k < 2; k++)
+            if (at->found >> k & 1)
+                printf("unpadded attention %s: %.3f ms, %.2f TFLOP/s of the real tokens (last batch, %s)\n",
+                       k ? "backward" : "forward", at->ms[k], at->flop[k] / (at->ms[k] * 1e-3) / 1e12,
+                       at->flash                          ? "flash kernels"
+                       : lo->device == DM_DEVICE_CUDA ? "cuBLAS over padded copies"
+                                                      : "the CPU's kernel");
         return fflush(stdout) ? (cli_error(CMD, "cannot write the report to stdout"), -1) : 0;
     }
     cJSON *root = cJSON_CreateObject(), *conf = NULL;
@@ -226,6 +264,11 @@ static int report(const cli_config *c, const dm_layer_options *lo, const char *s
              bench_jnum(conf, "reps", reps) && cJSON_AddStringToObject(conf, "lengths", spec) &&
              bench_jnum(root, "fill", fill) && bench_jnum(root, "padded_step_ms", pad_ms) &&
              bench_jnum(root, "unpadded_step_ms", unp_ms) && bench_jnum(root, "unpadded_speedup", pad_ms / unp_ms) &&
+             (!(at->found & 1) || bench_jnum(root, "attention_forward_ms", at->ms[0])) &&
+             (!(at->found & 2) || bench_jnum(root, "attention_backward_ms", at->ms[1])) &&
+             bench_jnum(root, "attention_forward_flop", at->flop[0]) &&
+             bench_jnum(root, "attention_backward_flop", at->flop[1]) &&
+             bench_jnum(root, "attention_flash_groups", at->flash) &&
              cJSON_AddStringToObject(root, "dmove_version", DMOVE_VERSION);
     /* where and when, as the other bench reports record them */
     char cpu[256], date[32];
@@ -275,7 +318,10 @@ int bench_lengths_run(const cli_config *c, const char *spec, const dm_layer_opti
             fprintf(stderr, "bench --lengths: batch %d of %d\n", r + warmup + 1, warmup + reps);
         }
     }
-    rc = report(c, lo, spec, &d, fill, bench_median(pad.ms, reps), bench_median(unp.ms, reps), warmup, reps, json);
+    attn_time at;
+    if (attn_profile(cfg, &unp, len, reps < 5 ? reps : 5, &at)) goto done;
+    rc = report(c, lo, spec, &d, fill, bench_median(pad.ms, reps), bench_median(unp.ms, reps), &at, warmup, reps,
+                json);
     rc = rc ? CLI_FAIL : CLI_OK;
 done:
     dm_layer_free(pad.L);

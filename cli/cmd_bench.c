@@ -273,12 +273,17 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
     res->row_programs = (int64_t)dm_layer_note_value(L, "row_programs", 0);
     res->row_programs_generated = (int64_t)dm_layer_note_value(L, "row_programs_generated", 0);
     res->attention_fused = (int64_t)dm_layer_note_value(L, "attention_fused", 0);
+    res->attention_flash = (int64_t)dm_layer_note_value(L, "attention_flash", 0);
     res->bias_epilogues = (int64_t)dm_layer_note_value(L, "bias_epilogues", 0);
     res->second_stream = (int64_t)dm_layer_note_value(L, "second_stream", 0);
     snprintf(res->gpu, sizeof res->gpu, "%s", dm_layer_note_text(L, "gpu"));
     dm_layer_memory_info(s->layer, &res->mem);
     char note[512];
     snprintf(note, sizeof note, "%s", dm_layer_note_text(L, "gen_unavailable"));
+    const char *fnote = dm_layer_note_text(L, "flash_unavailable");
+    if (fnote[0])
+        fprintf(stderr, "dmove bench: note: %s: the unpadded attention runs without the flash kernels "
+                "(cuBLAS over padded copies): %s\n", res->name, fnote);
     if (note[0])
         fprintf(stderr, "dmove bench: note: %s: --rows auto runs the row groups and attention with the "
                 "interpreter and cuBLAS: the generated kernels could not be built: %s\n", res->name, note);
@@ -536,6 +541,7 @@ static int print_json(const cli_config *c, const bench_result *res, int nres, in
              bench_jnum(o, "row_programs", (double)r->row_programs) &&
              bench_jnum(o, "row_programs_generated", (double)r->row_programs_generated) &&
              bench_jnum(o, "attention_groups_fused", (double)r->attention_fused) &&
+             bench_jnum(o, "attention_groups_flash", (double)r->attention_flash) &&
              bench_jnum(o, "groups_on_second_stream", (double)r->second_stream) &&
              bench_jnum(o, "bias_epilogues", (double)r->bias_epilogues) &&
              bench_jnum(o, "arena_bytes", (double)r->mem.arena) &&

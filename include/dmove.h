@@ -153,10 +153,13 @@ dm_status dm_layer_options_resolve(const dm_layer_options *opt, dm_layer_options
  * programs), row_programs_generated (of those, run as generated code, rows gen/auto: alone
  * or inside a fused kernel; a bias group a cuBLASLt epilogue absorbed runs nothing and is
  * not counted), attention_fused (attention groups run as one fused tensor-core kernel
- * each, bf16/fp16), bias_epilogues (contractions adding the next group's bias in a
+ * each, bf16/fp16), attention_flash (unpadded attention groups, forward and backward, on
+ * the flash kernels: bf16/fp16, head width 64 or 128), bias_epilogues (contractions adding the next group's bias in a
  * cuBLASLt epilogue), second_stream (groups on the second stream), and the texts
  * gen_unavailable (rows auto: why the generated kernels could not be built, the layer then
- * running the interpreter and cuBLAS; "" if they were built or not asked for) and gpu (the
+ * running the interpreter and cuBLAS; "" if they were built or not asked for),
+ * flash_unavailable (why an unpadded attention group runs without the flash kernels, its
+ * GEMMs on cuBLAS over padded copies; "" if none does) and gpu (the
  * GPU's name as the driver gives it, "" when emulated). */
 typedef struct {
     const char *key;

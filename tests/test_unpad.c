@@ -20,7 +20,10 @@
  *    0s is refused and leaves the last batch;
  *  - where the CUDA backend is built, the same on it, emulated on the host: layer variants
  *    with the interpreted and the generated row kernels (one with the generated kernels'
- *    device text lane by lane), and the model's MLM head and classifier. */
+ *    device text lane by lane), and the model's MLM head and classifier;
+ *  - and there, the flash attention kernels (flash.cu, bf16 and fp16, head widths 64 and
+ *    128, causal and dropout), lane by lane, against fp32 as closely as the path they
+ *    replace (flash_variant). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,9 +47,10 @@ static float *T_(dm_layer *L, const char *name, int64_t *n) {
     return p;
 }
 
-/* One step of both layers on lengths len; returns the worst relative error. */
+/* One step of both layers on lengths len; returns the worst relative error (each, when
+ * given: the outputs' and every parameter gradient's, in that order). */
 static double step_pair(dm_layer *P, dm_layer *U, const dm_layer_config *cfg, const int64_t *len, int grads,
-                        uint64_t seed) {
+                        uint64_t seed, int narrow, double *each) {
     const int64_t B = cfg->batch, J = cfg->seq, I = cfg->hidden;
     int64_t n;
     float *px = T_(P, "hidden_states", &n), *pm = T_(P, "attention_mask", &n), *pdy = grads ? T_(P, "grad_output", &n) : NULL;
@@ -104,6 +108,7 @@ static double step_pair(dm_layer *P, dm_layer *U, const dm_layer_config *cfg, co
         for (int64_t e = tok * I; e < B * J * I; e++) zeroed &= ua[e] == 0.0f;
         CHECK(finite);
         CHECK(zeroed);
+        if (each) each[k] = rel_err(ua, packed, (size_t)(tok * I));
         worst = worst_of(worst, rel_err(ua, packed, (size_t)(tok * I)));
         free(packed);
     }
@@ -114,11 +119,15 @@ static double step_pair(dm_layer *P, dm_layer *U, const dm_layer_config *cfg, co
         CHECK(pa && ua);
         if (!pa || !ua) continue;
         double e = rel_err(ua, pa, (size_t)n);
-        if (strstr(name, "key.bias")) { /* zero in exact arithmetic: rounding noise, relative to 1e-3 */
-            double d = 0;
+        if (strstr(name, "key.bias")) { /* zero in exact arithmetic: rounding noise, relative to 1e-3
+                                          * (narrow, 16-bit storage: to the query bias's gradient) */
+            double d = 0, qn = 0;
             for (int64_t i = 0; i < n; i++) d += ((double)ua[i] - pa[i]) * ((double)ua[i] - pa[i]);
-            e = sqrt(d) / 1e-3;
+            float *qb = narrow ? T_(P, "attention.self.query.bias.grad", &n) : NULL;
+            for (int64_t i = 0; qb && i < n; i++) qn += (double)qb[i] * qb[i];
+            e = sqrt(d) / (narrow ? sqrt(qn) : 1e-3);
         }
+        if (each) each[2 + q] = e;
         worst = worst_of(worst, e);
     }
     return worst;
@@ -159,7 +168,7 @@ static void variant(int pre, int causal, double p, int input_grad, dm_schedule s
     }
     const int64_t lens[5][4] = {{19, 19, 19, 19}, {19, 5, 11, 1}, {0, 7, 19, 3}, {1, 0, 0, 0}, {12, 19, 2, 17}};
     for (int k = 0; k < 5; k++) {
-        double e = step_pair(P, U, &cfg, lens[k], 1, 100 + (uint64_t)k);
+        double e = step_pair(P, U, &cfg, lens[k], 1, 100 + (uint64_t)k, 0, NULL);
         printf("  %s%s%s%s p=%.1f%s %s lengths %lld %lld %lld %lld: worst rel.err %.2e\n",
                dev == DM_DEVICE_CUDA ? "cuda (emulated) rows " : "", dev == DM_DEVICE_CUDA ? dm_rows_name(rows) : "",
                pre ? " pre-LN" : " post-LN", causal ? " causal" : "", p, input_grad ? "" : " no-input-grad",
@@ -169,6 +178,60 @@ static void variant(int pre, int causal, double p, int input_grad, dm_schedule s
     }
     dm_layer_free(P);
     dm_layer_free(U);
+}
+
+/* The flash kernels (flash.cu: CUDA, bf16 or fp16, head widths 64 and 128), emulated
+ * lane by lane: the unpadded layer on them (forward and backward) and on the path they
+ * replace (DMOVE_CUDA_FLASH=0: cuBLAS over padded copies, scores stored in the storage
+ * type), both against the same layer in fp32 (padded), sequences across two 64-token
+ * tiles, a ragged last one, one token and none. In 16 bits the layer's gradients are far
+ * from fp32 on either path (up to 0.7 relative on these small sizes): the outputs and
+ * every gradient on the flash kernels must be as close to fp32 as the other path's
+ * (within 1.5x + 5e-3), tensor by tensor. */
+static void flash_variant(int P, int causal, double p, dm_dtype dt) {
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 3;
+    cfg.seq = 70;
+    cfg.hidden = 2 * P;
+    cfg.heads = 2;
+    cfg.ffn = 64;
+    cfg.dropout = p;
+    cfg.causal = causal;
+    dm_layer_options ro = {.device = DM_DEVICE_CUDA, .rows = DM_ROWS_INTERP, .schedule = DM_SCHED_FUSED,
+                           .threads = 2},
+                     uo = ro;
+    uo.unpad = 1;
+    uo.dtype = dt;
+    dm_layer *L[3] = {NULL, NULL, NULL}; /* fp32 padded; flash; not */
+    CHECK_OK(dm_layer_new(&L[0], &cfg, &ro));
+    CHECK_OK(dm_layer_new(&L[1], &cfg, &uo));
+    setenv("DMOVE_CUDA_FLASH", "0", 1);
+    CHECK_OK(dm_layer_new(&L[2], &cfg, &uo));
+    unsetenv("DMOVE_CUDA_FLASH");
+    if (L[0] && L[1] && L[2]) {
+        CHECK(dm_layer_note_value(L[1], "attention_flash", 0) == 2); /* ATTN and ATTN_BWD */
+        CHECK(!dm_layer_note_text(L[1], "flash_unavailable")[0]);
+        CHECK(dm_layer_note_value(L[2], "attention_flash", -1) == 0);
+        CHECK(strstr(dm_layer_note_text(L[2], "flash_unavailable"), "DMOVE_CUDA_FLASH=0") != NULL);
+        for (int k = 0; k < 3; k++) CHECK_OK(dm_layer_init_params(L[k], 11));
+        const int64_t lens[3][3] = {{70, 70, 70}, {70, 1, 37}, {0, 64, 65}};
+        for (int k = 0; k < 3; k++) {
+            double tf[64] = {0}, to[64] = {0};
+            const int nt = 2 + dm_layer_num_params(L[0]);
+            CHECK(nt <= 64);
+            const double ef = step_pair(L[0], L[1], &cfg, lens[k], 1, 200 + (uint64_t)k, 1, tf),
+                         eo = step_pair(L[0], L[2], &cfg, lens[k], 1, 200 + (uint64_t)k, 1, to);
+            int worse = 0; /* tensor by tensor */
+            for (int q = 0; q < nt && q < 64; q++) worse += !(tf[q] <= 1.5 * to[q] + 5e-3);
+            CHECK(worse == 0);
+            printf("  cuda (emulated, flash lane by lane) %s p=%d%s dropout %.1f lengths %lld %lld %lld: worst "
+                   "rel.err against fp32 %.2e (without the flash kernels %.2e), tensors further: %d\n",
+                   dm_dtype_name(dt), P, causal ? " causal" : "", p, (long long)lens[k][0], (long long)lens[k][1],
+                   (long long)lens[k][2], ef, eo, worse);
+        }
+    }
+    for (int k = 0; k < 3; k++) dm_layer_free(L[k]);
 }
 
 static void refusals(void) {
@@ -339,6 +402,9 @@ int main(void) {
         model_pair(DM_MODEL_HEAD_MLM, DM_XENT_UNFUSED, 0.1, DM_DEVICE_CUDA);
         model_pair(DM_MODEL_HEAD_MLM, DM_XENT_FUSED, 0.1, DM_DEVICE_CUDA); /* over the scored rows: xent.cu */
         model_pair(DM_MODEL_HEAD_CLS, DM_XENT_AUTO, 0.1, DM_DEVICE_CUDA);
+        flash_variant(64, 0, 0.1, DM_DTYPE_BF16);
+        flash_variant(64, 1, 0.0, DM_DTYPE_FP16);
+        flash_variant(128, 1, 0.1, DM_DTYPE_BF16);
         if (!strcmp(getenv("DMOVE_CUDA_EMULATE"), "1")) { /* the generated kernels' device text, lane by lane */
             setenv("DMOVE_CUDA_EMULATE", "lanes", 1);
             variant(1, 0, 0.1, 1, DM_SCHED_FUSED, DM_DEVICE_CUDA, DM_ROWS_GEN);

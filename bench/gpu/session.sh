@@ -5,6 +5,10 @@
 #  1. bench/gpu/unpad.sh 2: tests/test_unpad on the GPU (the unpadded CUDA layer and model
 #     against the padded ones), then the BERT-large layer padded vs unpadded (issue 25's
 #     point 3) at half and full fill, b=8 j=512 and b=96 j=128;
+#  1a. bench/gpu/attn.sh: attention alone, dmove's flash kernels (src/cuda/flash.cu, new
+#     since the last GPU run: test_unpad above runs them against fp32 first) against
+#     PyTorch's SDPA backends, b=8 j=512 and b=96 j=128 (issue 25's point 2; SKIP_ATTN=1
+#     skips it);
 #  1b. tests/test_model on the GPU: the whole model's CUDA steps, the fused cross-entropy
 #     (src/cuda/xent.cu, new since the last GPU run) among them;
 #  2. dmove.torch's GPU tests (the CUDA build's libdmove.so from the pack; SKIP_PYTHON=1 skips them);
@@ -34,6 +38,10 @@ fi
 BUDGET=${BUDGET:-540}
 start=$(date +%s)
 [ "${SKIP_UNPAD:-0}" = 1 ] || timeout 330 sh "$here/unpad.sh" 2 || echo "unpad.sh: exit $? (330 s at most)"
+if [ "${SKIP_ATTN:-${SKIP_UNPAD:-0}}" != 1 ]; then # issue 25, point 2
+    echo
+    timeout 200 sh "$here/attn.sh" || echo "attn.sh: exit $? (200 s at most)"
+fi
 if [ "${SKIP_UNPAD:-0}" != 1 ] && [ -x "$root/.dev/bin/test_model" ]; then # the fused cross-entropy on the device
     echo
     echo "== tests/test_model on the GPU (BertForMaskedLM against transformers; LINEAR_XENT of xent.cu too)"

@@ -118,6 +118,10 @@ int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs);
 /* How many batched groups (attention) run as one fused kernel each (DM_CUDA_GEN, 16-bit
  * storage); their row programs count as generated above. */
 int dm_cuda_exec_fused(const dm_cuda_exec *ex);
+/* How many unpadded attention groups (ATTN, ATTN_BWD) run flash.cu's kernels, and why the
+ * first that does not ("" if none or all do). */
+int dm_cuda_exec_flash(const dm_cuda_exec *ex);
+const char *dm_cuda_exec_flash_note(const dm_cuda_exec *ex);
 /* Of those, the ones that leave a GEMM to cuBLAS after the kernel (tests). */
 int dm_cuda_exec_fused_tails(const dm_cuda_exec *ex);
 /* DM_CUDA_AUTO: why the generated kernels could not be built (NVRTC's words) and the layer

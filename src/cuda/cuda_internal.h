@@ -151,19 +151,30 @@ typedef struct {
     uint32_t thr, stream;  /* dropout: an element is kept where its Philox word >= thr */
     const void *lengths;   /* B lengths (len_dt: fp32, the tensor kept wide) */
     const void *q, *k, *v, *dctx;
-    void *ctx, *probs, *dq, *dk, *dv; /* probs: b h j k, J x J per (sequence, head) */
-    int64_t ldq, ldc, ldd;
+    void *ctx, *probs, *dq, *dk, *dv; /* probs: b h j k, J x J per (sequence, head); ctx: the
+                                       * forward's output (bwd: its input, read by flash) */
+    int64_t ldq, ldc, ldd, ldo; /* ldc: ctx's (fwd) or dctx's (bwd); ldo: ctx's in bwd */
+    int flash;             /* flash.cu's kernels (dmc_flash_ok), else the steps below */
     int *off;              /* work: the B + 1 sequences' first rows */
     void *pad[5];          /* work: padded head-major copies, B x H x J x P each */
     void *sq[2];           /* work: B x H x J x J each: scores, dropped probabilities, dP, dS */
+    float *fl_d, *fl_dq;   /* work (flash bwd): rowsum(dctx ctx), B H J; dQ per key tile */
 } dmc_varlen;
-/* Device work space (bwd: 5 copies and 2 squares, else 4 and 1), and its pointers set
- * inside `work`. */
+/* Device work space (bwd: 5 copies and 2 squares, else 4 and 1; flash: flash.cu's), and
+ * its pointers set inside `work`. */
 size_t dmc_varlen_work_bytes(const dmc_varlen *v);
 void dmc_varlen_bind(dmc_varlen *v, void *work);
 /* The op with this seed on `stream` (cuBLAS through `blas`, set to that stream), or with
  * emulated != 0 the same steps on the host. */
 dm_status dmc_varlen_run(const dmc_varlen *v, uint64_t seed, int emulated, cublasHandle_t blas, cudaStream_t stream);
+/* flash.cu: whether its kernels take this op on a device with smem_max bytes of shared
+ * memory a block (0: the emulation), else *why says what does not fit (the same answer
+ * for an ATTN and its ATTN_BWD: it reads only what both share); the work space past the
+ * offsets, its binding, and the run (offsets already computed). */
+int dmc_flash_ok(const dmc_varlen *v, size_t smem_max, const char **why);
+size_t dmc_flash_work_bytes(const dmc_varlen *v);
+void dmc_flash_bind(dmc_varlen *v, void *work);
+dm_status dmc_flash_run(const dmc_varlen *v, uint64_t seed, int emulated, cudaStream_t stream);
 
 /* LINEAR_XENT and LINEAR_XENT_BWD (xent.cu): the fused decoder and cross-entropy
  * (ops.def), the vocabulary in chunks of `chunk` columns whose logits (fp32) live in the

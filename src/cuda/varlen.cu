@@ -133,6 +133,7 @@ size_t dmc_varlen_work_bytes(const dmc_varlen *v) {
     const size_t es = (size_t)dmc_esize(v->dt), pad = (size_t)(v->B * v->H * v->J * v->P) * es,
                  sq = (size_t)(v->B * v->H * v->J * v->J) * es;
     const size_t line = 256, off = ((size_t)(v->B + 1) * sizeof(int) + line - 1) / line * line;
+    if (v->flash) return off + dmc_flash_work_bytes(v);
     return off + (v->bwd ? 5 : 4) * ((pad + line - 1) / line * line) + (v->bwd ? 2 : 1) * ((sq + line - 1) / line * line);
 }
 
@@ -143,6 +144,10 @@ void dmc_varlen_bind(dmc_varlen *v, void *work) {
     char *p = (char *)work;
     v->off = (int *)p;
     p += ((size_t)(v->B + 1) * sizeof(int) + line - 1) / line * line;
+    if (v->flash) {
+        dmc_flash_bind(v, p);
+        return;
+    }
     for (int q = 0; q < 5; q++) {
         v->pad[q] = q < (v->bwd ? 5 : 4) ? p : NULL;
         if (v->pad[q]) p += pad;
@@ -207,6 +212,7 @@ dm_status dmc_varlen_run(const dmc_varlen *v, uint64_t seed, int emu, cublasHand
         vl_offsets_kernel<<<1, 1, 0, stream>>>(*v);
         DMC_CUDA(cudaGetLastError());
     }
+    if (v->flash) return dmc_flash_run(v, seed, emu, stream);
     vl_copies in = {{v->q, v->k, v->v, v->dctx}, {v->pad[0], v->pad[1], v->pad[2], v->pad[3]},
                     {v->ldq, v->ldq, v->ldq, v->ldc}, v->bwd ? 4 : 3, 0};
     DM_TRY(vl_copies_run(v, &in, emu, stream));

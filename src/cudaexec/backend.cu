@@ -17,7 +17,7 @@ typedef struct {
     dm_cuda_exec *ex;
     const dm_plan *plan;
     int profile, by_events;
-    dm_layer_note notes[7];
+    dm_layer_note notes[9];
     int nnotes;
 } cuda_state;
 
@@ -132,6 +132,8 @@ static dm_status create(dm_backend_state **out, const dm_plan *plan, char *host,
     note(c, "row_programs", programs, NULL);
     note(c, "row_programs_generated", generated, NULL);
     note(c, "attention_fused", dm_cuda_exec_fused(c->ex), NULL);
+    note(c, "attention_flash", dm_cuda_exec_flash(c->ex), NULL);
+    note(c, "flash_unavailable", 0, dm_cuda_exec_flash_note(c->ex));
     note(c, "bias_epilogues", dm_cuda_exec_epilogues(c->ex), NULL);
     note(c, "second_stream", dm_cuda_exec_side_groups(c->ex), NULL);
     note(c, "gen_unavailable", 0, dm_cuda_exec_gen_note(c->ex));

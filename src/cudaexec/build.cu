@@ -427,11 +427,22 @@ static dm_status build_varlen(dm_cuda_exec *ex, const dm_group *gr, const dm_op 
         v->dctx = d[0];
         DM_TRY(varlen_rows3(ex, op, op->out, v->P, d, &v->ldd, "dQ, dK and dV"));
         v->dq = d[0], v->dk = d[1], v->dv = d[2];
+        if (op->nin < 7)
+            return dm_fail(DM_ERR_INTERNAL, "%s: the forward's context is not among its operands", op->name);
+        DM_TRY(varlen_rows(ex, op, op->in[6], v->P, &v->ctx, &v->ldo));
     } else {
         void *c;
         DM_TRY(varlen_rows(ex, op, op->out[0], v->P, &c, &v->ldc));
         v->ctx = c;
     }
+    /* flash.cu's kernels where they take the case (the forward and its backward decide
+     * alike: the same operands), unless DMOVE_CUDA_FLASH=0 */
+    const char *fl = getenv("DMOVE_CUDA_FLASH"), *why = "DMOVE_CUDA_FLASH=0";
+    v->flash = !(fl && !strcmp(fl, "0")) && dmc_flash_ok(v, dmx_emulated(ex) ? 0 : (size_t)ex->smem_optin, &why);
+    ex->nflash += v->flash;
+    if (!v->flash && !ex->flash_note[0])
+        snprintf(ex->flash_note, sizeof ex->flash_note, "%s (head width %lld, %s storage)", why, (long long)v->P,
+                 v->dt == DMC_BF16 ? "bf16" : v->dt == DMC_F16 ? "fp16" : "fp32");
     st->varlen = 1; /* its work space: exec.cu's, bound when every group is built */
     st->prog = -1;
     return DM_OK;
@@ -752,6 +763,8 @@ int dm_cuda_exec_generated(const dm_cuda_exec *ex, int *programs) {
 }
 
 int dm_cuda_exec_fused(const dm_cuda_exec *ex) { return ex ? ex->nfused : 0; }
+int dm_cuda_exec_flash(const dm_cuda_exec *ex) { return ex ? ex->nflash : 0; }
+const char *dm_cuda_exec_flash_note(const dm_cuda_exec *ex) { return ex ? ex->flash_note : ""; }
 
 int dm_cuda_exec_fused_tails(const dm_cuda_exec *ex) {
     int n = 0;

@@ -98,6 +98,8 @@ struct dm_cuda_exec {
     int *gen_of;              /* per program: its generated kernel, or -1 (interpreted) */
     int ngen;
     int nfused;               /* groups run as one fused kernel (dmc_attn) */
+    int nflash;               /* ATTN and ATTN_BWD groups on flash.cu's kernels */
+    char flash_note[160];     /* why an ATTN group does not, the first one's */
     char gen_note[512];       /* DM_CUDA_AUTO: why no generated kernel is used, if the build failed */
     /* DM_CUDA_OVERLAP: the second stream and what runs there */
     cudaStream_t side_stream;

@@ -134,6 +134,10 @@ static dm_status rule_fused_bwd(ad_ctx *c, const dm_op *f, const dm_op *proto, i
     for (int i = 0; i < 4; i++) m.in[i] = f->in[i];
     m.in[4] = f->out[1];
     m.in[5] = dy;
+    if (kind == DM_OP_ATTN_BWD) { /* and the context, whose rows' sums with dy the flash backward takes */
+        m.nin = 7;
+        m.in[6] = f->out[0];
+    }
     m.nout = 3;
     for (int i = 0; i < 3; i++) m.out[i] = slot[i];
     snprintf(m.name, sizeof m.name, "%s_bwd", f->name);

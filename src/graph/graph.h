@@ -11,7 +11,7 @@
 #include "graph/ops.h"
 
 #define DM_MAX_DIMS 6
-#define DM_MAX_IN 6
+#define DM_MAX_IN 7
 #define DM_MAX_OUT 3
 #define DM_NAME_LEN 48
 

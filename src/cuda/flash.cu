@@ -1,0 +1,628 @@
+/* flash.cu: ATTN and ATTN_BWD (varlen.cu's op) as flash-style kernels on the tensor cores,
+ * for bf16 and fp16 storage and head widths 64 and 128 (issue 25): the scores never go to
+ * memory. Per (sequence, head):
+ *   forward, a block per 64 queries (4 warps of 16): the queries' fragments stay in
+ *     registers; per tile of 64 keys (K and V through shared memory) S = alpha Q K^T by
+ *     mma.sync m16n8k16, the padding (keys past the sequence) and causal masks, an online
+ *     softmax (running maximum and sum per row), the dropout (the CPU's Philox words of the
+ *     padded element index (s, h, j, k)), and O += dropped(P) V with P straight from the
+ *     accumulators as the next MMA's operand. Writes the context and, per query row, the
+ *     log-sum-exp of its scores, where the other path keeps the probabilities: the op's
+ *     probs tensor (b h j k, dt) holds the B H J fp32 values at its start instead, and
+ *     only this file's backward reads them (dmc_flash_ok decides for both passes alike).
+ *   backward, a block per 64 keys (a warp per 16): D = rowsum(dctx * ctx) per query row
+ *     first; then per tile of 64 queries P^T = exp(alpha K Q^T - lse) again, dV +=
+ *     dropped(P)^T dctx, dP^T = V dctx^T, dS^T = P^T (dropout_bwd(dP^T) - D), dK += alpha
+ *     dS^T Q in registers, and the tile's share of dQ = alpha dS K through shared memory
+ *     into a partial sum per key tile (fp32, work space), which a last kernel adds in
+ *     key-tile order: the same bits on every run, no atomics.
+ * The probabilities enter the MMAs rounded to the storage type, as the other path rounds
+ * the probabilities it stores; sums are fp32. dmc_flash_run's host emulation runs these
+ * kernels themselves lane by lane: every lane a thread (pthreads), __syncthreads a block
+ * barrier, shuffles and each mma.sync an exchange through a warp barrier, with the
+ * fragments assembled by the PTX ISA's m16n8k16 layouts (A: rows g and g + 8, columns 2t,
+ * 2t + 1, 2t + 8, 2t + 9; B: rows 2t, 2t + 1, 2t + 8, 2t + 9 of column g; C: rows g and
+ * g + 8, columns 2t and 2t + 1; g = lane / 4, t = lane % 4), so a wrong lane mapping gives
+ * wrong numbers and a lane that misses a barrier hangs the test. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/philox.cuh"
+#include "cuda/rowmath.cuh"
+
+#ifndef __CUDA_ARCH__
+#include <pthread.h>
+
+#include <functional>
+#include <vector>
+#endif
+
+enum { FL_WARPS = 4, FL_THREADS = 32 * FL_WARPS, FL_TILE = 64 /* queries or keys a block */ };
+
+/* ---- the lanes' view: CUDA's, or the emulation's -------------------------------------- */
+
+#ifndef __CUDA_ARCH__
+struct fl_sim {
+    pthread_barrier_t block, warp[FL_WARPS];
+    uint32_t xa[FL_THREADS][4], xb[FL_THREADS][2];
+    float xf[FL_THREADS];
+};
+static fl_sim *g_fl_sim; /* the running emulation (one at a time: g_fl_lock) */
+static pthread_mutex_t g_fl_lock = PTHREAD_MUTEX_INITIALIZER;
+static thread_local int fl_htid;
+#endif
+
+static __host__ __device__ __forceinline__ void fl_sync() {
+#ifdef __CUDA_ARCH__
+    __syncthreads();
+#else
+    pthread_barrier_wait(&g_fl_sim->block);
+#endif
+}
+
+static __host__ __device__ __forceinline__ float fl_shfl_xor(float v, int o) {
+#ifdef __CUDA_ARCH__
+    return __shfl_xor_sync(0xffffffffu, v, o);
+#else
+    fl_sim *S = g_fl_sim;
+    const int w = fl_htid / 32;
+    S->xf[fl_htid] = v;
+    pthread_barrier_wait(&S->warp[w]);
+    const float r = S->xf[w * 32 + ((fl_htid % 32) ^ o)];
+    pthread_barrier_wait(&S->warp[w]);
+    return r;
+#endif
+}
+
+/* the four lanes of a row's quad (lanes 4g .. 4g + 3) */
+static __host__ __device__ __forceinline__ float fl_quad_max(float v) {
+    v = fmaxf(v, fl_shfl_xor(v, 1));
+    return fmaxf(v, fl_shfl_xor(v, 2));
+}
+static __host__ __device__ __forceinline__ float fl_quad_sum(float v) {
+    v += fl_shfl_xor(v, 1);
+    return v + fl_shfl_xor(v, 2);
+}
+
+/* Two elements of type T as the 32-bit word an MMA operand register holds (lo: the lower
+ * column or row), and back. */
+template <typename T> static __host__ __device__ __forceinline__ uint32_t fl_pack(float lo, float hi);
+template <> __host__ __device__ __forceinline__ uint32_t fl_pack<__nv_bfloat16>(float lo, float hi) {
+    __nv_bfloat16 a = __float2bfloat16_rn(lo), b = __float2bfloat16_rn(hi);
+    unsigned short ua, ub;
+    memcpy(&ua, &a, 2);
+    memcpy(&ub, &b, 2);
+    return (uint32_t)ua | (uint32_t)ub << 16;
+}
+template <> __host__ __device__ __forceinline__ uint32_t fl_pack<__half>(float lo, float hi) {
+    __half a = __float2half_rn(lo), b = __float2half_rn(hi);
+    unsigned short ua, ub;
+    memcpy(&ua, &a, 2);
+    memcpy(&ub, &b, 2);
+    return (uint32_t)ua | (uint32_t)ub << 16;
+}
+/* two stored elements (already of type T) as one word */
+template <typename T> static __host__ __device__ __forceinline__ uint32_t fl_join(const T *lo, const T *hi) {
+    unsigned short ua, ub;
+    memcpy(&ua, lo, 2);
+    memcpy(&ub, hi, 2);
+    return (uint32_t)ua | (uint32_t)ub << 16;
+}
+
+template <typename T> struct fl_is_bf16 { enum { value = 0 }; };
+template <> struct fl_is_bf16<__nv_bfloat16> { enum { value = 1 }; };
+
+#ifndef __CUDA_ARCH__
+static float fl_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+static float fl_to_float(__half x) { return __half2float(x); }
+template <typename T> static float fl_half_of(uint32_t w, int hi) {
+    __nv_bfloat16_raw rb;
+    __half_raw rh;
+    rb.x = rh.x = (unsigned short)(hi ? w >> 16 : w & 0xFFFFu);
+    return fl_is_bf16<T>::value ? fl_to_float(__nv_bfloat16(rb)) : fl_to_float(__half(rh));
+}
+#endif
+
+/* c += A B for one warp: A 16 x 16 (a[4]), B 16 x 8 (b[2]), C 16 x 8 (c[4]), fp32 sums */
+template <typename T>
+static __host__ __device__ __forceinline__ void fl_mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+#ifdef __CUDA_ARCH__
+#if __CUDA_ARCH__ >= 800
+    if (fl_is_bf16<T>::value)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    __trap(); /* dmc_flash_ok refuses devices below sm_80 */
+#endif
+#else
+    fl_sim *S = g_fl_sim;
+    const int w = fl_htid / 32, lane = fl_htid % 32, g = lane / 4, t = lane % 4;
+    for (int q = 0; q < 4; q++) S->xa[fl_htid][q] = a[q];
+    for (int q = 0; q < 2; q++) S->xb[fl_htid][q] = b[q];
+    pthread_barrier_wait(&S->warp[w]);
+    for (int e = 0; e < 4; e++) {
+        const int r = g + (e >= 2 ? 8 : 0), n = 2 * t + (e & 1);
+        float acc = c[e];
+        for (int k = 0; k < 16; k++) {
+            const int la = w * 32 + (r % 8) * 4 + (k % 8) / 2, ra = (r >= 8) + 2 * (k >= 8);
+            const int lb = w * 32 + n * 4 + (k % 8) / 2, rb = k >= 8;
+            acc += fl_half_of<T>(S->xa[la][ra], k % 2) * fl_half_of<T>(S->xb[lb][rb], k % 2);
+        }
+        c[e] = acc;
+    }
+    pthread_barrier_wait(&S->warp[w]);
+#endif
+}
+
+#ifndef __CUDA_ARCH__
+/* fn on a grid of gx x gy x gz blocks of FL_THREADS lanes, one block at a time, each lane a
+ * thread; fn(tid, bx, by, bz, smem). Shared memory is NaN at each block's start. */
+struct fl_simarg {
+    int tid, gx, gy, gz;
+    float *smem;
+    long long smem_n;
+    const std::function<void(int, int, int, int, char *)> *fn;
+};
+
+static void *fl_sim_thread(void *p) {
+    const fl_simarg *x = (const fl_simarg *)p;
+    fl_htid = x->tid;
+    for (int bz = 0; bz < x->gz; bz++)
+        for (int by = 0; by < x->gy; by++)
+            for (int bx = 0; bx < x->gx; bx++) {
+                if (x->tid == 0)
+                    for (long long i = 0; i < x->smem_n; i++) x->smem[i] = __builtin_nanf("");
+                pthread_barrier_wait(&g_fl_sim->block);
+                (*x->fn)(x->tid, bx, by, bz, (char *)x->smem);
+                pthread_barrier_wait(&g_fl_sim->block);
+            }
+    return 0;
+}
+
+static dm_status fl_sim_run(int gx, int gy, int gz, size_t smem_bytes,
+                            const std::function<void(int, int, int, int, char *)> &fn) {
+    dm_status st = DM_OK;
+    pthread_mutex_lock(&g_fl_lock);
+    fl_sim *S = new fl_sim();
+    const long long nf = (long long)((smem_bytes + 3) / 4);
+    float *smem = (float *)aligned_alloc(128, (size_t)(nf + 32) / 32 * 128);
+    int ok = smem && !pthread_barrier_init(&S->block, 0, FL_THREADS);
+    for (int w = 0; ok && w < FL_WARPS; w++) ok = !pthread_barrier_init(&S->warp[w], 0, 32);
+    g_fl_sim = S;
+    std::vector<pthread_t> th(FL_THREADS);
+    std::vector<fl_simarg> arg(FL_THREADS);
+    int made = 0;
+    for (; ok && made < FL_THREADS; made++) {
+        arg[(size_t)made] = fl_simarg{made, gx, gy, gz, smem, nf, &fn};
+        if (pthread_create(&th[(size_t)made], 0, fl_sim_thread, &arg[(size_t)made])) break;
+    }
+    if (ok && made < FL_THREADS) { /* the threads made wait at the first barrier forever: a test-only path */
+        fprintf(stderr, "flash emulation: cannot start %d threads\n", FL_THREADS);
+        abort();
+    }
+    for (int t = 0; ok && t < FL_THREADS; t++) pthread_join(th[(size_t)t], 0);
+    if (!ok) st = dm_fail(DM_ERR_OOM, "flash attention emulation: out of memory or barriers");
+    free(smem);
+    delete S;
+    g_fl_sim = 0;
+    pthread_mutex_unlock(&g_fl_lock);
+    return st;
+}
+#endif
+
+/* ---- the kernels' pieces ---------------------------------------------------------------- */
+
+struct fl_args {
+    dmc_varlen v;
+    uint64_t seed;
+    int vec16; /* every token-row operand 16-byte aligned with a row stride of 8 elements */
+};
+
+/* Is element (s h j k) kept by the dropout? As varlen.cu's vl_kept. */
+static __host__ __device__ __forceinline__ int fl_kept(const dmc_varlen *v, uint64_t seed, uint64_t e) {
+    return !v->drop || dmc_uint4_word(dmc_philox_block(seed, v->stream, e >> 2), (int)(e & 3)) >= v->thr;
+}
+
+/* rows [r0, r0 + 64) of a token-row operand (head columns at src, row stride ld) into a
+ * shared tile of row stride P + 8; rows at or past n zero */
+template <typename T, int P>
+static __host__ __device__ __forceinline__ void fl_load_tile(T *dst, const T *src, int64_t ld, int r0, int n, int tid,
+                                                             int vec16) {
+    const int LDS = P + 8;
+    if (vec16) {
+        for (int c = tid; c < FL_TILE * (P / 8); c += FL_THREADS) {
+            const int r = c / (P / 8), col = (c % (P / 8)) * 8;
+            uint4 x = make_uint4(0, 0, 0, 0);
+            if (r0 + r < n) x = *(const uint4 *)(src + (int64_t)(r0 + r) * ld + col);
+            *(uint4 *)(dst + r * LDS + col) = x;
+        }
+        return;
+    }
+    for (int c = tid; c < FL_TILE * (P / 2); c += FL_THREADS) {
+        const int r = c / (P / 2), col = (c % (P / 2)) * 2;
+        uint32_t x = 0;
+        if (r0 + r < n) x = *(const uint32_t *)(src + (int64_t)(r0 + r) * ld + col);
+        *(uint32_t *)(dst + r * LDS + col) = x;
+    }
+}
+
+/* the A fragment of 16 rows (r, r + 8) x 16 columns (c ..) of a shared tile */
+template <typename T, int LDS>
+static __host__ __device__ __forceinline__ void fl_frag_a(uint32_t a[4], const T *s, int r, int c, int g, int t) {
+    a[0] = *(const uint32_t *)(s + (r + g) * LDS + c + 2 * t);
+    a[1] = *(const uint32_t *)(s + (r + g + 8) * LDS + c + 2 * t);
+    a[2] = *(const uint32_t *)(s + (r + g) * LDS + c + 2 * t + 8);
+    a[3] = *(const uint32_t *)(s + (r + g + 8) * LDS + c + 2 * t + 8);
+}
+/* the B fragment of B = X^T for a shared tile X whose row n is B's column: rows n0 + g,
+ * columns c + 2t.. (contiguous pairs) */
+template <typename T, int LDS>
+static __host__ __device__ __forceinline__ void fl_frag_bt(uint32_t b[2], const T *s, int n0, int c, int g, int t) {
+    b[0] = *(const uint32_t *)(s + (n0 + g) * LDS + c + 2 * t);
+    b[1] = *(const uint32_t *)(s + (n0 + g) * LDS + c + 2 * t + 8);
+}
+/* the B fragment of B = X for a shared tile X (k rows k0 + 2t.., column n0 + g) */
+template <typename T, int LDS>
+static __host__ __device__ __forceinline__ void fl_frag_b(uint32_t b[2], const T *s, int k0, int n0, int g, int t) {
+    const T *p = s + (k0 + 2 * t) * LDS + n0 + g;
+    b[0] = fl_join<T>(p, p + LDS);
+    b[1] = fl_join<T>(p + 8 * LDS, p + 9 * LDS);
+}
+/* accumulators of two 8-column tiles (16 columns) as the A fragment of the next MMA */
+template <typename T>
+static __host__ __device__ __forceinline__ void fl_c_to_a(uint32_t a[4], const float *c0, const float *c1) {
+    a[0] = fl_pack<T>(c0[0], c0[1]);
+    a[1] = fl_pack<T>(c0[2], c0[3]);
+    a[2] = fl_pack<T>(c1[0], c1[1]);
+    a[3] = fl_pack<T>(c1[2], c1[3]);
+}
+
+static __host__ __device__ __forceinline__ int fl_off(const dmc_varlen *v, int s) { return v->off[s]; }
+
+/* ---- forward ---------------------------------------------------------------------------- */
+
+template <typename T, int P>
+static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, int h, int s, char *smem) {
+    const dmc_varlen *v = &A.v;
+    enum { LDS = P + 8 };
+    T *Ks = (T *)smem, *Vs = Ks + FL_TILE * LDS;
+    const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int o = fl_off(v, s), L = fl_off(v, s + 1) - o, q0 = qb * FL_TILE;
+    if (q0 >= L) return; /* the whole block: no barrier is left waiting */
+    const int64_t J = v->J, hc = (int64_t)h * P;
+    const T *Q = (const T *)v->q + (int64_t)o * v->ldq + hc, *K = (const T *)v->k + (int64_t)o * v->ldq + hc,
+            *V = (const T *)v->v + (int64_t)o * v->ldq + hc;
+    const int r0 = q0 + w * 16 + g, r1 = r0 + 8; /* this lane's two query rows */
+    uint32_t qa[P / 16][4];
+    for (int kk = 0; kk < P / 16; kk++)
+        for (int e = 0; e < 4; e++) {
+            const int r = e & 1 ? r1 : r0, c = kk * 16 + 2 * t + (e >= 2 ? 8 : 0);
+            qa[kk][e] = r < L ? *(const uint32_t *)(Q + (int64_t)r * v->ldq + c) : 0u;
+        }
+    float acc[P / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int n = 0; n < P / 8; n++)
+        for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+    const uint64_t ebase = ((uint64_t)s * (uint64_t)v->H + (uint64_t)h) * (uint64_t)J;
+    const int kend = v->causal && q0 + FL_TILE < L ? q0 + FL_TILE : L;
+    for (int k0 = 0; k0 < kend; k0 += FL_TILE) {
+        fl_load_tile<T, P>(Ks, K, v->ldq, k0, L, tid, A.vec16);
+        fl_load_tile<T, P>(Vs, V, v->ldq, k0, L, tid, A.vec16);
+        fl_sync();
+        float sc[8][4];
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++) sc[n][e] = 0.0f;
+        for (int kk = 0; kk < P / 16; kk++)
+            for (int n = 0; n < 8; n++) {
+                uint32_t b[2];
+                fl_frag_bt<T, LDS>(b, Ks, n * 8, kk * 16, g, t);
+                fl_mma<T>(sc[n], qa[kk], b);
+            }
+        float mx[2] = {-INFINITY, -INFINITY};
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++) {
+                const int row = e >= 2 ? r1 : r0, col = k0 + n * 8 + 2 * t + (e & 1);
+                const float x = col >= L || row >= L || (v->causal && col > row) ? -INFINITY : sc[n][e] * v->alpha;
+                sc[n][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        float corr[2], base[2];
+        for (int i = 0; i < 2; i++) {
+            const float mn = fmaxf(m[i], fl_quad_max(mx[i]));
+            base[i] = mn == -INFINITY ? 0.0f : mn; /* a row with no key yet: every term 0 */
+            corr[i] = expf(m[i] - base[i]);
+            m[i] = mn;
+            l[i] *= corr[i];
+        }
+        for (int n = 0; n < P / 8; n++)
+            for (int e = 0; e < 4; e++) acc[n][e] *= corr[e >> 1];
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++) {
+                const int row = e >= 2 ? r1 : r0, col = k0 + n * 8 + 2 * t + (e & 1);
+                const float p = expf(sc[n][e] - base[e >> 1]);
+                l[e >> 1] += p;
+                sc[n][e] = p > 0.0f && fl_kept(v, A.seed, ebase * (uint64_t)J + (uint64_t)row * (uint64_t)J + (uint64_t)col)
+                               ? p : 0.0f;
+            }
+        for (int kk = 0; kk < 4; kk++) {
+            uint32_t a[4];
+            fl_c_to_a<T>(a, sc[2 * kk], sc[2 * kk + 1]);
+            for (int n = 0; n < P / 8; n++) {
+                uint32_t b[2];
+                fl_frag_b<T, LDS>(b, Vs, kk * 16, n * 8, g, t);
+                fl_mma<T>(acc[n], a, b);
+            }
+        }
+        fl_sync(); /* every warp is done with the tiles before the next are loaded */
+    }
+    T *C = (T *)v->ctx + (int64_t)o * v->ldc + hc;
+    float *lse = (float *)v->probs;
+    for (int i = 0; i < 2; i++) {
+        const float sum = fl_quad_sum(l[i]);
+        const int row = i ? r1 : r0;
+        const float inv = sum > 0.0f ? (v->drop ? v->scale : 1.0f) / sum : 0.0f;
+        if (row >= L) continue;
+        for (int n = 0; n < P / 8; n++) {
+            const uint32_t wd = fl_pack<T>(acc[n][2 * i] * inv, acc[n][2 * i + 1] * inv);
+            *(uint32_t *)(C + (int64_t)row * v->ldc + n * 8 + 2 * t) = wd;
+        }
+        if (t == 0) lse[ebase + (uint64_t)row] = m[i] + logf(sum);
+    }
+}
+
+/* ---- backward ---------------------------------------------------------------------------- */
+
+/* D[s h j] = sum_p dctx * ctx over the head's P columns, fp32 (thread per (token, head)) */
+static __host__ __device__ void fl_rowdot(const dmc_varlen *v, int64_t s, int64_t j, int64_t h) {
+    const int o = v->off[s], L = v->off[s + 1] - o;
+    if (j >= L) return;
+    float d = 0.0f;
+    for (int64_t p = 0; p < v->P; p++)
+        d += dmc_load(v->dctx, v->dt, (o + j) * v->ldc + h * v->P + p) *
+             dmc_load(v->ctx, v->dt, (o + j) * v->ldo + h * v->P + p);
+    v->fl_d[(s * v->H + h) * v->J + j] = d;
+}
+
+/* dQ row (s, j), head columns: the partials of the key tiles that saw it, in order */
+static __host__ __device__ void fl_dq_sum(const dmc_varlen *v, int64_t s, int64_t j, int64_t col) {
+    const int o = v->off[s], L = v->off[s + 1] - o;
+    if (j >= L) return;
+    const int64_t HP = v->H * v->P, tiles = v->causal ? j / FL_TILE + 1 : (L + FL_TILE - 1) / FL_TILE,
+                  stride = (int64_t)v->off[v->B] * HP;
+    float d = 0.0f;
+    for (int64_t kt = 0; kt < tiles; kt++) d += v->fl_dq[kt * stride + (o + j) * HP + col];
+    dmc_store(v->dq, v->dt, (o + j) * v->ldd + col, d * v->alpha);
+}
+
+template <typename T, int P>
+static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, int h, int s, char *smem) {
+    const dmc_varlen *v = &A.v;
+    enum { LDS = P + 8, LDD = FL_TILE + 8 };
+    T *Qs = (T *)smem, *Os = Qs + FL_TILE * LDS, *Ks = Os + FL_TILE * LDS, *Vs = Ks + FL_TILE * LDS,
+      *Ss = Vs + FL_TILE * LDS;
+    float *lse_s = (float *)(Ss + FL_TILE * LDD), *d_s = lse_s + FL_TILE;
+    const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int o = fl_off(v, s), L = fl_off(v, s + 1) - o, k0 = kb * FL_TILE;
+    if (k0 >= L) return;
+    const int64_t J = v->J, hc = (int64_t)h * P, HP = v->H * P;
+    const T *Q = (const T *)v->q + (int64_t)o * v->ldq + hc, *K = (const T *)v->k + (int64_t)o * v->ldq + hc,
+            *V = (const T *)v->v + (int64_t)o * v->ldq + hc, *dO = (const T *)v->dctx + (int64_t)o * v->ldc + hc;
+    const uint64_t ebase = ((uint64_t)s * (uint64_t)v->H + (uint64_t)h) * (uint64_t)J;
+    const float *lse = (const float *)v->probs + ebase, *D = v->fl_d + ebase;
+    float *dqp = v->fl_dq + (int64_t)kb * v->off[v->B] * HP + (int64_t)o * HP + hc;
+    const float sc = v->drop ? v->scale : 1.0f;
+    fl_load_tile<T, P>(Ks, K, v->ldq, k0, L, tid, A.vec16);
+    fl_load_tile<T, P>(Vs, V, v->ldq, k0, L, tid, A.vec16);
+    float dk[P / 8][4], dv[P / 8][4];
+    for (int n = 0; n < P / 8; n++)
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+    const int key0 = k0 + w * 16 + g, key1 = key0 + 8; /* this lane's two keys */
+    for (int q0 = v->causal ? k0 : 0; q0 < L; q0 += FL_TILE) {
+        fl_load_tile<T, P>(Qs, Q, v->ldq, q0, L, tid, A.vec16);
+        fl_load_tile<T, P>(Os, dO, v->ldc, q0, L, tid, A.vec16);
+        for (int i = tid; i < FL_TILE; i += FL_THREADS) {
+            lse_s[i] = q0 + i < L ? lse[q0 + i] : 0.0f;
+            d_s[i] = q0 + i < L ? D[q0 + i] : 0.0f;
+        }
+        fl_sync();
+        float st[8][4], dp[8][4]; /* S^T, then P^T; dP^T, then dS^T: 16 keys x 64 queries */
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++) st[n][e] = dp[n][e] = 0.0f;
+        for (int kk = 0; kk < P / 16; kk++) {
+            uint32_t ak[4], av[4];
+            fl_frag_a<T, LDS>(ak, Ks, w * 16, kk * 16, g, t);
+            fl_frag_a<T, LDS>(av, Vs, w * 16, kk * 16, g, t);
+            for (int n = 0; n < 8; n++) {
+                uint32_t b[2];
+                fl_frag_bt<T, LDS>(b, Qs, n * 8, kk * 16, g, t);
+                fl_mma<T>(st[n], ak, b);
+                fl_frag_bt<T, LDS>(b, Os, n * 8, kk * 16, g, t);
+                fl_mma<T>(dp[n], av, b);
+            }
+        }
+        float pd[8][4]; /* dropped P^T, scaled */
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++) {
+                const int key = e >= 2 ? key1 : key0, qi = n * 8 + 2 * t + (e & 1), q = q0 + qi;
+                const int ok = key < L && q < L && !(v->causal && key > q);
+                const float p = ok ? expf(st[n][e] * v->alpha - lse_s[qi]) : 0.0f;
+                const int kept = ok && fl_kept(v, A.seed, (ebase + (uint64_t)q) * (uint64_t)J + (uint64_t)key);
+                pd[n][e] = kept ? p * sc : 0.0f;
+                dp[n][e] = p * ((kept ? dp[n][e] * sc : 0.0f) - d_s[qi]); /* dS^T */
+            }
+        for (int kk = 0; kk < 4; kk++) { /* dV += Pd^T dO, dK += dS^T Q (alpha at the end) */
+            uint32_t ap[4], as[4];
+            fl_c_to_a<T>(ap, pd[2 * kk], pd[2 * kk + 1]);
+            fl_c_to_a<T>(as, dp[2 * kk], dp[2 * kk + 1]);
+            for (int n = 0; n < P / 8; n++) {
+                uint32_t b[2];
+                fl_frag_b<T, LDS>(b, Os, kk * 16, n * 8, g, t);
+                fl_mma<T>(dv[n], ap, b);
+                fl_frag_b<T, LDS>(b, Qs, kk * 16, n * 8, g, t);
+                fl_mma<T>(dk[n], as, b);
+            }
+        }
+        for (int n = 0; n < 8; n++) /* dS^T to shared memory: row key, column query */
+            for (int i = 0; i < 2; i++)
+                *(uint32_t *)(Ss + (w * 16 + g + 8 * i) * LDD + n * 8 + 2 * t) =
+                    fl_pack<T>(dp[n][2 * i], dp[n][2 * i + 1]);
+        fl_sync();
+        /* this tile's dQ for queries q0 + 16w ..: dS (16 queries x 64 keys) K (64 x P) */
+        uint32_t a[4][4];
+        for (int kk = 0; kk < 4; kk++) { /* A[query][key] = Ss[key][query] */
+            const T *p = Ss + (kk * 16 + 2 * t) * LDD + w * 16 + g;
+            a[kk][0] = fl_join<T>(p, p + LDD);
+            a[kk][1] = fl_join<T>(p + 8, p + LDD + 8);
+            a[kk][2] = fl_join<T>(p + 8 * LDD, p + 9 * LDD);
+            a[kk][3] = fl_join<T>(p + 8 * LDD + 8, p + 9 * LDD + 8);
+        }
+        const int qa0 = q0 + w * 16 + g, qa1 = qa0 + 8;
+        for (int n = 0; n < P / 8; n++) {
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int kk = 0; kk < 4; kk++) {
+                uint32_t b[2];
+                fl_frag_b<T, LDS>(b, Ks, kk * 16, n * 8, g, t);
+                fl_mma<T>(c, a[kk], b);
+            }
+            if (qa0 < L) {
+                dqp[(int64_t)qa0 * HP + n * 8 + 2 * t] = c[0];
+                dqp[(int64_t)qa0 * HP + n * 8 + 2 * t + 1] = c[1];
+            }
+            if (qa1 < L) {
+                dqp[(int64_t)qa1 * HP + n * 8 + 2 * t] = c[2];
+                dqp[(int64_t)qa1 * HP + n * 8 + 2 * t + 1] = c[3];
+            }
+        }
+        fl_sync(); /* the tiles and dS^T are read before the next query tile */
+    }
+    T *dK = (T *)v->dk + (int64_t)o * v->ldd + hc, *dV = (T *)v->dv + (int64_t)o * v->ldd + hc;
+    for (int i = 0; i < 2; i++) {
+        const int key = i ? key1 : key0;
+        if (key >= L) continue;
+        for (int n = 0; n < P / 8; n++) {
+            *(uint32_t *)(dK + (int64_t)key * v->ldd + n * 8 + 2 * t) =
+                fl_pack<T>(dk[n][2 * i] * v->alpha, dk[n][2 * i + 1] * v->alpha);
+            *(uint32_t *)(dV + (int64_t)key * v->ldd + n * 8 + 2 * t) = fl_pack<T>(dv[n][2 * i], dv[n][2 * i + 1]);
+        }
+    }
+}
+
+/* ---- launches ---------------------------------------------------------------------------- */
+
+template <typename T, int P> static size_t fl_smem(int bwd) {
+    return bwd ? (size_t)(4 * FL_TILE * (P + 8) + FL_TILE * (FL_TILE + 8)) * sizeof(T) + 2 * FL_TILE * sizeof(float)
+               : (size_t)(2 * FL_TILE * (P + 8)) * sizeof(T);
+}
+
+template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS) fl_fwd_kernel(fl_args A) {
+    extern __shared__ __align__(16) char fl_smem_d[];
+    fl_fwd_block<T, P>(A, (int)threadIdx.x, (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, fl_smem_d);
+}
+template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS) fl_bwd_kernel(fl_args A) {
+    extern __shared__ __align__(16) char fl_smem_d[];
+    fl_bwd_block<T, P>(A, (int)threadIdx.x, (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, fl_smem_d);
+}
+__global__ void fl_rowdot_kernel(dmc_varlen v) { /* grid (J, B), threads over the heads */
+    for (int64_t h = threadIdx.x; h < v.H; h += blockDim.x) fl_rowdot(&v, blockIdx.y, blockIdx.x, h);
+}
+__global__ void fl_dq_kernel(dmc_varlen v) { /* grid (J, B), threads over the H P columns */
+    for (int64_t c = threadIdx.x; c < v.H * v.P; c += blockDim.x) fl_dq_sum(&v, blockIdx.y, blockIdx.x, c);
+}
+
+template <typename T, int P>
+static dm_status fl_run_typed(const dmc_varlen *v, const fl_args &A, int emu, cudaStream_t stream) {
+    const int tiles = (int)((v->J + FL_TILE - 1) / FL_TILE);
+    const size_t smem = fl_smem<T, P>(v->bwd);
+    if (emu) {
+#ifndef __CUDA_ARCH__
+        if (v->bwd)
+            for (int64_t s = 0; s < v->B; s++)
+                for (int64_t j = 0; j < v->J; j++)
+                    for (int64_t h = 0; h < v->H; h++) fl_rowdot(v, s, j, h);
+        std::function<void(int, int, int, int, char *)> fn = [&](int tid, int bx, int by, int bz, char *sm) {
+            if (v->bwd) fl_bwd_block<T, P>(A, tid, bx, by, bz, sm);
+            else fl_fwd_block<T, P>(A, tid, bx, by, bz, sm);
+        };
+        DM_TRY(fl_sim_run(tiles, (int)v->H, (int)v->B, smem, fn));
+        if (v->bwd)
+            for (int64_t s = 0; s < v->B; s++)
+                for (int64_t j = 0; j < v->J; j++)
+                    for (int64_t c = 0; c < v->H * v->P; c++) fl_dq_sum(v, s, j, c);
+#endif
+        return DM_OK;
+    }
+    const dim3 grid((unsigned)tiles, (unsigned)v->H, (unsigned)v->B), pairs((unsigned)v->J, (unsigned)v->B);
+    if (v->bwd) {
+        fl_rowdot_kernel<<<pairs, 32, 0, stream>>>(*v);
+        DMC_CUDA(cudaGetLastError());
+        DMC_CUDA(cudaFuncSetAttribute(fl_bwd_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        fl_bwd_kernel<T, P><<<grid, FL_THREADS, smem, stream>>>(A);
+        DMC_CUDA(cudaGetLastError());
+        fl_dq_kernel<<<pairs, 128, 0, stream>>>(*v);
+    } else {
+        DMC_CUDA(cudaFuncSetAttribute(fl_fwd_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        fl_fwd_kernel<T, P><<<grid, FL_THREADS, smem, stream>>>(A);
+    }
+    DMC_CUDA(cudaGetLastError());
+    return DM_OK;
+}
+
+int dmc_flash_ok(const dmc_varlen *v, size_t smem_max, const char **why) {
+    const char *w = NULL;
+    const size_t need = v->P == 64 ? (v->dt == DMC_BF16 ? fl_smem<__nv_bfloat16, 64>(1) : fl_smem<__half, 64>(1))
+                                   : (v->dt == DMC_BF16 ? fl_smem<__nv_bfloat16, 128>(1) : fl_smem<__half, 128>(1));
+    if (v->dt != DMC_BF16 && v->dt != DMC_F16) w = "the storage type is fp32 (the tensor cores' kernel takes bf16 or fp16)";
+    else if (v->P != 64 && v->P != 128) w = "the head width is neither 64 nor 128";
+    else if (v->J < 2) w = "sequences of one position";
+    else if (smem_max != 0 && smem_max < need) w = "the device's shared memory per block is below the backward's";
+    else if (v->B > 65535 || v->H > 65535 || v->J > 65535 * (int64_t)FL_TILE || v->B * v->J > INT32_MAX)
+        w = "the batch is beyond the kernel's grid";
+    else if ((uintptr_t)v->q % 4 || (uintptr_t)v->k % 4 || (uintptr_t)v->v % 4 || (uintptr_t)v->probs % 4 ||
+             (uintptr_t)v->ctx % 4 || v->ldq % 2 || (v->bwd ? v->ldo : v->ldc) % 2)
+        w = "an operand is not 4-byte aligned";
+    if (why) *why = w;
+    return w == NULL;
+}
+
+/* the backward's own operands, which the forward's answer did not see */
+static dm_status fl_bwd_aligned(const dmc_varlen *v) {
+    if ((uintptr_t)v->dctx % 4 || (uintptr_t)v->dq % 4 || (uintptr_t)v->dk % 4 || (uintptr_t)v->dv % 4 ||
+        v->ldc % 2 || v->ldd % 2)
+        return dm_fail(DM_ERR_UNSUPPORTED, "flash attention backward: the gradients are not 4-byte aligned, "
+                       "and the forward kept no probabilities (set DMOVE_CUDA_FLASH=0)");
+    return DM_OK;
+}
+
+size_t dmc_flash_work_bytes(const dmc_varlen *v) {
+    if (!v->bwd) return 0;
+    const size_t tiles = (size_t)((v->J + FL_TILE - 1) / FL_TILE), line = 256;
+    const size_t d = ((size_t)(v->B * v->H * v->J) * 4 + line - 1) / line * line;
+    return d + tiles * (size_t)(v->B * v->J * v->H * v->P) * 4;
+}
+
+void dmc_flash_bind(dmc_varlen *v, void *work) {
+    const size_t line = 256, d = ((size_t)(v->B * v->H * v->J) * 4 + line - 1) / line * line;
+    v->fl_d = v->bwd ? (float *)work : NULL;
+    v->fl_dq = v->bwd ? (float *)((char *)work + d) : NULL;
+}
+
+dm_status dmc_flash_run(const dmc_varlen *v, uint64_t seed, int emu, cudaStream_t stream) {
+    if (v->bwd) DM_TRY(fl_bwd_aligned(v));
+    fl_args A;
+    A.v = *v;
+    A.seed = seed;
+    const uintptr_t al = (uintptr_t)v->q | (uintptr_t)v->k | (uintptr_t)v->v |
+                         (v->bwd ? (uintptr_t)v->dctx : 0);
+    A.vec16 = al % 16 == 0 && v->ldq % 8 == 0 && (!v->bwd || v->ldc % 8 == 0);
+    if (v->dt == DMC_BF16)
+        return v->P == 64 ? fl_run_typed<__nv_bfloat16, 64>(v, A, emu, stream)
+                          : fl_run_typed<__nv_bfloat16, 128>(v, A, emu, stream);
+    return v->P == 64 ? fl_run_typed<__half, 64>(v, A, emu, stream) : fl_run_typed<__half, 128>(v, A, emu, stream);
+}
