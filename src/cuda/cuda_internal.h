@@ -173,6 +173,9 @@ dm_status dmc_varlen_run(const dmc_varlen *v, uint64_t seed, int emulated, cubla
  * offsets, its binding, and the run (offsets already computed). */
 int dmc_flash_ok(const dmc_varlen *v, size_t smem_max, const char **why);
 size_t dmc_flash_work_bytes(const dmc_varlen *v);
+/* ATTN_BWD's own operands (dctx, dQ, dK, dV), which dmc_flash_ok does not see, 4-byte
+ * aligned with even strides, else DM_ERR_UNSUPPORTED (its forward kept no probabilities) */
+dm_status dmc_flash_bwd_check(const dmc_varlen *v);
 void dmc_flash_bind(dmc_varlen *v, void *work);
 dm_status dmc_flash_run(const dmc_varlen *v, uint64_t seed, int emulated, cudaStream_t stream);
 

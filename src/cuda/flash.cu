@@ -85,29 +85,21 @@ static __host__ __device__ __forceinline__ float fl_quad_sum(float v) {
     return v + fl_shfl_xor(v, 2);
 }
 
-/* Two elements of type T as the 32-bit word an MMA operand register holds (lo: the lower
- * column or row), and back. */
-template <typename T> static __host__ __device__ __forceinline__ uint32_t fl_pack(float lo, float hi);
-template <> __host__ __device__ __forceinline__ uint32_t fl_pack<__nv_bfloat16>(float lo, float hi) {
-    __nv_bfloat16 a = __float2bfloat16_rn(lo), b = __float2bfloat16_rn(hi);
-    unsigned short ua, ub;
-    memcpy(&ua, &a, 2);
-    memcpy(&ub, &b, 2);
-    return (uint32_t)ua | (uint32_t)ub << 16;
-}
-template <> __host__ __device__ __forceinline__ uint32_t fl_pack<__half>(float lo, float hi) {
-    __half a = __float2half_rn(lo), b = __float2half_rn(hi);
-    unsigned short ua, ub;
-    memcpy(&ua, &a, 2);
-    memcpy(&ub, &b, 2);
-    return (uint32_t)ua | (uint32_t)ub << 16;
-}
-/* two stored elements (already of type T) as one word */
+/* Two stored elements as the 32-bit word an MMA operand register holds (lo: the lower
+ * column or row); two fp32 values rounded to type T, as such a word. */
 template <typename T> static __host__ __device__ __forceinline__ uint32_t fl_join(const T *lo, const T *hi) {
     unsigned short ua, ub;
     memcpy(&ua, lo, 2);
     memcpy(&ub, hi, 2);
     return (uint32_t)ua | (uint32_t)ub << 16;
+}
+static __host__ __device__ __forceinline__ void fl_round(float x, __nv_bfloat16 *o) { *o = __float2bfloat16_rn(x); }
+static __host__ __device__ __forceinline__ void fl_round(float x, __half *o) { *o = __float2half_rn(x); }
+template <typename T> static __host__ __device__ __forceinline__ uint32_t fl_pack(float lo, float hi) {
+    T a, b;
+    fl_round(lo, &a);
+    fl_round(hi, &b);
+    return fl_join<T>(&a, &b);
 }
 
 template <typename T> struct fl_is_bf16 { enum { value = 0 }; };
@@ -140,7 +132,7 @@ static __host__ __device__ __forceinline__ void fl_mma(float c[4], const uint32_
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
-    __trap(); /* dmc_flash_ok refuses devices below sm_80 */
+    __trap(); /* not built: the executor refuses devices below compute capability 8.0 */
 #endif
 #else
     fl_sim *S = g_fl_sim;
@@ -591,8 +583,7 @@ int dmc_flash_ok(const dmc_varlen *v, size_t smem_max, const char **why) {
     return w == NULL;
 }
 
-/* the backward's own operands, which the forward's answer did not see */
-static dm_status fl_bwd_aligned(const dmc_varlen *v) {
+dm_status dmc_flash_bwd_check(const dmc_varlen *v) {
     if ((uintptr_t)v->dctx % 4 || (uintptr_t)v->dq % 4 || (uintptr_t)v->dk % 4 || (uintptr_t)v->dv % 4 ||
         v->ldc % 2 || v->ldd % 2)
         return dm_fail(DM_ERR_UNSUPPORTED, "flash attention backward: the gradients are not 4-byte aligned, "
@@ -600,6 +591,9 @@ static dm_status fl_bwd_aligned(const dmc_varlen *v) {
     return DM_OK;
 }
 
+/* The backward's: D (B H J fp32) and a dQ partial per key tile, ceil(J/64) x B J H P fp32
+ * (at BERT's j <= 512 and heads of 64 about the other path's two J x J squares; it grows
+ * with J^2, as they do). */
 size_t dmc_flash_work_bytes(const dmc_varlen *v) {
     if (!v->bwd) return 0;
     const size_t tiles = (size_t)((v->J + FL_TILE - 1) / FL_TILE), line = 256;
@@ -614,7 +608,7 @@ void dmc_flash_bind(dmc_varlen *v, void *work) {
 }
 
 dm_status dmc_flash_run(const dmc_varlen *v, uint64_t seed, int emu, cudaStream_t stream) {
-    if (v->bwd) DM_TRY(fl_bwd_aligned(v));
+    if (v->bwd) DM_TRY(dmc_flash_bwd_check(v));
     fl_args A;
     A.v = *v;
     A.seed = seed;
