@@ -6,9 +6,9 @@
 # DMOVE_PYTHON: the Python to use; it must import torch, transformers, accelerate
 # (transformers' Trainer), pytest and setuptools. Without it: python3 when it has them all,
 # else a virtual environment made once in the build folder's cache/py-venv (pip, from the
-# network: torch's CPU wheel, about 200 MB, unless python3 has torch and transformers,
-# which it then sees); without python3-venv or the network this test fails saying what to
-# do. The package is installed with pip --target into a temporary folder (no network, no
+# network: torch's CPU wheel, about 200 MB, or PyPI's where that index is unreachable,
+# unless python3 has torch and transformers, which it then sees); without python3-venv or
+# the network this test fails saying what to do. The package is installed with pip --target into a temporary folder (no network, no
 # build isolation, the environment left as it was), and imported from there with the
 # library it carries (DMOVE_LIB unset).
 set -eu
@@ -29,8 +29,10 @@ else
         # shellcheck disable=SC2086 # site is one word or none
         python3 -m venv $site "$venv" ||
             { echo "FAIL: python3 -m venv failed: apt-get install python3-venv (or set DMOVE_PYTHON)"; exit 1; }
-        if [ -z "$site" ]; then
+        if [ -z "$site" ]; then # the CPU wheel where its index answers, else PyPI's (the CUDA
+            # build: its nvidia-* wheels, about 3 GB, are never loaded on the CPU)
             "$venv/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu ||
+                "$venv/bin/pip" install -q torch ||
                 { echo "FAIL: pip could not install torch (the network?); or set DMOVE_PYTHON"; exit 1; }
         fi
         "$venv/bin/pip" install -q transformers accelerate pytest setuptools ||
