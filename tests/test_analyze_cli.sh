@@ -349,12 +349,26 @@ lens="--batch 4 --seq 16 --hidden 32 --heads 2 --ffn 64 --reps 2 --warmup 1 --th
 good "bench --lengths uniform" bench $lens --lengths uniform:4-12
 grep -q "^padded " "$T/stdout" && grep -q "^unpadded " "$T/stdout" && grep -q "^unpadded speedup" "$T/stdout" ||
     fail "bench --lengths: no padded and unpadded rows, or no speedup"
+# the attention alone (its ATTN and ATTN_BWD groups, profiled), saying what ran it
+for pass in forward backward; do
+    grep -Eq "^unpadded attention $pass: [0-9.]+ ms, [0-9.]+ TFLOP/s of the real tokens \(last batch, the CPU's kernel\)$" \
+        "$T/stdout" || fail "bench --lengths: no line for the attention's $pass"
+done
 fill=$(sed -n 's/^fill (real tokens \/ b x j): \([0-9.]*\).*/\1/p' "$T/stdout")
 awk -v f="$fill" 'BEGIN { exit !(f >= 0.25 && f <= 0.75) }' || fail "bench --lengths uniform:4-12 of 16: fill $fill"
 printf '3 5 # a comment\n40\n\n7\n' >"$T/lens.txt"
 # shellcheck disable=SC2086
 good "bench --lengths file, JSON" bench $lens --lengths "$T/lens.txt" --json
 tr -d ' \t\n' <"$T/stdout" | grep -q '"unpadded_speedup":' || fail "bench --lengths --json: no unpadded_speedup"
+# the attention's times, and its flop of the last batch's real tokens: 4 i sum L^2 forward, twice that backward
+python3 - "$T/stdout" <<'PY' || fail "bench --lengths --json: the attention's fields"
+import json, sys
+r = json.load(open(sys.argv[1]))
+f, b = r["attention_forward_flop"], r["attention_backward_flop"]
+assert r["attention_forward_ms"] > 0 and r["attention_backward_ms"] > 0, r
+assert f > 0 and b == 2 * f and f % (4 * 32) == 0, (f, b)
+assert r["attention_flash_groups"] == 0, r
+PY
 { printf '# '; head -c 9000 /dev/zero | tr '\0' 'x'; printf ' 99999\n5\n'; } >"$T/longlens.txt"
 # shellcheck disable=SC2086
 good "bench --lengths file with a long comment line" bench $lens --lengths "$T/longlens.txt"
