@@ -200,6 +200,7 @@ static int timed_step(side *s, int r) {
 typedef struct {
     double ms[2], flop[2];
     int found, flash;
+    char why[200]; /* the CUDA backend's flash_unavailable note, or "" */
 } attn_time;
 
 static int attn_profile(const dm_layer_config *cfg, side *u, const int64_t *len, int steps, attn_time *at) {
@@ -208,6 +209,7 @@ static int attn_profile(const dm_layer_config *cfg, side *u, const int64_t *len,
     for (int64_t s = 0; s < cfg->batch; s++) sq += (double)len[s] * (double)len[s];
     at->flop[0] = 4.0 * (double)cfg->hidden * sq, at->flop[1] = 8.0 * (double)cfg->hidden * sq;
     at->flash = (int)dm_layer_note_value(u->L, "attention_flash", 0);
+    snprintf(at->why, sizeof at->why, "%s", dm_layer_note_text(u->L, "flash_unavailable"));
     dm_layer_profile(u->L, 1);
     dm_layer_profile_reset(u->L);
     for (int r = 0; r < steps; r++)
@@ -231,6 +233,9 @@ static int report(const cli_config *c, const dm_layer_options *lo, const char *s
     const double tokens = fill * (double)(cfg->batch * cfg->seq);
     char where[160];
     cli_device_where(where, sizeof where, lo->device, lo->dtype, cli_threads(c->threads));
+    if (at->why[0])
+        fprintf(stderr, "dmove bench: note: the unpadded attention runs without the flash kernels (cuBLAS over "
+                "padded copies): %s\n", at->why);
     if (!json) {
         printf("dmove %s bench --lengths %s: b=%" PRId64 " j=%" PRId64 " i=%" PRId64 " h=%" PRId64 " u=%" PRId64
                ", dropout %g, %s; medians of %d batches after %d warm-up\n",
@@ -269,6 +274,7 @@ static int report(const cli_config *c, const dm_layer_options *lo, const char *s
              bench_jnum(root, "attention_forward_flop", at->flop[0]) &&
              bench_jnum(root, "attention_backward_flop", at->flop[1]) &&
              bench_jnum(root, "attention_flash_groups", at->flash) &&
+             cJSON_AddStringToObject(root, "flash_unavailable", at->why) &&
              cJSON_AddStringToObject(root, "dmove_version", DMOVE_VERSION);
     /* where and when, as the other bench reports record them */
     char cpu[256], date[32];
