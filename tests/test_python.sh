@@ -31,7 +31,7 @@ else
             { echo "FAIL: python3 -m venv failed: apt-get install python3-venv (or set DMOVE_PYTHON)"; exit 1; }
         if [ -z "$site" ]; then # the CPU wheel where its index answers, else PyPI's (the CUDA
             # build: its nvidia-* wheels, about 3 GB, are never loaded on the CPU)
-            "$venv/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu ||
+            "$venv/bin/pip" install -q --retries 1 --timeout 20 torch --index-url https://download.pytorch.org/whl/cpu ||
                 "$venv/bin/pip" install -q torch ||
                 { echo "FAIL: pip could not install torch (the network?); or set DMOVE_PYTHON"; exit 1; }
         fi
