@@ -176,6 +176,9 @@ size_t dmc_flash_work_bytes(const dmc_varlen *v);
 /* ATTN_BWD's own operands (dctx, dQ, dK, dV), which dmc_flash_ok does not see, 4-byte
  * aligned with even strides, else DM_ERR_UNSUPPORTED (its forward kept no probabilities) */
 dm_status dmc_flash_bwd_check(const dmc_varlen *v);
+/* Raises the kernels' dynamic shared memory limit to what they take (the backward's is
+ * above 48 KiB at heads of 128): once, when the group is built on a device. */
+dm_status dmc_flash_allow_smem(const dmc_varlen *v);
 void dmc_flash_bind(dmc_varlen *v, void *work);
 dm_status dmc_flash_run(const dmc_varlen *v, uint64_t seed, int emulated, cudaStream_t stream);
 

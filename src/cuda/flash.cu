@@ -218,11 +218,6 @@ struct fl_args {
     int vec16; /* every token-row operand 16-byte aligned with a row stride of 8 elements */
 };
 
-/* Is element (s h j k) kept by the dropout? As varlen.cu's vl_kept. */
-static __host__ __device__ __forceinline__ int fl_kept(const dmc_varlen *v, uint64_t seed, uint64_t e) {
-    return !v->drop || dmc_uint4_word(dmc_philox_block(seed, v->stream, e >> 2), (int)(e & 3)) >= v->thr;
-}
-
 /* rows [r0, r0 + 64) of a token-row operand (head columns at src, row stride ld) into a
  * shared tile of row stride P + 8; rows at or past n zero */
 template <typename T, int P>
@@ -277,8 +272,6 @@ static __host__ __device__ __forceinline__ void fl_c_to_a(uint32_t a[4], const f
     a[3] = fl_pack<T>(c1[2], c1[3]);
 }
 
-static __host__ __device__ __forceinline__ int fl_off(const dmc_varlen *v, int s) { return v->off[s]; }
-
 /* ---- forward ---------------------------------------------------------------------------- */
 
 template <typename T, int P>
@@ -287,7 +280,7 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
     enum { LDS = P + 8 };
     T *Ks = (T *)smem, *Vs = Ks + FL_TILE * LDS;
     const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const int o = fl_off(v, s), L = fl_off(v, s + 1) - o, q0 = qb * FL_TILE;
+    const int o = v->off[s], L = v->off[s + 1] - o, q0 = qb * FL_TILE;
     if (q0 >= L) return; /* the whole block: no barrier is left waiting */
     const int64_t J = v->J, hc = (int64_t)h * P;
     const T *Q = (const T *)v->q + (int64_t)o * v->ldq + hc, *K = (const T *)v->k + (int64_t)o * v->ldq + hc,
@@ -340,7 +333,7 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
                 const int row = e >= 2 ? r1 : r0, col = k0 + n * 8 + 2 * t + (e & 1);
                 const float p = expf(sc[n][e] - base[e >> 1]);
                 l[e >> 1] += p;
-                sc[n][e] = p > 0.0f && fl_kept(v, A.seed, ebase * (uint64_t)J + (uint64_t)row * (uint64_t)J + (uint64_t)col)
+                sc[n][e] = p > 0.0f && dmc_varlen_kept(v, A.seed, ebase * (uint64_t)J + (uint64_t)row * (uint64_t)J + (uint64_t)col)
                                ? p : 0.0f;
             }
         for (int kk = 0; kk < 4; kk++) {
@@ -401,7 +394,7 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
       *Ss = Vs + FL_TILE * LDS;
     float *lse_s = (float *)(Ss + FL_TILE * LDD), *d_s = lse_s + FL_TILE;
     const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const int o = fl_off(v, s), L = fl_off(v, s + 1) - o, k0 = kb * FL_TILE;
+    const int o = v->off[s], L = v->off[s + 1] - o, k0 = kb * FL_TILE;
     if (k0 >= L) return;
     const int64_t J = v->J, hc = (int64_t)h * P, HP = v->H * P;
     const T *Q = (const T *)v->q + (int64_t)o * v->ldq + hc, *K = (const T *)v->k + (int64_t)o * v->ldq + hc,
@@ -445,7 +438,7 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
                 const int key = e >= 2 ? key1 : key0, qi = n * 8 + 2 * t + (e & 1), q = q0 + qi;
                 const int ok = key < L && q < L && !(v->causal && key > q);
                 const float p = ok ? expf(st[n][e] * v->alpha - lse_s[qi]) : 0.0f;
-                const int kept = ok && fl_kept(v, A.seed, (ebase + (uint64_t)q) * (uint64_t)J + (uint64_t)key);
+                const int kept = ok && dmc_varlen_kept(v, A.seed, (ebase + (uint64_t)q) * (uint64_t)J + (uint64_t)key);
                 pd[n][e] = kept ? p * sc : 0.0f;
                 dp[n][e] = p * ((kept ? dp[n][e] * sc : 0.0f) - d_s[qi]); /* dS^T */
             }
@@ -508,9 +501,11 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
 
 /* ---- launches ---------------------------------------------------------------------------- */
 
-template <typename T, int P> static size_t fl_smem(int bwd) {
-    return bwd ? (size_t)(4 * FL_TILE * (P + 8) + FL_TILE * (FL_TILE + 8)) * sizeof(T) + 2 * FL_TILE * sizeof(float)
-               : (size_t)(2 * FL_TILE * (P + 8)) * sizeof(T);
+/* A block's shared memory, 16-bit storage: forward K and V tiles; backward Q, dO, K, V
+ * tiles, dS^T and the rows' lse and D */
+static size_t fl_smem(int P, int bwd) {
+    return bwd ? (size_t)(4 * FL_TILE * (P + 8) + FL_TILE * (FL_TILE + 8)) * 2 + 2 * FL_TILE * sizeof(float)
+               : (size_t)(2 * FL_TILE * (P + 8)) * 2;
 }
 
 template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS) fl_fwd_kernel(fl_args A) {
@@ -531,7 +526,7 @@ __global__ void fl_dq_kernel(dmc_varlen v) { /* grid (J, B), threads over the H 
 template <typename T, int P>
 static dm_status fl_run_typed(const dmc_varlen *v, const fl_args &A, int emu, cudaStream_t stream) {
     const int tiles = (int)((v->J + FL_TILE - 1) / FL_TILE);
-    const size_t smem = fl_smem<T, P>(v->bwd);
+    const size_t smem = fl_smem(P, v->bwd);
     if (emu) {
 #ifndef __CUDA_ARCH__
         if (v->bwd)
@@ -554,22 +549,31 @@ static dm_status fl_run_typed(const dmc_varlen *v, const fl_args &A, int emu, cu
     if (v->bwd) {
         fl_rowdot_kernel<<<pairs, 32, 0, stream>>>(*v);
         DMC_CUDA(cudaGetLastError());
-        DMC_CUDA(cudaFuncSetAttribute(fl_bwd_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         fl_bwd_kernel<T, P><<<grid, FL_THREADS, smem, stream>>>(A);
         DMC_CUDA(cudaGetLastError());
         fl_dq_kernel<<<pairs, 128, 0, stream>>>(*v);
     } else {
-        DMC_CUDA(cudaFuncSetAttribute(fl_fwd_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         fl_fwd_kernel<T, P><<<grid, FL_THREADS, smem, stream>>>(A);
     }
     DMC_CUDA(cudaGetLastError());
     return DM_OK;
 }
 
+template <typename T, int P> static dm_status fl_allow_smem_typed(void) {
+    DMC_CUDA(cudaFuncSetAttribute(fl_fwd_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fl_smem(P, 0)));
+    DMC_CUDA(cudaFuncSetAttribute(fl_bwd_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fl_smem(P, 1)));
+    return DM_OK;
+}
+
+dm_status dmc_flash_allow_smem(const dmc_varlen *v) {
+    if (v->dt == DMC_BF16)
+        return v->P == 64 ? fl_allow_smem_typed<__nv_bfloat16, 64>() : fl_allow_smem_typed<__nv_bfloat16, 128>();
+    return v->P == 64 ? fl_allow_smem_typed<__half, 64>() : fl_allow_smem_typed<__half, 128>();
+}
+
 int dmc_flash_ok(const dmc_varlen *v, size_t smem_max, const char **why) {
     const char *w = NULL;
-    const size_t need = v->P == 64 ? (v->dt == DMC_BF16 ? fl_smem<__nv_bfloat16, 64>(1) : fl_smem<__half, 64>(1))
-                                   : (v->dt == DMC_BF16 ? fl_smem<__nv_bfloat16, 128>(1) : fl_smem<__half, 128>(1));
+    const size_t need = fl_smem((int)v->P, 1);
     if (v->dt != DMC_BF16 && v->dt != DMC_F16) w = "the storage type is fp32 (the tensor cores' kernel takes bf16 or fp16)";
     else if (v->P != 64 && v->P != 128) w = "the head width is neither 64 nor 128";
     else if (v->J < 2) w = "sequences of one position";

@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/cuda_internal.h"
+#include "cuda/philox.cuh"
 #include "cuda/rowcore.cuh"
 
 /* Bytes per element of a storage type. */
@@ -72,6 +73,12 @@ __host__ __device__ __forceinline__ int64_t dmc_prog_rows(const dmc_rowprog *p) 
 }
 __host__ __device__ __forceinline__ int64_t dmc_key_row(const dmc_rowprog *p, int64_t r) {
     return p->rowkey ? (int64_t)p->rowkey[r / p->live_rpt] * p->live_rpt + r % p->live_rpt : r;
+}
+
+/* Is element e (its padded index (s, h, j, k)) of the unpadded attention kept by the
+ * dropout? varlen.cu's cuBLAS path and flash.cu's kernels draw the same words. */
+__host__ __device__ __forceinline__ int dmc_varlen_kept(const dmc_varlen *v, uint64_t seed, uint64_t e) {
+    return !v->drop || dmc_uint4_word(dmc_philox_block(seed, v->stream, e >> 2), (int)(e & 3)) >= v->thr;
 }
 
 /* act(x), and act'(x) in *grad, in fp32 (rowcore.cuh). */

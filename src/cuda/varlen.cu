@@ -25,11 +25,6 @@
 
 enum { VL_THREADS = 256, VL_ROWS = VL_THREADS / 32 /* a warp per score row */ };
 
-/* Is element e (its padded index) kept by the dropout? */
-static __host__ __device__ __forceinline__ int vl_kept(const dmc_varlen *v, uint64_t seed, uint64_t e) {
-    return !v->drop || dmc_uint4_word(dmc_philox_block(seed, v->stream, e >> 2), (int)(e & 3)) >= v->thr;
-}
-
 /* x as stored in type dt and read back */
 static __host__ __device__ __forceinline__ float vl_round(int dt, float x) {
     if (dt == DMC_BF16) return __bfloat162float(__float2bfloat16_rn(x));
@@ -98,21 +93,21 @@ static __host__ __device__ void vl_row(const dmc_varlen *v, uint64_t seed, int m
     } else if (mode == VL_BWD) {
         for (int64_t c = lane; c < n; c += lanes) {
             const float g = dmc_load(x, v->dt, base + c);
-            sum += (vl_kept(v, seed, (uint64_t)(base + c)) ? g * sc : 0.0f) * dmc_load(v->probs, v->dt, base + c);
+            sum += (dmc_varlen_kept(v, seed, (uint64_t)(base + c)) ? g * sc : 0.0f) * dmc_load(v->probs, v->dt, base + c);
         }
     }
     sum = dmc_lanes_sum(sum, lanes);
     for (int64_t c = lane; c < J; c += lanes) {
         const uint64_t e = (uint64_t)(base + c);
         if (mode == VL_BWD) {
-            const float g = c < n && vl_kept(v, seed, e) ? dmc_load(x, v->dt, base + c) * sc : 0.0f;
+            const float g = c < n && dmc_varlen_kept(v, seed, e) ? dmc_load(x, v->dt, base + c) * sc : 0.0f;
             dmc_store(x, v->dt, base + c, c < n ? dmc_load(v->probs, v->dt, base + c) * (g - sum) : 0.0f);
             continue;
         }
         float p = c >= n ? 0.0f : mode == VL_DROP ? dmc_load(v->probs, v->dt, base + c)
                                                   : vl_round(v->dt, expf(dmc_load(x, v->dt, base + c) - m) / sum);
         if (mode == VL_FWD && c < L) dmc_store(v->probs, v->dt, base + c, p);
-        dmc_store(x, v->dt, base + c, vl_kept(v, seed, e) ? p * sc : 0.0f);
+        dmc_store(x, v->dt, base + c, dmc_varlen_kept(v, seed, e) ? p * sc : 0.0f);
     }
 }
 
