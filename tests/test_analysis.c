@@ -44,7 +44,7 @@ static int build(setup *s, int64_t b, int64_t j, int64_t i, int64_t h, int64_t u
     dm_layer_config_default(&s->cfg);
     s->cfg.batch = b, s->cfg.seq = j, s->cfg.hidden = i, s->cfg.heads = h, s->cfg.ffn = u;
     dm_graph_init(&s->g);
-    dm_status st = dm_build_encoder(&s->g, &s->cfg, 0, 1, 0, &s->enc);
+    dm_status st = dm_build_encoder(&s->g, &s->cfg, 0, 1, 0, 0, &s->enc);
     if (st == DM_OK) st = dm_plan_build(&s->g, 1, 0, 0, &s->fused);
     if (st == DM_OK) st = dm_plan_build(&s->g, 0, 0, 0, &s->unfused);
     CHECK_OK(st);

@@ -146,7 +146,7 @@ static void test_graph_op_status(void) {
     cfg.batch = 1, cfg.seq = 4, cfg.hidden = 8, cfg.heads = 2, cfg.ffn = 16;
     dm_encoder enc;
     dm_graph_init(&g);
-    CHECK_OK(dm_build_encoder(&g, &cfg, 0, 1, 0, &enc));
+    CHECK_OK(dm_build_encoder(&g, &cfg, 0, 1, 0, 0, &enc));
     int sm = -1;
     for (int o = 0; o < g.nop; o++)
         if (!strcmp(g.op[o].name, "attn_softmax")) sm = o;

@@ -176,7 +176,8 @@ static int add_op(dm_graph *g, dm_op_kind k, const dm_op *proto, const char *spe
             for (int s = 0; s < (io ? op.nout : op.nin); s++) {
                 char name[DM_NAME_LEN];
                 snprintf(name, sizeof name, "%s_%s%d", op.name, io ? "out" : "in", s);
-                int t = dm_graph_tensor(g, name, io ? out[s] : in[s], io ? DM_ROLE_OUTPUT : in_role);
+                const char *l = io ? out[s] : attn && s == 3 && op.keymask ? "bk" : in[s]; /* a mask (ops.def) */
+                int t = dm_graph_tensor(g, name, l, io ? DM_ROLE_OUTPUT : in_role);
                 if (t < 0) return -1;
                 if (io) op.out[s] = t;
                 else op.in[s] = t;
@@ -335,9 +336,12 @@ static void condition_inputs(const suite *S, const dm_op *op, float *arena) {
     case DM_OP_ATTN:
     case DM_OP_ATTN_BWD: { /* lengths: whole, empty and between (at least one token); bwd: the
                             * forward's probabilities and context on these inputs */
-        const int64_t B = g->t[op->in[3]].numel, J = C;
+        const int64_t J = C, B = g->t[op->in[3]].numel / (op->keymask ? J : 1);
         float *len = at(S, arena, op->in[3]);
-        for (int64_t q = 0; q < B; q++) len[q] = q == 0 ? (float)J : q % 4 == 1 ? 0.0f : (float)(next_u64() % (uint64_t)(J + 1));
+        for (int64_t q = 0; q < B && !op->keymask; q++)
+            len[q] = q == 0 ? (float)J : q % 4 == 1 ? 0.0f : (float)(next_u64() % (uint64_t)(J + 1));
+        for (int64_t q = 0; q < B && op->keymask; q++) /* a mask: whole, none (every key masked), random */
+            for (int64_t c = 0; c < J; c++) len[q * J + c] = q == 0 ? 1.0f : q % 4 == 1 ? 0.0f : (float)(next_u64() % 3 != 0);
         if (op->kind == DM_OP_ATTN) break;
         dm_op f = *op;
         f.kind = DM_OP_ATTN;
@@ -417,7 +421,8 @@ static void reference(const suite *S, float *in, float *ref) {
             ip[s] = at(S, in, op->in[s]);
             if (dm_arg_in(op->kind, s) == DM_ARG_GROUPED) groups = g->t[op->in[s]].numel / op->cols;
         }
-        if (op->kind == DM_OP_ATTN || op->kind == DM_OP_ATTN_BWD) groups = g->t[op->in[3]].numel; /* sequences */
+        if (op->kind == DM_OP_ATTN || op->kind == DM_OP_ATTN_BWD) /* sequences */
+            groups = g->t[op->in[3]].numel / (op->keymask ? op->cols : 1);
         for (int s = 0; s < op->nout; s++) op_out[s] = at(S, ref, op->out[s]);
         if (op->kind == DM_OP_CONTRACT)
             dm_gemm_ref(g, op, ip[0], ip[1], op_out[0]);
@@ -700,7 +705,7 @@ static int builder_specs(einsum *out, int max) {
         dm_graph g;
         dm_encoder enc;
         dm_graph_init(&g);
-        CHECK_OK(dm_build_encoder(&g, &cfg, 0, v < 2, 0, &enc));
+        CHECK_OK(dm_build_encoder(&g, &cfg, 0, v < 2, 0, 0, &enc));
         for (int o = 0; o < g.nop; o++) {
             if (dm_op_kind_class(g.op[o].kind) != DM_CLASS_CONTRACTION) continue;
             int seen = 0;
@@ -744,7 +749,8 @@ static void alone_suite(int k, int64_t m, int64_t e, int64_t v, int sim) {
 }
 
 /* Attention over packed sequences (ATTN and its backward): b sequences of lengths up to
- * j, h heads of p; plain and causal, dropout 0 and 0.1. */
+ * j, h heads of p; plain and causal, dropout 0 and 0.1; and over whole sequences with an
+ * attention mask (keymask), dropout 0 and 0.1. */
 static void attn_suite(int k, int64_t b, int64_t j, int64_t h, int64_t p, int sim) {
     suite S = {.seed = 13, .sim = sim, .alone = k};
     snprintf(S.label, sizeof S.label, "b %lld j %lld h %lld p %lld %s", (long long)b, (long long)j, (long long)h,
@@ -757,6 +763,10 @@ static void attn_suite(int k, int64_t b, int64_t j, int64_t h, int64_t p, int si
             dm_op proto = {.alpha = 0.35f, .causal = c, .p = d ? 0.1 : 0.0, .stream = stream++};
             CHECK(add_op(&S.g, (dm_op_kind)k, &proto, NULL, DM_ROLE_INPUT) >= 0);
         }
+    for (int d = 0; d < 2; d++) {
+        dm_op proto = {.alpha = 0.35f, .keymask = 1, .p = d ? 0.1 : 0.0, .stream = stream++};
+        CHECK(add_op(&S.g, (dm_op_kind)k, &proto, NULL, DM_ROLE_INPUT) >= 0);
+    }
     run_suite(&S);
 }
 

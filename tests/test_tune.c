@@ -629,7 +629,7 @@ static void tune_and_files(const dm_layer_config *cfg) {
         dm_graph g2;
         dm_encoder e2;
         dm_graph_init(&g2);
-        CHECK_OK(dm_build_encoder(&g2, cfg, 1, 1, 0, &e2));
+        CHECK_OK(dm_build_encoder(&g2, cfg, 1, 1, 0, 0, &e2));
         expect_bad(plan, cfg, &fo, &g2, "tuned for training, used forward-only");
         dm_graph_free(&g2);
         free(t);

@@ -23,7 +23,11 @@
  *    device text lane by lane), and the model's MLM head and classifier;
  *  - and there, the flash attention kernels (flash.cu, bf16 and fp16, head widths 64 and
  *    128, causal and dropout), lane by lane, against fp32 as closely as the path they
- *    replace (flash_variant). */
+ *    replace (flash_variant);
+ *  - a padded layer's attention as one op (attention_op, ops.def's keymask: any mask,
+ *    one sequence all masked) against its ops one by one: on the CPU and CUDA (emulated)
+ *    in fp32 within 2e-5, on the flash kernels in 16 bits as close to fp32 as the ops
+ *    (attn_op_variant, attn_op_flash); a causal one refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +50,8 @@ static float *T_(dm_layer *L, const char *name, int64_t *n) {
     for (int d = 0; d < nd; d++) *n *= sh[d];
     return p;
 }
+
+static double param_errs(dm_layer *P, dm_layer *U, int narrow, double *each, double worst);
 
 /* One step of both layers on lengths len; returns the worst relative error (each, when
  * given: the outputs' and every parameter gradient's, in that order). */
@@ -112,7 +118,14 @@ static double step_pair(dm_layer *P, dm_layer *U, const dm_layer_config *cfg, co
         worst = worst_of(worst, rel_err(ua, packed, (size_t)(tok * I)));
         free(packed);
     }
-    for (int q = 0; grads && q < dm_layer_num_params(P); q++) {
+    return grads ? param_errs(P, U, narrow, each, worst) : worst;
+}
+
+/* The worst of `worst` and U's parameter gradients' errors against P's (each[2 + q], when
+ * given). */
+static double param_errs(dm_layer *P, dm_layer *U, int narrow, double *each, double worst) {
+    int64_t n;
+    for (int q = 0; q < dm_layer_num_params(P); q++) {
         char name[128];
         snprintf(name, sizeof name, "%s.grad", dm_layer_param_name(P, q));
         float *pa = T_(P, name, &n), *ua = T_(U, name, &n);
@@ -229,6 +242,133 @@ static void flash_variant(int P, int causal, double p, dm_dtype dt) {
                    "rel.err against fp32 %.2e (without the flash kernels %.2e), tensors further: %d\n",
                    dm_dtype_name(dt), P, causal ? " causal" : "", p, (long long)lens[k][0], (long long)lens[k][1],
                    (long long)lens[k][2], ef, eo, worse);
+        }
+    }
+    for (int k = 0; k < 3; k++) dm_layer_free(L[k]);
+}
+
+/* Inputs for a padded layer: hidden states and grad_output from seed, attention mask
+ * kind mk over the b sequences: 0 every key; 1 sequence s: s % 4 == 0 whole, 1 its first
+ * 5 keys, 2 every key but those at c % 3 == 1 (not 1s then 0s), 3 none (every key masked:
+ * the queries spread evenly over all j keys, as Hugging Face's). */
+static void padded_inputs(dm_layer *L, const dm_layer_config *cfg, int mk, uint64_t seed) {
+    int64_t n;
+    float *x = T_(L, "hidden_states", &n), *m = T_(L, "attention_mask", &n), *dy = T_(L, "grad_output", &n);
+    CHECK(x && m && dy);
+    if (!x || !m || !dy) return;
+    const int64_t B = cfg->batch, J = cfg->seq, I = cfg->hidden;
+    for (int64_t e = 0; e < B * J * I; e++) {
+        x[e] = (float)sin(0.37 * (double)e + (double)seed);
+        dy[e] = (float)cos(0.23 * (double)e + 2.0 * (double)seed);
+    }
+    for (int64_t s = 0; s < B; s++)
+        for (int64_t c = 0; c < J; c++) {
+            const int k = mk ? (int)(s % 4) : 0;
+            m[s * J + c] = (float)(k == 0 || (k == 1 && c < 5) || (k == 2 && c % 3 != 1));
+        }
+    CHECK_OK(dm_layer_set_seed(L, seed));
+    CHECK_OK(dm_layer_to_device(L));
+}
+
+/* L[1..n-1] against L[0] after a step of each on the same inputs: the worst relative error
+ * of each (err[k - 1]) and tensor by tensor (each[k - 1]: output, grad_hidden_states, the
+ * parameter gradients). */
+static void step_same(dm_layer *const *L, int n, const dm_layer_config *cfg, int mk, uint64_t seed, int narrow,
+                      double *err, double (*each)[64]) {
+    for (int k = 0; k < n; k++) {
+        padded_inputs(L[k], cfg, mk, seed);
+        CHECK_OK(dm_layer_forward(L[k]));
+        CHECK_OK(dm_layer_backward(L[k]));
+        CHECK_OK(dm_layer_to_host(L[k]));
+    }
+    const char *outs[2] = {"output", "grad_hidden_states"};
+    for (int k = 1; k < n; k++) {
+        double worst = 0;
+        for (int q = 0; q < 2; q++) {
+            int64_t na = 0, nb = 0;
+            float *a = T_(L[0], outs[q], &na), *b = T_(L[k], outs[q], &nb);
+            CHECK(a && b && na == nb);
+            if (!a || !b || na != nb) continue;
+            each[k - 1][q] = rel_err(b, a, (size_t)na);
+            worst = worst_of(worst, each[k - 1][q]);
+        }
+        err[k - 1] = param_errs(L[0], L[k], narrow, each[k - 1], worst);
+    }
+}
+
+/* 1 if layer L's graph runs its attention as one ATTN op */
+static int has_attn_op(const dm_layer *L) {
+    int n = 0;
+    for (int o = 0; o < L->g.nop; o++) n += L->g.op[o].kind == DM_OP_ATTN && L->g.op[o].keymask;
+    return n == 1;
+}
+
+/* A padded layer's attention as one op (dm_layer_options.attention_op, ops.def's keymask)
+ * against its ops one by one, fp32, on dev (CUDA: emulated, varlen.cu's cuBLAS steps):
+ * every output and gradient within 2e-5, whatever the mask; the default (0) takes it on
+ * neither backend in fp32. */
+static void attn_op_variant(int pre, double p, dm_device_kind dev) {
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 4, cfg.seq = 19, cfg.hidden = 48, cfg.heads = 3, cfg.ffn = 80, cfg.dropout = p;
+    cfg.norm = pre ? DM_NORM_PRE : DM_NORM_POST;
+    dm_layer_options o = {.device = dev, .rows = dev == DM_DEVICE_CUDA ? DM_ROWS_INTERP : DM_ROWS_DEFAULT,
+                          .threads = 2, .attention_op = -1};
+    dm_layer *L[3] = {NULL, NULL, NULL}; /* ops one by one; one op; the default */
+    CHECK_OK(dm_layer_new(&L[0], &cfg, &o));
+    o.attention_op = 1;
+    CHECK_OK(dm_layer_new(&L[1], &cfg, &o));
+    o.attention_op = 0;
+    CHECK_OK(dm_layer_new(&L[2], &cfg, &o));
+    if (L[0] && L[1] && L[2]) {
+        CHECK(!has_attn_op(L[0]) && has_attn_op(L[1]) && !has_attn_op(L[2]));
+        for (int k = 0; k < 2; k++) CHECK_OK(dm_layer_init_params(L[k], 5));
+        for (int mk = 0; mk < 2; mk++) {
+            double err[1], each[1][64];
+            step_same(L, 2, &cfg, mk, 300 + (uint64_t)mk, 0, err, each);
+            printf("  %s%s p=%.1f attention as one op, %s: worst rel.err %.2e\n", dm_device_kind_name(dev),
+                   pre ? " pre-LN" : " post-LN", p, mk ? "masks of every kind (one all masked)" : "no mask", err[0]);
+            CHECK(err[0] < 2e-5);
+        }
+    }
+    for (int k = 0; k < 3; k++) dm_layer_free(L[k]);
+    o.attention_op = 1; /* a causal layer: unpadded, or unfused */
+    cfg.causal = 1;
+    dm_layer *C = NULL;
+    CHECK(dm_layer_new(&C, &cfg, &o) == DM_ERR_UNSUPPORTED && strstr(dm_last_error(), "causal"));
+    dm_layer_free(C);
+}
+
+/* The same on the flash kernels (CUDA emulated lane by lane, 16-bit), taken by default
+ * there: both 16-bit layers (one op, and ops one by one) against fp32, the one op within
+ * 1.5x + 5e-3 of the other's error, tensor by tensor (as flash_variant). Masks: none, and
+ * padded_inputs' four kinds (1s then 0s, not, none: the row statistics the backward reads
+ * must keep the all-masked rows' 1/j). */
+static void attn_op_flash(int P, double p, dm_dtype dt) {
+    dm_layer_config cfg;
+    dm_layer_config_default(&cfg);
+    cfg.batch = 4, cfg.seq = 70, cfg.hidden = 2 * P, cfg.heads = 2, cfg.ffn = 64, cfg.dropout = p;
+    dm_layer_options o = {.device = DM_DEVICE_CUDA, .rows = DM_ROWS_INTERP, .threads = 2, .attention_op = -1};
+    dm_layer *L[3] = {NULL, NULL, NULL}; /* fp32; 16-bit, the default (flash); 16-bit, ops one by one */
+    CHECK_OK(dm_layer_new(&L[0], &cfg, &o));
+    o.dtype = dt;
+    CHECK_OK(dm_layer_new(&L[2], &cfg, &o));
+    o.attention_op = 0;
+    CHECK_OK(dm_layer_new(&L[1], &cfg, &o));
+    if (L[0] && L[1] && L[2]) {
+        CHECK(has_attn_op(L[1]) && dm_layer_note_value(L[1], "attention_flash", 0) == 2);
+        for (int k = 0; k < 3; k++) CHECK_OK(dm_layer_init_params(L[k], 13));
+        for (int mk = 0; mk < 2; mk++) {
+            double err[2], each[2][64];
+            const int nt = 2 + dm_layer_num_params(L[0]);
+            CHECK(nt <= 64);
+            step_same(L, 3, &cfg, mk, 400 + (uint64_t)mk, 1, err, each);
+            int worse = 0;
+            for (int q = 0; q < nt && q < 64; q++) worse += !(each[0][q] <= 1.5 * each[1][q] + 5e-3);
+            CHECK(worse == 0);
+            printf("  cuda (emulated, flash lane by lane) %s p=%d dropout %.1f padded, %s: worst rel.err against fp32 "
+                   "%.2e (its ops one by one %.2e), tensors further: %d\n", dm_dtype_name(dt), P, p,
+                   mk ? "masked" : "no mask", err[0], err[1], worse);
         }
     }
     for (int k = 0; k < 3; k++) dm_layer_free(L[k]);
@@ -390,6 +530,8 @@ int main(void) {
     variant(0, 0, 0.1, 0, DM_SCHED_FUSED, cpu, DM_ROWS_DEFAULT);
     variant(0, 0, 0.1, 1, DM_SCHED_UNFUSED, cpu, DM_ROWS_DEFAULT);
     variant(1, 1, 0.0, 0, DM_SCHED_UNFUSED, cpu, DM_ROWS_DEFAULT);
+    attn_op_variant(0, 0.1, cpu);
+    attn_op_variant(1, 0.0, cpu);
     /* the CUDA backend (emulated without a GPU): the interpreted and the generated row
      * kernels, which read the step's rows and the dropout's keys from the device */
     const dm_backend *cb;
@@ -405,6 +547,9 @@ int main(void) {
         flash_variant(64, 0, 0.1, DM_DTYPE_BF16);
         flash_variant(64, 1, 0.0, DM_DTYPE_FP16);
         flash_variant(128, 1, 0.1, DM_DTYPE_BF16);
+        attn_op_variant(0, 0.1, DM_DEVICE_CUDA);
+        attn_op_flash(64, 0.1, DM_DTYPE_BF16);
+        attn_op_flash(128, 0.0, DM_DTYPE_FP16);
         if (!strcmp(getenv("DMOVE_CUDA_EMULATE"), "1")) { /* the generated kernels' device text, lane by lane */
             setenv("DMOVE_CUDA_EMULATE", "lanes", 1);
             variant(1, 0, 0.1, 1, DM_SCHED_FUSED, DM_DEVICE_CUDA, DM_ROWS_GEN);

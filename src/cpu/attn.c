@@ -5,6 +5,7 @@
  * thread's buffer, so no work or memory traffic goes to padding. The dropout's Philox keys
  * are the padded layer's element indices (b, h, j, k): the same masks as the padded path. */
 #include <cblas.h>
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -73,8 +74,10 @@ static void attn_item(const dm_attn_dims *a, const dm_attn_io *io, uint64_t seed
     float *pr = io->probs + (s * a->H + h) * J * J; /* row j at pr + j * J */
     const float *q = io->q + o * a->ldq + h * P, *k = io->k + o * a->ldq + h * P, *v = io->v + o * a->ldq + h * P;
     mm(0, 1, (int)L, (int)L, (int)P, a->alpha, q, a->ldq, k, a->ldq, pr, J, pack);
+    const float *km = io->mask ? io->mask + s * J : NULL;
     for (int64_t j = 0; j < L; j++) {
         float *x = pr + j * J;
+        for (int64_t c = 0; km && c < L; c++) x[c] += (1.0f - km[c]) * -FLT_MAX; /* as MASK_ADD */
         const int64_t n = a->causal ? j + 1 : L;
         float m = -INFINITY, sum = 0; /* as the padded layer's softmax row (norm.c) */
 #pragma omp simd reduction(max : m)
@@ -133,7 +136,8 @@ dm_status dm_cpu_attn(const dm_attn_dims *a, const dm_attn_io *io, uint64_t seed
                       int nthreads) {
     int64_t *own = io->off ? NULL : malloc(sizeof(int64_t) * (size_t)(a->B + 1));
     if (!io->off && !own) return dm_fail(DM_ERR_OOM, "out of memory for the attention's sequence offsets");
-    dm_status st = own ? dm_live_offsets(a->B, a->J, io->lengths, own) : DM_OK;
+    dm_status st = own && !io->mask ? dm_live_offsets(a->B, a->J, io->lengths, own) : DM_OK;
+    for (int64_t s = 0; own && io->mask && s <= a->B; s++) own[s] = s * a->J; /* whole sequences */
     const int64_t *off = io->off ? io->off : own;
     int64_t *ord = st == DM_OK ? item_order(a, off) : NULL;
     if (st == DM_OK && !ord) st = dm_fail(DM_ERR_OOM, "out of memory for the attention's work list");

@@ -20,6 +20,8 @@ typedef struct {
 
 typedef struct {
     const float *q, *k, *v, *lengths; /* lengths: B whole numbers in [0, J], as floats */
+    const float *mask;                /* or, when not NULL (keymask: ops.def), every sequence
+                                       * J long and this (B, J) attention_mask on the keys */
     const int64_t *off;               /* or, when not NULL, the sequences' first rows (B + 1),
                                        * checked (a layer's, as its step began) */
     float *probs;                     /* (B, H, J, J): sequence s head h's L x L block at its top left */

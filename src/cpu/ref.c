@@ -93,7 +93,8 @@ static void ref_logits(const float *const *in, int64_t r, int64_t e, int64_t v, 
  * sequences of B lengths packed from row 0, Q, K, V and the others dense (b, j, h, p),
  * heads H = rows / (B J), head size P = nindex: per sequence and head, from the
  * definitions in double (ops.def). Rows past the tokens, and probabilities outside each
- * sequence's L x L block, are left as they are. */
+ * sequence's L x L block, are left as they are. keymask: every sequence J long, in[3] the
+ * mask (B, J) added as MASK_ADD does, in fp32 to the score rounded to fp32. */
 static void ref_attn(const dm_op *op, uint64_t seed, int64_t B, const float *const *in, float *const *out) {
     const int64_t J = op->cols, H = op->rows / (B * J), P = op->nindex, W = H * P;
     const int bwd = op->kind == DM_OP_ATTN_BWD;
@@ -102,8 +103,9 @@ static void ref_attn(const dm_op *op, uint64_t seed, int64_t B, const float *con
     double *pr = malloc(sizeof(double) * (size_t)(J * J)), *dr = malloc(sizeof(double) * (size_t)(J * J));
     double *ds = malloc(sizeof(double) * (size_t)(J * J));
     if (!pr || !dr || !ds) goto done;
-    for (int64_t s = 0, o = 0; s < B; o += (int64_t)in[3][s], s++) {
-        const int64_t L = (int64_t)in[3][s];
+    for (int64_t s = 0, o = 0; s < B; o += op->keymask ? J : (int64_t)in[3][s], s++) {
+        const int64_t L = op->keymask ? J : (int64_t)in[3][s];
+        const float *km = op->keymask ? in[3] + s * J : NULL;
         for (int64_t h = 0; h < H; h++) {
             const float *q = in[0] + o * W + h * P, *k = in[1] + o * W + h * P, *v = in[2] + o * W + h * P;
             for (int64_t j = 0; j < L; j++) { /* probabilities (bwd: the kept ones), dropped */
@@ -112,7 +114,9 @@ static void ref_attn(const dm_op *op, uint64_t seed, int64_t B, const float *con
                 for (int64_t c = 0; c < L; c++) {
                     double x = 0;
                     for (int64_t e = 0; e < P; e++) x += (double)q[j * W + e] * k[c * W + e];
-                    pr[j * J + c] = c < n ? x * op->alpha : -INFINITY;
+                    pr[j * J + c] = c >= n ? -INFINITY
+                                    : km ? (double)((float)(x * op->alpha) + (1.0f - km[c]) * -FLT_MAX)
+                                         : x * op->alpha;
                     m = fmax(m, pr[j * J + c]);
                 }
                 for (int64_t c = 0; c < L; c++) sum += (pr[j * J + c] = exp(pr[j * J + c] - m));

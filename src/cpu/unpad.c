@@ -55,7 +55,7 @@ dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *
     a->alpha = op->alpha;
     a->causal = op->causal;
     a->stream = op->stream;
-    if (q->ndim != 4 || len->numel != a->B || op->nindex != a->P || op->cols != a->J ||
+    if (q->ndim != 4 || len->numel != (op->keymask ? a->B * a->J : a->B) || op->nindex != a->P || op->cols != a->J ||
         op->rows != a->B * a->H * a->J)
         return dm_fail(DM_ERR_INTERNAL, "%s: its rows, columns and head size do not match Q (%s)", op->name, q->name);
     if (a->J > 46340 || a->P > INT32_MAX / a->J)
@@ -68,6 +68,7 @@ dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *
     io->k = qkv[1];
     io->v = qkv[2];
     io->lengths = dm_cpu_tensor_ptr(plan, arena, op->in[3]);
+    io->mask = op->keymask ? io->lengths : NULL;
     const int tp = bwd ? op->in[4] : op->out[1];
     pr = &g->t[tp];
     io->probs = dm_cpu_tensor_ptr(plan, arena, tp);

@@ -149,7 +149,9 @@ typedef struct {
     int64_t B, J, H, P;
     float alpha, scale;    /* scale: 1 / (1 - p), used while drop (training) */
     uint32_t thr, stream;  /* dropout: an element is kept where its Philox word >= thr */
-    const void *lengths;   /* B lengths (len_dt: fp32, the tensor kept wide) */
+    const void *lengths;   /* B lengths (len_dt: fp32, the tensor kept wide); keymask: the
+                            * (B, J) attention_mask instead, every sequence J long (ops.def) */
+    int keymask;
     const void *q, *k, *v, *dctx;
     void *ctx, *probs, *dq, *dk, *dv; /* probs: b h j k, J x J per (sequence, head); ctx: the
                                        * forward's output (bwd: its input, read by flash) */

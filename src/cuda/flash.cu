@@ -3,15 +3,19 @@
  * memory. Per (sequence, head):
  *   forward, a block per 64 queries (4 warps of 16): the queries' fragments stay in
  *     registers; per tile of 64 keys (K and V through shared memory) S = alpha Q K^T by
- *     mma.sync m16n8k16, the padding (keys past the sequence) and causal masks, an online
- *     softmax (running maximum and sum per row), the dropout (the CPU's Philox words of the
- *     padded element index (s, h, j, k)), and O += dropped(P) V with P straight from the
- *     accumulators as the next MMA's operand. Writes the context and, per query row, the
- *     log-sum-exp of its scores, where the other path keeps the probabilities: the op's
- *     probs tensor (b h j k, dt) holds the B H J fp32 values at its start instead, and
- *     only this file's backward reads them (dmc_flash_ok decides for both passes alike).
+ *     mma.sync m16n8k16, the padding (keys past the sequence) and causal masks, or the
+ *     attention mask's terms (keymask: the padded layer's attention_mask, whole
+ *     sequences), an online softmax (running maximum and sum per row), the dropout (the
+ *     CPU's Philox words of the padded element index (s, h, j, k)), and O += dropped(P) V
+ *     with P straight from the accumulators as the next MMA's operand. Writes the context
+ *     and, per query row, the maximum of its scores and the log of their sum past it (two
+ *     values, not their sum: a row whose keys are all masked has every score -FLT_MAX,
+ *     where m + log(sum) rounds back to m), where the other path keeps the probabilities:
+ *     the op's probs tensor (b h j k, dt) holds the 2 B H J fp32 values at its start
+ *     instead (room at j >= 4), and only this file's backward reads them (dmc_flash_ok
+ *     decides for both passes alike).
  *   backward, a block per 64 keys (a warp per 16): D = rowsum(dctx * ctx) per query row
- *     first; then per tile of 64 queries P^T = exp(alpha K Q^T - lse) again, dV +=
+ *     first; then per tile of 64 queries P^T = exp(alpha K Q^T - m - log sum) again, dV +=
  *     dropped(P)^T dctx, dP^T = V dctx^T, dS^T = P^T (dropout_bwd(dP^T) - D), dK += alpha
  *     dS^T Q in registers, and the tile's share of dQ = alpha dS K through shared memory
  *     into a partial sum per key tile (fp32, work space), which a last kernel adds in
@@ -24,6 +28,7 @@
  * 2t + 1, 2t + 8, 2t + 9; B: rows 2t, 2t + 1, 2t + 8, 2t + 9 of column g; C: rows g and
  * g + 8, columns 2t and 2t + 1; g = lane / 4, t = lane % 4), so a wrong lane mapping gives
  * wrong numbers and a lane that misses a barrier hangs the test. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -218,18 +223,44 @@ struct fl_args {
     int vec16; /* every token-row operand 16-byte aligned with a row stride of 8 elements */
 };
 
+/* 16 bytes from global memory at src (when ok, else zeros) to shared memory at dst: on
+ * sm_80 and later an asynchronous copy (cp.async, bypassing L1, zero-filled when !ok:
+ * nothing read), which lands by fl_cp_wait; else, and in the emulation, at once. */
+static __host__ __device__ __forceinline__ void fl_cp16(void *dst, const void *src, int ok) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
+#else
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (ok) x = *(const uint4 *)src;
+    *(uint4 *)dst = x;
+#endif
+}
+/* the copies this lane issued since the last commit, as one group */
+static __host__ __device__ __forceinline__ void fl_cp_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+/* waits until at most N of this lane's committed groups are in flight (the older ones have
+ * landed); a barrier after it makes every lane's visible */
+template <int N> static __host__ __device__ __forceinline__ void fl_cp_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 /* rows [r0, r0 + 64) of a token-row operand (head columns at src, row stride ld) into a
- * shared tile of row stride P + 8; rows at or past n zero */
+ * shared tile of row stride P + 8; rows at or past n zero. vec16: by fl_cp16 (the caller
+ * commits, waits and syncs); else by 4-byte loads and stores, landed at once. */
 template <typename T, int P>
 static __host__ __device__ __forceinline__ void fl_load_tile(T *dst, const T *src, int64_t ld, int r0, int n, int tid,
                                                              int vec16) {
     const int LDS = P + 8;
     if (vec16) {
         for (int c = tid; c < FL_TILE * (P / 8); c += FL_THREADS) {
-            const int r = c / (P / 8), col = (c % (P / 8)) * 8;
-            uint4 x = make_uint4(0, 0, 0, 0);
-            if (r0 + r < n) x = *(const uint4 *)(src + (int64_t)(r0 + r) * ld + col);
-            *(uint4 *)(dst + r * LDS + col) = x;
+            const int r = c / (P / 8), col = (c % (P / 8)) * 8, ok = r0 + r < n;
+            fl_cp16(dst + r * LDS + col, src + (ok ? (int64_t)(r0 + r) * ld + col : 0), ok);
         }
         return;
     }
@@ -272,6 +303,12 @@ static __host__ __device__ __forceinline__ void fl_c_to_a(uint32_t a[4], const f
     a[3] = fl_pack<T>(c1[2], c1[3]);
 }
 
+/* keymask: the term the attention mask adds to key k's scores in sequence s (MASK_ADD's),
+ * 0 past the sequence */
+static __host__ __device__ __forceinline__ float fl_mask_term(const dmc_varlen *v, int s, int k, int L) {
+    return k < L ? (1.0f - dmc_load(v->lengths, v->len_dt, (int64_t)s * v->J + k)) * -FLT_MAX : 0.0f;
+}
+
 /* ---- forward ---------------------------------------------------------------------------- */
 
 template <typename T, int P>
@@ -279,6 +316,7 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
     const dmc_varlen *v = &A.v;
     enum { LDS = P + 8 };
     T *Ks = (T *)smem, *Vs = Ks + FL_TILE * LDS;
+    float *bias_s = (float *)(Vs + FL_TILE * LDS); /* keymask: the key tile's mask terms */
     const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int o = v->off[s], L = v->off[s + 1] - o, q0 = qb * FL_TILE;
     if (q0 >= L) return; /* the whole block: no barrier is left waiting */
@@ -297,9 +335,16 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
         for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
     const uint64_t ebase = ((uint64_t)s * (uint64_t)v->H + (uint64_t)h) * (uint64_t)J;
     const int kend = v->causal && q0 + FL_TILE < L ? q0 + FL_TILE : L;
+    /* K and V tiles by asynchronous copies, each in one buffer: tile k + 1's K loads while
+     * tile k's softmax and P V run, its V while tile k + 1's scores do. Groups committed
+     * in the order K0, V0, K1, V1, ...: waiting for all but the newest lands the one needed. */
+    fl_load_tile<T, P>(Ks, K, v->ldq, 0, L, tid, A.vec16);
+    for (int i = tid; v->keymask && i < FL_TILE; i += FL_THREADS) bias_s[i] = fl_mask_term(v, s, i, L);
+    fl_cp_commit();
+    fl_load_tile<T, P>(Vs, V, v->ldq, 0, L, tid, A.vec16);
+    fl_cp_commit();
     for (int k0 = 0; k0 < kend; k0 += FL_TILE) {
-        fl_load_tile<T, P>(Ks, K, v->ldq, k0, L, tid, A.vec16);
-        fl_load_tile<T, P>(Vs, V, v->ldq, k0, L, tid, A.vec16);
+        fl_cp_wait<1>(); /* K (V may still be on its way) */
         fl_sync();
         float sc[8][4];
         for (int n = 0; n < 8; n++)
@@ -314,10 +359,19 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
         for (int n = 0; n < 8; n++)
             for (int e = 0; e < 4; e++) {
                 const int row = e >= 2 ? r1 : r0, col = k0 + n * 8 + 2 * t + (e & 1);
-                const float x = col >= L || row >= L || (v->causal && col > row) ? -INFINITY : sc[n][e] * v->alpha;
+                const float x = col >= L || row >= L || (v->causal && col > row) ? -INFINITY
+                                : v->keymask ? sc[n][e] * v->alpha + bias_s[col - k0]
+                                             : sc[n][e] * v->alpha;
                 sc[n][e] = x;
                 mx[e >> 1] = fmaxf(mx[e >> 1], x);
             }
+        fl_sync(); /* every warp is done with K and the mask terms: the next tile's */
+        if (k0 + FL_TILE < kend) {
+            fl_load_tile<T, P>(Ks, K, v->ldq, k0 + FL_TILE, L, tid, A.vec16);
+            for (int i = tid; v->keymask && i < FL_TILE; i += FL_THREADS)
+                bias_s[i] = fl_mask_term(v, s, k0 + FL_TILE + i, L);
+        }
+        fl_cp_commit();
         float corr[2], base[2];
         for (int i = 0; i < 2; i++) {
             const float mn = fmaxf(m[i], fl_quad_max(mx[i]));
@@ -336,6 +390,8 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
                 sc[n][e] = p > 0.0f && dmc_varlen_kept(v, A.seed, ebase * (uint64_t)J + (uint64_t)row * (uint64_t)J + (uint64_t)col)
                                ? p : 0.0f;
             }
+        fl_cp_wait<1>(); /* V (the next K may still be on its way) */
+        fl_sync();
         for (int kk = 0; kk < 4; kk++) {
             uint32_t a[4];
             fl_c_to_a<T>(a, sc[2 * kk], sc[2 * kk + 1]);
@@ -345,7 +401,9 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
                 fl_mma<T>(acc[n], a, b);
             }
         }
-        fl_sync(); /* every warp is done with the tiles before the next are loaded */
+        fl_sync(); /* every warp is done with V: the next tile's */
+        if (k0 + FL_TILE < kend) fl_load_tile<T, P>(Vs, V, v->ldq, k0 + FL_TILE, L, tid, A.vec16);
+        fl_cp_commit();
     }
     T *C = (T *)v->ctx + (int64_t)o * v->ldc + hc;
     float *lse = (float *)v->probs;
@@ -358,7 +416,10 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
             const uint32_t wd = fl_pack<T>(acc[n][2 * i] * inv, acc[n][2 * i + 1] * inv);
             *(uint32_t *)(C + (int64_t)row * v->ldc + n * 8 + 2 * t) = wd;
         }
-        if (t == 0) lse[ebase + (uint64_t)row] = m[i] + logf(sum);
+        if (t == 0) { /* the maximum, then the log of the sum past it (ops.def's all-masked rows) */
+            lse[ebase + (uint64_t)row] = m[i];
+            lse[(uint64_t)(v->B * v->H * J) + ebase + (uint64_t)row] = logf(sum);
+        }
     }
 }
 
@@ -386,13 +447,29 @@ static __host__ __device__ void fl_dq_sum(const dmc_varlen *v, int64_t s, int64_
     dmc_store(v->dq, v->dt, (o + j) * v->ldd + col, d * v->alpha);
 }
 
+/* The backward's query tile at q0: Q and dO rows (fl_load_tile), and the rows' maximum,
+ * log-sum and D (plain stores) */
+template <typename T, int P>
+static __host__ __device__ __forceinline__ void fl_bwd_load_q(const fl_args &A, T *Qs, T *Os, float *lse_s,
+                                                              float *ls_s, float *d_s, const T *Q, const T *dO,
+                                                              const float *lse, const float *lsum, const float *D,
+                                                              int q0, int L, int tid) {
+    fl_load_tile<T, P>(Qs, Q, A.v.ldq, q0, L, tid, A.vec16);
+    fl_load_tile<T, P>(Os, dO, A.v.ldc, q0, L, tid, A.vec16);
+    for (int i = tid; i < FL_TILE; i += FL_THREADS) {
+        lse_s[i] = q0 + i < L ? lse[q0 + i] : 0.0f;
+        ls_s[i] = q0 + i < L ? lsum[q0 + i] : 0.0f;
+        d_s[i] = q0 + i < L ? D[q0 + i] : 0.0f;
+    }
+}
+
 template <typename T, int P>
 static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, int h, int s, char *smem) {
     const dmc_varlen *v = &A.v;
     enum { LDS = P + 8, LDD = FL_TILE + 8 };
     T *Qs = (T *)smem, *Os = Qs + FL_TILE * LDS, *Ks = Os + FL_TILE * LDS, *Vs = Ks + FL_TILE * LDS,
       *Ss = Vs + FL_TILE * LDS;
-    float *lse_s = (float *)(Ss + FL_TILE * LDD), *d_s = lse_s + FL_TILE;
+    float *lse_s = (float *)(Ss + FL_TILE * LDD), *ls_s = lse_s + FL_TILE, *d_s = ls_s + FL_TILE;
     const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int o = v->off[s], L = v->off[s + 1] - o, k0 = kb * FL_TILE;
     if (k0 >= L) return;
@@ -401,21 +478,24 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
             *V = (const T *)v->v + (int64_t)o * v->ldq + hc, *dO = (const T *)v->dctx + (int64_t)o * v->ldc + hc;
     const uint64_t ebase = ((uint64_t)s * (uint64_t)v->H + (uint64_t)h) * (uint64_t)J;
     const float *lse = (const float *)v->probs + ebase, *D = v->fl_d + ebase;
+    const float *lsum = (const float *)v->probs + (uint64_t)(v->B * v->H * J) + ebase;
     float *dqp = v->fl_dq + (int64_t)kb * v->off[v->B] * HP + (int64_t)o * HP + hc;
     const float sc = v->drop ? v->scale : 1.0f;
+    /* K and V once; each query tile's Q, dO and row statistics loaded while the tile
+     * before it computes its dQ share (asynchronous copies, one group per tile) */
     fl_load_tile<T, P>(Ks, K, v->ldq, k0, L, tid, A.vec16);
     fl_load_tile<T, P>(Vs, V, v->ldq, k0, L, tid, A.vec16);
+    const int qstart = v->causal ? k0 : 0;
+    fl_bwd_load_q<T, P>(A, Qs, Os, lse_s, ls_s, d_s, Q, dO, lse, lsum, D, qstart, L, tid);
+    fl_cp_commit();
     float dk[P / 8][4], dv[P / 8][4];
     for (int n = 0; n < P / 8; n++)
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
     const int key0 = k0 + w * 16 + g, key1 = key0 + 8; /* this lane's two keys */
-    for (int q0 = v->causal ? k0 : 0; q0 < L; q0 += FL_TILE) {
-        fl_load_tile<T, P>(Qs, Q, v->ldq, q0, L, tid, A.vec16);
-        fl_load_tile<T, P>(Os, dO, v->ldc, q0, L, tid, A.vec16);
-        for (int i = tid; i < FL_TILE; i += FL_THREADS) {
-            lse_s[i] = q0 + i < L ? lse[q0 + i] : 0.0f;
-            d_s[i] = q0 + i < L ? D[q0 + i] : 0.0f;
-        }
+    const float kb0 = v->keymask ? fl_mask_term(v, s, key0, L) : 0.0f,
+                kb1 = v->keymask ? fl_mask_term(v, s, key1, L) : 0.0f;
+    for (int q0 = qstart; q0 < L; q0 += FL_TILE) {
+        fl_cp_wait<0>();
         fl_sync();
         float st[8][4], dp[8][4]; /* S^T, then P^T; dP^T, then dS^T: 16 keys x 64 queries */
         for (int n = 0; n < 8; n++)
@@ -437,7 +517,7 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
             for (int e = 0; e < 4; e++) {
                 const int key = e >= 2 ? key1 : key0, qi = n * 8 + 2 * t + (e & 1), q = q0 + qi;
                 const int ok = key < L && q < L && !(v->causal && key > q);
-                const float p = ok ? expf(st[n][e] * v->alpha - lse_s[qi]) : 0.0f;
+                const float p = ok ? expf(st[n][e] * v->alpha + (e >= 2 ? kb1 : kb0) - lse_s[qi] - ls_s[qi]) : 0.0f;
                 const int kept = ok && dmc_varlen_kept(v, A.seed, (ebase + (uint64_t)q) * (uint64_t)J + (uint64_t)key);
                 pd[n][e] = kept ? p * sc : 0.0f;
                 dp[n][e] = p * ((kept ? dp[n][e] * sc : 0.0f) - d_s[qi]); /* dS^T */
@@ -458,7 +538,10 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
             for (int i = 0; i < 2; i++)
                 *(uint32_t *)(Ss + (w * 16 + g + 8 * i) * LDD + n * 8 + 2 * t) =
                     fl_pack<T>(dp[n][2 * i], dp[n][2 * i + 1]);
-        fl_sync();
+        fl_sync(); /* Q, dO and the statistics are read: the next tile's, while dQ runs */
+        if (q0 + FL_TILE < L)
+            fl_bwd_load_q<T, P>(A, Qs, Os, lse_s, ls_s, d_s, Q, dO, lse, lsum, D, q0 + FL_TILE, L, tid);
+        fl_cp_commit();
         /* this tile's dQ for queries q0 + 16w ..: dS (16 queries x 64 keys) K (64 x P) */
         uint32_t a[4][4];
         for (int kk = 0; kk < 4; kk++) { /* A[query][key] = Ss[key][query] */
@@ -485,7 +568,7 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
                 dqp[(int64_t)qa1 * HP + n * 8 + 2 * t + 1] = c[3];
             }
         }
-        fl_sync(); /* the tiles and dS^T are read before the next query tile */
+        /* dS^T is read before the next tile writes it: past that tile's first barrier */
     }
     T *dK = (T *)v->dk + (int64_t)o * v->ldd + hc, *dV = (T *)v->dv + (int64_t)o * v->ldd + hc;
     for (int i = 0; i < 2; i++) {
@@ -504,8 +587,8 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
 /* A block's shared memory, 16-bit storage: forward K and V tiles; backward Q, dO, K, V
  * tiles, dS^T and the rows' lse and D */
 static size_t fl_smem(int P, int bwd) {
-    return bwd ? (size_t)(4 * FL_TILE * (P + 8) + FL_TILE * (FL_TILE + 8)) * 2 + 2 * FL_TILE * sizeof(float)
-               : (size_t)(2 * FL_TILE * (P + 8)) * 2;
+    return bwd ? (size_t)(4 * FL_TILE * (P + 8) + FL_TILE * (FL_TILE + 8)) * 2 + 3 * FL_TILE * sizeof(float)
+               : (size_t)(2 * FL_TILE * (P + 8)) * 2 + FL_TILE * sizeof(float);
 }
 
 template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS) fl_fwd_kernel(fl_args A) {
@@ -576,7 +659,8 @@ int dmc_flash_ok(const dmc_varlen *v, size_t smem_max, const char **why) {
     const size_t need = fl_smem((int)v->P, 1);
     if (v->dt != DMC_BF16 && v->dt != DMC_F16) w = "the storage type is fp32 (the tensor cores' kernel takes bf16 or fp16)";
     else if (v->P != 64 && v->P != 128) w = "the head width is neither 64 nor 128";
-    else if (v->J < 2) w = "sequences of one position";
+    else if (v->J < 4) w = "sequences of fewer than 4 positions";
+    else if (v->keymask && v->causal) w = "a causal layer with an attention mask";
     else if (smem_max != 0 && smem_max < need) w = "the device's shared memory per block is below the backward's";
     else if (v->B > 65535 || v->H > 65535 || v->J > 65535 * (int64_t)FL_TILE || v->B * v->J > INT32_MAX)
         w = "the batch is beyond the kernel's grid";

@@ -17,6 +17,7 @@
  * step. Emulation (DM_CUDA_EMULATE): the same steps on the host, the GEMMs by
  * dmc_emu_gemm, each row by the same formulas in order (the device sums a row's terms in
  * the warp's order: results agree to rounding, not bit for bit). */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -36,7 +37,7 @@ static __host__ __device__ void vl_offsets(const dmc_varlen *v) {
     int acc = 0;
     v->off[0] = 0;
     for (int64_t s = 0; s < v->B; s++) { /* the host checked them; anything else counts as 0 or J */
-        const float l = dmc_load(v->lengths, v->len_dt, s);
+        const float l = v->keymask ? (float)v->J : dmc_load(v->lengths, v->len_dt, s);
         acc += l >= (float)v->J ? (int)v->J : l >= 1.0f ? (int)l : 0;
         v->off[s + 1] = acc;
     }
@@ -72,6 +73,15 @@ static __host__ __device__ __forceinline__ int64_t vl_keys(const dmc_varlen *v, 
     return j >= L ? 0 : v->causal && j + 1 < L ? j + 1 : L;
 }
 
+/* Score c of row `row` (at base) as the softmax takes it: keymask, the attention mask added
+ * as MASK_ADD does (sequence s = row / (H J)) */
+static __host__ __device__ __forceinline__ float vl_score(const dmc_varlen *v, const void *x, int64_t row,
+                                                          int64_t base, int64_t c) {
+    const float y = dmc_load(x, v->dt, base + c);
+    if (!v->keymask) return y;
+    return y + (1.0f - dmc_load(v->lengths, v->len_dt, row / (v->H * v->J) * v->J + c)) * -FLT_MAX;
+}
+
 /* The row steps. FWD: scores (sq[0]) -> probabilities (probs) and their dropped copy
  * (sq[0]); DROP: probs -> the dropped copy (sq[0]); BWD: dP (sq[1]) -> dS (sq[1]). */
 enum { VL_FWD = 0, VL_DROP = 1, VL_BWD = 2 };
@@ -87,9 +97,9 @@ static __host__ __device__ void vl_row(const dmc_varlen *v, uint64_t seed, int m
     void *x = v->sq[mode == VL_BWD];
     float m = -INFINITY, sum = 0.0f;
     if (mode == VL_FWD) {
-        for (int64_t c = lane; c < n; c += lanes) m = fmaxf(m, dmc_load(x, v->dt, base + c));
+        for (int64_t c = lane; c < n; c += lanes) m = fmaxf(m, vl_score(v, x, row, base, c));
         m = dmc_lanes_max(m, lanes);
-        for (int64_t c = lane; c < n; c += lanes) sum += expf(dmc_load(x, v->dt, base + c) - m);
+        for (int64_t c = lane; c < n; c += lanes) sum += expf(vl_score(v, x, row, base, c) - m);
     } else if (mode == VL_BWD) {
         for (int64_t c = lane; c < n; c += lanes) {
             const float g = dmc_load(x, v->dt, base + c);
@@ -105,7 +115,7 @@ static __host__ __device__ void vl_row(const dmc_varlen *v, uint64_t seed, int m
             continue;
         }
         float p = c >= n ? 0.0f : mode == VL_DROP ? dmc_load(v->probs, v->dt, base + c)
-                                                  : vl_round(v->dt, expf(dmc_load(x, v->dt, base + c) - m) / sum);
+                                                  : vl_round(v->dt, expf(vl_score(v, x, row, base, c) - m) / sum);
         if (mode == VL_FWD && c < L) dmc_store(v->probs, v->dt, base + c, p);
         dmc_store(x, v->dt, base + c, dmc_varlen_kept(v, seed, e) ? p * sc : 0.0f);
     }

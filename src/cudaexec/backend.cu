@@ -95,6 +95,16 @@ static dm_status resolve_options(dm_layer_options *opt) {
     return DM_OK;
 }
 
+/* The padded attention as one op where flash.cu's kernels take it (dmc_flash_ok's cases
+ * that the layer's sizes decide; an operand's alignment, known when the group is built,
+ * may still send it to varlen.cu's cuBLAS steps, which the layer notes say). */
+static int attn_op(const dm_layer_config *cfg, const dm_layer_options *opt) {
+    const char *fl = getenv("DMOVE_CUDA_FLASH");
+    const int64_t P = cfg->heads > 0 ? cfg->hidden / cfg->heads : 0;
+    return !(fl && !strcmp(fl, "0")) && (opt->dtype == DM_DTYPE_BF16 || opt->dtype == DM_DTYPE_FP16) &&
+           (P == 64 || P == 128) && cfg->seq >= 4 && !cfg->causal && !opt->recompute && !opt->plan;
+}
+
 static void note(cuda_state *c, const char *key, double value, const char *text) {
     dm_layer_note *n = &c->notes[c->nnotes++];
     n->key = key;
@@ -277,7 +287,8 @@ static_assert(offsetof(dm_backend, name) == 0,
               "dm_backend has a field before name: initialise dm_backend_cuda in field order");
 DM_BACKEND_NEXT(name, device); DM_BACKEND_NEXT(device, merge_siblings); DM_BACKEND_NEXT(merge_siblings, runs_pairs);
 DM_BACKEND_NEXT(runs_pairs, algos); DM_BACKEND_NEXT(algos, check_options);
-DM_BACKEND_NEXT(check_options, resolve_options); DM_BACKEND_NEXT(resolve_options, create);
+DM_BACKEND_NEXT(check_options, resolve_options); DM_BACKEND_NEXT(resolve_options, attn_op);
+DM_BACKEND_NEXT(attn_op, create);
 DM_BACKEND_NEXT(create, destroy); DM_BACKEND_NEXT(destroy, notes); DM_BACKEND_NEXT(notes, workspace_bytes);
 DM_BACKEND_NEXT(workspace_bytes, timed_with); DM_BACKEND_NEXT(timed_with, upload); DM_BACKEND_NEXT(upload, download);
 DM_BACKEND_NEXT(download, tensor_addr); DM_BACKEND_NEXT(tensor_addr, run_group); DM_BACKEND_NEXT(run_group, set_rows); DM_BACKEND_NEXT(set_rows, set_training); DM_BACKEND_NEXT(set_training, sync); DM_BACKEND_NEXT(sync, profile);
@@ -292,7 +303,7 @@ static_assert(sizeof(dm_backend) ==
 /* and none hides in the padding between two of them: a structured binding takes exactly
  * as many names as the struct has fields */
 [[maybe_unused]] static void dm_backend_fields_all_named(const dm_backend &b) {
-    [[maybe_unused]] const auto &[name, device, merge_siblings, runs_pairs, algos, check_options, resolve_options,
+    [[maybe_unused]] const auto &[name, device, merge_siblings, runs_pairs, algos, check_options, resolve_options, attn_op,
                                   create, destroy, notes, workspace_bytes, timed_with, upload, download, tensor_addr, run_group, set_rows,
                                   set_training, sync,
                                   profile, profile_take, pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy,
@@ -308,7 +319,7 @@ extern "C" const dm_backend dm_backend_cuda = {
     0, /* merge_siblings: the fused attention kernels take the groups without */
     0, /* runs_pairs: its second stream instead */
     NULL, /* algos: none of its own; a plan file's are the CPU's */
-    check_options, resolve_options,
+    check_options, resolve_options, attn_op,
     create, destroy, notes, workspace_bytes, timed_with,
     upload, download, tensor_addr, run_group,
     set_rows, set_training,

@@ -398,6 +398,7 @@ static dm_status build_varlen(dm_cuda_exec *ex, const dm_group *gr, const dm_op 
     dmc_varlen *v = &st->vl;
     v->bwd = bwd;
     v->causal = op->causal;
+    v->keymask = op->keymask;
     v->dt = ex->dtype;
     v->B = q->size[0], v->J = q->size[1], v->H = q->size[2], v->P = q->size[3];
     v->alpha = op->alpha;
@@ -405,7 +406,7 @@ static dm_status build_varlen(dm_cuda_exec *ex, const dm_group *gr, const dm_op 
     v->scale = v->drop ? (float)(1.0 / (1.0 - op->p)) : 1.0f;
     v->thr = dm_dropout_threshold(op->p);
     v->stream = (uint32_t)op->stream;
-    if (q->ndim != 4 || len->numel != v->B || op->nindex != v->P || op->cols != v->J ||
+    if (q->ndim != 4 || len->numel != (v->keymask ? v->B * v->J : v->B) || op->nindex != v->P || op->cols != v->J ||
         op->rows != v->B * v->H * v->J)
         return dm_fail(DM_ERR_INTERNAL, "%s: its rows, columns and head size do not match Q (%s)", op->name, q->name);
     void *p[3];
@@ -418,9 +419,9 @@ static dm_status build_varlen(dm_cuda_exec *ex, const dm_group *gr, const dm_op 
     v->probs = dmx_arena_ptr(ex, tp, &dp);
     v->len_dt = dl;
     if (!v->lengths || !v->probs || dp != ex->dtype || !dense_rowmajor(pr) || strcmp(pr->letters, "bhjk") ||
-        (dl != DMC_F32 && v->J > 256))
-        return dm_fail(DM_ERR_UNSUPPORTED, "%s: the lengths (in fp32) and the probabilities (bhjk, dense) must be "
-                       "in memory", op->name);
+        (dl != DMC_F32 && v->J > 256 && !v->keymask))
+        return dm_fail(DM_ERR_UNSUPPORTED, "%s: the %s and the probabilities (bhjk, dense) must be in memory",
+                       op->name, v->keymask ? "attention mask" : "lengths (in fp32)");
     if (bwd) {
         void *d[3];
         DM_TRY(varlen_rows(ex, op, op->in[5], v->P, &d[0], &v->ldc));

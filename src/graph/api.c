@@ -20,7 +20,7 @@ dm_status dm_param_spec_get(int index, dm_param_spec *out) {
     dm_graph g;
     dm_encoder enc;
     dm_graph_init(&g);
-    dm_status s = dm_build_encoder(&g, &cfg, 1, 0, 0, &enc);
+    dm_status s = dm_build_encoder(&g, &cfg, 1, 0, 0, 0, &enc);
     dm_graph_free(&g);
     DM_TRY(s);
     for (int k = 0; k < enc.n; k++) {

@@ -130,6 +130,7 @@ static dm_status rule_fused_bwd(ad_ctx *c, const dm_op *f, const dm_op *proto, i
     snprintf(m.spec, sizeof m.spec, "%s", f->spec);
     m.alpha = f->alpha;
     m.causal = f->causal;
+    m.keymask = f->keymask;
     m.nin = 6;
     for (int i = 0; i < 4; i++) m.in[i] = f->in[i];
     m.in[4] = f->out[1];

@@ -118,15 +118,15 @@ static void add_inputs_and_params(dm_graph *g, int unpad, enc_tensors *ts, int *
     ts->be2 = CK(T(g, "ln2_beta", "i", DM_ROLE_PARAM));
 }
 
-static void add_activations(dm_graph *g, int pre, int unpad, enc_tensors *ts, int *ok) {
-    /* attention (unpadded: Q, K, V over the same packed rows, one "bjhp" letter set, and
-     * the probabilities alone) */
+static void add_activations(dm_graph *g, int pre, int unpad, int attn_op, enc_tensors *ts, int *ok) {
+    /* attention (unpadded, or as one ATTN op: Q, K, V over the same rows, one "bjhp"
+     * letter set, and the probabilities alone) */
     ts->qkv_mm = CK(T(g, "qkv_mm", "bjqhp", DM_ROLE_ACT));
     ts->qkv = CK(T(g, "qkv", "bjqhp", DM_ROLE_ACT));
     ts->Q = CK(dm_graph_view(g, ts->qkv, "Q", "bj0hp"));
-    ts->K = CK(dm_graph_view(g, ts->qkv, "K", unpad ? "bj1hp" : "bk1hp"));
-    ts->V = CK(dm_graph_view(g, ts->qkv, "V", unpad ? "bj2hp" : "bk2hp"));
-    if (unpad) {
+    ts->K = CK(dm_graph_view(g, ts->qkv, "K", unpad || attn_op ? "bj1hp" : "bk1hp"));
+    ts->V = CK(dm_graph_view(g, ts->qkv, "V", unpad || attn_op ? "bj2hp" : "bk2hp"));
+    if (unpad || attn_op) {
         ts->s = ts->sm = ts->ad = -1;
         ts->a = CK(T(g, "probs", "bhjk", DM_ROLE_ACT));
     } else {
@@ -163,7 +163,7 @@ static void add_activations(dm_graph *g, int pre, int unpad, enc_tensors *ts, in
 /* The attention block's ops up to its residual add, and the LayerNorm after that add:
  * post-LN, LN1 of the sum; pre-LN, LN2 of the feed-forward block's input (pre-LN also
  * starts with LN1 of X). */
-static void add_attention_ops(dm_graph *g, const dm_layer_config *cfg, int pre, int unpad,
+static void add_attention_ops(dm_graph *g, const dm_layer_config *cfg, int pre, int unpad, int attn_op,
                               const enc_tensors *ts, int *ok) {
     const int64_t J = cfg->seq, I = cfg->hidden;
     const int x = ts->x, mask = ts->mask, wqkv = ts->wqkv, bqkv = ts->bqkv, wo = ts->wo,
@@ -181,10 +181,10 @@ static void add_attention_ops(dm_graph *g, const dm_layer_config *cfg, int pre, 
     CK(mm(g, "qkv_proj", "bji,qhpi->bjqhp", pre ? r1 : x, wqkv, qkv_mm, 1.0f));
     CK(pw(g, DM_OP_BIAS_ADD, "qkv_bias", qkv, 3 * I, IN(qkv_mm, bqkv), 2, IN(qkv), 1));
     int od;
-    if (unpad) { /* scores, softmax, dropout and context per sequence in one op */
+    if (unpad || attn_op) { /* scores, mask, softmax, dropout and context in one op (ops.def) */
         dm_op op = {.kind = DM_OP_ATTN, .nin = 4, .nout = 2, .alpha = scale, .rows = g->t[a].numel / J,
                     .cols = J, .nindex = D('p'), .stream = DM_DROP_ATTN_PROBS, .causal = cfg->causal != 0,
-                    .in = {Q, K, V, mask}, .out = {ctx, a}};
+                    .keymask = !unpad, .in = {Q, K, V, mask}, .out = {ctx, a}};
         snprintf(op.name, sizeof op.name, "attn");
         snprintf(op.spec, sizeof op.spec, "bjhp,bkhp->bhjk");
         CK(dm_graph_op(g, &op));
@@ -322,8 +322,12 @@ dm_status dm_gb_export_param_grads(dm_graph *g, dm_encoder *enc) {
 }
 
 dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_only, int input_grad, int unpad,
-                           dm_encoder *enc) {
+                           int attn_op, dm_encoder *enc) {
     DM_TRY(dm_layer_config_check(cfg));
+    if (attn_op && (unpad || cfg->causal))
+        return dm_fail(DM_ERR_UNSUPPORTED, "attention as one op with a mask is for a padded layer that is not causal%s",
+                       unpad ? " (an unpadded layer's attention is one op already)" : ": a causal layer runs unpadded "
+                       "(seq_lengths) or with its attention unfused");
     memset(enc, 0, sizeof *enc);
     int64_t B = cfg->batch, J = cfg->seq, I = cfg->hidden, H = cfg->heads, U = cfg->ffn;
     if (unpad) snprintf(g->live, sizeof g->live, "bj"); /* a step runs on its tokens alone */
@@ -341,11 +345,11 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     add_inputs_and_params(g, unpad, &ts, &ok);
     if (!ok) return dm_last_status();
     const int pre = cfg->norm == DM_NORM_PRE;
-    add_activations(g, pre, unpad, &ts, &ok);
+    add_activations(g, pre, unpad, attn_op, &ts, &ok);
     if (!ok) return dm_last_status();
 
     int n = g->nop;
-    add_attention_ops(g, cfg, pre, unpad, &ts, &ok);
+    add_attention_ops(g, cfg, pre, unpad, attn_op, &ts, &ok);
     add_ffn_ops(g, cfg, pre, &ts, &ok);
     if (!ok) return dm_last_status();
     for (int o = n; o < g->nop; o++) g->op[o].p = cfg->dropout;

@@ -32,9 +32,13 @@ typedef struct {
  * seq_lengths (b) instead of attention_mask, and attention one ATTN op per pass over each
  * sequence's own length (ops.def); every other op is the padded layer's. A step runs on
  * the first sum(lengths) rows alone (the backends' set_rows): the rows after them are
- * not read, and the layer's outputs there are set to 0. */
+ * not read, and the layer's outputs there are set to 0.
+ * attn_op 1 (a padded layer, not causal): the attention's scores, mask, softmax, dropout
+ * and context as one ATTN op over the attention_mask (ops.def's keymask), for a backend
+ * whose fused kernels take it (plan/backend.h's attn_op); the same inputs, outputs and
+ * results as the padded layer's ops, to rounding. */
 dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_only, int input_grad, int unpad,
-                           dm_encoder *enc);
+                           int attn_op, dm_encoder *enc);
 extern const char *const dm_param_names[DM_NUM_PARAMS];
 
 /* The segments of a whole BERT beside its encoder layers (graph/bert.c), each its own

@@ -57,6 +57,8 @@ typedef struct {
     int causal;    /* MASK_ADD: also mask the keys after the query (column c > row's j) */
     int recomputed; /* a forward op again in the backward (dm_rewrite_recompute_attention) */
     int64_t nindex; /* EMBED, EMBED_BWD: rows N of the table (the T input, the X output) */
+    int keymask;   /* ATTN, ATTN_BWD: in[3] is the padded layer's attention_mask (b, k) over
+                    * whole sequences (ops.def), not their lengths */
 } dm_op;
 
 typedef struct {

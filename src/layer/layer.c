@@ -62,6 +62,9 @@ dm_status dm_layer_options_check(const dm_layer_options *opt) {
         return dm_fail(DM_ERR_INVALID_ARG, "an unpadded layer takes no %s: %s", opt->recompute ? "--recompute" : "plan file",
                        opt->recompute ? "its attention keeps the probabilities of the real tokens alone"
                                       : "`dmove tune` tunes the padded layer; leave out --plan");
+    if (opt->attention_op < -1 || opt->attention_op > 1)
+        return dm_fail(DM_ERR_INVALID_ARG, "attention_op must be -1 (never), 0 (the backend decides) or 1 (always); "
+                       "got %d", opt->attention_op);
     /* what the device's backend does not take (a backend not built: dm_layer_new says so) */
     const dm_backend *B = dm_backend_get(opt->device);
     if (B && opt->unpad && !B->set_rows)
@@ -161,9 +164,12 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
      * else those of the CPU backend, where `dmove tune` measures */
     const dm_backend *C = B;
     dm_status s = B->algos ? DM_OK : dm_backend_find(DM_DEVICE_CPU, &C);
+    /* the padded attention as one op: asked for, or where the backend's kernels win */
+    const int attn_op = how->segment == DM_SEG_ENCODER && !opt->unpad &&
+                        (opt->attention_op > 0 || (opt->attention_op == 0 && B->attn_op && B->attn_op(cfg, opt)));
     dm_compile_opts co = {.cfg = cfg, .schedule = opt->schedule, .recompute = opt->recompute,
                           .forward_only = opt->forward_only, .no_input_grad = opt->no_input_grad,
-                          .no_siblings = !siblings, .no_reuse = opt->no_reuse, .unpad = opt->unpad,
+                          .no_siblings = !siblings, .no_reuse = opt->no_reuse, .unpad = opt->unpad, .attn_op = attn_op,
                           .choices = how->choices,
                           .plan_file = opt->plan, .algos = C->algos, .segment = how->segment, .sizes = how->sizes};
     if (s == DM_OK) s = dm_compile(&co, &L->g, &L->enc, &L->plan);

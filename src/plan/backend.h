@@ -60,6 +60,10 @@ typedef struct dm_backend {
      * streams, ...): what a layer made with *opt runs with. DM_ERR_INVALID_ARG for a bad
      * variable (*opt then as it was). */
     dm_status (*resolve_options)(dm_layer_options *opt);
+    /* Whether a padded encoder layer of cfg made with *opt (attention_op 0) should run its
+     * attention as one ATTN op (graph/encoder.h's attn_op): where the backend's kernels for
+     * it beat the ops one by one. NULL: never. */
+    int (*attn_op)(const dm_layer_config *cfg, const dm_layer_options *opt);
 
     /* --- a plan's state ---------------------------------------------------------------- */
     /* The state that runs `plan` (which must outlive it) for a layer whose host arena is

@@ -63,7 +63,7 @@ dm_status dm_compile(const dm_compile_opts *o, dm_graph *g, dm_encoder *enc, dm_
     dm_encoder *e = enc ? enc : &own;
     dm_status s;
     switch (o->segment) {
-    case DM_SEG_ENCODER: s = dm_build_encoder(g, o->cfg, o->forward_only, !o->no_input_grad, o->unpad, e); break;
+    case DM_SEG_ENCODER: s = dm_build_encoder(g, o->cfg, o->forward_only, !o->no_input_grad, o->unpad, o->attn_op, e); break;
     case DM_SEG_EMBEDDINGS: s = dm_build_embeddings(g, o->cfg, o->sizes, o->forward_only, e); break;
     case DM_SEG_MLM_HEAD: s = dm_build_mlm_head(g, o->cfg, o->sizes, o->forward_only, e); break;
     case DM_SEG_CLS_HEAD: s = dm_build_cls_head(g, o->cfg, o->sizes, o->forward_only, e); break;
@@ -76,6 +76,9 @@ dm_status dm_compile(const dm_compile_opts *o, dm_graph *g, dm_encoder *enc, dm_
         s = dm_fail(DM_ERR_UNSUPPORTED, "an unpadded layer takes no %s: %s", o->recompute ? "--recompute" : "tuned plan",
                     o->recompute ? "its attention keeps the probabilities of the real tokens alone"
                                  : "`dmove tune` tunes the padded layer; run unpadded without --plan");
+    if (s == DM_OK && o->attn_op && (o->recompute || o->choices || o->plan_file))
+        s = dm_fail(DM_ERR_UNSUPPORTED, "attention as one op takes no %s", o->recompute ? "--recompute (it recomputes "
+                    "the scores in its backward already)" : "tuned plan (`dmove tune` tunes the attention's own ops)");
     if (s == DM_OK && fused) s = rewrite_fused(g);
     if (s == DM_OK && o->recompute) s = dm_rewrite_recompute_attention(g, NULL);
     if (s == DM_OK && plan) s = dm_plan_build(g, fused, !o->no_siblings, o->no_reuse, plan);

@@ -24,6 +24,8 @@ typedef struct {
                                  * for a backend that runs siblings side by side itself */
     int no_reuse;               /* every tensor its own bytes */
     int unpad;                  /* an encoder layer over packed tokens (dm_build_encoder) */
+    int attn_op;                /* a padded encoder layer's attention as one ATTN op
+                                 * (dm_build_encoder) */
     /* a tuned plan: the choices in memory (the tuner's), or else the plan file at
      * plan_file, its algorithms read by their names in `algos` (the table of the backend
      * that runs the plan) */
