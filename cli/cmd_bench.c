@@ -282,7 +282,7 @@ static int sched_setup(const cli_config *c, dm_schedule sched, const char *plan,
     snprintf(note, sizeof note, "%s", dm_layer_note_text(L, "gen_unavailable"));
     const char *fnote = dm_layer_note_text(L, "flash_unavailable");
     if (fnote[0])
-        fprintf(stderr, "dmove bench: note: %s: the unpadded attention runs without the flash kernels "
+        fprintf(stderr, "dmove bench: note: %s: the attention runs without the flash kernels "
                 "(cuBLAS over padded copies): %s\n", res->name, fnote);
     if (note[0])
         fprintf(stderr, "dmove bench: note: %s: --rows auto runs the row groups and attention with the "

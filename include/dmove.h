@@ -135,12 +135,14 @@ typedef struct {
                             * first lengths[s] positions, dropout masks included (keyed by
                             * the padded positions). */
     int attention_op;      /* a padded layer's attention (scores, mask, softmax, dropout,
-                            * context) as one fused op: 1 always, -1 never (its ops one by
-                            * one, as the plan groups them), 0 (default) where the backend's
-                            * kernels for it win: CUDA's flash kernels (bf16/fp16, heads of
-                            * 64 or 128, not causal, no recompute or plan file; not with
-                            * DMOVE_CUDA_FLASH=0), never on the CPU. The same results, to
-                            * rounding; a causal layer has it only unpadded. */
+                            * context) as one fused op: 1 always (refused for a causal layer,
+                            * with recompute or a plan file; an unpadded layer's is one op
+                            * anyway), -1 never (its ops one by one, as the plan groups
+                            * them), 0 (default) where the backend's kernels for it win:
+                            * CUDA's flash kernels (bf16/fp16, heads of 64 or 128, j >= 4,
+                            * not causal, the fused schedule, no recompute or plan file; not
+                            * with DMOVE_CUDA_FLASH=0 or DMOVE_CUDA_ATTN_OP=0), never on the
+                            * CPU. The same results, to rounding. */
 } dm_layer_options;
 
 typedef struct dm_layer dm_layer;

@@ -286,7 +286,7 @@ static void test_layer(const dm_layer_config *cfg, dm_schedule sched, int emulat
     dm_cuda_exec *ex = NULL;
     float *first[64] = {0};
     dm_layer_options oc = {.schedule = sched, .threads = 2, .no_input_grad = g_no_dx};
-    dm_layer_options og = {.schedule = sched, .threads = 2,
+    dm_layer_options og = {.schedule = sched, .threads = 2, .attention_op = -1, /* its ops (test_unpad: one op) */
                            .device = emulate ? DM_DEVICE_CPU : DM_DEVICE_CUDA,
                            .rows = emulate                ? DM_ROWS_DEFAULT /* a CPU layer */
                                    : (gen & DM_CUDA_AUTO) ? DM_ROWS_AUTO

@@ -47,6 +47,7 @@ class LayerOptions(ctypes.Structure):
         ("no_input_grad", ctypes.c_int),
         ("recompute", ctypes.c_int),
         ("unpad", ctypes.c_int),
+        ("attention_op", ctypes.c_int),
     ]
 
 

@@ -160,7 +160,7 @@ typedef struct {
     int *off;              /* work: the B + 1 sequences' first rows */
     void *pad[5];          /* work: padded head-major copies, B x H x J x P each */
     void *sq[2];           /* work: B x H x J x J each: scores, dropped probabilities, dP, dS */
-    float *fl_d, *fl_dq;   /* work (flash bwd): rowsum(dctx ctx), B H J; dQ per key tile */
+    float *fl_d;           /* work (flash bwd): rowsum(dctx ctx), B H J */
 } dmc_varlen;
 /* Device work space (bwd: 5 copies and 2 squares, else 4 and 1; flash: flash.cu's), and
  * its pointers set inside `work`. */

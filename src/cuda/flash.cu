@@ -14,12 +14,16 @@
  *     the op's probs tensor (b h j k, dt) holds the 2 B H J fp32 values at its start
  *     instead (room at j >= 4), and only this file's backward reads them (dmc_flash_ok
  *     decides for both passes alike).
- *   backward, a block per 64 keys (a warp per 16): D = rowsum(dctx * ctx) per query row
- *     first; then per tile of 64 queries P^T = exp(alpha K Q^T - m - log sum) again, dV +=
+ *   backward: D = rowsum(dctx * ctx) per query row first; then a block per 64 keys (a
+ *     warp per 16) walks the query tiles: P^T = exp(alpha K Q^T - m - log sum) again, dV +=
  *     dropped(P)^T dctx, dP^T = V dctx^T, dS^T = P^T (dropout_bwd(dP^T) - D), dK += alpha
- *     dS^T Q in registers, and the tile's share of dQ = alpha dS K through shared memory
- *     into a partial sum per key tile (fp32, work space), which a last kernel adds in
- *     key-tile order: the same bits on every run, no atomics.
+ *     dS^T Q, in registers; and a block per 64 queries walks the key tiles as the forward
+ *     does, computing P and dS once more, dQ += alpha dS K in registers. Two GEMMs more than
+ *     one pass, but no partial dQ per key tile through memory (ceil(j/64) x b j h p fp32
+ *     written and read: at j = 512 more traffic than the products' own), no atomics, and
+ *     the same bits on every run.
+ *   Tiles arrive by asynchronous copies (cp.async, sm_80 and later) into two buffers: the
+ *     next tile's while this one's is read, one barrier a tile.
  * The probabilities enter the MMAs rounded to the storage type, as the other path rounds
  * the probabilities it stores; sums are fp32. dmc_flash_run's host emulation runs these
  * kernels themselves lane by lane: every lane a thread (pthreads), __syncthreads a block
@@ -41,6 +45,14 @@
 
 #include <functional>
 #include <vector>
+#endif
+
+/* the device compiler unrolls the loops that index register arrays (else they go to local
+ * memory); the host's has no such pragma */
+#ifdef __CUDA_ARCH__
+#define FL_UNROLL _Pragma("unroll")
+#else
+#define FL_UNROLL
 #endif
 
 enum { FL_WARPS = 4, FL_THREADS = 32 * FL_WARPS, FL_TILE = 64 /* queries or keys a block */ };
@@ -311,12 +323,58 @@ static __host__ __device__ __forceinline__ float fl_mask_term(const dmc_varlen *
 
 /* ---- forward ---------------------------------------------------------------------------- */
 
+/* Shared memory of a block that walks the keys (forward, dQ): two buffers of a K and a V
+ * tile (row stride P + 8) and of the tile's mask terms, the next tile's loading (by
+ * asynchronous copies) while this one's is read. */
+template <typename T, int P> struct fl_kv_smem { /* by arithmetic: no array a register cannot hold */
+    enum { TILE = FL_TILE * (P + 8) };
+    char *base;
+    __host__ __device__ T *k(int b) const { return (T *)base + 2 * TILE * b; }
+    __host__ __device__ T *v(int b) const { return (T *)base + 2 * TILE * b + TILE; }
+    __host__ __device__ float *bias(int b) const { return (float *)((T *)base + 4 * TILE) + FL_TILE * b; }
+};
+
+/* key tile k0's K and V rows (and keymask's terms) into buffer b, as one group of copies */
+template <typename T, int P>
+static __host__ __device__ __forceinline__ void fl_load_kv(const fl_args &A, const fl_kv_smem<T, P> &S, int b,
+                                                           const T *K, const T *V, int s, int k0, int L, int tid) {
+    fl_load_tile<T, P>(S.k(b), K, A.v.ldq, k0, L, tid, A.vec16);
+    fl_load_tile<T, P>(S.v(b), V, A.v.ldq, k0, L, tid, A.vec16);
+    for (int i = tid; A.v.keymask && i < FL_TILE; i += FL_THREADS) S.bias(b)[i] = fl_mask_term(&A.v, s, k0 + i, L);
+    fl_cp_commit();
+}
+
+/* The A fragments of a lane's two rows r0, r1 (zero at or past L) of a token-row operand
+ * (head columns at X, row stride ld): the block's queries, or their dctx, in registers */
+template <typename T, int P>
+static __host__ __device__ __forceinline__ void fl_rows_a(uint32_t fr[P / 16][4], const T *X, int64_t ld, int r0,
+                                                          int r1, int L, int t) {
+    for (int kk = 0; kk < P / 16; kk++)
+        for (int e = 0; e < 4; e++) {
+            const int r = e & 1 ? r1 : r0, c = kk * 16 + 2 * t + (e >= 2 ? 8 : 0);
+            fr[kk][e] = r < L ? *(const uint32_t *)(X + (int64_t)r * ld + c) : 0u;
+        }
+}
+
+/* S = Q K^T for a warp's 16 query rows against a 64-key tile: sc[n] the keys n * 8 .. */
+template <typename T, int P>
+static __host__ __device__ __forceinline__ void fl_scores(float sc[8][4], const uint32_t qa[P / 16][4], const T *Ks,
+                                                          int g, int t) {
+    for (int n = 0; n < 8; n++)
+        for (int e = 0; e < 4; e++) sc[n][e] = 0.0f;
+    for (int kk = 0; kk < P / 16; kk++)
+        for (int n = 0; n < 8; n++) {
+            uint32_t b[2];
+            fl_frag_bt<T, P + 8>(b, Ks, n * 8, kk * 16, g, t);
+            fl_mma<T>(sc[n], qa[kk], b);
+        }
+}
+
 template <typename T, int P>
 static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, int h, int s, char *smem) {
     const dmc_varlen *v = &A.v;
     enum { LDS = P + 8 };
-    T *Ks = (T *)smem, *Vs = Ks + FL_TILE * LDS;
-    float *bias_s = (float *)(Vs + FL_TILE * LDS); /* keymask: the key tile's mask terms */
+    const fl_kv_smem<T, P> S = {smem};
     const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int o = v->off[s], L = v->off[s + 1] - o, q0 = qb * FL_TILE;
     if (q0 >= L) return; /* the whole block: no barrier is left waiting */
@@ -325,53 +383,29 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
             *V = (const T *)v->v + (int64_t)o * v->ldq + hc;
     const int r0 = q0 + w * 16 + g, r1 = r0 + 8; /* this lane's two query rows */
     uint32_t qa[P / 16][4];
-    for (int kk = 0; kk < P / 16; kk++)
-        for (int e = 0; e < 4; e++) {
-            const int r = e & 1 ? r1 : r0, c = kk * 16 + 2 * t + (e >= 2 ? 8 : 0);
-            qa[kk][e] = r < L ? *(const uint32_t *)(Q + (int64_t)r * v->ldq + c) : 0u;
-        }
+    fl_rows_a<T, P>(qa, Q, v->ldq, r0, r1, L, t);
     float acc[P / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int n = 0; n < P / 8; n++)
         for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
     const uint64_t ebase = ((uint64_t)s * (uint64_t)v->H + (uint64_t)h) * (uint64_t)J;
     const int kend = v->causal && q0 + FL_TILE < L ? q0 + FL_TILE : L;
-    /* K and V tiles by asynchronous copies, each in one buffer: tile k + 1's K loads while
-     * tile k's softmax and P V run, its V while tile k + 1's scores do. Groups committed
-     * in the order K0, V0, K1, V1, ...: waiting for all but the newest lands the one needed. */
-    fl_load_tile<T, P>(Ks, K, v->ldq, 0, L, tid, A.vec16);
-    for (int i = tid; v->keymask && i < FL_TILE; i += FL_THREADS) bias_s[i] = fl_mask_term(v, s, i, L);
-    fl_cp_commit();
-    fl_load_tile<T, P>(Vs, V, v->ldq, 0, L, tid, A.vec16);
-    fl_cp_commit();
-    for (int k0 = 0; k0 < kend; k0 += FL_TILE) {
-        fl_cp_wait<1>(); /* K (V may still be on its way) */
+    fl_load_kv<T, P>(A, S, 0, K, V, s, 0, L, tid);
+    for (int k0 = 0, b = 0; k0 < kend; k0 += FL_TILE, b ^= 1) {
+        fl_cp_wait<0>(); /* this tile has landed; every warp is past the other buffer: the next tile's */
         fl_sync();
+        if (k0 + FL_TILE < kend) fl_load_kv<T, P>(A, S, b ^ 1, K, V, s, k0 + FL_TILE, L, tid);
         float sc[8][4];
-        for (int n = 0; n < 8; n++)
-            for (int e = 0; e < 4; e++) sc[n][e] = 0.0f;
-        for (int kk = 0; kk < P / 16; kk++)
-            for (int n = 0; n < 8; n++) {
-                uint32_t b[2];
-                fl_frag_bt<T, LDS>(b, Ks, n * 8, kk * 16, g, t);
-                fl_mma<T>(sc[n], qa[kk], b);
-            }
+        fl_scores<T, P>(sc, qa, S.k(b), g, t);
         float mx[2] = {-INFINITY, -INFINITY};
         for (int n = 0; n < 8; n++)
             for (int e = 0; e < 4; e++) {
                 const int row = e >= 2 ? r1 : r0, col = k0 + n * 8 + 2 * t + (e & 1);
                 const float x = col >= L || row >= L || (v->causal && col > row) ? -INFINITY
-                                : v->keymask ? sc[n][e] * v->alpha + bias_s[col - k0]
+                                : v->keymask ? sc[n][e] * v->alpha + S.bias(b)[col - k0]
                                              : sc[n][e] * v->alpha;
                 sc[n][e] = x;
                 mx[e >> 1] = fmaxf(mx[e >> 1], x);
             }
-        fl_sync(); /* every warp is done with K and the mask terms: the next tile's */
-        if (k0 + FL_TILE < kend) {
-            fl_load_tile<T, P>(Ks, K, v->ldq, k0 + FL_TILE, L, tid, A.vec16);
-            for (int i = tid; v->keymask && i < FL_TILE; i += FL_THREADS)
-                bias_s[i] = fl_mask_term(v, s, k0 + FL_TILE + i, L);
-        }
-        fl_cp_commit();
         float corr[2], base[2];
         for (int i = 0; i < 2; i++) {
             const float mn = fmaxf(m[i], fl_quad_max(mx[i]));
@@ -390,20 +424,15 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
                 sc[n][e] = p > 0.0f && dmc_varlen_kept(v, A.seed, ebase * (uint64_t)J + (uint64_t)row * (uint64_t)J + (uint64_t)col)
                                ? p : 0.0f;
             }
-        fl_cp_wait<1>(); /* V (the next K may still be on its way) */
-        fl_sync();
         for (int kk = 0; kk < 4; kk++) {
             uint32_t a[4];
             fl_c_to_a<T>(a, sc[2 * kk], sc[2 * kk + 1]);
             for (int n = 0; n < P / 8; n++) {
-                uint32_t b[2];
-                fl_frag_b<T, LDS>(b, Vs, kk * 16, n * 8, g, t);
-                fl_mma<T>(acc[n], a, b);
+                uint32_t bf[2];
+                fl_frag_b<T, LDS>(bf, S.v(b), kk * 16, n * 8, g, t);
+                fl_mma<T>(acc[n], a, bf);
             }
         }
-        fl_sync(); /* every warp is done with V: the next tile's */
-        if (k0 + FL_TILE < kend) fl_load_tile<T, P>(Vs, V, v->ldq, k0 + FL_TILE, L, tid, A.vec16);
-        fl_cp_commit();
     }
     T *C = (T *)v->ctx + (int64_t)o * v->ldc + hc;
     float *lse = (float *)v->probs;
@@ -436,139 +465,110 @@ static __host__ __device__ void fl_rowdot(const dmc_varlen *v, int64_t s, int64_
     v->fl_d[(s * v->H + h) * v->J + j] = d;
 }
 
-/* dQ row (s, j), head columns: the partials of the key tiles that saw it, in order */
-static __host__ __device__ void fl_dq_sum(const dmc_varlen *v, int64_t s, int64_t j, int64_t col) {
-    const int o = v->off[s], L = v->off[s + 1] - o;
-    if (j >= L) return;
-    const int64_t HP = v->H * v->P, tiles = v->causal ? j / FL_TILE + 1 : (L + FL_TILE - 1) / FL_TILE,
-                  stride = (int64_t)v->off[v->B] * HP;
-    float d = 0.0f;
-    for (int64_t kt = 0; kt < tiles; kt++) d += v->fl_dq[kt * stride + (o + j) * HP + col];
-    dmc_store(v->dq, v->dt, (o + j) * v->ldd + col, d * v->alpha);
-}
-
-/* The backward's query tile at q0: Q and dO rows (fl_load_tile), and the rows' maximum,
- * log-sum and D (plain stores) */
-template <typename T, int P>
-static __host__ __device__ __forceinline__ void fl_bwd_load_q(const fl_args &A, T *Qs, T *Os, float *lse_s,
-                                                              float *ls_s, float *d_s, const T *Q, const T *dO,
-                                                              const float *lse, const float *lsum, const float *D,
-                                                              int q0, int L, int tid) {
-    fl_load_tile<T, P>(Qs, Q, A.v.ldq, q0, L, tid, A.vec16);
-    fl_load_tile<T, P>(Os, dO, A.v.ldc, q0, L, tid, A.vec16);
-    for (int i = tid; i < FL_TILE; i += FL_THREADS) {
-        lse_s[i] = q0 + i < L ? lse[q0 + i] : 0.0f;
-        ls_s[i] = q0 + i < L ? lsum[q0 + i] : 0.0f;
-        d_s[i] = q0 + i < L ? D[q0 + i] : 0.0f;
+/* Shared memory of the dK dV block: its K and V tiles, and two buffers of a query tile's
+ * Q and dctx rows and the rows' maximum, log-sum and D (the next tile's loading while
+ * this one's is read). */
+template <typename T, int P> struct fl_q_smem {
+    enum { TILE = FL_TILE * (P + 8) };
+    char *base;
+    __host__ __device__ T *k() const { return (T *)base; }
+    __host__ __device__ T *v() const { return (T *)base + TILE; }
+    __host__ __device__ T *q(int b) const { return (T *)base + 2 * TILE * (b + 1); }
+    __host__ __device__ T *o(int b) const { return (T *)base + 2 * TILE * (b + 1) + TILE; }
+    __host__ __device__ float *stat(int b, int which) const { /* which: 0 maximum, 1 log-sum, 2 D */
+        return (float *)((T *)base + 6 * TILE) + FL_TILE * (3 * b + which);
     }
+};
+
+/* query tile q0's Q and dctx rows (one group of copies) and statistics into buffer b */
+template <typename T, int P>
+static __host__ __device__ __forceinline__ void fl_load_q(const fl_args &A, const fl_q_smem<T, P> &S, int b,
+                                                          const T *Q, const T *dO, const float *mx, const float *ls,
+                                                          const float *D, int q0, int L, int tid) {
+    fl_load_tile<T, P>(S.q(b), Q, A.v.ldq, q0, L, tid, A.vec16);
+    fl_load_tile<T, P>(S.o(b), dO, A.v.ldc, q0, L, tid, A.vec16);
+    for (int i = tid; i < FL_TILE; i += FL_THREADS) {
+        S.stat(b, 0)[i] = q0 + i < L ? mx[q0 + i] : 0.0f;
+        S.stat(b, 1)[i] = q0 + i < L ? ls[q0 + i] : 0.0f;
+        S.stat(b, 2)[i] = q0 + i < L ? D[q0 + i] : 0.0f;
+    }
+    fl_cp_commit();
 }
 
+/* dK and dV for 64 keys (a warp per 16), walking the query tiles: P^T = exp(alpha K Q^T +
+ * mask - m - log sum) again, dV += dropped(P)^T dctx, dP^T = V dctx^T, dS^T = P^T
+ * (dropout_bwd(dP^T) - D), dK += dS^T Q, all in registers. */
 template <typename T, int P>
 static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, int h, int s, char *smem) {
     const dmc_varlen *v = &A.v;
-    enum { LDS = P + 8, LDD = FL_TILE + 8 };
-    T *Qs = (T *)smem, *Os = Qs + FL_TILE * LDS, *Ks = Os + FL_TILE * LDS, *Vs = Ks + FL_TILE * LDS,
-      *Ss = Vs + FL_TILE * LDS;
-    float *lse_s = (float *)(Ss + FL_TILE * LDD), *ls_s = lse_s + FL_TILE, *d_s = ls_s + FL_TILE;
+    enum { LDS = P + 8 };
+    const fl_q_smem<T, P> S = {smem};
     const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int o = v->off[s], L = v->off[s + 1] - o, k0 = kb * FL_TILE;
     if (k0 >= L) return;
-    const int64_t J = v->J, hc = (int64_t)h * P, HP = v->H * P;
+    const int64_t J = v->J, hc = (int64_t)h * P;
     const T *Q = (const T *)v->q + (int64_t)o * v->ldq + hc, *K = (const T *)v->k + (int64_t)o * v->ldq + hc,
             *V = (const T *)v->v + (int64_t)o * v->ldq + hc, *dO = (const T *)v->dctx + (int64_t)o * v->ldc + hc;
     const uint64_t ebase = ((uint64_t)s * (uint64_t)v->H + (uint64_t)h) * (uint64_t)J;
-    const float *lse = (const float *)v->probs + ebase, *D = v->fl_d + ebase;
-    const float *lsum = (const float *)v->probs + (uint64_t)(v->B * v->H * J) + ebase;
-    float *dqp = v->fl_dq + (int64_t)kb * v->off[v->B] * HP + (int64_t)o * HP + hc;
+    const float *mx = (const float *)v->probs + ebase, *D = v->fl_d + ebase;
+    const float *ls = (const float *)v->probs + (uint64_t)(v->B * v->H * J) + ebase;
     const float sc = v->drop ? v->scale : 1.0f;
-    /* K and V once; each query tile's Q, dO and row statistics loaded while the tile
-     * before it computes its dQ share (asynchronous copies, one group per tile) */
-    fl_load_tile<T, P>(Ks, K, v->ldq, k0, L, tid, A.vec16);
-    fl_load_tile<T, P>(Vs, V, v->ldq, k0, L, tid, A.vec16);
+    fl_load_tile<T, P>(S.k(), K, v->ldq, k0, L, tid, A.vec16); /* with the first query tile's group */
+    fl_load_tile<T, P>(S.v(), V, v->ldq, k0, L, tid, A.vec16);
     const int qstart = v->causal ? k0 : 0;
-    fl_bwd_load_q<T, P>(A, Qs, Os, lse_s, ls_s, d_s, Q, dO, lse, lsum, D, qstart, L, tid);
-    fl_cp_commit();
+    fl_load_q<T, P>(A, S, 0, Q, dO, mx, ls, D, qstart, L, tid);
     float dk[P / 8][4], dv[P / 8][4];
     for (int n = 0; n < P / 8; n++)
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
     const int key0 = k0 + w * 16 + g, key1 = key0 + 8; /* this lane's two keys */
     const float kb0 = v->keymask ? fl_mask_term(v, s, key0, L) : 0.0f,
                 kb1 = v->keymask ? fl_mask_term(v, s, key1, L) : 0.0f;
-    for (int q0 = qstart; q0 < L; q0 += FL_TILE) {
-        fl_cp_wait<0>();
+    for (int q0 = qstart, b = 0; q0 < L; q0 += FL_TILE, b ^= 1) {
+        fl_cp_wait<0>(); /* this tile has landed; every warp is past the other buffer: the next tile's */
         fl_sync();
+        if (q0 + FL_TILE < L) fl_load_q<T, P>(A, S, b ^ 1, Q, dO, mx, ls, D, q0 + FL_TILE, L, tid);
+        const T *Qs = S.q(b), *Os = S.o(b);
         float st[8][4], dp[8][4]; /* S^T, then P^T; dP^T, then dS^T: 16 keys x 64 queries */
         for (int n = 0; n < 8; n++)
             for (int e = 0; e < 4; e++) st[n][e] = dp[n][e] = 0.0f;
         for (int kk = 0; kk < P / 16; kk++) {
             uint32_t ak[4], av[4];
-            fl_frag_a<T, LDS>(ak, Ks, w * 16, kk * 16, g, t);
-            fl_frag_a<T, LDS>(av, Vs, w * 16, kk * 16, g, t);
+            fl_frag_a<T, LDS>(ak, S.k(), w * 16, kk * 16, g, t);
+            fl_frag_a<T, LDS>(av, S.v(), w * 16, kk * 16, g, t);
             for (int n = 0; n < 8; n++) {
-                uint32_t b[2];
-                fl_frag_bt<T, LDS>(b, Qs, n * 8, kk * 16, g, t);
-                fl_mma<T>(st[n], ak, b);
-                fl_frag_bt<T, LDS>(b, Os, n * 8, kk * 16, g, t);
-                fl_mma<T>(dp[n], av, b);
+                uint32_t bf[2];
+                fl_frag_bt<T, LDS>(bf, Qs, n * 8, kk * 16, g, t);
+                fl_mma<T>(st[n], ak, bf);
+                fl_frag_bt<T, LDS>(bf, Os, n * 8, kk * 16, g, t);
+                fl_mma<T>(dp[n], av, bf);
             }
         }
         float pd[8][4]; /* dropped P^T, scaled */
+        FL_UNROLL
         for (int n = 0; n < 8; n++)
+            FL_UNROLL
             for (int e = 0; e < 4; e++) {
                 const int key = e >= 2 ? key1 : key0, qi = n * 8 + 2 * t + (e & 1), q = q0 + qi;
                 const int ok = key < L && q < L && !(v->causal && key > q);
-                const float p = ok ? expf(st[n][e] * v->alpha + (e >= 2 ? kb1 : kb0) - lse_s[qi] - ls_s[qi]) : 0.0f;
+                const float p =
+                    ok ? expf(st[n][e] * v->alpha + (e >= 2 ? kb1 : kb0) - S.stat(b, 0)[qi] - S.stat(b, 1)[qi]) : 0.0f;
                 const int kept = ok && dmc_varlen_kept(v, A.seed, (ebase + (uint64_t)q) * (uint64_t)J + (uint64_t)key);
                 pd[n][e] = kept ? p * sc : 0.0f;
-                dp[n][e] = p * ((kept ? dp[n][e] * sc : 0.0f) - d_s[qi]); /* dS^T */
+                dp[n][e] = p * ((kept ? dp[n][e] * sc : 0.0f) - S.stat(b, 2)[qi]); /* dS^T */
             }
+        FL_UNROLL
         for (int kk = 0; kk < 4; kk++) { /* dV += Pd^T dO, dK += dS^T Q (alpha at the end) */
             uint32_t ap[4], as[4];
             fl_c_to_a<T>(ap, pd[2 * kk], pd[2 * kk + 1]);
             fl_c_to_a<T>(as, dp[2 * kk], dp[2 * kk + 1]);
             for (int n = 0; n < P / 8; n++) {
-                uint32_t b[2];
-                fl_frag_b<T, LDS>(b, Os, kk * 16, n * 8, g, t);
-                fl_mma<T>(dv[n], ap, b);
-                fl_frag_b<T, LDS>(b, Qs, kk * 16, n * 8, g, t);
-                fl_mma<T>(dk[n], as, b);
+                uint32_t bf[2];
+                fl_frag_b<T, LDS>(bf, Os, kk * 16, n * 8, g, t);
+                fl_mma<T>(dv[n], ap, bf);
+                fl_frag_b<T, LDS>(bf, Qs, kk * 16, n * 8, g, t);
+                fl_mma<T>(dk[n], as, bf);
             }
         }
-        for (int n = 0; n < 8; n++) /* dS^T to shared memory: row key, column query */
-            for (int i = 0; i < 2; i++)
-                *(uint32_t *)(Ss + (w * 16 + g + 8 * i) * LDD + n * 8 + 2 * t) =
-                    fl_pack<T>(dp[n][2 * i], dp[n][2 * i + 1]);
-        fl_sync(); /* Q, dO and the statistics are read: the next tile's, while dQ runs */
-        if (q0 + FL_TILE < L)
-            fl_bwd_load_q<T, P>(A, Qs, Os, lse_s, ls_s, d_s, Q, dO, lse, lsum, D, q0 + FL_TILE, L, tid);
-        fl_cp_commit();
-        /* this tile's dQ for queries q0 + 16w ..: dS (16 queries x 64 keys) K (64 x P) */
-        uint32_t a[4][4];
-        for (int kk = 0; kk < 4; kk++) { /* A[query][key] = Ss[key][query] */
-            const T *p = Ss + (kk * 16 + 2 * t) * LDD + w * 16 + g;
-            a[kk][0] = fl_join<T>(p, p + LDD);
-            a[kk][1] = fl_join<T>(p + 8, p + LDD + 8);
-            a[kk][2] = fl_join<T>(p + 8 * LDD, p + 9 * LDD);
-            a[kk][3] = fl_join<T>(p + 8 * LDD + 8, p + 9 * LDD + 8);
-        }
-        const int qa0 = q0 + w * 16 + g, qa1 = qa0 + 8;
-        for (int n = 0; n < P / 8; n++) {
-            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            for (int kk = 0; kk < 4; kk++) {
-                uint32_t b[2];
-                fl_frag_b<T, LDS>(b, Ks, kk * 16, n * 8, g, t);
-                fl_mma<T>(c, a[kk], b);
-            }
-            if (qa0 < L) {
-                dqp[(int64_t)qa0 * HP + n * 8 + 2 * t] = c[0];
-                dqp[(int64_t)qa0 * HP + n * 8 + 2 * t + 1] = c[1];
-            }
-            if (qa1 < L) {
-                dqp[(int64_t)qa1 * HP + n * 8 + 2 * t] = c[2];
-                dqp[(int64_t)qa1 * HP + n * 8 + 2 * t + 1] = c[3];
-            }
-        }
-        /* dS^T is read before the next tile writes it: past that tile's first barrier */
     }
     T *dK = (T *)v->dk + (int64_t)o * v->ldd + hc, *dV = (T *)v->dv + (int64_t)o * v->ldd + hc;
     for (int i = 0; i < 2; i++) {
@@ -582,13 +582,88 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
     }
 }
 
+/* dQ for 64 queries (a warp per 16, as the forward), walking the key tiles: S = alpha Q
+ * K^T + mask, P = exp(S - m - log sum), dP = dctx V^T, dS = P (dropout_bwd(dP) - D) again
+ * (the dK dV block's, computed a second time), dQ += dS K in registers: every key tile's
+ * share summed in order there, so no partial sums go to memory and the bits are the same
+ * every run. */
+template <typename T, int P>
+static __host__ __device__ void fl_dq_block(const fl_args &A, int tid, int qb, int h, int s, char *smem) {
+    const dmc_varlen *v = &A.v;
+    enum { LDS = P + 8 };
+    const fl_kv_smem<T, P> S = {smem};
+    const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int o = v->off[s], L = v->off[s + 1] - o, q0 = qb * FL_TILE;
+    if (q0 >= L) return;
+    const int64_t J = v->J, hc = (int64_t)h * P;
+    const T *Q = (const T *)v->q + (int64_t)o * v->ldq + hc, *K = (const T *)v->k + (int64_t)o * v->ldq + hc,
+            *V = (const T *)v->v + (int64_t)o * v->ldq + hc, *dO = (const T *)v->dctx + (int64_t)o * v->ldc + hc;
+    const int r0 = q0 + w * 16 + g, r1 = r0 + 8;
+    uint32_t qa[P / 16][4], oa[P / 16][4];
+    fl_rows_a<T, P>(qa, Q, v->ldq, r0, r1, L, t);
+    fl_rows_a<T, P>(oa, dO, v->ldc, r0, r1, L, t);
+    const uint64_t ebase = ((uint64_t)s * (uint64_t)v->H + (uint64_t)h) * (uint64_t)J, BHJ = (uint64_t)(v->B * v->H * J);
+    const float *st = (const float *)v->probs;
+    float mrow[2], lrow[2], drow[2];
+    for (int i = 0; i < 2; i++) {
+        const int row = i ? r1 : r0;
+        mrow[i] = row < L ? st[ebase + (uint64_t)row] : 0.0f;
+        lrow[i] = row < L ? st[BHJ + ebase + (uint64_t)row] : 0.0f;
+        drow[i] = row < L ? v->fl_d[ebase + (uint64_t)row] : 0.0f;
+    }
+    float dq[P / 8][4];
+    for (int n = 0; n < P / 8; n++)
+        for (int e = 0; e < 4; e++) dq[n][e] = 0.0f;
+    const float scl = v->drop ? v->scale : 1.0f;
+    const int kend = v->causal && q0 + FL_TILE < L ? q0 + FL_TILE : L;
+    fl_load_kv<T, P>(A, S, 0, K, V, s, 0, L, tid);
+    for (int k0 = 0, b = 0; k0 < kend; k0 += FL_TILE, b ^= 1) {
+        fl_cp_wait<0>();
+        fl_sync();
+        if (k0 + FL_TILE < kend) fl_load_kv<T, P>(A, S, b ^ 1, K, V, s, k0 + FL_TILE, L, tid);
+        float sc[8][4], dp[8][4];
+        fl_scores<T, P>(sc, qa, S.k(b), g, t);
+        fl_scores<T, P>(dp, oa, S.v(b), g, t); /* dP = dctx V^T: V's rows as K's */
+        FL_UNROLL
+        for (int n = 0; n < 8; n++)
+            FL_UNROLL
+            for (int e = 0; e < 4; e++) {
+                const int i = e >> 1, row = i ? r1 : r0, col = k0 + n * 8 + 2 * t + (e & 1);
+                const int ok = col < L && row < L && !(v->causal && col > row);
+                const float x = sc[n][e] * v->alpha + (v->keymask ? S.bias(b)[col - k0] : 0.0f);
+                const float p = ok ? expf(x - mrow[i] - lrow[i]) : 0.0f;
+                const int kept = ok && dmc_varlen_kept(v, A.seed, (ebase + (uint64_t)row) * (uint64_t)J + (uint64_t)col);
+                sc[n][e] = p * ((kept ? dp[n][e] * scl : 0.0f) - drow[i]); /* dS */
+            }
+        FL_UNROLL
+        for (int kk = 0; kk < 4; kk++) {
+            uint32_t a[4];
+            fl_c_to_a<T>(a, sc[2 * kk], sc[2 * kk + 1]);
+            for (int n = 0; n < P / 8; n++) {
+                uint32_t bf[2];
+                fl_frag_b<T, LDS>(bf, S.k(b), kk * 16, n * 8, g, t);
+                fl_mma<T>(dq[n], a, bf);
+            }
+        }
+    }
+    T *dQ = (T *)v->dq + (int64_t)o * v->ldd + hc;
+    for (int i = 0; i < 2; i++) {
+        const int row = i ? r1 : r0;
+        if (row >= L) continue;
+        for (int n = 0; n < P / 8; n++)
+            *(uint32_t *)(dQ + (int64_t)row * v->ldd + n * 8 + 2 * t) =
+                fl_pack<T>(dq[n][2 * i] * v->alpha, dq[n][2 * i + 1] * v->alpha);
+    }
+}
+
 /* ---- launches ---------------------------------------------------------------------------- */
 
-/* A block's shared memory, 16-bit storage: forward K and V tiles; backward Q, dO, K, V
- * tiles, dS^T and the rows' lse and D */
+/* A block's shared memory, 16-bit storage: walking the keys (forward, dQ; fl_kv_smem) two
+ * K and V tiles and mask terms; the dK dV block (fl_q_smem) K and V, two Q and dctx tiles
+ * and rows' statistics */
 static size_t fl_smem(int P, int bwd) {
-    return bwd ? (size_t)(4 * FL_TILE * (P + 8) + FL_TILE * (FL_TILE + 8)) * 2 + 3 * FL_TILE * sizeof(float)
-               : (size_t)(2 * FL_TILE * (P + 8)) * 2 + FL_TILE * sizeof(float);
+    return bwd ? (size_t)(6 * FL_TILE * (P + 8)) * 2 + 6 * FL_TILE * sizeof(float)
+               : (size_t)(4 * FL_TILE * (P + 8)) * 2 + 2 * FL_TILE * sizeof(float);
 }
 
 template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS) fl_fwd_kernel(fl_args A) {
@@ -602,8 +677,9 @@ template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS) fl_bw
 __global__ void fl_rowdot_kernel(dmc_varlen v) { /* grid (J, B), threads over the heads */
     for (int64_t h = threadIdx.x; h < v.H; h += blockDim.x) fl_rowdot(&v, blockIdx.y, blockIdx.x, h);
 }
-__global__ void fl_dq_kernel(dmc_varlen v) { /* grid (J, B), threads over the H P columns */
-    for (int64_t c = threadIdx.x; c < v.H * v.P; c += blockDim.x) fl_dq_sum(&v, blockIdx.y, blockIdx.x, c);
+template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS) fl_dq_kernel(fl_args A) {
+    extern __shared__ __align__(16) char fl_smem_d[];
+    fl_dq_block<T, P>(A, (int)threadIdx.x, (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, fl_smem_d);
 }
 
 template <typename T, int P>
@@ -621,10 +697,10 @@ static dm_status fl_run_typed(const dmc_varlen *v, const fl_args &A, int emu, cu
             else fl_fwd_block<T, P>(A, tid, bx, by, bz, sm);
         };
         DM_TRY(fl_sim_run(tiles, (int)v->H, (int)v->B, smem, fn));
-        if (v->bwd)
-            for (int64_t s = 0; s < v->B; s++)
-                for (int64_t j = 0; j < v->J; j++)
-                    for (int64_t c = 0; c < v->H * v->P; c++) fl_dq_sum(v, s, j, c);
+        std::function<void(int, int, int, int, char *)> dq = [&](int tid, int bx, int by, int bz, char *sm) {
+            fl_dq_block<T, P>(A, tid, bx, by, bz, sm);
+        };
+        if (v->bwd) DM_TRY(fl_sim_run(tiles, (int)v->H, (int)v->B, fl_smem(P, 0), dq));
 #endif
         return DM_OK;
     }
@@ -634,7 +710,7 @@ static dm_status fl_run_typed(const dmc_varlen *v, const fl_args &A, int emu, cu
         DMC_CUDA(cudaGetLastError());
         fl_bwd_kernel<T, P><<<grid, FL_THREADS, smem, stream>>>(A);
         DMC_CUDA(cudaGetLastError());
-        fl_dq_kernel<<<pairs, 128, 0, stream>>>(*v);
+        fl_dq_kernel<T, P><<<grid, FL_THREADS, fl_smem(P, 0), stream>>>(A);
     } else {
         fl_fwd_kernel<T, P><<<grid, FL_THREADS, smem, stream>>>(A);
     }
@@ -645,6 +721,7 @@ static dm_status fl_run_typed(const dmc_varlen *v, const fl_args &A, int emu, cu
 template <typename T, int P> static dm_status fl_allow_smem_typed(void) {
     DMC_CUDA(cudaFuncSetAttribute(fl_fwd_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fl_smem(P, 0)));
     DMC_CUDA(cudaFuncSetAttribute(fl_bwd_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fl_smem(P, 1)));
+    DMC_CUDA(cudaFuncSetAttribute(fl_dq_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fl_smem(P, 0)));
     return DM_OK;
 }
 
@@ -679,21 +756,12 @@ dm_status dmc_flash_bwd_check(const dmc_varlen *v) {
     return DM_OK;
 }
 
-/* The backward's: D (B H J fp32) and a dQ partial per key tile, ceil(J/64) x B J H P fp32
- * (at BERT's j <= 512 and heads of 64 about the other path's two J x J squares; it grows
- * with J^2, as they do). */
+/* The backward's: D, B H J fp32 (dQ is summed in registers: no partials) */
 size_t dmc_flash_work_bytes(const dmc_varlen *v) {
-    if (!v->bwd) return 0;
-    const size_t tiles = (size_t)((v->J + FL_TILE - 1) / FL_TILE), line = 256;
-    const size_t d = ((size_t)(v->B * v->H * v->J) * 4 + line - 1) / line * line;
-    return d + tiles * (size_t)(v->B * v->J * v->H * v->P) * 4;
+    return v->bwd ? (size_t)(v->B * v->H * v->J) * 4 : 0;
 }
 
-void dmc_flash_bind(dmc_varlen *v, void *work) {
-    const size_t line = 256, d = ((size_t)(v->B * v->H * v->J) * 4 + line - 1) / line * line;
-    v->fl_d = v->bwd ? (float *)work : NULL;
-    v->fl_dq = v->bwd ? (float *)((char *)work + d) : NULL;
-}
+void dmc_flash_bind(dmc_varlen *v, void *work) { v->fl_d = v->bwd ? (float *)work : NULL; }
 
 dm_status dmc_flash_run(const dmc_varlen *v, uint64_t seed, int emu, cudaStream_t stream) {
     if (v->bwd) DM_TRY(dmc_flash_bwd_check(v));

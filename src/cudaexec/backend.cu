@@ -97,12 +97,16 @@ static dm_status resolve_options(dm_layer_options *opt) {
 
 /* The padded attention as one op where flash.cu's kernels take it (dmc_flash_ok's cases
  * that the layer's sizes decide; an operand's alignment, known when the group is built,
- * may still send it to varlen.cu's cuBLAS steps, which the layer notes say). */
+ * may still send it to varlen.cu's cuBLAS steps, which the layer notes say), in the fused
+ * schedule (the unfused one is the op-by-op baseline). DMOVE_CUDA_FLASH=0 (no flash
+ * kernels) or DMOVE_CUDA_ATTN_OP=0 (the padded layer's attention as its ops, the unpadded
+ * one's still on flash) say no. */
 static int attn_op(const dm_layer_config *cfg, const dm_layer_options *opt) {
-    const char *fl = getenv("DMOVE_CUDA_FLASH");
+    const char *fl = getenv("DMOVE_CUDA_FLASH"), *ao = getenv("DMOVE_CUDA_ATTN_OP");
     const int64_t P = cfg->heads > 0 ? cfg->hidden / cfg->heads : 0;
-    return !(fl && !strcmp(fl, "0")) && (opt->dtype == DM_DTYPE_BF16 || opt->dtype == DM_DTYPE_FP16) &&
-           (P == 64 || P == 128) && cfg->seq >= 4 && !cfg->causal && !opt->recompute && !opt->plan;
+    return !(fl && !strcmp(fl, "0")) && !(ao && !strcmp(ao, "0")) && opt->schedule == DM_SCHED_FUSED &&
+           (opt->dtype == DM_DTYPE_BF16 || opt->dtype == DM_DTYPE_FP16) && (P == 64 || P == 128) && cfg->seq >= 4 &&
+           !cfg->causal && !opt->recompute && !opt->plan;
 }
 
 static void note(cuda_state *c, const char *key, double value, const char *text) {

@@ -326,8 +326,8 @@ dm_status dm_build_encoder(dm_graph *g, const dm_layer_config *cfg, int forward_
     DM_TRY(dm_layer_config_check(cfg));
     if (attn_op && (unpad || cfg->causal))
         return dm_fail(DM_ERR_UNSUPPORTED, "attention as one op with a mask is for a padded layer that is not causal%s",
-                       unpad ? " (an unpadded layer's attention is one op already)" : ": a causal layer runs unpadded "
-                       "(seq_lengths) or with its attention unfused");
+                       unpad ? " (an unpadded layer's attention is one op already)" : ": a causal layer takes it unpadded "
+                       "(seq_lengths), else leave attention_op at 0 or -1");
     memset(enc, 0, sizeof *enc);
     int64_t B = cfg->batch, J = cfg->seq, I = cfg->hidden, H = cfg->heads, U = cfg->ffn;
     if (unpad) snprintf(g->live, sizeof g->live, "bj"); /* a step runs on its tokens alone */

@@ -77,8 +77,9 @@ dm_status dm_compile(const dm_compile_opts *o, dm_graph *g, dm_encoder *enc, dm_
                     o->recompute ? "its attention keeps the probabilities of the real tokens alone"
                                  : "`dmove tune` tunes the padded layer; run unpadded without --plan");
     if (s == DM_OK && o->attn_op && (o->recompute || o->choices || o->plan_file))
-        s = dm_fail(DM_ERR_UNSUPPORTED, "attention as one op takes no %s", o->recompute ? "--recompute (it recomputes "
-                    "the scores in its backward already)" : "tuned plan (`dmove tune` tunes the attention's own ops)");
+        s = dm_fail(DM_ERR_UNSUPPORTED, "attention as one op (attention_op) takes no %s",
+                    o->recompute ? "recompute (that rewrites the attention's own ops): leave attention_op at 0 or -1"
+                                 : "tuned plan (`dmove tune` tunes the attention's own ops): leave attention_op at 0 or -1");
     if (s == DM_OK && fused) s = rewrite_fused(g);
     if (s == DM_OK && o->recompute) s = dm_rewrite_recompute_attention(g, NULL);
     if (s == DM_OK && plan) s = dm_plan_build(g, fused, !o->no_siblings, o->no_reuse, plan);

@@ -76,6 +76,8 @@ def test_struct_sizes():
     assert (cfg.batch, cfg.seq, cfg.hidden, cfg.heads, cfg.ffn) == (8, 128, 768, 12, 3072)
     assert abs(cfg.dropout - 0.1) < 1e-12 and abs(cfg.eps - 1e-12) < 1e-20
     assert (cfg.act, cfg.seed, cfg.norm, cfg.causal) == (0, 0, 0, 0)
+    # dm_layer_options: 10 ints, a pointer (8-aligned after 4 ints), 2 ints
+    assert ctypes.sizeof(_lib.LayerOptions) == 4 * 4 + 8 + 8 * 4
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
