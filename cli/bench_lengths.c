@@ -199,7 +199,7 @@ static int timed_step(side *s, int r) {
  * its real tokens (4 H P sum L^2 forward, 8 backward: the GEMMs; causal counted as dense). */
 typedef struct {
     double ms[2], flop[2];
-    int found, flash;
+    int found, flash, padded_flash; /* padded_flash: the padded layer's attention as one op on them */
     char why[200]; /* the CUDA backend's flash_unavailable note, or "" */
 } attn_time;
 
@@ -256,6 +256,9 @@ static int report(const cli_config *c, const dm_layer_options *lo, const char *s
                        at->flash                          ? "flash kernels"
                        : lo->device == DM_DEVICE_CUDA ? "cuBLAS over padded copies"
                                                       : "the CPU's kernel");
+        if (lo->device == DM_DEVICE_CUDA)
+            printf("padded attention: %s\n", at->padded_flash ? "one op on the flash kernels, its mask inside"
+                                                               : "its ops (scores, mask, softmax, dropout, context)");
         return fflush(stdout) ? (cli_error(CMD, "cannot write the report to stdout"), -1) : 0;
     }
     cJSON *root = cJSON_CreateObject(), *conf = NULL;
@@ -274,6 +277,7 @@ static int report(const cli_config *c, const dm_layer_options *lo, const char *s
              bench_jnum(root, "attention_forward_flop", at->flop[0]) &&
              bench_jnum(root, "attention_backward_flop", at->flop[1]) &&
              bench_jnum(root, "attention_flash_groups", at->flash) &&
+             bench_jnum(root, "padded_attention_flash_groups", at->padded_flash) &&
              cJSON_AddStringToObject(root, "flash_unavailable", at->why) &&
              cJSON_AddStringToObject(root, "dmove_version", DMOVE_VERSION);
     /* where and when, as the other bench reports record them */
@@ -326,6 +330,7 @@ int bench_lengths_run(const cli_config *c, const char *spec, const dm_layer_opti
     }
     attn_time at;
     if (attn_profile(cfg, &unp, len, reps < 5 ? reps : 5, &at)) goto done;
+    at.padded_flash = (int)dm_layer_note_value(pad.L, "attention_flash", 0);
     rc = report(c, lo, spec, &d, fill, bench_median(pad.ms, reps), bench_median(unp.ms, reps), &at, warmup, reps,
                 json);
     rc = rc ? CLI_FAIL : CLI_OK;

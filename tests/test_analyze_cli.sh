@@ -367,7 +367,7 @@ r = json.load(open(sys.argv[1]))
 f, b = r["attention_forward_flop"], r["attention_backward_flop"]
 assert r["attention_forward_ms"] > 0 and r["attention_backward_ms"] > 0, r
 assert f > 0 and b == 2 * f and f % (4 * 32) == 0, (f, b)
-assert r["attention_flash_groups"] == 0, r
+assert r["attention_flash_groups"] == 0 and r["padded_attention_flash_groups"] == 0, r
 PY
 { printf '# '; head -c 9000 /dev/zero | tr '\0' 'x'; printf ' 99999\n5\n'; } >"$T/longlens.txt"
 # shellcheck disable=SC2086

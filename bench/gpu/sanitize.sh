@@ -14,8 +14,10 @@
 #     synccheck only: under racecheck it runs out of host memory);
 #   - the interpreting row kernel in fp32, two streams;
 # and a two-step `dmove train --device cuda` (layer-to-layer copies, loss, AdamW).
+# and, first, the flash attention kernels (src/cuda/flash.cu), padded and unpadded.
 # Usage: sh bench/gpu/sanitize.sh [OUTDIR]   Env: DMOVE (default build/dmove), TOOLS (default
-# "memcheck racecheck synccheck"). Exit status 1 if any run reports an error.
+# "memcheck racecheck synccheck"), SETS (all, or flash: those alone). Exit status 1 if any
+# run reports an error.
 set -u
 OUT=${1:-sanitize-out}
 mkdir -p "$OUT"
@@ -44,6 +46,19 @@ run() {
 }
 small="--reps 1 --warmup 0 --schedule fused"
 for tool in $TOOLS; do
+    # the flash attention kernels (src/cuda/flash.cu: cp.async into double buffers, the
+    # forward, dK dV and dQ blocks): the padded layer's one op with its mask (bf16, heads of
+    # 64, j=130: three key tiles, the last short), and with --lengths the unpadded layer too
+    # (fp16, heads of 128, sequences of 1 to 70 tokens; causal)
+    run flash-padded "$tool" bench --device cuda --dtype bf16 $small --batch 2 --seq 130 --hidden 128 --heads 2 \
+        --ffn 256
+    run flash-lengths "$tool" bench --device cuda --dtype fp16 --reps 1 --warmup 0 --batch 3 --seq 70 --hidden 256 \
+        --heads 2 --ffn 256 --lengths uniform:1-70
+    run flash-causal "$tool" bench --device cuda --dtype bf16 --reps 1 --warmup 0 --batch 2 --seq 130 --hidden 128 \
+        --heads 2 --ffn 256 --causal --lengths uniform:60-130
+    [ "${SETS:-all}" = flash ] && continue
+    # the generated kernels' fused attention: the padded layer's attention as its ops
+    export DMOVE_CUDA_ATTN_OP=0
     run gen-j128 "$tool" bench --device cuda --dtype bf16 --rows gen --streams 2 $small \
         --batch 2 --seq 128 --hidden 256 --heads 4 --ffn 1024
     run gen-j512 "$tool" bench --device cuda --dtype bf16 --rows gen $small \
@@ -61,6 +76,7 @@ for tool in $TOOLS; do
         --batch 2 --seq 64 --hidden 128 --heads 4 --ffn 512
     run train "$tool" train --device cuda --dtype bf16 --rows gen --streams 2 --steps 2 --layers 2 \
         --batch 2 --seq 128 --hidden 256 --heads 4 --ffn 1024
+    unset DMOVE_CUDA_ATTN_OP
 done
 [ $bad = 0 ] && echo "compute-sanitizer: no errors" || echo "compute-sanitizer: ERRORS above (logs in $OUT)"
 exit $bad

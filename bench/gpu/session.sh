@@ -9,6 +9,9 @@
 #     since the last GPU run: test_unpad above runs them against fp32 first) against
 #     PyTorch's SDPA backends, b=8 j=512 and b=96 j=128 (issue 25's point 2; SKIP_ATTN=1
 #     skips it);
+#  1a'. compute-sanitizer over the flash kernels (bench/gpu/sanitize.sh SETS=flash: the
+#     padded layer's one op with its mask, the unpadded with lengths, causal; SKIP_SANITIZE=1
+#     skips it);
 #  1b. tests/test_model on the GPU: the whole model's CUDA steps, the fused cross-entropy
 #     (src/cuda/xent.cu, new since the last GPU run) among them;
 #  2. dmove.torch's GPU tests (the CUDA build's libdmove.so from the pack; SKIP_PYTHON=1 skips them);
@@ -41,6 +44,11 @@ start=$(date +%s)
 if [ "${SKIP_ATTN:-${SKIP_UNPAD:-0}}" != 1 ]; then # issue 25, point 2
     echo
     timeout 200 sh "$here/attn.sh" || echo "attn.sh: exit $? (200 s at most)"
+fi
+if [ "${SKIP_SANITIZE:-${SKIP_UNPAD:-0}}" != 1 ]; then # issue 25, point 5: the flash kernels under compute-sanitizer
+    echo
+    echo "== compute-sanitizer (memcheck, racecheck, synccheck) over the flash kernels"
+    DMOVE="$DMOVE" SETS=flash timeout 180 sh "$here/sanitize.sh" "$OUT/sanitize" || echo "sanitize.sh: exit $?"
 fi
 if [ "${SKIP_UNPAD:-0}" != 1 ] && [ -x "$root/.dev/bin/test_model" ]; then # the fused cross-entropy on the device
     echo
