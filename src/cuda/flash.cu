@@ -27,11 +27,15 @@
  * The probabilities enter the MMAs rounded to the storage type, as the other path rounds
  * the probabilities it stores; sums are fp32. dmc_flash_run's host emulation runs these
  * kernels themselves lane by lane: every lane a thread (pthreads), __syncthreads a block
- * barrier, shuffles and each mma.sync an exchange through a warp barrier, with the
- * fragments assembled by the PTX ISA's m16n8k16 layouts (A: rows g and g + 8, columns 2t,
- * 2t + 1, 2t + 8, 2t + 9; B: rows 2t, 2t + 1, 2t + 8, 2t + 9 of column g; C: rows g and
- * g + 8, columns 2t and 2t + 1; g = lane / 4, t = lane % 4), so a wrong lane mapping gives
- * wrong numbers and a lane that misses a barrier hangs the test. */
+ * barrier, shuffles, each ldmatrix (shared-memory tiles into fragments, x4, plain or
+ * transposed) and each mma.sync an exchange through a warp barrier, with the fragments
+ * assembled by the PTX ISA's layouts (m16n8k16 A: rows g and g + 8, columns 2t, 2t + 1,
+ * 2t + 8, 2t + 9; B: rows 2t, 2t + 1, 2t + 8, 2t + 9 of column g; C: rows g and g + 8,
+ * columns 2t and 2t + 1; ldmatrix: lanes 8m .. 8m + 7 address matrix m's rows, lane (g, t)
+ * receives its (g, 2t..2t+1), transposed (2t..2t+1, g); g = lane / 4, t = lane % 4), so a
+ * wrong lane mapping gives wrong numbers and a lane that misses a barrier hangs the test.
+ * The asynchronous copies land at once there: the GPU's own races are compute-sanitizer's
+ * (bench/gpu/sanitize.sh). */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -64,6 +68,7 @@ struct fl_sim {
     pthread_barrier_t block, warp[FL_WARPS];
     uint32_t xa[FL_THREADS][4], xb[FL_THREADS][2];
     float xf[FL_THREADS];
+    const void *xp[FL_THREADS]; /* ldmatrix: the lanes' row addresses */
 };
 static fl_sim *g_fl_sim; /* the running emulation (one at a time: g_fl_lock) */
 static pthread_mutex_t g_fl_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -284,27 +289,62 @@ static __host__ __device__ __forceinline__ void fl_load_tile(T *dst, const T *sr
     }
 }
 
-/* the A fragment of 16 rows (r, r + 8) x 16 columns (c ..) of a shared tile */
+/* Four 8x8 matrices of 16-bit elements from shared memory, the 8 lanes 8m .. 8m + 7 giving
+ * the rows of matrix m (16 contiguous bytes each, 16-byte aligned; p: this lane's row):
+ * r[m] = its elements (g, 2t) and (g, 2t + 1), or with TRANS (2t, g) and (2t + 1, g). One
+ * ldmatrix on the device; the emulation exchanges the lanes' row addresses through a warp
+ * barrier and reads the elements each lane would receive, so a wrong row mapping gives
+ * wrong numbers there too. */
+template <int TRANS> static __host__ __device__ __forceinline__ void fl_ldsm4(uint32_t r[4], const void *p) {
+#ifdef __CUDA_ARCH__
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+#else
+    fl_sim *S = g_fl_sim;
+    const int w = fl_htid / 32, lane = fl_htid % 32, g = lane / 4, t = lane % 4;
+    S->xp[fl_htid] = p;
+    pthread_barrier_wait(&S->warp[w]);
+    for (int m = 0; m < 4; m++) {
+        unsigned short e[2];
+        for (int q = 0; q < 2; q++) {
+            const int row = TRANS ? 2 * t + q : g, col = TRANS ? g : 2 * t + q;
+            memcpy(&e[q], (const char *)S->xp[w * 32 + 8 * m + row] + 2 * col, 2);
+        }
+        r[m] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
+    }
+    pthread_barrier_wait(&S->warp[w]);
+#endif
+}
+
+/* the A fragment of 16 rows (r ..) x 16 columns (c ..) of a shared tile X: the matrices at
+ * (r, c), (r + 8, c), (r, c + 8), (r + 8, c + 8) */
 template <typename T, int LDS>
 static __host__ __device__ __forceinline__ void fl_frag_a(uint32_t a[4], const T *s, int r, int c, int g, int t) {
-    a[0] = *(const uint32_t *)(s + (r + g) * LDS + c + 2 * t);
-    a[1] = *(const uint32_t *)(s + (r + g + 8) * LDS + c + 2 * t);
-    a[2] = *(const uint32_t *)(s + (r + g) * LDS + c + 2 * t + 8);
-    a[3] = *(const uint32_t *)(s + (r + g + 8) * LDS + c + 2 * t + 8);
+    const int l = 4 * g + t, m = l >> 3, i = l & 7;
+    fl_ldsm4<0>(a, s + (r + i + (m & 1) * 8) * LDS + c + (m >> 1) * 8);
 }
-/* the B fragment of B = X^T for a shared tile X whose row n is B's column: rows n0 + g,
- * columns c + 2t.. (contiguous pairs) */
+/* the B fragments of B = X^T (X's row n is B's column n) for B's columns n0 .. n0 + 7 (b[0],
+ * b[1]) and n0 + 8 .. n0 + 15 (b[2], b[3]), B's rows (X's columns) c .. c + 15: the matrices
+ * at (n0, c), (n0, c + 8), (n0 + 8, c), (n0 + 8, c + 8) */
 template <typename T, int LDS>
-static __host__ __device__ __forceinline__ void fl_frag_bt(uint32_t b[2], const T *s, int n0, int c, int g, int t) {
-    b[0] = *(const uint32_t *)(s + (n0 + g) * LDS + c + 2 * t);
-    b[1] = *(const uint32_t *)(s + (n0 + g) * LDS + c + 2 * t + 8);
+static __host__ __device__ __forceinline__ void fl_frag_bt2(uint32_t b[4], const T *s, int n0, int c, int g, int t) {
+    const int l = 4 * g + t, m = l >> 3, i = l & 7;
+    fl_ldsm4<0>(b, s + (n0 + i + (m >> 1) * 8) * LDS + c + (m & 1) * 8);
 }
-/* the B fragment of B = X for a shared tile X (k rows k0 + 2t.., column n0 + g) */
+/* the B fragments of B = X for B's rows k0 .. k0 + 15 and columns n0 .. n0 + 7 (b[0], b[1])
+ * and n0 + 8 .. n0 + 15 (b[2], b[3]): the matrices at (k0, n0), (k0 + 8, n0), (k0, n0 + 8),
+ * (k0 + 8, n0 + 8), transposed */
 template <typename T, int LDS>
-static __host__ __device__ __forceinline__ void fl_frag_b(uint32_t b[2], const T *s, int k0, int n0, int g, int t) {
-    const T *p = s + (k0 + 2 * t) * LDS + n0 + g;
-    b[0] = fl_join<T>(p, p + LDS);
-    b[1] = fl_join<T>(p + 8 * LDS, p + 9 * LDS);
+static __host__ __device__ __forceinline__ void fl_frag_b2(uint32_t b[4], const T *s, int k0, int n0, int g, int t) {
+    const int l = 4 * g + t, m = l >> 3, i = l & 7;
+    fl_ldsm4<1>(b, s + (k0 + i + (m & 1) * 8) * LDS + n0 + (m >> 1) * 8);
 }
 /* accumulators of two 8-column tiles (16 columns) as the A fragment of the next MMA */
 template <typename T>
@@ -363,10 +403,11 @@ static __host__ __device__ __forceinline__ void fl_scores(float sc[8][4], const 
     for (int n = 0; n < 8; n++)
         for (int e = 0; e < 4; e++) sc[n][e] = 0.0f;
     for (int kk = 0; kk < P / 16; kk++)
-        for (int n = 0; n < 8; n++) {
-            uint32_t b[2];
-            fl_frag_bt<T, P + 8>(b, Ks, n * 8, kk * 16, g, t);
+        for (int n = 0; n < 8; n += 2) {
+            uint32_t b[4];
+            fl_frag_bt2<T, P + 8>(b, Ks, n * 8, kk * 16, g, t);
             fl_mma<T>(sc[n], qa[kk], b);
+            fl_mma<T>(sc[n + 1], qa[kk], b + 2);
         }
 }
 
@@ -427,10 +468,11 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
         for (int kk = 0; kk < 4; kk++) {
             uint32_t a[4];
             fl_c_to_a<T>(a, sc[2 * kk], sc[2 * kk + 1]);
-            for (int n = 0; n < P / 8; n++) {
-                uint32_t bf[2];
-                fl_frag_b<T, LDS>(bf, S.v(b), kk * 16, n * 8, g, t);
+            for (int n = 0; n < P / 8; n += 2) {
+                uint32_t bf[4];
+                fl_frag_b2<T, LDS>(bf, S.v(b), kk * 16, n * 8, g, t);
                 fl_mma<T>(acc[n], a, bf);
+                fl_mma<T>(acc[n + 1], a, bf + 2);
             }
         }
     }
@@ -535,12 +577,14 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
             uint32_t ak[4], av[4];
             fl_frag_a<T, LDS>(ak, S.k(), w * 16, kk * 16, g, t);
             fl_frag_a<T, LDS>(av, S.v(), w * 16, kk * 16, g, t);
-            for (int n = 0; n < 8; n++) {
-                uint32_t bf[2];
-                fl_frag_bt<T, LDS>(bf, Qs, n * 8, kk * 16, g, t);
+            for (int n = 0; n < 8; n += 2) {
+                uint32_t bf[4];
+                fl_frag_bt2<T, LDS>(bf, Qs, n * 8, kk * 16, g, t);
                 fl_mma<T>(st[n], ak, bf);
-                fl_frag_bt<T, LDS>(bf, Os, n * 8, kk * 16, g, t);
+                fl_mma<T>(st[n + 1], ak, bf + 2);
+                fl_frag_bt2<T, LDS>(bf, Os, n * 8, kk * 16, g, t);
                 fl_mma<T>(dp[n], av, bf);
+                fl_mma<T>(dp[n + 1], av, bf + 2);
             }
         }
         float pd[8][4]; /* dropped P^T, scaled */
@@ -561,12 +605,14 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
             uint32_t ap[4], as[4];
             fl_c_to_a<T>(ap, pd[2 * kk], pd[2 * kk + 1]);
             fl_c_to_a<T>(as, dp[2 * kk], dp[2 * kk + 1]);
-            for (int n = 0; n < P / 8; n++) {
-                uint32_t bf[2];
-                fl_frag_b<T, LDS>(bf, Os, kk * 16, n * 8, g, t);
+            for (int n = 0; n < P / 8; n += 2) {
+                uint32_t bf[4];
+                fl_frag_b2<T, LDS>(bf, Os, kk * 16, n * 8, g, t);
                 fl_mma<T>(dv[n], ap, bf);
-                fl_frag_b<T, LDS>(bf, Qs, kk * 16, n * 8, g, t);
+                fl_mma<T>(dv[n + 1], ap, bf + 2);
+                fl_frag_b2<T, LDS>(bf, Qs, kk * 16, n * 8, g, t);
                 fl_mma<T>(dk[n], as, bf);
+                fl_mma<T>(dk[n + 1], as, bf + 2);
             }
         }
     }
@@ -639,10 +685,11 @@ static __host__ __device__ void fl_dq_block(const fl_args &A, int tid, int qb, i
         for (int kk = 0; kk < 4; kk++) {
             uint32_t a[4];
             fl_c_to_a<T>(a, sc[2 * kk], sc[2 * kk + 1]);
-            for (int n = 0; n < P / 8; n++) {
-                uint32_t bf[2];
-                fl_frag_b<T, LDS>(bf, S.k(b), kk * 16, n * 8, g, t);
+            for (int n = 0; n < P / 8; n += 2) {
+                uint32_t bf[4];
+                fl_frag_b2<T, LDS>(bf, S.k(b), kk * 16, n * 8, g, t);
                 fl_mma<T>(dq[n], a, bf);
+                fl_mma<T>(dq[n + 1], a, bf + 2);
             }
         }
     }
