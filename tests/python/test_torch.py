@@ -333,7 +333,7 @@ def cuda_pair(monkeypatch, cfg, unpad=False):
     gpu = dt.BertLayer(cfg, unpad=unpad, dmove_device="cuda")
     gpu.load_state_dict(cpu.state_dict())
     try:
-        gpu(torch.zeros(1, 2, 32))
+        gpu(torch.zeros(1, 2, cfg.hidden_size))
     except dt.Error as e:
         if "without CUDA" in str(e):
             pytest.skip(f"libdmove.so has no CUDA backend: {e}")
@@ -401,6 +401,31 @@ def test_cuda_backend_bf16_storage(monkeypatch):
     assert rel(y1, y0) <= 2e-2 and rel(dx1, dx0) <= 5e-2
     assert all(g1[k].dtype == torch.float32 for k in g1)  # the parameters' own type
     assert max(rel(g1[k], g0[k]) for k in g0 if not k.endswith("key.bias")) <= 5e-2
+
+
+def test_cuda_backend_flash_attention(monkeypatch):
+    """bf16 storage, heads of 64: the padded layer's attention as one op on the flash kernels
+    (lane by lane in the emulation), its mask inside; as close to the fp32 CPU layer as the
+    same layer with the attention as its ops (DMOVE_CUDA_ATTN_OP=0)."""
+    cfg = BertConfig(vocab_size=100, hidden_size=128, num_attention_heads=2, intermediate_size=64,
+                     num_hidden_layers=1, max_position_embeddings=32, hidden_dropout_prob=0.1,
+                     attention_probs_dropout_prob=0.1)
+    cpu, gpu = cuda_pair(monkeypatch, cfg)
+    monkeypatch.setenv("DMOVE_CUDA_ATTN_OP", "0")
+    ops = dt.BertLayer(cfg, dmove_device="cuda")
+    ops.load_state_dict(cpu.state_dict())
+    x = torch.randn(2, 20, 128)
+    mask = torch.ones(2, 20, dtype=torch.long)
+    mask[1, 13:] = 0
+    mask[0, 3] = 0  # a hole: not 1s then 0s
+    y0, dx0, g0 = layer_step(cpu, x, mask)
+    y1, dx1, g1 = layer_step(gpu, x, mask, torch.bfloat16)
+    y2, dx2, g2 = layer_step(ops, x, mask, torch.bfloat16)
+    assert rel(y1, y0) <= 2e-2 and rel(dx1, dx0) <= 5e-2
+    assert rel(y1, y0) <= 1.5 * rel(y2, y0) + 5e-3 and rel(dx1, dx0) <= 1.5 * rel(dx2, dx0) + 5e-3
+    for k in g0:
+        if not k.endswith("key.bias"):
+            assert rel(g1[k], g0[k]) <= 1.5 * rel(g2[k], g0[k]) + 5e-3, k
 
 
 def test_trainer_loss_falls(tmp_path):
