@@ -24,7 +24,15 @@
 #      REPS (default 50), SIZES (default "8x512 96x128"), COMPILE=0 skips torch.compile,
 #      COMMIT (the git commit to print, when the tree has no .git),
 #      NCU=1: at the end, Nsight Compute's speed-of-light numbers (DRAM and SM % of peak,
-#      duration) of every generated row kernel of one step at the last size (about 1 min).
+#      duration) of every generated row kernel of one step at the last size (about 1 min);
+#      LEAN=1: the default alone of dmove's variants (with the padded-ops and unpadded rows
+#      below) and, of PyTorch's, eager SDPA and max-autotune (a short device session);
+#      COMPILE_MAX=0 skips max-autotune, COMPILE_TIMEOUT (default 420 s) bounds each compile.
+# Also, each size: the default with the padded layer's attention as its ops
+# (DMOVE_CUDA_ATTN_OP=0: against the flash one op), the unpadded layer at half fill
+# (`--lengths uniform:j/4-3j/4`, issue 25's point 4: against the padded batch's peers),
+# torch.compile mode max-autotune (CUDA graphs), and Transformer Engine's TransformerLayer
+# (te_gpu.py) where it is installed.
 set -u
 OUT=${1:-bench-gpu-out}
 mkdir -p "$OUT"
@@ -32,6 +40,7 @@ PYTHON=${PYTHON:-python3}
 REPS=${REPS:-50}
 SIZES=${SIZES:-"8x512 96x128"}
 COMPILE=${COMPILE:-1}
+LEAN=${LEAN:-0}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 . "$here/common.sh"
@@ -92,10 +101,11 @@ for s in $SIZES; do
     rm -f "$OUT/dmove-$tag-gen.json" "$OUT/dmove-$tag-gen2.json" "$OUT/dmove-$tag-gen3.json" # never an earlier run's
     echo
     echo "== b=$b j=$j (BERT-large layer, bf16) ==" >&2
-    timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows interp --streams 1 $cfg --reps "$REPS" --warmup 10 --json --groups --roofline $model \
+    rm -f "$OUT/dmove-$tag.json"
+    [ "$LEAN" = 1 ] || timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows interp --streams 1 $cfg --reps "$REPS" --warmup 10 --json --groups --roofline $model \
         --svg "$OUT/dmove-$tag-groups.svg" \
         >"$OUT/dmove-$tag.json" 2>"$OUT/dmove-$tag-groups.txt" || { tail -5 "$OUT/dmove-$tag-groups.txt"; exit 1; }
-    if [ "$GEN" = 1 ]; then
+    if [ "$GEN" = 1 ] && [ "$LEAN" != 1 ]; then
         timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows gen --streams 1 $cfg --reps "$REPS" --warmup 10 --json --groups --roofline $model \
             --svg "$OUT/dmove-$tag-gen-groups.svg" \
             >"$OUT/dmove-$tag-gen.json" 2>"$OUT/dmove-$tag-gen-groups.txt" ||
@@ -105,6 +115,8 @@ for s in $SIZES; do
         DMOVE_CUDA_COLSUM_BLOCKS=264 timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --rows gen --streams 1 --schedule fused \
             $cfg --reps "$REPS" --warmup 10 --json >"$OUT/dmove-$tag-gen3.json" 2>"$OUT/dmove-$tag-gen3.txt" ||
             { tail -5 "$OUT/dmove-$tag-gen3.txt"; rm -f "$OUT/dmove-$tag-gen3.json"; }
+    fi
+    if [ "$GEN" = 1 ]; then
         # the default (--rows auto --streams 2): per group the faster of gen and interp
         # (measured at layer creation), with the weight and bias gradients on a second
         # stream (fused only; --groups times each group by CUDA events, which leaves the
@@ -115,24 +127,45 @@ for s in $SIZES; do
     fi
     "$DMOVE" analyze --preset bert-large $cfg --device $model --dtype bf16 --json >"$OUT/analyze-$tag.json" || exit 1
     : >"$OUT/torch-$tag.jsonl"
-    for mode in "eager sdpa" "eager math" "compile sdpa"; do
+    # the padded layer's attention as its ops (DMOVE_CUDA_ATTN_OP=0), against the default's
+    # one op on the flash kernels (issue 25, point 4)
+    DMOVE_CUDA_ATTN_OP=0 timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --schedule fused $cfg --reps "$REPS" \
+        --warmup 10 --json >"$OUT/dmove-$tag-ops.json" 2>"$OUT/dmove-$tag-ops.txt" ||
+        { tail -5 "$OUT/dmove-$tag-ops.txt"; rm -f "$OUT/dmove-$tag-ops.json"; }
+    # unpadded at half fill (lengths uniform over j/4 .. 3j/4), against the padded batch's peers
+    timeout 300 "$DMOVE" bench --device cuda --dtype bf16 $cfg --lengths "uniform:$((j / 4))-$((3 * j / 4))" \
+        --reps "$REPS" --warmup 5 --json >"$OUT/dmove-$tag-unpad.json" 2>"$OUT/dmove-$tag-unpad.txt" ||
+        { tail -5 "$OUT/dmove-$tag-unpad.txt"; rm -f "$OUT/dmove-$tag-unpad.json"; }
+    for mode in "eager sdpa default" "eager math default" "compile sdpa default" "compile sdpa max-autotune"; do
         set -- $mode
         [ "$1" = compile ] && [ "$COMPILE" = 0 ] && continue
-        $PYTHON "$here/torch_gpu.py" --batch "$b" --seq "$j" --dtype bf16 --mode "$1" --attn "$2" \
-            --reps "$REPS" >>"$OUT/torch-$tag.jsonl" 2>"$OUT/torch-$tag-$1-$2.err" ||
-            { echo "PyTorch $1 $2 failed:"; tail -3 "$OUT/torch-$tag-$1-$2.err"; }
+        if [ "$LEAN" = 1 ]; then case "$mode" in "eager math default" | "compile sdpa default") continue ;; esac; fi
+        [ "$3" = max-autotune ] && [ "${COMPILE_MAX:-1}" = 0 ] && continue
+        timeout "${COMPILE_TIMEOUT:-420}" $PYTHON "$here/torch_gpu.py" --batch "$b" --seq "$j" --dtype bf16 --mode "$1" \
+            --attn "$2" --compile-mode "$3" --reps "$REPS" >>"$OUT/torch-$tag.jsonl" 2>"$OUT/torch-$tag-$1-$2-$3.err" ||
+            { echo "PyTorch $1 $2 $3 failed (or ran past ${COMPILE_TIMEOUT:-420} s):"; tail -3 "$OUT/torch-$tag-$1-$2-$3.err"; }
     done
+    # NVIDIA Transformer Engine's TransformerLayer (bf16), where it is installed (the device
+    # machines reach no network to install it)
+    if $PYTHON -c "import transformer_engine.pytorch" 2>/dev/null; then
+        timeout 300 $PYTHON "$here/te_gpu.py" --batch "$b" --seq "$j" --reps "$REPS" >>"$OUT/torch-$tag.jsonl" \
+            2>"$OUT/te-$tag.err" || { echo "Transformer Engine failed:"; tail -3 "$OUT/te-$tag.err"; }
+    else
+        echo "Transformer Engine: not installed here (pip install transformer_engine[pytorch]); no row"
+    fi
     $PYTHON - "$OUT" "$tag" "$b" "$j" <<'PY'
 import json, sys
 out, tag, b, j = sys.argv[1:]
-d = json.load(open(f"{out}/dmove-{tag}.json"))
+import os
 an = json.load(open(f"{out}/analyze-{tag}.json"))
 floor_ms = an["totals"]["fused_floor_seconds"] * 1e3
 flop = an["totals"]["flop"]
-rows = [("dmove " + s["schedule"] + " (interp)", s["step_ms"], s.get("forward_ms")) for s in d["schedules"]]
-mem = {"dmove " + s["schedule"] + " (interp)": (s.get("arena_bytes", 0) - s.get("parameter_bytes", 0) - s.get("input_bytes", 0)) / 1e6
-       for s in d["schedules"]}
-import os
+rows, mem = [], {}
+if os.path.exists(f"{out}/dmove-{tag}.json"):  # not with LEAN=1
+    d = json.load(open(f"{out}/dmove-{tag}.json"))
+    rows = [("dmove " + s["schedule"] + " (interp)", s["step_ms"], s.get("forward_ms")) for s in d["schedules"]]
+    mem = {"dmove " + s["schedule"] + " (interp)": (s.get("arena_bytes", 0) - s.get("parameter_bytes", 0) - s.get("input_bytes", 0)) / 1e6
+           for s in d["schedules"]}
 if os.path.exists(f"{out}/dmove-{tag}-gen.json"):
     dg = json.load(open(f"{out}/dmove-{tag}-gen.json"))
     rows += [("dmove " + s["schedule"] + " (gen" + (f", {s['attention_groups_fused']} attn fused" if s.get("attention_groups_fused") else "")
@@ -146,9 +179,17 @@ if os.path.exists(f"{out}/dmove-{tag}-gen2.json"):
     dg = json.load(open(f"{out}/dmove-{tag}-gen2.json"))
     dc = dg.get("config", {})
     rows += [("dmove " + s["schedule"] + f", default ({dc.get('rows', '?')}: {s.get('row_programs_generated', 0)}/{s.get('row_programs', 0)} gen, "
-              f"{s.get('attention_groups_fused', 0)} attn fused, {s.get('bias_epilogues', 0)} epi; "
+              f"{s.get('attention_groups_flash', 0)} flash, {s.get('attention_groups_fused', 0)} attn fused, {s.get('bias_epilogues', 0)} epi; "
               f"{s.get('groups_on_second_stream', 0)} on stream 2 of {dc.get('streams', '?')})",
               s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
+if os.path.exists(f"{out}/dmove-{tag}-ops.json"):
+    dg = json.load(open(f"{out}/dmove-{tag}-ops.json"))
+    rows += [("dmove " + s["schedule"] + ", default, the attention as its ops (DMOVE_CUDA_ATTN_OP=0)",
+              s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
+if os.path.exists(f"{out}/dmove-{tag}-unpad.json"):
+    du = json.load(open(f"{out}/dmove-{tag}-unpad.json"))
+    rows.append((f"dmove unpadded, half fill (fill {du['fill']:.2f}; flop as the padded batch's)",
+                 du["unpadded_step_ms"], None))
 for line in open(f"{out}/torch-{tag}.jsonl"):
     t = json.loads(line)
     rows.append((t["framework"] + (" (" + t["attn"] + ")"), t["step_ms"], t["forward_ms"]))

@@ -57,6 +57,9 @@ def main():
     ap.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
     ap.add_argument("--attn", choices=["sdpa", "math"], default="sdpa")
+    ap.add_argument("--compile-mode", default="default",
+                    help="torch.compile's mode with --mode compile: default, max-autotune (CUDA graphs "
+                         "and autotuned GEMMs), ...")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--reps", type=int, default=50)
     a = ap.parse_args()
@@ -71,7 +74,8 @@ def main():
     mask[:, a.seq - a.seq // 8:] = 0  # some padding, as dmove's bench
     ext = ((1.0 - mask) * torch.finfo(dt).min).to(dt)[:, None, None, :]
     gy = torch.ones(a.batch, a.seq, a.hidden, device=dev, dtype=dt)
-    fn = torch.compile(layer) if a.mode == "compile" else layer
+    fn = (torch.compile(layer, mode=None if a.compile_mode == "default" else a.compile_mode)
+          if a.mode == "compile" else layer)
     base_mem = torch.cuda.memory_allocated()  # parameters, inputs, grad_output
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True),
            torch.cuda.Event(enable_timing=True)) for _ in range(a.reps)]
@@ -94,7 +98,8 @@ def main():
     b, j, i, u = a.batch, a.seq, a.hidden, a.ffn
     flop = 3 * 2 * b * j * (4 * i * i + 2 * i * u + 2 * j * i)  # fwd + 2x bwd contractions
     med = statistics.median(stp)
-    print(json.dumps({"framework": "pytorch-" + a.mode, "attn": a.attn, "dtype": a.dtype,
+    name = "pytorch-" + a.mode + ("-" + a.compile_mode if a.mode == "compile" and a.compile_mode != "default" else "")
+    print(json.dumps({"framework": name, "attn": a.attn, "dtype": a.dtype,
                       "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
                       "config": {"batch": b, "seq": j, "hidden": i, "heads": a.heads, "ffn": u},
                       "forward_ms": statistics.median(fwd), "step_ms": med,
