@@ -301,11 +301,13 @@ template <int TRANS> static __host__ __device__ __forceinline__ void fl_ldsm4(ui
     if (TRANS)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(a));
+                     : "r"(a)
+                     : "memory");
     else
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(a));
+                     : "r"(a)
+                     : "memory");
 #else
     fl_sim *S = g_fl_sim;
     const int w = fl_htid / 32, lane = fl_htid % 32, g = lane / 4, t = lane % 4;
@@ -496,8 +498,10 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
 
 /* ---- backward ---------------------------------------------------------------------------- */
 
-/* D[s h j] = sum_p dctx * ctx over the head's P columns, fp32 (thread per (token, head)) */
-static __host__ __device__ void fl_rowdot(const dmc_varlen *v, int64_t s, int64_t j, int64_t h) {
+#ifndef __CUDA_ARCH__
+/* D[s h j] = sum_p dctx * ctx over the head's P columns, fp32: the emulation's (the device's:
+ * fl_rowdot_kernel) */
+static void fl_rowdot(const dmc_varlen *v, int64_t s, int64_t j, int64_t h) {
     const int o = v->off[s], L = v->off[s + 1] - o;
     if (j >= L) return;
     float d = 0.0f;
@@ -506,6 +510,7 @@ static __host__ __device__ void fl_rowdot(const dmc_varlen *v, int64_t s, int64_
              dmc_load(v->ctx, v->dt, (o + j) * v->ldo + h * v->P + p);
     v->fl_d[(s * v->H + h) * v->J + j] = d;
 }
+#endif
 
 /* Shared memory of the dK dV block: its K and V tiles, and two buffers of a query tile's
  * Q and dctx rows and the rows' maximum, log-sum and D (the next tile's loading while
@@ -721,8 +726,19 @@ template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS) fl_bw
     extern __shared__ __align__(16) char fl_smem_d[];
     fl_bwd_block<T, P>(A, (int)threadIdx.x, (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, fl_smem_d);
 }
-__global__ void fl_rowdot_kernel(dmc_varlen v) { /* grid (J, B), threads over the heads */
-    for (int64_t h = threadIdx.x; h < v.H; h += blockDim.x) fl_rowdot(&v, blockIdx.y, blockIdx.x, h);
+/* D on the device: a block per token row (grid (J, B)), a warp per head, its lanes over
+ * the head's columns (coalesced), summed by shuffles (the host's fl_rowdot in another
+ * order: the same to fp32 rounding) */
+__global__ void fl_rowdot_kernel(dmc_varlen v) {
+    const int64_t s = blockIdx.y, j = blockIdx.x, o = v.off[s], L = v.off[s + 1] - o;
+    if (j >= L) return;
+    for (int64_t h = threadIdx.x / 32; h < v.H; h += blockDim.x / 32) {
+        float d = 0.0f;
+        for (int64_t p = threadIdx.x % 32; p < v.P; p += 32)
+            d += dmc_load(v.dctx, v.dt, (o + j) * v.ldc + h * v.P + p) * dmc_load(v.ctx, v.dt, (o + j) * v.ldo + h * v.P + p);
+        for (int k = 16; k > 0; k >>= 1) d += __shfl_xor_sync(0xffffffffu, d, k);
+        if (threadIdx.x % 32 == 0) v.fl_d[(s * v.H + h) * v.J + j] = d;
+    }
 }
 template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS) fl_dq_kernel(fl_args A) {
     extern __shared__ __align__(16) char fl_smem_d[];
@@ -753,7 +769,7 @@ static dm_status fl_run_typed(const dmc_varlen *v, const fl_args &A, int emu, cu
     }
     const dim3 grid((unsigned)tiles, (unsigned)v->H, (unsigned)v->B), pairs((unsigned)v->J, (unsigned)v->B);
     if (v->bwd) {
-        fl_rowdot_kernel<<<pairs, 32, 0, stream>>>(*v);
+        fl_rowdot_kernel<<<pairs, 128, 0, stream>>>(*v);
         DMC_CUDA(cudaGetLastError());
         fl_bwd_kernel<T, P><<<grid, FL_THREADS, smem, stream>>>(A);
         DMC_CUDA(cudaGetLastError());
