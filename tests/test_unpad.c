@@ -193,6 +193,13 @@ static void variant(int pre, int causal, double p, int input_grad, dm_schedule s
     dm_layer_free(U);
 }
 
+/* where the CUDA layers run: the host's emulation (lane by lane for the flash kernels) or
+ * a GPU (DMOVE_CUDA_EMULATE=0) */
+static const char *flash_where(void) {
+    const char *e = getenv("DMOVE_CUDA_EMULATE");
+    return e && strcmp(e, "0") ? "emulated, flash lane by lane" : "on the GPU";
+}
+
 /* The flash kernels (flash.cu: CUDA, bf16 or fp16, head widths 64 and 128), emulated
  * lane by lane: the unpadded layer on them (forward and backward) and on the path they
  * replace (DMOVE_CUDA_FLASH=0: cuBLAS over padded copies, scores stored in the storage
@@ -238,9 +245,9 @@ static void flash_variant(int P, int causal, double p, dm_dtype dt) {
             int worse = 0; /* tensor by tensor */
             for (int q = 0; q < nt && q < 64; q++) worse += !(tf[q] <= 1.5 * to[q] + 5e-3);
             CHECK(worse == 0);
-            printf("  cuda (emulated, flash lane by lane) %s p=%d%s dropout %.1f lengths %lld %lld %lld: worst "
+            printf("  cuda (%s) %s p=%d%s dropout %.1f lengths %lld %lld %lld: worst "
                    "rel.err against fp32 %.2e (without the flash kernels %.2e), tensors further: %d\n",
-                   dm_dtype_name(dt), P, causal ? " causal" : "", p, (long long)lens[k][0], (long long)lens[k][1],
+                   flash_where(), dm_dtype_name(dt), P, causal ? " causal" : "", p, (long long)lens[k][0], (long long)lens[k][1],
                    (long long)lens[k][2], ef, eo, worse);
         }
     }
@@ -339,8 +346,8 @@ static void attn_op_variant(int pre, double p, dm_device_kind dev) {
     dm_layer_free(C);
 }
 
-/* The same on the flash kernels (CUDA emulated lane by lane, 16-bit), taken by default
- * there: both 16-bit layers (one op, and ops one by one) against fp32, the one op within
+/* The same on the flash kernels (CUDA emulated lane by lane, 16-bit; on a GPU with
+ * DMOVE_CUDA_EMULATE=0): both 16-bit layers (one op, and ops one by one) against fp32, the one op within
  * 1.5x + 5e-3 of the other's error, tensor by tensor (as flash_variant). Masks: none, and
  * padded_inputs' four kinds (1s then 0s, not, none: the row statistics the backward reads
  * must keep the all-masked rows' 1/j). */
@@ -349,11 +356,11 @@ static void attn_op_flash(int P, double p, dm_dtype dt) {
     dm_layer_config_default(&cfg);
     cfg.batch = 4, cfg.seq = 70, cfg.hidden = 2 * P, cfg.heads = 2, cfg.ffn = 64, cfg.dropout = p;
     dm_layer_options o = {.device = DM_DEVICE_CUDA, .rows = DM_ROWS_INTERP, .threads = 2, .attention_op = -1};
-    dm_layer *L[3] = {NULL, NULL, NULL}; /* fp32; 16-bit, the default (flash); 16-bit, ops one by one */
+    dm_layer *L[3] = {NULL, NULL, NULL}; /* fp32; 16-bit, one op (flash); 16-bit, ops one by one */
     CHECK_OK(dm_layer_new(&L[0], &cfg, &o));
     o.dtype = dt;
     CHECK_OK(dm_layer_new(&L[2], &cfg, &o));
-    o.attention_op = 0;
+    o.attention_op = 1;
     CHECK_OK(dm_layer_new(&L[1], &cfg, &o));
     if (L[0] && L[1] && L[2]) {
         CHECK(has_attn_op(L[1]) && dm_layer_note_value(L[1], "attention_flash", 0) == 2);
@@ -366,8 +373,8 @@ static void attn_op_flash(int P, double p, dm_dtype dt) {
             int worse = 0;
             for (int q = 0; q < nt && q < 64; q++) worse += !(each[0][q] <= 1.5 * each[1][q] + 5e-3);
             CHECK(worse == 0);
-            printf("  cuda (emulated, flash lane by lane) %s p=%d dropout %.1f padded, %s: worst rel.err against fp32 "
-                   "%.2e (its ops one by one %.2e), tensors further: %d\n", dm_dtype_name(dt), P, p,
+            printf("  cuda (%s) %s p=%d dropout %.1f padded, %s: worst rel.err against fp32 "
+                   "%.2e (its ops one by one %.2e), tensors further: %d\n", flash_where(), dm_dtype_name(dt), P, p,
                    mk ? "masked" : "no mask", err[0], err[1], worse);
         }
     }

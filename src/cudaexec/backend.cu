@@ -98,13 +98,16 @@ static dm_status resolve_options(dm_layer_options *opt) {
 /* The padded attention as one op where flash.cu's kernels take it (dmc_flash_ok's cases
  * that the layer's sizes decide; an operand's alignment, known when the group is built,
  * may still send it to varlen.cu's cuBLAS steps, which the layer notes say), in the fused
- * schedule (the unfused one is the op-by-op baseline). DMOVE_CUDA_FLASH=0 (no flash
- * kernels) or DMOVE_CUDA_ATTN_OP=0 (the padded layer's attention as its ops, the unpadded
- * one's still on flash) say no. */
+ * schedule (the unfused one is the op-by-op baseline) -- but only with
+ * DMOVE_CUDA_ATTN_OP=1: measured on an H200 (bench/results/gpu-h200-2026-11-28.txt) the
+ * padded BERT-large layer's step took 2.64 ms with it against 2.17 ms with its attention as
+ * ops (b=96 j=128) and 1.75 against 1.01 (b=8 j=512): the flash kernels (26-27 TFLOP/s
+ * forward with dropout) lose to cuBLAS and the fused row kernels there, so the default keeps
+ * the ops until they win. DMOVE_CUDA_FLASH=0 turns the kernels off everywhere. */
 static int attn_op(const dm_layer_config *cfg, const dm_layer_options *opt) {
     const char *fl = getenv("DMOVE_CUDA_FLASH"), *ao = getenv("DMOVE_CUDA_ATTN_OP");
     const int64_t P = cfg->heads > 0 ? cfg->hidden / cfg->heads : 0;
-    return !(fl && !strcmp(fl, "0")) && !(ao && !strcmp(ao, "0")) && opt->schedule == DM_SCHED_FUSED &&
+    return !(fl && !strcmp(fl, "0")) && ao && !strcmp(ao, "1") && opt->schedule == DM_SCHED_FUSED &&
            (opt->dtype == DM_DTYPE_BF16 || opt->dtype == DM_DTYPE_FP16) && (P == 64 || P == 128) && cfg->seq >= 4 &&
            !cfg->causal && !opt->recompute && !opt->plan;
 }

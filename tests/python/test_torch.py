@@ -405,22 +405,25 @@ def test_cuda_backend_bf16_storage(monkeypatch):
 
 def test_cuda_backend_flash_attention(monkeypatch):
     """bf16 storage, heads of 64: the padded layer's attention as one op on the flash kernels
-    (lane by lane in the emulation), its mask inside; as close to the fp32 CPU layer as the
-    same layer with the attention as its ops (DMOVE_CUDA_ATTN_OP=0)."""
+    (DMOVE_CUDA_ATTN_OP=1 when its dmove layers are made; lane by lane in the emulation),
+    its mask inside; as close to the fp32 CPU layer as the same layer with the attention as
+    its ops (DMOVE_CUDA_ATTN_OP=0)."""
     cfg = BertConfig(vocab_size=100, hidden_size=128, num_attention_heads=2, intermediate_size=64,
                      num_hidden_layers=1, max_position_embeddings=32, hidden_dropout_prob=0.1,
                      attention_probs_dropout_prob=0.1)
+    monkeypatch.setenv("DMOVE_CUDA_ATTN_OP", "1")
     cpu, gpu = cuda_pair(monkeypatch, cfg)
-    monkeypatch.setenv("DMOVE_CUDA_ATTN_OP", "0")
-    ops = dt.BertLayer(cfg, dmove_device="cuda")
-    ops.load_state_dict(cpu.state_dict())
     x = torch.randn(2, 20, 128)
     mask = torch.ones(2, 20, dtype=torch.long)
     mask[1, 13:] = 0
     mask[0, 3] = 0  # a hole: not 1s then 0s
     y0, dx0, g0 = layer_step(cpu, x, mask)
-    y1, dx1, g1 = layer_step(gpu, x, mask, torch.bfloat16)
+    y1, dx1, g1 = layer_step(gpu, x, mask, torch.bfloat16)  # its dmove layer for (2, 20) made now
+    monkeypatch.setenv("DMOVE_CUDA_ATTN_OP", "0")
+    ops = dt.BertLayer(cfg, dmove_device="cuda")
+    ops.load_state_dict(cpu.state_dict())
     y2, dx2, g2 = layer_step(ops, x, mask, torch.bfloat16)
+    assert not torch.equal(dx1, dx2)  # two ways: the flash op and the ops (rounded apart)
     assert rel(y1, y0) <= 2e-2 and rel(dx1, dx0) <= 5e-2
     assert rel(y1, y0) <= 1.5 * rel(y2, y0) + 5e-3 and rel(dx1, dx0) <= 1.5 * rel(dx2, dx0) + 5e-3
     for k in g0:

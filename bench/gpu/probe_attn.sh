@@ -1,0 +1,19 @@
+#!/bin/sh
+# bench/gpu/probe_attn.sh: where the flash kernels' time goes (a short device call): the
+# unpadded attention's forward and backward alone (`dmove bench --lengths` at full fill) with
+# dropout 0.1 and 0 (the Philox words' share), BERT-large heads, b=96 j=128 and b=8 j=512;
+# then the padded layer's groups with its attention as ops (DMOVE_CUDA_ATTN_OP=0) at b=96
+# j=128 (what the flash op must beat). With .dev unpacked (session.sh's): DMOVE=.dev/bin/dmove
+set -u
+DMOVE=${DMOVE:-.dev/bin/dmove}
+for s in 96x128 8x512; do
+    b=${s%x*} j=${s#*x}
+    for p in 0.1 0; do
+        echo "b=$b j=$j dropout $p: $(timeout 60 "$DMOVE" bench --device cuda --dtype bf16 --preset bert-large \
+            --batch "$b" --seq "$j" --dropout "$p" --lengths "uniform:$j-$j" --reps 10 --warmup 3 2>&1 |
+            grep -E '^padded |^unpadded |^unpadded attention' | tr -s ' ' | tr '\n' ';')"
+    done
+done
+echo "== the padded layer's attention as its ops, b=96 j=128: its attention groups"
+DMOVE_CUDA_ATTN_OP=0 timeout 60 "$DMOVE" bench --device cuda --dtype bf16 --preset bert-large --batch 96 --seq 128 \
+    --schedule fused --groups --reps 10 --warmup 3 2>&1 | grep -E "attn|scores|probs|context|groups took" | head -16
