@@ -50,8 +50,10 @@ for tool in $TOOLS; do
     # forward, dK dV and dQ blocks): the padded layer's one op with its mask (bf16, heads of
     # 64, j=130: three key tiles, the last short), and with --lengths the unpadded layer too
     # (fp16, heads of 128, sequences of 1 to 70 tokens; causal)
+    export DMOVE_CUDA_ATTN_OP=1 # the padded layer's one op (not its default)
     run flash-padded "$tool" bench --device cuda --dtype bf16 $small --batch 2 --seq 130 --hidden 128 --heads 2 \
         --ffn 256
+    unset DMOVE_CUDA_ATTN_OP
     run flash-lengths "$tool" bench --device cuda --dtype fp16 --reps 1 --warmup 0 --batch 3 --seq 70 --hidden 256 \
         --heads 2 --ffn 256 --lengths uniform:1-70
     run flash-causal "$tool" bench --device cuda --dtype bf16 --reps 1 --warmup 0 --batch 2 --seq 130 --hidden 128 \

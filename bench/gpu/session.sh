@@ -8,10 +8,12 @@
 #       the dK dV and dQ blocks, the padded layer's one op with its mask) against fp32, the
 #       unpadded layer against the padded one, the whole model; everything after it is
 #       UNVERIFIED if it fails (then DMOVE_CUDA_FLASH=0 for the rest);
+#    a'. the unpadded layer with lengths the same each batch and varying, the live rows'
+#       rounding on and off (probe_attn.sh PROBE=live: b=8 j=512 cost 5x more varying);
 #    b. compute-sanitizer (memcheck, racecheck, synccheck) over the flash kernels
 #       (bench/gpu/sanitize.sh SETS=flash);
-#    c. the BERT-large layer at b=96 j=128 (bench/gpu/run.sh LEAN=1: dmove's default with
-#       the flash one op, with its attention as ops, unpadded at half fill; PyTorch eager
+#    c. the BERT-large layer at b=96 j=128 (bench/gpu/run.sh LEAN=1: dmove's default, with
+#       the attention as the flash one op, unpadded at half fill; PyTorch eager
 #       SDPA and torch.compile max-autotune; the roofline floor; issue 25's point 4);
 #    d. attention alone against SDPA's backends (bench/gpu/attn.sh, point 2).
 #   sh bench/gpu/session.sh 2   # the rest
@@ -23,7 +25,7 @@
 #       DMOVE_DIST_REDUCE_ALONE=1, the same results;
 #    i. the whole BertForMaskedLM under torch.compile max-autotune at b=8 j=512 (issue 24's
 #       point 7), with what is left.
-# SKIP_x=1 (x: UNPAD, SANITIZE, LAYER, ATTN, MODEL, PYTHON, PATCHED, NCCL, COMPILE) skips
+# SKIP_x=1 (x: UNPAD, LIVE, SANITIZE, LAYER, ATTN, MODEL, PYTHON, PATCHED, NCCL, COMPILE) skips
 # a step.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -66,6 +68,11 @@ if [ "$PHASE" = 1 ] && step UNPAD 60; then # the flash kernels' first run on a G
         echo "test_unpad FAILED on the GPU: the rest runs with DMOVE_CUDA_FLASH=0 (UNVERIFIED otherwise)"
         export DMOVE_CUDA_FLASH=0
     fi
+fi
+if [ "$PHASE" = 1 ] && step LIVE 60; then # issue 25, point 3: do varying lengths still cost?
+    echo
+    echo "== the unpadded layer's step with lengths the same each batch and varying (bench/gpu/probe_attn.sh PROBE=live)"
+    DMOVE="$DMOVE" PROBE=live timeout 120 sh "$here/probe_attn.sh" || echo "probe_attn.sh: exit $?"
 fi
 if [ "$PHASE" = 1 ] && step SANITIZE 90; then # issue 25, point 5
     echo

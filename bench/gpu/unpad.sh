@@ -4,7 +4,7 @@
 # whole model), then the BERT-large layer padded against unpadded (`dmove bench --device cuda
 # --dtype bf16 --lengths`, both on the same drawn batches, interleaved) at half fill and at
 # full fill, b=8 j=512 and b=96 j=128, ROUNDS times each (default 3); at full fill once more
-# with DMOVE_CUDA_ATTN_OP=0 (the padded layer's attention as its ops, as before flash).
+# with DMOVE_CUDA_ATTN_OP=1 (the padded layer's attention as one op on the flash kernels).
 # With pack.sh's binaries (.dev carried): LD_LIBRARY_PATH=$PWD/.dev/lib DMOVE=.dev/bin/dmove
 #   TEST_UNPAD=.dev/bin/test_unpad sh bench/gpu/unpad.sh [ROUNDS]
 # Env: MODEL (default "--preset bert-large"), SIZES (default "8x512 96x128"), DTYPE (bf16),
@@ -55,7 +55,6 @@ for s in $SIZES; do
     j=${s#*x}
     run "b=$b j=$j uniform:$((j / 4))-$((3 * j / 4))" --batch "$b" --seq "$j" --lengths "uniform:$((j / 4))-$((3 * j / 4))"
     run "b=$b j=$j full" --batch "$b" --seq "$j" --lengths "uniform:$j-$j"
-    # the padded layer's attention as its ops (cuBLAS and the row kernels), not flash's one op
-    # (the unpadded one on flash still)
-    (export DMOVE_CUDA_ATTN_OP=0; run "b=$b j=$j full, padded ops" --batch "$b" --seq "$j" --lengths "uniform:$j-$j")
+    # the padded layer's attention as one op on the flash kernels, not its ops (the default)
+    (export DMOVE_CUDA_ATTN_OP=1; run "b=$b j=$j full, padded flash op" --batch "$b" --seq "$j" --lengths "uniform:$j-$j")
 done

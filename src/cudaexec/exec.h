@@ -134,6 +134,9 @@ struct dm_cuda_exec {
     /* live rows (live.cu; plan/live.h): a step on fewer rows than the plan's */
     int64_t live_cap;         /* the live rows at full size; 0: every step runs whole */
     int64_t tokens;           /* this step's (set_rows) */
+    int64_t live_round;       /* a contraction's m or n over the live rows runs on them rounded up
+                               * to a multiple of this (DMOVE_CUDA_LIVE_ROUND, default 64; 1:
+                               * exact): fewer shapes for cuBLAS to choose kernels for */
     int live_bj, live_attn;   /* live rows "bj" (dropout keyed by padded positions); an unpadded layer */
     dm_live_group *liveg;     /* per group: how it follows them */
     long long *livebuf;       /* device: this step's count, then at byte 256 the dropout keys (ints) */

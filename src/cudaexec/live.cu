@@ -53,6 +53,12 @@ dm_status dmx_init_live(dm_cuda_exec *ex) {
     DM_TRY(dmx_dev_alloc(ex, (void **)&ex->livebuf, bytes, "the live rows"));
     if (!(ex->livehost = (char *)malloc(bytes))) return dm_fail(DM_ERR_OOM, "out of memory preparing the live rows");
     ex->live_cap = ex->tokens = cap;
+    const char *lr = getenv("DMOVE_CUDA_LIVE_ROUND");
+    char *end = NULL;
+    const long q = lr && *lr ? strtol(lr, &end, 10) : 64;
+    if (lr && *lr && (*end || q < 1 || q > 65536))
+        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_LIVE_ROUND='%s': a whole number of rows from 1 (exact) to 65536", lr);
+    ex->live_round = q;
     ex->live_bj = g->live[1] != 0;
     ex->live_attn = attn;
     *(long long *)ex->livehost = cap;
@@ -79,8 +85,19 @@ int dmx_live_scaled(const dm_cuda_exec *ex, int gi) {
     return lg && (lg->rpt || lg->tok_mnk[0] || lg->tok_mnk[1] || lg->tok_mnk[2]);
 }
 
-/* Every contraction and embedding gradient over the live rows cut to ex->tokens. */
+/* Every contraction and embedding gradient over the live rows cut to ex->tokens. A
+ * contraction whose m or n counts them runs on them rounded up to a multiple of
+ * live_round (at most the plan's rows): a step's shapes then come from a few, where cuBLAS
+ * chooses a kernel once for each (on an H200 a new token count every step cost several
+ * milliseconds a step: bench/results/gpu-h200-2026-11-28.txt). The rows past the tokens so
+ * computed are rows no later step reads (a contraction's k, a column sum, a row program all
+ * take the exact count), and the layer's outputs there are zeroed after the group as
+ * before. k stays exact: rows past the tokens hold anything (NaN included) and a sum over
+ * them would count it. */
 static void cut_steps(dm_cuda_exec *ex) {
+    const int64_t q = ex->live_round > 1 ? ex->live_round : 1;
+    int64_t rounded = (ex->tokens + q - 1) / q * q;
+    if (rounded > ex->live_cap) rounded = ex->live_cap;
     for (int gi = 0; gi < ex->ngroups; gi++) {
         const dm_live_group *lg = &ex->liveg[gi];
         dmc_group *eg = &ex->groups[gi];
@@ -91,7 +108,7 @@ static void cut_steps(dm_cuda_exec *ex) {
             if (!st->gemm) continue;
             int *mnk[3] = {&st->gm.m, &st->gm.n, &st->gm.k};
             for (int d = 0; d < 3; d++)
-                if (lg->tok_mnk[d]) *mnk[d] = (int)(lg->tok_mnk[d] * ex->tokens);
+                if (lg->tok_mnk[d]) *mnk[d] = (int)(lg->tok_mnk[d] * (d < 2 ? rounded : ex->tokens));
         }
     }
 }
