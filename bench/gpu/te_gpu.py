@@ -9,11 +9,13 @@ the padding mask of torch_gpu.py (the last eighth of each sequence) where TE tak
 padding mask, else none (said in the JSON's "attn"). Inputs sequence-first (TE's default
 layout). Timed with CUDA events after warm-up; medians."""
 import argparse
-import json
-import statistics
+import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpu import report, time_training  # noqa: E402  (the PyTorch peers' timing and report)
 
 
 def main():
@@ -45,38 +47,9 @@ def main():
     layer.train()
     x = torch.randn(a.seq, a.batch, a.hidden, device=dev, dtype=torch.bfloat16, requires_grad=True)
     gy = torch.ones_like(x)
-    base_mem = torch.cuda.memory_allocated()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True),
-           torch.cuda.Event(enable_timing=True)) for _ in range(a.reps)]
-    for r in range(a.warmup + a.reps):
-        if r == a.warmup:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        for p in layer.parameters():
-            p.grad = None
-        x.grad = None
-        e = ev[r - a.warmup] if r >= a.warmup else None
-        if e:
-            e[0].record()
-        y = layer(x, attention_mask=mask) if mask is not None else layer(x)
-        if e:
-            e[1].record()
-        y.backward(gy)
-        if e:
-            e[2].record()
-    torch.cuda.synchronize()
-    fwd = [e[0].elapsed_time(e[1]) for e in ev]
-    stp = [e[0].elapsed_time(e[2]) for e in ev]
-    b, j, i, u = a.batch, a.seq, a.hidden, a.ffn
-    flop = 3 * 2 * b * j * (4 * i * i + 2 * i * u + 2 * j * i)
-    med = statistics.median(stp)
-    print(json.dumps({"framework": "transformer-engine " + getattr(transformer_engine, "__version__", "?"),
-                      "attn": attn, "dtype": "bf16", "torch": torch.__version__,
-                      "gpu": torch.cuda.get_device_name(),
-                      "config": {"batch": b, "seq": j, "hidden": i, "heads": a.heads, "ffn": u},
-                      "forward_ms": statistics.median(fwd), "step_ms": med,
-                      "peak_mb_above_inputs": (torch.cuda.max_memory_allocated() - base_mem) / 1e6,
-                      "step_ms_min": min(stp), "tflops": flop / med / 1e9}))
+    fwd, stp, peak_mb = time_training(lambda: layer(x, attention_mask=mask) if mask is not None else layer(x),
+                                      layer, x, gy, a.warmup, a.reps)
+    report("transformer-engine " + getattr(transformer_engine, "__version__", "?"), attn, "bf16", a, fwd, stp, peak_mb)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,47 @@ class Layer(nn.Module):
         return self.ln2(F.dropout(self.out(F.gelu(self.inter(a))), self.p, True) + a)
 
 
+def time_training(forward, layer, x, gy, warmup, reps):
+    """forward() then y.backward(gy), warmup + reps times (gradients cleared each time):
+    per rep the forward's and the whole step's milliseconds by CUDA events, and the peak
+    memory (MB) above what was allocated before (parameters, inputs, grad_output)."""
+    base_mem = torch.cuda.memory_allocated()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True),
+           torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for r in range(warmup + reps):
+        if r == warmup:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        for p in layer.parameters():
+            p.grad = None
+        x.grad = None
+        e = ev[r - warmup] if r >= warmup else None
+        if e:
+            e[0].record()
+        y = forward()
+        if e:
+            e[1].record()
+        y.backward(gy)
+        if e:
+            e[2].record()
+    torch.cuda.synchronize()
+    return ([e[0].elapsed_time(e[1]) for e in ev], [e[0].elapsed_time(e[2]) for e in ev],
+            (torch.cuda.max_memory_allocated() - base_mem) / 1e6)
+
+
+def report(name, attn, dtype, a, fwd, stp, peak_mb):
+    """The JSON line of one peer (a: its arguments' sizes; fwd, stp: milliseconds per rep)."""
+    b, j, i, u = a.batch, a.seq, a.hidden, a.ffn
+    flop = 3 * 2 * b * j * (4 * i * i + 2 * i * u + 2 * j * i)  # fwd + 2x bwd contractions
+    med = statistics.median(stp)
+    print(json.dumps({"framework": name, "attn": attn, "dtype": dtype,
+                      "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
+                      "config": {"batch": b, "seq": j, "hidden": i, "heads": a.heads, "ffn": u},
+                      "forward_ms": statistics.median(fwd), "step_ms": med,
+                      "peak_mb_above_inputs": peak_mb,
+                      "step_ms_min": min(stp), "tflops": flop / med / 1e9}))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch", type=int, default=8)
@@ -76,35 +117,9 @@ def main():
     gy = torch.ones(a.batch, a.seq, a.hidden, device=dev, dtype=dt)
     fn = (torch.compile(layer, mode=None if a.compile_mode == "default" else a.compile_mode)
           if a.mode == "compile" else layer)
-    base_mem = torch.cuda.memory_allocated()  # parameters, inputs, grad_output
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True),
-           torch.cuda.Event(enable_timing=True)) for _ in range(a.reps)]
-    for r in range(a.warmup + a.reps):
-        if r == a.warmup:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        for p in layer.parameters():
-            p.grad = None
-        x.grad = None
-        e = ev[r - a.warmup] if r >= a.warmup else None
-        if e: e[0].record()
-        y = fn(x, ext)
-        if e: e[1].record()
-        y.backward(gy)
-        if e: e[2].record()
-    torch.cuda.synchronize()
-    fwd = [e[0].elapsed_time(e[1]) for e in ev]
-    stp = [e[0].elapsed_time(e[2]) for e in ev]
-    b, j, i, u = a.batch, a.seq, a.hidden, a.ffn
-    flop = 3 * 2 * b * j * (4 * i * i + 2 * i * u + 2 * j * i)  # fwd + 2x bwd contractions
-    med = statistics.median(stp)
+    fwd, stp, peak_mb = time_training(lambda: fn(x, ext), layer, x, gy, a.warmup, a.reps)
     name = "pytorch-" + a.mode + ("-" + a.compile_mode if a.mode == "compile" and a.compile_mode != "default" else "")
-    print(json.dumps({"framework": name, "attn": a.attn, "dtype": a.dtype,
-                      "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
-                      "config": {"batch": b, "seq": j, "hidden": i, "heads": a.heads, "ffn": u},
-                      "forward_ms": statistics.median(fwd), "step_ms": med,
-                      "peak_mb_above_inputs": (torch.cuda.max_memory_allocated() - base_mem) / 1e6,
-                      "step_ms_min": min(stp), "tflops": flop / med / 1e9}))
+    report(name, a.attn, a.dtype, a, fwd, stp, peak_mb)
 
 
 if __name__ == "__main__":

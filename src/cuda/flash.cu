@@ -413,6 +413,24 @@ static __host__ __device__ __forceinline__ void fl_scores(float sc[8][4], const 
         }
 }
 
+/* acc (16 rows x P) += X (16 rows x 64, a warp's accumulators, rounded to T as the next
+ * MMA's A operand) times a shared 64 x P tile (V in the forward, K for dQ) */
+template <typename T, int P>
+static __host__ __device__ __forceinline__ void fl_times_tile(float acc[P / 8][4], float x[8][4], const T *tile, int g,
+                                                              int t) {
+    FL_UNROLL
+    for (int kk = 0; kk < 4; kk++) {
+        uint32_t a[4];
+        fl_c_to_a<T>(a, x[2 * kk], x[2 * kk + 1]);
+        for (int n = 0; n < P / 8; n += 2) {
+            uint32_t bf[4];
+            fl_frag_b2<T, P + 8>(bf, tile, kk * 16, n * 8, g, t);
+            fl_mma<T>(acc[n], a, bf);
+            fl_mma<T>(acc[n + 1], a, bf + 2);
+        }
+    }
+}
+
 template <typename T, int P>
 static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, int h, int s, char *smem) {
     const dmc_varlen *v = &A.v;
@@ -467,16 +485,7 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
                 sc[n][e] = p > 0.0f && dmc_varlen_kept(v, A.seed, ebase * (uint64_t)J + (uint64_t)row * (uint64_t)J + (uint64_t)col)
                                ? p : 0.0f;
             }
-        for (int kk = 0; kk < 4; kk++) {
-            uint32_t a[4];
-            fl_c_to_a<T>(a, sc[2 * kk], sc[2 * kk + 1]);
-            for (int n = 0; n < P / 8; n += 2) {
-                uint32_t bf[4];
-                fl_frag_b2<T, LDS>(bf, S.v(b), kk * 16, n * 8, g, t);
-                fl_mma<T>(acc[n], a, bf);
-                fl_mma<T>(acc[n + 1], a, bf + 2);
-            }
-        }
+        fl_times_tile<T, P>(acc, sc, S.v(b), g, t); /* O += dropped(P) V */
     }
     T *C = (T *)v->ctx + (int64_t)o * v->ldc + hc;
     float *lse = (float *)v->probs;
@@ -686,17 +695,7 @@ static __host__ __device__ void fl_dq_block(const fl_args &A, int tid, int qb, i
                 const int kept = ok && dmc_varlen_kept(v, A.seed, (ebase + (uint64_t)row) * (uint64_t)J + (uint64_t)col);
                 sc[n][e] = p * ((kept ? dp[n][e] * scl : 0.0f) - drow[i]); /* dS */
             }
-        FL_UNROLL
-        for (int kk = 0; kk < 4; kk++) {
-            uint32_t a[4];
-            fl_c_to_a<T>(a, sc[2 * kk], sc[2 * kk + 1]);
-            for (int n = 0; n < P / 8; n += 2) {
-                uint32_t bf[4];
-                fl_frag_b2<T, LDS>(bf, S.k(b), kk * 16, n * 8, g, t);
-                fl_mma<T>(dq[n], a, bf);
-                fl_mma<T>(dq[n + 1], a, bf + 2);
-            }
-        }
+        fl_times_tile<T, P>(dq, sc, S.k(b), g, t); /* dQ += dS K */
     }
     T *dQ = (T *)v->dq + (int64_t)o * v->ldd + hc;
     for (int i = 0; i < 2; i++) {
