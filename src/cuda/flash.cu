@@ -477,13 +477,20 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
         }
         for (int n = 0; n < P / 8; n++)
             for (int e = 0; e < 4; e++) acc[n][e] *= corr[e >> 1];
+        FL_UNROLL
         for (int n = 0; n < 8; n++)
-            for (int e = 0; e < 4; e++) {
-                const int row = e >= 2 ? r1 : r0, col = k0 + n * 8 + 2 * t + (e & 1);
-                const float p = expf(sc[n][e] - base[e >> 1]);
-                l[e >> 1] += p;
-                sc[n][e] = p > 0.0f && dmc_varlen_kept(v, A.seed, ebase * (uint64_t)J + (uint64_t)row * (uint64_t)J + (uint64_t)col)
-                               ? p : 0.0f;
+            FL_UNROLL
+            for (int i = 0; i < 2; i++) { /* the lane's pair of keys in row i: one Philox block */
+                const int row = i ? r1 : r0, col = k0 + n * 8 + 2 * t;
+                float p[2];
+                int kp[2] = {1, 1};
+                for (int q = 0; q < 2; q++) {
+                    p[q] = expf(sc[n][2 * i + q] - base[i]);
+                    l[i] += p[q];
+                }
+                if (p[0] > 0.0f || p[1] > 0.0f)
+                    dmc_varlen_kept2(v, A.seed, ebase * (uint64_t)J + (uint64_t)row * (uint64_t)J + (uint64_t)col, kp);
+                for (int q = 0; q < 2; q++) sc[n][2 * i + q] = p[q] > 0.0f && kp[q] ? p[q] : 0.0f;
             }
         fl_times_tile<T, P>(acc, sc, S.v(b), g, t); /* O += dropped(P) V */
     }
@@ -687,13 +694,18 @@ static __host__ __device__ void fl_dq_block(const fl_args &A, int tid, int qb, i
         FL_UNROLL
         for (int n = 0; n < 8; n++)
             FL_UNROLL
-            for (int e = 0; e < 4; e++) {
-                const int i = e >> 1, row = i ? r1 : r0, col = k0 + n * 8 + 2 * t + (e & 1);
-                const int ok = col < L && row < L && !(v->causal && col > row);
-                const float x = sc[n][e] * v->alpha + (v->keymask ? S.bias(b)[col - k0] : 0.0f);
-                const float p = ok ? expf(x - mrow[i] - lrow[i]) : 0.0f;
-                const int kept = ok && dmc_varlen_kept(v, A.seed, (ebase + (uint64_t)row) * (uint64_t)J + (uint64_t)col);
-                sc[n][e] = p * ((kept ? dp[n][e] * scl : 0.0f) - drow[i]); /* dS */
+            for (int i = 0; i < 2; i++) { /* the lane's pair of keys in row i: one Philox block */
+                const int row = i ? r1 : r0, c0 = k0 + n * 8 + 2 * t;
+                int kp[2] = {0, 0};
+                if (row < L && c0 < L && !(v->causal && c0 > row))
+                    dmc_varlen_kept2(v, A.seed, (ebase + (uint64_t)row) * (uint64_t)J + (uint64_t)c0, kp);
+                FL_UNROLL
+                for (int q = 0; q < 2; q++) {
+                    const int col = c0 + q, e = 2 * i + q, ok = col < L && row < L && !(v->causal && col > row);
+                    const float x = sc[n][e] * v->alpha + (v->keymask ? S.bias(b)[col - k0] : 0.0f);
+                    const float p = ok ? expf(x - mrow[i] - lrow[i]) : 0.0f;
+                    sc[n][e] = p * ((ok && kp[q] ? dp[n][e] * scl : 0.0f) - drow[i]); /* dS */
+                }
             }
         fl_times_tile<T, P>(dq, sc, S.k(b), g, t); /* dQ += dS K */
     }
