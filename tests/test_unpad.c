@@ -362,6 +362,14 @@ static void attn_op_flash(int P, double p, dm_dtype dt, int64_t seq) {
     CHECK_OK(dm_layer_new(&L[2], &cfg, &o));
     o.attention_op = 1;
     CHECK_OK(dm_layer_new(&L[1], &cfg, &o));
+    dm_layer *D[2] = {NULL, NULL}; /* the default: its ops; with DMOVE_CUDA_ATTN_OP=1, the one op */
+    o.attention_op = 0;
+    CHECK_OK(dm_layer_new(&D[0], &cfg, &o));
+    setenv("DMOVE_CUDA_ATTN_OP", "1", 1);
+    CHECK_OK(dm_layer_new(&D[1], &cfg, &o));
+    unsetenv("DMOVE_CUDA_ATTN_OP");
+    CHECK(D[0] && D[1] && !has_attn_op(D[0]) && has_attn_op(D[1]));
+    for (int k = 0; k < 2; k++) dm_layer_free(D[k]);
     if (L[0] && L[1] && L[2]) {
         CHECK(has_attn_op(L[1]) && dm_layer_note_value(L[1], "attention_flash", 0) == 2);
         for (int k = 0; k < 3; k++) CHECK_OK(dm_layer_init_params(L[k], 13));

@@ -130,8 +130,8 @@ for s in $SIZES; do
     # the padded layer's attention as one op on the flash kernels (DMOVE_CUDA_ATTN_OP=1),
     # against the default's ops (issue 25, point 4)
     DMOVE_CUDA_ATTN_OP=1 timeout 300 "$DMOVE" bench --device cuda --dtype bf16 --schedule fused $cfg --reps "$REPS" \
-        --warmup 10 --json >"$OUT/dmove-$tag-ops.json" 2>"$OUT/dmove-$tag-ops.txt" ||
-        { tail -5 "$OUT/dmove-$tag-ops.txt"; rm -f "$OUT/dmove-$tag-ops.json"; }
+        --warmup 10 --json >"$OUT/dmove-$tag-flashop.json" 2>"$OUT/dmove-$tag-flashop.txt" ||
+        { tail -5 "$OUT/dmove-$tag-flashop.txt"; rm -f "$OUT/dmove-$tag-flashop.json"; }
     # unpadded at half fill (lengths uniform over j/4 .. 3j/4), against the padded batch's peers
     timeout 300 "$DMOVE" bench --device cuda --dtype bf16 $cfg --lengths "uniform:$((j / 4))-$((3 * j / 4))" \
         --reps "$REPS" --warmup 5 --json >"$OUT/dmove-$tag-unpad.json" 2>"$OUT/dmove-$tag-unpad.txt" ||
@@ -182,8 +182,8 @@ if os.path.exists(f"{out}/dmove-{tag}-gen2.json"):
               f"{s.get('attention_groups_flash', 0)} flash, {s.get('attention_groups_fused', 0)} attn fused, {s.get('bias_epilogues', 0)} epi; "
               f"{s.get('groups_on_second_stream', 0)} on stream 2 of {dc.get('streams', '?')})",
               s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
-if os.path.exists(f"{out}/dmove-{tag}-ops.json"):
-    dg = json.load(open(f"{out}/dmove-{tag}-ops.json"))
+if os.path.exists(f"{out}/dmove-{tag}-flashop.json"):
+    dg = json.load(open(f"{out}/dmove-{tag}-flashop.json"))
     rows += [("dmove " + s["schedule"] + ", default but the attention as one flash op (DMOVE_CUDA_ATTN_OP=1)",
               s["step_ms"], s.get("forward_ms")) for s in dg["schedules"]]
 if os.path.exists(f"{out}/dmove-{tag}-unpad.json"):
