@@ -8,23 +8,17 @@ exact GELU, dropout 0.1 on the attention probabilities and the hidden states, ep
 the padding mask of torch_gpu.py (the last eighth of each sequence) where TE takes a
 padding mask, else none (said in the JSON's "attn"). Inputs sequence-first (TE's default
 layout). Timed with CUDA events after warm-up; medians."""
-import argparse
 import os
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_gpu import report, time_training  # noqa: E402  (the PyTorch peers' timing and report)
+from torch_gpu import report, size_args, time_training  # noqa: E402  (the PyTorch peers' options, timing, report)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=512)
-    ap.add_argument("--hidden", type=int, default=1024)
-    ap.add_argument("--heads", type=int, default=16)
-    ap.add_argument("--ffn", type=int, default=4096)
+    ap = size_args(__doc__.split("\n")[0])
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--reps", type=int, default=50)
     a = ap.parse_args()

@@ -88,13 +88,20 @@ def report(name, attn, dtype, a, fwd, stp, peak_mb):
                       "step_ms_min": min(stp), "tflops": flop / med / 1e9}))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def size_args(description):
+    """The peers' common options: the layer's sizes (BERT-large, b=8 j=512 by default); the
+    timing's warm-up and reps are added by each peer after its own."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--ffn", type=int, default=4096)
+    return ap
+
+
+def main():
+    ap = size_args(__doc__.split("\n")[0])
     ap.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
     ap.add_argument("--attn", choices=["sdpa", "math"], default="sdpa")

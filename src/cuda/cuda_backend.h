@@ -88,6 +88,11 @@ enum {
  * DM_ERR_INVALID_ARG for a bad variable or value. */
 dm_status dm_cuda_emulate_resolve(int *on);
 dm_status dm_cuda_rows_resolve(dm_rows r, dm_rows *out);
+/* The flash attention kernels (flash.cu): off by DMOVE_CUDA_FLASH=0 (1 then); and NULL
+ * where they take attention of this storage type (DM_CUDA_*), head width, sequence length
+ * and kind, else why not (the rule dmc_flash_ok applies first, before the operands). */
+int dm_cuda_flash_off(void);
+const char *dm_cuda_flash_shape_why(int dtype, int64_t head, int64_t seq, int causal, int keymask);
 dm_status dm_cuda_streams_resolve(int streams, int *out);
 
 /* DM_OK if a usable CUDA device is present; `why` (n bytes) then names it. Otherwise

@@ -36,8 +36,8 @@
  * wrong lane mapping gives wrong numbers and a lane that misses a barrier hangs the test.
  * The asynchronous copies land at once there: the GPU's own races are compute-sanitizer's
  * (bench/gpu/sanitize.sh). */
-#include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -360,7 +360,7 @@ static __host__ __device__ __forceinline__ void fl_c_to_a(uint32_t a[4], const f
 /* keymask: the term the attention mask adds to key k's scores in sequence s (MASK_ADD's),
  * 0 past the sequence */
 static __host__ __device__ __forceinline__ float fl_mask_term(const dmc_varlen *v, int s, int k, int L) {
-    return k < L ? (1.0f - dmc_load(v->lengths, v->len_dt, (int64_t)s * v->J + k)) * -FLT_MAX : 0.0f;
+    return k < L ? dmc_mask_term(v, s, k) : 0.0f;
 }
 
 /* ---- forward ---------------------------------------------------------------------------- */
@@ -431,6 +431,37 @@ static __host__ __device__ __forceinline__ void fl_times_tile(float acc[P / 8][4
     }
 }
 
+/* One (sequence, head)'s operands: its token rows' head columns (Q, K, V; dctx in the
+ * backward), its first padded element (element (s, h, j, k) at (ebase + j) J + k: the
+ * dropout's key), and its query rows' statistics: the maximum and the log-sum in probs (B H J
+ * fp32 each, one after the other), D in the backward's work space. */
+/* Where the query rows of the (sequence, head) at padded element ebase keep a statistic
+ * (which: 0 the maximum, 1 the log-sum) at the start of probs: B H J fp32 each, one after
+ * the other */
+static __host__ __device__ __forceinline__ float *fl_stats(const dmc_varlen *v, uint64_t ebase, int which) {
+    return (float *)v->probs + (uint64_t)which * (uint64_t)(v->B * v->H * v->J) + ebase;
+}
+template <typename T> struct fl_head {
+    const T *q, *k, *v, *dO;
+    uint64_t ebase;
+    float *mx, *ls;
+    const float *d;
+};
+template <typename T, int P>
+static __host__ __device__ __forceinline__ fl_head<T> fl_head_of(const dmc_varlen *v, int s, int h) {
+    const int64_t o = v->off[s], hc = (int64_t)h * P;
+    fl_head<T> x;
+    x.q = (const T *)v->q + o * v->ldq + hc;
+    x.k = (const T *)v->k + o * v->ldq + hc;
+    x.v = (const T *)v->v + o * v->ldq + hc;
+    x.dO = v->bwd ? (const T *)v->dctx + o * v->ldc + hc : NULL;
+    x.ebase = ((uint64_t)s * (uint64_t)v->H + (uint64_t)h) * (uint64_t)v->J;
+    x.mx = fl_stats(v, x.ebase, 0);
+    x.ls = fl_stats(v, x.ebase, 1);
+    x.d = v->bwd ? v->fl_d + x.ebase : NULL;
+    return x;
+}
+
 template <typename T, int P>
 static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, int h, int s, char *smem) {
     const dmc_varlen *v = &A.v;
@@ -440,15 +471,15 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
     const int o = v->off[s], L = v->off[s + 1] - o, q0 = qb * FL_TILE;
     if (q0 >= L) return; /* the whole block: no barrier is left waiting */
     const int64_t J = v->J, hc = (int64_t)h * P;
-    const T *Q = (const T *)v->q + (int64_t)o * v->ldq + hc, *K = (const T *)v->k + (int64_t)o * v->ldq + hc,
-            *V = (const T *)v->v + (int64_t)o * v->ldq + hc;
+    const fl_head<T> hd = fl_head_of<T, P>(v, s, h);
+    const T *Q = hd.q, *K = hd.k, *V = hd.v;
     const int r0 = q0 + w * 16 + g, r1 = r0 + 8; /* this lane's two query rows */
     uint32_t qa[P / 16][4];
     fl_rows_a<T, P>(qa, Q, v->ldq, r0, r1, L, t);
     float acc[P / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int n = 0; n < P / 8; n++)
         for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
-    const uint64_t ebase = ((uint64_t)s * (uint64_t)v->H + (uint64_t)h) * (uint64_t)J;
+    const uint64_t ebase = hd.ebase;
     const int kend = v->causal && q0 + FL_TILE < L ? q0 + FL_TILE : L;
     fl_load_kv<T, P>(A, S, 0, K, V, s, 0, L, tid);
     for (int k0 = 0, b = 0; k0 < kend; k0 += FL_TILE, b ^= 1) {
@@ -495,7 +526,6 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
         fl_times_tile<T, P>(acc, sc, S.v(b), g, t); /* O += dropped(P) V */
     }
     T *C = (T *)v->ctx + (int64_t)o * v->ldc + hc;
-    float *lse = (float *)v->probs;
     for (int i = 0; i < 2; i++) {
         const float sum = fl_quad_sum(l[i]);
         const int row = i ? r1 : r0;
@@ -506,8 +536,8 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
             *(uint32_t *)(C + (int64_t)row * v->ldc + n * 8 + 2 * t) = wd;
         }
         if (t == 0) { /* the maximum, then the log of the sum past it (ops.def's all-masked rows) */
-            lse[ebase + (uint64_t)row] = m[i];
-            lse[(uint64_t)(v->B * v->H * J) + ebase + (uint64_t)row] = logf(sum);
+            hd.mx[row] = m[i];
+            hd.ls[row] = logf(sum);
         }
     }
 }
@@ -570,11 +600,11 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
     const int o = v->off[s], L = v->off[s + 1] - o, k0 = kb * FL_TILE;
     if (k0 >= L) return;
     const int64_t J = v->J, hc = (int64_t)h * P;
+    /* its own pointers, not fl_head_of's: with the struct ptxas spills this kernel at P=128 */
     const T *Q = (const T *)v->q + (int64_t)o * v->ldq + hc, *K = (const T *)v->k + (int64_t)o * v->ldq + hc,
             *V = (const T *)v->v + (int64_t)o * v->ldq + hc, *dO = (const T *)v->dctx + (int64_t)o * v->ldc + hc;
     const uint64_t ebase = ((uint64_t)s * (uint64_t)v->H + (uint64_t)h) * (uint64_t)J;
-    const float *mx = (const float *)v->probs + ebase, *D = v->fl_d + ebase;
-    const float *ls = (const float *)v->probs + (uint64_t)(v->B * v->H * J) + ebase;
+    const float *mx = fl_stats(v, ebase, 0), *ls = fl_stats(v, ebase, 1), *D = v->fl_d + ebase;
     const float sc = v->drop ? v->scale : 1.0f;
     fl_load_tile<T, P>(S.k(), K, v->ldq, k0, L, tid, A.vec16); /* with the first query tile's group */
     fl_load_tile<T, P>(S.v(), V, v->ldq, k0, L, tid, A.vec16);
@@ -663,20 +693,19 @@ static __host__ __device__ void fl_dq_block(const fl_args &A, int tid, int qb, i
     const int o = v->off[s], L = v->off[s + 1] - o, q0 = qb * FL_TILE;
     if (q0 >= L) return;
     const int64_t J = v->J, hc = (int64_t)h * P;
-    const T *Q = (const T *)v->q + (int64_t)o * v->ldq + hc, *K = (const T *)v->k + (int64_t)o * v->ldq + hc,
-            *V = (const T *)v->v + (int64_t)o * v->ldq + hc, *dO = (const T *)v->dctx + (int64_t)o * v->ldc + hc;
+    const fl_head<T> hd = fl_head_of<T, P>(v, s, h);
+    const T *Q = hd.q, *K = hd.k, *V = hd.v, *dO = hd.dO;
     const int r0 = q0 + w * 16 + g, r1 = r0 + 8;
     uint32_t qa[P / 16][4], oa[P / 16][4];
     fl_rows_a<T, P>(qa, Q, v->ldq, r0, r1, L, t);
     fl_rows_a<T, P>(oa, dO, v->ldc, r0, r1, L, t);
-    const uint64_t ebase = ((uint64_t)s * (uint64_t)v->H + (uint64_t)h) * (uint64_t)J, BHJ = (uint64_t)(v->B * v->H * J);
-    const float *st = (const float *)v->probs;
+    const uint64_t ebase = hd.ebase;
     float mrow[2], lrow[2], drow[2];
     for (int i = 0; i < 2; i++) {
         const int row = i ? r1 : r0;
-        mrow[i] = row < L ? st[ebase + (uint64_t)row] : 0.0f;
-        lrow[i] = row < L ? st[BHJ + ebase + (uint64_t)row] : 0.0f;
-        drow[i] = row < L ? v->fl_d[ebase + (uint64_t)row] : 0.0f;
+        mrow[i] = row < L ? hd.mx[row] : 0.0f;
+        lrow[i] = row < L ? hd.ls[row] : 0.0f;
+        drow[i] = row < L ? hd.d[row] : 0.0f;
     }
     float dq[P / 8][4];
     for (int n = 0; n < P / 8; n++)
@@ -805,18 +834,27 @@ dm_status dmc_flash_allow_smem(const dmc_varlen *v) {
     return v->P == 64 ? fl_allow_smem_typed<__half, 64>() : fl_allow_smem_typed<__half, 128>();
 }
 
+int dm_cuda_flash_off(void) {
+    const char *fl = getenv("DMOVE_CUDA_FLASH");
+    return fl && !strcmp(fl, "0");
+}
+
+const char *dm_cuda_flash_shape_why(int dtype, int64_t head, int64_t seq, int causal, int keymask) {
+    if (dtype != DMC_BF16 && dtype != DMC_F16) return "the storage type is fp32 (the tensor cores' kernel takes bf16 or fp16)";
+    if (head != 64 && head != 128) return "the head width is neither 64 nor 128";
+    if (seq < 4) return "sequences of fewer than 4 positions";
+    if (keymask && causal) return "a causal layer with an attention mask";
+    return NULL;
+}
+
 int dmc_flash_ok(const dmc_varlen *v, size_t smem_max, const char **why) {
-    const char *w = NULL;
+    const char *w = dm_cuda_flash_shape_why(v->dt, v->P, v->J, v->causal, v->keymask);
     const size_t need = fl_smem((int)v->P, 1);
-    if (v->dt != DMC_BF16 && v->dt != DMC_F16) w = "the storage type is fp32 (the tensor cores' kernel takes bf16 or fp16)";
-    else if (v->P != 64 && v->P != 128) w = "the head width is neither 64 nor 128";
-    else if (v->J < 4) w = "sequences of fewer than 4 positions";
-    else if (v->keymask && v->causal) w = "a causal layer with an attention mask";
-    else if (smem_max != 0 && smem_max < need) w = "the device's shared memory per block is below the backward's";
-    else if (v->B > 65535 || v->H > 65535 || v->J > 65535 * (int64_t)FL_TILE || v->B * v->J > INT32_MAX)
+    if (!w && smem_max != 0 && smem_max < need) w = "the device's shared memory per block is below the backward's";
+    if (!w && (v->B > 65535 || v->H > 65535 || v->J > 65535 * (int64_t)FL_TILE || v->B * v->J > INT32_MAX))
         w = "the batch is beyond the kernel's grid";
-    else if ((uintptr_t)v->q % 4 || (uintptr_t)v->k % 4 || (uintptr_t)v->v % 4 || (uintptr_t)v->probs % 4 ||
-             (uintptr_t)v->ctx % 4 || v->ldq % 2 || (v->bwd ? v->ldo : v->ldc) % 2)
+    if (!w && ((uintptr_t)v->q % 4 || (uintptr_t)v->k % 4 || (uintptr_t)v->v % 4 || (uintptr_t)v->probs % 4 ||
+               (uintptr_t)v->ctx % 4 || v->ldq % 2 || (v->bwd ? v->ldo : v->ldc) % 2))
         w = "an operand is not 4-byte aligned";
     if (why) *why = w;
     return w == NULL;

@@ -81,6 +81,12 @@ __host__ __device__ __forceinline__ int dmc_varlen_kept(const dmc_varlen *v, uin
     return !v->drop || dmc_uint4_word(dmc_philox_block(seed, v->stream, e >> 2), (int)(e & 3)) >= v->thr;
 }
 
+/* keymask: the term the attention mask adds to key k's scores in sequence s, as MASK_ADD
+ * adds it ((1 - mask) * -FLT_MAX, fp32) */
+__host__ __device__ __forceinline__ float dmc_mask_term(const dmc_varlen *v, int64_t s, int64_t k) {
+    return (1.0f - dmc_load(v->lengths, v->len_dt, s * v->J + k)) * -FLT_MAX;
+}
+
 /* The same for elements e and e + 1 (kept[0], kept[1]): one Philox block for both unless e
  * is the last word of its block (the flash kernels' lanes hold score pairs). */
 __host__ __device__ __forceinline__ void dmc_varlen_kept2(const dmc_varlen *v, uint64_t seed, uint64_t e, int kept[2]) {

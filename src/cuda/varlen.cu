@@ -17,7 +17,6 @@
  * step. Emulation (DM_CUDA_EMULATE): the same steps on the host, the GEMMs by
  * dmc_emu_gemm, each row by the same formulas in order (the device sums a row's terms in
  * the warp's order: results agree to rounding, not bit for bit). */
-#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -79,7 +78,7 @@ static __host__ __device__ __forceinline__ float vl_score(const dmc_varlen *v, c
                                                           int64_t base, int64_t c) {
     const float y = dmc_load(x, v->dt, base + c);
     if (!v->keymask) return y;
-    return y + (1.0f - dmc_load(v->lengths, v->len_dt, row / (v->H * v->J) * v->J + c)) * -FLT_MAX;
+    return y + dmc_mask_term(v, row / (v->H * v->J), c);
 }
 
 /* The row steps. FWD: scores (sq[0]) -> probabilities (probs) and their dropped copy

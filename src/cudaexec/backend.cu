@@ -105,11 +105,11 @@ static dm_status resolve_options(dm_layer_options *opt) {
  * forward with dropout) lose to cuBLAS and the fused row kernels there, so the default keeps
  * the ops until they win. DMOVE_CUDA_FLASH=0 turns the kernels off everywhere. */
 static int attn_op(const dm_layer_config *cfg, const dm_layer_options *opt) {
-    const char *fl = getenv("DMOVE_CUDA_FLASH"), *ao = getenv("DMOVE_CUDA_ATTN_OP");
+    const char *ao = getenv("DMOVE_CUDA_ATTN_OP");
+    const int dt = opt->dtype == DM_DTYPE_BF16 ? DM_CUDA_BF16 : opt->dtype == DM_DTYPE_FP16 ? DM_CUDA_FP16 : DM_CUDA_FP32;
     const int64_t P = cfg->heads > 0 ? cfg->hidden / cfg->heads : 0;
-    return !(fl && !strcmp(fl, "0")) && ao && !strcmp(ao, "1") && opt->schedule == DM_SCHED_FUSED &&
-           (opt->dtype == DM_DTYPE_BF16 || opt->dtype == DM_DTYPE_FP16) && (P == 64 || P == 128) && cfg->seq >= 4 &&
-           !cfg->causal && !opt->recompute && !opt->plan;
+    return !dm_cuda_flash_off() && ao && !strcmp(ao, "1") && opt->schedule == DM_SCHED_FUSED && !opt->recompute &&
+           !opt->plan && !dm_cuda_flash_shape_why(dt, P, cfg->seq, cfg->causal, 1);
 }
 
 static void note(cuda_state *c, const char *key, double value, const char *text) {

@@ -438,8 +438,8 @@ static dm_status build_varlen(dm_cuda_exec *ex, const dm_group *gr, const dm_op 
     }
     /* flash.cu's kernels where they take the case (the forward and its backward decide
      * alike: the same operands), unless DMOVE_CUDA_FLASH=0 */
-    const char *fl = getenv("DMOVE_CUDA_FLASH"), *why = "DMOVE_CUDA_FLASH=0";
-    v->flash = !(fl && !strcmp(fl, "0")) && dmc_flash_ok(v, dmx_emulated(ex) ? 0 : (size_t)ex->smem_optin, &why);
+    const char *why = "DMOVE_CUDA_FLASH=0";
+    v->flash = !dm_cuda_flash_off() && dmc_flash_ok(v, dmx_emulated(ex) ? 0 : (size_t)ex->smem_optin, &why);
     if (v->flash && bwd) DM_TRY(dmc_flash_bwd_check(v)); /* at build, not at the first step */
     if (v->flash && !dmx_emulated(ex)) DM_TRY(dmc_flash_allow_smem(v));
     ex->nflash += v->flash;
