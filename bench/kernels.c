@@ -5,6 +5,8 @@
 // every thread, as `dmove probe` measures it).
 //   - dmove runs through the executor's own path (dm_gemm_run, algorithm "direct"): the
 //     threads split the longer side, or take batch indices where there are enough;
+//   - the attention's six per-(sequence, head) GEMMs have the strides the layer gives them
+//     (Q|K|V rows 3i floats apart, the context's i, the scores' j), not contiguous copies;
 //   - OpenBLAS (linked) and BLIS (dlopen'ed on its own: both export cblas_sgemm) run one
 //     multi-threaded call per GEMM, and for the attention's batched GEMMs one
 //     single-threaded call per batch index inside an OpenMP loop, as dmove's "batch" does.
@@ -91,10 +93,18 @@ static double fma_rate(int isa, int nt) {
 
 // --- the shapes ---------------------------------------------------------------------------
 
+// How an attention item's operand lies in the layer's tensors (the strides dmove's layer
+// gives its per-(sequence, head) GEMMs): a slice of the fused Q|K|V tensor (t x 3i) or of
+// the context (t x i), p columns of a head, rows 3i or i floats apart; or a j x j block of
+// the scores (b, h, j, j), contiguous.
+enum { LAY_NONE, LAY_QKV, LAY_CTX, LAY_SCORES };
+
 typedef struct {
     char name[64];
     int ta, tb, m, n, k;
-    int nbatch; // > 1: per (b, h) item, operands apart by their sizes
+    int nbatch; // > 1: per (b, h) item
+    int lay[3]; // A, B, C: LAY_*
+    int b, h, j, i;
 } shape;
 
 static int make_shapes(shape *s, int b, int j, int i, int u, int h) {
@@ -112,10 +122,22 @@ static int make_shapes(shape *s, int b, int j, int i, int u, int h) {
     S("ffn1 dW", 1, 0, u, i, t, 1);
     S("ffn2 dW", 1, 0, i, u, t, 1);
     S("qkv dW", 1, 0, 3 * i, i, t, 1);
+#define L(LA, LB, LC) \
+    s[n - 1].lay[0] = LAY_##LA, s[n - 1].lay[1] = LAY_##LB, s[n - 1].lay[2] = LAY_##LC; \
+    s[n - 1].b = b, s[n - 1].h = h, s[n - 1].j = j, s[n - 1].i = i
     S("attn QK^T", 0, 1, j, j, p, b * h);
+    L(QKV, QKV, SCORES);
     S("attn PV", 0, 0, j, p, j, b * h);
+    L(SCORES, QKV, CTX);
     S("attn dP", 0, 1, j, j, p, b * h);
+    L(CTX, QKV, SCORES);
     S("attn dV", 1, 0, j, p, j, b * h);
+    L(SCORES, CTX, QKV);
+    S("attn dQ", 0, 0, j, p, j, b * h);
+    L(SCORES, QKV, QKV);
+    S("attn dK", 1, 0, j, p, j, b * h);
+    L(SCORES, QKV, QKV);
+#undef L
 #undef S
     return n;
 }
@@ -124,7 +146,8 @@ typedef struct {
     const shape *s;
     float *A, *B, *C;
     int lda, ldb, ldc;
-    int64_t sa, sb, sc; // per batch index
+    int64_t sa, sb, sc; // per batch index (contiguous items)
+    int64_t st[3][2];   // the layer's strides: per sequence and per head, of A, B, C
 } operands;
 
 // operands in transparent huge pages where the kernel gives them (madvise), as dmove's
@@ -146,9 +169,24 @@ static operands make_operands(const shape *s) {
     const int ar = s->ta ? s->k : s->m, ac = s->ta ? s->m : s->k, br = s->tb ? s->n : s->k, bc = s->tb ? s->k : s->n;
     o.lda = ac, o.ldb = bc, o.ldc = s->n;
     o.sa = (int64_t)ar * ac, o.sb = (int64_t)br * bc, o.sc = (int64_t)s->m * s->n;
-    o.A = filled((size_t)(o.sa * s->nbatch), 1);
-    o.B = filled((size_t)(o.sb * s->nbatch), 2);
-    o.C = filled((size_t)(o.sc * s->nbatch), 3);
+    int64_t size[3] = {o.sa * s->nbatch, o.sb * s->nbatch, o.sc * s->nbatch};
+    int *ld[3] = {&o.lda, &o.ldb, &o.ldc};
+    if (s->lay[0] != LAY_NONE)
+        for (int x = 0; x < 3; x++) {
+            const int64_t t = (int64_t)s->b * s->j, p = s->i / s->h;
+            const int w = s->lay[x] == LAY_QKV ? 3 * s->i : s->lay[x] == LAY_CTX ? s->i : s->j;
+            *ld[x] = w;
+            if (s->lay[x] == LAY_SCORES) {
+                o.st[x][0] = (int64_t)s->h * s->j * s->j, o.st[x][1] = (int64_t)s->j * s->j;
+                size[x] = (int64_t)s->b * o.st[x][0];
+            } else {
+                o.st[x][0] = (int64_t)s->j * w, o.st[x][1] = p;
+                size[x] = t * w;
+            }
+        }
+    o.A = filled((size_t)size[0], 1);
+    o.B = filled((size_t)size[1], 2);
+    o.C = filled((size_t)size[2], 3);
     return o;
 }
 
@@ -164,7 +202,10 @@ static void run(int impl, const operands *o, int nt) {
         gm.transA = s->ta, gm.transB = s->tb, gm.m = s->m, gm.n = s->n, gm.k = s->k;
         gm.lda = o->lda, gm.ldb = o->ldb, gm.ldc = o->ldc, gm.alpha = 1, gm.beta = 0;
         gm.nbatch = s->nbatch;
-        if (s->nbatch > 1) {
+        if (s->nbatch > 1 && s->lay[0] != LAY_NONE) { // (sequence, head), the layer's strides
+            gm.nbd = 2, gm.bsize[0] = s->b, gm.bsize[1] = s->h;
+            for (int d = 0; d < 2; d++) gm.bsA[d] = o->st[0][d], gm.bsB[d] = o->st[1][d], gm.bsC[d] = o->st[2][d];
+        } else if (s->nbatch > 1) {
             gm.nbd = 1, gm.bsize[0] = s->nbatch, gm.bsA[0] = o->sa, gm.bsB[0] = o->sb, gm.bsC[0] = o->sc;
         }
         static float *pack;
@@ -193,9 +234,16 @@ static void run(int impl, const operands *o, int nt) {
     if (impl == IMPL_BLIS) blis_set_threads(1); // process-wide in BLIS: set outside the region
     else openblas_set_num_threads(1);            // a team of one is no parallel region to it
 #pragma omp parallel for schedule(static) num_threads(nt)
-    for (int q = 0; q < s->nbatch; q++)
-        f(CblasRowMajor, ta, tb, s->m, s->n, s->k, 1.0f, o->A + q * o->sa, o->lda, o->B + q * o->sb, o->ldb, 0.0f,
-          o->C + q * o->sc, o->ldc);
+    for (int q = 0; q < s->nbatch; q++) {
+        int64_t oa = q * o->sa, ob = q * o->sb, oc = q * o->sc;
+        if (s->lay[0] != LAY_NONE) {
+            const int64_t sq = q / s->h, hq = q % s->h;
+            oa = sq * o->st[0][0] + hq * o->st[0][1], ob = sq * o->st[1][0] + hq * o->st[1][1];
+            oc = sq * o->st[2][0] + hq * o->st[2][1];
+        }
+        f(CblasRowMajor, ta, tb, s->m, s->n, s->k, 1.0f, o->A + oa, o->lda, o->B + ob, o->ldb, 0.0f, o->C + oc,
+          o->ldc);
+    }
 }
 
 static int cmp(const void *a, const void *b) {

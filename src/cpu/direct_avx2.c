@@ -182,12 +182,12 @@ static inline const float *tile_b(const float *bp, int64_t pstride, int jr) {
     return bp + (jr / PW) * pstride + jr % PW;
 }
 
-/* op(B)'s block [k0, k0 + kc) x [j0, j0 + nc) as the tiles read it: in place where its
- * rows are contiguous and whole tiles wide (and C short: see DM_DIRECT_PANEL_M), else
+/* op(B)'s block [k0, k0 + kc) x [j0, j0 + nc) as the tiles read it: in place where
+ * dm_direct_b_in_place says (contiguous rows, whole tiles, C short, a shallow block), else
  * packed into buf; *bs and *pstride say where row k of panel q is */
 static AVX2_TARGET const float *b_block(float *buf, int transB, const float *B, int ldb, int m, int k0, int kc, int j0,
                                         int nc, int64_t *bs, int64_t *pstride) {
-    if (!transB && nc % NR == 0 && m < DM_DIRECT_PANEL_M) {
+    if (dm_direct_b_in_place(0, transB, m, nc, kc, NR)) {
         *bs = ldb, *pstride = PW;
         return B + (int64_t)k0 * ldb + j0;
     }

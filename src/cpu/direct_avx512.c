@@ -2,9 +2,10 @@
  * algorithm "direct" (direct.c picks it or direct_avx2.c's at run time). It copies less than BLAS libraries do, which pack both operands:
  *   - op(A) is read in place, one element at a time, broadcast to a vector: any row and
  *     column stride serves (NoTrans and Trans alike);
- *   - op(B) rows are read in place as vectors where they are contiguous (NoTrans), the
- *     block is whole micro-tiles wide and C has fewer than DM_DIRECT_PANEL_M rows (the
- *     attention's per-item GEMMs); otherwise op(B) is copied, one KC x NC block at a
+ *   - op(B) rows are read in place as vectors where dm_direct_b_in_place says (NoTrans,
+ *     whole micro-tiles, C shorter than DM_DIRECT_PANEL_M rows and a block of at most
+ *     DM_DIRECT_INPLACE_K rows: the attention's per-item GEMMs at j <= 128, and its
+ *     transposed-A ones); otherwise op(B) is copied, one KC x NC block at a
  *     time, into the caller's buffer as 64-column panels, each KC x 64 contiguous (a
  *     transposed op(B) by 16 x 16 register transposes);
  *   - C is written once per KC block, with no separate pass that zeroes it (beta = 0).
@@ -196,7 +197,7 @@ DIRECT_TARGET void dm_sgemm_direct_avx512(int transA, int transB, int m, int n, 
             const int kc = k - k0 < KC ? k - k0 : KC;
             const float *bp = buf;
             int64_t bs = NR, pstride = (int64_t)kc * NR;
-            if (!transB && nc % NR == 0 && m < DM_DIRECT_PANEL_M) { /* whole tiles of contiguous rows: in place */
+            if (dm_direct_b_in_place(transA, transB, m, nc, kc, NR)) {
                 bp = B + (int64_t)k0 * ldb + j0;
                 bs = ldb;
                 pstride = NR;

@@ -16,6 +16,20 @@ typedef void (*dm_direct_transpose_fn)(float *d, int64_t lds, const float *s, in
 void dm_direct_pack_panels(float *buf, int64_t pstride, int transB, const float *B, int64_t ldb, int k0, int kc,
                            int j0, int nc, int tb, dm_direct_transpose_fn transpose);
 
+/* Whether the tiles read a block of op(B) (kc rows, nc columns) in place, else packed into
+ * panels: where its rows are contiguous (NoTrans), whole tiles wide (nc a multiple of the
+ * variant's tile), C short (DM_DIRECT_PANEL_M), and the block shallow: kc at most
+ * DM_DIRECT_INPLACE_K rows, or op(A) transposed. Deeper blocks read in place lose L1 to
+ * their rows' stride (the attention's P V and dS K, rows 3i floats apart, 2 threads on Zen 4
+ * AVX-512: j = 512, i = 1024: 65% of the FMA rate in place, 80-82% packed; j = 256, 62-72%
+ * against 80-84%; j = 128, kc 128: the same either way). With op(A) transposed (dV = P^T
+ * dO, dK = dS^T Q), whose strips already miss L1, the packed panel measured slower (71%
+ * against 52%). */
+#define DM_DIRECT_INPLACE_K 128
+static inline int dm_direct_b_in_place(int transA, int transB, int m, int nc, int kc, int tile) {
+    return !transB && nc % tile == 0 && m < DM_DIRECT_PANEL_M && (transA || kc <= DM_DIRECT_INPLACE_K);
+}
+
 void dm_sgemm_direct_avx512(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
                             const float *B, int ldb, float *C, int ldc, float *buf);
 void dm_sgemm_direct_rows_avx512(int transA, int m, int n, int k, float alpha, const float *A, int lda,
