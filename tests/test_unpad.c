@@ -560,6 +560,14 @@ int main(void) {
         model_pair(DM_MODEL_HEAD_MLM, DM_XENT_UNFUSED, 0.1, DM_DEVICE_CUDA);
         model_pair(DM_MODEL_HEAD_MLM, DM_XENT_FUSED, 0.1, DM_DEVICE_CUDA); /* over the scored rows: xent.cu */
         model_pair(DM_MODEL_HEAD_CLS, DM_XENT_AUTO, 0.1, DM_DEVICE_CUDA);
+        /* the weight gradients' k rounded past the tokens too, over rows zeroed first: the
+         * rows past the tokens hold NaN (variant), which must not reach a gradient */
+        setenv("DMOVE_CUDA_LIVE_ROUND_K", "1", 1);
+        printf("  with DMOVE_CUDA_LIVE_ROUND_K=1:\n");
+        variant(0, 0, 0.1, 1, DM_SCHED_FUSED, DM_DEVICE_CUDA, DM_ROWS_INTERP);
+        variant(1, 1, 0.1, 1, DM_SCHED_UNFUSED, DM_DEVICE_CUDA, DM_ROWS_INTERP);
+        model_pair(DM_MODEL_HEAD_MLM, DM_XENT_UNFUSED, 0.1, DM_DEVICE_CUDA);
+        unsetenv("DMOVE_CUDA_LIVE_ROUND_K");
         flash_variant(64, 0, 0.1, DM_DTYPE_BF16);
         flash_variant(64, 1, 0.0, DM_DTYPE_FP16);
         flash_variant(128, 1, 0.1, DM_DTYPE_BF16);

@@ -4,15 +4,21 @@
 # dropout 0.1 and 0 (the Philox words' share), BERT-large heads, b=96 j=128 and b=8 j=512;
 # then the padded layer's groups with its attention as ops (DMOVE_CUDA_ATTN_OP=0) at b=96
 # j=128 (what the flash op must beat). PROBE=live instead: the unpadded layer at half fill
-# with lengths the same every batch and varying, the live rows' rounding on (default) and
-# off (DMOVE_CUDA_LIVE_ROUND=1): whether new token counts still cost (b=8 j=512).
+# with lengths the same every batch and varying, the live rows' rounding on (default), on
+# with the weight gradients' k too (DMOVE_CUDA_LIVE_ROUND_K=1) and off
+# (DMOVE_CUDA_LIVE_ROUND=1): whether new token counts still cost (b=8 j=512).
 # With .dev unpacked (session.sh's): DMOVE=.dev/bin/dmove
 set -u
 DMOVE=${DMOVE:-.dev/bin/dmove}
 if [ "${PROBE:-attn}" = live ]; then
-    for r in 64 1; do
-        for v in uniform:256-256 uniform:128-384; do
-            echo "DMOVE_CUDA_LIVE_ROUND=$r $v: $(DMOVE_CUDA_LIVE_ROUND=$r timeout 60 "$DMOVE" bench --device cuda \
+    # "64 k": the weight gradients' k (the tokens) rounded too, over zeroed rows
+    # (DMOVE_CUDA_LIVE_ROUND_K=1): if new shapes are what costs, they cost there too
+    for r in "64 k" 64 1; do
+        k=0
+        [ "${r#* }" = k ] && k=1
+        for v in uniform:128-384 uniform:256-256; do
+            echo "DMOVE_CUDA_LIVE_ROUND=${r% *} DMOVE_CUDA_LIVE_ROUND_K=$k $v: $(DMOVE_CUDA_LIVE_ROUND=${r% *} \
+                DMOVE_CUDA_LIVE_ROUND_K=$k timeout 60 "$DMOVE" bench --device cuda \
                 --dtype bf16 --preset bert-large --batch 8 --seq 512 --lengths "$v" --reps 20 --warmup 5 2>&1 |
                 grep -E '^padded |^unpadded' | tr -s ' ' | tr '\n' ';')"
         done

@@ -69,10 +69,10 @@ if [ "$PHASE" = 1 ] && step UNPAD 60; then # the flash kernels' first run on a G
         export DMOVE_CUDA_FLASH=0
     fi
 fi
-if [ "$PHASE" = 1 ] && step LIVE 60; then # issue 25, point 3: do varying lengths still cost?
+if [ "$PHASE" = 1 ] && step LIVE 90; then # issue 25, point 3: do varying lengths still cost?
     echo
     echo "== the unpadded layer's step with lengths the same each batch and varying (bench/gpu/probe_attn.sh PROBE=live)"
-    DMOVE="$DMOVE" PROBE=live timeout 120 sh "$here/probe_attn.sh" || echo "probe_attn.sh: exit $?"
+    DMOVE="$DMOVE" PROBE=live timeout 150 sh "$here/probe_attn.sh" || echo "probe_attn.sh: exit $?"
 fi
 if [ "$PHASE" = 1 ] && step SANITIZE 90; then # issue 25, point 5
     echo

@@ -461,6 +461,21 @@ dm_status dmx_run_gemm(const dm_cuda_exec *ex, const dmc_step *st, cublasHandle_
     const char *A = (const char *)gm->A, *B = (const char *)gm->B;
     char *C = (char *)gm->C;
     const int64_t es = ex->esz;
+    if (st->ktail && st->ktail < gm->k) { /* k rounded past the live rows (live.cu): zero them in both */
+        const size_t rows = (size_t)(gm->k - st->ktail);
+        char *za = (char *)gm->A + (int64_t)st->ktail * gm->lda * es, *zb = (char *)gm->B + (int64_t)st->ktail * gm->ldb * es;
+        if (dmx_emulated(ex)) {
+            for (size_t r = 0; r < rows; r++) {
+                memset(za + (int64_t)r * gm->lda * es, 0, (size_t)(gm->m * es));
+                memset(zb + (int64_t)r * gm->ldb * es, 0, (size_t)(gm->n * es));
+            }
+        } else {
+            cudaStream_t zs;
+            DMC_BLAS(cublasGetStream(blas, &zs));
+            DMC_CUDA(cudaMemset2DAsync(za, (size_t)(gm->lda * es), 0, (size_t)(gm->m * es), rows, zs));
+            DMC_CUDA(cudaMemset2DAsync(zb, (size_t)(gm->ldb * es), 0, (size_t)(gm->n * es), rows, zs));
+        }
+    }
     int64_t outer = bt.count / (inner > 0 ? inner : 1);
     dmc_batches ob_ = bt; /* the outer dims alone */
     ob_.nd = nd > 0 ? nd - 1 : 0;

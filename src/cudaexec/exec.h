@@ -31,6 +31,8 @@ typedef struct {
     int xent;    /* 1: the fused decoder and cross-entropy (xe; gemm 0, prog -1) */
     dmc_xent xe; /* device pointers; its work space the executor's lone_work */
     void *work;
+    int ktail;   /* a contraction whose k was rounded up past the live rows (live.cu): rows
+                  * [ktail, k) of A (transposed) and B are zeroed before it runs; 0: none */
 } dmc_step;
 
 /* Whether a step runs a row program (prog): none of the other kinds. */
@@ -137,6 +139,7 @@ struct dm_cuda_exec {
     int64_t live_round;       /* a contraction's m or n over the live rows runs on them rounded up
                                * to a multiple of this (DMOVE_CUDA_LIVE_ROUND, default 64; 1:
                                * exact): fewer shapes for cuBLAS to choose kernels for */
+    int live_round_k;         /* and its k too, over zeroed rows (DMOVE_CUDA_LIVE_ROUND_K=1; live.cu) */
     int live_bj, live_attn;   /* live rows "bj" (dropout keyed by padded positions); an unpadded layer */
     dm_live_group *liveg;     /* per group: how it follows them */
     long long *livebuf;       /* device: this step's count, then at byte 256 the dropout keys (ints) */

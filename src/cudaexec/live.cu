@@ -59,6 +59,10 @@ dm_status dmx_init_live(dm_cuda_exec *ex) {
     if (lr && *lr && (*end || q < 1 || q > 65536))
         return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_LIVE_ROUND='%s': a whole number of rows from 1 (exact) to 65536", lr);
     ex->live_round = q;
+    const char *rk = getenv("DMOVE_CUDA_LIVE_ROUND_K");
+    if (rk && *rk && strcmp(rk, "0") && strcmp(rk, "1"))
+        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_LIVE_ROUND_K='%s': 1 (round k too) or 0 (the default)", rk);
+    ex->live_round_k = rk && !strcmp(rk, "1");
     ex->live_bj = g->live[1] != 0;
     ex->live_attn = attn;
     *(long long *)ex->livehost = cap;
@@ -93,7 +97,10 @@ int dmx_live_scaled(const dm_cuda_exec *ex, int gi) {
  * computed are rows no later step reads (a contraction's k, a column sum, a row program all
  * take the exact count), and the layer's outputs there are zeroed after the group as
  * before. k stays exact: rows past the tokens hold anything (NaN included) and a sum over
- * them would count it. */
+ * them would count it; unless live_round_k (DMOVE_CUDA_LIVE_ROUND_K=1), where a lone
+ * contraction with both operands' rows over k (op(A) = A^T, op(B) = B, the weight
+ * gradients) runs on the rounded k too, its operands' rows past the tokens zeroed first
+ * (dmx_run_gemm, step ktail): every weight gradient's shape then comes from a few too. */
 static void cut_steps(dm_cuda_exec *ex) {
     const int64_t q = ex->live_round > 1 ? ex->live_round : 1;
     int64_t rounded = (ex->tokens + q - 1) / q * q;
@@ -109,6 +116,12 @@ static void cut_steps(dm_cuda_exec *ex) {
             int *mnk[3] = {&st->gm.m, &st->gm.n, &st->gm.k};
             for (int d = 0; d < 3; d++)
                 if (lg->tok_mnk[d]) *mnk[d] = (int)(lg->tok_mnk[d] * (d < 2 ? rounded : ex->tokens));
+            st->ktail = 0;
+            if (lg->tok_mnk[2] && ex->live_round_k && st->gm.transA && !st->gm.transB && !st->gm.nbd &&
+                !st->ptrs && !eg->epi && rounded > ex->tokens) {
+                st->ktail = st->gm.k;
+                st->gm.k = (int)(lg->tok_mnk[2] * rounded);
+            }
         }
     }
 }
