@@ -9,7 +9,8 @@
 #       unpadded layer against the padded one, the whole model; everything after it is
 #       UNVERIFIED if it fails (then DMOVE_CUDA_FLASH=0 for the rest);
 #    a'. the unpadded layer with lengths the same each batch and varying, the live rows'
-#       rounding on and off (probe_attn.sh PROBE=live: b=8 j=512 cost 5x more varying);
+#       rounding on, on with the weight gradients' k (DMOVE_CUDA_LIVE_ROUND_K=1) and off
+#       (probe_attn.sh PROBE=live: b=8 j=512 cost 5x more varying);
 #    b. compute-sanitizer (memcheck, racecheck, synccheck) over the flash kernels
 #       (bench/gpu/sanitize.sh SETS=flash);
 #    c. the BERT-large layer at b=96 j=128 (bench/gpu/run.sh LEAN=1: dmove's default, with
