@@ -6,10 +6,27 @@
 # j=128 (what the flash op must beat). PROBE=live instead: the unpadded layer at half fill
 # with lengths the same every batch and varying, the live rows' rounding on (default), on
 # with the weight gradients' k too (DMOVE_CUDA_LIVE_ROUND_K=1) and off
-# (DMOVE_CUDA_LIVE_ROUND=1): whether new token counts still cost (b=8 j=512).
+# (DMOVE_CUDA_LIVE_ROUND=1): whether new token counts still cost (b=8 j=512). PROBE=ncu:
+# Nsight Compute's view of each flash kernel (throughput, occupancy, stall reasons).
 # With .dev unpacked (session.sh's): DMOVE=.dev/bin/dmove
 set -u
 DMOVE=${DMOVE:-.dev/bin/dmove}
+if [ "${PROBE:-attn}" = ncu ]; then
+    # where the flash kernels' time goes: Nsight Compute on the first launches of each
+    # (forward, dK dV, dQ) in one unpadded BERT-large step at b=8 j=512 full fill, dropout
+    # 0.1: throughput against the SM's and memory's, occupancy, and the warps' stall reasons
+    command -v ncu >/dev/null 2>&1 || { echo "probe_attn.sh: no ncu on this machine"; exit 0; }
+    for kn in fl_fwd_kernel fl_bwd_kernel fl_dq_kernel; do
+        echo "== ncu $kn"
+        timeout 48 ncu --clock-control none -k "regex:$kn" --launch-count 1 --section SpeedOfLight \
+            --section Occupancy --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
+            "$DMOVE" bench --device cuda --dtype bf16 --preset bert-large --batch 8 --seq 512 \
+            --lengths uniform:512-512 --reps 1 --warmup 0 2>&1 |
+            grep -E "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Warp Cycles|Issue Slots|Executed Ipc|Shared Memory Configuration|Dynamic Shared" |
+            tr -s ' ' | head -40
+    done
+    exit 0
+fi
 if [ "${PROBE:-attn}" = live ]; then
     # "64 k": the weight gradients' k (the tokens) rounded too, over zeroed rows
     # (DMOVE_CUDA_LIVE_ROUND_K=1): if new shapes are what costs, they cost there too

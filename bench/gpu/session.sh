@@ -18,6 +18,8 @@
 #       SDPA and torch.compile max-autotune; the roofline floor; issue 25's point 4);
 #    d. attention alone against SDPA's backends (bench/gpu/attn.sh, point 2).
 #   sh bench/gpu/session.sh 2   # the rest
+#    e'. Nsight Compute on each flash kernel: throughput, occupancy, stall reasons
+#       (probe_attn.sh PROBE=ncu);
 #    e. the layer at b=8 j=512 (run.sh LEAN=1);
 #    f. tests/test_model on the GPU (the fused cross-entropy of src/cuda/xent.cu);
 #    g. dmove.torch's GPU tests, then dmove.torch.patch on BERT-large bf16 against eager
@@ -26,7 +28,7 @@
 #       DMOVE_DIST_REDUCE_ALONE=1, the same results;
 #    i. the whole BertForMaskedLM under torch.compile max-autotune at b=8 j=512 (issue 24's
 #       point 7), with what is left.
-# SKIP_x=1 (x: UNPAD, LIVE, SANITIZE, LAYER, ATTN, MODEL, PYTHON, PATCHED, NCCL, COMPILE) skips
+# SKIP_x=1 (x: UNPAD, LIVE, SANITIZE, LAYER, ATTN, NCU, MODEL, PYTHON, PATCHED, NCCL, COMPILE) skips
 # a step.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -95,6 +97,11 @@ if [ "$PHASE" = 1 ] && step ATTN 120; then # issue 25, point 2
     timeout 200 sh "$here/attn.sh" || echo "attn.sh: exit $? (200 s at most)"
 fi
 [ "$PHASE" = 1 ] && { echo "phase 1 done in $(($(date +%s) - start)) s"; exit 0; }
+if step NCU 150; then # issue 25, point 1: why the flash kernels are slow
+    echo
+    echo "== Nsight Compute on each flash kernel (bench/gpu/probe_attn.sh PROBE=ncu)"
+    DMOVE="$DMOVE" PROBE=ncu timeout 150 sh "$here/probe_attn.sh" || echo "probe_attn.sh: exit $?"
+fi
 if step MODEL 100 && [ -x "$root/.dev/bin/test_model" ]; then # the fused cross-entropy on the device
     echo
     echo "== tests/test_model on the GPU (BertForMaskedLM against transformers; LINEAR_XENT of xent.cu too)"
