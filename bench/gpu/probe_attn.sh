@@ -22,7 +22,7 @@ if [ "${PROBE:-attn}" = ncu ]; then
             --section Occupancy --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
             "$DMOVE" bench --device cuda --dtype bf16 --preset bert-large --batch 8 --seq 512 \
             --lengths uniform:512-512 --reps 1 --warmup 0 2>&1 |
-            grep -E "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Warp Cycles|Issue Slots|Executed Ipc|Shared Memory Configuration|Dynamic Shared" |
+            grep -iE "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|stall|Warp Cycles|Issue Slots|Executed Ipc|Dynamic Shared" |
             tr -s ' ' | head -40
     done
     exit 0
