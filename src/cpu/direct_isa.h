@@ -23,8 +23,8 @@ void dm_direct_pack_panels(float *buf, int64_t pstride, int transB, const float 
  * their rows' stride (the attention's P V and dS K, rows 3i floats apart, 2 threads on Zen 4
  * AVX-512: j = 512, i = 1024: 65% of the FMA rate in place, 80-82% packed; j = 256, 62-72%
  * against 80-84%; j = 128, kc 128: the same either way). With op(A) transposed (dV = P^T
- * dO, dK = dS^T Q), whose strips already miss L1, the packed panel measured slower (71%
- * against 52%). */
+ * dO, dK = dS^T Q), whose strips already miss L1, the packed panel measured slower (in place
+ * 71%, packed 52%; the AVX2 variant packs every block of a transposed op(A) anyway). */
 #define DM_DIRECT_INPLACE_K 128
 static inline int dm_direct_b_in_place(int transA, int transB, int m, int nc, int kc, int tile) {
     return !transB && nc % tile == 0 && m < DM_DIRECT_PANEL_M && (transA || kc <= DM_DIRECT_INPLACE_K);
