@@ -27,6 +27,13 @@
  * (9 KB) from L1 across a block's 8 tiles; KC = 384 writes C fewer times than 256 (BERT's
  * k = 768: twice, not 3 times); measured 4-8% faster than 256 x 256 on Zen 3 */
 #define KC 384
+/* k in (KC, 2 KC2] (the attention's P V and dS K at j = 512) as blocks of KC2: k = 512 as 2 x
+ * 256, not 384 + 128, whose 384-row block of op(B) (96 KB at 64 columns) every strip read
+ * from L2 and whose 128-row block wrote C once more: 57% of the FMA rate against 67-70%
+ * (forced AVX2, 16 registers, Zen 4, 2 threads). A choice between two constants, not a
+ * computed depth: with kc no longer bounded by a constant, gcc 12 spilled the tile's
+ * accumulators in its inner loop (tests/check_spills.sh). */
+#define KC2 256
 #define NC 128
 /* op(A) transposed: MCT x KCT blocks of it packed as strips (768 KB, in L3, read in
  * order), KCT x NCT blocks of op(B) (256 KB) */
@@ -218,10 +225,11 @@ AVX2_TARGET void dm_sgemm_direct_avx2(int transA, int transB, int m, int n, int 
     }
     int64_t bs, pstride;
     if (!transA && lda % PACKN) { /* op(A)'s rows contiguous: read in place, each strip from L1 across a block's tiles */
+        const int kstep = k > KC && k <= 2 * KC2 ? KC2 : KC;
         for (int j0 = 0; j0 < n; j0 += NC) {
             const int nc = n - j0 < NC ? n - j0 : NC;
-            for (int k0 = 0; k0 < k; k0 += KC) {
-                const int kc = k - k0 < KC ? k - k0 : KC;
+            for (int k0 = 0; k0 < k; k0 += kstep) {
+                const int kc = k - k0 < kstep ? k - k0 : kstep;
                 const float *bp = b_block(buf, transB, B, ldb, m, k0, kc, j0, nc, &bs, &pstride);
                 strips(m, kc, nc, A + k0, lda, 1, (int64_t)MR * lda, bp, bs, pstride, C + j0, ldc, k0 > 0, alpha);
             }
