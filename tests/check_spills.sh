@@ -25,8 +25,8 @@ checked=0
 for isa in avx2 avx512; do
     for arch in native x86-64-v3 haswell znver3 skylake-avx512 icelake-server; do
         obj="$tmp/$isa-$arch.o"
-        # shellcheck disable=SC2086 # EXTRA is a list of flags
-        if ! "$CC" -O3 -march="$arch" -std=c11 -D_GNU_SOURCE -fopenmp -Iinclude -Isrc $EXTRA \
+        # shellcheck disable=SC2086 # CC may be a command with arguments (ccache gcc), EXTRA a list of flags
+        if ! $CC -O3 -march="$arch" -std=c11 -D_GNU_SOURCE -fopenmp -Iinclude -Isrc $EXTRA \
             -c "src/cpu/direct_$isa.c" -o "$obj" 2>"$tmp/err"; then
             if grep -q "march" "$tmp/err"; then
                 echo "check_spills: $CC does not know -march=$arch: left out"
@@ -59,7 +59,12 @@ for isa in avx2 avx512; do
                 }
                 printf "%d %d %d\n", nfun + 0, nl + 0, bad
             }')
+        # shellcheck disable=SC2086 # three numbers
         set -- $res
+        if [ $# -ne 3 ]; then
+            echo "check_spills: $isa -march=$arch: could not read the disassembly (objdump, awk)" >&2
+            exit 1
+        fi
         checked=$((checked + 1))
         if [ "$1" -eq 0 ] || [ "$2" -eq 0 ]; then
             echo "check_spills: $isa -march=$arch: no tile_rows loop found ($1 functions; renamed? update this check)" >&2
