@@ -431,16 +431,16 @@ static __host__ __device__ __forceinline__ void fl_times_tile(float acc[P / 8][4
     }
 }
 
-/* One (sequence, head)'s operands: its token rows' head columns (Q, K, V; dctx in the
- * backward), its first padded element (element (s, h, j, k) at (ebase + j) J + k: the
- * dropout's key), and its query rows' statistics: the maximum and the log-sum in probs (B H J
- * fp32 each, one after the other), D in the backward's work space. */
 /* Where the query rows of the (sequence, head) at padded element ebase keep a statistic
  * (which: 0 the maximum, 1 the log-sum) at the start of probs: B H J fp32 each, one after
  * the other */
 static __host__ __device__ __forceinline__ float *fl_stats(const dmc_varlen *v, uint64_t ebase, int which) {
     return (float *)v->probs + (uint64_t)which * (uint64_t)(v->B * v->H * v->J) + ebase;
 }
+/* One (sequence, head)'s operands: its token rows' head columns (Q, K, V; dctx in the
+ * backward), its first padded element (element (s, h, j, k) at (ebase + j) J + k: the
+ * dropout's key), and its query rows' statistics: the maximum and the log-sum in probs (B H J
+ * fp32 each, one after the other), D in the backward's work space. */
 template <typename T> struct fl_head {
     const T *q, *k, *v, *dO;
     uint64_t ebase;
