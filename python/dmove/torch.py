@@ -130,8 +130,12 @@ def _layer_settings(config):
 
 def _act_of(fn):
     """dmove's name of an activation module (transformers' ACT2FN ones, torch's), told by
-    its values: gelu (erf), gelu_tanh or relu; None for another."""
-    x = torch.linspace(-6.0, 6.0, 97)
+    its values: gelu (erf), gelu_tanh or relu; None for another. The values span the
+    pre-activations a layer meets and far past them, so that a clipped variant (ReLU6,
+    transformers' gelu_10) or one that differs only in its tails is told apart."""
+    x = torch.cat([torch.linspace(-6.0, 6.0, 97),
+                   torch.tensor([-1e6, -1e3, -100.0, -30.0, -10.0, -7.0, 6.5, 7.0, 8.0, 10.0, 10.5,
+                                 12.0, 20.0, 30.0, 100.0, 1e3, 1e6])])
     try:
         with torch.no_grad():
             y = fn(x)
@@ -142,7 +146,8 @@ def _act_of(fn):
     for name, ref in (("gelu", lambda t: nn.functional.gelu(t)),
                       ("gelu_tanh", lambda t: nn.functional.gelu(t, approximate="tanh")),
                       ("relu", nn.functional.relu)):
-        if float((y.float() - ref(x)).abs().max()) <= 1e-5:
+        r = ref(x)
+        if bool(((y.float() - r).abs() <= 1e-5 * r.abs().clamp(min=1.0)).all()):
             return name
     return None
 
@@ -221,7 +226,9 @@ class _Core:
         cfg = _lib.LayerConfig()
         lib.dm_layer_config_default(ctypes.byref(cfg))
         cfg.batch, cfg.seq, cfg.hidden, cfg.heads, cfg.ffn = batch, seq, hidden, heads, ffn
-        cfg.dropout, cfg.eps, cfg.act = p, eps, _lib.ACT[act]
+        # p runs only in training, where BertLayer refuses p = 1; a model held in eval() with
+        # p = 1 (transformers takes it) gets a layer that runs no dropout
+        cfg.dropout, cfg.eps, cfg.act = (p if p < 1 else 0.0), eps, _lib.ACT[act]
         opt = _lib.LayerOptions()  # zeros: fused, CPU, fp32, default rows/streams
         opt.threads = threads
         opt.unpad = 1 if unpad else 0
@@ -460,14 +467,20 @@ class BertLayer(nn.Module):
             raise ValueError(f"dmove.torch.BertLayer: dmove_device={dmove_device!r}: None (follow "
                              "the tensors) or 'cuda'")
         self._dmove_device = dmove_device
+        if layer is not None and hasattr(layer, "crossattention"):
+            raise ValueError("dmove.torch.BertLayer: a layer with cross-attention (a decoder's) is "
+                             "not taken: dmove's layer is an encoder layer")
+        # the layer's own config where it keeps one (the encoder's in an EncoderDecoderModel,
+        # whose top config has no sizes)
+        own = getattr(getattr(getattr(layer, "attention", None), "self", None), "config", None)
+        if own is not None and getattr(own, "hidden_size", None) is not None:
+            config = own
         self._settings = _layer_settings(config)  # the config's; the submodules' after they are made
         hidden, heads, ffn, p, eps, act = self._settings
         if layer is not None:
             self.attention = layer.attention
             self.intermediate = layer.intermediate
             self.output = layer.output
-            if hasattr(layer, "crossattention"):
-                raise ValueError("dmove.torch.BertLayer: a layer with cross-attention is not taken")
             self.train(layer.training)
         else:
             lin = lambda i, o: nn.Linear(i, o)
@@ -517,14 +530,15 @@ class BertLayer(nn.Module):
         if e1 != e2:
             raise ValueError(f"dmove.torch.BertLayer: the two LayerNorms' eps differ ({e1}, {e2}): "
                              "dmove's layer has one")
-        drops = [float(m.dropout.p) for m in (sa, self.attention.output, self.output)
-                 if isinstance(getattr(m, "dropout", None), nn.Dropout)]
-        if drops and all(d == drops[0] for d in drops):
-            p = drops[0]
-        elif drops and self.training:
-            raise ValueError(f"dmove.torch.BertLayer: the layer's dropouts differ ({drops}: "
-                             "attention probabilities, attention output, output): dmove's layer has "
-                             "one dropout probability for its three dropouts")
+        run = self._dropouts_run()
+        self._dropout_on = any(q > 0 for q in run)
+        if self._dropout_on:
+            if any(q != run[0] for q in run):
+                raise ValueError(f"dmove.torch.BertLayer: the layer's dropouts differ as they run now "
+                                 f"({run}: attention probabilities, attention output, output; a "
+                                 "Dropout in eval() or replaced runs with 0): dmove's layer has one "
+                                 "dropout probability for its three dropouts")
+            p = run[0]  # 1 is refused by the call that would run it (forward)
         fn = getattr(self.intermediate, "intermediate_act_fn", None)
         if fn is not None:
             if self._acts[0] is not fn:
@@ -534,6 +548,39 @@ class BertLayer(nn.Module):
                                  "is none of gelu, gelu_new (tanh) and relu, which dmove runs")
             act = self._acts[1]
         return (hidden, heads, ffn, p, e1, act)
+
+    def _dropouts_run(self):
+        """The probability each of the layer's three dropouts runs with now, as transformers
+        runs them: the attention probabilities' at the attention module's p while that module
+        trains (its Dropout's own mode must agree: transformers' versions differ on which
+        decides); the attention output's and the output's at their Dropout's p while that
+        Dropout trains, 0 where it is replaced by nn.Identity; any other module there is
+        refused."""
+        sa = self.attention.self
+        d0 = getattr(sa, "dropout", None)
+        if d0 is None or isinstance(d0, nn.Identity):
+            q0 = 0.0
+        elif isinstance(d0, nn.Dropout):
+            if d0.training != sa.training:
+                raise ValueError("dmove.torch.BertLayer: the attention's Dropout is in "
+                                 f"{'train' if d0.training else 'eval'} mode and its attention module "
+                                 f"in {'train' if sa.training else 'eval'} mode: transformers' versions "
+                                 "differ on which decides; set both alike")
+            q0 = float(d0.p) if sa.training else 0.0
+        else:
+            raise ValueError(f"dmove.torch.BertLayer: the attention's dropout is a "
+                             f"{type(d0).__name__}: dmove's layer runs nn.Dropout (or nn.Identity)")
+        run = [q0]
+        for where, m in (("attention output", self.attention.output), ("output", self.output)):
+            d = getattr(m, "dropout", None)
+            if d is None or isinstance(d, nn.Identity):
+                run.append(0.0)
+            elif isinstance(d, nn.Dropout):
+                run.append(float(d.p) if d.training else 0.0)
+            else:
+                raise ValueError(f"dmove.torch.BertLayer: the {where}'s dropout is a "
+                                 f"{type(d).__name__}: dmove's layer runs nn.Dropout (or nn.Identity)")
+        return run
 
     def extra_repr(self):
         hidden, heads, ffn, p, eps, act = self._settings
@@ -673,7 +720,10 @@ class BertLayer(nn.Module):
                                 "nn.Parameters of its Linear and LayerNorm submodules; what replaces "
                                 "them by other tensors (torch.func.functional_call, pruning, "
                                 "weight_norm) is not followed: use the unpatched layer for it") from None
-            training = 1 if (self.training and self._settings[3] > 0) else 0
+            training = 1 if self._dropout_on else 0  # as the Dropout modules run (_live_settings)
+            if training and self._settings[3] >= 1:
+                raise ValueError("dmove.torch.BertLayer: dropout probability 1 in training: dmove's "
+                                 "layer takes probabilities in [0, 1)")
             seed = int(torch.randint(0, 2**62, (1,)).item()) if training else 0
             want_grad = torch.is_grad_enabled() and (x.requires_grad or
                                                      any(p.requires_grad for p in params))
@@ -744,8 +794,8 @@ def patch(model, unpad=False):
     if config is None:
         raise ValueError("dmove.torch.patch: the model has no .config (a transformers model)")
     cls = _layer_class(HFBertLayer)
-    for parent, cname, child in found:
-        new = cls(config, layer=child, unpad=unpad)
+    made = [cls(config, layer=child, unpad=unpad) for _, _, child in found]  # all, or none is replaced
+    for (parent, cname, child), new in zip(found, made):
         if getattr(child, "gradient_checkpointing", False):  # enabled before the patch
             new.gradient_checkpointing = True
             new._gradient_checkpointing_func = child._gradient_checkpointing_func

@@ -267,6 +267,61 @@ def test_layer_settings_follow_the_modules():
     assert rel(box.inner.encoder.layer[0](x), want) <= 1e-5
 
 
+def test_dropout_modules_activations_and_decoders():
+    """Dropout runs as each Dropout module runs (a layer in train() with its submodules in
+    eval() drops nothing; MC dropout and an nn.Identity among active dropouts are refused,
+    not run at the wrong rate); an activation clipped past 6 is not taken for relu or gelu;
+    p = 1 in eval runs; an EncoderDecoderModel is refused for its decoder, nothing patched."""
+    torch.manual_seed(6)
+    cfg = tiny_config(dropout=0.1)
+    cfg._attn_implementation = "eager"
+    hf = BertModel(cfg).encoder.layer[0]
+    pat = dt.BertLayer(cfg, layer=copy.deepcopy(hf))
+    x = torch.randn(2, 8, 32)
+    for m in (hf, pat):  # the layer trains, its submodules do not: no dropout, as transformers
+        m.train()
+        for d in m.modules():
+            if d is not m:
+                d.eval()
+    want = hf(x)
+    want = want[0] if isinstance(want, tuple) else want
+    assert torch.equal(pat(x), pat(x)) and rel(pat(x), want) <= 1e-5
+    pat.eval()
+    for d in pat.modules():  # MC dropout: the hidden dropouts train, the attention does not
+        if isinstance(d, torch.nn.Dropout):
+            d.train()
+    with pytest.raises(ValueError, match="mode"):
+        pat(x)
+    pat.train()  # every module trains again; two hidden dropouts replaced by nn.Identity
+    pat.attention.output.dropout = torch.nn.Identity()
+    pat.output.dropout = torch.nn.Identity()
+    with pytest.raises(ValueError, match="dropouts differ"):
+        pat(x)
+    pat.attention.self.dropout = torch.nn.Identity()  # all three off: no dropout while training
+    assert torch.equal(pat(x), pat(x))
+    pat.output.dropout = torch.nn.AlphaDropout(0.1)
+    with pytest.raises(ValueError, match="AlphaDropout"):
+        pat(x)
+    # activations told by their values far past the pre-activations of [-6, 6]
+    from transformers.activations import ACT2FN
+    for fn in (torch.nn.ReLU6(), ACT2FN["gelu_10"]):
+        lay = dt.BertLayer(tiny_config()).eval()
+        lay.intermediate.intermediate_act_fn = fn
+        with pytest.raises(ValueError, match="activation"):
+            lay(x)
+    one = tiny_config(dropout=1.0)
+    ev = dt.BertLayer(one).eval()  # transformers takes p = 1; in eval nothing is dropped
+    assert torch.isfinite(ev(x)).all()
+    with pytest.raises(ValueError, match="probability 1"):
+        ev.train()(x)
+    from transformers import BertLMHeadModel, EncoderDecoderModel
+    dec_cfg = tiny_config(is_decoder=True, add_cross_attention=True)
+    ed = EncoderDecoderModel(encoder=BertModel(tiny_config()), decoder=BertLMHeadModel(dec_cfg))
+    with pytest.raises(ValueError, match="cross-attention"):
+        dt.patch(ed)
+    assert not any(isinstance(m, dt.BertLayer) for m in ed.modules())  # all or nothing
+
+
 def test_two_forwards_before_backward():
     # gradient accumulation over two calls, as gradient checkpointing or a siamese model
     torch.manual_seed(5)
