@@ -555,6 +555,10 @@ static void test_config_refusals(const char *path, const char *one_doc, const dm
     other.hash ^= 1;
     CHECK(dm_loader_open_shards(&l, p, 1, &other, &cfg) == DM_ERR_FORMAT);
     CHECK(strstr(dm_last_error(), "another tokenizer") != NULL);
+    other = *v; /* the same tokenizer hash, another size: a shard header edited or damaged */
+    other.vocab_size -= 1;
+    CHECK(dm_loader_open_shards(&l, p, 1, &other, &cfg) == DM_ERR_FORMAT && l == NULL);
+    CHECK(strstr(dm_last_error(), "says vocab_size") != NULL);
     other = *v;
     other.special.mask = -1;
     CHECK(dm_loader_open_shards(&l, p, 1, &other, &cfg) == DM_ERR_INVALID_ARG);

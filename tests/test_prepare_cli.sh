@@ -67,6 +67,12 @@ kill "$writer" 2>/dev/null # still blocked in open() if dmove never read the pip
 wait "$writer" 2>/dev/null
 has "a pipe" stdout 'train: 3 documents, 6 sentences'
 
+# a line of Unicode whitespace alone (no-break spaces, U+3000, U+2028) ends a document, as
+# Python's str.strip() makes it blank for BERT's create_pretraining_data
+printf 'hello world\n\302\240 \343\200\200\n the cat.\n\342\200\250\n a dog.\n' >uniblank.txt
+good "unicode blank" prepare --tokenizer vocab.txt --lowercase --out uniblank uniblank.txt
+has "unicode blank" stdout 'train: 3 documents, 3 sentences'
+
 good "force" prepare --tokenizer vocab.txt --lowercase --out perfile --force a.txt
 has "force" stdout 'train: 3 documents'
 

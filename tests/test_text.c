@@ -228,6 +228,35 @@ static void test_added(void) {
     CHECK(strstr(dm_last_error(), "lacks [PAD] [CLS] (") != NULL);
     CHECK(sp.pad == 8 && sp.cls == 9 && sp.sep == 3 && sp.mask == 4 && sp.unk == 0);
     dm_tokenizer_free(t);
+    /* a token inside the whitespace an earlier token's rstrip took, moved by its own lstrip
+     * to that run's end, is empty: dropped (tokenizers' ids, checked with tokenizers 0.22) */
+    static const char tab[] =
+        "{\"added_tokens\":[{\"id\":4,\"content\":\"[MASK]\",\"single_word\":false,\"lstrip\":false,"
+        "\"rstrip\":true,\"normalized\":false,\"special\":true},{\"id\":6,\"content\":\"\\t\",\"single_word\":false,"
+        "\"lstrip\":true,\"rstrip\":false,\"normalized\":false,\"special\":false}],"
+        "\"normalizer\":{\"type\":\"BertNormalizer\",\"clean_text\":true,\"handle_chinese_chars\":true,\"strip_accents\":null,"
+        "\"lowercase\":true},\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},\"post_processor\":null,\"decoder\":null,"
+        "\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"continuing_subword_prefix\":\"##\","
+        "\"max_input_chars_per_word\":100,\"vocab\":{\"[UNK]\":0,\"a\":1,\"[SEP]\":2,\"[CLS]\":3,\"[MASK]\":4,\"[PAD]\":5}}}";
+    t = NULL;
+    CHECK_OK(dm_tokenizer_load(&t, write_file("added_tab.json", tab, sizeof tab - 1), DM_CASE_FILE));
+    if (!t) return;
+    IDS(t, "[MASK]\ta", 0, 4, 1);  /* the tab is [MASK]'s: not a token of its own */
+    IDS(t, "[MASK] \ta", 0, 4, 1);
+    IDS(t, "\t\ta", 0, 6, 6, 1);   /* no earlier rstrip: both tabs are tokens */
+    IDS(t, "a [MASK]\t", 0, 1, 4);
+    dm_tokenizer_free(t);
+    /* the padding section's pad_token is not the pad token (BertTokenizerFast keeps [PAD]) */
+    char padded[sizeof tab + 160];
+    int np = snprintf(padded, sizeof padded, "{\"padding\":{\"strategy\":\"BatchLongest\",\"direction\":\"Right\","
+                      "\"pad_to_multiple_of\":null,\"pad_id\":1,\"pad_type_id\":0,\"pad_token\":\"a\"},%s", tab + 1);
+    CHECK(np > 0 && (size_t)np < sizeof padded);
+    t = NULL;
+    CHECK_OK(dm_tokenizer_load(&t, write_file("added_pad.json", padded, strlen(padded)), DM_CASE_FILE));
+    if (!t) return;
+    CHECK(dm_tokenizer_specials(t, &sp) == DM_OK && sp.pad == 5);
+    IDS(t, "a aa", 0, 1, 0); /* "a" a word piece, not a special token matched in the text */
+    dm_tokenizer_free(t);
 }
 
 static void refused(const char *name, const char *data, dm_case c, dm_status want, const char *why) {

@@ -155,6 +155,13 @@ dm_status dm_loader_open_shards(dm_loader **out, const char *const *paths, size_
     for (size_t k = 0; k < n && st == DM_OK; k++) {
         if (!paths[k]) st = dm_fail(DM_ERR_INVALID_ARG, "dm_loader_open_shards: NULL path");
         else st = dm_shard_open(&sh[k], paths[k], vocab->hash);
+        /* the same tokenizer hash with another vocabulary size: a damaged or edited header
+         * (its ids could pass the vocabulary's end) */
+        dm_shard_info si;
+        if (st == DM_OK && (st = dm_shard_get_info(sh[k], &si)) == DM_OK && si.vocab_size != vocab->vocab_size)
+            st = dm_fail(DM_ERR_FORMAT, "shard '%s' says vocab_size %d, its tokenizer has %d tokens: the "
+                         "file is damaged; make it again with dmove prepare", paths[k], (int)si.vocab_size,
+                         (int)vocab->vocab_size);
     }
     if (st != DM_OK) {
         for (size_t k = 0; k < n; k++) dm_shard_free(sh[k]);

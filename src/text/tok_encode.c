@@ -516,6 +516,10 @@ static int split_added(const dm_tokenizer *t, work *w, const tok_addset *a, cons
                 stop = j;
             }
         }
+        /* a token inside the whitespace an earlier one's rstrip took, which its own lstrip
+         * moves to the end of that run: nothing of the text is left to it (tokenizers drops
+         * such an empty match) */
+        if (start >= stop) continue;
         if (seg < start) {
             int rc = raw ? segment(t, w, s + seg, start - seg, o) : pretok(t, s + seg, start - seg, o);
             if (rc) return rc;

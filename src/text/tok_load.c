@@ -467,9 +467,9 @@ static dm_status parse_json(dm_tokenizer *t, tok_src *src, const cJSON *root) {
     DM_TRY(parse_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer")));
     DM_TRY(parse_pretok(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer")));
     DM_TRY(parse_post(cJSON_GetObjectItemCaseSensitive(root, "post_processor")));
-    const cJSON *pad = cJSON_GetObjectItemCaseSensitive(root, "padding");
-    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(pad, "pad_token");
-    if (cJSON_IsString(pt)) src->names[0] = pt->valuestring;
+    /* the padding section's pad_token is not the pad token: BertTokenizerFast (transformers
+     * 4 and 5) keeps its own, [PAD], and the text "[unused5]" stays four word pieces even
+     * where a file pads with it */
     DM_TRY(parse_added(src, cJSON_GetObjectItemCaseSensitive(root, "added_tokens")));
     return add_bert_specials(t, src);
 }
