@@ -287,8 +287,8 @@ static void test_hostile(void) {
             DM_ERR_UNSUPPORTED, "is Unigram");
     refused("untyped.json", "{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}", DM_CASE_FILE, DM_ERR_UNSUPPORTED, "BPE");
     refused("trunc.json", WP_HEAD "{\"[UNK]\":0,\"a\":", DM_CASE_FILE, DM_ERR_FORMAT, "not valid JSON");
-    refused("empty.json", "", DM_CASE_LOWER, DM_ERR_FORMAT, "empty vocabulary");
-    refused("array.json", "[1,2]", DM_CASE_FILE, DM_ERR_INVALID_ARG, "vocab.txt");
+    refused("empty.json", "", DM_CASE_LOWER, DM_ERR_FORMAT, "is empty");
+    refused("array.json", "[1,2]", DM_CASE_FILE, DM_ERR_FORMAT, "not a JSON object"); /* not taken for a vocab.txt */
     refused("vocabarr.json", WP_HEAD "[\"a\"]}}", DM_CASE_FILE, DM_ERR_FORMAT, "model.vocab is an array");
     refused("strid.json", WP_HEAD "{\"[UNK]\":\"0\"}}}", DM_CASE_FILE, DM_ERR_FORMAT, "not an integer");
     refused("negid.json", WP_HEAD "{\"[UNK]\":0,\"a\":-1}}}", DM_CASE_FILE, DM_ERR_FORMAT, "not an integer in");
@@ -308,6 +308,9 @@ static void test_hostile(void) {
             DM_CASE_FILE, DM_ERR_FORMAT, "lowercase is a number");
     refused("added1.json", "{\"added_tokens\":[{\"id\":0,\"content\":\"[X]\"}],"  WP_BODY "{\"[UNK]\":0}}}", DM_CASE_FILE,
             DM_ERR_FORMAT, "single_word is missing");
+    refused("empty.json", "", DM_CASE_FILE, DM_ERR_FORMAT, "is empty");
+    refused("blank.txt", " \n\t\n", DM_CASE_LOWER, DM_ERR_FORMAT, "is empty");
+    refused("notjson.json", "[PAD]\n[UNK]\n", DM_CASE_FILE, DM_ERR_FORMAT, "not a JSON object");
     refused("added2.json", "{\"added_tokens\":[{\"id\":0,\"content\":\"[X]\",\"single_word\":false,\"lstrip\":false,"
             "\"rstrip\":false,\"normalized\":false,\"special\":true}]," WP_BODY "{\"[UNK]\":0}}}", DM_CASE_FILE,
             DM_ERR_FORMAT, "gives to");

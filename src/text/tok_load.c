@@ -770,9 +770,17 @@ void dm_tokenizer_free(dm_tokenizer *t) {
 
 static dm_status load_from(dm_tokenizer *t, tok_src *src, char *buf, size_t len, const char *path,
                            dm_case casing, cJSON **json) {
-    size_t i = 0;
+    size_t i = 0, bom = len >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3) ? 3 : 0; /* a UTF-8 byte-order mark */
+    i = bom;
     while (i < len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r')) i++;
-    if (i < len && buf[i] == '{') {
+    if (i == len) return dm_fail(DM_ERR_FORMAT, "%s is empty: give a tokenizer.json or a vocab.txt", path);
+    const size_t pl = strlen(path);
+    if (buf[i] != '{' && pl >= 5 && !strcmp(path + pl - 5, ".json"))
+        return dm_fail(DM_ERR_FORMAT, "%s: not a JSON object (it starts with neither '{' nor whitespace): give "
+                       "a tokenizer.json as transformers saves it", path);
+    if (buf[i] == '{') {
+        buf += bom; /* cJSON does not take the mark */
+        len -= bom;
         if (casing != DM_CASE_FILE)
             return dm_fail(DM_ERR_INVALID_ARG, "%s is a tokenizer.json, which says its own casing: give no "
                            "lowercase/cased choice (those are for a vocab.txt)", path);
