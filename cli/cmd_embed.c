@@ -208,6 +208,7 @@ static int open_model(embed_run *r) {
     }
     dm_hf_config hc;
     if (dm_hf_config_read(config, &hc) != DM_OK) return fail_dm("--model: ");
+    if (dm_hf_check_weights(&hc, r->weights) != DM_OK) return fail_dm("--model: "); /* before its memory */
     hc.attention_probs_dropout_prob = hc.hidden_dropout_prob; /* inference: no dropout */
     dm_layer_config_default(&r->cfg);
     if (dm_hf_config_layer(&hc, &r->cfg) != DM_OK) return fail_dm("--model: ");

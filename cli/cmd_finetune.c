@@ -20,7 +20,7 @@ static const char *const CMD = "finetune";
 
 typedef struct {
     const char *train, *eval, *tokenizer, *init, *config, *labels, *svg, *save, *resume, *export_dir;
-    int lowercase, cased, layers, layers_set, json, positions_set, types_set, no_unpad;
+    int lowercase, cased, layers, layers_set, json, positions_set, types_set, no_unpad, layers_from;
     int64_t epochs, until, eval_every, log_every, positions, types, save_every;
     cli_optim opt;
     cli_config c;
@@ -66,11 +66,15 @@ static const cli_option k_options[] = {
              "model.safetensors and config.json): its sizes, embeddings,\n"
              "encoder layers and pooler (if it has one); the classifier\n"
              "starts new"},
+    {.kind = CLI_INT, .name = "--layers-from", .arg = "N", O(layers_from), .lo = 0, .hi = 4095,
+     .help = "with --init: the encoder takes the model's layers N, N+1, ...\n"
+             "(default {}; --layers of them, default all the rest)"},
     {.kind = CLI_PATH, .name = "--config", .arg = "FILE", O(config),
      .help = "from scratch with the sizes of a Hugging Face config.json;\n"
              "else the options below"},
     {.kind = CLI_INT, .name = "--layers", .arg = "L", O(layers), .set = offsetof(ft_opts, layers_set) + 1,
-     .lo = 1, .hi = 256, .help = "encoder layers from scratch (default {})"},
+     .lo = 1, .hi = 256, .help = "encoder layers from scratch (default {}); with --init, how many\n"
+                                 "of its layers (from --layers-from) to take"},
     {.kind = CLI_I64, .name = "--positions", .arg = "P", O(positions), .set = offsetof(ft_opts, positions_set) + 1,
      .lo = 1, .hi = INT64_C(1) << 24, .help = "position embeddings from scratch (default {}, at least --seq)"},
     {.kind = CLI_I64, .name = "--types", .arg = "T", O(types), .set = offsetof(ft_opts, types_set) + 1, .lo = 2,
@@ -644,15 +648,25 @@ static int apply_hf(ft_run *r, const char *opt, const char *path) {
     }
     int rc = cli_config_from_hf(&o->c, CMD, opt, path, &hc);
     if (rc) return rc;
-    if ((o->layers_set && o->layers != hc.num_hidden_layers) ||
-        (o->positions_set && o->positions != hc.max_position_embeddings) ||
-        (o->types_set && o->types != hc.type_vocab_size)) {
-        cli_usage_error(CMD, "--layers, --positions or --types contradicts %s (num_hidden_layers %" PRId64
-                        ", max_position_embeddings %" PRId64 ", type_vocab_size %" PRId64 "): leave them out", path,
-                        hc.num_hidden_layers, hc.max_position_embeddings, hc.type_vocab_size);
+    const int init = !strcmp(opt, "--init"); /* --layers-from needs it (check_options) */
+    if (o->layers_from >= hc.num_hidden_layers) {
+        cli_usage_error(CMD, "--layers-from %d: the model has layers 0 to %" PRId64, o->layers_from,
+                        hc.num_hidden_layers - 1);
         return CLI_USAGE;
     }
-    o->layers = (int)hc.num_hidden_layers;
+    if (o->layers_set && (init ? o->layers_from + o->layers > hc.num_hidden_layers : o->layers != hc.num_hidden_layers)) {
+        cli_usage_error(CMD, "--layers %d%s contradicts %s (num_hidden_layers %" PRId64 ")", o->layers,
+                        o->layers_from ? " from --layers-from" : "", path, hc.num_hidden_layers);
+        return CLI_USAGE;
+    }
+    if ((o->positions_set && o->positions != hc.max_position_embeddings) ||
+        (o->types_set && o->types != hc.type_vocab_size)) {
+        cli_usage_error(CMD, "--positions or --types contradicts %s (max_position_embeddings %" PRId64
+                        ", type_vocab_size %" PRId64 "): leave them out", path, hc.max_position_embeddings,
+                        hc.type_vocab_size);
+        return CLI_USAGE;
+    }
+    if (!o->layers_set) o->layers = (int)(hc.num_hidden_layers - o->layers_from);
     o->positions = hc.max_position_embeddings;
     o->types = hc.type_vocab_size;
     return 0;
@@ -663,11 +677,14 @@ static int apply_hf(ft_run *r, const char *opt, const char *path) {
  * and every encoder layer must be there, the pooler is taken if there; the classifier
  * starts new. */
 static int load_init(ft_run *r, const char *weights) {
-    if (dm_trainer_load_body(r->T, weights) != DM_OK) return fail_dm("--init: ");
+    if (dm_trainer_load_body(r->T, weights, r->o.layers_from) != DM_OK) return fail_dm("--init: ");
     if (!r->o.json) {
         const char *note = dm_trainer_load_note(r->T);
-        fprintf(stderr, "  --init: parameters from %s; the classifier starts new%s%s\n", weights,
-                *note ? "; not in it, at BERT's initialisation: " : "", note);
+        fprintf(stderr, "  --init: parameters from %s", weights);
+        if (r->o.layers_from || r->o.layers_set)
+            fprintf(stderr, " (layers %d to %d)", r->o.layers_from, r->o.layers_from + r->o.layers - 1);
+        fprintf(stderr, "; the classifier starts new%s%s\n", *note ? "; not in it, at BERT's initialisation: " : "",
+                note);
     }
     return 0;
 }
@@ -695,6 +712,10 @@ static int check_options(ft_opts *o) {
     }
     if (o->init && o->config) {
         cli_usage_error(CMD, "--init and --config exclude each other (--init's directory has its config)");
+        return CLI_USAGE;
+    }
+    if (o->layers_from && !o->init) {
+        cli_usage_error(CMD, "--layers-from picks layers of a pretrained model: it needs --init");
         return CLI_USAGE;
     }
     const dm_layer_options chk = cli_device_layer_options(&o->dev, o->c.threads, !o->no_unpad);
@@ -754,6 +775,9 @@ static int setup(ft_run *r) {
             return CLI_FAIL;
         }
         if ((rc = apply_hf(r, "--init", config)) != 0) return rc;
+        dm_hf_config hc; /* the tensors against the config, before a model of its sizes is made */
+        if (dm_hf_config_read(config, &hc) != DM_OK || dm_hf_check_weights(&hc, weights) != DM_OK)
+            return fail_dm("--init: ");
     } else if (o->config && (rc = apply_hf(r, "--config", o->config)) != 0) {
         return rc;
     }

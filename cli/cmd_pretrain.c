@@ -247,6 +247,9 @@ static int init_files(pretrain_run *r) {
         return CLI_FAIL;
     }
     o->config = r->init_config;
+    dm_hf_config hc; /* the tensors against the config, before a model of its sizes is made */
+    if (dm_hf_config_read(r->init_config, &hc) != DM_OK || dm_hf_check_weights(&hc, weights) != DM_OK)
+        return fail_dm("--init: ");
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli_common.h"
@@ -273,6 +274,12 @@ static int model_config(train_run *r) {
     char config[4096];
     if (dm_hf_model_files(o->init, r->weights, sizeof r->weights, config, sizeof config) != DM_OK)
         return fail_dm("--init: ");
+    struct stat sb;
+    if (!config[0] && stat(o->init, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        cli_error(CMD, "--init %s: a model directory without config.json: its sizes, activation and eps are read "
+                  "from it (give model.safetensors itself to take them from the options)", o->init);
+        return CLI_FAIL;
+    }
     if (!config[0]) return 0; /* a bare file: the sizes are the options' */
     dm_hf_config hc;
     if (dm_hf_config_read(config, &hc) != DM_OK) return fail_dm("--init: ");

@@ -407,10 +407,10 @@ dm_status dm_trainer_load_params(dm_trainer *t, const char *path);
  * the file lacks (a BertModel checkpoint has no cls.*) keep their values (call
  * dm_trainer_init_params first) and are listed by dm_trainer_load_note. */
 dm_status dm_trainer_load_layers(dm_trainer *t, const char *path, int first);
-/* The same from layer 0, a classifier's classifier.* left as it is (a pretrained model
- * fine-tuned for classes of its own: the classifier starts new, whatever the file holds);
- * the pooler is taken when the file has it. */
-dm_status dm_trainer_load_body(dm_trainer *t, const char *path);
+/* The same, a classifier's classifier.* left as it is (a pretrained model fine-tuned for
+ * classes of its own: the classifier starts new, whatever the file holds); the pooler is
+ * taken when the file has it. */
+dm_status dm_trainer_load_body(dm_trainer *t, const char *path, int first);
 /* After a load of a BERT trainer: the head parameters the file did not hold, left as they
  * were, comma-separated ("" when it held them all; lives as long as t). */
 const char *dm_trainer_load_note(const dm_trainer *t);

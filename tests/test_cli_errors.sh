@@ -620,6 +620,8 @@ printf '{"hidden_size": 8, "num_attention_heads": 2, "intermediate_size": 32, "n
 expect_fail "train: --init a config that contradicts the tensors" 1 "intermediate_size" "$D" train --init "$T/hfm" --batch 2 --seq 4
 printf '{"model_type": "roberta"}' >"$T/hfm/config.json"
 expect_fail "train: --init a RoBERTa config" 1 "model_type" "$D" train --init "$T/hfm" --batch 2 --seq 4
+rm "$T/hfm/config.json" # a model directory without its config: not sized from the options
+expect_fail "train: --init a directory without config.json" 1 "without config.json" "$D" train --init "$T/hfm" --batch 2 --seq 4
 expect_fail "train: --data missing" 1 "cannot open" trn --data "$T/none.safetensors" --save "$OUT"
 st_write "$T/notarget" hidden_states:F32:3,4,8
 expect_fail "train: --data without target" 1 "target is missing" trn --data "$T/notarget" --save "$OUT"

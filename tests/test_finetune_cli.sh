@@ -96,6 +96,16 @@ bad "--init with a contradicting --hidden" 2 "--hidden 32 contradicts" finetune 
     --train train.tsv --init model --hidden 32
 bad "--init and --config" 2 "exclude each other" finetune --tokenizer vocab.txt --lowercase --train train.tsv \
     --init model --config model/config.json
+# --layers-from: the model's second layer alone (--layers defaults to the rest)
+good "finetune --init --layers-from" finetune --tokenizer vocab.txt --lowercase --seq 16 --batch 16 --threads 2 \
+    --train train.tsv --epochs 1 --init model --layers-from 1 --export from1
+has "finetune --layers-from: the layers" stderr 'parameters from model/model.safetensors \(layers 1 to 1\)'
+has "finetune --layers-from: one layer" stderr '1 layers \(i=64 h=4 u=128;.*from --init'
+has "finetune --layers-from: its export" from1/config.json '"num_hidden_layers": 1'
+bad "--layers-from past the layers" 2 "--layers-from 2: the model has layers 0 to 1" finetune --tokenizer vocab.txt \
+    --lowercase --train train.tsv --init model --layers-from 2
+bad "--layers-from without --init" 2 "it needs --init" finetune --tokenizer vocab.txt --lowercase \
+    --train train.tsv --layers-from 1
 # shellcheck disable=SC2086
 good "finetune --json" $F --train train.tsv --eval eval.jsonl --epochs 1 --json --labels neutral,positive,negative
 has "finetune --json" stdout '"classes":3,.*"eval_accuracy":[0-9.]+,"eval_loss":[0-9.]+'
@@ -137,7 +147,10 @@ good "finetune --init with two dropouts and --dropout" finetune --tokenizer voca
 mkdir -p onetype && cp model/model.safetensors onetype/ &&
     sed 's/"type_vocab_size": [0-9]*/"type_vocab_size": 1/' model/config.json >onetype/config.json
 bad "pairs for a model of one token type" 1 "type_vocab_size 1" finetune --tokenizer vocab.txt --lowercase --seq 16 \
-    --batch 16 --threads 2 --train pairs.tsv --epochs 1 --init onetype
+    --batch 16 --threads 2 --train pairs.tsv --epochs 1 --config onetype/config.json
+# the same config over weights of two token types: named before a model is made
+bad "a config that contradicts its weights" 1 "token_type_embeddings.weight is .2, 64., but the config.s type_vocab_size" \
+    finetune --tokenizer vocab.txt --lowercase --seq 16 --batch 16 --threads 2 --train train.tsv --epochs 1 --init onetype
 printf '{"text": "a good day", "label": 1e400}\n' >inf.jsonl
 # shellcheck disable=SC2086
 bad "a label of an infinite number" 1 "inf.jsonl:1: \"label\" is a number out of range" $F --train inf.jsonl

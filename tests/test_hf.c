@@ -91,6 +91,11 @@ static void test_refusals(void) {
         {"{\"hidden_size\": 768,", "JSON", DM_ERR_FORMAT},
         {"[1, 2]", "JSON", DM_ERR_FORMAT},
         {"", "JSON", DM_ERR_FORMAT},
+        {"{\"hidden_act\": \"gelu\", \"hidden_act\": \"relu\"}", "\"hidden_act\" appears twice", DM_ERR_FORMAT},
+        {"{\"a\": {\"x\": 1, \"x\": 2}}", "\"x\" appears twice", DM_ERR_FORMAT},
+        {"{\"hidden_size\": 768} {\"hidden_size\": 1024}", "not one JSON object", DM_ERR_FORMAT},
+        {"\xEF\xBB\xBF{\"hidden_size\": 768}", "byte-order mark", DM_ERR_FORMAT},
+        {"{\"add_cross_attention\": true}", "add_cross_attention", DM_ERR_UNSUPPORTED},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         dm_hf_config c;

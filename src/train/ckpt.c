@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/file.h"
 #include "core/safetensors.h"
@@ -492,8 +494,8 @@ dm_status dm_trainer_load_layers(dm_trainer *T, const char *path, int first) {
     return load_layers(T, path, first, 0);
 }
 
-dm_status dm_trainer_load_body(dm_trainer *T, const char *path) {
-    return load_layers(T, path, 0, DM_LOAD_NEW_CLASSIFIER);
+dm_status dm_trainer_load_body(dm_trainer *T, const char *path, int first) {
+    return load_layers(T, path, first, DM_LOAD_NEW_CLASSIFIER);
 }
 
 const char *dm_trainer_load_note(const dm_trainer *T) { return T ? T->load_note : "";
@@ -569,21 +571,9 @@ static dm_status export_files(const dm_trainer *T, const char *dir) {
     if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", dir) >= sizeof path)
         return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
     DM_TRY(dm_make_parent(path));
-    /* the parameters alone, under BertForMaskedLM's (BertForSequenceClassification's) names;
-     * the tied decoder is left out, as transformers' save_pretrained leaves it
-     * (from_pretrained ties it again) */
-    dm_st_writer *w = NULL;
-    dm_status s = dm_st_writer_new(&w);
-    if (s == DM_OK) s = dm_st_writer_set_metadata(w, "format", "pt");
-    char name[192];
-    for (int si = 0; s == DM_OK && si < T->nslots; si++) {
-        const dm_train_slot *sl = &T->slot[si];
-        tensor_name(T, name, sizeof name, si, 0);
-        s = dm_st_writer_add(w, name, DM_ST_F32, sl->ndim, sl->shape, sl->p);
-    }
-    if (s == DM_OK) s = dm_st_writer_write(w, path);
-    dm_st_writer_free(w);
-    if (s != DM_OK) return dm_fail_context(s, "writing '%s': ", path);
+    /* config.json first, under a temporary name, renamed over config.json only once the
+     * weights are written: a failure on either leaves the directory as it was (a crash
+     * between the weights' rename and the config's, new weights beside the old config) */
     const dm_model_config *mc = &T->model->c;
     dm_hf_config c;
     dm_hf_config_default(&c);
@@ -598,10 +588,50 @@ static dm_status export_files(const dm_trainer *T, const char *dir) {
     c.layer_norm_eps = T->cfg.eps;
     c.hidden_dropout_prob = c.attention_probs_dropout_prob = T->cfg.dropout;
     c.act = T->cfg.act;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (T->model->c.head != DM_MODEL_HEAD_CLS) return dm_hf_config_write(&c, "BertForMaskedLM", path);
-    DM_TRY(dm_hf_config_write(&c, "BertForSequenceClassification", path));
-    return config_add_labels(T->model, path);
+    char cfg_tmp[4096], cfg_path[4096];
+    if ((size_t)snprintf(cfg_tmp, sizeof cfg_tmp, "%s/.config.json.dmove-export", dir) >= sizeof cfg_tmp)
+        return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    struct stat sb; /* what would refuse the last write refuses the first */
+    if (stat(cfg_path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return dm_fail(DM_ERR_IO, "'%s' is there and is no regular file: export writes its config.json there",
+                       cfg_path);
+    dm_status s;
+    if (T->model->c.head != DM_MODEL_HEAD_CLS) {
+        s = dm_hf_config_write(&c, "BertForMaskedLM", cfg_tmp);
+    } else {
+        s = dm_hf_config_write(&c, "BertForSequenceClassification", cfg_tmp);
+        if (s == DM_OK) s = config_add_labels(T->model, cfg_tmp);
+    }
+    if (s != DM_OK) {
+        unlink(cfg_tmp);
+        return dm_fail_context(s, "writing '%s': ", cfg_path);
+    }
+    /* the parameters alone, under BertForMaskedLM's (BertForSequenceClassification's) names;
+     * the tied decoder is left out, as transformers' save_pretrained leaves it
+     * (from_pretrained ties it again) */
+    dm_st_writer *w = NULL;
+    s = dm_st_writer_new(&w);
+    if (s == DM_OK) s = dm_st_writer_set_metadata(w, "format", "pt");
+    char name[192];
+    for (int si = 0; s == DM_OK && si < T->nslots; si++) {
+        const dm_train_slot *sl = &T->slot[si];
+        tensor_name(T, name, sizeof name, si, 0);
+        s = dm_st_writer_add(w, name, DM_ST_F32, sl->ndim, sl->shape, sl->p);
+    }
+    if (s == DM_OK) s = dm_st_writer_write(w, path);
+    dm_st_writer_free(w);
+    if (s != DM_OK) {
+        unlink(cfg_tmp);
+        return dm_fail_context(s, "writing '%s': ", path);
+    }
+    char *text = NULL; /* then config.json, by the atomic writer */
+    size_t len = 0;
+    s = dm_read_file(cfg_tmp, 1 << 20, &text, &len);
+    if (s == DM_OK) s = dm_write_file_atomic(cfg_path, text, len);
+    free(text);
+    unlink(cfg_tmp);
+    return s == DM_OK ? DM_OK : dm_fail_context(s, "writing '%s': ", cfg_path);
 }
 
 /* A whole number of the checkpoint's metadata, in [lo, hi]. */

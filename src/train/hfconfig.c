@@ -82,6 +82,9 @@ static dm_status read_kind(const cJSON *root, const char *path, dm_hf_config *c)
     if (cJSON_IsTrue(dec))
         return dm_fail(DM_ERR_UNSUPPORTED, "%s: is_decoder is true: dmove trains encoders (a causal encoder "
                        "layer is `--causal`, but not a BERT decoder with cross-attention)", path);
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "add_cross_attention")))
+        return dm_fail(DM_ERR_UNSUPPORTED, "%s: add_cross_attention is true: dmove's layers are encoder layers, "
+                       "without cross-attention", path);
     DM_TRY(get_str(root, path, "hidden_act", &s));
     if (s) {
         if (!strcmp(s, "gelu")) c->act = DM_ACT_GELU;
@@ -131,6 +134,18 @@ static dm_status read_sizes(const cJSON *root, const char *path, dm_hf_config *c
     return DM_OK;
 }
 
+/* A key that appears twice in one object of the tree (the first such), or NULL. */
+static const char *duplicate_key(const cJSON *o) {
+    for (const cJSON *a = o ? o->child : NULL; a; a = a->next) {
+        if (cJSON_IsObject(o) && a->string)
+            for (const cJSON *b = a->next; b; b = b->next)
+                if (b->string && !strcmp(a->string, b->string)) return a->string;
+        const char *d = duplicate_key(a);
+        if (d) return d;
+    }
+    return NULL;
+}
+
 dm_status dm_hf_config_read(const char *path, dm_hf_config *out) {
     if (!path || !out) return dm_fail(DM_ERR_INVALID_ARG, "dm_hf_config_read: NULL argument");
     char file[4096];
@@ -146,11 +161,24 @@ dm_status dm_hf_config_read(const char *path, dm_hf_config *out) {
     }
     char *text = NULL;
     DM_TRY(dm_read_file(file, MAX_CONFIG_BYTES, &text, NULL));
-    cJSON *root = cJSON_Parse(text);
+    if (!strncmp(text, "\xEF\xBB\xBF", 3)) {
+        free(text);
+        return dm_fail(DM_ERR_FORMAT, "%s starts with a UTF-8 byte-order mark, which transformers' JSON reader "
+                       "refuses: save it without one", file);
+    }
+    /* the whole text one object: what follows it (transformers refuses that too) is an error */
+    cJSON *root = cJSON_ParseWithOpts(text, NULL, 1);
     free(text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return dm_fail(DM_ERR_FORMAT, "%s: not a JSON object (a model's config.json is one)", file);
+        return dm_fail(DM_ERR_FORMAT, "%s: not one JSON object (a model's config.json is one)", file);
+    }
+    const char *twice = duplicate_key(root);
+    if (twice) {
+        dm_status d = dm_fail(DM_ERR_FORMAT, "%s: the key \"%.64s\" appears twice (which one counts is "
+                              "ambiguous: transformers takes the last): keep one", file, twice);
+        cJSON_Delete(root);
+        return d;
     }
     dm_hf_config c;
     dm_hf_config_default(&c);
@@ -306,6 +334,15 @@ static dm_status check_layer(const dm_hf_config *c, const dm_st_file *st, const 
     DM_TRY(check_shape(st, path, pre, n, I, U, "hidden_size and intermediate_size"));
     snprintf(n, sizeof n, "encoder.layer.%d.output.dense.bias", l);
     return check_shape(st, path, pre, n, I, -1, "hidden_size");
+}
+
+dm_status dm_hf_check_weights(const dm_hf_config *c, const char *weights) {
+    if (!c || !weights) return dm_fail(DM_ERR_INVALID_ARG, "dm_hf_check_weights: NULL argument");
+    dm_tensor_file *f = NULL;
+    dm_status s = dm_tensor_file_open(&f, weights);
+    if (s == DM_OK) s = dm_hf_config_check_tensors(c, f);
+    dm_tensor_file_free(f);
+    return s;
 }
 
 dm_status dm_hf_config_check_tensors(const dm_hf_config *c, const dm_tensor_file *f) {
