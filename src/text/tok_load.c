@@ -776,8 +776,8 @@ static dm_status load_from(dm_tokenizer *t, tok_src *src, char *buf, size_t len,
     if (i == len) return dm_fail(DM_ERR_FORMAT, "%s is empty: give a tokenizer.json or a vocab.txt", path);
     const size_t pl = strlen(path);
     if (buf[i] != '{' && pl >= 5 && !strcmp(path + pl - 5, ".json"))
-        return dm_fail(DM_ERR_FORMAT, "%s: not a JSON object (it starts with neither '{' nor whitespace): give "
-                       "a tokenizer.json as transformers saves it", path);
+        return dm_fail(DM_ERR_FORMAT, "%s: not a JSON object (its text does not start with '{'): give a "
+                       "tokenizer.json as transformers saves it", path);
     if (buf[i] == '{') {
         buf += bom; /* cJSON does not take the mark */
         len -= bom;

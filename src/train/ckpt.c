@@ -571,9 +571,9 @@ static dm_status export_files(const dm_trainer *T, const char *dir) {
     if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", dir) >= sizeof path)
         return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
     DM_TRY(dm_make_parent(path));
-    /* config.json first, under a temporary name, renamed over config.json only once the
-     * weights are written: a failure on either leaves the directory as it was (a crash
-     * between the weights' rename and the config's, new weights beside the old config) */
+    /* config.json made first, under a temporary name, and written over config.json (the
+     * atomic writer) only once the weights are: a failure on either leaves the directory
+     * as it was (a crash between the two, new weights beside the old config) */
     const dm_model_config *mc = &T->model->c;
     dm_hf_config c;
     dm_hf_config_default(&c);

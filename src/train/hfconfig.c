@@ -134,14 +134,34 @@ static dm_status read_sizes(const cJSON *root, const char *path, dm_hf_config *c
     return DM_OK;
 }
 
-/* A key that appears twice in one object of the tree (the first such), or NULL. */
-static const char *duplicate_key(const cJSON *o) {
+static int cmp_key(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A key that appears twice in one object of the tree, or NULL; *oom set when memory ran
+ * out (the keys of an object are sorted: a 1 MB config of one object stays fast). */
+static const char *duplicate_key(const cJSON *o, int *oom) {
+    if (cJSON_IsObject(o)) {
+        size_t n = 0;
+        for (const cJSON *a = o->child; a; a = a->next) n++;
+        const char **keys = n > 1 ? malloc(n * sizeof *keys) : NULL;
+        if (n > 1 && !keys) {
+            *oom = 1;
+            return NULL;
+        }
+        size_t m = 0;
+        for (const cJSON *a = o->child; a && keys; a = a->next)
+            if (a->string) keys[m++] = a->string;
+        const char *twice = NULL;
+        if (m > 1) qsort(keys, m, sizeof *keys, cmp_key);
+        for (size_t k = 1; k < m && !twice; k++)
+            if (!strcmp(keys[k - 1], keys[k])) twice = keys[k];
+        free(keys);
+        if (twice) return twice;
+    }
     for (const cJSON *a = o ? o->child : NULL; a; a = a->next) {
-        if (cJSON_IsObject(o) && a->string)
-            for (const cJSON *b = a->next; b; b = b->next)
-                if (b->string && !strcmp(a->string, b->string)) return a->string;
-        const char *d = duplicate_key(a);
-        if (d) return d;
+        const char *d = duplicate_key(a, oom);
+        if (d || *oom) return d;
     }
     return NULL;
 }
@@ -173,7 +193,12 @@ dm_status dm_hf_config_read(const char *path, dm_hf_config *out) {
         cJSON_Delete(root);
         return dm_fail(DM_ERR_FORMAT, "%s: not one JSON object (a model's config.json is one)", file);
     }
-    const char *twice = duplicate_key(root);
+    int oom = 0;
+    const char *twice = duplicate_key(root, &oom);
+    if (oom) {
+        cJSON_Delete(root);
+        return dm_fail(DM_ERR_OOM, "out of memory reading %s", file);
+    }
     if (twice) {
         dm_status d = dm_fail(DM_ERR_FORMAT, "%s: the key \"%.64s\" appears twice (which one counts is "
                               "ambiguous: transformers takes the last): keep one", file, twice);
