@@ -37,6 +37,14 @@ static double meta(const char *cs, const char *k) {
     return v ? strtod(v, NULL) : 0;
 }
 
+/* An optional string of the case's metadata, or dflt. */
+static const char *meta_or(const char *cs, const char *k, const char *dflt) {
+    char key[64];
+    snprintf(key, sizeof key, "%s.%s", cs, k);
+    const char *v = dm_st_metadata(g_ref, key);
+    return v ? v : dflt;
+}
+
 static float *ref_f32(const char *name, int64_t n) {
     const dm_st_tensor *t = dm_st_find(g_ref, name);
     float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
@@ -100,7 +108,10 @@ static void run_case(const char *cs, dm_schedule sched) {
     c.head = DM_MODEL_HEAD_CLS;
     c.layer.batch = (int64_t)meta(cs, "b"), c.layer.seq = (int64_t)meta(cs, "j"), c.layer.hidden = (int64_t)meta(cs, "i");
     c.layer.heads = (int64_t)meta(cs, "heads"), c.layer.ffn = (int64_t)meta(cs, "ffn"), c.layer.dropout = meta(cs, "p");
-    c.layer.seed = (uint64_t)meta(cs, "seed");
+    c.layer.seed = strtoull(meta_or(cs, "seed", "0"), NULL, 10); /* past 2^53: not through a double */
+    c.layer.eps = strtod(meta_or(cs, "eps", "1e-12"), NULL);
+    CHECK_OK(dm_act_parse(meta_or(cs, "act", "gelu"), &c.layer.act));
+    CHECK_OK(dm_norm_parse(meta_or(cs, "norm", "post"), &c.layer.norm));
     c.layers = (int)meta(cs, "layers");
     c.sizes.vocab = (int64_t)meta(cs, "vocab"), c.sizes.positions = (int64_t)meta(cs, "positions");
     c.sizes.types = (int64_t)meta(cs, "types"), c.sizes.classes = (int64_t)meta(cs, "labels");
@@ -346,10 +357,11 @@ int main(void) {
     CHECK_OK(dm_st_read(REF_DIR "/cls_step.safetensors", &f));
     if (!f) TEST_END();
     g_ref = f;
-    for (int s = 0; s < 2; s++) {
-        run_case("A", s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED);
-        run_case("B", s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED);
-        run_case("C", s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED);
+    const char *cases = dm_st_metadata(f, "cases"); /* "ABCDE" */
+    CHECK(cases != NULL && strlen(cases) >= 5);
+    for (const char *c = cases ? cases : ""; *c; c++) {
+        const char cs[2] = {*c, 0};
+        for (int s = 0; s < 2; s++) run_case(cs, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED);
     }
     test_trains();
     test_resume_export();

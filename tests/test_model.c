@@ -130,8 +130,9 @@ static void run_case(const char *cs, dm_schedule sched, dm_xent_mode xent) {
     const double p = strtod(meta_s(cs, "p"), NULL);
     c.layer.batch = meta(cs, "b"), c.layer.seq = meta(cs, "j"), c.layer.hidden = meta(cs, "i");
     c.layer.heads = meta(cs, "h"), c.layer.ffn = meta(cs, "u"), c.layer.dropout = p;
-    c.layer.seed = (uint64_t)meta(cs, "seed"), c.layer.eps = strtod(meta_s(cs, "eps"), NULL);
+    c.layer.seed = strtoull(meta_s(cs, "seed"), NULL, 10), c.layer.eps = strtod(meta_s(cs, "eps"), NULL);
     CHECK_OK(dm_act_parse(meta_s(cs, "act"), &c.layer.act));
+    CHECK_OK(dm_norm_parse(meta_s(cs, "norm"), &c.layer.norm));
     c.layers = (int)meta(cs, "l");
     c.sizes.vocab = meta(cs, "v"), c.sizes.positions = meta(cs, "n"), c.sizes.types = meta(cs, "t");
     c.sizes.predictions = meta(cs, "m");
@@ -170,10 +171,11 @@ static void run_case(const char *cs, dm_schedule sched, dm_xent_mode xent) {
         const double el = wl ? fabs(loss - wl[0]) / wl[0] : INFINITY;
         g_all[0] = g_all[1] = 0.0;
         const double eg = each_param(m, cs, 1, &wn), ea = g_all[1] > 0 ? sqrt(g_all[0] / g_all[1]) : INFINITY;
-        printf("whole BertForMaskedLM step, case %s (%d layers, i=%lld, %s, dropout %g, %s, --fused-xent %s%s%s): "
-               "loss %.6f within %.2e, %lld of %lld predicted; every gradient within %.2e (%s), all of them together "
-               "%.2e\n", cs, c.layers, (long long)c.layer.hidden, meta_s(cs, "act"), p,
-               sched == DM_SCHED_FUSED ? "fused" : "unfused", dm_xent_mode_name(xent),
+        printf("whole BertForMaskedLM step, case %s (%d layers, i=%lld, %s-LN, %s, dropout %g, %s%s, --fused-xent "
+               "%s%s%s): loss %.6f within %.2e, %lld of %lld predicted; every gradient within %.2e (%s), all of them "
+               "together %.2e\n", cs, c.layers, (long long)c.layer.hidden, meta_s(cs, "norm"), meta_s(cs, "act"), p,
+               sched == DM_SCHED_FUSED ? "fused" : "unfused",
+               o.unpad ? ", unpadded" : o.attention_op > 0 ? ", attention as one op" : "", dm_xent_mode_name(xent),
                o.device == DM_DEVICE_CPU ? "" : ", cuda ", o.device == DM_DEVICE_CPU ? "" : dm_dtype_name(o.dtype),
                loss, el, (long long)correct, (long long)c.sizes.predictions, eg, wn, ea);
         CHECK(m->c.sizes.xent == (xent == DM_XENT_AUTO ? DM_XENT_UNFUSED : xent));
@@ -638,17 +640,24 @@ int main(void) {
     CHECK_OK(dm_st_read(REF_DIR "/model_step.safetensors", &f));
     if (!f) TEST_END();
     g_ref = f;
-    /* the cases the reference lists ("A,B,C,D"), each under both schedules, the MLM head's
-     * decoder and cross-entropy fused (LINEAR_XENT) or not (and auto, unfused: once) */
+    /* the cases the reference lists ("A,B,C,D,E"), each under both schedules, the MLM
+     * head's decoder and cross-entropy fused (LINEAR_XENT) or not (and auto, unfused:
+     * once); then each on its real tokens alone (unpadded layers) and with the padded
+     * layers' attention as one op, fused, the decoder and cross-entropy fused and not */
     const char *cases = dm_st_metadata(f, "cases");
-    CHECK(cases != NULL && strlen(cases) >= 7);
-    for (const char *c = cases ? cases : ""; *c; c++) {
-        if (*c == ',') continue;
-        const char cs[2] = {*c, 0};
-        for (int x = 0; x < 3; x++)
-            for (int s = 0; s < 2; s++)
-                if (x != DM_XENT_AUTO || !s) run_case(cs, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED, (dm_xent_mode)x);
+    CHECK(cases != NULL && strlen(cases) >= 9);
+    for (int mode = 0; mode < 3; mode++) {
+        g_opt = (dm_layer_options){.unpad = mode == 1, .attention_op = mode == 2};
+        for (const char *c = cases ? cases : ""; *c; c++) {
+            if (*c == ',') continue;
+            const char cs[2] = {*c, 0};
+            for (int x = 0; x < 3; x++)
+                for (int s = 0; s < 2; s++)
+                    if ((x != DM_XENT_AUTO || !s) && (!mode || (!s && x != DM_XENT_AUTO)))
+                        run_case(cs, s ? DM_SCHED_UNFUSED : DM_SCHED_FUSED, (dm_xent_mode)x);
+        }
     }
+    g_opt = (dm_layer_options){0};
     /* the CUDA backend (emulated without a GPU): the same steps in fp32, then in bf16
      * storage against the same (fp32) references at a bf16 tolerance; the MLM head's
      * decoder and cross-entropy apart and fused */

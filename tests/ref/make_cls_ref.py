@@ -29,11 +29,18 @@ from make_refs import bert_layer, dropout_scale, layer_norm, write_safetensors  
 from make_train_ref import train_layer_seed  # noqa: E402
 
 PAD = 0
+HF_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 # case: b, j, hidden, heads, ffn, layers, vocab, positions, types, labels, seed, dropout
 CASES = {
     "A": dict(b=3, j=7, i=16, heads=2, ffn=32, layers=1, vocab=29, positions=10, types=2, labels=2, seed=11, p=0.0),
     "B": dict(b=4, j=9, i=24, heads=3, ffn=40, layers=2, vocab=31, positions=12, types=2, labels=5, seed=5, p=0.1),
     "C": dict(b=2, j=6, i=12, heads=1, ffn=20, layers=3, vocab=23, positions=6, types=3, labels=2, seed=9, p=0.2),
+    # pre-LN, ReLU, heads of 3, one token type, 7 classes, eps 1e-6, a seed past 2^63
+    "D": dict(b=3, j=5, i=15, heads=5, ffn=22, layers=2, vocab=19, positions=6, types=1, labels=7,
+              seed=0xC0FFEE0123456789, p=0.3, act="relu", eps=1e-6, norm="pre"),
+    # the tanh GELU, eps 1e-5, 4 classes, dropout 0: checked against transformers
+    "E": dict(b=3, j=8, i=8, heads=2, ffn=12, layers=2, vocab=17, positions=9, types=3, labels=4, seed=3, p=0.0,
+              act="gelu_tanh", eps=1e-5),
 }
 
 
@@ -45,7 +52,8 @@ def make_case(rng, c):
     cfg = BertConfig(vocab_size=c["vocab"], hidden_size=c["i"], num_hidden_layers=c["layers"],
                      num_attention_heads=c["heads"], intermediate_size=c["ffn"],
                      max_position_embeddings=c["positions"], type_vocab_size=c["types"], hidden_dropout_prob=0.0,
-                     attention_probs_dropout_prob=0.0, layer_norm_eps=1e-12, hidden_act="gelu", pad_token_id=PAD,
+                     attention_probs_dropout_prob=0.0, layer_norm_eps=c.get("eps", 1e-12),
+                     hidden_act=HF_ACT[c.get("act", "gelu")], pad_token_id=PAD,
                      num_labels=c["labels"], attn_implementation="eager")
     model = BertForSequenceClassification(cfg).double().eval()
     with torch.no_grad():
@@ -60,7 +68,8 @@ def make_case(rng, c):
     ids[1, J - 2:] = PAD  # padding at the end of the second sequence
     mask[1, J - 2:] = 0
     types = np.zeros((B, J), dtype=np.int64)
-    types[0, J // 2:] = 1
+    if c["types"] > 1:
+        types[0, J // 2:] = 1
     types[B - 1, 2:] = c["types"] - 1
     labels = rng.integers(0, c["labels"], B)
     if B > 2:
@@ -75,14 +84,16 @@ def explicit_forward(model, c, ids, mask, types, labels):
     pos = torch.arange(J).expand(B, J)
     x = e.word_embeddings(torch.from_numpy(ids)) + e.position_embeddings(pos) + \
         e.token_type_embeddings(torch.from_numpy(types))
-    x = layer_norm(x, e.LayerNorm.weight, e.LayerNorm.bias, 1e-12)
+    eps = c.get("eps", 1e-12)
+    x = layer_norm(x, e.LayerNorm.weight, e.LayerNorm.bias, eps)
     ds = dropout_scale(train_layer_seed(seed, -1, 1), 4, (B, J, I), p, torch.float64)
     if ds is not None:
         x = x * ds
     am = torch.from_numpy(mask)
     for l, layer in enumerate(model.bert.encoder.layer):
         prm = {n: t for n, t in layer.named_parameters()}
-        x = bert_layer(x, am, prm, c["heads"], p, train_layer_seed(seed, l, 1), 1e-12, "gelu")
+        x = bert_layer(x, am, prm, c["heads"], p, train_layer_seed(seed, l, 1), eps, c.get("act", "gelu"),
+                       norm=c.get("norm", "post"))
     pooled = torch.tanh(model.bert.pooler.dense(x[:, 0]))
     ds = dropout_scale(train_layer_seed(seed, c["layers"], 1), 5, (B, I), p, torch.float64)
     if ds is not None:
@@ -112,7 +123,7 @@ def main():
         loss, correct = explicit_forward(model, c, ids, mask, types, labels)
         loss.backward()
         g = grads_of(model)
-        if c["p"] == 0:  # the composition is transformers' model
+        if c["p"] == 0 and c.get("norm", "post") == "post":  # the composition is transformers' model
             model.zero_grad()
             hf = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask).long(),
                        token_type_ids=torch.from_numpy(types), labels=torch.from_numpy(labels))

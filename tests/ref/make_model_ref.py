@@ -2,13 +2,14 @@
 """make_model_ref.py: PyTorch references for one step of a whole BertForMaskedLM
 (tests/test_model.c), in float64 from float32-valued parameters and inputs.
 
-Four cases (CASES: sizes, layers, heads, activations, eps, padding ids, token types):
+Five cases (CASES: sizes, layers, heads, activations, eps, padding ids, token types):
 "A" (dropout 0) and "B", "C", "D" (dropout 0.1-0.2, dmove's Philox masks: the
 embeddings' site 4 under the seed of segment -1, each layer's sites 1-3 under its own, as
 src/train/model.c draws them at step 1), each with a [PAD] id inside the text, token
 types, masked positions of which the first `m` are scored and one is left out, and (but
-D) padding at the end of a sequence. Each configuration is checked here, at dropout 0,
-to equal transformers' own BertForMaskedLM to 1e-12, loss and every gradient. The
+D) padding at the end of a sequence; "E" with pre-LN layers. Each post-LN configuration is
+checked here, at dropout 0, to equal transformers' own BertForMaskedLM to 1e-12, loss and
+every gradient. The
 metadata gives each case's configuration (<case>.b, .j, .i, ...). Written to tests/ref/model_step.safetensors: <case>.<input>,
 <case>.<parameter> (Hugging Face names) and <case>.expected.{loss,correct,<parameter>.grad}.
 
@@ -41,6 +42,10 @@ CASES = {
     # one layer, one head, ReLU, three token types, one sequence of 16
     "D": dict(b=1, j=16, i=12, h=1, u=12, l=1, v=29, n=20, t=3, m=3, seed=9, pad=0, act="relu", eps=1e-5, p=0.2,
               padfrom=None, type1=8, masked=[(0, 3), (0, 9), (0, 15), (0, 4)]),
+    # pre-LN layers (dmove's --norm pre: no transformers class to check against at dropout
+    # 0, the composition is the same code's), heads of 3, a seed past 2^63, dropout 0.3
+    "E": dict(b=3, j=6, i=9, h=3, u=20, l=2, v=41, n=8, t=2, m=4, seed=0xF00DFACE12345678, pad=1, act="gelu_tanh",
+              eps=1e-6, p=0.3, padfrom=3, type1=2, masked=[(0, 0), (1, 1), (2, 5), (2, 2), (0, 4)], norm="pre"),
 }
 HF_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 
@@ -94,7 +99,8 @@ def explicit_forward(model, c, ids, mask, types, labels):
     am = torch.from_numpy(mask)
     for l, layer in enumerate(model.bert.encoder.layer):
         prm = {n: t for n, t in layer.named_parameters()}
-        x = bert_layer(x, am, prm, c["h"], p, train_layer_seed(c["seed"], l, 1), eps, c["act"])
+        x = bert_layer(x, am, prm, c["h"], p, train_layer_seed(c["seed"], l, 1), eps, c["act"],
+                       norm=c.get("norm", "post"))
     flat = x.reshape(B * J, I)
     lab = torch.from_numpy(labels.reshape(-1))
     scored = [r for r in range(B * J) if lab[r] >= 0][:c["m"]]
@@ -138,12 +144,13 @@ def main():
     out, meta = [], {"cases": ",".join(CASES), "torch": torch.__version__}
     for case, c in CASES.items():
         model, ids, mask, types, labels = make_case(rng, c)
-        # every configuration's composition is transformers' model at dropout 0
-        c0 = dict(c, p=0.0)
-        model.zero_grad()
-        loss0, _ = explicit_forward(model, c0, ids, mask, types, labels)
-        loss0.backward()
-        check_hf(model, c0, ids, mask, types, labels, loss0, grads_of(model))
+        # every post-LN configuration's composition is transformers' model at dropout 0
+        if c.get("norm", "post") == "post":
+            c0 = dict(c, p=0.0)
+            model.zero_grad()
+            loss0, _ = explicit_forward(model, c0, ids, mask, types, labels)
+            loss0.backward()
+            check_hf(model, c0, ids, mask, types, labels, loss0, grads_of(model))
         model.zero_grad()
         loss, correct = explicit_forward(model, c, ids, mask, types, labels)
         loss.backward()
@@ -159,6 +166,7 @@ def main():
         for k in ("b", "j", "i", "h", "u", "l", "v", "n", "t", "m", "seed", "pad", "act", "eps", "p"):
             meta[f"{case}.{k}"] = c[k]
         meta[f"{case}.dropped"] = len(c["masked"]) - c["m"]
+        meta[f"{case}.norm"] = c.get("norm", "post")
         print(f"case {case}: p={c['p']} {c['act']} loss {loss.item():.6f}, {correct} of {c['m']} predicted")
     path = os.path.join(a.out, "model_step.safetensors")
     write_safetensors(path, out, meta)
