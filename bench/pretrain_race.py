@@ -100,7 +100,7 @@ def run_torch(a):
     from bert_mlm_step import loss_fn, make_model, make_optimizer
     torch.set_num_threads(a.threads)
     mode, head = a.system[len("torch-"):].split("-")[0], "gather" if a.system.endswith("-gather") else "full"
-    m = (a.batch * a.seq + 4) // 5
+    m = a.batch * ((a.seq + 4) // 5)  # dmove's default: ceil(j / 5) a sequence
     train_b, valid_b = Batches(a, "train", m, 200), Batches(a, "valid", m, a.eval_batches)
     model = make_model(a)
     opt = make_optimizer(model, True, a.lr)  # fused AdamW: the faster on this CPU (bench/results/bert-peers-*)

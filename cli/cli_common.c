@@ -21,9 +21,24 @@
 
 static int g_rank = -1; /* this process's rank in a launch of several (cli_dist_start), else -1 */
 
+/* The message as one line, written at once: several ranks' lines on one terminal do not
+ * interleave mid-line (a message past the buffer is written in parts). */
 static void vreport(const char *cmd, const char *fmt, va_list ap) {
-    if (g_rank >= 0) fprintf(stderr, "rank %d: ", g_rank);
-    fprintf(stderr, "dmove %s: ", cmd);
+    char line[4096];
+    int n = g_rank >= 0 ? snprintf(line, sizeof line, "rank %d: dmove %s: ", g_rank, cmd)
+                        : snprintf(line, sizeof line, "dmove %s: ", cmd);
+    if (n < 0 || (size_t)n >= sizeof line - 2) n = 0;
+    va_list aq;
+    va_copy(aq, ap);
+    const int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, aq);
+    va_end(aq);
+    if (m >= 0 && (size_t)(n + m) < sizeof line - 1) {
+        line[n + m] = '\n';
+        fwrite(line, 1, (size_t)(n + m + 1), stderr);
+        return;
+    }
+    line[n] = 0; /* too long for one write: the prefix, then the message */
+    fputs(line, stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
 }

@@ -632,7 +632,7 @@ int cmd_bench(int argc, char **argv) {
         }
         const dm_layer_config *cfg = &c->cfg;
         o.mo.warmup = o.warmup, o.mo.reps = o.reps, o.mo.json = o.json, o.mo.groups = o.groups;
-        o.mo.predictions_used = o.mo.predictions ? o.mo.predictions : (cfg->batch * cfg->seq + 4) / 5;
+        o.mo.predictions_used = o.mo.predictions ? o.mo.predictions : cfg->batch * ((cfg->seq + 4) / 5);
         const dm_layer_options lo = {.threads = c->threads, .device = g_device, .dtype = g_dtype, .rows = g_rows,
                                      .streams = g_streams};
         const bench_env env = run_env();

@@ -80,8 +80,9 @@ static const cli_option k_options[] = {
     {.kind = CLI_I64, .name = "--types", .arg = "T", O(types), .set = offsetof(pretrain_opts, types_set) + 1, .lo = 1,
      .hi = 1 << 16, .help = "token types (default {})"},
     I64("--predictions", "M", predictions, 0,
-        "masked positions scored per batch (default: b * j / 5;\n"
-        "more in a batch are left out, and counted)"),
+        "masked positions scored per batch, ceil(M / b) at most in\n"
+        "each sequence (default: b * ceil(j / 5); more in a sequence\n"
+        "are left out, and counted)"),
     {.kind = CLI_CHOICE, .name = "--fused-xent", .arg = "X", O(xent), .choices = k_xent_modes,
      .msg = "--fused-xent: '%s' is not auto, on or off",
      .help = "the MLM head's decoder and cross-entropy as one operator that\n"
@@ -179,7 +180,7 @@ typedef struct {
     int64_t *eval_steps;    /* the held-out evaluations: steps, */
     double *eval_losses, *eval_accs; /* losses and accuracies */
     int64_t neval, eval_cap;
-    int64_t start, stop, ran, tokens, scored, correct, skips, skips0;
+    int64_t start, stop, ran, tokens, scored, correct, skips, skips0, dropped;
     double t_total, eval_loss, eval_acc;
     int evaluated;         /* an evaluation ran */
 } pretrain_run;
@@ -318,7 +319,7 @@ static dm_status one_step(pretrain_run *r, int64_t s, double *loss) {
         TRY(dm_trainer_mlm_stats(r->T, &st));
         *loss += l / k;
         r->tokens += b->tokens;
-        r->scored += st.scored, r->correct += st.correct;
+        r->scored += st.scored, r->correct += st.correct, r->dropped += st.dropped;
     }
     (void)s;
     return DM_OK;
@@ -550,14 +551,16 @@ static void summary(const pretrain_run *r) {
     if (o->json) {
         printf("{\"layers\":%d,\"params\":%" PRId64 ",\"steps\":%" PRId64 ",\"loss_first\":%.6f,\"loss_last\":%.6f,"
                "\"eval_loss\":%.6f,\"eval_accuracy\":%.6f,\"tokens_per_s\":%.1f,\"ms_per_step\":{\"data_wait\":%.4f,"
-               "\"forward\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,\"total\":%.4f},\"step_ms_median\":%.4f,\"ranks\":%d,\"reduce_ms\":{\"busy\":%.4f,\"exposed\":%.4f}}\n",
+               "\"forward\":%.4f,\"backward\":%.4f,\"optimizer\":%.4f,\"total\":%.4f},\"step_ms_median\":%.4f,\"ranks\":%d,\"reduce_ms\":{\"busy\":%.4f,\"exposed\":%.4f},"
+               "\"masked_scored\":%" PRId64 ",\"masked_left_out\":%" PRId64 "}\n",
                o->layers,
                dm_trainer_num_params(r->T), r->ran, f >= 0 ? r->losses[f] : -1.0, e >= 0 ? r->losses[e] : -1.0,
                r->evaluated ? r->eval_loss : -1.0,
                r->evaluated ? r->eval_acc : -1.0,
                (double)r->tokens / r->t_total, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n,
                1e3 * ph[DM_TRAIN_BACKWARD] / n, 1e3 * ph[DM_TRAIN_OPTIMIZER] / n, 1e3 * r->t_total / n,
-               median_step_ms(r->step_s, r->ran), dm_dist_size(r->dist), 1e3 * busy / n, 1e3 * exposed / n);
+               median_step_ms(r->step_s, r->ran), dm_dist_size(r->dist), 1e3 * busy / n, 1e3 * exposed / n,
+               r->scored, r->dropped);
         return;
     }
     if (f >= 0)
@@ -569,6 +572,9 @@ static void summary(const pretrain_run *r) {
         printf(" (%" PRId64 " step%s without a masked position: no update)", r->skips - r->skips0,
                r->skips - r->skips0 > 1 ? "s" : "");
     if (r->evaluated) printf("; held-out loss %.4f, masked-token accuracy %.3f", r->eval_loss, r->eval_acc);
+    if (r->dropped)
+        printf("\n%" PRId64 " masked positions scored, %" PRId64 " left out: past their sequence's share of "
+               "--predictions", r->scored, r->dropped);
     printf("\ntime per step %.1f ms: waiting for data %.2f, forward %.1f, backward %.1f, %s %.1f; %.0f real tokens/s\n",
            1e3 * r->t_total / n, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
            o->opt.optim.kind == DM_OPT_LAMB ? "LAMB" : "AdamW", 1e3 * ph[DM_TRAIN_OPTIMIZER] / n,

@@ -440,8 +440,9 @@ typedef struct {
     int64_t pad_id;      /* the padding token: its word row starts at 0 and takes no gradient
                           * from the lookup (nn.Embedding's padding_idx; the tied decoder's
                           * gradient and weight decay still reach it, as in transformers) */
-    int64_t predictions; /* masked positions scored per batch (0: b * j / 5, rounded up; the
-                          * masked positions past it in a batch are left out and counted) */
+    int64_t predictions; /* masked positions scored per batch, ceil(predictions / b) at most
+                          * in each sequence (0: b * ceil(j / 5); the masked positions past
+                          * a sequence's share are left out and counted) */
     dm_xent_mode xent;   /* the MLM head's decoder and cross-entropy (dm_xent_mode) */
     int64_t num_labels;  /* 0: BertForMaskedLM; 2 or more: BertForSequenceClassification with
                           * that many classes (predictions then unused; 1, regression, is

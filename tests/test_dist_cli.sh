@@ -90,6 +90,20 @@ cp stdout two.json
 for k in loss_first loss_last eval_loss eval_accuracy; do
     close "pretrain: $k, 2 ranks x b=4 vs 1 x b=8" "$(json_num two.json $k)" "$(json_num one.json $k)" 1e-5
 done
+# masking 40% of the tokens: every sequence has more masked positions than its share of
+# --predictions (ceil(32 / 5) = 7 of about 13); the share is per sequence, so 2 ranks still
+# score the positions one process scores
+# shellcheck disable=SC2086
+good "pretrain alone, b=8, 40% masked" $P --batch 8 --mask-prob 0.4 --json
+cp stdout one40.json
+# shellcheck disable=SC2086
+run2 "pretrain, 2 ranks x b=4, 40% masked" $P --batch 4 --mask-prob 0.4 --json
+cp stdout two40.json
+for k in loss_first loss_last eval_loss masked_scored masked_left_out; do
+    close "pretrain 40% masked: $k, 2 ranks x b=4 vs 1 x b=8" "$(json_num two40.json $k)" "$(json_num one40.json $k)" 1e-5
+done
+awk -v d="$(json_num one40.json masked_left_out)" 'BEGIN { exit !(d > 0) }' ||
+    fail "pretrain 40% masked: no masked position was left out (the case is meant to cap)"
 has "pretrain --json: ranks" two.json '"ranks":2,"reduce_ms":\{"busy":[0-9.]+,"exposed":[0-9.]+\}'
 echo "ok   pretrain: 2 ranks x b=4 as 1 x b=8: loss $(json_num one.json loss_first) -> $(json_num one.json loss_last), \
 held-out $(json_num one.json eval_loss) (alone) vs $(json_num two.json loss_first) -> $(json_num two.json loss_last), \
@@ -119,8 +133,8 @@ good "pretrain alone, resumed from 2 ranks' checkpoint" $P --batch 8 --resume mi
 close "resumed alone: the last loss as the 2 ranks'" "$(json_num stdout loss_last)" "$(json_num two.json loss_last)" 1e-5
 # shellcheck disable=SC2086
 expect "a checkpoint of another global batch" 1 "batch" $P --batch 4 --resume mid.ckpt
-# b x j = 132 a rank: its masked positions a batch, 27 by default (b x j / 5 up), make 54 on
-# 2 ranks, 53 for one process of 264: the checkpoint resumes all the same
+# j = 33, not a multiple of 5: a sequence's share of the masked positions, ceil(33 / 5) = 7,
+# the same on 2 ranks of b=4 as alone with b=8: the checkpoint resumes
 # shellcheck disable=SC2086
 run2 "pretrain 2 ranks, j=33" $P --batch 4 --seq 33 --save odd.ckpt --until 2
 # shellcheck disable=SC2086

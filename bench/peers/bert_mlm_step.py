@@ -9,8 +9,9 @@ The model: BertForMaskedLM(BertConfig(vocab, hidden, layers, heads, ffn, 512 pos
 forward; loss; backward; clip_grad_norm_(1.0) (dmove pretrain clips at 1 by default);
 AdamW (lr 1e-4, betas 0.9/0.999, eps 1e-6, weight decay 0.01 on weights, not on biases
 and LayerNorms, as dmove). The batches come from bench/dump_batches (dmove's loader);
-the labels past the first --predictions chosen positions of a batch (row-major) are
-dropped, as dmove's trainer drops them, so both score the same positions.
+the labels past each sequence's first ceil(--predictions / b) chosen positions (and past
+--predictions in all) are dropped, as dmove's trainer drops them, so both score the same
+positions.
 
 --head full    as a user runs it: model(input_ids, attention_mask, token_type_ids,
                labels=labels).loss: the MLM head (dense, GELU, LayerNorm, decoder) at every
@@ -52,9 +53,16 @@ def read_batches(path, predictions):
         ids, tt, am, lab = (torch.from_numpy(a[k, x].astype(np.int64)) for x in range(4))
         flat = lab.reshape(-1)
         chosen = (flat >= 0).nonzero().squeeze(1)
-        if predictions and chosen.numel() > predictions:
-            flat[chosen[predictions:]] = -100
-            chosen = chosen[:predictions]
+        if predictions:  # dmove's cap: each sequence's first ceil(M / b) chosen, M in all
+            per_seq, keep = -(-predictions // b), []
+            for s in range(b):
+                mine = [int(r) for r in chosen if s * j <= int(r) < (s + 1) * j][:per_seq]
+                keep += mine[:predictions - len(keep)]
+            kept = torch.tensor(keep, dtype=torch.int64)
+            left = torch.ones(flat.numel(), dtype=torch.bool)
+            left[kept] = False
+            flat[left & (flat >= 0)] = -100
+            chosen = kept
         # the gathered rows padded to M (row 0, target -100: ignored), as dmove pads them: one
         # shape for every batch, so torch.compile compiles once
         m = predictions or chosen.numel()

@@ -69,7 +69,7 @@ run() { # round batch variant
                    --steps "$steps" --threads 2 --eval-batches 1 --eval-every "$steps" --json 2>/dev/null) ;;
         *) v=${3#torch-}
            j=$("$PY" "$here/bert_mlm_step.py" --batches "$tmp/b$2.bin" --layers "$layers" --reps "$reps" \
-                   --warmup "$warmup" --mode "${v%-*}" --head "${v#*-}" --adamw "$adamw" --predictions $((($2 * 128 + 4) / 5))) ;;
+                   --warmup "$warmup" --mode "${v%-*}" --head "${v#*-}" --adamw "$adamw" --predictions $(($2 * ((128 + 4) / 5)))) ;;
     esac
     printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$j" >>"$raw"
 }
@@ -94,7 +94,7 @@ if [ "$profile" = 1 ]; then
         echo "profile: torch-eager-$h b=$b" >&2
         echo "== torch.profiler, torch-eager-$h, b=$b, one step (fused AdamW), top ops by self CPU time" >>"$tmp/prof"
         "$PY" "$here/bert_mlm_step.py" --batches "$tmp/b$b.bin" --layers "$layers" --reps 1 --warmup 1 --adamw fused \
-            --mode eager --head "$h" --predictions $(((b * 128 + 4) / 5)) --profile 1 2>>"$tmp/prof" >/dev/null
+            --mode eager --head "$h" --predictions $((b * ((128 + 4) / 5))) --profile 1 2>>"$tmp/prof" >/dev/null
     done
 fi
 commit="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo ' (dirty tree)')"

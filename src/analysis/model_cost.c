@@ -88,7 +88,7 @@ dm_status dm_model_cost_analyze(const dm_layer_config *cfg, int layers, const dm
                        (long long)cfg->batch, (long long)cfg->seq);
     const int64_t n = (int64_t)nz;
     const dm_bert_sizes sz = {.vocab = bert->vocab, .positions = bert->positions, .types = bert->types,
-                              .predictions = bert->predictions ? bert->predictions : (n + 4) / 5};
+                              .predictions = bert->predictions ? bert->predictions : cfg->batch * ((cfg->seq + 4) / 5)};
     out->tokens = n;
     out->predictions = sz.predictions;
     const dm_segment segs[3] = {DM_SEG_EMBEDDINGS, DM_SEG_ENCODER, DM_SEG_MLM_HEAD};

@@ -137,21 +137,27 @@ dm_status dm_model_init_params(dm_model *m, uint64_t seed) {
     return DM_OK;
 }
 
-/* The scored rows: the first `predictions` masked positions (labels >= 0) in order (the
- * labels checked by the caller). */
+/* The scored rows: each sequence's first ceil(predictions / b) masked positions (labels
+ * >= 0) in order, `predictions` at most in all (the labels checked by the caller). A cap
+ * per sequence, as BERT's max_predictions_per_seq: N ranks of b sequences each then score
+ * the positions one process of N b scores, where predictions is a multiple of b (the
+ * default, b ceil(j / 5), is). */
 static dm_status batch_head(dm_model *m, const int32_t *labels) {
-    const int64_t n = m->c.layer.batch * m->c.layer.seq, M = m->c.sizes.predictions;
+    const int64_t B = m->c.layer.batch, J = m->c.layer.seq, n = B * J, M = m->c.sizes.predictions;
+    const int64_t per_seq = (M + B - 1) / B;
     float *mp, *lab, *w = NULL;
     DM_TRY(dm_layer_tensor(m->head, "masked_positions", &mp, NULL, NULL));
     DM_TRY(dm_layer_tensor(m->head, "labels", &lab, NULL, NULL));
     if (!m->opt.forward_only) DM_TRY(dm_layer_tensor(m->head, "loss_weights", &w, NULL, NULL));
-    int64_t k = 0, dropped = 0;
+    int64_t k = 0, dropped = 0, in_seq = 0;
     for (int64_t r = 0; r < n; r++) {
+        if (r % J == 0) in_seq = 0;
         if (labels[r] < 0) continue;
-        if (k == M) {
+        if (k == M || in_seq == per_seq) {
             dropped++;
             continue;
         }
+        in_seq++;
         mp[k] = (float)(m->off ? m->off[r / m->c.layer.seq] + r % m->c.layer.seq : r); /* packed: its token's row */
         lab[k++] = (float)labels[r];
     }
@@ -532,7 +538,7 @@ dm_status dm_trainer_new_bert(dm_trainer **out, const dm_layer_config *cfg, int 
     mc.sizes = (dm_bert_sizes){.vocab = bert->vocab, .positions = bert->positions, .types = bert->types,
                                .predictions = cls ? 0 : bert->predictions, .classes = bert->num_labels,
                                .xent = bert->xent};
-    if (!cls && !mc.sizes.predictions) mc.sizes.predictions = (cfg->batch * cfg->seq + 4) / 5;
+    if (!cls && !mc.sizes.predictions) mc.sizes.predictions = cfg->batch * ((cfg->seq + 4) / 5); /* ceil(j/5) a sequence */
     dm_trainer *T = calloc(1, sizeof *T);
     if (!T) return dm_fail(DM_ERR_OOM, "out of memory");
     T->cfg = *cfg;

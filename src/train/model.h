@@ -42,7 +42,7 @@ typedef struct dm_model {
                         * scores (<= predictions) */
     int64_t correct;   /* of them, the argmax predicted in the last forward pass */
     int no_correct;    /* count no hits (correct stays -1): no logits brought to the host */
-    int64_t dropped;   /* masked positions past `predictions` the last batch left out
+    int64_t dropped;   /* masked positions past a sequence's share the last batch left out
                         * (over every rank of dist) */
     dm_dist *dist;     /* data parallelism: the batch is this rank's part, and counts,
                         * losses and the losses' normaliser are the global batch's (NULL:
@@ -73,8 +73,8 @@ dm_status dm_model_init_params(dm_model *m, uint64_t seed);
  * all 1) and labels (MLM: b * j, the original id at a masked position, negative elsewhere;
  * classifier: b, each sequence's class, negative: none; NULL, and ignored, without a
  * head). The classifier reads each sequence's first position ([CLS]).
- * The first `predictions` masked positions in order are scored, the rest counted in
- * m->dropped. Ids are checked against the vocabulary. */
+ * Each sequence's first ceil(predictions / b) masked positions in order are scored
+ * (predictions at most in all), the rest counted in m->dropped. Ids are checked against the vocabulary. */
 dm_status dm_model_set_batch(dm_model *m, const int32_t *ids, const int32_t *types, const float *attention_mask,
                              const int32_t *labels);
 /* Forward with step `step`'s dropout masks: the mean cross-entropy over the scored

@@ -7,7 +7,8 @@ Five cases (CASES: sizes, layers, heads, activations, eps, padding ids, token ty
 embeddings' site 4 under the seed of segment -1, each layer's sites 1-3 under its own, as
 src/train/model.c draws them at step 1), each with a [PAD] id inside the text, token
 types, masked positions of which the first `m` are scored and one is left out, and (but
-D) padding at the end of a sequence; "E" with pre-LN layers. Each post-LN configuration is
+D) padding at the end of a sequence; "E" with pre-LN layers. The scored positions are each
+sequence's first ceil(m / b) masked ones, m at most in all, as dmove's batch_head. Each post-LN configuration is
 checked here, at dropout 0, to equal transformers' own BertForMaskedLM to 1e-12, loss and
 every gradient. The
 metadata gives each case's configuration (<case>.b, .j, .i, ...). Written to tests/ref/model_step.safetensors: <case>.<input>,
@@ -43,9 +44,10 @@ CASES = {
     "D": dict(b=1, j=16, i=12, h=1, u=12, l=1, v=29, n=20, t=3, m=3, seed=9, pad=0, act="relu", eps=1e-5, p=0.2,
               padfrom=None, type1=8, masked=[(0, 3), (0, 9), (0, 15), (0, 4)]),
     # pre-LN layers (dmove's --norm pre: no transformers class to check against at dropout
-    # 0, the composition is the same code's), heads of 3, a seed past 2^63, dropout 0.3
+    # 0, the composition is the same code's), heads of 3, a seed past 2^63, dropout 0.3; the first
+    # sequence has 3 masked positions, past its share of ceil(4 / 3) = 2
     "E": dict(b=3, j=6, i=9, h=3, u=20, l=2, v=41, n=8, t=2, m=4, seed=0xF00DFACE12345678, pad=1, act="gelu_tanh",
-              eps=1e-6, p=0.3, padfrom=3, type1=2, masked=[(0, 0), (1, 1), (2, 5), (2, 2), (0, 4)], norm="pre"),
+              eps=1e-6, p=0.3, padfrom=3, type1=2, masked=[(0, 0), (0, 2), (0, 4), (1, 1), (2, 2), (2, 5)], norm="pre"),
 }
 HF_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 
@@ -84,6 +86,18 @@ def make_case(rng, c):
     return model, ids, mask, types, labels
 
 
+def scored_rows(c, labels):
+    """dmove's scored rows: each sequence's first ceil(m / b) masked positions in order, m at
+    most in all (src/train/model.c, batch_head)."""
+    B, J, M = c["b"], c["j"], c["m"]
+    per_seq, rows = -(-M // B), []
+    lab = labels.reshape(-1)
+    for bb in range(B):
+        mine = [bb * J + jj for jj in range(J) if lab[bb * J + jj] >= 0][:per_seq]
+        rows += mine[:M - len(rows)]
+    return rows
+
+
 def explicit_forward(model, c, ids, mask, types, labels):
     """The model by hand with dmove's dropout masks (p may be 0)."""
     B, J, I, p, eps = c["b"], c["j"], c["i"], c["p"], c["eps"]
@@ -103,7 +117,7 @@ def explicit_forward(model, c, ids, mask, types, labels):
                        norm=c.get("norm", "post"))
     flat = x.reshape(B * J, I)
     lab = torch.from_numpy(labels.reshape(-1))
-    scored = [r for r in range(B * J) if lab[r] >= 0][:c["m"]]
+    scored = scored_rows(c, labels)
     logits = model.cls(flat[torch.tensor(scored)])
     tgt = lab[torch.tensor(scored)]
     loss = torch.nn.functional.cross_entropy(logits, tgt)
@@ -125,8 +139,9 @@ def check_hf(model, c, ids, mask, types, labels, loss, g):
     model.zero_grad()
     B, J = c["b"], c["j"]
     lab = labels.copy().reshape(-1)
-    keep = [r for r in range(B * J) if lab[r] >= 0][c["m"]:]
-    lab[keep] = -100  # the positions past `predictions` are left out, as dmove does
+    scored = set(scored_rows(c, labels))
+    keep = [r for r in range(B * J) if lab[r] >= 0 and r not in scored]
+    lab[keep] = -100  # the positions past a sequence's share are left out, as dmove does
     hf = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask).long(),
                token_type_ids=torch.from_numpy(types), labels=torch.from_numpy(lab.reshape(B, J)))
     hf.loss.backward()
@@ -165,7 +180,8 @@ def main():
             out.append((f"{case}.expected.{name}.grad", f32(g[name].numpy())))
         for k in ("b", "j", "i", "h", "u", "l", "v", "n", "t", "m", "seed", "pad", "act", "eps", "p"):
             meta[f"{case}.{k}"] = c[k]
-        meta[f"{case}.dropped"] = len(c["masked"]) - c["m"]
+        meta[f"{case}.counted"] = len(scored_rows(c, labels))
+        meta[f"{case}.dropped"] = len(c["masked"]) - meta[f"{case}.counted"]
         meta[f"{case}.norm"] = c.get("norm", "post")
         print(f"case {case}: p={c['p']} {c['act']} loss {loss.item():.6f}, {correct} of {c['m']} predicted")
     path = os.path.join(a.out, "model_step.safetensors")
