@@ -268,9 +268,10 @@ static dm_status open_loaders(pretrain_run *r, const dm_layer_config *cfg) {
     const size_t nv = dm_dataset_shard_count(d, "valid");
     dm_dataset_free(d);
     /* every rank the same data: the evaluations are collectives too */
-    char id[160];
-    snprintf(id, sizeof id, "%" PRId64 " sequences an epoch, vocabulary %016" PRIx64 ", %zu held-out shards",
-             dm_loader_sequences(r->train), r->vocab.hash, nv);
+    char id[200];
+    snprintf(id, sizeof id, "%" PRId64 " sequences an epoch, vocabulary %016" PRIx64 ", %zu held-out shards, "
+             "token data %016" PRIx64, dm_loader_sequences(r->train), r->vocab.hash, nv,
+             dm_loader_fingerprint(r->train));
     TRY(dm_dist_agree(r->dist, "the training data", id));
     if (!nv) return DM_OK;
     lc.prefetch = 0;

@@ -314,9 +314,14 @@ static int setup(train_run *r) {
     const dm_layer_config *cfg = &o->c.cfg;
     int64_t n = 0;
     if (r->data) dm_train_data_sizes(r->data, &n, NULL, NULL);
-    if (r->data && n < cfg->batch) {
-        cli_usage_error(CMD, "--data holds %" PRId64 " samples, fewer than a batch (--batch %" PRId64 ")", n,
-                        cfg->batch);
+    const int64_t ranks = dm_dist_size(r->dist), global = cfg->batch * ranks; /* every rank's share */
+    if (r->data && n < global) {
+        if (ranks > 1)
+            cli_usage_error(CMD, "--data holds %" PRId64 " samples, fewer than the global batch (%" PRId64
+                            " ranks x --batch %" PRId64 ")", n, ranks, cfg->batch);
+        else
+            cli_usage_error(CMD, "--data holds %" PRId64 " samples, fewer than a batch (--batch %" PRId64 ")", n,
+                            cfg->batch);
         return CLI_USAGE;
     }
     dm_layer_options opt = {.threads = o->c.threads, .schedule = o->unfused ? DM_SCHED_UNFUSED : DM_SCHED_FUSED,

@@ -113,6 +113,7 @@ typedef struct {
     int id_bytes;        /* 2 or 4 (shards) */
     uint64_t vocab_hash;
     int32_t vocab_size;
+    uint64_t checksum;   /* a shard's stored checksum, its content's fingerprint (shards) */
 } dm_shard_info;
 
 /* --- Writing shards ------------------------------------------------------------------- */
@@ -256,6 +257,9 @@ dm_status dm_loader_seek(dm_loader *l, int64_t step);
  * caller's thread, leaving the loader's position alone. */
 dm_status dm_loader_batch_at(const dm_loader *l, int64_t step, dm_batch *out);
 int64_t dm_loader_sequences(const dm_loader *l);   /* sequences an epoch; NULL l: 0 */
+/* The fingerprint of the loader's shards, their checksums in order: two loaders over the
+ * same token data (wherever its files are) have the same; NULL l: 0. */
+uint64_t dm_loader_fingerprint(const dm_loader *l);
 /* Seconds next() spent waiting for a batch (with prefetch 0: building it), and calls. */
 double dm_loader_wait_seconds(const dm_loader *l);  /* NULL l: 0 */
 int64_t dm_loader_batches(const dm_loader *l);       /* next() calls; NULL l: 0 */

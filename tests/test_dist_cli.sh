@@ -191,6 +191,19 @@ mpirun -np 1 "$DMOVE" $P --batch 4 : -np 1 "$DMOVE" $P --batch 4 --pairs >stdout
 grep -q 'the ranks differ in the options given' stderr || fail "an option on one rank only: $(head -3 stderr)"
 echo "ok   an option on one rank only refused: $(grep -m1 'differ' stderr | cut -c1-120)..."
 
+# the same options and paths, other token data of the same size and vocabulary (each rank in
+# its own working directory): refused, naming the data
+mkdir -p w0 w1 && cp vocab.txt w0/ && cp vocab.txt w1/ && cp -r data w0/data
+sed 's/cat/dog/' corpus.txt >w1/corpus.txt
+(cd w1 && "$DMOVE" prepare --tokenizer vocab.txt --lowercase --out data --valid-fraction 0.1 corpus.txt >/dev/null 2>&1) ||
+    fail "prepare in w1"
+cases=$((cases + 1))
+# shellcheck disable=SC2086
+mpirun -np 1 -wdir "$PWD/w0" "$DMOVE" $P --batch 4 --steps 1 : -np 1 -wdir "$PWD/w1" "$DMOVE" $P --batch 4 --steps 1 \
+    >stdout 2>stderr && fail "ranks with other token data started"
+grep -q 'the ranks differ in the training data' stderr || fail "other data: the refusal does not say so: $(head -3 stderr)"
+echo "ok   ranks with other token data (same size, same vocabulary) refused"
+
 # --- faults: the pid of rank 1 of the run in the background
 rank1() {
     for p in $(pgrep -f "$DMOVE pretrain"); do

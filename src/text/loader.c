@@ -274,5 +274,15 @@ dm_status dm_loader_batch_at(const dm_loader *l, int64_t step, dm_batch *out) {
 }
 
 int64_t dm_loader_sequences(const dm_loader *l) { return l ? l->s.nseq : 0; }
+
+uint64_t dm_loader_fingerprint(const dm_loader *l) {
+    uint64_t h = 14695981039346656037ull;
+    for (size_t k = 0; l && k < l->s.c.nshards; k++) {
+        dm_shard_info si;
+        if (dm_shard_get_info(l->s.c.shards[k], &si) != DM_OK) return 0;
+        for (int b = 0; b < 8; b++) h = (h ^ ((si.checksum >> (8 * b)) & 0xff)) * 1099511628211ull;
+    }
+    return l ? h : 0;
+}
 double dm_loader_wait_seconds(const dm_loader *l) { return l ? l->wait : 0; }
 int64_t dm_loader_batches(const dm_loader *l) { return l ? l->calls : 0; }

@@ -386,6 +386,7 @@ dm_status dm_shard_open(dm_shard **out, const char *path, uint64_t expect_hash) 
     if (st == DM_OK && rd64(s->map + s->map_len - 8) != dm_data_hash64(s->map, s->map_len - 8) && !DM_FUZZING_BUILD)
         st = dm_fail(DM_ERR_FORMAT, "shard '%s' fails its checksum: it was changed or damaged after "
                      "it was written; make it again with dmove prepare", path);
+    if (st == DM_OK) s->info.checksum = rd64(s->map + s->map_len - 8);
     if (st == DM_OK) st = check_body(s, path);
     if (st == DM_OK && expect_hash && s->info.vocab_hash != expect_hash)
         st = dm_fail(DM_ERR_FORMAT, "shard '%s' was made with another tokenizer (vocabulary hash "
