@@ -62,7 +62,7 @@ void bench_result_free(bench_result *r);
 /* `dmove bench --model` (bench_model.c): the whole BertForMaskedLM's step and its parts. */
 typedef struct {
     int layers, warmup, reps, json, groups, lamb;
-    int64_t vocab, predictions; /* predictions 0: b * j / 5, rounded up */
+    int64_t vocab, predictions; /* predictions 0: b * ceil(j / 5) */
     int64_t predictions_used;   /* what the trainer scores */
 } bench_model_opts;
 /* 0, or -1 after the error is printed. */

@@ -96,7 +96,7 @@ static const cli_option k_options[] = {
     {.kind = CLI_I64, .name = "--types", .arg = "T", .set = offsetof(analyze_opts, model_set) + 1, .off = offsetof(analyze_opts, types), .lo = 1,
      .hi = 1 << 16, .help = "with --model: token types (default {})"},
     {.kind = CLI_I64, .name = "--predictions", .arg = "M", .off = offsetof(analyze_opts, predictions), .lo = 0,
-     .hi = INT64_C(1) << 40, .help = "with --model: positions the head scores (default b * j / 5)"},
+     .hi = INT64_C(1) << 40, .help = "with --model: positions the head scores (default b * ceil(j / 5))"},
     {.kind = CLI_HELP, .name = "--help", .help = "this text"},
     {.kind = CLI_END},
 };

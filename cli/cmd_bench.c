@@ -92,7 +92,7 @@ static const cli_option k_options[] = {
      .help = "with --model: vocabulary size (default {}, BERT's)"},
     {.kind = CLI_I64, .name = "--predictions", .arg = "M", .off = offsetof(bench_opts, mo.predictions),
      .set = offsetof(bench_opts, model_set) + 1, .lo = 1, .hi = INT64_C(1) << 30,
-     .help = "with --model: masked positions scored (default b * j / 5)"},
+     .help = "with --model: masked positions scored (default b * ceil(j / 5))"},
     {.kind = CLI_FLAG, .name = "--lamb", .off = offsetof(bench_opts, mo.lamb), .lo = 1,
      .set = offsetof(bench_opts, model_set) + 1, .help = "with --model: LAMB instead of AdamW"},
     {.kind = CLI_STR, .name = "--lengths", .arg = "SPEC", .off = offsetof(bench_opts, lengths),

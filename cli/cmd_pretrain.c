@@ -575,7 +575,7 @@ static void summary(const pretrain_run *r) {
     if (r->evaluated) printf("; held-out loss %.4f, masked-token accuracy %.3f", r->eval_loss, r->eval_acc);
     if (r->dropped)
         printf("\n%" PRId64 " masked positions scored, %" PRId64 " left out: past their sequence's share of "
-               "--predictions", r->scored, r->dropped);
+               "--predictions, or past --predictions in all", r->scored, r->dropped);
     printf("\ntime per step %.1f ms: waiting for data %.2f, forward %.1f, backward %.1f, %s %.1f; %.0f real tokens/s\n",
            1e3 * r->t_total / n, 1e3 * wait / n, 1e3 * ph[DM_TRAIN_FORWARD] / n, 1e3 * ph[DM_TRAIN_BACKWARD] / n,
            o->opt.optim.kind == DM_OPT_LAMB ? "LAMB" : "AdamW", 1e3 * ph[DM_TRAIN_OPTIMIZER] / n,

@@ -83,6 +83,18 @@ if same_on_cuda "finetune --device cuda (emulated)" stderr same $F --train train
     --eval-every 15 --dropout 0.1; then
     has "finetune --device cuda says where" stderr '^  on the GPU \(fp32 storage, emulated'
 fi
+# 3000 classes of long names: config.json's id2label and label2id past 1 MB, exported whole
+# (the weights and the config, the config made first) and read back by --init
+long=$(printf 'x%.0s' $(seq 1 180))
+awk -v l="$long" 'BEGIN { for (k = 0; k < 3000; k++) printf "a good day\t%s%04d\n", l, k }' >many.tsv
+# shellcheck disable=SC2086
+good "finetune, 3000 classes" $F --batch 64 --train many.tsv --epochs 1 --export many
+[ "$(wc -c <many/config.json)" -gt 1048576 ] || fail "3000 classes: config.json is not past 1 MB"
+has "3000 classes: the last name" many/config.json "\"2999\": \"${long}2999\""
+ls -a many | grep -q dmove-export && fail "3000 classes: the temporary config was left in many/"
+good "finetune --init from 3000 classes" finetune --tokenizer vocab.txt --lowercase --seq 16 --batch 16 --threads 2 \
+    --train train.tsv --epochs 1 --init many
+
 # --init: the exported model's embeddings, encoder and pooler (a new classifier): one epoch
 # from them is enough
 good "finetune --init" finetune --tokenizer vocab.txt --lowercase --seq 16 --batch 16 --lr 1e-3 --threads 2 \

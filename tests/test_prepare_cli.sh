@@ -72,6 +72,9 @@ has "a pipe" stdout 'train: 3 documents, 6 sentences'
 printf 'hello world\n\302\240 \343\200\200\n the cat.\n\342\200\250\n a dog.\n' >uniblank.txt
 good "unicode blank" prepare --tokenizer vocab.txt --lowercase --out uniblank uniblank.txt
 has "unicode blank" stdout 'train: 3 documents, 3 sentences'
+printf 'hello world\n\342\200A\nthe cat.\n' >nearblank.txt # E2 80 41: no U+2000, invalid UTF-8
+bad "invalid UTF-8 that looks blank" 1 "invalid UTF-8" prepare --tokenizer vocab.txt --lowercase --out nearblank \
+    nearblank.txt
 
 good "force" prepare --tokenizer vocab.txt --lowercase --out perfile --force a.txt
 has "force" stdout 'train: 3 documents'

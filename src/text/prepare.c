@@ -158,7 +158,8 @@ static dm_status add_sentence(prep *p, const dm_ids *ids) {
 
 /* A line of whitespace alone, as Python's str.strip() (BERT's create_pretraining_data)
  * sees it: ASCII's, U+001C..U+001F, U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028,
- * U+2029, U+202F, U+205F, U+3000 (the line is valid UTF-8). */
+ * U+2029, U+202F, U+205F, U+3000, each byte matched exactly (a line with any other byte,
+ * invalid UTF-8 included, is not blank: the encoder judges it). */
 static int blank(const char *str, size_t n) {
     const unsigned char *s = (const unsigned char *)str;
     for (size_t k = 0; k < n;) {
@@ -169,10 +170,11 @@ static int blank(const char *str, size_t n) {
             k += 2;
         } else if (k + 2 < n && ((c == 0xE1 && s[k + 1] == 0x9A && s[k + 2] == 0x80) ||
                                  (c == 0xE2 && s[k + 1] == 0x80 &&
-                                  (s[k + 2] <= 0x8A || s[k + 2] == 0xA8 || s[k + 2] == 0xA9 || s[k + 2] == 0xAF)) ||
+                                  ((s[k + 2] >= 0x80 && s[k + 2] <= 0x8A) || s[k + 2] == 0xA8 || s[k + 2] == 0xA9 ||
+                                   s[k + 2] == 0xAF)) ||
                                  (c == 0xE2 && s[k + 1] == 0x81 && s[k + 2] == 0x9F) ||
                                  (c == 0xE3 && s[k + 1] == 0x80 && s[k + 2] == 0x80))) {
-            k += 3; /* E2 80 80..8A: U+2000..U+200A (continuation bytes start at 0x80) */
+            k += 3; /* E2 80 80..8A: U+2000..U+200A */
         } else {
             return 0;
         }

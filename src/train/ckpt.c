@@ -588,8 +588,9 @@ static dm_status export_files(const dm_trainer *T, const char *dir) {
     c.layer_norm_eps = T->cfg.eps;
     c.hidden_dropout_prob = c.attention_probs_dropout_prob = T->cfg.dropout;
     c.act = T->cfg.act;
-    char cfg_tmp[4096], cfg_path[4096];
-    if ((size_t)snprintf(cfg_tmp, sizeof cfg_tmp, "%s/.config.json.dmove-export", dir) >= sizeof cfg_tmp)
+    char cfg_tmp[4096], cfg_path[4096]; /* the temporary name per process: two exports do not collide */
+    if ((size_t)snprintf(cfg_tmp, sizeof cfg_tmp, "%s/.config.json.dmove-export.%ld", dir, (long)getpid()) >=
+        sizeof cfg_tmp)
         return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
     struct stat sb; /* what would refuse the last write refuses the first */
@@ -627,7 +628,7 @@ static dm_status export_files(const dm_trainer *T, const char *dir) {
     }
     char *text = NULL; /* then config.json, by the atomic writer */
     size_t len = 0;
-    s = dm_read_file(cfg_tmp, 1 << 20, &text, &len);
+    s = dm_read_file(cfg_tmp, (size_t)1 << 34, &text, &len); /* id2label of any number of classes */
     if (s == DM_OK) s = dm_write_file_atomic(cfg_path, text, len);
     free(text);
     unlink(cfg_tmp);

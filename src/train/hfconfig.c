@@ -17,7 +17,7 @@
 #include "core/tensorfile.h"
 #include "dmove_tools.h"
 
-#define MAX_CONFIG_BYTES (1 << 20)
+#define MAX_CONFIG_BYTES (1 << 26) /* a classifier's id2label of many classes fits */
 
 void dm_hf_config_default(dm_hf_config *c) {
     if (!c) return;

@@ -6,7 +6,8 @@ Five cases (CASES: sizes, layers, heads, activations, eps, padding ids, token ty
 "A" (dropout 0) and "B", "C", "D" (dropout 0.1-0.2, dmove's Philox masks: the
 embeddings' site 4 under the seed of segment -1, each layer's sites 1-3 under its own, as
 src/train/model.c draws them at step 1), each with a [PAD] id inside the text, token
-types, masked positions of which the first `m` are scored and one is left out, and (but
+types, masked positions of which some are left out (past `m` in all, or, in "E", past a
+sequence's share), and (but
 D) padding at the end of a sequence; "E" with pre-LN layers. The scored positions are each
 sequence's first ceil(m / b) masked ones, m at most in all, as dmove's batch_head. Each post-LN configuration is
 checked here, at dropout 0, to equal transformers' own BertForMaskedLM to 1e-12, loss and
