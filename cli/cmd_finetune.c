@@ -617,8 +617,12 @@ static dm_status evaluate(ft_run *r, int64_t step) {
     return DM_OK;
 }
 
+/* Step s: its micro-batches and the update; the step's loss is the mean over all their
+ * labelled sequences (one batch's mean, as the update weighs them). */
 static int one_step(ft_run *r, int64_t s, double *loss) {
     const int k = r->o.opt.optim.accumulate;
+    double sum = 0.0, plain = 0.0;
+    int64_t scored = 0;
     *loss = 0;
     for (int m = 0; m < k; m++) {
         double l = 0;
@@ -626,9 +630,10 @@ static int one_step(ft_run *r, int64_t s, double *loss) {
         if (train_batch(r, (s - 1) * k + m) != DM_OK || dm_trainer_step(r->T, &l) != DM_OK ||
             dm_trainer_mlm_stats(r->T, &st) != DM_OK)
             return -1;
-        *loss += l / k;
+        sum += l * (double)st.scored, scored += st.scored, plain += l / k;
         r->scored += st.scored, r->correct += st.correct;
     }
+    *loss = scored ? sum / (double)scored : plain;
     return 0;
 }
 

@@ -306,9 +306,12 @@ static dm_status evaluate(pretrain_run *r) {
     return DM_OK;
 }
 
-/* Step s: its micro-batches and the update; the step's loss is their mean. */
+/* Step s: its micro-batches and the update; the step's loss is the mean over all their
+ * scored positions (each micro-batch's mean weighed by its count: one batch's mean). */
 static dm_status one_step(pretrain_run *r, int64_t s, double *loss) {
     const int k = r->o.opt.optim.accumulate;
+    double sum = 0.0, plain = 0.0;
+    int64_t scored = 0;
     *loss = 0;
     for (int m = 0; m < k; m++) {
         const dm_batch *b;
@@ -318,10 +321,11 @@ static dm_status one_step(pretrain_run *r, int64_t s, double *loss) {
         dm_mlm_stats st;
         TRY(dm_trainer_step(r->T, &l));
         TRY(dm_trainer_mlm_stats(r->T, &st));
-        *loss += l / k;
+        sum += l * (double)st.scored, scored += st.scored, plain += l / k;
         r->tokens += b->tokens;
         r->scored += st.scored, r->correct += st.correct, r->dropped += st.dropped;
     }
+    *loss = scored ? sum / (double)scored : plain;
     (void)s;
     return DM_OK;
 }

@@ -96,6 +96,24 @@ bad "--init --heads contradicting" 2 "--heads 4 contradicts" pretrain --data dat
 good "pretrain --json" $P --steps 8 --json --optimizer lamb --accumulate 2
 has "pretrain --json" stdout '"eval_loss":[0-9.]+,"eval_accuracy":[0-9.]+'
 
+# --accumulate 2 of b=4 takes the update of one b=8 batch: the loss is the mean over every
+# scored position of the two micro-batches (their counts differ), not the mean of their means
+A="pretrain --data data --tokenizer vocab.txt --lowercase --layers 2 --hidden 32 --heads 2 --ffn 64 --seq 32 \
+--lr 3e-3 --warmup 2 --lr-schedule linear --threads 2 --dropout 0 --steps 6 --eval-every 100 --json"
+jn() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$1"; }
+# shellcheck disable=SC2086
+good "pretrain b=8" $A --batch 8
+cp stdout big.json
+# shellcheck disable=SC2086
+good "pretrain b=4, --accumulate 2" $A --batch 4 --accumulate 2
+cp stdout acc.json
+for k in loss_first loss_last masked_scored; do
+    cases=$((cases + 1))
+    awk -v a="$(jn acc.json $k)" -v b="$(jn big.json $k)" 'BEGIN { d = a - b; if (d < 0) d = -d;
+        exit !(a != "" && d <= 1e-5 * (b < 0 ? -b : b)) }' ||
+        fail "--accumulate 2 x b=4 against b=8: $k $(jn acc.json $k) vs $(jn big.json $k)"
+done
+
 # the MLM head's decoder and cross-entropy fused (one operator, no logits in memory)
 # shellcheck disable=SC2086
 good "pretrain --fused-xent on" $P --steps 6 --fused-xent on

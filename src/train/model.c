@@ -167,9 +167,10 @@ static dm_status batch_head(dm_model *m, const int32_t *labels) {
     m->counted = (int)k;
     m->counted_all = all[0];
     m->dropped = all[1];
+    const float wk = m->loss_norm > 0 ? (float)(1.0 / m->loss_norm) : 1.0f / (float)all[0];
     for (int64_t r = 0; r < M; r++) {
         if (r >= k) mp[r] = 0.0f, lab[r] = -1.0f; /* a padding row: scored, but counts not */
-        if (w) w[r] = r < k ? 1.0f / (float)all[0] : 0.0f;
+        if (w) w[r] = r < k ? wk : 0.0f;
     }
     return DM_OK;
 }
@@ -186,10 +187,11 @@ static dm_status batch_cls(dm_model *m, const int32_t *labels) {
     for (int64_t b = 0; b < B; b++) k += labels[b] >= 0;
     int64_t all = k; /* the mean over the global batch's labelled sequences */
     DM_TRY(dm_dist_sum_i64(m->dist, &all, 1, "counting the labelled sequences"));
+    const float wk = m->loss_norm > 0 ? (float)(1.0 / m->loss_norm) : 1.0f / (float)all;
     for (int64_t b = 0; b < B; b++) {
         cp[b] = (float)(m->off ? m->off[b] : b * J); /* packed: the sequence's first token */
         lab[b] = labels[b] >= 0 ? (float)labels[b] : -1.0f;
-        if (w) w[b] = labels[b] >= 0 ? 1.0f / (float)all : 0.0f;
+        if (w) w[b] = labels[b] >= 0 ? wk : 0.0f;
     }
     m->counted = (int)k;
     m->counted_all = all;
@@ -565,12 +567,23 @@ dm_status dm_trainer_set_count_correct(dm_trainer *T, int on) {
     return DM_OK;
 }
 
+/* With accumulation, each row's loss weight a constant (its capacity: the rows a batch can
+ * score, at least 1 each rank), the gradient sums rescaled by the update to the mean over
+ * every micro-batch's rows (dm_trainer_grad_factor): K micro-batches weigh as one batch
+ * of K times the size, whatever their counts; alone, each batch's own mean. */
+void dm_trainer_loss_norm(dm_trainer *T) {
+    const dm_model *m = T->model;
+    const int64_t cap = m->c.head == DM_MODEL_HEAD_CLS ? m->c.layer.batch : m->c.sizes.predictions;
+    T->loss_norm = T->model->loss_norm = T->optim.accumulate > 1 ? (double)cap * (double)dm_dist_size(m->dist) : 0.0;
+}
+
 dm_status dm_trainer_set_mlm_batch(dm_trainer *T, const int32_t *input_ids, const int32_t *token_type_ids,
                                    const float *attention_mask, const int32_t *labels) {
     if (!T || !input_ids || !labels) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_mlm_batch: NULL argument");
     if (!T->model) return dm_fail(DM_ERR_INVALID_ARG, "this trainer is a stack of layers, not a BERT");
     if (T->model->c.head != DM_MODEL_HEAD_MLM)
         return dm_fail(DM_ERR_INVALID_ARG, "this trainer is a sequence classifier: dm_trainer_set_cls_batch");
+    dm_trainer_loss_norm(T);
     return dm_model_set_batch(T->model, input_ids, token_type_ids, attention_mask, labels);
 }
 
@@ -579,6 +592,7 @@ dm_status dm_trainer_set_cls_batch(dm_trainer *T, const int32_t *input_ids, cons
     if (!T || !input_ids || !labels) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_cls_batch: NULL argument");
     if (!T->model || T->model->c.head != DM_MODEL_HEAD_CLS)
         return dm_fail(DM_ERR_INVALID_ARG, "this trainer is not a sequence classifier (dm_bert_model.num_labels)");
+    dm_trainer_loss_norm(T);
     return dm_model_set_batch(T->model, input_ids, token_type_ids, attention_mask, labels);
 }
 

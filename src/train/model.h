@@ -48,6 +48,10 @@ typedef struct dm_model {
                         * losses and the losses' normaliser are the global batch's (NULL:
                         * alone) */
     int64_t counted_all; /* counted, summed over the ranks */
+    double loss_norm;    /* 0: each row's loss weight 1 / counted_all (the batch's mean); > 0:
+                          * 1 / loss_norm, a constant, so that micro-batches accumulated
+                          * into one update weigh as one batch (the trainer rescales by
+                          * loss_norm / the rows of all of them) */
     uint64_t seed_mix;   /* mixed into the dropout seeds (a rank's own masks; 0 on rank 0) */
     char **label_names; /* classifier: the classes' names (sizes.classes of them), or NULL */
     /* opt.unpad (issue 25): the encoder layers work on the real tokens alone. A batch's

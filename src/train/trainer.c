@@ -352,6 +352,7 @@ dm_status dm_trainer_after_backward(dm_trainer *T, int64_t step, double t0) {
     T->micro = 0; /* the next window starts over, whether the update goes through or not */
     const int64_t scored = T->window_scored;
     T->window_scored = 0;
+    T->update_scored = scored;
     /* the sums over the ranks: the time waited for them is none of the phases' (see
      * dm_trainer_reduce_times); a failure (a rank gone) leaves the parameters unchanged */
     DM_TRY(dm_trainer_reduce_finish(T));

@@ -393,7 +393,12 @@ static dm_status fetch_norms(dm_trainer *T, size_t stride, int groups, double *s
  * finite. */
 static dm_status grad_scale(dm_trainer *T, int64_t step, int summed, double *gscale) {
     const int ns = T->nslots, acc = T->optim.accumulate;
-    *gscale = 1.0 / (double)acc;
+    /* the sums of acc micro-batches: their mean; a BERT's rows weighed 1 / loss_norm each
+     * (dm_trainer_loss_norm): the mean over all the update's rows */
+    const double base = acc > 1 && T->loss_norm > 0 && T->update_scored > 0
+                            ? T->loss_norm / (double)T->update_scored
+                            : 1.0 / (double)acc;
+    *gscale = base;
     if (!(T->optim.clip_norm > 0.0) && T->optim.kind != DM_OPT_LAMB) return DM_OK;
     for (int k = 0; k < ns; k++) {
         const dm_train_slot *sl = &T->slot[k];
@@ -410,7 +415,7 @@ static dm_status grad_scale(dm_trainer *T, int64_t step, int summed, double *gsc
     free(per);
     DM_TRY(s);
     if (T->zero) DM_TRY(dm_dist_sum_f64(T->dist, &total, 1, "the gradient norm")); /* every shard's */
-    const double norm = sqrt(total) / (double)acc;
+    const double norm = sqrt(total) * base;
     if (!isfinite(norm))
         return dm_fail(DM_ERR_INVALID_ARG, "the gradient norm is %g: the parameters were not updated (update "
                        "%lld); lower the learning rate (--lr), clip the gradients (--clip-norm) or check the "
