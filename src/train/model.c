@@ -567,10 +567,10 @@ dm_status dm_trainer_set_count_correct(dm_trainer *T, int on) {
     return DM_OK;
 }
 
-/* With accumulation, each row's loss weight a constant (its capacity: the rows a batch can
- * score, at least 1 each rank), the gradient sums rescaled by the update to the mean over
- * every micro-batch's rows (dm_trainer_grad_factor): K micro-batches weigh as one batch
- * of K times the size, whatever their counts; alone, each batch's own mean. */
+/* With accumulation, each row's loss weight a constant (the rows a batch can score, over
+ * every rank), the gradient sums rescaled by the update to the mean over every
+ * micro-batch's rows (trainer_state.c, grad_scale): K micro-batches weigh as one batch of
+ * K times the size, whatever their counts; without, each batch's own mean. */
 void dm_trainer_loss_norm(dm_trainer *T) {
     const dm_model *m = T->model;
     const int64_t cap = m->c.head == DM_MODEL_HEAD_CLS ? m->c.layer.batch : m->c.sizes.predictions;
