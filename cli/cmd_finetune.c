@@ -637,11 +637,13 @@ static int one_step(ft_run *r, int64_t s, double *loss) {
     return 0;
 }
 
-/* A model's sizes from a Hugging Face config (--init's or --config's). */
+/* A model's sizes from a Hugging Face config (--init's, its tensors checked against it
+ * before a model of its sizes is made, or --config's). */
 static int apply_hf(ft_run *r, const char *opt, const char *path) {
     ft_opts *o = &r->o;
+    const int init = !strcmp(opt, "--init"); /* --layers-from needs it (check_options) */
     dm_hf_config hc;
-    if (dm_hf_config_read(path, &hc) != DM_OK) {
+    if (dm_hf_config_read(path, &hc) != DM_OK || (init && dm_hf_check_weights(&hc, o->init) != DM_OK)) {
         cli_error(CMD, "%s: %s", opt, dm_last_error());
         return CLI_FAIL;
     }
@@ -653,7 +655,6 @@ static int apply_hf(ft_run *r, const char *opt, const char *path) {
     }
     int rc = cli_config_from_hf(&o->c, CMD, opt, path, &hc);
     if (rc) return rc;
-    const int init = !strcmp(opt, "--init"); /* --layers-from needs it (check_options) */
     if (o->layers_from >= hc.num_hidden_layers) {
         cli_usage_error(CMD, "--layers-from %d: the model has layers 0 to %" PRId64, o->layers_from,
                         hc.num_hidden_layers - 1);
@@ -780,9 +781,6 @@ static int setup(ft_run *r) {
             return CLI_FAIL;
         }
         if ((rc = apply_hf(r, "--init", config)) != 0) return rc;
-        dm_hf_config hc; /* the tensors against the config, before a model of its sizes is made */
-        if (dm_hf_config_read(config, &hc) != DM_OK || dm_hf_check_weights(&hc, weights) != DM_OK)
-            return fail_dm("--init: ");
     } else if (o->config && (rc = apply_hf(r, "--config", o->config)) != 0) {
         return rc;
     }

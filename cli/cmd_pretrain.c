@@ -189,8 +189,8 @@ typedef struct {
 static int apply_config(pretrain_run *r) {
     pretrain_opts *o = &r->o;
     const char *opt = o->init ? "--init" : "--config";
-    dm_hf_config hc;
-    if (dm_hf_config_read(o->config, &hc) != DM_OK) {
+    dm_hf_config hc; /* with --init, its tensors against it before a model of its sizes is made */
+    if (dm_hf_config_read(o->config, &hc) != DM_OK || (o->init && dm_hf_check_weights(&hc, o->init) != DM_OK)) {
         cli_error(CMD, "%s: %s", opt, dm_last_error());
         return CLI_FAIL;
     }
@@ -248,9 +248,6 @@ static int init_files(pretrain_run *r) {
         return CLI_FAIL;
     }
     o->config = r->init_config;
-    dm_hf_config hc; /* the tensors against the config, before a model of its sizes is made */
-    if (dm_hf_config_read(r->init_config, &hc) != DM_OK || dm_hf_check_weights(&hc, weights) != DM_OK)
-        return fail_dm("--init: ");
     return 0;
 }
 

@@ -428,10 +428,11 @@ dm_status dm_hf_encoder_prefix(const dm_tensor_file *f, char *prefix, size_t n);
  * has them. DM_ERR_SHAPE names the tensor, its
  * shape and the config's value it contradicts. */
 dm_status dm_hf_config_check_tensors(const dm_hf_config *c, const dm_tensor_file *f);
-/* The same on the safetensors file `weights`, opened, checked and closed: for the commands
- * to run before they make a model of the config's sizes (a config that contradicts the
- * file is named before memory for it is taken). */
-dm_status dm_hf_check_weights(const dm_hf_config *c, const char *weights);
+/* The same on the weights of the model at `path` (a directory or its safetensors file, as
+ * dm_hf_model_files takes it), opened, checked and closed: for the commands to run before
+ * they make a model of the config's sizes (a config that contradicts the file is named
+ * before memory for it is taken). */
+dm_status dm_hf_check_weights(const dm_hf_config *c, const char *path);
 
 #ifdef __cplusplus
 }

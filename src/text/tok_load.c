@@ -770,8 +770,8 @@ void dm_tokenizer_free(dm_tokenizer *t) {
 
 static dm_status load_from(dm_tokenizer *t, tok_src *src, char *buf, size_t len, const char *path,
                            dm_case casing, cJSON **json) {
-    size_t i = 0, bom = len >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3) ? 3 : 0; /* a UTF-8 byte-order mark */
-    i = bom;
+    const size_t bom = len >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3) ? 3 : 0; /* a UTF-8 byte-order mark */
+    size_t i = bom;
     while (i < len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r')) i++;
     if (i == len) return dm_fail(DM_ERR_FORMAT, "%s is empty: give a tokenizer.json or a vocab.txt", path);
     const size_t pl = strlen(path);

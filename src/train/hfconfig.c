@@ -361,8 +361,10 @@ static dm_status check_layer(const dm_hf_config *c, const dm_st_file *st, const 
     return check_shape(st, path, pre, n, I, -1, "hidden_size");
 }
 
-dm_status dm_hf_check_weights(const dm_hf_config *c, const char *weights) {
-    if (!c || !weights) return dm_fail(DM_ERR_INVALID_ARG, "dm_hf_check_weights: NULL argument");
+dm_status dm_hf_check_weights(const dm_hf_config *c, const char *path) {
+    if (!c || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_hf_check_weights: NULL argument");
+    char weights[4096], config[4096];
+    DM_TRY(dm_hf_model_files(path, weights, sizeof weights, config, sizeof config));
     dm_tensor_file *f = NULL;
     dm_status s = dm_tensor_file_open(&f, weights);
     if (s == DM_OK) s = dm_hf_config_check_tensors(c, f);

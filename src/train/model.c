@@ -571,10 +571,10 @@ dm_status dm_trainer_set_count_correct(dm_trainer *T, int on) {
  * every rank), the gradient sums rescaled by the update to the mean over every
  * micro-batch's rows (trainer_state.c, grad_scale): K micro-batches weigh as one batch of
  * K times the size, whatever their counts; without, each batch's own mean. */
-void dm_trainer_loss_norm(dm_trainer *T) {
-    const dm_model *m = T->model;
+static void set_loss_norm(dm_trainer *T) {
+    dm_model *m = T->model;
     const int64_t cap = m->c.head == DM_MODEL_HEAD_CLS ? m->c.layer.batch : m->c.sizes.predictions;
-    T->loss_norm = T->model->loss_norm = T->optim.accumulate > 1 ? (double)cap * (double)dm_dist_size(m->dist) : 0.0;
+    m->loss_norm = T->optim.accumulate > 1 ? (double)cap * (double)dm_dist_size(m->dist) : 0.0;
 }
 
 dm_status dm_trainer_set_mlm_batch(dm_trainer *T, const int32_t *input_ids, const int32_t *token_type_ids,
@@ -583,7 +583,7 @@ dm_status dm_trainer_set_mlm_batch(dm_trainer *T, const int32_t *input_ids, cons
     if (!T->model) return dm_fail(DM_ERR_INVALID_ARG, "this trainer is a stack of layers, not a BERT");
     if (T->model->c.head != DM_MODEL_HEAD_MLM)
         return dm_fail(DM_ERR_INVALID_ARG, "this trainer is a sequence classifier: dm_trainer_set_cls_batch");
-    dm_trainer_loss_norm(T);
+    set_loss_norm(T);
     return dm_model_set_batch(T->model, input_ids, token_type_ids, attention_mask, labels);
 }
 
@@ -592,7 +592,7 @@ dm_status dm_trainer_set_cls_batch(dm_trainer *T, const int32_t *input_ids, cons
     if (!T || !input_ids || !labels) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_cls_batch: NULL argument");
     if (!T->model || T->model->c.head != DM_MODEL_HEAD_CLS)
         return dm_fail(DM_ERR_INVALID_ARG, "this trainer is not a sequence classifier (dm_bert_model.num_labels)");
-    dm_trainer_loss_norm(T);
+    set_loss_norm(T);
     return dm_model_set_batch(T->model, input_ids, token_type_ids, attention_mask, labels);
 }
 

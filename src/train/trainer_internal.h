@@ -53,7 +53,6 @@ struct dm_trainer {
     int micro;           /* micro-batches since the last update (accumulate > 1) */
     int64_t window_scored; /* a BERT: rows its loss counted (all ranks) in this update's micro-batches */
     int64_t update_scored; /* the same for the update being made (window_scored as it closed) */
-    double loss_norm;      /* a BERT's rows' loss weight 1 / loss_norm under accumulation, else 0 */
     int64_t skipped;     /* a BERT: updates left out, nothing scored in their micro-batches */
     double grad_norm;    /* the last update's global gradient norm, or -1 */
     double *norms;       /* the host copy of d_norms */
@@ -118,8 +117,6 @@ dm_status dm_trainer_inputs(dm_trainer *T);
 dm_status dm_trainer_link(dm_trainer *T, int from, const char *src, int to, const char *dst);
 dm_status dm_trainer_loss(dm_trainer *T, float scale);
 dm_status dm_trainer_accumulate(dm_trainer *T, int first);
-/* A BERT trainer's loss weights for the next batch (model.c): a constant under accumulation. */
-void dm_trainer_loss_norm(dm_trainer *T);
 /* After a micro-batch's backward that began at time t0 (omp_get_wtime): the gradients
  * accumulated, and every accumulate-th call update `step` (trainer.c). */
 dm_status dm_trainer_after_backward(dm_trainer *T, int64_t step, double t0);

@@ -22,6 +22,7 @@
 #include "dist/dist.h"
 #include "layer/backends.h"
 #include "layer/layer_internal.h"
+#include "train/model.h"
 #include "train/train.h"
 #include "train/trainer_internal.h"
 
@@ -394,10 +395,10 @@ static dm_status fetch_norms(dm_trainer *T, size_t stride, int groups, double *s
 static dm_status grad_scale(dm_trainer *T, int64_t step, int summed, double *gscale) {
     const int ns = T->nslots, acc = T->optim.accumulate;
     /* the sums of acc micro-batches: their mean; a BERT's rows weighed 1 / loss_norm each
-     * (dm_trainer_loss_norm): the mean over all the update's rows */
-    const double base = acc > 1 && T->loss_norm > 0 && T->update_scored > 0
-                            ? T->loss_norm / (double)T->update_scored
-                            : 1.0 / (double)acc;
+     * (model.c, set_loss_norm): the mean over all the update's rows */
+    const double norm_rows = T->model ? T->model->loss_norm : 0.0;
+    const double base = acc > 1 && norm_rows > 0 && T->update_scored > 0 ? norm_rows / (double)T->update_scored
+                                                                        : 1.0 / (double)acc;
     *gscale = base;
     if (!(T->optim.clip_norm > 0.0) && T->optim.kind != DM_OPT_LAMB) return DM_OK;
     for (int k = 0; k < ns; k++) {
