@@ -395,18 +395,20 @@ static dm_status check_tiling(span *sp, int count, size_t data_size) {
     return st;
 }
 
-/* Points each tensor at its bytes in the data section and keeps the by-name order of ix. */
+/* Points each tensor at its bytes in the data section (none when data is NULL: a header
+ * read alone) and keeps the by-name order of ix. */
 static dm_status index_tensors(dm_st_file *f, const span *sp, const name_ix *ix,
                                const unsigned char *data) {
-    for (int i = 0; i < f->count; i++) ((dm_st_tensor *)sp[i].t)->data = data + sp[i].begin;
+    for (int i = 0; i < f->count; i++) ((dm_st_tensor *)sp[i].t)->data = data ? data + sp[i].begin : NULL;
     f->by_name = malloc(((size_t)f->count + 1) * sizeof *f->by_name);
     if (!f->by_name) return dm_fail(DM_ERR_OOM, "out of memory for the tensor index");
     for (int i = 0; i < f->count; i++) f->by_name[i] = ix[i].index;
     return DM_OK;
 }
 
-/* Takes ownership of buf (freed on failure too). */
-static dm_status parse_owned(unsigned char *buf, size_t size, dm_st_file **out) {
+/* Takes ownership of buf (freed on failure too), which holds the file's size bytes, or with
+ * header_only its first 8 + header-length bytes only (the tensors then have no data). */
+static dm_status parse_owned(unsigned char *buf, size_t size, int header_only, dm_st_file **out) {
     *out = NULL;
     uint64_t hlen = 0;
     dm_status st = header_length(buf, size, &hlen);
@@ -433,7 +435,7 @@ static dm_status parse_owned(unsigned char *buf, size_t size, dm_st_file **out) 
     if (st) goto done;
 
     size_t data_size = size - 8 - (size_t)hlen;
-    const unsigned char *data = buf + 8 + hlen;
+    const unsigned char *data = header_only ? NULL : buf + 8 + hlen;
     int n = cJSON_GetArraySize(root);
     f->tensors = calloc((size_t)n + 1, sizeof *f->tensors);
     span *sp = calloc((size_t)n + 1, sizeof *sp);
@@ -469,10 +471,19 @@ dm_status dm_st_parse(const void *bytes, size_t size, dm_st_file **out) {
     unsigned char *buf = malloc(size ? size : 1);
     if (!buf) return dm_fail(DM_ERR_OOM, "out of memory copying a %zu-byte file", size);
     if (size) memcpy(buf, bytes, size);
-    return parse_owned(buf, size, out);
+    return parse_owned(buf, size, 0, out);
 }
 
-dm_status dm_st_read(const char *path, dm_st_file **out) {
+/* Reads n bytes at the stream's position into buf: 0, or an errno (EIO when the file
+ * ended early: it shrank while it was read). */
+static int read_exact(FILE *fp, unsigned char *buf, size_t n) {
+    size_t got = n ? fread(buf, 1, n, fp) : 0;
+    if (got == n) return 0;
+    return ferror(fp) && errno ? errno : EIO;
+}
+
+/* dm_st_read and dm_st_read_header: the whole file, or its header alone. */
+static dm_status read_file(const char *path, int header_only, dm_st_file **out) {
     if (!out) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_read: out is NULL");
     *out = NULL;
     if (!path || !*path) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_read: no file name given");
@@ -495,31 +506,43 @@ dm_status dm_st_read(const char *path, dm_st_file **out) {
         fclose(fp);
         return dm_fail(DM_ERR_IO, "'%s' is too large to read into memory", path);
     }
-    size_t size = (size_t)sb.st_size;
-    unsigned char *buf = malloc(size ? size : 1);
-    if (!buf) {
+    const size_t size = (size_t)sb.st_size;
+    size_t n = size; /* the bytes to read */
+    unsigned char head[8];
+    int e = 0;
+    if (header_only && size >= 8) {
+        /* the length field, then as much of the header as it says (if the file has that
+         * much and the format allows it: else header_length says what is wrong) */
+        e = read_exact(fp, head, 8);
+        uint64_t hlen = 0;
+        for (int k = 7; k >= 0; k--) hlen = (hlen << 8) | head[k];
+        n = 8 + (hlen <= DM_ST_MAX_HEADER_BYTES && hlen <= size - 8 ? (size_t)hlen : 0);
+    }
+    unsigned char *buf = e ? NULL : malloc(n ? n : 1);
+    if (!buf && !e) {
         fclose(fp);
-        return dm_fail(DM_ERR_OOM, "out of memory reading '%s' (%zu bytes)", path, size);
+        return dm_fail(DM_ERR_OOM, "out of memory reading '%s' (%zu bytes)", path, n);
     }
-    size_t got = size ? fread(buf, 1, size, fp) : 0;
-    int read_err = ferror(fp);
-    int e = errno;
-    if (fclose(fp) != 0) {
-        /* closing a stream we only read cannot lose data: what we read is judged below */
+    if (!e && header_only && size >= 8) {
+        memcpy(buf, head, 8);
+        e = read_exact(fp, buf + 8, n - 8);
+    } else if (!e) {
+        e = read_exact(fp, buf, n);
     }
-    if (read_err) {
+    fclose(fp); /* closing a stream we only read cannot lose data */
+    if (e) {
         free(buf);
+        if (e == EIO) return dm_fail(DM_ERR_IO, "'%s' shrank while it was read", path);
         return dm_fail(DM_ERR_IO, "error reading '%s': %s", path, strerror(e));
     }
-    if (got != size) {
-        free(buf);
-        return dm_fail(DM_ERR_IO, "'%s' shrank while it was read (%zu of %zu bytes)", path, got,
-                       size);
-    }
-    dm_status st = parse_owned(buf, size, out);
+    dm_status st = parse_owned(buf, size, header_only, out);
     if (st) return dm_fail_context(st, "%s: ", path);
     return DM_OK;
 }
+
+dm_status dm_st_read(const char *path, dm_st_file **out) { return read_file(path, 0, out); }
+
+dm_status dm_st_read_header(const char *path, dm_st_file **out) { return read_file(path, 1, out); }
 
 int dm_st_count(const dm_st_file *f) { return f ? f->count : 0; }
 
@@ -618,6 +641,9 @@ dm_status dm_st_to_f32(const dm_st_tensor *t, float *out, size_t n) {
     size_t es = dm_st_dtype_size(t->dtype);
     if (!es) return dm_fail(DM_ERR_INVALID_ARG, "dm_st_to_f32: tensor has an invalid dtype");
     size_t count = t->nbytes / es;
+    if (!t->data && t->nbytes)
+        return dm_fail(DM_ERR_INVALID_ARG, "tensor \"%s\": only its file's header was read",
+                       t->name ? t->name : "?");
     if (count != n)
         return dm_fail(DM_ERR_SHAPE, "tensor \"%s\" has %zu elements, expected %zu",
                        t->name ? t->name : "?", count, n);

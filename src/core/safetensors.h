@@ -23,7 +23,7 @@ typedef struct {
     dm_st_dtype dtype;
     int ndim;
     int64_t shape[DM_ST_MAX_DIMS];
-    const void *data; /* points into the file's buffer; may be unaligned */
+    const void *data; /* points into the file's buffer; may be unaligned; NULL for a header read alone */
     size_t nbytes;
 } dm_st_tensor;
 
@@ -37,6 +37,9 @@ size_t dm_st_dtype_size(dm_st_dtype d);
  * data_offsets span, offsets inside the data section, no overlaps, no duplicates. */
 dm_status dm_st_read(const char *path, dm_st_file **out);
 dm_status dm_st_parse(const void *bytes, size_t size, dm_st_file **out); /* copies bytes */
+/* The header alone, validated as dm_st_read validates it (against the file's size), for
+ * names and shapes without reading the data: the tensors' data are NULL. */
+dm_status dm_st_read_header(const char *path, dm_st_file **out);
 void dm_st_free(dm_st_file *f);
 int dm_st_count(const dm_st_file *f);
 const dm_st_tensor *dm_st_get(const dm_st_file *f, int index);

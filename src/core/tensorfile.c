@@ -17,7 +17,7 @@ struct dm_tensor_file {
 
 const char *dm_file_dtype_name(dm_file_dtype d) { return dm_st_dtype_name((dm_st_dtype)d); }
 
-dm_status dm_tensor_file_open(dm_tensor_file **out, const char *path) {
+static dm_status open_file(dm_tensor_file **out, const char *path, int header_only) {
     if (out) *out = NULL;
     if (!out || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_tensor_file_open: NULL argument");
     dm_tensor_file *t = calloc(1, sizeof *t);
@@ -25,7 +25,7 @@ dm_status dm_tensor_file_open(dm_tensor_file **out, const char *path) {
         free(t);
         return dm_fail(DM_ERR_OOM, "out of memory opening '%s'", path);
     }
-    dm_status s = dm_st_read(path, &t->f);
+    dm_status s = header_only ? dm_st_read_header(path, &t->f) : dm_st_read(path, &t->f);
     if (s != DM_OK) {
         dm_tensor_file_free(t);
         return s;
@@ -33,6 +33,10 @@ dm_status dm_tensor_file_open(dm_tensor_file **out, const char *path) {
     *out = t;
     return DM_OK;
 }
+
+dm_status dm_tensor_file_open(dm_tensor_file **out, const char *path) { return open_file(out, path, 0); }
+
+dm_status dm_tensor_file_open_header(dm_tensor_file **out, const char *path) { return open_file(out, path, 1); }
 
 void dm_tensor_file_free(dm_tensor_file *f) {
     if (!f) return;

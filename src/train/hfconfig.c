@@ -366,7 +366,7 @@ dm_status dm_hf_check_weights(const dm_hf_config *c, const char *path) {
     char weights[4096], config[4096];
     DM_TRY(dm_hf_model_files(path, weights, sizeof weights, config, sizeof config));
     dm_tensor_file *f = NULL;
-    dm_status s = dm_tensor_file_open(&f, weights);
+    dm_status s = dm_tensor_file_open_header(&f, weights); /* kilobytes, not the weights */
     if (s == DM_OK) s = dm_hf_config_check_tensors(c, f);
     dm_tensor_file_free(f);
     return s;
