@@ -262,8 +262,9 @@ $(BUILD)/libdmove.so: $(LIB_OBJ)
 # `make python`: libdmove.so, copied into python/dmove/ so that `pip install ./python`
 # installs it with the package (python/setup.py takes DMOVE_LIB, a path to another build's
 # libdmove.so, first).
-python: $(BUILD)/libdmove.so
+python: $(BUILD)/libdmove.so $(BUILD)/dmove
 	cp $(BUILD)/libdmove.so python/dmove/libdmove.so
+	mkdir -p python/dmove/bin && cp $(BUILD)/dmove python/dmove/bin/dmove
 	@echo "now: pip install ./python  (in a virtual environment with torch and transformers)"
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libdmove.a tests/testutil.h tests/layerutil.h tests/trainutil.h $(CONFIG_STAMP)

@@ -35,6 +35,10 @@ int cmd_finetune(int argc, char **argv);
  * CLI_OK with *out loaded, else the exit status after the error (cmd_prepare.c). */
 struct dm_tokenizer;
 int cli_open_tokenizer(const char *cmd, const char *path, int lowercase, int cased, struct dm_tokenizer **out);
+/* Where the tokenizer is when --tokenizer is not given: the directory of --init's model (the
+ * directory itself, or the one holding its weights file), written into buf; NULL without
+ * --init, or with errno set when --init cannot be found. */
+const char *cli_init_tokenizer(const char *init, char *buf, size_t n);
 
 /* "dmove <cmd>: <message>" on stderr. */
 void cli_error(const char *cmd, const char *fmt, ...)

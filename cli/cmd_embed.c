@@ -229,12 +229,7 @@ static int open_model(embed_run *r) {
         return CLI_USAGE;
     }
     char tpath[4096];
-    if (!o->tokenizer) { /* the model's directory: its tokenizer.json, or its vocab.txt */
-        const char *slash = strrchr(r->weights, '/');
-        snprintf(tpath, sizeof tpath, "%.*s", slash ? (int)(slash - r->weights) + (slash == r->weights) : 1,
-                 slash ? r->weights : ".");
-        o->tokenizer = tpath;
-    }
+    if (!o->tokenizer) o->tokenizer = cli_init_tokenizer(r->weights, tpath, sizeof tpath); /* its directory's */
     int rc = cli_open_tokenizer(CMD, o->tokenizer, o->lowercase, o->cased, &r->tok);
     o->tokenizer = NULL; /* tpath is local */
     if (rc != CLI_OK) return rc;

@@ -25,6 +25,7 @@ typedef struct {
     cli_optim opt;
     cli_config c;
     cli_device dev;
+    char init_dir[4096]; /* the tokenizer's place when --tokenizer is not given: --init's */
 } ft_opts;
 
 static void init(void *p) {
@@ -54,7 +55,8 @@ static const cli_option k_options[] = {
              "--eval-every steps and at the end (no dropout)"},
     {.kind = CLI_PATH, .name = "--tokenizer", .arg = "FILE", O(tokenizer),
      .help = "the tokenizer (required; a vocab.txt with --lowercase or\n"
-             "--cased, a tokenizer.json, or the model's directory)"},
+             "--cased, a tokenizer.json, or the model's directory;\n"
+             "default with --init: its directory's)"},
     {.kind = CLI_FLAG, .name = "--lowercase", O(lowercase), .lo = 1, .left = "--lowercase, --cased",
      .help = "how a vocab.txt normalizes, as for dmove prepare"},
     {.kind = CLI_FLAG, .name = "--cased", O(cased), .lo = 1},
@@ -114,7 +116,7 @@ static const cli_option k_options[] = {
 
 static const cli_command k_finetune = {
     .name = "finetune",
-    .head = "usage: dmove finetune --train FILE --tokenizer FILE [--eval FILE] [options]\n"
+    .head = "usage: dmove finetune --train FILE (--tokenizer FILE | --init DIR) [--eval FILE] [options]\n"
             "\n"
             "Fine-tunes a BERT for sequence classification, as Hugging Face's\n"
             "BertForSequenceClassification: pooled = tanh(dense(hidden[CLS])), dropout, a\n"
@@ -712,8 +714,8 @@ static int set_tag(ft_run *r) {
 }
 
 static int check_options(ft_opts *o) {
-    if (!o->train || !o->tokenizer) {
-        cli_usage_error(CMD, "--train FILE and --tokenizer FILE are required");
+    if (!o->train || (!o->tokenizer && !o->init)) {
+        cli_usage_error(CMD, "--train FILE and --tokenizer FILE are required (or --init DIR: its tokenizer)");
         return CLI_USAGE;
     }
     if (o->init && o->config) {
@@ -741,6 +743,10 @@ static int check_options(ft_opts *o) {
                                 {.opt = "--export", .path = o->export_dir, .dir = 1}};
     int rc = cli_check_paths(CMD, reads, 6, writes, 3);
     if (rc) return rc;
+    if (!o->tokenizer && !(o->tokenizer = cli_init_tokenizer(o->init, o->init_dir, sizeof o->init_dir))) {
+        cli_error(CMD, "--init %s: %s", o->init, strerror(errno));
+        return CLI_FAIL;
+    }
     const char *outs[2] = {o->save, o->svg}, *outn[2] = {"--save", "--svg"};
     for (int k = 0; k < 2; k++) {
         rc = outs[k] ? cli_check_output(CMD, outn[k], outs[k]) : 0;

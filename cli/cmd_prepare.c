@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli_common.h"
@@ -12,6 +13,17 @@
 #include "dmove_text.h"
 
 static const char *const CMD = "prepare";
+
+const char *cli_init_tokenizer(const char *init, char *buf, size_t n) {
+    if (!init) return NULL;
+    struct stat sb;
+    const char *slash = strrchr(init, '/');
+    if (stat(init, &sb) != 0) return NULL;
+    if (S_ISDIR(sb.st_mode)) snprintf(buf, n, "%s", init);
+    else if (slash) snprintf(buf, n, "%.*s", (int)(slash - init) + (slash == init), init);
+    else snprintf(buf, n, ".");
+    return buf;
+}
 
 int cli_open_tokenizer(const char *cmd, const char *path, int lowercase, int cased, struct dm_tokenizer **out) {
     *out = NULL;

@@ -2,6 +2,7 @@
  * (BertForMaskedLM: embeddings, encoder layers, MLM head) from the token shards of
  * `dmove prepare`, with the loader's masked batches, evaluation on the held-out split,
  * progress, a summary (the time the step waited for data among it) and a loss chart. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@ typedef struct {
     cli_optim opt;
     cli_config c;
     cli_device dev;
+    char init_dir[4096]; /* the tokenizer's place when --tokenizer is not given: --init's */
 } pretrain_opts;
 
 static void init(void *p) {
@@ -55,7 +57,8 @@ static const cli_option k_options[] = {
      .help = "a dataset from `dmove prepare` (required): its train split\n"
              "trains, its valid split (if any) evaluates"},
     {.kind = CLI_PATH, .name = "--tokenizer", .arg = "FILE", O(tokenizer),
-     .help = "the tokenizer the data was made with (required; a vocab.txt\n"
+     .help = "the tokenizer the data was made with (default with --init:\n"
+             "its directory's; else required; a vocab.txt\n"
              "with --lowercase or --cased, or a model's directory)"},
     {.kind = CLI_FLAG, .name = "--lowercase", O(lowercase), .lo = 1, .left = "--lowercase, --cased",
      .help = "how a vocab.txt normalizes, as for dmove prepare"},
@@ -133,7 +136,7 @@ static const cli_option k_options[] = {
 
 static const cli_command k_pretrain = {
     .name = "pretrain",
-    .head = "usage: dmove pretrain --data DIR --tokenizer FILE [options]\n"
+    .head = "usage: dmove pretrain --data DIR (--tokenizer FILE | --init DIR) [options]\n"
             "\n"
             "Pretrains a whole BERT (Hugging Face BertForMaskedLM: embeddings, encoder\n"
             "layers, the MLM head with its decoder tied to the word embeddings) with masked\n"
@@ -329,8 +332,8 @@ static dm_status one_step(pretrain_run *r, int64_t s, double *loss) {
 
 static int setup(pretrain_run *r) {
     pretrain_opts *o = &r->o;
-    if (!o->data || !o->tokenizer) {
-        cli_usage_error(CMD, "--data DIR and --tokenizer FILE are required");
+    if (!o->data || (!o->tokenizer && !o->init)) {
+        cli_usage_error(CMD, "--data DIR and --tokenizer FILE are required (or --init DIR: its tokenizer)");
         return CLI_USAGE;
     }
     const cli_path reads[5] = {{.opt = "--data", .path = o->data, .dir = 1},
@@ -343,6 +346,10 @@ static int setup(pretrain_run *r) {
                                 {.opt = "--export", .path = o->export_dir, .dir = 1}};
     int rc = cli_check_paths(CMD, reads, 5, writes, 3);
     if (rc) return rc;
+    if (!o->tokenizer && !(o->tokenizer = cli_init_tokenizer(o->init, o->init_dir, sizeof o->init_dir))) {
+        cli_error(CMD, "--init %s: %s", o->init, strerror(errno));
+        return CLI_FAIL;
+    }
     const dm_layer_options chk = cli_device_layer_options(&o->dev, o->c.threads, !o->no_unpad);
     if (cli_options_check(CMD, &chk)) return CLI_USAGE; /* before the data is read */
     rc = cli_open_tokenizer(CMD, o->tokenizer, o->lowercase, o->cased, &r->tok);

@@ -1,6 +1,9 @@
 """Installs dmove with the libdmove.so that `make python` built (no compiler here, none at
 import time: the package loads it with ctypes). Which library: $DMOVE_LIB if set, else
-python/dmove/libdmove.so (what `make python` copies), else ../build/libdmove.so."""
+python/dmove/libdmove.so (what `make python` copies), else ../build/libdmove.so. With it
+the `dmove` program of the same build, which the whole-model commands run (dmove.pretrain,
+dmove.embed, ...): $DMOVE_BIN if set, else python/dmove/bin/dmove, else the dmove beside
+the library; without one those commands look for dmove on the PATH."""
 import os
 import shutil
 
@@ -20,12 +23,29 @@ def find_lib():
                      "(or set DMOVE_LIB to a libdmove.so)")
 
 
+def find_program(lib):
+    for path in (os.environ.get("DMOVE_BIN"), os.path.join(HERE, "dmove", "bin", "dmove"),
+                 os.path.join(os.path.dirname(lib), "dmove")):
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    print("dmove: no dmove program beside the library (make python copies it): "
+          "dmove.pretrain and the other commands will look for dmove on the PATH")
+    return None
+
+
 class BuildPy(build_py):
     def run(self):
         super().run()
+        lib = find_lib()
         dst = os.path.join(self.build_lib, "dmove", "libdmove.so")
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copyfile(find_lib(), dst)
+        shutil.copyfile(lib, dst)
+        prog = find_program(lib)
+        if prog:
+            pdst = os.path.join(self.build_lib, "dmove", "bin", "dmove")
+            os.makedirs(os.path.dirname(pdst), exist_ok=True)
+            shutil.copyfile(prog, pdst)
+            os.chmod(pdst, 0o755)
 
 
 class BinaryDistribution(Distribution):

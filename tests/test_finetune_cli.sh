@@ -196,7 +196,9 @@ bad "one class" 1 "1 class \(positive\): a classifier needs 2 or more" $F --trai
 printf '{"text": "a good day", "label": "positive"\n' >broken.jsonl
 # shellcheck disable=SC2086
 bad "not JSON" 1 "broken.jsonl:1: not a JSON object" $F --train broken.jsonl
-bad "no --train" 2 "--train FILE and --tokenizer FILE are required" finetune --tokenizer vocab.txt --lowercase
+bad "no --train" 2 "--train FILE and --tokenizer FILE are required \\(or --init DIR" finetune --tokenizer vocab.txt --lowercase
+bad "--init missing, no --tokenizer" 1 "--init nope: No such file" finetune --train train.tsv --init nope
+bad "--init without a tokenizer" 1 "'model' is a directory with no tokenizer.json or vocab.txt" finetune --train train.tsv --init model
 # shellcheck disable=SC2086
 bad "--until without --save" 2 "need --save" $F --train train.tsv --until 3
 # shellcheck disable=SC2086

@@ -169,7 +169,7 @@ if same_on_cuda "pretrain --device cuda (emulated)" stdout same $P --steps 6 --d
 fi
 
 printf '{"vocab_size": 99, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64, "num_hidden_layers": 2}' >config.json
-bad "no --data" 2 "--data DIR and --tokenizer FILE are required" pretrain --tokenizer vocab.txt --lowercase
+bad "no --data" 2 "--data DIR and --tokenizer FILE are required \\(or --init DIR" pretrain --tokenizer vocab.txt --lowercase
 bad "a config of another vocabulary" 1 "vocab_size 99, but the tokenizer has" pretrain --data data \
     --tokenizer vocab.txt --lowercase --config config.json
 bad "--seq past --positions" 1 "max_position_embeddings" pretrain --data data --tokenizer vocab.txt --lowercase \

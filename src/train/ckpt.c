@@ -512,46 +512,31 @@ static void json_str(dm_sbuf *b, const char *s) {
     dm_sb_printf(b, "\"");
 }
 
-/* A classifier's config.json (written by dm_hf_config_write) gets id2label and label2id
- * (transformers takes num_labels from them) and the problem type, rewritten atomically. */
-static dm_status config_add_labels(const dm_model *m, const char *path) {
-    char *text;
-    size_t len;
-    DM_TRY(dm_read_file(path, 1 << 20, &text, &len));
-    while (len > 0 && text[len - 1] != '}') len--;
-    if (!len) {
-        free(text);
-        return dm_fail(DM_ERR_INTERNAL, "'%s': not the JSON object just written", path);
-    }
+/* A classifier's config.json text (b, dm_hf_config_text's) gets id2label and label2id
+ * (transformers takes num_labels from them) and the problem type, before its last '}'. */
+static void config_add_labels(const dm_model *m, dm_sbuf *b) {
+    while (b->n > 0 && b->s && b->s[b->n - 1] != '}') b->s[--b->n] = 0;
+    if (b->n > 0 && b->s) b->s[--b->n] = 0; /* the '}' */
+    while (b->n > 0 && b->s && (b->s[b->n - 1] == '\n' || b->s[b->n - 1] == ' ')) b->s[--b->n] = 0;
     const int64_t C = m->c.sizes.classes;
-    dm_sbuf b = {0};
-    dm_sb_printf(&b, "%.*s", (int)(len - 1), text);
-    free(text);
-    while (b.n > 0 && b.s && (b.s[b.n - 1] == '\n' || b.s[b.n - 1] == ' ')) b.s[--b.n] = 0;
     char def[32];
     for (int w = 0; w < 2; w++) {
-        dm_sb_printf(&b, w ? ",\n  \"label2id\": {" : ",\n  \"id2label\": {");
+        dm_sb_printf(b, w ? ",\n  \"label2id\": {" : ",\n  \"id2label\": {");
         for (int64_t k = 0; k < C; k++) {
             snprintf(def, sizeof def, "LABEL_%" PRId64, k);
             const char *name = m->label_names ? m->label_names[k] : def;
-            dm_sb_printf(&b, "%s\n    ", k ? "," : "");
+            dm_sb_printf(b, "%s\n    ", k ? "," : "");
             if (w) {
-                json_str(&b, name);
-                dm_sb_printf(&b, ": %" PRId64, k);
+                json_str(b, name);
+                dm_sb_printf(b, ": %" PRId64, k);
             } else {
-                dm_sb_printf(&b, "\"%" PRId64 "\": ", k);
-                json_str(&b, name);
+                dm_sb_printf(b, "\"%" PRId64 "\": ", k);
+                json_str(b, name);
             }
         }
-        dm_sb_printf(&b, "\n  }");
+        dm_sb_printf(b, "\n  }");
     }
-    dm_sb_printf(&b, ",\n  \"problem_type\": \"single_label_classification\"\n}\n");
-    const size_t n = b.n;
-    char *out = dm_sb_done(&b);
-    if (!out) return dm_fail(DM_ERR_OOM, "out of memory writing '%s'", path);
-    dm_status s = dm_write_file_atomic(path, out, n);
-    free(out);
-    return s;
+    dm_sb_printf(b, ",\n  \"problem_type\": \"single_label_classification\"\n}\n");
 }
 
 static dm_status export_files(const dm_trainer *T, const char *dir);
@@ -571,9 +556,9 @@ static dm_status export_files(const dm_trainer *T, const char *dir) {
     if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", dir) >= sizeof path)
         return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
     DM_TRY(dm_make_parent(path));
-    /* config.json made first, under a temporary name, and written over config.json (the
-     * atomic writer) only once the weights are: a failure on either leaves the directory
-     * as it was (a crash between the two, new weights beside the old config) */
+    /* config.json's text made first, written (atomically) only once the weights are: a
+     * failure on either leaves the directory as it was (a crash between the two, new
+     * weights beside the old config) */
     const dm_model_config *mc = &T->model->c;
     dm_hf_config c;
     dm_hf_config_default(&c);
@@ -588,31 +573,24 @@ static dm_status export_files(const dm_trainer *T, const char *dir) {
     c.layer_norm_eps = T->cfg.eps;
     c.hidden_dropout_prob = c.attention_probs_dropout_prob = T->cfg.dropout;
     c.act = T->cfg.act;
-    char cfg_tmp[4096], cfg_path[4096]; /* the temporary name per process: two exports do not collide */
-    if ((size_t)snprintf(cfg_tmp, sizeof cfg_tmp, "%s/.config.json.dmove-export.%ld", dir, (long)getpid()) >=
-        sizeof cfg_tmp)
-        return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
+    char cfg_path[4096];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
     struct stat sb; /* what would refuse the last write refuses the first */
     if (stat(cfg_path, &sb) == 0 && !S_ISREG(sb.st_mode))
         return dm_fail(DM_ERR_IO, "'%s' is there and is no regular file: export writes its config.json there",
                        cfg_path);
-    dm_status s;
-    if (T->model->c.head != DM_MODEL_HEAD_CLS) {
-        s = dm_hf_config_write(&c, "BertForMaskedLM", cfg_tmp);
-    } else {
-        s = dm_hf_config_write(&c, "BertForSequenceClassification", cfg_tmp);
-        if (s == DM_OK) s = config_add_labels(T->model, cfg_tmp);
-    }
-    if (s != DM_OK) {
-        unlink(cfg_tmp);
-        return dm_fail_context(s, "writing '%s': ", cfg_path);
-    }
+    const int cls = T->model->c.head == DM_MODEL_HEAD_CLS;
+    dm_sbuf cb = {0};
+    DM_TRY(dm_hf_config_text(&c, cls ? "BertForSequenceClassification" : "BertForMaskedLM", &cb));
+    if (cls) config_add_labels(T->model, &cb);
+    const size_t cfg_len = cb.n;
+    char *cfg_text = dm_sb_done(&cb);
+    if (!cfg_text) return dm_fail(DM_ERR_OOM, "out of memory writing '%s'", cfg_path);
     /* the parameters alone, under BertForMaskedLM's (BertForSequenceClassification's) names;
      * the tied decoder is left out, as transformers' save_pretrained leaves it
      * (from_pretrained ties it again) */
     dm_st_writer *w = NULL;
-    s = dm_st_writer_new(&w);
+    dm_status s = dm_st_writer_new(&w);
     if (s == DM_OK) s = dm_st_writer_set_metadata(w, "format", "pt");
     char name[192];
     for (int si = 0; s == DM_OK && si < T->nslots; si++) {
@@ -623,15 +601,11 @@ static dm_status export_files(const dm_trainer *T, const char *dir) {
     if (s == DM_OK) s = dm_st_writer_write(w, path);
     dm_st_writer_free(w);
     if (s != DM_OK) {
-        unlink(cfg_tmp);
+        free(cfg_text);
         return dm_fail_context(s, "writing '%s': ", path);
     }
-    char *text = NULL; /* then config.json, by the atomic writer */
-    size_t len = 0;
-    s = dm_read_file(cfg_tmp, (size_t)1 << 34, &text, &len); /* id2label of any number of classes */
-    if (s == DM_OK) s = dm_write_file_atomic(cfg_path, text, len);
-    free(text);
-    unlink(cfg_tmp);
+    s = dm_write_file_atomic(cfg_path, cfg_text, cfg_len); /* then config.json */
+    free(cfg_text);
     return s == DM_OK ? DM_OK : dm_fail_context(s, "writing '%s': ", cfg_path);
 }
 

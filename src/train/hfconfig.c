@@ -16,6 +16,7 @@
 #include "core/strbuf.h"
 #include "core/tensorfile.h"
 #include "dmove_tools.h"
+#include "train/hfload.h"
 
 #define MAX_CONFIG_BYTES (1 << 26) /* a classifier's id2label of many classes fits */
 
@@ -216,6 +217,17 @@ dm_status dm_hf_config_read(const char *path, dm_hf_config *out) {
 
 dm_status dm_hf_config_write(const dm_hf_config *c, const char *architecture, const char *path) {
     if (!c || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_hf_config_write: NULL argument");
+    dm_sbuf b = {0};
+    DM_TRY(dm_hf_config_text(c, architecture, &b));
+    const size_t len = b.n;
+    char *text = dm_sb_done(&b);
+    if (!text) return dm_fail(DM_ERR_OOM, "out of memory writing '%s'", path);
+    dm_status s = dm_write_file_atomic(path, text, len);
+    free(text);
+    return s;
+}
+
+dm_status dm_hf_config_text(const dm_hf_config *c, const char *architecture, dm_sbuf *out) {
     const char *arch = architecture ? architecture : c->architecture;
     static const char *const act[3] = {"gelu", "gelu_new", "relu"};
     char eps[32], hd[32], ad[32];
@@ -243,12 +255,8 @@ dm_status dm_hf_config_write(const dm_hf_config *c, const char *architecture, co
                  c->vocab_size, c->hidden_size, c->num_hidden_layers, c->num_attention_heads, c->intermediate_size,
                  act[(unsigned)c->act < 3 ? c->act : 0], hd, ad, c->max_position_embeddings, c->type_vocab_size, eps,
                  c->pad_token_id);
-    const size_t len = b.n;
-    char *text = dm_sb_done(&b);
-    if (!text) return dm_fail(DM_ERR_OOM, "out of memory writing '%s'", path);
-    dm_status s = dm_write_file_atomic(path, text, len);
-    free(text);
-    return s;
+    *out = b;
+    return DM_OK;
 }
 
 dm_status dm_hf_config_layer(const dm_hf_config *c, dm_layer_config *cfg) {

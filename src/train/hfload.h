@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "core/safetensors.h"
+#include "core/strbuf.h"
 #include "dmove_tools.h"
 #include "train/model.h"
 
@@ -26,5 +27,8 @@ dm_status dm_model_load_path(dm_model *m, const char *path, int first, int flags
 /* A parameter file's tensor (named fname) refused if a value is not finite: what --init of
  * a stack or of a whole model checks before anything changes. */
 dm_status dm_param_values_check(const dm_st_tensor *t, const char *fname);
+
+/* dm_hf_config_write's text, into *out (a new buffer the caller frees with dm_sb_done). */
+dm_status dm_hf_config_text(const dm_hf_config *c, const char *architecture, dm_sbuf *out);
 
 #endif
