@@ -55,6 +55,20 @@ int cli_fail_dm(const char *cmd, const char *what) {
     return CLI_FAIL;
 }
 
+const char *cli_short(const char *s, char *buf, size_t n) {
+    if (!n) return "";
+    const size_t l = strlen(s);
+    if (l < n) {
+        memcpy(buf, s, l + 1);
+        return buf;
+    }
+    size_t k = n >= 4 ? n - 4 : 0;
+    while (k > 0 && ((unsigned char)s[k] & 0xc0) == 0x80) k--; /* not inside a character */
+    memcpy(buf, s, k);
+    snprintf(buf + k, n - k, "...");
+    return buf;
+}
+
 void cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

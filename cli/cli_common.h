@@ -48,6 +48,9 @@ void cli_error(const char *cmd, const char *fmt, ...)
     ;
 /* The library's last message after `what` ("--data: "), as cli_error prints it: CLI_FAIL. */
 int cli_fail_dm(const char *cmd, const char *what);
+/* s for a message: whole when it fits buf (n bytes), else cut at a UTF-8 character's
+ * start and ended with "..."; returns buf. */
+const char *cli_short(const char *s, char *buf, size_t n);
 /* A usage error: the message, then "run 'dmove <cmd> --help' ..." on stderr. */
 void cli_usage_error(const char *cmd, const char *fmt, ...)
 #if defined(__GNUC__)

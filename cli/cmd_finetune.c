@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cli_common.h"
@@ -223,20 +224,230 @@ static int parse_tsv(const char *path, int64_t ln, char *s, size_t n, ft_row *ro
     return 0;
 }
 
+/* --- a strict reading of a JSONL line ------------------------------------------------
+ * cJSON reads more than JSON: invalid \u escapes (read as NUL, cutting the text there),
+ * text after the object, numbers such as 01. A line is first checked as RFC 8259 JSON, as
+ * Python's json reads it (a raw tab inside a string is let through, as most writers of
+ * JSONL let it), and the raw text of its top-level "label" is kept: a number label is named
+ * as written (Python's int) or by its shortest form (Python's float repr). */
+typedef struct {
+    const char *p, *end, *err, *at;
+    const char *label, *label_end; /* the raw value of the top-level key "label" */
+} jscan;
+
+static int js_fail(jscan *j, const char *msg) {
+    if (!j->err) j->err = msg, j->at = j->p;
+    return -1;
+}
+
+static int js_fail_at(jscan *j, const char *at, const char *msg) {
+    j->p = at;
+    return js_fail(j, msg);
+}
+
+static void js_ws(jscan *j) {
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
+}
+
+static int js_hex4(const char *p, const char *end, unsigned *v) {
+    if (end - p < 4) return -1;
+    *v = 0;
+    for (int k = 0; k < 4; k++) {
+        const char c = p[k];
+        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        *v = *v << 4 | (unsigned)d;
+    }
+    return 0;
+}
+
+static int js_string(jscan *j) {
+    j->p++; /* the opening quote */
+    for (;;) {
+        if (j->p >= j->end) return js_fail(j, "a string without its closing quote");
+        const unsigned char c = (unsigned char)*j->p;
+        if (c == '"') {
+            j->p++;
+            return 0;
+        }
+        if (c < 0x20 && c != '\t') return js_fail(j, "a control character inside a string (write it as an escape)");
+        if (c != '\\') {
+            j->p++;
+            continue;
+        }
+        const char *bs = j->p; /* the backslash: where an escape's error is named */
+        if (++j->p >= j->end) return js_fail(j, "a string without its closing quote");
+        const char e = *j->p;
+        if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+            j->p++;
+            continue;
+        }
+        unsigned v, w;
+        if (e != 'u' || js_hex4(j->p + 1, j->end, &v)) return js_fail_at(j, bs, "an invalid escape (\\\" \\\\ \\/ \\b \\f \\n \\r \\t or \\u and four hex digits)");
+        if (v == 0) return js_fail_at(j, bs, "\\u0000, a NUL character, in a string");
+        if (v >= 0xdc00 && v <= 0xdfff) return js_fail_at(j, bs, "a lone UTF-16 low surrogate (\\udc00-\\udfff)");
+        j->p += 5;
+        if (v >= 0xd800 && v <= 0xdbff) {
+            if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || js_hex4(j->p + 2, j->end, &w) || w < 0xdc00 ||
+                w > 0xdfff)
+                return js_fail_at(j, bs, "a UTF-16 high surrogate (\\ud800-\\udbff) without its low half");
+            j->p += 6;
+        }
+    }
+}
+
+static int js_number(jscan *j) {
+    const char *p = j->p, *e = j->end;
+    if (p < e && *p == '-') p++;
+    if (p < e && *p == '0') p++;
+    else if (p < e && *p >= '1' && *p <= '9')
+        while (p < e && *p >= '0' && *p <= '9') p++;
+    else return js_fail(j, "an invalid number");
+    if (p < e && *p == '.') {
+        if (++p >= e || *p < '0' || *p > '9') return js_fail(j, "an invalid number");
+        while (p < e && *p >= '0' && *p <= '9') p++;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        if (++p < e && (*p == '+' || *p == '-')) p++;
+        if (p >= e || *p < '0' || *p > '9') return js_fail(j, "an invalid number");
+        while (p < e && *p >= '0' && *p <= '9') p++;
+    }
+    if (p < e && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'x' || *p == 'X'))
+        return js_fail(j, "an invalid number (a leading zero?)");
+    j->p = p;
+    return 0;
+}
+
+static int js_value(jscan *j, int depth);
+
+/* An object or an array (open: '{' or '['); depth 0 is the line's object. */
+static int js_container(jscan *j, int depth) {
+    const char open = *j->p, close = open == '{' ? '}' : ']';
+    j->p++;
+    js_ws(j);
+    if (j->p < j->end && *j->p == close) {
+        j->p++;
+        return 0;
+    }
+    for (;;) {
+        const char *key = NULL, *key_end = NULL;
+        if (open == '{') {
+            js_ws(j);
+            if (j->p >= j->end || *j->p != '"') return js_fail(j, "an object's key must be a string");
+            key = j->p;
+            if (js_string(j)) return -1;
+            key_end = j->p;
+            js_ws(j);
+            if (j->p >= j->end || *j->p != ':') return js_fail(j, "a ':' missing after a key");
+            j->p++;
+        }
+        js_ws(j);
+        const char *v = j->p;
+        if (js_value(j, depth + 1)) return -1;
+        if (depth == 0 && key && key_end - key == 7 && !memcmp(key, "\"label\"", 7)) j->label = v, j->label_end = j->p;
+        js_ws(j);
+        if (j->p < j->end && *j->p == ',') {
+            j->p++;
+            continue;
+        }
+        if (j->p < j->end && *j->p == close) {
+            j->p++;
+            return 0;
+        }
+        return js_fail(j, open == '{' ? "a ',' or '}' missing" : "a ',' or ']' missing");
+    }
+}
+
+static int js_value(jscan *j, int depth) {
+    if (depth > 200) return js_fail(j, "nested more than 200 deep");
+    js_ws(j);
+    if (j->p >= j->end) return js_fail(j, "a value missing");
+    const char c = *j->p;
+    if (c == '{' || c == '[') return js_container(j, depth);
+    if (c == '"') return js_string(j);
+    if (c == '-' || (c >= '0' && c <= '9')) return js_number(j);
+    static const char *const lit[3] = {"true", "false", "null"};
+    for (int k = 0; k < 3; k++) {
+        const size_t n = strlen(lit[k]);
+        if ((size_t)(j->end - j->p) >= n && !memcmp(j->p, lit[k], n)) {
+            j->p += n;
+            return 0;
+        }
+    }
+    return js_fail(j, "not a JSON value (strings are in double quotes; NaN and Infinity are not JSON)");
+}
+
+/* A number label's name: an integer as written ("-0" as "0"); a fraction or an exponent by
+ * the shortest text that reads back as the same double, written as Python's repr writes a
+ * float (1.0, 0.1, 1e-07, 1e+22). */
+static void number_name(const char *raw, size_t n, double v, char *out, size_t on) {
+    if (!memchr(raw, '.', n) && !memchr(raw, 'e', n) && !memchr(raw, 'E', n)) {
+        if (n == 2 && !memcmp(raw, "-0", 2)) raw++, n--;
+        snprintf(out, on, "%.*s", (int)(n < on ? n : on - 1), raw);
+        return;
+    }
+    char sci[40];
+    int prec = 1;
+    for (; prec < 17; prec++) { /* the fewest significant digits that read back exactly */
+        snprintf(sci, sizeof sci, "%.*e", prec - 1, v);
+        if (strtod(sci, NULL) == v) break;
+    }
+    snprintf(sci, sizeof sci, "%.*e", prec - 1, v);
+    const int e10 = atoi(strchr(sci, 'e') + 1);
+    if (v != 0 && (e10 < -4 || e10 >= 16)) {
+        snprintf(out, on, "%s", sci);
+        return;
+    }
+    const int decimals = prec - 1 - e10 > 0 ? prec - 1 - e10 : 0;
+    snprintf(out, on, "%.*f", decimals, v);
+    if (!strchr(out, '.')) {
+        const size_t l = strlen(out);
+        if (l + 2 < on) memcpy(out + l, ".0", 3);
+    }
+}
+
 /* A JSONL line: {"text": .., "text_b" or "text_pair": .., "label": string or number}. */
 static int parse_jsonl(const char *path, int64_t ln, const char *s, size_t n, ft_row *row) {
+    jscan js = {.p = s, .end = s + n};
+    js_ws(&js);
+    if (js.p >= js.end || *js.p != '{') {
+        cli_error(CMD, "%s:%" PRId64 ": not a JSON object (a line is {\"text\": ..., \"label\": ...})", path, ln);
+        return CLI_FAIL;
+    }
+    if (js_container(&js, 0) == 0) {
+        js_ws(&js);
+        if (js.p < js.end) js_fail(&js, "text after the JSON object (one object a line)");
+    }
+    if (js.err) {
+        cli_error(CMD, "%s:%" PRId64 ": not valid JSON at byte %td of the line: %s", path, ln, js.at - s + 1, js.err);
+        return CLI_FAIL;
+    }
     cJSON *j = cJSON_ParseWithLength(s, n);
     if (!j || !cJSON_IsObject(j)) {
         cJSON_Delete(j);
         cli_error(CMD, "%s:%" PRId64 ": not a JSON object (a line is {\"text\": ..., \"label\": ...})", path, ln);
         return CLI_FAIL;
     }
+    for (const cJSON *a = j->child; a; a = a->next) /* Python's json keeps the last of a key given twice */
+        for (const cJSON *b = a->next; b; b = b->next)
+            if (a->string && b->string && !strcmp(a->string, b->string)) {
+                cli_error(CMD, "%s:%" PRId64 ": the key \"%.64s\" twice (which one counts is ambiguous): keep one",
+                          path, ln, a->string);
+                cJSON_Delete(j);
+                return CLI_FAIL;
+            }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "text"), *l = cJSON_GetObjectItemCaseSensitive(j, "label");
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "text_b");
-    if (!b) b = cJSON_GetObjectItemCaseSensitive(j, "text_pair");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "text_b"), *bp = cJSON_GetObjectItemCaseSensitive(j, "text_pair");
     int rc = 0;
-    char num[64];
-    if (!cJSON_IsString(t) || (b && !cJSON_IsString(b) && !cJSON_IsNull(b))) {
+    char num[320];
+    if (b && bp) {
+        cli_error(CMD, "%s:%" PRId64 ": both \"text_b\" and \"text_pair\": give the second text once", path, ln);
+        rc = CLI_FAIL;
+    } else if (!b) {
+        b = bp;
+    }
+    if (rc) {
+    } else if (!cJSON_IsString(t) || (b && !cJSON_IsString(b) && !cJSON_IsNull(b))) {
         cli_error(CMD, "%s:%" PRId64 ": \"text\" (and \"text_b\" if there) must be strings", path, ln);
         rc = CLI_FAIL;
     } else if (!l || cJSON_IsNull(l) || (cJSON_IsString(l) && !*l->valuestring)) {
@@ -245,16 +456,16 @@ static int parse_jsonl(const char *path, int64_t ln, const char *s, size_t n, ft
     } else if (!cJSON_IsString(l) && !cJSON_IsNumber(l)) {
         cli_error(CMD, "%s:%" PRId64 ": \"label\" must be a string or a number", path, ln);
         rc = CLI_FAIL;
-    } else if (cJSON_IsNumber(l) && !isfinite(l->valuedouble)) {
+    } else if (cJSON_IsNumber(l) && js.label && js.label_end - js.label > 300) {
+        cli_error(CMD, "%s:%" PRId64 ": \"label\" is a number of more than 300 characters: give it as a string",
+                  path, ln);
+        rc = CLI_FAIL;
+    } else if (cJSON_IsNumber(l) && (!isfinite(l->valuedouble) || !js.label)) {
         cli_error(CMD, "%s:%" PRId64 ": \"label\" is a number out of range: give a class name or a finite number",
                   path, ln);
         rc = CLI_FAIL;
     } else {
-        if (cJSON_IsNumber(l)) {
-            const double v = l->valuedouble;
-            if (v == floor(v) && fabs(v) < 1e15) snprintf(num, sizeof num, "%.0f", v);
-            else snprintf(num, sizeof num, "%.17g", v);
-        }
+        if (cJSON_IsNumber(l)) number_name(js.label, (size_t)(js.label_end - js.label), l->valuedouble, num, sizeof num);
         row->text = strdup(t->valuestring);
         row->text_b = cJSON_IsString(b) ? strdup(b->valuestring) : NULL;
         row->label = strdup(cJSON_IsNumber(l) ? num : l->valuestring);
@@ -301,18 +512,33 @@ static int read_text(const char *path, char **text, size_t *len) {
     return 0;
 }
 
+/* Whether a TSV's first line is a header: its last field "label" (any case), or a name
+ * headers use (labels, gold_label, target, class, category, sentiment) that no other line
+ * has as its label. */
+static int is_header(const ft_rows *rows) {
+    static const char *const names[] = {"labels", "gold_label", "target", "class", "category", "sentiment"};
+    const char *l = rows->v[0].label;
+    if (!strcasecmp(l, "label")) return 1;
+    int named = 0;
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++) named |= !strcasecmp(l, names[k]);
+    for (int64_t k = 1; named && k < rows->n; k++)
+        if (!strcmp(rows->v[k].label, l)) return 0;
+    return named;
+}
+
 /* The rows of a TSV or JSONL file (JSONL when its first non-blank character is '{'). */
 static int read_rows(const char *path, ft_rows *out) {
     char *text;
     size_t len;
     int rc = read_text(path, &text, &len);
     if (rc) return rc;
-    size_t first = 0;
+    size_t first = len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3) ? 3 : 0; /* a byte-order mark */
+    const size_t start = first;
     while (first < len && (text[first] == ' ' || text[first] == '\n' || text[first] == '\r' || text[first] == '\t'))
         first++;
     const int jsonl = first < len && text[first] == '{';
     int64_t ln = 0;
-    for (size_t p = 0; p < len && !rc;) {
+    for (size_t p = start; p < len && !rc;) {
         char *nl = memchr(text + p, '\n', len - p);
         size_t e = nl ? (size_t)(nl - text) : len, n = e - p;
         ln++;
@@ -325,6 +551,13 @@ static int read_rows(const char *path, ft_rows *out) {
         const int64_t bad = utf8_bad((const unsigned char *)s, n);
         if (bad >= 0) {
             cli_error(CMD, "%s:%" PRId64 ": invalid UTF-8 at byte %" PRId64 " of the line", path, ln, bad + 1);
+            rc = CLI_FAIL;
+            break;
+        }
+        const char *nul = memchr(s, 0, n), *cr = jsonl ? NULL : memchr(s, '\r', n);
+        if (nul || cr) { /* a NUL would end the text early; a CR alone ends lines on old Macs */
+            cli_error(CMD, "%s:%" PRId64 ": %s at byte %td of the line%s", path, ln, nul ? "a NUL byte" : "a carriage return",
+                      (nul ? nul : cr) - s + 1, nul ? ": a text holds none" : " (lines end in \\n or \\r\\n)");
             rc = CLI_FAIL;
             break;
         }
@@ -343,12 +576,14 @@ static int read_rows(const char *path, ft_rows *out) {
         row->line = ln;
         rc = jsonl ? parse_jsonl(path, ln, s, n, row) : parse_tsv(path, ln, s, n, row);
         out->n++; /* freed with the rest, parsed or not */
-        if (!rc && !jsonl && out->n == 1 && (!strcmp(row->label, "label") || !strcmp(row->label, "Label"))) {
-            free(row->text), free(row->text_b), free(row->label);
-            out->n--; /* the header */
-        }
     }
     free(text);
+    if (!rc && !jsonl && out->n > 0 && is_header(out)) {
+        ft_row *h = &out->v[0];
+        free(h->text), free(h->text_b), free(h->label);
+        memmove(out->v, out->v + 1, (size_t)(out->n - 1) * sizeof *out->v);
+        out->n--;
+    }
     if (!rc && out->n == 0) {
         cli_error(CMD, "%s: no examples in it", path);
         rc = CLI_FAIL;
@@ -428,9 +663,11 @@ static int make_labels(const ft_opts *o, const ft_rows *rows, ft_labels *l) {
         qsort(l->name, (size_t)l->n, sizeof *l->name, cmp_label);
     }
     if (l->n < 2) {
-        cli_error(CMD, "%s: %" PRId64 " class (%s): a classifier needs 2 or more", o->labels ? "--labels" : o->train,
-                  l->n, l->n ? l->name[0] : "");
-        return CLI_FAIL;
+        char n0[48];
+        (o->labels ? cli_usage_error : cli_error)(CMD, "%s: %" PRId64 " class (%s): a classifier needs 2 or more",
+                                                  o->labels ? "--labels" : o->train, l->n,
+                                                  l->n ? cli_short(l->name[0], n0, sizeof n0) : "");
+        return o->labels ? CLI_USAGE : CLI_FAIL;
     }
     return 0;
 }
@@ -449,16 +686,14 @@ static void data_free(ft_data *d) {
     memset(d, 0, sizeof *d);
 }
 
-/* Example k: [CLS] a [SEP] (b [SEP]), the longer of a and b cut first to fit J. */
+/* Example k: [CLS] a [SEP] (b [SEP]), cut to fit J as transformers' truncation
+ * "longest_first" cuts (dm_truncate_pair). */
 static void assemble(ft_data *d, int64_t k, const dm_ids *a, const dm_ids *b, int has_b, const dm_special_ids *sp) {
     const int64_t J = d->seq;
     int64_t la = (int64_t)a->n, lb = has_b ? (int64_t)b->n : 0;
     const int64_t room = J - (has_b ? 3 : 2);
     if (la + lb > room) d->truncated++;
-    while (la + lb > room) {
-        if (la >= lb && la > 0) la--;
-        else lb--;
-    }
+    dm_truncate_pair(la, lb, room, &la, &lb);
     int32_t *ids = d->ids + k * J, *tt = d->types + k * J;
     float *m = d->mask + k * J;
     int64_t p = 0;
@@ -493,9 +728,11 @@ static int encode_rows(const char *path, const ft_rows *rows, const ft_labels *l
         const ft_row *r = &rows->v[k];
         const int64_t c = label_index(l, r->label);
         if (c < 0) {
+            char nl[64], n0[48], n1[48];
             cli_error(CMD, "%s:%" PRId64 ": label '%s' is not one of the %" PRId64 " classes (%s%s%s%s): give every "
-                      "class with --labels", path, r->line, r->label, l->n, l->name[0], l->n > 1 ? ", " : "",
-                      l->name[1], l->n > 2 ? ", ..." : "");
+                      "class with --labels", path, r->line, cli_short(r->label, nl, sizeof nl), l->n,
+                      cli_short(l->name[0], n0, sizeof n0), l->n > 1 ? ", " : "", cli_short(l->name[1], n1, sizeof n1),
+                      l->n > 2 ? ", ..." : "");
             rc = CLI_FAIL;
             break;
         }
@@ -844,9 +1081,11 @@ static int setup(ft_run *r) {
 static void header(const ft_run *r) {
     const ft_opts *o = &r->o;
     const dm_layer_config *cfg = &o->c.cfg;
+    char n0[48], n1[48];
     fprintf(stderr, "dmove finetune: BertForSequenceClassification, %" PRId64 " classes (%s%s%s%s), %d layers (i=%" PRId64
                     " h=%" PRId64 " u=%" PRId64 "; %.2fM parameters)%s, b=%" PRId64 " j=%" PRId64 ", dropout %g\n",
-            r->labels.n, r->labels.name[0], ", ", r->labels.name[1], r->labels.n > 2 ? ", ..." : "", o->layers,
+            r->labels.n, cli_short(r->labels.name[0], n0, sizeof n0), ", ", cli_short(r->labels.name[1], n1, sizeof n1),
+            r->labels.n > 2 ? ", ..." : "", o->layers,
             cfg->hidden, cfg->heads, cfg->ffn, (double)dm_trainer_num_params(r->T) / 1e6,
             o->init ? ", from --init" : ", from scratch", cfg->batch, cfg->seq, cfg->dropout);
     char where[160];

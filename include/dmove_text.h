@@ -86,6 +86,13 @@ dm_status dm_tokenizer_encode_batch(const dm_tokenizer *t, const char *const *te
 dm_status dm_tokenizer_decode(const dm_tokenizer *t, const int32_t *ids, size_t n,
                               char **text);
 
+/* How many tokens of a pair of texts (la and lb tokens) fit a room of `room` tokens (the
+ * sequence less its special tokens), cut as transformers' truncation "longest_first" cuts
+ * (tokenizers' rule): only the longer text while the shorter fits in half; else each keeps
+ * half, the odd token going to the one that was longer (to b when they were equal). A
+ * single text: lb 0. */
+void dm_truncate_pair(int64_t la, int64_t lb, int64_t room, int64_t *keep_a, int64_t *keep_b);
+
 /* The first byte offset at which `s` is not valid UTF-8 (overlong forms, surrogates and
  * code points past U+10FFFF are invalid), or len when it is all valid. */
 size_t dm_utf8_invalid_at(const char *s, size_t len);

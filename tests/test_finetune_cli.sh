@@ -195,7 +195,7 @@ printf 'a good day\tpositive\nthe cat\tpositive\n' >oneclass.tsv
 bad "one class" 1 "1 class \(positive\): a classifier needs 2 or more" $F --train oneclass.tsv
 printf '{"text": "a good day", "label": "positive"\n' >broken.jsonl
 # shellcheck disable=SC2086
-bad "not JSON" 1 "broken.jsonl:1: not a JSON object" $F --train broken.jsonl
+bad "not JSON" 1 "broken.jsonl:1: not valid JSON at byte 43 of the line: a .,. or .}. missing" $F --train broken.jsonl
 bad "no --train" 2 "--train FILE and --tokenizer FILE are required \\(or --init DIR" finetune --tokenizer vocab.txt --lowercase
 bad "--init missing, no --tokenizer" 1 "--init nope: No such file" finetune --train train.tsv --init nope
 bad "--init without a tokenizer" 1 "'model' is a directory with no tokenizer.json or vocab.txt" finetune --train train.tsv --init model
@@ -203,6 +203,48 @@ bad "--init without a tokenizer" 1 "'model' is a directory with no tokenizer.jso
 bad "--until without --save" 2 "need --save" $F --train train.tsv --until 3
 # shellcheck disable=SC2086
 bad "--labels twice" 2 "'neutral' twice" $F --train train.tsv --labels neutral,positive,neutral
+
+# JSONL read as JSON is (Python's json): what cJSON alone would take is refused, naming
+# the line; number labels named as Python names them
+G="finetune --tokenizer vocab.txt --lowercase --layers 1 --hidden 16 --heads 2 --ffn 32 --seq 8 --batch 2 --epochs 1"
+jl() { printf '%s\n' "$@" >j.jsonl; }
+jl '{"text": "a good day\u0000 and more", "label": "x"}' '{"text": "b", "label": "y"}'
+# shellcheck disable=SC2086
+bad "JSONL \\u0000" 1 "j.jsonl:1: not valid JSON at byte 21 of the line: .u0000, a NUL" $G --train j.jsonl
+jl '{"text": "a\uZZZZ", "label": "x"}'
+# shellcheck disable=SC2086
+bad "JSONL bad escape" 1 "j.jsonl:1: not valid JSON .*an invalid escape" $G --train j.jsonl
+jl '{"text": "a \ud83d b", "label": "x"}'
+# shellcheck disable=SC2086
+bad "JSONL lone surrogate" 1 "j.jsonl:1: .*high surrogate .* without its low half" $G --train j.jsonl
+jl '{"text": "a", "label": "x"}' '{"text": "a", "label": "x", "label": "y"}'
+# shellcheck disable=SC2086
+bad "JSONL key twice" 1 "j.jsonl:2: the key \"label\" twice" $G --train j.jsonl
+jl '{"text": "a", "label": "x"} {"text": "b", "label": "y"}'
+# shellcheck disable=SC2086
+bad "JSONL two objects" 1 "j.jsonl:1: .*text after the JSON object" $G --train j.jsonl
+jl '{"text": "a", "label": 01}'
+# shellcheck disable=SC2086
+bad "JSONL 01" 1 "j.jsonl:1: .*an invalid number" $G --train j.jsonl
+jl '{"text": "a", "text_b": "b", "text_pair": "c", "label": "x"}'
+# shellcheck disable=SC2086
+bad "JSONL text_b and text_pair" 1 "both \"text_b\" and \"text_pair\"" $G --train j.jsonl
+printf '\357\273\277{"text": "a good day", "label": 0.1}\n{"text": "a bad day", "label": 1e-7}\n{"text": "b", "label": 2.50}\n' >j.jsonl
+# shellcheck disable=SC2086
+good "JSONL number labels" $G --train j.jsonl --labels 1e-07,0.1,2.5
+has "number labels as Python names them" stderr "3 classes \(1e-07, 0.1, \.\.\.\)"
+printf 'a good day\tpositive\rb bad day\tnegative\r' >cr.tsv
+# shellcheck disable=SC2086
+bad "TSV with CR line ends" 1 "cr.tsv:1: a carriage return at byte 20" $G --train cr.tsv
+printf 'a good\000day\tpositive\nbad\tnegative\n' >nul.tsv
+# shellcheck disable=SC2086
+bad "TSV with a NUL" 1 "nul.tsv:1: a NUL byte at byte 7" $G --train nul.tsv
+printf 'sentence\tgold_label\na good day\tpositive\nbad\tnegative\n' >gold.tsv
+# shellcheck disable=SC2086
+good "header gold_label" $G --train gold.tsv
+has "header gold_label: 2 classes" stderr "2 classes \(negative, positive\)"
+# shellcheck disable=SC2086
+bad "--labels of one class" 2 "--labels: 1 class \(positive\)" $G --train gold.tsv --labels positive
 
 echo "test_finetune_cli.sh: $cases cases, $fails failed"
 [ "$fails" -eq 0 ]

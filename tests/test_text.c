@@ -364,6 +364,32 @@ static void test_hostile(void) {
     CHECK(!strcmp(dm_tokenizer_describe(NULL), ""));
 }
 
+#ifndef REF_DIR
+#define REF_DIR "tests/ref"
+#endif
+
+/* dm_truncate_pair against tokenizers' "longest_first" (tests/ref/truncate_pair.txt, by
+ * make_truncate_ref.py): every case. */
+static void test_truncate_pair(void) {
+    FILE *f = fopen(REF_DIR "/truncate_pair.txt", "r");
+    CHECK(f != NULL);
+    if (!f) return;
+    long la, lb, room, ka, kb;
+    int n = 0, cut = 0, odd = 0;
+    while (fscanf(f, "%ld %ld %ld %ld %ld", &la, &lb, &room, &ka, &kb) == 5) {
+        int64_t a = -1, b = -1;
+        dm_truncate_pair(la, lb, room, &a, &b);
+        CHECK(a == ka && b == kb);
+        if (a != ka || b != kb)
+            fprintf(stderr, "  truncate (%ld, %ld) to %ld: (%lld, %lld), tokenizers (%ld, %ld)\n", la, lb, room,
+                    (long long)a, (long long)b, ka, kb);
+        n++, cut += la + lb > room, odd += la > room / 2 && lb > room / 2 && room % 2;
+    }
+    fclose(f);
+    CHECK(n == 1728 && cut > 600 && odd > 100);
+    printf("  truncate_pair: %d cases (%d cut, %d with both halves cut and an odd room) as tokenizers\n", n, cut, odd);
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
@@ -374,6 +400,7 @@ int main(void) {
     test_cased_and_keep();
     test_added();
     test_hostile();
+    test_truncate_pair();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (getenv("DMOVE_TEST_KEEP")) printf("kept %s\n", g_dir);

@@ -102,3 +102,17 @@ dm_status dm_tokenizer_decode(const dm_tokenizer *t, const int32_t *ids, size_t 
     *text = s;
     return DM_OK;
 }
+
+void dm_truncate_pair(int64_t la, int64_t lb, int64_t room, int64_t *keep_a, int64_t *keep_b) {
+    if (room < 0) room = 0;
+    if (la + lb > room) {
+        const int swap = la > lb; /* n1: the shorter text's length, n2 the longer's */
+        int64_t n1 = swap ? lb : la, n2;
+        n2 = n1 > room ? n1 : (n1 > room - n1 ? n1 : room - n1);
+        if (n1 + n2 > room) n1 = room / 2, n2 = n1 + room % 2;
+        const int64_t ka = swap ? n2 : n1, kb = swap ? n1 : n2;
+        if (la > ka) la = ka;
+        if (lb > kb) lb = kb;
+    }
+    *keep_a = la, *keep_b = lb;
+}
