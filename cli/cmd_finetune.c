@@ -83,7 +83,8 @@ static const cli_option k_options[] = {
     {.kind = CLI_I64, .name = "--types", .arg = "T", O(types), .set = offsetof(ft_opts, types_set) + 1, .lo = 2,
      .hi = 1 << 16, .help = "token types from scratch (default {})"},
     I64("--epochs", "E", epochs, 1, "passes over --train (default {}; the examples shuffled\n"
-                                    "each epoch from --seed)"),
+                                    "each epoch from --seed, in batches of --batch, the\n"
+                                    "last one short, as a DataLoader's)"),
     CLI_OPTIM(ft_opts, opt),
     I64("--eval-every", "K", eval_every, 0, "evaluate every K steps (default: about 10 times a run;\n"
                                            "0: at the end only)"),
@@ -817,18 +818,17 @@ static void put_row(ft_run *r, int64_t b, const ft_data *d, int64_t k) {
     r->blabel[b] = -1;
 }
 
-/* Micro-batch g (from 0) of the run: positions g * B .. of the epochs' shuffled stream;
- * past the last epoch, fillers. */
+/* Micro-batch g (from 0) of the run: each epoch's shuffled examples in batches of B, its
+ * last batch filled up with fillers (unlabelled rows, which weigh nothing: the batch's
+ * loss is the mean over its examples, as a DataLoader's short last batch); past the last
+ * epoch, fillers alone. */
 static dm_status train_batch(ft_run *r, int64_t g) {
-    const int64_t B = r->o.c.cfg.batch, N = r->train.n;
+    const int64_t B = r->o.c.cfg.batch, N = r->train.n, per_epoch = (N + B - 1) / B;
+    const int64_t e = g / per_epoch;
+    if (e < r->o.epochs && e != r->perm_epoch) make_perm(r, e);
     for (int64_t b = 0; b < B; b++) {
-        const int64_t p = g * B + b;
-        if (p >= N * r->o.epochs) {
-            put_row(r, b, &r->train, -1);
-            continue;
-        }
-        if (p / N != r->perm_epoch) make_perm(r, p / N);
-        put_row(r, b, &r->train, r->perm[p % N]);
+        const int64_t p = (g % per_epoch) * B + b;
+        put_row(r, b, &r->train, e < r->o.epochs && p < N ? r->perm[p] : -1);
     }
     return dm_trainer_set_cls_batch(r->T, r->bids, r->btypes, r->bmask, r->blabel);
 }
@@ -1044,12 +1044,14 @@ static int setup(ft_run *r) {
                 return CLI_FAIL;
             }
     }
-    const int64_t per = B * o->opt.optim.accumulate;
+    const int64_t K = o->opt.optim.accumulate;
     if (r->train.n > INT64_C(1) << 40 || o->epochs > (INT64_C(1) << 50) / r->train.n) {
         cli_usage_error(CMD, "--epochs %" PRId64 " of %" PRId64 " examples: too many", o->epochs, r->train.n);
         return CLI_USAGE;
     }
-    r->steps = (r->train.n * o->epochs + per - 1) / per;
+    /* each epoch its own batches, the last one short (as a DataLoader without drop_last) */
+    const int64_t per_epoch = (r->train.n + B - 1) / B;
+    r->steps = (per_epoch * o->epochs + K - 1) / K;
     if (cli_optim_finish(&o->opt, CMD, r->steps)) return CLI_USAGE;
     if (o->until > r->steps) {
         cli_usage_error(CMD, "--until %" PRId64 " is past the run's %" PRId64 " steps", o->until, r->steps);
