@@ -233,6 +233,9 @@ printf '\357\273\277{"text": "a good day", "label": 0.1}\n{"text": "a bad day", 
 # shellcheck disable=SC2086
 good "JSONL number labels" $G --train j.jsonl --labels 1e-07,0.1,2.5
 has "number labels as Python names them" stderr "3 classes \(1e-07, 0.1, \.\.\.\)"
+# shellcheck disable=SC2086
+good "short last batch" $G --train j.jsonl --labels 1e-07,0.1,2.5 --epochs 3
+has "each epoch its own batches: 3 x 2" stderr "3 epochs, 6 steps"
 printf 'a good day\tpositive\rb bad day\tnegative\r' >cr.tsv
 # shellcheck disable=SC2086
 bad "TSV with CR line ends" 1 "cr.tsv:1: a carriage return at byte 20" $G --train cr.tsv
