@@ -892,6 +892,12 @@ static int apply_hf(ft_run *r, const char *opt, const char *path) {
                   r->vocab.vocab_size, r->vocab.special.pad);
         return CLI_FAIL;
     }
+    if (!isnan(hc.classifier_dropout) && hc.classifier_dropout != hc.hidden_dropout_prob && !o->c.dropout_set) {
+        cli_error(CMD, "%s: classifier_dropout %g differs from hidden_dropout_prob %g: dmove's model has one "
+                  "dropout probability: give --dropout P to train with one", opt, hc.classifier_dropout,
+                  hc.hidden_dropout_prob);
+        return CLI_FAIL;
+    }
     int rc = cli_config_from_hf(&o->c, CMD, opt, path, &hc);
     if (rc) return rc;
     if (o->layers_from >= hc.num_hidden_layers) {

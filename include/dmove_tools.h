@@ -396,6 +396,7 @@ typedef struct {
     int64_t vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size;
     int64_t max_position_embeddings, type_vocab_size, pad_token_id;
     double layer_norm_eps, hidden_dropout_prob, attention_probs_dropout_prob;
+    double classifier_dropout;  /* a classifier's own dropout; NaN: none given (it takes hidden_dropout_prob) */
     dm_act act;                 /* hidden_act: gelu, gelu_new / gelu_pytorch_tanh, relu */
     char architecture[64];      /* the first of "architectures" ("BertForMaskedLM"), or "" */
 } dm_hf_config;

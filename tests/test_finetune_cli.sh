@@ -108,6 +108,11 @@ bad "--init with a contradicting --hidden" 2 "--hidden 32 contradicts" finetune 
     --train train.tsv --init model --hidden 32
 bad "--init and --config" 2 "exclude each other" finetune --tokenizer vocab.txt --lowercase --train train.tsv \
     --init model --config model/config.json
+# transformers' classifier_dropout, where it differs from the layers' dropout: refused (dmove
+# has one), unless --dropout gives one
+mkdir -p cdrop && cp model/model.safetensors cdrop/ && sed 's/^{/{"classifier_dropout": 0.5,/' model/config.json >cdrop/config.json
+bad "classifier_dropout" 1 "--init: classifier_dropout 0.5 differs from hidden_dropout_prob 0.1: .*give --dropout P" \
+    finetune --tokenizer vocab.txt --lowercase --train train.tsv --init cdrop --epochs 1
 # --layers-from: the model's second layer alone (--layers defaults to the rest)
 good "finetune --init --layers-from" finetune --tokenizer vocab.txt --lowercase --seq 16 --batch 16 --threads 2 \
     --train train.tsv --epochs 1 --init model --layers-from 1 --export from1

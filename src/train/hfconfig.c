@@ -34,6 +34,7 @@ void dm_hf_config_default(dm_hf_config *c) {
     c->layer_norm_eps = 1e-12;
     c->hidden_dropout_prob = 0.1;
     c->attention_probs_dropout_prob = 0.1;
+    c->classifier_dropout = NAN;
     c->act = DM_ACT_GELU;
 }
 
@@ -124,6 +125,7 @@ static dm_status read_sizes(const cJSON *root, const char *path, dm_hf_config *c
     DM_TRY(get_real(root, path, "layer_norm_eps", 0.0, 1.0, &c->layer_norm_eps));
     DM_TRY(get_real(root, path, "hidden_dropout_prob", 0.0, 0.999, &c->hidden_dropout_prob));
     DM_TRY(get_real(root, path, "attention_probs_dropout_prob", 0.0, 0.999, &c->attention_probs_dropout_prob));
+    DM_TRY(get_real(root, path, "classifier_dropout", 0.0, 1.0, &c->classifier_dropout));
     if (c->hidden_size % c->num_attention_heads)
         return dm_fail(DM_ERR_FORMAT, "%s: hidden_size %" PRId64 " is not divisible by num_attention_heads %" PRId64,
                        path, c->hidden_size, c->num_attention_heads);
