@@ -371,18 +371,7 @@ static int write_bytes(const char *path, const char *p, size_t n) {
         }
         return CLI_OK;
     }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    int ok = f && fwrite(p, 1, n, f) == n;
-    ok = f && fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
-    if (f && fclose(f) != 0) ok = 0;
-    if (ok && rename(tmp, path) != 0) ok = 0;
-    if (!ok) {
-        cli_error(CMD, "--out %s: %s", path, strerror(errno));
-        remove(tmp);
-        return CLI_FAIL;
-    }
+    if (dm_write_output(path, p, n) != DM_OK) return fail_dm("--out: ");
     return CLI_OK;
 }
 

@@ -79,6 +79,12 @@ dm_status dm_tensor_file_read_f32(const dm_tensor_file *f, int index, float *out
  * as long as the file. */
 const char *dm_tensor_file_metadata(const dm_tensor_file *f, const char *key);
 
+/* Writes len bytes to path as dmove writes every output: a regular file (or a new name)
+ * through a temporary beside it, renamed over it once whole (a crash or a failure leaves
+ * the old file); a symbolic link's target, the link kept; a FIFO or character device (a
+ * pipe, /dev/null) written directly, never replaced; a directory refused. */
+dm_status dm_write_output(const char *path, const void *data, size_t len);
+
 /* A safetensors file being made: tensors and metadata, written atomically. */
 typedef struct dm_tensor_writer dm_tensor_writer;
 dm_status dm_tensor_writer_new(dm_tensor_writer **out);

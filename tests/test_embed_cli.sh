@@ -85,6 +85,19 @@ has "npy shape" e.npy "'shape': \\(7, 16\\)"
 # shellcheck disable=SC2086
 good "embed safetensors" $E --format safetensors --out e.safetensors in.txt
 has "safetensors tensor" e.safetensors '"embeddings":\{"dtype":"F32","shape":\[7,16\]'
+# --out through a symbolic link writes its target (the link kept); a FIFO is written, not
+# replaced
+echo old >target && ln -s target link && mkfifo fifo
+# shellcheck disable=SC2086
+good "embed --out a link" $E --format npy --out link in.txt
+cases=$((cases + 1))
+{ [ -L link ] && cmp -s target e.npy; } || fail "embed --out link: the link replaced, or its target not written"
+cat fifo >from_fifo &
+# shellcheck disable=SC2086
+good "embed --out a FIFO" $E --format npy --out fifo in.txt
+wait
+cases=$((cases + 1))
+{ [ -p fifo ] && cmp -s from_fifo e.npy; } || fail "embed --out fifo: the FIFO replaced, or nothing read from it"
 # empty input: no lines
 # shellcheck disable=SC2086
 good "embed empty" $E </dev/null

@@ -4,6 +4,7 @@
  * directly, never replaced; inputs opened only when they are regular files; and the
  * directories above a path made. */
 #include "core/file.h"
+#include "dmove_tools.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -280,6 +281,11 @@ dm_status dm_out_commit(dm_out_file *o) {
     else sync_dir_of(o->path);
     out_close(o);
     return st;
+}
+
+dm_status dm_write_output(const char *path, const void *data, size_t len) {
+    if (!path || (!data && len)) return dm_fail(DM_ERR_INVALID_ARG, "dm_write_output: NULL argument");
+    return dm_write_file_atomic(path, data, len);
 }
 
 dm_status dm_write_file_atomic(const char *path, const void *data, size_t len) {
