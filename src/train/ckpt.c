@@ -23,23 +23,33 @@
 #include "train/trainer_internal.h"
 
 #define CKPT_FORMAT "dmove-trainer-checkpoint"
-#define CKPT_VERSION "1"
+#define CKPT_VERSION "2"
 
-/* FNV-1a over 8-byte words (then the tail bytes): fast enough for gigabytes, and any
- * changed, swapped or truncated word changes it. */
-static uint64_t hash_bytes(uint64_t h, const void *data, size_t n) {
+/* The checkpoint's version (1 or 2) from its metadata, 0 when it is neither. Version 2
+ * differs only in its checksum: version 1's left a change in a word's top bits in the top
+ * bits, so two sign flips cancelled. */
+static int ckpt_version(const char *ver) { return !ver ? 0 : !strcmp(ver, "2") ? 2 : !strcmp(ver, "1") ? 1 : 0; }
+
+/* FNV-1a over 8-byte words (then the tail bytes), each step followed in version 2 by an
+ * xor-shift that carries the high bits down (each step a bijection of h, so any one changed
+ * word changes h, and two changes cancel by chance alone): fast enough for gigabytes. */
+static uint64_t hash_bytes(uint64_t h, const void *data, size_t n, int ver) {
     const unsigned char *p = data;
     size_t k = 0;
     for (; k + 8 <= n; k += 8) {
         uint64_t w;
         memcpy(&w, p + k, 8);
         h = (h ^ w) * 0x100000001b3ull;
+        if (ver >= 2) h ^= h >> 29;
     }
-    for (; k < n; k++) h = (h ^ p[k]) * 0x100000001b3ull;
+    for (; k < n; k++) {
+        h = (h ^ p[k]) * 0x100000001b3ull;
+        if (ver >= 2) h ^= h >> 29;
+    }
     return h;
 }
 
-static uint64_t hash_str(uint64_t h, const char *s) { return hash_bytes(h, s, strlen(s) + 1); }
+static uint64_t hash_str(uint64_t h, const char *s, int ver) { return hash_bytes(h, s, strlen(s) + 1, ver); }
 
 /* The metadata: up to M_MODEL the architecture (the parameters fit only it), up to M_ADAMW
  * the run (resuming with other values would not continue it: other masks, data or
@@ -137,23 +147,23 @@ static int ntensors(const dm_trainer *T) { return T->nslots * 3; }
 /* The checksum over the metadata and every tensor's bytes, data[(si * 3) + which] (in the
  * file, data may be unaligned: it is read as bytes). */
 static uint64_t checksum_of(const char meta[M_N][META_LEN], const char *labels, const dm_trainer *T,
-                            const void *const *data) {
-    uint64_t h = hash_str(14695981039346656037ull, CKPT_FORMAT);
+                            const void *const *data, int ver) {
+    uint64_t h = hash_str(14695981039346656037ull, CKPT_FORMAT, ver);
     for (int m = 0; m < M_N; m++) {
         if (optional_default(m) && !strcmp(meta[m], optional_default(m))) continue;
-        h = hash_str(h, k_meta[m]);
-        h = hash_str(h, meta[m]);
+        h = hash_str(h, k_meta[m], ver);
+        h = hash_str(h, meta[m], ver);
     }
     if (labels) { /* a classifier's class names (files without them: unchanged) */
-        h = hash_str(h, "label_names");
-        h = hash_str(h, labels);
+        h = hash_str(h, "label_names", ver);
+        h = hash_str(h, labels, ver);
     }
     char name[192];
     for (int si = 0; si < T->nslots; si++)
         for (int w = 0; w < 3; w++) {
             tensor_name(T, name, sizeof name, si, w);
-            h = hash_str(h, name);
-            h = hash_bytes(h, data[si * 3 + w], (size_t)T->slot[si].n * sizeof(float));
+            h = hash_str(h, name, ver);
+            h = hash_bytes(h, data[si * 3 + w], (size_t)T->slot[si].n * sizeof(float), ver);
         }
     return h;
 }
@@ -222,7 +232,7 @@ static dm_status save_file(const dm_trainer *T, const char *path) {
         free(data);
         return dm_fail(DM_ERR_OOM, "out of memory writing checkpoint '%s'", path);
     }
-    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(meta, labels, T, data));
+    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(meta, labels, T, data, 2));
     dm_st_writer *w = NULL;
     dm_status s = dm_st_writer_new(&w);
     if (s == DM_OK && labels) s = dm_st_writer_set_metadata(w, "label_names", labels);
@@ -284,8 +294,8 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
     if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
         return dm_fail(DM_ERR_FORMAT, "not a dmove checkpoint (no \"format\": \"" CKPT_FORMAT "\" in its "
                        "metadata); to start from a pretrained BERT's weights, use --init instead");
-    if (!ver || strcmp(ver, CKPT_VERSION) != 0)
-        return dm_fail(DM_ERR_FORMAT, "checkpoint version '%s': this dmove reads version " CKPT_VERSION,
+    if (!ckpt_version(ver))
+        return dm_fail(DM_ERR_FORMAT, "checkpoint version '%s': this dmove reads versions 1 and " CKPT_VERSION,
                        ver ? ver : "(none)");
     char mine[M_N][META_LEN], theirs[M_N][META_LEN];
     meta_values(T, mine);
@@ -358,7 +368,8 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
     }
     const char *sum = dm_st_metadata(f, "checksum");
     char hex[32];
-    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(theirs, dm_st_metadata(f, "label_names"), T, data));
+    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(theirs, dm_st_metadata(f, "label_names"), T, data,
+                                                   ckpt_version(dm_st_metadata(f, "version"))));
     /* the fuzzing build (tests/fuzz) reaches past the checksum: what it guards is checked too */
     if (!sum || (strcmp(sum, hex) != 0 && !DM_FUZZING_BUILD))
         return dm_fail(DM_ERR_FORMAT, "checksum mismatch (file says %s, its contents give %s): the checkpoint "
@@ -673,7 +684,9 @@ static dm_status export_take(dm_trainer *T, const dm_st_file *f, const char thei
     }
     char hex[32];
     const char *sum = dm_st_metadata(f, "checksum");
-    if (s == DM_OK) snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(theirs, dm_st_metadata(f, "label_names"), T, data));
+    if (s == DM_OK)
+        snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(theirs, dm_st_metadata(f, "label_names"), T, data,
+                                                             ckpt_version(dm_st_metadata(f, "version"))));
     if (s == DM_OK && (!sum || strcmp(sum, hex) != 0))
         s = dm_fail(DM_ERR_FORMAT, "checksum mismatch (file says %s, its contents give %s): the checkpoint is "
                     "corrupted or was edited; nothing was written", sum ? sum : "(none)", hex);
@@ -709,8 +722,8 @@ static dm_status checkpoint_export(const dm_st_file *f, const char *dir) {
     const char *fmt = dm_st_metadata(f, "format"), *ver = dm_st_metadata(f, "version");
     if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
         return dm_fail(DM_ERR_FORMAT, "not a dmove checkpoint (no \"format\": \"" CKPT_FORMAT "\" in its metadata)");
-    if (!ver || strcmp(ver, CKPT_VERSION) != 0)
-        return dm_fail(DM_ERR_FORMAT, "checkpoint version '%s': this dmove reads version " CKPT_VERSION,
+    if (!ckpt_version(ver))
+        return dm_fail(DM_ERR_FORMAT, "checkpoint version '%s': this dmove reads versions 1 and " CKPT_VERSION,
                        ver ? ver : "(none)");
     char theirs[M_N][META_LEN];
     for (int m = 0; m < M_N; m++) {
