@@ -942,6 +942,9 @@ static int load_init(ft_run *r, const char *weights) {
 
 /* The run's tag: the training file's name and the classes (a checkpoint of another run is
  * not resumed). */
+/* What the run trains on, in its checkpoints (a checkpoint of another run is not resumed):
+ * the training examples as tokenized (ids, token types, mask, classes: other data, another
+ * tokenizer of the same size, another --seq all differ), the class names, the epochs. */
 static int set_tag(ft_run *r) {
     uint64_t h = 14695981039346656037ull;
     for (int64_t k = 0; k < r->labels.n; k++)
@@ -949,10 +952,14 @@ static int set_tag(ft_run *r) {
             h = (h ^ *p) * 1099511628211ull;
             if (!*p) break;
         }
-    const char *base = strrchr(r->o.train, '/');
+    const ft_data *d = &r->train;
+    const size_t nj = (size_t)(d->n * d->seq);
+    const uint64_t part[4] = {dm_data_hash64(d->ids, nj * sizeof *d->ids), dm_data_hash64(d->types, nj * sizeof *d->types),
+                              dm_data_hash64(d->mask, nj * sizeof *d->mask),
+                              dm_data_hash64(d->label, (size_t)d->n * sizeof *d->label)};
     char tag[128];
-    snprintf(tag, sizeof tag, "finetune %.60s %" PRId64 " classes %016" PRIx64 " epochs %" PRId64,
-             base ? base + 1 : r->o.train, r->labels.n, h, r->o.epochs);
+    snprintf(tag, sizeof tag, "finetune data %016" PRIx64 " %" PRId64 " classes %016" PRIx64 " epochs %" PRId64,
+             dm_data_hash64(part, sizeof part), r->labels.n, h, r->o.epochs);
     return dm_trainer_set_run_tag(r->T, tag) != DM_OK ? fail_dm("") : 0;
 }
 

@@ -388,13 +388,13 @@ static int setup(pretrain_run *r) {
     if (dm_trainer_new_bert(&r->T, cfg, o->layers, &r->bm, &lo, &o->opt.optim) != DM_OK) return fail_dm("");
     if (dm_trainer_set_dist(r->T, r->dist) != DM_OK || dm_trainer_set_zero(r->T, o->opt.zero) != DM_OK)
         return fail_dm("");
-    /* what the run trains on: a checkpoint of another run is not resumed */
-    char tag[128], dir[256];
-    snprintf(dir, sizeof dir, "%s", o->data);
-    for (size_t k = strlen(dir); k > 1 && dir[k - 1] == '/'; k--) dir[k - 1] = 0; /* data/ is data */
-    const char *base = strrchr(dir, '/');
-    snprintf(tag, sizeof tag, "pretrain %.60s %s mask %g", base && base[1] ? base + 1 : dir,
-             o->pairs ? "pairs" : "packed", o->mask_prob);
+    /* what the run trains on: a checkpoint of another run is not resumed (the token data's
+     * fingerprint and the vocabulary's, wherever the dataset lies; how it is masked and
+     * how many masked positions are scored) */
+    char tag[128], pred[32] = "default";
+    if (o->predictions) snprintf(pred, sizeof pred, "%" PRId64, o->predictions);
+    snprintf(tag, sizeof tag, "pretrain data %016" PRIx64 " vocab %016" PRIx64 " %s mask %g predictions %s",
+             dm_loader_fingerprint(r->train), r->vocab.hash, o->pairs ? "pairs" : "packed", o->mask_prob, pred);
     if (dm_trainer_set_run_tag(r->T, tag) != DM_OK) return fail_dm("");
     if (o->resume) {
         if (dm_trainer_load(r->T, o->resume) != DM_OK) return fail_dm("--resume: ");

@@ -173,6 +173,10 @@ printf '{"text": "a good day", "label": 1e400}\n' >inf.jsonl
 bad "a label of an infinite number" 1 "inf.jsonl:1: \"label\" is a number out of range" $F --train inf.jsonl
 bad "finetune --init with two dropouts" 1 "give --dropout P to train with one" finetune --tokenizer vocab.txt \
     --lowercase --seq 16 --batch 16 --threads 2 --train train.tsv --epochs 1 --init dropdiff
+head -400 train.tsv >fewer.tsv
+# shellcheck disable=SC2086
+bad "--resume on other examples" 1 "run is finetune data [0-9a-f]+ " $F --train fewer.tsv --epochs 1 --dropout 0.1 \
+    --accumulate 2 --resume part.ckpt
 # shellcheck disable=SC2086
 bad "--resume with other classes" 1 "run is finetune|num_labels" $F --train train.tsv --epochs 1 --dropout 0.1 \
     --accumulate 2 --labels negative,neutral,positive,other --resume part.ckpt

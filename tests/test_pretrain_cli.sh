@@ -136,6 +136,20 @@ echo "ok   pretrain: the run in two parts equals the whole run, byte for byte"
 # shellcheck disable=SC2086
 bad "--resume with another --mask-prob" 1 "run is pretrain" $P --steps 12 --dropout 0.1 --accumulate 2 \
     --mask-prob 0.2 --resume part.ckpt --steps 14
+# shellcheck disable=SC2086
+bad "--resume with another --predictions" 1 "run is pretrain .*predictions default" $P --steps 12 --dropout 0.1 \
+    --accumulate 2 --predictions 8 --resume part.ckpt --steps 14
+# the run is the data's, wherever it lies: the dataset moved resumes, another one of the
+# same name (made of other text) is refused
+mv data data_moved
+# shellcheck disable=SC2086
+good "--resume from the dataset moved" $P --steps 14 --dropout 0.1 --accumulate 2 --data data_moved --resume part.ckpt
+awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : ""); print "" }' corpus.txt >reversed.txt
+good "prepare other text" prepare --tokenizer vocab.txt --lowercase --out data --valid-fraction 0.1 reversed.txt
+# shellcheck disable=SC2086
+bad "--resume on other data of the same name" 1 "run is pretrain data [0-9a-f]+ " $P --steps 14 --dropout 0.1 \
+    --accumulate 2 --resume part.ckpt
+rm -rf data && mv data_moved data
 bad "--until without --save" 2 "need --save" $P --steps 12 --until 3
 # the kind of schedule is the run's: a constant rate after a decay is refused
 # shellcheck disable=SC2086
