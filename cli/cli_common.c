@@ -890,9 +890,51 @@ static int path_same(const path_id *a, const path_id *b) {
     return a->canon && b->canon && !strcmp(a->canon, b->canon);
 }
 
+/* The directory a dir option names: itself, or for a file (--init model.safetensors) the
+ * directory it lies in (whose config.json and tokenizer are read too). */
+static void dir_identify(const char *path, int parent, path_id *id) {
+    struct stat sb;
+    if (!parent && (stat(path, &sb) != 0 || S_ISDIR(sb.st_mode))) {
+        path_identify(path, id);
+        return;
+    }
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    path_identify(dir, id);
+}
+
+/* A file written into a directory the run reads (an existing file there: a shard, the
+ * model's weights or config), or into the one it exports to, under a name the export
+ * writes (model.safetensors, config.json): refused. */
+static int inside_dirs(const char *cmd, const cli_path *pw, const path_id *wid, const cli_path *reads, int nreads,
+                       const cli_path *writes, int nwrites) {
+    path_id pid, did;
+    dir_identify(pw->path, 1, &pid);
+    const char *base = strrchr(pw->path, '/');
+    base = base ? base + 1 : pw->path;
+    const int export_name = !strcmp(base, "model.safetensors") || !strcmp(base, "config.json");
+    const cli_path *in = NULL;
+    int read = 0;
+    for (int k = 0; k < nreads + nwrites && !in; k++) {
+        const cli_path *c = k < nreads ? &reads[k] : &writes[k - nreads];
+        if (!c->path || !c->dir || c == pw || (k < nreads ? !wid->exists : !export_name)) continue;
+        dir_identify(c->path, 0, &did);
+        if (path_same(&did, &pid)) in = c, read = k < nreads;
+        free(did.canon);
+    }
+    free(pid.canon);
+    if (!in) return 0;
+    cli_usage_error(cmd, "%s %s is inside %s %s: the run %s; give a path outside it", pw->opt, pw->path, in->opt,
+                    in->path, read ? "reads the files there" : "writes that name there");
+    return CLI_USAGE;
+}
+
 /* The writes' checks, the identities made (ids: nreads + nwrites). */
 static int paths_conflict(const char *cmd, const cli_path *reads, int nreads, const cli_path *writes, int nwrites,
                           path_id *ids) {
+    int rc;
     for (int w = 0; w < nwrites; w++) {
         const cli_path *pw = &writes[w];
         if (!pw->path) continue;
@@ -908,6 +950,7 @@ static int paths_conflict(const char *cmd, const cli_path *reads, int nreads, co
                                 "another name", pw->opt, pw->path, reads[r].opt);
                 return CLI_USAGE;
             }
+        if (!pw->dir && (rc = inside_dirs(cmd, pw, &ids[w], reads, nreads, writes, nwrites)) != 0) return rc;
         const int device = stat(pw->path, &sb) == 0 && (S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode));
         for (int v = 0; v < w && !device; v++) /* /dev/null twice is fine: a device is streamed to */
             if (writes[v].path && path_same(&ids[v], &ids[w])) {

@@ -150,6 +150,16 @@ good "prepare other text" prepare --tokenizer vocab.txt --lowercase --out data -
 bad "--resume on other data of the same name" 1 "run is pretrain data [0-9a-f]+ " $P --steps 14 --dropout 0.1 \
     --accumulate 2 --resume part.ckpt
 rm -rf data && mv data_moved data
+# a checkpoint over a file the run reads inside --data, or over what --export writes
+# shellcheck disable=SC2086
+bad "--save over a shard" 2 "--save data/train-00000.shard is inside --data data: the run reads the files there" \
+    $P --steps 2 --save data/train-00000.shard
+# shellcheck disable=SC2086
+bad "--save over the export" 2 "--save ex/model.safetensors is inside --export ex: the run writes that name" \
+    $P --steps 2 --save ex/model.safetensors --export ex
+# shellcheck disable=SC2086
+good "--save a new file inside --data" $P --steps 6 --save data/new.ckpt
+rm -f data/new.ckpt
 bad "--until without --save" 2 "need --save" $P --steps 12 --until 3
 # the kind of schedule is the run's: a constant rate after a decay is refused
 # shellcheck disable=SC2086
