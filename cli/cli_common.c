@@ -848,6 +848,9 @@ void cli_catch_signals(const char *cmd, int saving) {
     ign.sa_handler = SIG_IGN;
     sigemptyset(&ign.sa_mask);
     (void)sigaction(SIGPIPE, &ign, NULL);
+    /* a file past `ulimit -f`: the write fails (EFBIG) and says so, its temporary removed,
+     * instead of the signal ending the process silently */
+    (void)sigaction(SIGXFSZ, &ign, NULL);
 }
 
 int cli_interrupted(void) { return (int)g_interrupted; }
@@ -941,6 +944,10 @@ static int paths_conflict(const char *cmd, const cli_path *reads, int nreads, co
         struct stat sb;
         if (!pw->dir && stat(pw->path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
             cli_usage_error(cmd, "%s %s: that is a directory: give a file name", pw->opt, pw->path);
+            return CLI_USAGE;
+        }
+        if (pw->dir && stat(pw->path, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+            cli_usage_error(cmd, "%s %s: that is a file, not a directory: give a directory's name", pw->opt, pw->path);
             return CLI_USAGE;
         }
         for (int r = 0; r < nreads; r++)

@@ -677,5 +677,17 @@ else
 fi
 rm -f "$OUT"
 
+# a checkpoint past `ulimit -f`: the write fails and says so (SIGXFSZ ignored), nothing left
+cases=$((cases + 1))
+(ulimit -f 20 && cd "$T" && "$DMOVE" train --layers 1 --hidden 32 --heads 2 --ffn 64 --seq 16 --batch 4 --steps 2 \
+    --save big.ckpt >/dev/null 2>"$T/stderr")
+rc=$?
+if [ $rc -ne 1 ] || ! grep -q "File too large" "$T/stderr" || ls "$T"/big.ckpt* >/dev/null 2>&1; then
+    echo "FAIL: a checkpoint past ulimit -f: exit $rc, $(head -c 200 "$T/stderr"); left: $(ls "$T" | grep big)"
+    fails=$((fails + 1))
+else
+    echo "ok   a checkpoint past ulimit -f: $(head -1 "$T/stderr")"
+fi
+
 echo "test_cli_errors.sh: $cases cases, $fails failed"
 [ $fails -eq 0 ]

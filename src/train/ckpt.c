@@ -329,7 +329,8 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
         if (m <= M_MODEL)
             return dm_fail(DM_ERR_SHAPE, "the checkpoint's %s is %s, this trainer's %s: give the architecture it was "
                            "saved with (checkpoint: %s layers, hidden %s, heads %s, ffn %s, act %s, norm %s, "
-                           "causal %s, eps %s, model %s)",
+                           "causal %s, eps %s, model %s; where these are not what it was saved with, the file "
+                           "is damaged)",
                            k_meta[m], theirs[m], mine[m], theirs[M_LAYERS], theirs[M_HIDDEN], theirs[M_HEADS],
                            theirs[M_FFN], theirs[M_ACT], theirs[M_NORM], theirs[M_CAUSAL], theirs[M_EPS],
                            theirs[M_MODEL]);
@@ -551,6 +552,7 @@ static void config_add_labels(const dm_model *m, dm_sbuf *b) {
 }
 
 static dm_status export_files(const dm_trainer *T, const char *dir);
+static dm_status export_write(const dm_trainer *T, const char *dir, const char *path);
 
 dm_status dm_trainer_export(const dm_trainer *T, const char *dir) {
     if (!T || !dir) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_export: NULL argument");
@@ -566,7 +568,16 @@ static dm_status export_files(const dm_trainer *T, const char *dir) {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", dir) >= sizeof path)
         return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
+    struct stat dsb;
+    const int made = stat(dir, &dsb) != 0; /* a directory made here goes again if the export fails */
     DM_TRY(dm_make_parent(path));
+    dm_status es = export_write(T, dir, path);
+    if (es != DM_OK && made) (void)rmdir(dir); /* only when empty */
+    return es;
+}
+
+/* export_files' writing, into dir (made), path its model.safetensors. */
+static dm_status export_write(const dm_trainer *T, const char *dir, const char *path) {
     /* config.json's text made first, written (atomically) only once the weights are: a
      * failure on either leaves the directory as it was (a crash between the two, new
      * weights beside the old config) */
