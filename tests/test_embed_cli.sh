@@ -85,6 +85,31 @@ has "npy shape" e.npy "'shape': \\(7, 16\\)"
 # shellcheck disable=SC2086
 good "embed safetensors" $E --format safetensors --out e.safetensors in.txt
 has "safetensors tensor" e.safetensors '"embeddings":\{"dtype":"F32","shape":\[7,16\]'
+# a sentence-transformers layout (modules.json; the encoder in 0_Transformer/ as older
+# versions saved it): its pooling, Normalize and max_seq_length are the defaults
+mkdir -p st/0_Transformer st/1_Pooling && cp m/model.safetensors m/config.json vocab.txt st/0_Transformer/
+printf '{"do_lower_case": true}' >st/0_Transformer/tokenizer_config.json
+printf '[{"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
+ {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+ {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]\n' >st/modules.json
+printf '{"word_embedding_dimension": 16, "pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}' \
+    >st/1_Pooling/config.json
+printf '{"max_seq_length": 12}' >st/0_Transformer/sentence_bert_config.json
+good "embed a sentence-transformers model" embed --model st --format tsv in.txt
+has "its settings said" stderr "a sentence-transformers model: pooling cls, normalized, max_seq_length 12"
+cp stdout st.tsv
+# shellcheck disable=SC2086
+good "embed as its settings say" $E --pooling cls --normalize --max-length 12 --format tsv in.txt
+cases=$((cases + 1))
+cmp -s stdout st.tsv || fail "a sentence-transformers model's defaults differ from --pooling cls --normalize --max-length 12"
+printf '{"pooling_mode_max_tokens": true}' >st/1_Pooling/config.json
+bad "embed a max-pooling model" 1 "the model pools by max_tokens; dmove embed pools by mean or cls" embed --model st in.txt
+good "embed a max-pooling model with --pooling" embed --model st --pooling mean --quiet in.txt
+printf '[{"path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
+ {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+ {"path": "2_Dense", "type": "sentence_transformers.models.Dense"}]\n' >st/modules.json
+bad "embed a model with a Dense module" 1 "sentence_transformers.models.Dense module, which dmove embed does not run" \
+    embed --model st in.txt
 # --out through a symbolic link writes its target (the link kept); a FIFO is written, not
 # replaced
 echo old >target && ln -s target link && mkfifo fifo

@@ -87,26 +87,33 @@ compare() {
 }
 
 S=$REF/embed_sentences.txt
-good mean embed --model "$MODEL" --max-length 256 --format tsv "$S"
+# the model's own settings (modules.json: mean pooling, Normalize; max_seq_length 256) by
+# default: sentence-transformers' encode()
+good "the model's settings" embed --model "$MODEL" --format tsv "$S"
+has "the model's settings said" stderr "a sentence-transformers model: pooling mean, normalized, max_seq_length 256"
+cp stdout st.tsv
+compare "sentence-transformers' settings (mean, normalized, 256)" st.tsv "$REF/embed_minilm_mean.f32" 1
+# the pooled vectors themselves (--no-normalize), against transformers' AutoModel
+good mean embed --model "$MODEL" --max-length 256 --no-normalize --format tsv "$S"
 cp stdout mean.tsv
 compare "mean pooling" mean.tsv "$REF/embed_minilm_mean.f32"
-good cls embed --model "$MODEL" --max-length 256 --pooling cls --out cls.txt "$S"
+good cls embed --model "$MODEL" --max-length 256 --pooling cls --no-normalize --out cls.txt "$S"
 compare "cls pooling" cls.txt "$REF/embed_minilm_cls.f32"
 good normalized embed --model "$MODEL" --max-length 256 --normalize --batch 3 --format tsv "$S"
 cp stdout norm.tsv
 compare "mean pooling, normalized, batch 3" norm.tsv "$REF/embed_minilm_mean.f32" 1
 # the layers on every position of each bucket (by default on the real tokens alone)
-good padded embed --model "$MODEL" --max-length 256 --no-unpad --batch 5 --format tsv "$S"
+good padded embed --model "$MODEL" --max-length 256 --no-normalize --no-unpad --batch 5 --format tsv "$S"
 cp stdout padded.tsv
 compare "mean pooling, --no-unpad, batch 5" padded.tsv "$REF/embed_minilm_mean.f32"
 # standard input, and another batch size (other buckets, other GEMM shapes: the same
 # numbers to rounding)
 cases=$((cases + 1))
-"$DMOVE" embed --model "$MODEL" --max-length 256 --format tsv --batch 64 <"$S" >stdin.tsv 2>stderr ||
+"$DMOVE" embed --model "$MODEL" --max-length 256 --no-normalize --format tsv --batch 64 <"$S" >stdin.tsv 2>stderr ||
     fail "standard input with --batch 64: exit $?"
 compare "standard input, batch 64" stdin.tsv "$REF/embed_minilm_mean.f32"
 # npy: its header, then the float32 rows of the tsv
-good npy embed --model "$MODEL" --max-length 256 --format npy --out e.npy "$S"
+good npy embed --model "$MODEL" --max-length 256 --no-normalize --format npy --out e.npy "$S"
 cases=$((cases + 1))
 head -c 10 e.npy | od -An -c | grep -q 'N   U   M   P   Y' || fail "e.npy is not an npy file"
 has "npy header" e.npy "'shape': \\(74, 384\\)"
