@@ -677,6 +677,26 @@ else
 fi
 rm -f "$OUT"
 
+# OpenBLAS's OpenMP threads wait for one another: a team smaller than it was told
+# (OMP_THREAD_LIMIT below --threads, OMP_DYNAMIC) once spun for ever; the same numbers now
+"$DMOVE" example --out "$T/omp.st" --batch 1 --seq 129 --hidden 65 --heads 1 --ffn 30 >/dev/null 2>&1
+DMOVE_ISA=none "$DMOVE" layer --in "$T/omp.st" --out "$T/omp_ref1.st" --threads 1 >/dev/null 2>&1
+DMOVE_ISA=none "$DMOVE" layer --in "$T/omp.st" --out "$T/omp_ref2.st" --threads 2 >/dev/null 2>&1
+for env in OMP_THREAD_LIMIT=1 OMP_DYNAMIC=true; do
+    cases=$((cases + 1))
+    env "$env" DMOVE_ISA=none timeout 120 "$DMOVE" layer --in "$T/omp.st" --out "$T/omp_$cases.st" --threads 2 \
+        >/dev/null 2>&1
+    rc=$?
+    ref=$T/omp_ref2.st # the limit of 1: the threads it allows
+    [ "$env" = OMP_THREAD_LIMIT=1 ] && ref=$T/omp_ref1.st
+    if [ $rc -ne 0 ] || ! cmp -s "$ref" "$T/omp_$cases.st"; then
+        echo "FAIL: layer --threads 2 under $env (BLAS): exit $rc (124: it hung), or other numbers"
+        fails=$((fails + 1))
+    else
+        echo "ok   layer --threads 2 under $env (BLAS): the same output"
+    fi
+done
+
 # a checkpoint past `ulimit -f`: the write fails and says so (SIGXFSZ ignored), nothing left
 cases=$((cases + 1))
 (ulimit -f 20 && cd "$T" && "$DMOVE" train --layers 1 --hidden 32 --heads 2 --ffn 64 --seq 16 --batch 4 --steps 2 \

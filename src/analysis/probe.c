@@ -184,7 +184,15 @@ dm_status dm_cpu_probe(dm_cpu_profile *p, int max_threads, void (*progress)(cons
     for (int t = 1; t <= nt && nc < DM_PROFILE_MAX_THREADS; t = t < 8 ? t + 1 : t * 2)
         counts[nc++] = t;
     if (counts[nc - 1] != nt && nc < DM_PROFILE_MAX_THREADS) counts[nc++] = nt;
+    /* OpenBLAS's OpenMP threads wait for one another: a team smaller than it was told
+     * (OMP_THREAD_LIMIT, OMP_DYNAMIC) would spin for ever */
+    if (omp_get_dynamic()) omp_set_dynamic(0);
+    const int lim = omp_get_thread_limit();
     for (int k = 0; k < nc; k++) {
+        if (counts[k] > lim) { /* the rest of the counts are past it too */
+            nc = k;
+            break;
+        }
         openblas_set_num_threads(counts[k]);
         /* best of at least 5 runs and 1 s: on a shared machine (a VM's sibling vCPU
          * busy for a moment) the best run is the machine's rate, a short burst is not */
@@ -201,7 +209,7 @@ dm_status dm_cpu_probe(dm_cpu_profile *p, int max_threads, void (*progress)(cons
         note(progress, "SGEMM %dx%dx%d, %d thread%s: %.1f GFLOP/s", m, m, m, counts[k],
              counts[k] > 1 ? "s" : "", 2.0 * m * (double)m * m / best / 1e9);
     }
-    openblas_set_num_threads(omp_get_max_threads());
+    openblas_set_num_threads(omp_get_max_threads() < lim ? omp_get_max_threads() : lim);
     free(A), free(B), free(C);
     return DM_OK;
 }

@@ -44,6 +44,17 @@ static dm_status resolve_options(dm_layer_options *opt) {
     return DM_OK;
 }
 
+/* OpenBLAS's OpenMP threads wait for one another: a team smaller than it was told to use
+ * (OMP_THREAD_LIMIT below the threads asked for, or OMP_DYNAMIC shrinking it on a busy
+ * machine) spins for ever. So the threads are at most the limit, and the calling thread's
+ * teams are never shrunk (omp_set_dynamic is the calling thread's setting: each run sets
+ * it again, for callers on other threads). */
+static int usable_threads(int n) {
+    const int lim = omp_get_thread_limit();
+    if (omp_get_dynamic()) omp_set_dynamic(0);
+    return n > lim ? (lim > 0 ? lim : 1) : n;
+}
+
 static dm_status create(dm_backend_state **out, const dm_plan *plan, char *host, const dm_layer_options *opt,
                         unsigned flags, dm_backend_pool *pool) {
     (void)pool;
@@ -52,7 +63,7 @@ static dm_status create(dm_backend_state **out, const dm_plan *plan, char *host,
     if (!c) return dm_fail(DM_ERR_OOM, "out of memory");
     c->plan = plan;
     c->arena = host;
-    const int nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
+    const int nthreads = usable_threads(opt->threads > 0 ? opt->threads : omp_get_max_threads());
     dm_status s = (flags & DM_BACKEND_LENIENT) ? dm_cpu_exec_init_lenient(&c->ex, plan, host, nthreads)
                                                : dm_cpu_exec_init(&c->ex, plan, host, nthreads);
     if (s != DM_OK) {
@@ -132,6 +143,7 @@ static void *tensor_addr(dm_backend_state *st, int t, int *dtype) {
 }
 
 static dm_status run_group(dm_backend_state *st, int gi, uint64_t seed, int contractions_only) {
+    if (omp_get_dynamic()) omp_set_dynamic(0); /* usable_threads */
     return dm_cpu_exec_group(&S(st)->ex, gi, seed, contractions_only);
 }
 
