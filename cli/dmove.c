@@ -1,6 +1,7 @@
 /* dmove.c: the dmove command: dispatches its subcommands (layer, bench, example, analyze,
  * probe, tune, train, tokenize, help, --version). Usage errors exit 2, runtime and input errors 1. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -99,6 +100,10 @@ int main(int argc, char **argv) {
     }
     for (int k = 0; k < NUM_CMDS; k++) {
         if (strcmp(c, k_cmds[k].name)) continue;
+        const char *isa = getenv("DMOVE_ISA"), *in_use = NULL, *widest = NULL, *note = NULL;
+        dm_cpu_kernel_isa(&in_use, &widest, &note);
+        if (isa && note && strstr(note, "ignored")) /* every command says so, not only probe and bench */
+            fprintf(stderr, "dmove %s: note: DMOVE_ISA='%s': %s; the kernels are %s's\n", c, isa, note, in_use);
         /* train and pretrain run as ranks of an MPI launch; the others alone (their files
          * would be written by every rank at once) */
         if (dm_dist_launch_size() > 1 && strcmp(c, "train") && strcmp(c, "pretrain")) {

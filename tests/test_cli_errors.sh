@@ -697,6 +697,16 @@ for env in OMP_THREAD_LIMIT=1 OMP_DYNAMIC=true; do
     fi
 done
 
+# a DMOVE_ISA not understood is named by every command, not ignored in silence
+cases=$((cases + 1))
+if DMOVE_ISA=avx1024 "$DMOVE" layer --in "$T/omp.st" --out "$T/isa.st" >/dev/null 2>"$T/stderr" &&
+    grep -q "note: DMOVE_ISA='avx1024': DMOVE_ISA not understood" "$T/stderr"; then
+    echo "ok   DMOVE_ISA not understood: $(grep DMOVE_ISA "$T/stderr")"
+else
+    echo "FAIL: layer under DMOVE_ISA=avx1024: no note"
+    fails=$((fails + 1))
+fi
+
 # a checkpoint past `ulimit -f`: the write fails and says so (SIGXFSZ ignored), nothing left
 cases=$((cases + 1))
 (ulimit -f 20 && cd "$T" && "$DMOVE" train --layers 1 --hidden 32 --heads 2 --ffn 64 --seq 16 --batch 4 --steps 2 \

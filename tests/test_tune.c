@@ -382,9 +382,18 @@ static void api_layouts_refused(const char *path, const dm_layer_config *cfg, co
     CHECK(tried >= 4 && refused == tried);
 }
 
+/* The time the tuned sum holds for plan group gi. */
+static double group_secs(const dm_tuner *T, int gi) {
+    for (int k = 0; k < T->ngroups; k++)
+        if (T->groups[k].gi == gi)
+            return T->groups[k].secs[T->groups[k].chosen_comb * T->groups[k].nalgo + T->groups[k].chosen_algo];
+    return 0;
+}
+
 /* A cache as a hostile machine has it (the good one rewritten): CRLF lines are read; an
- * empty file is no cache; values that are not times (nan, -1, abc, 1e308, inf, a
- * denormal, past an hour), a line without a tab and one too long for the reader are
+ * empty file is no cache; values that are not times (nan, -1, abc, 1e308, -inf, a
+ * denormal, past an hour, hex, an overflow, infinity spelt otherwise than the tuner's
+ * "inf"), a line without a tab and one too long for the reader are
  * skipped and counted, never trusted, never undefined behaviour (UBSan runs this test).
  * The bad files are measured for a tiny layer (their keys do not matter: nothing in them
  * is used). */
@@ -394,7 +403,8 @@ static void hostile_caches(const char *good_path, const dm_layer_config *cfg, co
     if (!good) return;
     char path[512];
     snprintf(path, sizeof path, "%s.hostile", good_path);
-    static const char *const bad_values[7] = {"nan", "-1", "abc", "1e308", "-inf", "4.9e-324", "7200"};
+    static const char *const bad_values[11] = {"nan",      "-1",    "abc",  "1e308", "-inf", "4.9e-324",
+                                               "7200",     "0x10",  "1e999", "infinity", "INF"};
     dm_layer_config tiny = *cfg;
     tiny.batch = 1, tiny.seq = 4, tiny.hidden = 8, tiny.heads = 2, tiny.ffn = 8;
     for (int v = 0; v < 3; v++) { /* CRLF, empty, every kind of damage */
@@ -408,9 +418,9 @@ static void hostile_caches(const char *good_path, const dm_layer_config *cfg, co
             const char *tab = memchr(p, '\t', len);
             if (v == 0) fprintf(f, "%.*s\r\n", (int)len, p);
             else if (*p == '#') fprintf(f, "%.*s\n", (int)len, p);
-            else if (lines % 9 == 7) fprintf(f, "%.*s%0*d\t1e-3\n", (int)len, p, 2100, 0); /* too long */
-            else if (lines % 9 == 8 || !tab) fprintf(f, "%.*s\n", (int)(tab ? tab - p : (long)len), p); /* no tab */
-            else fprintf(f, "%.*s\t%s\n", (int)(tab - p), p, bad_values[lines % 9]);
+            else if (lines % 13 == 11) fprintf(f, "%.*s%0*d\t1e-3\n", (int)len, p, 2100, 0); /* too long */
+            else if (lines % 13 == 12 || !tab) fprintf(f, "%.*s\n", (int)(tab ? tab - p : (long)len), p); /* no tab */
+            else fprintf(f, "%.*s\t%s\n", (int)(tab - p), p, bad_values[lines % 13]);
             p = nl ? nl + 1 : p + len;
         }
         fclose(f);
@@ -422,7 +432,7 @@ static void hostile_caches(const char *good_path, const dm_layer_config *cfg, co
         else CHECK(T->nfrom_cache == 0 && T->ndone == T->ntasks);
         if (v == 2) CHECK(T->cache_skipped >= lines - 1); /* every line but the header */
         printf("  hostile cache %s: %lld of %lld from it, %lld lines skipped\n",
-               v == 0 ? "(CRLF)" : v == 1 ? "(empty)" : "(nan, -1, abc, 1e308, -inf, denormal, 7200, long, no tab)",
+               v == 0 ? "(CRLF)" : v == 1 ? "(empty)" : "(nan, -1, abc, 1e308, -inf, denormal, 7200, hex, 1e999, infinity, INF, long, no tab)",
                (long long)T->nfrom_cache, (long long)T->ntasks, (long long)T->cache_skipped);
         dm_tuner_free(T);
         unlink(path);
@@ -507,9 +517,15 @@ static void tune_and_files(const dm_layer_config *cfg) {
             CHECK(rows[k].g2 == rows[k].g1 + 1 && rows[k].seq_s > 0 && rows[k].pair_s > 0 && rows[k].kept);
             CHECK(ch.algo[op] == DM_GEMM_DIRECT_ROWS);
         }
-        double gain = 0; /* each kept epilogue takes its saving off the tuned sum */
-        for (int k = 0; k < nr && k < 16; k++) gain += rows[k].seq_s - rows[k].pair_s;
+        /* each kept epilogue that was faster takes the same fraction off its two groups'
+         * times in the tuned sum (never more than they hold there) */
+        double gain = 0;
+        for (int k = 0; k < nr && k < 16; k++)
+            if (rows[k].pair_s < rows[k].seq_s)
+                gain += (group_secs(T, rows[k].g1) + group_secs(T, rows[k].g2)) * (rows[k].seq_s - rows[k].pair_s) /
+                        rows[k].seq_s;
         CHECK(fabs(T->tuned_s - (before - gain)) < 1e-12 && fabs(ch.tuned_ms - T->tuned_s * 1e3) < 1e-9);
+        CHECK(T->tuned_s > 0 && T->tuned_s <= before);
         printf("tune: %d row groups timed in their GEMM's epilogue (all kept by the test hook)\n", nr);
     }
     CHECK_OK(dm_plan_save(plan, cfg, &opt, &T->g, &ch));

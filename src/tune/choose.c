@@ -56,6 +56,9 @@ dm_status dm_tuner_select(dm_tuner *T, dm_choices *choices) {
         dm_select_problem p = {.nvars = T->nvars, .ndom = ndom, .nlayers = n, .nscope = nscope,
                                .scope = scope, .cost = (const double *const *)cost, .change = NULL};
         s = dm_select_solve(&p, &res);
+        if (s == DM_ERR_UNSUPPORTED && T->nfrom_cache > 0) /* every candidate of a group infeasible: */
+            dm_fail_context(s, "%lld of the times from the tuning cache (edited, or made by another build? "
+                            "run with --no-cache): ", (long long)T->nfrom_cache);
     }
     if (s == DM_OK) {
         T->tuned_s = T->default_s = 0;

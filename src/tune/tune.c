@@ -304,11 +304,15 @@ enum { CACHE_MAX_LINES = 1 << 22 }; /* 4 M measurements: far more than any tunin
 /* A cache line's time: seconds a group's run took, a normal number in (0, 1 hour], or inf
  * (what the tuner writes for a candidate that cannot run). */
 static int cache_value(const char *s, double *v) {
+    if (!strcmp(s, "inf")) { /* as the tuner writes it; no "infinity", no overflow */
+        *v = INFINITY;
+        return 1;
+    }
+    if (!*s || strspn(s, "0123456789.eE+-") != strlen(s)) return 0; /* no hex, no nan */
     char *end;
     errno = 0;
     *v = strtod(s, &end);
     if (end == s || *end) return 0;
-    if (isinf(*v)) return *v > 0;
     return !errno && isnormal(*v) && *v > 0 && *v <= 3600.0;
 }
 
@@ -658,13 +662,29 @@ dm_status dm_tuner_refine(dm_tuner *T, const char *cache_path, int *nrefined) {
     return s;
 }
 
+/* The time the tuned sum holds for plan group gi (its chosen configuration's), or -1. */
+static double chosen_secs(const dm_tuner *T, int gi) {
+    for (int k = 0; k < T->ngroups; k++) {
+        const dm_tune_group *G = &T->groups[k];
+        if (G->gi != gi || G->chosen_comb < 0) continue;
+        const double t = G->secs[G->chosen_comb * G->nalgo + G->chosen_algo];
+        return isfinite(t) && t > 0 ? t : -1;
+    }
+    return -1;
+}
+
 /* A pair timed apart (seq_s) and together (pair_s): kept where together is faster, and
- * then the tuned sum drops by the difference. Test hook: the environment variable
- * `hook` (DMOVE_TEST_PAIRS, DMOVE_TEST_ROWS) set to "keep" keeps it whatever the times. */
+ * then the tuned sum drops by the same fraction of what it holds for the two groups (their
+ * times in the sum may come from the cache, taken under other conditions than these fresh
+ * ones: a difference of fresh times could exceed them). Test hook: the environment
+ * variable `hook` (DMOVE_TEST_PAIRS, DMOVE_TEST_ROWS) set to "keep" keeps it whatever the
+ * times. */
 static int keep_timed(dm_tuner *T, dm_tune_pair *p, const char *hook) {
     const char *h = getenv(hook);
     p->kept = (h && !strcmp(h, "keep")) || p->pair_s < p->seq_s;
-    if (p->kept) T->tuned_s -= p->seq_s - p->pair_s;
+    const double a = chosen_secs(T, p->g1), b = chosen_secs(T, p->g2);
+    if (p->kept && p->pair_s < p->seq_s && p->seq_s > 0 && a > 0 && b > 0)
+        T->tuned_s -= (a + b) * (p->seq_s - p->pair_s) / p->seq_s;
     return p->kept;
 }
 

@@ -90,7 +90,7 @@ typedef struct {
  * weight gradient) is timed, on the chosen layouts and algorithms, one then the other
  * and both at once (each on half the threads), alternately run by run. Where at once
  * is faster, ch gives the first the algorithm "concurrent" and tuned_s drops by the
- * difference; a pair whose GEMMs differ by more than 2x in work is not tried (on half
+ * same fraction of the two groups' times in it; a pair whose GEMMs differ by more than 2x in work is not tried (on half
  * the threads each, the larger one's time is the pair's). pairs (up to max; may be
  * NULL): what was timed; npairs: how many. Needs two threads or more (else times
  * nothing). */
@@ -100,7 +100,8 @@ dm_status dm_tuner_pair(dm_tuner *T, dm_choices *ch, dm_tune_pair *pairs, int ma
  * dm_cpu_exec_fuse_rows) is timed, on the chosen layouts and algorithms, as chosen and
  * then the row group, against "direct_rows" (the row group run on each block of the
  * GEMM's rows as the kernel finishes it), alternately run by run; where the epilogue is
- * faster, ch gives it "direct_rows" and tuned_s drops by the difference. res (up to max;
+ * faster, ch gives it "direct_rows" and tuned_s drops by the same fraction of the two
+ * groups' times in it. res (up to max;
  * may be NULL): what was timed, as pairs (g1 the contraction, g2 the row group, seq_s
  * apart, pair_s in the epilogue); nres: how many. */
 dm_status dm_tuner_rows(dm_tuner *T, dm_choices *ch, dm_tune_pair *res, int max, int *nres);
