@@ -191,7 +191,12 @@ static dm_status parse(const char *path, const cJSON *root, const dm_layer_confi
         size_t len = 0;
         for (int k = 0; k < 5; k++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(conf, keys[k]);
-            if (cJSON_IsNumber(v) && len < sizeof have) /* %g: an edited 4.5 shows as it is */
+            if (!cJSON_IsNumber(v)) { /* a missing or mistyped size: say which */
+                snprintf(msg, sizeof msg, "its config's \"%s\" is %s: the file was edited; run "
+                         "'dmove tune' again", keys[k], v ? "not a number" : "missing");
+                return bad(path, msg);
+            }
+            if (len < sizeof have) /* %g: an edited 4.5 shows as it is */
                 len += (size_t)snprintf(have + len, sizeof have - len, "%s%c=%.15g", k ? " " : "", letter[k],
                                         v->valuedouble);
         }
