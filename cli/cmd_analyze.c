@@ -18,6 +18,7 @@ typedef struct {
     const char *device, *profile, *svg, *planfile, *config;
     int dtype_bytes, json, csv, measure, reps, recompute, model, layers, model_set;
     int64_t vocab, positions, types, predictions;
+    int positions_from_config;
     cli_config c;
 } analyze_opts;
 
@@ -96,7 +97,8 @@ static const cli_option k_options[] = {
     {.kind = CLI_I64, .name = "--types", .arg = "T", .set = offsetof(analyze_opts, model_set) + 1, .off = offsetof(analyze_opts, types), .lo = 1,
      .hi = 1 << 16, .help = "with --model: token types (default {})"},
     {.kind = CLI_I64, .name = "--predictions", .arg = "M", .off = offsetof(analyze_opts, predictions), .lo = 0,
-     .hi = INT64_C(1) << 40, .help = "with --model: positions the head scores (default b * ceil(j / 5))"},
+     .hi = INT64_C(1) << 40, .help = "with --model: positions the head scores (0 or absent: the\n"
+                                     "default, b * ceil(j / 5))"},
     {.kind = CLI_HELP, .name = "--help", .help = "this text"},
     {.kind = CLI_END},
 };
@@ -269,6 +271,12 @@ static int apply_hf_config(analyze_opts *o) {
         cli_error(CMD, "--config: %s", dm_last_error());
         return CLI_FAIL;
     }
+    if (!hc.tie_word_embeddings) {
+        cli_error(CMD, "--config: tie_word_embeddings is false: dmove's model ties the MLM decoder to the word "
+                  "embeddings (as BERT's), and counts it so: set it true, or leave it out");
+        return CLI_FAIL;
+    }
+    o->positions_from_config = 1;
     int rc = cli_config_from_hf(&o->c, CMD, "--config", o->config, &hc);
     if (rc) return rc;
     o->layers = (int)hc.num_hidden_layers;
@@ -379,7 +387,14 @@ static int analyze_model(analyze_opts *o, const dm_device_model *dev) {
     const dm_bert_model bm = {.vocab = o->vocab, .positions = o->positions, .types = o->types,
                               .predictions = o->predictions};
     if (o->positions < o->c.cfg.seq) {
-        cli_usage_error(CMD, "--positions %" PRId64 " is less than --seq %" PRId64, o->positions, o->c.cfg.seq);
+        cli_usage_error(CMD, "%s %" PRId64 " is less than --seq %" PRId64,
+                        o->positions_from_config ? "the config's max_position_embeddings" : "--positions",
+                        o->positions, o->c.cfg.seq);
+        return CLI_USAGE;
+    }
+    if (o->predictions > o->c.cfg.batch * o->c.cfg.seq) {
+        cli_usage_error(CMD, "--predictions %" PRId64 ": a batch has b * j = %" PRId64 " positions to score", o->predictions,
+                        o->c.cfg.batch * o->c.cfg.seq);
         return CLI_USAGE;
     }
     dm_model_cost m;

@@ -304,7 +304,10 @@ static int tokenize(embed_run *r) {
     size_t bad_i = 0, bad_o = 0;
     if (dm_tokenizer_encode_batch(r->tok, (const char *const *)r->lines, r->lens, r->n, 1, r->o.threads, r->ids,
                                   &bad_i, &bad_o) != DM_OK) {
-        cli_error(CMD, "line %zu: %s", bad_i + 1, dm_last_error());
+        if (bad_o != (size_t)-1) /* the library names the text by its index: here it is a line */
+            cli_error(CMD, "line %zu: invalid UTF-8 at byte %zu of the line", bad_i + 1, bad_o + 1);
+        else
+            cli_error(CMD, "line %zu: %s", bad_i + 1, dm_last_error());
         return CLI_FAIL;
     }
     const size_t max = (size_t)r->o.max_length;

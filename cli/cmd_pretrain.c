@@ -202,6 +202,11 @@ static int apply_config(pretrain_run *r) {
                   "model was made for", opt, hc.vocab_size, r->vocab.vocab_size);
         return CLI_FAIL;
     }
+    if (!hc.tie_word_embeddings && !o->init) { /* --init: the file's decoder decides (hfload.c) */
+        cli_error(CMD, "--config: tie_word_embeddings is false, and dmove's MLM head ties its decoder to the word "
+                  "embeddings (as BERT's): set it true, or leave it out, to pretrain that model");
+        return CLI_FAIL;
+    }
     int rc = cli_config_from_hf(&o->c, CMD, opt, o->config, &hc);
     if (rc) return rc;
     if (o->layers_from >= hc.num_hidden_layers) {

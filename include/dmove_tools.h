@@ -403,6 +403,7 @@ typedef struct {
     int64_t max_position_embeddings, type_vocab_size, pad_token_id;
     double layer_norm_eps, hidden_dropout_prob, attention_probs_dropout_prob;
     double classifier_dropout;  /* a classifier's own dropout; NaN: none given (it takes hidden_dropout_prob) */
+    int tie_word_embeddings;    /* the MLM decoder is the word table (1, the default) or a matrix of its own */
     dm_act act;                 /* hidden_act: gelu, gelu_new / gelu_pytorch_tanh, relu */
     char architecture[64];      /* the first of "architectures" ("BertForMaskedLM"), or "" */
 } dm_hf_config;

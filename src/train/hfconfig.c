@@ -35,6 +35,7 @@ void dm_hf_config_default(dm_hf_config *c) {
     c->hidden_dropout_prob = 0.1;
     c->attention_probs_dropout_prob = 0.1;
     c->classifier_dropout = NAN;
+    c->tie_word_embeddings = 1;
     c->act = DM_ACT_GELU;
 }
 
@@ -102,6 +103,7 @@ static dm_status read_kind(const cJSON *root, const char *path, dm_hf_config *c)
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
     if (tie && !cJSON_IsNull(tie) && !cJSON_IsBool(tie))
         return dm_fail(DM_ERR_FORMAT, "%s: \"tie_word_embeddings\" must be true or false", path);
+    c->tie_word_embeddings = !cJSON_IsFalse(tie);
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     if (cJSON_IsArray(arch) && cJSON_GetArraySize(arch) > 0) {
         const cJSON *a0 = cJSON_GetArrayItem(arch, 0);
