@@ -908,9 +908,21 @@ static void dir_identify(const char *path, int parent, path_id *id) {
     path_identify(dir, id);
 }
 
-/* A file written into a directory the run reads (an existing file there: a shard, the
- * model's weights or config), or into the one it exports to, under a name the export
- * writes (model.safetensors, config.json): refused. */
+/* Whether a file name is one a run reads from a model's or a dataset's directory. */
+static int input_name(const char *base) {
+    static const char *const names[] = {"model.safetensors", "config.json", "tokenizer.json", "vocab.txt",
+                                        "tokenizer_config.json", "modules.json", "sentence_bert_config.json",
+                                        "dataset.json"};
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+        if (!strcmp(base, names[k])) return 1;
+    const size_t n = strlen(base);
+    return n > 6 && !strcmp(base + n - 6, ".shard");
+}
+
+/* A file written into a directory the run reads, over one it reads there (a shard, the
+ * model's weights, config or tokenizer), or into the one it exports to under a name the
+ * export writes (model.safetensors, config.json): refused. Other files there are the
+ * user's (a checkpoint kept beside the data, a second run's outputs). */
 static int inside_dirs(const char *cmd, const cli_path *pw, const path_id *wid, const cli_path *reads, int nreads,
                        const cli_path *writes, int nwrites) {
     path_id pid, did;
@@ -918,6 +930,7 @@ static int inside_dirs(const char *cmd, const cli_path *pw, const path_id *wid, 
     const char *base = strrchr(pw->path, '/');
     base = base ? base + 1 : pw->path;
     const int export_name = !strcmp(base, "model.safetensors") || !strcmp(base, "config.json");
+    if (!input_name(base)) return 0;
     const cli_path *in = NULL;
     int read = 0;
     for (int k = 0; k < nreads + nwrites && !in; k++) {

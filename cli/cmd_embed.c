@@ -148,6 +148,7 @@ typedef struct {
     dm_embedder *cur;    /* the model of the bucket under way */
     int64_t cur_len;     /* its length */
     int max_from_st;     /* --max-length from the model's sentence_bert_config.json */
+    int st_lower;        /* its do_lower_case: the text lowercased before the tokenizer */
 } embed_run;
 
 /* The whole input into r->text, split into lines (without "\n" and a "\r" before it). */
@@ -231,6 +232,7 @@ static int st_defaults(embed_run *r, char *dir, size_t n) {
         fprintf(stderr, "dmove embed: note: the model pools by %s; --pooling %s given\n", pn,
                 dm_pooling_name((dm_pooling)o->pooling));
     if (o->pooling < 0) o->pooling = st.pooling;
+    r->st_lower = st.do_lower_case;
     if (st.normalize && !o->no_normalize) o->normalize = 1;
     if (!o->max_length && st.max_seq_length) o->max_length = st.max_seq_length, r->max_from_st = 1;
     if (!o->quiet)
@@ -284,6 +286,12 @@ static int open_model(embed_run *r) {
     rc = cli_open_tokenizer(CMD, o->tokenizer, o->lowercase, o->cased, &r->tok);
     o->tokenizer = NULL; /* tpath is local */
     if (rc != CLI_OK) return rc;
+    if (r->st_lower && !dm_tokenizer_lowercases(r->tok)) {
+        cli_error(CMD, "--model %s: its sentence_bert_config.json has do_lower_case true (the text lowercased before "
+                  "a cased tokenizer), which dmove embed does not do: its embeddings would not be the model's",
+                  o->model);
+        return CLI_FAIL;
+    }
     if (dm_tokenizer_vocab_size(r->tok) > hc.vocab_size) {
         cli_error(CMD, "the tokenizer has %d tokens, the model's vocabulary %" PRId64 ": use the model's own "
                   "tokenizer", dm_tokenizer_vocab_size(r->tok), hc.vocab_size);

@@ -229,7 +229,8 @@ static int parse_tsv(const char *path, int64_t ln, char *s, size_t n, ft_row *ro
  * cJSON reads more than JSON: invalid \u escapes (read as NUL, cutting the text there),
  * text after the object, numbers such as 01. A line is first checked as RFC 8259 JSON, as
  * Python's json reads it (a raw tab inside a string is let through, as most writers of
- * JSONL let it), and the raw text of its top-level "label" is kept: a number label is named
+ * JSONL let it; NaN, Infinity, a lone surrogate and \u0000, which Python takes, are
+ * refused: no label or text holds them), and the raw text of its top-level "label" is kept: a number label is named
  * as written (Python's int) or by its shortest form (Python's float repr). */
 typedef struct {
     const char *p, *end, *err, *at;
@@ -381,12 +382,24 @@ static int js_value(jscan *j, int depth) {
 /* A number label's name: an integer as written ("-0" as "0"); a fraction or an exponent by
  * the shortest text that reads back as the same double, written as Python's repr writes a
  * float (1.0, 0.1, 1e-07, 1e+22). */
+static void float_name(double v, char *out, size_t on);
+
 static void number_name(const char *raw, size_t n, double v, char *out, size_t on) {
+    if (!raw) { /* the key was written with escapes: the value alone, an integer if it is one */
+        if (v == floor(v) && fabs(v) < 9007199254740992.0) snprintf(out, on, "%.0f", v == 0 ? 0.0 : v);
+        else float_name(v, out, on);
+        return;
+    }
     if (!memchr(raw, '.', n) && !memchr(raw, 'e', n) && !memchr(raw, 'E', n)) {
         if (n == 2 && !memcmp(raw, "-0", 2)) raw++, n--;
         snprintf(out, on, "%.*s", (int)(n < on ? n : on - 1), raw);
         return;
     }
+    float_name(v, out, on);
+}
+
+/* A float as Python's repr writes it: the fewest significant digits that read back as v. */
+static void float_name(double v, char *out, size_t on) {
     char sci[40];
     int prec = 1;
     for (; prec < 17; prec++) { /* the fewest significant digits that read back exactly */
@@ -461,12 +474,13 @@ static int parse_jsonl(const char *path, int64_t ln, const char *s, size_t n, ft
         cli_error(CMD, "%s:%" PRId64 ": \"label\" is a number of more than 300 characters: give it as a string",
                   path, ln);
         rc = CLI_FAIL;
-    } else if (cJSON_IsNumber(l) && (!isfinite(l->valuedouble) || !js.label)) {
+    } else if (cJSON_IsNumber(l) && !isfinite(l->valuedouble)) {
         cli_error(CMD, "%s:%" PRId64 ": \"label\" is a number out of range: give a class name or a finite number",
                   path, ln);
         rc = CLI_FAIL;
     } else {
-        if (cJSON_IsNumber(l)) number_name(js.label, (size_t)(js.label_end - js.label), l->valuedouble, num, sizeof num);
+        if (cJSON_IsNumber(l))
+            number_name(js.label, js.label ? (size_t)(js.label_end - js.label) : 0, l->valuedouble, num, sizeof num);
         row->text = strdup(t->valuestring);
         row->text_b = cJSON_IsString(b) ? strdup(b->valuestring) : NULL;
         row->label = strdup(cJSON_IsNumber(l) ? num : l->valuestring);
@@ -957,10 +971,18 @@ static int set_tag(ft_run *r) {
     const uint64_t part[4] = {dm_data_hash64(d->ids, nj * sizeof *d->ids), dm_data_hash64(d->types, nj * sizeof *d->types),
                               dm_data_hash64(d->mask, nj * sizeof *d->mask),
                               dm_data_hash64(d->label, (size_t)d->n * sizeof *d->label)};
-    char tag[128];
+    char tag[128], tag1[128];
     snprintf(tag, sizeof tag, "finetune data %016" PRIx64 " %" PRId64 " classes %016" PRIx64 " epochs %" PRId64,
              dm_data_hash64(part, sizeof part), r->labels.n, h, r->o.epochs);
-    return dm_trainer_set_run_tag(r->T, tag) != DM_OK ? fail_dm("") : 0;
+    const char *base = strrchr(r->o.train, '/'); /* an older dmove's (version 1) tag of the run */
+    snprintf(tag1, sizeof tag1, "finetune %.60s %" PRId64 " classes %016" PRIx64 " epochs %" PRId64,
+             base ? base + 1 : r->o.train, r->labels.n, h, r->o.epochs);
+    if (dm_trainer_set_run_tag(r->T, tag) != DM_OK ||
+        dm_trainer_set_run_tag_v1(r->T, tag1, "its batches ran on across epochs, where each epoch now has its own "
+                                              "(the last one short): it cannot go on as it would have; start the "
+                                              "run again, or take its model (dmove export) as --init") != DM_OK)
+        return fail_dm("");
+    return 0;
 }
 
 static int check_options(ft_opts *o) {

@@ -400,7 +400,15 @@ static int setup(pretrain_run *r) {
     if (o->predictions) snprintf(pred, sizeof pred, "%" PRId64, o->predictions);
     snprintf(tag, sizeof tag, "pretrain data %016" PRIx64 " vocab %016" PRIx64 " %s mask %g predictions %s",
              dm_loader_fingerprint(r->train), r->vocab.hash, o->pairs ? "pairs" : "packed", o->mask_prob, pred);
-    if (dm_trainer_set_run_tag(r->T, tag) != DM_OK) return fail_dm("");
+    /* an older dmove's (version 1) tag of the same run: the dataset's name, then as now */
+    char tag1[128], dir[256];
+    snprintf(dir, sizeof dir, "%s", o->data);
+    for (size_t k = strlen(dir); k > 1 && dir[k - 1] == '/'; k--) dir[k - 1] = 0; /* data/ is data */
+    const char *base = strrchr(dir, '/');
+    snprintf(tag1, sizeof tag1, "pretrain %.60s %s mask %g", base && base[1] ? base + 1 : dir,
+             o->pairs ? "pairs" : "packed", o->mask_prob);
+    if (dm_trainer_set_run_tag(r->T, tag) != DM_OK || dm_trainer_set_run_tag_v1(r->T, tag1, NULL) != DM_OK)
+        return fail_dm("");
     if (o->resume) {
         if (dm_trainer_load(r->T, o->resume) != DM_OK) return fail_dm("--resume: ");
     } else if (dm_trainer_init_params(r->T, cfg->seed) != DM_OK) {

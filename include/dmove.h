@@ -374,6 +374,10 @@ dm_status dm_trainer_set_optim(dm_trainer *t, const dm_optim_config *optim);
 /* What the run trains on (e.g. "teacher scale 5" or "data samples.safetensors"; at most
  * 127 characters): recorded in checkpoints, and a checkpoint of another run is not resumed. */
 dm_status dm_trainer_set_run_tag(dm_trainer *t, const char *tag);
+/* The same run's tag as a version-1 checkpoint (an older dmove) recorded it: such a file
+ * with that tag is resumed (note NULL), or refused with note (the run changed since in a
+ * way it cannot continue: what to do instead). */
+dm_status dm_trainer_set_run_tag_v1(dm_trainer *t, const char *tag, const char *note);
 /* flop of one training step of the stack, forward and backward (dm_layer_flop summed over
  * the layers; the loss and the optimizer, a few flop per element, not counted). */
 double dm_trainer_step_flop(const dm_trainer *t);

@@ -44,6 +44,9 @@ uint64_t dm_tokenizer_hash(const dm_tokenizer *t);                  /* NULL t: 0
 int32_t dm_tokenizer_token_id(const dm_tokenizer *t, const char *token);
 /* The text of id `id` (e.g. "##ing"), or NULL when out of range; lives as long as t. */
 const char *dm_tokenizer_token(const dm_tokenizer *t, int32_t id);
+/* Whether the tokenizer lowercases text (its normalizer's lowercase, a vocab.txt's
+ * do_lower_case). */
+int dm_tokenizer_lowercases(const dm_tokenizer *t);
 /* One line on the configuration, e.g. "WordPiece, 30522 tokens, lowercase, strip accents,
  * Chinese characters split, control characters cleaned, max 100 chars a word". */
 const char *dm_tokenizer_describe(const dm_tokenizer *t);          /* NULL t: "" */

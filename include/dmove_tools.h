@@ -428,10 +428,11 @@ dm_status dm_hf_config_layer(const dm_hf_config *c, dm_layer_config *cfg);
  * dir/0_Transformer in older layouts); pooling: its Pooling module's, DM_POOL_MEAN or
  * DM_POOL_CLS, or -1 for another mode (max, weighted mean, last token, or several at once:
  * named in pooling_name); normalize: a Normalize module follows; max_seq_length: from the
- * encoder's sentence_bert_config.json (0: none); other: the type of a module dmove does
- * not run (a Dense layer after the pooling), "" when none. */
+ * encoder's sentence_bert_config.json (0: none), and its do_lower_case; other: the type of
+ * a module dmove does not run (a Dense layer after the pooling), "" when none. A Pooling
+ * config's mode absent takes sentence-transformers' default (mean on, the others off). */
 typedef struct {
-    int found, pooling, normalize;
+    int found, pooling, normalize, do_lower_case; /* do_lower_case: the text lowercased first */
     int64_t max_seq_length;
     char encoder_dir[4096], pooling_name[160], other[112];
 } dm_st_model;

@@ -2,8 +2,8 @@
 import time: the package loads it with ctypes). Which library: $DMOVE_LIB if set, else
 python/dmove/libdmove.so (what `make python` copies), else ../build/libdmove.so. With it
 the `dmove` program of the same build, which the whole-model commands run (dmove.pretrain,
-dmove.embed, ...): $DMOVE_BIN if set, else python/dmove/bin/dmove, else the dmove beside
-the library; without one those commands look for dmove on the PATH."""
+dmove.embed, ...): $DMOVE_BIN if set, else the dmove beside the library taken, else
+python/dmove/bin/dmove; without one those commands look for dmove on the PATH."""
 import os
 import shutil
 
@@ -24,8 +24,9 @@ def find_lib():
 
 
 def find_program(lib):
-    for path in (os.environ.get("DMOVE_BIN"), os.path.join(HERE, "dmove", "bin", "dmove"),
-                 os.path.join(os.path.dirname(lib), "dmove")):
+    # the program of the library's build first: DMOVE_LIB's, then make python's copy
+    for path in (os.environ.get("DMOVE_BIN"), os.path.join(os.path.dirname(lib), "dmove"),
+                 os.path.join(HERE, "dmove", "bin", "dmove")):
         if path and os.path.isfile(path) and os.access(path, os.X_OK):
             return path
     print("dmove: no dmove program beside the library (make python copies it): "

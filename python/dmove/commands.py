@@ -8,14 +8,15 @@ dmove's whole-model trainer the way it calls any other step:
     dmove.prepare("corpus.txt", tokenizer="vocab.txt", lowercase=True, out="shards/")
     r = dmove.pretrain(data="shards/", preset="bert-base", layers=4, steps=200,
                        save="run.ckpt", export="model/")
-    print(r["loss_last"], r["eval"])            # the command's --json summary, a dict
+    print(r["loss_last"], r["eval_loss"])       # the command's --json summary, a dict
     emb = dmove.embed(["A man is eating food."], model="model/")   # (1, hidden) tensor
     dmove.finetune(train="train.tsv", eval="dev.tsv", init="model/", epochs=2)
 
 Keyword arguments are the command's options (`dmove <command> --help`): `lr_schedule=
-"linear"` is `--lr-schedule linear`, `True` a bare flag (`quiet=True`), `False` or `None`
-leaves the option out, a list or tuple is joined by commas (`labels=["neg", "pos"]`).
-Progress goes to standard error as the command writes it (`quiet=True` silences it).
+"linear"` is `--lr-schedule linear`, `True` a bare flag (`no_unpad=True`), `False` or
+`None` leaves the option out, a list or tuple is joined by commas (`labels=["neg",
+"pos"]`). Progress goes to standard error as the command writes it (`quiet=True`, a
+keyword of these functions, not an option, keeps it back).
 A command that fails raises `dmove.Error` with its message (what to do included); an
 interrupt (Ctrl-C) reaches the command, which saves what it promised to save, and
 re-raises here."""
@@ -77,43 +78,60 @@ def _pump(stream, sink):
 
 def run(command, *args, quiet=False, json=False, input=None, **options):
     """Runs `dmove COMMAND [options] [args]`; returns its standard output (text), or with
-    json=True the JSON object it prints (its --json summary) as a dict. input: text for
-    its standard input."""
+    json=True the JSON object it prints (its --json summary) as a dict. input: text (or
+    bytes) for its standard input. The command never outlives the call: an exception here
+    (a signal's, a KeyboardInterrupt) stops it the way Ctrl-C does and waits for it."""
     if json:
         options["json"] = True
     argv = _argv(command, args, options)
+    data = input.encode("utf-8") if isinstance(input, str) else input  # before the child starts
     # its own session: a Ctrl-C reaches this process alone, which passes one SIGINT on (a
     # second one would end the command at once, without its last save)
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     out, tail = [], []
     threads = [threading.Thread(target=_pump, args=(proc.stdout, out), daemon=True)]
-    if input is not None:
+    if data is not None:
         def feed():
             try:
-                proc.stdin.write(input.encode("utf-8"))
-                proc.stdin.close()
+                proc.stdin.write(data)
             except OSError:  # the command stopped reading: its error says why
                 pass
+            finally:
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
         threads.append(threading.Thread(target=feed, daemon=True))
     for t in threads:
         t.start()
     interrupted = False
-    while True:
-        try:
-            for raw in iter(proc.stderr.readline, b""):
-                line = raw.decode("utf-8", "replace")
-                tail.append(line)
-                del tail[:-40]
-                if not quiet:
-                    sys.stderr.write(line)
-                    sys.stderr.flush()
-            rc = proc.wait()
-            break
-        except KeyboardInterrupt:
-            interrupted = True  # the command stops and saves; wait for it (again: at once)
+    try:
+        while True:
+            try:
+                for raw in iter(proc.stderr.readline, b""):
+                    line = raw.decode("utf-8", "replace")
+                    tail.append(line)
+                    del tail[:-40]
+                    if not quiet:
+                        sys.stderr.write(line)
+                        sys.stderr.flush()
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:
+                interrupted = True  # the command stops and saves; wait for it (again: at once)
+                try:
+                    proc.send_signal(signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+    finally:
+        if proc.poll() is None:  # leaving on another exception: stop it as Ctrl-C does
             try:
                 proc.send_signal(signal.SIGINT)
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
             except ProcessLookupError:
                 pass
     for t in threads:
@@ -185,7 +203,8 @@ def embed(sentences, model, quiet=True, **options):
     in order, as a torch.Tensor (rows, hidden) of float32 (a list of lists where torch is
     not installed). sentences: a string or a list of strings, each one line (no newline
     in it). model: the model's directory. Options as the command's: pooling="mean" or
-    "cls", normalize=True, max_length=N, batch=N, threads=N, tokenizer=FILE."""
+    "cls", normalize=True or False (default: a sentence-transformers model's own, else
+    not), max_length=N, batch=N, threads=N, tokenizer=FILE."""
     if isinstance(sentences, str):
         sentences = [sentences]
     sentences = list(sentences)
@@ -198,6 +217,9 @@ def embed(sentences, model, quiet=True, **options):
     for key in ("out", "format"):
         if key in options:
             raise TypeError(f"embed() takes no {key}=: it returns the embeddings")
+    if options.get("normalize") is False:  # as asked, even where the model normalizes
+        del options["normalize"]
+        options["no_normalize"] = True
     with tempfile.TemporaryDirectory(prefix="dmove-embed-") as tmp:
         out = os.path.join(tmp, "emb.npy")
         text = "".join(s + "\n" for s in sentences)

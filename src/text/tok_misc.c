@@ -11,6 +11,8 @@ int32_t dm_tokenizer_vocab_size(const dm_tokenizer *t) { return t ? t->size : 0;
 
 uint64_t dm_tokenizer_hash(const dm_tokenizer *t) { return t ? t->hash : 0; }
 
+int dm_tokenizer_lowercases(const dm_tokenizer *t) { return t ? t->has_norm && t->lower : 0; }
+
 const char *dm_tokenizer_describe(const dm_tokenizer *t) { return t ? t->describe : ""; }
 
 int32_t dm_tokenizer_token_id(const dm_tokenizer *t, const char *token) {

@@ -322,6 +322,11 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
     for (int k = -1; k <= M_ADAMW; k++) {
         const int m = k < 0 ? M_BATCH : k;
         if (same_meta(m, theirs[m], mine[m])) continue;
+        if (m == M_RUN && ckpt_version(ver) == 1 && T->run_tag_v1[0] && !strcmp(theirs[m], T->run_tag_v1)) {
+            if (!T->run_tag_v1_note[0]) continue; /* the same run, as an older dmove named it */
+            return dm_fail(DM_ERR_INVALID_ARG, "the checkpoint (version 1, from an older dmove) is of this run, "
+                           "but %s", T->run_tag_v1_note);
+        }
         if (m == M_BATCH && T->ranks > 1)
             return dm_fail(DM_ERR_INVALID_ARG, "the checkpoint's global batch is %s, this run's %s (%d ranks x "
                            "--batch %lld): give each rank --batch = %s / %d, or resume with a rank count that "
@@ -572,15 +577,19 @@ static dm_status export_files(const dm_trainer *T, const char *dir) {
     const int made = stat(dir, &dsb) != 0; /* a directory made here goes again if the export fails */
     DM_TRY(dm_make_parent(path));
     dm_status es = export_write(T, dir, path);
-    if (es != DM_OK && made) (void)rmdir(dir); /* only when empty */
+    if (es != DM_OK && made) { /* the directory made here goes, with the weights written into it */
+        (void)unlink(path);
+        (void)rmdir(dir);
+    }
     return es;
 }
 
 /* export_files' writing, into dir (made), path its model.safetensors. */
 static dm_status export_write(const dm_trainer *T, const char *dir, const char *path) {
     /* config.json's text made first, written (atomically) only once the weights are: a
-     * failure on either leaves the directory as it was (a crash between the two, new
-     * weights beside the old config) */
+     * failure making it or writing the weights leaves the directory as it was; a crash
+     * between the two writes, or a failure of the second, leaves the new weights beside
+     * the old config (in a directory made here, nothing) */
     const dm_model_config *mc = &T->model->c;
     dm_hf_config c;
     dm_hf_config_default(&c);

@@ -60,8 +60,9 @@ static dm_status read_pooling(const char *dir, const char *sub, dm_st_model *m) 
                                         "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens",
                                         "pooling_mode_lasttoken"};
     int on[6] = {0}, count = 0;
-    for (int k = 0; k < 6; k++) {
-        on[k] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, modes[k]));
+    for (int k = 0; k < 6; k++) { /* absent: sentence-transformers' default, mean alone */
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, modes[k]);
+        on[k] = x ? cJSON_IsTrue(x) : k == 1;
         count += on[k];
     }
     cJSON_Delete(j);
@@ -127,6 +128,7 @@ dm_status dm_st_model_read(const char *dir, dm_st_model *m) {
     if (j) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, "max_seq_length");
         if (cJSON_IsNumber(x) && x->valuedouble >= 2 && x->valuedouble <= 1e6) m->max_seq_length = (int64_t)x->valuedouble;
+        m->do_lower_case = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "do_lower_case"));
         cJSON_Delete(j);
     }
     return DM_OK;

@@ -417,6 +417,16 @@ dm_status dm_trainer_set_run_tag(dm_trainer *T, const char *tag) {
     return DM_OK;
 }
 
+dm_status dm_trainer_set_run_tag_v1(dm_trainer *T, const char *tag, const char *note) {
+    if (!T || !tag) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_run_tag_v1: NULL argument");
+    if (strlen(tag) >= sizeof T->run_tag_v1 || (note && strlen(note) >= sizeof T->run_tag_v1_note))
+        return dm_fail(DM_ERR_INVALID_ARG, "a run tag has at most %zu characters, its note %zu",
+                       sizeof T->run_tag_v1 - 1, sizeof T->run_tag_v1_note - 1);
+    snprintf(T->run_tag_v1, sizeof T->run_tag_v1, "%s", tag);
+    snprintf(T->run_tag_v1_note, sizeof T->run_tag_v1_note, "%s", note ? note : "");
+    return DM_OK;
+}
+
 dm_status dm_trainer_set_optim(dm_trainer *T, const dm_optim_config *optim) {
     if (!T || !optim) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_set_optim: NULL argument");
     DM_TRY(dm_optim_config_check(optim));

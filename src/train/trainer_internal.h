@@ -58,6 +58,7 @@ struct dm_trainer {
     double *norms;       /* the host copy of d_norms */
     char load_note[1024]; /* the last load's head parameters the file lacked (dm_trainer_load_note) */
     char run_tag[128];   /* what the run trains on (dm_trainer_set_run_tag), in checkpoints */
+    char run_tag_v1[128], run_tag_v1_note[256]; /* dm_trainer_set_run_tag_v1 */
     double secs[DM_TRAIN_NUM_PHASES];
     /* the stack on its layers' backend (trainer_state.c): the host copies above are a
      * cache of its state (on the CPU, whose memory is the host's, the state itself) */

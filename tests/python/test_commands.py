@@ -71,6 +71,8 @@ def test_embed_refusals(tmp_path):
         dmove.embed([b"bytes"], model=str(tmp_path))
     with pytest.raises(TypeError, match="returns the embeddings"):
         dmove.embed(["x"], model=str(tmp_path), out="x.npy")
+    with pytest.raises(UnicodeEncodeError):  # raised here, before the command starts (it once hung)
+        dmove.embed(["a lone surrogate \ud800"], model=str(tmp_path))
     with pytest.raises(dmove.Error, match="max-length 400"):
         dmove.embed(["good"], model=str(tmp_path), max_length=400)
     os.remove(tmp_path / "config.json")
