@@ -102,7 +102,14 @@ cp stdout st.tsv
 good "embed as its settings say" $E --pooling cls --normalize --max-length 12 --format tsv in.txt
 cases=$((cases + 1))
 cmp -s stdout st.tsv || fail "a sentence-transformers model's defaults differ from --pooling cls --normalize --max-length 12"
-printf '{"pooling_mode_max_tokens": true}' >st/1_Pooling/config.json
+printf '{"pooling_mode_cls_token": true}' >st/1_Pooling/config.json
+bad "embed a model pooling cls and mean (mean's absent key)" 1 "pools by cls_token \+ mean_tokens" embed --model st in.txt
+printf '{"max_seq_length": 12, "do_lower_case": true}' >st/0_Transformer/sentence_bert_config.json
+printf '{"do_lower_case": false}' >st/0_Transformer/tokenizer_config.json
+bad "embed do_lower_case over a cased tokenizer" 1 "do_lower_case true .* which dmove embed does not do" \
+    embed --model st --pooling cls in.txt
+printf '{"max_seq_length": 12}' >st/0_Transformer/sentence_bert_config.json
+printf '{"pooling_mode_max_tokens": true, "pooling_mode_mean_tokens": false}' >st/1_Pooling/config.json
 bad "embed a max-pooling model" 1 "the model pools by max_tokens; dmove embed pools by mean or cls" embed --model st in.txt
 good "embed a max-pooling model with --pooling" embed --model st --pooling mean --quiet in.txt
 printf '[{"path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},

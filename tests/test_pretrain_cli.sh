@@ -159,6 +159,8 @@ bad "--save over the export" 2 "--save ex/model.safetensors is inside --export e
     $P --steps 2 --save ex/model.safetensors --export ex
 # shellcheck disable=SC2086
 good "--save a new file inside --data" $P --steps 6 --save data/new.ckpt
+# shellcheck disable=SC2086
+good "--save over a file of its own inside --data" $P --steps 6 --save data/new.ckpt
 rm -f data/new.ckpt
 bad "--until without --save" 2 "need --save" $P --steps 12 --until 3
 # the kind of schedule is the run's: a constant rate after a decay is refused
