@@ -235,9 +235,11 @@ static int st_defaults(embed_run *r, char *dir, size_t n) {
     r->st_lower = st.do_lower_case;
     if (st.normalize && !o->no_normalize) o->normalize = 1;
     if (!o->max_length && st.max_seq_length) o->max_length = st.max_seq_length, r->max_from_st = 1;
+    char ml[32] = "none";
+    if (st.max_seq_length) snprintf(ml, sizeof ml, "%lld", (long long)st.max_seq_length);
     if (!o->quiet)
-        fprintf(stderr, "dmove embed: a sentence-transformers model: pooling %s%s, max_seq_length %lld (its "
-                "modules.json)\n", pn, st.normalize ? ", normalized" : "", (long long)st.max_seq_length);
+        fprintf(stderr, "dmove embed: a sentence-transformers model: pooling %s%s, max_seq_length %s (its "
+                "modules.json)\n", pn, st.normalize ? ", normalized" : "", ml);
     return CLI_OK;
 }
 

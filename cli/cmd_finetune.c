@@ -361,11 +361,24 @@ static int js_container(jscan *j, int depth) {
 }
 
 static int js_value(jscan *j, int depth) {
-    if (depth > 200) return js_fail(j, "nested more than 200 deep");
+    if (depth > 900) return js_fail(j, "nested more than 900 deep");
     js_ws(j);
     if (j->p >= j->end) return js_fail(j, "a value missing");
     const char c = *j->p;
     if (c == '{' || c == '[') return js_container(j, depth);
+    /* Python's json writes and reads NaN, Infinity and -Infinity; cJSON does not: each is
+     * read as the number 0 written over it in place (the label is refused before) */
+    static const char *const nonfinite[3] = {"NaN", "Infinity", "-Infinity"};
+    for (int k = 0; k < 3; k++) {
+        const size_t n = strlen(nonfinite[k]);
+        if ((size_t)(j->end - j->p) >= n && !memcmp(j->p, nonfinite[k], n)) {
+            char *w = (char *)j->p; /* the line's copy (parse_jsonl) */
+            w[0] = '0';
+            memset(w + 1, ' ', n - 1);
+            j->p += n;
+            return 0;
+        }
+    }
     if (c == '"') return js_string(j);
     if (c == '-' || (c >= '0' && c <= '9')) return js_number(j);
     static const char *const lit[3] = {"true", "false", "null"};
@@ -376,7 +389,7 @@ static int js_value(jscan *j, int depth) {
             return 0;
         }
     }
-    return js_fail(j, "not a JSON value (strings are in double quotes; NaN and Infinity are not JSON)");
+    return js_fail(j, "not a JSON value (strings are in double quotes)");
 }
 
 /* A number label's name: an integer as written ("-0" as "0"); a fraction or an exponent by
@@ -422,9 +435,16 @@ static void float_name(double v, char *out, size_t on) {
 
 /* A JSONL line: {"text": .., "text_b" or "text_pair": .., "label": string or number}. */
 static int parse_jsonl(const char *path, int64_t ln, const char *s, size_t n, ft_row *row) {
-    jscan js = {.p = s, .end = s + n};
+    char *c = malloc(n ? n : 1); /* the line as cJSON reads it: NaN and Infinity as 0 */
+    if (!c) {
+        cli_error(CMD, "out of memory");
+        return CLI_FAIL;
+    }
+    if (n) memcpy(c, s, n);
+    jscan js = {.p = c, .end = c + n};
     js_ws(&js);
     if (js.p >= js.end || *js.p != '{') {
+        free(c);
         cli_error(CMD, "%s:%" PRId64 ": not a JSON object (a line is {\"text\": ..., \"label\": ...})", path, ln);
         return CLI_FAIL;
     }
@@ -433,10 +453,20 @@ static int parse_jsonl(const char *path, int64_t ln, const char *s, size_t n, ft
         if (js.p < js.end) js_fail(&js, "text after the JSON object (one object a line)");
     }
     if (js.err) {
-        cli_error(CMD, "%s:%" PRId64 ": not valid JSON at byte %td of the line: %s", path, ln, js.at - s + 1, js.err);
+        cli_error(CMD, "%s:%" PRId64 ": not valid JSON at byte %td of the line: %s", path, ln, js.at - c + 1, js.err);
+        free(c);
         return CLI_FAIL;
     }
-    cJSON *j = cJSON_ParseWithLength(s, n);
+    if (js.label && (s[js.label - c] == 'N' || s[js.label - c] == 'I' || s[js.label - c + 1] == 'I')) {
+        free(c);
+        cli_error(CMD, "%s:%" PRId64 ": \"label\" is %s: give a class name or a finite number", path, ln,
+                  s[js.label - c] == 'N' ? "NaN" : "infinite");
+        return CLI_FAIL;
+    }
+    if (js.label) /* the label's raw text in the line itself (the copy goes now) */
+        js.label_end = s + (js.label_end - c), js.label = s + (js.label - c);
+    cJSON *j = cJSON_ParseWithLength(c, n);
+    free(c);
     if (!j || !cJSON_IsObject(j)) {
         cJSON_Delete(j);
         cli_error(CMD, "%s:%" PRId64 ": not a JSON object (a line is {\"text\": ..., \"label\": ...})", path, ln);

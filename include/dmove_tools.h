@@ -428,9 +428,11 @@ dm_status dm_hf_config_layer(const dm_hf_config *c, dm_layer_config *cfg);
  * dir/0_Transformer in older layouts); pooling: its Pooling module's, DM_POOL_MEAN or
  * DM_POOL_CLS, or -1 for another mode (max, weighted mean, last token, or several at once:
  * named in pooling_name); normalize: a Normalize module follows; max_seq_length: from the
- * encoder's sentence_bert_config.json (0: none), and its do_lower_case; other: the type of
+ * encoder's sentence_bert_config.json, else its tokenizer_config.json's model_max_length
+ * (0: neither), and the former's do_lower_case; other: the type of
  * a module dmove does not run (a Dense layer after the pooling), "" when none. A Pooling
- * config's mode absent takes sentence-transformers' default (mean on, the others off). */
+ * config's mode absent takes sentence-transformers' default (mean on, the others off);
+ * its "pooling_mode" (sentence-transformers 5 and later) names it. */
 typedef struct {
     int found, pooling, normalize, do_lower_case; /* do_lower_case: the text lowercased first */
     int64_t max_seq_length;

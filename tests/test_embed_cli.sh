@@ -102,6 +102,16 @@ cp stdout st.tsv
 good "embed as its settings say" $E --pooling cls --normalize --max-length 12 --format tsv in.txt
 cases=$((cases + 1))
 cmp -s stdout st.tsv || fail "a sentence-transformers model's defaults differ from --pooling cls --normalize --max-length 12"
+# sentence-transformers 5's files: "pooling_mode" by name, the length as the tokenizer's
+# model_max_length
+printf '{"embedding_dimension": 16, "pooling_mode": "cls", "include_prompt": true}' >st/1_Pooling/config.json
+printf '{}' >st/0_Transformer/sentence_bert_config.json
+printf '{"do_lower_case": true, "model_max_length": 12}' >st/0_Transformer/tokenizer_config.json
+good "embed a sentence-transformers 5 model" embed --model st --format tsv in.txt
+cases=$((cases + 1))
+cmp -s stdout st.tsv || fail "sentence-transformers 5's pooling_mode and model_max_length not taken"
+printf '{"max_seq_length": 12}' >st/0_Transformer/sentence_bert_config.json
+printf '{"do_lower_case": true}' >st/0_Transformer/tokenizer_config.json
 printf '{"pooling_mode_cls_token": true}' >st/1_Pooling/config.json
 bad "embed a model pooling cls and mean (mean's absent key)" 1 "pools by cls_token \+ mean_tokens" embed --model st in.txt
 printf '{"max_seq_length": 12, "do_lower_case": true}' >st/0_Transformer/sentence_bert_config.json

@@ -235,6 +235,12 @@ bad "JSONL two objects" 1 "j.jsonl:1: .*text after the JSON object" $G --train j
 jl '{"text": "a", "label": 01}'
 # shellcheck disable=SC2086
 bad "JSONL 01" 1 "j.jsonl:1: .*an invalid number" $G --train j.jsonl
+jl '{"text": "a", "label": "x", "score": NaN, "range": [-Infinity, Infinity]}' '{"text": "b", "label": "y"}'
+# shellcheck disable=SC2086
+good "JSONL NaN and Infinity in other keys (Python writes them)" $G --train j.jsonl
+jl '{"text": "a", "label": NaN}'
+# shellcheck disable=SC2086
+bad "JSONL a NaN label" 1 "j.jsonl:1: \"label\" is NaN" $G --train j.jsonl
 jl '{"text": "a", "text_b": "b", "text_pair": "c", "label": "x"}'
 # shellcheck disable=SC2086
 bad "JSONL text_b and text_pair" 1 "both \"text_b\" and \"text_pair\"" $G --train j.jsonl

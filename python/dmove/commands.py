@@ -41,7 +41,7 @@ def program():
     this package (`make python` copies it beside libdmove.so), else `dmove` on the PATH."""
     env = os.environ.get("DMOVE_BIN")
     if env:
-        if not os.access(env, os.X_OK):
+        if not os.path.isfile(env) or not os.access(env, os.X_OK):
             raise Error(f"DMOVE_BIN={env}: no executable dmove program there")
         return env
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "dmove")
@@ -64,7 +64,11 @@ def _argv(command, args, options):
         if value is True:
             argv.append(flag)
         elif isinstance(value, (list, tuple)):
-            argv += [flag, ",".join(str(v) for v in value)]
+            items = [str(v) for v in value]
+            for v in items:
+                if "," in v:
+                    raise ValueError(f"{key}: the item {v!r} holds a comma, which separates the items of {flag}")
+            argv += [flag, ",".join(items)]
         else:
             argv += [flag, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
     for a in args:
@@ -224,6 +228,8 @@ def embed(sentences, model, quiet=True, **options):
         out = os.path.join(tmp, "emb.npy")
         text = "".join(s + "\n" for s in sentences)
         run("embed", "-", quiet=quiet, input=text, model=model, format="npy", out=out, **options)
+        if not os.path.isfile(out):
+            raise Error(f"{program()} embed wrote no embeddings (is it dmove?)")
         rows, cols, body = _read_npy(out)
     if rows != len(sentences):
         raise Error(f"dmove embed wrote {rows} embeddings for {len(sentences)} sentences")
@@ -232,4 +238,6 @@ def embed(sentences, model, quiet=True, **options):
     except ImportError:
         vals = struct.unpack(f"<{rows * cols}f", body)
         return [list(vals[r * cols:(r + 1) * cols]) for r in range(rows)]
+    if not rows:
+        return torch.empty(0, cols, dtype=torch.float32)
     return torch.frombuffer(bytearray(body), dtype=torch.float32).reshape(rows, cols)

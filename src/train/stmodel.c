@@ -59,6 +59,20 @@ static dm_status read_pooling(const char *dir, const char *sub, dm_st_model *m) 
     static const char *const modes[] = {"pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens",
                                         "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens",
                                         "pooling_mode_lasttoken"};
+    /* sentence-transformers 5 and later: "pooling_mode", a name (or a list of them) */
+    const cJSON *pm = cJSON_GetObjectItemCaseSensitive(j, "pooling_mode");
+    if (cJSON_IsString(pm) || cJSON_IsArray(pm)) {
+        const cJSON *one = cJSON_IsArray(pm) && cJSON_GetArraySize(pm) == 1 ? cJSON_GetArrayItem(pm, 0) : pm;
+        const char *name = cJSON_IsString(one) ? one->valuestring : NULL;
+        m->pooling = name && !strcmp(name, "mean") ? DM_POOL_MEAN : name && !strcmp(name, "cls") ? DM_POOL_CLS : -1;
+        if (m->pooling < 0) {
+            char *t = cJSON_PrintUnformatted(pm);
+            snprintf(m->pooling_name, sizeof m->pooling_name, "%s", t ? t : "?");
+            free(t);
+        }
+        cJSON_Delete(j);
+        return DM_OK;
+    }
     int on[6] = {0}, count = 0;
     for (int k = 0; k < 6; k++) { /* absent: sentence-transformers' default, mean alone */
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, modes[k]);
@@ -129,6 +143,14 @@ dm_status dm_st_model_read(const char *dir, dm_st_model *m) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, "max_seq_length");
         if (cJSON_IsNumber(x) && x->valuedouble >= 2 && x->valuedouble <= 1e6) m->max_seq_length = (int64_t)x->valuedouble;
         m->do_lower_case = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "do_lower_case"));
+        cJSON_Delete(j);
+    }
+    if (!m->max_seq_length) { /* none there: the tokenizer's model_max_length, as sentence-transformers
+                               * takes it (the caller caps it at the positions) */
+        snprintf(path, sizeof path, "%s/tokenizer_config.json", m->encoder_dir);
+        DM_TRY(read_json(path, &j));
+        const cJSON *x = j ? cJSON_GetObjectItemCaseSensitive(j, "model_max_length") : NULL;
+        if (cJSON_IsNumber(x) && x->valuedouble >= 2 && x->valuedouble <= 1e6) m->max_seq_length = (int64_t)x->valuedouble;
         cJSON_Delete(j);
     }
     return DM_OK;

@@ -57,6 +57,8 @@ def test_embed_equals_transformers(tmp_path):
     got = dmove.embed(sentences, model=str(tmp_path), normalize=True, max_length=12)
     ref = torch.nn.functional.normalize(reference(model, tok, sentences, "mean", 12), dim=1)
     assert torch.allclose(got, ref, rtol=1e-5, atol=2e-5)
+    # no sentences: no rows
+    assert dmove.embed([], model=str(tmp_path)).shape == (0, 32)
     # one string is one sentence
     one = dmove.embed("good", model=str(tmp_path))
     assert one.shape == (1, 32)
@@ -151,4 +153,10 @@ def test_run_errors_and_options(tmp_path, monkeypatch):
     monkeypatch.setenv("DMOVE_BIN", str(tmp_path / "none"))
     with pytest.raises(dmove.Error, match="DMOVE_BIN"):
         dmove.program()
+    monkeypatch.setenv("DMOVE_BIN", str(tmp_path))  # a directory
+    with pytest.raises(dmove.Error, match="DMOVE_BIN"):
+        dmove.program()
+    monkeypatch.delenv("DMOVE_BIN")
+    with pytest.raises(ValueError, match="holds a comma"):
+        dmove.finetune(train="t.tsv", labels=["pos,neg", "x"])
 
