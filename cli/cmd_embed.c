@@ -311,10 +311,11 @@ static int tokenize(embed_run *r) {
         cli_error(CMD, "out of memory");
         return CLI_FAIL;
     }
-    size_t bad_i = 0, bad_o = 0;
-    if (dm_tokenizer_encode_batch(r->tok, (const char *const *)r->lines, r->lens, r->n, 1, r->o.threads, r->ids,
-                                  &bad_i, &bad_o) != DM_OK) {
-        if (bad_o != (size_t)-1) /* the library names the text by its index: here it is a line */
+    size_t bad_i = 0, bad_o = (size_t)-1;
+    const dm_status es = dm_tokenizer_encode_batch(r->tok, (const char *const *)r->lines, r->lens, r->n, 1,
+                                                   r->o.threads, r->ids, &bad_i, &bad_o);
+    if (es != DM_OK) {
+        if (es == DM_ERR_FORMAT && bad_o != (size_t)-1) /* the library names the text by its index: a line here */
             cli_error(CMD, "line %zu: invalid UTF-8 at byte %zu of the line", bad_i + 1, bad_o + 1);
         else
             cli_error(CMD, "line %zu: %s", bad_i + 1, dm_last_error());

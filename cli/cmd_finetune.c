@@ -228,10 +228,11 @@ static int parse_tsv(const char *path, int64_t ln, char *s, size_t n, ft_row *ro
 /* --- a strict reading of a JSONL line ------------------------------------------------
  * cJSON reads more than JSON: invalid \u escapes (read as NUL, cutting the text there),
  * text after the object, numbers such as 01. A line is first checked as RFC 8259 JSON, as
- * Python's json reads it (a raw tab inside a string is let through, as most writers of
- * JSONL let it; NaN, Infinity, a lone surrogate and \u0000, which Python takes, are
- * refused: no label or text holds them), and the raw text of its top-level "label" is kept: a number label is named
- * as written (Python's int) or by its shortest form (Python's float repr). */
+ * Python's json reads it (NaN, Infinity and -Infinity too, read as 0 by cJSON, refused as
+ * a label; a raw tab inside a string is let through, as most writers of JSONL let it; a lone
+ * surrogate and \u0000, which Python takes, are refused: no text holds them), and the raw
+ * text of its top-level "label" is kept: a number label is named as written (Python's int)
+ * or by its shortest form (Python's float repr). */
 typedef struct {
     const char *p, *end, *err, *at;
     const char *label, *label_end; /* the raw value of the top-level key "label" */
