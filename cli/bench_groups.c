@@ -172,7 +172,7 @@ void bench_groups_print(const bench_env *env, const bench_result *r) {
             cls_floor[x->cls] += f;
             cls_above[x->cls] += ms > f ? ms - f : 0;
             char rt[32], fs[32];
-            /* a floor below the column's last digit in 3 significant ones, not as 0.0000 */
+            /* a floor below the column's last digit with 3 significant ones, not as 0.0000 */
             snprintf(fs, sizeof fs, f > 0 && f < 0.001 ? "%9.3g" : "%9.4f", f);
             if (f > 0) fprintf(stderr, "%9.4f %9s %8s  %s\n", ms, fs, dm_ratio_text(ms / f, rt, sizeof rt), x->ops);
             else fprintf(stderr, "%9.4f %9s %8s  %s\n", ms, fs, "-", x->ops);

@@ -158,8 +158,8 @@ tiny="--batch 2 --seq 8 --hidden 16 --heads 2 --ffn 32 --schedule fused --reps 1
 # shellcheck disable=SC2086 # $tiny is a list of options
 good "bench groups h100" bench $tiny --roofline h100
 grep -q "^fused: groups, times of 1 profiled step (each group waited for), against the roofline of h100" "$T/stderr" &&
-    grep -Eq "^forward  contraction +[0-9.]+ +[0-9.]+ +[0-9.]+  qkv_proj$" "$T/stderr" &&
-    grep -Eq "^backward contraction +[0-9.]+ +[0-9.]+ +[0-9.]+  qkv_proj_dB$" "$T/stderr" &&
+    grep -Eq "^forward  contraction +[0-9.]+ +[0-9.e+-]+ +[0-9.]+  qkv_proj$" "$T/stderr" &&
+    grep -Eq "^backward contraction +[0-9.]+ +[0-9.e+-]+ +[0-9.]+  qkv_proj_dB$" "$T/stderr" &&
     grep -q "^fused against the roofline (h100): the groups took" "$T/stderr" &&
     grep -Eq "^normalization +[0-9.]+ +[0-9.]+ " "$T/stderr" && grep -q "^largest gaps to the floor:" "$T/stderr" ||
     fail "bench groups h100: no group table against the roofline"
