@@ -5,7 +5,8 @@ whole-model commands.
     dmove.torch.patch(model)   # every transformers BertLayer runs on dmove
 
     import dmove
-    dmove.pretrain(data="shards/", preset="bert-base", steps=1000, export="model/")
+    dmove.pretrain(data="shards/", tokenizer="vocab.txt", lowercase=True, steps=1000,
+                   export="model/")
     dmove.embed(["a sentence"], model="model/")   # a (1, hidden) torch.Tensor
 
 See the README's sections "In PyTorch: dmove.torch.patch" and "From Python: the whole

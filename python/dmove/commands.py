@@ -6,8 +6,8 @@ dmove's whole-model trainer the way it calls any other step:
 
     import dmove
     dmove.prepare("corpus.txt", tokenizer="vocab.txt", lowercase=True, out="shards/")
-    r = dmove.pretrain(data="shards/", preset="bert-base", layers=4, steps=200,
-                       save="run.ckpt", export="model/")
+    r = dmove.pretrain(data="shards/", tokenizer="vocab.txt", lowercase=True, layers=4,
+                       steps=200, save="run.ckpt", export="model/")
     print(r["loss_last"], r["eval_loss"])       # the command's --json summary, a dict
     emb = dmove.embed(["A man is eating food."], model="model/")   # (1, hidden) tensor
     dmove.finetune(train="train.tsv", eval="dev.tsv", init="model/", epochs=2)
