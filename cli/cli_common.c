@@ -925,12 +925,12 @@ static int input_name(const char *base) {
  * user's (a checkpoint kept beside the data, a second run's outputs). */
 static int inside_dirs(const char *cmd, const cli_path *pw, const path_id *wid, const cli_path *reads, int nreads,
                        const cli_path *writes, int nwrites) {
-    path_id pid, did;
-    dir_identify(pw->path, 1, &pid);
     const char *base = strrchr(pw->path, '/');
     base = base ? base + 1 : pw->path;
     const int export_name = !strcmp(base, "model.safetensors") || !strcmp(base, "config.json");
     if (!input_name(base)) return 0;
+    path_id pid, did;
+    dir_identify(pw->path, 1, &pid);
     const cli_path *in = NULL;
     int read = 0;
     for (int k = 0; k < nreads + nwrites && !in; k++) {
