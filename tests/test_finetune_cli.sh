@@ -173,6 +173,14 @@ printf '{"text": "a good day", "label": 1e400}\n' >inf.jsonl
 bad "a label of an infinite number" 1 "inf.jsonl:1: \"label\" is a number out of range" $F --train inf.jsonl
 bad "finetune --init with two dropouts" 1 "give --dropout P to train with one" finetune --tokenizer vocab.txt \
     --lowercase --seq 16 --batch 16 --threads 2 --train train.tsv --epochs 1 --init dropdiff
+# an older dmove's (version 1) checkpoint of this run: its batches ran across epochs, so it
+# is refused, saying why
+# shellcheck disable=SC2086
+DMOVE_TEST_CHECKPOINT_V1=1 "$DMOVE" $F --train train.tsv --epochs 1 --dropout 0.1 --accumulate 2 --save v1.ckpt \
+    --until 6 >stdout 2>stderr || fail "a version-1 checkpoint: exit $?"
+# shellcheck disable=SC2086
+bad "--resume a version-1 finetune checkpoint" 1 "version 1, from an older dmove.*batches ran on across epochs" \
+    $F --train train.tsv --epochs 1 --dropout 0.1 --accumulate 2 --save v1.ckpt --resume v1.ckpt
 head -400 train.tsv >fewer.tsv
 # shellcheck disable=SC2086
 bad "--resume on other examples" 1 "run is finetune data [0-9a-f]+ " $F --train fewer.tsv --epochs 1 --dropout 0.1 \

@@ -133,6 +133,16 @@ has "pretrain --resume went on" stdout '^loss [0-9.]+ \(step 6\) -> [0-9.]+ \(st
 cases=$((cases + 1))
 cmp -s full.ckpt part.ckpt || fail "a pretraining run in two parts differs from the whole run"
 echo "ok   pretrain: the run in two parts equals the whole run, byte for byte"
+# a checkpoint as an older dmove wrote it (version 1: its checksum, its run tag; the test
+# hook DMOVE_TEST_CHECKPOINT_V1) resumes, and the run ends as the whole run, byte for byte
+# shellcheck disable=SC2086
+DMOVE_TEST_CHECKPOINT_V1=1 "$DMOVE" $P --steps 12 --dropout 0.1 --accumulate 2 --save v1.ckpt --until 5 \
+    >stdout 2>stderr || fail "a version-1 checkpoint: exit $?"
+has "a version-1 checkpoint written" v1.ckpt '"version":"1"'
+# shellcheck disable=SC2086
+good "--resume a version-1 checkpoint" $P --steps 12 --dropout 0.1 --accumulate 2 --save v1.ckpt --resume v1.ckpt
+cases=$((cases + 1))
+cmp -s full.ckpt v1.ckpt || fail "a run resumed from a version-1 checkpoint differs from the whole run"
 # shellcheck disable=SC2086
 bad "--resume with another --mask-prob" 1 "run is pretrain" $P --steps 12 --dropout 0.1 --accumulate 2 \
     --mask-prob 0.2 --resume part.ckpt --steps 14

@@ -224,6 +224,10 @@ static dm_status save_file(const dm_trainer *T, const char *path) {
     DM_TRY(dm_trainer_pull(T, DM_PULL_STATE)); /* the backend's parameters and moments to the host */
     char meta[M_N][META_LEN], hex[32], name[192];
     meta_values(T, meta);
+    /* test hook: DMOVE_TEST_CHECKPOINT_V1 writes the file as an older dmove did (version 1's
+     * checksum, the run's version-1 tag), so that the tests resume such a file */
+    const int ver = getenv("DMOVE_TEST_CHECKPOINT_V1") ? 1 : 2;
+    if (ver == 1 && T->run_tag_v1[0]) snprintf(meta[M_RUN], META_LEN, "%s", T->run_tag_v1);
     const void **data = malloc((size_t)ntensors(T) * sizeof *data);
     if (!data) return dm_fail(DM_ERR_OOM, "out of memory writing checkpoint '%s'", path);
     for (int i = 0; i < ntensors(T); i++) data[i] = tensor_data(T, i / 3, i % 3);
@@ -232,13 +236,13 @@ static dm_status save_file(const dm_trainer *T, const char *path) {
         free(data);
         return dm_fail(DM_ERR_OOM, "out of memory writing checkpoint '%s'", path);
     }
-    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(meta, labels, T, data, 2));
+    snprintf(hex, sizeof hex, "%016" PRIx64, checksum_of(meta, labels, T, data, ver));
     dm_st_writer *w = NULL;
     dm_status s = dm_st_writer_new(&w);
     if (s == DM_OK && labels) s = dm_st_writer_set_metadata(w, "label_names", labels);
     free(labels);
     if (s == DM_OK) s = dm_st_writer_set_metadata(w, "format", CKPT_FORMAT);
-    if (s == DM_OK) s = dm_st_writer_set_metadata(w, "version", CKPT_VERSION);
+    if (s == DM_OK) s = dm_st_writer_set_metadata(w, "version", ver == 1 ? "1" : CKPT_VERSION);
     for (int m = 0; s == DM_OK && m < M_N; m++) s = dm_st_writer_set_metadata(w, k_meta[m], meta[m]);
     if (s == DM_OK) s = dm_st_writer_set_metadata(w, "checksum", hex);
     for (int si = 0; s == DM_OK && si < T->nslots; si++)
