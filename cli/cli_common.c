@@ -55,6 +55,14 @@ int cli_fail_dm(const char *cmd, const char *what) {
     return CLI_FAIL;
 }
 
+const char *cli_parent_dir(const char *path, char *buf, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(buf, n, ".");
+    else if (slash == path) snprintf(buf, n, "/");
+    else snprintf(buf, n, "%.*s", (int)(slash - path), path);
+    return buf;
+}
+
 const char *cli_short(const char *s, char *buf, size_t n) {
     if (!n) return "";
     const size_t l = strlen(s);
@@ -116,10 +124,7 @@ int cli_check_output(const char *cmd, const char *opt, const char *path) {
     /* the directory the file goes in must exist and take new files (the file is written
      * as a temporary beside it, then renamed) */
     char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    cli_parent_dir(path, dir, sizeof dir);
     if (stat(dir, &st) != 0) {
         cli_error(cmd, "%s: cannot create '%s': the directory '%s' does not exist (create it first)", opt,
                   path, dir);
@@ -902,10 +907,7 @@ static void dir_identify(const char *path, int parent, path_id *id) {
         return;
     }
     char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-    path_identify(dir, id);
+    path_identify(cli_parent_dir(path, dir, sizeof dir), id);
 }
 
 /* Whether a file name is one a run reads from a model's or a dataset's directory. */

@@ -48,6 +48,8 @@ void cli_error(const char *cmd, const char *fmt, ...)
     ;
 /* The library's last message after `what` ("--data: "), as cli_error prints it: CLI_FAIL. */
 int cli_fail_dm(const char *cmd, const char *what);
+/* The directory path lies in ("." for a bare name, "/" at the root), into buf; returns buf. */
+const char *cli_parent_dir(const char *path, char *buf, size_t n);
 /* s for a message: whole when it fits buf (n bytes), else cut at a UTF-8 character's
  * start and ended with "..."; returns buf. */
 const char *cli_short(const char *s, char *buf, size_t n);

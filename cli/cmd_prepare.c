@@ -17,11 +17,9 @@ static const char *const CMD = "prepare";
 const char *cli_init_tokenizer(const char *init, char *buf, size_t n) {
     if (!init) return NULL;
     struct stat sb;
-    const char *slash = strrchr(init, '/');
     if (stat(init, &sb) != 0) return NULL;
-    if (S_ISDIR(sb.st_mode)) snprintf(buf, n, "%s", init);
-    else if (slash) snprintf(buf, n, "%.*s", (int)(slash - init) + (slash == init), init);
-    else snprintf(buf, n, ".");
+    if (!S_ISDIR(sb.st_mode)) return cli_parent_dir(init, buf, n);
+    snprintf(buf, n, "%s", init);
     return buf;
 }
 
