@@ -7,7 +7,8 @@
 # with lengths the same every batch and varying, the live rows' rounding on (default), on
 # with the weight gradients' k too (DMOVE_CUDA_LIVE_ROUND_K=1) and off
 # (DMOVE_CUDA_LIVE_ROUND=1): whether new token counts still cost (b=8 j=512). PROBE=ncu:
-# Nsight Compute's view of each flash kernel (throughput, occupancy, stall reasons).
+# Nsight Compute's view of each flash kernel (throughput, occupancy, stall reasons; NCU_OUT=DIR:
+# ncu's whole report of each in DIR/ncu-KERNEL.txt too).
 # With .dev unpacked (session.sh's): DMOVE=.dev/bin/dmove
 set -u
 DMOVE=${DMOVE:-.dev/bin/dmove}
@@ -18,10 +19,11 @@ if [ "${PROBE:-attn}" = ncu ]; then
     command -v ncu >/dev/null 2>&1 || { echo "probe_attn.sh: no ncu on this machine"; exit 0; }
     for kn in fl_fwd_kernel fl_bwd_kernel fl_dq_kernel; do
         echo "== ncu $kn"
-        timeout 48 ncu --clock-control none -k "regex:$kn" --launch-count 1 --section SpeedOfLight \
+        timeout 60 ncu --clock-control none -k "regex:$kn" --launch-count 1 --section SpeedOfLight \
             --section Occupancy --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
+            --section MemoryWorkloadAnalysis --section SchedulerStats --section InstructionStats --section SourceCounters \
             "$DMOVE" bench --device cuda --dtype bf16 --preset bert-large --batch 8 --seq 512 \
-            --lengths uniform:512-512 --reps 1 --warmup 0 2>&1 |
+            --lengths uniform:512-512 --reps 1 --warmup 0 2>&1 | tee "${NCU_OUT:-/dev/null}${NCU_OUT:+/ncu-$kn.txt}" |
             grep -iE "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|stall|Warp Cycles|Issue Slots|Executed Ipc|Dynamic Shared" |
             tr -s ' ' | head -40
     done

@@ -97,10 +97,10 @@ if [ "$PHASE" = 1 ] && step ATTN 120; then # issue 25, point 2
     timeout 200 sh "$here/attn.sh" || echo "attn.sh: exit $? (200 s at most)"
 fi
 [ "$PHASE" = 1 ] && { echo "phase 1 done in $(($(date +%s) - start)) s"; exit 0; }
-if step NCU 150; then # issue 25, point 1: why the flash kernels are slow
+if step NCU 190; then # issue 25, point 1: why the flash kernels are slow
     echo
     echo "== Nsight Compute on each flash kernel (bench/gpu/probe_attn.sh PROBE=ncu)"
-    DMOVE="$DMOVE" PROBE=ncu timeout 150 sh "$here/probe_attn.sh" || echo "probe_attn.sh: exit $?"
+    DMOVE="$DMOVE" PROBE=ncu NCU_OUT="$OUT" timeout 190 sh "$here/probe_attn.sh" || echo "probe_attn.sh: exit $?"
 fi
 if step MODEL 100 && [ -x "$root/.dev/bin/test_model" ]; then # the fused cross-entropy on the device
     echo
