@@ -13,20 +13,33 @@
 set -u
 DMOVE=${DMOVE:-.dev/bin/dmove}
 if [ "${PROBE:-attn}" = ncu ]; then
-    # where the flash kernels' time goes: Nsight Compute on the first launches of each
-    # (forward, dK dV, dQ) in one unpadded BERT-large step at b=8 j=512 full fill, dropout
-    # 0.1: throughput against the SM's and memory's, occupancy, and the warps' stall reasons
+    # where the flash kernels' time goes: Nsight Compute on one launch of each (forward, dK
+    # dV, dQ) in an unpadded BERT-large step at b=8 j=512 full fill, dropout 0.1, past the
+    # first two (the bench's first step runs an empty batch): throughput against the SM's
+    # and memory's, occupancy, the warps' stall reasons; with NCU_OUT=DIR, ncu's whole
+    # report per kernel (DIR/ncu-KERNEL.txt), its SASS with the stall samples per
+    # instruction (DIR/ncu-KERNEL-sass.csv) and the kernels' SASS (DIR/sass.txt, cuobjdump)
     command -v ncu >/dev/null 2>&1 || { echo "probe_attn.sh: no ncu on this machine"; exit 0; }
+    rep=$(mktemp -d)
     for kn in fl_fwd_kernel fl_bwd_kernel fl_dq_kernel; do
         echo "== ncu $kn"
-        timeout 60 ncu --clock-control none -k "regex:$kn" --launch-count 1 --section SpeedOfLight \
+        timeout 70 ncu --clock-control none -k "regex:$kn" --launch-skip 2 --launch-count 1 --section SpeedOfLight \
             --section Occupancy --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
             --section MemoryWorkloadAnalysis --section SchedulerStats --section InstructionStats --section SourceCounters \
-            "$DMOVE" bench --device cuda --dtype bf16 --preset bert-large --batch 8 --seq 512 \
-            --lengths uniform:512-512 --reps 1 --warmup 0 2>&1 | tee "${NCU_OUT:-/dev/null}${NCU_OUT:+/ncu-$kn.txt}" |
-            grep -iE "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|stall|Warp Cycles|Issue Slots|Executed Ipc|Dynamic Shared" |
+            -o "$rep/$kn" "$DMOVE" bench --device cuda --dtype bf16 --preset bert-large --batch 8 --seq 512 \
+            --lengths uniform:512-512 --reps 2 --warmup 2 >/dev/null 2>&1 || echo "ncu $kn: exit $?"
+        ncu -i "$rep/$kn.ncu-rep" --page details 2>&1 | tee "${NCU_OUT:-/dev/null}${NCU_OUT:+/ncu-$kn.txt}" |
+            grep -iE "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|stall|Warp Cycles|Issue Slots|Executed Ipc|Dynamic Shared|Grid Size" |
             tr -s ' ' | head -40
+        [ -n "${NCU_OUT:-}" ] && { ncu -i "$rep/$kn.ncu-rep" --page source --print-source sass --csv \
+            >"$NCU_OUT/ncu-$kn-sass.csv" 2>&1 || echo "ncu $kn source page: exit $?"; }
     done
+    rm -rf "$rep"
+    if [ -n "${NCU_OUT:-}" ] && command -v cuobjdump >/dev/null 2>&1; then
+        cuobjdump -sass "$DMOVE" 2>&1 | awk '/Function : .*fl_(fwd|bwd|dq)_kernel/ {p = 1} /Function : / && !/fl_(fwd|bwd|dq)_kernel/ {p = 0} p' \
+            >"$NCU_OUT/sass.txt"
+        echo "cuobjdump: $(grep -c 'Function :' "$NCU_OUT/sass.txt") flash kernels' SASS in $NCU_OUT/sass.txt"
+    fi
     exit 0
 fi
 if [ "${PROBE:-attn}" = live ]; then

@@ -141,8 +141,11 @@ if step NCCL 120; then # issue 27: NCCL's path with one rank
     done
     python3 - "$OUT/nccl-0.json" "$OUT/nccl-1.json" <<'PY'
 import json, sys
+def last_json(f):  # the report's line: NCCL_DEBUG writes NCCL's own lines to stdout too
+    lines = [l for l in open(f) if l.startswith("{")]
+    return json.loads(lines[-1]) if lines else json.loads("")
 try:
-    a, b = (json.load(open(f)) for f in sys.argv[1:])
+    a, b = (last_json(f) for f in sys.argv[1:])
 except (OSError, ValueError) as e:
     sys.exit(f"no JSON to compare: {e}")
 keys = ("loss_first", "loss_last", "eval_loss", "eval_accuracy")

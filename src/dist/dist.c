@@ -451,7 +451,7 @@ void dm_dist_add_reduce_times(dm_dist *d, double busy, double exposed) {
 
 void dm_dist_reduce_times(const dm_dist *d, double *busy, double *exposed) {
     *busy = *exposed = 0;
-    if (!d || d->size == 1) return;
+    if (!d) return; /* one rank: what a backend forced onto the path added (DMOVE_DIST_REDUCE_ALONE) */
     pthread_mutex_lock((pthread_mutex_t *)&d->mu);
     *busy = d->busy, *exposed = d->exposed;
     pthread_mutex_unlock((pthread_mutex_t *)&d->mu);
