@@ -208,11 +208,11 @@ static const char *flash_where(void) {
  * from fp32 on either path (up to 0.7 relative on these small sizes): the outputs and
  * every gradient on the flash kernels must be as close to fp32 as the other path's
  * (within 1.5x + 5e-3), tensor by tensor. */
-static void flash_variant(int P, int causal, double p, dm_dtype dt) {
+static void flash_variant(int P, int causal, double p, dm_dtype dt, int64_t J) {
     dm_layer_config cfg;
     dm_layer_config_default(&cfg);
     cfg.batch = 3;
-    cfg.seq = 70;
+    cfg.seq = J;
     cfg.hidden = 2 * P;
     cfg.heads = 2;
     cfg.ffn = 64;
@@ -245,9 +245,10 @@ static void flash_variant(int P, int causal, double p, dm_dtype dt) {
             int worse = 0; /* tensor by tensor */
             for (int q = 0; q < nt && q < 64; q++) worse += !(tf[q] <= 1.5 * to[q] + 5e-3);
             CHECK(worse == 0);
-            printf("  cuda (%s) %s p=%d%s dropout %.1f lengths %lld %lld %lld: worst "
+            printf("  cuda (%s) %s p=%d j=%lld%s dropout %.1f lengths %lld %lld %lld: worst "
                    "rel.err against fp32 %.2e (without the flash kernels %.2e), tensors further: %d\n",
-                   flash_where(), dm_dtype_name(dt), P, causal ? " causal" : "", p, (long long)lens[k][0], (long long)lens[k][1],
+                   flash_where(), dm_dtype_name(dt), P, (long long)J, causal ? " causal" : "", p, (long long)lens[k][0],
+                   (long long)lens[k][1],
                    (long long)lens[k][2], ef, eo, worse);
         }
     }
@@ -568,11 +569,16 @@ int main(void) {
         variant(1, 1, 0.1, 1, DM_SCHED_UNFUSED, DM_DEVICE_CUDA, DM_ROWS_INTERP);
         model_pair(DM_MODEL_HEAD_MLM, DM_XENT_UNFUSED, 0.1, DM_DEVICE_CUDA);
         unsetenv("DMOVE_CUDA_LIVE_ROUND_K");
-        flash_variant(64, 0, 0.1, DM_DTYPE_BF16);
-        flash_variant(64, 1, 0.0, DM_DTYPE_FP16);
-        flash_variant(128, 1, 0.1, DM_DTYPE_BF16);
+        /* j = 70 and 67: a run of 4 keys across two Philox blocks (each lane draws its own
+         * words); 72 and 68: every run one block (the lanes share them: fl_words_rows/cols) */
+        flash_variant(64, 0, 0.1, DM_DTYPE_BF16, 70);
+        flash_variant(64, 0, 0.1, DM_DTYPE_BF16, 72);
+        flash_variant(64, 1, 0.0, DM_DTYPE_FP16, 70);
+        flash_variant(128, 1, 0.1, DM_DTYPE_BF16, 70);
+        flash_variant(128, 1, 0.1, DM_DTYPE_BF16, 72);
         attn_op_variant(0, 0.1, DM_DEVICE_CUDA);
         attn_op_flash(64, 0.1, DM_DTYPE_BF16, 67); /* odd j: a pair of scores across two Philox blocks */
+        attn_op_flash(64, 0.1, DM_DTYPE_BF16, 68);
         attn_op_flash(128, 0.0, DM_DTYPE_FP16, 70);
         if (!strcmp(getenv("DMOVE_CUDA_EMULATE"), "1")) { /* the generated kernels' device text, lane by lane */
             setenv("DMOVE_CUDA_EMULATE", "lanes", 1);

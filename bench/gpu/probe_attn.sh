@@ -13,24 +13,27 @@
 set -u
 DMOVE=${DMOVE:-.dev/bin/dmove}
 if [ "${PROBE:-attn}" = ncu ]; then
-    # where the flash kernels' time goes: Nsight Compute on one launch of each (forward, dK
-    # dV, dQ) in an unpadded BERT-large step at b=8 j=512 full fill, dropout 0.1, past the
-    # first two (the bench's first step runs an empty batch): throughput against the SM's
+    # where the flash kernels' time goes: Nsight Compute on each (forward, dK
+    # dV, dQ) in an unpadded BERT-large step at b=8 j=512 full fill, dropout 0.1: the first
+    # three launches of each, reported one after the other (the first ones run on no tokens,
+    # microseconds: the layer's own probes, whose count varies under ncu; read the ones of
+    # about 150 us and more): throughput against the SM's
     # and memory's, occupancy, the warps' stall reasons; with NCU_OUT=DIR, ncu's whole
     # report per kernel (DIR/ncu-KERNEL.txt), its SASS with the stall samples per
     # instruction (DIR/ncu-KERNEL-sass.csv) and the kernels' SASS (DIR/sass.txt, cuobjdump)
     command -v ncu >/dev/null 2>&1 || { echo "probe_attn.sh: no ncu on this machine"; exit 0; }
     rep=$(mktemp -d)
+    bench="bench --device cuda --dtype bf16 --preset bert-large --batch 8 --seq 512 --lengths uniform:512-512 --reps 2 --warmup 2"
     for kn in fl_fwd_kernel fl_bwd_kernel fl_dq_kernel; do
         echo "== ncu $kn"
-        timeout 70 ncu --clock-control none -k "regex:$kn" --launch-skip 2 --launch-count 1 --section SpeedOfLight \
+        # shellcheck disable=SC2086 # bench is words
+        timeout 70 ncu --clock-control none -k "regex:$kn" --launch-count 3 --section SpeedOfLight \
             --section Occupancy --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
             --section MemoryWorkloadAnalysis --section SchedulerStats --section InstructionStats --section SourceCounters \
-            -o "$rep/$kn" "$DMOVE" bench --device cuda --dtype bf16 --preset bert-large --batch 8 --seq 512 \
-            --lengths uniform:512-512 --reps 2 --warmup 2 >/dev/null 2>&1 || echo "ncu $kn: exit $?"
+            -o "$rep/$kn" "$DMOVE" $bench >/dev/null 2>&1 || echo "ncu $kn: exit $?"
         ncu -i "$rep/$kn.ncu-rep" --page details 2>&1 | tee "${NCU_OUT:-/dev/null}${NCU_OUT:+/ncu-$kn.txt}" |
             grep -iE "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|stall|Warp Cycles|Issue Slots|Executed Ipc|Dynamic Shared|Grid Size" |
-            tr -s ' ' | head -40
+            tr -s ' ' | head -120
         [ -n "${NCU_OUT:-}" ] && { ncu -i "$rep/$kn.ncu-rep" --page source --print-source sass --csv \
             >"$NCU_OUT/ncu-$kn-sass.csv" 2>&1 || echo "ncu $kn source page: exit $?"; }
     done

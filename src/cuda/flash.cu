@@ -6,7 +6,9 @@
  *     mma.sync m16n8k16, the padding (keys past the sequence) and causal masks, or the
  *     attention mask's terms (keymask: the padded layer's attention_mask, whole
  *     sequences), an online softmax (running maximum and sum per row), the dropout (the
- *     CPU's Philox words of the padded element index (s, h, j, k)), and O += dropped(P) V
+ *     CPU's Philox words of the padded element index (s, h, j, k), drawn as bits for the
+ *     tile before its products, the lanes sharing each Philox block: fl_keep_rows and
+ *     fl_keep_cols), and O += dropped(P) V
  *     with P straight from the accumulators as the next MMA's operand. Writes the context
  *     and, per query row, the maximum of its scores and the log of their sum past it (two
  *     values, not their sum: a row whose keys are all masked has every score -FLT_MAX,
@@ -55,8 +57,10 @@
  * memory); the host's has no such pragma */
 #ifdef __CUDA_ARCH__
 #define FL_UNROLL _Pragma("unroll")
+#define FL_UNROLL2 _Pragma("unroll 2")
 #else
 #define FL_UNROLL
+#define FL_UNROLL2
 #endif
 
 enum { FL_WARPS = 4, FL_THREADS = 32 * FL_WARPS, FL_TILE = 64 /* queries or keys a block */ };
@@ -68,6 +72,7 @@ struct fl_sim {
     pthread_barrier_t block, warp[FL_WARPS];
     uint32_t xa[FL_THREADS][4], xb[FL_THREADS][2];
     float xf[FL_THREADS];
+    uint32_t xu[FL_THREADS];
     const void *xp[FL_THREADS]; /* ldmatrix: the lanes' row addresses */
 };
 static fl_sim *g_fl_sim; /* the running emulation (one at a time: g_fl_lock) */
@@ -92,6 +97,20 @@ static __host__ __device__ __forceinline__ float fl_shfl_xor(float v, int o) {
     S->xf[fl_htid] = v;
     pthread_barrier_wait(&S->warp[w]);
     const float r = S->xf[w * 32 + ((fl_htid % 32) ^ o)];
+    pthread_barrier_wait(&S->warp[w]);
+    return r;
+#endif
+}
+
+static __host__ __device__ __forceinline__ uint32_t fl_shfl_xor_u(uint32_t v, int o) {
+#ifdef __CUDA_ARCH__
+    return __shfl_xor_sync(0xffffffffu, v, o);
+#else
+    fl_sim *S = g_fl_sim;
+    const int w = fl_htid / 32;
+    S->xu[fl_htid] = v;
+    pthread_barrier_wait(&S->warp[w]);
+    const uint32_t r = S->xu[w * 32 + ((fl_htid % 32) ^ o)];
     pthread_barrier_wait(&S->warp[w]);
     return r;
 #endif
@@ -363,6 +382,95 @@ static __host__ __device__ __forceinline__ float fl_mask_term(const dmc_varlen *
     return k < L ? dmc_mask_term(v, s, k) : 0.0f;
 }
 
+/* The dropout's Philox words of a lane's four elements of an 8-column block (the
+ * accumulators' c[0..3]: rows r0, r1 = r0 + 8, columns 2t, 2t + 1), the lanes sharing the
+ * work: element (row, col) has the word e(row, col) of the Philox stream, the block
+ * e / 4's word e % 4 (the CPU's masks). Where each 4-aligned run of 4 columns is one
+ * block (e(r, c0) % 4 == 0 for every row: the sequence's J a multiple of 4, c0 of 8), the
+ * quad's 16 words are 4 blocks: lane t computes the one of row t & 1, columns 4 (t >> 1)
+ * .. + 3, keeps its own two words and swaps the other two with lane t ^ 1 (one Philox a
+ * lane instead of two); else each lane computes its pairs' (kept2's). er0, er1: e(r0, c0),
+ * e(r1, c0). Every lane of the warp calls it (shuffles). */
+static __host__ __device__ __forceinline__ void fl_words_rows(const dmc_varlen *v, uint64_t seed, int aligned,
+                                                             uint64_t er0, uint64_t er1, int t, uint32_t wd[4]) {
+    if (aligned) {
+        const int lo = t & 1;
+        const uint4 b = dmc_philox_block(seed, v->stream, ((lo ? er1 : er0) >> 2) + (uint64_t)(t >> 1));
+        const uint32_t k0 = lo ? b.z : b.x, k1 = lo ? b.w : b.y; /* this lane's columns of its row */
+        const uint32_t g0 = fl_shfl_xor_u(lo ? b.x : b.z, 1), g1 = fl_shfl_xor_u(lo ? b.y : b.w, 1);
+        wd[0] = lo ? g0 : k0, wd[1] = lo ? g1 : k1, wd[2] = lo ? k0 : g0, wd[3] = lo ? k1 : g1;
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
+        const uint64_t e = (i ? er1 : er0) + (uint64_t)(2 * t);
+        const uint4 b = dmc_philox_block(seed, v->stream, e >> 2);
+        const int j = (int)(e & 3);
+        wd[2 * i] = dmc_uint4_word(b, j);
+        wd[2 * i + 1] = j < 3 ? dmc_uint4_word(b, j + 1) : dmc_philox_block(seed, v->stream, (e >> 2) + 1).x;
+    }
+}
+
+/* The same for the dK dV block's transposed elements (rows: keys key0 = kb + g, key1 = key0 +
+ * 8; columns: queries c, c + 1; c[x]: query c + (x & 1), key x >> 1 ? key1 : key0), whose
+ * 4-aligned runs go down the keys: with J a multiple of 4 and kb of 16 the four lanes
+ * g = 4m .. 4m + 3 (lanes 16m + 4j + t) need 4 blocks (queries c, c + 1, keys 4m .. + 3
+ * and 8 + 4m .. + 3), lane j computes block j (query c + (j & 1), the keys of half j >> 1)
+ * and a 4 x 4 transpose by two swaps (lanes ^ 4, then ^ 8) hands each lane its word of each
+ * (one Philox a lane instead of four). eq0: e(c, kb + 4m), the block row's start. */
+static __host__ __device__ __forceinline__ void fl_words_cols(const dmc_varlen *v, uint64_t seed, int aligned,
+                                                             uint64_t eq0, uint64_t J, int g, uint32_t wd[4]) {
+    if (aligned) {
+        const int j = g & 3, b0 = j & 1, b1 = j >> 1;
+        const uint4 b = dmc_philox_block(seed, v->stream, (eq0 + (uint64_t)b0 * J + (uint64_t)(8 * b1)) >> 2);
+        /* swap 1 (lane j ^ 1): keep the words y with y & 1 == j & 1, send the others */
+        const uint32_t a0 = b0 ? b.y : b.x, a1 = b0 ? b.w : b.z; /* M[j][b0], M[j][b0 + 2] */
+        const uint32_t r0 = fl_shfl_xor_u(b0 ? b.x : b.y, 4), r1 = fl_shfl_xor_u(b0 ? b.z : b.w, 4);
+        /* now M[j ^ 1][b0] (r0), M[j ^ 1][b0 + 2] (r1); swap 2 (lane j ^ 2): keep y == j */
+        const uint32_t own = b1 ? a1 : a0, nb = b1 ? r1 : r0;
+        const uint32_t s0 = fl_shfl_xor_u(b1 ? a0 : a1, 8), s1 = fl_shfl_xor_u(b1 ? r0 : r1, 8);
+        /* M[j][j] own, M[j ^ 1][j] nb, M[j ^ 2][j] s0, M[j ^ 3][j] s1: c[x] is M[x][j] */
+        for (int x = 0; x < 4; x++) {
+            const int d = x ^ j;
+            wd[x] = d == 0 ? own : d == 1 ? nb : d == 2 ? s0 : s1;
+        }
+        return;
+    }
+    for (int x = 0; x < 4; x++) {
+        const uint64_t e = eq0 + (uint64_t)(x & 1) * J + (uint64_t)((g & 3) + 8 * (x >> 1));
+        wd[x] = dmc_uint4_word(dmc_philox_block(seed, v->stream, e >> 2), (int)(e & 3));
+    }
+}
+
+/* Which of a lane's 32 elements of a 64-column tile the dropout keeps, as bits (n * 4 + e:
+ * block n's c[e]), all kept without dropout: fl_words_rows's words (er0, er1: e(r0, k0),
+ * e(r1, k0)) against the threshold, one register for the tile, computed before its
+ * products (while fewer registers are live) */
+static __host__ __device__ __forceinline__ uint32_t fl_keep_rows(const dmc_varlen *v, uint64_t seed, uint64_t er0,
+                                                                 uint64_t er1, int t) {
+    if (!v->drop) return 0xFFFFFFFFu;
+    uint32_t bits = 0;
+    FL_UNROLL2 /* two blocks' Philox chains at a time: all 8 at once cost registers the products need */
+    for (int n = 0; n < 8; n++) {
+        uint32_t wd[4];
+        fl_words_rows(v, seed, v->J % 4 == 0, er0 + (uint64_t)(8 * n), er1 + (uint64_t)(8 * n), t, wd);
+        for (int e = 0; e < 4; e++) bits |= (uint32_t)(wd[e] >= v->thr) << (4 * n + e);
+    }
+    return bits;
+}
+/* the same for the dK dV block's transposed tile (fl_words_cols; eq0: e(q0 + 2t, the first
+ * key of this lane's run of 4)) */
+static __host__ __device__ __forceinline__ uint32_t fl_keep_cols(const dmc_varlen *v, uint64_t seed, uint64_t eq0, int g) {
+    if (!v->drop) return 0xFFFFFFFFu;
+    uint32_t bits = 0;
+    FL_UNROLL2 /* two blocks' Philox chains at a time: all 8 at once cost registers the products need */
+    for (int n = 0; n < 8; n++) {
+        uint32_t wd[4];
+        fl_words_cols(v, seed, v->J % 4 == 0, eq0 + (uint64_t)(8 * n) * (uint64_t)v->J, (uint64_t)v->J, g, wd);
+        for (int e = 0; e < 4; e++) bits |= (uint32_t)(wd[e] >= v->thr) << (4 * n + e);
+    }
+    return bits;
+}
+
 /* ---- forward ---------------------------------------------------------------------------- */
 
 /* Shared memory of a block that walks the keys (forward, dQ): two buffers of a K and a V
@@ -479,22 +587,25 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
     float acc[P / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int n = 0; n < P / 8; n++)
         for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
-    const uint64_t ebase = hd.ebase;
-    const int kend = v->causal && q0 + FL_TILE < L ? q0 + FL_TILE : L;
+    const uint64_t ebase = hd.ebase, seed = A.seed, er0 = (ebase + (uint64_t)r0) * (uint64_t)J,
+                   er1 = (ebase + (uint64_t)r1) * (uint64_t)J;
+    const int kend = v->causal && q0 + FL_TILE < L ? q0 + FL_TILE : L, causal = v->causal, keymask = v->keymask;
+    const float alpha = v->alpha;
     fl_load_kv<T, P>(A, S, 0, K, V, s, 0, L, tid);
     for (int k0 = 0, b = 0; k0 < kend; k0 += FL_TILE, b ^= 1) {
         fl_cp_wait<0>(); /* this tile has landed; every warp is past the other buffer: the next tile's */
         fl_sync();
         if (k0 + FL_TILE < kend) fl_load_kv<T, P>(A, S, b ^ 1, K, V, s, k0 + FL_TILE, L, tid);
+        const uint32_t keep = fl_keep_rows(v, seed, er0 + (uint64_t)k0, er1 + (uint64_t)k0, t);
         float sc[8][4];
         fl_scores<T, P>(sc, qa, S.k(b), g, t);
         float mx[2] = {-INFINITY, -INFINITY};
         for (int n = 0; n < 8; n++)
             for (int e = 0; e < 4; e++) {
                 const int row = e >= 2 ? r1 : r0, col = k0 + n * 8 + 2 * t + (e & 1);
-                const float x = col >= L || row >= L || (v->causal && col > row) ? -INFINITY
-                                : v->keymask ? sc[n][e] * v->alpha + S.bias(b)[col - k0]
-                                             : sc[n][e] * v->alpha;
+                const float x = col >= L || row >= L || (causal && col > row) ? -INFINITY
+                                : keymask ? sc[n][e] * alpha + S.bias(b)[col - k0]
+                                          : sc[n][e] * alpha;
                 sc[n][e] = x;
                 mx[e >> 1] = fmaxf(mx[e >> 1], x);
             }
@@ -511,17 +622,10 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
         FL_UNROLL
         for (int n = 0; n < 8; n++)
             FL_UNROLL
-            for (int i = 0; i < 2; i++) { /* the lane's pair of keys in row i: one Philox block */
-                const int row = i ? r1 : r0, col = k0 + n * 8 + 2 * t;
-                float p[2];
-                int kp[2] = {1, 1};
-                for (int q = 0; q < 2; q++) {
-                    p[q] = expf(sc[n][2 * i + q] - base[i]);
-                    l[i] += p[q];
-                }
-                if (p[0] > 0.0f || p[1] > 0.0f)
-                    dmc_varlen_kept2(v, A.seed, ebase * (uint64_t)J + (uint64_t)row * (uint64_t)J + (uint64_t)col, kp);
-                for (int q = 0; q < 2; q++) sc[n][2 * i + q] = p[q] > 0.0f && kp[q] ? p[q] : 0.0f;
+            for (int e = 0; e < 4; e++) {
+                const float p = expf(sc[n][e] - base[e >> 1]);
+                l[e >> 1] += p;
+                sc[n][e] = p > 0.0f && (keep >> (4 * n + e) & 1) ? p : 0.0f;
             }
         fl_times_tile<T, P>(acc, sc, S.v(b), g, t); /* O += dropped(P) V */
     }
@@ -616,11 +720,15 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
     const int key0 = k0 + w * 16 + g, key1 = key0 + 8; /* this lane's two keys */
     const float kb0 = v->keymask ? fl_mask_term(v, s, key0, L) : 0.0f,
                 kb1 = v->keymask ? fl_mask_term(v, s, key1, L) : 0.0f;
+    /* (v's fields read where used, not held: at P = 128 every register counts) */
     for (int q0 = qstart, b = 0; q0 < L; q0 += FL_TILE, b ^= 1) {
         fl_cp_wait<0>(); /* this tile has landed; every warp is past the other buffer: the next tile's */
         fl_sync();
         if (q0 + FL_TILE < L) fl_load_q<T, P>(A, S, b ^ 1, Q, dO, mx, ls, D, q0 + FL_TILE, L, tid);
         const T *Qs = S.q(b), *Os = S.o(b);
+        /* from the first key of this lane's run of 4: the warp's, g's group */
+        const uint32_t keep = fl_keep_cols(
+            v, A.seed, (ebase + (uint64_t)(q0 + 2 * t)) * (uint64_t)J + (uint64_t)(k0 + w * 16 + 4 * (g >> 2)), g);
         float st[8][4], dp[8][4]; /* S^T, then P^T; dP^T, then dS^T: 16 keys x 64 queries */
         for (int n = 0; n < 8; n++)
             for (int e = 0; e < 4; e++) st[n][e] = dp[n][e] = 0.0f;
@@ -647,7 +755,7 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
                 const int ok = key < L && q < L && !(v->causal && key > q);
                 const float p =
                     ok ? expf(st[n][e] * v->alpha + (e >= 2 ? kb1 : kb0) - S.stat(b, 0)[qi] - S.stat(b, 1)[qi]) : 0.0f;
-                const int kept = ok && dmc_varlen_kept(v, A.seed, (ebase + (uint64_t)q) * (uint64_t)J + (uint64_t)key);
+                const int kept = ok && (keep >> (4 * n + e) & 1);
                 pd[n][e] = kept ? p * sc : 0.0f;
                 dp[n][e] = p * ((kept ? dp[n][e] * sc : 0.0f) - S.stat(b, 2)[qi]); /* dS^T */
             }
@@ -710,31 +818,27 @@ static __host__ __device__ void fl_dq_block(const fl_args &A, int tid, int qb, i
     float dq[P / 8][4];
     for (int n = 0; n < P / 8; n++)
         for (int e = 0; e < 4; e++) dq[n][e] = 0.0f;
-    const float scl = v->drop ? v->scale : 1.0f;
-    const int kend = v->causal && q0 + FL_TILE < L ? q0 + FL_TILE : L;
+    const float scl = v->drop ? v->scale : 1.0f, alpha = v->alpha;
+    const int kend = v->causal && q0 + FL_TILE < L ? q0 + FL_TILE : L, causal = v->causal, keymask = v->keymask;
+    const uint64_t seed = A.seed, er0 = (ebase + (uint64_t)r0) * (uint64_t)J, er1 = (ebase + (uint64_t)r1) * (uint64_t)J;
     fl_load_kv<T, P>(A, S, 0, K, V, s, 0, L, tid);
     for (int k0 = 0, b = 0; k0 < kend; k0 += FL_TILE, b ^= 1) {
         fl_cp_wait<0>();
         fl_sync();
         if (k0 + FL_TILE < kend) fl_load_kv<T, P>(A, S, b ^ 1, K, V, s, k0 + FL_TILE, L, tid);
+        const uint32_t keep = fl_keep_rows(v, seed, er0 + (uint64_t)k0, er1 + (uint64_t)k0, t);
         float sc[8][4], dp[8][4];
         fl_scores<T, P>(sc, qa, S.k(b), g, t);
         fl_scores<T, P>(dp, oa, S.v(b), g, t); /* dP = dctx V^T: V's rows as K's */
         FL_UNROLL
         for (int n = 0; n < 8; n++)
             FL_UNROLL
-            for (int i = 0; i < 2; i++) { /* the lane's pair of keys in row i: one Philox block */
-                const int row = i ? r1 : r0, c0 = k0 + n * 8 + 2 * t;
-                int kp[2] = {0, 0};
-                if (row < L && c0 < L && !(v->causal && c0 > row))
-                    dmc_varlen_kept2(v, A.seed, (ebase + (uint64_t)row) * (uint64_t)J + (uint64_t)c0, kp);
-                FL_UNROLL
-                for (int q = 0; q < 2; q++) {
-                    const int col = c0 + q, e = 2 * i + q, ok = col < L && row < L && !(v->causal && col > row);
-                    const float x = sc[n][e] * v->alpha + (v->keymask ? S.bias(b)[col - k0] : 0.0f);
-                    const float p = ok ? expf(x - mrow[i] - lrow[i]) : 0.0f;
-                    sc[n][e] = p * ((ok && kp[q] ? dp[n][e] * scl : 0.0f) - drow[i]); /* dS */
-                }
+            for (int e = 0; e < 4; e++) {
+                const int i = e >> 1, row = i ? r1 : r0, col = k0 + n * 8 + 2 * t + (e & 1);
+                const int ok = col < L && row < L && !(causal && col > row);
+                const float x = sc[n][e] * alpha + (keymask ? S.bias(b)[col - k0] : 0.0f);
+                const float p = ok ? expf(x - mrow[i] - lrow[i]) : 0.0f;
+                sc[n][e] = p * ((ok && (keep >> (4 * n + e) & 1) ? dp[n][e] * scl : 0.0f) - drow[i]); /* dS */
             }
         fl_times_tile<T, P>(dq, sc, S.k(b), g, t); /* dQ += dS K */
     }
@@ -758,7 +862,15 @@ static size_t fl_smem(int P, int bwd) {
                : (size_t)(4 * FL_TILE * (P + 8)) * 2 + 2 * FL_TILE * sizeof(float);
 }
 
-template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS) fl_fwd_kernel(fl_args A) {
+/* FL_FWD_MINB: the forward's blocks an SM must hold at P = 64, its registers capped to fit
+ * (4: 128 a lane, a few spilled; shared memory allows 6). On the H200 (2026-11-28, BERT-large
+ * heads, unpadded, full fill) 4 took the forward from 0.156 to 0.148 ms at b=8 j=512 with
+ * dropout 0.1 and from 0.105 to 0.095 without, at b=96 j=128 0.135 to 0.126 and 0.100 to 0.094,
+ * against 3 blocks at 153 registers uncapped */
+#ifndef FL_FWD_MINB
+#define FL_FWD_MINB 4
+#endif
+template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS, P == 64 ? FL_FWD_MINB : 1) fl_fwd_kernel(fl_args A) {
     extern __shared__ __align__(16) char fl_smem_d[];
     fl_fwd_block<T, P>(A, (int)threadIdx.x, (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, fl_smem_d);
 }

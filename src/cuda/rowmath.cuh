@@ -87,20 +87,6 @@ __host__ __device__ __forceinline__ float dmc_mask_term(const dmc_varlen *v, int
     return (1.0f - dmc_load(v->lengths, v->len_dt, s * v->J + k)) * -FLT_MAX;
 }
 
-/* The same for elements e and e + 1 (kept[0], kept[1]): one Philox block for both unless e
- * is the last word of its block (the flash kernels' lanes hold score pairs). */
-__host__ __device__ __forceinline__ void dmc_varlen_kept2(const dmc_varlen *v, uint64_t seed, uint64_t e, int kept[2]) {
-    if (!v->drop) {
-        kept[0] = kept[1] = 1;
-        return;
-    }
-    const uint4 w = dmc_philox_block(seed, v->stream, e >> 2);
-    const int j = (int)(e & 3);
-    kept[0] = dmc_uint4_word(w, j) >= v->thr;
-    kept[1] = (j < 3 ? dmc_uint4_word(w, j + 1) : dmc_uint4_word(dmc_philox_block(seed, v->stream, (e >> 2) + 1), 0)) >=
-              v->thr;
-}
-
 /* act(x), and act'(x) in *grad, in fp32 (rowcore.cuh). */
 __host__ __device__ __forceinline__ float dmc_act_both(float x, int act, float *grad) {
     if (act == DM_ACT_RELU) return dmc_relu_both(x, grad);
