@@ -64,7 +64,12 @@ def main():
     torch.manual_seed(0)
     sizes = dict(hidden_size=1024, num_attention_heads=16, intermediate_size=4096) if a.large else {}
     cfg = BertConfig(num_hidden_layers=a.layers, **sizes)  # BERT-base: 768/12/3072, vocab 30522
+    try:  # the eager peer's attention: PyTorch's scaled_dot_product_attention, said in the header
+        cfg._attn_implementation = "sdpa"
+    except (AttributeError, ValueError):
+        pass
     ref = BertForMaskedLM(cfg).to(dev).train()
+    attn = getattr(ref.config, "_attn_implementation", None) or "eager"
     pat = dt.patch(copy.deepcopy(ref)).train()
     ids = torch.randint(1000, cfg.vocab_size, (a.batch, a.seq))
     mask = torch.ones(a.batch, a.seq, dtype=torch.long)
@@ -144,7 +149,7 @@ def main():
     where = torch.cuda.get_device_name(0) if gpu else "CPU"
     print(f"python_step: BertForMaskedLM BERT-{'large' if a.large else 'base'} ({a.layers} layers) b={a.batch} "
           f"j={a.seq} {a.dtype}{' autocast' if a.dtype == 'bf16' else ''} {where}, training step (forward, "
-          f"backward, AdamW{' fused' if gpu else ''}), dropout 0.1"
+          f"backward, AdamW{' fused' if gpu else ''}), dropout 0.1, eager attention: {attn}"
           + (f"; padded batch, fill {float(mask.float().mean()):.3f}" if a.fill < 1.0 else ""))
     print(f"  {cpu}, {os.cpu_count()} cores, torch {torch.__version__} "
           f"({torch.get_num_threads()} threads), dmove threads {dt.get_num_threads()}, "

@@ -139,7 +139,7 @@ struct dm_cuda_exec {
     int64_t live_round;       /* a contraction's m or n over the live rows runs on them rounded up
                                * to a multiple of this (DMOVE_CUDA_LIVE_ROUND, default 64; 1:
                                * exact): fewer shapes for cuBLAS to choose kernels for */
-    int live_round_k;         /* and its k too, over zeroed rows (DMOVE_CUDA_LIVE_ROUND_K=1; live.cu) */
+    int live_round_k;         /* and its k too, over zeroed rows (default; DMOVE_CUDA_LIVE_ROUND_K=0: exact) */
     int live_bj, live_attn;   /* live rows "bj" (dropout keyed by padded positions); an unpadded layer */
     dm_live_group *liveg;     /* per group: how it follows them */
     long long *livebuf;       /* device: this step's count, then at byte 256 the dropout keys (ints) */

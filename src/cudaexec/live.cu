@@ -61,8 +61,9 @@ dm_status dmx_init_live(dm_cuda_exec *ex) {
     ex->live_round = q;
     const char *rk = getenv("DMOVE_CUDA_LIVE_ROUND_K");
     if (rk && *rk && strcmp(rk, "0") && strcmp(rk, "1"))
-        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_LIVE_ROUND_K='%s': 1 (round k too) or 0 (the default)", rk);
-    ex->live_round_k = rk && !strcmp(rk, "1");
+        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_LIVE_ROUND_K='%s': 1 (round k too, the default) or 0 (k exact)",
+                       rk);
+    ex->live_round_k = !(rk && !strcmp(rk, "0"));
     ex->live_bj = g->live[1] != 0;
     ex->live_attn = attn;
     *(long long *)ex->livehost = cap;
@@ -96,11 +97,13 @@ int dmx_live_scaled(const dm_cuda_exec *ex, int gi) {
  * milliseconds a step: bench/results/gpu-h200-2026-11-28.txt). The rows past the tokens so
  * computed are rows no later step reads (a contraction's k, a column sum, a row program all
  * take the exact count), and the layer's outputs there are zeroed after the group as
- * before. k stays exact: rows past the tokens hold anything (NaN included) and a sum over
- * them would count it; unless live_round_k (DMOVE_CUDA_LIVE_ROUND_K=1), where a lone
- * contraction with both operands' rows over k (op(A) = A^T, op(B) = B, the weight
- * gradients) runs on the rounded k too, its operands' rows past the tokens zeroed first
- * (dmx_run_gemm, step ktail): every weight gradient's shape then comes from a few too. */
+ * before. Rows past the tokens hold anything (NaN included) and a sum over them would count
+ * it, so a lone contraction with both operands' rows over k (op(A) = A^T, op(B) = B, the
+ * weight gradients) runs on the rounded k with its operands' rows past the tokens zeroed
+ * first (dmx_run_gemm, step ktail; live_round_k, the default): every weight gradient's shape
+ * then comes from a few too. DMOVE_CUDA_LIVE_ROUND_K=0 keeps k exact instead (on the H200,
+ * b=8 j=512, lengths uniform 128-384: 1.23 ms a step against 1.03 rounded; the same at fixed
+ * lengths, 0.85 and 0.84: bench/results/gpu-h200-2026-11-28b.txt). */
 static void cut_steps(dm_cuda_exec *ex) {
     const int64_t q = ex->live_round > 1 ? ex->live_round : 1;
     int64_t rounded = (ex->tokens + q - 1) / q * q;
