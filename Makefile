@@ -131,6 +131,8 @@ NVCC_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCCFLAGS ?= -O3 -lineinfo
 NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC,-fno-semantic-interposition,-fopenmp,-Wall,-Wextra,-Wno-unused-parameter -Iinclude -Isrc -DDM_HAVE_CUDA
+# NVCC_EXTRA: flags added to nvcc's, e.g. the flash kernels' variants (bench/gpu/variants.sh)
+NVCCFLAGS += $(NVCC_EXTRA)
 CFLAGS += -DDM_HAVE_CUDA
 # NVRTC compiles the row kernels generated per fused group (src/cudagen/) at run time,
 # with the toolkit's headers; the tests build the same code for the host with $(CXX)

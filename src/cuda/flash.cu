@@ -892,7 +892,12 @@ __global__ void fl_rowdot_kernel(dmc_varlen v) {
         if (threadIdx.x % 32 == 0) v.fl_d[(s * v.H + h) * v.J + j] = d;
     }
 }
-template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS) fl_dq_kernel(fl_args A) {
+/* FL_DQ_MINB: the same for the dQ kernel (1: uncapped, 168 registers at P = 64, 3 blocks an
+ * SM; 4 is bench/gpu/variants.sh's first candidate) */
+#ifndef FL_DQ_MINB
+#define FL_DQ_MINB 1
+#endif
+template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS, P == 64 ? FL_DQ_MINB : 1) fl_dq_kernel(fl_args A) {
     extern __shared__ __align__(16) char fl_smem_d[];
     fl_dq_block<T, P>(A, (int)threadIdx.x, (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, fl_smem_d);
 }
