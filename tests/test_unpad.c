@@ -235,7 +235,9 @@ static void flash_variant(int P, int causal, double p, dm_dtype dt, int64_t J) {
         CHECK(dm_layer_note_value(L[2], "attention_flash", -1) == 0);
         CHECK(strstr(dm_layer_note_text(L[2], "flash_unavailable"), "DMOVE_CUDA_FLASH=0") != NULL);
         for (int k = 0; k < 3; k++) CHECK_OK(dm_layer_init_params(L[k], 11));
-        const int64_t lens[3][3] = {{70, 70, 70}, {70, 1, 37}, {0, 64, 65}};
+        /* past 128 (DMOVE_CUDA_FLASH_MT=2's block of queries) at j > 128 */
+        const int64_t lens[3][3] = {{J < 70 ? J : 70, J < 70 ? J : 70, J}, {J < 70 ? J : 70, 1, 37},
+                                    {0, 64, J > 128 ? J - 5 : 65}};
         for (int k = 0; k < 3; k++) {
             double tf[64] = {0}, to[64] = {0};
             const int nt = 2 + dm_layer_num_params(L[0]);
@@ -245,9 +247,10 @@ static void flash_variant(int P, int causal, double p, dm_dtype dt, int64_t J) {
             int worse = 0; /* tensor by tensor */
             for (int q = 0; q < nt && q < 64; q++) worse += !(tf[q] <= 1.5 * to[q] + 5e-3);
             CHECK(worse == 0);
-            printf("  cuda (%s) %s p=%d j=%lld%s dropout %.1f lengths %lld %lld %lld: worst "
+            printf("  cuda (%s%s) %s p=%d j=%lld%s dropout %.1f lengths %lld %lld %lld: worst "
                    "rel.err against fp32 %.2e (without the flash kernels %.2e), tensors further: %d\n",
-                   flash_where(), dm_dtype_name(dt), P, (long long)J, causal ? " causal" : "", p, (long long)lens[k][0],
+                   flash_where(), getenv("DMOVE_CUDA_FLASH_MT") ? ", 32 queries a warp" : "", dm_dtype_name(dt), P,
+                   (long long)J, causal ? " causal" : "", p, (long long)lens[k][0],
                    (long long)lens[k][1],
                    (long long)lens[k][2], ef, eo, worse);
         }
@@ -577,6 +580,11 @@ int main(void) {
         flash_variant(64, 1, 0.0, DM_DTYPE_FP16, 70);
         flash_variant(128, 1, 0.1, DM_DTYPE_BF16, 70);
         flash_variant(128, 1, 0.1, DM_DTYPE_BF16, 72);
+        /* the forward's warps on 32 queries each (blocks of 128), across two blocks */
+        setenv("DMOVE_CUDA_FLASH_MT", "2", 1);
+        flash_variant(64, 0, 0.1, DM_DTYPE_BF16, 140);
+        flash_variant(64, 1, 0.0, DM_DTYPE_FP16, 70);
+        unsetenv("DMOVE_CUDA_FLASH_MT");
         attn_op_variant(0, 0.1, DM_DEVICE_CUDA);
         attn_op_flash(64, 0.1, DM_DTYPE_BF16, 67); /* odd j: a pair of scores across two Philox blocks */
         attn_op_flash(64, 0.1, DM_DTYPE_BF16, 68);

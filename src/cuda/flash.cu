@@ -257,6 +257,7 @@ struct fl_args {
     dmc_varlen v;
     uint64_t seed;
     int vec16; /* every token-row operand 16-byte aligned with a row stride of 8 elements */
+    int mt;    /* the forward's 16-row tiles a warp at P = 64 (1 or 2: DMOVE_CUDA_FLASH_MT) */
 };
 
 /* 16 bytes from global memory at src (when ok, else zeros) to shared memory at dst: on
@@ -570,80 +571,141 @@ static __host__ __device__ __forceinline__ fl_head<T> fl_head_of(const dmc_varle
     return x;
 }
 
-template <typename T, int P>
+/* S = Q K^T for MT of a warp's 16-row query tiles against a 64-key tile (each K fragment
+ * loaded once for all MT), and acc += X V (each V fragment once): the forward's products */
+template <typename T, int P, int MT>
+static __host__ __device__ __forceinline__ void fl_scores_m(float sc[MT][8][4], const uint32_t qa[MT][P / 16][4],
+                                                            const T *Ks, int g, int t) {
+    FL_UNROLL
+    for (int mt = 0; mt < MT; mt++)
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++) sc[mt][n][e] = 0.0f;
+    FL_UNROLL
+    for (int kk = 0; kk < P / 16; kk++)
+        FL_UNROLL
+        for (int n = 0; n < 8; n += 2) {
+            uint32_t b[4];
+            fl_frag_bt2<T, P + 8>(b, Ks, n * 8, kk * 16, g, t);
+            FL_UNROLL
+            for (int mt = 0; mt < MT; mt++) {
+                fl_mma<T>(sc[mt][n], qa[mt][kk], b);
+                fl_mma<T>(sc[mt][n + 1], qa[mt][kk], b + 2);
+            }
+        }
+}
+template <typename T, int P, int MT>
+static __host__ __device__ __forceinline__ void fl_times_tile_m(float acc[MT][P / 8][4], float x[MT][8][4],
+                                                                const T *tile, int g, int t) {
+    FL_UNROLL
+    for (int kk = 0; kk < 4; kk++) {
+        uint32_t a[MT][4];
+        FL_UNROLL
+        for (int mt = 0; mt < MT; mt++) fl_c_to_a<T>(a[mt], x[mt][2 * kk], x[mt][2 * kk + 1]);
+        FL_UNROLL
+        for (int n = 0; n < P / 8; n += 2) {
+            uint32_t bf[4];
+            fl_frag_b2<T, P + 8>(bf, tile, kk * 16, n * 8, g, t);
+            FL_UNROLL
+            for (int mt = 0; mt < MT; mt++) {
+                fl_mma<T>(acc[mt][n], a[mt], bf);
+                fl_mma<T>(acc[mt][n + 1], a[mt], bf + 2);
+            }
+        }
+    }
+}
+
+/* The forward for 64 MT queries, a warp per 16 MT (MT tiles of 16 rows: MT = 2 loads each K
+ * and V fragment once for twice the products, with twice the registers; dmc_flash_run's
+ * DMOVE_CUDA_FLASH_MT) */
+template <typename T, int P, int MT>
 static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, int h, int s, char *smem) {
     const dmc_varlen *v = &A.v;
-    enum { LDS = P + 8 };
     const fl_kv_smem<T, P> S = {smem};
     const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const int o = v->off[s], L = v->off[s + 1] - o, q0 = qb * FL_TILE;
+    const int o = v->off[s], L = v->off[s + 1] - o, q0 = qb * FL_TILE * MT;
     if (q0 >= L) return; /* the whole block: no barrier is left waiting */
     const int64_t J = v->J, hc = (int64_t)h * P;
     const fl_head<T> hd = fl_head_of<T, P>(v, s, h);
     const T *Q = hd.q, *K = hd.k, *V = hd.v;
-    const int r0 = q0 + w * 16 + g, r1 = r0 + 8; /* this lane's two query rows */
-    uint32_t qa[P / 16][4];
-    fl_rows_a<T, P>(qa, Q, v->ldq, r0, r1, L, t);
-    float acc[P / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    for (int n = 0; n < P / 8; n++)
-        for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
-    const uint64_t ebase = hd.ebase, seed = A.seed, er0 = (ebase + (uint64_t)r0) * (uint64_t)J,
-                   er1 = (ebase + (uint64_t)r1) * (uint64_t)J;
-    const int kend = v->causal && q0 + FL_TILE < L ? q0 + FL_TILE : L, causal = v->causal, keymask = v->keymask;
+    const uint64_t seed = A.seed;
+    int rw[MT][2]; /* this lane's query rows: tile mt's g and g + 8 */
+    uint32_t qa[MT][P / 16][4];
+    float acc[MT][P / 8][4], m[MT][2], l[MT][2];
+    uint64_t er[MT][2];
+    FL_UNROLL
+    for (int mt = 0; mt < MT; mt++) {
+        rw[mt][0] = q0 + (w * MT + mt) * 16 + g, rw[mt][1] = rw[mt][0] + 8;
+        fl_rows_a<T, P>(qa[mt], Q, v->ldq, rw[mt][0], rw[mt][1], L, t);
+        for (int i = 0; i < 2; i++) {
+            m[mt][i] = -INFINITY, l[mt][i] = 0.0f;
+            er[mt][i] = (hd.ebase + (uint64_t)rw[mt][i]) * (uint64_t)J;
+        }
+        for (int n = 0; n < P / 8; n++)
+            for (int e = 0; e < 4; e++) acc[mt][n][e] = 0.0f;
+    }
+    const int kend = v->causal && q0 + FL_TILE * MT < L ? q0 + FL_TILE * MT : L, causal = v->causal,
+              keymask = v->keymask;
     const float alpha = v->alpha;
     fl_load_kv<T, P>(A, S, 0, K, V, s, 0, L, tid);
     for (int k0 = 0, b = 0; k0 < kend; k0 += FL_TILE, b ^= 1) {
         fl_cp_wait<0>(); /* this tile has landed; every warp is past the other buffer: the next tile's */
         fl_sync();
         if (k0 + FL_TILE < kend) fl_load_kv<T, P>(A, S, b ^ 1, K, V, s, k0 + FL_TILE, L, tid);
-        const uint32_t keep = fl_keep_rows(v, seed, er0 + (uint64_t)k0, er1 + (uint64_t)k0, t);
-        float sc[8][4];
-        fl_scores<T, P>(sc, qa, S.k(b), g, t);
-        float mx[2] = {-INFINITY, -INFINITY};
-        for (int n = 0; n < 8; n++)
-            for (int e = 0; e < 4; e++) {
-                const int row = e >= 2 ? r1 : r0, col = k0 + n * 8 + 2 * t + (e & 1);
-                const float x = col >= L || row >= L || (causal && col > row) ? -INFINITY
-                                : keymask ? sc[n][e] * alpha + S.bias(b)[col - k0]
-                                          : sc[n][e] * alpha;
-                sc[n][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
-            }
-        float corr[2], base[2];
-        for (int i = 0; i < 2; i++) {
-            const float mn = fmaxf(m[i], fl_quad_max(mx[i]));
-            base[i] = mn == -INFINITY ? 0.0f : mn; /* a row with no key yet: every term 0 */
-            corr[i] = expf(m[i] - base[i]);
-            m[i] = mn;
-            l[i] *= corr[i];
-        }
-        for (int n = 0; n < P / 8; n++)
-            for (int e = 0; e < 4; e++) acc[n][e] *= corr[e >> 1];
+        uint32_t keep[MT];
         FL_UNROLL
-        for (int n = 0; n < 8; n++)
-            FL_UNROLL
-            for (int e = 0; e < 4; e++) {
-                const float p = expf(sc[n][e] - base[e >> 1]);
-                l[e >> 1] += p;
-                sc[n][e] = p > 0.0f && (keep >> (4 * n + e) & 1) ? p : 0.0f;
+        for (int mt = 0; mt < MT; mt++) keep[mt] = fl_keep_rows(v, seed, er[mt][0] + (uint64_t)k0, er[mt][1] + (uint64_t)k0, t);
+        float sc[MT][8][4];
+        fl_scores_m<T, P, MT>(sc, qa, S.k(b), g, t);
+        FL_UNROLL
+        for (int mt = 0; mt < MT; mt++) {
+            float mx[2] = {-INFINITY, -INFINITY};
+            for (int n = 0; n < 8; n++)
+                for (int e = 0; e < 4; e++) {
+                    const int row = rw[mt][e >> 1], col = k0 + n * 8 + 2 * t + (e & 1);
+                    const float x = col >= L || row >= L || (causal && col > row) ? -INFINITY
+                                    : keymask ? sc[mt][n][e] * alpha + S.bias(b)[col - k0]
+                                              : sc[mt][n][e] * alpha;
+                    sc[mt][n][e] = x;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                }
+            float corr[2], base[2];
+            for (int i = 0; i < 2; i++) {
+                const float mn = fmaxf(m[mt][i], fl_quad_max(mx[i]));
+                base[i] = mn == -INFINITY ? 0.0f : mn; /* a row with no key yet: every term 0 */
+                corr[i] = expf(m[mt][i] - base[i]);
+                m[mt][i] = mn;
+                l[mt][i] *= corr[i];
             }
-        fl_times_tile<T, P>(acc, sc, S.v(b), g, t); /* O += dropped(P) V */
+            for (int n = 0; n < P / 8; n++)
+                for (int e = 0; e < 4; e++) acc[mt][n][e] *= corr[e >> 1];
+            FL_UNROLL
+            for (int n = 0; n < 8; n++)
+                FL_UNROLL
+                for (int e = 0; e < 4; e++) {
+                    const float p = expf(sc[mt][n][e] - base[e >> 1]);
+                    l[mt][e >> 1] += p;
+                    sc[mt][n][e] = p > 0.0f && (keep[mt] >> (4 * n + e) & 1) ? p : 0.0f;
+                }
+        }
+        fl_times_tile_m<T, P, MT>(acc, sc, S.v(b), g, t); /* O += dropped(P) V */
     }
     T *C = (T *)v->ctx + (int64_t)o * v->ldc + hc;
-    for (int i = 0; i < 2; i++) {
-        const float sum = fl_quad_sum(l[i]);
-        const int row = i ? r1 : r0;
-        const float inv = sum > 0.0f ? (v->drop ? v->scale : 1.0f) / sum : 0.0f;
-        if (row >= L) continue;
-        for (int n = 0; n < P / 8; n++) {
-            const uint32_t wd = fl_pack<T>(acc[n][2 * i] * inv, acc[n][2 * i + 1] * inv);
-            *(uint32_t *)(C + (int64_t)row * v->ldc + n * 8 + 2 * t) = wd;
+    FL_UNROLL
+    for (int mt = 0; mt < MT; mt++)
+        for (int i = 0; i < 2; i++) {
+            const float sum = fl_quad_sum(l[mt][i]);
+            const int row = rw[mt][i];
+            const float inv = sum > 0.0f ? (v->drop ? v->scale : 1.0f) / sum : 0.0f;
+            if (row >= L) continue;
+            for (int n = 0; n < P / 8; n++) {
+                const uint32_t wd = fl_pack<T>(acc[mt][n][2 * i] * inv, acc[mt][n][2 * i + 1] * inv);
+                *(uint32_t *)(C + (int64_t)row * v->ldc + n * 8 + 2 * t) = wd;
+            }
+            if (t == 0) { /* the maximum, then the log of the sum past it (ops.def's all-masked rows) */
+                hd.mx[row] = m[mt][i];
+                hd.ls[row] = logf(sum);
+            }
         }
-        if (t == 0) { /* the maximum, then the log of the sum past it (ops.def's all-masked rows) */
-            hd.mx[row] = m[i];
-            hd.ls[row] = logf(sum);
-        }
-    }
 }
 
 /* ---- backward ---------------------------------------------------------------------------- */
@@ -872,7 +934,12 @@ static size_t fl_smem(int P, int bwd) {
 #endif
 template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS, P == 64 ? FL_FWD_MINB : 1) fl_fwd_kernel(fl_args A) {
     extern __shared__ __align__(16) char fl_smem_d[];
-    fl_fwd_block<T, P>(A, (int)threadIdx.x, (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, fl_smem_d);
+    fl_fwd_block<T, P, 1>(A, (int)threadIdx.x, (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, fl_smem_d);
+}
+/* 128 queries a block (P = 64 alone: at 128 the registers would not hold two tiles) */
+template <typename T> __global__ void __launch_bounds__(FL_THREADS, 2) fl_fwd2_kernel(fl_args A) {
+    extern __shared__ __align__(16) char fl_smem_d[];
+    fl_fwd_block<T, 64, 2>(A, (int)threadIdx.x, (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, fl_smem_d);
 }
 template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS) fl_bwd_kernel(fl_args A) {
     extern __shared__ __align__(16) char fl_smem_d[];
@@ -904,7 +971,8 @@ template <typename T, int P> __global__ void __launch_bounds__(FL_THREADS, P == 
 
 template <typename T, int P>
 static dm_status fl_run_typed(const dmc_varlen *v, const fl_args &A, int emu, cudaStream_t stream) {
-    const int tiles = (int)((v->J + FL_TILE - 1) / FL_TILE);
+    const int tiles = (int)((v->J + FL_TILE - 1) / FL_TILE), mt = P == 64 && !v->bwd ? A.mt : 1,
+              ftiles = (int)((v->J + FL_TILE * mt - 1) / (FL_TILE * mt));
     const size_t smem = fl_smem(P, v->bwd);
     if (emu) {
 #ifndef __CUDA_ARCH__
@@ -914,9 +982,10 @@ static dm_status fl_run_typed(const dmc_varlen *v, const fl_args &A, int emu, cu
                     for (int64_t h = 0; h < v->H; h++) fl_rowdot(v, s, j, h);
         std::function<void(int, int, int, int, char *)> fn = [&](int tid, int bx, int by, int bz, char *sm) {
             if (v->bwd) fl_bwd_block<T, P>(A, tid, bx, by, bz, sm);
-            else fl_fwd_block<T, P>(A, tid, bx, by, bz, sm);
+            else if (mt == 2) fl_fwd_block<T, 64, 2>(A, tid, bx, by, bz, sm);
+            else fl_fwd_block<T, P, 1>(A, tid, bx, by, bz, sm);
         };
-        DM_TRY(fl_sim_run(tiles, (int)v->H, (int)v->B, smem, fn));
+        DM_TRY(fl_sim_run(v->bwd ? tiles : ftiles, (int)v->H, (int)v->B, smem, fn));
         std::function<void(int, int, int, int, char *)> dq = [&](int tid, int bx, int by, int bz, char *sm) {
             fl_dq_block<T, P>(A, tid, bx, by, bz, sm);
         };
@@ -931,6 +1000,8 @@ static dm_status fl_run_typed(const dmc_varlen *v, const fl_args &A, int emu, cu
         fl_bwd_kernel<T, P><<<grid, FL_THREADS, smem, stream>>>(A);
         DMC_CUDA(cudaGetLastError());
         fl_dq_kernel<T, P><<<grid, FL_THREADS, fl_smem(P, 0), stream>>>(A);
+    } else if (mt == 2) {
+        fl_fwd2_kernel<T><<<dim3((unsigned)ftiles, (unsigned)v->H, (unsigned)v->B), FL_THREADS, smem, stream>>>(A);
     } else {
         fl_fwd_kernel<T, P><<<grid, FL_THREADS, smem, stream>>>(A);
     }
@@ -940,6 +1011,8 @@ static dm_status fl_run_typed(const dmc_varlen *v, const fl_args &A, int emu, cu
 
 template <typename T, int P> static dm_status fl_allow_smem_typed(void) {
     DMC_CUDA(cudaFuncSetAttribute(fl_fwd_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fl_smem(P, 0)));
+    if (P == 64)
+        DMC_CUDA(cudaFuncSetAttribute(fl_fwd2_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fl_smem(P, 0)));
     DMC_CUDA(cudaFuncSetAttribute(fl_bwd_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fl_smem(P, 1)));
     DMC_CUDA(cudaFuncSetAttribute(fl_dq_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fl_smem(P, 0)));
     return DM_OK;
@@ -1000,6 +1073,11 @@ dm_status dmc_flash_run(const dmc_varlen *v, uint64_t seed, int emu, cudaStream_
     const uintptr_t al = (uintptr_t)v->q | (uintptr_t)v->k | (uintptr_t)v->v |
                          (v->bwd ? (uintptr_t)v->dctx : 0);
     A.vec16 = al % 16 == 0 && v->ldq % 8 == 0 && (!v->bwd || v->ldc % 8 == 0);
+    const char *mt = getenv("DMOVE_CUDA_FLASH_MT"); /* 2: the forward's warps take 32 queries each */
+    if (mt && *mt && strcmp(mt, "1") && strcmp(mt, "2"))
+        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_CUDA_FLASH_MT='%s': 1 (16 queries a warp in the flash forward, the "
+                       "default) or 2 (32, at heads of 64)", mt);
+    A.mt = mt && !strcmp(mt, "2") ? 2 : 1;
     if (v->dt == DMC_BF16)
         return v->P == 64 ? fl_run_typed<__nv_bfloat16, 64>(v, A, emu, stream)
                           : fl_run_typed<__nv_bfloat16, 128>(v, A, emu, stream);
