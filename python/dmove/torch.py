@@ -411,7 +411,8 @@ def _mask01(mask, b, j, device):
         return None
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"dmove.torch.BertLayer: attention_mask must be a tensor or None, "
-                        f"not {type(mask).__name__}")
+                        f"not {type(mask).__name__}" + (" (flex_attention's: load the model with "
+                        "attn_implementation='sdpa' or 'eager')" if type(mask).__name__ == "BlockMask" else ""))
     if mask.device != device:
         raise ValueError(f"dmove.torch.BertLayer: attention_mask on {mask.device}, hidden_states "
                          f"on {device}: give both on one device")
@@ -517,6 +518,22 @@ class BertLayer(nn.Module):
         wrapped layer of other sizes than the model's config) is what runs, as in torch."""
         hidden, heads, ffn, p, eps, act = self._settings
         sa = self.attention.self
+        subs = (("attention.self.query", sa.query, nn.Linear), ("attention.self.key", sa.key, nn.Linear),
+                ("attention.self.value", sa.value, nn.Linear),
+                ("attention.output.dense", self.attention.output.dense, nn.Linear),
+                ("attention.output.LayerNorm", self.attention.output.LayerNorm, nn.LayerNorm),
+                ("intermediate.dense", self.intermediate.dense, nn.Linear),
+                ("output.dense", self.output.dense, nn.Linear), ("output.LayerNorm", self.output.LayerNorm, nn.LayerNorm))
+        for name, mod, want in subs:  # every call: what replaces them later (an adapter) is seen too
+            if not isinstance(mod, want) or type(mod).forward is not want.forward:
+                raise TypeError(f"dmove.torch.BertLayer: {name} is a {type(mod).__name__}, not an "
+                                f"nn.{want.__name__} running nn.{want.__name__}'s forward: dmove's layer "
+                                "runs its weights as that forward does, so what the module adds (an adapter "
+                                "such as LoRA, quantization) would be skipped: use the unpatched layer")
+            if mod._forward_hooks or mod._forward_pre_hooks:
+                raise ValueError(f"dmove.torch.BertLayer: {name} has forward hooks, which dmove's fused "
+                                 "layer would not run (it never calls the submodule): remove them, or "
+                                 "hook the layer itself")
         hidden = int(sa.query.in_features)
         if int(sa.query.out_features) != hidden:
             raise ValueError(f"dmove.torch.BertLayer: the query projection maps {hidden} to "
@@ -525,6 +542,11 @@ class BertLayer(nn.Module):
         if heads < 1 or hidden % heads:
             raise ValueError(f"dmove.torch.BertLayer: hidden size {hidden} is not a multiple of "
                              f"{heads} heads")
+        scaling = getattr(sa, "scaling", None)  # transformers' 1 / sqrt(head size), dmove's alpha
+        if scaling is not None and abs(float(scaling) * math.sqrt(hidden // heads) - 1.0) > 1e-6:
+            raise ValueError(f"dmove.torch.BertLayer: attention.self.scaling is {float(scaling)}, not "
+                             f"1/sqrt({hidden // heads}) (the head size): dmove's layer scales the scores "
+                             "by that alone")
         ffn = int(self.intermediate.dense.out_features)
         e1, e2 = float(self.attention.output.LayerNorm.eps), float(self.output.LayerNorm.eps)
         if e1 != e2:
@@ -791,10 +813,13 @@ def patch(model, unpad=False):
         return model
     if not found:
         raise ValueError("dmove.torch.patch: no transformers BertLayer in this model")
-    if config is None:
-        raise ValueError("dmove.torch.patch: the model has no .config (a transformers model)")
+    configs = [config if config is not None else getattr(child.attention.self, "config", None)
+               for _, _, child in found]  # a module holding a model: its layers' own
+    if any(c is None for c in configs):
+        raise ValueError("dmove.torch.patch: the model has no .config, nor do its BertLayers: pass the "
+                         "transformers model itself (patch(module.bert) for a module holding one)")
     cls = _layer_class(HFBertLayer)
-    made = [cls(config, layer=child, unpad=unpad) for _, _, child in found]  # all, or none is replaced
+    made = [cls(c, layer=child, unpad=unpad) for c, (_, _, child) in zip(configs, found)]  # all, or none
     for (parent, cname, child), new in zip(found, made):
         if getattr(child, "gradient_checkpointing", False):  # enabled before the patch
             new.gradient_checkpointing = True

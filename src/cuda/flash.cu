@@ -71,7 +71,6 @@ enum { FL_WARPS = 4, FL_THREADS = 32 * FL_WARPS, FL_TILE = 64 /* queries or keys
 struct fl_sim {
     pthread_barrier_t block, warp[FL_WARPS];
     uint32_t xa[FL_THREADS][4], xb[FL_THREADS][2];
-    float xf[FL_THREADS];
     uint32_t xu[FL_THREADS];
     const void *xp[FL_THREADS]; /* ldmatrix: the lanes' row addresses */
 };
@@ -88,29 +87,18 @@ static __host__ __device__ __forceinline__ void fl_sync() {
 #endif
 }
 
-static __host__ __device__ __forceinline__ float fl_shfl_xor(float v, int o) {
+/* lane ^ o's v (a float or a uint32_t: 32 bits, exchanged as they are) */
+template <typename X> static __host__ __device__ __forceinline__ X fl_shfl_xor(X v, int o) {
 #ifdef __CUDA_ARCH__
     return __shfl_xor_sync(0xffffffffu, v, o);
 #else
+    static_assert(sizeof(X) == 4, "32-bit lanes");
     fl_sim *S = g_fl_sim;
     const int w = fl_htid / 32;
-    S->xf[fl_htid] = v;
+    memcpy(&S->xu[fl_htid], &v, 4);
     pthread_barrier_wait(&S->warp[w]);
-    const float r = S->xf[w * 32 + ((fl_htid % 32) ^ o)];
-    pthread_barrier_wait(&S->warp[w]);
-    return r;
-#endif
-}
-
-static __host__ __device__ __forceinline__ uint32_t fl_shfl_xor_u(uint32_t v, int o) {
-#ifdef __CUDA_ARCH__
-    return __shfl_xor_sync(0xffffffffu, v, o);
-#else
-    fl_sim *S = g_fl_sim;
-    const int w = fl_htid / 32;
-    S->xu[fl_htid] = v;
-    pthread_barrier_wait(&S->warp[w]);
-    const uint32_t r = S->xu[w * 32 + ((fl_htid % 32) ^ o)];
+    X r;
+    memcpy(&r, &S->xu[w * 32 + ((fl_htid % 32) ^ o)], 4);
     pthread_barrier_wait(&S->warp[w]);
     return r;
 #endif
@@ -398,7 +386,7 @@ static __host__ __device__ __forceinline__ void fl_words_rows(const dmc_varlen *
         const int lo = t & 1;
         const uint4 b = dmc_philox_block(seed, v->stream, ((lo ? er1 : er0) >> 2) + (uint64_t)(t >> 1));
         const uint32_t k0 = lo ? b.z : b.x, k1 = lo ? b.w : b.y; /* this lane's columns of its row */
-        const uint32_t g0 = fl_shfl_xor_u(lo ? b.x : b.z, 1), g1 = fl_shfl_xor_u(lo ? b.y : b.w, 1);
+        const uint32_t g0 = fl_shfl_xor(lo ? b.x : b.z, 1), g1 = fl_shfl_xor(lo ? b.y : b.w, 1);
         wd[0] = lo ? g0 : k0, wd[1] = lo ? g1 : k1, wd[2] = lo ? k0 : g0, wd[3] = lo ? k1 : g1;
         return;
     }
@@ -425,10 +413,10 @@ static __host__ __device__ __forceinline__ void fl_words_cols(const dmc_varlen *
         const uint4 b = dmc_philox_block(seed, v->stream, (eq0 + (uint64_t)b0 * J + (uint64_t)(8 * b1)) >> 2);
         /* swap 1 (lane j ^ 1): keep the words y with y & 1 == j & 1, send the others */
         const uint32_t a0 = b0 ? b.y : b.x, a1 = b0 ? b.w : b.z; /* M[j][b0], M[j][b0 + 2] */
-        const uint32_t r0 = fl_shfl_xor_u(b0 ? b.x : b.y, 4), r1 = fl_shfl_xor_u(b0 ? b.z : b.w, 4);
+        const uint32_t r0 = fl_shfl_xor(b0 ? b.x : b.y, 4), r1 = fl_shfl_xor(b0 ? b.z : b.w, 4);
         /* now M[j ^ 1][b0] (r0), M[j ^ 1][b0 + 2] (r1); swap 2 (lane j ^ 2): keep y == j */
         const uint32_t own = b1 ? a1 : a0, nb = b1 ? r1 : r0;
-        const uint32_t s0 = fl_shfl_xor_u(b1 ? a0 : a1, 8), s1 = fl_shfl_xor_u(b1 ? r0 : r1, 8);
+        const uint32_t s0 = fl_shfl_xor(b1 ? a0 : a1, 8), s1 = fl_shfl_xor(b1 ? r0 : r1, 8);
         /* M[j][j] own, M[j ^ 1][j] nb, M[j ^ 2][j] s0, M[j ^ 3][j] s1: c[x] is M[x][j] */
         for (int x = 0; x < 4; x++) {
             const int d = x ^ j;

@@ -379,6 +379,67 @@ def test_refusals(monkeypatch):
             layer(x.cuda())
 
 
+def test_submodules_dmove_would_skip_are_refused():
+    """What dmove's fused layer would silently skip, on every call (also once the layer has
+    run): a Linear subclass with a forward of its own, an adapter wrapping a Linear, forward
+    hooks on a submodule, a changed attention scaling."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 32)
+
+    class Scaled(torch.nn.Linear):
+        def forward(self, inp):
+            return super().forward(inp) * 2
+
+    class Adapter(torch.nn.Module):  # peft-style: weight and bias are the wrapped Linear's
+        def __init__(self, base):
+            super().__init__()
+            self.base, self.a = base, torch.nn.Linear(base.in_features, base.out_features, bias=False)
+
+        weight = property(lambda self: self.base.weight)
+        bias = property(lambda self: self.base.bias)
+        in_features = property(lambda self: self.base.in_features)
+        out_features = property(lambda self: self.base.out_features)
+
+        def forward(self, inp):
+            return self.base(inp) + self.a(inp)
+
+    layer = dt.BertLayer(tiny_config())
+    layer(x)  # it ran once: its parameter names are known
+    d = layer.intermediate.dense
+    layer.intermediate.dense = Scaled(d.in_features, d.out_features)
+    with pytest.raises(TypeError, match="intermediate.dense is a Scaled"):
+        layer(x)
+    layer.intermediate.dense = d
+    q = layer.attention.self.query
+    layer.attention.self.query = Adapter(q)
+    with pytest.raises(TypeError, match="attention.self.query is a Adapter"):
+        layer(x)
+    layer.attention.self.query = q
+    h = layer.output.LayerNorm.register_forward_hook(lambda m, i, o: o * 0)
+    with pytest.raises(ValueError, match="forward hooks"):
+        layer(x)
+    h.remove()
+    y = layer(x)  # all back: it runs
+    ref = BertModel(tiny_config()).encoder.layer[0]
+    ref.load_state_dict({k: v for k, v in layer.state_dict().items()})
+    want = ref(x)
+    want = want[0] if isinstance(want, tuple) else want
+    assert rel(y, want) <= 1e-5
+    if hasattr(layer.attention.self, "scaling"):
+        layer.attention.self.scaling = 1.0
+        with pytest.raises(ValueError, match="scaling"):
+            layer(x)
+    # a plain module holding a model: its layers' own configs, where transformers keeps them
+    holder = torch.nn.Module()
+    holder.bert = BertModel(tiny_config())
+    if hasattr(holder.bert.encoder.layer[0].attention.self, "config"):
+        dt.patch(holder)
+        assert isinstance(holder.bert.encoder.layer[1], dt.BertLayer)
+    else:
+        with pytest.raises(ValueError, match="patch.module.bert."):
+            dt.patch(holder)
+
+
 def cuda_pair(monkeypatch, cfg, unpad=False):
     """A CPU layer and one on dmove's CUDA backend with its parameters, the latter on CPU
     tensors through the CUDA build's host emulation (DMOVE_CUDA_EMULATE=1): the GPU path's
