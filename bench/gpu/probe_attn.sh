@@ -15,15 +15,15 @@ DMOVE=${DMOVE:-.dev/bin/dmove}
 if [ "${PROBE:-attn}" = ncu ]; then
     # where the flash kernels' time goes: Nsight Compute on each (forward, dK
     # dV, dQ) in an unpadded BERT-large step at b=8 j=512 full fill, dropout 0.1: the first
-    # three launches of each, reported one after the other (the first ones run on no tokens,
-    # microseconds: the layer's own probes, whose count varies under ncu; read the ones of
-    # about 150 us and more): throughput against the SM's
+    # three launches of each, reported one after the other (a launch of a few microseconds
+    # ran on no tokens; read the others): throughput against the SM's
     # and memory's, occupancy, the warps' stall reasons; with NCU_OUT=DIR, ncu's whole
     # report per kernel (DIR/ncu-KERNEL.txt), its SASS with the stall samples per
     # instruction (DIR/ncu-KERNEL-sass.csv) and the kernels' SASS (DIR/sass.txt, cuobjdump)
     command -v ncu >/dev/null 2>&1 || { echo "probe_attn.sh: no ncu on this machine"; exit 0; }
     rep=$(mktemp -d)
-    bench="bench --device cuda --dtype bf16 --preset bert-large --batch 8 --seq 512 --lengths uniform:512-512 --reps 2 --warmup 2"
+    # --rows gen: no --rows auto, whose warm-up runs every group on the zeroed arena first
+    bench="bench --device cuda --dtype bf16 --rows gen --preset bert-large --batch 8 --seq 512 --lengths uniform:512-512 --reps 2 --warmup 2"
     for kn in fl_fwd_kernel fl_bwd_kernel fl_dq_kernel; do
         echo "== ncu $kn"
         # shellcheck disable=SC2086 # bench is words
