@@ -129,8 +129,10 @@ typedef struct {
                             * whole numbers 0..j, at least one token in all; default j)
                             * replaces attention_mask. A step reads the lengths when it
                             * starts and works on their sum of rows: the input rows after
-                            * them are not read, the output rows (output,
-                            * grad_hidden_states) set to 0. The results on the real tokens are
+                            * them are not read (the CUDA backend may set those of
+                            * hidden_states and grad_output, up to the sum rounded to 64,
+                            * to 0: DMOVE_CUDA_LIVE_ROUND_K=0 leaves them), the output rows
+                            * (output, grad_hidden_states) set to 0. The results on the real tokens are
                             * the padded layer's with attention_mask 1 on each sequence's
                             * first lengths[s] positions, dropout masks included (keyed by
                             * the padded positions). */

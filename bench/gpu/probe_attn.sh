@@ -4,8 +4,8 @@
 # dropout 0.1 and 0 (the Philox words' share), BERT-large heads, b=96 j=128 and b=8 j=512;
 # then the padded layer's groups with its attention as ops (DMOVE_CUDA_ATTN_OP=0) at b=96
 # j=128 (what the flash op must beat). PROBE=live instead: the unpadded layer at half fill
-# with lengths the same every batch and varying, the live rows' rounding on (default), on
-# with the weight gradients' k too (DMOVE_CUDA_LIVE_ROUND_K=1) and off
+# with lengths the same every batch and varying, the live rows' rounding with the weight
+# gradients' k too (the default, DMOVE_CUDA_LIVE_ROUND_K=1), without it (=0) and off
 # (DMOVE_CUDA_LIVE_ROUND=1): whether new token counts still cost (b=8 j=512). PROBE=ncu:
 # Nsight Compute's view of each flash kernel (throughput, occupancy, stall reasons; NCU_OUT=DIR:
 # ncu's whole report of each in DIR/ncu-KERNEL.txt too).
@@ -27,7 +27,7 @@ if [ "${PROBE:-attn}" = ncu ]; then
     for kn in fl_fwd_kernel fl_bwd_kernel fl_dq_kernel; do
         echo "== ncu $kn"
         # shellcheck disable=SC2086 # bench is words
-        timeout 70 ncu --clock-control none -k "regex:$kn" --launch-count 3 --section SpeedOfLight \
+        timeout 60 ncu --clock-control none -k "regex:$kn" --launch-count 3 --section SpeedOfLight \
             --section Occupancy --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
             --section MemoryWorkloadAnalysis --section SchedulerStats --section InstructionStats --section SourceCounters \
             -o "$rep/$kn" "$DMOVE" $bench >/dev/null 2>&1 || echo "ncu $kn: exit $?"

@@ -9,8 +9,8 @@
 #       unpadded layer against the padded one, the whole model; everything after it is
 #       UNVERIFIED if it fails (then DMOVE_CUDA_FLASH=0 for the rest);
 #    a'. the unpadded layer with lengths the same each batch and varying, the live rows'
-#       rounding on, on with the weight gradients' k (DMOVE_CUDA_LIVE_ROUND_K=1) and off
-#       (probe_attn.sh PROBE=live: b=8 j=512 cost 5x more varying);
+#       rounding with the weight gradients' k (the default), without it
+#       (DMOVE_CUDA_LIVE_ROUND_K=0) and off (probe_attn.sh PROBE=live);
 #    b. compute-sanitizer (memcheck, racecheck, synccheck) over the flash kernels
 #       (bench/gpu/sanitize.sh SETS=flash);
 #    c. the BERT-large layer at b=96 j=128 (bench/gpu/run.sh LEAN=1: dmove's default, with
@@ -97,10 +97,10 @@ if [ "$PHASE" = 1 ] && step ATTN 120; then # issue 25, point 2
     timeout 200 sh "$here/attn.sh" || echo "attn.sh: exit $? (200 s at most)"
 fi
 [ "$PHASE" = 1 ] && { echo "phase 1 done in $(($(date +%s) - start)) s"; exit 0; }
-if step NCU 190; then # issue 25, point 1: why the flash kernels are slow
+if step NCU 230; then # issue 25, point 1: why the flash kernels are slow
     echo
     echo "== Nsight Compute on each flash kernel (bench/gpu/probe_attn.sh PROBE=ncu)"
-    DMOVE="$DMOVE" PROBE=ncu NCU_OUT="$OUT" timeout 190 sh "$here/probe_attn.sh" || echo "probe_attn.sh: exit $?"
+    DMOVE="$DMOVE" PROBE=ncu NCU_OUT="$OUT" timeout 230 sh "$here/probe_attn.sh" || echo "probe_attn.sh: exit $?"
 fi
 if step MODEL 100 && [ -x "$root/.dev/bin/test_model" ]; then # the fused cross-entropy on the device
     echo

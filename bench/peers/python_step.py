@@ -66,9 +66,11 @@ def main():
     cfg = BertConfig(num_hidden_layers=a.layers, **sizes)  # BERT-base: 768/12/3072, vocab 30522
     try:  # the eager peer's attention: PyTorch's scaled_dot_product_attention, said in the header
         cfg._attn_implementation = "sdpa"
-    except (AttributeError, ValueError):
-        pass
-    ref = BertForMaskedLM(cfg).to(dev).train()
+        ref = BertForMaskedLM(cfg)
+    except (AttributeError, ValueError):  # a transformers whose BERT has no SDPA: its eager one
+        cfg._attn_implementation = "eager"
+        ref = BertForMaskedLM(cfg)
+    ref = ref.to(dev).train()
     attn = getattr(ref.config, "_attn_implementation", None) or "eager"
     pat = dt.patch(copy.deepcopy(ref)).train()
     ids = torch.randint(1000, cfg.vocab_size, (a.batch, a.seq))

@@ -510,11 +510,15 @@ def test_gpu_tensors(monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU here (the emulation's tests above)")
-def test_masked_lm_gpu_bf16_as_close_as_unpatched(monkeypatch):
-    """BertForMaskedLM on a GPU under bf16 autocast (heads of 64, padding, dropout off):
-    patched, its loss and every gradient as close to the unpatched model in fp32 as the
-    unpatched model under the same autocast is (within 1.5x + 5e-3, tensor by tensor)."""
+@pytest.mark.parametrize("attn_op", ["0", "1"])
+def test_masked_lm_gpu_bf16_as_close_as_unpatched(monkeypatch, attn_op):
+    """BertForMaskedLM on a GPU under bf16 autocast (heads of 64, padding, dropout off), the
+    padded attention as its ops and (DMOVE_CUDA_ATTN_OP=1) as one op on the flash kernels:
+    patched, its loss and every gradient within the bf16 tolerance of the unpatched model in
+    fp32: twice the unpatched model's own error under the same autocast + 2e-2, tensor by
+    tensor (dmove keeps the residual stream in bf16 too, where autocast keeps fp32)."""
     monkeypatch.delenv("DMOVE_CUDA_EMULATE", raising=False)
+    monkeypatch.setenv("DMOVE_CUDA_ATTN_OP", attn_op)
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=100, hidden_size=128, num_attention_heads=2, intermediate_size=256,
                      num_hidden_layers=2, max_position_embeddings=64, hidden_dropout_prob=0.0,
@@ -547,9 +551,9 @@ def test_masked_lm_gpu_bf16_as_close_as_unpatched(monkeypatch):
         if "without CUDA" in str(e):
             pytest.skip(f"libdmove.so has no CUDA backend: {e}")
         raise
-    assert rel(lp, l32) <= 1.5 * rel(l16, l32) + 5e-3, (float(lp), float(l16), float(l32))
+    assert rel(lp, l32) <= 2 * rel(l16, l32) + 1e-2, (float(lp), float(l16), float(l32))
     assert gp.keys() == g32.keys()
-    far = [k for k in g32 if not k.endswith("key.bias") and not rel(gp[k], g32[k]) <= 1.5 * rel(g16[k], g32[k]) + 5e-3]
+    far = [k for k in g32 if not k.endswith("key.bias") and not rel(gp[k], g32[k]) <= 2 * rel(g16[k], g32[k]) + 2e-2]
     assert not far, [(k, rel(gp[k], g32[k]), rel(g16[k], g32[k])) for k in far]
 
 
