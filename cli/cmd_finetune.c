@@ -33,6 +33,7 @@ static void init(void *p) {
     ft_opts *o = p;
     o->layers = 2;
     o->epochs = 3;
+    o->eval_every = -1; /* not given: about 10 times a run (0 given: at the end only) */
     o->positions = 512;
     o->types = 2;
     cli_optim_init(&o->opt);
@@ -1131,7 +1132,7 @@ static int setup(ft_run *r) {
                         o->until ? "--until" : "the run's last step", r->stop);
         return CLI_USAGE;
     }
-    if (!o->eval_every) o->eval_every = r->steps >= 10 ? r->steps / 10 : r->steps;
+    if (o->eval_every < 0) o->eval_every = r->steps >= 10 ? r->steps / 10 : r->steps;
     if (!o->log_every) o->log_every = r->steps > 15 ? r->steps / 15 : 1;
     r->perm_epoch = -1;
     const size_t n = (size_t)(B * J);

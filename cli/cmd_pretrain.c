@@ -37,6 +37,7 @@ static void init(void *p) {
     pretrain_opts *o = p;
     o->layers = 4;
     o->steps = 100;
+    o->eval_every = -1; /* not given: about 10 times a run (0 given: at the end only) */
     o->eval_batches = 8;
     o->positions = 512;
     o->types = 2;
@@ -410,10 +411,13 @@ static int setup(pretrain_run *r) {
     if (dm_trainer_set_run_tag(r->T, tag) != DM_OK || dm_trainer_set_run_tag_v1(r->T, tag1, NULL) != DM_OK)
         return fail_dm("");
     if (o->resume) {
-        if (dm_trainer_load(r->T, o->resume) != DM_OK) return fail_dm("--resume: ");
+        if (dm_trainer_load(r->T, o->resume) != DM_OK ||
+            dm_trainer_agree_state(r->T, "the --resume checkpoint (each rank reads its own copy)") != DM_OK)
+            return fail_dm("--resume: ");
     } else if (dm_trainer_init_params(r->T, cfg->seed) != DM_OK) {
         return fail_dm("");
-    } else if (o->init && dm_trainer_load_layers(r->T, o->init, o->layers_from) != DM_OK) {
+    } else if (o->init && (dm_trainer_load_layers(r->T, o->init, o->layers_from) != DM_OK ||
+                           dm_trainer_agree_state(r->T, "the --init weights (each rank reads its own copy)") != DM_OK)) {
         return fail_dm("--init: ");
     }
     r->start = dm_trainer_step_count(r->T);
@@ -427,7 +431,8 @@ static int setup(pretrain_run *r) {
     /* the loader at the run's next micro-batch: batch k is the same whenever it is made */
     if (dm_loader_seek(r->train, r->start * o->opt.optim.accumulate) != DM_OK) return fail_dm("--resume: ");
     const size_t n = (size_t)cfg->batch * (size_t)cfg->seq;
-    if (!o->eval_every) o->eval_every = o->steps >= 10 ? o->steps / 10 : o->steps;
+    if (o->eval_every < 0) o->eval_every = o->steps >= 10 ? o->steps / 10 : o->steps;
+    if (o->eval_every == 0) o->eval_every = r->stop; /* at the end alone: s % stop is 0 only there */
     r->eval_cap = (r->stop - r->start) / o->eval_every + 2;
     const size_t ns = (size_t)(r->stop - r->start), ne = (size_t)r->eval_cap;
     if (!(r->maskf = malloc(n * sizeof(float))) || !(r->losses = malloc(ns * sizeof(double))) ||

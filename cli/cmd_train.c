@@ -336,7 +336,7 @@ static int setup(train_run *r) {
     if (dm_trainer_set_dist(r->T, r->dist) != DM_OK || dm_trainer_set_zero(r->T, o->opt.zero) != DM_OK)
         return fail_dm("");
     char what[96] = "the teacher task"; /* every rank the same samples (the paths may name other files) */
-    if (r->data) snprintf(what, sizeof what, "%" PRId64 " samples", n);
+    if (r->data) snprintf(what, sizeof what, "%" PRId64 " samples, contents %016" PRIx64, n, dm_train_data_fingerprint(r->data));
     if (dm_dist_agree(r->dist, "the training data", what) != DM_OK) return fail_dm("");
     /* what this run trains on: a checkpoint of another run is not resumed */
     char tag[128];
@@ -345,9 +345,13 @@ static int setup(train_run *r) {
     else snprintf(tag, sizeof tag, "teacher scale %.17g", o->teacher_scale);
     if (dm_trainer_set_run_tag(r->T, tag) != DM_OK) return fail_dm("");
     if (o->resume) {
-        if (dm_trainer_load(r->T, o->resume) != DM_OK) return fail_dm("--resume: ");
+        if (dm_trainer_load(r->T, o->resume) != DM_OK ||
+            dm_trainer_agree_state(r->T, "the --resume checkpoint (each rank reads its own copy)") != DM_OK)
+            return fail_dm("--resume: ");
     } else if (o->init) {
-        if (dm_trainer_load_layers(r->T, r->weights, o->layers_from) != DM_OK) return fail_dm("--init: ");
+        if (dm_trainer_load_layers(r->T, r->weights, o->layers_from) != DM_OK ||
+            dm_trainer_agree_state(r->T, "the --init weights (each rank reads its own copy)") != DM_OK)
+            return fail_dm("--init: ");
     } else if (dm_trainer_init_params(r->T, cfg->seed) != DM_OK) {
         return fail_dm("");
     }

@@ -363,6 +363,9 @@ dm_status dm_train_data_new(dm_train_data **out, const dm_tensor_file *f);
 void dm_train_data_free(dm_train_data *d);
 /* Any of the three may be NULL (not wanted); a NULL d gives 0 for each. */
 void dm_train_data_sizes(const dm_train_data *d, int64_t *samples, int64_t *seq, int64_t *hidden);
+/* A hash of the three tensors' types, shapes and bytes (ranks reading their own copies of a
+ * file compare it); 0 for a NULL d. */
+uint64_t dm_train_data_fingerprint(const dm_train_data *d);
 /* hidden_states and target must be floats (f32, f64, bf16, f16), the mask any number. */
 dm_status dm_train_data_check_dtypes(const dm_train_data *d);
 /* Every value of hidden_states and target finite, and the attention_mask's each 0 or 1

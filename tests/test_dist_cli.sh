@@ -203,6 +203,24 @@ mpirun -np 1 -wdir "$PWD/w0" "$DMOVE" $P --batch 4 --steps 1 : -np 1 -wdir "$PWD
     >stdout 2>stderr && fail "ranks with other token data started"
 grep -q 'the ranks differ in the training data' stderr || fail "other data: the refusal does not say so: $(head -3 stderr)"
 echo "ok   ranks with other token data (same size, same vocabulary) refused"
+# each rank its own copy of the checkpoint to resume, one stale (an earlier step): refused
+# before any step, naming what differs (a step count not shared ended inside MPI before)
+rm -rf w1/data && cp -r data w1/data && cp mid.ckpt w0/r.ckpt || fail "copies for the resume"
+# shellcheck disable=SC2086
+run2 "pretrain 2 ranks, until 2" $P --batch 4 --save w1/r.ckpt --until 2
+cases=$((cases + 1))
+# shellcheck disable=SC2086
+mpirun -np 1 -wdir "$PWD/w0" "$DMOVE" $P --batch 4 --resume r.ckpt : -np 1 -wdir "$PWD/w1" "$DMOVE" $P --batch 4 \
+    --resume r.ckpt >stdout 2>stderr && fail "ranks resuming other checkpoints started"
+grep -q 'the ranks differ in the --resume checkpoint' stderr && grep -q 'step 3, parameters' stderr ||
+    fail "other checkpoints: the refusal does not say so: $(head -3 stderr)"
+echo "ok   ranks resuming other checkpoints (steps 3 and 2) refused: $(grep -m1 'differ' stderr | cut -c1-110)..."
+# a wait the ranks cannot take: refused, not the default ten minutes
+cases=$((cases + 1))
+# shellcheck disable=SC2086
+DMOVE_DIST_TIMEOUT=3s $MPIRUN -x DMOVE_DIST_TIMEOUT "$DMOVE" $P --batch 4 --steps 1 >stdout 2>stderr &&
+    fail "DMOVE_DIST_TIMEOUT=3s was taken"
+grep -q "DMOVE_DIST_TIMEOUT='3s'" stderr || fail "DMOVE_DIST_TIMEOUT=3s: the refusal does not name it: $(head -3 stderr)"
 
 # --- faults: the pid of rank 1 of the run in the background
 rank1() {

@@ -47,6 +47,12 @@ last=$(sed -n 's/^loss \([0-9.]*\) (step 1) -> \([0-9.]*\) .*/\2/p' stdout)
 cases=$((cases + 1))
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 0 && b < 0.5 * a) }' || fail "the loss did not halve: $first -> $last"
 echo "ok   pretrain: loss $first -> $last"
+# --eval-every 0: at the end alone (it once meant the default, about 10 times)
+# shellcheck disable=SC2086 # P is words
+good "pretrain --eval-every 0" $P --steps 20 --eval-every 0
+cases=$((cases + 1))
+[ "$(grep -c '^  held-out at step' stdout)" = 1 ] && grep -q '^  held-out at step 20:' stdout ||
+    fail "pretrain --eval-every 0: $(grep -c '^  held-out at step' stdout) evaluations, not 1 at the end"
 # shellcheck disable=SC2086
 good "pretrain --export" $P --steps 6 --export exported --save six.ckpt
 has "pretrain --export: the config" exported/config.json '"architectures": \["BertForMaskedLM"\]'

@@ -123,15 +123,19 @@ int dm_dist_launch_size(void) {
     return n < 0 ? 0 : n > 1 << 20 ? 1 << 20 : (int)n;
 }
 
-static double timeout_from_env(double t) {
-    if (t > 0) return t;
+/* t, or DMOVE_DIST_TIMEOUT's seconds (a positive number, at most a day), or 600 s; a value
+ * it cannot take is refused (a typo would leave the default wait of ten minutes) */
+static dm_status timeout_from_env(double t, double *out) {
+    *out = t > 0 ? t : 600.0;
     const char *v = getenv("DMOVE_DIST_TIMEOUT");
-    if (v && *v) {
-        char *end;
-        double x = strtod(v, &end);
-        if (*end == 0 && x > 0) return x;
-    }
-    return 600.0;
+    if (t > 0 || !v || !*v) return DM_OK;
+    char *end;
+    const double x = strtod(v, &end);
+    if (*end != 0 || !(x >= 0.1 && x <= 86400.0))
+        return dm_fail(DM_ERR_INVALID_ARG, "DMOVE_DIST_TIMEOUT='%s': the seconds a rank waits for the others before "
+                       "it stops the run, a number from 0.1 to 86400 (e.g. 120; unset: 600)", v);
+    *out = x;
+    return DM_OK;
 }
 
 #ifdef DM_HAVE_MPI
@@ -225,7 +229,7 @@ static dm_status wait_req(dm_dist *d, MPI_Request *r, double limit, const char *
                 pthread_mutex_lock(&d->mpi_mu);
                 board_diagnose(d, who, sizeof who);
                 pthread_mutex_unlock(&d->mpi_mu);
-                return dm_fail(DM_ERR_BACKEND, "rank %d of %d waited %.0f s for the other ranks (%s)%s: a rank that "
+                return dm_fail(DM_ERR_BACKEND, "rank %d of %d waited %.3g s for the other ranks (%s)%s: a rank that "
                                "died or hangs stops the run (DMOVE_DIST_TIMEOUT sets the wait)", d->rank, d->size,
                                limit, what, who[0] ? who : "; one of them died or hangs");
             }
@@ -302,10 +306,12 @@ dm_status dm_dist_start(dm_dist **out, double timeout_s) {
                        "built without MPI, so each would train alone: rebuild with MPI (apt-get install "
                        "libopenmpi-dev openmpi-bin, then make MPI=1), or run one process without mpirun", n);
 #endif
+    double timeout = 600.0; /* one process alone waits for no one: its environment's value unread */
+    if (n != 0) DM_TRY(timeout_from_env(timeout_s, &timeout));
     dm_dist *d = calloc(1, sizeof *d);
     if (!d) return dm_fail(DM_ERR_OOM, "out of memory");
     d->size = 1;
-    d->timeout = timeout_from_env(timeout_s);
+    d->timeout = timeout;
     pthread_mutex_init(&d->mu, NULL);
     pthread_mutex_init(&d->mpi_mu, NULL);
     pthread_cond_init(&d->cv, NULL);

@@ -188,6 +188,17 @@ static dm_status on_rank0(const dm_trainer *T, const char *path, dm_status (*fn)
 
 static dm_status save_file(const dm_trainer *T, const char *path);
 
+dm_status dm_trainer_agree_state(dm_trainer *T, const char *what) {
+    if (!T || !what) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_agree_state: NULL argument");
+    if (T->ranks < 2 || !T->dist) return DM_OK;
+    DM_TRY(dm_trainer_pull(T, DM_PULL_STATE)); /* the backend's parameters to the host */
+    uint64_t h = hash_str(14695981039346656037ull, "parameters", 2);
+    for (int si = 0; si < T->nslots; si++) h = hash_bytes(h, T->slot[si].p, (size_t)T->slot[si].n * sizeof(float), 2);
+    char v[96];
+    snprintf(v, sizeof v, "step %" PRId64 ", parameters %016" PRIx64, T->step, h);
+    return dm_dist_agree(T->dist, what, v);
+}
+
 dm_status dm_trainer_save(const dm_trainer *T, const char *path) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_save: NULL argument");
     if (!T->zero || T->ranks < 2) return on_rank0(T, path, save_file);
