@@ -342,10 +342,15 @@ static dm_status load_valid(dm_trainer *T, const dm_st_file *f, const void **dat
             return dm_fail(DM_ERR_INVALID_ARG, "the checkpoint (version 1, from an older dmove) is of this run, "
                            "but %s", T->run_tag_v1_note);
         }
-        if (m == M_BATCH && T->ranks > 1)
+        if (m == M_BATCH && T->ranks > 1) {
+            const long long gb = strtoll(theirs[m], NULL, 10);
+            char fix[96];
+            if (gb > 0 && gb % T->ranks == 0) snprintf(fix, sizeof fix, "give each rank --batch %lld", gb / T->ranks);
+            else snprintf(fix, sizeof fix, "%d ranks cannot share it evenly", T->ranks);
             return dm_fail(DM_ERR_INVALID_ARG, "the checkpoint's global batch is %s, this run's %s (%d ranks x "
-                           "--batch %lld): give each rank --batch = %s / %d, or resume with a rank count that "
-                           "divides it", theirs[m], mine[m], T->ranks, (long long)T->cfg.batch, theirs[m], T->ranks);
+                           "--batch %lld): %s, or resume with a rank count that divides %s", theirs[m], mine[m],
+                           T->ranks, (long long)T->cfg.batch, fix, theirs[m]);
+        }
         if (m <= M_MODEL)
             return dm_fail(DM_ERR_SHAPE, "the checkpoint's %s is %s, this trainer's %s: give the architecture it was "
                            "saved with (checkpoint: %s layers, hidden %s, heads %s, ffn %s, act %s, norm %s, "
