@@ -11,6 +11,8 @@
 #    a'. the unpadded layer with lengths the same each batch and varying, the live rows'
 #       rounding with the weight gradients' k (the default), without it
 #       (DMOVE_CUDA_LIVE_ROUND_K=0) and off (probe_attn.sh PROBE=live);
+#    a''. the flash kernels' variants beside the default (bench/gpu/variants.sh run: the
+#       binaries of .dev/alt.tar.xz, DMOVE_CUDA_FLASH_MT=2);
 #    b. compute-sanitizer (memcheck, racecheck, synccheck) over the flash kernels
 #       (bench/gpu/sanitize.sh SETS=flash);
 #    c. the BERT-large layer at b=96 j=128 (bench/gpu/run.sh LEAN=1: dmove's default, with
@@ -28,7 +30,7 @@
 #       DMOVE_DIST_REDUCE_ALONE=1, the same results;
 #    i. the whole BertForMaskedLM under torch.compile max-autotune at b=8 j=512 (issue 24's
 #       point 7), with what is left.
-# SKIP_x=1 (x: UNPAD, LIVE, SANITIZE, LAYER, ATTN, NCU, MODEL, PYTHON, PATCHED, NCCL, COMPILE) skips
+# SKIP_x=1 (x: UNPAD, LIVE, VARIANTS, SANITIZE, LAYER, ATTN, NCU, MODEL, PYTHON, PATCHED, NCCL, COMPILE) skips
 # a step.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -76,6 +78,11 @@ if [ "$PHASE" = 1 ] && step LIVE 90; then # issue 25, point 3: do varying length
     echo
     echo "== the unpadded layer's step with lengths the same each batch and varying (bench/gpu/probe_attn.sh PROBE=live)"
     DMOVE="$DMOVE" PROBE=live timeout 150 sh "$here/probe_attn.sh" || echo "probe_attn.sh: exit $?"
+fi
+if [ "$PHASE" = 1 ] && step VARIANTS 150; then # issue 25, point 1: the flash kernels' variants side by side
+    echo
+    echo "== the flash kernels' variants (bench/gpu/variants.sh run; .dev/alt.tar.xz from variants.sh build, if any)"
+    timeout 240 sh "$here/variants.sh" run mt2=DMOVE_CUDA_FLASH_MT=2 || echo "variants.sh: exit $?"
 fi
 if [ "$PHASE" = 1 ] && step SANITIZE 90; then # issue 25, point 5
     echo

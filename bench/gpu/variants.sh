@@ -7,7 +7,7 @@
 #          rest as built), strips each into .dev/alt/dmove-NAME, packs them as .dev/alt.tar.xz
 #          (git-ignored; carry .dev with pack.sh's archive) and rebuilds the default
 #   there: sh bench/gpu/variants.sh run [NAME=VAR=VALUE ...]
-#          unpacks .dev/alt.tar.xz and times the unpadded attention's forward and backward
+#          unpacks .dev/alt.tar.xz (if built) and times the unpadded attention's forward and backward
 #          alone (`dmove bench --lengths` at full fill: BERT-large heads, bf16, dropout 0.1
 #          and 0, b=8 j=512 and b=96 j=128) for the default binary (.dev/bin/dmove, from
 #          pack.sh), each variant, and the default binary again under each NAME=VAR=VALUE
@@ -44,7 +44,8 @@ build)
     ;;
 run)
     alt=$root/.dev/alt
-    mkdir -p "$alt" && tar -xJf "$root/.dev/alt.tar.xz" -C "$alt" || exit 1
+    mkdir -p "$alt" || exit 1
+    [ ! -r "$root/.dev/alt.tar.xz" ] || tar -xJf "$root/.dev/alt.tar.xz" -C "$alt" || exit 1
     [ -x "$root/.dev/bin/dmove" ] || tar -xJf "$root/.dev/pack.tar.xz" -C "$root/.dev" || exit 1
     export LD_LIBRARY_PATH="$root/.dev/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     shift
