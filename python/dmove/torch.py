@@ -83,8 +83,8 @@ def get_num_threads():
     return _threads or torch.get_num_threads()
 
 
-_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-         "gelu_tanh": "gelu_tanh", "relu": "relu"}
+_ACTS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+         "gelu_fast": "gelu_tanh", "gelu_accurate": "gelu_tanh", "gelu_tanh": "gelu_tanh", "relu": "relu"}
 
 
 def _device_wait(core):

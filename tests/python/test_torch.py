@@ -379,6 +379,20 @@ def test_refusals(monkeypatch):
             layer(x.cuda())
 
 
+@pytest.mark.parametrize("act", ["gelu_python", "gelu_fast", "gelu_accurate"])
+def test_other_names_of_the_same_activations(act):
+    """transformers' other names for erf GELU and tanh GELU (the same values, checked by
+    _act_of when the layer runs): patched equals unpatched."""
+    torch.manual_seed(4)
+    try:
+        ref = BertForMaskedLM(tiny_config(hidden_act=act)).train()
+    except KeyError:
+        pytest.skip(f"this transformers has no {act}")
+    pat = dt.patch(copy.deepcopy(ref))
+    ids, mask, labels = batch()
+    same_step(ref, pat, input_ids=ids, attention_mask=mask, labels=labels)
+
+
 def test_submodules_dmove_would_skip_are_refused():
     """What dmove's fused layer would silently skip, on every call (also once the layer has
     run): a Linear subclass with a forward of its own, an adapter wrapping a Linear, forward
