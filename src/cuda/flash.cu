@@ -495,39 +495,6 @@ static __host__ __device__ __forceinline__ void fl_rows_a(uint32_t fr[P / 16][4]
         }
 }
 
-/* S = Q K^T for a warp's 16 query rows against a 64-key tile: sc[n] the keys n * 8 .. */
-template <typename T, int P>
-static __host__ __device__ __forceinline__ void fl_scores(float sc[8][4], const uint32_t qa[P / 16][4], const T *Ks,
-                                                          int g, int t) {
-    for (int n = 0; n < 8; n++)
-        for (int e = 0; e < 4; e++) sc[n][e] = 0.0f;
-    for (int kk = 0; kk < P / 16; kk++)
-        for (int n = 0; n < 8; n += 2) {
-            uint32_t b[4];
-            fl_frag_bt2<T, P + 8>(b, Ks, n * 8, kk * 16, g, t);
-            fl_mma<T>(sc[n], qa[kk], b);
-            fl_mma<T>(sc[n + 1], qa[kk], b + 2);
-        }
-}
-
-/* acc (16 rows x P) += X (16 rows x 64, a warp's accumulators, rounded to T as the next
- * MMA's A operand) times a shared 64 x P tile (V in the forward, K for dQ) */
-template <typename T, int P>
-static __host__ __device__ __forceinline__ void fl_times_tile(float acc[P / 8][4], float x[8][4], const T *tile, int g,
-                                                              int t) {
-    FL_UNROLL
-    for (int kk = 0; kk < 4; kk++) {
-        uint32_t a[4];
-        fl_c_to_a<T>(a, x[2 * kk], x[2 * kk + 1]);
-        for (int n = 0; n < P / 8; n += 2) {
-            uint32_t bf[4];
-            fl_frag_b2<T, P + 8>(bf, tile, kk * 16, n * 8, g, t);
-            fl_mma<T>(acc[n], a, bf);
-            fl_mma<T>(acc[n + 1], a, bf + 2);
-        }
-    }
-}
-
 /* Where the query rows of the (sequence, head) at padded element ebase keep a statistic
  * (which: 0 the maximum, 1 the log-sum) at the start of probs: B H J fp32 each, one after
  * the other */
@@ -559,11 +526,14 @@ static __host__ __device__ __forceinline__ fl_head<T> fl_head_of(const dmc_varle
     return x;
 }
 
-/* S = Q K^T for MT of a warp's 16-row query tiles against a 64-key tile (each K fragment
- * loaded once for all MT), and acc += X V (each V fragment once): the forward's products */
+/* S = Q K^T for MT of a warp's 16-row query tiles against a 64-key tile: sc[mt][n] the keys
+ * n * 8 .. (each K fragment loaded once for all MT); and acc (MT x 16 rows x P) += X (a
+ * warp's accumulators, rounded to T as the next MMA's A operand) times a shared 64 x P tile
+ * (V in the forward, K for dQ; each fragment once). A warp of one tile passes its arrays'
+ * addresses (&sc: MT = 1). */
 template <typename T, int P, int MT>
-static __host__ __device__ __forceinline__ void fl_scores_m(float sc[MT][8][4], const uint32_t qa[MT][P / 16][4],
-                                                            const T *Ks, int g, int t) {
+static __host__ __device__ __forceinline__ void fl_scores(float sc[MT][8][4], uint32_t qa[MT][P / 16][4],
+                                                          const T *Ks, int g, int t) {
     FL_UNROLL
     for (int mt = 0; mt < MT; mt++)
         for (int n = 0; n < 8; n++)
@@ -582,8 +552,8 @@ static __host__ __device__ __forceinline__ void fl_scores_m(float sc[MT][8][4], 
         }
 }
 template <typename T, int P, int MT>
-static __host__ __device__ __forceinline__ void fl_times_tile_m(float acc[MT][P / 8][4], float x[MT][8][4],
-                                                                const T *tile, int g, int t) {
+static __host__ __device__ __forceinline__ void fl_times_tile(float acc[MT][P / 8][4], float x[MT][8][4],
+                                                              const T *tile, int g, int t) {
     FL_UNROLL
     for (int kk = 0; kk < 4; kk++) {
         uint32_t a[MT][4];
@@ -643,7 +613,7 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
         FL_UNROLL
         for (int mt = 0; mt < MT; mt++) keep[mt] = fl_keep_rows(v, seed, er[mt][0] + (uint64_t)k0, er[mt][1] + (uint64_t)k0, t);
         float sc[MT][8][4];
-        fl_scores_m<T, P, MT>(sc, qa, S.k(b), g, t);
+        fl_scores<T, P, MT>(sc, qa, S.k(b), g, t);
         FL_UNROLL
         for (int mt = 0; mt < MT; mt++) {
             float mx[2] = {-INFINITY, -INFINITY};
@@ -675,7 +645,7 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
                     sc[mt][n][e] = p > 0.0f && (keep[mt] >> (4 * n + e) & 1) ? p : 0.0f;
                 }
         }
-        fl_times_tile_m<T, P, MT>(acc, sc, S.v(b), g, t); /* O += dropped(P) V */
+        fl_times_tile<T, P, MT>(acc, sc, S.v(b), g, t); /* O += dropped(P) V */
     }
     T *C = (T *)v->ctx + (int64_t)o * v->ldc + hc;
     FL_UNROLL
@@ -878,8 +848,8 @@ static __host__ __device__ void fl_dq_block(const fl_args &A, int tid, int qb, i
         if (k0 + FL_TILE < kend) fl_load_kv<T, P>(A, S, b ^ 1, K, V, s, k0 + FL_TILE, L, tid);
         const uint32_t keep = fl_keep_rows(v, seed, er0 + (uint64_t)k0, er1 + (uint64_t)k0, t);
         float sc[8][4], dp[8][4];
-        fl_scores<T, P>(sc, qa, S.k(b), g, t);
-        fl_scores<T, P>(dp, oa, S.v(b), g, t); /* dP = dctx V^T: V's rows as K's */
+        fl_scores<T, P, 1>(&sc, &qa, S.k(b), g, t);
+        fl_scores<T, P, 1>(&dp, &oa, S.v(b), g, t); /* dP = dctx V^T: V's rows as K's */
         FL_UNROLL
         for (int n = 0; n < 8; n++)
             FL_UNROLL
@@ -890,7 +860,7 @@ static __host__ __device__ void fl_dq_block(const fl_args &A, int tid, int qb, i
                 const float p = ok ? expf(x - mrow[i] - lrow[i]) : 0.0f;
                 sc[n][e] = p * ((ok && (keep >> (4 * n + e) & 1) ? dp[n][e] * scl : 0.0f) - drow[i]); /* dS */
             }
-        fl_times_tile<T, P>(dq, sc, S.k(b), g, t); /* dQ += dS K */
+        fl_times_tile<T, P, 1>(&dq, &sc, S.k(b), g, t); /* dQ += dS K */
     }
     T *dQ = (T *)v->dq + (int64_t)o * v->ldd + hc;
     for (int i = 0; i < 2; i++) {
