@@ -411,13 +411,10 @@ static int setup(pretrain_run *r) {
     if (dm_trainer_set_run_tag(r->T, tag) != DM_OK || dm_trainer_set_run_tag_v1(r->T, tag1, NULL) != DM_OK)
         return fail_dm("");
     if (o->resume) {
-        if (dm_trainer_load(r->T, o->resume) != DM_OK ||
-            dm_trainer_agree_state(r->T, "the --resume checkpoint (each rank reads its own copy)") != DM_OK)
-            return fail_dm("--resume: ");
+        if (dm_trainer_load(r->T, o->resume) != DM_OK) return fail_dm("--resume: ");
     } else if (dm_trainer_init_params(r->T, cfg->seed) != DM_OK) {
         return fail_dm("");
-    } else if (o->init && (dm_trainer_load_layers(r->T, o->init, o->layers_from) != DM_OK ||
-                           dm_trainer_agree_state(r->T, "the --init weights (each rank reads its own copy)") != DM_OK)) {
+    } else if (o->init && dm_trainer_load_layers(r->T, o->init, o->layers_from) != DM_OK) {
         return fail_dm("--init: ");
     }
     r->start = dm_trainer_step_count(r->T);

@@ -345,13 +345,9 @@ static int setup(train_run *r) {
     else snprintf(tag, sizeof tag, "teacher scale %.17g", o->teacher_scale);
     if (dm_trainer_set_run_tag(r->T, tag) != DM_OK) return fail_dm("");
     if (o->resume) {
-        if (dm_trainer_load(r->T, o->resume) != DM_OK ||
-            dm_trainer_agree_state(r->T, "the --resume checkpoint (each rank reads its own copy)") != DM_OK)
-            return fail_dm("--resume: ");
+        if (dm_trainer_load(r->T, o->resume) != DM_OK) return fail_dm("--resume: ");
     } else if (o->init) {
-        if (dm_trainer_load_layers(r->T, r->weights, o->layers_from) != DM_OK ||
-            dm_trainer_agree_state(r->T, "the --init weights (each rank reads its own copy)") != DM_OK)
-            return fail_dm("--init: ");
+        if (dm_trainer_load_layers(r->T, r->weights, o->layers_from) != DM_OK) return fail_dm("--init: ");
     } else if (dm_trainer_init_params(r->T, cfg->seed) != DM_OK) {
         return fail_dm("");
     }

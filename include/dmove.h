@@ -395,12 +395,9 @@ dm_status dm_trainer_save(const dm_trainer *t, const char *path);
  * the run's settings must be this trainer's (dropout, seed, batch, seq, run tag, the optimizer
  * but for its last step `total`): DM_ERR_INVALID_ARG names the one that differs. */
 dm_status dm_trainer_load(dm_trainer *t, const char *path);
-/* Ranks (dm_trainer_set_dist) about to train from what each read from its own files (a
- * checkpoint, pretrained weights): every rank must hold the same step and parameters, else
- * DM_ERR_INVALID_ARG on every rank names `what` and the rank that differs (a stale copy on
- * another machine would otherwise train another model, or stop inside MPI at a step count
- * the others do not share). One rank: DM_OK at once. A collective: every rank calls it. */
-dm_status dm_trainer_agree_state(dm_trainer *t, const char *what);
+/* (Under ranks, dm_trainer_set_dist, this and the loads below are collectives: once loaded,
+ * every rank must hold the same step and parameters, each having read its own copy of the
+ * file, else DM_ERR_INVALID_ARG on every rank names the rank that differs.) */
 /* Takes the parameters alone from a safetensors file with Hugging Face BertEncoder names
  * ("encoder.layer.<l>.<parameter>", optionally under "bert.", "0.auto_model." or
  * "model.", LayerNorm parameters also as gamma and beta as in the original BERT

@@ -212,7 +212,7 @@ cases=$((cases + 1))
 # shellcheck disable=SC2086
 mpirun -np 1 -wdir "$PWD/w0" "$DMOVE" $P --batch 4 --resume r.ckpt : -np 1 -wdir "$PWD/w1" "$DMOVE" $P --batch 4 \
     --resume r.ckpt >stdout 2>stderr && fail "ranks resuming other checkpoints started"
-grep -q 'the ranks differ in the --resume checkpoint' stderr && grep -q 'step 3, parameters' stderr ||
+grep -q 'the ranks differ in the checkpoint to resume' stderr && grep -q 'step 3, parameters' stderr ||
     fail "other checkpoints: the refusal does not say so: $(head -3 stderr)"
 echo "ok   ranks resuming other checkpoints (steps 3 and 2) refused: $(grep -m1 'differ' stderr | cut -c1-110)..."
 # a wait the ranks cannot take: refused, not the default ten minutes

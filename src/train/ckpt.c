@@ -33,7 +33,7 @@ static int ckpt_version(const char *ver) { return !ver ? 0 : !strcmp(ver, "2") ?
 /* FNV-1a over 8-byte words (then the tail bytes), each step followed in version 2 by an
  * xor-shift that carries the high bits down (each step a bijection of h, so any one changed
  * word changes h, and two changes cancel by chance alone): fast enough for gigabytes. */
-static uint64_t hash_bytes(uint64_t h, const void *data, size_t n, int ver) {
+uint64_t dm_train_hash_bytes(uint64_t h, const void *data, size_t n, int ver) {
     const unsigned char *p = data;
     size_t k = 0;
     for (; k + 8 <= n; k += 8) {
@@ -49,7 +49,7 @@ static uint64_t hash_bytes(uint64_t h, const void *data, size_t n, int ver) {
     return h;
 }
 
-static uint64_t hash_str(uint64_t h, const char *s, int ver) { return hash_bytes(h, s, strlen(s) + 1, ver); }
+static uint64_t hash_str(uint64_t h, const char *s, int ver) { return dm_train_hash_bytes(h, s, strlen(s) + 1, ver); }
 
 /* The metadata: up to M_MODEL the architecture (the parameters fit only it), up to M_ADAMW
  * the run (resuming with other values would not continue it: other masks, data or
@@ -163,7 +163,7 @@ static uint64_t checksum_of(const char meta[M_N][META_LEN], const char *labels, 
         for (int w = 0; w < 3; w++) {
             tensor_name(T, name, sizeof name, si, w);
             h = hash_str(h, name, ver);
-            h = hash_bytes(h, data[si * 3 + w], (size_t)T->slot[si].n * sizeof(float), ver);
+            h = dm_train_hash_bytes(h, data[si * 3 + w], (size_t)T->slot[si].n * sizeof(float), ver);
         }
     return h;
 }
@@ -188,12 +188,16 @@ static dm_status on_rank0(const dm_trainer *T, const char *path, dm_status (*fn)
 
 static dm_status save_file(const dm_trainer *T, const char *path);
 
-dm_status dm_trainer_agree_state(dm_trainer *T, const char *what) {
-    if (!T || !what) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_agree_state: NULL argument");
+/* Ranks about to train from what each read from its own files (a checkpoint, pretrained
+ * weights) must hold the same step and parameters: else DM_ERR_INVALID_ARG on every rank
+ * naming `what` and the rank that differs (a stale copy on another machine would otherwise
+ * train another model, or stop inside MPI at a step count the others do not share). A
+ * collective of the trainer's ranks; one rank: DM_OK at once. */
+static dm_status agree_state(dm_trainer *T, const char *what) {
     if (T->ranks < 2 || !T->dist) return DM_OK;
     DM_TRY(dm_trainer_pull(T, DM_PULL_STATE)); /* the backend's parameters to the host */
     uint64_t h = hash_str(14695981039346656037ull, "parameters", 2);
-    for (int si = 0; si < T->nslots; si++) h = hash_bytes(h, T->slot[si].p, (size_t)T->slot[si].n * sizeof(float), 2);
+    for (int si = 0; si < T->nslots; si++) h = dm_train_hash_bytes(h, T->slot[si].p, (size_t)T->slot[si].n * sizeof(float), 2);
     char v[96];
     snprintf(v, sizeof v, "step %" PRId64 ", parameters %016" PRIx64, T->step, h);
     return dm_dist_agree(T->dist, what, v);
@@ -432,7 +436,8 @@ static dm_status load_checked(dm_trainer *T, const dm_st_file *f, int first) {
 dm_status dm_trainer_load(dm_trainer *T, const char *path) {
     if (!T || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_trainer_load: NULL argument");
     if (!T->moments) return dm_fail(DM_ERR_INVALID_ARG, "a forward-only trainer cannot resume a checkpoint");
-    return load_file(T, path, load_checked, 0, "checkpoint");
+    DM_TRY(load_file(T, path, load_checked, 0, "checkpoint"));
+    return agree_state(T, "the checkpoint to resume (each rank reads its own copy)");
 }
 
 /* The file's tensor of layer l's parameter k: under any of the prefixes Hugging Face
@@ -528,11 +533,13 @@ static dm_status load_layers(dm_trainer *T, const char *path, int first, int fla
 }
 
 dm_status dm_trainer_load_layers(dm_trainer *T, const char *path, int first) {
-    return load_layers(T, path, first, 0);
+    DM_TRY(load_layers(T, path, first, 0));
+    return agree_state(T, "the pretrained weights (each rank reads its own copy)");
 }
 
 dm_status dm_trainer_load_body(dm_trainer *T, const char *path, int first) {
-    return load_layers(T, path, first, DM_LOAD_NEW_CLASSIFIER);
+    DM_TRY(load_layers(T, path, first, DM_LOAD_NEW_CLASSIFIER));
+    return agree_state(T, "the pretrained weights (each rank reads its own copy)");
 }
 
 const char *dm_trainer_load_note(const dm_trainer *T) { return T ? T->load_note : "";

@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "core/tensorfile.h"
+#include "train/trainer_internal.h"
 
 struct dm_train_data {
     const char *path;
@@ -46,20 +47,13 @@ void dm_train_data_free(dm_train_data *d) { free(d); }
 
 uint64_t dm_train_data_fingerprint(const dm_train_data *d) {
     if (!d) return 0;
-    uint64_t h = 14695981039346656037ull; /* FNV-1a, a shift folded in per byte */
+    uint64_t h = 14695981039346656037ull;
     const dm_st_tensor *t[3] = {d->x, d->y, d->mask};
     for (int q = 0; q < 3; q++) {
-        const int64_t head[2 + DM_ST_MAX_DIMS] = {t[q] ? (int64_t)t[q]->dtype : -1, t[q] ? t[q]->ndim : 0};
-        int64_t hd[2 + DM_ST_MAX_DIMS];
-        memcpy(hd, head, sizeof hd);
-        if (t[q]) memcpy(hd + 2, t[q]->shape, sizeof t[q]->shape);
-        const unsigned char *parts[2] = {(const unsigned char *)hd, t[q] ? (const unsigned char *)t[q]->data : NULL};
-        const size_t sizes[2] = {sizeof hd, t[q] && t[q]->data ? t[q]->nbytes : 0};
-        for (int k = 0; k < 2; k++)
-            for (size_t i = 0; i < sizes[k]; i++) {
-                h = (h ^ parts[k][i]) * 0x100000001b3ull;
-                h ^= h >> 29;
-            }
+        int64_t head[2 + DM_ST_MAX_DIMS] = {t[q] ? (int64_t)t[q]->dtype : -1, t[q] ? t[q]->ndim : 0};
+        if (t[q]) memcpy(head + 2, t[q]->shape, sizeof t[q]->shape);
+        h = dm_train_hash_bytes(h, head, sizeof head, 2);
+        if (t[q] && t[q]->data) h = dm_train_hash_bytes(h, t[q]->data, t[q]->nbytes, 2);
     }
     return h;
 }

@@ -154,6 +154,10 @@ void dm_trainer_state_restarted(dm_trainer *T, int64_t step, int64_t skipped);
 dm_status dm_trainer_bert_tensor(dm_trainer *T, const char *name, float **data, int *ndim, int64_t shape[4]);
 dm_status dm_trainer_bert_forward(dm_trainer *T, int64_t micro, double *loss);
 dm_status dm_trainer_bert_backward(dm_trainer *T);
+/* ckpt.c: h (FNV-1a's basis to start) over n bytes, 8-byte words then the tail, each step
+ * followed (ver >= 2) by an xor-shift carrying the high bits down: the checkpoints' checksum,
+ * and what ranks compare of what each read (dm_train_data_fingerprint). */
+uint64_t dm_train_hash_bytes(uint64_t h, const void *data, size_t n, int ver);
 /* DM_ERR_BACKEND saying the trainer is broken (T->broken), and what to do. */
 dm_status dm_trainer_broken(const dm_trainer *T);
 
