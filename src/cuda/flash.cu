@@ -114,6 +114,20 @@ static __host__ __device__ __forceinline__ float fl_quad_sum(float v) {
     return v + fl_shfl_xor(v, 2);
 }
 
+/* e^x as the SFU's 2^(x log2 e) (ex2.approx.ftz: about 2 ulp, results under 2^-126 flushed
+ * to 0; e^-inf = 0): three instructions where expf takes about eight. The emulation's,
+ * exp2f. */
+static __host__ __device__ __forceinline__ float fl_exp(float x) {
+    x *= 1.4426950408889634f;
+#ifdef __CUDA_ARCH__
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
+
 /* Two stored elements as the 32-bit word an MMA operand register holds (lo: the lower
  * column or row); two fp32 values rounded to type T, as such a word. */
 template <typename T> static __host__ __device__ __forceinline__ uint32_t fl_join(const T *lo, const T *hi) {
@@ -460,6 +474,40 @@ static __host__ __device__ __forceinline__ uint32_t fl_keep_cols(const dmc_varle
     return bits;
 }
 
+/* A 16-row tile's scores against a 64-key tile (first key k0, a lane's c[e]: rows r0 + g
+ * (+ 8), keys k0 + 8n + 2t (+ 1)) as the softmax's terms: alpha S, plus the attention mask's
+ * terms (keymask: the tile's, in shared memory), -inf for keys past L and, causal, keys past
+ * the row. Only a tile that reaches past L or across the diagonal tests each element (the
+ * branch is the warp's: r0 its first row); the others, almost all at j >= 128, skip the
+ * tests. Rows at or past L need none: their queries are zeros, so their terms are finite,
+ * and nothing of theirs is kept. */
+static __host__ __device__ __forceinline__ void fl_logits(float sc[8][4], const float *bias, int keymask,
+                                                          float alpha, int k0, int r0, int L, int causal, int g,
+                                                          int t) {
+    if (keymask) {
+        FL_UNROLL
+        for (int n = 0; n < 8; n++) {
+            const float2 bb = *(const float2 *)(bias + n * 8 + 2 * t);
+            FL_UNROLL
+            for (int e = 0; e < 4; e++) sc[n][e] = sc[n][e] * alpha + (e & 1 ? bb.y : bb.x);
+        }
+    } else {
+        FL_UNROLL
+        for (int n = 0; n < 8; n++)
+            FL_UNROLL
+            for (int e = 0; e < 4; e++) sc[n][e] *= alpha;
+    }
+    if (k0 + FL_TILE > L || (causal && k0 + FL_TILE - 1 > r0)) {
+        FL_UNROLL
+        for (int n = 0; n < 8; n++)
+            FL_UNROLL
+            for (int e = 0; e < 4; e++) {
+                const int row = r0 + g + (e >= 2 ? 8 : 0), col = k0 + n * 8 + 2 * t + (e & 1);
+                if (col >= L || (causal && col > row)) sc[n][e] = -INFINITY;
+            }
+    }
+}
+
 /* ---- forward ---------------------------------------------------------------------------- */
 
 /* Shared memory of a block that walks the keys (forward, dQ): two buffers of a K and a V
@@ -616,21 +664,17 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
         fl_scores<T, P, MT>(sc, qa, S.k(b), g, t);
         FL_UNROLL
         for (int mt = 0; mt < MT; mt++) {
+            fl_logits(sc[mt], S.bias(b), keymask, alpha, k0, rw[mt][0] - g, L, causal, g, t);
             float mx[2] = {-INFINITY, -INFINITY};
+            FL_UNROLL
             for (int n = 0; n < 8; n++)
-                for (int e = 0; e < 4; e++) {
-                    const int row = rw[mt][e >> 1], col = k0 + n * 8 + 2 * t + (e & 1);
-                    const float x = col >= L || row >= L || (causal && col > row) ? -INFINITY
-                                    : keymask ? sc[mt][n][e] * alpha + S.bias(b)[col - k0]
-                                              : sc[mt][n][e] * alpha;
-                    sc[mt][n][e] = x;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
-                }
+                FL_UNROLL
+                for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], sc[mt][n][e]);
             float corr[2], base[2];
             for (int i = 0; i < 2; i++) {
                 const float mn = fmaxf(m[mt][i], fl_quad_max(mx[i]));
                 base[i] = mn == -INFINITY ? 0.0f : mn; /* a row with no key yet: every term 0 */
-                corr[i] = expf(m[mt][i] - base[i]);
+                corr[i] = fl_exp(m[mt][i] - base[i]);
                 m[mt][i] = mn;
                 l[mt][i] *= corr[i];
             }
@@ -640,9 +684,9 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
             for (int n = 0; n < 8; n++)
                 FL_UNROLL
                 for (int e = 0; e < 4; e++) {
-                    const float p = expf(sc[mt][n][e] - base[e >> 1]);
+                    const float p = fl_exp(sc[mt][n][e] - base[e >> 1]);
                     l[mt][e >> 1] += p;
-                    sc[mt][n][e] = p > 0.0f && (keep[mt] >> (4 * n + e) & 1) ? p : 0.0f;
+                    sc[mt][n][e] = keep[mt] >> (4 * n + e) & 1 ? p : 0.0f;
                 }
         }
         fl_times_tile<T, P, MT>(acc, sc, S.v(b), g, t); /* O += dropped(P) V */
@@ -747,7 +791,7 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
         if (q0 + FL_TILE < L) fl_load_q<T, P>(A, S, b ^ 1, Q, dO, mx, ls, D, q0 + FL_TILE, L, tid);
         const T *Qs = S.q(b), *Os = S.o(b);
         /* from the first key of this lane's run of 4: the warp's, g's group */
-        const uint32_t keep = fl_keep_cols(
+        uint32_t keep = fl_keep_cols(
             v, A.seed, (ebase + (uint64_t)(q0 + 2 * t)) * (uint64_t)J + (uint64_t)(k0 + w * 16 + 4 * (g >> 2)), g);
         float st[8][4], dp[8][4]; /* S^T, then P^T; dP^T, then dS^T: 16 keys x 64 queries */
         for (int n = 0; n < 8; n++)
@@ -768,17 +812,37 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
         }
         float pd[8][4]; /* dropped P^T, scaled */
         FL_UNROLL
-        for (int n = 0; n < 8; n++)
+        for (int n = 0; n < 8; n++) {
+            const float2 m2 = *(const float2 *)(S.stat(b, 0) + n * 8 + 2 * t),
+                         l2 = *(const float2 *)(S.stat(b, 1) + n * 8 + 2 * t);
+            FL_UNROLL
+            for (int e = 0; e < 4; e++)
+                st[n][e] = fl_exp(st[n][e] * v->alpha + (e >= 2 ? kb1 : kb0) - (e & 1 ? m2.y : m2.x) -
+                                  (e & 1 ? l2.y : l2.x));
+        }
+        /* Only a tile with queries at or past L, or across the diagonal, tests each element
+         * (the warp's keys k0 + 16 w ..; keys at or past L need no test: their rows of dK and dV
+         * take nothing from the others and are not written) */
+        if (q0 + FL_TILE > L || (v->causal && k0 + w * 16 + 15 > q0)) {
+            FL_UNROLL
+            for (int n = 0; n < 8; n++)
+                FL_UNROLL
+                for (int e = 0; e < 4; e++) {
+                    const int key = e >= 2 ? key1 : key0, q = q0 + n * 8 + 2 * t + (e & 1);
+                    if (q >= L || (v->causal && key > q)) st[n][e] = 0.0f, keep &= ~(1u << (4 * n + e));
+                }
+        }
+        FL_UNROLL
+        for (int n = 0; n < 8; n++) {
+            const float2 d2 = *(const float2 *)(S.stat(b, 2) + n * 8 + 2 * t);
             FL_UNROLL
             for (int e = 0; e < 4; e++) {
-                const int key = e >= 2 ? key1 : key0, qi = n * 8 + 2 * t + (e & 1), q = q0 + qi;
-                const int ok = key < L && q < L && !(v->causal && key > q);
-                const float p =
-                    ok ? expf(st[n][e] * v->alpha + (e >= 2 ? kb1 : kb0) - S.stat(b, 0)[qi] - S.stat(b, 1)[qi]) : 0.0f;
-                const int kept = ok && (keep >> (4 * n + e) & 1);
+                const int kept = keep >> (4 * n + e) & 1;
+                const float p = st[n][e];
                 pd[n][e] = kept ? p * sc : 0.0f;
-                dp[n][e] = p * ((kept ? dp[n][e] * sc : 0.0f) - S.stat(b, 2)[qi]); /* dS^T */
+                dp[n][e] = p * ((kept ? dp[n][e] * sc : 0.0f) - (e & 1 ? d2.y : d2.x)); /* dS^T */
             }
+        }
         FL_UNROLL
         for (int kk = 0; kk < 4; kk++) { /* dV += Pd^T dO, dK += dS^T Q (alpha at the end) */
             uint32_t ap[4], as[4];
@@ -850,15 +914,14 @@ static __host__ __device__ void fl_dq_block(const fl_args &A, int tid, int qb, i
         float sc[8][4], dp[8][4];
         fl_scores<T, P, 1>(&sc, &qa, S.k(b), g, t);
         fl_scores<T, P, 1>(&dp, &oa, S.v(b), g, t); /* dP = dctx V^T: V's rows as K's */
+        fl_logits(sc, S.bias(b), keymask, alpha, k0, r0 - g, L, causal, g, t); /* -inf where masked */
         FL_UNROLL
         for (int n = 0; n < 8; n++)
             FL_UNROLL
             for (int e = 0; e < 4; e++) {
-                const int i = e >> 1, row = i ? r1 : r0, col = k0 + n * 8 + 2 * t + (e & 1);
-                const int ok = col < L && row < L && !(causal && col > row);
-                const float x = sc[n][e] * alpha + (keymask ? S.bias(b)[col - k0] : 0.0f);
-                const float p = ok ? expf(x - mrow[i] - lrow[i]) : 0.0f;
-                sc[n][e] = p * ((ok && (keep >> (4 * n + e) & 1) ? dp[n][e] * scl : 0.0f) - drow[i]); /* dS */
+                const int i = e >> 1;
+                const float p = fl_exp(sc[n][e] - mrow[i] - lrow[i]);
+                sc[n][e] = p * ((keep >> (4 * n + e) & 1 ? dp[n][e] * scl : 0.0f) - drow[i]); /* dS */
             }
         fl_times_tile<T, P, 1>(&dq, &sc, S.k(b), g, t); /* dQ += dS K */
     }
