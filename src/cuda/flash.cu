@@ -258,6 +258,7 @@ static dm_status fl_sim_run(int gx, int gy, int gz, size_t smem_bytes,
 struct fl_args {
     dmc_varlen v;
     uint64_t seed;
+    uint32_t rk[20]; /* the seed's round keys (dmc_philox_keys), as parameters */
     int vec16; /* every token-row operand 16-byte aligned with a row stride of 8 elements */
     int mt;    /* the forward's 16-row tiles a warp at P = 64 (1 or 2: DMOVE_CUDA_FLASH_MT) */
 };
@@ -385,6 +386,11 @@ static __host__ __device__ __forceinline__ float fl_mask_term(const dmc_varlen *
     return k < L ? dmc_mask_term(v, s, k) : 0.0f;
 }
 
+/* Philox block blk of the dropout's stream (dmc_philox_block's, under the round keys rk) */
+static __host__ __device__ __forceinline__ uint4 fl_block(const dmc_varlen *v, const uint32_t *rk, uint64_t blk) {
+    return dmc_philox_keyed((uint32_t)blk, (uint32_t)(blk >> 32), v->stream, 0u, rk);
+}
+
 /* The dropout's Philox words of a lane's four elements of an 8-column block (the
  * accumulators' c[0..3]: rows r0, r1 = r0 + 8, columns 2t, 2t + 1), the lanes sharing the
  * work: element (row, col) has the word e(row, col) of the Philox stream, the block
@@ -394,11 +400,11 @@ static __host__ __device__ __forceinline__ float fl_mask_term(const dmc_varlen *
  * .. + 3, keeps its own two words and swaps the other two with lane t ^ 1 (one Philox a
  * lane instead of two); else each lane computes its pairs' (kept2's). er0, er1: e(r0, c0),
  * e(r1, c0). Every lane of the warp calls it (shuffles). */
-static __host__ __device__ __forceinline__ void fl_words_rows(const dmc_varlen *v, uint64_t seed, int aligned,
+static __host__ __device__ __forceinline__ void fl_words_rows(const dmc_varlen *v, const uint32_t *rk, int aligned,
                                                              uint64_t er0, uint64_t er1, int t, uint32_t wd[4]) {
     if (aligned) {
         const int lo = t & 1;
-        const uint4 b = dmc_philox_block(seed, v->stream, ((lo ? er1 : er0) >> 2) + (uint64_t)(t >> 1));
+        const uint4 b = fl_block(v, rk, ((lo ? er1 : er0) >> 2) + (uint64_t)(t >> 1));
         const uint32_t k0 = lo ? b.z : b.x, k1 = lo ? b.w : b.y; /* this lane's columns of its row */
         const uint32_t g0 = fl_shfl_xor(lo ? b.x : b.z, 1), g1 = fl_shfl_xor(lo ? b.y : b.w, 1);
         wd[0] = lo ? g0 : k0, wd[1] = lo ? g1 : k1, wd[2] = lo ? k0 : g0, wd[3] = lo ? k1 : g1;
@@ -406,10 +412,10 @@ static __host__ __device__ __forceinline__ void fl_words_rows(const dmc_varlen *
     }
     for (int i = 0; i < 2; i++) {
         const uint64_t e = (i ? er1 : er0) + (uint64_t)(2 * t);
-        const uint4 b = dmc_philox_block(seed, v->stream, e >> 2);
+        const uint4 b = fl_block(v, rk, e >> 2);
         const int j = (int)(e & 3);
         wd[2 * i] = dmc_uint4_word(b, j);
-        wd[2 * i + 1] = j < 3 ? dmc_uint4_word(b, j + 1) : dmc_philox_block(seed, v->stream, (e >> 2) + 1).x;
+        wd[2 * i + 1] = j < 3 ? dmc_uint4_word(b, j + 1) : fl_block(v, rk, (e >> 2) + 1).x;
     }
 }
 
@@ -420,11 +426,11 @@ static __host__ __device__ __forceinline__ void fl_words_rows(const dmc_varlen *
  * and 8 + 4m .. + 3), lane j computes block j (query c + (j & 1), the keys of half j >> 1)
  * and a 4 x 4 transpose by two swaps (lanes ^ 4, then ^ 8) hands each lane its word of each
  * (one Philox a lane instead of four). eq0: e(c, kb + 4m), the block row's start. */
-static __host__ __device__ __forceinline__ void fl_words_cols(const dmc_varlen *v, uint64_t seed, int aligned,
+static __host__ __device__ __forceinline__ void fl_words_cols(const dmc_varlen *v, const uint32_t *rk, int aligned,
                                                              uint64_t eq0, uint64_t J, int g, uint32_t wd[4]) {
     if (aligned) {
         const int j = g & 3, b0 = j & 1, b1 = j >> 1;
-        const uint4 b = dmc_philox_block(seed, v->stream, (eq0 + (uint64_t)b0 * J + (uint64_t)(8 * b1)) >> 2);
+        const uint4 b = fl_block(v, rk, (eq0 + (uint64_t)b0 * J + (uint64_t)(8 * b1)) >> 2);
         /* swap 1 (lane j ^ 1): keep the words y with y & 1 == j & 1, send the others */
         const uint32_t a0 = b0 ? b.y : b.x, a1 = b0 ? b.w : b.z; /* M[j][b0], M[j][b0 + 2] */
         const uint32_t r0 = fl_shfl_xor(b0 ? b.x : b.y, 4), r1 = fl_shfl_xor(b0 ? b.z : b.w, 4);
@@ -440,36 +446,45 @@ static __host__ __device__ __forceinline__ void fl_words_cols(const dmc_varlen *
     }
     for (int x = 0; x < 4; x++) {
         const uint64_t e = eq0 + (uint64_t)(x & 1) * J + (uint64_t)((g & 3) + 8 * (x >> 1));
-        wd[x] = dmc_uint4_word(dmc_philox_block(seed, v->stream, e >> 2), (int)(e & 3));
+        wd[x] = dmc_uint4_word(fl_block(v, rk, e >> 2), (int)(e & 3));
     }
+}
+
+/* bits with block n's four keep bits (word >= thr) moved in from the top: after the 8 blocks
+ * of a tile block n's are bits 4n .. 4n + 3 (shifts by constants, with the loop over n
+ * partly unrolled) */
+static __host__ __device__ __forceinline__ uint32_t fl_nibble_in(uint32_t bits, const uint32_t wd[4], uint32_t thr) {
+    const uint32_t nib = (uint32_t)(wd[0] >= thr) | (uint32_t)(wd[1] >= thr) << 1 | (uint32_t)(wd[2] >= thr) << 2 |
+                         (uint32_t)(wd[3] >= thr) << 3;
+    return bits >> 4 | nib << 28;
 }
 
 /* Which of a lane's 32 elements of a 64-column tile the dropout keeps, as bits (n * 4 + e:
  * block n's c[e]), all kept without dropout: fl_words_rows's words (er0, er1: e(r0, k0),
  * e(r1, k0)) against the threshold, one register for the tile, computed before its
  * products (while fewer registers are live) */
-static __host__ __device__ __forceinline__ uint32_t fl_keep_rows(const dmc_varlen *v, uint64_t seed, uint64_t er0,
+static __host__ __device__ __forceinline__ uint32_t fl_keep_rows(const dmc_varlen *v, const uint32_t *rk, uint64_t er0,
                                                                  uint64_t er1, int t) {
     if (!v->drop) return 0xFFFFFFFFu;
     uint32_t bits = 0;
     FL_UNROLL2 /* two blocks' Philox chains at a time: all 8 at once cost registers the products need */
     for (int n = 0; n < 8; n++) {
         uint32_t wd[4];
-        fl_words_rows(v, seed, v->J % 4 == 0, er0 + (uint64_t)(8 * n), er1 + (uint64_t)(8 * n), t, wd);
-        for (int e = 0; e < 4; e++) bits |= (uint32_t)(wd[e] >= v->thr) << (4 * n + e);
+        fl_words_rows(v, rk, v->J % 4 == 0, er0 + (uint64_t)(8 * n), er1 + (uint64_t)(8 * n), t, wd);
+        bits = fl_nibble_in(bits, wd, v->thr);
     }
     return bits;
 }
 /* the same for the dK dV block's transposed tile (fl_words_cols; eq0: e(q0 + 2t, the first
  * key of this lane's run of 4)) */
-static __host__ __device__ __forceinline__ uint32_t fl_keep_cols(const dmc_varlen *v, uint64_t seed, uint64_t eq0, int g) {
+static __host__ __device__ __forceinline__ uint32_t fl_keep_cols(const dmc_varlen *v, const uint32_t *rk, uint64_t eq0, int g) {
     if (!v->drop) return 0xFFFFFFFFu;
     uint32_t bits = 0;
     FL_UNROLL2 /* two blocks' Philox chains at a time: all 8 at once cost registers the products need */
     for (int n = 0; n < 8; n++) {
         uint32_t wd[4];
-        fl_words_cols(v, seed, v->J % 4 == 0, eq0 + (uint64_t)(8 * n) * (uint64_t)v->J, (uint64_t)v->J, g, wd);
-        for (int e = 0; e < 4; e++) bits |= (uint32_t)(wd[e] >= v->thr) << (4 * n + e);
+        fl_words_cols(v, rk, v->J % 4 == 0, eq0 + (uint64_t)(8 * n) * (uint64_t)v->J, (uint64_t)v->J, g, wd);
+        bits = fl_nibble_in(bits, wd, v->thr);
     }
     return bits;
 }
@@ -633,7 +648,6 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
     const int64_t J = v->J, hc = (int64_t)h * P;
     const fl_head<T> hd = fl_head_of<T, P>(v, s, h);
     const T *Q = hd.q, *K = hd.k, *V = hd.v;
-    const uint64_t seed = A.seed;
     int rw[MT][2]; /* this lane's query rows: tile mt's g and g + 8 */
     uint32_t qa[MT][P / 16][4];
     float acc[MT][P / 8][4], m[MT][2], l[MT][2];
@@ -659,7 +673,7 @@ static __host__ __device__ void fl_fwd_block(const fl_args &A, int tid, int qb, 
         if (k0 + FL_TILE < kend) fl_load_kv<T, P>(A, S, b ^ 1, K, V, s, k0 + FL_TILE, L, tid);
         uint32_t keep[MT];
         FL_UNROLL
-        for (int mt = 0; mt < MT; mt++) keep[mt] = fl_keep_rows(v, seed, er[mt][0] + (uint64_t)k0, er[mt][1] + (uint64_t)k0, t);
+        for (int mt = 0; mt < MT; mt++) keep[mt] = fl_keep_rows(v, A.rk, er[mt][0] + (uint64_t)k0, er[mt][1] + (uint64_t)k0, t);
         float sc[MT][8][4];
         fl_scores<T, P, MT>(sc, qa, S.k(b), g, t);
         FL_UNROLL
@@ -792,7 +806,7 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
         const T *Qs = S.q(b), *Os = S.o(b);
         /* from the first key of this lane's run of 4: the warp's, g's group */
         uint32_t keep = fl_keep_cols(
-            v, A.seed, (ebase + (uint64_t)(q0 + 2 * t)) * (uint64_t)J + (uint64_t)(k0 + w * 16 + 4 * (g >> 2)), g);
+            v, A.rk, (ebase + (uint64_t)(q0 + 2 * t)) * (uint64_t)J + (uint64_t)(k0 + w * 16 + 4 * (g >> 2)), g);
         float st[8][4], dp[8][4]; /* S^T, then P^T; dP^T, then dS^T: 16 keys x 64 queries */
         for (int n = 0; n < 8; n++)
             for (int e = 0; e < 4; e++) st[n][e] = dp[n][e] = 0.0f;
@@ -904,13 +918,13 @@ static __host__ __device__ void fl_dq_block(const fl_args &A, int tid, int qb, i
         for (int e = 0; e < 4; e++) dq[n][e] = 0.0f;
     const float scl = v->drop ? v->scale : 1.0f, alpha = v->alpha;
     const int kend = v->causal && q0 + FL_TILE < L ? q0 + FL_TILE : L, causal = v->causal, keymask = v->keymask;
-    const uint64_t seed = A.seed, er0 = (ebase + (uint64_t)r0) * (uint64_t)J, er1 = (ebase + (uint64_t)r1) * (uint64_t)J;
+    const uint64_t er0 = (ebase + (uint64_t)r0) * (uint64_t)J, er1 = (ebase + (uint64_t)r1) * (uint64_t)J;
     fl_load_kv<T, P>(A, S, 0, K, V, s, 0, L, tid);
     for (int k0 = 0, b = 0; k0 < kend; k0 += FL_TILE, b ^= 1) {
         fl_cp_wait<0>();
         fl_sync();
         if (k0 + FL_TILE < kend) fl_load_kv<T, P>(A, S, b ^ 1, K, V, s, k0 + FL_TILE, L, tid);
-        const uint32_t keep = fl_keep_rows(v, seed, er0 + (uint64_t)k0, er1 + (uint64_t)k0, t);
+        const uint32_t keep = fl_keep_rows(v, A.rk, er0 + (uint64_t)k0, er1 + (uint64_t)k0, t);
         float sc[8][4], dp[8][4];
         fl_scores<T, P, 1>(&sc, &qa, S.k(b), g, t);
         fl_scores<T, P, 1>(&dp, &oa, S.v(b), g, t); /* dP = dctx V^T: V's rows as K's */
@@ -1091,6 +1105,7 @@ dm_status dmc_flash_run(const dmc_varlen *v, uint64_t seed, int emu, cudaStream_
     fl_args A;
     A.v = *v;
     A.seed = seed;
+    dmc_philox_keys(seed, A.rk);
     const uintptr_t al = (uintptr_t)v->q | (uintptr_t)v->k | (uintptr_t)v->v |
                          (v->bwd ? (uintptr_t)v->dctx : 0);
     A.vec16 = al % 16 == 0 && v->ldq % 8 == 0 && (!v->bwd || v->ldc % 8 == 0);

@@ -42,6 +42,17 @@ __host__ __device__ __forceinline__ uint32_t dmc_umulhi(uint32_t a, uint32_t b) 
 #endif
 }
 
+/* One round of a block: x = (x0, x1, x2, x3) under the round's key (k0, k1). */
+__host__ __device__ __forceinline__ void dmc_philox_round(uint32_t &x0, uint32_t &x1, uint32_t &x2, uint32_t &x3,
+                                                          uint32_t k0, uint32_t k1) {
+    const uint32_t lo0 = DMC_PHILOX_M0 * x0, hi0 = dmc_umulhi(DMC_PHILOX_M0, x0);
+    const uint32_t lo1 = DMC_PHILOX_M1 * x2, hi1 = dmc_umulhi(DMC_PHILOX_M1, x2);
+    x0 = hi1 ^ x1 ^ k0;
+    x2 = hi0 ^ x3 ^ k1;
+    x1 = lo1;
+    x3 = lo0;
+}
+
 /* One block: 10 rounds, the key bumped before every round but the first (as
  * dm_philox4x32_10). */
 __host__ __device__ __forceinline__ uint4 dmc_philox4x32_10(uint32_t x0, uint32_t x1, uint32_t x2,
@@ -52,15 +63,23 @@ DMC_UNROLL
             k0 += DMC_PHILOX_W0;
             k1 += DMC_PHILOX_W1;
         }
-        uint32_t lo0 = DMC_PHILOX_M0 * x0, hi0 = dmc_umulhi(DMC_PHILOX_M0, x0);
-        uint32_t lo1 = DMC_PHILOX_M1 * x2, hi1 = dmc_umulhi(DMC_PHILOX_M1, x2);
-        uint32_t y0 = hi1 ^ x1 ^ k0;
-        uint32_t y2 = hi0 ^ x3 ^ k1;
-        x0 = y0;
-        x1 = lo1;
-        x2 = y2;
-        x3 = lo0;
+        dmc_philox_round(x0, x1, x2, x3, k0, k1);
     }
+    return make_uint4(x0, x1, x2, x3);
+}
+
+/* The keys of a seed's ten rounds (rk[2r], rk[2r + 1]: the key plus r times the Weyl
+ * constants), for a kernel that draws many blocks: passed as its parameters, every round's
+ * xor takes its key as an operand, where dmc_philox4x32_10 adds it anew for each block. */
+__host__ __device__ inline void dmc_philox_keys(uint64_t seed, uint32_t rk[20]) {
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++, k0 += DMC_PHILOX_W0, k1 += DMC_PHILOX_W1) rk[2 * r] = k0, rk[2 * r + 1] = k1;
+}
+/* dmc_philox4x32_10 under those keys */
+__host__ __device__ __forceinline__ uint4 dmc_philox_keyed(uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3,
+                                                           const uint32_t rk[20]) {
+DMC_UNROLL
+    for (int r = 0; r < 10; r++) dmc_philox_round(x0, x1, x2, x3, rk[2 * r], rk[2 * r + 1]);
     return make_uint4(x0, x1, x2, x3);
 }
 
