@@ -119,26 +119,63 @@ static void test_words_vs_ref(void) {
 static void test_threshold(void) {
     CHECK(dm_dropout_threshold(0.0) == 0);
     CHECK(dm_dropout_threshold(-1.0) == 0);
-    CHECK(dm_dropout_threshold(0.5) == 0x80000000u);
-    CHECK(dm_dropout_threshold(0.1) == 429496729u); /* floor(0.1 * 2^32) */
-    CHECK(dm_dropout_threshold(0.999999999999) >= 4294967290u);
-    CHECK(dm_dropout_threshold(1.0) == 0xffffffffu);
+    CHECK(dm_dropout_threshold(0.5) == 0x8000u);
+    CHECK(dm_dropout_threshold(0.1) == 6553u); /* floor(0.1 * 2^16) */
+    CHECK(dm_dropout_threshold(0.9999) == 65529u); /* floor(65529.4) */
+    CHECK(dm_dropout_threshold(0.999999999999) == 65535u);
+    CHECK(dm_dropout_threshold(1.0) == 0xffffu);
+    /* the text pipeline's fractions keep whole words */
+    CHECK(dm_fraction_threshold(0.5) == 0x80000000u);
+    CHECK(dm_fraction_threshold(0.1) == 429496729u); /* floor(0.1 * 2^32) */
+    CHECK(dm_fraction_threshold(1.0) == 0xffffffffu);
+    CHECK(dm_fraction_threshold(-1.0) == 0);
+}
+
+/* The dropout's 16-bit uniforms: from every start parity and length, against the definition
+ * (half n & 1 of word n >> 1, dm_dropout_uniform_ref, and once more from the words), and
+ * the values tests/ref/philox.py prints (the PyTorch references' convention). */
+static void test_uniforms(void) {
+    static const uint32_t want[8] = {0xf163, 0x9b39, 0x0930, 0x0fe1, 0xff63, 0x9a7d, 0x6b04, 0x8ddb};
+    uint32_t u[8];
+    dm_dropout_uniforms(0x0123456789abcdefull, 2, 5, 8, u);
+    CHECK(memcmp(u, want, sizeof u) == 0);
+    enum { MAXN = 300, GUARD = 4 };
+    static uint32_t buf[MAXN + 2 * GUARD];
+    static const uint64_t starts[] = {0, 1, 2, 3, 7, 8, 9, 2 * (4ull * 0xffffffffull) - 3, UINT64_MAX - 400};
+    int bad = 0, clobbered = 0;
+    for (size_t a = 0; a < sizeof starts / sizeof starts[0]; a++)
+        for (int64_t n = 0; n <= MAXN; n += n < 20 ? 1 : 37) {
+            for (int g = 0; g < MAXN + 2 * GUARD; g++) buf[g] = 0xa5a5a5a5u;
+            dm_dropout_uniforms(99, 1, starts[a], n, buf + GUARD);
+            for (int64_t c = 0; c < n; c++) {
+                const uint64_t e = starts[a] + (uint64_t)c;
+                uint32_t w;
+                dm_philox_words_ref(99, 1, e >> 1, 1, &w);
+                bad += buf[GUARD + c] != dm_dropout_uniform_ref(99, 1, e) ||
+                       buf[GUARD + c] != ((e & 1) ? w >> 16 : (w & 0xFFFFu));
+            }
+            for (int g = 0; g < GUARD; g++)
+                clobbered += buf[g] != 0xa5a5a5a5u || buf[GUARD + n + g] != 0xa5a5a5a5u;
+        }
+    printf("dropout uniforms: %d wrong, %d clobbered guards\n", bad, clobbered);
+    CHECK(bad == 0);
+    CHECK(clobbered == 0);
 }
 
 /* Kept fraction at p = 0.1 over 1M draws of each stream: sd = sqrt(0.09 / 1e6) = 3e-4;
  * a margin of 3e-3 is ten standard deviations (and the draws are deterministic). Also the
- * mean of u / 2^32 (sd 2.9e-4) and that the streams differ. */
+ * mean of u / 2^16 (sd 2.9e-4) and that the streams differ. */
 static void test_keep_fraction(void) {
     enum { N = 1 << 20 };
     static uint32_t u[4][N];
     const uint32_t thr = dm_dropout_threshold(0.1);
     for (uint32_t s = 1; s <= 3; s++) {
-        dm_philox_words(2024, s, 0, N, u[s]);
+        dm_dropout_uniforms(2024, s, 0, N, u[s]);
         long kept = 0;
         double mean = 0;
         for (int t = 0; t < N; t++) {
             kept += u[s][t] >= thr;
-            mean += u[s][t] * (1.0 / 4294967296.0);
+            mean += u[s][t] * (1.0 / 65536.0);
         }
         double frac = (double)kept / N;
         mean /= N;
@@ -147,9 +184,9 @@ static void test_keep_fraction(void) {
         CHECK(fabs(frac - 0.9) < 3e-3);
         CHECK(fabs(mean - 0.5) < 3e-3);
     }
-    long same = 0;
-    for (int t = 0; t < N; t++) same += u[1][t] == u[2][t] || u[2][t] == u[3][t];
-    CHECK(same < 8);
+    long same = 0; /* 16-bit values: two streams' equal by chance 2^-16 of the time (32 expected) */
+    for (int t = 0; t < N; t++) same += (u[1][t] == u[2][t]) + (u[2][t] == u[3][t]);
+    CHECK(same < 100);
     /* p = 0 keeps everything */
     long dropped0 = 0;
     for (int t = 0; t < N; t++) dropped0 += !(u[1][t] >= dm_dropout_threshold(0.0));
@@ -162,6 +199,7 @@ int main(void) {
     test_python_convention();
     test_words_vs_ref();
     test_threshold();
+    test_uniforms();
     test_keep_fraction();
     TEST_END();
 }

@@ -573,21 +573,21 @@ int main(void) {
         variant(1, 1, 0.1, 1, DM_SCHED_UNFUSED, DM_DEVICE_CUDA, DM_ROWS_INTERP);
         model_pair(DM_MODEL_HEAD_MLM, DM_XENT_UNFUSED, 0.1, DM_DEVICE_CUDA);
         unsetenv("DMOVE_CUDA_LIVE_ROUND_K");
-        /* j = 70 and 67: a run of 4 keys across two Philox blocks (each lane draws its own
-         * words: P = 64 at j = 67 below, as one op); 72 and 68: every run one block (the lanes
-         * share them: fl_words_rows/cols) */
+        /* j = 70 and 67, not multiples of 8: each lane draws its own uniforms, a pair of
+         * them across two Philox blocks at times (P = 64 at j = 67 below, as one op); 72 and
+         * 136: every 8 keys of a row one block (the lanes share them: fl_keep_rows/cols) */
         flash_variant(64, 0, 0.1, DM_DTYPE_BF16, 72);
         flash_variant(64, 1, 0.0, DM_DTYPE_FP16, 70);
         flash_variant(128, 1, 0.1, DM_DTYPE_BF16, 70);
         flash_variant(128, 1, 0.1, DM_DTYPE_BF16, 72);
         /* the forward's warps on 32 queries each (blocks of 128), across two blocks */
         setenv("DMOVE_CUDA_FLASH_MT", "2", 1);
-        flash_variant(64, 0, 0.1, DM_DTYPE_BF16, 132);
+        flash_variant(64, 0, 0.1, DM_DTYPE_BF16, 136);
         flash_variant(64, 1, 0.0, DM_DTYPE_FP16, 70);
         unsetenv("DMOVE_CUDA_FLASH_MT");
         attn_op_variant(0, 0.1, DM_DEVICE_CUDA);
         attn_op_flash(64, 0.1, DM_DTYPE_BF16, 67); /* odd j: a pair of scores across two Philox blocks */
-        attn_op_flash(64, 0.1, DM_DTYPE_BF16, 68);
+        attn_op_flash(64, 0.1, DM_DTYPE_BF16, 72);
         attn_op_flash(128, 0.0, DM_DTYPE_FP16, 70);
         if (!strcmp(getenv("DMOVE_CUDA_EMULATE"), "1")) { /* the generated kernels' device text, lane by lane */
             setenv("DMOVE_CUDA_EMULATE", "lanes", 1);

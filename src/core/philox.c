@@ -1,6 +1,7 @@
 /* philox.c: Philox-4x32-10 (Salmon et al., SC'11; Random123 constants) and the word
  * stream dmove's dropout masks are cut from (definition in philox.h).
  *
+ * dm_dropout_uniforms cuts 16-bit uniforms, two an element pair, from those words.
  * dm_philox_words has a naive reference (one block per word, dm_philox_words_ref, used by
  * the tests) and a fast path that runs many counters side by side:
  *  - with AVX2: 64-bit lanes, 4 blocks per register and PHILOX_GROUPS registers in flight.
@@ -216,4 +217,31 @@ void dm_philox_words(uint64_t seed, uint32_t stream, uint64_t start, int64_t n,
         philox_small(k0, k1, stream, idx >> 2, buf);
         memcpy(out + pos, buf, (size_t)(n - pos) * sizeof(uint32_t));
     }
+}
+
+void dm_dropout_uniforms(uint64_t seed, uint32_t stream, uint64_t start, int64_t n, uint32_t *u) {
+    enum { CHUNK = 512 }; /* elements a round: their words, then their halves widened */
+    uint32_t w[CHUNK / 2 + 1];
+    for (int64_t c0 = 0; c0 < n; c0 += CHUNK) {
+        const int64_t m = n - c0 < CHUNK ? n - c0 : CHUNK;
+        const uint64_t s = start + (uint64_t)c0, m0 = s >> 1, nw = ((s + (uint64_t)m - 1) >> 1) - m0 + 1;
+        const int odd = (int)(s & 1);
+        dm_philox_words(seed, stream, m0, (int64_t)nw, w);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        uint16_t h[CHUNK + 2]; /* word k's low half at 2k, high at 2k + 1 */
+        memcpy(h, w, nw * sizeof(uint32_t));
+        for (int64_t c = 0; c < m; c++) u[c0 + c] = h[c + odd];
+#else
+        for (int64_t c = 0; c < m; c++) {
+            const int64_t i = c + odd;
+            u[c0 + c] = (w[i >> 1] >> (16 * (i & 1))) & 0xFFFFu;
+        }
+#endif
+    }
+}
+
+uint32_t dm_dropout_uniform_ref(uint64_t seed, uint32_t stream, uint64_t n) {
+    uint32_t w;
+    dm_philox_words_ref(seed, stream, n >> 1, 1, &w);
+    return (w >> (16 * (n & 1))) & 0xFFFFu;
 }

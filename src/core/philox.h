@@ -1,14 +1,19 @@
 /* philox.h: Philox-4x32-10 counter-based RNG and dmove's dropout mask definition.
  *
+ * Word m of stream `stream` under `seed` (dm_philox_words) is
+ *   key     = (seed & 0xffffffff, seed >> 32)
+ *   counter = ((m >> 2) & 0xffffffff, (m >> 2) >> 32, stream, 0)
+ *   word    = word (m & 3) of philox4x32_10(counter, key)
  * The mask of dropout site `stream` (1 attention probs (b,h,j,k), 2 attention output
  * (b,j,i), 3 FFN output (b,j,i)) at linear element index n (row-major in the canonical
- * shape given) is defined, identically on every backend and schedule, as:
- *   key     = (seed & 0xffffffff, seed >> 32)
- *   counter = ((n >> 2) & 0xffffffff, (n >> 2) >> 32, stream, 0)
- *   u       = word (n & 3) of philox4x32_10(counter, key)
- *   keep    = u >= dm_dropout_threshold(p), threshold = floor(p * 2^32) (p in [0,1))
+ * shape given) is defined, identically on every backend and schedule, by 16 random bits
+ * per element, two elements a word:
+ *   u       = bits 16 (n & 1) .. 16 (n & 1) + 15 of word n >> 1   (0 .. 65535)
+ *   keep    = u >= dm_dropout_threshold(p), threshold = floor(p * 2^16) (p in [0,1))
  *   y       = keep ? x / (1 - p) : 0
- * tests/ref/philox.py implements the same in NumPy for the PyTorch references. */
+ * (a kept fraction within 2^-16 of 1 - p; half the Philox work of a word an element, which
+ * on the GPU is most of the flash attention's dropout). tests/ref/philox.py implements the
+ * same in NumPy for the PyTorch references. */
 #ifndef DM_PHILOX_H
 #define DM_PHILOX_H
 
@@ -27,7 +32,23 @@ void dm_philox_words(uint64_t seed, uint32_t stream, uint64_t start, int64_t n, 
 void dm_philox_words_ref(uint64_t seed, uint32_t stream, uint64_t start, int64_t n,
                          uint32_t *out);
 
+/* u[c] for c < n: the dropout's 16-bit uniform of element index start + c (the definition
+ * above), each in a 32-bit slot (u holds n). */
+void dm_dropout_uniforms(uint64_t seed, uint32_t stream, uint64_t start, int64_t n, uint32_t *u);
+/* The same for one element, from dm_philox_words_ref (for references and tests). */
+uint32_t dm_dropout_uniform_ref(uint64_t seed, uint32_t stream, uint64_t n);
+
+/* The dropout's threshold: floor(p * 2^16), 0 for p <= 0, 65535 at p >= 1 - 2^-16. */
 static inline uint32_t dm_dropout_threshold(double p) {
+    double t = p * 65536.0;
+    if (t <= 0) return 0;
+    if (t >= 65535.0) return 65535u;
+    return (uint32_t)t; /* floor */
+}
+
+/* A fraction's threshold on a whole 32-bit word (a word >= it with probability 1 - p):
+ * floor(p * 2^32), clamped to [0, 2^32 - 1] (the text pipeline's draws). */
+static inline uint32_t dm_fraction_threshold(double p) {
     double t = p * 4294967296.0;
     if (t <= 0) return 0;
     if (t >= 4294967295.0) return 4294967295u;

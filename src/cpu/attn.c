@@ -37,7 +37,7 @@ static void mm(int ta, int tb, int m, int n, int k, float alpha, const float *A,
 }
 
 /* Row j of item (s, h)'s dropped probabilities: d[c] = keep ? p[c] / (1 - prob) : 0 for
- * c < n (the keys it sees); the mask's words at the padded index. */
+ * c < n (the keys it sees); the mask's uniforms at the padded index. */
 static void drop_row(const dm_attn_dims *a, uint64_t seed, int64_t s, int64_t h, int64_t j, const float *p, float *d,
                      int64_t n, uint32_t *w) {
     if (a->p <= 0) {
@@ -46,7 +46,7 @@ static void drop_row(const dm_attn_dims *a, uint64_t seed, int64_t s, int64_t h,
     }
     const uint32_t thr = dm_dropout_threshold(a->p);
     const float scale = (float)(1.0 / (1.0 - a->p));
-    dm_philox_words(seed, (uint32_t)a->stream, (uint64_t)(((s * a->H + h) * a->J + j) * a->J), n, w);
+    dm_dropout_uniforms(seed, (uint32_t)a->stream, (uint64_t)(((s * a->H + h) * a->J + j) * a->J), n, w);
     for (int64_t c = 0; c < n; c++) d[c] = w[c] >= thr ? p[c] * scale : 0.0f;
 }
 

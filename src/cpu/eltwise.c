@@ -11,7 +11,7 @@
 #include "cpu/kernels.h"
 #include "cpu/vmath.h"
 
-/* Random words of this row, then y = keep ? x * scale : 0. Used forward and backward:
+/* The dropout's uniforms of this row, then y = keep ? x * scale : 0. Used forward and backward:
  * the same (seed, stream, element index) gives the same mask. */
 static void dropout_row(const dm_row *rw, const float *x, float *y) {
     int64_t n = rw->cols;
@@ -22,7 +22,7 @@ static void dropout_row(const dm_row *rw, const float *x, float *y) {
     uint32_t thr = dm_dropout_threshold(rw->op->p);
     float scale = (float)(1.0 / (1.0 - rw->op->p));
     uint32_t *restrict w = rw->words;
-    dm_philox_words(rw->seed, (uint32_t)rw->op->stream, (uint64_t)(rw->key * n), n, w);
+    dm_dropout_uniforms(rw->seed, (uint32_t)rw->op->stream, (uint64_t)(rw->key * n), n, w);
     for (int64_t c = 0; c < n; c++) y[c] = w[c] >= thr ? x[c] * scale : 0.0f;
 }
 

@@ -122,8 +122,7 @@ static void ref_attn(const dm_op *op, uint64_t seed, int64_t B, const float *con
                 for (int64_t c = 0; c < L; c++) sum += (pr[j * J + c] = exp(pr[j * J + c] - m));
                 for (int64_t c = 0; c < L; c++) {
                     const int64_t e = ((s * H + h) * J + j) * J + c;
-                    uint32_t w;
-                    dm_philox_words_ref(seed, (uint32_t)op->stream, (uint64_t)e, 1, &w);
+                    const uint32_t w = dm_dropout_uniform_ref(seed, (uint32_t)op->stream, (uint64_t)e);
                     pr[j * J + c] = bwd ? in[4][e] : pr[j * J + c] / sum;
                     dr[j * J + c] = op->p > 0 && w < thr ? 0.0 : pr[j * J + c] * keep;
                     if (!bwd) out[1][e] = (float)pr[j * J + c];
@@ -146,8 +145,7 @@ static void ref_attn(const dm_op *op, uint64_t seed, int64_t B, const float *con
                 }
                 for (int64_t c = 0; c < L; c++) {
                     const int64_t e = ((s * H + h) * J + j) * J + c;
-                    uint32_t w;
-                    dm_philox_words_ref(seed, (uint32_t)op->stream, (uint64_t)e, 1, &w);
+                    const uint32_t w = dm_dropout_uniform_ref(seed, (uint32_t)op->stream, (uint64_t)e);
                     ds[j * J + c] = op->p > 0 && w < thr ? 0.0 : ds[j * J + c] * keep;
                     dot += ds[j * J + c] * pr[j * J + c];
                 }
@@ -242,8 +240,7 @@ void dm_ref_op(const dm_op *op, uint64_t seed, int64_t mask_groups, const float 
     case DM_OP_DROPOUT_BWD: {
         uint32_t thr = dm_dropout_threshold(op->p);
         for (int64_t e = 0; e < R * C; e++) {
-            uint32_t w;
-            dm_philox_words_ref(seed, (uint32_t)op->stream, (uint64_t)e, 1, &w);
+            const uint32_t w = dm_dropout_uniform_ref(seed, (uint32_t)op->stream, (uint64_t)e);
             out[0][e] = (op->p > 0 && w < thr) ? 0.0f : (float)(a[e] / (1.0 - op->p));
         }
         break;

@@ -99,16 +99,17 @@ static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t kr, int64_t n, flo
             for (int64_t c = 0; c < n; c++) Y(c, A(c));
             break;
         }
-        /* whole Philox blocks over the row's element indices */
+        /* whole Philox blocks over the row's element indices (8 uniforms each) */
         uint64_t start = (uint64_t)kr * (uint64_t)n, end = start + (uint64_t)n;
-        for (uint64_t q = start >> 2; q <= (end - 1) >> 2; q++) {
+        for (uint64_t q = start >> 3; q <= (end - 1) >> 3; q++) {
             uint32_t w[4];
             dm_philox_words_ref(seed, op->stream, 4 * q, 4, w);
-            for (int j = 0; j < 4; j++) {
-                uint64_t e = 4 * q + (uint64_t)j;
+            for (int j = 0; j < 8; j++) {
+                uint64_t e = 8 * q + (uint64_t)j;
                 if (e < start || e >= end) continue;
                 int64_t c = (int64_t)(e - start);
-                Y(c, w[j] >= op->drop_thr ? A(c) * op->drop_scale : 0.0f);
+                const uint32_t u = (w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
+                Y(c, u >= op->drop_thr ? A(c) * op->drop_scale : 0.0f);
             }
         }
         break;

@@ -6,7 +6,7 @@
  *     mma.sync m16n8k16, the padding (keys past the sequence) and causal masks, or the
  *     attention mask's terms (keymask: the padded layer's attention_mask, whole
  *     sequences), an online softmax (running maximum and sum per row), the dropout (the
- *     CPU's Philox words of the padded element index (s, h, j, k), drawn as bits for the
+ *     CPU's 16-bit uniforms of the padded element index (s, h, j, k), drawn as bits for the
  *     tile before its products, the lanes sharing each Philox block: fl_keep_rows and
  *     fl_keep_cols), and O += dropped(P) V
  *     with P straight from the accumulators as the next MMA's operand. Writes the context
@@ -257,8 +257,7 @@ static dm_status fl_sim_run(int gx, int gy, int gz, size_t smem_bytes,
 
 struct fl_args {
     dmc_varlen v;
-    uint64_t seed;
-    uint32_t rk[20]; /* the seed's round keys (dmc_philox_keys), as parameters */
+    uint32_t rk[20]; /* the dropout seed's round keys (dmc_philox_keys), as parameters */
     int vec16; /* every token-row operand 16-byte aligned with a row stride of 8 elements */
     int mt;    /* the forward's 16-row tiles a warp at P = 64 (1 or 2: DMOVE_CUDA_FLASH_MT) */
 };
@@ -390,101 +389,120 @@ static __host__ __device__ __forceinline__ float fl_mask_term(const dmc_varlen *
 static __host__ __device__ __forceinline__ uint4 fl_block(const dmc_varlen *v, const uint32_t *rk, uint64_t blk) {
     return dmc_philox_keyed((uint32_t)blk, (uint32_t)(blk >> 32), v->stream, 0u, rk);
 }
-
-/* The dropout's Philox words of a lane's four elements of an 8-column block (the
- * accumulators' c[0..3]: rows r0, r1 = r0 + 8, columns 2t, 2t + 1), the lanes sharing the
- * work: element (row, col) has the word e(row, col) of the Philox stream, the block
- * e / 4's word e % 4 (the CPU's masks). Where each 4-aligned run of 4 columns is one
- * block (e(r, c0) % 4 == 0 for every row: the sequence's J a multiple of 4, c0 of 8), the
- * quad's 16 words are 4 blocks: lane t computes the one of row t & 1, columns 4 (t >> 1)
- * .. + 3, keeps its own two words and swaps the other two with lane t ^ 1 (one Philox a
- * lane instead of two); else each lane computes its pairs' (kept2's). er0, er1: e(r0, c0),
- * e(r1, c0). Every lane of the warp calls it (shuffles). */
-static __host__ __device__ __forceinline__ void fl_words_rows(const dmc_varlen *v, const uint32_t *rk, int aligned,
-                                                             uint64_t er0, uint64_t er1, int t, uint32_t wd[4]) {
-    if (aligned) {
-        const int lo = t & 1;
-        const uint4 b = fl_block(v, rk, ((lo ? er1 : er0) >> 2) + (uint64_t)(t >> 1));
-        const uint32_t k0 = lo ? b.z : b.x, k1 = lo ? b.w : b.y; /* this lane's columns of its row */
-        const uint32_t g0 = fl_shfl_xor(lo ? b.x : b.z, 1), g1 = fl_shfl_xor(lo ? b.y : b.w, 1);
-        wd[0] = lo ? g0 : k0, wd[1] = lo ? g1 : k1, wd[2] = lo ? k0 : g0, wd[3] = lo ? k1 : g1;
-        return;
-    }
-    for (int i = 0; i < 2; i++) {
-        const uint64_t e = (i ? er1 : er0) + (uint64_t)(2 * t);
-        const uint4 b = fl_block(v, rk, e >> 2);
-        const int j = (int)(e & 3);
-        wd[2 * i] = dmc_uint4_word(b, j);
-        wd[2 * i + 1] = j < 3 ? dmc_uint4_word(b, j + 1) : fl_block(v, rk, (e >> 2) + 1).x;
-    }
+/* element e's 16-bit uniform (core/philox.h: half e & 1 of word e >> 1, block e >> 3) */
+static __host__ __device__ __forceinline__ uint32_t fl_uniform(const dmc_varlen *v, const uint32_t *rk, uint64_t e) {
+    return dmc_uniform_of(fl_block(v, rk, e >> 3), e);
+}
+/* 1 where a word's halves (lo: bit 0, hi: bit 1) are kept (>= thr) */
+static __host__ __device__ __forceinline__ uint32_t fl_kept2(uint32_t w, uint32_t thr) {
+    return (uint32_t)((w & 0xFFFFu) >= thr) | (uint32_t)((w >> 16) >= thr) << 1;
 }
 
-/* The same for the dK dV block's transposed elements (rows: keys key0 = kb + g, key1 = key0 +
- * 8; columns: queries c, c + 1; c[x]: query c + (x & 1), key x >> 1 ? key1 : key0), whose
- * 4-aligned runs go down the keys: with J a multiple of 4 and kb of 16 the four lanes
- * g = 4m .. 4m + 3 (lanes 16m + 4j + t) need 4 blocks (queries c, c + 1, keys 4m .. + 3
- * and 8 + 4m .. + 3), lane j computes block j (query c + (j & 1), the keys of half j >> 1)
- * and a 4 x 4 transpose by two swaps (lanes ^ 4, then ^ 8) hands each lane its word of each
- * (one Philox a lane instead of four). eq0: e(c, kb + 4m), the block row's start. */
-static __host__ __device__ __forceinline__ void fl_words_cols(const dmc_varlen *v, const uint32_t *rk, int aligned,
-                                                             uint64_t eq0, uint64_t J, int g, uint32_t wd[4]) {
-    if (aligned) {
-        const int j = g & 3, b0 = j & 1, b1 = j >> 1;
-        const uint4 b = fl_block(v, rk, (eq0 + (uint64_t)b0 * J + (uint64_t)(8 * b1)) >> 2);
-        /* swap 1 (lane j ^ 1): keep the words y with y & 1 == j & 1, send the others */
-        const uint32_t a0 = b0 ? b.y : b.x, a1 = b0 ? b.w : b.z; /* M[j][b0], M[j][b0 + 2] */
-        const uint32_t r0 = fl_shfl_xor(b0 ? b.x : b.y, 4), r1 = fl_shfl_xor(b0 ? b.z : b.w, 4);
-        /* now M[j ^ 1][b0] (r0), M[j ^ 1][b0 + 2] (r1); swap 2 (lane j ^ 2): keep y == j */
-        const uint32_t own = b1 ? a1 : a0, nb = b1 ? r1 : r0;
-        const uint32_t s0 = fl_shfl_xor(b1 ? a0 : a1, 8), s1 = fl_shfl_xor(b1 ? r0 : r1, 8);
-        /* M[j][j] own, M[j ^ 1][j] nb, M[j ^ 2][j] s0, M[j ^ 3][j] s1: c[x] is M[x][j] */
-        for (int x = 0; x < 4; x++) {
-            const int d = x ^ j;
-            wd[x] = d == 0 ? own : d == 1 ? nb : d == 2 ? s0 : s1;
-        }
-        return;
-    }
-    for (int x = 0; x < 4; x++) {
-        const uint64_t e = eq0 + (uint64_t)(x & 1) * J + (uint64_t)((g & 3) + 8 * (x >> 1));
-        wd[x] = dmc_uint4_word(fl_block(v, rk, e >> 2), (int)(e & 3));
-    }
+/* A 4 x 4 transpose across four lanes, by two swaps: the lane at j (bit 0 its lane id's bit
+ * o1, bit 1 its bit o2; the others' bits alike) holds row j of M (b = M[j][0 .. 3]) and gets
+ * column j, in the order of j ^ s: out[d] = M[j ^ d][j] (fl_perm puts what is computed from
+ * them in the order of s). Every lane of the warp calls it (shuffles). */
+static __host__ __device__ __forceinline__ void fl_transpose4(uint4 b, int j, int o1, int o2, uint32_t out[4]) {
+    const int j0 = j & 1, j1 = j >> 1;
+    /* swap 1 (lane j ^ 1): keep the words y with y & 1 == j & 1, send the others */
+    const uint32_t a0 = j0 ? b.y : b.x, a1 = j0 ? b.w : b.z; /* M[j][j0], M[j][j0 + 2] */
+    const uint32_t r0 = fl_shfl_xor(j0 ? b.x : b.y, o1), r1 = fl_shfl_xor(j0 ? b.z : b.w, o1);
+    /* now M[j ^ 1][j0] (r0), M[j ^ 1][j0 + 2] (r1); swap 2 (lane j ^ 2): keep y == j */
+    out[0] = j1 ? a1 : a0, out[1] = j1 ? r1 : r0;
+    out[2] = fl_shfl_xor(j1 ? a0 : a1, o2), out[3] = fl_shfl_xor(j1 ? r0 : r1, o2);
 }
-
-/* bits with block n's four keep bits (word >= thr) moved in from the top: after the 8 blocks
- * of a tile block n's are bits 4n .. 4n + 3 (shifts by constants, with the loop over n
- * partly unrolled) */
-static __host__ __device__ __forceinline__ uint32_t fl_nibble_in(uint32_t bits, const uint32_t wd[4], uint32_t thr) {
-    const uint32_t nib = (uint32_t)(wd[0] >= thr) | (uint32_t)(wd[1] >= thr) << 1 | (uint32_t)(wd[2] >= thr) << 2 |
-                         (uint32_t)(wd[3] >= thr) << 3;
-    return bits >> 4 | nib << 28;
+/* v's groups of W bits, 4 to a nibble's or byte's width, from the order d to the order
+ * s = j ^ d (each group d moves to j ^ d): W = 2 a byte's groups, W = 1 each nibble's */
+template <int W> static __host__ __device__ __forceinline__ uint32_t fl_perm(uint32_t v, int j) {
+    const uint32_t m1 = W == 2 ? 0x33u : 0x55u, m2 = W == 2 ? 0x0Fu : 0x33u;
+    if (j & 1) v = (v & m1) << W | (v >> W & m1);
+    if (j & 2) v = (v & m2) << (2 * W) | (v >> (2 * W) & m2);
+    return v;
 }
 
 /* Which of a lane's 32 elements of a 64-column tile the dropout keeps, as bits (n * 4 + e:
- * block n's c[e]), all kept without dropout: fl_words_rows's words (er0, er1: e(r0, k0),
- * e(r1, k0)) against the threshold, one register for the tile, computed before its
- * products (while fewer registers are live) */
+ * 8-column block n's c[e]: rows r0, r1 = r0 + 8 (e >> 1), columns 2t, 2t + 1 (e & 1)), all
+ * kept without dropout; er0, er1: the element indices of (r0, the tile's first column) and
+ * (r1, ...). Computed before the tile's products (while fewer registers are live).
+ * Where the sequence's J is a multiple of 8, each row's 8 columns of a block are one Philox
+ * block, whose word t holds columns 2t and 2t + 1: the quad's lanes compute the 4 blocks of
+ * two column blocks' rows (one a lane) and a 4 x 4 transpose hands lane t word t of each.
+ * Else each lane draws its own. Every lane of the warp calls it (shuffles). */
 static __host__ __device__ __forceinline__ uint32_t fl_keep_rows(const dmc_varlen *v, const uint32_t *rk, uint64_t er0,
                                                                  uint64_t er1, int t) {
     if (!v->drop) return 0xFFFFFFFFu;
+    const uint32_t thr = v->thr;
     uint32_t bits = 0;
-    FL_UNROLL2 /* two blocks' Philox chains at a time: all 8 at once cost registers the products need */
+    if (v->J % 8 == 0) {
+        FL_UNROLL2 /* two pairs' Philox chains at a time: all 4 at once cost registers the products need */
+        for (int i = 0; i < 4; i++) { /* column blocks 2i and 2i + 1; lane t's: row t & 1 of block 2i + (t >> 1) */
+            uint32_t w[4]; /* w[d]: word t of lane t ^ d's block */
+            fl_transpose4(fl_block(v, rk, (((t & 1) ? er1 : er0) + (uint64_t)(16 * i + 8 * (t >> 1))) >> 3), t, 1, 2, w);
+            const uint32_t byte = fl_perm<2>(fl_kept2(w[0], thr) | fl_kept2(w[1], thr) << 2 | fl_kept2(w[2], thr) << 4 |
+                                                 fl_kept2(w[3], thr) << 6,
+                                             t);
+            bits = bits >> 8 | byte << 24; /* after the 4 pairs, pair i's at bits 8i .. 8i + 7 */
+        }
+        return bits;
+    }
+    FL_UNROLL2
     for (int n = 0; n < 8; n++) {
-        uint32_t wd[4];
-        fl_words_rows(v, rk, v->J % 4 == 0, er0 + (uint64_t)(8 * n), er1 + (uint64_t)(8 * n), t, wd);
-        bits = fl_nibble_in(bits, wd, v->thr);
+        uint32_t nib = 0;
+        for (int r = 0; r < 2; r++) { /* the row's two columns: one block, or two across its end */
+            const uint64_t e = (r ? er1 : er0) + (uint64_t)(8 * n + 2 * t);
+            const uint4 b = fl_block(v, rk, e >> 3);
+            const uint32_t u1 = ((e + 1) & 7) ? dmc_uniform_of(b, e + 1) : fl_uniform(v, rk, e + 1);
+            nib |= ((uint32_t)(dmc_uniform_of(b, e) >= thr) | (uint32_t)(u1 >= thr) << 1) << (2 * r);
+        }
+        bits = bits >> 4 | nib << 28;
     }
     return bits;
 }
-/* the same for the dK dV block's transposed tile (fl_words_cols; eq0: e(q0 + 2t, the first
- * key of this lane's run of 4)) */
-static __host__ __device__ __forceinline__ uint32_t fl_keep_cols(const dmc_varlen *v, const uint32_t *rk, uint64_t eq0, int g) {
+
+/* The same for the dK dV block's transposed tile: rows keys key0 = kb + g, key1 = key0 + 8
+ * (c[x]: key x >> 1 ? key1 : key0), columns queries c, c + 1 (x & 1), c = q0 + 8n + 2t;
+ * eq0: the element index of (q0 + 2t, kb). With J a multiple of 8 (kb is of 16), the keys kb
+ * .. kb + 7 of a query are one Philox block, key kb + g in half g & 1 of its word g >> 1: the
+ * lanes g = 2i, 2i + 1 (the same t) both need word i of 4 blocks a column block (queries c
+ * and c + 1, keys kb.. and kb + 8..). Lane g computes block i of column block 2m + (g & 1),
+ * a 4 x 4 transpose among the lane pairs hands each word i of its column block's 4 (swaps
+ * across lane id bits 8 and 16), and a swap with lane g ^ 1 (lane id bit 4) of the halves
+ * each needs of the other's: one Philox a lane for two column blocks. Else each lane draws
+ * its own. Every lane of the warp calls it (shuffles). */
+static __host__ __device__ __forceinline__ uint32_t fl_keep_cols(const dmc_varlen *v, const uint32_t *rk, uint64_t eq0,
+                                                                 int g) {
     if (!v->drop) return 0xFFFFFFFFu;
+    const uint32_t thr = v->thr;
+    const uint64_t J = (uint64_t)v->J;
     uint32_t bits = 0;
-    FL_UNROLL2 /* two blocks' Philox chains at a time: all 8 at once cost registers the products need */
+    if (J % 8 == 0) {
+        const int i = g >> 1, p = g & 1;
+        FL_UNROLL2
+        for (int m = 0; m < 4; m++) { /* column blocks 2m, 2m + 1 */
+            /* block i (queries c + (i & 1), keys kb + 8 (i >> 1) ..) of column block 2m + p */
+            const uint64_t e = eq0 + (uint64_t)(16 * m + 8 * p + (i & 1)) * J + (uint64_t)(8 * (i >> 1));
+            uint32_t w[4];
+            fl_transpose4(fl_block(v, rk, e >> 3), i, 8, 16, w); /* w[d]: word i of block i ^ d */
+            /* the partner's halves (1 - p) of these, for its column block; its of mine back
+             * (in the same order: its i is mine) */
+            const uint32_t sh = p ? 0u : 16u;
+            const uint32_t o0 = fl_shfl_xor((w[0] >> sh & 0xFFFFu) | (w[1] >> sh) << 16, 4),
+                           o1 = fl_shfl_xor((w[2] >> sh & 0xFFFFu) | (w[3] >> sh) << 16, 4);
+            uint32_t mine = 0, other = fl_kept2(o0, thr) | fl_kept2(o1, thr) << 2;
+            for (int d = 0; d < 4; d++) mine |= (uint32_t)(((w[d] >> (16 * p)) & 0xFFFFu) >= thr) << d;
+            const uint32_t byte = fl_perm<1>(p ? other | mine << 4 : mine | other << 4, i);
+            bits = bits >> 8 | byte << 24;
+        }
+        return bits;
+    }
+    FL_UNROLL2
     for (int n = 0; n < 8; n++) {
-        uint32_t wd[4];
-        fl_words_cols(v, rk, v->J % 4 == 0, eq0 + (uint64_t)(8 * n) * (uint64_t)v->J, (uint64_t)v->J, g, wd);
-        bits = fl_nibble_in(bits, wd, v->thr);
+        uint32_t nib = 0;
+        for (int x = 0; x < 4; x++) {
+            const uint64_t e = eq0 + (uint64_t)(8 * n + (x & 1)) * J + (uint64_t)(g + 8 * (x >> 1));
+            nib |= (uint32_t)(fl_uniform(v, rk, e) >= thr) << x;
+        }
+        bits = bits >> 4 | nib << 28;
     }
     return bits;
 }
@@ -804,9 +822,8 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
         fl_sync();
         if (q0 + FL_TILE < L) fl_load_q<T, P>(A, S, b ^ 1, Q, dO, mx, ls, D, q0 + FL_TILE, L, tid);
         const T *Qs = S.q(b), *Os = S.o(b);
-        /* from the first key of this lane's run of 4: the warp's, g's group */
-        uint32_t keep = fl_keep_cols(
-            v, A.rk, (ebase + (uint64_t)(q0 + 2 * t)) * (uint64_t)J + (uint64_t)(k0 + w * 16 + 4 * (g >> 2)), g);
+        /* from (query q0 + 2t, the warp's first key) */
+        uint32_t keep = fl_keep_cols(v, A.rk, (ebase + (uint64_t)(q0 + 2 * t)) * (uint64_t)J + (uint64_t)(k0 + w * 16), g);
         float st[8][4], dp[8][4]; /* S^T, then P^T; dP^T, then dS^T: 16 keys x 64 queries */
         for (int n = 0; n < 8; n++)
             for (int e = 0; e < 4; e++) st[n][e] = dp[n][e] = 0.0f;
@@ -835,8 +852,9 @@ static __host__ __device__ void fl_bwd_block(const fl_args &A, int tid, int kb, 
                                   (e & 1 ? l2.y : l2.x));
         }
         /* Only a tile with queries at or past L, or across the diagonal, tests each element
-         * (the warp's keys k0 + 16 w ..; keys at or past L need no test: their rows of dK and dV
-         * take nothing from the others and are not written) */
+         * (the warp's keys k0 + 16 w ..). Keys at or past L need no test: their K rows are
+         * zeros, so their terms may overflow (a sequence all masked: e^(FLT_MAX - log-sum)),
+         * but a row of dK and dV takes only its own key's, and theirs are not written. */
         if (q0 + FL_TILE > L || (v->causal && k0 + w * 16 + 15 > q0)) {
             FL_UNROLL
             for (int n = 0; n < 8; n++)
@@ -1104,7 +1122,6 @@ dm_status dmc_flash_run(const dmc_varlen *v, uint64_t seed, int emu, cudaStream_
     if (v->bwd) DM_TRY(dmc_flash_bwd_check(v));
     fl_args A;
     A.v = *v;
-    A.seed = seed;
     dmc_philox_keys(seed, A.rk);
     const uintptr_t al = (uintptr_t)v->q | (uintptr_t)v->k | (uintptr_t)v->v |
                          (v->bwd ? (uintptr_t)v->dctx : 0);

@@ -204,20 +204,20 @@ DMC_UNROLL
 }
 
 /* Inverted dropout of the chunk of element indices e0 .. e0 + n - 1: kept where the
- * Philox word (core/philox.h) is >= thr, scaled; as dropout_chunk in rows.cu. */
+ * element's 16-bit uniform (core/philox.h) is >= thr, scaled; as dropout_chunk in rows.cu. */
 DMG_HD void dmg_drop8(float v[8], int n, unsigned long long seed, unsigned stream,
                       unsigned long long e0, unsigned thr, float scale) {
-    unsigned long long q = e0 >> 2;
+    unsigned long long q = e0 >> 3;
     uint4 w = dmc_philox_block(seed, stream, q);
 DMC_UNROLL
     for (int e = 0; e < 8; e++) {
         if (e >= n) break;
         const unsigned long long idx = e0 + (unsigned long long)e;
-        if ((idx >> 2) != q) {
-            q = idx >> 2;
+        if ((idx >> 3) != q) {
+            q = idx >> 3;
             w = dmc_philox_block(seed, stream, q);
         }
-        v[e] = dmc_uint4_word(w, (int)(idx & 3)) >= thr ? v[e] * scale : 0.0f;
+        v[e] = dmc_uniform_of(w, idx) >= thr ? v[e] * scale : 0.0f;
     }
 }
 

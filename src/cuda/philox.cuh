@@ -1,7 +1,7 @@
 /* philox.cuh: Philox-4x32-10 on the device, bit-identical to src/core/philox.c, so that
  * a dropout mask is the same on the GPU as on the CPU (the definition is in
  * core/philox.h: key = seed halves, counter = (block index halves, stream, 0), word
- * n & 3 of block n >> 2). CUDA C++: nvcc (device and host code), and NVRTC, which
+ * m & 3 of block m >> 2 is word m; element n's uniform is half n & 1 of word n >> 1). CUDA C++: nvcc (device and host code), and NVRTC, which
  * compiles the generated kernels (src/cudagen/) with this text; the host versions serve
  * the generated kernels' host emulation. */
 #ifndef DM_CUDA_PHILOX_CUH
@@ -92,6 +92,15 @@ __host__ __device__ __forceinline__ uint4 dmc_philox_block(uint64_t seed, uint32
 
 __host__ __device__ __forceinline__ uint32_t dmc_uint4_word(uint4 w, int j) {
     return j == 0 ? w.x : j == 1 ? w.y : j == 2 ? w.z : w.w;
+}
+
+/* The dropout's 16-bit uniform of element index e (core/philox.h): half e & 1 of word e >> 1,
+ * which block e >> 3 (w) holds as its word (e >> 1) & 3 */
+__host__ __device__ __forceinline__ uint32_t dmc_uniform_of(uint4 w, uint64_t e) {
+    return (dmc_uint4_word(w, (int)((e >> 1) & 3)) >> (16 * (int)(e & 1))) & 0xFFFFu;
+}
+__host__ __device__ __forceinline__ uint32_t dmc_dropout_uniform(uint64_t seed, uint32_t stream, uint64_t e) {
+    return dmc_uniform_of(dmc_philox_block(seed, stream, e >> 3), e);
 }
 
 #endif

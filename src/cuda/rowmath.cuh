@@ -76,9 +76,9 @@ __host__ __device__ __forceinline__ int64_t dmc_key_row(const dmc_rowprog *p, in
 }
 
 /* Is element e (its padded index (s, h, j, k)) of the unpadded attention kept by the
- * dropout? varlen.cu's cuBLAS path and flash.cu's kernels draw the same words. */
+ * dropout? varlen.cu's cuBLAS path and flash.cu's kernels draw the same uniforms. */
 __host__ __device__ __forceinline__ int dmc_varlen_kept(const dmc_varlen *v, uint64_t seed, uint64_t e) {
-    return !v->drop || dmc_uint4_word(dmc_philox_block(seed, v->stream, e >> 2), (int)(e & 3)) >= v->thr;
+    return !v->drop || dmc_dropout_uniform(seed, v->stream, e) >= v->thr;
 }
 
 /* keymask: the term the attention mask adds to key k's scores in sequence s, as MASK_ADD

@@ -184,23 +184,23 @@ __device__ __forceinline__ dptr operand(const dmc_operand *d, float *scr, int64_
 }
 
 /* Dropout of one chunk: v[e] = keep ? v[e] * scale : 0, for the row's element indices
- * r * cols + c0 + e; Philox block q = index >> 2 gives word index & 3 (a chunk of 8
- * aligned to 4 needs two blocks, an unaligned one three). */
+ * r * cols + c0 + e; Philox block q = index >> 3 holds the uniforms of 8 (a chunk of 8
+ * aligned to 8 needs one block, another two). */
 __device__ __forceinline__ void dropout_chunk(const dmc_rowop *op, int64_t r, int64_t cols,
                                               int64_t c0, int n, uint64_t seed, float v[VEC]) {
     if (!op->drop_on) return;
     const uint64_t e0 = (uint64_t)r * (uint64_t)cols + (uint64_t)c0;
-    uint64_t q = e0 >> 2;
+    uint64_t q = e0 >> 3;
     uint4 w = dmc_philox_block(seed, op->stream, q);
 #pragma unroll
     for (int e = 0; e < VEC; e++) {
         if (e >= n) break;
         uint64_t idx = e0 + (uint64_t)e;
-        if ((idx >> 2) != q) {
-            q = idx >> 2;
+        if ((idx >> 3) != q) {
+            q = idx >> 3;
             w = dmc_philox_block(seed, op->stream, q);
         }
-        v[e] = dmc_uint4_word(w, (int)(idx & 3)) >= op->drop_thr ? v[e] * op->drop_scale : 0.0f;
+        v[e] = dmc_uniform_of(w, idx) >= op->drop_thr ? v[e] * op->drop_scale : 0.0f;
     }
 }
 

@@ -253,7 +253,7 @@ static dm_status check_config(const dm_loader_config *cfg, const dm_vocab_info *
     return DM_OK;
 }
 
-static uint32_t thr(double p) { return p >= 1 ? UINT32_MAX : dm_dropout_threshold(p); }
+static uint32_t thr(double p) { return p >= 1 ? UINT32_MAX : dm_fraction_threshold(p); }
 
 dm_status dm_seqset_init(dm_seqset *s, const dm_loader_config *cfg, const dm_vocab_info *vocab) {
     DM_TRY(check_config(cfg, vocab));

@@ -471,7 +471,7 @@ static dm_status prepare_setup(prep *p, const dm_tokenizer *t, const dm_prepare_
     if (!(cfg->valid_fraction >= 0 && cfg->valid_fraction <= 0.5))
         return dm_fail(DM_ERR_INVALID_ARG, "valid fraction %g: give a value in [0, 0.5]", cfg->valid_fraction);
     if (cfg->threads < 0) return dm_fail(DM_ERR_INVALID_ARG, "threads %d: give 0 (all cores) or more", cfg->threads);
-    p->valid_thr = dm_dropout_threshold(cfg->valid_fraction);
+    p->valid_thr = dm_fraction_threshold(cfg->valid_fraction);
     DM_TRY(dm_shard_writer_new(&p->train, &p->v));
     if (cfg->valid_fraction > 0) DM_TRY(dm_shard_writer_new(&p->valid, &p->v));
     p->train_list = cJSON_CreateArray();

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """philox.py: Philox-4x32-10 and dmove's dropout mask definition in NumPy.
 
-The mask of dropout site `stream` (1 attention probs (b,h,j,k), 2 attention output
-(b,j,i), 3 FFN output (b,j,i)) at linear element index n (row-major in that canonical
-shape) is, as in src/core/philox.h:
+Word m of `stream` under `seed` is word (m & 3) of philox4x32_10(counter, key) with
+key = (seed & 0xffffffff, seed >> 32), counter = ((m >> 2) & 0xffffffff, (m >> 2) >> 32,
+stream, 0). The mask of dropout site `stream` (1 attention probs (b,h,j,k), 2 attention
+output (b,j,i), 3 FFN output (b,j,i)) at linear element index n (row-major in that
+canonical shape) is, as in src/core/philox.h:
 
-    key     = (seed & 0xffffffff, seed >> 32)
-    counter = ((n >> 2) & 0xffffffff, (n >> 2) >> 32, stream, 0)
-    u       = word (n & 3) of philox4x32_10(counter, key)
-    keep    = u >= floor(p * 2**32)            (p in [0, 1))
+    u       = bits 16 (n & 1) .. + 15 of word n >> 1   (16 bits an element)
+    keep    = u >= floor(p * 2**16)            (p in [0, 1))
     y       = x / (1 - p) if keep else 0       (inverted dropout)
 
 Vectorized over blocks with uint64 arithmetic (32x32 -> 64-bit products never overflow).
@@ -55,19 +55,28 @@ def philox_words(seed, stream, start, n):
 
 
 def dropout_threshold(p):
-    """floor(p * 2^32) clamped to [0, 2^32 - 1], as dm_dropout_threshold."""
-    t = p * 4294967296.0
+    """floor(p * 2^16) clamped to [0, 2^16 - 1], as dm_dropout_threshold."""
+    t = p * 65536.0
     if t <= 0:
         return 0
-    if t >= 4294967295.0:
-        return 4294967295
+    if t >= 65535.0:
+        return 65535
     return int(np.floor(t))
+
+
+def dropout_uniforms(seed, stream, start, n):
+    """The 16-bit uniforms of element indices [start, start + n) (dm_dropout_uniforms)."""
+    idx = np.arange(start, start + n, dtype=np.uint64)
+    m0 = start >> 1
+    words = philox_words(seed, stream, m0, ((start + n - 1) >> 1) - m0 + 1) if n > 0 else np.zeros(0, np.uint32)
+    w = words[((idx >> np.uint64(1)) - np.uint64(m0)).astype(np.int64)].astype(np.uint64)
+    return ((w >> (np.uint64(16) * (idx & np.uint64(1)))) & np.uint64(0xFFFF)).astype(np.uint32)
 
 
 def dropout_keep(seed, stream, shape, p):
     """Bool keep-mask of a tensor of canonical row-major `shape` at dropout site `stream`."""
     n = int(np.prod(shape, dtype=np.int64))
-    u = philox_words(seed, stream, 0, n)
+    u = dropout_uniforms(seed, stream, 0, n)
     return (u >= np.uint32(dropout_threshold(p))).reshape(shape)
 
 
@@ -109,14 +118,23 @@ def _selfcheck():
             ref = philox4x32_10((blk & 0xFFFFFFFF, blk >> 32, 2, 0),
                                 (seed & 0xFFFFFFFF, seed >> 32))[e & 3]
             assert w[t] == ref, (start, n, t)
+    # uniforms vs the per-element definition, from odd and even starts
+    for start, n in [(0, 1), (1, 1), (1, 2), (3, 9), (6, 17), (2 * (2**33 - 3) + 1, 13)]:
+        u = dropout_uniforms(seed, 1, start, n)
+        for t in range(n):
+            e = start + t
+            word = int(philox_words(seed, 1, e >> 1, 1)[0])
+            assert u[t] == (word >> (16 * (e & 1))) & 0xFFFF, (start, n, t)
     keep = dropout_keep(1234, 1, (2, 3, 50, 70), 0.1)
     frac = keep.mean()
     assert abs(frac - 0.9) < 0.01, frac
-    print("philox.py: %d KAT vectors ok, words ok, keep fraction %.4f at p=0.1"
+    print("philox.py: %d KAT vectors ok, words and uniforms ok, keep fraction %.4f at p=0.1"
           % (len(KAT), frac))
     # values tying the C test to this file's index convention (tests/test_philox.c)
     print("words(seed=0x0123456789abcdef, stream=2, start=5, n=8):",
           " ".join("0x%08x" % v for v in philox_words(seed, 2, 5, 8)))
+    print("uniforms(seed=0x0123456789abcdef, stream=2, start=5, n=8):",
+          " ".join("0x%04x" % v for v in dropout_uniforms(seed, 2, 5, 8)))
 
 
 if __name__ == "__main__":
