@@ -573,8 +573,8 @@ int main(void) {
         variant(1, 1, 0.1, 1, DM_SCHED_UNFUSED, DM_DEVICE_CUDA, DM_ROWS_INTERP);
         model_pair(DM_MODEL_HEAD_MLM, DM_XENT_UNFUSED, 0.1, DM_DEVICE_CUDA);
         unsetenv("DMOVE_CUDA_LIVE_ROUND_K");
-        /* j = 70 and 67, not multiples of 8: each lane draws its own uniforms, a pair of
-         * them across two Philox blocks at times (P = 64 at j = 67 below, as one op); 72 and
+        /* j = 70 and 67, not multiples of 8: each lane draws its own uniforms (at the odd
+         * 67, P = 64 below as one op, a pair of them falls across two Philox blocks); 72 and
          * 136: every 8 keys of a row one block (the lanes share them: fl_keep_rows/cols) */
         flash_variant(64, 0, 0.1, DM_DTYPE_BF16, 72);
         flash_variant(64, 1, 0.0, DM_DTYPE_FP16, 70);

@@ -192,7 +192,7 @@ void dm_philox_words(uint64_t seed, uint32_t stream, uint64_t start, int64_t n,
                      uint32_t *out) {
     if (n <= 0) return;
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    uint64_t idx = start; /* element index of out[pos] */
+    uint64_t idx = start; /* word index of out[pos] */
     int64_t pos = 0;
 
     /* Head: `start` inside a block: the rest of the small chunk that begins there. */
@@ -224,8 +224,9 @@ void dm_dropout_uniforms(uint64_t seed, uint32_t stream, uint64_t start, int64_t
     uint32_t w[CHUNK / 2 + 1];
     for (int64_t c0 = 0; c0 < n; c0 += CHUNK) {
         const int64_t m = n - c0 < CHUNK ? n - c0 : CHUNK;
-        const uint64_t s = start + (uint64_t)c0, m0 = s >> 1, nw = ((s + (uint64_t)m - 1) >> 1) - m0 + 1;
+        const uint64_t s = start + (uint64_t)c0, m0 = s >> 1;
         const int odd = (int)(s & 1);
+        const uint64_t nw = ((uint64_t)m + (uint64_t)odd + 1) >> 1; /* words m0 .. (s + m - 1) / 2 */
         dm_philox_words(seed, stream, m0, (int64_t)nw, w);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
         uint16_t h[CHUNK + 2]; /* word k's low half at 2k, high at 2k + 1 */

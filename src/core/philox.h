@@ -25,7 +25,7 @@ enum { DM_DROP_ATTN_PROBS = 1, DM_DROP_ATTN_OUT = 2, DM_DROP_FFN_OUT = 3, DM_DRO
 /* One Philox-4x32-10 block: ctr[4], key[2] -> out[4] (Random123 constants). */
 void dm_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
-/* Random words for element indices [start, start + n) of stream `stream`. Vectorized. */
+/* Words [start, start + n) of stream `stream` (word m as defined above). Vectorized. */
 void dm_philox_words(uint64_t seed, uint32_t stream, uint64_t start, int64_t n, uint32_t *out);
 
 /* Naive reference of dm_philox_words (one dm_philox4x32_10 call per word), for tests. */

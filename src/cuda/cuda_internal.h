@@ -148,7 +148,7 @@ typedef struct {
     int bwd, causal, drop, dt, len_dt;
     int64_t B, J, H, P;
     float alpha, scale;    /* scale: 1 / (1 - p), used while drop (training) */
-    uint32_t thr, stream;  /* dropout: an element is kept where its Philox word >= thr */
+    uint32_t thr, stream;  /* dropout: an element is kept where its 16-bit uniform >= thr */
     const void *lengths;   /* B lengths (len_dt: fp32, the tensor kept wide); keymask: the
                             * (B, J) attention_mask instead, every sequence J long (ops.def) */
     int keymask;

@@ -1,6 +1,6 @@
 /* varlen.cu: ATTN and ATTN_BWD on the device (ops.def; issue 25's unpadded batches):
  * attention over packed sequences, each over its own tokens, with the CPU's dropout masks
- * (the Philox words of the padded layer's element indices (b, h, j, k), so every backend
+ * (the 16-bit uniforms of the padded layer's element indices (b, h, j, k), so every backend
  * and the padded layer draw the same). This first version works at the padded length:
  *  1. each sequence's token rows are copied into a padded, head-major work copy (b, h, j,
  *     p), zero past the sequence's length;

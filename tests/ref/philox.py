@@ -42,7 +42,7 @@ def philox4x32_10(ctr, key):
 
 
 def philox_words(seed, stream, start, n):
-    """Words for element indices [start, start + n) of `stream` (dm_philox_words)."""
+    """Words [start, start + n) of `stream` (dm_philox_words)."""
     seed = int(seed)
     idx = np.arange(start, start + n, dtype=np.uint64)
     blk0, blk1 = start >> 2, (start + n + 3) >> 2
