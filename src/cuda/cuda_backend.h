@@ -177,7 +177,7 @@ dm_status dm_cuda_download_arena(dm_cuda_exec *ex, void *host);
  * unchanged. For tests. */
 void dm_cuda_round(int dtype, float *x, size_t n);
 
-/* The device Philox words of element indices [start, start + n) of a dropout stream
+/* The device Philox words [start, start + n) of a dropout stream
  * (the words dm_philox_words gives on the CPU), for the tests. */
 dm_status dm_cuda_philox_words(uint64_t seed, uint32_t stream, uint64_t start, int64_t n,
                                uint32_t *host_out);

@@ -1,6 +1,6 @@
 /* rows.cu: the element-wise and normalization families on the GPU: one generic kernel
  * that interprets a row program (cuda_internal.h) for every op kind of ops.def, with the
- * math of src/cpu/eltwise.c and src/cpu/norm.c (inverted dropout on Philox words, softmax
+ * math of src/cpu/eltwise.c and src/cpu/norm.c (inverted dropout on Philox uniforms, softmax
  * with the row max subtracted, two-pass LayerNorm in fp32 with rstd in double, as the
  * CPU), and the second kernel of the column reductions. A kind added to ops.def needs
  * a case here (and in emulate.cu and cudagen/gen.cu); tests/test_ops.c runs every kind.
