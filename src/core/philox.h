@@ -38,21 +38,20 @@ void dm_dropout_uniforms(uint64_t seed, uint32_t stream, uint64_t start, int64_t
 /* The same for one element, from dm_philox_words_ref (for references and tests). */
 uint32_t dm_dropout_uniform_ref(uint64_t seed, uint32_t stream, uint64_t n);
 
-/* The dropout's threshold: floor(p * 2^16), 0 for p <= 0, 65535 at p >= 1 - 2^-16. */
-static inline uint32_t dm_dropout_threshold(double p) {
-    double t = p * 65536.0;
+/* floor(p * range), clamped to [0, range - 1]: a uniform draw in [0, range) is at least it
+ * with probability 1 - p */
+static inline uint32_t dm_threshold_in(double p, double range) {
+    double t = p * range;
     if (t <= 0) return 0;
-    if (t >= 65535.0) return 65535u;
+    if (t >= range - 1) return (uint32_t)(range - 1);
     return (uint32_t)t; /* floor */
 }
 
-/* A fraction's threshold on a whole 32-bit word (a word >= it with probability 1 - p):
- * floor(p * 2^32), clamped to [0, 2^32 - 1] (the text pipeline's draws). */
-static inline uint32_t dm_fraction_threshold(double p) {
-    double t = p * 4294967296.0;
-    if (t <= 0) return 0;
-    if (t >= 4294967295.0) return 4294967295u;
-    return (uint32_t)t; /* floor */
-}
+/* The dropout's threshold: floor(p * 2^16), 0 for p <= 0, 65535 at p >= 1 - 2^-16. */
+static inline uint32_t dm_dropout_threshold(double p) { return dm_threshold_in(p, 65536.0); }
+
+/* A fraction's threshold on a whole 32-bit word: floor(p * 2^32), clamped to
+ * [0, 2^32 - 1] (the text pipeline's draws). */
+static inline uint32_t dm_fraction_threshold(double p) { return dm_threshold_in(p, 4294967296.0); }
 
 #endif

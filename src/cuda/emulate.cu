@@ -104,12 +104,12 @@ static void emu_rowop(const dmc_rowop *op, int64_t r, int64_t kr, int64_t n, flo
         for (uint64_t q = start >> 3; q <= (end - 1) >> 3; q++) {
             uint32_t w[4];
             dm_philox_words_ref(seed, op->stream, 4 * q, 4, w);
+            const uint4 b = make_uint4(w[0], w[1], w[2], w[3]);
             for (int j = 0; j < 8; j++) {
                 uint64_t e = 8 * q + (uint64_t)j;
                 if (e < start || e >= end) continue;
                 int64_t c = (int64_t)(e - start);
-                const uint32_t u = (w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
-                Y(c, u >= op->drop_thr ? A(c) * op->drop_scale : 0.0f);
+                Y(c, dmc_uniform_of(b, e) >= op->drop_thr ? A(c) * op->drop_scale : 0.0f);
             }
         }
         break;
