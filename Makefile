@@ -292,14 +292,14 @@ run: $(BUILD)/dmove
 test: $(BUILD)/dmove $(BUILD)/libdmove.so $(TEST_BIN)
 	@sh tests/check_layers.sh && sh tests/check_funcs.sh && sh tests/check_spills.sh '$(CC)' '$(BLAS_CFLAGS)'
 	@rm -rf $(BUILD)/test-logs && mkdir -p $(BUILD)/test-logs
-	@set -e; for t in $(TEST_BIN); do echo "== $$t"; l=$(BUILD)/test-logs/$$(basename $$t).log; \
-	  OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $$t >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; [ $$rc = 0 ]; done
-	@set -e; for s in tests/test_*.sh; do [ -e "$$s" ] || continue; echo "== $$s"; l=$(BUILD)/test-logs/$$(basename $$s).log; \
-	  DMOVE=$(BUILD)/dmove DMOVE_LIB=$(BUILD)/libdmove.so sh $$s >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; [ $$rc = 0 ]; done
+	@set -e; for t in $(TEST_BIN); do echo "== $$t"; l=$(BUILD)/test-logs/$$(basename $$t).log; t0=$$(date +%s); \
+	  OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $$t >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; echo "($$(( $$(date +%s) - t0 )) s)"; [ $$rc = 0 ]; done
+	@set -e; for s in tests/test_*.sh; do [ -e "$$s" ] || continue; echo "== $$s"; l=$(BUILD)/test-logs/$$(basename $$s).log; t0=$$(date +%s); \
+	  DMOVE=$(BUILD)/dmove DMOVE_LIB=$(BUILD)/libdmove.so sh $$s >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; echo "($$(( $$(date +%s) - t0 )) s)"; [ $$rc = 0 ]; done
 	@set -e; for isa in avx2 none; do for t in test_layer_ref test_tune test_unpad; do \
 	  echo "== $(BUILD)/tests/$$t with DMOVE_ISA=$$isa"; l=$(BUILD)/test-logs/$$t-isa-$$isa.log; \
-	  DMOVE_ISA=$$isa OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/tests/$$t >$$l 2>&1 && rc=0 || rc=$$?; \
-	  cat $$l; [ $$rc = 0 ]; done; done
+	  t0=$$(date +%s); DMOVE_ISA=$$isa OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/tests/$$t >$$l 2>&1 && rc=0 || rc=$$?; \
+	  cat $$l; echo "($$(( $$(date +%s) - t0 )) s)"; [ $$rc = 0 ]; done; done
 	@$(MAKE) --no-print-directory test-asan
 	@sh tests/skips.sh $(BUILD)/test-logs
 	@echo "all tests passed"
@@ -312,8 +312,8 @@ test: $(BUILD)/dmove $(BUILD)/libdmove.so $(TEST_BIN)
 ASAN_TESTS := test_safetensors test_files test_embed test_analysis test_contract test_tune test_train test_optim test_checkpoint test_hf test_tools test_text test_data test_model test_unpad
 test-asan:
 	@CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" $(MAKE) --no-print-directory CUDA=0 MPI=0 BUILD=build-asan build-asan/dmove $(ASAN_TESTS:%=build-asan/tests/%)
-	@set -e; for t in $(ASAN_TESTS); do echo "== $$t (asan)"; ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} build-asan/tests/$$t; done
-	@set -e; for s in tests/test_cli_errors.sh tests/test_analyze_cli.sh tests/test_tokenize_cli.sh tests/test_prepare_cli.sh tests/test_pretrain_cli.sh tests/test_embed_cli.sh tests/test_finetune_cli.sh tests/test_dist_cli.sh; do [ -e "$$s" ] || continue; echo "== $$s (asan)"; DMOVE=build-asan/dmove ASAN_OPTIONS=detect_leaks=1 sh $$s; done
+	@set -e; for t in $(ASAN_TESTS); do echo "== $$t (asan)"; t0=$$(date +%s); ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} build-asan/tests/$$t; echo "($$(( $$(date +%s) - t0 )) s)"; done
+	@set -e; for s in tests/test_cli_errors.sh tests/test_analyze_cli.sh tests/test_tokenize_cli.sh tests/test_prepare_cli.sh tests/test_pretrain_cli.sh tests/test_embed_cli.sh tests/test_finetune_cli.sh tests/test_dist_cli.sh; do [ -e "$$s" ] || continue; echo "== $$s (asan)"; t0=$$(date +%s); DMOVE=build-asan/dmove ASAN_OPTIONS=detect_leaks=1 sh $$s; echo "($$(( $$(date +%s) - t0 )) s)"; done
 
 # Fuzzing (tests/fuzz): a libFuzzer harness for each parser of untrusted files, built with
 # clang under ASan and UBSan against the library's sources (CPU only, build-fuzz; the

@@ -32,7 +32,14 @@ typedef enum {
  * number the id). The file is validated whole (JSON, duplicate tokens and ids, ids in
  * 0 .. size-1 without holes, special tokens present). `path` may also be a model
  * directory: its tokenizer.json, or else (or with a casing given) its vocab.txt, cased as
- * asked or, with DM_CASE_FILE, as its tokenizer_config.json's do_lower_case says. */
+ * asked or, with DM_CASE_FILE, as its tokenizer_config.json's do_lower_case says. A
+ * directory's tokenizer.json is read as transformers' AutoTokenizer (5.x) reads the
+ * directory: where that makes a BertTokenizer (tokenizer_config.json's tokenizer_class, or
+ * none there and config.json's model_type "bert"), the file gives the vocabulary and added
+ * tokens, and the rest is a vocab.txt's, lowercased, accents stripped and Chinese
+ * characters split as tokenizer_config.json's do_lower_case (default true), strip_accents
+ * and tokenize_chinese_chars (default true) say; the file named itself is taken as it is
+ * (as tokenizers' Tokenizer.from_file). */
 dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing);
 void dm_tokenizer_free(dm_tokenizer *t);
 

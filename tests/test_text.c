@@ -39,8 +39,10 @@ static const char *write_file(const char *name, const char *data, size_t len) {
 static const char *const k_vocab[] = {
     "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", ",", "!", "un",
     "##aff", "##able", "cafe", "caf\xc3\xa9", "\xe5\x8c\x97", "\xe4\xba\xac", "i", "##\xcc\x87", "a", "##a",
-    "Hello", ".", "##b", "[", "]", "mask", "x"};
+    "Hello", ".", "##b", "[", "]", "mask", "x", "##\xf0\x9d\x85\xa5", "##\xf0\x9d\x85\xad"};
 enum { NV = (int)(sizeof k_vocab / sizeof *k_vocab) };
+
+static int g_max_chars = 100; /* write_json's max_input_chars_per_word */
 
 /* A tokenizer.json: the vocabulary above, `norm` the normalizer's JSON, `extra` more
  * top-level members (may be ""). */
@@ -58,8 +60,8 @@ static const char *write_json(const char *name, const char *norm, const char *mo
                           "],\"normalizer\":%s,\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},"
                           "\"post_processor\":{\"type\":\"BertProcessing\",\"sep\":[\"[SEP]\",3],\"cls\":[\"[CLS]\",2]},"
                           "\"decoder\":null%s,\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\","
-                          "\"continuing_subword_prefix\":\"##\",\"max_input_chars_per_word\":100%s,\"vocab\":{",
-                          norm, extra, model_extra);
+                          "\"continuing_subword_prefix\":\"##\",\"max_input_chars_per_word\":%d%s,\"vocab\":{",
+                          norm, extra, g_max_chars, model_extra);
     for (int k = 0; k < NV; k++) o += (size_t)snprintf(buf + o, sizeof buf - o, "%s\"%s\":%d", k ? "," : "", k_vocab[k], k);
     o += (size_t)snprintf(buf + o, sizeof buf - o, "}}}");
     return write_file(name, buf, o);
@@ -127,6 +129,12 @@ static void test_lower(void) {
     IDS(t, "hello\t\xe3\x80\x80world\xc2\xa0", 0, 5, 6); /* whitespace of all kinds */
     IDS(t, "[MASK]hello [mask]", 0, 4, 5, 23, 25, 24);
     IDS(t, "\xc4\xb0", 0, 16);                      /* U+0130: NFD I + U+0307, mark dropped */
+    /* marks (U+1D16D class 226, U+1D165 class 216: spacing, kept) put in canonical order
+     * across a control that the cleaning drops, not across whitespace */
+    IDS(t, "a\xf0\x9d\x85\xad\x01\xf0\x9d\x85\xa5", 0, 18, 27, 28);
+    IDS(t, "a\xf0\x9d\x85\xad\x7f\x1f\xf0\x9d\x85\xa5x", 0, 1);
+    IDS(t, "a\xf0\x9d\x85\xad\xf0\x9d\x85\xa5", 0, 18, 27, 28);
+    IDS(t, "a\xf0\x9d\x85\xad\t\xf0\x9d\x85\xa5", 0, 18, 28, 1);
     char w[128];
     memset(w, 'a', 100);
     w[100] = 0;
@@ -201,6 +209,77 @@ out:
     dm_tokenizer_free(k);
     dm_tokenizer_free(v);
     dm_tokenizer_free(l);
+}
+
+/* A model directory's tokenizer.json as transformers' AutoTokenizer reads the directory:
+ * with BertTokenizer's class, tokenizer_config.json's casing (default lowercase) over the
+ * file's, and a vocab.txt's word length; another class, the file as it is. */
+static void test_dir_config(void) {
+    static const struct {
+        const char *name, *tok_cfg, *model_cfg;
+        int file_lower;  /* the tokenizer.json's normalizer: NORM_LOWER, else NORM_CASED */
+        int bert;        /* transformers makes a BertTokenizer of the directory */
+        int lower, strip; /* then: what "Hello Caf\xc3\xa9" becomes */
+    } cases[] = {
+        {"d_cfg_lower", "{\"tokenizer_class\":\"BertTokenizer\",\"do_lower_case\":true}", NULL, 0, 1, 1, 1},
+        {"d_cfg_cased", "{\"tokenizer_class\":\"BertTokenizerFast\",\"do_lower_case\":false}", NULL, 1, 1, 0, 0},
+        {"d_cfg_keep", "{\"tokenizer_class\":\"BertTokenizer\",\"strip_accents\":false}", NULL, 0, 1, 1, 0},
+        {"d_cfg_default", "{}", "{\"model_type\":\"bert\"}", 0, 1, 1, 1},
+        {"d_no_cfg", NULL, "{\"model_type\":\"bert\"}", 0, 1, 1, 1},
+        {"d_other_class", "{\"tokenizer_class\":\"PreTrainedTokenizerFast\",\"do_lower_case\":true}",
+         "{\"model_type\":\"bert\"}", 0, 0, 0, 0},
+        {"d_other_model", NULL, "{\"model_type\":\"roberta\"}", 0, 0, 0, 0},
+        {"d_nothing", NULL, NULL, 1, 0, 0, 0},
+    };
+    char p[600];
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        snprintf(p, sizeof p, "%s", path_of(cases[c].name));
+        CHECK(mkdir(p, 0700) == 0);
+        char rel[300];
+        snprintf(rel, sizeof rel, "%s/tokenizer.json", cases[c].name);
+        g_max_chars = 3; /* BertTokenizer's 100 where transformers makes one */
+        write_json(rel, cases[c].file_lower ? NORM_LOWER : NORM_CASED, "", "");
+        g_max_chars = 100;
+        if (cases[c].tok_cfg) {
+            snprintf(rel, sizeof rel, "%s/tokenizer_config.json", cases[c].name);
+            write_file(rel, cases[c].tok_cfg, strlen(cases[c].tok_cfg));
+        }
+        if (cases[c].model_cfg) {
+            snprintf(rel, sizeof rel, "%s/config.json", cases[c].name);
+            write_file(rel, cases[c].model_cfg, strlen(cases[c].model_cfg));
+        }
+        dm_tokenizer *t = NULL, *f = NULL;
+        CHECK_OK(dm_tokenizer_load(&t, p, DM_CASE_FILE));
+        snprintf(p + strlen(p), sizeof p - strlen(p), "/tokenizer.json");
+        CHECK_OK(dm_tokenizer_load(&f, p, DM_CASE_FILE)); /* the file itself: as it says */
+        if (t && f) {
+            IDS(f, "unaffable", 0, 1); /* 9 characters: over the file's 3 */
+            if (!cases[c].bert) {
+                CHECK(dm_tokenizer_hash(t) == dm_tokenizer_hash(f));
+                IDS(t, "unaffable", 0, 1);
+            } else {
+                IDS(t, "unaffable", 0, 9, 10, 11);
+                if (cases[c].lower && cases[c].strip) IDS(t, "Hello Caf\xc3\xa9", 0, 5, 12);
+                else if (cases[c].lower) IDS(t, "Hello Caf\xc3\xa9", 0, 5, 13);
+                else IDS(t, "Hello Caf\xc3\xa9", 0, 20, 1);
+            }
+            CHECK((strstr(dm_tokenizer_describe(t), "tokenizer_config.json") != NULL) == cases[c].bert);
+        }
+        dm_tokenizer_free(t);
+        dm_tokenizer_free(f);
+    }
+    /* a tokenizer_config.json that is no JSON object, or a do_lower_case not true or false */
+    CHECK(mkdir(path_of("d_bad"), 0700) == 0);
+    write_json("d_bad/tokenizer.json", NORM_CASED, "", "");
+    write_file("d_bad/tokenizer_config.json", "[1]", 3);
+    dm_tokenizer *t = NULL;
+    CHECK(dm_tokenizer_load(&t, path_of("d_bad"), DM_CASE_FILE) == DM_ERR_FORMAT &&
+          strstr(dm_last_error(), "tokenizer_config.json: not a JSON object"));
+    write_file("d_bad/tokenizer_config.json", "{\"do_lower_case\":1}", 19);
+    write_file("d_bad/config.json", "{\"model_type\":\"bert\"}", 21);
+    CHECK(dm_tokenizer_load(&t, path_of("d_bad"), DM_CASE_FILE) == DM_ERR_FORMAT &&
+          strstr(dm_last_error(), "do_lower_case"));
+    CHECK(t == NULL);
 }
 
 /* Added tokens: single_word, lstrip/rstrip, normalized ones, and the specials
@@ -398,6 +477,7 @@ int main(void) {
     test_utf8();
     test_lower();
     test_cased_and_keep();
+    test_dir_config();
     test_added();
     test_hostile();
     test_truncate_pair();

@@ -485,7 +485,7 @@ dm_status dm_dist_sum_f64(dm_dist *d, double *v, int n, const char *what) {
 
 dm_status dm_dist_sum(dm_dist *d, double *v, int n) {
     if (n < 0 || (n && !v)) return dm_fail(DM_ERR_INVALID_ARG, "dm_dist_sum: bad arguments");
-    return dm_dist_sum_f64(d, v, n, "dm_dist_sum");
+    return dm_dist_sum_f64(d, v, n, "a sum over the ranks");
 }
 
 static dm_status bcast_limit(dm_dist *d, void *buf, size_t bytes, int root, double limit, const char *what) {

@@ -266,9 +266,11 @@ static int normalize(const dm_tokenizer *t, work *w, const uint8_t *s, size_t n)
     size_t i = 0;
     while (i < n) {
         if (s[i] < 0x80) {
-            if (w->pn && flush_marks(t, w)) return -1;
             size_t j = i;
             while (j < n && s[j] < 0x80) j++;
+            while (i < j && t->asc_norm[s[i]] < 0) i++; /* removed: the marks still wait */
+            if (i == j) continue;
+            if (w->pn && flush_marks(t, w)) return -1;
             if (reserve(w, j - i)) return -1;
             char *o = w->buf + w->n;
             for (; i < j; i++) {

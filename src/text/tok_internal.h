@@ -94,6 +94,7 @@ struct dm_tokenizer {
     int max_chars;
     /* normalizer */
     int has_norm, clean, chinese, strip, lower;
+    int norm_cfg; /* 1: a model directory's BertTokenizer changed what tokenizer.json says */
     int pretok; /* 1: BertPreTokenizer, 0: none (the whole text one word) */
     tok_addset raw, normed;
     tok_added *added; /* all, as the file lists them (the sets point into own copies) */

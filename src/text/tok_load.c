@@ -748,8 +748,9 @@ static void finish_describe(dm_tokenizer *t) {
         snprintf(norm, sizeof norm, "%s%s%s%s", t->lower ? "lowercase" : "cased",
                  t->strip ? ", strip accents" : "", t->chinese ? ", Chinese characters split" : "",
                  t->clean ? ", control characters cleaned" : "");
-    snprintf(t->describe, sizeof t->describe, "WordPiece, %d tokens, %s, %s, max %d chars a word%s",
-             t->size, norm, t->pretok ? "BERT pre-tokenizer" : "no pre-tokenizer", t->max_chars,
+    snprintf(t->describe, sizeof t->describe, "WordPiece, %d tokens, %s%s, %s, max %d chars a word%s",
+             t->size, norm, t->norm_cfg ? " (as its directory's tokenizer_config.json says, not tokenizer.json)" : "",
+             t->pretok ? "BERT pre-tokenizer" : "no pre-tokenizer", t->max_chars,
              t->n_pre + t->n_post ? "" : ", no special tokens around the text");
 }
 
@@ -775,10 +776,11 @@ static dm_status load_from(dm_tokenizer *t, tok_src *src, char *buf, size_t len,
     while (i < len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r')) i++;
     if (i == len) return dm_fail(DM_ERR_FORMAT, "%s is empty: give a tokenizer.json or a vocab.txt", path);
     const size_t pl = strlen(path);
+    const int txt = pl >= 4 && !strcmp(path + pl - 4, ".txt"); /* a vocab.txt whose first token is "{" */
     if (buf[i] != '{' && pl >= 5 && !strcmp(path + pl - 5, ".json"))
         return dm_fail(DM_ERR_FORMAT, "%s: not a JSON object (its text does not start with '{'): give a "
                        "tokenizer.json as transformers saves it", path);
-    if (buf[i] == '{') {
+    if (buf[i] == '{' && !txt) {
         buf += bom; /* cJSON does not take the mark */
         len -= bom;
         if (casing != DM_CASE_FILE)
@@ -835,6 +837,68 @@ static dm_status dir_casing(const char *dir, dm_case *casing) {
     return st;
 }
 
+/* A JSON file's object (NULL where the file is absent: *j NULL, DM_OK). */
+static dm_status read_json_object(const char *path, cJSON **j) {
+    *j = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0) return DM_OK;
+    char *buf = NULL;
+    size_t len = 0;
+    DM_TRY(read_whole(path, &buf, &len));
+    const size_t bom = len >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3) ? 3 : 0;
+    *j = cJSON_ParseWithLength(buf + bom, len - bom);
+    free(buf);
+    if (!*j || !cJSON_IsObject(*j)) {
+        cJSON_Delete(*j);
+        *j = NULL;
+        return dm_fail(DM_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    return DM_OK;
+}
+
+/* What transformers' AutoTokenizer (5.x) makes of a model directory's tokenizer.json: where
+ * the class is BertTokenizer (tokenizer_config.json's tokenizer_class BertTokenizer or
+ * BertTokenizerFast, or none named and config.json's model_type "bert"), it builds the
+ * tokenizer anew around the file's vocabulary and added tokens, as a vocab.txt's: a
+ * BertNormalizer that cleans, whose lowercase, strip_accents and handle_chinese_chars are
+ * tokenizer_config.json's do_lower_case (default true), strip_accents (default null: as
+ * lowercase) and tokenize_chinese_chars (default true); the BERT pre-tokenizer; WordPiece
+ * with "##" and 100 characters a word; whatever tokenizer.json says of those. *set 0:
+ * another class, the file as it is. */
+typedef struct {
+    int set, lower, strip, chinese;
+} dir_norm;
+
+static dm_status dir_bert_norm(const char *dir, dir_norm *o) {
+    memset(o, 0, sizeof *o);
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= sizeof path)
+        return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
+    cJSON *cfg = NULL, *model = NULL;
+    DM_TRY(read_json_object(path, &cfg));
+    dm_status st = DM_OK;
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_class");
+    if (cls && !cJSON_IsNull(cls)) {
+        if (!cJSON_IsString(cls)) st = dm_fail(DM_ERR_FORMAT, "%s: tokenizer_class is not a string", path);
+        else o->set = !strcmp(cls->valuestring, "BertTokenizer") || !strcmp(cls->valuestring, "BertTokenizerFast");
+    } else {
+        char mpath[4096];
+        snprintf(mpath, sizeof mpath, "%s/config.json", dir);
+        if (read_json_object(mpath, &model) != DM_OK) dm_clear_error(); /* its own reader says what is wrong */
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "model_type");
+        o->set = cJSON_IsString(type) && !strcmp(type->valuestring, "bert");
+    }
+    if (!st && o->set) {
+        st = jbool(cfg, "do_lower_case", 1, &o->lower, "tokenizer_config.json");
+        if (!st) st = jbool(cfg, "strip_accents", o->lower, &o->strip, "tokenizer_config.json");
+        if (!st) st = jbool(cfg, "tokenize_chinese_chars", 1, &o->chinese, "tokenizer_config.json");
+        if (st) dm_fail_context(st, "%s: ", dir);
+    }
+    cJSON_Delete(cfg);
+    cJSON_Delete(model);
+    return st;
+}
+
 /* A model directory: its tokenizer.json, else its vocab.txt (cased as asked, or as its
  * tokenizer_config.json says), into path_out. */
 static dm_status dir_tokenizer(const char *dir, dm_case *casing, char *path_out, size_t n) {
@@ -856,8 +920,10 @@ dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing
     *out = NULL;
     struct stat sb;
     char inside[4096];
+    dir_norm dn = {0};
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         DM_TRY(dir_tokenizer(path, &casing, inside, sizeof inside));
+        if (casing == DM_CASE_FILE) DM_TRY(dir_bert_norm(path, &dn));
         path = inside;
     }
     char *buf = NULL;
@@ -868,6 +934,14 @@ dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing
     cJSON *json = NULL;
     dm_status st = t ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
     if (!st) st = load_from(t, &src, buf, len, path, casing, &json);
+    if (!st && json && dn.set) { /* before the vocabulary's maps and the added tokens are made */
+        t->norm_cfg = !t->has_norm || !t->clean || t->lower != dn.lower || t->strip != dn.strip ||
+                      t->chinese != dn.chinese || !t->pretok || t->max_chars != 100 || strcmp(t->prefix, "##");
+        t->has_norm = t->clean = t->pretok = 1;
+        t->lower = dn.lower, t->strip = dn.strip, t->chinese = dn.chinese;
+        t->max_chars = 100;
+        strcpy(t->prefix, "##");
+    }
     if (!st) {
         st = build_ids(t, &src);
         if (!st) st = build_maps(t, &src);
