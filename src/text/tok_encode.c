@@ -461,7 +461,7 @@ static int pretok(const dm_tokenizer *t, const uint8_t *s, size_t n, dm_ids *o) 
 
 /* --- added tokens ---------------------------------------------------------------------- */
 
-/* The leftmost-longest match of set a in s[from..n). */
+/* The leftmost-longest match of set a in s[from..n) (tokenizers' LeftmostLongest). */
 static const tok_added *find_added(const tok_addset *a, const uint8_t *s, size_t n, size_t from,
                                    size_t *at) {
     for (size_t p = from; p < n; p++) {
@@ -469,15 +469,18 @@ static const tok_added *find_added(const tok_addset *a, const uint8_t *s, size_t
             const uint8_t *q = memchr(s + p, a->one_first, n - p);
             if (!q) return NULL;
             p = (size_t)(q - s);
-        } else if (!a->first[s[p]]) {
-            continue;
         }
-        for (size_t k = 0; k < a->n; k++) {
-            const tok_added *x = &a->v[k];
-            if (x->len <= n - p && (uint8_t)x->s[0] == s[p] && !memcmp(x->s, s + p, x->len)) {
-                *at = p;
-                return x;
-            }
+        int32_t k = a->root[s[p]], best = -1;
+        for (size_t d = p + 1; k >= 0;) {
+            if (a->node[k].tok >= 0) best = a->node[k].tok;
+            if (d == n) break;
+            k = a->node[k].child;
+            while (k >= 0 && a->node[k].byte != s[d]) k = a->node[k].sibling;
+            d++;
+        }
+        if (best >= 0) {
+            *at = p;
+            return &a->v[best];
         }
     }
     return NULL;

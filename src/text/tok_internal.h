@@ -73,13 +73,23 @@ typedef struct {
     uint8_t implied; /* a special token the file lacks, given a new id as BertTokenizerFast does */
 } tok_added;
 
-/* The added tokens of one kind (normalized or not), sorted longest first, with the bytes
- * they may start with. */
+/* A node of an added-token set's byte trie: its first child and next sibling (-1: none),
+ * the byte that leads to it, and the token that ends at it (an index into v, -1: none). */
+typedef struct {
+    int32_t child, sibling, tok;
+    uint8_t byte;
+} tok_anode;
+
+/* The added tokens of one kind (normalized or not) in the file's order, a byte trie of
+ * them (node[root[b]]: the tokens that start with byte b, root[b] -1 where none does; a
+ * content twice: the first), and the only first byte (memchr) or -1 for several. */
 typedef struct {
     tok_added *v;
     size_t n;
-    uint8_t first[256];
-    int one_first; /* -1: several first bytes, else the only one (memchr) */
+    tok_anode *node;
+    size_t nnode;
+    int32_t root[256];
+    int one_first;
 } tok_addset;
 
 struct dm_tokenizer {

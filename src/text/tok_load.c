@@ -652,21 +652,49 @@ static dm_status build_maps(dm_tokenizer *t, const tok_src *src) {
     return DM_OK;
 }
 
-static int by_len_desc(const void *a, const void *b) {
-    const tok_added *x = a, *y = b;
-    return x->len < y->len ? 1 : x->len > y->len ? -1 : 0;
-}
-
-static void addset_finish(tok_addset *s) {
-    qsort(s->v, s->n, sizeof *s->v, by_len_desc);
-    memset(s->first, 0, sizeof s->first);
+/* The trie of set s (tok_addset); a content already in it keeps its first token. */
+static dm_status addset_finish(tok_addset *s) {
+    for (int b = 0; b < 256; b++) s->root[b] = -1;
+    size_t bytes = 0;
+    for (size_t i = 0; i < s->n; i++) bytes += s->v[i].len;
+    if (bytes > INT32_MAX) return dm_fail(DM_ERR_FORMAT, "the added tokens hold %zu bytes; at most 2^31", bytes);
+    s->node = malloc((bytes + 1) * sizeof *s->node);
+    if (!s->node) return dm_fail(DM_ERR_OOM, "out of memory");
     int kinds = 0, one = -1;
     for (size_t i = 0; i < s->n; i++) {
-        uint8_t b = (uint8_t)s->v[i].s[0];
-        if (!s->first[b]) kinds++, one = b;
-        s->first[b] = 1;
+        const uint8_t *c = (const uint8_t *)s->v[i].s;
+        if (!s->v[i].len) continue;
+        int32_t *link = &s->root[c[0]], k = -1;
+        if (*link < 0) kinds++, one = c[0];
+        for (size_t d = 0; d < s->v[i].len; d++) {
+            if (d) { /* the child with byte c[d], else a new one first among them */
+                link = &s->node[k].child;
+                int32_t q = *link;
+                while (q >= 0 && s->node[q].byte != c[d]) q = s->node[q].sibling;
+                if (q >= 0) {
+                    k = q;
+                    continue;
+                }
+            } else if (*link >= 0) {
+                k = *link;
+                continue;
+            }
+            s->node[s->nnode] = (tok_anode){.child = -1, .sibling = d ? *link : -1, .tok = -1, .byte = c[d]};
+            k = *link = (int32_t)s->nnode++;
+        }
+        if (s->node[k].tok < 0) s->node[k].tok = (int32_t)i;
     }
     s->one_first = kinds == 1 ? one : -1;
+    return DM_OK;
+}
+
+static int by_content(const void *a, const void *b) {
+    const tok_added *x = *(const tok_added *const *)a, *y = *(const tok_added *const *)b;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->s, y->s, n);
+    if (c) return c;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x < y ? -1 : x > y; /* the file's order */
 }
 
 /* The added tokens, as the two sets the encoder matches (normalized ones in normal form). */
@@ -674,34 +702,44 @@ static dm_status build_added(dm_tokenizer *t, const tok_src *src) {
     t->added = calloc(src->na + 1, sizeof *t->added);
     t->raw.v = calloc(src->na + 1, sizeof *t->raw.v);
     t->normed.v = calloc(src->na + 1, sizeof *t->normed.v);
-    if (!t->added || !t->raw.v || !t->normed.v) return dm_fail(DM_ERR_OOM, "out of memory");
-    for (size_t i = 0; i < src->na; i++) {
+    const tok_added **order = malloc((src->na + 1) * sizeof *order);
+    uint8_t *dup = calloc(src->na + 1, 1);
+    if (!t->added || !t->raw.v || !t->normed.v || !order || !dup) {
+        free(order);
+        free(dup);
+        return dm_fail(DM_ERR_OOM, "out of memory");
+    }
+    /* a second entry for the same content: tokenizers keeps the first */
+    for (size_t i = 0; i < src->na; i++) order[i] = &src->added[i];
+    qsort(order, src->na, sizeof *order, by_content);
+    for (size_t i = 1; i < src->na; i++)
+        if (order[i]->len == order[i - 1]->len && !memcmp(order[i]->s, order[i - 1]->s, order[i]->len))
+            dup[order[i] - src->added] = 1;
+    free(order);
+    dm_status st = DM_OK;
+    for (size_t i = 0; i < src->na && !st; i++) {
         tok_added a = src->added[i];
         a.s = t->tok[a.id];
         t->added[t->n_added++] = a;
-        /* a second entry for the same content: tokenizers keeps the first */
-        int dup = 0;
-        for (size_t j = 0; j < i; j++)
-            dup |= src->added[j].len == a.len && !memcmp(src->added[j].s, src->added[i].s, a.len);
-        if (dup) continue;
+        if (dup[i]) continue;
         if (!a.normalized) {
             t->raw.v[t->raw.n++] = a;
             continue;
         }
         size_t n = 0;
         char *s = tok_normalize_string(t, a.s, a.len, &n);
-        if (!s) return dm_fail(DM_ERR_OOM, "out of memory");
-        if (!n) {
-            free(s);
-            continue;
+        if (!s) st = dm_fail(DM_ERR_OOM, "out of memory");
+        else if (!n) free(s);
+        else {
+            a.s = s;
+            a.len = n;
+            t->normed.v[t->normed.n++] = a;
         }
-        a.s = s;
-        a.len = n;
-        t->normed.v[t->normed.n++] = a;
     }
-    addset_finish(&t->raw);
-    addset_finish(&t->normed);
-    return DM_OK;
+    free(dup);
+    if (!st) st = addset_finish(&t->raw);
+    if (!st) st = addset_finish(&t->normed);
+    return st;
 }
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
@@ -759,6 +797,8 @@ void dm_tokenizer_free(dm_tokenizer *t) {
     for (size_t i = 0; i < t->normed.n; i++) free((char *)t->normed.v[i].s);
     free(t->normed.v);
     free(t->raw.v);
+    free(t->normed.node);
+    free(t->raw.node);
     free(t->added);
     free(t->full.slots);
     free(t->tfull.s);
