@@ -139,6 +139,7 @@ typedef struct {
     dm_bert_model bm;
     char weights[4096];
     char *text;      /* the input */
+    const char *in_name; /* its file's name, or "standard input" */
     char **lines;
     size_t *lens;
     size_t n;        /* lines */
@@ -156,6 +157,7 @@ static int read_input(embed_run *r, const char *file) {
     const int is_std = !file || !strcmp(file, "-");
     FILE *f = is_std ? stdin : fopen(file, "rb");
     const char *name = is_std ? "standard input" : file;
+    r->in_name = name;
     if (!f) {
         cli_error(CMD, "%s: cannot open: %s", name, strerror(errno));
         return CLI_FAIL;
@@ -213,7 +215,19 @@ static int st_defaults(embed_run *r, char *dir, size_t n) {
     dm_st_model st;
     struct stat sb;
     snprintf(dir, n, "%s", o->model);
-    if (stat(o->model, &sb) != 0 || !S_ISDIR(sb.st_mode)) return CLI_OK;
+    if (stat(o->model, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        /* a file of a sentence-transformers model: its settings are the directory's */
+        char mj[4096];
+        const char *slash = strrchr(o->model, '/');
+        const int dl = slash ? (int)(slash - o->model) : 0;
+        snprintf(mj, sizeof mj, "%.*s%smodules.json", dl, o->model, slash ? "/" : "");
+        const size_t ml = strlen(o->model);
+        if (!o->quiet && ml > 12 && !strcmp(o->model + ml - 12, ".safetensors") && stat(mj, &sb) == 0)
+            fprintf(stderr, "dmove embed: note: %s is a sentence-transformers model's (%s): its pooling, Normalize "
+                    "and max_seq_length apply with --model %.*s; this run pools and cuts as the options say\n",
+                    o->model, mj, dl ? dl : 1, dl ? o->model : ".");
+        return CLI_OK;
+    }
     if (dm_st_model_read(o->model, &st) != DM_OK) return fail_dm("--model: ");
     if (!st.found) return CLI_OK;
     if (st.other[0]) {
@@ -277,7 +291,13 @@ static int open_model(embed_run *r) {
                             .types = hc.type_vocab_size, .pad_id = hc.pad_token_id};
     const int64_t most = hc.max_position_embeddings < 512 ? hc.max_position_embeddings : 512;
     if (!o->max_length) o->max_length = most;
-    if (r->max_from_st && o->max_length > hc.max_position_embeddings) o->max_length = hc.max_position_embeddings;
+    if (r->max_from_st && o->max_length > hc.max_position_embeddings) {
+        if (!o->quiet)
+            fprintf(stderr, "dmove embed: note: max_seq_length %" PRId64 " is past the model's %" PRId64
+                    " positions: texts are cut at %" PRId64 " tokens\n", o->max_length, hc.max_position_embeddings,
+                    hc.max_position_embeddings);
+        o->max_length = hc.max_position_embeddings;
+    }
     if (o->max_length > hc.max_position_embeddings) {
         cli_usage_error(CMD, "--max-length %" PRId64 ": the model has %" PRId64 " positions", o->max_length,
                         hc.max_position_embeddings);
@@ -316,9 +336,9 @@ static int tokenize(embed_run *r) {
                                                    r->o.threads, r->ids, &bad_i, &bad_o);
     if (es != DM_OK) {
         if (es == DM_ERR_FORMAT && bad_o != (size_t)-1) /* the library names the text by its index: a line here */
-            cli_error(CMD, "line %zu: invalid UTF-8 at byte %zu of the line", bad_i + 1, bad_o + 1);
+            cli_error(CMD, "%s:%zu: invalid UTF-8 at byte %zu of the line", r->in_name, bad_i + 1, bad_o + 1);
         else
-            cli_error(CMD, "line %zu: %s", bad_i + 1, dm_last_error());
+            cli_error(CMD, "%s:%zu: %s", r->in_name, bad_i + 1, dm_last_error());
         return CLI_FAIL;
     }
     const size_t max = (size_t)r->o.max_length;

@@ -102,6 +102,17 @@ cp stdout st.tsv
 good "embed as its settings say" $E --pooling cls --normalize --max-length 12 --format tsv in.txt
 cases=$((cases + 1))
 cmp -s stdout st.tsv || fail "a sentence-transformers model's defaults differ from --pooling cls --normalize --max-length 12"
+# a max_seq_length past the positions: cut at the positions, saying so; the weights named
+# alone beside modules.json: the options' pooling, with a note that says so
+printf '{"max_seq_length": 1000}' >st/0_Transformer/sentence_bert_config.json
+good "embed a max_seq_length past the positions" embed --model st --format tsv in.txt
+has "the cut said" stderr "max_seq_length 1000 is past the model's 64 positions: texts are cut at 64 tokens"
+printf '{"max_seq_length": 12}' >st/0_Transformer/sentence_bert_config.json
+mkdir -p st_root && cp st/modules.json st/0_Transformer/* st_root/
+good "embed the weights of a sentence-transformers model" embed --model st_root/model.safetensors in.txt
+has "the note on the weights alone" stderr "is a sentence-transformers model's .*apply with --model st_root"
+bad "embed a config.json for the model" 1 "is a JSON file: give the model's directory" \
+    embed --model st_root/config.json in.txt
 # sentence-transformers 5's files: "pooling_mode" by name, the length as the tokenizer's
 # model_max_length
 printf '{"embedding_dimension": 16, "pooling_mode": "cls", "include_prompt": true}' >st/1_Pooling/config.json
@@ -163,10 +174,10 @@ bad "unknown pooling" 2 "unknown pooling 'max'" $E --pooling max in.txt
 bad "two input files" 2 "one input file at most" $E in.txt in.txt
 bad "no model there" 1 "cannot open 'nothere'" embed --model nothere --tokenizer vocab.txt --lowercase in.txt
 bad "no tokenizer.json" 1 "tokenizer.json" embed --model m in.txt
-bad "vocab.txt without casing" 1 "choose lowercase" embed --model m --tokenizer vocab.txt in.txt
+bad "vocab.txt without casing" 2 "choose lowercase .*give --lowercase or --cased" embed --model m --tokenizer vocab.txt in.txt
 printf 'caf\303\251 \377\n' >badutf.txt
 # shellcheck disable=SC2086
-bad "invalid UTF-8" 1 "line 1" $E badutf.txt
+bad "invalid UTF-8" 1 "badutf.txt:1: invalid UTF-8 at byte" $E badutf.txt
 { cat vocab.txt; i=0; while [ $i -lt 30 ]; do echo "extra$i"; i=$((i + 1)); done; } >big.txt
 bad "a tokenizer larger than the vocabulary" 1 "the model's vocabulary" embed --model m --tokenizer big.txt \
     --lowercase in.txt
@@ -177,7 +188,7 @@ bad "no config.json" 1 "no config.json" embed --model m2 --tokenizer vocab.txt -
 good "embed, to compare" $E in.txt
 mv stdout lower.txt
 mkdir mv && cp m/model.safetensors m/config.json vocab.txt mv/
-bad "a vocab.txt model without tokenizer_config.json" 1 "choose lowercase" embed --model mv in.txt
+bad "a vocab.txt model without tokenizer_config.json" 2 "choose lowercase .*give --lowercase or --cased" embed --model mv in.txt
 printf '{"do_lower_case": true, "tokenizer_class": "BertTokenizer"}\n' >mv/tokenizer_config.json
 good "embed of a vocab.txt model" embed --model mv --quiet in.txt
 cases=$((cases + 1))

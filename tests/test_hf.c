@@ -58,6 +58,10 @@ static void test_read(void) {
     CHECK(c.hidden_size == 768 && c.num_hidden_layers == 12 && c.vocab_size == 30522);
     CHECK_OK(read_text("{\"hidden_act\": \"gelu_new\"}", &c));
     CHECK(c.act == DM_ACT_GELU_TANH);
+    CHECK_OK(read_text("{\"hidden_act\": \"gelu_accurate\"}", &c)); /* transformers' other names */
+    CHECK(c.act == DM_ACT_GELU_TANH);
+    CHECK_OK(read_text("{\"hidden_act\": \"gelu_python\"}", &c));
+    CHECK(c.act == DM_ACT_GELU);
     /* written and read back */
     char out[160];
     snprintf(out, sizeof out, "%s/written.json", g_dir);
@@ -254,7 +258,17 @@ static void test_tensors(void) {
     dm_tensor_file_free(f);
     unlink(weights);
     CHECK(dm_hf_model_files(g_dir, w2, sizeof w2, c2, sizeof c2) == DM_ERR_IO &&
-          strstr(dm_last_error(), "model.safetensors"));
+          strstr(dm_last_error(), "model.safetensors") && !strstr(dm_last_error(), "pytorch_model.bin"));
+    /* a PyTorch pickle instead is named as such; a config.json for the weights refused */
+    char bin[200];
+    snprintf(bin, sizeof bin, "%s/pytorch_model.bin", g_dir);
+    FILE *b = fopen(bin, "wb");
+    CHECK(b && fputs("PK", b) >= 0 && fclose(b) == 0);
+    CHECK(dm_hf_model_files(g_dir, w2, sizeof w2, c2, sizeof c2) == DM_ERR_UNSUPPORTED &&
+          strstr(dm_last_error(), "pytorch_model.bin"));
+    unlink(bin);
+    CHECK(dm_hf_model_files(cfgp, w2, sizeof w2, c2, sizeof c2) == DM_ERR_INVALID_ARG &&
+          strstr(dm_last_error(), "a JSON file"));
 }
 
 /* A 2-layer trainer takes the model's layers 1 and 2 (under "0.auto_model."). */

@@ -90,13 +90,15 @@ static dm_status read_kind(const cJSON *root, const char *path, dm_hf_config *c)
                        "without cross-attention", path);
     DM_TRY(get_str(root, path, "hidden_act", &s));
     if (s) {
-        if (!strcmp(s, "gelu")) c->act = DM_ACT_GELU;
-        else if (!strcmp(s, "gelu_new") || !strcmp(s, "gelu_pytorch_tanh") || !strcmp(s, "gelu_fast"))
+        /* transformers' names of the same functions: the erf GELU, its tanh form, ReLU */
+        if (!strcmp(s, "gelu") || !strcmp(s, "gelu_python")) c->act = DM_ACT_GELU;
+        else if (!strcmp(s, "gelu_new") || !strcmp(s, "gelu_pytorch_tanh") || !strcmp(s, "gelu_fast") ||
+                 !strcmp(s, "gelu_python_tanh") || !strcmp(s, "gelu_accurate"))
             c->act = DM_ACT_GELU_TANH;
         else if (!strcmp(s, "relu")) c->act = DM_ACT_RELU;
         else
-            return dm_fail(DM_ERR_UNSUPPORTED, "%s: hidden_act \"%s\": dmove has gelu, gelu_new (and "
-                           "gelu_pytorch_tanh) and relu", path, s);
+            return dm_fail(DM_ERR_UNSUPPORTED, "%s: hidden_act \"%s\": dmove has gelu (gelu_python), gelu_new "
+                           "(gelu_pytorch_tanh, gelu_fast, gelu_accurate) and relu", path, s);
     }
     /* tie_word_embeddings: checked as a boolean; what counts is the file's decoder, whether
      * it is the word table (hfload.c's check_tied) */
@@ -296,11 +298,21 @@ dm_status dm_hf_model_files(const char *path, char *weights, size_t wn, char *co
             return dm_fail(DM_ERR_UNSUPPORTED, "'%s' holds a sharded checkpoint (model.safetensors.index.json and "
                            "its shards): dmove reads one model.safetensors: save the model in one file, "
                            "save_pretrained(DIR, max_shard_size=\"100GB\")", path);
-        if (stat(weights, &sb) != 0)
-            return dm_fail(DM_ERR_IO, "'%s' has no model.safetensors (a pytorch_model.bin is not read: save the "
-                           "model with safe_serialization=True, the default of transformers)", path);
+        if (stat(weights, &sb) != 0) {
+            snprintf(index, sizeof index, "%s/pytorch_model.bin", path);
+            if (stat(index, &sb) == 0)
+                return dm_fail(DM_ERR_UNSUPPORTED, "'%s' has a pytorch_model.bin and no model.safetensors: dmove reads "
+                               "safetensors: save the model again with transformers (save_pretrained writes "
+                               "model.safetensors)", path);
+            return dm_fail(DM_ERR_IO, "'%s' has no model.safetensors: give a model directory as transformers' "
+                           "save_pretrained writes it, or the model.safetensors file", path);
+        }
         dirlen = strlen(path);
     } else {
+        const size_t pl = strlen(path);
+        if (pl >= 5 && !strcmp(path + pl - 5, ".json"))
+            return dm_fail(DM_ERR_INVALID_ARG, "'%s' is a JSON file: give the model's directory (its config.json "
+                           "and model.safetensors) or its model.safetensors", path);
         if ((size_t)snprintf(weights, wn, "%s", path) >= wn) return dm_fail(DM_ERR_INVALID_ARG, "path too long");
         const char *slash = strrchr(path, '/');
         dirlen = slash ? (size_t)(slash - path) : 0;
