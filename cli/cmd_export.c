@@ -2,15 +2,18 @@
  * checkpoint written standalone as transformers saves a BertForMaskedLM or a
  * BertForSequenceClassification (dm_checkpoint_export): the same files as the command's
  * --export at that step. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli_common.h"
+#include "dmove_text.h"
 
 static const char *const CMD = "export";
 
 typedef struct {
-    const char *checkpoint, *out;
+    const char *checkpoint, *out, *tokenizer;
+    int lowercase, cased;
 } export_opts;
 
 static void init(void *p) { (void)p; }
@@ -21,6 +24,15 @@ static const cli_option k_options[] = {
     {.kind = CLI_PATH, .name = "--out", .arg = "DIR", .off = offsetof(export_opts, out),
      .help = "write DIR/model.safetensors and DIR/config.json (required;\n"
              "each atomically, the directory made if needed)"},
+    {.kind = CLI_PATH, .name = "--tokenizer", .arg = "FILE", .off = offsetof(export_opts, tokenizer),
+     .help = "the run's tokenizer (tokenizer.json, a vocab.txt with\n"
+             "--lowercase or --cased, or a model directory): written\n"
+             "beside the model as transformers' BertTokenizer saves one\n"
+             "(DIR/vocab.txt, DIR/tokenizer_config.json), so that\n"
+             "AutoTokenizer.from_pretrained(DIR) and pipelines load it"},
+    {.kind = CLI_FLAG, .name = "--lowercase", .off = offsetof(export_opts, lowercase), .lo = 1,
+     .left = "--lowercase, --cased", .help = "how a vocab.txt normalizes, as for dmove tokenize"},
+    {.kind = CLI_FLAG, .name = "--cased", .off = offsetof(export_opts, cased), .lo = 1},
     {.kind = CLI_HELP, .name = "--help", .help = "this text"},
     {.kind = CLI_END},
 };
@@ -44,8 +56,8 @@ static const cli_command k_export = {
             "\n"
             "example:\n"
             "  dmove pretrain --data data --tokenizer tokenizer.json --steps 2000 --save run.ckpt\n"
-            "  dmove export --checkpoint run.ckpt --out my-bert\n"
-            "  python -c 'import transformers as t; t.BertForMaskedLM.from_pretrained(\"my-bert\")'\n",
+            "  dmove export --checkpoint run.ckpt --out my-bert --tokenizer tokenizer.json\n"
+            "  python -c 'import transformers as t; print(t.pipeline(\"fill-mask\", \"my-bert\")(\"a [MASK] day\"))'\n",
     .options = k_options,
     .hint = "",
     .size = sizeof(export_opts),
@@ -60,13 +72,40 @@ int cmd_export(int argc, char **argv) {
         cli_usage_error(CMD, "--checkpoint FILE and --out DIR are required");
         return CLI_USAGE;
     }
-    const cli_path reads[1] = {{.opt = "--checkpoint", .path = o.checkpoint}};
+    if (!o.tokenizer && (o.lowercase || o.cased)) {
+        cli_usage_error(CMD, "--lowercase and --cased say how a --tokenizer vocab.txt normalizes: give --tokenizer");
+        return CLI_USAGE;
+    }
+    const cli_path reads[2] = {{.opt = "--checkpoint", .path = o.checkpoint}, {.opt = "--tokenizer", .path = o.tokenizer}};
     const cli_path writes[1] = {{.opt = "--out", .path = o.out, .dir = 1}};
-    if ((rc = cli_check_paths(CMD, reads, 1, writes, 1)) != 0) return rc;
+    if ((rc = cli_check_paths(CMD, reads, 2, writes, 1)) != 0) return rc;
+    dm_tokenizer *tok = NULL; /* read and checked before anything is written */
+    if (o.tokenizer && (rc = cli_open_tokenizer(CMD, o.tokenizer, o.lowercase, o.cased, &tok)) != CLI_OK) return rc;
     if (dm_checkpoint_export(o.checkpoint, o.out) != DM_OK) {
+        dm_tokenizer_free(tok);
         cli_error(CMD, "%s", dm_last_error());
         return CLI_FAIL;
     }
     printf("dmove export: %s/model.safetensors and %s/config.json from %s\n", o.out, o.out, o.checkpoint);
+    if (tok) { /* the model's sizes from the config just written */
+        char cfg[4096];
+        dm_hf_config hc;
+        snprintf(cfg, sizeof cfg, "%s/config.json", o.out);
+        rc = CLI_FAIL;
+        if (dm_hf_config_read(cfg, &hc) != DM_OK) cli_fail_dm(CMD, "");
+        else if (dm_tokenizer_vocab_size(tok) > hc.vocab_size)
+            cli_error(CMD, "--tokenizer %s has %d tokens and the model's vocabulary %" PRId64 ": it is not the run's "
+                      "tokenizer (the model is written, the tokenizer not)", o.tokenizer, dm_tokenizer_vocab_size(tok),
+                      hc.vocab_size);
+        else if (dm_tokenizer_save_bert(tok, o.out, hc.max_position_embeddings) != DM_OK)
+            cli_fail_dm(CMD, "--tokenizer: (the model is written, the tokenizer not) ");
+        else {
+            printf("dmove export: %s/vocab.txt and %s/tokenizer_config.json from %s (%s)\n", o.out, o.out, o.tokenizer,
+                   dm_tokenizer_describe(tok));
+            rc = CLI_OK;
+        }
+        dm_tokenizer_free(tok);
+        if (rc != CLI_OK) return rc;
+    }
     return cli_finish_stdout(CMD);
 }

@@ -268,6 +268,34 @@ static void test_dir_config(void) {
         dm_tokenizer_free(t);
         dm_tokenizer_free(f);
     }
+    /* saved as BertTokenizer (vocab.txt, tokenizer_config.json) and read back from its
+     * directory: the same ids; what BertTokenizer cannot be refused */
+    dm_tokenizer *k = NULL, *back = NULL;
+    CHECK(mkdir(path_of("saved"), 0700) == 0);
+    CHECK_OK(dm_tokenizer_load(&k, write_json("keep2.json", NORM_LOWER_KEEP, "", ""), DM_CASE_FILE));
+    if (k) CHECK_OK(dm_tokenizer_save_bert(k, path_of("saved"), 64));
+    CHECK_OK(dm_tokenizer_load(&back, path_of("saved"), DM_CASE_FILE));
+    if (k && back) {
+        CHECK(dm_tokenizer_vocab_size(back) == NV);
+        const char *const texts[] = {"Caf\xc3\xa9 CAF\xc3\x89 hello, [MASK] unaffable!", "\xe5\x8c\x97x\x01 a aa"};
+        for (int j = 0; j < 2; j++) {
+            dm_ids a = {0}, b = {0};
+            CHECK_OK(dm_tokenizer_encode(k, texts[j], strlen(texts[j]), 1, &a, NULL));
+            CHECK_OK(dm_tokenizer_encode(back, texts[j], strlen(texts[j]), 1, &b, NULL));
+            CHECK(a.n == b.n && !memcmp(a.v, b.v, a.n * sizeof *a.v));
+            dm_ids_free(&a);
+            dm_ids_free(&b);
+        }
+    }
+    dm_tokenizer_free(k);
+    dm_tokenizer_free(back);
+    k = NULL;
+    g_max_chars = 3;
+    CHECK_OK(dm_tokenizer_load(&k, write_json("short.json", NORM_LOWER, "", ""), DM_CASE_FILE));
+    g_max_chars = 100;
+    CHECK(k && dm_tokenizer_save_bert(k, path_of("saved"), 0) == DM_ERR_UNSUPPORTED &&
+          strstr(dm_last_error(), "other length than 100"));
+    dm_tokenizer_free(k);
     /* a tokenizer_config.json that is no JSON object, or a do_lower_case not true or false */
     CHECK(mkdir(path_of("d_bad"), 0700) == 0);
     write_json("d_bad/tokenizer.json", NORM_CASED, "", "");

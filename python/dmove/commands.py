@@ -173,10 +173,13 @@ def prepare(*files, quiet=False, **options):
     return run("prepare", *files, quiet=quiet, **options)
 
 
-def export(checkpoint, out, quiet=False):
+def export(checkpoint, out, tokenizer=None, lowercase=False, cased=False, quiet=False):
     """`dmove export`: a pretrain or finetune checkpoint's model as transformers saves it
-    (out/model.safetensors and out/config.json)."""
-    return run("export", quiet=quiet, checkpoint=checkpoint, out=out)
+    (out/model.safetensors and out/config.json); with `tokenizer` (the run's tokenizer.json,
+    vocab.txt with lowercase or cased, or model directory) also out/vocab.txt and
+    out/tokenizer_config.json, which AutoTokenizer.from_pretrained(out) loads."""
+    return run("export", quiet=quiet, checkpoint=checkpoint, out=out, tokenizer=tokenizer,
+               lowercase=lowercase, cased=cased)
 
 
 def _read_npy(path):

@@ -849,7 +849,7 @@ static dm_status load_from(dm_tokenizer *t, tok_src *src, char *buf, size_t len,
 }
 
 /* A model directory's vocab.txt casing from its tokenizer_config.json (BertTokenizer's
- * do_lower_case; strip_accents and tokenize_chinese_chars as a vocab.txt's defaults). */
+ * do_lower_case; its strip_accents and tokenize_chinese_chars: dir_bert_norm). */
 static dm_status dir_casing(const char *dir, dm_case *casing) {
     char cfg[4096];
     if ((size_t)snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir) >= sizeof cfg)
@@ -865,13 +865,8 @@ static dm_status dir_casing(const char *dir, dm_case *casing) {
     free(buf);
     dm_status st = DM_OK;
     const cJSON *low = j ? cJSON_GetObjectItemCaseSensitive(j, "do_lower_case") : NULL;
-    const cJSON *acc = j ? cJSON_GetObjectItemCaseSensitive(j, "strip_accents") : NULL;
-    const cJSON *zh = j ? cJSON_GetObjectItemCaseSensitive(j, "tokenize_chinese_chars") : NULL;
     if (!j || !cJSON_IsObject(j)) st = dm_fail(DM_ERR_FORMAT, "%s: not a JSON object", cfg);
     else if (low && !cJSON_IsBool(low)) st = dm_fail(DM_ERR_FORMAT, "%s: do_lower_case must be true or false", cfg);
-    else if ((acc && !cJSON_IsNull(acc) && cJSON_IsTrue(acc) != !cJSON_IsFalse(low)) || cJSON_IsFalse(zh))
-        st = dm_fail(DM_ERR_UNSUPPORTED, "%s: strip_accents or tokenize_chinese_chars other than a vocab.txt's "
-                     "defaults: save the model's tokenizer.json (a fast tokenizer's save_pretrained writes it)", cfg);
     else *casing = cJSON_IsFalse(low) ? DM_CASE_CASED : DM_CASE_LOWER; /* BertTokenizer's default: lowercase */
     cJSON_Delete(j);
     return st;
@@ -909,7 +904,7 @@ typedef struct {
     int set, lower, strip, chinese;
 } dir_norm;
 
-static dm_status dir_bert_norm(const char *dir, dir_norm *o) {
+static dm_status dir_bert_norm(const char *dir, int vocab_txt, dir_norm *o) {
     memset(o, 0, sizeof *o);
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= sizeof path)
@@ -918,7 +913,9 @@ static dm_status dir_bert_norm(const char *dir, dir_norm *o) {
     DM_TRY(read_json_object(path, &cfg));
     dm_status st = DM_OK;
     const cJSON *cls = cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_class");
-    if (cls && !cJSON_IsNull(cls)) {
+    if (vocab_txt) {
+        o->set = 1; /* a vocab.txt: BertTokenizer's file */
+    } else if (cls && !cJSON_IsNull(cls)) {
         if (!cJSON_IsString(cls)) st = dm_fail(DM_ERR_FORMAT, "%s: tokenizer_class is not a string", path);
         else o->set = !strcmp(cls->valuestring, "BertTokenizer") || !strcmp(cls->valuestring, "BertTokenizerFast");
     } else {
@@ -962,8 +959,10 @@ dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing
     char inside[4096];
     dir_norm dn = {0};
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        const dm_case asked = casing;
         DM_TRY(dir_tokenizer(path, &casing, inside, sizeof inside));
-        if (casing == DM_CASE_FILE) DM_TRY(dir_bert_norm(path, &dn));
+        const size_t il = strlen(inside);
+        if (asked == DM_CASE_FILE) DM_TRY(dir_bert_norm(path, il >= 9 && !strcmp(inside + il - 9, "vocab.txt"), &dn));
         path = inside;
     }
     char *buf = NULL;
@@ -974,9 +973,9 @@ dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing
     cJSON *json = NULL;
     dm_status st = t ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
     if (!st) st = load_from(t, &src, buf, len, path, casing, &json);
-    if (!st && json && dn.set) { /* before the vocabulary's maps and the added tokens are made */
-        t->norm_cfg = !t->has_norm || !t->clean || t->lower != dn.lower || t->strip != dn.strip ||
-                      t->chinese != dn.chinese || !t->pretok || t->max_chars != 100 || strcmp(t->prefix, "##");
+    if (!st && dn.set) { /* before the vocabulary's maps and the added tokens are made */
+        t->norm_cfg = json && (!t->has_norm || !t->clean || t->lower != dn.lower || t->strip != dn.strip ||
+                      t->chinese != dn.chinese || !t->pretok || t->max_chars != 100 || strcmp(t->prefix, "##"));
         t->has_norm = t->clean = t->pretok = 1;
         t->lower = dn.lower, t->strip = dn.strip, t->chinese = dn.chinese;
         t->max_chars = 100;

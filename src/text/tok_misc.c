@@ -4,7 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
+#include "core/file.h"
 #include "core/status.h"
+#include "core/strbuf.h"
 #include "text/tok_internal.h"
 
 int32_t dm_tokenizer_vocab_size(const dm_tokenizer *t) { return t ? t->size : 0; }
@@ -117,4 +121,56 @@ void dm_truncate_pair(int64_t la, int64_t lb, int64_t room, int64_t *keep_a, int
         if (lb > kb) lb = kb;
     }
     *keep_a = la, *keep_b = lb;
+}
+
+/* --- saving as transformers' BertTokenizer -------------------------------------------- */
+
+dm_status dm_tokenizer_save_bert(const dm_tokenizer *t, const char *dir, int64_t model_max_length) {
+    if (!t || !dir) return dm_fail(DM_ERR_INVALID_ARG, "dm_tokenizer_save_bert: NULL argument");
+    /* what a vocab.txt and BertTokenizer's arguments cannot say */
+    const char *why = !t->has_norm ? "it has no normalizer"
+                      : !t->clean  ? "its normalizer keeps control characters (clean_text false)"
+                      : !t->pretok ? "it has no BERT pre-tokenizer"
+                      : t->max_chars != 100 ? "its words are cut at another length than 100 characters"
+                      : strcmp(t->prefix, "##") ? "its continuations have another prefix than ##"
+                                                : NULL;
+    for (size_t i = 0; i < t->n_added && !why; i++)
+        if (t->added[i].implied) why = "it lacks a special token that BertTokenizer would add";
+        else if (!t->added[i].special || t->added[i].lstrip || t->added[i].rstrip || t->added[i].single_word)
+            why = "it has added tokens other than plain special ones";
+    for (int32_t i = 0; i < t->size && !why; i++)
+        if (!t->tok_len[i] || memchr(t->tok[i], '\n', t->tok_len[i]) || memchr(t->tok[i], '\r', t->tok_len[i]) ||
+            memchr(t->tok[i], 0, t->tok_len[i]) ||
+            (i == 0 && t->tok_len[0] >= 3 && !memcmp(t->tok[0], "\xEF\xBB\xBF", 3)))
+            why = "a token of it cannot be a line of a vocab.txt (empty, a line break, NUL, a byte-order mark)";
+    if (why)
+        return dm_fail(DM_ERR_UNSUPPORTED, "the tokenizer cannot be saved as transformers' BertTokenizer (vocab.txt "
+                       "and tokenizer_config.json): %s; copy its own tokenizer.json beside the model instead", why);
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= sizeof path)
+        return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
+    dm_sbuf v = {0};
+    for (int32_t i = 0; i < t->size; i++) {
+        dm_sb_printf(&v, "%.*s\n", (int)t->tok_len[i], t->tok[i]);
+    }
+    const size_t vlen = v.n;
+    char *vocab = dm_sb_done(&v);
+    cJSON *c = cJSON_CreateObject();
+    static const char *const keys[5] = {"pad_token", "unk_token", "cls_token", "sep_token", "mask_token"};
+    int ok = vocab && c && cJSON_AddStringToObject(c, "tokenizer_class", "BertTokenizer") &&
+             cJSON_AddBoolToObject(c, "do_lower_case", t->lower) &&
+             (t->strip == t->lower ? cJSON_AddNullToObject(c, "strip_accents") != NULL
+                                   : cJSON_AddBoolToObject(c, "strip_accents", t->strip) != NULL) &&
+             cJSON_AddBoolToObject(c, "tokenize_chinese_chars", t->chinese) &&
+             (model_max_length <= 0 || cJSON_AddNumberToObject(c, "model_max_length", (double)model_max_length));
+    for (int k = 0; k < 5 && ok; k++) ok = cJSON_AddStringToObject(c, keys[k], t->special_names[k]) != NULL;
+    char *cfg = ok ? cJSON_Print(c) : NULL;
+    cJSON_Delete(c);
+    dm_status s = cfg && vocab ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory saving the tokenizer");
+    if (!s) s = dm_write_file_atomic(path, cfg, strlen(cfg));
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    if (!s) s = dm_write_file_atomic(path, vocab, vlen);
+    free(cfg);
+    free(vocab);
+    return s;
 }

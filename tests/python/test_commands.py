@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from transformers import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
 
 import dmove
 
@@ -105,13 +105,18 @@ def test_finetune_and_export(tmp_path):
                        threads=2, seed=5, save=tmp_path / "ft.ckpt", quiet=True)
     assert r["classes"] == 2 and r["train_examples"] == 64 and r["eval_examples"] == 32
     assert r["steps"] == 24 and r["loss_last"] < r["loss_first"]
-    dmove.export(tmp_path / "ft.ckpt", tmp_path / "out")
+    # the tokenizer beside it (the base directory's vocab.txt, lowercased as its
+    # tokenizer_config.json says): AutoTokenizer loads it and gives the run's ids
+    dmove.export(tmp_path / "ft.ckpt", tmp_path / "out", tokenizer=tmp_path / "base")
     model = BertForSequenceClassification.from_pretrained(str(tmp_path / "out"))
     assert model.config.id2label == {0: "neg", 1: "pos"}
+    saved = AutoTokenizer.from_pretrained(str(tmp_path / "out"))
     # the exported model's held-out accuracy is the run's
     right = 0
     with open(tmp_path / "eval.tsv") as f:
         rows = [line.rstrip("\n").split("\t") for line in f][1:]
+    for text in [t for t, _ in rows] + ["The CAT sat, on Émile's mat!", "dog\tcat  [MASK] zebra"]:
+        assert saved(text)["input_ids"] == tok(text)["input_ids"]
     model.eval()
     with torch.no_grad():
         for text, label in rows:
