@@ -635,22 +635,29 @@ class BertLayer(nn.Module):
         if cores is not None:
             self._cores[key] = cores
         if cores is None:
-            if len(self._cores) >= _MAX_SHAPES:   # forget a shape with nothing pending
-                for k, cs in list(self._cores.items()):
-                    if not any(c.busy() for c in cs):
-                        del self._cores[k]
-                        break
+            # forget shapes with nothing pending, the oldest first, until there is room
+            for k, cs in list(self._cores.items()):
+                if len(self._cores) < _MAX_SHAPES:
+                    break
+                if not any(c.busy() for c in cs):
+                    del self._cores[k]
             cores = self._cores[key] = []
-        for c in cores:
-            if not c.busy():
-                c.reserved = True
-                return c
+        idle = [c for c in cores if not c.busy()]
+        if idle:
+            # the cores made for forwards that waited together (gradient accumulation) are
+            # let go once their backwards ran: one free core a shape is kept, not their memory
+            if len(idle) > 1:
+                cores[:] = [c for c in cores if c is idle[0] or c.busy()]
+            idle[0].reserved = True
+            return idle[0]
         if len(cores) >= _MAX_PENDING:
             raise Error(f"dmove.torch.BertLayer: {len(cores)} forwards of this layer are waiting "
                         "for their backward; run backward (or drop their outputs) first")
         c = _Core(self._settings, b, j, key[2], unpad, device)
         if self._names is None:
-            missing = [n for n in c.names if n not in dict(self.named_parameters())]
+            # (weights tied inside the layer: each name, the same Parameter's gradient summed)
+            own = dict(self.named_parameters(remove_duplicate=False))
+            missing = [n for n in c.names if n not in own]
             if missing:
                 raise ValueError(f"dmove.torch.BertLayer: the module lacks dmove's parameters "
                                  f"{missing} as nn.Parameters (replaced by pruning, weight_norm or "

@@ -335,6 +335,36 @@ def test_two_forwards_before_backward():
     (2 * ref(x2).square().sum()).backward()
     for n, p in ref.named_parameters():
         assert rel(p.grad, g_two[n]) <= 1e-6, n
+    # the layers made for four forwards that waited together are let go after their
+    # backwards: one a shape is kept; seven shapes pending at once, then four kept
+    x = torch.randn(2, 6, 32)
+    sum(ref(x).sum() for _ in range(4)).backward()
+    ref(x).sum().backward()
+    assert sum(map(len, ref._cores.values())) == 1
+    sum(ref(torch.randn(2, 3 + k, 32)).sum() for k in range(7)).backward()
+    ref(torch.randn(2, 20, 32)).sum().backward()
+    assert len(ref._cores) == 4 and all(len(cs) == 1 for cs in ref._cores.values())
+
+
+def test_weights_tied_inside_the_layer():
+    # the key's weight the query's: each use's gradient summed into the one Parameter
+    torch.manual_seed(8)
+    cfg = tiny_config()
+    cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = 0.0
+    hf = BertModel(cfg).eval()
+    sa = hf.encoder.layer[0].attention.self
+    sa.key.weight = sa.query.weight
+    ours = dt.patch(copy.deepcopy(hf))
+    x = torch.randn(2, 5, 32, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    w = torch.randn(2, 5, 32)  # not a LayerNorm output's square: that sums to a constant
+    (hf(inputs_embeds=x).last_hidden_state * w).sum().backward()
+    (ours(inputs_embeds=x2).last_hidden_state * w).sum().backward()
+    assert rel(x2.grad, x.grad) <= 1e-5
+    for (n, p), (_, q) in zip(hf.named_parameters(), ours.named_parameters()):
+        assert (p.grad is None) == (q.grad is None), n  # the pooler, the word table: unused
+        if p.grad is not None and not n.endswith("key.bias"):  # that one's is 0 but rounding
+            assert rel(q.grad, p.grad) <= 1e-5, n
 
 
 def test_refusals(monkeypatch):
