@@ -225,7 +225,7 @@ static int st_defaults(embed_run *r, char *dir, size_t n) {
         if (!o->quiet && ml > 12 && !strcmp(o->model + ml - 12, ".safetensors") && stat(mj, &sb) == 0)
             fprintf(stderr, "dmove embed: note: %s is a sentence-transformers model's (%s): its pooling, Normalize "
                     "and max_seq_length apply with --model %.*s; this run pools and cuts as the options say\n",
-                    o->model, mj, dl ? dl : 1, dl ? o->model : ".");
+                    o->model, mj, dl ? dl : 1, dl ? o->model : slash ? "/" : ".");
         return CLI_OK;
     }
     if (dm_st_model_read(o->model, &st) != DM_OK) return fail_dm("--model: ");

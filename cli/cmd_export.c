@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli_common.h"
 #include "dmove_text.h"
@@ -29,7 +30,10 @@ static const cli_option k_options[] = {
              "--lowercase or --cased, or a model directory): written\n"
              "beside the model as transformers' BertTokenizer saves one\n"
              "(DIR/vocab.txt, DIR/tokenizer_config.json), so that\n"
-             "AutoTokenizer.from_pretrained(DIR) and pipelines load it"},
+             "AutoTokenizer.from_pretrained(DIR) and pipelines load it;\n"
+             "a tokenizer.json BertTokenizer cannot be is written as it\n"
+             "is, as PreTrainedTokenizerFast. Checked before anything is\n"
+             "written (also that DIR holds no other tokenizer's files)"},
     {.kind = CLI_FLAG, .name = "--lowercase", .off = offsetof(export_opts, lowercase), .lo = 1,
      .left = "--lowercase, --cased", .help = "how a vocab.txt normalizes, as for dmove tokenize"},
     {.kind = CLI_FLAG, .name = "--cased", .off = offsetof(export_opts, cased), .lo = 1},
@@ -81,15 +85,31 @@ int cmd_export(int argc, char **argv) {
     if ((rc = cli_check_paths(CMD, reads, 2, writes, 1)) != 0) return rc;
     dm_tokenizer *tok = NULL; /* read and checked before anything is written */
     if (o.tokenizer && (rc = cli_open_tokenizer(CMD, o.tokenizer, o.lowercase, o.cased, &tok)) != CLI_OK) return rc;
+    if (tok && dm_tokenizer_check_save(tok, o.out, NULL) != DM_OK) {
+        dm_tokenizer_free(tok);
+        cli_error(CMD, "--tokenizer %s: %s (nothing written)", o.tokenizer, dm_last_error());
+        return CLI_FAIL;
+    }
     if (dm_checkpoint_export(o.checkpoint, o.out) != DM_OK) {
         dm_tokenizer_free(tok);
         cli_error(CMD, "%s", dm_last_error());
         return CLI_FAIL;
     }
     printf("dmove export: %s/model.safetensors and %s/config.json from %s\n", o.out, o.out, o.checkpoint);
+    static const char *const tok_files[3] = {"tokenizer.json", "vocab.txt", "tokenizer_config.json"};
+    for (int k = 0; k < 3 && !tok; k++) {
+        char p[4096];
+        struct stat sb;
+        if ((size_t)snprintf(p, sizeof p, "%s/%s", o.out, tok_files[k]) < sizeof p && stat(p, &sb) == 0) {
+            fprintf(stderr, "dmove export: note: %s holds a tokenizer from before (%s), not rewritten: give "
+                    "--tokenizer to write the run's\n", o.out, tok_files[k]);
+            break;
+        }
+    }
     if (tok) { /* the model's sizes from the config just written */
         char cfg[4096];
         dm_hf_config hc;
+        int json_form = 0;
         snprintf(cfg, sizeof cfg, "%s/config.json", o.out);
         rc = CLI_FAIL;
         if (dm_hf_config_read(cfg, &hc) != DM_OK) cli_fail_dm(CMD, "");
@@ -97,10 +117,12 @@ int cmd_export(int argc, char **argv) {
             cli_error(CMD, "--tokenizer %s has %d tokens and the model's vocabulary %" PRId64 ": it is not the run's "
                       "tokenizer (the model is written, the tokenizer not)", o.tokenizer, dm_tokenizer_vocab_size(tok),
                       hc.vocab_size);
-        else if (dm_tokenizer_save_bert(tok, o.out, hc.max_position_embeddings) != DM_OK)
+        else if (dm_tokenizer_save(tok, o.out, hc.max_position_embeddings, &json_form) != DM_OK)
             cli_fail_dm(CMD, "--tokenizer: (the model is written, the tokenizer not) ");
         else {
-            printf("dmove export: %s/vocab.txt and %s/tokenizer_config.json from %s (%s)\n", o.out, o.out, o.tokenizer,
+            printf("dmove export: %s/%s and %s/tokenizer_config.json (%s) from %s (%s)\n", o.out,
+                   json_form ? "tokenizer.json" : "vocab.txt", o.out,
+                   json_form ? "PreTrainedTokenizerFast: BertTokenizer cannot be it" : "BertTokenizer", o.tokenizer,
                    dm_tokenizer_describe(tok));
             rc = CLI_OK;
         }

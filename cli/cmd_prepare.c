@@ -36,7 +36,7 @@ int cli_open_tokenizer(const char *cmd, const char *path, int lowercase, int cas
     }
     dm_case c = lowercase ? DM_CASE_LOWER : cased ? DM_CASE_CASED : DM_CASE_FILE;
     dm_status st = dm_tokenizer_load(out, path, c);
-    if (st == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "casing")) { /* the flags that say it */
+    if (st == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "its casing: ")) { /* the flags that say it */
         cli_usage_error(cmd, "%s: %s", dm_last_error(),
                         c == DM_CASE_FILE ? "give --lowercase or --cased" : "leave out --lowercase/--cased");
         return CLI_USAGE;

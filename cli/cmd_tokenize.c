@@ -386,7 +386,7 @@ int cmd_tokenize(int argc, char **argv) {
     else {
         dm_case c = o.lowercase ? DM_CASE_LOWER : o.cased ? DM_CASE_CASED : DM_CASE_FILE;
         dm_status st = dm_tokenizer_load(&t, o.tokenizer, c);
-        if (st == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "casing"))
+        if (st == DM_ERR_INVALID_ARG && strstr(dm_last_error(), "its casing: "))
             cli_usage_error(CMD, "%s: %s", dm_last_error(),
                             c == DM_CASE_FILE ? "give --lowercase or --cased" : "leave out --lowercase/--cased");
         else if (st != DM_OK) {

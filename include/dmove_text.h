@@ -54,15 +54,21 @@ const char *dm_tokenizer_token(const dm_tokenizer *t, int32_t id);
 /* Whether the tokenizer lowercases text (its normalizer's lowercase, a vocab.txt's
  * do_lower_case). */
 int dm_tokenizer_lowercases(const dm_tokenizer *t);
-/* Writes t as transformers' BertTokenizer saves one: dir/vocab.txt (the tokens in id order)
- * and dir/tokenizer_config.json (tokenizer_class BertTokenizer, do_lower_case,
- * strip_accents, tokenize_chinese_chars, the special tokens, model_max_length when > 0),
- * each atomically, dir existing. AutoTokenizer.from_pretrained(dir) then gives the ids
- * dm_tokenizer_encode gives. A tokenizer BertTokenizer cannot be (no cleaning normalizer or
- * BERT pre-tokenizer, words cut at other than 100 characters, a prefix other than "##",
- * added tokens other than plain special ones, a token that cannot be a line) is refused
- * (DM_ERR_UNSUPPORTED), saying why. */
-dm_status dm_tokenizer_save_bert(const dm_tokenizer *t, const char *dir, int64_t model_max_length);
+/* Writes t as transformers saves a tokenizer, so that AutoTokenizer.from_pretrained(dir)
+ * gives the ids dm_tokenizer_encode gives (dir existing; each file atomically, the one that
+ * names the class last). Where BertTokenizer can be t (a cleaning BERT normalizer and
+ * pre-tokenizer, 100 characters a word, "##", [CLS] and [SEP] around a text, every token a
+ * line): dir/vocab.txt and dir/tokenizer_config.json (tokenizer_class BertTokenizer,
+ * do_lower_case, strip_accents, tokenize_chinese_chars, the special tokens, every added
+ * token in added_tokens_decoder, model_max_length when > 0). Otherwise, where t was read
+ * from a tokenizer.json as it is: that file, as read, and a tokenizer_config.json of
+ * tokenizer_class PreTrainedTokenizerFast; *json_form (may be NULL) says which. Neither
+ * (DM_ERR_UNSUPPORTED, saying why), or dir holding files transformers would read instead
+ * of these or beside them (tokenizer.json for the first form, special_tokens_map.json,
+ * added_tokens.json: DM_ERR_INVALID_ARG, naming it), is refused before anything is
+ * written; dm_tokenizer_check_save says so without writing. */
+dm_status dm_tokenizer_save(const dm_tokenizer *t, const char *dir, int64_t model_max_length, int *json_form);
+dm_status dm_tokenizer_check_save(const dm_tokenizer *t, const char *dir, int *json_form);
 /* One line on the configuration, e.g. "WordPiece, 30522 tokens, lowercase, strip accents,
  * Chinese characters split, control characters cleaned, max 100 chars a word". */
 const char *dm_tokenizer_describe(const dm_tokenizer *t);          /* NULL t: "" */

@@ -156,6 +156,18 @@ else
     fail "export of a finetune checkpoint differs from finetune --export's files"
 fi
 has "export of a finetune checkpoint: the class names" ckexp/config.json '"1": "neutral"'
+# with --tokenizer: vocab.txt and tokenizer_config.json beside; again without: a note that the
+# tokenizer there is from before; a tokenizer.json there: refused before anything is written
+good "export --tokenizer" export --checkpoint full.ckpt --out ckexp --tokenizer vocab.txt --lowercase
+has "export --tokenizer: BertTokenizer" ckexp/tokenizer_config.json '"tokenizer_class":[[:space:]]*"BertTokenizer"'
+cmp -s ckexp/vocab.txt vocab.txt || fail "export --tokenizer: vocab.txt differs from the run's"
+expect "export again, no --tokenizer" 0 "holds a tokenizer from before \(vocab.txt\)" \
+    export --checkpoint full.ckpt --out ckexp
+echo '{}' >ckexp/tokenizer.json
+rm ckexp/model.safetensors
+expect "export --tokenizer, a tokenizer.json there" 1 "holds tokenizer.json.*instead of.*nothing written" \
+    export --checkpoint full.ckpt --out ckexp --tokenizer vocab.txt --lowercase
+[ -e ckexp/model.safetensors ] && fail "export --tokenizer refused: the model was written"
 # --init: a config whose two dropouts differ takes --dropout, and says so without it
 sed 's/"attention_probs_dropout_prob": [0-9.e-]*/"attention_probs_dropout_prob": 0/' model/config.json >cfg.tmp
 mkdir -p dropdiff && cp model/model.safetensors dropdiff/ && mv cfg.tmp dropdiff/config.json

@@ -35,6 +35,24 @@ static const char *write_file(const char *name, const char *data, size_t len) {
     return p;
 }
 
+/* The whole of a file into *out (malloc'ed, NUL-terminated), 0 when it cannot be read. */
+static int read_all(const char *p, char **out, size_t *n) {
+    *out = NULL;
+    FILE *f = fopen(p, "rb");
+    if (!f) return 0;
+    char *b = malloc(1 << 20);
+    *n = b ? fread(b, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    if (b) b[*n] = 0;
+    *out = b;
+    return b != NULL;
+}
+
+static int path_exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
 /* The vocabulary of the tests, in id order. */
 static const char *const k_vocab[] = {
     "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", ",", "!", "un",
@@ -273,7 +291,7 @@ static void test_dir_config(void) {
     dm_tokenizer *k = NULL, *back = NULL;
     CHECK(mkdir(path_of("saved"), 0700) == 0);
     CHECK_OK(dm_tokenizer_load(&k, write_json("keep2.json", NORM_LOWER_KEEP, "", ""), DM_CASE_FILE));
-    if (k) CHECK_OK(dm_tokenizer_save_bert(k, path_of("saved"), 64));
+    if (k) CHECK_OK(dm_tokenizer_save(k, path_of("saved"), 64, NULL));
     CHECK_OK(dm_tokenizer_load(&back, path_of("saved"), DM_CASE_FILE));
     if (k && back) {
         CHECK(dm_tokenizer_vocab_size(back) == NV);
@@ -293,8 +311,103 @@ static void test_dir_config(void) {
     g_max_chars = 3;
     CHECK_OK(dm_tokenizer_load(&k, write_json("short.json", NORM_LOWER, "", ""), DM_CASE_FILE));
     g_max_chars = 100;
-    CHECK(k && dm_tokenizer_save_bert(k, path_of("saved"), 0) == DM_ERR_UNSUPPORTED &&
-          strstr(dm_last_error(), "other length than 100"));
+    /* BertTokenizer cannot be it: its tokenizer.json as it is, PreTrainedTokenizerFast */
+    CHECK(mkdir(path_of("saved_json"), 0700) == 0);
+    write_file("saved_json/config.json", "{\"model_type\":\"bert\"}", 22);
+    int jf = 0;
+    CHECK(k && dm_tokenizer_save(k, path_of("saved_json"), 0, &jf) == DM_OK && jf == 1);
+    {
+        char *a = NULL, *b = NULL;
+        size_t na = 0, nb = 0;
+        CHECK(read_all(path_of("short.json"), &a, &na) && read_all(path_of("saved_json/tokenizer.json"), &b, &nb) &&
+              na == nb && !memcmp(a, b, na));
+        free(a);
+        free(b);
+        CHECK(read_all(path_of("saved_json/tokenizer_config.json"), &a, &na) &&
+              strstr(a, "\"PreTrainedTokenizerFast\"") && strstr(a, "\"mask_token\":\t\"[MASK]\""));
+        free(a);
+    }
+    CHECK_OK(dm_tokenizer_load(&back, path_of("saved_json"), DM_CASE_FILE)); /* model_type bert: the class wins */
+    CHECK(k && back && dm_tokenizer_hash(back) == dm_tokenizer_hash(k));
+    dm_tokenizer_free(back);
+    back = NULL;
+    /* a directory whose tokenizer.json transformers would read instead of a vocab.txt, or
+     * with a special_tokens_map.json: refused before anything is written */
+    dm_tokenizer *b2 = NULL;
+    CHECK_OK(dm_tokenizer_load(&b2, write_json("keep3.json", NORM_LOWER_KEEP, "", ""), DM_CASE_FILE));
+    CHECK(b2 && dm_tokenizer_check_save(b2, path_of("saved_json"), &jf) == DM_ERR_INVALID_ARG &&
+          strstr(dm_last_error(), "tokenizer.json") && strstr(dm_last_error(), "instead of"));
+    CHECK(b2 && dm_tokenizer_save(b2, path_of("saved_json"), 0, &jf) == DM_ERR_INVALID_ARG);
+    CHECK(!path_exists(path_of("saved_json/vocab.txt")));
+    write_file("saved/special_tokens_map.json", "{}", 2);
+    CHECK(b2 && dm_tokenizer_save(b2, path_of("saved"), 0, &jf) == DM_ERR_INVALID_ARG &&
+          strstr(dm_last_error(), "special_tokens_map.json"));
+    CHECK(k && dm_tokenizer_save(k, path_of("saved"), 0, &jf) == DM_ERR_INVALID_ARG);
+    dm_tokenizer_free(b2);
+    dm_tokenizer_free(k);
+    k = NULL;
+    /* neither: a vocab.txt without [MASK] (BertTokenizer would add one) */
+    {
+        char buf[4096];
+        size_t o = 0;
+        for (int i = 0; i < NV; i++)
+            if (i != 4) o += (size_t)snprintf(buf + o, sizeof buf - o, "%s\n", k_vocab[i]);
+        CHECK_OK(dm_tokenizer_load(&k, write_file("nomask.txt", buf, o), DM_CASE_LOWER));
+        CHECK(mkdir(path_of("saved_none"), 0700) == 0);
+        CHECK(k && dm_tokenizer_save(k, path_of("saved_none"), 0, &jf) == DM_ERR_UNSUPPORTED &&
+              strstr(dm_last_error(), "lacks a special token") && strstr(dm_last_error(), "no tokenizer.json"));
+        dm_tokenizer_free(k);
+        k = NULL;
+    }
+    /* more added tokens than BertTokenizer's five (a special one and one that strips on
+     * its left): in added_tokens_decoder, the same ids read back; a directory's
+     * tokenizer_config.json naming its specials otherwise */
+    {
+        char *a = NULL;
+        size_t na = 0;
+        CHECK(read_all(write_json("extra.json", NORM_LOWER, "", ""), &a, &na));
+        const char *at = a ? strstr(a, "\"added_tokens\":[") : NULL;
+        char buf[20000];
+        if (at) {
+            const size_t head = (size_t)(at - a) + 16;
+            int o = snprintf(buf, sizeof buf, "%.*s{\"id\":25,\"content\":\"mask\",\"single_word\":false,\"lstrip\":false,"
+                             "\"rstrip\":false,\"normalized\":false,\"special\":true},{\"id\":26,\"content\":\"x\","
+                             "\"single_word\":false,\"lstrip\":true,\"rstrip\":false,\"normalized\":true,\"special\":false},%s",
+                             (int)head, a, a + head);
+            write_file("extra.json", buf, (size_t)o);
+        }
+        free(a);
+        CHECK_OK(dm_tokenizer_load(&k, path_of("extra.json"), DM_CASE_FILE));
+        CHECK(mkdir(path_of("saved_extra"), 0700) == 0);
+        CHECK(k && dm_tokenizer_save(k, path_of("saved_extra"), 0, &jf) == DM_OK && jf == 0);
+        CHECK_OK(dm_tokenizer_load(&back, path_of("saved_extra"), DM_CASE_FILE));
+        if (k && back) {
+            CHECK(dm_tokenizer_hash(back) == dm_tokenizer_hash(k));
+            const char *const texts[] = {"a mask hello", "amaskx   x hello X", "MASK [MASK]mask"};
+            for (int j = 0; j < 3; j++) {
+                dm_ids x = {0}, y = {0};
+                CHECK_OK(dm_tokenizer_encode(k, texts[j], strlen(texts[j]), 1, &x, NULL));
+                CHECK_OK(dm_tokenizer_encode(back, texts[j], strlen(texts[j]), 1, &y, NULL));
+                CHECK(x.n == y.n && !memcmp(x.v, y.v, x.n * sizeof *x.v));
+                dm_ids_free(&x);
+                dm_ids_free(&y);
+            }
+            IDS(back, "amask", 0, 18, 25);
+        }
+        dm_tokenizer_free(back);
+        back = NULL;
+        /* the decoder's id naming another token than the vocab.txt's line: refused */
+        write_file("saved_extra/tokenizer_config.json", "{\"added_tokens_decoder\":{\"25\":{\"content\":\"x\"}}}", 48);
+        CHECK(dm_tokenizer_load(&back, path_of("saved_extra"), DM_CASE_FILE) == DM_ERR_FORMAT);
+        write_file("saved_extra/tokenizer_config.json", "{\"mask_token\":{\"content\":\"mask\"}}", 34);
+        CHECK_OK(dm_tokenizer_load(&back, path_of("saved_extra"), DM_CASE_FILE));
+        if (back) {
+            CHECK(dm_tokenizer_token_id(back, "mask") == 25);
+            IDS(back, "amask", 0, 18, 25);
+        }
+        dm_tokenizer_free(back);
+        back = NULL;
+    }
     dm_tokenizer_free(k);
     /* a tokenizer_config.json that is no JSON object, or a do_lower_case not true or false */
     CHECK(mkdir(path_of("d_bad"), 0700) == 0);

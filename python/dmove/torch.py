@@ -213,6 +213,13 @@ def _dl_view(ptr, dims, dtype, device):
     return torch.utils.dlpack.from_dlpack(_capsule_new(ctypes.addressof(m), b"dltensor", None))
 
 
+class _Shape(list):
+    """The cores of one shape; peak: the most pending at once in this round of forwards,
+    last: in the one before (a round starts when none is pending)."""
+    peak = 0
+    last = 1
+
+
 class _Core:
     """One dmove layer (dm_layer) of one (batch, seq) shape and its buffers as tensors.
 
@@ -641,14 +648,16 @@ class BertLayer(nn.Module):
                     break
                 if not any(c.busy() for c in cs):
                     del self._cores[k]
-            cores = self._cores[key] = []
+            cores = self._cores[key] = _Shape()
         idle = [c for c in cores if not c.busy()]
+        if len(idle) == len(cores):
+            # a new round of forwards: as many cores are kept as the last round had pending at
+            # once (gradient accumulation's micro-batches), the others' memory let go
+            cores.last, cores.peak = max(cores.peak, 1), 0
+            del cores[cores.last:], idle[cores.last:]
         if idle:
-            # the cores made for forwards that waited together (gradient accumulation) are
-            # let go once their backwards ran: one free core a shape is kept, not their memory
-            if len(idle) > 1:
-                cores[:] = [c for c in cores if c is idle[0] or c.busy()]
             idle[0].reserved = True
+            cores.peak = max(cores.peak, len(cores) - len(idle) + 1)
             return idle[0]
         if len(cores) >= _MAX_PENDING:
             raise Error(f"dmove.torch.BertLayer: {len(cores)} forwards of this layer are waiting "
@@ -665,6 +674,7 @@ class BertLayer(nn.Module):
             self._names = c.names
         c.reserved = True
         cores.append(c)
+        cores.peak = max(cores.peak, len(cores))
         return c
 
     def forward(self, hidden_states, attention_mask=None, encoder_hidden_states=None,

@@ -105,6 +105,8 @@ struct dm_tokenizer {
     /* normalizer */
     int has_norm, clean, chinese, strip, lower;
     int norm_cfg; /* 1: a model directory's BertTokenizer changed what tokenizer.json says */
+    char *json;      /* the tokenizer.json it was read from, as read (less a byte-order mark); NULL: a vocab.txt */
+    size_t json_len;
     int pretok; /* 1: BertPreTokenizer, 0: none (the whole text one word) */
     tok_addset raw, normed;
     tok_added *added; /* all, as the file lists them (the sets point into own copies) */

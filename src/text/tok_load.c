@@ -213,12 +213,15 @@ static dm_status setup_vocab_txt(dm_tokenizer *t, tok_src *src, dm_case casing, 
     t->pretok = 1;
     t->max_chars = 100;
     strcpy(t->prefix, "##");
-    for (int k = 0; k < 5; k++) src->names[k] = k_default_names[k];
-    src->unk = "[UNK]";
+    for (int k = 0; k < 5; k++)
+        if (!src->names[k]) src->names[k] = k_default_names[k]; /* (a directory's tokenizer_config.json names some) */
+    src->unk = src->names[1];
     int found_unk = 0;
-    for (size_t i = 0; i < src->nv; i++) found_unk |= src->vocab[i].len == 5 && !memcmp(src->vocab[i].s, "[UNK]", 5);
+    const size_t ul = strlen(src->unk);
+    for (size_t i = 0; i < src->nv; i++) found_unk |= src->vocab[i].len == ul && !memcmp(src->vocab[i].s, src->unk, ul);
     if (!found_unk)
-        return dm_fail(DM_ERR_FORMAT, "%s: no [UNK] line: WordPiece needs the unknown token in the vocabulary", path);
+        return dm_fail(DM_ERR_FORMAT, "%s: no %s line: WordPiece needs the unknown token in the vocabulary", path,
+                       src->unk);
     return add_bert_specials(t, src);
 }
 
@@ -806,6 +809,7 @@ void dm_tokenizer_free(dm_tokenizer *t) {
     free(t->tok);
     free(t->tok_len);
     free(t->pool);
+    free(t->json);
     free(t);
 }
 
@@ -936,6 +940,60 @@ static dm_status dir_bert_norm(const char *dir, int vocab_txt, dir_norm *o) {
     return st;
 }
 
+/* A model directory's vocab.txt as transformers' BertTokenizer reads it with its
+ * tokenizer_config.json: the special tokens it names (pad_token .. mask_token, a string or
+ * an AddedToken's {"content": ...}) and the added tokens of its added_tokens_decoder
+ * ({"id": {"content", "lstrip", "rstrip", "single_word", "normalized", "special"}}, as
+ * save_pretrained writes them), into src; *keep holds their strings (NULL: no file). */
+static dm_status dir_vocab_extras(const char *dir, tok_src *src, cJSON **keep) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= sizeof path)
+        return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
+    DM_TRY(read_json_object(path, keep));
+    if (!*keep) return DM_OK;
+    static const char *const keys[5] = {"pad_token", "unk_token", "cls_token", "sep_token", "mask_token"};
+    for (int k = 0; k < 5; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(*keep, keys[k]);
+        if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
+        if (!v || cJSON_IsNull(v)) continue;
+        if (!cJSON_IsString(v) || !v->valuestring[0] || strlen(v->valuestring) > TOK_MAX_TOKEN)
+            return dm_fail(DM_ERR_FORMAT, "%s: %s is not a token (a non-empty string, or {\"content\": string})", path,
+                           keys[k]);
+        src->names[k] = v->valuestring;
+    }
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(*keep, "added_tokens_decoder");
+    if (!d || cJSON_IsNull(d)) return DM_OK;
+    if (!cJSON_IsObject(d)) return dm_fail(DM_ERR_FORMAT, "%s: added_tokens_decoder is %s, not an object", path, jtype(d));
+    const int n = cJSON_GetArraySize(d);
+    src->added = calloc((size_t)n + 1, sizeof *src->added);
+    if (!src->added) return dm_fail(DM_ERR_OOM, "out of memory");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, d) {
+        char ctx[64], *end = NULL;
+        snprintf(ctx, sizeof ctx, "added_tokens_decoder[\"%.20s\"]", e->string);
+        const long id = strtol(e->string, &end, 10);
+        if (!e->string[0] || *end || id < 0 || id >= TOK_MAX_VOCAB)
+            return dm_fail(DM_ERR_FORMAT, "%s: %s: the key is not an id", path, ctx);
+        if (!cJSON_IsObject(e)) return dm_fail(DM_ERR_FORMAT, "%s: %s is %s, not an object", path, ctx, jtype(e));
+        tok_added *x = &src->added[src->na];
+        int f[5];
+        dm_status st = jstr(e, "content", &x->s, ctx);
+        if (!st) st = jbool(e, "special", 0, &f[4], ctx);
+        if (!st) st = jbool(e, "single_word", 0, &f[0], ctx);
+        if (!st) st = jbool(e, "lstrip", 0, &f[1], ctx);
+        if (!st) st = jbool(e, "rstrip", 0, &f[2], ctx);
+        if (!st) st = jbool(e, "normalized", !f[4], &f[3], ctx);
+        if (st) return dm_fail_context(st, "%s: ", path);
+        x->len = strlen(x->s);
+        if (x->len > TOK_MAX_TOKEN) return dm_fail(DM_ERR_FORMAT, "%s: %s.content is over %d bytes", path, ctx, TOK_MAX_TOKEN);
+        x->id = (int32_t)id;
+        x->single_word = (uint8_t)f[0], x->lstrip = (uint8_t)f[1], x->rstrip = (uint8_t)f[2];
+        x->normalized = (uint8_t)f[3], x->special = (uint8_t)f[4];
+        if (x->len) src->na++;
+    }
+    return DM_OK;
+}
+
 /* A model directory: its tokenizer.json, else its vocab.txt (cased as asked, or as its
  * tokenizer_config.json says), into path_out. */
 static dm_status dir_tokenizer(const char *dir, dm_case *casing, char *path_out, size_t n) {
@@ -958,20 +1016,28 @@ dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing
     struct stat sb;
     char inside[4096];
     dir_norm dn = {0};
+    tok_src src = {0};
+    cJSON *extras = NULL; /* a directory's vocab.txt: its tokenizer_config.json */
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         const dm_case asked = casing;
         DM_TRY(dir_tokenizer(path, &casing, inside, sizeof inside));
         const size_t il = strlen(inside);
-        if (asked == DM_CASE_FILE) DM_TRY(dir_bert_norm(path, il >= 9 && !strcmp(inside + il - 9, "vocab.txt"), &dn));
+        const int txt = il >= 9 && !strcmp(inside + il - 9, "vocab.txt");
+        if (asked == DM_CASE_FILE) DM_TRY(dir_bert_norm(path, txt, &dn));
+        dm_status st = txt ? dir_vocab_extras(path, &src, &extras) : DM_OK;
+        if (st) {
+            cJSON_Delete(extras);
+            src_free(&src);
+            return st;
+        }
         path = inside;
     }
     char *buf = NULL;
     size_t len = 0;
-    DM_TRY(read_whole(path, &buf, &len));
-    dm_tokenizer *t = calloc(1, sizeof *t);
-    tok_src src = {0};
+    dm_status st = read_whole(path, &buf, &len);
+    dm_tokenizer *t = st ? NULL : calloc(1, sizeof *t);
     cJSON *json = NULL;
-    dm_status st = t ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
+    if (!st && !t) st = dm_fail(DM_ERR_OOM, "out of memory");
     if (!st) st = load_from(t, &src, buf, len, path, casing, &json);
     if (!st && dn.set) { /* before the vocabulary's maps and the added tokens are made */
         t->norm_cfg = json && (!t->has_norm || !t->clean || t->lower != dn.lower || t->strip != dn.strip ||
@@ -991,7 +1057,14 @@ dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing
         if (st) dm_fail_context(st, "%s: ", path);
     }
     if (!st) finish_describe(t);
+    if (!st && json) { /* kept for dm_tokenizer_save */
+        const size_t bom = len >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3) ? 3 : 0;
+        memmove(buf, buf + bom, len - bom);
+        t->json = buf, t->json_len = len - bom;
+        buf = NULL;
+    }
     cJSON_Delete(json);
+    cJSON_Delete(extras);
     src_free(&src);
     free(buf);
     if (st) {

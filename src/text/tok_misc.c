@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -123,53 +124,108 @@ void dm_truncate_pair(int64_t la, int64_t lb, int64_t room, int64_t *keep_a, int
     *keep_a = la, *keep_b = lb;
 }
 
-/* --- saving as transformers' BertTokenizer -------------------------------------------- */
+/* --- saving as transformers saves a tokenizer ------------------------------------------- */
 
-dm_status dm_tokenizer_save_bert(const dm_tokenizer *t, const char *dir, int64_t model_max_length) {
-    if (!t || !dir) return dm_fail(DM_ERR_INVALID_ARG, "dm_tokenizer_save_bert: NULL argument");
-    /* what a vocab.txt and BertTokenizer's arguments cannot say */
+/* Why t cannot be written as transformers' BertTokenizer (vocab.txt and its arguments in
+ * tokenizer_config.json), NULL when it can. */
+static const char *bert_why(const dm_tokenizer *t) {
     const char *why = !t->has_norm ? "it has no normalizer"
                       : !t->clean  ? "its normalizer keeps control characters (clean_text false)"
                       : !t->pretok ? "it has no BERT pre-tokenizer"
                       : t->max_chars != 100 ? "its words are cut at another length than 100 characters"
                       : strcmp(t->prefix, "##") ? "its continuations have another prefix than ##"
                                                 : NULL;
+    const int32_t cls = dm_tokenizer_token_id(t, t->special_names[2]), sep = dm_tokenizer_token_id(t, t->special_names[3]);
+    if (!why && (t->n_pre != 1 || t->n_post != 1 || cls < 0 || sep < 0 || t->pre_ids[0] != cls || t->post_ids[0] != sep))
+        why = "its post-processor puts other tokens around a text than its [CLS] and [SEP]";
     for (size_t i = 0; i < t->n_added && !why; i++)
         if (t->added[i].implied) why = "it lacks a special token that BertTokenizer would add";
-        else if (!t->added[i].special || t->added[i].lstrip || t->added[i].rstrip || t->added[i].single_word)
-            why = "it has added tokens other than plain special ones";
     for (int32_t i = 0; i < t->size && !why; i++)
         if (!t->tok_len[i] || memchr(t->tok[i], '\n', t->tok_len[i]) || memchr(t->tok[i], '\r', t->tok_len[i]) ||
             memchr(t->tok[i], 0, t->tok_len[i]) ||
             (i == 0 && t->tok_len[0] >= 3 && !memcmp(t->tok[0], "\xEF\xBB\xBF", 3)))
             why = "a token of it cannot be a line of a vocab.txt (empty, a line break, NUL, a byte-order mark)";
-    if (why)
-        return dm_fail(DM_ERR_UNSUPPORTED, "the tokenizer cannot be saved as transformers' BertTokenizer (vocab.txt "
-                       "and tokenizer_config.json): %s; copy its own tokenizer.json beside the model instead", why);
+    return why;
+}
+
+/* Files in dir that transformers reads before (tokenizer.json, for the BertTokenizer form)
+ * or beside what dm_tokenizer_save writes, from another tokenizer. */
+static dm_status stale_files(const char *dir, int bert) {
+    static const char *const names[3] = {"tokenizer.json", "special_tokens_map.json", "added_tokens.json"};
+    for (int k = !bert; k < 3; k++) {
+        char p[4096];
+        struct stat sb;
+        if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, names[k]) >= sizeof p)
+            return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
+        if (lstat(p, &sb) == 0)
+            return dm_fail(DM_ERR_INVALID_ARG, "%s already holds %s (another tokenizer's?), which transformers would "
+                           "read %s the files written here: remove it, or write to another directory", dir, names[k],
+                           k ? "beside" : "instead of");
+    }
+    return DM_OK;
+}
+
+dm_status dm_tokenizer_check_save(const dm_tokenizer *t, const char *dir, int *json_form) {
+    if (!t || !dir) return dm_fail(DM_ERR_INVALID_ARG, "dm_tokenizer_check_save: NULL argument");
+    const char *why = bert_why(t);
+    if (why && (!t->json || t->norm_cfg))
+        return dm_fail(DM_ERR_UNSUPPORTED, "the tokenizer cannot be saved for transformers: %s, so BertTokenizer "
+                       "(vocab.txt) cannot be it, and %s", why, t->json ? "its tokenizer.json alone is not it either "
+                       "(its directory's tokenizer_config.json changed its normalizer)" : "it was read from no tokenizer.json");
+    if (json_form) *json_form = why != NULL;
+    return stale_files(dir, !why);
+}
+
+/* Adds the added tokens as transformers' save_pretrained writes them: "added_tokens_decoder",
+ * {"id": {"content", "lstrip", "normalized", "rstrip", "single_word", "special"}}. */
+static int add_added_tokens(const dm_tokenizer *t, cJSON *c) {
+    cJSON *d = cJSON_AddObjectToObject(c, "added_tokens_decoder");
+    for (size_t i = 0; d && i < t->n_added; i++) {
+        const tok_added *a = &t->added[i];
+        char id[16];
+        snprintf(id, sizeof id, "%d", (int)a->id);
+        if (cJSON_GetObjectItemCaseSensitive(d, id)) continue; /* a second entry: tokenizers keeps the first */
+        cJSON *e = cJSON_AddObjectToObject(d, id);
+        if (!e || !cJSON_AddStringToObject(e, "content", t->tok[a->id]) ||
+            !cJSON_AddBoolToObject(e, "lstrip", a->lstrip) || !cJSON_AddBoolToObject(e, "normalized", a->normalized) ||
+            !cJSON_AddBoolToObject(e, "rstrip", a->rstrip) || !cJSON_AddBoolToObject(e, "single_word", a->single_word) ||
+            !cJSON_AddBoolToObject(e, "special", a->special))
+            return 0;
+    }
+    return d != NULL;
+}
+
+dm_status dm_tokenizer_save(const dm_tokenizer *t, const char *dir, int64_t model_max_length, int *json_form) {
+    int jf = 0;
+    DM_TRY(dm_tokenizer_check_save(t, dir, &jf));
+    if (json_form) *json_form = jf;
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= sizeof path)
         return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
     dm_sbuf v = {0};
-    for (int32_t i = 0; i < t->size; i++) {
-        dm_sb_printf(&v, "%.*s\n", (int)t->tok_len[i], t->tok[i]);
-    }
+    for (int32_t i = 0; i < t->size && !jf; i++) dm_sb_printf(&v, "%.*s\n", (int)t->tok_len[i], t->tok[i]);
     const size_t vlen = v.n;
     char *vocab = dm_sb_done(&v);
     cJSON *c = cJSON_CreateObject();
     static const char *const keys[5] = {"pad_token", "unk_token", "cls_token", "sep_token", "mask_token"};
-    int ok = vocab && c && cJSON_AddStringToObject(c, "tokenizer_class", "BertTokenizer") &&
-             cJSON_AddBoolToObject(c, "do_lower_case", t->lower) &&
+    int ok = (jf || vocab) && c && cJSON_AddStringToObject(c, "tokenizer_class", jf ? "PreTrainedTokenizerFast" : "BertTokenizer");
+    if (ok && !jf)
+        ok = cJSON_AddBoolToObject(c, "do_lower_case", t->lower) &&
              (t->strip == t->lower ? cJSON_AddNullToObject(c, "strip_accents") != NULL
                                    : cJSON_AddBoolToObject(c, "strip_accents", t->strip) != NULL) &&
-             cJSON_AddBoolToObject(c, "tokenize_chinese_chars", t->chinese) &&
-             (model_max_length <= 0 || cJSON_AddNumberToObject(c, "model_max_length", (double)model_max_length));
-    for (int k = 0; k < 5 && ok; k++) ok = cJSON_AddStringToObject(c, keys[k], t->special_names[k]) != NULL;
+             cJSON_AddBoolToObject(c, "tokenize_chinese_chars", t->chinese) && add_added_tokens(t, c);
+    if (ok && model_max_length > 0) ok = cJSON_AddNumberToObject(c, "model_max_length", (double)model_max_length) != NULL;
+    for (int k = 0; k < 5 && ok; k++)
+        if (dm_tokenizer_token_id(t, t->special_names[k]) >= 0)
+            ok = cJSON_AddStringToObject(c, keys[k], t->special_names[k]) != NULL;
     char *cfg = ok ? cJSON_Print(c) : NULL;
     cJSON_Delete(c);
-    dm_status s = cfg && vocab ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory saving the tokenizer");
+    dm_status s = cfg ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory saving the tokenizer");
+    /* the model's file first, the configuration that names its class last */
+    char mpath[4096];
+    snprintf(mpath, sizeof mpath, "%s/%s", dir, jf ? "tokenizer.json" : "vocab.txt");
+    if (!s) s = jf ? dm_write_file_atomic(mpath, t->json, t->json_len) : dm_write_file_atomic(mpath, vocab, vlen);
     if (!s) s = dm_write_file_atomic(path, cfg, strlen(cfg));
-    snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    if (!s) s = dm_write_file_atomic(path, vocab, vlen);
     free(cfg);
     free(vocab);
     return s;

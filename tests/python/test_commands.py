@@ -7,7 +7,9 @@ import os
 
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
+from tokenizers import Tokenizer
+from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel, BertTokenizer,
+                          BertTokenizerFast)
 
 import dmove
 
@@ -117,6 +119,25 @@ def test_finetune_and_export(tmp_path):
         rows = [line.rstrip("\n").split("\t") for line in f][1:]
     for text in [t for t, _ in rows] + ["The CAT sat, on Émile's mat!", "dog\tcat  [MASK] zebra"]:
         assert saved(text)["input_ids"] == tok(text)["input_ids"]
+    # a tokenizer BertTokenizer cannot be (words cut at 4 characters, "mat" special): its
+    # tokenizer.json as it is, as PreTrainedTokenizerFast, the same ids as tokenizers gives
+    fast = BertTokenizerFast(str(tmp_path / "base" / "vocab.txt"), do_lower_case=True)
+    fast.add_special_tokens({"additional_special_tokens": ["mat"]})
+    spec = json.loads(fast.backend_tokenizer.to_str())
+    spec["model"]["max_input_chars_per_word"] = 4
+    with open(tmp_path / "short.json", "w") as f:
+        json.dump(spec, f)
+    dmove.export(tmp_path / "ft.ckpt", tmp_path / "out2", tokenizer=tmp_path / "short.json")
+    assert not (tmp_path / "out2" / "vocab.txt").exists()
+    short = AutoTokenizer.from_pretrained(str(tmp_path / "out2"))
+    own = Tokenizer.from_file(str(tmp_path / "short.json"))
+    for text in ["The cat sat on the mat.", "great greatgreat MAT thematdog", "awful [MASK] zebra"]:
+        assert short(text)["input_ids"] == own.encode(text).ids
+    # a BertTokenizer's vocab.txt beside that tokenizer.json would be read for nothing:
+    # refused before anything is written
+    with pytest.raises(dmove.Error, match="tokenizer.json.*instead of"):
+        dmove.export(tmp_path / "ft.ckpt", tmp_path / "out2", tokenizer=tmp_path / "base")
+    assert not (tmp_path / "out2" / "vocab.txt").exists()
     model.eval()
     with torch.no_grad():
         for text, label in rows:

@@ -335,10 +335,15 @@ def test_two_forwards_before_backward():
     (2 * ref(x2).square().sum()).backward()
     for n, p in ref.named_parameters():
         assert rel(p.grad, g_two[n]) <= 1e-6, n
-    # the layers made for four forwards that waited together are let go after their
-    # backwards: one a shape is kept; seven shapes pending at once, then four kept
+    # the layers made for four forwards that waited together are kept while each step
+    # accumulates four (not made again), let go after a step of one: one a shape is kept;
+    # seven shapes pending at once, then four kept
     x = torch.randn(2, 6, 32)
     sum(ref(x).sum() for _ in range(4)).backward()
+    made = {id(c) for cs in ref._cores.values() for c in cs}
+    sum(ref(x).sum() for _ in range(4)).backward()
+    assert {id(c) for cs in ref._cores.values() for c in cs} == made and len(made) == 4
+    ref(x).sum().backward()
     ref(x).sum().backward()
     assert sum(map(len, ref._cores.values())) == 1
     sum(ref(torch.randn(2, 3 + k, 32)).sum() for k in range(7)).backward()
