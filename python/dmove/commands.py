@@ -177,7 +177,9 @@ def export(checkpoint, out, tokenizer=None, lowercase=False, cased=False, quiet=
     """`dmove export`: a pretrain or finetune checkpoint's model as transformers saves it
     (out/model.safetensors and out/config.json); with `tokenizer` (the run's tokenizer.json,
     vocab.txt with lowercase or cased, or model directory) also out/vocab.txt and
-    out/tokenizer_config.json, which AutoTokenizer.from_pretrained(out) loads."""
+    out/tokenizer_config.json as BertTokenizer saves them (or, for a tokenizer.json
+    BertTokenizer cannot be, that file as it is with a PreTrainedTokenizerFast
+    tokenizer_config.json), which AutoTokenizer.from_pretrained(out) loads."""
     return run("export", quiet=quiet, checkpoint=checkpoint, out=out, tokenizer=tokenizer,
                lowercase=lowercase, cased=cased)
 
