@@ -103,6 +103,9 @@ dm_status dm_tensor_writer_write(dm_tensor_writer *w, const char *path);
  * says why they differ (DMOVE_ISA in the environment), or that DMOVE_ISA was not
  * understood, else "". Any pointer may be NULL. */
 void dm_cpu_kernel_isa(const char **in_use, const char **widest, const char **note);
+/* Where the AVX-512 kernel packs a transposed op(A) (the weight gradients), and why: e.g.
+ * "A^T packed from 2 column blocks (not an AMD CPU)". */
+const char *dm_cpu_kernel_packing(void);
 
 /* DM_OK when the address-space limit (ulimit -v) leaves room for OpenBLAS to start and
  * run `threads` threads (0: OpenMP's default): threads + 1 of its 136 MiB buffers, else

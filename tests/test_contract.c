@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "cpu/contract.h"
+#include "cpu/direct_isa.h"
 #include "dmove.h"
+#include "dmove_tools.h"
 #include "testutil.h"
 
 static int g_scale = 1; /* j, k, i and u times this: blocks split between threads */
@@ -253,7 +255,7 @@ static void direct(void) {
      * be read in place */
     /* (and, for a transposed op(A), packed in blocks of 768 rows x 256 deep x 256 columns:
      * n = 600 and k = 517 cross them, with m = 1025; the AVX-512 variant packs it where n
-     * is above 1024, as 1100; so is op(A) NoTrans whose rows lie a multiple of 4 KiB apart,
+     * is above 1024, as 1100, or above 512, as 600 (dm_direct_pack_at_always); so is op(A) NoTrans whose rows lie a multiple of 4 KiB apart,
      * as with lda 2048) */
     const int pm[] = {DM_DIRECT_PANEL_M, DM_DIRECT_PANEL_M + 1}, pn[] = {64, 600, 1100}, pk[] = {1, 517};
     for (int t = 0; t < 4; t++)
@@ -269,8 +271,10 @@ static void direct(void) {
             if (!(e <= worst)) worst = e;
         }
     CHECK(bad == 0);
-    printf("  direct kernel (%s): %d shapes x transposes, worst error %.3f of the float dot-product bound, every "
-           "element written, nothing beyond n: %s\n", dm_isa_name(dm_gemm_direct_isa()), cases,
+    const int avx512 = dm_gemm_direct_isa() == DM_ISA_AVX512;
+    printf("  direct kernel (%s%s%s): %d shapes x transposes, worst error %.3f of the float dot-product bound, every "
+           "element written, nothing beyond n: %s\n", dm_isa_name(dm_gemm_direct_isa()), avx512 ? ", " : "",
+           avx512 ? dm_cpu_kernel_packing() : "", cases,
            worst, bad ? "FAIL" : "ok");
     free(buf);
 }
@@ -299,7 +303,11 @@ int main(void) {
                "tested above)\n");
     for (int isa = widest; isa >= DM_ISA_AVX2; isa--) {
         CHECK_OK(dm_gemm_direct_set_isa(isa));
-        direct();
+        for (int pa = 0; pa < (isa == DM_ISA_AVX512 ? 2 : 1); pa++) { /* A^T packed from 3 blocks, from 2 */
+            if (isa == DM_ISA_AVX512) dm_direct_set_pack_at(pa);
+            direct();
+        }
+        dm_direct_set_pack_at(-1);
         direct_rows();
     }
     CHECK(dm_gemm_direct_set_isa(widest + 1) == (widest == DM_ISA_AVX512 ? DM_ERR_INVALID_ARG : DM_ERR_UNSUPPORTED));

@@ -73,6 +73,35 @@ dm_status dm_blas_room_check(int threads) {
 
 int dm_gemm_direct_available(void) { return dm_gemm_direct_isa() != DM_ISA_NONE; }
 
+static int g_pack_at = -1;  /* -1: not read yet */
+static int g_pack_set = 0;  /* 1: by dm_direct_set_pack_at */
+
+int dm_direct_pack_at_always(void) {
+    int v = __atomic_load_n(&g_pack_at, __ATOMIC_ACQUIRE);
+    if (v >= 0) return v;
+    const char *e = getenv("DMOVE_PACK_AT");
+    v = e && (!strcmp(e, "0") || !strcmp(e, "1")) ? e[0] == '1' : !__builtin_cpu_is("amd");
+    __atomic_store_n(&g_pack_at, v, __ATOMIC_RELEASE);
+    return v;
+}
+
+void dm_direct_set_pack_at(int v) {
+    __atomic_store_n(&g_pack_set, v >= 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_pack_at, v < 0 ? -1 : !!v, __ATOMIC_RELEASE);
+}
+
+const char *dm_cpu_kernel_packing(void) {
+    const char *e = getenv("DMOVE_PACK_AT");
+    const int v = dm_direct_pack_at_always(), env = e && (!strcmp(e, "0") || !strcmp(e, "1"));
+    const int why = __atomic_load_n(&g_pack_set, __ATOMIC_ACQUIRE) ? 2 : env;
+    static const char *const text[2][3] = {
+        {"A^T packed from 3 column blocks (an AMD CPU)", "A^T packed from 3 column blocks (DMOVE_PACK_AT=0)",
+         "A^T packed from 3 column blocks (set by the program)"},
+        {"A^T packed from 2 column blocks (not an AMD CPU)", "A^T packed from 2 column blocks (DMOVE_PACK_AT=1)",
+         "A^T packed from 2 column blocks (set by the program)"}};
+    return text[v][why];
+}
+
 void dm_direct_pack_panels(float *buf, int64_t pstride, int transB, const float *B, int64_t ldb, int k0, int kc,
                            int j0, int nc, int tb, dm_direct_transpose_fn transpose) {
     enum { PW = 64 }; /* a panel's columns */

@@ -30,6 +30,18 @@ static inline int dm_direct_b_in_place(int transA, int transB, int m, int nc, in
     return !transB && nc % tile == 0 && m < DM_DIRECT_PANEL_M && (transA || kc <= DM_DIRECT_INPLACE_K);
 }
 
+/* Whether the AVX-512 variant packs a transposed op(A) into strips wherever a strip would
+ * be read for two blocks of op(B) or more (n > NC), else only for more than two (n > 2 NC);
+ * the summation order is the same either way, so are the results. In place, each k of a
+ * strip is a row lda apart. Measured with bench/kernels.sh, 2 threads, % of the probed FMA
+ * rate, in place against packed, ffn1 and qkv dW (n 768): on Zen 4 (AMD, 2026-11-28)
+ * 92-94% against 86-89%; on an Intel Xeon with AMX (2026-11-28, two 512-bit FMA units)
+ * 58-66% against 66-71% (MKL: 69%). A single block (the attention's dV and dK, n 64)
+ * stays in place on both: packed it fell from 58% to 42% on the Xeon. Rule: the first on
+ * AMD, the second elsewhere; DMOVE_PACK_AT=0 or 1 says which (tests run both). */
+int dm_direct_pack_at_always(void);
+void dm_direct_set_pack_at(int v); /* 0, 1; -1: as the CPU and DMOVE_PACK_AT say (tests) */
+
 void dm_sgemm_direct_avx512(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
                             const float *B, int ldb, float *C, int ldc, float *buf);
 void dm_sgemm_direct_rows_avx512(int transA, int m, int n, int k, float alpha, const float *A, int lda,
