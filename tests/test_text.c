@@ -319,8 +319,9 @@ static void test_dir_config(void) {
     {
         char *a = NULL, *b = NULL;
         size_t na = 0, nb = 0;
+        /* the file, with the post-processor dmove uses written out (BertTokenizerFast's) */
         CHECK(read_all(path_of("short.json"), &a, &na) && read_all(path_of("saved_json/tokenizer.json"), &b, &nb) &&
-              na == nb && !memcmp(a, b, na));
+              strstr(b, "\"TemplateProcessing\"") && strstr(b, "\"max_input_chars_per_word\":3"));
         free(a);
         free(b);
         CHECK(read_all(path_of("saved_json/tokenizer_config.json"), &a, &na) &&
@@ -355,7 +356,7 @@ static void test_dir_config(void) {
         CHECK_OK(dm_tokenizer_load(&k, write_file("nomask.txt", buf, o), DM_CASE_LOWER));
         CHECK(mkdir(path_of("saved_none"), 0700) == 0);
         CHECK(k && dm_tokenizer_save(k, path_of("saved_none"), 0, &jf) == DM_ERR_UNSUPPORTED &&
-              strstr(dm_last_error(), "lacks a special token") && strstr(dm_last_error(), "no tokenizer.json"));
+              strstr(dm_last_error(), "lacks the special token \"[MASK]\"") && strstr(dm_last_error(), "no tokenizer.json"));
         dm_tokenizer_free(k);
         k = NULL;
     }

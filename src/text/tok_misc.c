@@ -126,9 +126,38 @@ void dm_truncate_pair(int64_t la, int64_t lb, int64_t room, int64_t *keep_a, int
 
 /* --- saving as transformers saves a tokenizer ------------------------------------------- */
 
+/* The ids of t's WordPiece vocabulary: 0 .. n-1 (the added tokens past it after them). */
+static int32_t vocab_count(const dm_tokenizer *t) {
+    int32_t n = 0;
+    while (n < t->size && tok_map_get(&t->full, t->tok[n], t->tok_len[n]) == n) n++;
+    return n;
+}
+
+/* Whether s[0..n) begins or ends with a character tokenizers' reading of a vocab.txt line
+ * trims (Unicode White_Space). */
+static int ws_at(const unsigned char *s, size_t n, int end) {
+    static const uint32_t ws[] = {0x20, 0x09, 0x0B, 0x0C, 0x85, 0xA0, 0x1680, 0x2000, 0x2001, 0x2002, 0x2003, 0x2004,
+                                  0x2005, 0x2006, 0x2007, 0x2008, 0x2009, 0x200A, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000};
+    size_t i = 0;
+    if (end) { /* the start of the last character */
+        i = n - 1;
+        while (i > 0 && (s[i] & 0xC0) == 0x80) i--;
+    }
+    uint32_t c = s[i];
+    if (c >= 0xC0) {
+        const int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+        c &= 0x3F >> (len - 1);
+        for (int k = 1; k < len && i + (size_t)k < n; k++) c = c << 6 | (s[i + k] & 0x3F);
+    }
+    for (size_t k = 0; k < sizeof ws / sizeof *ws; k++)
+        if (c == ws[k]) return 1;
+    return 0;
+}
+
 /* Why t cannot be written as transformers' BertTokenizer (vocab.txt and its arguments in
  * tokenizer_config.json), NULL when it can. */
 static const char *bert_why(const dm_tokenizer *t) {
+    static _Thread_local char buf[256];
     const char *why = !t->has_norm ? "it has no normalizer"
                       : !t->clean  ? "its normalizer keeps control characters (clean_text false)"
                       : !t->pretok ? "it has no BERT pre-tokenizer"
@@ -139,12 +168,32 @@ static const char *bert_why(const dm_tokenizer *t) {
     if (!why && (t->n_pre != 1 || t->n_post != 1 || cls < 0 || sep < 0 || t->pre_ids[0] != cls || t->post_ids[0] != sep))
         why = "its post-processor puts other tokens around a text than its [CLS] and [SEP]";
     for (size_t i = 0; i < t->n_added && !why; i++)
-        if (t->added[i].implied) why = "it lacks a special token that BertTokenizer would add";
-    for (int32_t i = 0; i < t->size && !why; i++)
-        if (!t->tok_len[i] || memchr(t->tok[i], '\n', t->tok_len[i]) || memchr(t->tok[i], '\r', t->tok_len[i]) ||
-            memchr(t->tok[i], 0, t->tok_len[i]) ||
-            (i == 0 && t->tok_len[0] >= 3 && !memcmp(t->tok[0], "\xEF\xBB\xBF", 3)))
-            why = "a token of it cannot be a line of a vocab.txt (empty, a line break, NUL, a byte-order mark)";
+        if (t->added[i].implied) {
+            snprintf(buf, sizeof buf, "it lacks the special token \"%.64s\" (BertTokenizer would add it at id %d)",
+                     t->tok[t->added[i].id], (int)t->added[i].id);
+            why = buf;
+        }
+    const int32_t nv = vocab_count(t);
+    for (int32_t i = nv; i < t->size && !why; i++)
+        if (tok_map_get(&t->full, t->tok[i], t->tok_len[i]) >= 0) {
+            snprintf(buf, sizeof buf, "its vocabulary's ids are not 0 .. N-1 with the added tokens after them (id %d "
+                     "is an added token's, %d the vocabulary's)", (int)nv, (int)i);
+            why = buf;
+        }
+    for (int32_t i = 0; i < nv && !why; i++) {
+        const unsigned char *s = (const unsigned char *)t->tok[i];
+        const size_t n = t->tok_len[i];
+        const char *what = !n ? "empty"
+                           : memchr(s, '\n', n) || memchr(s, '\r', n) ? "a line break"
+                           : memchr(s, 0, n) ? "a NUL"
+                           : i == 0 && n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3) ? "a byte-order mark"
+                           : ws_at(s, n, 0) || ws_at(s, n, 1) ? "white space at an end (trimmed from a line)"
+                                                              : NULL;
+        if (what) {
+            snprintf(buf, sizeof buf, "its token %d (\"%.32s\") cannot be a line of a vocab.txt: %s", (int)i, t->tok[i], what);
+            why = buf;
+        }
+    }
     return why;
 }
 
@@ -171,7 +220,9 @@ dm_status dm_tokenizer_check_save(const dm_tokenizer *t, const char *dir, int *j
     if (why && (!t->json || t->norm_cfg))
         return dm_fail(DM_ERR_UNSUPPORTED, "the tokenizer cannot be saved for transformers: %s, so BertTokenizer "
                        "(vocab.txt) cannot be it, and %s", why, t->json ? "its tokenizer.json alone is not it either "
-                       "(its directory's tokenizer_config.json changed its normalizer)" : "it was read from no tokenizer.json");
+                       "(its directory's tokenizer_config.json changed its normalizer): give the tokenizer.json file "
+                       "itself, or a directory whose tokenizer_config.json BertTokenizer can say"
+                       : "it was read from no tokenizer.json: give one (transformers' tokenizer.save_pretrained writes it)");
     if (json_form) *json_form = why != NULL;
     return stale_files(dir, !why);
 }
@@ -195,6 +246,61 @@ static int add_added_tokens(const dm_tokenizer *t, cJSON *c) {
     return d != NULL;
 }
 
+/* A TemplateProcessing of the tokens dmove puts around a text (its pre_ids and post_ids,
+ * as BertTokenizerFast's rule makes them whatever the file's post-processor) and a pair. */
+static cJSON *template_of(const dm_tokenizer *t) {
+    cJSON *p = cJSON_CreateObject(), *sp = NULL;
+    int ok = p && cJSON_AddStringToObject(p, "type", "TemplateProcessing") && (sp = cJSON_CreateObject()) != NULL;
+    static const char *const parts[2] = {"single", "pair"};
+    for (int pair = 0; pair < 2 && ok; pair++) {
+        cJSON *a = cJSON_AddArrayToObject(p, parts[pair]);
+        ok = a != NULL;
+        /* [pre] A [post] (type 0), B [post] (type 1) */
+        for (int seg = 0; seg <= pair && ok; seg++) {
+            const int n_sp_before = seg ? 0 : t->n_pre;
+            for (int k = 0; k < n_sp_before + 1 + t->n_post && ok; k++) {
+                const int is_seq = k == n_sp_before;
+                const int32_t id = is_seq ? -1 : k < n_sp_before ? t->pre_ids[k] : t->post_ids[k - n_sp_before - 1];
+                cJSON *item = cJSON_CreateObject();
+                cJSON *in = item ? cJSON_AddObjectToObject(item, is_seq ? "Sequence" : "SpecialToken") : NULL;
+                ok = in && cJSON_AddStringToObject(in, "id", is_seq ? (seg ? "B" : "A") : t->tok[id]) &&
+                     cJSON_AddNumberToObject(in, "type_id", seg) && cJSON_AddItemToArray(a, item);
+                if (!ok) {
+                    cJSON_Delete(item);
+                    break;
+                }
+                if (!is_seq && !cJSON_GetObjectItemCaseSensitive(sp, t->tok[id])) {
+                    cJSON *e = cJSON_AddObjectToObject(sp, t->tok[id]), *ids, *toks;
+                    ok = e && cJSON_AddStringToObject(e, "id", t->tok[id]) && (ids = cJSON_AddArrayToObject(e, "ids")) &&
+                         cJSON_AddItemToArray(ids, cJSON_CreateNumber(id)) &&
+                         (toks = cJSON_AddArrayToObject(e, "tokens")) &&
+                         cJSON_AddItemToArray(toks, cJSON_CreateString(t->tok[id]));
+                }
+            }
+        }
+    }
+    if (ok && cJSON_AddItemToObject(p, "special_tokens", sp)) sp = NULL;
+    else ok = 0;
+    cJSON_Delete(sp);
+    if (!ok) cJSON_Delete(p);
+    return ok ? p : NULL;
+}
+
+/* t's tokenizer.json with dmove's post-processor in place of the file's: malloc'ed text. */
+static char *json_as_used(const dm_tokenizer *t) {
+    cJSON *root = cJSON_ParseWithLength(t->json, t->json_len), *tp = root ? template_of(t) : NULL;
+    char *out = NULL;
+    if (tp) {
+        if (cJSON_GetObjectItemCaseSensitive(root, "post_processor"))
+            cJSON_ReplaceItemInObjectCaseSensitive(root, "post_processor", tp);
+        else
+            cJSON_AddItemToObject(root, "post_processor", tp);
+        out = cJSON_PrintUnformatted(root);
+    }
+    cJSON_Delete(root);
+    return out;
+}
+
 dm_status dm_tokenizer_save(const dm_tokenizer *t, const char *dir, int64_t model_max_length, int *json_form) {
     int jf = 0;
     DM_TRY(dm_tokenizer_check_save(t, dir, &jf));
@@ -202,31 +308,36 @@ dm_status dm_tokenizer_save(const dm_tokenizer *t, const char *dir, int64_t mode
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= sizeof path)
         return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
+    /* the form's model file: the WordPiece vocabulary's lines (the added tokens past it only in
+     * added_tokens_decoder), or the tokenizer.json with the post-processor dmove uses */
     dm_sbuf v = {0};
-    for (int32_t i = 0; i < t->size && !jf; i++) dm_sb_printf(&v, "%.*s\n", (int)t->tok_len[i], t->tok[i]);
-    const size_t vlen = v.n;
-    char *vocab = dm_sb_done(&v);
+    const int32_t nv = jf ? 0 : vocab_count(t);
+    for (int32_t i = 0; i < nv; i++) dm_sb_printf(&v, "%.*s\n", (int)t->tok_len[i], t->tok[i]);
+    size_t mlen = v.n;
+    char *model = jf ? json_as_used(t) : dm_sb_done(&v);
+    if (jf) mlen = model ? strlen(model) : 0; /* (v is empty) */
     cJSON *c = cJSON_CreateObject();
     static const char *const keys[5] = {"pad_token", "unk_token", "cls_token", "sep_token", "mask_token"};
-    int ok = (jf || vocab) && c && cJSON_AddStringToObject(c, "tokenizer_class", jf ? "PreTrainedTokenizerFast" : "BertTokenizer");
+    int ok = model && c && cJSON_AddStringToObject(c, "tokenizer_class", jf ? "PreTrainedTokenizerFast" : "BertTokenizer");
     if (ok && !jf)
         ok = cJSON_AddBoolToObject(c, "do_lower_case", t->lower) &&
              (t->strip == t->lower ? cJSON_AddNullToObject(c, "strip_accents") != NULL
                                    : cJSON_AddBoolToObject(c, "strip_accents", t->strip) != NULL) &&
              cJSON_AddBoolToObject(c, "tokenize_chinese_chars", t->chinese) && add_added_tokens(t, c);
     if (ok && model_max_length > 0) ok = cJSON_AddNumberToObject(c, "model_max_length", (double)model_max_length) != NULL;
-    for (int k = 0; k < 5 && ok; k++)
-        if (dm_tokenizer_token_id(t, t->special_names[k]) >= 0)
-            ok = cJSON_AddStringToObject(c, keys[k], t->special_names[k]) != NULL;
+    for (int k = 0; k < 5 && ok; k++) { /* the unknown token WordPiece's own */
+        const char *name = k == 1 && t->unk >= 0 ? t->tok[t->unk] : t->special_names[k];
+        if (dm_tokenizer_token_id(t, name) >= 0) ok = cJSON_AddStringToObject(c, keys[k], name) != NULL;
+    }
     char *cfg = ok ? cJSON_Print(c) : NULL;
     cJSON_Delete(c);
     dm_status s = cfg ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory saving the tokenizer");
     /* the model's file first, the configuration that names its class last */
     char mpath[4096];
     snprintf(mpath, sizeof mpath, "%s/%s", dir, jf ? "tokenizer.json" : "vocab.txt");
-    if (!s) s = jf ? dm_write_file_atomic(mpath, t->json, t->json_len) : dm_write_file_atomic(mpath, vocab, vlen);
+    if (!s) s = dm_write_file_atomic(mpath, model, mlen);
     if (!s) s = dm_write_file_atomic(path, cfg, strlen(cfg));
     free(cfg);
-    free(vocab);
+    free(model);
     return s;
 }
