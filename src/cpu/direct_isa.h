@@ -37,8 +37,11 @@ static inline int dm_direct_b_in_place(int transA, int transB, int m, int nc, in
  * rate, in place against packed, ffn1 and qkv dW (n 768): on Zen 4 (AMD, 2026-11-28)
  * 92-94% against 86-89%; on an Intel Xeon with AMX (2026-11-28, two 512-bit FMA units)
  * 58-66% against 66-71% (MKL: 69%). A single block (the attention's dV and dK, n 64)
- * stays in place on both: packed it fell from 58% to 42% on the Xeon. Rule: the first on
- * AMD, the second elsewhere; DMOVE_PACK_AT=0 or 1 says which (tests run both). */
+ * stays in place on both where it is at most KC deep: at j = 128 packed fell from 58% to
+ * 42% on the Xeon; deeper (j = 512, BERT-large's dV = P^T dO), each k of a strip another row
+ * 2 KB on, the rows fall into two L1 sets and packing wins: 61-63 GFLOP/s to 93-97 on 1
+ * thread, 125-137 to 191-202 on 2 (j = 256, 256 deep, the same either way). Rule: the first
+ * on AMD, the second elsewhere; DMOVE_PACK_AT=0 or 1 says which (tests run both). */
 int dm_direct_pack_at_always(void);
 void dm_direct_set_pack_at(int v); /* 0, 1; -1: as the CPU and DMOVE_PACK_AT say (tests) */
 
