@@ -408,6 +408,17 @@ static void test_dir_config(void) {
         }
         dm_tokenizer_free(back);
         back = NULL;
+        /* special_tokens_map.json's and tokenizer_config.json's additional special tokens; the
+         * latter's names over the former's */
+        write_file("saved_extra/special_tokens_map.json", "{\"cls_token\":\"a\",\"additional_special_tokens\":[\"mask\"]}", 54);
+        write_file("saved_extra/tokenizer_config.json", "{\"cls_token\":\"[CLS]\",\"extra_special_tokens\":{\"x\":\"x\"}}", 54);
+        CHECK_OK(dm_tokenizer_load(&back, path_of("saved_extra"), DM_CASE_FILE));
+        if (back) {
+            IDS(back, "amask", 1, 2, 18, 25, 3);
+            IDS(back, "xamaskx", 0, 26, 18, 25, 26);
+        }
+        dm_tokenizer_free(back);
+        back = NULL;
     }
     dm_tokenizer_free(k);
     /* a tokenizer_config.json that is no JSON object, or a do_lower_case not true or false */

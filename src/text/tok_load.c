@@ -34,11 +34,14 @@ typedef struct {
     size_t na;
     const char *unk;
     const char *names[5]; /* pad unk cls sep mask, as the source names them */
+    const char **extra;   /* a directory's additional special tokens (its vocab.txt's) */
+    size_t nextra;
 } tok_src;
 
 static void src_free(tok_src *s) {
     free(s->vocab);
     free(s->added);
+    free(s->extra);
 }
 
 static const char *k_default_names[5] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
@@ -178,11 +181,11 @@ static dm_status parse_vocab_txt(tok_src *src, char *buf, size_t len, const char
  * the file's says. */
 static dm_status add_bert_specials(dm_tokenizer *t, tok_src *src) {
     static const int order[5] = {1, 3, 0, 2, 4};
-    tok_added *a = realloc(src->added, (src->na + 5) * sizeof *a);
+    tok_added *a = realloc(src->added, (src->na + 5 + src->nextra) * sizeof *a);
     if (!a) return dm_fail(DM_ERR_OOM, "out of memory");
     src->added = a;
-    for (int o = 0; o < 5; o++) {
-        const char *name = src->names[order[o]];
+    for (size_t o = 0; o < 5 + src->nextra; o++) { /* (then the additional special tokens) */
+        const char *name = o < 5 ? src->names[order[o]] : src->extra[o - 5];
         size_t len = strlen(name);
         int32_t id = -1;
         for (size_t i = 0; i < src->na && id < 0; i++)
@@ -940,28 +943,66 @@ static dm_status dir_bert_norm(const char *dir, int vocab_txt, dir_norm *o) {
     return st;
 }
 
-/* A model directory's vocab.txt as transformers' BertTokenizer reads it with its
- * tokenizer_config.json: the special tokens it names (pad_token .. mask_token, a string or
- * an AddedToken's {"content": ...}) and the added tokens of its added_tokens_decoder
- * ({"id": {"content", "lstrip", "rstrip", "single_word", "normalized", "special"}}, as
- * save_pretrained writes them), into src; *keep holds their strings (NULL: no file). */
-static dm_status dir_vocab_extras(const char *dir, tok_src *src, cJSON **keep) {
-    char path[4096];
-    if ((size_t)snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= sizeof path)
-        return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
-    DM_TRY(read_json_object(path, keep));
-    if (!*keep) return DM_OK;
+/* A token of a special-token setting: a string, or an AddedToken's {"content": ...}; NULL
+ * for null, and *bad when it is neither. */
+static const char *special_of(const cJSON *v, int *bad) {
+    if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    if (!v || cJSON_IsNull(v)) return NULL;
+    if (!cJSON_IsString(v) || !v->valuestring[0] || strlen(v->valuestring) > TOK_MAX_TOKEN) {
+        *bad = 1;
+        return NULL;
+    }
+    return v->valuestring;
+}
+
+/* The special tokens a special_tokens_map.json or tokenizer_config.json names: pad_token ..
+ * mask_token into src->names, additional_special_tokens and extra_special_tokens (a list,
+ * or in transformers 5 an object of names) into src->extra. */
+static dm_status take_specials(tok_src *src, const cJSON *j, const char *path) {
     static const char *const keys[5] = {"pad_token", "unk_token", "cls_token", "sep_token", "mask_token"};
+    int bad = 0;
     for (int k = 0; k < 5; k++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(*keep, keys[k]);
-        if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
-        if (!v || cJSON_IsNull(v)) continue;
-        if (!cJSON_IsString(v) || !v->valuestring[0] || strlen(v->valuestring) > TOK_MAX_TOKEN)
+        const char *v = special_of(cJSON_GetObjectItemCaseSensitive(j, keys[k]), &bad);
+        if (bad)
             return dm_fail(DM_ERR_FORMAT, "%s: %s is not a token (a non-empty string, or {\"content\": string})", path,
                            keys[k]);
-        src->names[k] = v->valuestring;
+        if (v) src->names[k] = v;
     }
-    const cJSON *d = cJSON_GetObjectItemCaseSensitive(*keep, "added_tokens_decoder");
+    static const char *const lists[2] = {"additional_special_tokens", "extra_special_tokens"};
+    for (int l = 0; l < 2; l++) {
+        const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, lists[l]), *e;
+        if (!arr || cJSON_IsNull(arr)) continue;
+        if (!cJSON_IsArray(arr) && !cJSON_IsObject(arr))
+            return dm_fail(DM_ERR_FORMAT, "%s: %s is %s, not a list of tokens", path, lists[l], jtype(arr));
+        const size_t n = (size_t)cJSON_GetArraySize(arr);
+        const char **x = realloc(src->extra, (src->nextra + n + 1) * sizeof *x);
+        if (!x) return dm_fail(DM_ERR_OOM, "out of memory");
+        src->extra = x;
+        cJSON_ArrayForEach(e, arr) {
+            const char *v = special_of(e, &bad);
+            if (bad) return dm_fail(DM_ERR_FORMAT, "%s: %s holds something not a token", path, lists[l]);
+            if (v) src->extra[src->nextra++] = v;
+        }
+    }
+    return DM_OK;
+}
+
+/* A model directory's vocab.txt as transformers' BertTokenizer reads it with its
+ * special_tokens_map.json and tokenizer_config.json (the latter wins): the special tokens
+ * they name (take_specials) and tokenizer_config.json's added_tokens_decoder ({"id":
+ * {"content", "lstrip", "rstrip", "single_word", "normalized", "special"}}, as
+ * save_pretrained writes them), into src; keep[0..1] hold their strings (NULL: no file). */
+static dm_status dir_vocab_extras(const char *dir, tok_src *src, cJSON *keep[2]) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/special_tokens_map.json", dir) >= sizeof path)
+        return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
+    DM_TRY(read_json_object(path, &keep[1]));
+    if (keep[1]) DM_TRY(take_specials(src, keep[1], path));
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    DM_TRY(read_json_object(path, &keep[0]));
+    if (!keep[0]) return DM_OK;
+    DM_TRY(take_specials(src, keep[0], path));
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(keep[0], "added_tokens_decoder");
     if (!d || cJSON_IsNull(d)) return DM_OK;
     if (!cJSON_IsObject(d)) return dm_fail(DM_ERR_FORMAT, "%s: added_tokens_decoder is %s, not an object", path, jtype(d));
     const int n = cJSON_GetArraySize(d);
@@ -1017,16 +1058,17 @@ dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing
     char inside[4096];
     dir_norm dn = {0};
     tok_src src = {0};
-    cJSON *extras = NULL; /* a directory's vocab.txt: its tokenizer_config.json */
+    cJSON *extras[2] = {NULL, NULL}; /* a directory's vocab.txt: its tokenizer_config.json, special_tokens_map.json */
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         const dm_case asked = casing;
         DM_TRY(dir_tokenizer(path, &casing, inside, sizeof inside));
         const size_t il = strlen(inside);
         const int txt = il >= 9 && !strcmp(inside + il - 9, "vocab.txt");
         if (asked == DM_CASE_FILE) DM_TRY(dir_bert_norm(path, txt, &dn));
-        dm_status st = txt ? dir_vocab_extras(path, &src, &extras) : DM_OK;
+        dm_status st = txt ? dir_vocab_extras(path, &src, extras) : DM_OK;
         if (st) {
-            cJSON_Delete(extras);
+            cJSON_Delete(extras[0]);
+            cJSON_Delete(extras[1]);
             src_free(&src);
             return st;
         }
@@ -1064,7 +1106,8 @@ dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing
         buf = NULL;
     }
     cJSON_Delete(json);
-    cJSON_Delete(extras);
+    cJSON_Delete(extras[0]);
+    cJSON_Delete(extras[1]);
     src_free(&src);
     free(buf);
     if (st) {
