@@ -85,6 +85,14 @@ int cmd_export(int argc, char **argv) {
     if ((rc = cli_check_paths(CMD, reads, 2, writes, 1)) != 0) return rc;
     dm_tokenizer *tok = NULL; /* read and checked before anything is written */
     if (o.tokenizer && (rc = cli_open_tokenizer(CMD, o.tokenizer, o.lowercase, o.cased, &tok)) != CLI_OK) return rc;
+    dm_bert_model bm = {0};
+    /* (a checkpoint whose header cannot say: the export below says what is wrong with it) */
+    if (tok && dm_checkpoint_bert_sizes(o.checkpoint, &bm) == DM_OK && dm_tokenizer_vocab_size(tok) > bm.vocab) {
+        cli_error(CMD, "--tokenizer %s has %d tokens and the model's vocabulary %" PRId64 ": it is not the run's "
+                  "tokenizer (nothing written)", o.tokenizer, dm_tokenizer_vocab_size(tok), bm.vocab);
+        dm_tokenizer_free(tok);
+        return CLI_FAIL;
+    }
     if (tok && dm_tokenizer_check_save(tok, o.out, NULL) != DM_OK) {
         dm_tokenizer_free(tok);
         cli_error(CMD, "--tokenizer %s: %s (nothing written)", o.tokenizer, dm_last_error());

@@ -501,6 +501,9 @@ dm_status dm_trainer_mlm_stats(const dm_trainer *t, dm_mlm_stats *out);
  * and DIR/config.json written atomically. The same files as dm_trainer_export of the
  * trainer that saved it. */
 dm_status dm_checkpoint_export(const char *checkpoint, const char *dir);
+/* The sizes of the BERT a checkpoint holds (vocab, positions, types, pad_id, num_labels),
+ * from its header alone (its data not read, so not validated). */
+dm_status dm_checkpoint_bert_sizes(const char *checkpoint, dm_bert_model *bm);
 
 /* --- Inference: hidden states and sentence embeddings (BertModel) -------------------- */
 

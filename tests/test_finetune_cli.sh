@@ -168,6 +168,11 @@ rm ckexp/model.safetensors
 expect "export --tokenizer, a tokenizer.json there" 1 "holds tokenizer.json.*instead of.*nothing written" \
     export --checkpoint full.ckpt --out ckexp --tokenizer vocab.txt --lowercase
 [ -e ckexp/model.safetensors ] && fail "export --tokenizer refused: the model was written"
+# a tokenizer larger than the model's vocabulary: refused, nothing written
+{ printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; seq 1 5000 | sed 's/^/w/'; } >big-vocab.txt
+expect "export --tokenizer larger than the vocabulary" 1 "has 5005 tokens and the model's vocabulary [0-9]+.*nothing written" \
+    export --checkpoint full.ckpt --out bigexp --tokenizer big-vocab.txt --lowercase
+[ -e bigexp/model.safetensors ] && fail "export --tokenizer larger than the vocabulary: the model was written"
 # --init: a config whose two dropouts differ takes --dropout, and says so without it
 sed 's/"attention_probs_dropout_prob": [0-9.e-]*/"attention_probs_dropout_prob": 0/' model/config.json >cfg.tmp
 mkdir -p dropdiff && cp model/model.safetensors dropdiff/ && mv cfg.tmp dropdiff/config.json

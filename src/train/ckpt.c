@@ -765,24 +765,43 @@ static dm_status take_label_names(dm_trainer *T, const char *json, int64_t num_l
     return s;
 }
 
-static dm_status checkpoint_export(const dm_st_file *f, const char *dir) {
+/* A checkpoint's model from its metadata: format and version checked. */
+static dm_status checkpoint_model(const dm_st_file *f, char theirs[M_N][META_LEN], dm_layer_config *c, int *layers,
+                                  dm_bert_model *bm) {
     const char *fmt = dm_st_metadata(f, "format"), *ver = dm_st_metadata(f, "version");
     if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
         return dm_fail(DM_ERR_FORMAT, "not a dmove checkpoint (no \"format\": \"" CKPT_FORMAT "\" in its metadata)");
     if (!ckpt_version(ver))
         return dm_fail(DM_ERR_FORMAT, "checkpoint version '%s': this dmove reads versions 1 and " CKPT_VERSION,
                        ver ? ver : "(none)");
-    char theirs[M_N][META_LEN];
     for (int m = 0; m < M_N; m++) {
         const char *v = dm_st_metadata(f, k_meta[m]);
         if (!v) v = optional_default(m);
         if (!v) return dm_fail(DM_ERR_FORMAT, "the checkpoint's metadata has no '%s'", k_meta[m]);
         snprintf(theirs[m], META_LEN, "%s", v);
     }
+    return meta_model(theirs, c, layers, bm);
+}
+
+dm_status dm_checkpoint_bert_sizes(const char *checkpoint, dm_bert_model *bm) {
+    if (!checkpoint || !bm) return dm_fail(DM_ERR_INVALID_ARG, "dm_checkpoint_bert_sizes: NULL argument");
+    dm_st_file *f = NULL;
+    dm_status s = dm_st_read_header(checkpoint, &f);
+    char theirs[M_N][META_LEN];
+    dm_layer_config c;
+    int layers;
+    if (s == DM_OK) s = checkpoint_model(f, theirs, &c, &layers, bm);
+    dm_st_free(f);
+    if (s != DM_OK) dm_fail_context(s, "checkpoint '%s': ", checkpoint);
+    return s;
+}
+
+static dm_status checkpoint_export(const dm_st_file *f, const char *dir) {
+    char theirs[M_N][META_LEN];
     dm_layer_config c;
     int layers;
     dm_bert_model bm;
-    DM_TRY(meta_model(theirs, &c, &layers, &bm));
+    DM_TRY(checkpoint_model(f, theirs, &c, &layers, &bm));
     dm_trainer *T = NULL;
     dm_layer_options o = {0};
     dm_status s = dm_trainer_new_bert(&T, &c, layers, &bm, &o, NULL);
