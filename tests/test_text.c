@@ -409,9 +409,11 @@ static void test_dir_config(void) {
         dm_tokenizer_free(back);
         back = NULL;
         /* special_tokens_map.json's and tokenizer_config.json's additional special tokens; the
-         * latter's names over the former's */
-        write_file("saved_extra/special_tokens_map.json", "{\"cls_token\":\"a\",\"additional_special_tokens\":[\"mask\"]}", 54);
-        write_file("saved_extra/tokenizer_config.json", "{\"cls_token\":\"[CLS]\",\"extra_special_tokens\":{\"x\":\"x\"}}", 54);
+         * former's names over the latter's (as transformers 5.24); a name over 63 bytes refused */
+        static const char map[] = "{\"cls_token\":\"[CLS]\",\"additional_special_tokens\":[\"mask\"]}",
+                          cfg[] = "{\"cls_token\":\"a\",\"extra_special_tokens\":{\"x\":\"x\"}}";
+        write_file("saved_extra/special_tokens_map.json", map, strlen(map));
+        write_file("saved_extra/tokenizer_config.json", cfg, strlen(cfg));
         CHECK_OK(dm_tokenizer_load(&back, path_of("saved_extra"), DM_CASE_FILE));
         if (back) {
             IDS(back, "amask", 1, 2, 18, 25, 3);
@@ -419,6 +421,10 @@ static void test_dir_config(void) {
         }
         dm_tokenizer_free(back);
         back = NULL;
+        static const char longname[] = "{\"mask_token\":\"[0000000000000000000000000000000000000000000000000000000000000000]\"}";
+        write_file("saved_extra/tokenizer_config.json", longname, strlen(longname));
+        CHECK(dm_tokenizer_load(&back, path_of("saved_extra"), DM_CASE_FILE) == DM_ERR_FORMAT &&
+              strstr(dm_last_error(), "at most 63 bytes"));
     }
     dm_tokenizer_free(k);
     /* a tokenizer_config.json that is no JSON object, or a do_lower_case not true or false */

@@ -80,8 +80,10 @@ int dm_direct_pack_at_always(void) {
     int v = __atomic_load_n(&g_pack_at, __ATOMIC_ACQUIRE);
     if (v >= 0) return v;
     const char *e = getenv("DMOVE_PACK_AT");
-    v = e && (!strcmp(e, "0") || !strcmp(e, "1")) ? e[0] == '1' : !__builtin_cpu_is("amd");
-    __atomic_store_n(&g_pack_at, v, __ATOMIC_RELEASE);
+    __builtin_cpu_init();
+    int want = e && (!strcmp(e, "0") || !strcmp(e, "1")) ? e[0] == '1' : !__builtin_cpu_is("amd");
+    /* from "not read" only: a dm_direct_set_pack_at meanwhile wins */
+    if (__atomic_compare_exchange_n(&g_pack_at, &v, want, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return want;
     return v;
 }
 
@@ -95,10 +97,12 @@ const char *dm_cpu_kernel_packing(void) {
     const int v = dm_direct_pack_at_always(), env = e && (!strcmp(e, "0") || !strcmp(e, "1"));
     const int why = __atomic_load_n(&g_pack_set, __ATOMIC_ACQUIRE) ? 2 : env;
     static const char *const text[2][3] = {
-        {"A^T packed from 3 column blocks (an AMD CPU)", "A^T packed from 3 column blocks (DMOVE_PACK_AT=0)",
-         "A^T packed from 3 column blocks (set by the program)"},
-        {"A^T packed from 2 column blocks (not an AMD CPU)", "A^T packed from 2 column blocks (DMOVE_PACK_AT=1)",
-         "A^T packed from 2 column blocks (set by the program)"}};
+        {"A^T packed from 3 column blocks or deeper than 256 (an AMD CPU)",
+         "A^T packed from 3 column blocks or deeper than 256 (DMOVE_PACK_AT=0)",
+         "A^T packed from 3 column blocks or deeper than 256 (set by the program)"},
+        {"A^T packed from 2 column blocks or deeper than 256 (not an AMD CPU)",
+         "A^T packed from 2 column blocks or deeper than 256 (DMOVE_PACK_AT=1)",
+         "A^T packed from 2 column blocks or deeper than 256 (set by the program)"}};
     return text[v][why];
 }
 

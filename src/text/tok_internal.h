@@ -64,6 +64,8 @@ static inline const tok_node *tok_trie_slot(const tok_trie *t, uint64_t h) {
     return &t->s[tok_trie_mix(h) >> (64 - t->bits)];
 }
 
+#define TOK_MAX_SPECIAL 63 /* bytes of the name of a special token ([CLS] ...) */
+
 /* An added token (tokenizer.json's added_tokens, or the specials of a vocab.txt). */
 typedef struct {
     const char *s; /* the content (normalized ones: as the normalizer makes it) */
@@ -114,7 +116,7 @@ struct dm_tokenizer {
     /* post-processor: ids before and after the text */
     int32_t pre_ids[8], post_ids[8];
     int n_pre, n_post;
-    char special_names[5][64]; /* pad unk cls sep mask */
+    char special_names[5][TOK_MAX_SPECIAL + 1]; /* pad unk cls sep mask */
     uint64_t hash;
     char describe[320];
     /* the ASCII fast path: what the normalizer makes of a byte < 0x80 (-1: dropped) and

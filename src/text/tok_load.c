@@ -650,7 +650,12 @@ static dm_status build_maps(dm_tokenizer *t, const tok_src *src) {
     if (t->unk < 0)
         return dm_fail(DM_ERR_FORMAT, "the unknown token \"%s\" is not in the vocabulary (WordPiece needs it)",
                        shown(src->unk, strlen(src->unk), b, sizeof b));
-    for (int k = 0; k < 5; k++) snprintf(t->special_names[k], sizeof t->special_names[k], "%s", src->names[k]);
+    for (int k = 0; k < 5; k++) {
+        if (strlen(src->names[k]) > TOK_MAX_SPECIAL)
+            return dm_fail(DM_ERR_UNSUPPORTED, "the special token \"%s\" is longer than %d bytes, which dmove takes",
+                           shown(src->names[k], strlen(src->names[k]), b, sizeof b), TOK_MAX_SPECIAL);
+        snprintf(t->special_names[k], sizeof t->special_names[k], "%s", src->names[k]);
+    }
     for (int k = 0; k < t->n_pre; k++)
         if (t->pre_ids[k] >= t->size) return dm_fail(DM_ERR_FORMAT, "the post-processor's id %d is past the vocabulary", t->pre_ids[k]);
     for (int k = 0; k < t->n_post; k++)
@@ -948,7 +953,7 @@ static dm_status dir_bert_norm(const char *dir, int vocab_txt, dir_norm *o) {
 static const char *special_of(const cJSON *v, int *bad) {
     if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
     if (!v || cJSON_IsNull(v)) return NULL;
-    if (!cJSON_IsString(v) || !v->valuestring[0] || strlen(v->valuestring) > TOK_MAX_TOKEN) {
+    if (!cJSON_IsString(v) || !v->valuestring[0] || strlen(v->valuestring) > TOK_MAX_SPECIAL) {
         *bad = 1;
         return NULL;
     }
@@ -964,8 +969,8 @@ static dm_status take_specials(tok_src *src, const cJSON *j, const char *path) {
     for (int k = 0; k < 5; k++) {
         const char *v = special_of(cJSON_GetObjectItemCaseSensitive(j, keys[k]), &bad);
         if (bad)
-            return dm_fail(DM_ERR_FORMAT, "%s: %s is not a token (a non-empty string, or {\"content\": string})", path,
-                           keys[k]);
+            return dm_fail(DM_ERR_FORMAT, "%s: %s is not a token (a non-empty string of at most %d bytes, or "
+                           "{\"content\": string})", path, keys[k], TOK_MAX_SPECIAL);
         if (v) src->names[k] = v;
     }
     static const char *const lists[2] = {"additional_special_tokens", "extra_special_tokens"};
@@ -988,7 +993,8 @@ static dm_status take_specials(tok_src *src, const cJSON *j, const char *path) {
 }
 
 /* A model directory's vocab.txt as transformers' BertTokenizer reads it with its
- * special_tokens_map.json and tokenizer_config.json (the latter wins): the special tokens
+ * tokenizer_config.json and special_tokens_map.json (the latter's names win, as in
+ * transformers 5.24): the special tokens
  * they name (take_specials) and tokenizer_config.json's added_tokens_decoder ({"id":
  * {"content", "lstrip", "rstrip", "single_word", "normalized", "special"}}, as
  * save_pretrained writes them), into src; keep[0..1] hold their strings (NULL: no file). */
@@ -996,12 +1002,13 @@ static dm_status dir_vocab_extras(const char *dir, tok_src *src, cJSON *keep[2])
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/special_tokens_map.json", dir) >= sizeof path)
         return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
-    DM_TRY(read_json_object(path, &keep[1]));
-    if (keep[1]) DM_TRY(take_specials(src, keep[1], path));
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     DM_TRY(read_json_object(path, &keep[0]));
+    if (keep[0]) DM_TRY(take_specials(src, keep[0], path));
+    snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
+    DM_TRY(read_json_object(path, &keep[1]));
+    if (keep[1]) DM_TRY(take_specials(src, keep[1], path));
     if (!keep[0]) return DM_OK;
-    DM_TRY(take_specials(src, keep[0], path));
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(keep[0], "added_tokens_decoder");
     if (!d || cJSON_IsNull(d)) return DM_OK;
     if (!cJSON_IsObject(d)) return dm_fail(DM_ERR_FORMAT, "%s: added_tokens_decoder is %s, not an object", path, jtype(d));

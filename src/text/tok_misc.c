@@ -291,11 +291,11 @@ static char *json_as_used(const dm_tokenizer *t) {
     cJSON *root = cJSON_ParseWithLength(t->json, t->json_len), *tp = root ? template_of(t) : NULL;
     char *out = NULL;
     if (tp) {
-        if (cJSON_GetObjectItemCaseSensitive(root, "post_processor"))
-            cJSON_ReplaceItemInObjectCaseSensitive(root, "post_processor", tp);
-        else
-            cJSON_AddItemToObject(root, "post_processor", tp);
-        out = cJSON_PrintUnformatted(root);
+        const int put = cJSON_GetObjectItemCaseSensitive(root, "post_processor")
+                            ? cJSON_ReplaceItemInObjectCaseSensitive(root, "post_processor", tp)
+                            : cJSON_AddItemToObject(root, "post_processor", tp);
+        if (put) out = cJSON_PrintUnformatted(root);
+        else cJSON_Delete(tp);
     }
     cJSON_Delete(root);
     return out;
