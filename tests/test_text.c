@@ -425,6 +425,22 @@ static void test_dir_config(void) {
         write_file("saved_extra/tokenizer_config.json", longname, strlen(longname));
         CHECK(dm_tokenizer_load(&back, path_of("saved_extra"), DM_CASE_FILE) == DM_ERR_FORMAT &&
               strstr(dm_last_error(), "at most 63 bytes"));
+        /* mask_token null: none (a [MASK] in the text is words); cls_token null refused; a
+         * key given twice refused */
+        remove(path_of("saved_extra/special_tokens_map.json"));
+        static const char nomask[] = "{\"mask_token\":null}", nocls[] = "{\"cls_token\":null}",
+                          twice[] = "{\"do_lower_case\":true,\"mask_token\":\"mask\",\"do_lower_case\":false}";
+        write_file("saved_extra/tokenizer_config.json", nomask, strlen(nomask));
+        CHECK_OK(dm_tokenizer_load(&back, path_of("saved_extra"), DM_CASE_FILE));
+        if (back) IDS(back, "[MASK]", 0, 23, 25, 24);
+        dm_tokenizer_free(back);
+        back = NULL;
+        write_file("saved_extra/tokenizer_config.json", nocls, strlen(nocls));
+        CHECK(dm_tokenizer_load(&back, path_of("saved_extra"), DM_CASE_FILE) == DM_ERR_UNSUPPORTED &&
+              strstr(dm_last_error(), "cls_token is null"));
+        write_file("saved_extra/tokenizer_config.json", twice, strlen(twice));
+        CHECK(dm_tokenizer_load(&back, path_of("saved_extra"), DM_CASE_FILE) == DM_ERR_FORMAT &&
+              strstr(dm_last_error(), "\"do_lower_case\" is given twice"));
     }
     dm_tokenizer_free(k);
     /* a tokenizer_config.json that is no JSON object, or a do_lower_case not true or false */

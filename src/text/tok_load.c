@@ -884,7 +884,10 @@ static dm_status dir_casing(const char *dir, dm_case *casing) {
     return st;
 }
 
-/* A JSON file's object (NULL where the file is absent: *j NULL, DM_OK). */
+static int by_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* A JSON file's object (NULL where the file is absent: *j NULL, DM_OK); a top-level key
+ * given twice refused. */
 static dm_status read_json_object(const char *path, cJSON **j) {
     *j = NULL;
     struct stat sb;
@@ -900,7 +903,23 @@ static dm_status read_json_object(const char *path, cJSON **j) {
         *j = NULL;
         return dm_fail(DM_ERR_FORMAT, "%s: not a JSON object", path);
     }
-    return DM_OK;
+    /* a key given twice: JSON readers differ (cJSON keeps the first, Python the last) */
+    const size_t n = (size_t)cJSON_GetArraySize(*j);
+    const char **keys = malloc((n + 1) * sizeof *keys);
+    dm_status st = keys ? DM_OK : dm_fail(DM_ERR_OOM, "out of memory");
+    size_t k = 0;
+    for (const cJSON *a = (*j)->child; a && keys; a = a->next) keys[k++] = a->string ? a->string : "";
+    if (keys) qsort(keys, k, sizeof *keys, by_str);
+    for (size_t i = 1; i < k && !st; i++)
+        if (!strcmp(keys[i], keys[i - 1]))
+            st = dm_fail(DM_ERR_FORMAT, "%s: \"%.64s\" is given twice (JSON readers differ on which counts): keep "
+                         "one", path, keys[i]);
+    free(keys);
+    if (st) {
+        cJSON_Delete(*j);
+        *j = NULL;
+    }
+    return st;
 }
 
 /* What transformers' AutoTokenizer (5.x) makes of a model directory's tokenizer.json: where
@@ -967,11 +986,16 @@ static dm_status take_specials(tok_src *src, const cJSON *j, const char *path) {
     static const char *const keys[5] = {"pad_token", "unk_token", "cls_token", "sep_token", "mask_token"};
     int bad = 0;
     for (int k = 0; k < 5; k++) {
-        const char *v = special_of(cJSON_GetObjectItemCaseSensitive(j, keys[k]), &bad);
+        const cJSON *item = cJSON_GetObjectItemCaseSensitive(j, keys[k]);
+        const char *v = special_of(item, &bad);
         if (bad)
             return dm_fail(DM_ERR_FORMAT, "%s: %s is not a token (a non-empty string of at most %d bytes, or "
                            "{\"content\": string})", path, keys[k], TOK_MAX_SPECIAL);
         if (v) src->names[k] = v;
+        else if (cJSON_IsNull(item) && (k == 0 || k == 4)) src->names[k] = ""; /* none, as transformers takes it */
+        else if (cJSON_IsNull(item) && k != 1)
+            return dm_fail(DM_ERR_UNSUPPORTED, "%s: %s is null: dmove puts %s around every text (give the token)",
+                           path, keys[k], k == 2 ? "a [CLS]" : "a [SEP]");
     }
     static const char *const lists[2] = {"additional_special_tokens", "extra_special_tokens"};
     for (int l = 0; l < 2; l++) {
