@@ -173,7 +173,8 @@ DIRECT_TARGET void dm_sgemm_direct_avx512(int transA, int transB, int m, int n, 
         for (int i = 0; i < m; i++) memset(C + (int64_t)i * ldc, 0, sizeof(float) * (size_t)n);
         return;
     }
-    if (transA && (n > (dm_direct_pack_at_always() ? NC : 2 * NC) || (n <= NC && k > KC))) { /* op(A) packed once per KCT deep slice, then the columns in NCT blocks */
+    /* op(A) packed once per KCT deep slice, then the columns in NCT blocks (direct_isa.h) */
+    if (transA && (n > (dm_direct_pack_at_always() ? NC : 2 * NC) || (n <= NC && k > KC))) {
         float *ap = buf + (int64_t)KCT * NCT;
         for (int k0 = 0; k0 < k; k0 += KCT) {
             const int kc = k - k0 < KCT ? k - k0 : KCT;
