@@ -86,7 +86,8 @@ int cmd_export(int argc, char **argv) {
     dm_tokenizer *tok = NULL; /* read and checked before anything is written */
     if (o.tokenizer && (rc = cli_open_tokenizer(CMD, o.tokenizer, o.lowercase, o.cased, &tok)) != CLI_OK) return rc;
     dm_bert_model bm = {0};
-    /* (a checkpoint whose header cannot say: the export below says what is wrong with it) */
+    /* (a checkpoint whose header cannot say: the export below says what is wrong with it, as
+     * it reads the same metadata) */
     if (tok && dm_checkpoint_bert_sizes(o.checkpoint, &bm) == DM_OK && dm_tokenizer_vocab_size(tok) > bm.vocab) {
         cli_error(CMD, "--tokenizer %s has %d tokens and the model's vocabulary %" PRId64 ": it is not the run's "
                   "tokenizer (nothing written)", o.tokenizer, dm_tokenizer_vocab_size(tok), bm.vocab);
@@ -114,25 +115,17 @@ int cmd_export(int argc, char **argv) {
             break;
         }
     }
-    if (tok) { /* the model's sizes from the config just written */
-        char cfg[4096];
-        dm_hf_config hc;
+    if (tok) { /* model_max_length: the checkpoint's positions (read above, as the export read them) */
         int json_form = 0;
-        snprintf(cfg, sizeof cfg, "%s/config.json", o.out);
-        rc = CLI_FAIL;
-        if (dm_hf_config_read(cfg, &hc) != DM_OK) cli_fail_dm(CMD, "");
-        else if (dm_tokenizer_vocab_size(tok) > hc.vocab_size)
-            cli_error(CMD, "--tokenizer %s has %d tokens and the model's vocabulary %" PRId64 ": it is not the run's "
-                      "tokenizer (the model is written, the tokenizer not)", o.tokenizer, dm_tokenizer_vocab_size(tok),
-                      hc.vocab_size);
-        else if (dm_tokenizer_save(tok, o.out, hc.max_position_embeddings, &json_form) != DM_OK)
+        rc = CLI_OK;
+        if (dm_tokenizer_save(tok, o.out, bm.positions, &json_form) != DM_OK) {
             cli_fail_dm(CMD, "--tokenizer: (the model is written, the tokenizer not) ");
-        else {
+            rc = CLI_FAIL;
+        } else {
             printf("dmove export: %s/%s and %s/tokenizer_config.json (%s) from %s (%s)\n", o.out,
                    json_form ? "tokenizer.json" : "vocab.txt", o.out,
                    json_form ? "PreTrainedTokenizerFast: BertTokenizer cannot be it" : "BertTokenizer", o.tokenizer,
                    dm_tokenizer_describe(tok));
-            rc = CLI_OK;
         }
         dm_tokenizer_free(tok);
         if (rc != CLI_OK) return rc;

@@ -229,6 +229,18 @@ out:
     dm_tokenizer_free(l);
 }
 
+/* a and b give the same ids (with the special tokens) on texts[0..n). */
+static void same_ids(const dm_tokenizer *a, const dm_tokenizer *b, const char *const *texts, int n) {
+    for (int j = 0; j < n; j++) {
+        dm_ids x = {0}, y = {0};
+        CHECK_OK(dm_tokenizer_encode(a, texts[j], strlen(texts[j]), 1, &x, NULL));
+        CHECK_OK(dm_tokenizer_encode(b, texts[j], strlen(texts[j]), 1, &y, NULL));
+        CHECK(x.n == y.n && !memcmp(x.v, y.v, x.n * sizeof *x.v));
+        dm_ids_free(&x);
+        dm_ids_free(&y);
+    }
+}
+
 /* A model directory's tokenizer.json as transformers' AutoTokenizer reads the directory:
  * with BertTokenizer's class, tokenizer_config.json's casing (default lowercase) over the
  * file's, and a vocab.txt's word length; another class, the file as it is. */
@@ -296,14 +308,7 @@ static void test_dir_config(void) {
     if (k && back) {
         CHECK(dm_tokenizer_vocab_size(back) == NV);
         const char *const texts[] = {"Caf\xc3\xa9 CAF\xc3\x89 hello, [MASK] unaffable!", "\xe5\x8c\x97x\x01 a aa"};
-        for (int j = 0; j < 2; j++) {
-            dm_ids a = {0}, b = {0};
-            CHECK_OK(dm_tokenizer_encode(k, texts[j], strlen(texts[j]), 1, &a, NULL));
-            CHECK_OK(dm_tokenizer_encode(back, texts[j], strlen(texts[j]), 1, &b, NULL));
-            CHECK(a.n == b.n && !memcmp(a.v, b.v, a.n * sizeof *a.v));
-            dm_ids_free(&a);
-            dm_ids_free(&b);
-        }
+        same_ids(k, back, texts, 2);
     }
     dm_tokenizer_free(k);
     dm_tokenizer_free(back);
@@ -385,14 +390,7 @@ static void test_dir_config(void) {
         if (k && back) {
             CHECK(dm_tokenizer_hash(back) == dm_tokenizer_hash(k));
             const char *const texts[] = {"a mask hello", "amaskx   x hello X", "MASK [MASK]mask"};
-            for (int j = 0; j < 3; j++) {
-                dm_ids x = {0}, y = {0};
-                CHECK_OK(dm_tokenizer_encode(k, texts[j], strlen(texts[j]), 1, &x, NULL));
-                CHECK_OK(dm_tokenizer_encode(back, texts[j], strlen(texts[j]), 1, &y, NULL));
-                CHECK(x.n == y.n && !memcmp(x.v, y.v, x.n * sizeof *x.v));
-                dm_ids_free(&x);
-                dm_ids_free(&y);
-            }
+            same_ids(k, back, texts, 3);
             IDS(back, "amask", 0, 18, 25);
         }
         dm_tokenizer_free(back);

@@ -66,6 +66,26 @@ static inline const tok_node *tok_trie_slot(const tok_trie *t, uint64_t h) {
 
 #define TOK_MAX_SPECIAL 63 /* bytes of the name of a special token ([CLS] ...) */
 
+/* tokenizer_config.json's keys of the special tokens, in special_names' order */
+extern const char *const tok_special_keys[5];
+
+/* The bytes of the Unicode White_Space character (the ASCII ones and the few of Latin-1 /
+ * general punctuation: U+0085, U+00A0, U+1680, U+2000-200A, U+2028/9, U+202F, U+205F,
+ * U+3000; what a vocab.txt line's trim_end drops) that ends (end 1) or starts (end 0)
+ * p[0..n), 0 when none. */
+static inline size_t tok_space_len(const unsigned char *p, size_t n, int end) {
+    for (size_t w = 1; w <= 3 && w <= n; w++) {
+        const unsigned char *c = end ? p + n - w : p;
+        if (w == 1 && (c[0] == ' ' || (c[0] >= 9 && c[0] <= 13))) return 1;
+        if (w == 2 && c[0] == 0xC2 && (c[1] == 0x85 || c[1] == 0xA0)) return 2;
+        if (w == 3 && ((c[0] == 0xE1 && c[1] == 0x9A && c[2] == 0x80) || (c[0] == 0xE3 && c[1] == 0x80 && c[2] == 0x80) ||
+                       (c[0] == 0xE2 && c[1] == 0x80 && (c[2] <= 0x8A || c[2] == 0xA8 || c[2] == 0xA9 || c[2] == 0xAF)) ||
+                       (c[0] == 0xE2 && c[1] == 0x81 && c[2] == 0x9F)))
+            return 3;
+    }
+    return 0;
+}
+
 /* An added token (tokenizer.json's added_tokens, or the specials of a vocab.txt). */
 typedef struct {
     const char *s; /* the content (normalized ones: as the normalizer makes it) */

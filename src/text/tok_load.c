@@ -45,6 +45,7 @@ static void src_free(tok_src *s) {
 }
 
 static const char *k_default_names[5] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+const char *const tok_special_keys[5] = {"pad_token", "unk_token", "cls_token", "sep_token", "mask_token"};
 
 /* --- reading ------------------------------------------------------------------------------ */
 
@@ -136,29 +137,8 @@ static dm_status parse_vocab_txt(tok_src *src, char *buf, size_t len, const char
         const char *e = memchr(buf + i, '\n', len - i);
         size_t end = e ? (size_t)(e - buf) : len;
         size_t n = end - i;
-        /* trim_end: Unicode whitespace (the ASCII ones and the few of Latin-1 / general
-         * punctuation; U+0085, U+00A0, U+1680, U+2000-200A, U+2028/9, U+202F, U+205F, U+3000) */
-        for (;;) {
-            if (n && (buf[i + n - 1] == ' ' || (buf[i + n - 1] >= 9 && buf[i + n - 1] <= 13))) {
-                n--;
-                continue;
-            }
-            const unsigned char *p = (const unsigned char *)buf + i;
-            if (n >= 2 && p[n - 2] == 0xC2 && (p[n - 1] == 0x85 || p[n - 1] == 0xA0)) {
-                n -= 2;
-                continue;
-            }
-            if (n >= 3) {
-                unsigned a = p[n - 3], b = p[n - 2], c = p[n - 1];
-                if ((a == 0xE1 && b == 0x9A && c == 0x80) || (a == 0xE3 && b == 0x80 && c == 0x80) ||
-                    (a == 0xE2 && b == 0x80 && (c <= 0x8A || c == 0xA8 || c == 0xA9 || c == 0xAF)) ||
-                    (a == 0xE2 && b == 0x81 && c == 0x9F)) {
-                    n -= 3;
-                    continue;
-                }
-            }
-            break;
-        }
+        /* trim_end: Unicode whitespace */
+        for (size_t w; (w = tok_space_len((const unsigned char *)buf + i, n, 1)) != 0;) n -= w;
         if (n > TOK_MAX_TOKEN)
             return dm_fail(DM_ERR_FORMAT, "%s: line %d has %zu bytes; a token is at most %d (is this a vocab.txt?)",
                            path, id + 1, n, TOK_MAX_TOKEN);
@@ -983,7 +963,7 @@ static const char *special_of(const cJSON *v, int *bad) {
  * mask_token into src->names, additional_special_tokens and extra_special_tokens (a list,
  * or in transformers 5 an object of names) into src->extra. */
 static dm_status take_specials(tok_src *src, const cJSON *j, const char *path) {
-    static const char *const keys[5] = {"pad_token", "unk_token", "cls_token", "sep_token", "mask_token"};
+    const char *const *keys = tok_special_keys;
     int bad = 0;
     for (int k = 0; k < 5; k++) {
         const cJSON *item = cJSON_GetObjectItemCaseSensitive(j, keys[k]);

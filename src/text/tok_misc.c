@@ -133,27 +133,6 @@ static int32_t vocab_count(const dm_tokenizer *t) {
     return n;
 }
 
-/* Whether s[0..n) begins or ends with a character tokenizers' reading of a vocab.txt line
- * trims (Unicode White_Space). */
-static int ws_at(const unsigned char *s, size_t n, int end) {
-    static const uint32_t ws[] = {0x20, 0x09, 0x0B, 0x0C, 0x85, 0xA0, 0x1680, 0x2000, 0x2001, 0x2002, 0x2003, 0x2004,
-                                  0x2005, 0x2006, 0x2007, 0x2008, 0x2009, 0x200A, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000};
-    size_t i = 0;
-    if (end) { /* the start of the last character */
-        i = n - 1;
-        while (i > 0 && (s[i] & 0xC0) == 0x80) i--;
-    }
-    uint32_t c = s[i];
-    if (c >= 0xC0) {
-        const int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-        c &= 0x3F >> (len - 1);
-        for (int k = 1; k < len && i + (size_t)k < n; k++) c = c << 6 | (s[i + k] & 0x3F);
-    }
-    for (size_t k = 0; k < sizeof ws / sizeof *ws; k++)
-        if (c == ws[k]) return 1;
-    return 0;
-}
-
 /* Why t cannot be written as transformers' BertTokenizer (vocab.txt and its arguments in
  * tokenizer_config.json), NULL when it can. */
 static const char *bert_why(const dm_tokenizer *t) {
@@ -187,7 +166,7 @@ static const char *bert_why(const dm_tokenizer *t) {
                            : memchr(s, '\n', n) || memchr(s, '\r', n) ? "a line break"
                            : memchr(s, 0, n) ? "a NUL"
                            : i == 0 && n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3) ? "a byte-order mark"
-                           : ws_at(s, n, 0) || ws_at(s, n, 1) ? "white space at an end (trimmed from a line)"
+                           : tok_space_len(s, n, 0) || tok_space_len(s, n, 1) ? "white space at an end (trimmed from a line)"
                                                               : NULL;
         if (what) {
             snprintf(buf, sizeof buf, "its token %d (\"%.32s\") cannot be a line of a vocab.txt: %s", (int)i, t->tok[i], what);
@@ -317,7 +296,6 @@ dm_status dm_tokenizer_save(const dm_tokenizer *t, const char *dir, int64_t mode
     char *model = jf ? json_as_used(t) : dm_sb_done(&v);
     if (jf) mlen = model ? strlen(model) : 0; /* (v is empty) */
     cJSON *c = cJSON_CreateObject();
-    static const char *const keys[5] = {"pad_token", "unk_token", "cls_token", "sep_token", "mask_token"};
     int ok = model && c && cJSON_AddStringToObject(c, "tokenizer_class", jf ? "PreTrainedTokenizerFast" : "BertTokenizer");
     if (ok && !jf)
         ok = cJSON_AddBoolToObject(c, "do_lower_case", t->lower) &&
@@ -327,7 +305,7 @@ dm_status dm_tokenizer_save(const dm_tokenizer *t, const char *dir, int64_t mode
     if (ok && model_max_length > 0) ok = cJSON_AddNumberToObject(c, "model_max_length", (double)model_max_length) != NULL;
     for (int k = 0; k < 5 && ok; k++) { /* the unknown token WordPiece's own */
         const char *name = k == 1 && t->unk >= 0 ? t->tok[t->unk] : t->special_names[k];
-        if (dm_tokenizer_token_id(t, name) >= 0) ok = cJSON_AddStringToObject(c, keys[k], name) != NULL;
+        if (dm_tokenizer_token_id(t, name) >= 0) ok = cJSON_AddStringToObject(c, tok_special_keys[k], name) != NULL;
     }
     char *cfg = ok ? cJSON_Print(c) : NULL;
     cJSON_Delete(c);
