@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "cpu/attn.h"
 #include "cpu/contract.h"
+#include "cpu/stream.h"
 #include "cpu/vmath.h"
 #include "plan/live.h"
 
@@ -69,14 +70,16 @@ static int64_t *item_order(const dm_attn_dims *a, const int64_t *off) {
 static void attn_item(const dm_attn_dims *a, const dm_attn_io *io, uint64_t seed, int64_t s, int64_t h, int64_t o,
                       int64_t L, float *work) {
     const int64_t J = a->J, P = a->P;
-    float *pack = work, *d = work + DM_GEMM_DIRECT_PACK_FLOATS;
+    float *pack = work, *d = work + DM_GEMM_DIRECT_PACK_FLOATS, *sc = d + J * J;
     uint32_t *w = (uint32_t *)(d + 2 * J * J);
     float *pr = io->probs + (s * a->H + h) * J * J; /* row j at pr + j * J */
     const float *q = io->q + o * a->ldq + h * P, *k = io->k + o * a->ldq + h * P, *v = io->v + o * a->ldq + h * P;
-    mm(0, 1, (int)L, (int)L, (int)P, a->alpha, q, a->ldq, k, a->ldq, pr, J, pack);
+    /* the scores in the thread's buffer; each row's probabilities streamed to memory (read
+     * again only by the backward) */
+    mm(0, 1, (int)L, (int)L, (int)P, a->alpha, q, a->ldq, k, a->ldq, sc, L, pack);
     const float *km = io->mask ? io->mask + s * J : NULL;
     for (int64_t j = 0; j < L; j++) {
-        float *x = pr + j * J;
+        float *x = sc + j * L;
         for (int64_t c = 0; km && c < L; c++) x[c] += (1.0f - km[c]) * -FLT_MAX; /* as MASK_ADD */
         const int64_t n = a->causal ? j + 1 : L;
         float m = -INFINITY, sum = 0; /* as the padded layer's softmax row (norm.c) */
@@ -90,9 +93,11 @@ static void attn_item(const dm_attn_dims *a, const dm_attn_io *io, uint64_t seed
         const float inv = 1.0f / sum;
         for (int64_t c = 0; c < n; c++) x[c] *= inv;
         for (int64_t c = n; c < L; c++) x[c] = 0.0f;
+        dm_stream_row(pr + j * J, x, L);
         drop_row(a, seed, s, h, j, x, d + j * L, n, w);
         for (int64_t c = n; c < L; c++) d[j * L + c] = 0.0f;
     }
+    dm_stream_fence();
     mm(0, 0, (int)L, (int)P, (int)L, 1.0f, d, L, v, a->ldq, io->ctx + o * a->ldc + h * P, a->ldc, pack);
 }
 

@@ -13,6 +13,7 @@
 #include "core/hugealloc.h"
 #include "core/status.h"
 #include "core/sysinfo.h"
+#include "cpu/stream.h"
 
 float *dm_cpu_tensor_ptr(const dm_plan *plan, char *arena, int t) {
     const dm_graph *g = plan->g;
@@ -132,6 +133,56 @@ static dm_status init_xent(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan,
     eg->xent = 1 + bwd;
     eg->xop = op;
     return DM_OK;
+}
+
+/* A batched group's row ops run in chains (the row ops up to the next contraction, with
+ * the same rows), row by row. An output of a chain that is a tensor in memory no later
+ * contraction of the group reads (the attention's probabilities, kept for the backward) is
+ * written to a staging row in the thread's scratch, read there by the chain's later ops,
+ * and streamed to memory past the caches when the chain is done with the row: no read of
+ * the line before it is written, no eviction of the tiles the group works in. Not where
+ * the tensor is written twice in the group or read through another view. */
+static void stage_chains(const dm_graph *g, dm_exgroup *eg, int64_t *used) {
+    for (int k = 0; k < eg->nops; k++) {
+        dm_exop *x = &eg->ops[k];
+        if (x->op->kind == DM_OP_CONTRACT) continue;
+        int k1 = k + 1;
+        while (k1 < eg->nops && eg->ops[k1].op->kind != DM_OP_CONTRACT && eg->ops[k1].op->rows == x->op->rows) k1++;
+        for (int q = k; q < k1; q++) eg->ops[q].chain_end = k1;
+        for (int q = k; q < k1; q++) {
+            dm_exop *w = &eg->ops[q];
+            for (int s = 0; s < w->op->nout; s++) {
+                dm_operand *d = &w->out[s];
+                if (d->kind != DM_ARG_FULL || d->scratch || !d->base) continue;
+                const int r = dm_tensor_root(g, w->op->out[s]);
+                int ok = 1;
+                for (int o = 0; o < eg->nops && ok; o++) {
+                    const dm_exop *y = &eg->ops[o];
+                    for (int t = 0; t < y->op->nout && ok; t++) /* written once */
+                        if ((o != q || t != s) && dm_tensor_root(g, y->op->out[t]) == r) ok = 0;
+                    for (int t = 0; t < y->op->nin && ok; t++) {
+                        if (dm_tensor_root(g, y->op->in[t]) != r) continue;
+                        if (y->op->kind == DM_OP_CONTRACT && o > q) ok = 0; /* a later GEMM reads it */
+                        else if (o > q && (o >= k1 || y->in[t].kind != DM_ARG_FULL || y->in[t].base != d->base ||
+                                           y->in[t].nrl != d->nrl))
+                            ok = 0; /* read past the chain, or another way */
+                    }
+                }
+                if (!ok) continue;
+                d->staged = 1;
+                d->slot = *used;
+                *used += (w->op->cols + 15) / 16 * 16;
+                w->staged = 1;
+                for (int o = q + 1; o < k1; o++)
+                    for (int t = 0; t < eg->ops[o].op->nin; t++)
+                        if (dm_tensor_root(g, eg->ops[o].op->in[t]) == r) {
+                            eg->ops[o].in[t].staged = 1;
+                            eg->ops[o].in[t].slot = d->slot;
+                        }
+            }
+        }
+        k = k1 - 1;
+    }
 }
 
 static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, char *arena) {
@@ -258,6 +309,7 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
             }
         }
     }
+    if (nb) stage_chains(g, eg, &used);
     for (int k = 0; k < eg->nops; k++)
         for (int s = 0; s < eg->ops[k].op->nout; s++)
             if (eg->ops[k].out[s].kind == DM_ARG_COLACC) eg->ops[k].out[s].slot += used;
@@ -517,7 +569,7 @@ static int64_t row_offset(const dm_operand *d, int64_t r) {
 
 /* r: the global row; rl: the row within this scratch unit (0 in row groups). A table
  * (INDEXED, SCATTER): its first row (gather_rows picks the row). */
-static inline float *resolve(const dm_operand *d, float *scr, int64_t r, int64_t rl, int64_t cols) {
+static inline float *resolve_mem(const dm_operand *d, float *scr, int64_t r, int64_t rl, int64_t cols) {
     if (d->scratch) return scr + d->slot + (d->kind == DM_ARG_ROWSCALAR ? rl : rl * cols);
     if (d->nrl) return d->base + row_offset(d, r);
     switch (d->kind) {
@@ -529,6 +581,11 @@ static inline float *resolve(const dm_operand *d, float *scr, int64_t r, int64_t
     case DM_ARG_INDEXED: case DM_ARG_SCATTER: return d->base;
     }
     return NULL;
+}
+
+/* an operand's row: a staged one's in the staging row */
+static inline float *resolve(const dm_operand *d, float *scr, int64_t r, int64_t rl, int64_t cols) {
+    return d->staged ? scr + d->slot : resolve_mem(d, scr, r, rl, cols);
 }
 
 /* Op x's inputs resolved: its T inputs to the row their index selects (NULL: none, the
@@ -568,8 +625,9 @@ static void prefetch_item(const dm_exgroup *eg, float *scr, int64_t bi, int only
 }
 
 /* A batched group: each thread takes batch indices; for each it runs the group's ops in
- * order, GEMMs single-threaded on that index's slices, row ops on that index's rows;
- * internal tensors are that thread's tiles. only_contractions skips the row ops. */
+ * order, GEMMs single-threaded on that index's slices, each chain of row ops between them
+ * row by row on that index's rows (stage_chains); internal tensors are that thread's
+ * tiles. only_contractions skips the row ops. */
 static dm_status exec_batched(const dm_cpu_exec *ex, const dm_exgroup *eg, uint64_t seed,
                               int only_contractions) {
 #pragma omp parallel num_threads(ex->nthreads)
@@ -588,18 +646,37 @@ static dm_status exec_batched(const dm_cpu_exec *ex, const dm_exgroup *eg, uint6
                                     x->tile[2] >= 0 ? scr + x->tile[2] : NULL);
                     continue;
                 }
-                if (only_contractions) continue;
-                int64_t cols = x->op->cols, rp = x->op->rows / eg->nbatch, r0 = bi * rp;
-                rw.op = x->op;
-                rw.cols = cols;
-                for (int64_t r = r0; r < r0 + rp; r++) {
-                    rw.r = rw.key = r;
-                    for (int s = 0; s < x->op->nin; s++) rw.in[s] = resolve(&x->in[s], scr, r, r - r0, cols);
-                    for (int s = 0; s < x->op->nout; s++) rw.out[s] = resolve(&x->out[s], scr, r, r - r0, cols);
-                    gather_rows(x, &rw);
-                    dm_cpu_row(&rw);
+                /* the chain of row ops up to the next contraction (stage_chains), row by
+                 * row: a row's mask, softmax and dropout run while it is in L1 */
+                const int k1 = x->chain_end;
+                if (only_contractions) {
+                    k = k1 - 1;
+                    continue;
                 }
+                const int64_t rp = x->op->rows / eg->nbatch, r0 = bi * rp;
+                for (int64_t r = r0; r < r0 + rp; r++) {
+                    for (int q = k; q < k1; q++) {
+                        const dm_exop *y = &eg->ops[q];
+                        const int64_t cols = y->op->cols;
+                        rw.op = y->op;
+                        rw.cols = cols;
+                        rw.r = rw.key = r;
+                        for (int s = 0; s < y->op->nin; s++) rw.in[s] = resolve(&y->in[s], scr, r, r - r0, cols);
+                        for (int s = 0; s < y->op->nout; s++) rw.out[s] = resolve(&y->out[s], scr, r, r - r0, cols);
+                        gather_rows(y, &rw);
+                        dm_cpu_row(&rw);
+                    }
+                    for (int q = k; q < k1; q++) /* the staged rows to memory */
+                        for (int s = 0; eg->ops[q].staged && s < eg->ops[q].op->nout; s++) {
+                            const dm_operand *d = &eg->ops[q].out[s];
+                            if (d->staged)
+                                dm_stream_row(resolve_mem(d, scr, r, r - r0, eg->ops[q].op->cols), scr + d->slot,
+                                           eg->ops[q].op->cols);
+                        }
+                }
+                k = k1 - 1;
             }
+            dm_stream_fence();
         }
     }
     return DM_OK;

@@ -11,6 +11,9 @@
 
 typedef struct {
     uint8_t scratch;  /* lives in a per-thread scratch row */
+    uint8_t staged;   /* batched groups: a memory row written (an output) or read (a later op
+                       * of the same chain) in the thread's staging row at slot, the output
+                       * streamed to memory when the chain is done with the row */
     dm_arg_kind kind;
     float *base;      /* memory operand: the tensor's first element */
     int64_t rdiv;     /* GROUPED: rows per group row; INDEXED, SCATTER: the table's rows */
@@ -25,6 +28,9 @@ typedef struct {
     int islot;       /* the input slot indexing a T input (dm_op_index_slot), or -1 */
     dm_gemm gemm;    /* contractions inside a batched group */
     int64_t tile[3]; /* their operands (A, B, C): scratch tile offset, or -1 in memory */
+    int chain_end;   /* batched groups, a row op: one past the last op of its chain (the
+                      * row ops up to the next contraction, run row by row) */
+    int staged;      /* a row op: it has staged outputs */
 } dm_exop;
 
 typedef struct {
