@@ -268,6 +268,39 @@ static void test_refusals(void) {
     CHECK(fabs(dm_optim_lr(&c, 5) - (0.1 + 0.9 * 0.25)) < 1e-15 && dm_optim_lr(&c, 7) == 0.1);
 }
 
+/* The global gradient norm over tensors long enough for the CPU's running sums (each of
+ * DM_NORM_PARTS parts many times NORM_LANES elements, and a remainder): the norm of the
+ * gradients as written, to double rounding. */
+static void test_grad_norm(dm_device_kind dev) {
+    dm_layer_config cfg = ref_layer();
+    cfg.hidden = 64, cfg.heads = 2, cfg.ffn = 260;
+    dm_optim_config oc;
+    dm_optim_config_default(&oc);
+    oc.clip_norm = 1e-3;
+    dm_layer_options lo = {.device = dev};
+    dm_trainer *T = NULL;
+    CHECK_OK(dm_trainer_new(&T, &cfg, 1, &lo, &oc));
+    if (!T) return;
+    CHECK_OK(dm_trainer_push(T));
+    double want = 0.0;
+    for (int k = 0; k < T->nslots; k++) {
+        for (int64_t e = 0; e < T->slot[k].n; e++) {
+            const float g = (float)((double)((uint32_t)(e * 2654435761u + (uint32_t)k * 40503u) % 2001u) - 1000.0) *
+                            1e-3f * (float)(k + 1);
+            T->slot[k].g[e] = g;
+            want += (double)g * (double)g;
+        }
+        CHECK_OK(T->bk->upload(T->L[0]->st, T->slot[k].tg, T->slot[k].g));
+    }
+    want = sqrt(want);
+    CHECK_OK(dm_trainer_update(T, 1, 0));
+    const double got = dm_trainer_grad_norm(T);
+    printf("gradient norm over %lld parameters on the %s backend: %.17g, in double %.17g\n",
+           (long long)dm_trainer_num_params(T), dm_device_kind_name(dev), got, want);
+    CHECK(fabs(got - want) <= 1e-12 * want);
+    dm_trainer_free(T);
+}
+
 int main(void) {
 #ifdef DM_HAVE_CUDA
     const char *gpu = getenv("DMOVE_TEST_GPU");
@@ -275,6 +308,7 @@ int main(void) {
 #endif
     test_torch(DM_DEVICE_CPU);
     test_accumulate(DM_DEVICE_CPU);
+    test_grad_norm(DM_DEVICE_CPU);
 #ifdef DM_HAVE_CUDA
     test_torch(DM_DEVICE_CUDA);
     test_accumulate(DM_DEVICE_CUDA);

@@ -79,7 +79,8 @@ static void test_words_vs_ref(void) {
                                       4ull * 0xffffffffull - 70, /* counter carry */
                                       (1ull << 40) + 3, UINT64_MAX - 5000};
     static const int64_t ns[] = {0,  1,  2,  3,  4,   5,   7,   15,  16,  17,  31,   32,  63,
-                                 64, 65, 66, 67, 127, 128, 129, 130, 131, 200, 1000, 4099, MAXN};
+                                 48, 64, 65, 66, 67, 80, 112, 127, 128, 129, 130, 131, 200, 240, 255, 256,
+                                 257, 511, 1000, 4099, MAXN};
     static const uint64_t seeds[] = {0, 42, 0xffffffffull, 0x9e3779b97f4a7c15ull};
     int mismatches = 0, clobbered = 0, cases = 0;
     for (size_t si = 0; si < sizeof seeds / sizeof seeds[0]; si++)

@@ -79,21 +79,20 @@ void dm_philox_words_ref(uint64_t seed, uint32_t stream, uint64_t start, int64_t
 }
 
 
-/* The fast path generates whole "chunks" of consecutive blocks: a big one for the body
- * of long ranges and a small one (4 blocks) for short ranges and tails. */
-#define PHILOX_SMALL_BLOCKS 4
-#define PHILOX_SMALL_WORDS (4 * PHILOX_SMALL_BLOCKS)
-
+/* The fast path generates "chunks" of consecutive blocks, G groups of PHILOX_GW words
+ * each (G = 1, 2, 4 or PHILOX_MAXG, the largest that fits what is left): G independent
+ * chains of multiplies in flight. A row of BERT-base's attention dropout (128 elements,
+ * 64 words) took one group at a time before, one chain waiting on each multiply. */
 #if defined(__AVX2__)
 
-#define PHILOX_GROUPS 8 /* registers of 4 blocks in flight: 32 blocks, 128 words */
-#define PHILOX_BIG_WORDS (16 * PHILOX_GROUPS)
+#define PHILOX_MAXG 8
+#define PHILOX_GW 16 /* a register of 4 blocks */
 
 /* 4*G consecutive blocks from `blk` -> out[0 .. 16*G), block b's word w at out[4*b + w].
  * G is a constant at every call site; always_inline lets the arrays live in registers. */
 static inline __attribute__((always_inline)) void
-philox_avx2(int G, uint32_t k0, uint32_t k1, uint32_t stream, uint64_t blk, uint32_t *out) {
-    __m256i x0[PHILOX_GROUPS], x1[PHILOX_GROUPS], x2[PHILOX_GROUPS], x3[PHILOX_GROUPS];
+philox_run(int G, uint32_t k0, uint32_t k1, uint32_t stream, uint64_t blk, uint32_t *out) {
+    __m256i x0[PHILOX_MAXG], x1[PHILOX_MAXG], x2[PHILOX_MAXG], x3[PHILOX_MAXG];
     const __m256i m0 = _mm256_set1_epi64x(PHILOX_M0), m1 = _mm256_set1_epi64x(PHILOX_M1);
     const __m256i base = _mm256_add_epi64(_mm256_set1_epi64x((long long)blk),
                                           _mm256_setr_epi64x(0, 1, 2, 3));
@@ -129,25 +128,18 @@ philox_avx2(int G, uint32_t k0, uint32_t k1, uint32_t stream, uint64_t blk, uint
     }
 }
 
-static void philox_big(uint32_t k0, uint32_t k1, uint32_t stream, uint64_t blk, uint32_t *out) {
-    philox_avx2(PHILOX_GROUPS, k0, k1, stream, blk, out);
-}
-
-static void philox_small(uint32_t k0, uint32_t k1, uint32_t stream, uint64_t blk,
-                         uint32_t *out) {
-    philox_avx2(1, k0, k1, stream, blk, out);
-}
-
 #else /* portable lanes */
 
-#define PHILOX_LANES 16
-#define PHILOX_BIG_WORDS (4 * PHILOX_LANES)
+#define PHILOX_MAXG 4
+#define PHILOX_GW 16 /* 4 blocks */
 
-/* L consecutive blocks from `blk` -> out[0 .. 4L), block l's word w at out[4*l + w].
+/* 4*G consecutive blocks from `blk` -> out[0 .. 16*G), block l's word w at out[4*l + w].
  * Structure of arrays over the lanes, fixed trip counts: vectorizable. */
 static inline __attribute__((always_inline)) void
-philox_lanes(int L, uint32_t k0, uint32_t k1, uint32_t stream, uint64_t blk, uint32_t *out) {
-    uint32_t x0[PHILOX_LANES], x1[PHILOX_LANES], x2[PHILOX_LANES], x3[PHILOX_LANES];
+philox_run(int G, uint32_t k0, uint32_t k1, uint32_t stream, uint64_t blk, uint32_t *out) {
+    enum { LANES = 4 * PHILOX_MAXG };
+    const int L = 4 * G;
+    uint32_t x0[LANES], x1[LANES], x2[LANES], x3[LANES];
     for (int l = 0; l < L; l++) {
         uint64_t c = blk + (uint64_t)l;
         x0[l] = (uint32_t)c;
@@ -177,16 +169,20 @@ philox_lanes(int L, uint32_t k0, uint32_t k1, uint32_t stream, uint64_t blk, uin
     }
 }
 
-static void philox_big(uint32_t k0, uint32_t k1, uint32_t stream, uint64_t blk, uint32_t *out) {
-    philox_lanes(PHILOX_LANES, k0, k1, stream, blk, out);
-}
-
-static void philox_small(uint32_t k0, uint32_t k1, uint32_t stream, uint64_t blk,
-                         uint32_t *out) {
-    philox_lanes(PHILOX_SMALL_BLOCKS, k0, k1, stream, blk, out);
-}
-
 #endif
+
+/* G groups (a power of two up to PHILOX_MAXG) from block `blk`: each G its own code,
+ * its arrays in registers */
+static void philox_chunk(int G, uint32_t k0, uint32_t k1, uint32_t stream, uint64_t blk, uint32_t *out) {
+    switch (G) {
+    case PHILOX_MAXG: philox_run(PHILOX_MAXG, k0, k1, stream, blk, out); break;
+#if PHILOX_MAXG > 4
+    case 4: philox_run(4, k0, k1, stream, blk, out); break;
+#endif
+    case 2: philox_run(2, k0, k1, stream, blk, out); break;
+    default: philox_run(1, k0, k1, stream, blk, out); break;
+    }
+}
 
 void dm_philox_words(uint64_t seed, uint32_t stream, uint64_t start, int64_t n,
                      uint32_t *out) {
@@ -195,26 +191,30 @@ void dm_philox_words(uint64_t seed, uint32_t stream, uint64_t start, int64_t n,
     uint64_t idx = start; /* word index of out[pos] */
     int64_t pos = 0;
 
-    /* Head: `start` inside a block: the rest of the small chunk that begins there. */
+    /* Head: `start` inside a block: the rest of the group that begins there. */
     if (idx & 3) {
-        uint32_t buf[PHILOX_SMALL_WORDS];
-        int64_t skip = (int64_t)(idx & 3), take = PHILOX_SMALL_WORDS - skip;
+        uint32_t buf[PHILOX_GW];
+        int64_t skip = (int64_t)(idx & 3), take = PHILOX_GW - skip;
         if (take > n) take = n;
-        philox_small(k0, k1, stream, idx >> 2, buf);
+        philox_chunk(1, k0, k1, stream, idx >> 2, buf);
         memcpy(out, buf + skip, (size_t)take * sizeof(uint32_t));
         pos = take;
         idx += (uint64_t)take;
     }
-    /* Body: from here idx is a multiple of 4 (or nothing is left); whole chunks are
-     * written in place. */
-    for (; n - pos >= PHILOX_BIG_WORDS; pos += PHILOX_BIG_WORDS, idx += PHILOX_BIG_WORDS)
-        philox_big(k0, k1, stream, idx >> 2, out + pos);
-    for (; n - pos >= PHILOX_SMALL_WORDS; pos += PHILOX_SMALL_WORDS, idx += PHILOX_SMALL_WORDS)
-        philox_small(k0, k1, stream, idx >> 2, out + pos);
-    /* Tail: fewer than a small chunk's words. */
+    /* Body: from here idx is a multiple of 4 (or nothing is left); whole chunks, the
+     * largest that fit, are written in place. */
+    for (; n - pos >= PHILOX_MAXG * PHILOX_GW; pos += PHILOX_MAXG * PHILOX_GW, idx += PHILOX_MAXG * PHILOX_GW)
+        philox_chunk(PHILOX_MAXG, k0, k1, stream, idx >> 2, out + pos);
+    for (int G = PHILOX_MAXG / 2; G >= 1; G /= 2)
+        if (n - pos >= G * PHILOX_GW) {
+            philox_chunk(G, k0, k1, stream, idx >> 2, out + pos);
+            pos += G * PHILOX_GW;
+            idx += (uint64_t)(G * PHILOX_GW);
+        }
+    /* Tail: fewer than a group's words. */
     if (pos < n) {
-        uint32_t buf[PHILOX_SMALL_WORDS];
-        philox_small(k0, k1, stream, idx >> 2, buf);
+        uint32_t buf[PHILOX_GW];
+        philox_chunk(1, k0, k1, stream, idx >> 2, buf);
         memcpy(out + pos, buf, (size_t)(n - pos) * sizeof(uint32_t));
     }
 }

@@ -250,6 +250,25 @@ static void part_range(int64_t n, int k, int64_t *lo, int64_t *hi) {
     *hi = per * (k + 1) < n ? per * (k + 1) : n;
 }
 
+/* A part's sums in NORM_LANES running sums, element e of a whole block of NORM_LANES in
+ * lane e - lo mod NORM_LANES, the rest after them in order, the lanes added last in
+ * order: a fixed order that vectorizes (one running sum waits an addition's latency per
+ * element: `dmove bench --model --layers 2`, 38.6 M parameters, 2 threads, Xeon: the
+ * optimizer with clipping 58.8 ms that way, 30.4 ms so). */
+#define NORM_LANES 16
+
+static double sumsq_part(const float *g, int64_t lo, int64_t hi) {
+    double a[NORM_LANES] = {0};
+    int64_t e = lo;
+    for (; e + NORM_LANES <= hi; e += NORM_LANES)
+#pragma omp simd
+        for (int l = 0; l < NORM_LANES; l++) a[l] += (double)g[e + l] * (double)g[e + l];
+    double s = 0.0;
+    for (; e < hi; e++) s += (double)g[e] * (double)g[e];
+    for (int l = 0; l < NORM_LANES; l++) s += a[l];
+    return s;
+}
+
 static dm_status sumsq(dm_backend_state *st, int tg, const float *src, int64_t n, double *out) {
     float *g = (float *)src;
     if (!g) DM_TRY(dense(st, tg, n, &g, "the gradient norm"));
@@ -257,9 +276,7 @@ static dm_status sumsq(dm_backend_state *st, int tg, const float *src, int64_t n
     for (int k = 0; k < DM_NORM_PARTS; k++) {
         int64_t lo, hi;
         part_range(n, k, &lo, &hi);
-        double s = 0.0;
-        for (int64_t e = lo; e < hi; e++) s += (double)g[e] * (double)g[e];
-        out[k] = s;
+        out[k] = sumsq_part(g, lo, hi);
     }
     return DM_OK;
 }
