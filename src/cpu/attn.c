@@ -21,8 +21,8 @@
 
 int64_t dm_cpu_attn_work_floats(int64_t J) {
     /* per thread: the direct kernel's packing buffer (first: 64-byte aligned), two J x J
-     * blocks (dropped probabilities, score gradients) and J random words, rounded up to
-     * whole 64-byte lines */
+     * blocks (the dropped probabilities; the forward's scores, the backward's score
+     * gradients) and J random words, rounded up to whole 64-byte lines */
     return (DM_GEMM_DIRECT_PACK_FLOATS + 2 * J * J + J + 15) / 16 * 16;
 }
 

@@ -135,19 +135,58 @@ static dm_status init_xent(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan,
     return DM_OK;
 }
 
-/* A batched group's row ops run in chains (the row ops up to the next contraction, with
- * the same rows), row by row. An output of a chain that is a tensor in memory no later
- * contraction of the group reads (the attention's probabilities, kept for the backward) is
+/* Whether two operands address row r (of the same rows x cols) alike: each a whole row
+ * (FULL) or each one float (ROWSCALAR), at the same place. */
+static int same_rows(const dm_operand *a, const dm_operand *b) {
+    if (a->kind != b->kind || (a->kind != DM_ARG_FULL && a->kind != DM_ARG_ROWSCALAR) || a->scratch != b->scratch)
+        return 0;
+    if (a->scratch) return a->slot == b->slot;
+    if (a->base != b->base || a->nrl != b->nrl) return 0;
+    for (int q = 0; q < a->nrl; q++)
+        if (a->rsize[q] != b->rsize[q] || a->rstride[q] != b->rstride[q]) return 0;
+    return 1;
+}
+
+/* Whether op q can join the chain of ops [k, q) run row by row: the same rows and
+ * columns, and every tensor one of them writes and another reads or writes addressed
+ * alike by both (row r of it is what row r of the chain touches). Else a read of another
+ * row (a GROUPED operand, another view) could see a row the chain has not reached yet. */
+static int joins_chain(const dm_graph *g, const dm_exgroup *eg, int k, int q) {
+    const dm_exop *x = &eg->ops[q];
+    if (x->op->kind == DM_OP_CONTRACT || x->op->rows != eg->ops[k].op->rows || x->op->cols != eg->ops[k].op->cols)
+        return 0;
+    for (int p = k; p < q; p++) {
+        const dm_exop *y = &eg->ops[p];
+        for (int io = 0; io < 2; io++) /* q's inputs (io 0) and outputs (1) */
+            for (int s = 0; s < (io ? x->op->nout : x->op->nin); s++) {
+                const int tx = io ? x->op->out[s] : x->op->in[s];
+                const dm_operand *dx = io ? &x->out[s] : &x->in[s];
+                for (int jo = 0; jo < 2; jo++) /* p's inputs (0) and outputs (1): one of the two a write */
+                    for (int t = 0; (io || jo) && t < (jo ? y->op->nout : y->op->nin); t++) {
+                        const int ty = jo ? y->op->out[t] : y->op->in[t];
+                        if (dm_tensor_root(g, tx) == dm_tensor_root(g, ty) &&
+                            (tx != ty || !same_rows(dx, jo ? &y->out[t] : &y->in[t])))
+                            return 0;
+                    }
+            }
+    }
+    return 1;
+}
+
+/* A batched group's row ops run in chains (joins_chain: the row ops up to the next
+ * contraction that read and write their tensors row for row alike), row by row. An
+ * output of a chain that is a tensor in memory no later contraction of the group reads
+ * and no op after the chain (the attention's probabilities, kept for the backward) is
  * written to a staging row in the thread's scratch, read there by the chain's later ops,
  * and streamed to memory past the caches when the chain is done with the row: no read of
  * the line before it is written, no eviction of the tiles the group works in. Not where
- * the tensor is written twice in the group or read through another view. */
+ * the tensor is written twice in the group. */
 static void stage_chains(const dm_graph *g, dm_exgroup *eg, int64_t *used) {
     for (int k = 0; k < eg->nops; k++) {
         dm_exop *x = &eg->ops[k];
         if (x->op->kind == DM_OP_CONTRACT) continue;
         int k1 = k + 1;
-        while (k1 < eg->nops && eg->ops[k1].op->kind != DM_OP_CONTRACT && eg->ops[k1].op->rows == x->op->rows) k1++;
+        while (k1 < eg->nops && joins_chain(g, eg, k, k1)) k1++;
         for (int q = k; q < k1; q++) eg->ops[q].chain_end = k1;
         for (int q = k; q < k1; q++) {
             dm_exop *w = &eg->ops[q];
@@ -160,13 +199,10 @@ static void stage_chains(const dm_graph *g, dm_exgroup *eg, int64_t *used) {
                     const dm_exop *y = &eg->ops[o];
                     for (int t = 0; t < y->op->nout && ok; t++) /* written once */
                         if ((o != q || t != s) && dm_tensor_root(g, y->op->out[t]) == r) ok = 0;
-                    for (int t = 0; t < y->op->nin && ok; t++) {
-                        if (dm_tensor_root(g, y->op->in[t]) != r) continue;
-                        if (y->op->kind == DM_OP_CONTRACT && o > q) ok = 0; /* a later GEMM reads it */
-                        else if (o > q && (o >= k1 || y->in[t].kind != DM_ARG_FULL || y->in[t].base != d->base ||
-                                           y->in[t].nrl != d->nrl))
-                            ok = 0; /* read past the chain, or another way */
-                    }
+                    for (int t = 0; t < y->op->nin && ok; t++) /* read by the chain alone, row for row */
+                        if (dm_tensor_root(g, y->op->in[t]) == r && o > q &&
+                            (o >= k1 || y->op->in[t] != w->op->out[s] || !same_rows(&y->in[t], d)))
+                            ok = 0;
                 }
                 if (!ok) continue;
                 d->staged = 1;
@@ -615,7 +651,7 @@ static void prefetch_item(const dm_exgroup *eg, float *scr, int64_t bi, int only
         const int64_t cols = x->op->cols, rp = x->op->rows / eg->nbatch, r0 = bi * rp;
         for (int s = 0; s < x->op->nin; s++) {
             const dm_operand *d = &x->in[s];
-            if (d->scratch || d->kind != DM_ARG_FULL) continue;
+            if (d->scratch || d->staged || d->kind != DM_ARG_FULL) continue;
             for (int64_t r = r0; r < r0 + rp; r++) {
                 const float *p = resolve(d, scr, r, r - r0, cols);
                 for (int64_t c = 0; c < cols; c += 16) __builtin_prefetch(p + c, 0, 2);
