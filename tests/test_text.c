@@ -524,6 +524,66 @@ static void refused(const char *name, const char *data, dm_case c, dm_status wan
 
 #define WP_BODY "\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"continuing_subword_prefix\":\"##\",\"max_input_chars_per_word\":100,\"vocab\":"
 #define WP_HEAD "{" WP_BODY
+/* A model directory's vocab.txt with an older transformers' added_tokens.json, as
+ * transformers 5.24's AutoTokenizer reads it (ids below taken from it): the tokens added in
+ * the order of the file's ids, which are not kept (new ones from the vocabulary's size; a
+ * token of the vocabulary keeps its own), normalized, not special; ignored where
+ * tokenizer_config.json has an added_tokens_decoder; a file that is no object of numbers
+ * refused. */
+static void test_added_tokens_json(void) {
+    static const char vocab[] = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n##s\n",
+                      cfg[] = "{\"tokenizer_class\":\"BertTokenizer\",\"do_lower_case\":true}";
+    CHECK(mkdir(path_of("atj"), 0700) == 0);
+    write_file("atj/vocab.txt", vocab, sizeof vocab - 1);
+    write_file("atj/tokenizer_config.json", cfg, sizeof cfg - 1);
+    static const struct {
+        const char *json, *text;
+        int32_t ids[12];
+        int n;
+    } c[] = {
+        {"{\"foo\": 5}", "hello foo worlds", {2, 5, 8, 6, 7, 3}, 6},            /* id of "hello": not kept */
+        {"{\"foo\": 20, \"<b>\": 3}", "foo <b>", {2, 9, 8, 3}, 4},          /* in the ids' order */
+        {"{\"hello\": 9}", "helloworld", {2, 5, 6, 3}, 4},                 /* in the vocabulary: matched */
+        {"{\"Bar\": 8}", "Bar bar BAR xbarx", {2, 8, 8, 8, 1, 8, 1, 3}, 8}, /* normalized, inside words */
+        {"{\"Caf\u00e9\": 1}", "caf\xc3\xa9 CAFE", {2, 8, 8, 3}, 4},       /* accents stripped as the text's */
+        {"{}", "foo", {2, 1, 3}, 3},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof *c; k++) {
+        write_file("atj/added_tokens.json", c[k].json, strlen(c[k].json));
+        dm_tokenizer *t = NULL, *back = NULL;
+        CHECK_OK(dm_tokenizer_load(&t, path_of("atj"), DM_CASE_FILE));
+        if (t) CHECK(ids_are(t, c[k].text, 1, c[k].ids, (size_t)c[k].n));
+        /* saved (as dmove export saves it) and read back: the same ids */
+        char dir[32];
+        snprintf(dir, sizeof dir, "atj_saved%zu", k);
+        CHECK(mkdir(path_of(dir), 0700) == 0);
+        if (t) CHECK_OK(dm_tokenizer_save(t, path_of(dir), 64, NULL));
+        CHECK_OK(dm_tokenizer_load(&back, path_of(dir), DM_CASE_FILE));
+        if (back) CHECK(ids_are(back, c[k].text, 1, c[k].ids, (size_t)c[k].n));
+        dm_tokenizer_free(back);
+        dm_tokenizer_free(t);
+    }
+    /* beside an added_tokens_decoder: not read (its <b> unknown) */
+    static const char dec[] = "{\"tokenizer_class\":\"BertTokenizer\",\"added_tokens_decoder\":{\"8\":{\"content\":"
+                              "\"<a>\",\"normalized\":true}}}",
+                      both[] = "{\"<b>\": 9}";
+    write_file("atj/tokenizer_config.json", dec, sizeof dec - 1);
+    write_file("atj/added_tokens.json", both, sizeof both - 1);
+    dm_tokenizer *t = NULL;
+    CHECK_OK(dm_tokenizer_load(&t, path_of("atj"), DM_CASE_FILE));
+    if (t) IDS(t, "<a> <b>", 1, 2, 8, 1, 1, 1, 3);
+    dm_tokenizer_free(t);
+    t = NULL;
+    write_file("atj/tokenizer_config.json", cfg, sizeof cfg - 1);
+    static const char *const bad[] = {"[\"foo\"]", "{\"foo\": \"8\"}", "{\"foo\": 1, \"foo\": 2}", "{\"foo\": null}"};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        write_file("atj/added_tokens.json", bad[k], strlen(bad[k]));
+        CHECK(dm_tokenizer_load(&t, path_of("atj"), DM_CASE_FILE) == DM_ERR_FORMAT &&
+              strstr(dm_last_error(), "added_tokens.json"));
+        CHECK(t == NULL);
+    }
+}
+
 static void test_hostile(void) {
     dm_tokenizer *t = (dm_tokenizer *)1;
     CHECK(dm_tokenizer_load(&t, path_of("missing.json"), DM_CASE_FILE) == DM_ERR_IO && t == NULL);
@@ -652,6 +712,7 @@ int main(void) {
     test_cased_and_keep();
     test_dir_config();
     test_added();
+    test_added_tokens_json();
     test_hostile();
     test_truncate_pair();
     char cmd[300];

@@ -93,6 +93,7 @@ typedef struct {
     int32_t id;
     uint8_t lstrip, rstrip, single_word, normalized, special;
     uint8_t implied; /* a special token the file lacks, given a new id as BertTokenizerFast does */
+    uint8_t pending; /* a directory's added_tokens.json entry: its id set once the vocabulary is read */
 } tok_added;
 
 /* A node of an added-token set's byte trie: its first child and next sibling (-1: none),

@@ -189,6 +189,25 @@ static dm_status add_bert_specials(dm_tokenizer *t, tok_src *src) {
     return DM_OK;
 }
 
+/* A directory's added_tokens.json entries (dir_vocab_extras), in their order: a token of
+ * the vocabulary keeps its id (and is matched as an added token), another takes the next
+ * new one, from the vocabulary's size (as transformers 5.24 adds them; the file's ids only
+ * order them). */
+static void resolve_pending(tok_src *src) {
+    int32_t next = (int32_t)src->nv;
+    for (size_t i = 0; i < src->na; i++)
+        if (!src->added[i].pending && src->added[i].id >= next) next = src->added[i].id + 1;
+    for (size_t i = 0; i < src->na; i++) {
+        tok_added *a = &src->added[i];
+        if (!a->pending) continue;
+        a->id = -1;
+        for (size_t v = 0; v < src->nv && a->id < 0; v++)
+            if (src->vocab[v].len == a->len && !memcmp(src->vocab[v].s, a->s, a->len)) a->id = src->vocab[v].id;
+        if (a->id < 0) a->id = next++;
+        a->pending = 0;
+    }
+}
+
 /* vocab.txt: as BertTokenizerFast(vocab=..., do_lower_case=...) builds it. */
 static dm_status setup_vocab_txt(dm_tokenizer *t, tok_src *src, dm_case casing, const char *path) {
     t->has_norm = t->clean = t->chinese = 1;
@@ -205,6 +224,7 @@ static dm_status setup_vocab_txt(dm_tokenizer *t, tok_src *src, dm_case casing, 
     if (!found_unk)
         return dm_fail(DM_ERR_FORMAT, "%s: no %s line: WordPiece needs the unknown token in the vocabulary", path,
                        src->unk);
+    resolve_pending(src);
     return add_bert_specials(t, src);
 }
 
@@ -996,13 +1016,67 @@ static dm_status take_specials(tok_src *src, const cJSON *j, const char *path) {
     return DM_OK;
 }
 
+/* Order of added_tokens.json's entries: by the number each names, then as in the file. */
+typedef struct {
+    const cJSON *e;
+    double key;
+    int at;
+} atj_entry;
+
+static int by_atj(const void *a, const void *b) {
+    const atj_entry *x = a, *y = b;
+    return x->key < y->key ? -1 : x->key > y->key ? 1 : x->at - y->at;
+}
+
+/* An older transformers' added_tokens.json ({"token": id, ...}), read where
+ * tokenizer_config.json has no added_tokens_decoder (else transformers 5.24 ignores it):
+ * each token added (not special, normalized, no stripping) in the order of the ids, which
+ * transformers does not keep: resolve_pending gives them theirs. keep holds the strings. */
+static dm_status dir_added_json(const char *dir, tok_src *src, cJSON **keep) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/added_tokens.json", dir) >= sizeof path)
+        return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
+    DM_TRY(read_json_object(path, keep));
+    if (!*keep) return DM_OK;
+    const int n = cJSON_GetArraySize(*keep);
+    atj_entry *ord = calloc((size_t)n + 1, sizeof *ord);
+    tok_added *a = ord ? realloc(src->added, (src->na + (size_t)n + 1) * sizeof *a) : NULL;
+    if (!a) {
+        free(ord);
+        return dm_fail(DM_ERR_OOM, "out of memory");
+    }
+    src->added = a;
+    int k = 0;
+    for (const cJSON *e = (*keep)->child; e; e = e->next, k++) {
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble)) {
+            free(ord);
+            return dm_fail(DM_ERR_FORMAT, "%s: \"%.40s\" is %s, not a token id (added_tokens.json maps each added "
+                           "token to its id)", path, e->string, jtype(e));
+        }
+        if (strlen(e->string) > TOK_MAX_TOKEN) {
+            free(ord);
+            return dm_fail(DM_ERR_FORMAT, "%s: \"%.40s...\" is over %d bytes", path, e->string, TOK_MAX_TOKEN);
+        }
+        ord[k] = (atj_entry){.e = e, .key = e->valuedouble, .at = k};
+    }
+    qsort(ord, (size_t)k, sizeof *ord, by_atj);
+    for (int i = 0; i < k; i++) {
+        const size_t len = strlen(ord[i].e->string);
+        if (!len) continue; /* tokenizers ignores empty ones */
+        a[src->na++] = (tok_added){.s = ord[i].e->string, .len = len, .id = -1, .normalized = 1, .pending = 1};
+    }
+    free(ord);
+    return DM_OK;
+}
+
 /* A model directory's vocab.txt as transformers' BertTokenizer reads it with its
  * tokenizer_config.json and special_tokens_map.json (the latter's names win, as in
  * transformers 5.24): the special tokens
  * they name (take_specials) and tokenizer_config.json's added_tokens_decoder ({"id":
  * {"content", "lstrip", "rstrip", "single_word", "normalized", "special"}}, as
- * save_pretrained writes them), into src; keep[0..1] hold their strings (NULL: no file). */
-static dm_status dir_vocab_extras(const char *dir, tok_src *src, cJSON *keep[2]) {
+ * save_pretrained writes them), else an added_tokens.json (dir_added_json), into src;
+ * keep[0..2] hold their strings (NULL: no file). */
+static dm_status dir_vocab_extras(const char *dir, tok_src *src, cJSON *keep[3]) {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/special_tokens_map.json", dir) >= sizeof path)
         return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
@@ -1012,9 +1086,8 @@ static dm_status dir_vocab_extras(const char *dir, tok_src *src, cJSON *keep[2])
     snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
     DM_TRY(read_json_object(path, &keep[1]));
     if (keep[1]) DM_TRY(take_specials(src, keep[1], path));
-    if (!keep[0]) return DM_OK;
-    const cJSON *d = cJSON_GetObjectItemCaseSensitive(keep[0], "added_tokens_decoder");
-    if (!d || cJSON_IsNull(d)) return DM_OK;
+    const cJSON *d = keep[0] ? cJSON_GetObjectItemCaseSensitive(keep[0], "added_tokens_decoder") : NULL;
+    if (!d || cJSON_IsNull(d)) return dir_added_json(dir, src, &keep[2]);
     if (!cJSON_IsObject(d)) return dm_fail(DM_ERR_FORMAT, "%s: added_tokens_decoder is %s, not an object", path, jtype(d));
     const int n = cJSON_GetArraySize(d);
     src->added = calloc((size_t)n + 1, sizeof *src->added);
@@ -1069,7 +1142,8 @@ dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing
     char inside[4096];
     dir_norm dn = {0};
     tok_src src = {0};
-    cJSON *extras[2] = {NULL, NULL}; /* a directory's vocab.txt: its tokenizer_config.json, special_tokens_map.json */
+    cJSON *extras[3] = {NULL, NULL, NULL}; /* a directory's vocab.txt: its tokenizer_config.json,
+                                           * special_tokens_map.json, added_tokens.json */
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         const dm_case asked = casing;
         DM_TRY(dir_tokenizer(path, &casing, inside, sizeof inside));
@@ -1078,8 +1152,7 @@ dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing
         if (asked == DM_CASE_FILE) DM_TRY(dir_bert_norm(path, txt, &dn));
         dm_status st = txt ? dir_vocab_extras(path, &src, extras) : DM_OK;
         if (st) {
-            cJSON_Delete(extras[0]);
-            cJSON_Delete(extras[1]);
+            for (int x = 0; x < 3; x++) cJSON_Delete(extras[x]);
             src_free(&src);
             return st;
         }
@@ -1117,8 +1190,7 @@ dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing
         buf = NULL;
     }
     cJSON_Delete(json);
-    cJSON_Delete(extras[0]);
-    cJSON_Delete(extras[1]);
+    for (int x = 0; x < 3; x++) cJSON_Delete(extras[x]);
     src_free(&src);
     free(buf);
     if (st) {
