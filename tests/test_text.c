@@ -584,47 +584,6 @@ static void test_added_tokens_json(void) {
     }
 }
 
-/* A model directory's tokenizer.json that transformers 5.24 reads as a BertTokenizer
- * (tokenizer_config.json's tokenizer_class): the config's special tokens (renamed [CLS] and
- * [SEP] put around the text) and its added_tokens_decoder's tokens, added in the order of
- * their ids but with new ones, in place of the file's added tokens (its [CLS] now words);
- * without a decoder the file's stay. Ids taken from transformers on these directories. */
-static void test_json_dir_config(void) {
-    CHECK(mkdir(path_of("tjd"), 0700) == 0);
-    write_json("tjd/tokenizer.json", NORM_LOWER, "", "");
-    static const char cfg[] = "{\"tokenizer_class\":\"BertTokenizer\",\"cls_token\":\"mask\",\"sep_token\":\"x\","
-                              "\"added_tokens_decoder\":{\"40\":{\"content\":\"<q>\",\"normalized\":false,\"special\":true},"
-                              "\"35\":{\"content\":\"zz\",\"normalized\":true}}}";
-    write_file("tjd/tokenizer_config.json", cfg, sizeof cfg - 1);
-    dm_tokenizer *t = NULL;
-    CHECK_OK(dm_tokenizer_load(&t, path_of("tjd"), DM_CASE_FILE));
-    if (t) {
-        IDS(t, "hello ZZ <q> [CLS] x", 1, 25, 5, 29, 30, 23, 1, 24, 26, 26);
-        CHECK(dm_tokenizer_vocab_size(t) == 31);
-        /* saved as dmove export saves it and read back: the same ids */
-        dm_tokenizer *back = NULL;
-        int jf = -1;
-        CHECK(mkdir(path_of("tjd_saved"), 0700) == 0);
-        CHECK_OK(dm_tokenizer_save(t, path_of("tjd_saved"), 64, &jf));
-        CHECK_OK(dm_tokenizer_load(&back, path_of("tjd_saved"), DM_CASE_FILE));
-        if (back) IDS(back, "hello ZZ <q> [CLS] x", 1, 25, 5, 29, 30, 23, 1, 24, 26, 26);
-        dm_tokenizer_free(back);
-    }
-    dm_tokenizer_free(t);
-    static const char nodec[] = "{\"tokenizer_class\":\"BertTokenizer\",\"cls_token\":\"mask\",\"sep_token\":\"x\"}";
-    write_file("tjd/tokenizer_config.json", nodec, sizeof nodec - 1);
-    t = NULL;
-    CHECK_OK(dm_tokenizer_load(&t, path_of("tjd"), DM_CASE_FILE));
-    if (t) IDS(t, "hello [CLS] x", 1, 25, 5, 2, 26, 26);
-    dm_tokenizer_free(t);
-    write_file("tjd/tokenizer_config.json", cfg, sizeof cfg - 1);
-    /* the file named directly: as it is */
-    t = NULL;
-    CHECK_OK(dm_tokenizer_load(&t, path_of("tjd/tokenizer.json"), DM_CASE_FILE));
-    if (t) IDS(t, "hello ZZ <q>", 1, 2, 5, 1, 1, 1, 1, 3);
-    dm_tokenizer_free(t);
-}
-
 static void test_hostile(void) {
     dm_tokenizer *t = (dm_tokenizer *)1;
     CHECK(dm_tokenizer_load(&t, path_of("missing.json"), DM_CASE_FILE) == DM_ERR_IO && t == NULL);
@@ -754,7 +713,6 @@ int main(void) {
     test_dir_config();
     test_added();
     test_added_tokens_json();
-    test_json_dir_config();
     test_hostile();
     test_truncate_pair();
     char cmd[300];

@@ -36,9 +36,6 @@ typedef struct {
     const char *names[5]; /* pad unk cls sep mask, as the source names them */
     const char **extra;   /* a directory's additional special tokens (its vocab.txt's) */
     size_t nextra;
-    int dir_decoder;      /* beside a tokenizer.json: the directory's tokenizer_config.json has an
-                           * added_tokens_decoder, which with the special tokens it names replaces
-                           * the file's added tokens (as transformers 5.24 takes them) */
 } tok_src;
 
 static void src_free(tok_src *s) {
@@ -192,11 +189,10 @@ static dm_status add_bert_specials(dm_tokenizer *t, tok_src *src) {
     return DM_OK;
 }
 
-/* The tokens a directory's files add without their ids (dir_vocab_extras: added_tokens.json;
- * beside a tokenizer.json, tokenizer_config.json's added_tokens_decoder too), in their
- * order: one the file already has (an added token, else in the vocabulary) keeps its id,
- * another takes the next new one, from the vocabulary's size, as transformers 5.24 adds
- * them. */
+/* A directory's added_tokens.json entries (dir_vocab_extras), in their order: a token of
+ * the vocabulary keeps its id (and is matched as an added token), another takes the next
+ * new one, from the vocabulary's size (as transformers 5.24 adds them; the file's ids only
+ * order them). */
 static void resolve_pending(tok_src *src) {
     int32_t next = (int32_t)src->nv;
     for (size_t i = 0; i < src->na; i++)
@@ -205,8 +201,6 @@ static void resolve_pending(tok_src *src) {
         tok_added *a = &src->added[i];
         if (!a->pending) continue;
         a->id = -1;
-        for (size_t o = 0; o < i && a->id < 0; o++)
-            if (src->added[o].len == a->len && !memcmp(src->added[o].s, a->s, a->len)) a->id = src->added[o].id;
         for (size_t v = 0; v < src->nv && a->id < 0; v++)
             if (src->vocab[v].len == a->len && !memcmp(src->vocab[v].s, a->s, a->len)) a->id = src->vocab[v].id;
         if (a->id < 0) a->id = next++;
@@ -439,15 +433,8 @@ static dm_status parse_added(tok_src *src, const cJSON *a) {
     if (!a || cJSON_IsNull(a)) return DM_OK;
     if (!cJSON_IsArray(a)) return dm_fail(DM_ERR_FORMAT, "\"added_tokens\" is %s, not an array", jtype(a));
     int n = cJSON_GetArraySize(a);
-    /* the file's tokens first, then those a directory's files add (dir_vocab_extras), kept
-     * meanwhile past the file's n */
-    const size_t ndir = src->na;
-    tok_added *all = calloc((size_t)n + ndir + 1, sizeof *all);
-    if (!all) return dm_fail(DM_ERR_OOM, "out of memory");
-    if (ndir) memcpy(all + n, src->added, ndir * sizeof *all);
-    free(src->added);
-    src->added = all;
-    src->na = 0;
+    src->added = calloc((size_t)n + 1, sizeof *src->added);
+    if (!src->added) return dm_fail(DM_ERR_OOM, "out of memory");
     const cJSON *e;
     int k = 0;
     cJSON_ArrayForEach(e, a) {
@@ -455,7 +442,7 @@ static dm_status parse_added(tok_src *src, const cJSON *a) {
         snprintf(ctx, sizeof ctx, "added_tokens[%d]", k++);
         if (!cJSON_IsObject(e)) return dm_fail(DM_ERR_FORMAT, "%s is %s, not an object", ctx, jtype(e));
         tok_added *x = &src->added[src->na];
-        int64_t id = 0;
+        int64_t id;
         int f[5];
         DM_TRY(jstr(e, "content", &x->s, ctx));
         char what[64];
@@ -474,23 +461,14 @@ static dm_status parse_added(tok_src *src, const cJSON *a) {
         x->normalized = (uint8_t)f[3];
         x->special = (uint8_t)f[4];
         if (x->len > TOK_MAX_TOKEN) return dm_fail(DM_ERR_FORMAT, "%s.content is over %d bytes", ctx, TOK_MAX_TOKEN);
-        int keep = x->len > 0; /* tokenizers ignores empty ones */
-        if (keep && src->dir_decoder) { /* only those the directory's decoder or special tokens name */
-            keep = 0;
-            for (size_t d = 0; d < ndir && !keep; d++) keep = all[n + d].len == x->len && !memcmp(all[n + d].s, x->s, x->len);
-            for (int q = 0; q < 5 && !keep; q++) keep = src->names[q] && strlen(src->names[q]) == x->len && !memcmp(src->names[q], x->s, x->len);
-        }
-        if (keep) src->na++;
+        if (x->len) src->na++; /* tokenizers ignores empty ones */
     }
-    memmove(all + src->na, all + n, ndir * sizeof *all);
-    src->na += ndir;
     return DM_OK;
 }
 
 static dm_status parse_json(dm_tokenizer *t, tok_src *src, const cJSON *root) {
     if (!cJSON_IsObject(root)) return dm_fail(DM_ERR_FORMAT, "the JSON is %s, not a tokenizer object", jtype(root));
-    for (int k = 0; k < 5; k++) /* (a directory's tokenizer_config.json names some: dir_vocab_extras) */
-        if (!src->names[k]) src->names[k] = k_default_names[k];
+    for (int k = 0; k < 5; k++) src->names[k] = k_default_names[k];
     DM_TRY(parse_model(t, src, cJSON_GetObjectItemCaseSensitive(root, "model")));
     DM_TRY(parse_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer")));
     DM_TRY(parse_pretok(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer")));
@@ -499,7 +477,6 @@ static dm_status parse_json(dm_tokenizer *t, tok_src *src, const cJSON *root) {
      * 4 and 5) keeps its own, [PAD], and the text "[unused5]" stays four word pieces even
      * where a file pads with it */
     DM_TRY(parse_added(src, cJSON_GetObjectItemCaseSensitive(root, "added_tokens")));
-    resolve_pending(src);
     return add_bert_specials(t, src);
 }
 
@@ -1039,12 +1016,6 @@ static dm_status take_specials(tok_src *src, const cJSON *j, const char *path) {
     return DM_OK;
 }
 
-/* added_tokens_decoder's entries by their ids (the keys are distinct) */
-static int by_id_added(const void *a, const void *b) {
-    const int32_t x = ((const tok_added *)a)->id, y = ((const tok_added *)b)->id;
-    return (x > y) - (x < y);
-}
-
 /* Order of added_tokens.json's entries: by the number each names, then as in the file. */
 typedef struct {
     const cJSON *e;
@@ -1098,15 +1069,14 @@ static dm_status dir_added_json(const char *dir, tok_src *src, cJSON **keep) {
     return DM_OK;
 }
 
-/* A model directory's vocab.txt (or tokenizer.json) as transformers' BertTokenizer reads
- * it with its tokenizer_config.json and special_tokens_map.json (the latter's names win, as
- * in transformers 5.24): the special tokens they name (take_specials) and
- * tokenizer_config.json's added_tokens_decoder ({"id": {"content", "lstrip", "rstrip",
- * "single_word", "normalized", "special"}}, as save_pretrained writes them; renumber: their
- * ids not kept, resolve_pending gives them, as beside a tokenizer.json), else an
- * added_tokens.json (dir_added_json), into src; keep[0..2] hold their strings (NULL: no
- * file). */
-static dm_status dir_vocab_extras(const char *dir, tok_src *src, cJSON *keep[3], int renumber) {
+/* A model directory's vocab.txt as transformers' BertTokenizer reads it with its
+ * tokenizer_config.json and special_tokens_map.json (the latter's names win, as in
+ * transformers 5.24): the special tokens
+ * they name (take_specials) and tokenizer_config.json's added_tokens_decoder ({"id":
+ * {"content", "lstrip", "rstrip", "single_word", "normalized", "special"}}, as
+ * save_pretrained writes them), else an added_tokens.json (dir_added_json), into src;
+ * keep[0..2] hold their strings (NULL: no file). */
+static dm_status dir_vocab_extras(const char *dir, tok_src *src, cJSON *keep[3]) {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/special_tokens_map.json", dir) >= sizeof path)
         return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
@@ -1144,13 +1114,7 @@ static dm_status dir_vocab_extras(const char *dir, tok_src *src, cJSON *keep[3],
         x->id = (int32_t)id;
         x->single_word = (uint8_t)f[0], x->lstrip = (uint8_t)f[1], x->rstrip = (uint8_t)f[2];
         x->normalized = (uint8_t)f[3], x->special = (uint8_t)f[4];
-        x->pending = (uint8_t)renumber;
         if (x->len) src->na++;
-    }
-    if (renumber) { /* added in their ids' order; the additional special tokens are the decoder's */
-        qsort(src->added, src->na, sizeof *src->added, by_id_added);
-        src->dir_decoder = 1;
-        src->nextra = 0;
     }
     return DM_OK;
 }
@@ -1186,9 +1150,7 @@ dm_status dm_tokenizer_load(dm_tokenizer **out, const char *path, dm_case casing
         const size_t il = strlen(inside);
         const int txt = il >= 9 && !strcmp(inside + il - 9, "vocab.txt");
         if (asked == DM_CASE_FILE) DM_TRY(dir_bert_norm(path, txt, &dn));
-        /* beside a tokenizer.json that transformers reads as a BertTokenizer, the directory's
-         * special tokens and added tokens too, the latter with new ids (as it does) */
-        dm_status st = txt || dn.set ? dir_vocab_extras(path, &src, extras, !txt) : DM_OK;
+        dm_status st = txt ? dir_vocab_extras(path, &src, extras) : DM_OK;
         if (st) {
             for (int x = 0; x < 3; x++) cJSON_Delete(extras[x]);
             src_free(&src);
