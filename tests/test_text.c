@@ -547,6 +547,9 @@ static void test_added_tokens_json(void) {
         {"{\"Bar\": 8}", "Bar bar BAR xbarx", {2, 8, 8, 8, 1, 8, 1, 3}, 8}, /* normalized, inside words */
         {"{\"Caf\u00e9\": 1}", "caf\xc3\xa9 CAFE", {2, 8, 8, 3}, 4},       /* accents stripped as the text's */
         {"{}", "foo", {2, 1, 3}, 3},
+        {"{\"a2\": 5, \"x\": 1, \"b2\": 5}", "a2 b2 x", {2, 1, 9, 8, 3}, 5}, /* an id twice: the last token */
+        {"{\"x\": true, \"y\": false}", "x y", {2, 9, 8, 3}, 4},            /* as Python: 1 and 0 */
+        {"{\"x\": 1e400, \"y\": 3}", "x y", {2, 9, 8, 3}, 4},               /* infinite: last */
     };
     for (size_t k = 0; k < sizeof c / sizeof *c; k++) {
         write_file("atj/added_tokens.json", c[k].json, strlen(c[k].json));
@@ -561,6 +564,17 @@ static void test_added_tokens_json(void) {
         CHECK_OK(dm_tokenizer_load(&back, path_of(dir), DM_CASE_FILE));
         if (back) CHECK(ids_are(back, c[k].text, 1, c[k].ids, (size_t)c[k].n));
         dm_tokenizer_free(back);
+        dm_tokenizer_free(t);
+    }
+    /* one tokenizer_config.json names an additional special token: special, not normalized */
+    static const char cfg_sp[] = "{\"tokenizer_class\":\"BertTokenizer\",\"additional_special_tokens\":[\"<e2>\"]}",
+                      e2[] = "{\"<e2>\": 30}";
+    write_file("atj/tokenizer_config.json", cfg_sp, sizeof cfg_sp - 1);
+    write_file("atj/added_tokens.json", e2, sizeof e2 - 1);
+    {
+        dm_tokenizer *t = NULL;
+        CHECK_OK(dm_tokenizer_load(&t, path_of("atj"), DM_CASE_FILE));
+        if (t) IDS(t, "<e2> <E2>", 1, 2, 8, 1, 1, 1, 3);
         dm_tokenizer_free(t);
     }
     /* beside an added_tokens_decoder: not read (its <b> unknown) */

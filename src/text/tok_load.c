@@ -1031,8 +1031,9 @@ static int by_atj(const void *a, const void *b) {
 /* An older transformers' added_tokens.json ({"token": id, ...}), read where
  * tokenizer_config.json has no added_tokens_decoder (else transformers 5.24 ignores it):
  * each token added (not special, normalized, no stripping) in the order of the ids, which
- * transformers does not keep: resolve_pending gives them theirs. keep holds the strings. */
-static dm_status dir_added_json(const char *dir, tok_src *src, cJSON **keep) {
+ * transformers does not keep: resolve_pending gives them theirs; an id given twice keeps
+ * the file's last token, as transformers' reversed dict does. keep holds the strings. */
+static dm_status dir_added_json(const char *dir, tok_src *src, cJSON **keep, size_t ncfg) {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/added_tokens.json", dir) >= sizeof path)
         return dm_fail(DM_ERR_INVALID_ARG, "path too long: '%s'", dir);
@@ -1048,7 +1049,7 @@ static dm_status dir_added_json(const char *dir, tok_src *src, cJSON **keep) {
     src->added = a;
     int k = 0;
     for (const cJSON *e = (*keep)->child; e; e = e->next, k++) {
-        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble)) {
+        if (!cJSON_IsNumber(e) && !cJSON_IsBool(e)) { /* (Python takes true and false as 1 and 0) */
             free(ord);
             return dm_fail(DM_ERR_FORMAT, "%s: \"%.40s\" is %s, not a token id (added_tokens.json maps each added "
                            "token to its id)", path, e->string, jtype(e));
@@ -1057,13 +1058,19 @@ static dm_status dir_added_json(const char *dir, tok_src *src, cJSON **keep) {
             free(ord);
             return dm_fail(DM_ERR_FORMAT, "%s: \"%.40s...\" is over %d bytes", path, e->string, TOK_MAX_TOKEN);
         }
-        ord[k] = (atj_entry){.e = e, .key = e->valuedouble, .at = k};
+        ord[k] = (atj_entry){.e = e, .key = cJSON_IsBool(e) ? (double)cJSON_IsTrue(e) : e->valuedouble, .at = k};
     }
     qsort(ord, (size_t)k, sizeof *ord, by_atj);
     for (int i = 0; i < k; i++) {
         const size_t len = strlen(ord[i].e->string);
         if (!len) continue; /* tokenizers ignores empty ones */
-        a[src->na++] = (tok_added){.s = ord[i].e->string, .len = len, .id = -1, .normalized = 1, .pending = 1};
+        if (i + 1 < k && ord[i + 1].key == ord[i].key) continue; /* an id given twice: the last token (Python's dict) */
+        /* one tokenizer_config.json names an additional special token: special, not
+         * normalized (one special_tokens_map.json names stays as it is, as transformers 5.24) */
+        int special = 0;
+        for (size_t x = 0; x < ncfg && !special; x++) special = !strcmp(src->extra[x], ord[i].e->string);
+        a[src->na++] = (tok_added){.s = ord[i].e->string, .len = len, .id = -1, .normalized = (uint8_t)!special,
+                                   .special = (uint8_t)special, .pending = 1};
     }
     free(ord);
     return DM_OK;
@@ -1083,11 +1090,12 @@ static dm_status dir_vocab_extras(const char *dir, tok_src *src, cJSON *keep[3])
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     DM_TRY(read_json_object(path, &keep[0]));
     if (keep[0]) DM_TRY(take_specials(src, keep[0], path));
+    const size_t ncfg = src->nextra; /* the additional special tokens tokenizer_config.json names */
     snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
     DM_TRY(read_json_object(path, &keep[1]));
     if (keep[1]) DM_TRY(take_specials(src, keep[1], path));
     const cJSON *d = keep[0] ? cJSON_GetObjectItemCaseSensitive(keep[0], "added_tokens_decoder") : NULL;
-    if (!d || cJSON_IsNull(d)) return dir_added_json(dir, src, &keep[2]);
+    if (!d || cJSON_IsNull(d)) return dir_added_json(dir, src, &keep[2], ncfg);
     if (!cJSON_IsObject(d)) return dm_fail(DM_ERR_FORMAT, "%s: added_tokens_decoder is %s, not an object", path, jtype(d));
     const int n = cJSON_GetArraySize(d);
     src->added = calloc((size_t)n + 1, sizeof *src->added);
