@@ -199,16 +199,14 @@ static void stage_chains(const dm_graph *g, dm_exgroup *eg, int64_t *used) {
                     const dm_exop *y = &eg->ops[o];
                     for (int t = 0; t < y->op->nout && ok; t++) /* written once */
                         if ((o != q || t != s) && dm_tensor_root(g, y->op->out[t]) == r) ok = 0;
-                    for (int t = 0; t < y->op->nin && ok; t++) /* read by the chain alone, row for row */
-                        if (dm_tensor_root(g, y->op->in[t]) == r && o > q &&
-                            (o >= k1 || y->op->in[t] != w->op->out[s] || !same_rows(&y->in[t], d)))
-                            ok = 0;
+                    for (int t = 0; t < y->op->nin && ok; t++) /* read by the chain alone (row for row:
+                                                                  * joins_chain) */
+                        if (o >= k1 && dm_tensor_root(g, y->op->in[t]) == r) ok = 0;
                 }
                 if (!ok) continue;
                 d->staged = 1;
                 d->slot = *used;
                 *used += (w->op->cols + 15) / 16 * 16;
-                w->staged = 1;
                 for (int o = q + 1; o < k1; o++)
                     for (int t = 0; t < eg->ops[o].op->nin; t++)
                         if (dm_tensor_root(g, eg->ops[o].op->in[t]) == r) {
@@ -703,7 +701,7 @@ static dm_status exec_batched(const dm_cpu_exec *ex, const dm_exgroup *eg, uint6
                         dm_cpu_row(&rw);
                     }
                     for (int q = k; q < k1; q++) /* the staged rows to memory */
-                        for (int s = 0; eg->ops[q].staged && s < eg->ops[q].op->nout; s++) {
+                        for (int s = 0; s < eg->ops[q].op->nout; s++) {
                             const dm_operand *d = &eg->ops[q].out[s];
                             if (d->staged)
                                 dm_stream_row(resolve_mem(d, scr, r, r - r0, eg->ops[q].op->cols), scr + d->slot,

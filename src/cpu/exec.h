@@ -30,7 +30,6 @@ typedef struct {
     int64_t tile[3]; /* their operands (A, B, C): scratch tile offset, or -1 in memory */
     int chain_end;   /* batched groups, a row op: one past the last op of its chain (the
                       * row ops up to the next contraction, run row by row) */
-    int staged;      /* a row op: it has staged outputs */
 } dm_exop;
 
 typedef struct {
