@@ -536,22 +536,31 @@ static void test_added_tokens_json(void) {
     CHECK(mkdir(path_of("atj"), 0700) == 0);
     write_file("atj/vocab.txt", vocab, sizeof vocab - 1);
     write_file("atj/tokenizer_config.json", cfg, sizeof cfg - 1);
+    /* with an additional special token named; beside an added_tokens_decoder */
+    static const char cfg_sp[] = "{\"tokenizer_class\":\"BertTokenizer\",\"additional_special_tokens\":[\"<e2>\"]}",
+                      dec[] = "{\"tokenizer_class\":\"BertTokenizer\",\"added_tokens_decoder\":{\"8\":{\"content\":"
+                              "\"<a>\",\"normalized\":true}}}";
     static const struct {
         const char *json, *text;
         int32_t ids[12];
         int n;
+        const char *cfg; /* NULL: cfg */
     } c[] = {
-        {"{\"foo\": 5}", "hello foo worlds", {2, 5, 8, 6, 7, 3}, 6},            /* id of "hello": not kept */
-        {"{\"foo\": 20, \"<b>\": 3}", "foo <b>", {2, 9, 8, 3}, 4},          /* in the ids' order */
-        {"{\"hello\": 9}", "helloworld", {2, 5, 6, 3}, 4},                 /* in the vocabulary: matched */
-        {"{\"Bar\": 8}", "Bar bar BAR xbarx", {2, 8, 8, 8, 1, 8, 1, 3}, 8}, /* normalized, inside words */
-        {"{\"Caf\u00e9\": 1}", "caf\xc3\xa9 CAFE", {2, 8, 8, 3}, 4},       /* accents stripped as the text's */
-        {"{}", "foo", {2, 1, 3}, 3},
-        {"{\"a2\": 5, \"x\": 1, \"b2\": 5}", "a2 b2 x", {2, 1, 9, 8, 3}, 5}, /* an id twice: the last token */
-        {"{\"x\": true, \"y\": false}", "x y", {2, 9, 8, 3}, 4},            /* as Python: 1 and 0 */
-        {"{\"x\": 1e400, \"y\": 3}", "x y", {2, 9, 8, 3}, 4},               /* infinite: last */
+        {"{\"foo\": 5}", "hello foo worlds", {2, 5, 8, 6, 7, 3}, 6, NULL},            /* id of "hello": not kept */
+        {"{\"foo\": 20, \"<b>\": 3}", "foo <b>", {2, 9, 8, 3}, 4, NULL},          /* in the ids' order */
+        {"{\"hello\": 9}", "helloworld", {2, 5, 6, 3}, 4, NULL},                 /* in the vocabulary: matched */
+        {"{\"Bar\": 8}", "Bar bar BAR xbarx", {2, 8, 8, 8, 1, 8, 1, 3}, 8, NULL}, /* normalized, inside words */
+        {"{\"Caf\u00e9\": 1}", "caf\xc3\xa9 CAFE", {2, 8, 8, 3}, 4, NULL},       /* accents stripped as the text's */
+        {"{}", "foo", {2, 1, 3}, 3, NULL},
+        {"{\"a2\": 5, \"x\": 1, \"b2\": 5}", "a2 b2 x", {2, 1, 9, 8, 3}, 5, NULL}, /* an id twice: the last token */
+        {"{\"x\": true, \"y\": false}", "x y", {2, 9, 8, 3}, 4, NULL},            /* as Python: 1 and 0 */
+        {"{\"x\": 1e400, \"y\": 3}", "x y", {2, 9, 8, 3}, 4, NULL},               /* infinite: last */
+        {"{\"<e2>\": 30}", "<e2> <E2>", {2, 8, 1, 1, 1, 3}, 6, cfg_sp}, /* special, not normalized */
+        {"{\"<b>\": 9}", "<a> <b>", {2, 8, 1, 1, 1, 3}, 6, dec},        /* not read: its <b> unknown */
     };
     for (size_t k = 0; k < sizeof c / sizeof *c; k++) {
+        const char *ck = c[k].cfg ? c[k].cfg : cfg;
+        write_file("atj/tokenizer_config.json", ck, strlen(ck));
         write_file("atj/added_tokens.json", c[k].json, strlen(c[k].json));
         dm_tokenizer *t = NULL, *back = NULL;
         CHECK_OK(dm_tokenizer_load(&t, path_of("atj"), DM_CASE_FILE));
@@ -566,28 +575,7 @@ static void test_added_tokens_json(void) {
         dm_tokenizer_free(back);
         dm_tokenizer_free(t);
     }
-    /* one tokenizer_config.json names an additional special token: special, not normalized */
-    static const char cfg_sp[] = "{\"tokenizer_class\":\"BertTokenizer\",\"additional_special_tokens\":[\"<e2>\"]}",
-                      e2[] = "{\"<e2>\": 30}";
-    write_file("atj/tokenizer_config.json", cfg_sp, sizeof cfg_sp - 1);
-    write_file("atj/added_tokens.json", e2, sizeof e2 - 1);
-    {
-        dm_tokenizer *t = NULL;
-        CHECK_OK(dm_tokenizer_load(&t, path_of("atj"), DM_CASE_FILE));
-        if (t) IDS(t, "<e2> <E2>", 1, 2, 8, 1, 1, 1, 3);
-        dm_tokenizer_free(t);
-    }
-    /* beside an added_tokens_decoder: not read (its <b> unknown) */
-    static const char dec[] = "{\"tokenizer_class\":\"BertTokenizer\",\"added_tokens_decoder\":{\"8\":{\"content\":"
-                              "\"<a>\",\"normalized\":true}}}",
-                      both[] = "{\"<b>\": 9}";
-    write_file("atj/tokenizer_config.json", dec, sizeof dec - 1);
-    write_file("atj/added_tokens.json", both, sizeof both - 1);
     dm_tokenizer *t = NULL;
-    CHECK_OK(dm_tokenizer_load(&t, path_of("atj"), DM_CASE_FILE));
-    if (t) IDS(t, "<a> <b>", 1, 2, 8, 1, 1, 1, 3);
-    dm_tokenizer_free(t);
-    t = NULL;
     write_file("atj/tokenizer_config.json", cfg, sizeof cfg - 1);
     static const char *const bad[] = {"[\"foo\"]", "{\"foo\": \"8\"}", "{\"foo\": 1, \"foo\": 2}", "{\"foo\": null}"};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
