@@ -286,9 +286,9 @@ run: $(BUILD)/dmove
 
 # Each test's output is kept in $(BUILD)/test-logs/ as well; the suite ends with what it
 # skipped and why (the SKIP lines: no AVX2, no GPU, a backend not built). The layer and tuner
-# tests run again with the direct kernel narrowed (DMOVE_ISA=avx2: its AVX2
-# variant, on an AVX-512 machine) and turned off (=none: the BLAS paths a default plan
-# takes on CPUs without it).
+# tests run again with the direct kernel narrowed (DMOVE_ISA=avx512: its AVX-512 variant
+# alone, on an AMX machine; =avx2: its AVX2 variant, on an AVX-512 one) and turned off
+# (=none: the BLAS paths a default plan takes on CPUs without it).
 test: $(BUILD)/dmove $(BUILD)/libdmove.so $(TEST_BIN)
 	@sh tests/check_layers.sh && sh tests/check_funcs.sh && sh tests/check_spills.sh '$(CC)' '$(BLAS_CFLAGS)'
 	@rm -rf $(BUILD)/test-logs && mkdir -p $(BUILD)/test-logs
@@ -296,7 +296,7 @@ test: $(BUILD)/dmove $(BUILD)/libdmove.so $(TEST_BIN)
 	  OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $$t >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; echo "($$(( $$(date +%s) - t0 )) s)"; [ $$rc = 0 ]; done
 	@set -e; for s in tests/test_*.sh; do [ -e "$$s" ] || continue; echo "== $$s"; l=$(BUILD)/test-logs/$$(basename $$s).log; t0=$$(date +%s); \
 	  DMOVE=$(BUILD)/dmove DMOVE_LIB=$(BUILD)/libdmove.so sh $$s >$$l 2>&1 && rc=0 || rc=$$?; cat $$l; echo "($$(( $$(date +%s) - t0 )) s)"; [ $$rc = 0 ]; done
-	@set -e; for isa in avx2 none; do for t in test_layer_ref test_tune test_unpad; do \
+	@set -e; for isa in avx512 avx2 none; do for t in test_layer_ref test_tune test_unpad; do \
 	  echo "== $(BUILD)/tests/$$t with DMOVE_ISA=$$isa"; l=$(BUILD)/test-logs/$$t-isa-$$isa.log; \
 	  t0=$$(date +%s); DMOVE_ISA=$$isa OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/tests/$$t >$$l 2>&1 && rc=0 || rc=$$?; \
 	  cat $$l; echo "($$(( $$(date +%s) - t0 )) s)"; [ $$rc = 0 ]; done; done

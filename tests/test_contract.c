@@ -136,7 +136,7 @@ static double dot_err(const float *A, int ta, int lda, const float *B, int tb, i
     return fabs((double)c - alpha * r) / (gamma * alpha * mag + 1e-30);
 }
 
-static double direct_case(int ta, int tb, int m, int n, int k, float *buf, int lda_given) {
+static double direct_case(int ta, int tb, int m, int n, int k, float *buf, int lda_given, float alpha) {
     int lda = lda_given ? lda_given : (ta ? m : k) + 5, ldb = (tb ? k : n) + 2, ldc = n + 3;
     size_t na = (size_t)(ta ? k : m) * (size_t)lda, nb = (size_t)(tb ? n : k) * (size_t)ldb,
            nc = (size_t)m * (size_t)ldc;
@@ -144,7 +144,7 @@ static double direct_case(int ta, int tb, int m, int n, int k, float *buf, int l
     for (size_t e = 0; e < na; e++) A[e] = (float)sin(0.37 * (double)e + 0.1);
     for (size_t e = 0; e < nb; e++) B[e] = (float)cos(0.21 * (double)e);
     for (size_t e = 0; e < nc; e++) C[e] = (int)(e % (size_t)ldc) >= n ? 12345.0f : NAN;
-    dm_sgemm_direct(ta, tb, m, n, k, 0.75f, A, lda, B, ldb, C, ldc, buf);
+    dm_sgemm_direct(ta, tb, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);
     double worst = 0;
     for (int i = 0; i < m; i++)
         for (int j = 0; j < ldc; j++) {
@@ -153,7 +153,7 @@ static double direct_case(int ta, int tb, int m, int n, int k, float *buf, int l
                 if (c != 12345.0f) worst = INFINITY; /* wrote beyond the matrix */
                 continue;
             }
-            double e = dot_err(A, ta, lda, B, tb, ldb, i, j, k, 0.75, c);
+            double e = dot_err(A, ta, lda, B, tb, ldb, i, j, k, alpha, c);
             if (!(e <= worst)) worst = e; /* NaN: never written */
         }
     free(A); free(B); free(C);
@@ -242,7 +242,8 @@ static void direct(void) {
             for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
                 for (size_t c = 0; c < sizeof ks / sizeof ks[0]; c++) {
                     if (ms[a] * ns[b] * ks[c] > 130 * 600 * 64 && (a + b + c) % 3) continue; /* keep it quick */
-                    double e = direct_case(t & 1, t >> 1, ms[a], ns[b], ks[c], buf, 0);
+                    /* alpha 1 too: the AMX variant then sums into C's tiles across KC blocks */
+                    double e = direct_case(t & 1, t >> 1, ms[a], ns[b], ks[c], buf, 0, (a + b + c + t) % 2 ? 1.0f : 0.75f);
                     cases++;
                     if (!(e <= 1)) {
                         bad++;
@@ -261,7 +262,7 @@ static void direct(void) {
     for (int t = 0; t < 4; t++)
         for (int q = 0; q < 12; q++) {
             const int m = pm[q & 1], n = pn[(q >> 1) % 3], k = pk[q / 6];
-            double e = direct_case(t & 1, t >> 1, m, n, k, buf, q == 9 ? 2048 : 0);
+            double e = direct_case(t & 1, t >> 1, m, n, k, buf, q == 9 ? 2048 : 0, q % 2 ? 1.0f : 0.75f);
             cases++;
             if (!(e <= 1)) {
                 bad++;
@@ -270,6 +271,68 @@ static void direct(void) {
             }
             if (!(e <= worst)) worst = e;
         }
+    /* C split between threads by rows or by columns (as run_share does) gives the very
+     * floats of one call: each element is computed alike wherever its tile lies */
+    for (int t = 0; t < 8; t++) {
+        const int ta = t & 1, tb = (t >> 1) & 1, m = 100, n = 300, k = 600, lda = ta ? m : k, ldb = tb ? k : n;
+        const float alpha = t & 4 ? 1.0f : 0.5f;
+        float *A = malloc(sizeof(float) * (size_t)m * k), *B = malloc(sizeof(float) * (size_t)k * n),
+              *C1 = malloc(sizeof(float) * (size_t)m * n), *C2 = malloc(sizeof(float) * (size_t)m * n);
+        CHECK(A && B && C1 && C2);
+        if (!A || !B || !C1 || !C2) break;
+        for (int e = 0; e < m * k; e++) A[e] = (float)sin(0.13 * e + 0.2);
+        for (int e = 0; e < k * n; e++) B[e] = (float)cos(0.07 * e);
+        dm_sgemm_direct(ta, tb, m, n, k, alpha, A, lda, B, ldb, C1, n, buf);
+        dm_sgemm_direct(ta, tb, 37, n, k, alpha, A, lda, B, ldb, C2, n, buf);
+        dm_sgemm_direct(ta, tb, m - 37, n, k, alpha, A + (ta ? 37 : 37 * lda), lda, B, ldb, C2 + 37 * n, n, buf);
+        const int by_rows = !memcmp(C1, C2, sizeof(float) * (size_t)m * n);
+        dm_sgemm_direct(ta, tb, m, 200, k, alpha, A, lda, B, ldb, C2, n, buf);
+        dm_sgemm_direct(ta, tb, m, n - 200, k, alpha, A, lda, B + (tb ? 200 * ldb : 200), ldb, C2 + 200, n, buf);
+        const int by_cols = !memcmp(C1, C2, sizeof(float) * (size_t)m * n);
+        if (!by_rows || !by_cols) {
+            bad++;
+            printf("    FAIL direct transA %d transB %d alpha %g: split by %s differs from one call\n", ta, tb,
+                   (double)alpha, by_rows ? "columns" : "rows");
+        }
+        cases++;
+        free(A); free(B); free(C1); free(C2);
+    }
+    /* exact where the products are: one op(A) row one-hot (1 at k = 7i mod K) gives rows of
+     * op(B) bit for bit, one-hot op(B) columns give columns of op(A), every bit of a float's
+     * 24 kept (the AMX variant's three bf16 parts: a missing one shows here) */
+    for (int t = 0; t < 8; t++) {
+        const int ta = t & 1, tb = (t >> 1) & 1, hot_b = t >> 2, m = 40, n = 70, k = 300;
+        const int lda = ta ? m : k, ldb = tb ? k : n;
+        float *A = calloc((size_t)m * k, sizeof(float)), *B = calloc((size_t)k * n, sizeof(float)),
+              *C = malloc(sizeof(float) * (size_t)m * n);
+        CHECK(A && B && C);
+        if (!A || !B || !C) break;
+        for (int i = 0; i < m; i++)
+            for (int q = 0; q < k; q++) {
+                const float v = hot_b ? (float)(sin(0.31 * (i * k + q)) * (1 + 0x1.fffffep-1 / 3)) : q == (7 * i) % k;
+                A[ta ? q * lda + i : i * lda + q] = v;
+            }
+        for (int q = 0; q < k; q++)
+            for (int j = 0; j < n; j++) {
+                const float v = hot_b ? q == (5 * j) % k : (float)(cos(0.23 * (q * n + j)) * (1 + 0x1.fffffep-1 / 3));
+                B[tb ? j * ldb + q : q * ldb + j] = v;
+            }
+        dm_sgemm_direct(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, C, n, buf);
+        int wrong = 0;
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                const int q = hot_b ? (5 * j) % k : (7 * i) % k;
+                const float want = hot_b ? A[ta ? q * lda + i : i * lda + q] : B[tb ? j * ldb + q : q * ldb + j];
+                wrong += C[i * n + j] != want;
+            }
+        if (wrong) {
+            bad++;
+            printf("    FAIL direct transA %d transB %d, one-hot op(%c): %d of %d elements not exact\n", ta, tb,
+                   hot_b ? 'B' : 'A', wrong, m * n);
+        }
+        cases++;
+        free(A); free(B); free(C);
+    }
     CHECK(bad == 0);
     const int avx512 = dm_gemm_direct_isa() == DM_ISA_AVX512;
     printf("  direct kernel (%s%s%s): %d shapes x transposes, worst error %.3f of the float dot-product bound, every "
@@ -310,7 +373,7 @@ int main(void) {
         dm_direct_set_pack_at(-1);
         direct_rows();
     }
-    CHECK(dm_gemm_direct_set_isa(widest + 1) == (widest == DM_ISA_AVX512 ? DM_ERR_INVALID_ARG : DM_ERR_UNSUPPORTED));
+    CHECK(dm_gemm_direct_set_isa(widest + 1) == (widest == DM_ISA_AMX ? DM_ERR_INVALID_ARG : DM_ERR_UNSUPPORTED));
     CHECK_OK(dm_gemm_direct_set_isa(DM_ISA_NONE));
     CHECK(!dm_gemm_direct_available());
     {

@@ -119,16 +119,18 @@ void dm_direct_pack_b(float *buf, int64_t pstride, int transB, const float *B, i
 long dm_gemm_direct_fallbacks(void);
 
 /* The instruction sets the direct kernel has a variant for (direct.c). */
-enum { DM_ISA_NONE = 0, DM_ISA_AVX2 = 1, DM_ISA_AVX512 = 2 };
-/* the widest this CPU has (cpuid: AVX-512F; AVX2 with FMA; else none) */
+enum { DM_ISA_NONE = 0, DM_ISA_AVX2 = 1, DM_ISA_AVX512 = 2, DM_ISA_AMX = 3 };
+/* the widest this CPU has (cpuid: AMX's tiles and bf16 with AVX-512 BF16, which the
+ * kernel (Linux) lets this process use; AVX-512F; AVX2 with FMA; else none). "amx" runs
+ * the AVX-512 variant wherever the AMX one does not (direct_isa.h: dm_direct_amx_takes). */
 int dm_cpu_isa_widest(void);
-/* the variant in use: the widest, narrowed by DMOVE_ISA=avx2|none in the environment
+/* the variant in use: the widest, narrowed by DMOVE_ISA=avx512|avx2|none in the environment
  * (read at the first call) or by dm_gemm_direct_set_isa */
 int dm_gemm_direct_isa(void);
 /* narrows (or widens back up to the widest) the variant in use, for tests and timing;
  * not while a direct kernel runs. DM_ERR_UNSUPPORTED above the CPU's widest. */
 dm_status dm_gemm_direct_set_isa(int isa);
-const char *dm_isa_name(int isa); /* "avx512", "avx2", "none" */
+const char *dm_isa_name(int isa); /* "amx", "avx512", "avx2", "none" */
 int dm_isa_parse(const char *s);  /* -1 if unknown */
 /* 1 if the direct kernel runs here (a variant is in use) */
 int dm_gemm_direct_available(void);

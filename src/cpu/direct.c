@@ -4,6 +4,8 @@
  * variants are tested on a wider machine and a plan can be timed as on a smaller one. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <omp.h>
 
@@ -14,19 +16,42 @@
 
 static int g_isa = -1; /* the variant in use; -1: not read yet */
 
+/* Linux hands out AMX's 8 KB of tile state to a process that asks (arch_prctl
+ * ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); once asked, every thread may use it. */
+static int amx_permitted(void) {
+    static int v = -1;
+    int r = __atomic_load_n(&v, __ATOMIC_ACQUIRE);
+    if (r >= 0) return r;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    r = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#else
+    r = 0;
+#endif
+    __atomic_store_n(&v, r, __ATOMIC_RELEASE);
+    return r;
+}
+
 int dm_cpu_isa_widest(void) {
     __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("amx-tile") &&
+        __builtin_cpu_supports("amx-bf16") && amx_permitted())
+        return DM_ISA_AMX;
     if (__builtin_cpu_supports("avx512f")) return DM_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DM_ISA_AVX2;
     return DM_ISA_NONE;
 }
 
 const char *dm_isa_name(int isa) {
-    return isa == DM_ISA_AVX512 ? "avx512" : isa == DM_ISA_AVX2 ? "avx2" : isa == DM_ISA_NONE ? "none" : "?";
+    return isa == DM_ISA_AMX      ? "amx"
+           : isa == DM_ISA_AVX512 ? "avx512"
+           : isa == DM_ISA_AVX2   ? "avx2"
+           : isa == DM_ISA_NONE   ? "none"
+                                  : "?";
 }
 
 int dm_isa_parse(const char *s) {
-    for (int i = DM_ISA_NONE; i <= DM_ISA_AVX512; i++)
+    for (int i = DM_ISA_NONE; i <= DM_ISA_AMX; i++)
         if (s && !strcmp(s, dm_isa_name(i))) return i;
     return -1;
 }
@@ -44,7 +69,7 @@ int dm_gemm_direct_isa(void) {
 
 dm_status dm_gemm_direct_set_isa(int isa) {
     const int widest = dm_cpu_isa_widest();
-    if (isa < DM_ISA_NONE || isa > DM_ISA_AVX512)
+    if (isa < DM_ISA_NONE || isa > DM_ISA_AMX)
         return dm_fail(DM_ERR_INVALID_ARG, "unknown instruction set %d for the direct kernel", isa);
     if (isa > widest)
         return dm_fail(DM_ERR_UNSUPPORTED, "this CPU has no %s (its widest is %s): the direct kernel cannot use it",
@@ -59,7 +84,7 @@ void dm_cpu_kernel_isa(const char **in_use, const char **widest, const char **no
     if (in_use) *in_use = dm_isa_name(use);
     if (widest) *widest = dm_isa_name(wide);
     if (note)
-        *note = env && *env && dm_isa_parse(env) < 0 ? "DMOVE_ISA not understood (avx512, avx2 or none): ignored"
+        *note = env && *env && dm_isa_parse(env) < 0 ? "DMOVE_ISA not understood (amx, avx512, avx2 or none): ignored"
                 : env && dm_isa_parse(env) > wide ? "DMOVE_ISA asks for more than this CPU has: ignored"
                 : use < wide && env && dm_isa_parse(env) == use ? "narrowed by DMOVE_ISA"
                 : use < wide ? "narrowed by the program (dm_gemm_direct_set_isa)"
@@ -130,7 +155,10 @@ void dm_direct_pack_panels(float *buf, int64_t pstride, int transB, const float 
 
 void dm_sgemm_direct(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
                      const float *B, int ldb, float *C, int ldc, float *buf) {
-    if (dm_gemm_direct_isa() == DM_ISA_AVX512)
+    const int isa = dm_gemm_direct_isa();
+    if (isa == DM_ISA_AMX && dm_direct_amx_takes(k))
+        dm_sgemm_direct_amx(transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);
+    else if (isa >= DM_ISA_AVX512)
         dm_sgemm_direct_avx512(transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);
     else
         dm_sgemm_direct_avx2(transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);
@@ -139,7 +167,7 @@ void dm_sgemm_direct(int transA, int transB, int m, int n, int k, float alpha, c
 void dm_sgemm_direct_rows(int transA, int m, int n, int k, float alpha, const float *A, int lda, const float *Bp,
                           int64_t ldbp, int64_t pstride, float *C, int ldc, void (*done)(void *ctx, int i0, int rows),
                           void *ctx) {
-    if (dm_gemm_direct_isa() == DM_ISA_AVX512)
+    if (dm_gemm_direct_isa() >= DM_ISA_AVX512)
         dm_sgemm_direct_rows_avx512(transA, m, n, k, alpha, A, lda, Bp, ldbp, pstride, C, ldc, done, ctx);
     else
         dm_sgemm_direct_rows_avx2(transA, m, n, k, alpha, A, lda, Bp, ldbp, pstride, C, ldc, done, ctx);
@@ -147,7 +175,7 @@ void dm_sgemm_direct_rows(int transA, int m, int n, int k, float alpha, const fl
 
 void dm_direct_pack_b(float *buf, int64_t pstride, int transB, const float *B, int64_t ldb, int k0, int kc, int j0,
                       int nc) {
-    if (dm_gemm_direct_isa() == DM_ISA_AVX512)
+    if (dm_gemm_direct_isa() >= DM_ISA_AVX512)
         dm_direct_pack_b_avx512(buf, pstride, transB, B, ldb, k0, kc, j0, nc);
     else
         dm_direct_pack_b_avx2(buf, pstride, transB, B, ldb, k0, kc, j0, nc);

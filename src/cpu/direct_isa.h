@@ -53,6 +53,15 @@ void dm_sgemm_direct_rows_avx512(int transA, int m, int n, int k, float alpha, c
 void dm_direct_pack_b_avx512(float *buf, int64_t pstride, int transB, const float *B, int64_t ldb, int k0, int kc,
                              int j0, int nc);
 
+/* The AMX variant (direct_amx.c: fp32 as three bf16 parts, six products, fp32 sums) takes
+ * the GEMMs at least DM_DIRECT_AMX_MIN_K deep; the rest run on the AVX-512 variant. The
+ * rule reads k alone, which a split of C between threads leaves whole, so a thread count
+ * changes no result. */
+#define DM_DIRECT_AMX_MIN_K 256
+static inline int dm_direct_amx_takes(int k) { return k >= DM_DIRECT_AMX_MIN_K; }
+void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
+                         const float *B, int ldb, float *C, int ldc, float *buf);
+
 void dm_sgemm_direct_avx2(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
                           const float *B, int ldb, float *C, int ldc, float *buf);
 void dm_sgemm_direct_rows_avx2(int transA, int m, int n, int k, float alpha, const float *A, int lda,

@@ -1,0 +1,299 @@
+/* direct_amx.c: the direct kernel on AMX (Intel's tile unit: Sapphire Rapids and later),
+ * fp32 in, fp32 out, as accurate as an fp32 FMA chain (direct_isa.h says why and where).
+ *
+ * Each float x is split into three bfloat16 parts, x = x0 + x1 + x2 + r: x0 the nearest
+ * bfloat16 to x, x1 the nearest to x - x0, x2 to x - x0 - x1 (each step exact in fp32),
+ * |r| within 2^-26 |x| or so. A product a b is then summed as the six terms that are not
+ * below fp32's rounding, a0 b0 + a0 b1 + a1 b0 + a0 b2 + a1 b1 + a2 b0 (a1 b2, a2 b1 and a2 b2
+ * are near 2^-26 |a b| or below), each exact in fp32, accumulated by TDPBF16PS in fp32
+ * with round-to-nearest: the error against a double reference measured 0.4-0.5x that of
+ * an fp32 FMA chain on the same sums. Six bf16 products cost less than one fp32 FMA here:
+ * the tile unit does 1024 bf16 multiply-adds a cycle, the two 512-bit FMA units 32.
+ *
+ * Layouts (bf16 elements, tiles of 16 rows x 64 bytes):
+ *   op(A) rows [i0, i0 + mc) x k [k0, k0 + kc): tile (t, c) = rows 16t.., k 32c.., its three
+ *     parts at a + ((t kt + c) 3 + p) 512; row r of a part: 32 bf16 in k order.
+ *   op(B) k [k0, k0 + kc) x columns [j0, j0 + nc): tile (u, c) = columns 16u.., k 32c..,
+ *     parts at b + ((u kt + c) 3 + p) 512, row q: the 16 columns' pairs (k 2q, 2q + 1) (the
+ *     tile unit's "VNNI" layout). Rows, columns and k past the block are zero.
+ * Blocking: NC columns by KC of k packed from op(B) (590 KB, L2), op(A) MC rows at a time
+ * (74 KB), micro-blocks of 32 x 32 of C in four accumulator tiles, two tiles each of A and
+ * B in the other four. Measured on 1 thread of the Xeon (2026-11-29), 512 x 3072 x 768:
+ * KC 384 / NC 256 / MC 32 262 GFLOP/s; 256/512/32 241-248; 128/512/64 202; 768/128/32 228
+ * (the AVX-512 kernel: 173-188).
+ *
+ * Every element of C is computed alike wherever its micro-block lies: with alpha 1 the
+ * accumulators start from C (the earlier KC blocks' sum) and take the products in the same
+ * order in full and edge blocks (an edge block goes through a scratch tile); otherwise they
+ * start from zero and C = alpha sum + C after each KC block, in every block. A split of C
+ * between threads therefore changes no result. */
+#include <stdint.h>
+#include <string.h>
+
+#include <immintrin.h>
+
+#include "cpu/direct_isa.h"
+
+#define KC 384
+#define NC 256
+#define MC 32
+
+#if DM_GEMM_DIRECT_PACK_FLOATS * 2 < 3 * (KC * NC + MC * KC)
+#error "the direct kernel's buffer is too small for the AMX variant's blocks"
+#endif
+
+#define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+
+/* x0 (lanes 0-15) and x1 (lanes 16-31) as three bf16 parts, 32 bf16 each in that order */
+static inline __attribute__((always_inline)) AMX_TARGET void split3(__m512 x0, __m512 x1, __m512i out[3]) {
+    for (int p = 0; p < 3; p++) {
+        const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
+        out[p] = h;
+        if (p == 2) break;
+        const __m512 f0 =
+            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(h)), 16));
+        const __m512 f1 =
+            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(h, 1)), 16));
+        x0 = _mm512_sub_ps(x0, f0);
+        x1 = _mm512_sub_ps(x1, f1);
+    }
+}
+
+/* r[q] lane L <- r[L] lane q: 16 x 16 dwords transposed */
+static inline __attribute__((always_inline)) AMX_TARGET void transpose16d(__m512i r[16]) {
+    __m512i t[16];
+    for (int q = 0; q < 16; q += 2) {
+        t[q] = _mm512_unpacklo_epi32(r[q], r[q + 1]);
+        t[q + 1] = _mm512_unpackhi_epi32(r[q], r[q + 1]);
+    }
+    for (int q = 0; q < 16; q += 4)
+        for (int h = 0; h < 2; h++) {
+            r[q + h] = _mm512_unpacklo_epi64(t[q + h], t[q + 2 + h]);
+            r[q + 2 + h] = _mm512_unpackhi_epi64(t[q + h], t[q + 2 + h]);
+        }
+    static const int c_of[4] = {0, 2, 1, 3}; /* as direct_avx512.c's transpose16 */
+    for (int q = 0; q < 4; q++) {
+        const __m512i a0 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0x88), a1 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0xDD),
+                      b0 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0x88),
+                      b1 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0xDD);
+        const int c = c_of[q];
+        t[c] = _mm512_shuffle_i32x4(a0, b0, 0x88);
+        t[8 + c] = _mm512_shuffle_i32x4(a0, b0, 0xDD);
+        t[4 + c] = _mm512_shuffle_i32x4(a1, b1, 0x88);
+        t[12 + c] = _mm512_shuffle_i32x4(a1, b1, 0xDD);
+    }
+    for (int q = 0; q < 16; q++) r[q] = t[q];
+}
+
+/* n (may be <= 0 or > 16) of the 16 floats at p, the rest 0 */
+static inline __attribute__((always_inline)) AMX_TARGET __m512 load_n(const float *p, int n) {
+    if (n >= 16) return _mm512_loadu_ps(p);
+    if (n <= 0) return _mm512_setzero_ps();
+    return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+}
+
+/* 32 bf16 of lanes 0-15 then 16-31 -> pairs (lane i, lane 16 + i) */
+static inline __attribute__((always_inline)) AMX_TARGET __m512i interleave_halves(__m512i v) {
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(idx, v);
+}
+
+static AMX_TARGET void pack_a(uint16_t *d, int transA, const float *A, int64_t lda, int i0, int mc, int k0, int kc) {
+    const int mt = (mc + 15) / 16, kt = (kc + 31) / 32;
+    for (int t = 0; t < mt; t++)
+        for (int c = 0; c < kt; c++) {
+            uint16_t *dt = d + (int64_t)(t * kt + c) * 3 * 512;
+            const int kk = k0 + 32 * c, kn = kc - 32 * c, rn = mc - 16 * t;
+            if (!transA) { /* a row's 32 k are contiguous */
+                for (int r = 0; r < 16; r++) {
+                    __m512i o[3];
+                    if (r < rn) {
+                        const float *a = A + (int64_t)(i0 + 16 * t + r) * lda + kk;
+                        split3(load_n(a, kn), load_n(a + 16, kn - 16), o);
+                    } else
+                        o[0] = o[1] = o[2] = _mm512_setzero_si512();
+                    for (int p = 0; p < 3; p++) _mm512_storeu_si512(dt + p * 512 + r * 32, o[p]);
+                }
+                continue;
+            }
+            /* A^T: k rows 2q and 2q + 1 give the 16 rows' pairs q, transposed to rows */
+            __m512i v[3][16];
+            for (int q = 0; q < 16; q++) {
+                const float *a = A + (int64_t)(kk + 2 * q) * lda + i0 + 16 * t;
+                const __m512 x0 = 2 * q < kn ? load_n(a, rn) : _mm512_setzero_ps();
+                const __m512 x1 = 2 * q + 1 < kn ? load_n(a + lda, rn) : _mm512_setzero_ps();
+                __m512i o[3];
+                split3(x0, x1, o);
+                for (int p = 0; p < 3; p++) v[p][q] = interleave_halves(o[p]);
+            }
+            for (int p = 0; p < 3; p++) {
+                transpose16d(v[p]);
+                for (int r = 0; r < 16; r++) _mm512_storeu_si512(dt + p * 512 + r * 32, v[p][r]);
+            }
+        }
+}
+
+static AMX_TARGET void pack_b(uint16_t *d, int transB, const float *B, int64_t ldb, int k0, int kc, int j0, int nc) {
+    const int nt = (nc + 15) / 16, kt = (kc + 31) / 32;
+    for (int u = 0; u < nt; u++)
+        for (int c = 0; c < kt; c++) {
+            uint16_t *dt = d + (int64_t)(u * kt + c) * 3 * 512;
+            const int kk = k0 + 32 * c, kn = kc - 32 * c, cn = nc - 16 * u;
+            if (!transB) { /* k rows 2q, 2q + 1: a tile row of pairs */
+                for (int q = 0; q < 16; q++) {
+                    const float *b = B + (int64_t)(kk + 2 * q) * ldb + j0 + 16 * u;
+                    const __m512 x0 = 2 * q < kn ? load_n(b, cn) : _mm512_setzero_ps();
+                    const __m512 x1 = 2 * q + 1 < kn ? load_n(b + ldb, cn) : _mm512_setzero_ps();
+                    __m512i o[3];
+                    split3(x0, x1, o);
+                    for (int p = 0; p < 3; p++) _mm512_storeu_si512(dt + p * 512 + q * 32, interleave_halves(o[p]));
+                }
+                continue;
+            }
+            /* B^T: column j's 32 k are contiguous, as 16 pairs; transposed to pair rows */
+            __m512i v[3][16];
+            for (int j = 0; j < 16; j++) {
+                __m512i o[3];
+                if (j < cn) {
+                    const float *b = B + (int64_t)(j0 + 16 * u + j) * ldb + kk;
+                    split3(load_n(b, kn), load_n(b + 16, kn - 16), o);
+                } else
+                    o[0] = o[1] = o[2] = _mm512_setzero_si512();
+                for (int p = 0; p < 3; p++) v[p][j] = o[p];
+            }
+            for (int p = 0; p < 3; p++) {
+                transpose16d(v[p]);
+                for (int q = 0; q < 16; q++) _mm512_storeu_si512(dt + p * 512 + q * 32, v[p][q]);
+            }
+        }
+}
+
+/* The 32 x 32 block of C at c (mr rows, nr columns of it in C) from kt chunks of packed
+ * A (row tiles a0, a1) and B (column tiles b0, b1); acc: C holds the earlier KC blocks' sum. */
+static AMX_TARGET void block(int kt, const uint16_t *a0, const uint16_t *a1, const uint16_t *b0, const uint16_t *b1,
+                             float *c, int64_t ldc, int mr, int nr, int acc, float alpha, float *scr) {
+    const int full = mr == 32 && nr == 32, from_c = acc && alpha == 1.0f;
+    if (from_c && !full) { /* the edge's C through the scratch tile, the rest 0 */
+        memset(scr, 0, sizeof(float) * 32 * 32);
+        for (int r = 0; r < mr; r++) memcpy(scr + r * 32, c + (int64_t)r * ldc, sizeof(float) * (size_t)nr);
+    }
+    if (from_c) {
+        const float *s = full ? c : scr;
+        const int64_t ls = full ? ldc : 32;
+        _tile_loadd(0, s, ls * 4);
+        _tile_loadd(1, s + 16, ls * 4);
+        _tile_loadd(2, s + 16 * ls, ls * 4);
+        _tile_loadd(3, s + 16 * ls + 16, ls * 4);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int ch = 0; ch < kt; ch++) {
+        const int64_t o = (int64_t)ch * 3 * 512;
+#define LOAD_A(p)                                  \
+    do {                                           \
+        _tile_loadd(4, a0 + o + (p) * 512, 64);    \
+        _tile_loadd(5, a1 + o + (p) * 512, 64);    \
+    } while (0)
+#define LOAD_B(p)                                  \
+    do {                                           \
+        _tile_loadd(6, b0 + o + (p) * 512, 64);    \
+        _tile_loadd(7, b1 + o + (p) * 512, 64);    \
+    } while (0)
+#define PRODUCTS()                 \
+    do {                           \
+        _tile_dpbf16ps(0, 4, 6);   \
+        _tile_dpbf16ps(1, 4, 7);   \
+        _tile_dpbf16ps(2, 5, 6);   \
+        _tile_dpbf16ps(3, 5, 7);   \
+    } while (0)
+        /* the small terms first: a2 b0, a1 b0, a1 b1, a0 b1, a0 b2, a0 b0 */
+        LOAD_A(2);
+        LOAD_B(0);
+        PRODUCTS();
+        LOAD_A(1);
+        PRODUCTS();
+        LOAD_B(1);
+        PRODUCTS();
+        LOAD_A(0);
+        PRODUCTS();
+        LOAD_B(2);
+        PRODUCTS();
+        LOAD_B(0);
+        PRODUCTS();
+#undef LOAD_A
+#undef LOAD_B
+#undef PRODUCTS
+    }
+    if (full && (from_c || (!acc && alpha == 1.0f))) {
+        _tile_stored(0, c, ldc * 4);
+        _tile_stored(1, c + 16, ldc * 4);
+        _tile_stored(2, c + 16 * ldc, ldc * 4);
+        _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+        return;
+    }
+    _tile_stored(0, scr, 128);
+    _tile_stored(1, scr + 16, 128);
+    _tile_stored(2, scr + 16 * 32, 128);
+    _tile_stored(3, scr + 16 * 32 + 16, 128);
+    const __m512 al = _mm512_set1_ps(alpha);
+    for (int r = 0; r < mr; r++)
+        for (int h = 0; h < 2 && nr > 16 * h; h++) {
+            const int w = nr - 16 * h;
+            const __mmask16 mk = w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1);
+            float *cr = c + (int64_t)r * ldc + 16 * h;
+            __m512 x = _mm512_loadu_ps(scr + r * 32 + 16 * h);
+            if (!from_c) {
+                x = _mm512_mul_ps(x, al);
+                if (acc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, cr));
+            }
+            _mm512_mask_storeu_ps(cr, mk, x);
+        }
+}
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((packed)) tile_config;
+
+AMX_TARGET void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
+                                    const float *B, int ldb, float *C, int ldc, float *buf) {
+    if (k <= 0 || m <= 0 || n <= 0) {
+        for (int i = 0; i < m && n > 0; i++) memset(C + (int64_t)i * ldc, 0, sizeof(float) * (size_t)n);
+        return;
+    }
+    tile_config cf;
+    memset(&cf, 0, sizeof cf);
+    cf.palette = 1;
+    for (int t = 0; t < 8; t++) cf.rows[t] = 16, cf.colsb[t] = 64;
+    _tile_loadconfig(&cf);
+    float scr[32 * 32] __attribute__((aligned(64)));
+    uint16_t *bp = (uint16_t *)buf, *ap = bp + (int64_t)3 * KC * NC;
+    for (int j0 = 0; j0 < n; j0 += NC) {
+        const int nc = n - j0 < NC ? n - j0 : NC;
+        for (int k0 = 0; k0 < k; k0 += KC) {
+            const int kc = k - k0 < KC ? k - k0 : KC, kt = (kc + 31) / 32;
+            pack_b(bp, transB, B, ldb, k0, kc, j0, nc);
+            for (int ib = 0; ib < m; ib += MC) {
+                const int mc = m - ib < MC ? m - ib : MC;
+                pack_a(ap, transA, A, lda, ib, mc, k0, kc);
+                for (int j = 0; j < nc; j += 32)
+                    for (int i = 0; i < mc; i += 32) {
+                        const int mr = mc - i < 32 ? mc - i : 32, nr = nc - j < 32 ? nc - j : 32;
+                        const uint16_t *a0 = ap + (int64_t)(i / 16) * kt * 1536, *b0 = bp + (int64_t)(j / 16) * kt * 1536;
+                        /* a block's second row (column) tile past the edge: the first again,
+                         * its products landing in rows (columns) that are not stored */
+                        const uint16_t *a1 = mr > 16 ? a0 + (int64_t)kt * 1536 : a0;
+                        const uint16_t *b1 = nr > 16 ? b0 + (int64_t)kt * 1536 : b0;
+                        block(kt, a0, a1, b0, b1, C + (int64_t)(ib + i) * ldc + j0 + j, ldc, mr, nr, k0 > 0, alpha,
+                              scr);
+                    }
+            }
+        }
+    }
+    _tile_release();
+}
