@@ -30,6 +30,7 @@
 #include <cblas.h>
 
 #include "cpu/contract.h"
+#include "cpu/direct_isa.h"
 
 typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
                                float *, int);
@@ -190,12 +191,13 @@ static operands make_operands(const shape *s) {
     return o;
 }
 
-enum { IMPL_DIRECT_AVX512, IMPL_DIRECT_AVX2, IMPL_OPENBLAS, IMPL_BLIS, NIMPL };
-static const char *impl_name[NIMPL] = {"dmove avx512", "dmove avx2", "openblas", "blis"};
+enum { IMPL_DIRECT_AMX, IMPL_DIRECT_AVX512, IMPL_DIRECT_AVX2, IMPL_OPENBLAS, IMPL_BLIS, NIMPL };
+static const char *impl_name[NIMPL] = {"dmove amx", "dmove avx512", "dmove avx2", "openblas", "blis"};
+static const int impl_isa[NIMPL] = {DM_ISA_AMX, DM_ISA_AVX512, DM_ISA_AVX2, -1, -1};
 
 static void run(int impl, const operands *o, int nt) {
     const shape *s = o->s;
-    if (impl == IMPL_DIRECT_AVX512 || impl == IMPL_DIRECT_AVX2) {
+    if (impl_isa[impl] >= 0) {
         dm_gemm gm;
         memset(&gm, 0, sizeof gm);
         gm.A = o->A, gm.B = o->B, gm.C = o->C;
@@ -216,7 +218,7 @@ static void run(int impl, const operands *o, int nt) {
             pack_threads = pack ? nt : 0;
         }
         gm.pack = pack, gm.pack_threads = pack_threads;
-        if (dm_gemm_direct_set_isa(impl == IMPL_DIRECT_AVX512 ? DM_ISA_AVX512 : DM_ISA_AVX2) != DM_OK ||
+        if (dm_gemm_direct_set_isa(impl_isa[impl]) != DM_OK ||
             dm_gemm_set_algo(&gm, DM_GEMM_DIRECT, nt) != DM_OK || dm_gemm_run(&gm) != DM_OK) {
             fprintf(stderr, "kernels: the direct kernel refused %s\n", s->name);
             exit(1);
@@ -277,17 +279,23 @@ int main(int argc, char **argv) {
         return 2;
     }
     load_blis();
-    const int widest = dm_cpu_isa_widest();
-    int use[NIMPL] = {widest >= DM_ISA_AVX512, widest >= DM_ISA_AVX2, 1, blis_sgemm != NULL};
+    // the FMA rates of the vector instruction sets; AMX's column is a share of AVX-512's
+    // (its tile unit is not the FMA units: it can pass 100%)
+    const int widest = dm_cpu_isa_widest(), vwide = widest > DM_ISA_AVX512 ? DM_ISA_AVX512 : widest;
+    int use[NIMPL] = {widest >= DM_ISA_AMX, widest >= DM_ISA_AVX512, widest >= DM_ISA_AVX2, 1, blis_sgemm != NULL};
     double peak[2][3]; // [thread setting][isa]
     const int tset[2] = {1, nt};
     for (int q = 0; q < 2; q++)
-        for (int isa = DM_ISA_AVX2; isa <= widest; isa++) peak[q][isa] = fma_rate(isa, tset[q]);
+        for (int isa = DM_ISA_AVX2; isa <= vwide; isa++) peak[q][isa] = fma_rate(isa, tset[q]);
     printf("# bench/kernels: b %d j %d i %d u %d h %d; threads 1 and %d; %d rounds; widest ISA %s%s\n", b, j, i, u,
            h, nt, rounds, dm_isa_name(widest), use[IMPL_BLIS] ? "" : "; BLIS not found (libblis-openmp-dev)");
-    for (int isa = DM_ISA_AVX2; isa <= widest; isa++)
+    for (int isa = DM_ISA_AVX2; isa <= vwide; isa++)
         printf("# FMA rate %s: %.1f GFLOP/s on 1 thread, %.1f on %d\n", dm_isa_name(isa), peak[0][isa] / 1e9,
                peak[1][isa] / 1e9, nt);
+    if (use[IMPL_DIRECT_AMX])
+        printf("# dmove amx: fp32 as three bf16 parts on the tile unit (src/cpu/direct_amx.c), as a share of the "
+               "AVX-512 FMA rate; it takes GEMMs %d deep or more, the AVX-512 variant the rest\n",
+               DM_DIRECT_AMX_MIN_K);
     if (widest < DM_ISA_AVX2) {
         printf("# this CPU has no AVX2: the direct kernel does not run here\n");
         use[IMPL_DIRECT_AVX2] = 0;
@@ -326,7 +334,7 @@ int main(int argc, char **argv) {
                 const int nr = rounds < 64 ? rounds : 64;
                 qsort(t[im], (size_t)nr, sizeof(double), cmp);
                 const double med = t[im][nr / 2], rate = flop / med;
-                const int isa = im == IMPL_DIRECT_AVX2 ? DM_ISA_AVX2 : widest;
+                const int isa = im == IMPL_DIRECT_AVX2 ? DM_ISA_AVX2 : vwide;
                 const double pct = 100.0 * rate / peak[q][isa];
                 if (tsv)
                     printf("%s\t%d\t%d\t%d\t%d\t%d\t%s\t%.4f\t%.1f\t%.1f\n", sh[si].name, sh[si].m, sh[si].n, sh[si].k,
@@ -339,7 +347,7 @@ int main(int argc, char **argv) {
         free(o.A), free(o.B), free(o.C);
     }
     for (int q = 0; q < 2; q++) /* again, after: the table's percentages used the rate before */
-        for (int isa = DM_ISA_AVX2; isa <= widest; isa++) {
+        for (int isa = DM_ISA_AVX2; isa <= vwide; isa++) {
             const double again = fma_rate(isa, tset[q]);
             if (again > 1.03 * peak[q][isa])
                 printf("# FMA rate %s on %d threads measured again after: %.1f GFLOP/s, %.0f%% above the rate the "

@@ -364,6 +364,9 @@ int main(void) {
     if (widest == DM_ISA_NONE)
         printf("  direct kernel: SKIP, this CPU has neither AVX-512 nor AVX2 (the algorithm is refused here: "
                "tested above)\n");
+    if (widest >= DM_ISA_AVX512 && widest < DM_ISA_AMX)
+        printf("  direct kernel (amx): SKIP, this CPU has no AMX tiles with bf16 (or Linux does not grant them): "
+               "its widest variant here is %s\n", dm_isa_name(widest));
     for (int isa = widest; isa >= DM_ISA_AVX2; isa--) {
         CHECK_OK(dm_gemm_direct_set_isa(isa));
         for (int pa = 0; pa < (isa == DM_ISA_AVX512 ? 2 : 1); pa++) { /* A^T packed from 3 blocks, from 2 */
