@@ -64,9 +64,10 @@ static void print_profile(const dm_profile *prof, double secs) {
     printf("  vector FMA rate    %8.1f GFLOP/s on %d threads\n", p.vector_flops / 1e9, p.threads);
     const char *use, *widest, *why;
     dm_cpu_kernel_isa(&use, &widest, &why);
-    printf("  dmove's GEMM kernel %s (this CPU's widest: %s)%s%s%s%s\n", strcmp(use, "none") ? use : "none: BLAS only",
-           widest, *why ? "; " : "", why, strcmp(use, "avx512") ? "" : "; ",
-           strcmp(use, "avx512") ? "" : dm_cpu_kernel_packing());
+    const int amx = !strcmp(use, "amx"), vec512 = amx || !strcmp(use, "avx512");
+    printf("  dmove's GEMM kernel %s (this CPU's widest: %s)%s%s%s%s%s\n", strcmp(use, "none") ? use : "none: BLAS only",
+           widest, *why ? "; " : "", why, amx ? "; GEMMs 256 deep or more on AMX, the rest on AVX-512" : "",
+           vec512 ? "; " : "", vec512 ? dm_cpu_kernel_packing() : "");
     printf("  SGEMM %d^3:\n", p.sgemm_n);
     for (int k = 0; k < p.nsgemm; k++)
         printf("    %3d thread%s %8.1f GFLOP/s\n", p.sgemm_threads[k],

@@ -333,8 +333,65 @@ static void direct(void) {
         cases++;
         free(A); free(B); free(C);
     }
+    /* long sums: k = 8192 of positive terms (their rounding errors add up rather than cancel),
+     * alpha 1 and 0.5: the rms error in units of 2^-24 sum |a b| stays that of sums restarted
+     * every block of k, as the vector variants' are (the AMX variant measured 1.1-1.5; one
+     * running sum through all of k, as it once kept with alpha 1, 4.4 at k = 4096) */
+    for (int t = 0; t < 2; t++) {
+        const int m = 32, n = 32, k = 8192;
+        const float alpha = t ? 0.5f : 1.0f;
+        float *A = malloc(sizeof(float) * (size_t)m * k), *B = malloc(sizeof(float) * (size_t)k * n),
+              *C = malloc(sizeof(float) * (size_t)m * n);
+        CHECK(A && B && C);
+        if (!A || !B || !C) break;
+        for (int e = 0; e < m * k; e++) A[e] = (float)(0.5 + 0.5 * sin(0.71 * e));
+        for (int e = 0; e < k * n; e++) B[e] = (float)(0.5 + 0.5 * cos(0.37 * e + 1.0));
+        dm_sgemm_direct(0, 0, m, n, k, alpha, A, k, B, n, C, n, buf);
+        double ss = 0;
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double ref = 0, mag = 0;
+                for (int q = 0; q < k; q++) {
+                    const double ab = (double)A[i * k + q] * B[q * n + j];
+                    ref += ab, mag += fabs(ab);
+                }
+                const double u = ((double)C[i * n + j] - alpha * ref) / (fabs(alpha) * mag * 0x1p-24);
+                ss += u * u;
+            }
+        const double rms = sqrt(ss / (m * n));
+        if (!(rms <= 3.0)) {
+            bad++;
+            printf("    FAIL direct k %d alpha %g: rms error %.2f units of 2^-24 sum |a b| (at most 3)\n", k,
+                   (double)alpha, rms);
+        }
+        cases++;
+        free(A); free(B); free(C);
+    }
+    /* inf in, inf out (not NaN: the AMX variant's parts of an inf are inf, 0, 0) */
+    {
+        const int m = 3, n = 20, k = 300;
+        float *A = malloc(sizeof(float) * (size_t)m * k), *B = malloc(sizeof(float) * (size_t)k * n),
+              *C = malloc(sizeof(float) * (size_t)m * n);
+        CHECK(A && B && C);
+        if (A && B && C) {
+            for (int e = 0; e < m * k; e++) A[e] = 0.25f;
+            for (int e = 0; e < k * n; e++) B[e] = 0.5f + (float)(e % 7);
+            A[1 * k + 17] = INFINITY;
+            A[2 * k + 40] = NAN;
+            dm_sgemm_direct(0, 0, m, n, k, 1.0f, A, k, B, n, C, n, buf);
+            int wrong = 0;
+            for (int j = 0; j < n; j++)
+                wrong += !isfinite(C[j]) || !(isinf(C[n + j]) && C[n + j] > 0) || !isnan(C[2 * n + j]);
+            if (wrong) {
+                bad++;
+                printf("    FAIL direct: a row with inf, one with NaN: %d columns not finite / +inf / NaN\n", wrong);
+            }
+            cases++;
+        }
+        free(A); free(B); free(C);
+    }
     CHECK(bad == 0);
-    const int avx512 = dm_gemm_direct_isa() == DM_ISA_AVX512;
+    const int avx512 = dm_gemm_direct_isa() >= DM_ISA_AVX512; /* AMX's shallow GEMMs too */
     printf("  direct kernel (%s%s%s): %d shapes x transposes, worst error %.3f of the float dot-product bound, every "
            "element written, nothing beyond n: %s\n", dm_isa_name(dm_gemm_direct_isa()), avx512 ? ", " : "",
            avx512 ? dm_cpu_kernel_packing() : "", cases,

@@ -97,8 +97,9 @@ void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, 
      * none, counted so that the tests can tell the direct kernel really ran */
     if (dm_gemm_algo_direct(gm->algo)) {
         if (gm->pack && tid < gm->pack_threads) {
-            dm_sgemm_direct(gm->transA, gm->transB, gm->m, gm->n, gm->k, gm->alpha, a, gm->lda, b, gm->ldb, c,
-                            gm->ldc, gm->pack + (int64_t)tid * DM_GEMM_DIRECT_PACK_FLOATS);
+            (gm->algo == DM_GEMM_DIRECT_ROWS ? dm_sgemm_direct_vec : dm_sgemm_direct)(
+                gm->transA, gm->transB, gm->m, gm->n, gm->k, gm->alpha, a, gm->lda, b, gm->ldb, c, gm->ldc,
+                gm->pack + (int64_t)tid * DM_GEMM_DIRECT_PACK_FLOATS);
             return;
         }
 #pragma omp atomic

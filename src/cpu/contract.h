@@ -138,6 +138,11 @@ int dm_gemm_direct_available(void);
  * floats, 64-byte aligned. Only where dm_gemm_direct_available(). */
 void dm_sgemm_direct(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
                      const float *B, int ldb, float *C, int ldc, float *buf);
+/* dm_sgemm_direct on the vector units alone (AVX-512 or AVX2, never AMX): the arithmetic of
+ * dm_sgemm_direct_rows, which algorithm "direct_rows" keeps wherever it runs, fused with its
+ * row group or not */
+void dm_sgemm_direct_vec(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
+                         const float *B, int ldb, float *C, int ldc, float *buf);
 
 /* Maps op (a DM_OP_CONTRACT) with operands at A, B, C (laid out as their tensors say)
  * to BLAS calls (dm_gemm_map_prepare), algorithm DEFAULT. DM_ERR_UNSUPPORTED if a layout

@@ -4,6 +4,7 @@
  * variants are tested on a wider machine and a plan can be timed as on a smaller one. */
 #include <stdlib.h>
 #include <string.h>
+#include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -31,15 +32,31 @@ static int amx_permitted(void) {
     return r;
 }
 
-int dm_cpu_isa_widest(void) {
+/* cpuid leaf 7: AMX-TILE (EDX bit 24) and AMX-BF16 (bit 22); sub-leaf 1: AVX512-BF16 (EAX
+ * bit 5), which the packing's conversions use (read directly: clang 14's
+ * __builtin_cpu_supports knows no AMX) */
+static int cpu_has_amx(void) {
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7 || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    const int tiles = (d >> 24) & 1, bf16 = (d >> 22) & 1;
+    if (!tiles || !bf16 || a < 1 || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
+    return (a >> 5) & 1;
+}
+
+/* the widest variant this CPU runs, AMX by cpuid alone (the kernel's grant not asked) */
+static int widest_by_cpuid(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("amx-tile") &&
-        __builtin_cpu_supports("amx-bf16") && amx_permitted())
-        return DM_ISA_AMX;
-    if (__builtin_cpu_supports("avx512f")) return DM_ISA_AVX512;
+    if (__builtin_cpu_supports("avx512f")) {
+        if (__builtin_cpu_supports("avx512bw") && cpu_has_amx()) return DM_ISA_AMX;
+        return DM_ISA_AVX512;
+    }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DM_ISA_AVX2;
     return DM_ISA_NONE;
+}
+
+int dm_cpu_isa_widest(void) {
+    const int w = widest_by_cpuid();
+    return w == DM_ISA_AMX && !amx_permitted() ? DM_ISA_AVX512 : w;
 }
 
 const char *dm_isa_name(int isa) {
@@ -59,9 +76,12 @@ int dm_isa_parse(const char *s) {
 int dm_gemm_direct_isa(void) {
     int isa = __atomic_load_n(&g_isa, __ATOMIC_ACQUIRE);
     if (isa >= 0) return isa;
-    int want = dm_cpu_isa_widest();
+    int want = widest_by_cpuid();
     const int env = dm_isa_parse(getenv("DMOVE_ISA")); /* unknown or too wide: ignored, probe says so */
     if (env >= 0 && env < want) want = env;
+    /* the tile state asked of Linux only where AMX would run (a grant is for the whole
+     * process: a host's later small sigaltstack is then refused) */
+    if (want == DM_ISA_AMX && !amx_permitted()) want = DM_ISA_AVX512;
     /* from "not read" only: a dm_gemm_direct_set_isa meanwhile wins */
     if (__atomic_compare_exchange_n(&g_isa, &isa, want, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return want;
     return isa;
@@ -155,10 +175,15 @@ void dm_direct_pack_panels(float *buf, int64_t pstride, int transB, const float 
 
 void dm_sgemm_direct(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
                      const float *B, int ldb, float *C, int ldc, float *buf) {
-    const int isa = dm_gemm_direct_isa();
-    if (isa == DM_ISA_AMX && dm_direct_amx_takes(k))
+    if (dm_gemm_direct_isa() == DM_ISA_AMX && dm_direct_amx_takes(k))
         dm_sgemm_direct_amx(transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);
-    else if (isa >= DM_ISA_AVX512)
+    else
+        dm_sgemm_direct_vec(transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);
+}
+
+void dm_sgemm_direct_vec(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
+                         const float *B, int ldb, float *C, int ldc, float *buf) {
+    if (dm_gemm_direct_isa() >= DM_ISA_AVX512)
         dm_sgemm_direct_avx512(transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);
     else
         dm_sgemm_direct_avx2(transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);

@@ -6,8 +6,11 @@
  * |r| within 2^-26 |x| or so. A product a b is then summed as the six terms that are not
  * below fp32's rounding, a0 b0 + a0 b1 + a1 b0 + a0 b2 + a1 b1 + a2 b0 (a1 b2, a2 b1 and a2 b2
  * are near 2^-26 |a b| or below), each exact in fp32, accumulated by TDPBF16PS in fp32
- * with round-to-nearest: the error against a double reference measured 0.4-0.5x that of
- * an fp32 FMA chain on the same sums. Six bf16 products cost less than one fp32 FMA here:
+ * with round-to-nearest, each KC block's sum from zero and then added to C, as the vector
+ * variants do. Against a double reference: on the layer's shapes (k 768-3072, random
+ * signs) max |error| / sum |a b| 0.4-0.5x that of one fp32 FMA chain; on 8192 positive
+ * terms 1.2 units of 2^-24 sum |a b| rms, the AVX-512 variant 1.5 (test_contract).
+ * Six bf16 products cost less than one fp32 FMA here:
  * the tile unit does 1024 bf16 multiply-adds a cycle, the two 512-bit FMA units 32.
  *
  * Layouts (bf16 elements, tiles of 16 rows x 64 bytes):
@@ -16,17 +19,25 @@
  *   op(B) k [k0, k0 + kc) x columns [j0, j0 + nc): tile (u, c) = columns 16u.., k 32c..,
  *     parts at b + ((u kt + c) 3 + p) 512, row q: the 16 columns' pairs (k 2q, 2q + 1) (the
  *     tile unit's "VNNI" layout). Rows, columns and k past the block are zero.
- * Blocking: NC columns by KC of k packed from op(B) (590 KB, L2), op(A) MC rows at a time
- * (74 KB), micro-blocks of 32 x 32 of C in four accumulator tiles, two tiles each of A and
- * B in the other four. Measured on 1 thread of the Xeon (2026-11-29), 512 x 3072 x 768:
- * KC 384 / NC 256 / MC 32 262 GFLOP/s; 256/512/32 241-248; 128/512/64 202; 768/128/32 228
- * (the AVX-512 kernel: 173-188).
+ * Blocking: NC columns by KC of k packed from op(B) (786 KB, L2), op(A) MC rows at a time
+ * (98 KB), micro-blocks of 32 x 32 of C in four accumulator tiles, two tiles each of A and
+ * B in the other four. Measured on 1 thread of the Xeon (2026-11-29), 512 x 3072 x 768,
+ * the sum carried in the tiles across blocks: KC 384 / NC 256 / MC 32 262 GFLOP/s;
+ * 256/512/32 241-248; 128/512/64 202; 768/128/32 228 (the AVX-512 kernel: 173-188). With
+ * each block's sum from zero (its C pass through the scratch tile) KC 512 beat 384 on the
+ * layer's GEMMs (bench/kernels.sh, 1 thread: the weight gradients 224-242 GFLOP/s against
+ * 217-240, ffn1 dX 279 against 260).
  *
- * Every element of C is computed alike wherever its micro-block lies: with alpha 1 the
- * accumulators start from C (the earlier KC blocks' sum) and take the products in the same
- * order in full and edge blocks (an edge block goes through a scratch tile); otherwise they
- * start from zero and C = alpha sum + C after each KC block, in every block. A split of C
- * between threads therefore changes no result. */
+ * Every element of C is computed alike wherever its micro-block lies: the accumulators
+ * start from zero in each KC block, C = alpha sum (+ C after the first block), in full and
+ * edge blocks alike (an edge goes through a scratch tile). A split of C between threads
+ * therefore changes no result.
+ * Limits of the format: a GEMM whose A or B holds a NaN, an inf or a float beyond bf16's
+ * largest (|x| > 0x1.fefffep127, 3.39e38: its first part would be inf, and inf times a
+ * zero part NaN) is run again on the AVX-512 variant, which gives fp32's own inf and NaN;
+ * the tile unit treats subnormal bf16 as zero and flushes subnormal results, so products
+ * below fp32's smallest normal (1.2e-38) are 0 and a float under 2^-110 or so loses its
+ * third part. */
 #include <stdint.h>
 #include <string.h>
 
@@ -34,7 +45,7 @@
 
 #include "cpu/direct_isa.h"
 
-#define KC 384
+#define KC 512
 #define NC 256
 #define MC 32
 
@@ -44,8 +55,14 @@
 
 #define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 
-/* x0 (lanes 0-15) and x1 (lanes 16-31) as three bf16 parts, 32 bf16 each in that order */
-static inline __attribute__((always_inline)) AMX_TARGET void split3(__m512 x0, __m512 x1, __m512i out[3]) {
+/* x0 (lanes 0-15) and x1 (lanes 16-31) as three bf16 parts, 32 bf16 each in that order;
+ * *odd set where a lane is NaN, inf or beyond bf16's largest finite value (its parts would
+ * give inf x 0 = NaN among the six products: the caller runs the GEMM on the vector units) */
+static inline __attribute__((always_inline)) AMX_TARGET void split3(__m512 x0, __m512 x1, __m512i out[3],
+                                                                    __mmask16 *odd) {
+    const __m512 big = _mm512_set1_ps(0x1.fefffep+127f); /* above it, bf16 rounds to inf */
+    *odd |= _mm512_cmp_ps_mask(_mm512_abs_ps(x0), big, _CMP_NLE_UQ) |
+            _mm512_cmp_ps_mask(_mm512_abs_ps(x1), big, _CMP_NLE_UQ);
     for (int p = 0; p < 3; p++) {
         const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
         out[p] = h;
@@ -99,7 +116,8 @@ static inline __attribute__((always_inline)) AMX_TARGET __m512i interleave_halve
     return _mm512_permutexvar_epi16(idx, v);
 }
 
-static AMX_TARGET void pack_a(uint16_t *d, int transA, const float *A, int64_t lda, int i0, int mc, int k0, int kc) {
+static AMX_TARGET int pack_a(uint16_t *d, int transA, const float *A, int64_t lda, int i0, int mc, int k0, int kc) {
+    __mmask16 odd = 0;
     const int mt = (mc + 15) / 16, kt = (kc + 31) / 32;
     for (int t = 0; t < mt; t++)
         for (int c = 0; c < kt; c++) {
@@ -110,7 +128,7 @@ static AMX_TARGET void pack_a(uint16_t *d, int transA, const float *A, int64_t l
                     __m512i o[3];
                     if (r < rn) {
                         const float *a = A + (int64_t)(i0 + 16 * t + r) * lda + kk;
-                        split3(load_n(a, kn), load_n(a + 16, kn - 16), o);
+                        split3(load_n(a, kn), load_n(a + 16, kn - 16), o, &odd);
                     } else
                         o[0] = o[1] = o[2] = _mm512_setzero_si512();
                     for (int p = 0; p < 3; p++) _mm512_storeu_si512(dt + p * 512 + r * 32, o[p]);
@@ -124,7 +142,7 @@ static AMX_TARGET void pack_a(uint16_t *d, int transA, const float *A, int64_t l
                 const __m512 x0 = 2 * q < kn ? load_n(a, rn) : _mm512_setzero_ps();
                 const __m512 x1 = 2 * q + 1 < kn ? load_n(a + lda, rn) : _mm512_setzero_ps();
                 __m512i o[3];
-                split3(x0, x1, o);
+                split3(x0, x1, o, &odd);
                 for (int p = 0; p < 3; p++) v[p][q] = interleave_halves(o[p]);
             }
             for (int p = 0; p < 3; p++) {
@@ -132,9 +150,11 @@ static AMX_TARGET void pack_a(uint16_t *d, int transA, const float *A, int64_t l
                 for (int r = 0; r < 16; r++) _mm512_storeu_si512(dt + p * 512 + r * 32, v[p][r]);
             }
         }
+    return odd != 0;
 }
 
-static AMX_TARGET void pack_b(uint16_t *d, int transB, const float *B, int64_t ldb, int k0, int kc, int j0, int nc) {
+static AMX_TARGET int pack_b(uint16_t *d, int transB, const float *B, int64_t ldb, int k0, int kc, int j0, int nc) {
+    __mmask16 odd = 0;
     const int nt = (nc + 15) / 16, kt = (kc + 31) / 32;
     for (int u = 0; u < nt; u++)
         for (int c = 0; c < kt; c++) {
@@ -146,7 +166,7 @@ static AMX_TARGET void pack_b(uint16_t *d, int transB, const float *B, int64_t l
                     const __m512 x0 = 2 * q < kn ? load_n(b, cn) : _mm512_setzero_ps();
                     const __m512 x1 = 2 * q + 1 < kn ? load_n(b + ldb, cn) : _mm512_setzero_ps();
                     __m512i o[3];
-                    split3(x0, x1, o);
+                    split3(x0, x1, o, &odd);
                     for (int p = 0; p < 3; p++) _mm512_storeu_si512(dt + p * 512 + q * 32, interleave_halves(o[p]));
                 }
                 continue;
@@ -157,7 +177,7 @@ static AMX_TARGET void pack_b(uint16_t *d, int transB, const float *B, int64_t l
                 __m512i o[3];
                 if (j < cn) {
                     const float *b = B + (int64_t)(j0 + 16 * u + j) * ldb + kk;
-                    split3(load_n(b, kn), load_n(b + 16, kn - 16), o);
+                    split3(load_n(b, kn), load_n(b + 16, kn - 16), o, &odd);
                 } else
                     o[0] = o[1] = o[2] = _mm512_setzero_si512();
                 for (int p = 0; p < 3; p++) v[p][j] = o[p];
@@ -167,30 +187,20 @@ static AMX_TARGET void pack_b(uint16_t *d, int transB, const float *B, int64_t l
                 for (int q = 0; q < 16; q++) _mm512_storeu_si512(dt + p * 512 + q * 32, v[p][q]);
             }
         }
+    return odd != 0;
 }
 
 /* The 32 x 32 block of C at c (mr rows, nr columns of it in C) from kt chunks of packed
- * A (row tiles a0, a1) and B (column tiles b0, b1); acc: C holds the earlier KC blocks' sum. */
+ * A (row tiles a0, a1) and B (column tiles b0, b1): C = alpha sum, or C += alpha sum (acc:
+ * C holds the earlier KC blocks'). Each block's sum starts from zero, as the vector
+ * variants' do (a sum carried through all of k in the tiles lost accuracy as k grew: at
+ * k = 4096, 4.4 units of 2^-24 sum |a b| rms against 1.1 so). */
 static AMX_TARGET void block(int kt, const uint16_t *a0, const uint16_t *a1, const uint16_t *b0, const uint16_t *b1,
                              float *c, int64_t ldc, int mr, int nr, int acc, float alpha, float *scr) {
-    const int full = mr == 32 && nr == 32, from_c = acc && alpha == 1.0f;
-    if (from_c && !full) { /* the edge's C through the scratch tile, the rest 0 */
-        memset(scr, 0, sizeof(float) * 32 * 32);
-        for (int r = 0; r < mr; r++) memcpy(scr + r * 32, c + (int64_t)r * ldc, sizeof(float) * (size_t)nr);
-    }
-    if (from_c) {
-        const float *s = full ? c : scr;
-        const int64_t ls = full ? ldc : 32;
-        _tile_loadd(0, s, ls * 4);
-        _tile_loadd(1, s + 16, ls * 4);
-        _tile_loadd(2, s + 16 * ls, ls * 4);
-        _tile_loadd(3, s + 16 * ls + 16, ls * 4);
-    } else {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-    }
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
     for (int ch = 0; ch < kt; ch++) {
         const int64_t o = (int64_t)ch * 3 * 512;
 #define LOAD_A(p)                                  \
@@ -228,7 +238,7 @@ static AMX_TARGET void block(int kt, const uint16_t *a0, const uint16_t *a1, con
 #undef LOAD_B
 #undef PRODUCTS
     }
-    if (full && (from_c || (!acc && alpha == 1.0f))) {
+    if (mr == 32 && nr == 32 && !acc && alpha == 1.0f) { /* the sum is C: stored from the tiles */
         _tile_stored(0, c, ldc * 4);
         _tile_stored(1, c + 16, ldc * 4);
         _tile_stored(2, c + 16 * ldc, ldc * 4);
@@ -245,11 +255,8 @@ static AMX_TARGET void block(int kt, const uint16_t *a0, const uint16_t *a1, con
             const int w = nr - 16 * h;
             const __mmask16 mk = w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1);
             float *cr = c + (int64_t)r * ldc + 16 * h;
-            __m512 x = _mm512_loadu_ps(scr + r * 32 + 16 * h);
-            if (!from_c) {
-                x = _mm512_mul_ps(x, al);
-                if (acc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, cr));
-            }
+            __m512 x = _mm512_mul_ps(_mm512_loadu_ps(scr + r * 32 + 16 * h), al); /* exact for alpha 1 */
+            if (acc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, cr));
             _mm512_mask_storeu_ps(cr, mk, x);
         }
 }
@@ -273,14 +280,15 @@ AMX_TARGET void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k,
     _tile_loadconfig(&cf);
     float scr[32 * 32] __attribute__((aligned(64)));
     uint16_t *bp = (uint16_t *)buf, *ap = bp + (int64_t)3 * KC * NC;
-    for (int j0 = 0; j0 < n; j0 += NC) {
+    int odd = 0; /* a NaN, inf or float past bf16's range in A or B (split3) */
+    for (int j0 = 0; j0 < n && !odd; j0 += NC) {
         const int nc = n - j0 < NC ? n - j0 : NC;
-        for (int k0 = 0; k0 < k; k0 += KC) {
+        for (int k0 = 0; k0 < k && !odd; k0 += KC) {
             const int kc = k - k0 < KC ? k - k0 : KC, kt = (kc + 31) / 32;
-            pack_b(bp, transB, B, ldb, k0, kc, j0, nc);
-            for (int ib = 0; ib < m; ib += MC) {
+            odd = pack_b(bp, transB, B, ldb, k0, kc, j0, nc);
+            for (int ib = 0; ib < m && !odd; ib += MC) {
                 const int mc = m - ib < MC ? m - ib : MC;
-                pack_a(ap, transA, A, lda, ib, mc, k0, kc);
+                if ((odd = pack_a(ap, transA, A, lda, ib, mc, k0, kc))) break;
                 for (int j = 0; j < nc; j += 32)
                     for (int i = 0; i < mc; i += 32) {
                         const int mr = mc - i < 32 ? mc - i : 32, nr = nc - j < 32 ? nc - j : 32;
@@ -296,4 +304,6 @@ AMX_TARGET void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k,
         }
     }
     _tile_release();
+    /* the vector units give fp32's own answer there (inf x 0 arises only where fp32 has it) */
+    if (odd) dm_sgemm_direct_avx512(transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);
 }
