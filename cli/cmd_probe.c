@@ -37,7 +37,9 @@ static const cli_command k_probe = {
             "                    bytes counted as STREAM does (no write-allocate traffic)\n"
             "  vector rate       an in-register FMA loop on every thread\n"
             "  contraction rate  cblas_sgemm 2048^3 (OpenBLAS) for 1..N threads, best of at\n"
-            "                    least 5 runs and 1 s each\n"
+            "                    least 5 runs and 1 s each, and dmove's own GEMM kernel on\n"
+            "                    the same problem (the variant in use: amx, avx512, avx2);\n"
+            "                    the roofline takes the faster of the two\n"
             "Then it saves them as JSON (written to a temporary name and renamed) to\n"
             "--profile FILE, default $XDG_CACHE_HOME/dmove/cpu-profile.json or\n"
             "~/.cache/dmove/cpu-profile.json.\n"
@@ -68,10 +70,14 @@ static void print_profile(const dm_profile *prof, double secs) {
     printf("  dmove's GEMM kernel %s (this CPU's widest: %s)%s%s%s%s%s\n", strcmp(use, "none") ? use : "none: BLAS only",
            widest, *why ? "; " : "", why, amx ? "; GEMMs 256 deep or more on AMX, the rest on AVX-512" : "",
            vec512 ? "; " : "", vec512 ? dm_cpu_kernel_packing() : "");
-    printf("  SGEMM %d^3:\n", p.sgemm_n);
-    for (int k = 0; k < p.nsgemm; k++)
-        printf("    %3d thread%s %8.1f GFLOP/s\n", p.sgemm_threads[k],
-               p.sgemm_threads[k] > 1 ? "s" : " ", p.sgemm_flops[k] / 1e9);
+    printf("  SGEMM %d^3%s%s%s:\n", p.sgemm_n, p.direct_kernel[0] ? " (OpenBLAS; dmove's " : "",
+           p.direct_kernel, p.direct_kernel[0] ? " kernel)" : "");
+    for (int k = 0; k < p.nsgemm; k++) {
+        printf("    %3d thread%s %8.1f GFLOP/s", p.sgemm_threads[k], p.sgemm_threads[k] > 1 ? "s" : " ",
+               p.sgemm_flops[k] / 1e9);
+        if (p.direct_flops[k] > 0) printf("   %8.1f GFLOP/s", p.direct_flops[k] / 1e9);
+        printf("\n");
+    }
 }
 
 int cmd_probe(int argc, char **argv) {
@@ -90,6 +96,11 @@ int cmd_probe(int argc, char **argv) {
     double t0 = cli_now();
     if (dm_profile_measure(&p, o.threads, progress) != DM_OK) {
         cli_error(CMD, "%s", dm_last_error());
+        return CLI_FAIL;
+    }
+    if (dm_profile_measure_direct(p, progress) != DM_OK) {
+        cli_error(CMD, "%s", dm_last_error());
+        dm_profile_free(p);
         return CLI_FAIL;
     }
     print_profile(p, cli_now() - t0);

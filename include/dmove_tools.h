@@ -128,6 +128,10 @@ typedef struct {
     int nsgemm;
     int sgemm_threads[DM_PROBE_MAX_THREADS];
     double sgemm_flops[DM_PROBE_MAX_THREADS];
+    /* dmove's own GEMM kernel on the same square problem, per sgemm entry (0: not
+     * measured), and its variant ("amx", "avx512", "avx2"; "" if none ran) */
+    double direct_flops[DM_PROBE_MAX_THREADS];
+    char direct_kernel[16];
 } dm_profile_info;
 
 typedef struct dm_profile dm_profile;
@@ -136,6 +140,12 @@ dm_status dm_profile_default_path(char *buf, size_t n);
 /* Measures this CPU (threads 1 .. max_threads, 0: all); progress (may be NULL) gets a
  * line per step. Well under a minute. */
 dm_status dm_profile_measure(dm_profile **out, int max_threads, void (*progress)(const char *line));
+/* Times dmove's own GEMM kernel (algorithm "direct", the variant in use) on the probe's
+ * square problem at each of p's thread counts and keeps the rates in p: a device model
+ * from p then takes the faster of it and BLAS as the contraction rate (on an AMX CPU the
+ * kernel runs fp32 on the tile unit, well past SGEMM). No-op where the kernel does not
+ * run (no AVX2, DMOVE_ISA=none). Seconds. */
+dm_status dm_profile_measure_direct(dm_profile *p, void (*progress)(const char *line));
 /* Loads and validates a profile file. */
 dm_status dm_profile_open(dm_profile **out, const char *path);
 /* Writes it atomically, making the parent directory if needed. */

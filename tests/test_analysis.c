@@ -424,6 +424,17 @@ static void test_profile(void) {
     CHECK(fabs(dev.contract_fp32 - 95e9) < 1 && fabs(dev.vector_flops - 100e9) < 1);
     CHECK_OK(dm_device_from_profile(&q, 0, &dev));
     CHECK(fabs(dev.contract_fp32 - 188e9) < 1 && dev.is_cpu && dev.bandwidth == q.triad_bw);
+    CHECK(q.direct_flops[0] == 0 && q.direct_kernel[0] == 0); /* none measured: none read */
+    /* dmove's own kernel beside SGEMM: the contraction rate is the faster at each count */
+    p.direct_flops[0] = 90e9, p.direct_flops[1] = 400e9;
+    snprintf(p.direct_kernel, sizeof p.direct_kernel, "amx");
+    CHECK_OK(dm_profile_save(path, &p));
+    CHECK_OK(dm_profile_load(path, &q));
+    CHECK(fabs(q.direct_flops[1] - 400e9) < 1 && !strcmp(q.direct_kernel, "amx"));
+    CHECK_OK(dm_device_from_profile(&q, 1, &dev));
+    CHECK(fabs(dev.contract_fp32 - 95e9) < 1); /* SGEMM the faster on 1 thread */
+    CHECK_OK(dm_device_from_profile(&q, 0, &dev));
+    CHECK(fabs(dev.contract_fp32 - 400e9) < 1 && strstr(dev.desc, "dmove's amx GEMM 400.0") != NULL);
 
     snprintf(bad, sizeof bad, "%s/missing.json", dir);
     CHECK(dm_profile_load(bad, &q) == DM_ERR_NOT_FOUND);
@@ -441,6 +452,15 @@ static void test_profile(void) {
         "{\"version\": 1, \"machine\": {}, \"threads\": 2, \"bandwidth_gbs\": {\"triad\": 1, "
         "\"read\": 1}, \"vector_gflops\": \"fast\", \"sgemm_n\": 8, \"sgemm\": [{\"threads\": 1, "
         "\"gflops\": 1}]}",
+        "{\"version\": 1, \"machine\": {}, \"threads\": 2, \"bandwidth_gbs\": {\"triad\": 1, "
+        "\"read\": 1}, \"vector_gflops\": 1, \"sgemm_n\": 8, \"sgemm\": [{\"threads\": 1, "
+        "\"gflops\": 1, \"direct_gflops\": -5}]}",
+        "{\"version\": 1, \"machine\": {}, \"threads\": 2, \"bandwidth_gbs\": {\"triad\": 1, "
+        "\"read\": 1}, \"vector_gflops\": 1, \"sgemm_n\": 8, \"sgemm\": [{\"threads\": 1, "
+        "\"gflops\": 1, \"direct_gflops\": \"fast\"}]}",
+        "{\"version\": 1, \"machine\": {}, \"threads\": 2, \"bandwidth_gbs\": {\"triad\": 1, "
+        "\"read\": 1}, \"vector_gflops\": 1, \"sgemm_n\": 8, \"sgemm\": [{\"threads\": 1, "
+        "\"gflops\": 1, \"direct_gflops\": 2}], \"direct_kernel\": \"amx\\u001b[31m\"}",
     };
     int nbad = 0;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

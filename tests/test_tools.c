@@ -597,6 +597,42 @@ static void test_options_resolve(void) {
 }
 
 /* The tests' running maxima see a NaN: a kernel that writes one fails `worst < tol`. */
+/* dm_profile_measure_direct on a small profile (a 96^3 problem at 1 and 2 threads): a
+ * positive rate at each count and the variant's name where the direct kernel runs, nothing
+ * where it does not; the device model then takes the faster rate */
+static void test_profile_direct(void) {
+    char path[512];
+    path_of(path, sizeof path, "small-profile.json");
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("{\"version\": 1, \"machine\": {\"cpu\": \"t\"}, \"threads\": 2, \"bandwidth_gbs\": {\"triad\": 10, "
+          "\"read\": 10}, \"vector_gflops\": 10, \"sgemm_n\": 96, \"sgemm\": [{\"threads\": 1, \"gflops\": 0.001}, "
+          "{\"threads\": 2, \"gflops\": 0.002}]}",
+          f);
+    fclose(f);
+    dm_profile *p = NULL;
+    CHECK_OK(dm_profile_open(&p, path));
+    if (!p) return;
+    CHECK_NULL_ARG(dm_profile_measure_direct(NULL, NULL), "dm_profile_measure_direct");
+    CHECK_OK(dm_profile_measure_direct(p, NULL));
+    dm_profile_info info;
+    dm_profile_get_info(p, &info);
+    const char *use;
+    dm_cpu_kernel_isa(&use, NULL, NULL);
+    if (strcmp(use, "none")) {
+        CHECK(info.direct_flops[0] > 1e6 && info.direct_flops[1] > 1e6 && !strcmp(info.direct_kernel, use));
+        dm_device_model *m = NULL;
+        CHECK_OK(dm_device_model_cpu(&m, p, 2));
+        CHECK(m && dm_device_model_contract_peak(m, 4) == info.direct_flops[1]); /* past 2 MFLOP/s SGEMM */
+        dm_device_model_free(m);
+    } else
+        CHECK(info.direct_flops[0] == 0 && info.direct_kernel[0] == 0);
+    printf("  profile: dmove's kernel (%s) timed beside SGEMM at 96^3: %.1f and %.1f GFLOP/s\n", use,
+           info.direct_flops[0] / 1e9, info.direct_flops[1] / 1e9);
+    dm_profile_free(p);
+}
+
 static void test_worst_of(void) {
     const double errs[4] = {1e-7, NAN, 2e-7, 1e-8};
     double w = 0;
@@ -623,6 +659,7 @@ int main(void) {
     test_null_arguments_files_devices();
     test_null_arguments_analysis_tuning();
     test_options_resolve();
+    test_profile_direct();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0) fprintf(stderr, "test_tools: could not remove %s\n", g_dir);

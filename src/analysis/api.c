@@ -67,7 +67,9 @@ void dm_profile_get_info(const dm_profile *p, dm_profile_info *out) {
     for (int k = 0; k < q->nsgemm && k < DM_PROBE_MAX_THREADS; k++) {
         out->sgemm_threads[k] = q->sgemm_threads[k];
         out->sgemm_flops[k] = q->sgemm_flops[k];
+        out->direct_flops[k] = q->direct_flops[k];
     }
+    snprintf(out->direct_kernel, sizeof out->direct_kernel, "%s", q->direct_kernel);
 }
 
 void dm_profile_free(dm_profile *p) { free(p); }

@@ -99,15 +99,23 @@ dm_status dm_device_from_profile(const dm_cpu_profile *p, int threads, dm_device
     }
     memset(dev, 0, sizeof *dev);
     snprintf(dev->name, sizeof dev->name, "cpu");
-    snprintf(dev->desc, sizeof dev->desc,
-             "%.120s, measured by dmove probe on %.31s (%d threads: SGEMM %.1f GFLOP/s, triad "
-             "%.1f GB/s)",
-             p->machine, p->date, p->sgemm_threads[best], p->sgemm_flops[best] / 1e9,
-             p->triad_bw / 1e9);
+    /* the contraction rate: the faster of BLAS and dmove's own kernel on the probe's GEMM */
+    const double direct = p->direct_flops[best], gemm = direct > p->sgemm_flops[best] ? direct : p->sgemm_flops[best];
+    if (direct > p->sgemm_flops[best])
+        snprintf(dev->desc, sizeof dev->desc,
+                 "%.120s, measured by dmove probe on %.31s (%d threads: dmove's %.15s GEMM %.1f GFLOP/s, "
+                 "SGEMM %.1f, triad %.1f GB/s)",
+                 p->machine, p->date, p->sgemm_threads[best], p->direct_kernel, direct / 1e9,
+                 p->sgemm_flops[best] / 1e9, p->triad_bw / 1e9);
+    else
+        snprintf(dev->desc, sizeof dev->desc,
+                 "%.120s, measured by dmove probe on %.31s (%d threads: SGEMM %.1f GFLOP/s, triad "
+                 "%.1f GB/s)",
+                 p->machine, p->date, p->sgemm_threads[best], p->sgemm_flops[best] / 1e9, p->triad_bw / 1e9);
     /* Triad: a mix of reads and writes as the layer's operators have. */
     dev->bandwidth = p->triad_bw;
-    dev->contract_fp32 = p->sgemm_flops[best];
-    dev->contract_16 = p->sgemm_flops[best]; /* no half-precision GEMM measured on the CPU */
+    dev->contract_fp32 = gemm;
+    dev->contract_16 = gemm; /* no half-precision GEMM measured on the CPU */
     /* the vector rate was measured on all probed threads: scale to the threads used */
     dev->vector_flops = p->vector_flops * (double)p->sgemm_threads[best] / (double)p->threads;
     dev->is_cpu = 1;
@@ -255,8 +263,28 @@ dm_status dm_profile_load(const char *path, dm_cpu_profile *p) {
                      "\"gflops\"");
             goto done;
         }
+        /* dmove's own kernel beside it (optional: profiles before 2026-11-29 lack it) */
+        const cJSON *dg = cJSON_GetObjectItemCaseSensitive(it, "direct_gflops");
+        double d = 0;
+        if (dg && !get_num(it, "direct_gflops", 1e-3, 1e9, &d)) {
+            st = bad(path, "an \"sgemm\" entry's \"direct_gflops\" is not a positive number");
+            goto done;
+        }
+        p->direct_flops[p->nsgemm] = d * 1e9;
         p->sgemm_threads[p->nsgemm] = (int)t;
         p->sgemm_flops[p->nsgemm++] = gf * 1e9;
+    }
+    {
+        const cJSON *dk = cJSON_GetObjectItemCaseSensitive(root, "direct_kernel");
+        if (cJSON_IsString(dk) && dk->valuestring) /* a name of letters and digits, or none */
+            for (size_t c = 0; c + 1 < sizeof p->direct_kernel && dk->valuestring[c]; c++) {
+                const char ch = dk->valuestring[c];
+                if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9'))) {
+                    st = bad(path, "\"direct_kernel\" is not a kernel's name (amx, avx512, avx2)");
+                    goto done;
+                }
+                p->direct_kernel[c] = ch;
+            }
     }
 done:
     cJSON_Delete(root);
@@ -286,8 +314,10 @@ dm_status dm_profile_save(const char *path, const dm_cpu_profile *p) {
     for (int k = 0; ok && k < p->nsgemm; k++) {
         cJSON *e = cJSON_CreateObject();
         ok = e && cJSON_AddItemToArray(sg, e) && jnum(e, "threads", p->sgemm_threads[k]) &&
-             jnum(e, "gflops", p->sgemm_flops[k] / 1e9);
+             jnum(e, "gflops", p->sgemm_flops[k] / 1e9) &&
+             (p->direct_flops[k] <= 0 || jnum(e, "direct_gflops", p->direct_flops[k] / 1e9));
     }
+    if (ok && p->direct_kernel[0]) ok = cJSON_AddStringToObject(root, "direct_kernel", p->direct_kernel) != NULL;
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text) return dm_fail(DM_ERR_OOM, "out of memory building the profile");

@@ -25,6 +25,10 @@ typedef struct {
     double sgemm_flops[DM_PROFILE_MAX_THREADS]; /* flop/s of cblas_sgemm, n = sgemm_n */
     int sgemm_n;              /* square size used */
     double vector_flops;      /* flop/s of an in-cache FMA loop on all threads */
+    /* dmove's own GEMM kernel on the same problem, per sgemm entry (0: not measured;
+     * dm_profile_measure_direct), and its variant's name ("" if none ran) */
+    double direct_flops[DM_PROFILE_MAX_THREADS];
+    char direct_kernel[16];
 } dm_cpu_profile;
 
 #define DM_PROFILE_VERSION 1
