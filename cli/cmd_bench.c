@@ -446,9 +446,9 @@ static void print_table(const cli_config *c, const bench_result *res, int nres, 
         const char *use, *widest, *why;
         dm_cpu_kernel_isa(&use, &widest, &why);
         if (strcmp(use, "none"))
-            printf("GEMM kernels: dmove's own (%s%s%s%s) for every contraction by default, and where a plan says "
+            printf("GEMM kernels: dmove's own (%s%s%s%s%s) for every contraction by default, and where a plan says "
                    "direct; OpenBLAS where a plan says blas or a thread split (CPU's widest: %s%s%s)\n\n", use,
-                   !strcmp(use, "amx") ? ": GEMMs 256 deep or more on AMX, the rest on AVX-512" : "",
+                   !strcmp(use, "amx") ? ": " : "", dm_cpu_kernel_split(),
                    strcmp(use, "avx512") && strcmp(use, "amx") ? "" : ", ",
                    strcmp(use, "avx512") && strcmp(use, "amx") ? "" : dm_cpu_kernel_packing(), widest, *why ? "; " : "",
                    why);

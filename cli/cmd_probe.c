@@ -67,9 +67,9 @@ static void print_profile(const dm_profile *prof, double secs) {
     const char *use, *widest, *why;
     dm_cpu_kernel_isa(&use, &widest, &why);
     const int amx = !strcmp(use, "amx"), vec512 = amx || !strcmp(use, "avx512");
-    printf("  dmove's GEMM kernel %s (this CPU's widest: %s)%s%s%s%s%s\n", strcmp(use, "none") ? use : "none: BLAS only",
-           widest, *why ? "; " : "", why, amx ? "; GEMMs 256 deep or more on AMX, the rest on AVX-512" : "",
-           vec512 ? "; " : "", vec512 ? dm_cpu_kernel_packing() : "");
+    printf("  dmove's GEMM kernel %s (this CPU's widest: %s)%s%s%s%s%s%s\n", strcmp(use, "none") ? use : "none: BLAS only",
+           widest, *why ? "; " : "", why, amx ? "; " : "", dm_cpu_kernel_split(), vec512 ? "; " : "",
+           vec512 ? dm_cpu_kernel_packing() : "");
     printf("  SGEMM %d^3%s%s%s:\n", p.sgemm_n, p.direct_kernel[0] ? " (OpenBLAS; dmove's " : "",
            p.direct_kernel, p.direct_kernel[0] ? " kernel)" : "");
     for (int k = 0; k < p.nsgemm; k++) {

@@ -367,24 +367,34 @@ static void direct(void) {
         cases++;
         free(A); free(B); free(C);
     }
-    /* inf in, inf out (not NaN: the AMX variant's parts of an inf are inf, 0, 0) */
+    /* inf in, inf out; NaN in, NaN out; sums past fp32's range inf, of the sign fp32 gives
+     * them (the AMX variant hands all three to the AVX-512 one: its parts would make NaN) */
     {
-        const int m = 3, n = 20, k = 300;
+        const int m = 4, n = 20, k = 300;
         float *A = malloc(sizeof(float) * (size_t)m * k), *B = malloc(sizeof(float) * (size_t)k * n),
               *C = malloc(sizeof(float) * (size_t)m * n);
         CHECK(A && B && C);
         if (A && B && C) {
             for (int e = 0; e < m * k; e++) A[e] = 0.25f;
             for (int e = 0; e < k * n; e++) B[e] = 0.5f + (float)(e % 7);
+            A[3 * k + 5] = 1e30f; /* times B's row 5, 1e30: past FLT_MAX (the AMX parts' products
+                                   * make inf and -inf of it, NaN summed) */
+            for (int j = 0; j < n; j++) B[5 * n + j] = 1e30f;
+            /* rows 0 and 3 alone first (no odd input to send the call to the AVX-512 variant
+             * anyway), then all four */
+            dm_sgemm_direct(0, 0, 1, n, k, 1.0f, A + 3 * k, k, B, n, C + 3 * n, n, buf);
+            int wrong = 0;
+            for (int j = 0; j < n; j++) wrong += !(isinf(C[3 * n + j]) && C[3 * n + j] > 0);
             A[1 * k + 17] = INFINITY;
             A[2 * k + 40] = NAN;
             dm_sgemm_direct(0, 0, m, n, k, 1.0f, A, k, B, n, C, n, buf);
-            int wrong = 0;
             for (int j = 0; j < n; j++)
-                wrong += !isfinite(C[j]) || !(isinf(C[n + j]) && C[n + j] > 0) || !isnan(C[2 * n + j]);
+                wrong += !isfinite(C[j]) || !(isinf(C[n + j]) && C[n + j] > 0) || !isnan(C[2 * n + j]) ||
+                         !(isinf(C[3 * n + j]) && C[3 * n + j] > 0);
             if (wrong) {
                 bad++;
-                printf("    FAIL direct: a row with inf, one with NaN: %d columns not finite / +inf / NaN\n", wrong);
+                printf("    FAIL direct: a row with inf, one with NaN, one past FLT_MAX: %d columns not finite / +inf / NaN "
+                       "/ +inf\n", wrong);
             }
             cases++;
         }

@@ -2,6 +2,7 @@
  * has (AVX-512F, else AVX2 with FMA), read once from cpuid; DMOVE_ISA=avx2 (or =none)
  * in the environment, or dm_gemm_direct_set_isa, narrows it, so that the narrower
  * variants are tested on a wider machine and a plan can be timed as on a smaller one. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cpuid.h>
@@ -18,18 +19,34 @@
 static int g_isa = -1; /* the variant in use; -1: not read yet */
 
 /* Linux hands out AMX's 8 KB of tile state to a process that asks (arch_prctl
- * ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); once asked, every thread may use it. */
-static int amx_permitted(void) {
-    static int v = -1;
-    int r = __atomic_load_n(&v, __ATOMIC_ACQUIRE);
+ * ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); once granted, every thread may use it. The
+ * grant is for the whole process (a host program's later sigaltstack smaller than the
+ * state is then refused), so it is asked for only where AMX is to run; whether the kernel
+ * supports the state at all (ARCH_GET_XCOMP_SUPP) asks for nothing. */
+#define ARCH_GET_XCOMP_SUPP 0x1021
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+static int g_amx_grant = -1; /* -1: not asked yet, 0: refused, 1: granted */
+
+static int amx_granted(void) {
+    int r = __atomic_load_n(&g_amx_grant, __ATOMIC_ACQUIRE);
     if (r >= 0) return r;
 #if defined(__linux__) && defined(SYS_arch_prctl)
-    r = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+    r = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 #else
     r = 0;
 #endif
-    __atomic_store_n(&v, r, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_amx_grant, r, __ATOMIC_RELEASE);
     return r;
+}
+
+static int amx_supported_by_os(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    unsigned long long feats = 0;
+    return syscall(SYS_arch_prctl, ARCH_GET_XCOMP_SUPP, &feats) == 0 && (feats >> XFEATURE_XTILEDATA & 1);
+#else
+    return 0;
+#endif
 }
 
 /* cpuid leaf 7: AMX-TILE (EDX bit 24) and AMX-BF16 (bit 22); sub-leaf 1: AVX512-BF16 (EAX
@@ -37,26 +54,29 @@ static int amx_permitted(void) {
  * __builtin_cpu_supports knows no AMX) */
 static int cpu_has_amx(void) {
     unsigned a, b, c, d;
-    if (__get_cpuid_max(0, NULL) < 7 || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     const int tiles = (d >> 24) & 1, bf16 = (d >> 22) & 1;
     if (!tiles || !bf16 || a < 1 || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
     return (a >> 5) & 1;
 }
 
-/* the widest variant this CPU runs, AMX by cpuid alone (the kernel's grant not asked) */
-static int widest_by_cpuid(void) {
+/* the widest variant this CPU and OS have, nothing asked of Linux */
+static int widest_unasked(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) {
-        if (__builtin_cpu_supports("avx512bw") && cpu_has_amx()) return DM_ISA_AMX;
+        if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && cpu_has_amx() &&
+            amx_supported_by_os())
+            return DM_ISA_AMX;
         return DM_ISA_AVX512;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DM_ISA_AVX2;
     return DM_ISA_NONE;
 }
 
+/* the widest this process can run: AMX asked of Linux where the CPU has it */
 int dm_cpu_isa_widest(void) {
-    const int w = widest_by_cpuid();
-    return w == DM_ISA_AMX && !amx_permitted() ? DM_ISA_AVX512 : w;
+    const int w = widest_unasked();
+    return w == DM_ISA_AMX && !amx_granted() ? DM_ISA_AVX512 : w;
 }
 
 const char *dm_isa_name(int isa) {
@@ -76,36 +96,40 @@ int dm_isa_parse(const char *s) {
 int dm_gemm_direct_isa(void) {
     int isa = __atomic_load_n(&g_isa, __ATOMIC_ACQUIRE);
     if (isa >= 0) return isa;
-    int want = widest_by_cpuid();
+    int want = widest_unasked();
     const int env = dm_isa_parse(getenv("DMOVE_ISA")); /* unknown or too wide: ignored, probe says so */
     if (env >= 0 && env < want) want = env;
-    /* the tile state asked of Linux only where AMX would run (a grant is for the whole
-     * process: a host's later small sigaltstack is then refused) */
-    if (want == DM_ISA_AMX && !amx_permitted()) want = DM_ISA_AVX512;
+    if (want == DM_ISA_AMX && !amx_granted()) want = DM_ISA_AVX512; /* asked only now */
     /* from "not read" only: a dm_gemm_direct_set_isa meanwhile wins */
     if (__atomic_compare_exchange_n(&g_isa, &isa, want, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return want;
     return isa;
 }
 
 dm_status dm_gemm_direct_set_isa(int isa) {
-    const int widest = dm_cpu_isa_widest();
+    const int widest = widest_unasked(); /* AMX asked for below, only when set */
     if (isa < DM_ISA_NONE || isa > DM_ISA_AMX)
         return dm_fail(DM_ERR_INVALID_ARG, "unknown instruction set %d for the direct kernel", isa);
     if (isa > widest)
         return dm_fail(DM_ERR_UNSUPPORTED, "this CPU has no %s (its widest is %s): the direct kernel cannot use it",
                        dm_isa_name(isa), dm_isa_name(widest));
+    if (isa == DM_ISA_AMX && !amx_granted())
+        return dm_fail(DM_ERR_UNSUPPORTED, "Linux did not grant this process AMX's tile state (arch_prctl "
+                       "ARCH_REQ_XCOMP_PERM; an alternate signal stack too small for it refuses it): the "
+                       "direct kernel runs on AVX-512");
     __atomic_store_n(&g_isa, isa, __ATOMIC_RELEASE);
     return DM_OK;
 }
 
 void dm_cpu_kernel_isa(const char **in_use, const char **widest, const char **note) {
-    const int use = dm_gemm_direct_isa(), wide = dm_cpu_isa_widest();
+    const int use = dm_gemm_direct_isa(), wide = widest_unasked(); /* nothing asked of Linux here */
     const char *env = getenv("DMOVE_ISA");
     if (in_use) *in_use = dm_isa_name(use);
     if (widest) *widest = dm_isa_name(wide);
     if (note)
         *note = env && *env && dm_isa_parse(env) < 0 ? "DMOVE_ISA not understood (amx, avx512, avx2 or none): ignored"
                 : env && dm_isa_parse(env) > wide ? "DMOVE_ISA asks for more than this CPU has: ignored"
+                : use == DM_ISA_AVX512 && wide == DM_ISA_AMX && __atomic_load_n(&g_amx_grant, __ATOMIC_ACQUIRE) == 0
+                    ? "Linux did not grant AMX's tile state (arch_prctl): AVX-512"
                 : use < wide && env && dm_isa_parse(env) == use ? "narrowed by DMOVE_ISA"
                 : use < wide ? "narrowed by the program (dm_gemm_direct_set_isa)"
                              : "";
@@ -135,6 +159,13 @@ int dm_direct_pack_at_always(void) {
 void dm_direct_set_pack_at(int v) {
     __atomic_store_n(&g_pack_set, v >= 0, __ATOMIC_RELEASE);
     __atomic_store_n(&g_pack_at, v < 0 ? -1 : !!v, __ATOMIC_RELEASE);
+}
+
+const char *dm_cpu_kernel_split(void) {
+    static char text[96];
+    if (dm_gemm_direct_isa() != DM_ISA_AMX) return "";
+    snprintf(text, sizeof text, "GEMMs %d deep or more on AMX, the rest on AVX-512", DM_DIRECT_AMX_MIN_K);
+    return text;
 }
 
 const char *dm_cpu_kernel_packing(void) {

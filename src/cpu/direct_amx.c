@@ -34,10 +34,14 @@
  * therefore changes no result.
  * Limits of the format: a GEMM whose A or B holds a NaN, an inf or a float beyond bf16's
  * largest (|x| > 0x1.fefffep127, 3.39e38: its first part would be inf, and inf times a
- * zero part NaN) is run again on the AVX-512 variant, which gives fp32's own inf and NaN;
- * the tile unit treats subnormal bf16 as zero and flushes subnormal results, so products
- * below fp32's smallest normal (1.2e-38) are 0 and a float under 2^-110 or so loses its
- * third part. */
+ * zero part NaN), or whose sums could come within 1/16 of fp32's overflow (k max|a|
+ * max|b| |alpha| > 2^124: a part's product can overflow where a b does not, and inf - inf
+ * is NaN), is run again on the AVX-512 variant, which gives fp32's own answer; that
+ * choice is made per call, so there a thread split can change which variant computes an
+ * element. The tile unit treats subnormal bf16 as zero and flushes subnormal results:
+ * subnormal inputs count as 0, a float loses its third part below about 2^-110 and its
+ * second below 2^-118, and products below fp32's smallest normal (1.2e-38) are 0. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -57,12 +61,14 @@
 
 /* x0 (lanes 0-15) and x1 (lanes 16-31) as three bf16 parts, 32 bf16 each in that order;
  * *odd set where a lane is NaN, inf or beyond bf16's largest finite value (its parts would
- * give inf x 0 = NaN among the six products: the caller runs the GEMM on the vector units) */
+ * give inf x 0 = NaN among the six products), *mx the lanes' largest magnitudes so far:
+ * the caller runs the GEMM on the vector units where either could leave fp32's answer */
 static inline __attribute__((always_inline)) AMX_TARGET void split3(__m512 x0, __m512 x1, __m512i out[3],
-                                                                    __mmask16 *odd) {
+                                                                    __mmask16 *odd, __m512 *mx) {
     const __m512 big = _mm512_set1_ps(0x1.fefffep+127f); /* above it, bf16 rounds to inf */
-    *odd |= _mm512_cmp_ps_mask(_mm512_abs_ps(x0), big, _CMP_NLE_UQ) |
-            _mm512_cmp_ps_mask(_mm512_abs_ps(x1), big, _CMP_NLE_UQ);
+    const __m512 a0 = _mm512_abs_ps(x0), a1 = _mm512_abs_ps(x1);
+    *odd |= _mm512_cmp_ps_mask(a0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(a1, big, _CMP_NLE_UQ);
+    *mx = _mm512_max_ps(*mx, _mm512_max_ps(a0, a1));
     for (int p = 0; p < 3; p++) {
         const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
         out[p] = h;
@@ -116,8 +122,10 @@ static inline __attribute__((always_inline)) AMX_TARGET __m512i interleave_halve
     return _mm512_permutexvar_epi16(idx, v);
 }
 
-static AMX_TARGET int pack_a(uint16_t *d, int transA, const float *A, int64_t lda, int i0, int mc, int k0, int kc) {
+static AMX_TARGET float pack_a(uint16_t *d, int transA, const float *A, int64_t lda, int i0, int mc, int k0,
+                               int kc) {
     __mmask16 odd = 0;
+    __m512 mx = _mm512_setzero_ps();
     const int mt = (mc + 15) / 16, kt = (kc + 31) / 32;
     for (int t = 0; t < mt; t++)
         for (int c = 0; c < kt; c++) {
@@ -128,7 +136,7 @@ static AMX_TARGET int pack_a(uint16_t *d, int transA, const float *A, int64_t ld
                     __m512i o[3];
                     if (r < rn) {
                         const float *a = A + (int64_t)(i0 + 16 * t + r) * lda + kk;
-                        split3(load_n(a, kn), load_n(a + 16, kn - 16), o, &odd);
+                        split3(load_n(a, kn), load_n(a + 16, kn - 16), o, &odd, &mx);
                     } else
                         o[0] = o[1] = o[2] = _mm512_setzero_si512();
                     for (int p = 0; p < 3; p++) _mm512_storeu_si512(dt + p * 512 + r * 32, o[p]);
@@ -142,7 +150,7 @@ static AMX_TARGET int pack_a(uint16_t *d, int transA, const float *A, int64_t ld
                 const __m512 x0 = 2 * q < kn ? load_n(a, rn) : _mm512_setzero_ps();
                 const __m512 x1 = 2 * q + 1 < kn ? load_n(a + lda, rn) : _mm512_setzero_ps();
                 __m512i o[3];
-                split3(x0, x1, o, &odd);
+                split3(x0, x1, o, &odd, &mx);
                 for (int p = 0; p < 3; p++) v[p][q] = interleave_halves(o[p]);
             }
             for (int p = 0; p < 3; p++) {
@@ -150,11 +158,13 @@ static AMX_TARGET int pack_a(uint16_t *d, int transA, const float *A, int64_t ld
                 for (int r = 0; r < 16; r++) _mm512_storeu_si512(dt + p * 512 + r * 32, v[p][r]);
             }
         }
-    return odd != 0;
+    return odd ? INFINITY : _mm512_reduce_max_ps(mx); /* the block's largest |x|, inf: odd */
 }
 
-static AMX_TARGET int pack_b(uint16_t *d, int transB, const float *B, int64_t ldb, int k0, int kc, int j0, int nc) {
+static AMX_TARGET float pack_b(uint16_t *d, int transB, const float *B, int64_t ldb, int k0, int kc, int j0,
+                               int nc) {
     __mmask16 odd = 0;
+    __m512 mx = _mm512_setzero_ps();
     const int nt = (nc + 15) / 16, kt = (kc + 31) / 32;
     for (int u = 0; u < nt; u++)
         for (int c = 0; c < kt; c++) {
@@ -166,7 +176,7 @@ static AMX_TARGET int pack_b(uint16_t *d, int transB, const float *B, int64_t ld
                     const __m512 x0 = 2 * q < kn ? load_n(b, cn) : _mm512_setzero_ps();
                     const __m512 x1 = 2 * q + 1 < kn ? load_n(b + ldb, cn) : _mm512_setzero_ps();
                     __m512i o[3];
-                    split3(x0, x1, o, &odd);
+                    split3(x0, x1, o, &odd, &mx);
                     for (int p = 0; p < 3; p++) _mm512_storeu_si512(dt + p * 512 + q * 32, interleave_halves(o[p]));
                 }
                 continue;
@@ -177,7 +187,7 @@ static AMX_TARGET int pack_b(uint16_t *d, int transB, const float *B, int64_t ld
                 __m512i o[3];
                 if (j < cn) {
                     const float *b = B + (int64_t)(j0 + 16 * u + j) * ldb + kk;
-                    split3(load_n(b, kn), load_n(b + 16, kn - 16), o, &odd);
+                    split3(load_n(b, kn), load_n(b + 16, kn - 16), o, &odd, &mx);
                 } else
                     o[0] = o[1] = o[2] = _mm512_setzero_si512();
                 for (int p = 0; p < 3; p++) v[p][j] = o[p];
@@ -187,7 +197,7 @@ static AMX_TARGET int pack_b(uint16_t *d, int transB, const float *B, int64_t ld
                 for (int q = 0; q < 16; q++) _mm512_storeu_si512(dt + p * 512 + q * 32, v[p][q]);
             }
         }
-    return odd != 0;
+    return odd ? INFINITY : _mm512_reduce_max_ps(mx); /* the block's largest |x|, inf: odd */
 }
 
 /* The 32 x 32 block of C at c (mr rows, nr columns of it in C) from kt chunks of packed
@@ -280,15 +290,22 @@ AMX_TARGET void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k,
     _tile_loadconfig(&cf);
     float scr[32 * 32] __attribute__((aligned(64)));
     uint16_t *bp = (uint16_t *)buf, *ap = bp + (int64_t)3 * KC * NC;
-    int odd = 0; /* a NaN, inf or float past bf16's range in A or B (split3) */
-    for (int j0 = 0; j0 < n && !odd; j0 += NC) {
+    /* the largest |a| and |b| (inf: a NaN, inf or float past bf16's range) */
+    float amax = 0, bmax = 0;
+    for (int j0 = 0; j0 < n && bmax < INFINITY; j0 += NC) {
         const int nc = n - j0 < NC ? n - j0 : NC;
-        for (int k0 = 0; k0 < k && !odd; k0 += KC) {
+        for (int k0 = 0; k0 < k && bmax < INFINITY; k0 += KC) {
             const int kc = k - k0 < KC ? k - k0 : KC, kt = (kc + 31) / 32;
-            odd = pack_b(bp, transB, B, ldb, k0, kc, j0, nc);
-            for (int ib = 0; ib < m && !odd; ib += MC) {
+            const float bm = pack_b(bp, transB, B, ldb, k0, kc, j0, nc);
+            bmax = bm > bmax ? bm : bmax;
+            for (int ib = 0; ib < m && bmax < INFINITY; ib += MC) {
                 const int mc = m - ib < MC ? m - ib : MC;
-                if ((odd = pack_a(ap, transA, A, lda, ib, mc, k0, kc))) break;
+                const float am = pack_a(ap, transA, A, lda, ib, mc, k0, kc);
+                amax = am > amax ? am : amax;
+                if (amax == INFINITY) {
+                    bmax = INFINITY;
+                    break;
+                }
                 for (int j = 0; j < nc; j += 32)
                     for (int i = 0; i < mc; i += 32) {
                         const int mr = mc - i < 32 ? mc - i : 32, nr = nc - j < 32 ? nc - j : 32;
@@ -304,6 +321,10 @@ AMX_TARGET void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k,
         }
     }
     _tile_release();
-    /* the vector units give fp32's own answer there (inf x 0 arises only where fp32 has it) */
-    if (odd) dm_sgemm_direct_avx512(transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);
+    /* Where an input is odd, or a sum could come near fp32's overflow (k max|a| max|b| |alpha|
+     * past 2^124, 1/16 of FLT_MAX: the parts' products run to (1 + 2^-8)^2 |a b|, one part
+     * product can overflow where a b does not, and inf - inf is NaN where fp32 has inf),
+     * the vector units give fp32's own answer. */
+    const double bound = (double)amax * bmax * k * (fabsf(alpha) > 1 ? fabsf(alpha) : 1);
+    if (!(bound <= 0x1p124)) dm_sgemm_direct_avx512(transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);
 }
