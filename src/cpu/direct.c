@@ -1,7 +1,9 @@
 /* direct.c: which variant of the direct kernel runs (direct_isa.h): the widest this CPU
- * has (AVX-512F, else AVX2 with FMA), read once from cpuid; DMOVE_ISA=avx2 (or =none)
- * in the environment, or dm_gemm_direct_set_isa, narrows it, so that the narrower
- * variants are tested on a wider machine and a plan can be timed as on a smaller one. */
+ * has (AMX with AVX-512 for the shallow GEMMs, else AVX-512F, else AVX2 with FMA), read
+ * once from cpuid (AMX also needs Linux's grant of its tile state); DMOVE_ISA=avx512,
+ * =avx2 (or =none) in the environment, or dm_gemm_direct_set_isa, narrows it, so that the
+ * narrower variants are tested on a wider machine and a plan can be timed as on a smaller
+ * one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
