@@ -223,16 +223,18 @@ static void print_floor(const cli_config *c, dm_schedule sched, int recompute, c
                (t[0] < f ? t[0] : t[1]) * 1e3);
         return;
     }
-    if (t[0] < f || t[1] < f) { /* the floor's GEMM rate is the BLAS's; the direct kernel can beat it */
+    if (t[0] < f || t[1] < f) { /* a floor at the faster of BLAS and the kernel on one square GEMM */
         printf("roofline floor of the %s step on this CPU (dmove analyze, profile %s): %.2f ms, with every "
-               "contraction at the BLAS's measured SGEMM rate; %s: default plan %.2fx the floor, tuned plan "
-               "%.2fx: below it, where dmove's own GEMM kernel (\"direct\") outran that rate (or the "
-               "profile was probed while the machine was busy)\n", name, path, f * 1e3, what, t[0] / f, t[1] / f);
+               "contraction at the faster of the BLAS's and dmove's own kernel's measured rates (one square "
+               "GEMM; an older profile: the BLAS's alone); %s: default plan %.2fx the floor, tuned plan %.2fx: "
+               "below it, where the step's GEMMs outran that one (or the profile was probed while the machine "
+               "was busy, or before dmove's kernel was timed: run `dmove probe` again)\n",
+               name, path, f * 1e3, what, t[0] / f, t[1] / f);
         return;
     }
     printf("roofline floor of the %s step on this CPU (dmove analyze, profile %s): %.2f ms; %s: "
-           "default plan %.2fx the floor, tuned plan %.2fx; by this model (contractions at the BLAS's "
-           "measured SGEMM rate) no plan can beat the default by more than %.2fx\n",
+           "default plan %.2fx the floor, tuned plan %.2fx; by this model (contractions at the faster of the "
+           "BLAS's and dmove's own kernel's measured rates) no plan can beat the default by more than %.2fx\n",
            name, path, f * 1e3, what, t[0] / f, t[1] / f, t[0] / f);
 }
 

@@ -461,6 +461,12 @@ static void test_profile(void) {
         "{\"version\": 1, \"machine\": {}, \"threads\": 2, \"bandwidth_gbs\": {\"triad\": 1, "
         "\"read\": 1}, \"vector_gflops\": 1, \"sgemm_n\": 8, \"sgemm\": [{\"threads\": 1, "
         "\"gflops\": 1, \"direct_gflops\": 2}], \"direct_kernel\": \"amx\\u001b[31m\"}",
+        "{\"version\": 1, \"machine\": {}, \"threads\": 2, \"bandwidth_gbs\": {\"triad\": 1, "
+        "\"read\": 1}, \"vector_gflops\": 1, \"sgemm_n\": 8, \"sgemm\": [{\"threads\": 1, "
+        "\"gflops\": 1, \"direct_gflops\": 2}]}",
+        "{\"version\": 1, \"machine\": {}, \"threads\": 2, \"bandwidth_gbs\": {\"triad\": 1, "
+        "\"read\": 1}, \"vector_gflops\": 1, \"sgemm_n\": 8, \"sgemm\": [{\"threads\": 1, "
+        "\"gflops\": 1, \"direct_gflops\": 2}], \"direct_kernel\": 5}",
     };
     int nbad = 0;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

@@ -596,7 +596,6 @@ static void test_options_resolve(void) {
     CHECK_NULL_ARG(dm_layer_options_resolve(&opt, NULL), "dm_layer_options_resolve");
 }
 
-/* The tests' running maxima see a NaN: a kernel that writes one fails `worst < tol`. */
 /* dm_profile_measure_direct on a small profile (a 96^3 problem at 1 and 2 threads): a
  * positive rate at each count and the variant's name where the direct kernel runs, nothing
  * where it does not; the device model then takes the faster rate */
@@ -633,6 +632,7 @@ static void test_profile_direct(void) {
     dm_profile_free(p);
 }
 
+/* The tests' running maxima see a NaN: a kernel that writes one fails `worst < tol`. */
 static void test_worst_of(void) {
     const double errs[4] = {1e-7, NAN, 2e-7, 1e-8};
     double w = 0;

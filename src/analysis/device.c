@@ -275,15 +275,20 @@ dm_status dm_profile_load(const char *path, dm_cpu_profile *p) {
         p->sgemm_flops[p->nsgemm++] = gf * 1e9;
     }
     {
+        /* the variant that gave the rates: one of dmove's names, or none at all */
         const cJSON *dk = cJSON_GetObjectItemCaseSensitive(root, "direct_kernel");
-        if (cJSON_IsString(dk) && dk->valuestring) /* a name of letters and digits, or none */
-            for (size_t c = 0; c + 1 < sizeof p->direct_kernel && dk->valuestring[c]; c++) {
-                const char ch = dk->valuestring[c];
-                if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9'))) {
-                    st = bad(path, "\"direct_kernel\" is not a kernel's name (amx, avx512, avx2)");
-                    goto done;
-                }
-                p->direct_kernel[c] = ch;
+        if (dk) {
+            const char *name = cJSON_IsString(dk) ? dk->valuestring : NULL;
+            if (!name || (strcmp(name, "amx") && strcmp(name, "avx512") && strcmp(name, "avx2"))) {
+                st = bad(path, "\"direct_kernel\" is not one of dmove's kernels (amx, avx512, avx2)");
+                goto done;
+            }
+            snprintf(p->direct_kernel, sizeof p->direct_kernel, "%s", name);
+        }
+        for (int k = 0; k < p->nsgemm && !p->direct_kernel[0]; k++)
+            if (p->direct_flops[k] > 0) {
+                st = bad(path, "\"direct_gflops\" without a \"direct_kernel\" naming the kernel");
+                goto done;
             }
     }
 done:
@@ -315,7 +320,8 @@ dm_status dm_profile_save(const char *path, const dm_cpu_profile *p) {
         cJSON *e = cJSON_CreateObject();
         ok = e && cJSON_AddItemToArray(sg, e) && jnum(e, "threads", p->sgemm_threads[k]) &&
              jnum(e, "gflops", p->sgemm_flops[k] / 1e9) &&
-             (p->direct_flops[k] <= 0 || jnum(e, "direct_gflops", p->direct_flops[k] / 1e9));
+             (!(p->direct_flops[k] / 1e9 >= 1e-3 && p->direct_flops[k] / 1e9 <= 1e9) || !p->direct_kernel[0] ||
+              jnum(e, "direct_gflops", p->direct_flops[k] / 1e9)); /* only what the loader takes back */
     }
     if (ok && p->direct_kernel[0]) ok = cJSON_AddStringToObject(root, "direct_kernel", p->direct_kernel) != NULL;
     char *text = ok ? cJSON_Print(root) : NULL;

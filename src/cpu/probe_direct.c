@@ -2,8 +2,8 @@
  * the probe's square problem at each thread count the probe timed SGEMM at, so that the
  * roofline's contraction rate is the faster of the two (an AMX CPU runs fp32 GEMMs on its
  * tile unit through it, far past OpenBLAS's SGEMM on the FMA units: without it a step's
- * contractions sat below their "floor"). Timed as the probe times SGEMM: best of at least
- * 5 runs and 1 s after a warm-up run. */
+ * contractions sat below their "floor"). Timed as the probe times SGEMM: the best of at
+ * least 4 timed runs and 1 s, after a warm-up run. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +17,9 @@ dm_status dm_profile_measure_direct(dm_profile *prof, void (*progress)(const cha
     if (!prof) return dm_fail(DM_ERR_INVALID_ARG, "dm_profile_measure_direct: NULL argument");
     dm_cpu_profile *p = &prof->p;
     if (!dm_gemm_direct_available() || p->nsgemm < 1 || p->sgemm_n < 1) return DM_OK;
+    if (p->sgemm_n > 8192)
+        return dm_fail(DM_ERR_INVALID_ARG, "dm_profile_measure_direct: the profile's GEMM is %d^3; the kernel is "
+                       "timed on 8192^3 at most (the probe's is 2048^3)", p->sgemm_n);
     const int n = p->sgemm_n;
     int most = 1;
     for (int k = 0; k < p->nsgemm; k++) most = p->sgemm_threads[k] > most ? p->sgemm_threads[k] : most;
@@ -55,7 +58,10 @@ dm_status dm_profile_measure_direct(dm_profile *prof, void (*progress)(const cha
         }
     }
     if (st == DM_OK) snprintf(p->direct_kernel, sizeof p->direct_kernel, "%s", kernel);
-    else memset(p->direct_flops, 0, sizeof p->direct_flops);
+    else { /* no rates, no name: the profile as SGEMM alone */
+        memset(p->direct_flops, 0, sizeof p->direct_flops);
+        p->direct_kernel[0] = 0;
+    }
     free(A), free(B), free(C), free(pack);
     return st;
 }

@@ -77,6 +77,10 @@ w(P + 'bad_threads.json', json.dumps(bad))
 bad = dict(prof); bad['version'] = 2
 w(P + 'version.json', json.dumps(bad))
 w(P + 'truncated.json', json.dumps(prof)[:60])
+kern = json.loads(json.dumps(prof)); kern['sgemm'][1]['direct_gflops'] = 420.0; kern['direct_kernel'] = 'amx'
+w(P + 'direct.json', json.dumps(kern))
+kern['direct_kernel'] = 'avx512$%n'
+w(P + 'direct_badname.json', json.dumps(kern))
 
 U = C + '/tunecache/'
 w(U + 'valid.tsv', '# dmove tune cache v1\ncpu|b2|j8|i16|h2|u32|g0|c0\t0.000123\ncpu|b2|j8|i16|h2|u32|g0|c1\t0.0002\n'
