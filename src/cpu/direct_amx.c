@@ -122,82 +122,49 @@ static inline __attribute__((always_inline)) AMX_TARGET __m512i interleave_halve
     return _mm512_permutexvar_epi16(idx, v);
 }
 
-static AMX_TARGET float pack_a(uint16_t *d, int transA, const float *A, int64_t lda, int i0, int mc, int k0,
-                               int kc) {
+/* Rows [r0, r0 + rc) of one operand by its k [k0, k0 + kc) into tiles: tile (t, c) = rows
+ * 16t.., k 32c.., its three parts at d + ((t kt + c) 3 + p) 512. The operand's element (r,
+ * k) is X[r ldx + k] (k_contig: a row's k contiguous) or X[k ldx + r]. pair_rows 0: a
+ * tile row per operand row, 32 k in order (op(A)'s layout); 1: a tile row per pair of k
+ * (2q, 2q + 1), the 16 rows' pairs side by side (op(B)'s "VNNI" layout). Read as the
+ * operand lies (a row's 32 k, or k rows 2q and 2q + 1 across the 16 rows as pairs) and
+ * transposed 16 x 16 dwords where that is not the tile's layout. Rows and k past the
+ * block are zero. Returns the block's largest |x|, inf where split3 found it odd. */
+static AMX_TARGET float pack_tiles(uint16_t *d, int k_contig, int pair_rows, const float *X, int64_t ldx, int r0,
+                                   int rc, int k0, int kc) {
     __mmask16 odd = 0;
     __m512 mx = _mm512_setzero_ps();
-    const int mt = (mc + 15) / 16, kt = (kc + 31) / 32;
-    for (int t = 0; t < mt; t++)
+    const int rt = (rc + 15) / 16, kt = (kc + 31) / 32, transpose = k_contig == pair_rows;
+    for (int t = 0; t < rt; t++)
         for (int c = 0; c < kt; c++) {
             uint16_t *dt = d + (int64_t)(t * kt + c) * 3 * 512;
-            const int kk = k0 + 32 * c, kn = kc - 32 * c, rn = mc - 16 * t;
-            if (!transA) { /* a row's 32 k are contiguous */
-                for (int r = 0; r < 16; r++) {
-                    __m512i o[3];
-                    if (r < rn) {
-                        const float *a = A + (int64_t)(i0 + 16 * t + r) * lda + kk;
-                        split3(load_n(a, kn), load_n(a + 16, kn - 16), o, &odd, &mx);
-                    } else
-                        o[0] = o[1] = o[2] = _mm512_setzero_si512();
-                    for (int p = 0; p < 3; p++) _mm512_storeu_si512(dt + p * 512 + r * 32, o[p]);
-                }
-                continue;
-            }
-            /* A^T: k rows 2q and 2q + 1 give the 16 rows' pairs q, transposed to rows */
+            const int kk = k0 + 32 * c, kn = kc - 32 * c, rn = rc - 16 * t;
             __m512i v[3][16];
-            for (int q = 0; q < 16; q++) {
-                const float *a = A + (int64_t)(kk + 2 * q) * lda + i0 + 16 * t;
-                const __m512 x0 = 2 * q < kn ? load_n(a, rn) : _mm512_setzero_ps();
-                const __m512 x1 = 2 * q + 1 < kn ? load_n(a + lda, rn) : _mm512_setzero_ps();
+            for (int q = 0; q < 16; q++) { /* a row's 32 k, or the pairs of k rows 2q, 2q + 1 */
                 __m512i o[3];
-                split3(x0, x1, o, &odd, &mx);
-                for (int p = 0; p < 3; p++) v[p][q] = interleave_halves(o[p]);
-            }
-            for (int p = 0; p < 3; p++) {
-                transpose16d(v[p]);
-                for (int r = 0; r < 16; r++) _mm512_storeu_si512(dt + p * 512 + r * 32, v[p][r]);
-            }
-        }
-    return odd ? INFINITY : _mm512_reduce_max_ps(mx); /* the block's largest |x|, inf: odd */
-}
-
-static AMX_TARGET float pack_b(uint16_t *d, int transB, const float *B, int64_t ldb, int k0, int kc, int j0,
-                               int nc) {
-    __mmask16 odd = 0;
-    __m512 mx = _mm512_setzero_ps();
-    const int nt = (nc + 15) / 16, kt = (kc + 31) / 32;
-    for (int u = 0; u < nt; u++)
-        for (int c = 0; c < kt; c++) {
-            uint16_t *dt = d + (int64_t)(u * kt + c) * 3 * 512;
-            const int kk = k0 + 32 * c, kn = kc - 32 * c, cn = nc - 16 * u;
-            if (!transB) { /* k rows 2q, 2q + 1: a tile row of pairs */
-                for (int q = 0; q < 16; q++) {
-                    const float *b = B + (int64_t)(kk + 2 * q) * ldb + j0 + 16 * u;
-                    const __m512 x0 = 2 * q < kn ? load_n(b, cn) : _mm512_setzero_ps();
-                    const __m512 x1 = 2 * q + 1 < kn ? load_n(b + ldb, cn) : _mm512_setzero_ps();
-                    __m512i o[3];
+                if (k_contig) {
+                    const float *x = X + (int64_t)(r0 + 16 * t + q) * ldx + kk;
+                    if (q < rn) split3(load_n(x, kn), load_n(x + 16, kn - 16), o, &odd, &mx);
+                    else o[0] = o[1] = o[2] = _mm512_setzero_si512();
+                } else {
+                    const float *x = X + (int64_t)(kk + 2 * q) * ldx + r0 + 16 * t;
+                    const __m512 x0 = 2 * q < kn ? load_n(x, rn) : _mm512_setzero_ps();
+                    const __m512 x1 = 2 * q + 1 < kn ? load_n(x + ldx, rn) : _mm512_setzero_ps();
                     split3(x0, x1, o, &odd, &mx);
-                    for (int p = 0; p < 3; p++) _mm512_storeu_si512(dt + p * 512 + q * 32, interleave_halves(o[p]));
+                    for (int p = 0; p < 3; p++) o[p] = interleave_halves(o[p]);
                 }
-                continue;
+                for (int p = 0; p < 3; p++) {
+                    if (transpose) v[p][q] = o[p];
+                    else _mm512_storeu_si512(dt + p * 512 + q * 32, o[p]);
+                }
             }
-            /* B^T: column j's 32 k are contiguous, as 16 pairs; transposed to pair rows */
-            __m512i v[3][16];
-            for (int j = 0; j < 16; j++) {
-                __m512i o[3];
-                if (j < cn) {
-                    const float *b = B + (int64_t)(j0 + 16 * u + j) * ldb + kk;
-                    split3(load_n(b, kn), load_n(b + 16, kn - 16), o, &odd, &mx);
-                } else
-                    o[0] = o[1] = o[2] = _mm512_setzero_si512();
-                for (int p = 0; p < 3; p++) v[p][j] = o[p];
-            }
-            for (int p = 0; p < 3; p++) {
-                transpose16d(v[p]);
-                for (int q = 0; q < 16; q++) _mm512_storeu_si512(dt + p * 512 + q * 32, v[p][q]);
-            }
+            if (transpose)
+                for (int p = 0; p < 3; p++) {
+                    transpose16d(v[p]);
+                    for (int q = 0; q < 16; q++) _mm512_storeu_si512(dt + p * 512 + q * 32, v[p][q]);
+                }
         }
-    return odd ? INFINITY : _mm512_reduce_max_ps(mx); /* the block's largest |x|, inf: odd */
+    return odd ? INFINITY : _mm512_reduce_max_ps(mx);
 }
 
 /* The 32 x 32 block of C at c (mr rows, nr columns of it in C) from kt chunks of packed
@@ -296,11 +263,11 @@ AMX_TARGET void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k,
         const int nc = n - j0 < NC ? n - j0 : NC;
         for (int k0 = 0; k0 < k && bmax < INFINITY; k0 += KC) {
             const int kc = k - k0 < KC ? k - k0 : KC, kt = (kc + 31) / 32;
-            const float bm = pack_b(bp, transB, B, ldb, k0, kc, j0, nc);
+            const float bm = pack_tiles(bp, transB, 1, B, ldb, j0, nc, k0, kc);
             bmax = bm > bmax ? bm : bmax;
             for (int ib = 0; ib < m && bmax < INFINITY; ib += MC) {
                 const int mc = m - ib < MC ? m - ib : MC;
-                const float am = pack_a(ap, transA, A, lda, ib, mc, k0, kc);
+                const float am = pack_tiles(ap, !transA, 0, A, lda, ib, mc, k0, kc);
                 amax = am > amax ? am : amax;
                 if (amax == INFINITY) {
                     bmax = INFINITY;
