@@ -141,11 +141,14 @@ typedef struct {
                             * with recompute or a plan file; an unpadded layer's is one op
                             * anyway), -1 never (its ops one by one, as the plan groups
                             * them), 0 (default) where the backend's kernels for it win:
-                            * none yet (measured: CUDA's flash kernels lose to the ops on
-                            * an H200; DMOVE_CUDA_ATTN_OP=1 makes them CUDA's default where
-                            * they apply: bf16/fp16, heads of 64 or 128, j >= 4, not causal,
-                            * the fused schedule, no recompute or plan file), never on the
-                            * CPU. The same results, to rounding. */
+                            * on the CPU, a training layer's fused schedule (not
+                            * forward-only, not causal, no recompute or plan file: it keeps
+                            * the dropped probabilities out of memory); on CUDA none yet
+                            * (measured: its flash kernels lose to the ops on an H200;
+                            * DMOVE_CUDA_ATTN_OP=1 makes them CUDA's default where they
+                            * apply: bf16/fp16, heads of 64 or 128, j >= 4, not causal, the
+                            * fused schedule, no recompute or plan file). The same results,
+                            * to rounding. */
 } dm_layer_options;
 
 typedef struct dm_layer dm_layer;

@@ -271,8 +271,10 @@ static void direct(void) {
             }
             if (!(e <= worst)) worst = e;
         }
-    /* C split between threads by rows or by columns (as run_share does) gives the very
-     * floats of one call: each element is computed alike wherever its tile lies */
+    /* C split between threads by rows or by columns (as run_share does, each part told
+     * the whole GEMM's m and n) gives the very floats of one call: each element is
+     * computed alike wherever its tile lies, and the parts (20 rows, 64 columns: below the
+     * AMX variant's shape on their own) run the whole GEMM's variant */
     for (int t = 0; t < 8; t++) {
         const int ta = t & 1, tb = (t >> 1) & 1, m = 100, n = 300, k = 600, lda = ta ? m : k, ldb = tb ? k : n;
         const float alpha = t & 4 ? 1.0f : 0.5f;
@@ -283,11 +285,13 @@ static void direct(void) {
         for (int e = 0; e < m * k; e++) A[e] = (float)sin(0.13 * e + 0.2);
         for (int e = 0; e < k * n; e++) B[e] = (float)cos(0.07 * e);
         dm_sgemm_direct(ta, tb, m, n, k, alpha, A, lda, B, ldb, C1, n, buf);
-        dm_sgemm_direct(ta, tb, 37, n, k, alpha, A, lda, B, ldb, C2, n, buf);
-        dm_sgemm_direct(ta, tb, m - 37, n, k, alpha, A + (ta ? 37 : 37 * lda), lda, B, ldb, C2 + 37 * n, n, buf);
+        dm_sgemm_direct_part(m, n, ta, tb, 20, n, k, alpha, A, lda, B, ldb, C2, n, buf);
+        dm_sgemm_direct_part(m, n, ta, tb, m - 20, n, k, alpha, A + (ta ? 20 : 20 * lda), lda, B, ldb, C2 + 20 * n,
+                             n, buf);
         const int by_rows = !memcmp(C1, C2, sizeof(float) * (size_t)m * n);
-        dm_sgemm_direct(ta, tb, m, 200, k, alpha, A, lda, B, ldb, C2, n, buf);
-        dm_sgemm_direct(ta, tb, m, n - 200, k, alpha, A, lda, B + (tb ? 200 * ldb : 200), ldb, C2 + 200, n, buf);
+        dm_sgemm_direct_part(m, n, ta, tb, m, 236, k, alpha, A, lda, B, ldb, C2, n, buf);
+        dm_sgemm_direct_part(m, n, ta, tb, m, n - 236, k, alpha, A, lda, B + (tb ? 236 * ldb : 236), ldb, C2 + 236,
+                             n, buf);
         const int by_cols = !memcmp(C1, C2, sizeof(float) * (size_t)m * n);
         if (!by_rows || !by_cols) {
             bad++;

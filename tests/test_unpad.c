@@ -316,8 +316,9 @@ static int has_attn_op(const dm_layer *L) {
 
 /* A padded layer's attention as one op (dm_layer_options.attention_op, ops.def's keymask)
  * against its ops one by one, fp32, on dev (CUDA: emulated, varlen.cu's cuBLAS steps):
- * every output and gradient within 2e-5, whatever the mask; the default (0) takes it on
- * neither backend in fp32. */
+ * every output and gradient within 2e-5, whatever the mask; the default (0) takes it on the
+ * CPU in a training layer's fused schedule (not forward-only, not unfused), on CUDA not in
+ * fp32. */
 static void attn_op_variant(int pre, double p, dm_device_kind dev) {
     dm_layer_config cfg;
     dm_layer_config_default(&cfg);
@@ -331,8 +332,17 @@ static void attn_op_variant(int pre, double p, dm_device_kind dev) {
     CHECK_OK(dm_layer_new(&L[1], &cfg, &o));
     o.attention_op = 0;
     CHECK_OK(dm_layer_new(&L[2], &cfg, &o));
+    for (int v = 0; v < 2; v++) { /* the default's other cases: its ops */
+        dm_layer_options d = o;
+        if (v) d.schedule = DM_SCHED_UNFUSED;
+        else d.forward_only = 1;
+        dm_layer *X = NULL;
+        CHECK_OK(dm_layer_new(&X, &cfg, &d));
+        CHECK(X && !has_attn_op(X));
+        dm_layer_free(X);
+    }
     if (L[0] && L[1] && L[2]) {
-        CHECK(!has_attn_op(L[0]) && has_attn_op(L[1]) && !has_attn_op(L[2]));
+        CHECK(!has_attn_op(L[0]) && has_attn_op(L[1]) && has_attn_op(L[2]) == (dev == DM_DEVICE_CPU));
         for (int k = 0; k < 2; k++) CHECK_OK(dm_layer_init_params(L[k], 5));
         for (int mk = 0; mk < 2; mk++) {
             double err[1], each[1][64];

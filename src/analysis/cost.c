@@ -235,7 +235,9 @@ dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, int recompute, dm_g
     memset(plan, 0, sizeof *plan);
     dm_graph_init(gf);
     const dm_compile_opts unfused = {.cfg = cfg, .schedule = DM_SCHED_UNFUSED};
-    const dm_compile_opts fused = {.cfg = cfg, .schedule = DM_SCHED_FUSED, .recompute = recompute, .no_siblings = !cpu};
+    /* the CPU's grouping: its attention as one op where its executor runs it so */
+    const dm_compile_opts fused = {.cfg = cfg, .schedule = DM_SCHED_FUSED, .recompute = recompute, .no_siblings = !cpu,
+                                   .attn_op = cpu && dm_cpu_attn_op_default(cfg, DM_SCHED_FUSED, 0, recompute, 0)};
     dm_status st = dm_compile(&unfused, g, NULL, NULL);
     return st == DM_OK ? dm_compile(&fused, gf, NULL, plan) : st;
 }

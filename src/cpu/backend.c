@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "cpu/backend.h"
 #include "cpu/exec.h"
+#include "plan/compile.h"
 #include "dist/dist.h"
 
 typedef struct {
@@ -42,6 +43,11 @@ static dm_status check_options(const dm_layer_options *opt) {
 static dm_status resolve_options(dm_layer_options *opt) {
     (void)opt;
     return DM_OK;
+}
+
+/* the padded attention as one op (attn.c) where plan/compile.c's rule says */
+static int attn_op(const dm_layer_config *cfg, const dm_layer_options *opt) {
+    return dm_cpu_attn_op_default(cfg, opt->schedule, opt->forward_only, opt->recompute, opt->plan != NULL);
 }
 
 /* OpenBLAS's OpenMP threads wait for one another: a team smaller than it was told to use
@@ -389,6 +395,7 @@ const dm_backend dm_backend_cpu = {
     .algos = &dm_cpu_gemm_algos,
     .check_options = check_options,
     .resolve_options = resolve_options,
+    .attn_op = attn_op,
     .create = create,
     .destroy = destroy,
     .notes = notes,

@@ -97,9 +97,14 @@ void dm_gemm_run_one(const dm_gemm *gm, int64_t bi, float *tileA, float *tileB, 
      * none, counted so that the tests can tell the direct kernel really ran */
     if (dm_gemm_algo_direct(gm->algo)) {
         if (gm->pack && tid < gm->pack_threads) {
-            (gm->algo == DM_GEMM_DIRECT_ROWS ? dm_sgemm_direct_vec : dm_sgemm_direct)(
-                gm->transA, gm->transB, gm->m, gm->n, gm->k, gm->alpha, a, gm->lda, b, gm->ldb, c, gm->ldc,
-                gm->pack + (int64_t)tid * DM_GEMM_DIRECT_PACK_FLOATS);
+            float *buf = gm->pack + (int64_t)tid * DM_GEMM_DIRECT_PACK_FLOATS;
+            if (gm->algo == DM_GEMM_DIRECT_ROWS)
+                dm_sgemm_direct_vec(gm->transA, gm->transB, gm->m, gm->n, gm->k, gm->alpha, a, gm->lda, b, gm->ldb, c,
+                                    gm->ldc, buf);
+            else
+                dm_sgemm_direct_part(gm->whole_m ? gm->whole_m : gm->m, gm->whole_n ? gm->whole_n : gm->n,
+                                     gm->transA, gm->transB, gm->m, gm->n, gm->k, gm->alpha, a, gm->lda, b, gm->ldb,
+                                     c, gm->ldc, buf);
             return;
         }
 #pragma omp atomic
@@ -152,6 +157,8 @@ static void run_block(const dm_gemm *gm, int64_t bi, int split_m, int lo, int hi
     if (hi <= lo) return;
     dm_gemm part = *gm;
     part.nbd = 0;
+    part.whole_m = gm->whole_m ? gm->whole_m : gm->m;
+    part.whole_n = gm->whole_n ? gm->whole_n : gm->n;
     int64_t oa, ob, oc;
     batch_offsets(gm, bi, &oa, &ob, &oc);
     if (split_m) {

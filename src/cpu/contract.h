@@ -87,6 +87,8 @@ typedef struct {
                          * OpenMP thread number (NULL: dm_gemm_run and dm_gemm_run_pair
                          * allocate them per call) */
     int pack_threads;
+    int whole_m, whole_n; /* a part's (contract.c: a thread's share of C): the whole GEMM's m
+                           * and n, which choose the kernel's variant; 0: this GEMM's own */
 } dm_gemm;
 
 /* floats of the direct kernel's per-thread buffer for its packed operands (1 MiB and a
@@ -138,6 +140,11 @@ int dm_gemm_direct_available(void);
  * floats, 64-byte aligned. Only where dm_gemm_direct_available(). */
 void dm_sgemm_direct(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
                      const float *B, int ldb, float *C, int ldc, float *buf);
+/* dm_sgemm_direct on a part (a thread's rows or columns) of a GEMM whose C is whole_m x
+ * whole_n: the variant is the one the whole GEMM gets (direct_isa.h: dm_direct_amx_takes),
+ * so a split of C between threads changes no result */
+void dm_sgemm_direct_part(int whole_m, int whole_n, int transA, int transB, int m, int n, int k, float alpha,
+                          const float *A, int lda, const float *B, int ldb, float *C, int ldc, float *buf);
 /* dm_sgemm_direct on the vector units alone (AVX-512 or AVX2, never AMX): the arithmetic of
  * dm_sgemm_direct_rows, which algorithm "direct_rows" keeps wherever it runs, fused with its
  * row group or not */

@@ -166,7 +166,8 @@ void dm_direct_set_pack_at(int v) {
 const char *dm_cpu_kernel_split(void) {
     static char text[96];
     if (dm_gemm_direct_isa() != DM_ISA_AMX) return "";
-    snprintf(text, sizeof text, "GEMMs %d deep or more on AMX, the rest on AVX-512", DM_DIRECT_AMX_MIN_K);
+    snprintf(text, sizeof text, "GEMMs with C at least %d x %d and k >= %d on AMX, the rest on AVX-512",
+             DM_DIRECT_AMX_MIN_M, DM_DIRECT_AMX_MIN_N, DM_DIRECT_AMX_MIN_K);
     return text;
 }
 
@@ -208,7 +209,12 @@ void dm_direct_pack_panels(float *buf, int64_t pstride, int transB, const float 
 
 void dm_sgemm_direct(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
                      const float *B, int ldb, float *C, int ldc, float *buf) {
-    if (dm_gemm_direct_isa() == DM_ISA_AMX && dm_direct_amx_takes(k))
+    dm_sgemm_direct_part(m, n, transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);
+}
+
+void dm_sgemm_direct_part(int whole_m, int whole_n, int transA, int transB, int m, int n, int k, float alpha,
+                          const float *A, int lda, const float *B, int ldb, float *C, int ldc, float *buf) {
+    if (dm_gemm_direct_isa() == DM_ISA_AMX && dm_direct_amx_takes(whole_m, whole_n, k))
         dm_sgemm_direct_amx(transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);
     else
         dm_sgemm_direct_vec(transA, transB, m, n, k, alpha, A, lda, B, ldb, C, ldc, buf);

@@ -54,11 +54,25 @@ void dm_direct_pack_b_avx512(float *buf, int64_t pstride, int transB, const floa
                              int j0, int nc);
 
 /* The AMX variant (direct_amx.c: fp32 as three bf16 parts, six products, fp32 sums) takes
- * the GEMMs at least DM_DIRECT_AMX_MIN_K deep; the rest run on the AVX-512 variant. The
- * rule reads k alone, which a split of C between threads leaves whole, so a thread count
- * changes no result. */
-#define DM_DIRECT_AMX_MIN_K 256
-static inline int dm_direct_amx_takes(int k) { return k >= DM_DIRECT_AMX_MIN_K; }
+ * the GEMMs whose C is at least DM_DIRECT_AMX_MIN_M x DM_DIRECT_AMX_MIN_N and whose k is at
+ * least DM_DIRECT_AMX_MIN_K; the rest run on the AVX-512 variant. Its cost beside the
+ * products is packing both operands as three parts (op(A) again for every 256 columns of
+ * C), which few columns or rows do not pay back, and the AVX-512 variant's 64-column tile
+ * fits the attention's n = 64 (P V, dQ, dK, dV) exactly. Measured on the Xeon (2026-11-29,
+ * 1 thread, 16 GEMMs in turn, operands out of cache), AMX against AVX-512: 512 x 512 x 64
+ * (Q K^T, dP) 1.60x, 128 x 128 x 64 1.22x, 128 x 128 x 32 1.21x, 96 x 96 x 96 1.46x, 768 x
+ * 768 x 32 1.34x, 768 x 96 x 768 1.70x (op(A) transposed 1.38x), 32 x 768 x 768 1.34x, 8 x
+ * 768 x 768 1.22x but 16 x 3072 x 768 0.84x and 1 x 768 x 768 0.70x; 768 x 768 x 16 0.97x;
+ * n = 64: 512 x 64 x 512 1.09x, op(A) transposed 0.95x, 1024 x 64 x 1024 transposed 0.76x,
+ * 128 x 64 x 128 0.58-0.76x, 64 x 64 x 64 0.86x. The rule reads the whole GEMM's shape
+ * (dm_sgemm_direct_part: a thread's share of C keeps it), so a thread count changes no
+ * result. */
+#define DM_DIRECT_AMX_MIN_M 32
+#define DM_DIRECT_AMX_MIN_N 96
+#define DM_DIRECT_AMX_MIN_K 32
+static inline int dm_direct_amx_takes(int m, int n, int k) {
+    return m >= DM_DIRECT_AMX_MIN_M && n >= DM_DIRECT_AMX_MIN_N && k >= DM_DIRECT_AMX_MIN_K;
+}
 void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
                          const float *B, int ldb, float *C, int ldc, float *buf);
 

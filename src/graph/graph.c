@@ -201,17 +201,30 @@ static double spec_volume(const dm_graph *g, const char *spec) {
     return v;
 }
 
+void dm_op_row_flop_classes(const dm_op *op, double flop[DM_NUM_CLASSES]) {
+    dm_op_kind k[3] = {DM_NUM_OPS, DM_NUM_OPS, DM_NUM_OPS}; /* the row ops it does, per element */
+    switch (op->kind) {
+    case DM_OP_ATTN: /* per score: the mask, the softmax, the dropout */
+        k[0] = DM_OP_MASK_ADD, k[1] = DM_OP_SOFTMAX, k[2] = DM_OP_DROPOUT;
+        break;
+    case DM_OP_ATTN_BWD: /* the dropout again, its backward, the softmax's */
+        k[0] = DM_OP_DROPOUT, k[1] = DM_OP_DROPOUT_BWD, k[2] = DM_OP_SOFTMAX_BWD;
+        break;
+    case DM_OP_LINEAR_XENT: k[0] = DM_OP_XENT; break;
+    case DM_OP_LINEAR_XENT_BWD: k[0] = DM_OP_XENT_BWD, k[1] = DM_OP_COLSUM; break;
+    default: break;
+    }
+    for (int q = 0; q < 3; q++)
+        if (k[q] != DM_NUM_OPS)
+            flop[dm_op_kind_class(k[q])] += dm_op_kind_flop(k[q]) * (double)op->rows * (double)op->cols;
+}
+
 double dm_op_row_flop(const dm_op *op) {
-    if (op->kind == DM_OP_ATTN) /* per score: the mask, the softmax, the dropout */
-        return (dm_op_kind_flop(DM_OP_MASK_ADD) + dm_op_kind_flop(DM_OP_SOFTMAX) + dm_op_kind_flop(DM_OP_DROPOUT)) *
-               (double)op->rows * (double)op->cols;
-    if (op->kind == DM_OP_ATTN_BWD) /* the dropout again, its backward, the softmax's */
-        return (2 * dm_op_kind_flop(DM_OP_DROPOUT) + dm_op_kind_flop(DM_OP_SOFTMAX_BWD)) * (double)op->rows *
-               (double)op->cols;
-    if (op->kind != DM_OP_LINEAR_XENT && op->kind != DM_OP_LINEAR_XENT_BWD) return 0;
-    const double per = op->kind == DM_OP_LINEAR_XENT ? dm_op_kind_flop(DM_OP_XENT)
-                                                     : dm_op_kind_flop(DM_OP_XENT_BWD) + dm_op_kind_flop(DM_OP_COLSUM);
-    return per * (double)op->rows * (double)op->cols;
+    double f[DM_NUM_CLASSES] = {0};
+    dm_op_row_flop_classes(op, f);
+    double s = 0;
+    for (int c = 0; c < DM_NUM_CLASSES; c++) s += f[c];
+    return s;
 }
 
 double dm_op_flop(const dm_graph *g, const dm_op *op) {

@@ -100,6 +100,9 @@ double dm_op_flop(const dm_graph *g, const dm_op *op);
  * cross-entropy's: XENT's per logit forward, XENT_BWD's and a column sum's backward); 0
  * for the others. */
 double dm_op_row_flop(const dm_op *op);
+/* The same added to flop[] by the class of each row op it stands for (the attention's
+ * mask, softmax and dropout; the cross-entropy and the column sum). */
+void dm_op_row_flop_classes(const dm_op *op, double flop[DM_NUM_CLASSES]);
 /* Elements op moves of its operand (io 0: input, 1: output; slot): the tensor's, but
  * rows x cols of an indexed (T) table: a gather reads the rows it selects, not the table. */
 double dm_op_moves(const dm_graph *g, const dm_op *op, int io, int slot);

@@ -164,9 +164,11 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
      * else those of the CPU backend, where `dmove tune` measures */
     const dm_backend *C = B;
     dm_status s = B->algos ? DM_OK : dm_backend_find(DM_DEVICE_CPU, &C);
-    /* the padded attention as one op: asked for, or where the backend's kernels win */
-    const int attn_op = how->segment == DM_SEG_ENCODER && !opt->unpad &&
-                        (opt->attention_op > 0 || (opt->attention_op == 0 && B->attn_op && B->attn_op(cfg, opt)));
+    /* the padded attention as one op: asked for, or where the backend's kernels win (not
+     * under a tuner's choices, which name the attention's ops) */
+    const int attn_op =
+        how->segment == DM_SEG_ENCODER && !opt->unpad &&
+        (opt->attention_op > 0 || (opt->attention_op == 0 && !how->choices && B->attn_op && B->attn_op(cfg, opt)));
     dm_compile_opts co = {.cfg = cfg, .schedule = opt->schedule, .recompute = opt->recompute,
                           .forward_only = opt->forward_only, .no_input_grad = opt->no_input_grad,
                           .no_siblings = !siblings, .no_reuse = opt->no_reuse, .unpad = opt->unpad, .attn_op = attn_op,
@@ -430,7 +432,10 @@ void dm_layer_flop(const dm_layer *L, double flop[2][DM_NUM_CLASSES]) {
     if (!L) return;
     for (int o = 0; o < L->g.nop; o++) {
         const dm_op *op = &L->g.op[o];
-        flop[op->pass][dm_op_kind_class(op->kind)] += dm_op_flop(&L->g, op);
+        /* a fused op's row work (the attention's softmax, the cross-entropy) in the
+         * classes of the ops it stands for: its contraction flop are its GEMMs' alone */
+        flop[op->pass][dm_op_kind_class(op->kind)] += dm_op_flop(&L->g, op) - dm_op_row_flop(op);
+        dm_op_row_flop_classes(op, flop[op->pass]);
     }
 }
 

@@ -43,4 +43,11 @@ typedef struct {
  * is harmless). */
 dm_status dm_compile(const dm_compile_opts *o, dm_graph *g, dm_encoder *enc, dm_plan *plan);
 
+/* Whether the CPU executor runs a padded encoder layer's attention as one ATTN op by
+ * default (attn_op above; cpu/backend.c's rule, which the cost model's CPU grouping
+ * follows): in a training step's fused schedule, not causal, without recompute or a tuned
+ * plan (compile.c says why and what was measured). */
+int dm_cpu_attn_op_default(const dm_layer_config *cfg, dm_schedule schedule, int forward_only, int recompute,
+                           int tuned);
+
 #endif
