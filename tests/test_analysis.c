@@ -295,7 +295,7 @@ static void test_recompute(void) {
     dm_cost_report r[2];
     memset(r, 0, sizeof r);
     for (int v = 0; v < 2; v++) {
-        CHECK_OK(dm_cost_build(&cfg, 0, v, &g[v], &gf[v], &p[v]));
+        CHECK_OK(dm_cost_build(&cfg, 0, v, 0, &g[v], &gf[v], &p[v]));
         CHECK_OK(dm_cost_analyze(&g[v], &p[v], &dev, 2, &r[v]));
     }
     /* the recomputed ops, from the unfused graph: scores, mask, softmax, dropout */

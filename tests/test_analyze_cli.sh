@@ -139,6 +139,17 @@ good "probe" probe --threads 1 --profile "$T/prof/cpu-profile.json"
 [ -s "$T/prof/cpu-profile.json" ] || fail "probe: no profile written"
 good "cpu" analyze --device cpu --profile "$T/prof/cpu-profile.json" --batch 2 --seq 32
 grep -q "measured by dmove probe" "$T/stdout" || fail "cpu: device not from the profile"
+# the CPU's default runs the attention as one op, a tuned plan its ops: a plan from tune
+# applies on the CPU's rates too, and the analysis then shows the attention's ops
+good "cpu" analyze --device cpu --profile "$T/prof/cpu-profile.json" --batch 2 --seq 4 --hidden 8 --heads 2 --ffn 8
+grep -q "^ *[0-9][0-9]* bwd  contraction .* attn_bwd$" "$T/stdout" &&
+    ! grep -q "^ *[0-9][0-9]* fwd .* attn_softmax" "$T/stdout" || fail "cpu: the default's attention not one op"
+if [ -s "$T/tiny-plan.json" ]; then
+    good "plan from tune, cpu" analyze --device cpu --profile "$T/prof/cpu-profile.json" --batch 2 --seq 4 \
+        --hidden 8 --heads 2 --ffn 8 --plan "$T/tiny-plan.json"
+    grep -q "^  probs_drop " "$T/stdout" && grep -q "^ *[0-9][0-9]* fwd .* attn_softmax" "$T/stdout" ||
+        fail "plan from tune, cpu: the attention's ops not shown"
+fi
 # the default profile path: $XDG_CACHE_HOME/dmove/cpu-profile.json
 XDG_CACHE_HOME=$T/prof-xdg "$DMOVE" probe --threads 1 >/dev/null 2>&1 || fail "probe to XDG_CACHE_HOME"
 [ -s "$T/prof-xdg/dmove/cpu-profile.json" ] || fail "probe: not in XDG_CACHE_HOME"

@@ -31,6 +31,7 @@ struct dm_analysis {
     dm_layer_config cfg;
     dm_device dev;
     int dtype_bytes, recompute;
+    int tuned; /* built for a tuned plan: the CPU's attention as its ops (dm_cost_build) */
     /* g: the step's graph, as the unfused schedule runs it (the operator table); gf: the
      * fused schedule's graph, g after its rewrites (graph/rewrite.c keeps op ids, so the
      * fused plan's groups index g's operators too); plan: gf's fused plan */
@@ -49,7 +50,11 @@ struct dm_analysis {
 /* Fills m for the plan analysed (gf, plan) and recounts the three plans' intermediates
  * (api.c); dm_analysis_load_plan (tune/api.c: it reads the plan with the CPU's algorithm
  * names) calls it again after the layouts change. */
-dm_status dm_analysis_memory_report(const dm_layer_config *cfg, int cpu, const dm_graph *gf, const dm_plan *plan,
-                                    int dtype_bytes, dm_analysis_memory *m);
+dm_status dm_analysis_memory_report(const dm_layer_config *cfg, int cpu, int tuned, const dm_graph *gf,
+                                    const dm_plan *plan, int dtype_bytes, dm_analysis_memory *m);
+/* dm_analysis_new on a device's rates, for a tuned plan (tuned: the CPU's attention as
+ * its ops, which a plan names) or not */
+dm_status dm_analysis_make(dm_analysis **out, const dm_layer_config *cfg, const dm_device *dev, int dtype_bytes,
+                           int recompute, int tuned);
 
 #endif

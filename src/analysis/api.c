@@ -153,8 +153,8 @@ dm_status dm_group_chart_write_svg(const char *title, const char *subtitle, cons
 
 /* --- The analysis ---------------------------------------------------------------------- */
 
-dm_status dm_analysis_memory_report(const dm_layer_config *cfg, int cpu, const dm_graph *gf, const dm_plan *plan,
-                                    int dtype_bytes, dm_analysis_memory *m) {
+dm_status dm_analysis_memory_report(const dm_layer_config *cfg, int cpu, int tuned, const dm_graph *gf,
+                                    const dm_plan *plan, int dtype_bytes, dm_analysis_memory *m) {
     memset(m, 0, sizeof *m);
     const double scale = dtype_bytes / 4.0;
     for (int t = 0; t < gf->nt; t++) {
@@ -177,8 +177,9 @@ dm_status dm_analysis_memory_report(const dm_layer_config *cfg, int cpu, const d
     for (int v = 0; v < 3; v++) {
         dm_graph g2;
         dm_plan p2;
-        const dm_compile_opts co = {.cfg = cfg, .schedule = v > 0 ? DM_SCHED_FUSED : DM_SCHED_UNFUSED,
-                                    .recompute = v == 2, .no_siblings = !cpu};
+        const dm_compile_opts co = {
+            .cfg = cfg, .schedule = v > 0 ? DM_SCHED_FUSED : DM_SCHED_UNFUSED, .recompute = v == 2, .no_siblings = !cpu,
+            .attn_op = v == 1 && cpu && dm_cpu_attn_op_default(cfg, DM_SCHED_FUSED, 0, 0, tuned)};
         dm_status s = dm_compile(&co, &g2, NULL, &p2);
         if (s == DM_OK) *(v == 0 ? &m->unfused : v == 1 ? &m->fused : &m->recompute) = (double)p2.activation_bytes * scale;
         dm_plan_free(&p2);
@@ -192,17 +193,25 @@ dm_status dm_analysis_new(dm_analysis **out, const dm_layer_config *cfg, const d
                           int dtype_bytes, int recompute) {
     if (out) *out = NULL;
     if (!out || !cfg || !dev) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_new: NULL argument");
+    return dm_analysis_make(out, cfg, &dev->d, dtype_bytes, recompute, 0);
+}
+
+dm_status dm_analysis_make(dm_analysis **out, const dm_layer_config *cfg, const dm_device *dev, int dtype_bytes,
+                           int recompute, int tuned) {
+    *out = NULL;
     if (dtype_bytes != 4 && dtype_bytes != 2)
         return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_new: %d bytes per element (4 or 2)", dtype_bytes);
     dm_analysis *a = calloc(1, sizeof *a);
     if (!a) return dm_fail(DM_ERR_OOM, "out of memory");
     a->cfg = *cfg;
-    a->dev = dev->d;
+    a->dev = *dev;
     a->dtype_bytes = dtype_bytes;
     a->recompute = recompute;
-    dm_status s = dm_cost_build(&a->cfg, a->dev.is_cpu, recompute, &a->g, &a->gf, &a->plan);
+    a->tuned = tuned;
+    dm_status s = dm_cost_build(&a->cfg, a->dev.is_cpu, recompute, tuned, &a->g, &a->gf, &a->plan);
     if (s == DM_OK) s = dm_cost_analyze(&a->g, &a->plan, &a->dev, dtype_bytes, &a->rep);
-    if (s == DM_OK) s = dm_analysis_memory_report(&a->cfg, a->dev.is_cpu, &a->gf, &a->plan, dtype_bytes, &a->mem);
+    if (s == DM_OK)
+        s = dm_analysis_memory_report(&a->cfg, a->dev.is_cpu, tuned, &a->gf, &a->plan, dtype_bytes, &a->mem);
     if (s != DM_OK) {
         dm_analysis_free(a);
         return s;

@@ -230,14 +230,14 @@ void dm_cost_free(dm_cost_report *r) {
     r->groups = NULL;
 }
 
-dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, int recompute, dm_graph *g, dm_graph *gf,
+dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, int recompute, int tuned, dm_graph *g, dm_graph *gf,
                         dm_plan *plan) {
     memset(plan, 0, sizeof *plan);
     dm_graph_init(gf);
     const dm_compile_opts unfused = {.cfg = cfg, .schedule = DM_SCHED_UNFUSED};
     /* the CPU's grouping: its attention as one op where its executor runs it so */
     const dm_compile_opts fused = {.cfg = cfg, .schedule = DM_SCHED_FUSED, .recompute = recompute, .no_siblings = !cpu,
-                                   .attn_op = cpu && dm_cpu_attn_op_default(cfg, DM_SCHED_FUSED, 0, recompute, 0)};
+                                   .attn_op = cpu && dm_cpu_attn_op_default(cfg, DM_SCHED_FUSED, 0, recompute, tuned)};
     dm_status st = dm_compile(&unfused, g, NULL, NULL);
     return st == DM_OK ? dm_compile(&fused, gf, NULL, plan) : st;
 }
@@ -248,7 +248,7 @@ dm_status dm_cost_floors(const dm_layer_config *cfg, const dm_device *dev, int d
     dm_plan plan;
     dm_cost_report rep;
     memset(&rep, 0, sizeof rep);
-    dm_status st = dm_cost_build(cfg, dev->is_cpu, recompute, &g, &gf, &plan);
+    dm_status st = dm_cost_build(cfg, dev->is_cpu, recompute, 0, &g, &gf, &plan);
     if (st == DM_OK) st = dm_cost_analyze(&g, &plan, dev, dtype_bytes, &rep);
     if (st == DM_OK) {
         *unfused_s = rep.unfused_floor_s;

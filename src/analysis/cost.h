@@ -96,9 +96,10 @@ void dm_cost_free(dm_cost_report *r);
  * schedule runs it; gf, g after the fused schedule's rewrites (the same op ids; with
  * `recompute`, attention's probabilities recomputed in the backward, --recompute: four
  * clones inserted, the ids after them moved); plan, gf's fused plan, as the CPU executor
- * (cpu = 1) or the GPU's (0) groups it. The caller frees all three, also on failure (they
- * are initialised first). */
-dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, int recompute, dm_graph *g, dm_graph *gf,
+ * (cpu = 1) or the GPU's (0) groups it: the CPU's attention as one op where its executor
+ * runs it so by default (plan/compile.h), its ops with `tuned` (the graph a tuned plan
+ * names). The caller frees all three, also on failure (they are initialised first). */
+dm_status dm_cost_build(const dm_layer_config *cfg, int cpu, int recompute, int tuned, dm_graph *g, dm_graph *gf,
                         dm_plan *plan);
 /* The roofline floors (seconds; dm_cost_report's unfused_floor_s and fused_floor_s) of a
  * training step of cfg on dev, in a dtype of dtype_bytes; the fused one of the plan that

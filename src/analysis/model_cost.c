@@ -37,8 +37,9 @@ static dm_status segment_cost(const dm_layer_config *cfg, dm_segment seg, const 
     /* as the trainer builds its segments: every input gradient (the layers' feed the one
      * before), the GPU's plans without sibling merges */
     const dm_compile_opts un = {.cfg = cfg, .schedule = DM_SCHED_UNFUSED, .segment = seg, .sizes = sz};
-    const dm_compile_opts fu = {.cfg = cfg, .schedule = DM_SCHED_FUSED, .no_siblings = !dev->is_cpu,
-                                .segment = seg, .sizes = sz};
+    const dm_compile_opts fu = {
+        .cfg = cfg, .schedule = DM_SCHED_FUSED, .no_siblings = !dev->is_cpu, .segment = seg, .sizes = sz,
+        .attn_op = seg == DM_SEG_ENCODER && dev->is_cpu && dm_cpu_attn_op_default(cfg, DM_SCHED_FUSED, 0, 0, 0)};
     dm_status s = dm_compile(&un, &g, NULL, NULL);
     if (s == DM_OK) s = dm_compile(&fu, &gf, NULL, &plan);
     if (s == DM_OK) s = dm_cost_analyze(&g, &plan, dev, dtype_bytes, &rep);

@@ -165,10 +165,11 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
     const dm_backend *C = B;
     dm_status s = B->algos ? DM_OK : dm_backend_find(DM_DEVICE_CPU, &C);
     /* the padded attention as one op: asked for, or where the backend's kernels win (not
-     * under a tuner's choices, which name the attention's ops) */
-    const int attn_op =
-        how->segment == DM_SEG_ENCODER && !opt->unpad &&
-        (opt->attention_op > 0 || (opt->attention_op == 0 && !how->choices && B->attn_op && B->attn_op(cfg, opt)));
+     * under a tuner's choices, which name the attention's ops, nor in the GPU's grouping
+     * on the CPU, whose default keeps them) */
+    const int attn_op = how->segment == DM_SEG_ENCODER && !opt->unpad &&
+                        (opt->attention_op > 0 || (opt->attention_op == 0 && !how->choices && !how->no_siblings &&
+                                                   B->attn_op && B->attn_op(cfg, opt)));
     dm_compile_opts co = {.cfg = cfg, .schedule = opt->schedule, .recompute = opt->recompute,
                           .forward_only = opt->forward_only, .no_input_grad = opt->no_input_grad,
                           .no_siblings = !siblings, .no_reuse = opt->no_reuse, .unpad = opt->unpad, .attn_op = attn_op,

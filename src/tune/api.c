@@ -33,9 +33,33 @@ dm_status dm_analysis_measure(dm_analysis *a, int threads, int warmup, int reps)
  * fused graph's tensors and the fused plan's memory as copies, the choices, the pairs, the
  * memory report) and becomes the analysis's only when all of it is: on an error the
  * analysis is as it was, and a plan may be applied again. */
+static dm_status load_plan(dm_analysis *a, const char *path);
+
 dm_status dm_analysis_load_plan(dm_analysis *a, const char *path) {
     if (!a || !path) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_load_plan: NULL argument");
     if (a->have_choices) return dm_fail(DM_ERR_INVALID_ARG, "dm_analysis_load_plan: a plan is applied already");
+    int one_op = 0;
+    for (int o = 0; o < a->gf.nop; o++) one_op |= a->gf.op[o].kind == DM_OP_ATTN;
+    if (!one_op) return load_plan(a, path);
+    /* the CPU's default runs the attention as one op, a tuned plan its ops: the analysis
+     * made again as a layer with the plan builds it, and taken only when the plan applies */
+    dm_analysis *b = NULL;
+    dm_status s = dm_analysis_make(&b, &a->cfg, &a->dev, a->dtype_bytes, a->recompute, 1);
+    if (s == DM_OK) s = load_plan(b, path);
+    if (s == DM_OK) {
+        const dm_analysis t = *a;
+        *a = *b;
+        *b = t;
+        a->plan.g = a->rep.fused_graph = &a->gf; /* the plans and reports point at their own */
+        b->plan.g = b->rep.fused_graph = &b->gf;  /* structs' graphs */
+        a->op_secs = b->op_secs; /* measured per op of g, the unfused graph: the same */
+        b->op_secs = NULL;
+    }
+    dm_analysis_free(b);
+    return s;
+}
+
+static dm_status load_plan(dm_analysis *a, const char *path) {
     dm_layer_options opt = {.schedule = DM_SCHED_FUSED, .recompute = a->recompute};
     dm_choices ch;
     DM_TRY(dm_plan_load(path, &a->cfg, &opt, &a->gf, &dm_cpu_gemm_algos, &ch));
@@ -64,7 +88,7 @@ dm_status dm_analysis_load_plan(dm_analysis *a, const char *path) {
     }
     if (s == DM_OK) s = dm_plan_pairs(&plan, partner, partner + ng + 1);
     /* the layouts change the memory plan: the memory report follows it */
-    if (s == DM_OK) s = dm_analysis_memory_report(&a->cfg, a->dev.is_cpu, &g, &plan, a->dtype_bytes, &mem);
+    if (s == DM_OK) s = dm_analysis_memory_report(&a->cfg, a->dev.is_cpu, a->tuned, &g, &plan, a->dtype_bytes, &mem);
     if (s != DM_OK) {
         free(g.t);
         free(plan.in_memory);
