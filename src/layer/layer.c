@@ -88,11 +88,12 @@ dm_status dm_layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_laye
     return dm_layer_new_with(out, cfg, opt, NULL, 0);
 }
 
-/* no_siblings: the plan merges no sibling batched contractions, whatever the backend
- * (dm_layer_new_gpu_grouping) */
+/* gpu_grouping: the plan grouped as the GPU's, whatever the backend
+ * (dm_layer_new_gpu_grouping): no sibling batched contractions merged, and the attention
+ * as its ops where the backend's own default would take the one op (CUDA's keeps them) */
 typedef struct {
     const dm_choices *choices;
-    int lenient, no_siblings;
+    int lenient, gpu_grouping;
     dm_backend_pool *pool;
     dm_segment segment;
     const dm_bert_sizes *sizes;
@@ -114,7 +115,7 @@ dm_status dm_layer_new_pooled(dm_layer **out, const dm_layer_config *cfg, const 
 }
 
 dm_status dm_layer_new_gpu_grouping(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt) {
-    const layer_how how = {.no_siblings = 1};
+    const layer_how how = {.gpu_grouping = 1};
     return layer_new(out, cfg, opt, &how);
 }
 
@@ -153,7 +154,7 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
     DM_TRY(dm_layer_options_check(opt));
     const dm_backend *B;
     DM_TRY(dm_backend_find(opt->device, &B));
-    const int siblings = B->merge_siblings && !how->no_siblings;
+    const int siblings = B->merge_siblings && !how->gpu_grouping;
     dm_layer *L = calloc(1, sizeof *L);
     if (!L) return dm_fail(DM_ERR_OOM, "out of memory");
     L->cfg = *cfg;
@@ -165,10 +166,9 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
     const dm_backend *C = B;
     dm_status s = B->algos ? DM_OK : dm_backend_find(DM_DEVICE_CPU, &C);
     /* the padded attention as one op: asked for, or where the backend's kernels win (not
-     * under a tuner's choices, which name the attention's ops, nor in the GPU's grouping
-     * on the CPU, whose default keeps them) */
+     * under a tuner's choices, which name the attention's ops, nor in the GPU's grouping) */
     const int attn_op = how->segment == DM_SEG_ENCODER && !opt->unpad &&
-                        (opt->attention_op > 0 || (opt->attention_op == 0 && !how->choices && !how->no_siblings &&
+                        (opt->attention_op > 0 || (opt->attention_op == 0 && !how->choices && !how->gpu_grouping &&
                                                    B->attn_op && B->attn_op(cfg, opt)));
     dm_compile_opts co = {.cfg = cfg, .schedule = opt->schedule, .recompute = opt->recompute,
                           .forward_only = opt->forward_only, .no_input_grad = opt->no_input_grad,
