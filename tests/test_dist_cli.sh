@@ -8,7 +8,8 @@
 #   - a resume with the same 2 ranks bit-identical to the uninterrupted run, and alone with
 #     b=8 going on from the same checkpoint;
 #   - ranks launched with different options refuse to start, naming them;
-#   - a rank that hangs (SIGSTOP) stops the other within DMOVE_DIST_TIMEOUT, named; a rank
+#   - a rank that hangs (SIGSTOP) stops the other within DMOVE_DIST_TIMEOUT, named, also
+#     while rank 0 writes a checkpoint (a wait of an hour for the others only); a rank
 #     that dies (SIGKILL) ends the job; the last checkpoint stays whole.
 # With a dmove built without MPI: a launch that says it is one of 2 ranks is refused,
 # saying how to build with MPI (the suite's ASan build is built so).
@@ -228,7 +229,8 @@ rank1() {
         tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$' && echo "$p"
     done
 }
-LONG="$P --batch 4 --steps 1000000 --eval-every 1000000 --save long.ckpt --save-every 20"
+LONG0="$P --batch 4 --steps 1000000 --eval-every 1000000 --save long.ckpt"
+LONG="$LONG0 --save-every 20"
 wait_for_ckpt() {
     i=0
     while [ ! -s long.ckpt ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
@@ -253,9 +255,18 @@ fault() {
     fi
     kill -"$sig" "$p"
     t0=$(date +%s)
+    # a job still running after 120 s has failed: ended, not waited for (the default wait
+    # for a rank is an hour while rank 0 writes a checkpoint)
+    (
+        sleep 120
+        kill -CONT "$p" 2>/dev/null
+        kill "$job" 2>/dev/null
+    ) &
+    watchdog=$!
     wait "$job"
     rc=$?
     t=$(($(date +%s) - t0))
+    kill "$watchdog" 2>/dev/null
     [ "$rc" -ne 0 ] && [ "$t" -lt 60 ] || fail "$name: exit $rc after $t s"
 }
 # a rank that hangs: the other stops after the timeout, naming it
@@ -265,6 +276,24 @@ if fault hang STOP -x DMOVE_DIST_TIMEOUT; then
         fail "hang: no message naming rank 1: $(grep -m2 rank stderr)"
     echo "ok   a hung rank stops the run in $t s: $(grep -m1 'waited' stderr | cut -c1-200)"
 fi
+# the same while rank 0 writes a checkpoint: rank 0, the file written, waits the ordinary
+# time for the others (they wait an hour for it). A checkpoint every step, of 21 MB, and
+# little work a step (b=1, j=8): rank 1 is mostly stopped in that wait; up to 4 tries
+LONG="$(echo "$P" | sed 's/--hidden 32 --heads 2 --ffn 64 --seq 32/--hidden 256 --heads 2 --ffn 1024 --seq 8/') \
+--batch 1 --steps 1000000 --eval-every 1000000 --save long.ckpt --save-every 1"
+try=0
+while [ $try -lt 4 ]; do
+    try=$((try + 1))
+    fault "hang while rank 0 writes" STOP -x DMOVE_DIST_TIMEOUT || break
+    grep -Eq 'rank 0 of 2 waited 3 s for the other ranks .*rank 1 (is behind|does not answer|is in it too, but has not moved)' stderr ||
+        { fail "hang while rank 0 writes: no message naming rank 1: $(grep -m2 rank stderr)"; break; }
+    if grep -q 'waited 3 s for the other ranks (rank 0 writing the file)' stderr; then
+        echo "ok   a rank hung while rank 0 writes stops the run in $t s (try $try): $(grep -m1 'waited' stderr | cut -c1-120)"
+        break
+    fi
+    [ $try -lt 4 ] || fail "hang while rank 0 writes: 4 tries, rank 1 never stopped in the write: $(grep -m1 waited stderr)"
+done
+LONG="$LONG0 --save-every 20"
 unset DMOVE_DIST_TIMEOUT
 good "hang: the last checkpoint is whole" export --checkpoint long.ckpt --out after-hang
 # a rank that dies: mpirun ends the job, naming it

@@ -504,8 +504,11 @@ dm_status dm_dist_bcast(dm_dist *d, void *buf, size_t bytes, int root, const cha
 }
 
 dm_status dm_dist_bcast_slow(dm_dist *d, void *buf, size_t bytes, int root, const char *what) {
-    /* rank root writes a file meanwhile: an hour at least */
-    return bcast_limit(d, buf, bytes, root, d && d->timeout > 3600 ? d->timeout : 3600, what);
+    /* The others wait while rank root writes a file: an hour at least. Rank root, its work
+     * done, waits for them as for any collective: a rank stopped meanwhile is found in the
+     * ordinary time, not an hour later. */
+    const double slow = d && d->timeout > 3600 ? d->timeout : 3600;
+    return bcast_limit(d, buf, bytes, root, d && d->rank == root ? d->timeout : slow, what);
 }
 
 dm_status dm_dist_barrier(dm_dist *d) {

@@ -30,7 +30,8 @@ void dm_dist_add_reduce_times(dm_dist *d, double busy, double exposed);
 dm_status dm_dist_sum_i64(dm_dist *d, int64_t *v, int n, const char *what);
 dm_status dm_dist_sum_f64(dm_dist *d, double *v, int n, const char *what);
 /* Rank `root`'s bytes to every rank. _slow: while rank root does something long (writes
- * a checkpoint): an hour at least before the others give up. */
+ * a checkpoint): an hour at least before the others give up (rank root itself, its work
+ * done, waits the ordinary time). */
 dm_status dm_dist_bcast(dm_dist *d, void *buf, size_t bytes, int root, const char *what);
 dm_status dm_dist_bcast_slow(dm_dist *d, void *buf, size_t bytes, int root, const char *what);
 
