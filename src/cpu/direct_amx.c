@@ -19,8 +19,9 @@
  *   op(B) k [k0, k0 + kc) x columns [j0, j0 + nc): tile (u, c) = columns 16u.., k 32c..,
  *     parts at b + ((u kt + c) 3 + p) 512, row q: the 16 columns' pairs (k 2q, 2q + 1) (the
  *     tile unit's "VNNI" layout). Rows, columns and k past the block are zero.
- * Blocking: NC columns by KC of k packed from op(B) (786 KB, L2), op(A) MC rows at a time
- * (98 KB), micro-blocks of 32 x 32 of C in four accumulator tiles, two tiles each of A and
+ * Blocking: for each KC of k, NC columns of it packed from op(B) (786 KB, L2) at a time,
+ * op(A) MC rows at a time (98 KB; all of its rows packed once for every NC block, where a
+ * thread's panel can be had), micro-blocks of 32 x 32 of C in four accumulator tiles, two tiles each of A and
  * B in the other four. Measured on 1 thread of the Xeon (2026-11-29), 512 x 3072 x 768,
  * the sum carried in the tiles across blocks: KC 384 / NC 256 / MC 32 262 GFLOP/s;
  * 256/512/32 241-248; 128/512/64 202; 768/128/32 228 (the AVX-512 kernel: 173-188). With
@@ -42,7 +43,9 @@
  * subnormal inputs count as 0, a float loses its third part below about 2^-110 and its
  * second below 2^-118, and products below fp32's smallest normal (1.2e-38) are 0. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <immintrin.h>
@@ -261,6 +264,36 @@ typedef struct {
     uint8_t rows[16];
 } __attribute__((packed)) tile_config;
 
+/* A thread's packed op(A) for all m rows of one KC block, kept across the column blocks:
+ * packed n / NC times otherwise, which cost a weight gradient (op(A) transposed, gathered
+ * 32 rows apart) a fifth of its time. Grown as needed, at most PANEL_MOST bytes; freed
+ * when the thread ends. NULL where it cannot be had: the caller packs for each block. */
+#define PANEL_MOST ((size_t)48 << 20)
+static pthread_key_t panel_key;
+static pthread_once_t panel_once = PTHREAD_ONCE_INIT;
+static int panel_key_ok;
+static __thread uint16_t *panel_mem;
+static __thread size_t panel_cap;
+
+static void panel_free(void *p) { free(p); }
+static void panel_key_make(void) { panel_key_ok = pthread_key_create(&panel_key, panel_free) == 0; }
+
+static uint16_t *panel_get(size_t elems) {
+    if (elems > PANEL_MOST / sizeof(uint16_t)) return NULL;
+    if (elems <= panel_cap) return panel_mem;
+    if (pthread_once(&panel_once, panel_key_make) != 0 || !panel_key_ok) return NULL;
+    const size_t bytes = (elems * sizeof(uint16_t) + 63) / 64 * 64;
+    void *p = aligned_alloc(64, bytes);
+    if (!p || pthread_setspecific(panel_key, p) != 0) {
+        free(p);
+        return NULL;
+    }
+    free(panel_mem); /* its key now holds p */
+    panel_mem = p;
+    panel_cap = bytes / sizeof(uint16_t);
+    return panel_mem;
+}
+
 AMX_TARGET void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
                                     const float *B, int ldb, float *C, int ldc, float *buf) {
     if (k <= 0 || m <= 0 || n <= 0) {
@@ -274,26 +307,34 @@ AMX_TARGET void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k,
     _tile_loadconfig(&cf);
     float scr[32 * 32] __attribute__((aligned(64)));
     uint16_t *bp = (uint16_t *)buf, *ap = bp + (int64_t)3 * KC * NC;
+    /* op(A) packed once for every column block: all m rows of a KC block (see panel_get);
+     * without it (one column block, or no memory), again for each */
+    const int kt_most = ((k < KC ? k : KC) + 31) / 32;
+    const int64_t ablock = (int64_t)2 * kt_most * 1536; /* one MC block's packed tiles */
+    uint16_t *panel = n > NC ? panel_get((size_t)((m + MC - 1) / MC) * (size_t)ablock) : NULL;
     /* the largest |a| and |b| (inf: a NaN, inf or float past bf16's range) */
     float amax = 0, bmax = 0;
-    for (int j0 = 0; j0 < n && bmax < INFINITY; j0 += NC) {
-        const int nc = n - j0 < NC ? n - j0 : NC;
-        for (int k0 = 0; k0 < k && bmax < INFINITY; k0 += KC) {
-            const int kc = k - k0 < KC ? k - k0 : KC, kt = (kc + 31) / 32;
+    for (int k0 = 0; k0 < k && bmax < INFINITY; k0 += KC) {
+        const int kc = k - k0 < KC ? k - k0 : KC, kt = (kc + 31) / 32;
+        for (int j0 = 0; j0 < n && bmax < INFINITY; j0 += NC) {
+            const int nc = n - j0 < NC ? n - j0 : NC;
             const float bm = pack_tiles(bp, transB, 1, B, ldb, j0, nc, k0, kc);
             bmax = bm > bmax ? bm : bmax;
             for (int ib = 0; ib < m && bmax < INFINITY; ib += MC) {
                 const int mc = m - ib < MC ? m - ib : MC;
-                const float am = pack_tiles(ap, !transA, 0, A, lda, ib, mc, k0, kc);
-                amax = am > amax ? am : amax;
-                if (amax == INFINITY) {
-                    bmax = INFINITY;
-                    break;
+                uint16_t *a = panel ? panel + (int64_t)(ib / MC) * ablock : ap;
+                if (!panel || j0 == 0) {
+                    const float am = pack_tiles(a, !transA, 0, A, lda, ib, mc, k0, kc);
+                    amax = am > amax ? am : amax;
+                    if (amax == INFINITY) {
+                        bmax = INFINITY;
+                        break;
+                    }
                 }
                 for (int j = 0; j < nc; j += 32)
                     for (int i = 0; i < mc; i += 32) {
                         const int mr = mc - i < 32 ? mc - i : 32, nr = nc - j < 32 ? nc - j : 32;
-                        const uint16_t *a0 = ap + (int64_t)(i / 16) * kt * 1536, *b0 = bp + (int64_t)(j / 16) * kt * 1536;
+                        const uint16_t *a0 = a + (int64_t)(i / 16) * kt * 1536, *b0 = bp + (int64_t)(j / 16) * kt * 1536;
                         /* a block's second row (column) tile past the edge: the first again,
                          * its products landing in rows (columns) that are not stored */
                         const uint16_t *a1 = mr > 16 ? a0 + (int64_t)kt * 1536 : a0;
