@@ -138,52 +138,57 @@ static AMX_TARGET float pack_tiles(uint16_t *d, int k_contig, int pair_rows, con
     __mmask16 odd = 0;
     __m512 mx = _mm512_setzero_ps();
     const int rt = (rc + 15) / 16, kt = (kc + 31) / 32, transpose = k_contig == pair_rows;
-    for (int t = 0; t < rt; t++)
-        for (int c = 0; c < kt; c++) {
-            uint16_t *dt = d + (int64_t)(t * kt + c) * 3 * 512;
-            const int kk = k0 + 32 * c, kn = kc - 32 * c, rn = rc - 16 * t;
-            __m512i v[3][16];
-            { /* the next tile's lines asked for now: its 16 rows or 32 k rows lie apart,
-               * where the hardware's prefetchers do not follow (a transposed op(A) not in
-               * cache, 2 KB rows: 64 GFLOP/s without, 1 thread) */
-                const int tn = c + 1 < kt ? t : t + 1, cn = c + 1 < kt ? c + 1 : 0;
-                if (tn < rt) {
-                    const int kk1 = k0 + 32 * cn, kn1 = kc - 32 * cn, rn1 = rc - 16 * tn;
-                    if (k_contig)
-                        for (int q = 0; q < 16 && q < rn1; q++) {
-                            const float *x = X + (int64_t)(r0 + 16 * tn + q) * ldx + kk1;
-                            _mm_prefetch((const char *)x, _MM_HINT_T0);
-                            if (kn1 > 16) _mm_prefetch((const char *)(x + 16), _MM_HINT_T0);
-                        }
-                    else
-                        for (int q = 0; q < 32 && q < kn1; q++)
-                            _mm_prefetch((const char *)(X + (int64_t)(kk1 + q) * ldx + r0 + 16 * tn), _MM_HINT_T0);
-                }
+    /* the tiles in the order the operand lies: a row's k in turn (k_contig), else the 32 k
+     * rows' next 64 bytes in turn (16 rows or columns further), so that each line read
+     * follows the one before it in its row; by rows of tiles first, a k row was read 64
+     * bytes at a time rt tiles apart, each line a miss the prefetchers did not foresee */
+    for (int it = 0; it < rt * kt; it++) {
+        const int t = k_contig ? it / kt : it % rt, c = k_contig ? it % kt : it / rt;
+        uint16_t *dt = d + (int64_t)(t * kt + c) * 3 * 512;
+        const int kk = k0 + 32 * c, kn = kc - 32 * c, rn = rc - 16 * t;
+        __m512i v[3][16];
+        { /* the next tile's lines asked for now: its 16 rows or 32 k rows lie apart,
+           * where the hardware's prefetchers do not follow (a transposed op(A) not in
+           * cache, 2 KB rows: 64 GFLOP/s without, 1 thread) */
+            const int tn = it + 1 == rt * kt ? rt : k_contig ? (it + 1) / kt : (it + 1) % rt,
+                      cn = k_contig ? (it + 1) % kt : (it + 1) / rt;
+            if (tn < rt && cn < kt) {
+                const int kk1 = k0 + 32 * cn, kn1 = kc - 32 * cn, rn1 = rc - 16 * tn;
+                if (k_contig)
+                    for (int q = 0; q < 16 && q < rn1; q++) {
+                        const float *x = X + (int64_t)(r0 + 16 * tn + q) * ldx + kk1;
+                        _mm_prefetch((const char *)x, _MM_HINT_T0);
+                        if (kn1 > 16) _mm_prefetch((const char *)(x + 16), _MM_HINT_T0);
+                    }
+                else
+                    for (int q = 0; q < 32 && q < kn1; q++)
+                        _mm_prefetch((const char *)(X + (int64_t)(kk1 + q) * ldx + r0 + 16 * tn), _MM_HINT_T0);
             }
-            for (int q = 0; q < 16; q++) { /* a row's 32 k, or the pairs of k rows 2q, 2q + 1 */
-                __m512i o[3];
-                if (k_contig) {
-                    const float *x = X + (int64_t)(r0 + 16 * t + q) * ldx + kk;
-                    if (q < rn) split3(load_n(x, kn), load_n(x + 16, kn - 16), o, &odd, &mx);
-                    else o[0] = o[1] = o[2] = _mm512_setzero_si512();
-                } else {
-                    const float *x = X + (int64_t)(kk + 2 * q) * ldx + r0 + 16 * t;
-                    const __m512 x0 = 2 * q < kn ? load_n(x, rn) : _mm512_setzero_ps();
-                    const __m512 x1 = 2 * q + 1 < kn ? load_n(x + ldx, rn) : _mm512_setzero_ps();
-                    split3(x0, x1, o, &odd, &mx);
-                    for (int p = 0; p < 3; p++) o[p] = interleave_halves(o[p]);
-                }
-                for (int p = 0; p < 3; p++) {
-                    if (transpose) v[p][q] = o[p];
-                    else _mm512_storeu_si512(dt + p * 512 + q * 32, o[p]);
-                }
-            }
-            if (transpose)
-                for (int p = 0; p < 3; p++) {
-                    transpose16d(v[p]);
-                    for (int q = 0; q < 16; q++) _mm512_storeu_si512(dt + p * 512 + q * 32, v[p][q]);
-                }
         }
+        for (int q = 0; q < 16; q++) { /* a row's 32 k, or the pairs of k rows 2q, 2q + 1 */
+            __m512i o[3];
+            if (k_contig) {
+                const float *x = X + (int64_t)(r0 + 16 * t + q) * ldx + kk;
+                if (q < rn) split3(load_n(x, kn), load_n(x + 16, kn - 16), o, &odd, &mx);
+                else o[0] = o[1] = o[2] = _mm512_setzero_si512();
+            } else {
+                const float *x = X + (int64_t)(kk + 2 * q) * ldx + r0 + 16 * t;
+                const __m512 x0 = 2 * q < kn ? load_n(x, rn) : _mm512_setzero_ps();
+                const __m512 x1 = 2 * q + 1 < kn ? load_n(x + ldx, rn) : _mm512_setzero_ps();
+                split3(x0, x1, o, &odd, &mx);
+                for (int p = 0; p < 3; p++) o[p] = interleave_halves(o[p]);
+            }
+            for (int p = 0; p < 3; p++) {
+                if (transpose) v[p][q] = o[p];
+                else _mm512_storeu_si512(dt + p * 512 + q * 32, o[p]);
+            }
+        }
+        if (transpose)
+            for (int p = 0; p < 3; p++) {
+                transpose16d(v[p]);
+                for (int q = 0; q < 16; q++) _mm512_storeu_si512(dt + p * 512 + q * 32, v[p][q]);
+            }
+    }
     return odd ? INFINITY : _mm512_reduce_max_ps(mx);
 }
 
