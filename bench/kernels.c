@@ -31,6 +31,7 @@
 
 #include "cpu/contract.h"
 #include "cpu/direct_isa.h"
+#include "dmove_tools.h"
 
 typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
                                float *, int);
@@ -294,9 +295,7 @@ int main(int argc, char **argv) {
                peak[1][isa] / 1e9, nt);
     if (use[IMPL_DIRECT_AMX])
         printf("# dmove amx: fp32 as three bf16 parts on the tile unit (src/cpu/direct_amx.c), as a share of the "
-               "AVX-512 FMA rate; it takes GEMMs with C at least %d x %d and k >= %d, the AVX-512 variant the "
-               "rest\n",
-               DM_DIRECT_AMX_MIN_M, DM_DIRECT_AMX_MIN_N, DM_DIRECT_AMX_MIN_K);
+               "AVX-512 FMA rate; %s\n", dm_cpu_kernel_split());
     if (widest < DM_ISA_AVX2) {
         printf("# this CPU has no AVX2: the direct kernel does not run here\n");
         use[IMPL_DIRECT_AVX2] = 0;

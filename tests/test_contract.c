@@ -274,9 +274,11 @@ static void direct(void) {
     /* C split between threads by rows or by columns (as run_share does, each part told
      * the whole GEMM's m and n) gives the very floats of one call: each element is
      * computed alike wherever its tile lies, and the parts (20 rows, 64 columns: below the
-     * AMX variant's shape on their own) run the whole GEMM's variant */
-    for (int t = 0; t < 8; t++) {
-        const int ta = t & 1, tb = (t >> 1) & 1, m = 100, n = 300, k = 600, lda = ta ? m : k, ldb = tb ? k : n;
+     * AMX variant's shape on their own) run the whole GEMM's variant; t >= 8: a narrow C
+     * (n 64, m and k 300: AMX as a whole, not as 20 rows or 32 columns) */
+    for (int t = 0; t < 16; t++) {
+        const int narrow = t >= 8, ta = t & 1, tb = (t >> 1) & 1, m = narrow ? 300 : 100, n = narrow ? 64 : 300,
+                  k = narrow ? 300 : 600, lda = ta ? m : k, ldb = tb ? k : n, cut = narrow ? 32 : 236;
         const float alpha = t & 4 ? 1.0f : 0.5f;
         float *A = malloc(sizeof(float) * (size_t)m * k), *B = malloc(sizeof(float) * (size_t)k * n),
               *C1 = malloc(sizeof(float) * (size_t)m * n), *C2 = malloc(sizeof(float) * (size_t)m * n);
@@ -289,14 +291,14 @@ static void direct(void) {
         dm_sgemm_direct_part(m, n, ta, tb, m - 20, n, k, alpha, A + (ta ? 20 : 20 * lda), lda, B, ldb, C2 + 20 * n,
                              n, buf);
         const int by_rows = !memcmp(C1, C2, sizeof(float) * (size_t)m * n);
-        dm_sgemm_direct_part(m, n, ta, tb, m, 236, k, alpha, A, lda, B, ldb, C2, n, buf);
-        dm_sgemm_direct_part(m, n, ta, tb, m, n - 236, k, alpha, A, lda, B + (tb ? 236 * ldb : 236), ldb, C2 + 236,
+        dm_sgemm_direct_part(m, n, ta, tb, m, cut, k, alpha, A, lda, B, ldb, C2, n, buf);
+        dm_sgemm_direct_part(m, n, ta, tb, m, n - cut, k, alpha, A, lda, B + (tb ? cut * ldb : cut), ldb, C2 + cut,
                              n, buf);
         const int by_cols = !memcmp(C1, C2, sizeof(float) * (size_t)m * n);
         if (!by_rows || !by_cols) {
             bad++;
-            printf("    FAIL direct transA %d transB %d alpha %g: split by %s differs from one call\n", ta, tb,
-                   (double)alpha, by_rows ? "columns" : "rows");
+            printf("    FAIL direct %dx%dx%d transA %d transB %d alpha %g: split by %s differs from one call\n", m, n,
+                   k, ta, tb, (double)alpha, by_rows ? "columns" : "rows");
         }
         cases++;
         free(A); free(B); free(C1); free(C2);

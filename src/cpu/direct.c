@@ -164,10 +164,13 @@ void dm_direct_set_pack_at(int v) {
 }
 
 const char *dm_cpu_kernel_split(void) {
-    static char text[96];
+    static char text[160];
     if (dm_gemm_direct_isa() != DM_ISA_AMX) return "";
-    snprintf(text, sizeof text, "GEMMs with C at least %d x %d and k >= %d on AMX, the rest on AVX-512",
-             DM_DIRECT_AMX_MIN_M, DM_DIRECT_AMX_MIN_N, DM_DIRECT_AMX_MIN_K);
+    snprintf(text, sizeof text,
+             "GEMMs with C at least %d x %d and k >= %d, or C %d or more wide with m and k >= %d, on AMX, the rest "
+             "on AVX-512",
+             DM_DIRECT_AMX_MIN_M, DM_DIRECT_AMX_MIN_N, DM_DIRECT_AMX_MIN_K, DM_DIRECT_AMX_NARROW_N,
+             DM_DIRECT_AMX_NARROW_MK);
     return text;
 }
 

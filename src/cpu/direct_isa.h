@@ -64,14 +64,26 @@ void dm_direct_pack_b_avx512(float *buf, int64_t pstride, int transB, const floa
  * 768 x 32 1.34x, 768 x 96 x 768 1.70x (op(A) transposed 1.38x), 32 x 768 x 768 1.34x, 8 x
  * 768 x 768 1.22x but 16 x 3072 x 768 0.84x and 1 x 768 x 768 0.70x; 768 x 768 x 16 0.97x;
  * n = 64: 512 x 64 x 512 1.09x, op(A) transposed 0.95x, 1024 x 64 x 1024 transposed 0.76x,
- * 128 x 64 x 128 0.58-0.76x, 64 x 64 x 64 0.86x. The rule reads the whole GEMM's shape
- * (dm_sgemm_direct_part: a thread's share of C keeps it), so a thread count changes no
- * result. */
+ * 128 x 64 x 128 0.58-0.76x, 64 x 64 x 64 0.86x. Narrower C (n < DM_DIRECT_AMX_MIN_N) goes
+ * to AMX where it is at least DM_DIRECT_AMX_NARROW_N wide and both m and k are at least
+ * DM_DIRECT_AMX_NARROW_MK: once op(A) was packed once per KC block and the k rows read in
+ * order (direct_amx.c), the attention's four n = 64 GEMMs inside the one-op attention
+ * (src/cpu/attn.c, operands 3i floats apart, 2 threads, cycles of each GEMM over 12 steps)
+ * took AMX / AVX-512: j = 512 (BERT-large): P V 0.71-0.78, dV 0.75-0.84, dQ 0.71-0.79, dK
+ * 0.72-0.79; j = 256: 0.87-0.91, 0.81-0.83, 0.81-0.88, 0.88-0.89; but j = 128 (BERT-base):
+ * 1.19-1.21, 1.33-1.35, 1.23-1.30, 1.33-1.34 (1 thread, out of cache: 512 x 64 x 512 1.18x,
+ * transposed 1.06x; 256 x 64 x 256 0.97x; 128 x 64 x 128 0.82x). The rule reads the whole
+ * GEMM's shape (dm_sgemm_direct_part: a thread's share of C keeps it), so a thread count
+ * changes no result. */
 #define DM_DIRECT_AMX_MIN_M 32
 #define DM_DIRECT_AMX_MIN_N 96
 #define DM_DIRECT_AMX_MIN_K 32
+#define DM_DIRECT_AMX_NARROW_N 64
+#define DM_DIRECT_AMX_NARROW_MK 256
 static inline int dm_direct_amx_takes(int m, int n, int k) {
-    return m >= DM_DIRECT_AMX_MIN_M && n >= DM_DIRECT_AMX_MIN_N && k >= DM_DIRECT_AMX_MIN_K;
+    return m >= DM_DIRECT_AMX_MIN_M && k >= DM_DIRECT_AMX_MIN_K &&
+           (n >= DM_DIRECT_AMX_MIN_N ||
+            (n >= DM_DIRECT_AMX_NARROW_N && m >= DM_DIRECT_AMX_NARROW_MK && k >= DM_DIRECT_AMX_NARROW_MK));
 }
 void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k, float alpha, const float *A, int lda,
                          const float *B, int ldb, float *C, int ldc, float *buf);
