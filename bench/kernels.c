@@ -295,7 +295,9 @@ int main(int argc, char **argv) {
                peak[1][isa] / 1e9, nt);
     if (use[IMPL_DIRECT_AMX])
         printf("# dmove amx: fp32 as three bf16 parts on the tile unit (src/cpu/direct_amx.c), as a share of the "
-               "AVX-512 FMA rate; %s\n", dm_cpu_kernel_split());
+               "AVX-512 FMA rate; %s\n",
+               *dm_cpu_kernel_split() ? dm_cpu_kernel_split()
+                                      : "which GEMMs it takes: dm_direct_amx_takes in src/cpu/direct_isa.h");
     if (widest < DM_ISA_AVX2) {
         printf("# this CPU has no AVX2: the direct kernel does not run here\n");
         use[IMPL_DIRECT_AVX2] = 0;

@@ -104,7 +104,8 @@ dm_status dm_tensor_writer_write(dm_tensor_writer *w, const char *path);
  * state), or that DMOVE_ISA was not understood, else "". Any pointer may be NULL. */
 void dm_cpu_kernel_isa(const char **in_use, const char **widest, const char **note);
 /* With AMX in use, which GEMMs it takes and which the AVX-512 variant ("GEMMs with C at
- * least 32 x 96 and k >= 32 on AMX, the rest on AVX-512"); else "". */
+ * least 32 x 96 and k >= 32, or C 64 or more wide with m and k >= 256, on AMX, the rest on
+ * AVX-512"); else "". */
 const char *dm_cpu_kernel_split(void);
 /* Where the AVX-512 kernel packs a transposed op(A) (the weight gradients), and why: e.g.
  * "A^T packed from 2 column blocks (not an AMD CPU)". */

@@ -258,7 +258,10 @@ fault() {
     # a job still running after 120 s has failed: ended, not waited for (the default wait
     # for a rank is an hour while rank 0 writes a checkpoint)
     (
-        sleep 120
+        sleep 120 &
+        s=$!
+        trap 'kill "$s" 2>/dev/null; exit 0' TERM # ended with the job: its sleep too
+        wait "$s"
         kill -CONT "$p" 2>/dev/null
         kill "$job" 2>/dev/null
     ) &

@@ -4,9 +4,6 @@
  * does not run) over that sequence's rows alone, its scores and their gradients in the
  * thread's buffer, so no work or memory traffic goes to padding. The dropout's Philox keys
  * are the padded layer's element indices (b, h, j, k): the same masks as the padded path. */
-#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
-#pragma GCC target("prefer-vector-width=512")
-#endif
 #include <cblas.h>
 #include <float.h>
 #include <math.h>

@@ -283,7 +283,10 @@ static int panel_key_ok;
 static __thread uint16_t *panel_mem;
 static __thread size_t panel_cap;
 
-static void panel_free(void *p) { free(p); }
+static void panel_free(void *p) { /* at the thread's end; a GEMM after it allocates again */
+    free(p);
+    if (p == panel_mem) panel_mem = NULL, panel_cap = 0;
+}
 static void panel_key_make(void) { panel_key_ok = pthread_key_create(&panel_key, panel_free) == 0; }
 
 static uint16_t *panel_get(size_t elems) {

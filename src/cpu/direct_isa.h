@@ -55,10 +55,10 @@ void dm_direct_pack_b_avx512(float *buf, int64_t pstride, int transB, const floa
 
 /* The AMX variant (direct_amx.c: fp32 as three bf16 parts, six products, fp32 sums) takes
  * the GEMMs whose C is at least DM_DIRECT_AMX_MIN_M x DM_DIRECT_AMX_MIN_N and whose k is at
- * least DM_DIRECT_AMX_MIN_K; the rest run on the AVX-512 variant. Its cost beside the
- * products is packing both operands as three parts (op(A) again for every 256 columns of
- * C), which few columns or rows do not pay back, and the AVX-512 variant's 64-column tile
- * fits the attention's n = 64 (P V, dQ, dK, dV) exactly. Measured on the Xeon (2026-11-29,
+ * least DM_DIRECT_AMX_MIN_K, and the narrower ones below; the rest run on the AVX-512
+ * variant. Its cost beside the products is packing both operands as three parts, which few
+ * columns or rows do not pay back, and the AVX-512 variant's 64-column tile fits the
+ * attention's n = 64 (P V, dQ, dK, dV) exactly. Measured on the Xeon (2026-11-29,
  * 1 thread, 16 GEMMs in turn, operands out of cache), AMX against AVX-512: 512 x 512 x 64
  * (Q K^T, dP) 1.60x, 128 x 128 x 64 1.22x, 128 x 128 x 32 1.21x, 96 x 96 x 96 1.46x, 768 x
  * 768 x 32 1.34x, 768 x 96 x 768 1.70x (op(A) transposed 1.38x), 32 x 768 x 768 1.34x, 8 x
@@ -66,8 +66,8 @@ void dm_direct_pack_b_avx512(float *buf, int64_t pstride, int transB, const floa
  * n = 64: 512 x 64 x 512 1.09x, op(A) transposed 0.95x, 1024 x 64 x 1024 transposed 0.76x,
  * 128 x 64 x 128 0.58-0.76x, 64 x 64 x 64 0.86x. Narrower C (n < DM_DIRECT_AMX_MIN_N) goes
  * to AMX where it is at least DM_DIRECT_AMX_NARROW_N wide and both m and k are at least
- * DM_DIRECT_AMX_NARROW_MK: once op(A) was packed once per KC block and the k rows read in
- * order (direct_amx.c), the attention's four n = 64 GEMMs inside the one-op attention
+ * DM_DIRECT_AMX_NARROW_MK: once the operands stored by k rows were read in their order
+ * (direct_amx.c's pack_tiles), the attention's four n = 64 GEMMs inside the one-op attention
  * (src/cpu/attn.c, operands 3i floats apart, 2 threads, cycles of each GEMM over 12 steps)
  * took AMX / AVX-512: j = 512 (BERT-large): P V 0.71-0.78, dV 0.75-0.84, dQ 0.71-0.79, dK
  * 0.72-0.79; j = 256: 0.87-0.91, 0.81-0.83, 0.81-0.88, 0.88-0.89; but j = 128 (BERT-base):
