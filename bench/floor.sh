@@ -25,7 +25,7 @@ trap 'rm -f "$out"' EXIT
 r=1
 while [ "$r" -le "$rounds" ]; do
     fma=$("$DMOVE" probe --threads "$THREADS" --no-save 2>&1 | sed -n 's/.*vector FMA rate: \([0-9.]*\) GFLOP.*/\1/p' | head -1)
-    js=$("$DMOVE" bench --json --schedule fused "$@" --threads "$THREADS" --reps 10 --warmup 3 | tr -d ' \t\n')
+    js=$("$DMOVE" bench --json --schedule fused "$@" --threads "$THREADS" --reps 10 --warmup 3 2>/dev/null | tr -d ' \t\n')
     step=$(echo "$js" | sed -n 's/.*"step_ms":\([0-9.]*\).*/\1/p' | head -1)
     flop=$(echo "$js" | sed -n 's/.*"flop":\([0-9.]*\).*/\1/p' | head -1)
     [ -n "$fma" ] && [ -n "$step" ] && [ -n "$flop" ] ||
