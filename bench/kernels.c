@@ -293,11 +293,11 @@ int main(int argc, char **argv) {
     for (int isa = DM_ISA_AVX2; isa <= vwide; isa++)
         printf("# FMA rate %s: %.1f GFLOP/s on 1 thread, %.1f on %d\n", dm_isa_name(isa), peak[0][isa] / 1e9,
                peak[1][isa] / 1e9, nt);
+    const char *split = dm_cpu_kernel_split();
     if (use[IMPL_DIRECT_AMX])
         printf("# dmove amx: fp32 as three bf16 parts on the tile unit (src/cpu/direct_amx.c), as a share of the "
                "AVX-512 FMA rate; %s\n",
-               *dm_cpu_kernel_split() ? dm_cpu_kernel_split()
-                                      : "which GEMMs it takes: dm_direct_amx_takes in src/cpu/direct_isa.h");
+               *split ? split : "which GEMMs it takes: dm_direct_amx_takes in src/cpu/direct_isa.h");
     if (widest < DM_ISA_AVX2) {
         printf("# this CPU has no AVX2: the direct kernel does not run here\n");
         use[IMPL_DIRECT_AVX2] = 0;

@@ -280,8 +280,8 @@ typedef struct {
 static pthread_key_t panel_key;
 static pthread_once_t panel_once = PTHREAD_ONCE_INIT;
 static int panel_key_ok;
-static __thread uint16_t *panel_mem;
-static __thread size_t panel_cap;
+static _Thread_local uint16_t *panel_mem;
+static _Thread_local size_t panel_cap;
 
 static void panel_free(void *p) { /* at the thread's end; a GEMM after it allocates again */
     free(p);
