@@ -277,6 +277,12 @@ typedef struct {
  * 32 rows apart) a fifth of its time. Grown as needed, at most PANEL_MOST bytes; freed
  * when the thread ends. NULL where it cannot be had: the caller packs for each block. */
 #define PANEL_MOST ((size_t)48 << 20)
+/* Where all of op(B)'s columns of a KC block take at most this (packed, three parts) and
+ * there are more than NC of them, the panel holds op(B) instead, packed once per KC block,
+ * and each MC block of op(A) is packed once and run across all of them from L1/L2: a
+ * short k under a tall C (the MLM decoder's weight gradient, 30522 x 768 x 208) otherwise
+ * wrote op(A)'s panel whole to memory and read it back per column block. */
+#define BWHOLE_MOST ((size_t)1280 << 10)
 static pthread_key_t panel_key;
 static pthread_once_t panel_once = PTHREAD_ONCE_INIT;
 static int panel_key_ok;
@@ -322,10 +328,33 @@ AMX_TARGET void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k,
      * without it (one column block, or no memory), again for each */
     const int kt_most = ((k < KC ? k : KC) + 31) / 32;
     const int64_t ablock = (int64_t)2 * kt_most * 1536; /* one MC block's packed tiles */
-    uint16_t *panel = n > NC ? panel_get((size_t)((m + MC - 1) / MC) * (size_t)ablock) : NULL;
+    const int64_t bwhole = (int64_t)((n + 15) / 16) * kt_most * 1536; /* all of op(B)'s columns, one KC block */
+    uint16_t *bw = n > NC && (size_t)bwhole * sizeof(uint16_t) <= BWHOLE_MOST ? panel_get((size_t)bwhole) : NULL;
+    uint16_t *panel = n > NC && !bw ? panel_get((size_t)((m + MC - 1) / MC) * (size_t)ablock) : NULL;
     /* the largest |a| and |b| (inf: a NaN, inf or float past bf16's range) */
     float amax = 0, bmax = 0;
-    for (int k0 = 0; k0 < k && bmax < INFINITY; k0 += KC) {
+    for (int k0 = 0; bw && k0 < k && bmax < INFINITY; k0 += KC) { /* op(B) whole, each MC block of op(A) packed once */
+        const int kc = k - k0 < KC ? k - k0 : KC, kt = (kc + 31) / 32;
+        bmax = pack_tiles(bw, transB, 1, B, ldb, 0, n, k0, kc);
+        for (int ib = 0; ib < m && bmax < INFINITY; ib += MC) {
+            const int mc = m - ib < MC ? m - ib : MC;
+            const float am = pack_tiles(ap, !transA, 0, A, lda, ib, mc, k0, kc);
+            amax = am > amax ? am : amax;
+            if (amax == INFINITY) {
+                bmax = INFINITY;
+                break;
+            }
+            for (int j = 0; j < n; j += 32)
+                for (int i = 0; i < mc; i += 32) {
+                    const int mr = mc - i < 32 ? mc - i : 32, nr = n - j < 32 ? n - j : 32;
+                    const uint16_t *a0 = ap + (int64_t)(i / 16) * kt * 1536, *b0 = bw + (int64_t)(j / 16) * kt * 1536;
+                    const uint16_t *a1 = mr > 16 ? a0 + (int64_t)kt * 1536 : a0;
+                    const uint16_t *b1 = nr > 16 ? b0 + (int64_t)kt * 1536 : b0;
+                    block(kt, a0, a1, b0, b1, C + (int64_t)(ib + i) * ldc + j, ldc, mr, nr, k0 > 0, alpha, scr);
+                }
+        }
+    }
+    for (int k0 = 0; !bw && k0 < k && bmax < INFINITY; k0 += KC) {
         const int kc = k - k0 < KC ? k - k0 : KC, kt = (kc + 31) / 32;
         for (int j0 = 0; j0 < n && bmax < INFINITY; j0 += NC) {
             const int nc = n - j0 < NC ? n - j0 : NC;
