@@ -325,7 +325,8 @@ AMX_TARGET void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k,
     float scr[32 * 32] __attribute__((aligned(64)));
     uint16_t *bp = (uint16_t *)buf, *ap = bp + (int64_t)3 * KC * NC;
     /* op(A) packed once for every column block: all m rows of a KC block (see panel_get);
-     * without it (one column block, or no memory), again for each */
+     * without it (one column block, or no memory), again for each; or, where bw holds all
+     * of op(B)'s columns (BWHOLE_MOST), one column block of all n */
     const int kt_most = ((k < KC ? k : KC) + 31) / 32;
     const int64_t ablock = (int64_t)2 * kt_most * 1536; /* one MC block's packed tiles */
     const int64_t bwhole = (int64_t)((n + 15) / 16) * kt_most * 1536; /* all of op(B)'s columns, one KC block */
@@ -333,32 +334,13 @@ AMX_TARGET void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k,
     uint16_t *panel = n > NC && !bw ? panel_get((size_t)((m + MC - 1) / MC) * (size_t)ablock) : NULL;
     /* the largest |a| and |b| (inf: a NaN, inf or float past bf16's range) */
     float amax = 0, bmax = 0;
-    for (int k0 = 0; bw && k0 < k && bmax < INFINITY; k0 += KC) { /* op(B) whole, each MC block of op(A) packed once */
+    uint16_t *const bb = bw ? bw : bp;
+    const int ncb = bw ? n : NC;
+    for (int k0 = 0; k0 < k && bmax < INFINITY; k0 += KC) {
         const int kc = k - k0 < KC ? k - k0 : KC, kt = (kc + 31) / 32;
-        bmax = pack_tiles(bw, transB, 1, B, ldb, 0, n, k0, kc);
-        for (int ib = 0; ib < m && bmax < INFINITY; ib += MC) {
-            const int mc = m - ib < MC ? m - ib : MC;
-            const float am = pack_tiles(ap, !transA, 0, A, lda, ib, mc, k0, kc);
-            amax = am > amax ? am : amax;
-            if (amax == INFINITY) {
-                bmax = INFINITY;
-                break;
-            }
-            for (int j = 0; j < n; j += 32)
-                for (int i = 0; i < mc; i += 32) {
-                    const int mr = mc - i < 32 ? mc - i : 32, nr = n - j < 32 ? n - j : 32;
-                    const uint16_t *a0 = ap + (int64_t)(i / 16) * kt * 1536, *b0 = bw + (int64_t)(j / 16) * kt * 1536;
-                    const uint16_t *a1 = mr > 16 ? a0 + (int64_t)kt * 1536 : a0;
-                    const uint16_t *b1 = nr > 16 ? b0 + (int64_t)kt * 1536 : b0;
-                    block(kt, a0, a1, b0, b1, C + (int64_t)(ib + i) * ldc + j, ldc, mr, nr, k0 > 0, alpha, scr);
-                }
-        }
-    }
-    for (int k0 = 0; !bw && k0 < k && bmax < INFINITY; k0 += KC) {
-        const int kc = k - k0 < KC ? k - k0 : KC, kt = (kc + 31) / 32;
-        for (int j0 = 0; j0 < n && bmax < INFINITY; j0 += NC) {
-            const int nc = n - j0 < NC ? n - j0 : NC;
-            const float bm = pack_tiles(bp, transB, 1, B, ldb, j0, nc, k0, kc);
+        for (int j0 = 0; j0 < n && bmax < INFINITY; j0 += ncb) {
+            const int nc = n - j0 < ncb ? n - j0 : ncb;
+            const float bm = pack_tiles(bb, transB, 1, B, ldb, j0, nc, k0, kc);
             bmax = bm > bmax ? bm : bmax;
             for (int ib = 0; ib < m && bmax < INFINITY; ib += MC) {
                 const int mc = m - ib < MC ? m - ib : MC;
@@ -374,7 +356,7 @@ AMX_TARGET void dm_sgemm_direct_amx(int transA, int transB, int m, int n, int k,
                 for (int j = 0; j < nc; j += 32)
                     for (int i = 0; i < mc; i += 32) {
                         const int mr = mc - i < 32 ? mc - i : 32, nr = nc - j < 32 ? nc - j : 32;
-                        const uint16_t *a0 = a + (int64_t)(i / 16) * kt * 1536, *b0 = bp + (int64_t)(j / 16) * kt * 1536;
+                        const uint16_t *a0 = a + (int64_t)(i / 16) * kt * 1536, *b0 = bb + (int64_t)(j / 16) * kt * 1536;
                         /* a block's second row (column) tile past the edge: the first again,
                          * its products landing in rows (columns) that are not stored */
                         const uint16_t *a1 = mr > 16 ? a0 + (int64_t)kt * 1536 : a0;
