@@ -406,39 +406,41 @@ static void direct(void) {
         }
         free(A); free(B); free(C);
     }
-    /* the same on a GEMM the AMX variant takes, its op(A) packed once for its 2 column
-     * blocks: an inf and a NaN in op(A)'s second block of k (met after the first block's
-     * products), an inf in op(B)'s second column block; every element as the AVX-512
-     * variant gives it (which the AMX one hands the call to), NaN where it has NaN; then
-     * with the inf in op(B) alone (the AMX variant packs these 300 columns whole, op(B)'s
-     * odd values are found there); then with no inf but a 1e36 in op(B)'s first block of
-     * k, whose sums could near fp32's overflow (the largest |b| of every block counts) */
+    /* the same on GEMMs the AMX variant takes, 300 columns (op(B) packed whole, 0.9 MB) and
+     * 600 (op(A) packed once for 3 column blocks), k 600 (two blocks of k); each kind
+     * compared element by element with the AVX-512 variant's answer (which the AMX one
+     * hands the call to), NaN where it has NaN: 0, an inf and a NaN in op(A)'s second block
+     * of k (met after the first block's products) and an inf in op(B) (k 100, column 280);
+     * 1, that inf in op(B) alone; 2, no inf but a 1e36 there, whose sums could near fp32's
+     * overflow (the largest |b| of every block counts); 3, op(A)'s inf and NaN alone */
     if (dm_gemm_direct_isa() >= DM_ISA_AVX512)
-        for (int t = 0; t < 12; t++) {
-            const int ta = t & 1, tb = t >> 1 & 1, kind = t >> 2, only_b = kind == 1, m = 64, n = 300, k = 600,
-                      lda = ta ? m : k, ldb = tb ? k : n;
+        for (int t = 0; t < 32; t++) {
+            const int ta = t & 1, tb = t >> 1 & 1, kind = t >> 2 & 3, m = 64, n = t >> 4 ? 600 : 300, k = 600,
+                      lda = ta ? m : k, ldb = tb ? k : n, a_odd = kind == 0 || kind == 3;
             float *A = malloc(sizeof(float) * (size_t)m * k), *B = malloc(sizeof(float) * (size_t)k * n),
                   *C = malloc(sizeof(float) * (size_t)m * n), *R = malloc(sizeof(float) * (size_t)m * n);
             CHECK(A && B && C && R);
             if (A && B && C && R) {
                 for (int e = 0; e < m * k; e++) A[e] = (float)sin(0.11 * e) + 1.5f;
                 for (int e = 0; e < k * n; e++) B[e] = (float)cos(0.05 * e) + 1.5f;
-                if (kind == 0) {
+                if (a_odd) {
                     A[ta ? 550 * lda + 10 : 10 * lda + 550] = INFINITY; /* row 10, k 550 */
                     A[ta ? 560 * lda + 20 : 20 * lda + 560] = NAN;      /* row 20, k 560 */
                 }
-                B[tb ? 280 * ldb + 100 : 100 * ldb + 280] = kind == 2 ? 1e36f : INFINITY; /* k 100, column 280 */
+                if (kind != 3) B[tb ? 280 * ldb + 100 : 100 * ldb + 280] = kind == 2 ? 1e36f : INFINITY;
                 dm_sgemm_direct(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, C, n, buf);
                 dm_sgemm_direct_avx512(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, R, n, buf);
                 int wrong = 0;
                 for (int e = 0; e < m * n; e++) wrong += !(C[e] == R[e] || (isnan(C[e]) && isnan(R[e])));
-                wrong += (kind == 0 && (!isinf(C[10 * n]) || !isnan(C[20 * n]))) ||
-                         (kind == 2 ? !isfinite(C[280]) : !isinf(C[280])) || !isfinite(C[n + 1]);
+                wrong += (a_odd && (!isinf(C[10 * n]) || !isnan(C[20 * n]))) ||
+                         (kind >= 2 ? !isfinite(C[280]) : !isinf(C[280])) || !isfinite(C[n + 1]);
                 if (wrong) {
+                    static const char *const what[4] = {"inf and NaN in later blocks", "an inf in op(B) alone",
+                                                        "1e36 in op(B)'s first block of k",
+                                                        "inf and NaN in op(A) alone"};
                     bad++;
                     printf("    FAIL direct %dx%dx%d transA %d transB %d, %s: %d elements not the AVX-512 variant's\n",
-                           m, n, k, ta, tb, kind == 2 ? "1e36 in op(B)'s first block of k" : only_b ? "an inf in op(B) alone"
-                           : "inf and NaN in later blocks", wrong);
+                           m, n, k, ta, tb, what[kind], wrong);
                 }
                 cases++;
             }

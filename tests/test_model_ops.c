@@ -402,12 +402,17 @@ static void run_one(dm_op_kind k, int64_t rows, int64_t cols, int64_t n, const f
     dm_graph_free(&g);
 }
 
-static void scatter_checks(void) {
-    enum { R = 3000, C = 77, N = 50 };
-    float *dy = malloc(sizeof(float) * R * C), idx[R], *t1 = malloc(sizeof(float) * N * C);
-    float *tk = malloc(sizeof(float) * N * C);
+/* EMBED_BWD of R rows of width C into an N-row table: 1, 2, 3 and 7 threads bit-identical,
+ * against a double sum, the rows no valid id selects zero (the output starts as NaN) */
+static void scatter_case(int R, int C, int N, const char *what) {
+    float *dy = malloc(sizeof(float) * (size_t)R * C), *idx = malloc(sizeof(float) * (size_t)R),
+          *t1 = malloc(sizeof(float) * (size_t)N * C), *tk = malloc(sizeof(float) * (size_t)N * C);
+    double *ref = calloc((size_t)N * C, sizeof(double));
+    char *hit = calloc((size_t)N, 1);
+    CHECK(dy && idx && t1 && tk && ref && hit);
+    if (!dy || !idx || !t1 || !tk || !ref || !hit) goto out;
     uint64_t st = 7;
-    for (int e = 0; e < R * C; e++) {
+    for (int64_t e = 0; e < (int64_t)R * C; e++) {
         st = st * 6364136223846793005ull + 1442695040888963407ull;
         dy[e] = (float)((double)(st >> 11) / 9007199254740992.0 - 0.5) * (e % 5 == 0 ? 1e4f : 1.0f);
     }
@@ -424,26 +429,41 @@ static void scatter_checks(void) {
     const int threads[3] = {2, 3, 7};
     for (int q = 0; q < 3; q++) {
         run_one(DM_OP_EMBED_BWD, R, C, N, in, tk, threads[q]);
-        same &= memcmp(t1, tk, sizeof(float) * N * C) == 0;
+        same &= memcmp(t1, tk, sizeof(float) * (size_t)N * C) == 0;
     }
     CHECK(same);
-    /* against a double sum, and the rows no valid id selects: zero */
+    for (int r = 0; r < R; r++) {
+        const int64_t n = dm_index_row(idx[r], N);
+        if (n < 0) continue;
+        hit[n] = 1;
+        for (int c = 0; c < C; c++) ref[n * C + c] += dy[(int64_t)r * C + c];
+    }
     double d = 0, n2 = 0;
     int zero_rows = 1;
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) {
-            double s = 0;
-            int any = 0;
-            for (int r = 0; r < R; r++)
-                if (dm_index_row(idx[r], N) == n) s += dy[r * C + c], any = 1;
-            d += (s - t1[n * C + c]) * (s - t1[n * C + c]);
-            n2 += s * s;
-            if (!any) zero_rows &= t1[n * C + c] == 0.0f;
-        }
+    for (int64_t e = 0; e < (int64_t)N * C; e++) {
+        d += (ref[e] - t1[e]) * (ref[e] - t1[e]);
+        n2 += ref[e] * ref[e];
+        if (!hit[e / C]) zero_rows &= t1[e] == 0.0f;
+    }
     CHECK(sqrt(d / n2) < 1e-5 && zero_rows);
-    printf("  embed_bwd %dx%d into %d rows (%d ids invalid): 1, 2, 3, 7 threads bit-identical %s, rel.err %.1e "
-           "against double, rows not selected zero %s\n", R, C, N, bad, same ? "ok" : "FAIL", sqrt(d / n2),
+    printf("  embed_bwd %dx%d into %d rows (%d ids invalid%s): 1, 2, 3, 7 threads bit-identical %s, rel.err %.1e "
+           "against double, rows not selected zero %s\n", R, C, N, bad, what, same ? "ok" : "FAIL", sqrt(d / n2),
            zero_rows ? "ok" : "FAIL");
+out:
+    free(dy), free(idx), free(t1), free(tk), free(ref), free(hit);
+}
+
+static void scatter_checks(void) {
+    enum { R = 3000, C = 77, N = 50 };
+    scatter_case(R, C, N, "");
+    /* a table past 8 MB, cleared by streaming stores (exec.c), its rows 77 floats: each
+     * thread's columns start off a 64-byte line */
+    scatter_case(600, C, 30000, "; a table past 8 MB");
+    float idx[R];
+    for (int r = 0; r < R; r++) {
+        idx[r] = r % 3 ? (float)(r % 3) : (float)((r * 7) % (N + 4)) - 2.0f;
+        if (r == 5) idx[r] = NAN;
+    }
     /* EMBED: invalid ids give zero rows */
     float tab[N * C], out[R * C];
     for (int e = 0; e < N * C; e++) tab[e] = (float)(e + 1);
@@ -465,9 +485,6 @@ static void scatter_checks(void) {
     CHECK(ok);
     printf("  xent: logits +-1e4 %.3g and %.6f (log 2), label beyond the columns %.1f (ignored): %s\n", loss[0],
            loss[1], loss[2], ok ? "ok" : "FAIL");
-    free(dy);
-    free(t1);
-    free(tk);
 }
 
 /* The cost model on the model graph: the new kinds by class, a lookup's bytes the rows it

@@ -21,8 +21,10 @@
  *     tile unit's "VNNI" layout). Rows, columns and k past the block are zero.
  * Blocking: for each KC of k, NC columns of it packed from op(B) (786 KB, L2) at a time,
  * op(A) MC rows at a time (98 KB; all of its rows packed once for every NC block, where a
- * thread's panel can be had), micro-blocks of 32 x 32 of C in four accumulator tiles, two tiles each of A and
- * B in the other four. Measured on 1 thread of the Xeon (2026-11-29), 512 x 3072 x 768,
+ * thread's panel can be had; or, where all of op(B)'s columns of the KC block pack into
+ * BWHOLE_MOST, those in one block, each MC block of op(A) run across all of them),
+ * micro-blocks of 32 x 32 of C in four accumulator tiles, two tiles each of A and B in the
+ * other four. Measured on 1 thread of the Xeon (2026-11-29), 512 x 3072 x 768,
  * the sum carried in the tiles across blocks: KC 384 / NC 256 / MC 32 262 GFLOP/s;
  * 256/512/32 241-248; 128/512/64 202; 768/128/32 228 (the AVX-512 kernel: 173-188). With
  * each block's sum from zero (its C pass through the scratch tile) KC 512 beat 384 on the
