@@ -217,7 +217,7 @@ static dm_status copy_tensor(dm_backend_state *dst, int td, dm_backend_state *sr
     DM_TRY(span(S(dst), td, &a, &n));
     DM_TRY(span(S(src), ts, &b, &m));
     if (a == b) return DM_OK;
-    /* by the team, in blocks of whole pages: the tied decoder's refresh is BERT's 94 MB word
+    /* by the team, in blocks of 64 KB: the tied decoder's refresh is BERT's 94 MB word
      * table each step, 13 ms on one thread */
     const size_t block = 16384; /* floats */
     const int64_t nb = (int64_t)((n + block - 1) / block);
