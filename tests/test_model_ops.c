@@ -402,6 +402,13 @@ static void run_one(dm_op_kind k, int64_t rows, int64_t cols, int64_t n, const f
     dm_graph_free(&g);
 }
 
+/* R ids into an N-row table, skewed: most rows on ids 0..2, some invalid (-2, -1, N..N+1,
+ * a NaN at row 5) */
+static void skewed_ids(float *idx, int R, int N) {
+    for (int r = 0; r < R; r++) idx[r] = r % 3 ? (float)(r % 3) : (float)((r * 7) % (N + 4)) - 2.0f;
+    if (R > 5) idx[5] = NAN;
+}
+
 /* EMBED_BWD of R rows of width C into an N-row table: 1, 2, 3 and 7 threads bit-identical,
  * against a double sum, the rows no valid id selects zero (the output starts as NaN) */
 static void scatter_case(int R, int C, int N, const char *what) {
@@ -417,11 +424,8 @@ static void scatter_case(int R, int C, int N, const char *what) {
         dy[e] = (float)((double)(st >> 11) / 9007199254740992.0 - 0.5) * (e % 5 == 0 ? 1e4f : 1.0f);
     }
     int bad = 0;
-    for (int r = 0; r < R; r++) { /* skewed: most rows on ids 0..2, some invalid */
-        idx[r] = r % 3 ? (float)(r % 3) : (float)((r * 7) % (N + 4)) - 2.0f;
-        if (r == 5) idx[r] = NAN;
-        bad += dm_index_row(idx[r], N) < 0;
-    }
+    skewed_ids(idx, R, N);
+    for (int r = 0; r < R; r++) bad += dm_index_row(idx[r], N) < 0;
     CHECK(dm_index_count_bad(idx, R, N) == bad && bad > 0);
     const float *in[2] = {dy, idx};
     run_one(DM_OP_EMBED_BWD, R, C, N, in, t1, 1);
@@ -460,10 +464,7 @@ static void scatter_checks(void) {
      * thread's columns start off a 64-byte line */
     scatter_case(600, C, 30000, "; a table past 8 MB");
     float idx[R];
-    for (int r = 0; r < R; r++) {
-        idx[r] = r % 3 ? (float)(r % 3) : (float)((r * 7) % (N + 4)) - 2.0f;
-        if (r == 5) idx[r] = NAN;
-    }
+    skewed_ids(idx, R, N);
     /* EMBED: invalid ids give zero rows */
     float tab[N * C], out[R * C];
     for (int e = 0; e < N * C; e++) tab[e] = (float)(e + 1);

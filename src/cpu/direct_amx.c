@@ -155,9 +155,8 @@ static AMX_TARGET float pack_tiles(uint16_t *d, int k_contig, int pair_rows, con
            * L2 only: rows a multiple of 4 KiB apart (the attention's dO, i floats a row)
            * fall into one L1 set, and 32 lines asked into L1 evicted each other there
            * (BERT-large's dV, 1 thread: 79 GFLOP/s, 113 into L2) */
-            const int tn = it + 1 == rt * kt ? rt : k_contig ? (it + 1) / kt : (it + 1) % rt,
-                      cn = k_contig ? (it + 1) % kt : (it + 1) / rt;
-            if (tn < rt && cn < kt) {
+            const int tn = k_contig ? (it + 1) / kt : (it + 1) % rt, cn = k_contig ? (it + 1) % kt : (it + 1) / rt;
+            if (tn < rt && cn < kt) { /* past the last tile: tn = rt (k_contig), else cn = kt */
                 const int kk1 = k0 + 32 * cn, kn1 = kc - 32 * cn, rn1 = rc - 16 * tn;
                 if (k_contig)
                     for (int q = 0; q < 16 && q < rn1; q++) {
@@ -292,8 +291,8 @@ static _Thread_local uint16_t *panel_mem;
 static _Thread_local size_t panel_cap;
 
 static void panel_free(void *p) { /* at the thread's end; a GEMM after it allocates again */
-    free(p);
     if (p == panel_mem) panel_mem = NULL, panel_cap = 0;
+    free(p);
 }
 static void panel_key_make(void) { panel_key_ok = pthread_key_create(&panel_key, panel_free) == 0; }
 
