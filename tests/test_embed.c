@@ -394,6 +394,74 @@ static void test_config_contradiction(void) {
     dm_embedder_free(e);
 }
 
+/* A forward-only model's encoder layers hold their activations once (dm_layer_act_share):
+ * the same memory in every layer, none of it in a layer's own arena; a training model's
+ * each its own. Nothing leaks through it: batches of other lengths run before a batch, and
+ * the layers before each layer, change none of its bits (against a fresh model that ran
+ * only that batch), padded and unpadded. */
+static void test_shared_activations(void) {
+    dm_layer_config c;
+    dm_bert_model bm;
+    config(&c, &bm);
+    c.dropout = 0.0;
+    enum { NL = 3 };
+    dm_model_config mc = {.layer = c, .layers = NL, .head = DM_MODEL_HEAD_NONE, .pad_id = bm.pad_id};
+    mc.sizes = (dm_bert_sizes){.vocab = V, .positions = 32, .types = 2, .predictions = 1};
+    /* a batch of long sentences, then one of short ones (B x J each) */
+    int32_t ids_long[B * J], ids_short[B * J];
+    float m_long[B * J], m_short[B * J];
+    for (int k = 0; k < B * J; k++) {
+        ids_long[k] = 1 + (k * 7) % (V - 1);
+        m_long[k] = 1.0f;
+        ids_short[k] = k % J < 1 + k / J ? 1 + (k * 5) % (V - 1) : 0;
+        m_short[k] = k % J < 1 + k / J ? 1.0f : 0.0f;
+    }
+    for (int unpad = 0; unpad < 2; unpad++) {
+        dm_layer_options o = {.forward_only = 1, .unpad = unpad};
+        dm_model *used = NULL, *fresh = NULL, *train = NULL;
+        CHECK_OK(dm_model_new(&used, &mc, &o));
+        CHECK_OK(dm_model_new(&fresh, &mc, &o));
+        dm_layer_options ot = {.unpad = unpad};
+        CHECK_OK(dm_model_new(&train, &mc, &ot));
+        if (!used || !fresh || !train) {
+            dm_model_free(used), dm_model_free(fresh), dm_model_free(train);
+            return;
+        }
+        int shared = used->share.mem != NULL;
+        for (int l = 0; l < NL; l++) {
+            const dm_layer *Ly = used->enc[l], *Lt = train->enc[l];
+            const size_t own = Ly->plan.arena_bytes - Ly->plan.activation_bytes;
+            shared = shared && Ly->act == used->share.mem && Ly->arena_bytes < Ly->plan.arena_bytes &&
+                     Ly->arena_bytes >= own && Lt->act == Lt->arena + (Lt->plan.arena_bytes - Lt->plan.activation_bytes);
+        }
+        printf("%s forward-only model of %d layers: activations %s (%zu bytes, once; a layer's own arena %zu of %zu)\n",
+               unpad ? "unpadded" : "padded", NL, shared ? "shared" : "NOT SHARED", used->share.bytes,
+               used->enc[0]->arena_bytes, used->enc[0]->plan.arena_bytes);
+        CHECK(shared && train->share.mem == NULL);
+        CHECK_OK(dm_model_init_params(used, 5));
+        CHECK_OK(dm_model_init_params(fresh, 5));
+        const float *h = NULL;
+        float *after = malloc(sizeof(float) * B * J * I), *alone = malloc(sizeof(float) * B * J * I);
+        CHECK_OK(dm_model_set_batch(used, ids_long, NULL, m_long, NULL));
+        CHECK_OK(dm_model_forward(used, 0, NULL, NULL));
+        CHECK_OK(dm_model_set_batch(used, ids_short, NULL, m_short, NULL));
+        CHECK_OK(dm_model_forward(used, 0, NULL, NULL));
+        CHECK_OK(dm_model_hidden(used, &h));
+        if (h && after) memcpy(after, h, sizeof(float) * B * J * I);
+        CHECK_OK(dm_model_set_batch(fresh, ids_short, NULL, m_short, NULL));
+        CHECK_OK(dm_model_forward(fresh, 0, NULL, NULL));
+        h = NULL;
+        CHECK_OK(dm_model_hidden(fresh, &h));
+        if (h && alone) memcpy(alone, h, sizeof(float) * B * J * I);
+        const int same = h && after && alone && !memcmp(after, alone, sizeof(float) * B * J * I);
+        printf("  the short batch after a long one: %s that of a model that ran it alone\n",
+               same ? "bit-identical to" : "DIFFERS from");
+        CHECK(same);
+        free(after), free(alone);
+        dm_model_free(used), dm_model_free(fresh), dm_model_free(train);
+    }
+}
+
 /* dm_checkpoint_export of a checkpoint: the trainer's export, byte for byte. */
 static void test_checkpoint_export(dm_trainer *T) {
     char ck[300], out[300], a[320], b[320];
@@ -430,6 +498,7 @@ int main(void) {
         test_config_contradiction();
         test_checkpoint_export(T);
     }
+    test_shared_activations();
     dm_trainer_free(T);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

@@ -622,7 +622,7 @@ static int cuda_scatter_one(const dm_backend *B, dm_dtype dt, int64_t R, int64_t
     memcpy(dm_cpu_tensor_ptr(&plan, host, ts[1]), idx, sizeof(float) * (size_t)R);
     dm_layer_options opt = {.threads = 2, .device = DM_DEVICE_CUDA, .dtype = dt, .rows = DM_ROWS_INTERP};
     dm_backend_state *st = NULL;
-    dm_status s = B->create(&st, &plan, host, &opt, 0, NULL);
+    dm_status s = B->create(&st, &plan, host, NULL, &opt, 0, NULL);
     CHECK_OK(s);
     if (s == DM_OK) {
         for (int q = 0; q < 2; q++) CHECK_OK(B->upload(st, ts[q], dm_cpu_tensor_ptr(&plan, host, ts[q])));
@@ -767,7 +767,7 @@ static void cuda_forward(const dm_st_file *f) {
         for (int v = 0; v < 3; v++) {
             dm_layer_options opt = {.threads = 2, .device = DM_DEVICE_CUDA, .dtype = dts[v], .rows = rws[v]};
             dm_backend_state *st = NULL;
-            dm_status s = B->create(&st, &plan, (char *)host, &opt, 0, NULL);
+            dm_status s = B->create(&st, &plan, (char *)host, NULL, &opt, 0, NULL);
             CHECK_OK(s);
             if (pass == 1 && s == DM_OK) { /* the whole step, the scatter-adds included */
                 cuda_whole_step(B, st, f, &g, &plan, &m, (char *)host, dts[v] == DM_DTYPE_FP32 ? 1e-5 : 3e-2,

@@ -556,7 +556,7 @@ static void run_backend(const suite *S, int v, const dm_layer_options *opt) {
             if (dm_arg_out(g->op[o].kind, s) != DM_ARG_ROWSCALAR)
                 store(opt->dtype, at(S, ref, g->op[o].out[s]), g->t[g->op[o].out[s]].numel);
     memset(host, 0, bytes);
-    dm_status s = B->create(&st, &S->plan, (char *)host, opt, 0, NULL);
+    dm_status s = B->create(&st, &S->plan, (char *)host, NULL, opt, 0, NULL);
     int *known = mode_state(V->m);
     if (V->m->device && known && *known == 0) {
         *known = s == DM_ERR_BACKEND ? -1 : 1;

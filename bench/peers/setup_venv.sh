@@ -1,6 +1,6 @@
 #!/bin/sh
-# bench/peers/setup_venv.sh: make the virtual environment the torch.compile and JAX peers
-# run in (bench/.venv-peers, git-ignored), from PyPI.
+# bench/peers/setup_venv.sh: make the virtual environment the torch.compile, JAX and
+# sentence-transformers peers run in (bench/.venv-peers, git-ignored), from PyPI.
 #
 # Usage: sh bench/peers/setup_venv.sh [--python PY] [--venv DIR]
 #   --python PY  the interpreter to build the venv from (default: python3 on PATH, which
@@ -43,6 +43,7 @@ else
     $pip install -q torch
 fi
 $pip install -q "jax[cpu]" numpy
+$pip install -q sentence-transformers # bench/peers/embed_peers.py's peer
 
 "$venv/bin/python" - <<'PY'
 import torch, jax, jaxlib, numpy

@@ -16,8 +16,7 @@
 
 typedef struct {
     dm_cpu_exec ex;
-    const dm_plan *plan;
-    char *arena; /* the layer's host arena */
+    dm_cpu_mem mem; /* the layer's host arena (and its activations, apart where shared) */
 } cpu_state;
 
 static cpu_state *S(dm_backend_state *st) { return (cpu_state *)st; }
@@ -61,17 +60,15 @@ static int usable_threads(int n) {
     return n > lim ? (lim > 0 ? lim : 1) : n;
 }
 
-static dm_status create(dm_backend_state **out, const dm_plan *plan, char *host, const dm_layer_options *opt,
-                        unsigned flags, dm_backend_pool *pool) {
+static dm_status create(dm_backend_state **out, const dm_plan *plan, char *host, char *host_act,
+                        const dm_layer_options *opt, unsigned flags, dm_backend_pool *pool) {
     (void)pool;
     *out = NULL;
     cpu_state *c = calloc(1, sizeof *c);
     if (!c) return dm_fail(DM_ERR_OOM, "out of memory");
-    c->plan = plan;
-    c->arena = host;
     const int nthreads = usable_threads(opt->threads > 0 ? opt->threads : omp_get_max_threads());
-    dm_status s = (flags & DM_BACKEND_LENIENT) ? dm_cpu_exec_init_lenient(&c->ex, plan, host, nthreads)
-                                               : dm_cpu_exec_init(&c->ex, plan, host, nthreads);
+    dm_status s = dm_cpu_exec_init_apart(&c->ex, plan, host, host_act, nthreads, (flags & DM_BACKEND_LENIENT) != 0);
+    c->mem = (dm_cpu_mem){plan, host, host_act ? host_act : host + (plan->arena_bytes - plan->activation_bytes)};
     if (s != DM_OK) {
         if (opt->plan) dm_fail_context(s, "plan '%s' does not fit this layer: ", opt->plan);
         free(c);
@@ -110,9 +107,9 @@ static int timed_with(const dm_backend_state *st, int gi) {
 /* Elements of tensor t's span in the arena (its first to its last element), and where it
  * starts; DM_ERR_INVALID_ARG if it has no memory. */
 static dm_status span(cpu_state *c, int t, float **at, size_t *n) {
-    const dm_graph *g = c->plan->g;
+    const dm_graph *g = c->mem.plan->g;
     if (t < 0 || t >= g->nt) return dm_fail(DM_ERR_INVALID_ARG, "no tensor %d in the plan", t);
-    *at = dm_cpu_tensor_ptr(c->plan, c->arena, t);
+    *at = dm_cpu_mem_ptr(&c->mem, t);
     if (!*at) return dm_fail(DM_ERR_INVALID_ARG, "tensor %s is not materialized in the arena", g->t[t].name);
     const dm_tensor *x = &g->t[t];
     int64_t last = 0;
@@ -145,7 +142,7 @@ static dm_status download(dm_backend_state *st, int t, float *host) {
 
 static void *tensor_addr(dm_backend_state *st, int t, int *dtype) {
     *dtype = DM_DTYPE_FP32;
-    return dm_cpu_tensor_ptr(S(st)->plan, S(st)->arena, t);
+    return dm_cpu_mem_ptr(&S(st)->mem, t);
 }
 
 static dm_status run_group(dm_backend_state *st, int gi, uint64_t seed, int contractions_only) {
@@ -169,7 +166,7 @@ static dm_status profile(dm_backend_state *st, int on, int *by_events) {
 }
 
 static dm_status profile_take(dm_backend_state *st, double *secs) {
-    for (int gi = 0; gi < S(st)->plan->ngroups; gi++) secs[gi] = 0;
+    for (int gi = 0; gi < S(st)->mem.plan->ngroups; gi++) secs[gi] = 0;
     return DM_OK;
 }
 
@@ -204,7 +201,7 @@ static dm_status buf_copy(dm_backend_state *st, void *dst, const void *src, size
 }
 
 static dm_status copy_tensor(dm_backend_state *dst, int td, dm_backend_state *src, int ts) {
-    const dm_graph *gd = S(dst)->plan->g, *gs = S(src)->plan->g;
+    const dm_graph *gd = S(dst)->mem.plan->g, *gs = S(src)->mem.plan->g;
     if (td < 0 || td >= gd->nt || ts < 0 || ts >= gs->nt)
         return dm_fail(DM_ERR_INVALID_ARG, "copy_tensor: no tensor %d or %d", td, ts);
     const dm_tensor *xd = &gd->t[td], *xs = &gs->t[ts];
@@ -230,7 +227,7 @@ static dm_status copy_tensor(dm_backend_state *dst, int td, dm_backend_state *sr
 }
 
 static dm_status add_tensor(dm_backend_state *dst, int td, dm_backend_state *src, int ts) {
-    const dm_graph *gd = S(dst)->plan->g, *gs = S(src)->plan->g;
+    const dm_graph *gd = S(dst)->mem.plan->g, *gs = S(src)->mem.plan->g;
     if (td < 0 || td >= gd->nt || ts < 0 || ts >= gs->nt)
         return dm_fail(DM_ERR_INVALID_ARG, "add_tensor: no tensor %d or %d", td, ts);
     const dm_tensor *xd = &gd->t[td], *xs = &gs->t[ts];
@@ -401,6 +398,7 @@ const dm_backend dm_backend_cpu = {
     .device = DM_DEVICE_CPU,
     .merge_siblings = 1,
     .runs_pairs = 1,
+    .activations_apart = 1,
     .algos = &dm_cpu_gemm_algos,
     .check_options = check_options,
     .resolve_options = resolve_options,

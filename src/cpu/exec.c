@@ -15,11 +15,18 @@
 #include "core/sysinfo.h"
 #include "cpu/stream.h"
 
-float *dm_cpu_tensor_ptr(const dm_plan *plan, char *arena, int t) {
+float *dm_cpu_mem_ptr(const dm_cpu_mem *m, int t) {
+    const dm_plan *plan = m->plan;
     const dm_graph *g = plan->g;
-    int r = dm_tensor_root(g, t);
+    const int r = dm_tensor_root(g, t);
     if (plan->offset[r] < 0) return NULL;
-    return (float *)(arena + plan->offset[r]) + g->t[t].offset;
+    const size_t at = (size_t)plan->offset[r], act = plan->arena_bytes - plan->activation_bytes;
+    return (float *)(at < act ? m->arena + at : m->act + (at - act)) + g->t[t].offset;
+}
+
+float *dm_cpu_tensor_ptr(const dm_plan *plan, char *arena, int t) {
+    const dm_cpu_mem m = {plan, arena, arena + (plan->arena_bytes - plan->activation_bytes)};
+    return dm_cpu_mem_ptr(&m, t);
 }
 
 void dm_cpu_eltwise_row(const dm_row *rw);
@@ -85,7 +92,7 @@ dm_status dm_cpu_row_map(const dm_graph *g, const dm_op *op, int t, int64_t cols
 
 /* A T input or X output: the table, in memory in its default layout (row n at n * cols),
  * nindex x cols elements. */
-static dm_status table_operand(const dm_plan *plan, char *arena, const dm_op *op, int t, dm_operand *d) {
+static dm_status table_operand(const dm_plan *plan, const dm_cpu_mem *arena, const dm_op *op, int t, dm_operand *d) {
     const dm_graph *g = plan->g;
     if (!plan->in_memory[dm_tensor_root(g, t)] || g->t[t].numel != op->nindex * op->cols)
         return dm_fail(DM_ERR_INTERNAL, "%s: table %s is not in memory or not %lld x %lld", op->name, g->t[t].name,
@@ -94,14 +101,15 @@ static dm_status table_operand(const dm_plan *plan, char *arena, const dm_op *op
     DM_TRY(dm_cpu_row_map(g, op, t, op->cols, &full));
     if (full.nrl)
         return dm_fail(DM_ERR_UNSUPPORTED, "%s: the table %s must keep its default layout", op->name, g->t[t].name);
-    d->base = dm_cpu_tensor_ptr(plan, arena, t);
+    d->base = dm_cpu_mem_ptr(arena, t);
     d->rdiv = op->nindex;
     return d->base ? DM_OK : dm_fail(DM_ERR_INTERNAL, "%s: %s has no memory", op->name, g->t[t].name);
 }
 
 /* The fused decoder and cross-entropy (LINEAR_XENT or its backward), a group of its own:
  * every operand in memory, dense, of the sizes its rows (m), cols (v) and nindex (e) say. */
-static dm_status init_xent(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, char *arena, const dm_op *op) {
+static dm_status init_xent(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, const dm_cpu_mem *arena,
+                           const dm_op *op) {
     const dm_graph *g = plan->g;
     const int64_t m = op->rows, v = op->cols, e = op->nindex;
     const int bwd = op->kind == DM_OP_LINEAR_XENT_BWD;
@@ -121,7 +129,7 @@ static dm_status init_xent(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan,
                 if (x->size[d] > 1 && x->stride[d] != want) dense = 0;
                 want *= x->size[d];
             }
-            float *p = dm_cpu_tensor_ptr(plan, arena, t);
+            float *p = dm_cpu_mem_ptr(arena, t);
             const int64_t numel = dm_linear_xent_numel(op->kind, io, s, m, e, v);
             if (!p || !dense || x->numel != numel)
                 return dm_fail(DM_ERR_INTERNAL, "%s: operand %s is not in memory, dense, of %lld elements",
@@ -219,7 +227,7 @@ static void stage_chains(const dm_graph *g, dm_exgroup *eg, int64_t *used) {
     }
 }
 
-static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, char *arena) {
+static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, const dm_cpu_mem *arena) {
     const dm_graph *g = plan->g;
     const dm_group *gr = eg->gr;
     const dm_op *first = &g->op[plan->order[gr->first]];
@@ -229,9 +237,9 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
     if (dm_op_alone(first->kind)) return init_xent(ex, eg, plan, arena, first);
     if (first->kind == DM_OP_CONTRACT && gr->nops == 1 && !nb) {
         eg->contract = 1;
-        float *A = dm_cpu_tensor_ptr(plan, arena, first->in[0]);
-        float *B = dm_cpu_tensor_ptr(plan, arena, first->in[1]);
-        float *C = dm_cpu_tensor_ptr(plan, arena, first->out[0]);
+        float *A = dm_cpu_mem_ptr(arena, first->in[0]);
+        float *B = dm_cpu_mem_ptr(arena, first->in[1]);
+        float *C = dm_cpu_mem_ptr(arena, first->out[0]);
         if (!A || !B || !C) return dm_fail(DM_ERR_INTERNAL, "%s: operand not in memory", first->name);
         DM_TRY(dm_gemm_prepare(&eg->gemm, g, first, A, B, C));
         int algo = plan->algo ? plan->algo[plan->order[gr->first]] : DM_GEMM_DEFAULT;
@@ -266,7 +274,7 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
             for (int s = 0; s < 3; s++) {
                 int r = dm_tensor_root(g, ts[s]);
                 if (plan->in_memory[r]) {
-                    p[s] = dm_cpu_tensor_ptr(plan, arena, ts[s]);
+                    p[s] = dm_cpu_mem_ptr(arena, ts[s]);
                     x->tile[s] = -1;
                 } else {
                     if (nsl >= (int)(sizeof slot_t / sizeof slot_t[0]))
@@ -302,7 +310,7 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
                     if (eg->nacc >= (int)(sizeof eg->acc_dst / sizeof eg->acc_dst[0]) || nb)
                         return dm_fail(DM_ERR_INTERNAL, "%s: column reduction not supported here", op->name);
                     d->slot = acc_used;
-                    eg->acc_dst[eg->nacc] = dm_cpu_tensor_ptr(plan, arena, t);
+                    eg->acc_dst[eg->nacc] = dm_cpu_mem_ptr(arena, t);
                     eg->acc_slot[eg->nacc] = acc_used;
                     if (!eg->acc_dst[eg->nacc] || g->t[t].numel != cols)
                         return dm_fail(DM_ERR_INTERNAL, "%s: bad column reduction output", op->name);
@@ -327,7 +335,7 @@ static dm_status init_group(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan
                     return dm_fail(DM_ERR_INTERNAL, "%s: operand %s has %lld elements, expected %lld",
                                    op->name, g->t[t].name, (long long)g->t[t].numel, (long long)need);
                 if (plan->in_memory[r]) {
-                    d->base = dm_cpu_tensor_ptr(plan, arena, t);
+                    d->base = dm_cpu_mem_ptr(arena, t);
                     if (!d->base) return dm_fail(DM_ERR_INTERNAL, "%s: %s has no memory", op->name, g->t[t].name);
                     if (d->kind != DM_ARG_COLVEC) DM_TRY(dm_cpu_row_map(g, op, t, cols, d));
                     continue;
@@ -410,7 +418,7 @@ static dm_status pair_groups(dm_cpu_exec *ex, const dm_plan *plan, int lenient) 
     return st;
 }
 
-static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads, int lenient) {
+static dm_status exec_init(dm_cpu_exec *ex, const dm_plan *plan, const dm_cpu_mem *arena, int nthreads, int lenient) {
     memset(ex, 0, sizeof *ex);
     /* plan->algo's ids are dm_gemm_algo values only in the CPU's own table */
     if (plan->algo && plan->algos != &dm_cpu_gemm_algos)
@@ -568,12 +576,18 @@ dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi) {
     return DM_OK;
 }
 
+dm_status dm_cpu_exec_init_apart(dm_cpu_exec *ex, const dm_plan *plan, char *arena, char *act, int nthreads,
+                                 int lenient) {
+    const dm_cpu_mem m = {plan, arena, act ? act : arena + (plan->arena_bytes - plan->activation_bytes)};
+    return exec_init(ex, plan, &m, nthreads, lenient);
+}
+
 dm_status dm_cpu_exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads) {
-    return exec_init(ex, plan, arena, nthreads, 0);
+    return dm_cpu_exec_init_apart(ex, plan, arena, NULL, nthreads, 0);
 }
 
 dm_status dm_cpu_exec_init_lenient(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads) {
-    return exec_init(ex, plan, arena, nthreads, 1);
+    return dm_cpu_exec_init_apart(ex, plan, arena, NULL, nthreads, 1);
 }
 
 void dm_cpu_exec_free(dm_cpu_exec *ex) {

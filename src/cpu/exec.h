@@ -88,8 +88,22 @@ typedef struct {
 /* How a row op addresses memory operand t (d->kind set by the caller): DM_ERR_UNSUPPORTED
  * when t's layout does not keep the op's columns contiguous and innermost. */
 dm_status dm_cpu_row_map(const dm_graph *g, const dm_op *op, int t, int64_t cols, dm_operand *d);
+/* Where a plan's tensors are: its arena (plan->arena_bytes), whose activations (the plan's
+ * last activation_bytes, memplan.c) lie at `act`: arena + (arena_bytes - activation_bytes)
+ * in one arena, or apart, in memory that layers whose passes never overlap share (the
+ * encoder layers of a forward-only model: dm_layer_act_share). */
+typedef struct {
+    const dm_plan *plan;
+    char *arena, *act;
+} dm_cpu_mem;
+/* The address of tensor t there (views included), or NULL if not materialized. */
+float *dm_cpu_mem_ptr(const dm_cpu_mem *m, int t);
 /* Resolves every operand of the plan to arena addresses and prepares the GEMM calls. */
 dm_status dm_cpu_exec_init(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads);
+/* The same with the activations at `act` (NULL: in the arena; dm_cpu_mem), and with
+ * lenient as dm_cpu_exec_init_lenient's. */
+dm_status dm_cpu_exec_init_apart(dm_cpu_exec *ex, const dm_plan *plan, char *arena, char *act, int nthreads,
+                                 int lenient);
 /* The same, but a group whose operand layouts it cannot run is marked unusable (and
  * fails if run) instead of failing the whole plan: the tuner measures the others. */
 dm_status dm_cpu_exec_init_lenient(dm_cpu_exec *ex, const dm_plan *plan, char *arena, int nthreads);
@@ -108,14 +122,15 @@ dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi);
  * own). A profile then counts the row group's time with its GEMM's. */
 dm_status dm_cpu_exec_group(const dm_cpu_exec *ex, int gi, uint64_t seed, int only_contractions);
 /* unpad.c: a lone ATTN or ATTN_BWD group's operands (init_group's, for such a group). */
-dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, char *arena, const dm_op *op);
+dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, const dm_cpu_mem *arena,
+                                 const dm_op *op);
 /* unpad.c: for a plan with live rows (graph.h's dm_graph.live: an unpadded layer's
  * tokens, the MLM head's scored rows), how each group scales with them: a row group's
  * rows (a gather's, a scatter's, the fused cross-entropy's too), a contraction's m, n or
  * k. An unpadded layer (ATTN) whose layouts keep a tensor's rows from being its first
  * fails (DM_ERR_UNSUPPORTED); another plan then just runs whole (set_rows says why).
  * Every group runs at full capacity until dm_cpu_exec_set_rows. */
-dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, char *arena);
+dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, const dm_cpu_mem *arena);
 /* The next steps run on `rows` live rows, or for an unpadded layer on the tokens of
  * sequences of these lengths (b floats, whole numbers in [0, j]) packed from row 0 (the
  * backend's set_rows). */
@@ -123,7 +138,7 @@ dm_status dm_cpu_exec_set_rows(dm_cpu_exec *ex, int64_t rows, const float *lengt
 /* After group gi ran: the rows past the tokens of the layer's outputs it wrote set to 0
  * (the output and the input gradient of an unpadded layer are defined everywhere). */
 void dm_cpu_exec_zero_tail(const dm_cpu_exec *ex, int gi);
-/* The address of tensor t in the arena (views included), or NULL if not materialized. */
+/* The address of tensor t in a plan's one arena (views included), or NULL if not materialized. */
 float *dm_cpu_tensor_ptr(const dm_plan *plan, char *arena, int t);
 
 #endif

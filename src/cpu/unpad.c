@@ -16,12 +16,12 @@
 #include "plan/live.h"
 
 /* A "bjhp" operand of ATTN: token rows, heads p apart, p contiguous. */
-static dm_status attn_rows(const dm_plan *plan, char *arena, const dm_op *op, int t, int64_t P, const float **p,
-                           int64_t *ld) {
+static dm_status attn_rows(const dm_plan *plan, const dm_cpu_mem *arena, const dm_op *op, int t, int64_t P,
+                           const float **p, int64_t *ld) {
     const dm_graph *g = plan->g;
     const dm_tensor *x = &g->t[t];
     const int ok = dm_live_head_rows(g, t, P, ld);
-    *p = dm_cpu_tensor_ptr(plan, arena, t);
+    *p = dm_cpu_mem_ptr(arena, t);
     if (!ok || !*p)
         return dm_fail(DM_ERR_UNSUPPORTED, "%s: operand %s must be in memory as token rows (letters bjhp, "
                        "layout bj first, each head's %lld values together)", op->name, x->name, (long long)P);
@@ -30,7 +30,7 @@ static dm_status attn_rows(const dm_plan *plan, char *arena, const dm_op *op, in
 
 /* Three "bjhp" operands (Q, K, V or their gradients) at p[0..2], the row stride they
  * share at *ld; `what` names them in the refusal of unequal strides. */
-static dm_status attn_rows3(const dm_plan *plan, char *arena, const dm_op *op, const int *t, int64_t P,
+static dm_status attn_rows3(const dm_plan *plan, const dm_cpu_mem *arena, const dm_op *op, const int *t, int64_t P,
                             const float **p, int64_t *ld, const char *what) {
     for (int s = 0; s < 3; s++) {
         int64_t l;
@@ -41,7 +41,8 @@ static dm_status attn_rows3(const dm_plan *plan, char *arena, const dm_op *op, c
     return DM_OK;
 }
 
-dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, char *arena, const dm_op *op) {
+dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *plan, const dm_cpu_mem *arena,
+                                 const dm_op *op) {
     const dm_graph *g = plan->g;
     const int bwd = op->kind == DM_OP_ATTN_BWD;
     if (eg->gr->nops != 1 || eg->gr->nbatch > 1)
@@ -67,11 +68,11 @@ dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *
     io->q = qkv[0];
     io->k = qkv[1];
     io->v = qkv[2];
-    io->lengths = dm_cpu_tensor_ptr(plan, arena, op->in[3]);
+    io->lengths = dm_cpu_mem_ptr(arena, op->in[3]);
     io->mask = op->keymask ? io->lengths : NULL;
     const int tp = bwd ? op->in[4] : op->out[1];
     pr = &g->t[tp];
-    io->probs = dm_cpu_tensor_ptr(plan, arena, tp);
+    io->probs = dm_cpu_mem_ptr(arena, tp);
     if (!io->lengths || !io->probs || pr->ndim != 4 || strcmp(pr->letters, "bhjk") || pr->stride[3] != 1 ||
         pr->stride[2] != a->J || pr->stride[1] != a->J * a->J || pr->stride[0] != a->H * a->J * a->J)
         return dm_fail(DM_ERR_UNSUPPORTED, "%s: the lengths and the probabilities (bhjk, its default layout) "
@@ -96,19 +97,19 @@ dm_status dm_cpu_exec_init_attn(dm_cpu_exec *ex, dm_exgroup *eg, const dm_plan *
 }
 
 /* How each group follows the live rows (plan/live.h; see dm_cpu_exec_init_tokens). */
-static dm_status scale_groups(dm_cpu_exec *ex, const dm_plan *plan, char *arena, const dm_live *lv) {
+static dm_status scale_groups(dm_cpu_exec *ex, const dm_plan *plan, const dm_cpu_mem *arena, const dm_live *lv) {
     for (int gi = 0; gi < ex->ngroups; gi++) {
         dm_exgroup *eg = &ex->groups[gi];
         if (eg->unusable || eg->attn) continue;
         dm_live_group lg;
         const dm_op *op = eg->contract ? &plan->g->op[plan->order[eg->gr->first]] : NULL;
         float *p[3] = {NULL, NULL, NULL}; /* a contraction's operands, in op order */
-        for (int s = 0; s < 3 && op; s++) p[s] = dm_cpu_tensor_ptr(plan, arena, s < 2 ? op->in[s] : op->out[0]);
+        for (int s = 0; s < 3 && op; s++) p[s] = dm_cpu_mem_ptr(arena, s < 2 ? op->in[s] : op->out[0]);
         DM_TRY(dm_live_group_of(lv, gi, p[0], p[1], p[2], &lg));
         for (int d = 0; d < 3; d++) eg->tok_mnk[d] = lg.tok_mnk[d];
         eg->tok_rpt = lg.rpt;
         for (int z = 0; z < lg.nout; z++) {
-            eg->ztail[z] = dm_cpu_tensor_ptr(plan, arena, lg.out[z]);
+            eg->ztail[z] = dm_cpu_mem_ptr(arena, lg.out[z]);
             eg->zrow[z] = lg.ld[z];
         }
         eg->nztail = lg.nout;
@@ -116,7 +117,7 @@ static dm_status scale_groups(dm_cpu_exec *ex, const dm_plan *plan, char *arena,
     return DM_OK;
 }
 
-dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, char *arena) {
+dm_status dm_cpu_exec_init_tokens(dm_cpu_exec *ex, const dm_plan *plan, const dm_cpu_mem *arena) {
     const dm_graph *g = plan->g;
     dm_live lv;
     DM_TRY(dm_live_init(&lv, plan));

@@ -119,10 +119,12 @@ static void note(cuda_state *c, const char *key, double value, const char *text)
     n->text = text;
 }
 
-static dm_status create(dm_backend_state **out, const dm_plan *plan, char *host, const dm_layer_options *opt,
-                        unsigned flags, dm_backend_pool *pool) {
+static dm_status create(dm_backend_state **out, const dm_plan *plan, char *host, char *host_act,
+                        const dm_layer_options *opt, unsigned flags, dm_backend_pool *pool) {
     (void)host, (void)flags; /* the host arena is the staging copy; nothing here is lenient */
     *out = NULL;
+    if (host_act) /* (activations_apart is 0: the layer never passes it) */
+        return dm_fail(DM_ERR_INTERNAL, "the CUDA backend keeps a plan's activations in its own arena");
     const int dt = opt->dtype == DM_DTYPE_BF16   ? DM_CUDA_BF16
                    : opt->dtype == DM_DTYPE_FP16 ? DM_CUDA_FP16
                                                  : DM_CUDA_FP32;
@@ -293,7 +295,8 @@ static dm_status mse(dm_backend_state *st, int ty, int tdy, const float *target,
 static_assert(offsetof(dm_backend, name) == 0,
               "dm_backend has a field before name: initialise dm_backend_cuda in field order");
 DM_BACKEND_NEXT(name, device); DM_BACKEND_NEXT(device, merge_siblings); DM_BACKEND_NEXT(merge_siblings, runs_pairs);
-DM_BACKEND_NEXT(runs_pairs, algos); DM_BACKEND_NEXT(algos, check_options);
+DM_BACKEND_NEXT(runs_pairs, activations_apart); DM_BACKEND_NEXT(activations_apart, algos);
+DM_BACKEND_NEXT(algos, check_options);
 DM_BACKEND_NEXT(check_options, resolve_options); DM_BACKEND_NEXT(resolve_options, attn_op);
 DM_BACKEND_NEXT(attn_op, create);
 DM_BACKEND_NEXT(create, destroy); DM_BACKEND_NEXT(destroy, notes); DM_BACKEND_NEXT(notes, workspace_bytes);
@@ -310,11 +313,12 @@ static_assert(sizeof(dm_backend) ==
 /* and none hides in the padding between two of them: a structured binding takes exactly
  * as many names as the struct has fields */
 [[maybe_unused]] static void dm_backend_fields_all_named(const dm_backend &b) {
-    [[maybe_unused]] const auto &[name, device, merge_siblings, runs_pairs, algos, check_options, resolve_options, attn_op,
-                                  create, destroy, notes, workspace_bytes, timed_with, upload, download, tensor_addr, run_group, set_rows,
-                                  set_training, sync,
-                                  profile, profile_take, pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy,
-                                  copy_tensor, add_tensor, sumsq, reduce, bcast, reduce_wait, accumulate, optimize, mse] = b;
+    [[maybe_unused]] const auto &[name, device, merge_siblings, runs_pairs, activations_apart, algos, check_options,
+                                  resolve_options, attn_op, create, destroy, notes, workspace_bytes, timed_with,
+                                  upload, download, tensor_addr, run_group, set_rows, set_training, sync, profile,
+                                  profile_take, pool_new, pool_free, pool_bytes, buf_new, buf_free, buf_copy,
+                                  copy_tensor, add_tensor, sumsq, reduce, bcast, reduce_wait, accumulate, optimize,
+                                  mse] = b;
 }
 #undef DM_BACKEND_NEXT
 #undef DM_BACKEND_ALIGN
@@ -325,6 +329,7 @@ extern "C" const dm_backend dm_backend_cuda = {
     "cuda", DM_DEVICE_CUDA,
     0, /* merge_siblings: the fused attention kernels take the groups without */
     0, /* runs_pairs: its second stream instead */
+    0, /* activations_apart: a plan's activations in its device arena */
     NULL, /* algos: none of its own; a plan file's are the CPU's */
     check_options, resolve_options, attn_op,
     create, destroy, notes, workspace_bytes, timed_with,

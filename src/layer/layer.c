@@ -25,11 +25,23 @@ static const dm_export *find_export(const dm_layer *L, const char *name) {
     return NULL;
 }
 
-/* The address of tensor t in the host arena (views included), or NULL if not materialized. */
-static float *host_ptr(const dm_layer *L, int t) {
-    const int r = dm_tensor_root(&L->g, t);
+char *dm_layer_root_addr(const dm_layer *L, int r) {
     if (L->plan.offset[r] < 0) return NULL;
-    return (float *)(L->arena + L->plan.offset[r]) + L->g.t[t].offset;
+    const size_t at = (size_t)L->plan.offset[r], act = L->plan.arena_bytes - L->plan.activation_bytes;
+    return at < act ? L->arena + at : L->act + (at - act);
+}
+
+/* The address of tensor t in the host memory (views included), or NULL if not materialized. */
+static float *host_ptr(const dm_layer *L, int t) {
+    float *p = (float *)dm_layer_root_addr(L, dm_tensor_root(&L->g, t));
+    return p ? p + L->g.t[t].offset : NULL;
+}
+
+void dm_layer_act_share_free(dm_layer_act_share *share) {
+    if (!share) return;
+    free(share->mem);
+    share->mem = NULL;
+    share->bytes = 0;
 }
 
 static void fill(float *p, int64_t n, float v) {
@@ -95,6 +107,7 @@ typedef struct {
     const dm_choices *choices;
     int lenient, gpu_grouping;
     dm_backend_pool *pool;
+    dm_layer_act_share *share;
     dm_segment segment;
     const dm_bert_sizes *sizes;
 } layer_how;
@@ -109,8 +122,8 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
 }
 
 dm_status dm_layer_new_pooled(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
-                              dm_backend_pool *pool) {
-    const layer_how how = {.pool = pool};
+                              dm_backend_pool *pool, dm_layer_act_share *share) {
+    const layer_how how = {.pool = pool, .share = share};
     return layer_new(out, cfg, opt, &how);
 }
 
@@ -176,9 +189,24 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
                           .choices = how->choices,
                           .plan_file = opt->plan, .algos = C->algos, .segment = how->segment, .sizes = how->sizes};
     if (s == DM_OK) s = dm_compile(&co, &L->g, &L->enc, &L->plan);
-    if (s == DM_OK) {
-        L->arena_bytes = (L->plan.arena_bytes + 63) / 64 * 64;
+    /* the activations apart, in memory the model's forward-only layers share */
+    dm_layer_act_share *share = how->share;
+    const size_t act = s == DM_OK ? L->plan.activation_bytes : 0;
+    int apart = s == DM_OK && share && opt->forward_only && B->activations_apart && act > 0;
+    if (apart && !share->mem) {
         /* touched below at once: past the free memory the kernel would kill the process */
+        s = dm_memory_room((int64_t)act, "the layers' activations");
+        if (s == DM_OK && !(share->mem = dm_alloc_huge(act)))
+            s = dm_fail(DM_ERR_OOM, "cannot allocate %.2f GiB for the layers' activations: reduce batch or "
+                        "sequence length", (double)act / (1 << 30));
+        if (s == DM_OK) {
+            memset(share->mem, 0, act);
+            share->bytes = act;
+        }
+    }
+    apart = apart && s == DM_OK && act <= share->bytes;
+    if (s == DM_OK) {
+        L->arena_bytes = ((apart ? L->plan.arena_bytes - act : L->plan.arena_bytes) + 63) / 64 * 64;
         s = dm_memory_room((int64_t)L->arena_bytes, "the layer's tensors");
     }
     if (s == DM_OK) {
@@ -187,12 +215,14 @@ static dm_status layer_new(dm_layer **out, const dm_layer_config *cfg, const dm_
             s = dm_fail(DM_ERR_OOM, "cannot allocate %.2f GiB for the layer's tensors: reduce "
                         "batch or sequence length", (double)L->arena_bytes / (1 << 30));
     }
+    if (s == DM_OK) L->act = apart ? share->mem : L->arena + (L->plan.arena_bytes - act);
     if (s == DM_OK && (!(L->group_secs = calloc((size_t)L->plan.ngroups + 1, sizeof(double))) ||
                        !(L->pass_secs = calloc((size_t)L->plan.ngroups + 1, sizeof(double)))))
         s = dm_fail(DM_ERR_OOM, "out of memory");
     if (s == DM_OK) {
         memset(L->arena, 0, L->arena_bytes); /* touch every page now, not during a step */
-        s = B->create(&L->st, &L->plan, L->arena, opt, how->lenient ? DM_BACKEND_LENIENT : 0, how->pool);
+        s = B->create(&L->st, &L->plan, L->arena, apart ? L->act : NULL, opt, how->lenient ? DM_BACKEND_LENIENT : 0,
+                      how->pool);
     }
     if (s != DM_OK) {
         dm_layer_free(L);

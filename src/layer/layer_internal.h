@@ -16,6 +16,8 @@ struct dm_layer {
     char *arena;        /* the host copy of every tensor (the CPU backend's own memory;
                          * a GPU's staging copy) */
     size_t arena_bytes;
+    char *act;          /* where the plan's activations are: shared (dm_layer_act_share),
+                         * or arena + (plan.arena_bytes - plan.activation_bytes) */
     const dm_backend *bk; /* the backend of opt.device */
     dm_backend_state *st; /* its state for the plan */
     dm_segment segment; /* what its graph is: an encoder layer, or a part of a whole BERT */
@@ -38,10 +40,28 @@ dm_status dm_layer_new_with(dm_layer **out, const dm_layer_config *cfg, const dm
  * executor (emulated, or beside a CPU layer on the GPU). */
 dm_status dm_layer_new_gpu_grouping(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt);
 
+/* Memory that the activations of several forward-only layers share (the encoder layers of
+ * an inference model, run one after the other: no pass of one overlaps another's, and
+ * nothing outlives a forward pass but the layer's outputs, which are its own). The first
+ * layer that joins allocates it at its plan's activation bytes; one that needs more keeps
+ * its own. Zero it before the first layer joins; free it (dm_layer_act_share_free) after
+ * every layer that joined. */
+typedef struct {
+    char *mem;
+    size_t bytes;
+} dm_layer_act_share;
+void dm_layer_act_share_free(dm_layer_act_share *share);
+
 /* dm_layer_new, the backend's state sharing the buffers of `pool` (the backend's pool_new:
- * layers whose work never runs at once, a trainer's). */
+ * layers whose work never runs at once, a trainer's), and with opt->forward_only on a
+ * backend that takes them apart (activations_apart), its activations in `share` (NULL:
+ * its own). */
 dm_status dm_layer_new_pooled(dm_layer **out, const dm_layer_config *cfg, const dm_layer_options *opt,
-                              dm_backend_pool *pool);
+                              dm_backend_pool *pool, dm_layer_act_share *share);
+
+/* Where root tensor r's bytes are in the host memory (arena, or shared activations), or
+ * NULL if not materialized. */
+char *dm_layer_root_addr(const dm_layer *L, int r);
 
 /* A part of a whole BERT (graph/encoder.h's segments) as a layer: its tensors by the
  * names its builder exports, its steps as a layer's; `pool` as dm_layer_new_pooled. */

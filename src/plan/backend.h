@@ -47,6 +47,8 @@ typedef struct dm_backend {
     int runs_pairs;        /* it runs a plan's contraction pairs ("concurrent") and row
                             * groups in a GEMM's epilogue ("direct_rows"), which
                             * dm_plan_describe then names */
+    int activations_apart; /* create() takes host_act, a plan's activations apart from its
+                            * arena (the CPU's: the host arena is its memory) */
     const dm_algo_table *algos; /* the names of its algorithm choices (plan/algo.h), as
                             * plan files give them; NULL: it has none of its own, and a
                             * plan file's are the CPU backend's (`dmove tune` measures
@@ -69,9 +71,13 @@ typedef struct dm_backend {
     /* The state that runs `plan` (which must outlive it) for a layer whose host arena is
      * `host` (plan->arena_bytes, zeroed, 64-byte aligned): options (storage type, threads,
      * row kernels, streams, the plan file's name for messages), flags DM_BACKEND_*, and
-     * the pool of pool_new whose buffers it may share (NULL: its own). */
-    dm_status (*create)(dm_backend_state **out, const dm_plan *plan, char *host, const dm_layer_options *opt,
-                        unsigned flags, dm_backend_pool *pool);
+     * the pool of pool_new whose buffers it may share (NULL: its own). host_act: NULL, or
+     * (only where activations_apart says the backend takes it) where the plan's
+     * activations are instead of the arena's end (plan->activation_bytes, 64-byte
+     * aligned; the arena's first arena_bytes - activation_bytes are then all it has):
+     * memory that other layers' states share, whose passes never overlap this one's. */
+    dm_status (*create)(dm_backend_state **out, const dm_plan *plan, char *host, char *host_act,
+                        const dm_layer_options *opt, unsigned flags, dm_backend_pool *pool);
     void (*destroy)(dm_backend_state *st);
     /* What the backend chose for the plan, as named values (dm_layer_note): *notes points
      * into the state (valid until destroy); the count is returned (0: nothing to say). */

@@ -40,7 +40,7 @@ dm_status dm_model_new(dm_model **out, const dm_model_config *c, const dm_layer_
     o.no_input_grad = 0; /* every layer's input gradient feeds the segment before */
     if (s == DM_OK) s = dm_layer_new_segment(&m->emb, &c->layer, &o, DM_SEG_EMBEDDINGS, &c->sizes, m->pool);
     for (int l = 0; s == DM_OK && l < c->layers; l++) {
-        s = dm_layer_new_pooled(&m->enc[l], &c->layer, &o, m->pool);
+        s = dm_layer_new_pooled(&m->enc[l], &c->layer, &o, m->pool, &m->share);
         if (s != DM_OK) dm_fail_context(s, "layer %d of %d: ", l, c->layers);
     }
     /* auto: the unfused head (the faster on the CPU as measured, dmove.h; on the GPU not
@@ -72,6 +72,7 @@ void dm_model_free(dm_model *m) {
     for (int l = 0; m->enc && l < m->c.layers; l++) dm_layer_free(m->enc[l]);
     dm_layer_free(m->head);
     if (m->bk) m->bk->pool_free(m->pool); /* after the layers that borrow from it */
+    dm_layer_act_share_free(&m->share);
     for (int64_t k = 0; m->label_names && k < m->c.sizes.classes; k++) free(m->label_names[k]);
     free(m->label_names);
     free(m->enc);

@@ -14,6 +14,7 @@
 
 #include "dmove.h"
 #include "graph/encoder.h"
+#include "layer/layer_internal.h"
 #include "plan/backend.h"
 
 /* What sits on the encoder: nothing (the hidden states are the output: inference,
@@ -37,6 +38,7 @@ typedef struct dm_model {
     dm_layer_options opt;
     const dm_backend *bk;
     dm_backend_pool *pool;
+    dm_layer_act_share share; /* forward only: the encoder layers' activations, held once */
     dm_layer *emb, **enc, *head; /* head NULL with DM_MODEL_HEAD_NONE */
     int counted;       /* masked positions (classifier: labelled sequences) the last batch
                         * scores (<= predictions) */

@@ -547,7 +547,7 @@ static void fill_group(dm_layer *L, int gi) {
         for (int s = 0; s < op->nin + op->nout; s++) {
             int r = dm_tensor_root(g, s < op->nin ? op->in[s] : op->out[s - op->nin]);
             if (L->plan.offset[r] < 0 || root_seen_before(g, &L->plan, gr, k, s, r)) continue;
-            float *p = (float *)((char *)L->arena + L->plan.offset[r]);
+            float *p = (float *)dm_layer_root_addr(L, r);
             for (int64_t i = 0; i < g->t[r].numel; i++) {
                 x ^= x << 13;
                 x ^= x >> 17;
