@@ -234,7 +234,9 @@ void dm_layer_profile_reset(dm_layer *layer);
  * (inputs, parameters, their gradients, outputs and every tensor that leaves its fused
  * group), of which `activations` are the intermediates planned by liveness (what fusion
  * saves: a tensor kept inside its group gets none), `parameters` the parameters and
- * `inputs` hidden_states, attention_mask and grad_output; and `scratch`: the CPU
+ * `inputs` hidden_states, attention_mask and grad_output (a forward-only model's encoder
+ * layers on the CPU hold their activations in one region they share: `arena` is then the
+ * rest, `activations` still the plan's); and `scratch`: the CPU
  * executor's per-thread scratch (rows and tiles of the fused groups), or on the GPU the
  * executor's device memory beside the arena (batched groups' temporaries, spilled
  * scratch, column-sum partials, cuBLASLt's workspace; not cuBLAS's or the runtime's own). */

@@ -396,9 +396,10 @@ static void test_config_contradiction(void) {
 
 /* A forward-only model's encoder layers hold their activations once (dm_layer_act_share):
  * the same memory in every layer, none of it in a layer's own arena; a training model's
- * each its own. Nothing leaks through it: batches of other lengths run before a batch, and
- * the layers before each layer, change none of its bits (against a fresh model that ran
- * only that batch), padded and unpadded. */
+ * each its own. Nothing leaks through it: after batches of other lengths, a batch gives the
+ * bits of a fresh forward-only model that ran only that batch, and (the layers before each
+ * layer) the hidden states of the training model, whose layers share nothing, to float32
+ * rounding (its plan differs), padded and unpadded. */
 static void test_shared_activations(void) {
     dm_layer_config c;
     dm_bert_model bm;
@@ -440,6 +441,7 @@ static void test_shared_activations(void) {
         CHECK(shared && train->share.mem == NULL);
         CHECK_OK(dm_model_init_params(used, 5));
         CHECK_OK(dm_model_init_params(fresh, 5));
+        CHECK_OK(dm_model_init_params(train, 5));
         const float *h = NULL;
         float *after = malloc(sizeof(float) * B * J * I), *alone = malloc(sizeof(float) * B * J * I);
         CHECK_OK(dm_model_set_batch(used, ids_long, NULL, m_long, NULL));
@@ -457,6 +459,13 @@ static void test_shared_activations(void) {
         printf("  the short batch after a long one: %s that of a model that ran it alone\n",
                same ? "bit-identical to" : "DIFFERS from");
         CHECK(same);
+        CHECK_OK(dm_model_set_batch(train, ids_short, NULL, m_short, NULL));
+        CHECK_OK(dm_model_forward(train, 0, NULL, NULL));
+        h = NULL;
+        CHECK_OK(dm_model_hidden(train, &h));
+        const double dt = h && after ? max_diff(after, h, (size_t)B * J * I) : 1.0;
+        printf("  and within %.2e of the training model's (no layer sharing)\n", dt);
+        CHECK(dt < 1e-5);
         free(after), free(alone);
         dm_model_free(used), dm_model_free(fresh), dm_model_free(train);
     }

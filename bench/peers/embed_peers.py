@@ -197,12 +197,9 @@ def main():
         cpu = platform.processor() or ""
         try:
             with open("/proc/cpuinfo") as f:
-                for l in f:
-                    if l.startswith("model name"):
-                        cpu = l.split(":", 1)[1].strip()
-                        break
-                flags = open("/proc/cpuinfo").read()
-            isa = " ".join(x for x in ("avx2", "avx512f", "amx_tile") if f" {x}" in flags)
+                info = f.read()
+            cpu = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), cpu)
+            isa = " ".join(x for x in ("avx2", "avx512f", "amx_tile") if f" {x}" in info)
         except OSError:
             isa = "?"
         rep.append(f"machine:  {cpu} ({os.cpu_count()} CPUs; {isa}); {threads} threads each")

@@ -447,7 +447,9 @@ void dm_layer_memory_info(const dm_layer *L, dm_layer_memory *out) {
     /* the plan counts fp32; a layer stores every tensor in its storage type (a GPU's fp32
      * row statistics, a few KB, aside): the CPU's is always fp32 */
     const size_t half = L->opt.dtype != DM_DTYPE_FP32;
-    out->arena = L->plan.arena_bytes >> half;
+    /* a layer whose activations are shared (dm_layer_act_share) holds only the rest */
+    const size_t own = L->plan.arena_bytes - L->plan.activation_bytes;
+    out->arena = (L->act == L->arena + own ? L->plan.arena_bytes : own) >> half;
     out->activations = L->plan.activation_bytes >> half;
     for (int t = 0; t < L->g.nt; t++) {
         if (L->g.t[t].base >= 0) continue;
