@@ -62,7 +62,7 @@ dm_status dm_trainer_new(dm_trainer **out, const dm_layer_config *cfg, int layer
         dm_layer_options ol = o;
         ol.no_input_grad = l == 0 && !o.plan; /* the others' feed the layer before */
         if (l == 0) s = dm_trainer_pool(T); /* the backend, and what the layers share */
-        if (s == DM_OK) s = dm_layer_new_pooled(&T->L[l], cfg, &ol, T->pool, NULL);
+        if (s == DM_OK) s = dm_layer_new_pooled(&T->L[l], cfg, &ol, T->pool, o.forward_only ? &T->share : NULL);
         if (s != DM_OK) dm_fail_context(s, "layer %d of %d: ", l, layers);
     }
     /* the parameter slots, and one block for both AdamW moments of all of them */
@@ -120,6 +120,7 @@ void dm_trainer_free(dm_trainer *T) {
     else
         for (int l = 0; T->L && l < T->nlayers; l++) dm_layer_free(T->L[l]);
     dm_trainer_pool_free(T); /* after the layers that borrow from it */
+    dm_layer_act_share_free(&T->share);
     free(T->L);
     free(T->slot);
     free(T->moments);

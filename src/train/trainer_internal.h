@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "dmove.h"
+#include "layer/layer_internal.h"
 #include "plan/backend.h"
 
 typedef struct {
@@ -66,6 +67,7 @@ struct dm_trainer {
     int output_stale; /* the backend's output is newer (a forward pass) */
     int64_t broken;   /* an update failed part way (its step): the state is mixed */
     dm_backend_pool *pool; /* the layers' shared buffers (the backend's pool_new), or NULL */
+    dm_layer_act_share share; /* a forward-only stack's activations, held once */
     float *d_master;  /* fp32 master weights of every parameter (16-bit storage), or NULL */
     float *d_moments; /* the backend's exp_avg, then exp_avg_sq, as `moments` */
     float *d_target;  /* the backend's (b, j, i) */
