@@ -68,7 +68,7 @@ static dm_status create(dm_backend_state **out, const dm_plan *plan, char *host,
     if (!c) return dm_fail(DM_ERR_OOM, "out of memory");
     const int nthreads = usable_threads(opt->threads > 0 ? opt->threads : omp_get_max_threads());
     dm_status s = dm_cpu_exec_init_apart(&c->ex, plan, host, host_act, nthreads, (flags & DM_BACKEND_LENIENT) != 0);
-    c->mem = (dm_cpu_mem){plan, host, host_act ? host_act : host + (plan->arena_bytes - plan->activation_bytes)};
+    c->mem = dm_cpu_mem_of(plan, host, host_act);
     if (s != DM_OK) {
         if (opt->plan) dm_fail_context(s, "plan '%s' does not fit this layer: ", opt->plan);
         free(c);

@@ -15,17 +15,18 @@
 #include "core/sysinfo.h"
 #include "cpu/stream.h"
 
+dm_cpu_mem dm_cpu_mem_of(const dm_plan *plan, char *arena, char *act) {
+    return (dm_cpu_mem){plan, arena, act ? act : arena + (plan->arena_bytes - plan->activation_bytes)};
+}
+
 float *dm_cpu_mem_ptr(const dm_cpu_mem *m, int t) {
-    const dm_plan *plan = m->plan;
-    const dm_graph *g = plan->g;
-    const int r = dm_tensor_root(g, t);
-    if (plan->offset[r] < 0) return NULL;
-    const size_t at = (size_t)plan->offset[r], act = plan->arena_bytes - plan->activation_bytes;
-    return (float *)(at < act ? m->arena + at : m->act + (at - act)) + g->t[t].offset;
+    const dm_graph *g = m->plan->g;
+    float *p = (float *)dm_plan_root_addr(m->plan, m->arena, m->act, dm_tensor_root(g, t));
+    return p ? p + g->t[t].offset : NULL;
 }
 
 float *dm_cpu_tensor_ptr(const dm_plan *plan, char *arena, int t) {
-    const dm_cpu_mem m = {plan, arena, arena + (plan->arena_bytes - plan->activation_bytes)};
+    const dm_cpu_mem m = dm_cpu_mem_of(plan, arena, NULL);
     return dm_cpu_mem_ptr(&m, t);
 }
 
@@ -578,7 +579,7 @@ dm_status dm_cpu_exec_fuse_rows(dm_cpu_exec *ex, const dm_plan *plan, int gi) {
 
 dm_status dm_cpu_exec_init_apart(dm_cpu_exec *ex, const dm_plan *plan, char *arena, char *act, int nthreads,
                                  int lenient) {
-    const dm_cpu_mem m = {plan, arena, act ? act : arena + (plan->arena_bytes - plan->activation_bytes)};
+    const dm_cpu_mem m = dm_cpu_mem_of(plan, arena, act);
     return exec_init(ex, plan, &m, nthreads, lenient);
 }
 

@@ -96,6 +96,8 @@ typedef struct {
     const dm_plan *plan;
     char *arena, *act;
 } dm_cpu_mem;
+/* The plan's memory with its activations at act (NULL: in the arena). */
+dm_cpu_mem dm_cpu_mem_of(const dm_plan *plan, char *arena, char *act);
 /* The address of tensor t there (views included), or NULL if not materialized. */
 float *dm_cpu_mem_ptr(const dm_cpu_mem *m, int t);
 /* Resolves every operand of the plan to arena addresses and prepares the GEMM calls. */

@@ -25,11 +25,7 @@ static const dm_export *find_export(const dm_layer *L, const char *name) {
     return NULL;
 }
 
-char *dm_layer_root_addr(const dm_layer *L, int r) {
-    if (L->plan.offset[r] < 0) return NULL;
-    const size_t at = (size_t)L->plan.offset[r], act = L->plan.arena_bytes - L->plan.activation_bytes;
-    return at < act ? L->arena + at : L->act + (at - act);
-}
+char *dm_layer_root_addr(const dm_layer *L, int r) { return dm_plan_root_addr(&L->plan, L->arena, L->act, r); }
 
 /* The address of tensor t in the host memory (views included), or NULL if not materialized. */
 static float *host_ptr(const dm_layer *L, int t) {

@@ -42,6 +42,15 @@ typedef struct {
  * attention kernels take the groups without). */
 dm_status dm_plan_build(const dm_graph *g, int fused, int siblings, int no_reuse, dm_plan *plan);
 void dm_plan_free(dm_plan *plan);
+/* Where root r's bytes are (NULL if not materialized): an offset below the plan's
+ * persistent bytes (arena_bytes - activation_bytes: parameters, inputs, outputs, ...) in
+ * `arena`, the activations past them at `act`: arena + those bytes in one arena, or memory
+ * that several layers' activations share (layer_internal.h's dm_layer_act_share). */
+static inline char *dm_plan_root_addr(const dm_plan *plan, char *arena, char *act, int r) {
+    if (plan->offset[r] < 0) return NULL;
+    const size_t at = (size_t)plan->offset[r], own = plan->arena_bytes - plan->activation_bytes;
+    return at < own ? arena + at : act + (at - own);
+}
 /* memplan.c: decides in_memory and offsets (called by dm_plan_build, and again by
  * dm_choices_apply: the in-place reuse of a row group's input for its output needs both
  * laid out alike, so offsets follow the layouts). */
